@@ -1,0 +1,41 @@
+# The README's two commands are `make demo` and `make test`. Everything else is optional.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.deps-stamp
+PYTEST := $(PY) -m pytest
+
+.PHONY: venv test test-slow demo bench bench-quick record-fixtures clean
+
+$(STAMP): requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-test.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Offline tiers t0-t3 (t3 runs against the mock's stand-alone execd unless OSB_EXECD_BIN is set);
+## t4 skips with one line unless OPENSANDBOX_LIVE=1.
+test: $(STAMP)
+	$(PYTEST) -q tiers/t0 tiers/t1 tiers/t2 tiers/t3 tiers/t4
+
+## Slow fuzzing and soak tests.
+test-slow: $(STAMP)
+	$(PYTEST) -q -m slow tiers
+
+## Start the embedded mock, install the plugin into a throw-away HOME, run an end-to-end flow.
+demo: $(STAMP)
+	$(PY) demo.py
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+bench-quick: $(STAMP)
+	$(PY) -m bench --quick
+
+## Record fixtures from a live server (see README, "Recording fixtures").
+record-fixtures: $(STAMP)
+	$(PY) -m record --out fixtures $(RECORD_ARGS)
+
+clean:
+	rm -rf $(VENV) bench/out .hypothesis

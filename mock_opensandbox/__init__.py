@@ -1,0 +1,1 @@
+"""A faithful, offline OpenSandbox server (lifecycle + execd) for tests. Standard library only."""

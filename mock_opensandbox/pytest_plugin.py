@@ -1,0 +1,1 @@
+"""pytest plugin: the ``opensandbox_mock`` fixture (placeholder until the mock lands)."""
