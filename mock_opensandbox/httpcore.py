@@ -1,0 +1,262 @@
+"""Shared HTTP plumbing for the mock's listeners: a threaded server, a small router, reply helpers.
+
+No sandbox state lives here. Both the lifecycle server (FastAPI/uvicorn in reality) and each execd
+(Go/Gin in reality) build on it; the ``flavor`` of a handler decides the header style each real
+server shows in the recordings (uvicorn: lower-case ``server: uvicorn`` + ``x-request-id``; Gin: no
+``Server`` header, ``application/json; charset=utf-8``).
+"""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qs, urlsplit
+
+MAX_BODY = 1 << 31  # a request body above 2 GiB is refused with 413
+
+
+class Server(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that never blocks interpreter exit and can be stopped from any thread."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: Any):
+        self.app = app
+        self._thread: threading.Thread | None = None
+        super().__init__(address, handler)
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self, name: str = "mock-http") -> None:
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.server_close()
+
+
+class Request:
+    """What a route handler sees: method, path, query, headers, body and the reply helpers."""
+
+    def __init__(self, handler: "Handler", method: str):
+        self.handler = handler
+        self.method = method
+        parts = urlsplit(handler.path)
+        self.raw_path = handler.path
+        self.path = parts.path
+        self.query: dict[str, list[str]] = parse_qs(parts.query, keep_blank_values=True)
+        self.headers = handler.headers
+        self.params: dict[str, str] = {}
+        self._body: bytes | None = None
+        self.responded = False
+
+    # -- input -------------------------------------------------------------------------------------
+    def q(self, name: str, default: str | None = None) -> str | None:
+        vals = self.query.get(name)
+        return vals[0] if vals else default
+
+    @property
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = self.handler.read_body()
+        return self._body
+
+    def json(self) -> Any:
+        """Parse the body as JSON; raises ValueError (json.JSONDecodeError) on bad input."""
+        return json.loads(self.body.decode("utf-8"))
+
+    # -- output ------------------------------------------------------------------------------------
+    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
+             headers: dict[str, str] | None = None) -> None:
+        h = self.handler
+        h.send_response(status)
+        for k, v in h.base_headers().items():
+            h.send_header(k, v)
+        if content_type:
+            h.send_header(h.header_name("Content-Type"), content_type)
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        if status != 204:
+            h.send_header(h.header_name("Content-Length"), str(len(body)))
+        h.end_headers()
+        if body and self.method != "HEAD":
+            h.wfile.write(body)
+        self.responded = True
+
+    def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self.send(status, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+                  self.handler.json_content_type, headers)
+
+    def send_text(self, status: int, text: str, content_type: str = "text/plain",
+                  headers: dict[str, str] | None = None) -> None:
+        self.send(status, text.encode("utf-8"), content_type, headers)
+
+    def start_chunked(self, status: int, headers: dict[str, str]) -> "ChunkedWriter":
+        h = self.handler
+        h.send_response(status)
+        for k, v in h.base_headers().items():
+            h.send_header(k, v)
+        for k, v in headers.items():
+            h.send_header(k, v)
+        h.send_header(h.header_name("Transfer-Encoding"), "chunked")
+        h.end_headers()
+        self.responded = True
+        return ChunkedWriter(h)
+
+
+class ChunkedWriter:
+    """Writes an HTTP/1.1 chunked body; every write is flushed at once (SSE needs that)."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler):
+        self._h = handler
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        with self._lock:
+            if self.closed:
+                return
+            self._h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self._h.wfile.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self._h.wfile.write(b"0\r\n\r\n")
+                self._h.wfile.flush()
+            except OSError:
+                pass
+
+
+Route = tuple[str, "re.Pattern[str]", Callable[[Request], None]]
+
+
+class Router:
+    """Method + regex routes. Patterns use ``{name}`` for one path segment and ``{name:path}`` for the rest."""
+
+    def __init__(self) -> None:
+        self.routes: list[Route] = []
+
+    def add(self, methods: str | Iterable[str], pattern: str, fn: Callable[[Request], None]) -> None:
+        regex = re.sub(r"\{(\w+):path\}", r"(?P<\1>.*)", pattern)
+        regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
+        for m in ([methods] if isinstance(methods, str) else methods):
+            self.routes.append((m.upper(), re.compile("^" + regex + "$"), fn))
+
+    def match(self, method: str, path: str) -> tuple[Callable[[Request], None] | None, dict[str, str], bool]:
+        """Returns (handler, params, path_matched_any_method)."""
+        path_seen = False
+        for m, rx, fn in self.routes:
+            mo = rx.match(path)
+            if mo:
+                path_seen = True
+                if m == method:
+                    return fn, mo.groupdict(), True
+        return None, {}, path_seen
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Base request handler. Subclasses set ``flavor`` and implement ``dispatch(req)``."""
+
+    protocol_version = "HTTP/1.1"
+    flavor = "gin"  # or "uvicorn"
+    server: Server
+
+    # quiet: the mock never writes access logs to stderr unless asked
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        if getattr(self.server.app, "verbose", False):
+            super().log_message(format, *args)
+
+    def version_string(self) -> str:
+        return "uvicorn" if self.flavor == "uvicorn" else ""
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # Gin sends no Server header; uvicorn sends "server: uvicorn" (recordings 01 and 06).
+        self.log_request(code)
+        self.send_response_only(code, message)
+        if self.flavor == "uvicorn":
+            self.send_header("server", "uvicorn")
+        self.send_header(self.header_name("Date"), self.date_time_string())
+
+    def header_name(self, name: str) -> str:
+        return name.lower() if self.flavor == "uvicorn" else name
+
+    @property
+    def json_content_type(self) -> str:
+        return "application/json" if self.flavor == "uvicorn" else "application/json; charset=utf-8"
+
+    def base_headers(self) -> dict[str, str]:
+        return {}
+
+    def read_body(self) -> bytes:
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            out = bytearray()
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    break
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                if len(out) + size > MAX_BODY:
+                    raise ValueError("request body too large")
+                out += self.rfile.read(size)
+                self.rfile.readline(3)
+            return bytes(out)
+        n = int(self.headers.get("Content-Length") or 0)
+        if n < 0 or n > MAX_BODY:
+            raise ValueError("request body too large")
+        return self.rfile.read(n) if n else b""
+
+    def _handle(self, method: str) -> None:
+        req = Request(self, method)
+        try:
+            self.dispatch(req)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            self.close_connection = True
+            return
+        if not req.responded:
+            self.close_connection = True
+        # drain an unread request body so keep-alive stays in sync
+        elif req._body is None and (self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding")):
+            try:
+                req.body  # noqa: B018
+            except (OSError, ValueError):
+                self.close_connection = True
+
+    def dispatch(self, req: Request) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def do_GET(self) -> None: self._handle("GET")  # noqa: E704
+    def do_POST(self) -> None: self._handle("POST")  # noqa: E704
+    def do_PUT(self) -> None: self._handle("PUT")  # noqa: E704
+    def do_PATCH(self) -> None: self._handle("PATCH")  # noqa: E704
+    def do_DELETE(self) -> None: self._handle("DELETE")  # noqa: E704
+    def do_HEAD(self) -> None: self._handle("HEAD")  # noqa: E704
+    def do_OPTIONS(self) -> None: self._handle("OPTIONS")  # noqa: E704
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
