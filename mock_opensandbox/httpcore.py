@@ -18,6 +18,31 @@ from urllib.parse import parse_qs, urlsplit
 
 MAX_BODY = 1 << 31  # a request body above 2 GiB is refused with 413
 
+# Traffic observers: callables taking one Exchange, called after every answered request on every
+# mock listener (lifecycle and execd). Used by the spec guard and the recorder; empty by default.
+OBSERVERS: list[Callable[["Exchange"], None]] = []
+
+
+class Exchange:
+    """One request/response pair as a mock listener saw it (the response body of a stream is the
+    concatenation of its chunks)."""
+
+    __slots__ = ("server_kind", "method", "path", "query", "request_headers", "request_body",
+                 "status", "response_headers", "response_body")
+
+    def __init__(self, server_kind: str, method: str, path: str, query: dict[str, list[str]],
+                 request_headers: dict[str, str], request_body: bytes | None, status: int,
+                 response_headers: dict[str, str], response_body: bytes):
+        self.server_kind = server_kind
+        self.method = method
+        self.path = path
+        self.query = query
+        self.request_headers = request_headers
+        self.request_body = request_body
+        self.status = status
+        self.response_headers = response_headers
+        self.response_body = response_body
+
 
 class Server(ThreadingHTTPServer):
     """A ThreadingHTTPServer that never blocks interpreter exit and can be stopped from any thread."""
@@ -63,6 +88,10 @@ class Request:
         self.params: dict[str, str] = {}
         self._body: bytes | None = None
         self.responded = False
+        # what was sent, for OBSERVERS
+        self.sent_status = 0
+        self.sent_headers: dict[str, str] = {}
+        self.sent_body = bytearray()
 
     # -- input -------------------------------------------------------------------------------------
     def q(self, name: str, default: str | None = None) -> str | None:
@@ -83,19 +112,22 @@ class Request:
     def send(self, status: int, body: bytes = b"", content_type: str | None = None,
              headers: dict[str, str] | None = None) -> None:
         h = self.handler
-        h.send_response(status)
-        for k, v in h.base_headers().items():
-            h.send_header(k, v)
+        all_headers = dict(h.base_headers())
         if content_type:
-            h.send_header(h.header_name("Content-Type"), content_type)
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
+            all_headers[h.header_name("Content-Type")] = content_type
+        all_headers.update(headers or {})
         if status != 204:
-            h.send_header(h.header_name("Content-Length"), str(len(body)))
+            all_headers[h.header_name("Content-Length")] = str(len(body))
+        h.send_response(status)
+        for k, v in all_headers.items():
+            h.send_header(k, v)
         h.end_headers()
         if body and self.method != "HEAD":
             h.wfile.write(body)
         self.responded = True
+        if OBSERVERS:
+            self.sent_status, self.sent_headers = status, all_headers
+            self.sent_body += body
 
     def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self.send(status, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
@@ -107,23 +139,26 @@ class Request:
 
     def start_chunked(self, status: int, headers: dict[str, str]) -> "ChunkedWriter":
         h = self.handler
+        all_headers = dict(h.base_headers())
+        all_headers.update(headers)
+        all_headers[h.header_name("Transfer-Encoding")] = "chunked"
         h.send_response(status)
-        for k, v in h.base_headers().items():
+        for k, v in all_headers.items():
             h.send_header(k, v)
-        for k, v in headers.items():
-            h.send_header(k, v)
-        h.send_header(h.header_name("Transfer-Encoding"), "chunked")
         h.end_headers()
         self.responded = True
-        return ChunkedWriter(h)
+        if OBSERVERS:
+            self.sent_status, self.sent_headers = status, all_headers
+        return ChunkedWriter(h, self.sent_body if OBSERVERS else None)
 
 
 class ChunkedWriter:
     """Writes an HTTP/1.1 chunked body; every write is flushed at once (SSE needs that)."""
 
-    def __init__(self, handler: BaseHTTPRequestHandler):
+    def __init__(self, handler: BaseHTTPRequestHandler, capture: bytearray | None = None):
         self._h = handler
         self._lock = threading.Lock()
+        self._capture = capture
         self.closed = False
 
     def write(self, data: bytes) -> None:
@@ -134,6 +169,8 @@ class ChunkedWriter:
                 return
             self._h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self._h.wfile.flush()
+            if self._capture is not None:
+                self._capture += data
 
     def close(self) -> None:
         with self._lock:
@@ -239,12 +276,23 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not req.responded:
             self.close_connection = True
+        elif OBSERVERS:
+            self._notify(req)
         # drain an unread request body so keep-alive stays in sync
         elif req._body is None and (self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding")):
             try:
                 req.body  # noqa: B018
             except (OSError, ValueError):
                 self.close_connection = True
+
+    def _notify(self, req: Request) -> None:
+        ex = Exchange(self.flavor, req.method, req.path, req.query, dict(req.headers.items()), req._body,
+                      req.sent_status, dict(req.sent_headers), bytes(req.sent_body))
+        for fn in list(OBSERVERS):
+            try:
+                fn(ex)
+            except Exception:  # an observer must never break the mock
+                pass
 
     def dispatch(self, req: Request) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
