@@ -1,0 +1,540 @@
+#!/usr/bin/env bash
+# local-up.sh — run a real OpenSandbox server (Docker runtime) on this machine, for tiers t4 and the nightly job.
+#
+#   ./local-up.sh up [-y]   install/start what is missing, then wait for /health
+#   ./local-up.sh status    what is running (exit 0 when the server answers, 3 otherwise)
+#   ./local-up.sh env       export lines for the live tier and the plugin:  eval "$(./local-up.sh env)"
+#   ./local-up.sh down      stop only what `up` started, remove the sandbox-* containers created since
+#
+# Knobs (environment): see `./local-up.sh help` and docs/LOCAL_UP.md.
+# Every external command (docker, dockerd, apt-get, sudo, curl, python3) is looked up on PATH, so tests can put stubs
+# first; OSB_PYTHON chooses the interpreter that creates the venv.
+set -euo pipefail
+
+PROG="local-up"
+
+OSB_PORT="${OSB_PORT:-8080}"
+OSB_WORKDIR="${OSB_WORKDIR:-${XDG_CACHE_HOME:-$HOME/.cache}/opensandbox-provider/local-up}"
+OSB_SERVER_VERSION="${OSB_SERVER_VERSION:-1.1.1}"
+OSB_EXECD_IMAGE="${OSB_EXECD_IMAGE:-opensandbox/execd:latest}"
+OSB_BASE_IMAGE="${OSB_BASE_IMAGE:-python:3.12-slim}"
+OSB_WITH_EGRESS="${OSB_WITH_EGRESS:-0}"
+OSB_EGRESS_IMAGE="${OSB_EGRESS_IMAGE:-opensandbox/egress:v1.1.7}"
+OSB_WITH_CODE_INTERPRETER="${OSB_WITH_CODE_INTERPRETER:-0}"
+OSB_CODE_INTERPRETER_IMAGE="${OSB_CODE_INTERPRETER_IMAGE:-opensandbox/code-interpreter:v1.1.0}"
+OSB_PYTHON="${OSB_PYTHON:-python3}"
+OSB_DOCKERD_ARGS="${OSB_DOCKERD_ARGS:-}"
+OSB_DOCKERD_TIMEOUT="${OSB_DOCKERD_TIMEOUT:-30}"
+OSB_HEALTH_TIMEOUT="${OSB_HEALTH_TIMEOUT:-60}"
+
+VENV="$OSB_WORKDIR/venv"
+CONFIG="$OSB_WORKDIR/server.toml"
+SERVER_PID="$OSB_WORKDIR/server.pid"
+SERVER_LOG="$OSB_WORKDIR/server.log"
+DOCKERD_PID="$OSB_WORKDIR/dockerd.pid"
+DOCKERD_LOG="$OSB_WORKDIR/dockerd.log"
+BEFORE="$OSB_WORKDIR/containers.before"
+ENV_FILE="$OSB_WORKDIR/env.sh"
+KEY_FILE="$OSB_WORKDIR/api-key"
+STAMP="$VENV/.local-up-server-version"
+
+ASSUME_YES=0
+if [ "${CI:-}" = "true" ]; then ASSUME_YES=1; fi
+
+say() { printf '%s: %s\n' "$PROG" "$*"; }
+
+# die STEP COMMAND FIX [CAUSE] — every failure names the step, the command and the fix.
+die() {
+    {
+        printf '%s: step "%s" failed\n' "$PROG" "$1"
+        printf '  command: %s\n' "$2"
+        if [ -n "${4:-}" ]; then printf '  cause:   %s\n' "$4"; fi
+        printf '  fix:     %s\n' "$3"
+    } >&2
+    exit 1
+}
+
+usage() {
+    cat <<'EOF'
+usage: ./local-up.sh up [-y] | down | status | env | help
+
+  up      install Docker (apt, asks first unless -y or CI=true) if missing, start dockerd if no daemon
+          answers, create a venv with opensandbox-server, pull images that are not present, write the
+          server config, start the server and wait for /health. A second `up` changes nothing.
+  down    stop the server and dockerd if (and only if) `up` started them; remove the sandbox-*
+          containers that appeared since `up` started the server. Keeps the venv, images and config.
+  status  say what is running; exit 0 when the server answers /health, 3 otherwise.
+  env     print export lines (OPENSANDBOX_BASE_URL, OPENSANDBOX_API_KEY, OPENSANDBOX_LIVE=1, ...).
+
+knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OSB_API_KEY (generated,
+       kept in $OSB_WORKDIR/api-key)  OSB_SERVER_VERSION (1.1.1)  OSB_EXECD_IMAGE (opensandbox/execd:latest)
+       OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_IMAGE (opensandbox/egress:v1.1.7)
+       OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (opensandbox/code-interpreter:v1.1.0)
+       OSB_PYTHON (python3)  OSB_DOCKERD_ARGS ()  OSB_DOCKERD_TIMEOUT (30)  OSB_HEALTH_TIMEOUT (60)
+EOF
+}
+
+# ---------------------------------------------------------------- helpers
+
+sudo_cmd() {
+    # Run a privileged command: directly as root, through sudo otherwise.
+    if [ "$(id -u)" = "0" ]; then "$@"; else sudo "$@"; fi
+}
+
+pid_alive() {
+    # pid_alive PIDFILE WORD — the pid in PIDFILE is running and its command line mentions WORD
+    # (guards against a recycled pid after a reboot).
+    local pid args
+    [ -s "$1" ] || return 1
+    pid="$(cat "$1")"
+    case "$pid" in '' | *[!0-9]*) return 1 ;; esac
+    if [ -r "/proc/$pid/cmdline" ]; then
+        args="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
+    else
+        args="$(ps -p "$pid" -o args= 2>/dev/null || true)"
+    fi
+    [ -n "$args" ] || return 1
+    case "$args" in *"$2"*) return 0 ;; *) return 1 ;; esac
+}
+
+stop_pidfile() {
+    # stop_pidfile PIDFILE WORD NAME [sudo] — TERM, wait up to 10 s, then KILL.
+    local pid i kill_cmd=(kill)
+    if [ "${4:-}" = "sudo" ] && [ "$(id -u)" != "0" ]; then kill_cmd=(sudo kill); fi
+    if ! pid_alive "$1" "$2"; then
+        if [ -e "$1" ]; then say "$3: pid file $1 is stale; removing it"; rm -f "$1"; fi
+        return 0
+    fi
+    pid="$(cat "$1")"
+    say "$3: stopping pid $pid"
+    "${kill_cmd[@]}" -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do
+        pid_alive "$1" "$2" || break
+        sleep 0.2
+        if [ "$i" = 50 ]; then
+            say "$3: pid $pid ignored SIGTERM for 10 s; sending SIGKILL"
+            "${kill_cmd[@]}" -KILL "$pid" 2>/dev/null || true
+        fi
+    done
+    rm -f "$1"
+}
+
+docker_answers() { docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; }
+
+health_ok() { curl -fsS --max-time 2 "http://127.0.0.1:$OSB_PORT/health" >/dev/null 2>&1; }
+
+api_key() {
+    if [ -n "${OSB_API_KEY:-}" ]; then
+        printf '%s' "$OSB_API_KEY"
+    elif [ -s "$KEY_FILE" ]; then
+        cat "$KEY_FILE"
+    else
+        return 1
+    fi
+}
+
+check_knobs() {
+    case "$OSB_PORT" in '' | *[!0-9]*) die knobs "OSB_PORT=$OSB_PORT" "set OSB_PORT to a TCP port number (1-65535)" ;; esac
+    if [ "$OSB_PORT" -lt 1 ] || [ "$OSB_PORT" -gt 65535 ]; then
+        die knobs "OSB_PORT=$OSB_PORT" "set OSB_PORT to a TCP port number (1-65535)"
+    fi
+    case "$OSB_WORKDIR" in
+        /*) ;;
+        *) die knobs "OSB_WORKDIR=$OSB_WORKDIR" "set OSB_WORKDIR to an absolute path" ;;
+    esac
+    case "$OSB_WORKDIR" in
+        *'"'* | *\\*) die knobs "OSB_WORKDIR=$OSB_WORKDIR" "choose an OSB_WORKDIR without quotes or backslashes (it goes into the TOML config)" ;;
+    esac
+    if [ -n "${OSB_API_KEY:-}" ]; then
+        case "$OSB_API_KEY" in
+            *[!A-Za-z0-9._~+/=-]*) die knobs "OSB_API_KEY=<hidden>" "use only letters, digits and . _ ~ + / = - in OSB_API_KEY" ;;
+        esac
+    fi
+    local img
+    for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE" "$OSB_EGRESS_IMAGE" "$OSB_CODE_INTERPRETER_IMAGE"; do
+        case "$img" in
+            '' | *[!A-Za-z0-9._:/@-]*) die knobs "image '$img'" "image references may contain only letters, digits and . _ : / @ -" ;;
+        esac
+    done
+}
+
+# ---------------------------------------------------------------- up: steps
+
+step_docker_engine() {
+    if command -v docker >/dev/null 2>&1 && docker_answers; then
+        return 0 # a daemon answers (local, rootless, or DOCKER_HOST): nothing to install
+    fi
+    if command -v docker >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1; then
+        return 0
+    fi
+    local cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io iptables"
+    if ! command -v apt-get >/dev/null 2>&1; then
+        die docker-install "command -v apt-get" \
+            "install Docker Engine for your OS (https://docs.docker.com/engine/install/), then rerun ./local-up.sh up" \
+            "Docker Engine (docker, dockerd) is missing and this system has no apt-get"
+    fi
+    say "docker: Docker Engine (docker, dockerd) is missing; installing the OS packages docker.io and iptables:"
+    say "docker:   $cmd$([ "$(id -u)" = "0" ] || printf ' (through sudo)')"
+    if [ "$ASSUME_YES" != 1 ]; then
+        if [ -t 0 ]; then
+            local answer=""
+            printf '%s: install now? [y/N] ' "$PROG"
+            read -r answer || true
+            case "$answer" in
+                y | Y | yes | YES) ;;
+                *) die docker-install "$cmd" "install Docker yourself, or rerun with: ./local-up.sh up -y" "declined at the prompt" ;;
+            esac
+        else
+            die docker-install "$cmd" "rerun with: ./local-up.sh up -y (or CI=true), or install Docker yourself" \
+                "no terminal to ask for confirmation"
+        fi
+    fi
+    sudo_cmd apt-get update ||
+        die docker-install "apt-get update" "check the apt sources and network access, then rerun"
+    sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io iptables ||
+        die docker-install "apt-get install -y docker.io iptables" "read apt's message above; install Docker Engine yourself if the package is unavailable"
+    command -v dockerd >/dev/null 2>&1 ||
+        die docker-install "command -v dockerd" "the docker.io package did not provide dockerd on PATH; install Docker Engine yourself"
+}
+
+step_docker_daemon() {
+    if docker_answers; then
+        if pid_alive "$DOCKERD_PID" dockerd; then
+            say "docker: daemon answers (started by local-up, pid $(cat "$DOCKERD_PID"))"
+        else
+            say "docker: daemon answers"
+        fi
+        return 0
+    fi
+    if [ "$(id -u)" != "0" ] && sudo -n docker info >/dev/null 2>&1; then
+        die docker-daemon "docker info" \
+            "give your user access to the socket: sudo usermod -aG docker \"\$USER\" && newgrp docker (or sudo chmod 666 /var/run/docker.sock)" \
+            "a Docker daemon runs but your user may not use /var/run/docker.sock"
+    fi
+    local extra=()
+    if [ -n "$OSB_DOCKERD_ARGS" ]; then read -r -a extra <<<"$OSB_DOCKERD_ARGS"; fi
+    say "docker: no daemon answers; starting dockerd${extra[*]:+ ${extra[*]}} (log: $DOCKERD_LOG)"
+    if [ "$(id -u)" = "0" ]; then
+        nohup dockerd "${extra[@]}" </dev/null >"$DOCKERD_LOG" 2>&1 &
+    else
+        nohup sudo -n dockerd "${extra[@]}" </dev/null >"$DOCKERD_LOG" 2>&1 &
+    fi
+    echo "$!" >"$DOCKERD_PID"
+    local waited=0
+    while ! docker_answers; do
+        if ! pid_alive "$DOCKERD_PID" dockerd; then
+            rm -f "$DOCKERD_PID"
+            die docker-daemon "dockerd${extra[*]:+ ${extra[*]}}" \
+                "read $DOCKERD_LOG; on an overlayfs root give dockerd a real data root, e.g. OSB_DOCKERD_ARGS='--data-root /mnt/dockerdata'; without passwordless sudo start dockerd yourself" \
+                "dockerd exited: $(tail -n 1 "$DOCKERD_LOG" 2>/dev/null || true)"
+        fi
+        if [ "$waited" -ge $((OSB_DOCKERD_TIMEOUT * 5)) ]; then
+            die docker-daemon "docker info" "read $DOCKERD_LOG; raise OSB_DOCKERD_TIMEOUT if the daemon is just slow" \
+                "dockerd did not answer within ${OSB_DOCKERD_TIMEOUT} s"
+        fi
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+    if [ "$(id -u)" != "0" ] && [ -S /var/run/docker.sock ] && [ ! -w /var/run/docker.sock ]; then
+        say "docker: making /var/run/docker.sock usable by $(id -un) (sudo chmod 666; the daemon is local-up's own)"
+        sudo chmod 666 /var/run/docker.sock
+    fi
+    say "docker: daemon answers (pid $(cat "$DOCKERD_PID"))"
+}
+
+step_venv() {
+    if [ -x "$VENV/bin/opensandbox-server" ] && [ "$(cat "$STAMP" 2>/dev/null || true)" = "$OSB_SERVER_VERSION" ]; then
+        say "server: opensandbox-server $OSB_SERVER_VERSION already installed in $VENV"
+        return 0
+    fi
+    command -v "$OSB_PYTHON" >/dev/null 2>&1 ||
+        die venv "$OSB_PYTHON" "install Python >= 3.10, or point OSB_PYTHON at one" "$OSB_PYTHON not found"
+    "$OSB_PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' ||
+        die venv "$OSB_PYTHON -c 'import sys; ...'" "opensandbox-server needs Python >= 3.10: set OSB_PYTHON=python3.12 (or another >= 3.10)" \
+            "$OSB_PYTHON is older than 3.10"
+    if [ ! -x "$VENV/bin/python" ]; then
+        say "server: creating venv $VENV"
+        "$OSB_PYTHON" -m venv "$VENV" ||
+            die venv "$OSB_PYTHON -m venv $VENV" "install the venv module (Debian/Ubuntu: apt-get install python3-venv) or set OSB_PYTHON"
+    fi
+    say "server: installing opensandbox-server==$OSB_SERVER_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q "opensandbox-server==$OSB_SERVER_VERSION" ||
+        die venv "$VENV/bin/python -m pip install opensandbox-server==$OSB_SERVER_VERSION" \
+            "check access to PyPI (or set PIP_INDEX_URL) and that OSB_SERVER_VERSION=$OSB_SERVER_VERSION exists"
+    [ -x "$VENV/bin/opensandbox-server" ] ||
+        die venv "test -x $VENV/bin/opensandbox-server" "remove $VENV and rerun; the package did not install its console script"
+    printf '%s\n' "$OSB_SERVER_VERSION" >"$STAMP"
+}
+
+image_knob() {
+    case "$1" in
+        "$OSB_EXECD_IMAGE") echo OSB_EXECD_IMAGE ;;
+        "$OSB_BASE_IMAGE") echo OSB_BASE_IMAGE ;;
+        "$OSB_EGRESS_IMAGE") echo OSB_EGRESS_IMAGE ;;
+        *) echo OSB_CODE_INTERPRETER_IMAGE ;;
+    esac
+}
+
+step_images() {
+    local images=("$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE") img out knob
+    if [ "$OSB_WITH_EGRESS" = 1 ]; then images+=("$OSB_EGRESS_IMAGE"); fi
+    if [ "$OSB_WITH_CODE_INTERPRETER" = 1 ]; then images+=("$OSB_CODE_INTERPRETER_IMAGE"); fi
+    for img in "${images[@]}"; do
+        if docker image inspect "$img" >/dev/null 2>&1; then
+            say "images: $img present"
+            continue
+        fi
+        say "images: pulling $img"
+        if ! out="$(docker pull "$img" 2>&1)"; then
+            knob="$(image_knob "$img")"
+            die images "docker pull $img" \
+                "no registry access? Load or tag the image locally (docker load -i FILE.tar; docker tag LOCAL $img), or point $knob at an image that is already present (see docker image ls), e.g. OSB_EXECD_IMAGE=local/execd:v1.0.19 OSB_BASE_IMAGE=local/python:3-slim ./local-up.sh up" \
+                "image $img is not present locally and cannot be pulled: $(printf '%s' "$out" | tail -n 1)"
+        fi
+    done
+}
+
+render_config() {
+    local key="$1"
+    cat <<EOF
+# Written by local-up.sh (regenerated by every \`up\`; edits are overwritten).
+[server]
+host = "127.0.0.1"
+port = $OSB_PORT
+api_key = "$key"
+max_sandbox_timeout_seconds = 86400
+
+[runtime]
+type = "docker"
+execd_image = "$OSB_EXECD_IMAGE"
+
+[store]
+type = "sqlite"
+path = "$OSB_WORKDIR/opensandbox.db"
+
+[docker]
+network_mode = "bridge"
+# Publish sandbox ports on loopback only (DockerConfig.publish_host in opensandbox-server 1.1.1).
+publish_host = "127.0.0.1"
+
+[ingress]
+mode = "direct"
+
+[proxy]
+# The server reaches sandboxes through their host-published ports (as in the recorded stack, VERSIONS.md).
+resolve_internal = false
+EOF
+    if [ "$OSB_WITH_EGRESS" = 1 ]; then
+        printf '\n[egress]\nimage = "%s"\nmode = "dns"\n' "$OSB_EGRESS_IMAGE"
+    fi
+}
+
+step_config() {
+    # Sets CONFIG_CHANGED=1 when server.toml was (re)written.
+    local key
+    if ! key="$(api_key)"; then
+        key="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+        printf '%s\n' "$key" >"$KEY_FILE"
+        say "config: generated a throw-away API key in $KEY_FILE"
+    fi
+    render_config "$key" >"$CONFIG.new"
+    if [ -f "$CONFIG" ] && cmp -s "$CONFIG" "$CONFIG.new"; then
+        rm -f "$CONFIG.new"
+        CONFIG_CHANGED=0
+        say "config: $CONFIG unchanged"
+    else
+        mv -f "$CONFIG.new" "$CONFIG"
+        CONFIG_CHANGED=1
+        say "config: wrote $CONFIG"
+    fi
+}
+
+print_env() {
+    # print_env KEY — the export lines `env` prints (live tier + plugin variables).
+    printf 'export OPENSANDBOX_BASE_URL=http://127.0.0.1:%s/v1\n' "$OSB_PORT"
+    printf 'export OPENSANDBOX_API_KEY=%s\n' "$1"
+    printf 'export OPENSANDBOX_LIVE=1\n'
+    printf 'export OPENSANDBOX_IMAGE=%s\n' "$OSB_BASE_IMAGE"
+    printf 'export ABX_OPENSANDBOX_BASE_URL=http://127.0.0.1:%s\n' "$OSB_PORT"
+    printf 'export OPEN_SANDBOX_API_KEY=%s\n' "$1"
+    printf 'export ABX_OPENSANDBOX_DEFAULT_IMAGE=%s\n' "$OSB_BASE_IMAGE"
+}
+
+write_env_file() {
+    print_env "$(api_key)" >"$ENV_FILE.new"
+    if [ -f "$ENV_FILE" ] && cmp -s "$ENV_FILE" "$ENV_FILE.new"; then
+        rm -f "$ENV_FILE.new"
+    else
+        mv -f "$ENV_FILE.new" "$ENV_FILE"
+    fi
+}
+
+step_server() {
+    if pid_alive "$SERVER_PID" opensandbox-server; then
+        if [ "$CONFIG_CHANGED" = 1 ]; then
+            say "server: configuration changed; restarting"
+            stop_pidfile "$SERVER_PID" opensandbox-server server
+        elif health_ok; then
+            say "server: already running (pid $(cat "$SERVER_PID")) at http://127.0.0.1:$OSB_PORT"
+            return 0
+        fi
+    else
+        rm -f "$SERVER_PID"
+        if health_ok; then
+            die server "curl http://127.0.0.1:$OSB_PORT/health" \
+                "stop that process, or choose another port: OSB_PORT=18080 ./local-up.sh up" \
+                "something local-up did not start already answers on 127.0.0.1:$OSB_PORT"
+        fi
+    fi
+    if ! pid_alive "$SERVER_PID" opensandbox-server; then
+        if [ ! -f "$BEFORE" ]; then
+            # Remember the sandbox-* containers that exist before our server runs: `down` removes only newer ones.
+            docker ps -a --format '{{.ID}} {{.Names}}' >"$BEFORE.tmp" 2>/dev/null ||
+                die server "docker ps -a" "check that the Docker daemon answers (./local-up.sh status)"
+            mv -f "$BEFORE.tmp" "$BEFORE"
+        fi
+        say "server: starting opensandbox-server --config $CONFIG (log: $SERVER_LOG)"
+        nohup "$VENV/bin/opensandbox-server" --config "$CONFIG" </dev/null >"$SERVER_LOG" 2>&1 &
+        echo "$!" >"$SERVER_PID"
+    fi
+    local waited=0
+    while ! health_ok; do
+        if ! pid_alive "$SERVER_PID" opensandbox-server; then
+            rm -f "$SERVER_PID"
+            die server "$VENV/bin/opensandbox-server --config $CONFIG" \
+                "read $SERVER_LOG (port $OSB_PORT busy? set OSB_PORT; bad config? remove $CONFIG and rerun)" \
+                "the server exited: $(tail -n 1 "$SERVER_LOG" 2>/dev/null || true)"
+        fi
+        if [ "$waited" -ge $((OSB_HEALTH_TIMEOUT * 5)) ]; then
+            die server "curl http://127.0.0.1:$OSB_PORT/health" \
+                "read $SERVER_LOG; raise OSB_HEALTH_TIMEOUT if the server is just slow" \
+                "no healthy answer within ${OSB_HEALTH_TIMEOUT} s"
+        fi
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+    say "server: healthy (pid $(cat "$SERVER_PID")) at http://127.0.0.1:$OSB_PORT"
+}
+
+cmd_up() {
+    check_knobs
+    umask 077
+    mkdir -p "$OSB_WORKDIR" || die workdir "mkdir -p $OSB_WORKDIR" "choose a writable OSB_WORKDIR"
+    step_docker_engine
+    step_docker_daemon
+    step_venv
+    step_images
+    CONFIG_CHANGED=0
+    step_config
+    step_server
+    write_env_file
+    say "ready: eval \"\$(./local-up.sh env)\" then OPENSANDBOX_LIVE=1 python -m pytest tiers/t4"
+}
+
+# ---------------------------------------------------------------- down / status / env
+
+cmd_down() {
+    check_knobs
+    stop_pidfile "$SERVER_PID" opensandbox-server server
+    if [ -f "$BEFORE" ]; then
+        if command -v docker >/dev/null 2>&1 && docker_answers; then
+            local id name removed=0
+            while read -r id name; do
+                case "$name" in sandbox-*) ;; *) continue ;; esac
+                if grep -q "^$id " "$BEFORE"; then continue; fi
+                say "containers: removing $name ($id)"
+                docker rm -f "$id" >/dev/null || say "containers: could not remove $name; remove it with: docker rm -f $id"
+                removed=$((removed + 1))
+            done < <(docker ps -a --format '{{.ID}} {{.Names}}')
+            say "containers: removed $removed sandbox container(s) created since up"
+        else
+            say "containers: no Docker daemon answers; sandbox-* containers (if any) were left alone"
+        fi
+        rm -f "$BEFORE"
+    fi
+    if [ -e "$DOCKERD_PID" ]; then
+        stop_pidfile "$DOCKERD_PID" dockerd dockerd sudo
+    fi
+    rm -f "$ENV_FILE"
+    say "down: done (venv, images, config and database stay in $OSB_WORKDIR)"
+}
+
+cmd_status() {
+    check_knobs
+    local rc=3 n img id name
+    say "workdir: $OSB_WORKDIR"
+    if pid_alive "$DOCKERD_PID" dockerd; then
+        say "dockerd: running (pid $(cat "$DOCKERD_PID"), started by local-up)"
+    elif command -v docker >/dev/null 2>&1 && docker_answers; then
+        say "dockerd: a daemon answers (not started by local-up)"
+    else
+        say "dockerd: no daemon answers"
+    fi
+    if pid_alive "$SERVER_PID" opensandbox-server; then
+        if health_ok; then
+            say "server: running (pid $(cat "$SERVER_PID")) at http://127.0.0.1:$OSB_PORT, /health ok"
+            rc=0
+        else
+            say "server: process running (pid $(cat "$SERVER_PID")) but /health does not answer on port $OSB_PORT; see $SERVER_LOG"
+        fi
+    elif health_ok; then
+        say "server: something answers on http://127.0.0.1:$OSB_PORT/health (not started by local-up)"
+    else
+        say "server: not running"
+    fi
+    if command -v docker >/dev/null 2>&1 && docker_answers; then
+        for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE"; do
+            if docker image inspect "$img" >/dev/null 2>&1; then say "image: $img present"; else say "image: $img missing"; fi
+        done
+        if [ -f "$BEFORE" ]; then
+            n=0
+            while read -r id name; do
+                case "$name" in sandbox-*) grep -q "^$id " "$BEFORE" || n=$((n + 1)) ;; esac
+            done < <(docker ps -a --format '{{.ID}} {{.Names}}' 2>/dev/null)
+            say "containers: $n sandbox-* container(s) created since up"
+        fi
+    fi
+    return "$rc"
+}
+
+cmd_env() {
+    check_knobs
+    if [ -s "$ENV_FILE" ]; then
+        cat "$ENV_FILE"
+        return 0
+    fi
+    local key
+    if ! key="$(api_key)"; then
+        echo "$PROG: the server was never started with OSB_WORKDIR=$OSB_WORKDIR; run ./local-up.sh up first" >&2
+        return 1
+    fi
+    echo "$PROG: warning: the server is not running (./local-up.sh up); printing the values it would use" >&2
+    print_env "$key"
+}
+
+# ---------------------------------------------------------------- main
+
+main() {
+    local action="" arg
+    for arg in "$@"; do
+        case "$arg" in
+            -y | --yes) ASSUME_YES=1 ;;
+            up | down | status | env | help)
+                if [ -n "$action" ]; then usage >&2; exit 2; fi
+                action="$arg"
+                ;;
+            -h | --help) action=help ;;
+            *) echo "$PROG: unknown argument: $arg" >&2; usage >&2; exit 2 ;;
+        esac
+    done
+    case "$action" in
+        up) cmd_up ;;
+        down) cmd_down ;;
+        status) cmd_status ;;
+        env) cmd_env ;;
+        help) usage ;;
+        *) usage >&2; exit 2 ;;
+    esac
+}
+
+main "$@"
