@@ -1,0 +1,492 @@
+"""local-up.sh against stubbed docker / dockerd / apt-get / sudo / python3 / pip / opensandbox-server / curl.
+
+The stubs are small shell scripts placed first on PATH. They log their argv to ``argv.log`` and keep their state in
+files (``daemon_up``, ``images``, ``pullable``, ``containers``). The stub server is a tiny ``http.server`` answering
+``/health`` on the port written in the generated config. No real network, no real Docker.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "local-up.sh")
+PY = sys.executable
+
+EXECD = "opensandbox/execd:latest"
+BASE = "python:3.12-slim"
+
+# ----------------------------------------------------------------------------------------------- stub sources
+
+DOCKER = r"""#!/bin/sh
+S="$OSB_STUB_STATE"
+printf 'docker %s\n' "$*" >>"$S/argv.log"
+case "$1" in
+  info)
+    if [ -e "$S/daemon_up" ]; then echo 99.0.0; exit 0; fi
+    echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2
+    exit 1 ;;
+  image)
+    [ -e "$S/daemon_up" ] || exit 1
+    if grep -qxF "$3" "$S/images" 2>/dev/null; then echo '[{}]'; exit 0; fi
+    echo "Error response from daemon: No such image: $3" >&2; exit 1 ;;
+  pull)
+    if grep -qxF "$2" "$S/pullable" 2>/dev/null; then echo "$2" >>"$S/images"; echo "Status: Downloaded newer image for $2"; exit 0; fi
+    echo "Error response from daemon: Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host" >&2
+    exit 1 ;;
+  ps)
+    [ -e "$S/daemon_up" ] || exit 1
+    cat "$S/containers" 2>/dev/null; exit 0 ;;
+  rm)
+    shift; [ "$1" = "-f" ] && shift
+    for id in "$@"; do
+      grep -v "^$id " "$S/containers" >"$S/containers.tmp" || true
+      mv "$S/containers.tmp" "$S/containers"
+    done
+    exit 0 ;;
+esac
+echo "docker stub: unsupported: $*" >&2
+exit 99
+"""
+
+DOCKERD = r"""#!/bin/sh
+printf 'dockerd %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+exec "@PY@" "@STUBS@/dockerd_impl.py"
+"""
+
+DOCKERD_IMPL = r"""
+import os, signal, sys, time
+state = os.environ["OSB_STUB_STATE"]
+flag = os.path.join(state, "daemon_up")
+def stop(*_):
+    try:
+        os.unlink(flag)
+    except FileNotFoundError:
+        pass
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+time.sleep(0.1)  # a daemon takes a moment before it answers
+open(flag, "w").close()
+while True:
+    signal.pause()
+"""
+
+PYTHON3 = r"""#!/bin/sh
+printf 'python3 %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+case "$1" in
+  -c) exit 0 ;;
+  -m) if [ "$2" = venv ]; then mkdir -p "$3/bin" && cp "@STUBS@/venv-python" "$3/bin/python" && exit 0; fi ;;
+esac
+echo "python3 stub: unsupported: $*" >&2
+exit 99
+"""
+
+VENV_PYTHON = r"""#!/bin/sh
+printf 'venv-python %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+if [ "$1 $2 $3" = "-m pip install" ]; then
+  cp "@STUBS@/opensandbox-server" "$(dirname "$0")/opensandbox-server"
+  exit 0
+fi
+echo "venv python stub: unsupported: $*" >&2
+exit 99
+"""
+
+SERVER = r"""#!/bin/sh
+printf 'opensandbox-server %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+exec "@PY@" "@STUBS@/opensandbox-server.py" "$@"
+"""
+
+SERVER_IMPL = r"""
+import http.server, re, signal, sys, threading
+config = sys.argv[sys.argv.index("--config") + 1]
+port = int(re.search(r"^port = (\d+)$", open(config).read(), re.M).group(1))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"status":"healthy"}' if self.path == "/health" else b'{"detail":"Not Found"}'
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", port), H)
+signal.signal(signal.SIGTERM, lambda *a: threading.Thread(target=srv.shutdown).start())
+srv.serve_forever()
+srv.server_close()
+"""
+
+CURL = r"""#!/bin/sh
+printf 'curl %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+exec "@PY@" "@STUBS@/curl_impl.py" "$@"
+"""
+
+CURL_IMPL = r"""
+import sys, urllib.request, urllib.error
+url = [a for a in sys.argv[1:] if a.startswith("http://")][0]
+assert url.startswith("http://127.0.0.1:"), url  # the script only ever talks to loopback
+try:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        sys.stdout.write(r.read().decode())
+except urllib.error.HTTPError:
+    sys.exit(22)
+except OSError:
+    sys.exit(7)
+"""
+
+APT_GET = r"""#!/bin/sh
+printf 'apt-get %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+case "$*" in
+  *"install -y docker.io iptables"*) cp "@STUBS@/pkg/docker" "@STUBS@/pkg/dockerd" "@STUBS@/" ;;
+esac
+exit 0
+"""
+
+SUDO = r"""#!/bin/sh
+printf 'sudo %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+[ "$1" = "-n" ] && shift
+exec "$@"
+"""
+
+
+def _write(path: str, text: str, stubs: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text.replace("@PY@", PY).replace("@STUBS@", stubs))
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Env:
+    """A stub world: PATH, state files, workdir, and helpers to run local-up.sh in it."""
+
+    def __init__(self, tmp: str, *, install_docker: bool = True):
+        self.tmp = tmp
+        self.stubs = os.path.join(tmp, "stubs")
+        self.state = os.path.join(tmp, "state")
+        self.workdir = os.path.join(tmp, "work")
+        os.makedirs(os.path.join(self.stubs, "pkg"))
+        os.makedirs(self.state)
+        self.port = _free_port()
+        for name, text in {
+            "dockerd_impl.py": DOCKERD_IMPL, "python3": PYTHON3, "venv-python": VENV_PYTHON,
+            "opensandbox-server": SERVER, "opensandbox-server.py": SERVER_IMPL, "curl": CURL,
+            "curl_impl.py": CURL_IMPL, "apt-get": APT_GET, "sudo": SUDO,
+            "pkg/docker": DOCKER, "pkg/dockerd": DOCKERD,
+        }.items():
+            _write(os.path.join(self.stubs, name), text, self.stubs)
+        if install_docker:
+            for name in ("docker", "dockerd"):
+                shutil.copy(os.path.join(self.stubs, "pkg", name), os.path.join(self.stubs, name))
+        self.env = {
+            # stubs first; the system dirs only provide coreutils/grep/bash (no docker, no curl of their own here)
+            "PATH": f"{self.stubs}:/usr/bin:/bin",
+            "HOME": tmp,
+            "LANG": "C",
+            "OSB_STUB_STATE": self.state,
+            "OSB_WORKDIR": self.workdir,
+            "OSB_PORT": str(self.port),
+            "OSB_DOCKERD_TIMEOUT": "10",
+            "OSB_HEALTH_TIMEOUT": "15",
+        }
+
+    # state helpers
+    def set_lines(self, name: str, lines) -> None:
+        with open(os.path.join(self.state, name), "w") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+
+    def lines(self, name: str):
+        try:
+            with open(os.path.join(self.state, name)) as fh:
+                return fh.read().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def argv(self):
+        return self.lines("argv.log")
+
+    def clear_argv(self) -> None:
+        open(os.path.join(self.state, "argv.log"), "w").close()
+
+    def pid(self, name: str):
+        try:
+            with open(os.path.join(self.workdir, name)) as fh:
+                return int(fh.read().strip())
+        except FileNotFoundError:
+            return None
+
+    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", SCRIPT, *args], env={**self.env, **env}, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=60,
+        )
+
+    def cleanup(self) -> None:
+        """Safety net: stop anything a failed test left running (by pid file only)."""
+        for name in ("server.pid", "dockerd.pid"):
+            pid = self.pid(name)
+            if pid and _pid_running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = Env(str(tmp_path))
+    yield w
+    w.cleanup()
+
+
+def _started(argv, word):
+    return [line for line in argv if line.split(" ", 1)[0] == word]
+
+
+# ----------------------------------------------------------------------------------------------- tests
+
+def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
+    world.set_lines("pullable", [EXECD, BASE])
+    # a sandbox container that existed before `up`, and an unrelated container
+    world.set_lines("containers", ["aaa111 sandbox-old", "bbb222 web"])
+
+    r = world.run("up")
+    assert r.returncode == 0, r.stderr + r.stdout
+    argv = world.argv()
+    assert _started(argv, "dockerd") == ["dockerd "]
+    assert f"docker pull {EXECD}" in argv and f"docker pull {BASE}" in argv
+    assert any(line.startswith("python3 -m venv ") for line in argv)
+    assert any(line.startswith("venv-python -m pip install") and "opensandbox-server==1.1.1" in line for line in argv)
+    assert len(_started(argv, "opensandbox-server")) == 1
+    server_pid, dockerd_pid = world.pid("server.pid"), world.pid("dockerd.pid")
+    assert server_pid and _pid_running(server_pid)
+    assert dockerd_pid and _pid_running(dockerd_pid)
+    assert "healthy" in r.stdout
+
+    config = open(os.path.join(world.workdir, "server.toml")).read()
+    assert 'host = "127.0.0.1"' in config and f"port = {world.port}" in config
+    assert 'network_mode = "bridge"' in config and 'publish_host = "127.0.0.1"' in config
+    assert 'type = "sqlite"' in config and f'path = "{world.workdir}/opensandbox.db"' in config
+    assert f'execd_image = "{EXECD}"' in config
+    key = open(os.path.join(world.workdir, "api-key")).read().strip()
+    assert re.fullmatch(r"[0-9a-f]{32}", key)
+    assert f'api_key = "{key}"' in config
+    assert "[egress]" not in config
+    assert key not in r.stdout + r.stderr  # the key is only printed by `env`
+
+    # the server "creates" a sandbox
+    with open(os.path.join(world.state, "containers"), "a") as fh:
+        fh.write("ccc333 sandbox-0d1e\n")
+
+    # second up: nothing new is started, pulled or installed
+    world.clear_argv()
+    config_mtime = os.stat(os.path.join(world.workdir, "server.toml")).st_mtime_ns
+    r2 = world.run("up")
+    assert r2.returncode == 0, r2.stderr + r2.stdout
+    argv2 = world.argv()
+    for word in ("dockerd", "opensandbox-server", "python3", "venv-python", "apt-get", "sudo"):
+        assert _started(argv2, word) == [], (word, argv2)
+    assert not [line for line in argv2 if line.startswith(("docker pull", "docker rm"))]
+    assert world.pid("server.pid") == server_pid and world.pid("dockerd.pid") == dockerd_pid
+    assert os.stat(os.path.join(world.workdir, "server.toml")).st_mtime_ns == config_mtime
+    assert "already running" in r2.stdout
+
+    st = world.run("status")
+    assert st.returncode == 0, st.stderr
+    assert f"server: running (pid {server_pid})" in st.stdout
+    assert f"dockerd: running (pid {dockerd_pid}, started by local-up)" in st.stdout
+    assert "containers: 1 sandbox-* container(s) created since up" in st.stdout
+
+    env = world.run("env")
+    assert env.returncode == 0
+    assert env.stdout.splitlines() == [
+        f"export OPENSANDBOX_BASE_URL=http://127.0.0.1:{world.port}/v1",
+        f"export OPENSANDBOX_API_KEY={key}",
+        "export OPENSANDBOX_LIVE=1",
+        f"export OPENSANDBOX_IMAGE={BASE}",
+        f"export ABX_OPENSANDBOX_BASE_URL=http://127.0.0.1:{world.port}",
+        f"export OPEN_SANDBOX_API_KEY={key}",
+        f"export ABX_OPENSANDBOX_DEFAULT_IMAGE={BASE}",
+    ]
+
+    world.clear_argv()
+    d = world.run("down")
+    assert d.returncode == 0, d.stderr + d.stdout
+    assert [line for line in world.argv() if line.startswith("docker rm")] == ["docker rm -f ccc333"]
+    assert world.lines("containers") == ["aaa111 sandbox-old", "bbb222 web"]
+    for _ in range(50):  # the stopped processes are reaped by init asynchronously
+        if not (_pid_running(server_pid) or _pid_running(dockerd_pid)):
+            break
+        time.sleep(0.1)
+    assert not _pid_running(server_pid) and not _pid_running(dockerd_pid)
+    assert world.pid("server.pid") is None and world.pid("dockerd.pid") is None
+    assert not os.path.exists(os.path.join(world.state, "daemon_up"))
+
+    st2 = world.run("status")
+    assert st2.returncode == 3
+    assert "server: not running" in st2.stdout and "dockerd: no daemon answers" in st2.stdout
+
+    # a second down is harmless
+    assert world.run("down").returncode == 0
+
+
+def test_existing_daemon_and_images_are_used_and_left_alone(world):
+    open(os.path.join(world.state, "daemon_up"), "w").close()
+    world.set_lines("images", [EXECD, BASE])
+    r = world.run("up", OSB_API_KEY="my-key.1")
+    assert r.returncode == 0, r.stderr
+    argv = world.argv()
+    assert _started(argv, "dockerd") == []
+    assert not [line for line in argv if line.startswith("docker pull")]
+    assert world.pid("dockerd.pid") is None
+    assert 'api_key = "my-key.1"' in open(os.path.join(world.workdir, "server.toml")).read()
+    assert not os.path.exists(os.path.join(world.workdir, "api-key"))
+    server_pid = world.pid("server.pid")
+
+    d = world.run("down")
+    assert d.returncode == 0, d.stderr
+    assert os.path.exists(os.path.join(world.state, "daemon_up"))  # not ours: still running
+    for _ in range(50):
+        if not _pid_running(server_pid):
+            break
+        time.sleep(0.1)
+    assert not _pid_running(server_pid)
+
+
+def test_unpullable_image_names_the_image_and_the_knobs(world):
+    world.set_lines("pullable", [BASE])  # the execd image is neither present nor pullable
+    r = world.run("up")
+    assert r.returncode == 1
+    assert r.stderr == textwrap.dedent(f"""\
+        local-up: step "images" failed
+          command: docker pull {EXECD}
+          cause:   image {EXECD} is not present locally and cannot be pulled: Error response from daemon: Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host
+          fix:     no registry access? Load or tag the image locally (docker load -i FILE.tar; docker tag LOCAL {EXECD}), or point OSB_EXECD_IMAGE at an image that is already present (see docker image ls), e.g. OSB_EXECD_IMAGE=local/execd:v1.0.19 OSB_BASE_IMAGE=local/python:3-slim ./local-up.sh up
+        """)
+    assert world.pid("server.pid") is None
+    assert world.run("down").returncode == 0  # stops the dockerd that `up` started before failing
+    assert world.pid("dockerd.pid") is None
+
+
+def test_unpullable_base_image_names_its_knob(world):
+    world.set_lines("pullable", [EXECD])
+    r = world.run("up", OSB_BASE_IMAGE="local/python:3-slim")
+    assert r.returncode == 1
+    assert "cannot pull" not in r.stdout
+    assert "  command: docker pull local/python:3-slim\n" in r.stderr
+    assert "point OSB_BASE_IMAGE at an image that is already present" in r.stderr
+    world.run("down")
+
+
+def test_egress_and_code_interpreter_images_are_opt_in(world):
+    egress, ci = "opensandbox/egress:v1.1.7", "opensandbox/code-interpreter:v1.1.0"
+    open(os.path.join(world.state, "daemon_up"), "w").close()
+    world.set_lines("images", [EXECD, BASE])
+    world.set_lines("pullable", [egress, ci])
+    r = world.run("up", OSB_WITH_EGRESS="1", OSB_WITH_CODE_INTERPRETER="1")
+    assert r.returncode == 0, r.stderr
+    assert [line for line in world.argv() if line.startswith("docker pull")] == [
+        f"docker pull {egress}", f"docker pull {ci}"]
+    config = open(os.path.join(world.workdir, "server.toml")).read()
+    assert f'[egress]\nimage = "{egress}"\nmode = "dns"' in config
+    world.run("down")
+
+
+def test_missing_docker_is_installed_only_with_consent(tmp_path):
+    world = Env(str(tmp_path), install_docker=False)
+    try:
+        world.set_lines("pullable", [EXECD, BASE])
+        r = world.run("up")  # no terminal, no -y, no CI=true: refuse and say how
+        assert r.returncode == 1
+        assert 'local-up: step "docker-install" failed' in r.stderr
+        assert "  command: apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io iptables\n" in r.stderr
+        assert "  cause:   no terminal to ask for confirmation\n" in r.stderr
+        assert "rerun with: ./local-up.sh up -y" in r.stderr
+        assert _started(world.argv(), "apt-get") == []
+
+        r = world.run("up", CI="true")
+        assert r.returncode == 0, r.stderr
+        assert "installing the OS packages docker.io and iptables" in r.stdout
+        installs = [line.split("apt-get ", 1)[1] for line in world.argv() if "apt-get " in line]
+        assert installs[0] == "update" and installs[-1] == "install -y docker.io iptables"
+        assert world.pid("dockerd.pid")
+        assert world.run("down").returncode == 0
+    finally:
+        world.cleanup()
+
+
+def test_foreign_server_on_the_port_is_refused(world):
+    open(os.path.join(world.state, "daemon_up"), "w").close()
+    world.set_lines("images", [EXECD, BASE])
+    config = os.path.join(world.tmp, "other.toml")
+    with open(config, "w") as fh:
+        fh.write(f"port = {world.port}\n")
+    other = subprocess.Popen([PY, os.path.join(world.stubs, "opensandbox-server.py"), "--config", config])
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", world.port)) == 0:
+                    break
+            time.sleep(0.05)
+        r = world.run("up")
+        assert r.returncode == 1
+        assert 'local-up: step "server" failed' in r.stderr
+        assert f"something local-up did not start already answers on 127.0.0.1:{world.port}" in r.stderr
+        assert "OSB_PORT=18080 ./local-up.sh up" in r.stderr
+        assert world.pid("server.pid") is None
+    finally:
+        other.terminate()
+        other.wait(timeout=10)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("bogus",), "unknown argument: bogus"),
+    ((), "usage: ./local-up.sh"),
+    (("up", "down"), "usage: ./local-up.sh"),
+])
+def test_bad_arguments_exit_2_with_usage(world, args, needle):
+    r = world.run(*args)
+    assert r.returncode == 2 and needle in r.stderr
+    assert world.argv() == []
+
+
+def test_bad_knob_is_reported_before_anything_runs(world):
+    r = world.run("up", OSB_PORT="80x")
+    assert r.returncode == 1
+    assert 'step "knobs" failed' in r.stderr and "command: OSB_PORT=80x" in r.stderr
+    r = world.run("up", OSB_API_KEY='a"b')
+    assert r.returncode == 1 and "OSB_API_KEY=<hidden>" in r.stderr and 'a"b' not in r.stderr
+    assert world.argv() == []
+
+
+def test_env_before_up_says_so(world):
+    r = world.run("env")
+    assert r.returncode == 1 and "run ./local-up.sh up first" in r.stderr and r.stdout == ""
+
+
+def test_shellcheck_clean():
+    shellcheck = shutil.which("shellcheck")
+    if not shellcheck:
+        pytest.skip("shellcheck is not installed (apt-get install -y shellcheck)")
+    r = subprocess.run([shellcheck, SCRIPT], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
