@@ -1,0 +1,68 @@
+"""Tier t4: a live OpenSandbox server (./local-up.sh up; eval "$(./local-up.sh env)").
+
+The whole tier skips, with one reason line in the summary, unless OPENSANDBOX_LIVE=1 and OPENSANDBOX_BASE_URL /
+OPENSANDBOX_API_KEY are set. When they are set and the server does not answer /health, the tier fails: a live run
+that silently tests nothing would hide a broken server.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import pytest
+
+from tiers.smoke_flow import request, server_root
+
+
+class LiveServer(NamedTuple):
+    base_url: str  # as given (OPENSANDBOX_BASE_URL, usually http://127.0.0.1:8080/v1)
+    root: str  # without the /v1 suffix
+    api_key: str
+    image: str  # image sandboxes are created from (OPENSANDBOX_IMAGE, default python:3.12-slim)
+
+
+def _skip_reason() -> Optional[str]:
+    if os.environ.get("OPENSANDBOX_LIVE") != "1":
+        return "live tier: set OPENSANDBOX_LIVE=1 with OPENSANDBOX_BASE_URL and OPENSANDBOX_API_KEY (./local-up.sh up; eval \"$(./local-up.sh env)\")"
+    missing = [name for name in ("OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY") if not os.environ.get(name)]
+    if missing:
+        return f"live tier: OPENSANDBOX_LIVE=1 but {' and '.join(missing)} not set (eval \"$(./local-up.sh env)\")"
+    return None
+
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip every t4 test with a skip *marker*: pytest -ra then folds them into one summary line per file."""
+    reason = _skip_reason()
+    if not reason:
+        return
+    mark = pytest.mark.skip(reason=reason)
+    for item in items:
+        if HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(mark)
+
+
+@pytest.fixture(scope="session")
+def live_server() -> LiveServer:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)  # normally unreachable: pytest_collection_modifyitems already skipped the test
+    base_url = os.environ["OPENSANDBOX_BASE_URL"]
+    root = server_root(base_url)
+    try:
+        reply = request("GET", root, "/health", timeout=10)
+    except (OSError, ValueError) as exc:
+        pytest.fail(f"OPENSANDBOX_LIVE=1 but {root}/health is unreachable: {exc!r} (./local-up.sh status)", pytrace=False)
+    if reply.status != 200:
+        pytest.fail(f"OPENSANDBOX_LIVE=1 but {root}/health answered {reply.status}: {reply.body[:200]!r}", pytrace=False)
+    return LiveServer(base_url, root, os.environ["OPENSANDBOX_API_KEY"],
+                      os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim")
+
+
+@pytest.fixture(autouse=True)
+def _require_live(live_server):
+    """Every test in tiers/t4 needs the live server (and so skips or fails with it)."""
+    return live_server
