@@ -1,1 +1,20 @@
-"""A faithful, offline OpenSandbox server (lifecycle + execd) for tests. Standard library only."""
+"""A faithful, offline OpenSandbox server (lifecycle + execd) for tests. Standard library only.
+
+    from mock_opensandbox import MockOpenSandbox
+    with MockOpenSandbox() as osb:
+        ...  # osb.base_url, osb.api_key
+
+CLI: ``python -m mock_opensandbox``; pytest fixtures: ``opensandbox_mock``, ``opensandbox_mock_factory``.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["MockOpenSandbox", "__version__"]
+
+
+def __getattr__(name: str):  # lazy: importing the package must not start or import the servers
+    if name == "MockOpenSandbox":
+        from .server import MockOpenSandbox
+
+        return MockOpenSandbox
+    raise AttributeError(name)

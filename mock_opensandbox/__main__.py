@@ -1,0 +1,78 @@
+"""``python -m mock_opensandbox``: run the mock OpenSandbox server in the foreground.
+
+Prints its base URL (and the API key when it generated one), stops cleanly on Ctrl-C / SIGTERM:
+every sandbox process is killed and the temporary root is removed (unless --root was given).
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Sequence
+
+from .server import EXECD_MODES, MockOpenSandbox
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mock_opensandbox",
+                                description="Offline mock OpenSandbox server (lifecycle API + one execd per sandbox).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; anything else warns)")
+    p.add_argument("--port", type=int, default=8080, help="lifecycle port (default 8080; 0 = any free port)")
+    p.add_argument("--api-key", default=None,
+                   help="required OPEN-SANDBOX-API-KEY value (default: a random key generated and printed)")
+    p.add_argument("--insecure", action="store_true", help="no API key at all (only when --api-key is not given)")
+    p.add_argument("--execd-mode", choices=EXECD_MODES, default="v1.1.0",
+                   help="execd behaviour: v1.1.0 (as recorded) or latest (byte-exact output, argv)")
+    p.add_argument("--execd-token", default=None, help="execd access token (X-EXECD-ACCESS-TOKEN)")
+    p.add_argument("--execd-bin", default=None,
+                   help="run this execd binary as one process per sandbox instead of the in-process execd")
+    p.add_argument("--gateway", action="store_true", help="endpoints carry routing headers clients must replay")
+    p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
+    p.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        print("error: --port must be between 0 and 65535", file=sys.stderr)
+        return 2
+    try:
+        osb = MockOpenSandbox(host=args.host, port=args.port, api_key=args.api_key, insecure=args.insecure,
+                              execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
+                              root=args.root, execd_bin=args.execd_bin, verbose=args.verbose)
+    except ValueError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    old_int = signal.signal(signal.SIGINT, on_signal)
+    old_term = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        try:
+            osb.start()
+        except OSError as e:
+            print("error: cannot listen on %s:%d: %s" % (args.host, args.port, e.strerror or e), file=sys.stderr)
+            return 2
+        print("Mock OpenSandbox listening on %s" % osb.base_url, flush=True)
+        if osb.generated_api_key:
+            print("API key (generated for this run, header OPEN-SANDBOX-API-KEY): %s" % osb.api_key, flush=True)
+        elif osb.api_key is None:
+            print("No API key required (--insecure).", flush=True)
+        print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)
+        while not stop.wait(0.5):
+            pass
+        print("Stopping...", flush=True)
+        return 0
+    finally:
+        osb.stop()
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+"""MockOpenSandbox: the whole mock (lifecycle listener + one execd per sandbox) as an in-process object.
+
+    with MockOpenSandbox() as osb:
+        client = MyClient(osb.base_url, api_key=osb.api_key)
+
+Like moto's ThreadedMotoServer: ``start()`` / ``stop()`` / context manager, ephemeral port by default.
+Standard library only.
+"""
+from __future__ import annotations
+
+import atexit
+import inspect
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from . import quirks
+from .httpcore import Server
+from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
+from .model import Provisioner, Sandbox, SandboxStore
+
+EXECD_MODES = ("v1.1.0", "latest")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class _ExecdProcess:
+    """A real execd binary (or ``python -m mock_opensandbox.execd``) running as a sandbox process."""
+
+    def __init__(self, proc: subprocess.Popen, port: int):
+        self.proc = proc
+        self.port = port
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+
+class MockProvisioner(Provisioner):
+    """Gives every sandbox a SandboxRuntime (root dir + processes), an execd listener and, on demand, a
+    listener standing in for the published container port 8080."""
+
+    def __init__(self, mock: "MockOpenSandbox"):
+        self.mock = mock
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self, sb: Sandbox) -> Any:
+        from .runtime import SandboxRuntime
+
+        m = self.mock
+        root = os.path.join(m.root, sb.id)
+        runtime = SandboxRuntime(root, env=sb.env, isolate=m.isolate)
+        sb.runtime = runtime
+        sb.execd_mode = m.execd_mode
+        sb.resources["lock"] = threading.Lock()
+        if m.execd_bin:
+            sb.execd = self._start_execd_process(sb, runtime)
+        else:
+            sb.execd = self._start_execd_server(sb, runtime)
+        sb.execd_port = sb.execd.port
+        # server services/docker: the container runs bootstrap.sh -> execd &, then exec "$@"
+        try:
+            return runtime.start_entrypoint(sb.entrypoint)
+        except FileNotFoundError:
+            return 127  # sh: exec: not found
+        except PermissionError:
+            return 126
+        except (OSError, ValueError):
+            return 127
+
+    def _required_headers(self, sb: Sandbox) -> dict[str, str] | None:
+        if not self.mock.gateway:
+            return None
+        return {quirks.INGRESS_HEADER: "%s-%d" % (sb.id, quirks.EXECD_PORT)}
+
+    def _start_execd_server(self, sb: Sandbox, runtime: Any) -> Any:
+        from .execd.server import ExecdServer
+
+        kwargs: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "mode": sb.execd_mode,
+                                  "access_token": self.mock.execd_token,
+                                  "required_headers": self._required_headers(sb)}
+        try:
+            params = inspect.signature(ExecdServer.__init__).parameters
+        except (TypeError, ValueError):  # pragma: no cover
+            params = {}
+        for name, value in (("close_delay", self.mock.execd_close_delay),
+                            ("stream_close_delay", self.mock.execd_close_delay),
+                            ("verbose", self.mock.verbose)):
+            if name in params:
+                kwargs[name] = value
+        execd = ExecdServer(runtime, **kwargs)
+        execd.start()
+        return execd
+
+    def _start_execd_process(self, sb: Sandbox, runtime: Any) -> _ExecdProcess:
+        m = self.mock
+        port = _free_port()
+        argv = [m.execd_bin, "--port", str(port)]
+        if m.execd_token:
+            argv += ["-access-token", m.execd_token]
+        log = open(os.path.join(runtime.root, "tmp", "execd.log"), "ab")  # like bootstrap.sh >/tmp/execd.log
+        try:
+            proc = runtime.spawn(argv, cwd="/", stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError("execd exited with status %s at start" % proc.returncode)
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            proc.kill()
+            raise RuntimeError("execd did not listen on port %d" % port)
+        return _ExecdProcess(proc, port)
+
+    def on_exit(self, sb: Sandbox) -> None:
+        # the container stopped: execd and every other process in it go away; the root stays until delete
+        self._stop_execd(sb)
+        if sb.runtime is not None:
+            sb.runtime.terminate()
+
+    def _stop_execd(self, sb: Sandbox) -> None:
+        lock = sb.resources.get("lock")
+        if lock is None:
+            return
+        with lock:
+            execd, sb.resources["execd_stopped"] = sb.execd, True
+        if execd is not None and not getattr(execd, "_mock_stopped", False):
+            try:
+                execd._mock_stopped = True
+            except AttributeError:  # pragma: no cover
+                pass
+            execd.stop()
+
+    def pause(self, sb: Sandbox) -> None:
+        if sb.runtime is not None:
+            sb.runtime.pause()  # SIGSTOP every process group (seed 000 §5.3), execd process included
+
+    def resume(self, sb: Sandbox) -> None:
+        if sb.runtime is not None:
+            sb.runtime.resume()
+
+    def stop(self, sb: Sandbox) -> None:
+        lock = sb.resources.get("lock")
+        http = None
+        if lock is not None:
+            with lock:
+                http = sb.resources.pop("http", None)
+        if http is not None:
+            http.stop()
+        if sb.runtime is not None and sb.runtime.paused:
+            sb.runtime.resume()  # let a frozen in-process execd's waiters finish before closing
+        self._stop_execd(sb)
+        if sb.runtime is not None:
+            sb.runtime.cleanup()
+
+    # -- endpoints --------------------------------------------------------------------------------
+    def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:
+        """Docker bridge mode (server services/docker/networking.py, recording 05): 8080 has its own
+        published host port, every other port goes through execd's /proxy/<port>."""
+        headers = None
+        if self.mock.gateway:
+            # [choice] gateway (header route mode) keeps the direct address but requires the routing
+            # header on every execd request (seed 000 §5.4 "gateway mode")
+            headers = {quirks.INGRESS_HEADER: "%s-%d" % (sb.id, quirks.EXECD_PORT)}
+        if port == quirks.HTTP_PORT:
+            return "127.0.0.1:%d" % self._http_listener(sb), headers
+        return "127.0.0.1:%d/proxy/%d" % (sb.execd_port or 0, port), headers
+
+    def _http_listener(self, sb: Sandbox) -> int:
+        lock = sb.resources.setdefault("lock", threading.Lock())
+        with lock:
+            srv = sb.resources.get("http")
+            if srv is None:
+                if sb.deleted:
+                    return 0
+                srv = Server(("127.0.0.1", 0), PortForwardHandler,
+                             PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose))
+                srv.start(name="mock-osb-8080-%s" % sb.id[:8])
+                sb.resources["http"] = srv
+            return srv.port
+
+    def _http_target(self, sb: Sandbox) -> tuple[str, dict[str, str]]:
+        headers: dict[str, str] = {}
+        if self.mock.execd_token:
+            headers["X-EXECD-ACCESS-TOKEN"] = self.mock.execd_token
+        headers.update(self._required_headers(sb) or {})
+        return "127.0.0.1:%d/proxy/%d" % (sb.execd_port or 0, quirks.HTTP_PORT), headers
+
+
+class MockOpenSandbox:
+    """The mock OpenSandbox server. Not started until ``start()`` (or ``with``)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None, insecure: bool = False,
+                 execd_mode: str = "v1.1.0", execd_token: str | None = None, gateway: bool = False,
+                 root: str | None = None, execd_close_delay: float = 1.0, execd_bin: str | None = None,
+                 clock: Callable[[], datetime] | None = None, *, verbose: bool = False,
+                 pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
+                 reap_interval: float = 0.1, warn: Callable[[str], None] | None = None):
+        if execd_mode not in EXECD_MODES:
+            raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError("port must be an integer between 0 and 65535")
+        if api_key is not None and (not api_key or any(c in api_key for c in "\r\n\x00")):
+            raise ValueError("api_key must be a non-empty string without control characters")
+        self.host = host
+        self.requested_port = port
+        self.insecure = insecure
+        self.generated_api_key = api_key is None and not insecure
+        self._api_key = api_key if api_key is not None else (None if insecure else secrets.token_urlsafe(24))
+        self._execd_mode = execd_mode
+        self.execd_token = execd_token
+        self.gateway = gateway
+        self._root_given = root
+        self.root = ""
+        self.execd_close_delay = execd_close_delay
+        self.execd_bin = execd_bin
+        self.clock = clock
+        self.verbose = verbose
+        self.pull_fails = pull_fails
+        self.isolate = isolate
+        self.reap_interval = reap_interval
+        self._warn = warn or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.store: SandboxStore | None = None
+        self.provisioner: MockProvisioner | None = None
+        self._server: Server | None = None
+        self._lock = threading.Lock()
+        self._started = False
+
+    # -- properties --------------------------------------------------------------------------------
+    @property
+    def api_key(self) -> str | None:
+        return self._api_key
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the mock is not started")
+        return self._server.port
+
+    @property
+    def base_url(self) -> str:
+        host = self.host
+        if host in ("0.0.0.0", "", "::"):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = "[%s]" % host
+        return "http://%s:%d" % (host, self.port)
+
+    @property
+    def execd_mode(self) -> str:
+        return self._execd_mode
+
+    @execd_mode.setter
+    def execd_mode(self, mode: str) -> None:
+        if mode not in EXECD_MODES:
+            raise ValueError("execd_mode must be one of %s" % ", ".join(EXECD_MODES))
+        self._execd_mode = mode  # the default for sandboxes created from now on
+
+    @property
+    def sandboxes(self) -> dict[str, Sandbox]:
+        """Live sandboxes by id (a copy of the table; the Sandbox objects are the model's)."""
+        return self.store.snapshot() if self.store is not None else {}
+
+    def set_execd_mode(self, sandbox_id: str, mode: str) -> None:
+        """Switch one sandbox's in-process execd between "v1.1.0" and "latest" behaviour."""
+        if mode not in EXECD_MODES:
+            raise ValueError("execd mode must be one of %s" % ", ".join(EXECD_MODES))
+        if self.store is None:
+            raise RuntimeError("the mock is not started")
+        sb = self.store.get(sandbox_id)
+        if self.execd_bin:
+            raise ValueError("the execd mode of an execd process (execd_bin) cannot be changed")
+        sb.execd_mode = mode
+        execd = sb.execd
+        if execd is not None:
+            if hasattr(execd, "set_mode"):
+                execd.set_mode(mode)
+            else:
+                execd.mode = mode
+
+    # -- start / stop ------------------------------------------------------------------------------
+    def start(self) -> "MockOpenSandbox":
+        with self._lock:
+            if self._started:
+                return self
+            if self.host not in LOOPBACK_HOSTS:
+                self._warn("WARNING: mock OpenSandbox listening on %s, not loopback: anyone who can reach this "
+                           "address can run commands as your user. Use 127.0.0.1 unless you mean it."
+                           % self.host)
+            if self._root_given:
+                os.makedirs(self._root_given, exist_ok=True)
+                self.root = os.path.realpath(self._root_given)
+            else:
+                self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
+            try:
+                self.provisioner = MockProvisioner(self)
+                self.store = SandboxStore(clock=self.clock, provisioner=self.provisioner,
+                                          pull_fails=self.pull_fails, reap_interval=self.reap_interval)
+                app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
+                                   verbose=self.verbose)
+                family_host = self.host
+                if ":" in family_host:
+                    srv_cls = type("Server6", (Server,), {"address_family": socket.AF_INET6})
+                else:
+                    srv_cls = Server
+                self._server = srv_cls((family_host, self.requested_port), LifecycleHandler, app)
+                self._server.start(name="mock-osb-lifecycle")
+            except BaseException:
+                self._teardown()
+                raise
+            self._started = True
+            atexit.register(self.stop)
+            return self
+
+    def stop(self) -> None:
+        """Terminate every sandbox process, close every listener, remove the temp root. Idempotent."""
+        with self._lock:
+            if not self._started and self.store is None and self._server is None:
+                return
+            self._started = False
+            self._teardown()
+            try:
+                atexit.unregister(self.stop)
+            except Exception:  # pragma: no cover
+                pass
+
+    def _teardown(self) -> None:
+        if self._server is not None:
+            try:
+                self._server.stop()
+            finally:
+                self._server = None
+        if self.store is not None:
+            try:
+                self.store.close()
+            finally:
+                self.store = None
+        if self.root and not self._root_given:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "MockOpenSandbox":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = self.base_url if self._server is not None else "stopped"
+        return "<MockOpenSandbox %s>" % state
