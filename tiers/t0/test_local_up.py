@@ -23,6 +23,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(REPO, "local-up.sh")
 PY = sys.executable
 
+SYSTEM_TOOLS = ("bash", "sh", "cat", "cp", "dirname", "env", "grep", "id", "mkdir", "mv", "nohup", "od", "ps",
+                "rm", "seq", "sleep", "tail", "tr", "cmp")
+
 EXECD = "opensandbox/execd:latest"
 BASE = "python:3.12-slim"
 
@@ -201,9 +204,15 @@ class Env:
         if install_docker:
             for name in ("docker", "dockerd"):
                 shutil.copy(os.path.join(self.stubs, "pkg", name), os.path.join(self.stubs, name))
+        # Only the plain tools the script and the stubs use; never the machine's own docker, curl, sudo or apt-get.
+        self.sysbin = os.path.join(tmp, "sysbin")
+        os.makedirs(self.sysbin)
+        for tool in SYSTEM_TOOLS:
+            found = shutil.which(tool)
+            assert found, f"{tool} is needed by local-up.sh"
+            os.symlink(found, os.path.join(self.sysbin, tool))
         self.env = {
-            # stubs first; the system dirs only provide coreutils/grep/bash (no docker, no curl of their own here)
-            "PATH": f"{self.stubs}:/usr/bin:/bin",
+            "PATH": f"{self.stubs}:{self.sysbin}",
             "HOME": tmp,
             "LANG": "C",
             "OSB_STUB_STATE": self.state,
