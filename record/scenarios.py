@@ -1,0 +1,411 @@
+"""The fixed list of named recording scenarios.
+
+One scenario per file in the live recordings (``01_health_version`` ... ``18_sdk_sync_flow``, same
+request sequence, so a re-recording can be diffed against the committed fixture), plus
+``20_smoke_flow``: the seed 000 §5.1 smoke flow in one self-contained scenario.
+
+A scenario with ``needs_sandbox`` gets a sandbox and its execd endpoint from an unrecorded setup
+step (the live recordings 06-14 likewise used the sandbox created in 05), and an unrecorded teardown
+deletes every sandbox the scenario created. The replay (``record.replay``) rebuilds the same setup.
+"""
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from record.client import Execd, Session
+
+NIL = "00000000-0000-0000-0000-000000000000"
+RESOURCES = {"cpu": "500m", "memory": "512Mi"}
+SMALL = {"cpu": "250m", "memory": "128Mi"}
+
+
+@dataclasses.dataclass
+class Ctx:
+    image: str
+    busybox_image: str
+    missing_image: str
+    sandbox_id: str | None = None
+    execd: Execd | None = None
+    created: list[str] = dataclasses.field(default_factory=list)
+
+    def default_create(self, **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"image": {"uri": self.image}, "entrypoint": ["tail", "-f", "/dev/null"],
+                                "timeout": 1800, "resourceLimits": dict(RESOURCES),
+                                "metadata": {"purpose": "live-recording"}}
+        body.update(extra)
+        return body
+
+
+@dataclasses.dataclass
+class Scenario:
+    name: str
+    description: str
+    run: Callable[[Session, Ctx], None]
+    needs_sandbox: bool = False
+    # Why a replay on the mock must skip this scenario (its outcome depends on timing or on the
+    # recording host); empty = replayed.
+    replay_skip: str = ""
+    # For the converted live recordings (which carry no timing): pause before exchange i (seconds).
+    live_waits: dict[int, float] = dataclasses.field(default_factory=dict)
+    live_note: str = ""
+
+
+def _iso(delta_s: int) -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=delta_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _create(s: Session, ctx: Ctx, body: dict[str, Any], **kw: Any):
+    r = s.lc("POST", "/v1/sandboxes", json=body, **kw)
+    if r.status in (200, 201, 202):
+        ctx.created.append(r.json()["id"])
+    return r
+
+
+# -- scenarios --------------------------------------------------------------------------------------
+def s01(s: Session, ctx: Ctx) -> None:
+    s.lc("GET", "/health", auth=False)
+    s.lc("GET", "/version", auth=False)
+    s.lc("GET", "/health")
+    s.lc("GET", "/version")
+
+
+def s02(s: Session, ctx: Ctx) -> None:
+    s.lc("GET", "/v1/sandboxes", auth=False)
+    s.lc("GET", "/v1/sandboxes", auth="wrong-key")
+    _create(s, ctx, ctx.default_create(), auth=False)
+    s.lc("GET", f"/v1/sandboxes/{NIL}", auth=False)
+
+
+def s03(s: Session, ctx: Ctx) -> None:
+    base = {"image": {"uri": ctx.image}, "entrypoint": ["tail", "-f", "/dev/null"]}
+    _create(s, ctx, {})
+    _create(s, ctx, {**base, "timeout": 10, "resourceLimits": dict(RESOURCES)})
+    _create(s, ctx, {"image": {"uri": ctx.image}, "entrypoint": [], "resourceLimits": dict(RESOURCES)})
+    s.lc("POST", "/v1/sandboxes", content=b"{not json", headers={"Content-Type": "application/json"})
+    s.lc("POST", f"/v1/sandboxes/{NIL}/renew-expiration", json={"expiresAt": "not-a-date"})
+
+
+def s04(s: Session, ctx: Ctx) -> None:
+    s.lc("GET", f"/v1/sandboxes/{NIL}")
+    s.lc("DELETE", f"/v1/sandboxes/{NIL}")
+    s.lc("GET", f"/v1/sandboxes/{NIL}/endpoints/44772")
+    s.lc("POST", f"/v1/sandboxes/{NIL}/pause")
+    s.lc("POST", f"/v1/sandboxes/{NIL}/resume")
+    s.lc("POST", f"/v1/sandboxes/{NIL}/renew-expiration", json={"expiresAt": _iso(3600)})
+    s.lc("GET", "/v1/sandboxes/not-a-uuid")
+
+
+def s05(s: Session, ctx: Ctx) -> None:
+    r = _create(s, ctx, ctx.default_create())
+    sid = r.json()["id"]
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("GET", "/v1/sandboxes")
+    s.lc("GET", "/v1/sandboxes?state=Running&metadata=purpose%3Dlive-recording&page=1&pageSize=10")
+    s.lc("GET", "/v1/sandboxes?state=Paused")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/8080")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772?use_server_proxy=true")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/0")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/70000")
+
+
+def s06(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    ex.get("/ping")
+    ex.get("/ping", prefix=False)
+    s.lc("GET", f"/v1/sandboxes/{ctx.sandbox_id}/proxy/44772/ping")
+    ex.get("/no-such-route")
+
+
+EXIT3 = "echo out; echo err >&2; exit 3"
+
+
+def s07(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    r = ex.command({"command": EXIT3})
+    cid = r.sse_events()[0]["text"]
+    ex.get(f"/command/status/{cid}")
+    ex.get(f"/command/{cid}/logs")
+
+
+def s08(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    ex.command({"command": EXIT3}, prefix=False)
+    s.lc("POST", f"/v1/sandboxes/{ctx.sandbox_id}/proxy/44772/command", json={"command": EXIT3},
+         headers={"Accept": "text/event-stream", "Cache-Control": "no-cache"})
+    ex.command({"command": "true"})
+    ex.command({"command": "exit 0"})
+
+
+def s09(s: Session, ctx: Ctx) -> None:
+    assert ctx.execd is not None
+    ctx.execd.command({"command": "echo start; sleep 10; echo never", "timeout": 1000})
+
+
+def s10(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    r = ex.command({"command": "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo bg-err >&2; exit 5",
+                    "background": True})
+    cid = r.sse_events()[0]["text"]
+    s.sleep(1.5)
+    ex.get(f"/command/status/{cid}")
+    r = ex.get(f"/command/{cid}/logs")
+    ex.get(f"/command/{cid}/logs")
+    ex.get(f"/command/{cid}/logs?cursor=2")
+    tail = r.headers.get("Execd-Commands-Tail-Cursor") or "0"
+    ex.get(f"/command/{cid}/logs?cursor={tail}")
+    ex.get(f"/command/status/{cid}")
+    ex.get("/command/status/no-such-command")
+    ex.get("/command/no-such-command/logs")
+    r = ex.command({"command": "echo started; sleep 30; echo never", "background": True})
+    cid2 = r.sse_events()[0]["text"]
+    ex.get(f"/command/status/{cid2}")
+    ex.request("DELETE", f"/command?id={cid2}")
+    s.sleep(0.5)
+    ex.get(f"/command/status/{cid2}")
+    ex.get(f"/command/{cid2}/logs")
+    ex.request("DELETE", "/command?id=no-such-command")
+    ex.request("DELETE", "/command")
+
+
+def s11(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    ex.command({"argv": ["echo", "hi"]})
+    ex.command({"command": ["echo", "hi"]})
+    ex.command({"command": "echo argv-field-ignored?", "argv": ["echo", "hi"]})
+    ex.command({})
+    ex.request("POST", "/command", content=b"{not json",
+               headers={"Accept": "text/event-stream", "Cache-Control": "no-cache", "Content-Type": "application/json"})
+    ex.command({"command": "echo x", "timeout": -5})
+    ex.command({"command": "echo x", "cwd": "/no/such/dir"})
+    ex.command({"command": "/no/such/binary"})
+
+
+def s12(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    ex.command({"command": "printf 'a\\r\\nb\\n\\nc'"})
+    ex.command({"command": "printf 'no-newline'; printf 'err-no-newline' >&2"})
+    ex.command({"command": "seq 1 50"})
+    ex.command({"command": "pwd; echo \"FOO=$FOO\"; id -u", "cwd": "/tmp", "envs": {"FOO": "bar baz"}})
+    ex.command({"command": "echo 'h\u00e9llo \u2603'; echo '{\"json\": true}'; echo 'data: fake'"})
+    ex.command({"command": "echo one; sleep 1.2; echo two"})
+    ex.command({"command": "kill -9 $$"})
+    ex.command({"command": "exit 255"})
+
+
+BOUNDARY = "----livestacke1472477ddab4127"
+
+
+def _part(name: str, filename: str, ctype: str, data: bytes, boundary: str = BOUNDARY) -> bytes:
+    return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n"
+            f"Content-Type: {ctype}\r\n\r\n").encode() + data + b"\r\n"
+
+
+def s13(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    d = "/tmp/livework"
+    ex.request("POST", "/directories", json={d: {"mode": 755}, f"{d}/sub/deeper": {"mode": 700}})
+    body = (_part("metadata", "metadata", "application/json", b'{"path": "/tmp/livework/hello.txt", "mode": 644}')
+            + _part("file", "hello.txt", "application/octet-stream", b"hello world\nline2\r\nline3")
+            + _part("metadata", "metadata", "application/json", b'{"path": "/tmp/livework/sub/data.csv"}')
+            + _part("file", "data.csv", "application/octet-stream", b"a,b\n1,2\n")
+            + f"--{BOUNDARY}--\r\n".encode())
+    ex.request("POST", "/files/upload", content=body,
+               headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    ex.get(f"/files/info?path={d}/hello.txt&path={d}/sub")
+    ex.get(f"/files/download?path={d}/hello.txt")
+    ex.get(f"/files/download?path={d}/hello.txt", headers={"Range": "bytes=0-4"})
+    ex.get(f"/directories/list?path={d}")
+    ex.get(f"/directories/list?path={d}&depth=3")
+    ex.get(f"/files/search?path={d}&pattern=%2A.txt")
+    ex.get(f"/files/search?path={d}&pattern=%2A%2A/%2A.csv")
+    ex.request("POST", "/files/mv", json=[{"src": f"{d}/hello.txt", "dest": f"{d}/renamed.txt"}])
+    ex.get(f"/files/info?path={d}/renamed.txt")
+    ex.get(f"/files/info?path={d}/hello.txt")
+    ex.get(f"/files/download?path={d}/hello.txt")
+    ex.request("DELETE", f"/files?path={d}/renamed.txt")
+    ex.request("DELETE", f"/files?path={d}/renamed.txt")
+    ex.request("DELETE", f"/directories?path={d}")
+    ex.get(f"/directories/list?path={d}")
+    ex.get("/files/download")
+    ex.request("POST", "/files/upload", json={})
+    ex.request("POST", "/files/mv", json={"src": "/a", "dest": "/b"})
+
+
+def s14(s: Session, ctx: Ctx) -> None:
+    ex, sid = ctx.execd, ctx.sandbox_id
+    assert ex is not None
+    s.lc("POST", f"/v1/sandboxes/{sid}/renew-expiration", json={"expiresAt": _iso(7200)})
+    s.lc("POST", f"/v1/sandboxes/{sid}/renew-expiration", json={"expiresAt": _iso(-3600)})
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("POST", f"/v1/sandboxes/{sid}/pause")
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+    s.lc("POST", f"/v1/sandboxes/{sid}/pause")
+    s.lc("POST", f"/v1/sandboxes/{sid}/resume")
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("POST", f"/v1/sandboxes/{sid}/resume")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+    ex.get("/ping")
+    ex.command({"command": "echo after-resume"})
+    s.lc("DELETE", f"/v1/sandboxes/{sid}")
+    s.lc("DELETE", f"/v1/sandboxes/{sid}")
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+
+
+def s15(s: Session, ctx: Ctx) -> None:
+    r = _create(s, ctx, {"image": {"uri": ctx.busybox_image}, "entrypoint": ["tail", "-f", "/dev/null"],
+                         "resourceLimits": dict(SMALL), "env": {"HELLO": "world"}})
+    sid = r.json()["id"]
+    r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    ex.get("/ping")
+    ex.command({"command": "echo $HELLO; echo $0; ls /bin/bash 2>&1; exit 7"})
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("DELETE", f"/v1/sandboxes/{sid}")
+    r = _create(s, ctx, {"image": {"uri": ctx.image}, "entrypoint": ["sh", "-c", "exit 1"], "timeout": 600,
+                         "resourceLimits": dict(SMALL)})
+    sid = r.json()["id"]
+    s.sleep(1.0)
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+    s.lc("DELETE", f"/v1/sandboxes/{sid}")
+
+
+def s16(s: Session, ctx: Ctx) -> None:
+    _create(s, ctx, {"image": {"uri": ctx.missing_image}, "entrypoint": ["tail", "-f", "/dev/null"],
+                     "timeout": 600, "resourceLimits": dict(SMALL)})
+
+
+def s17(s: Session, ctx: Ctx) -> None:
+    r = _create(s, ctx, ctx.default_create())
+    sid = r.json()["id"]
+    r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    ex.get("/ping")
+    ex.command({"command": "echo a; sleep 7; echo b"})
+    s.lc("DELETE", f"/v1/sandboxes/{sid}")
+
+
+SDK_HEADERS = {"User-Agent": "OpenSandbox-Python-SDK/1.1.1", "OPEN-SANDBOX-CLIENT-IP": "192.0.2.2",
+               "Accept-Encoding": "gzip, deflate"}
+SDK_BOUNDARY = "opensandbox_2c3ec9d588d4bb2f_1795938459"
+
+
+def s18(s: Session, ctx: Ctx) -> None:
+    """The official SDK's request sequence (recording 18), replayed with the same headers and bodies."""
+    h = dict(SDK_HEADERS)
+    body = {"image": {"uri": ctx.image}, "timeout": 600, "resourceLimits": dict(RESOURCES),
+            "metadata": {"via": "sdk"}, "entrypoint": ["tail", "-f", "/dev/null"], "secureAccess": False}
+    r = _create(s, ctx, body, headers=h, json_compact=True)
+    sid = r.json()["id"]
+    r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772?use_server_proxy=false", headers=h)
+    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/18080?use_server_proxy=false", headers=h)
+    ex.get("/ping", headers=h)
+    ex.request("POST", "/command", json={"command": EXIT3}, json_compact=True,
+               headers={**h, "Accept": "text/event-stream", "Cache-Control": "no-cache"})
+    up = (_part("metadata", "metadata", "application/json",
+                b'{"path": "/tmp/sdk.txt", "owner": null, "group": null, "mode": 755}', SDK_BOUNDARY)
+          + _part("file", "sdk.txt", "text/plain; charset=utf-8", b"hello from sdk\n", SDK_BOUNDARY)
+          + f"--{SDK_BOUNDARY}--\r\n".encode())
+    ex.request("POST", "/files/upload", content=[up],  # an iterable: sent chunked, like the SDK
+               headers={**h, "content-type": f"multipart/form-data; boundary={SDK_BOUNDARY}"})
+    ex.get("/files/download?path=%2Ftmp%2Fsdk.txt", headers=h)
+    s.lc("GET", f"/v1/sandboxes/{sid}", headers=h)
+    s.lc("DELETE", f"/v1/sandboxes/{sid}", headers=h)
+
+
+def s20(s: Session, ctx: Ctx) -> None:
+    """Seed 000 §5.1 smoke flow: auth, create/get/list/endpoint, SSE exec with exit codes and timeout,
+    background command with log cursor and interrupt, files, renew, pause/resume, kill, second kill."""
+    s.lc("GET", "/v1/sandboxes", auth=False)
+    r = _create(s, ctx, ctx.default_create(timeout=600))
+    sid = r.json()["id"]
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("GET", "/v1/sandboxes?metadata=purpose%3Dlive-recording")
+    r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
+    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    ex.get("/ping")
+    ex.command({"command": "echo hi"})
+    ex.command({"command": EXIT3})
+    ex.command({"command": "echo start; sleep 10", "timeout": 500})
+    r = ex.command({"command": "echo l1; echo l2; sleep 30", "background": True})
+    cid = r.sse_events()[0]["text"]
+    s.sleep(0.5)
+    ex.get(f"/command/{cid}/logs")
+    ex.get(f"/command/{cid}/logs?cursor=1")
+    ex.request("DELETE", f"/command?id={cid}")
+    s.sleep(0.3)
+    ex.get(f"/command/status/{cid}")
+    d = "/tmp/smoke"
+    ex.request("POST", "/directories", json={d: {"mode": 755}})
+    body = (_part("metadata", "metadata", "application/json", b'{"path": "/tmp/smoke/a.txt"}')
+            + _part("file", "a.txt", "application/octet-stream", b"abc\n") + f"--{BOUNDARY}--\r\n".encode())
+    ex.request("POST", "/files/upload", content=body,
+               headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    ex.get(f"/files/info?path={d}/a.txt")
+    ex.get(f"/directories/list?path={d}")
+    ex.get(f"/files/search?path={d}&pattern=%2A.txt")
+    ex.request("POST", "/files/mv", json=[{"src": f"{d}/a.txt", "dest": f"{d}/b.txt"}])
+    ex.get(f"/files/download?path={d}/b.txt")
+    ex.request("DELETE", f"/files?path={d}/b.txt")
+    ex.request("DELETE", f"/directories?path={d}")
+    s.lc("POST", f"/v1/sandboxes/{sid}/renew-expiration", json={"expiresAt": _iso(3600)})
+    s.lc("POST", f"/v1/sandboxes/{sid}/pause")
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    s.lc("POST", f"/v1/sandboxes/{sid}/resume")
+    ex.command({"command": "echo back"})
+    s.lc("DELETE", f"/v1/sandboxes/{sid}")
+    s.lc("DELETE", f"/v1/sandboxes/{sid}")
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("01_health_version", "GET /health and /version, with and without the API key", s01),
+    Scenario("02_auth_failures", "missing and wrong API key on list/create/get", s02),
+    Scenario("03_validation_422", "FastAPI 422 bodies: empty body, timeout < 60, empty entrypoint, bad JSON, bad date",
+             s03),
+    Scenario("04_unknown_sandbox_404", "every sandbox route on an unknown id", s04),
+    Scenario("05_create_get_list_endpoints", "create, get, list with filters, endpoints incl. server proxy and bad ports",
+             s05),
+    Scenario("06_execd_ping", "execd /ping with and without the /proxy/44772 prefix, via the server proxy, unknown route",
+             s06, needs_sandbox=True),
+    Scenario("07_command_exit3_sse", "SSE command exiting 3, its status, logs of a foreground command", s07,
+             needs_sandbox=True),
+    Scenario("08_command_sse_direct_and_server_proxy", "SSE command without the prefix and through the server proxy",
+             s08, needs_sandbox=True),
+    Scenario("09_command_timeout", "command killed by its 1 s timeout", s09, needs_sandbox=True),
+    Scenario("10_command_background_logs", "background command: status, logs with cursor, interrupt, errors", s10,
+             needs_sandbox=True, live_waits={1: 1.5, 12: 0.5}),
+    Scenario("11_command_argv_and_bad_requests", "argv (v1.1.0 execd rejects it) and malformed command requests",
+             s11, needs_sandbox=True),
+    Scenario("12_command_output_framing", "line splitting of stdout/stderr, env/cwd, unicode, kill -9, exit 255", s12,
+             needs_sandbox=True),
+    Scenario("13_files_and_directories", "mkdir, multipart upload, info, download with Range, list, search, mv, rm",
+             s13, needs_sandbox=True),
+    Scenario("14_lifecycle_renew_pause_resume_delete", "renew, pause/resume and their 409s, delete and second delete",
+             s14, needs_sandbox=True),
+    Scenario("15_create_variants", "busybox image with env (no bash), entrypoint exiting 1 -> Failed", s15,
+             live_waits={7: 1.0}),
+    Scenario("16_image_not_found", "create with an image that cannot be pulled", s16,
+             replay_skip="",
+             live_note="recorded in an earlier run against the same server (VERSIONS.md)"),
+    Scenario("17_long_command_heartbeat", "7 s command: ping heartbeat every ~3 s", s17,
+             replay_skip="timing: number and position of heartbeat pings depend on wall-clock time (7 s run)"),
+    Scenario("18_sdk_sync_flow", "the official Python SDK 1.1.1's request sequence", s18),
+    Scenario("20_smoke_flow", "seed 000 §5.1 smoke flow in one self-contained scenario", s20),
+]
+
+BY_NAME = {sc.name: sc for sc in SCENARIOS}
