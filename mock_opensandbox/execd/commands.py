@@ -1,0 +1,377 @@
+"""Foreground/background command registry for one mock execd: spawning, output capture, the
+background log cursor, interrupt. No HTTP here (execd/server.py turns this into SSE / JSON).
+
+Behaviour sources (see QUIRKS-execd.md): recordings 07-12 and 17; execd source
+components/execd/pkg/runtime/{command.go,command_common.go,command_status.go,interrupt.go,command_argv.go}.
+"""
+from __future__ import annotations
+
+import codecs
+import datetime as _dt
+import os
+import queue
+import select
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from typing import Any
+
+from ..runtime import SandboxRuntime, SandboxTerminated
+
+__all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text",
+           "StartFailure"]
+
+# Go's syscall.Signal.String() texts (what exec.ExitError prints as "signal: <text>").
+_GO_SIGNALS = {
+    signal.SIGHUP: "hangup", signal.SIGINT: "interrupt", signal.SIGQUIT: "quit",
+    signal.SIGILL: "illegal instruction", signal.SIGTRAP: "trace/breakpoint trap",
+    signal.SIGABRT: "aborted", signal.SIGBUS: "bus error", signal.SIGFPE: "floating point exception",
+    signal.SIGKILL: "killed", signal.SIGUSR1: "user defined signal 1", signal.SIGSEGV: "segmentation fault",
+    signal.SIGUSR2: "user defined signal 2", signal.SIGPIPE: "broken pipe", signal.SIGALRM: "alarm clock",
+    signal.SIGTERM: "terminated", signal.SIGCHLD: "child exited", signal.SIGCONT: "continued",
+    signal.SIGSTOP: "stopped (signal)", signal.SIGTSTP: "stopped", signal.SIGTTIN: "stopped (tty input)",
+    signal.SIGTTOU: "stopped (tty output)", signal.SIGURG: "urgent I/O condition",
+    signal.SIGXCPU: "CPU time limit exceeded", signal.SIGXFSZ: "file size limit exceeded",
+    signal.SIGVTALRM: "virtual timer expired", signal.SIGPROF: "profiling timer expired",
+    signal.SIGWINCH: "window changed", signal.SIGIO: "I/O possible", signal.SIGSYS: "bad system call",
+}
+
+
+def signal_text(signum: int) -> str:
+    try:
+        return _GO_SIGNALS[signal.Signals(signum)]
+    except (KeyError, ValueError):
+        return f"signal {signum}"
+
+
+def go_time(ns: int) -> str:
+    """Go's time.Time JSON form in UTC (RFC 3339 with nanoseconds, trailing zeros trimmed)."""
+    secs, frac = divmod(int(ns), 1_000_000_000)
+    base = _dt.datetime.fromtimestamp(secs, tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        base += "." + f"{frac:09d}".rstrip("0")
+    return base + "Z"
+
+
+class StartFailure(Exception):
+    """The command could not be started (execd reports it as an error event with the Go message)."""
+
+
+class LineSplitter:
+    """execd v1.x output framing (runtime/command_common.go commandOutputTail): "\\n" and "\\r"
+    both end a line and are dropped, "\\r\\n" counts once, an empty line is emitted as "\\n", a
+    trailing partial line is flushed when the command ends (recording 12)."""
+
+    def __init__(self) -> None:
+        self.pending = bytearray()
+        self.last_cr = False
+
+    def feed(self, data: bytes) -> list[str]:
+        out: list[str] = []
+        for b in data:
+            if b in (10, 13):
+                if self.pending:
+                    out.append(self.pending.decode("utf-8", "replace"))
+                    self.pending.clear()
+                elif b == 10 and self.last_cr:
+                    pass
+                else:
+                    out.append("\n")
+                self.last_cr = b == 13
+                continue
+            self.last_cr = False
+            self.pending.append(b)
+        return out
+
+    def flush(self) -> list[str]:
+        if not self.pending:
+            return []
+        text = self.pending.decode("utf-8", "replace")
+        self.pending.clear()
+        return [text]
+
+
+class ChunkDecoder:
+    """"latest" framing: every read is one event, bytes kept exactly (line endings included); a UTF-8
+    sequence split across reads is held back until complete (invalid bytes become U+FFFD, as Go's
+    encoding/json does with invalid UTF-8)."""
+
+    def __init__(self) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, data: bytes) -> list[str]:
+        text = self._dec.decode(data)
+        return [text] if text else []
+
+    def flush(self) -> list[str]:
+        text = self._dec.decode(b"", final=True)
+        return [text] if text else []
+
+
+class Command:
+    """One /command execution."""
+
+    def __init__(self, cid: str, content: str, background: bool):
+        self.id = cid
+        self.content = content
+        self.background = background
+        self.started_ns = time.time_ns()
+        self.started_mono = time.monotonic()
+        self.finished_ns: int | None = None
+        self.exit_code: int | None = None
+        self.error = ""
+        self.running = True
+        self.proc: subprocess.Popen | None = None
+        self.output = bytearray()  # background: merged stdout+stderr (execd's <id>.output file)
+        self.events: "queue.Queue[tuple[str, Any]]" = queue.Queue()  # foreground: ("stdout"|"stderr", bytes) / ("exit", rc)
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.killed_by_timeout = False
+        self._timer: threading.Timer | None = None
+
+    # status JSON (model.CommandStatusResponse field order, omitempty as in recording 10)
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            d: dict[str, Any] = {"id": self.id}
+            if self.content:
+                d["content"] = self.content
+            d["running"] = self.running
+            if self.exit_code is not None:
+                d["exit_code"] = self.exit_code
+            if self.error:
+                d["error"] = self.error
+            d["started_at"] = go_time(self.started_ns)
+            if self.finished_ns is not None:
+                d["finished_at"] = go_time(self.finished_ns)
+            return d
+
+    def execution_ms(self) -> int:
+        return int((time.monotonic() - self.started_mono) * 1000)
+
+    def finish(self, rc: int) -> tuple[int, str]:
+        """Record the exit; returns (exit_code, error text) the way Go's exec.ExitError shows them."""
+        if rc >= 0:
+            code, err = rc, ("" if rc == 0 else f"exit status {rc}")
+        else:
+            code, err = -1, f"signal: {signal_text(-rc)}"
+        with self.lock:
+            self.exit_code, self.error = code, err
+            self.running = False
+            self.finished_ns = time.time_ns()
+        if self._timer is not None:
+            self._timer.cancel()
+        self.done.set()
+        return code, err
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        p = self.proc
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class CommandRegistry:
+    """All commands of one execd."""
+
+    def __init__(self, runtime: SandboxRuntime, mode: str = "v1.1.0"):
+        self.runtime = runtime
+        self.mode = mode
+        self._cmds: dict[str, Command] = {}
+        self._lock = threading.Lock()
+
+    def get(self, cid: str) -> Command | None:
+        with self._lock:
+            return self._cmds.get(cid)
+
+    def framer(self) -> LineSplitter | ChunkDecoder:
+        return ChunkDecoder() if self.mode == "latest" else LineSplitter()
+
+    # -- start --------------------------------------------------------------------------------
+    def build_argv(self, command: str | None, argv: list[str] | None, cwd: str | None,
+                   envs: dict[str, str] | None) -> list[str]:
+        """Shell form (bash -c when bash exists, else sh -c) or, in latest mode, native argv with the
+        executable looked up like execd's resolveExecutable (runtime/command_argv.go)."""
+        if argv is None:
+            return self.runtime.shell() + ["-c", command or ""]
+        name = argv[0]
+        if not name:
+            raise StartFailure("argv requires a non-empty executable")
+        if name.startswith("/"):
+            return list(argv)
+        if "/" in name:
+            base = cwd or "/"
+            return [os.path.normpath(os.path.join(base, name))] + list(argv[1:])
+        env = self.runtime.base_env()
+        env.update(envs or {})
+        found = self.runtime.which(name, env.get("PATH", ""))
+        if found is None:
+            raise StartFailure(f'exec: "{name}": executable file not found in $PATH')
+        return [found] + list(argv[1:])
+
+    def _check_exec_target(self, full: list[str]) -> None:
+        """Native argv with a path: Go's fork/exec fails before anything runs."""
+        path = full[0]
+        try:
+            host = self.runtime.view_path(path) if self.runtime.isolated else path
+        except (OSError, ValueError) as exc:
+            raise StartFailure(f"fork/exec {path}: {exc}") from exc
+        if not os.path.exists(host):
+            raise StartFailure(f"fork/exec {path}: no such file or directory")
+        if os.path.isdir(host) or not os.access(host, os.X_OK):
+            raise StartFailure(f"fork/exec {path}: permission denied")
+
+    def start(self, *, command: str | None, argv: list[str] | None = None, cwd: str | None = None,
+              envs: dict[str, str] | None = None, timeout_ms: int = 0, background: bool = False) -> Command:
+        """Spawn a command. Raises StartFailure (message as execd reports it) or SandboxTerminated."""
+        import json as _json
+        content = command if argv is None else _json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
+        full = self.build_argv(command, argv, cwd, envs)
+        if argv is not None:
+            self._check_exec_target(full)
+        cmd = Command(uuid.uuid4().hex, content or "", background)
+        env = dict(envs or {})
+        try:
+            if background:
+                cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT)
+            else:
+                cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE)
+        except SandboxTerminated:
+            raise
+        except (OSError, ValueError) as exc:
+            raise StartFailure(f"fork/exec {full[0]}: {getattr(exc, 'strerror', None) or exc}".lower()
+                               if isinstance(exc, OSError) else str(exc)) from exc
+        with self._lock:
+            self._cmds[cmd.id] = cmd
+        if timeout_ms and timeout_ms > 0:
+            def on_timeout() -> None:
+                cmd.killed_by_timeout = True
+                cmd.kill(signal.SIGKILL)
+            cmd._timer = threading.Timer(timeout_ms / 1000.0, on_timeout)
+            cmd._timer.daemon = True
+            cmd._timer.start()
+        if background:
+            threading.Thread(target=self._pump_background, args=(cmd,), daemon=True,
+                             name=f"bg-out-{cmd.id[:8]}").start()
+            threading.Thread(target=self._wait_background, args=(cmd,), daemon=True,
+                             name=f"bg-wait-{cmd.id[:8]}").start()
+        else:
+            threading.Thread(target=self._pump_foreground, args=(cmd,), daemon=True,
+                             name=f"fg-{cmd.id[:8]}").start()
+        return cmd
+
+    # -- output pumps --------------------------------------------------------------------------
+    def _pump_foreground(self, cmd: Command) -> None:
+        proc = cmd.proc
+        assert proc is not None and proc.stdout is not None and proc.stderr is not None
+        fds = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        for fd in fds:
+            os.set_blocking(fd, False)
+        exited = False
+        try:
+            while fds:
+                try:
+                    ready, _, _ = select.select(list(fds), [], [], 0.05)
+                except (OSError, ValueError):
+                    break
+                if not ready:
+                    if exited:
+                        break  # the command is gone; output still held by its children is not awaited
+                    if proc.poll() is not None:
+                        exited = True  # one more pass to drain what is already buffered
+                    continue
+                for fd in ready:
+                    try:
+                        data = os.read(fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        del fds[fd]
+                        continue
+                    cmd.events.put((fds[fd], data))
+                if not exited and proc.poll() is not None:
+                    exited = True
+            rc = proc.wait()
+        finally:
+            for f in (proc.stdout, proc.stderr):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        cmd.events.put(("exit", rc))
+
+    def _pump_background(self, cmd: Command) -> None:
+        proc = cmd.proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        try:
+            while True:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                with cmd.lock:
+                    cmd.output += data
+        finally:
+            try:
+                proc.stdout.close()
+            except OSError:
+                pass
+
+    def _wait_background(self, cmd: Command) -> None:
+        assert cmd.proc is not None
+        rc = cmd.proc.wait()
+        time.sleep(0.01)  # let the output pump catch the last bytes
+        cmd.finish(rc)
+
+    # -- queries / control --------------------------------------------------------------------
+    def logs(self, cid: str, cursor: int) -> tuple[bytes, int]:
+        """Merged background output from byte offset cursor (clamped), and the new tail offset.
+        Raises LookupError / ValueError with execd's messages (runtime/command_status.go)."""
+        cmd = self.get(cid)
+        if cmd is None:
+            raise LookupError(f"command not found: {cid}")
+        if not cmd.background:
+            raise ValueError(f"command {cid} is not running in background")
+        if cursor < 0:
+            raise ValueError("cursor cannot be negative")
+        with cmd.lock:
+            data = bytes(cmd.output)
+        cursor = min(cursor, len(data))
+        return data[cursor:], len(data)
+
+    def interrupt(self, cid: str) -> None:
+        """SIGTERM the command's process group, SIGKILL after 3 s (runtime/interrupt.go).
+        Raises LookupError with execd's message."""
+        cmd = self.get(cid)
+        if cmd is None:
+            raise LookupError("no such session")
+        proc = cmd.proc
+        if not cmd.running or proc is None or proc.poll() is not None:
+            raise LookupError(f"command session {cid} is not running")
+        cmd.kill(signal.SIGTERM)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            if cmd.done.wait(0.05) or proc.poll() is not None:
+                break
+        else:
+            cmd.kill(signal.SIGKILL)
+        # wait for the bookkeeping so a status call right after sees the final state
+        if cmd.background:
+            cmd.done.wait(1.0)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            cmds = list(self._cmds.values())
+        for c in cmds:
+            if c.running:
+                c.kill(signal.SIGKILL)

@@ -1,0 +1,771 @@
+"""ExecdServer: one mock execd listener per sandbox (Go/Gin flavour of httpcore).
+
+Every route is served bare and under /proxy/44772 (recording 06); /proxy/<other port>/... is
+reverse-proxied to 127.0.0.1:<port> (seed 000 §1.2, execd pkg/web/proxy.go). Behaviour sources
+are listed in mock_opensandbox/QUIRKS-execd.md.
+"""
+from __future__ import annotations
+
+import hmac
+import http.client
+import json
+import os
+import queue
+import re
+import select
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from .. import sse
+from ..httpcore import Handler, Request, Router, Server
+from ..runtime import SandboxRuntime, SandboxTerminated
+from .commands import CommandRegistry, StartFailure
+
+__all__ = ["ExecdServer", "EXECD_PORT", "go_decode", "GoJSONError"]
+
+EXECD_PORT = 44772
+TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
+HEARTBEAT_S = 3.0  # recording 17: pings 3 s apart; execd controller/sse.go wait.Until(..., 3*time.Second)
+GIN_JSON = "application/json; charset=utf-8"
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+        "transfer-encoding", "upgrade", "proxy-connection", "host", "content-length"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Go encoding/json decoding errors (the text execd puts after "MAYBE invalid body format. ")
+
+class GoJSONError(ValueError):
+    pass
+
+
+def _quote_char(c: str) -> str:
+    if c == "'":
+        return "'\\''"
+    if c == '"':
+        return "'\"'"
+    q = json.dumps(c)[1:-1] if c not in "\x7f" else "\\x7f"
+    if c == "\t":
+        q = "\\t"
+    return "'" + q + "'"
+
+
+class _Scan:
+    """Finds the first syntax error of the first JSON value the way Go's json.Decoder reports it."""
+
+    def __init__(self, s: str):
+        self.s, self.i = s, 0
+
+    def err(self, ctx: str) -> GoJSONError:
+        if self.i >= len(self.s):
+            return GoJSONError("unexpected EOF")
+        return GoJSONError(f"invalid character {_quote_char(self.s[self.i])} {ctx}")
+
+    def ws(self) -> None:
+        while self.i < len(self.s) and self.s[self.i] in " \t\r\n":
+            self.i += 1
+
+    def peek(self) -> str:
+        return self.s[self.i] if self.i < len(self.s) else ""
+
+    def value(self) -> None:
+        self.ws()
+        c = self.peek()
+        if c == "{":
+            self.i += 1
+            self.ws()
+            if self.peek() == "}":
+                self.i += 1
+                return
+            while True:
+                self.ws()
+                if self.peek() != '"':
+                    raise self.err("looking for beginning of object key string")
+                self.string()
+                self.ws()
+                if self.peek() != ":":
+                    raise self.err("after object key")
+                self.i += 1
+                self.value()
+                self.ws()
+                c = self.peek()
+                if c == ",":
+                    self.i += 1
+                    continue
+                if c == "}":
+                    self.i += 1
+                    return
+                raise self.err("after object key:value pair")
+        if c == "[":
+            self.i += 1
+            self.ws()
+            if self.peek() == "]":
+                self.i += 1
+                return
+            while True:
+                self.value()
+                self.ws()
+                c = self.peek()
+                if c == ",":
+                    self.i += 1
+                    continue
+                if c == "]":
+                    self.i += 1
+                    return
+                raise self.err("after array element")
+        if c == '"':
+            self.string()
+            return
+        if c == "-" or c.isdigit() and c.isascii():
+            self.number()
+            return
+        for lit in ("true", "false", "null"):
+            if c == lit[0]:
+                self.i += 1
+                for ch in lit[1:]:
+                    if self.peek() != ch:
+                        raise self.err(f"in literal {lit} (expecting {_quote_char(ch)})")
+                    self.i += 1
+                return
+        raise self.err("looking for beginning of value")
+
+    def string(self) -> None:
+        self.i += 1
+        while True:
+            c = self.peek()
+            if c == "":
+                raise self.err("")
+            if c == '"':
+                self.i += 1
+                return
+            if c == "\\":
+                self.i += 1
+                e = self.peek()
+                if e == "u":
+                    self.i += 1
+                    for _ in range(4):
+                        if self.peek() == "" or self.peek() not in "0123456789abcdefABCDEF":
+                            raise self.err("in \\u hexadecimal character escape")
+                        self.i += 1
+                    continue
+                if e == "" or e not in '"\\/bfnrt':
+                    raise self.err("in string escape code")
+                self.i += 1
+                continue
+            if ord(c) < 0x20:
+                raise self.err("in string literal")
+            self.i += 1
+
+    def number(self) -> None:
+        if self.peek() == "-":
+            self.i += 1
+            if not (self.peek().isdigit() and self.peek().isascii()):
+                raise self.err("in numeric literal")
+        if self.peek() == "0":
+            self.i += 1
+        else:
+            while self.peek().isdigit() and self.peek().isascii():
+                self.i += 1
+        if self.peek() == ".":
+            self.i += 1
+            if not (self.peek().isdigit() and self.peek().isascii()):
+                raise self.err("after decimal point in numeric literal")
+            while self.peek().isdigit() and self.peek().isascii():
+                self.i += 1
+        if self.peek() in ("e", "E") and self.peek():
+            self.i += 1
+            if self.peek() in ("+", "-") and self.peek():
+                self.i += 1
+            if not (self.peek().isdigit() and self.peek().isascii()):
+                raise self.err("in exponent of numeric literal")
+            while self.peek().isdigit() and self.peek().isascii():
+                self.i += 1
+        # Go's decoder needs to see the byte after a top-level number; at EOF that is fine
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return "null"
+
+
+_INT_RANGES = {"int64": (-(1 << 63), (1 << 63) - 1), "uint32": (0, (1 << 32) - 1), "int": (-(1 << 63), (1 << 63) - 1)}
+
+
+def _type_ok(gotype: str, v: Any) -> bool:
+    if v is None:
+        return True
+    if gotype == "string":
+        return isinstance(v, str)
+    if gotype == "bool":
+        return isinstance(v, bool)
+    if gotype in _INT_RANGES:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if isinstance(v, float) and not v.is_integer():
+            return False
+        lo, hi = _INT_RANGES[gotype]
+        return lo <= v <= hi
+    return True
+
+
+def _num_text(raw: str, v: Any) -> str:
+    return raw if raw else json.dumps(v)
+
+
+def go_decode(body: bytes, struct: str, fields: dict[str, str]) -> dict[str, Any]:
+    """Decode a request body like gin's ShouldBindJSON into a Go struct with the given
+    {json name: go type} fields (go types: string, bool, int64, uint32, []string, map[string]string).
+    Returns {json name: value} of the fields present (case-insensitive match like Go); raises
+    GoJSONError with Go's message."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body.decode("utf-8", "replace")
+    sc = _Scan(text)
+    sc.ws()
+    if sc.i >= len(text):
+        raise GoJSONError("EOF")
+    start = sc.i
+    sc.value()
+    try:
+        obj = json.loads(text[start:sc.i], parse_constant=lambda c: None)
+    except ValueError as exc:  # pragma: no cover - the scanner accepted it
+        raise GoJSONError(str(exc)) from exc
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise GoJSONError(f"json: cannot unmarshal {_kind(obj)} into Go value of type {struct}")
+    short = struct.rsplit(".", 1)[-1]
+    out: dict[str, Any] = {}
+    lower = {k.lower(): k for k in fields}
+    for key, v in obj.items():
+        name = key if key in fields else lower.get(key.lower())
+        if name is None:
+            continue
+        gotype = fields[name]
+        where = f"Go struct field {short}.{name} of type"
+        if gotype.startswith("[]"):
+            if v is not None and not isinstance(v, list):
+                raise GoJSONError(f"json: cannot unmarshal {_kind(v)} into {where} {gotype}")
+            for el in v or []:
+                if el is not None and not _type_ok(gotype[2:], el):
+                    raise GoJSONError(f"json: cannot unmarshal {_kind(el)} into {where} {gotype[2:]}")
+        elif gotype.startswith("map[string]"):
+            if v is not None and not isinstance(v, dict):
+                raise GoJSONError(f"json: cannot unmarshal {_kind(v)} into {where} {gotype}")
+            for el in (v or {}).values():
+                if el is not None and not _type_ok(gotype[len("map[string]"):], el):
+                    raise GoJSONError(f"json: cannot unmarshal {_kind(el)} into {where} {gotype[len('map[string]'):]}")
+        elif not _type_ok(gotype, v):
+            kind = _kind(v)
+            if kind == "number":
+                kind = "number " + _num_text("", v)
+            raise GoJSONError(f"json: cannot unmarshal {kind} into {where} {gotype}")
+        if v is not None:
+            if gotype in _INT_RANGES:
+                v = int(v)
+            if gotype.startswith("[]"):
+                v = ["" if e is None else e for e in v]
+            if gotype.startswith("map[string]"):
+                v = {k: ("" if e is None else e) for k, e in v.items()}
+            out[name] = v
+    return out
+
+
+def go_errno_text(err: OSError) -> str:
+    """Go's lower-case errno strings ("no such file or directory")."""
+    msg = os.strerror(err.errno) if err.errno else str(err)
+    return msg[:1].lower() + msg[1:]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class _ExecdHandler(Handler):
+    flavor = "gin"
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.app._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.app._track(self.connection, False)
+
+    def dispatch(self, req: Request) -> None:
+        self.server.app.handle(req)
+
+
+class ExecdServer:
+    """The execd half of one sandbox. See ARCHITECTURE.md for the interface."""
+
+    def __init__(self, runtime: SandboxRuntime, *, host: str = "127.0.0.1", port: int = 0, mode: str = "v1.1.0",
+                 access_token: str | None = None, required_headers: dict[str, str] | None = None,
+                 close_delay: float = 1.0, verbose: bool = False):
+        if mode not in ("v1.1.0", "latest"):
+            raise ValueError(f"mode must be 'v1.1.0' or 'latest', not {mode!r}")
+        self.runtime = runtime
+        self.host = host
+        self._want_port = port
+        self.mode = mode
+        self.access_token = access_token or None
+        self.required_headers = dict(required_headers or {})
+        self.close_delay = max(0.0, float(close_delay))
+        self.verbose = verbose
+        self.commands = CommandRegistry(runtime, mode)
+        self._stopping = threading.Event()
+        self._server: Server | None = None
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        self.router = Router()
+        self._routes()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._server.port if self._server else 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        self._stopping.clear()
+        self._server = Server((self.host, self._want_port), _ExecdHandler, self)
+        self._server.start(name=f"execd-{self._server.port}")
+
+    def stop(self) -> None:
+        """Close the listener, unblock every waiting request (paused / stalled / streaming) and kill
+        the foreground commands whose streams are still open."""
+        self._stopping.set()
+        srv, self._server = self._server, None
+        if srv is not None:
+            srv.shutdown()
+            srv.server_close()
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.commands.kill_all()
+
+    def __enter__(self) -> "ExecdServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _track(self, conn: socket.socket, add: bool) -> None:
+        with self._conns_lock:
+            if add:
+                self._conns.add(conn)
+            else:
+                self._conns.discard(conn)
+
+    # -- helpers --------------------------------------------------------------------------------
+    @staticmethod
+    def _json(req: Request, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        req.send(status, sse.go_json(obj).encode("utf-8"), GIN_JSON, headers)
+
+    def _err(self, req: Request, status: int, code: str, message: str) -> None:
+        self._json(req, status, {"code": code, "message": message})
+
+    @staticmethod
+    def _ok(req: Request) -> None:
+        req.send(200, b"")  # gin RespondSuccess(nil): 200, Content-Length 0, no Content-Type (recording 10/13)
+
+    @staticmethod
+    def _drop(req: Request) -> None:
+        """Never answer (a frozen or vanished sandbox): close the connection without a response."""
+        req.handler.close_connection = True
+
+    def _client_gone(self, req: Request) -> bool:
+        conn = req.handler.connection
+        try:
+            r, _, _ = select.select([conn], [], [], 0)
+            if not r:
+                return False
+            return conn.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def _stall(self, req: Request) -> None:
+        """Hold the request unanswered until stop() or until the client goes away."""
+        while not self._stopping.wait(0.2):
+            if self._client_gone(req):
+                break
+        self._drop(req)
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def handle(self, req: Request) -> None:
+        # 1. an ingress gateway in front of execd checks its routing headers first [choice, QUIRKS-execd.md]
+        for name, value in self.required_headers.items():
+            got = req.headers.get(name)
+            if got is None or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
+                                                      value.encode("utf-8", "surrogateescape")):
+                req.send_text(404, f"sandbox not found: missing or wrong routing header {name}\n",
+                              "text/plain; charset=utf-8")
+                return
+        # 2. a paused sandbox is frozen: execd does not answer until resume (seed 000 §5.3)
+        if self.runtime.paused:
+            while self.runtime.paused and not self._stopping.is_set() and not self.runtime.terminated:
+                self.runtime.wait_unpaused(0.1)
+            if self._stopping.is_set() or self.runtime.terminated:
+                self._drop(req)
+                return
+        if self._stopping.is_set():
+            self._drop(req)
+            return
+        # 3. access token (execd router.go accessTokenMiddleware; seed 000 §1.4)
+        if self.access_token is not None:
+            got = req.headers.get(TOKEN_HEADER) or ""
+            if not got or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
+                                                  self.access_token.encode("utf-8", "surrogateescape")):
+                self._json(req, 401, {"error": f"Unauthorized: invalid or missing header {TOKEN_HEADER}"})
+                return
+        # 4. /proxy/<port>/...: execd's own port is served here, others are reverse-proxied
+        path = req.path
+        if path.startswith("/proxy/"):
+            rest = path[len("/proxy/"):]
+            port, _, sub = rest.partition("/")
+            if not port:
+                req.send_text(400, "port is required\n", "text/plain; charset=utf-8",
+                              {"X-Content-Type-Options": "nosniff"})
+                return
+            if port != str(EXECD_PORT):
+                self._proxy(req, port, "/" + sub)
+                return
+            path = "/" + sub
+        fn, params, _ = self.router.match(req.method if req.method != "HEAD" else "GET", path)
+        if fn is None:
+            req.send_text(404, "404 page not found")  # Gin's default (recording 06)
+            return
+        req.params = params
+        fn(req)
+
+    def _routes(self) -> None:
+        r = self.router
+        r.add("GET", "/ping", lambda req: self._ok(req))
+        r.add("POST", "/command", self._run_command)
+        r.add("DELETE", "/command", self._interrupt)
+        r.add("GET", "/command/status/{id}", self._command_status)
+        r.add("GET", "/command/{id}/logs", self._command_logs)
+        # code interpreter absent from the image (seed 000 §1.4, live)
+        r.add("GET", "/code/contexts", lambda req: self._json(req, 200, []))
+        r.add("POST", "/code", lambda req: self._err(
+            req, 500, "RUNTIME_ERROR",
+            "error running codes language runtime server not configured, please check your image runtime"))
+        r.add("POST", "/code/context", self._stall)
+        try:
+            from . import files as _files  # noqa: F401
+        except ImportError:  # pragma: no cover - files API not built yet
+            return
+        _files.add_routes(self)
+
+    # -- /command -------------------------------------------------------------------------------
+    _V1_FIELDS = {"command": "string", "cwd": "string", "background": "bool", "timeout": "int64",
+                  "uid": "uint32", "gid": "uint32", "envs": "map[string]string"}
+    _LATEST_FIELDS = dict(_V1_FIELDS, argv="[]string", operation_id="string")
+
+    def _parse_command(self, req: Request) -> dict[str, Any] | None:
+        """Decode + validate a RunCommandRequest; on failure answer 400 and return None."""
+        latest = self.mode == "latest"
+        bad = "error parsing request, MAYBE invalid body format. "
+        try:
+            body = req.body
+        except (OSError, ValueError) as exc:
+            self._err(req, 400, "INVALID_REQUEST_BODY", bad + str(exc))
+            return None
+        try:
+            if latest:
+                # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
+                data = go_decode(body, "model.request", self._LATEST_FIELDS)
+                raw = json.loads(body.decode("utf-8", "replace") or "null") if body.strip() else {}
+                keys = {k.lower() for k in raw} if isinstance(raw, dict) else set()
+                cmd_set, argv_set = "command" in keys, "argv" in keys
+                if cmd_set == argv_set or (cmd_set and not data.get("command")) or (argv_set and "argv" not in data):
+                    raise GoJSONError("exactly one of non-empty command or argv is required")
+                if argv_set and any(a is None for a in (raw.get("argv") or [])):
+                    raise GoJSONError("argv elements must be strings")
+            else:
+                data = go_decode(body, "model.RunCommandRequest", self._V1_FIELDS)
+        except GoJSONError as exc:
+            self._err(req, 400, "INVALID_REQUEST_BODY", bad + str(exc))
+            return None
+        except ValueError as exc:
+            self._err(req, 400, "INVALID_REQUEST_BODY", bad + str(exc))
+            return None
+        struct = "RunCommandRequest"
+        problems: list[str] = []
+        if latest:
+            argv = data.get("argv")
+            if argv is not None:
+                if not argv or not argv[0]:
+                    return self._invalid(req, "argv must contain a non-empty executable")
+                if any("\x00" in a for a in argv):
+                    return self._invalid(req, "argv must not contain NUL")
+            if data.get("timeout", 0) < 0:
+                problems.append(f"Key: '{struct}.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag")
+        else:
+            if not data.get("command"):
+                problems.append(f"Key: '{struct}.Command' Error:Field validation for 'Command' failed on the 'required' tag")
+            if data.get("timeout", 0) < 0:
+                problems.append(f"Key: '{struct}.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag")
+            data.pop("argv", None)  # v1.x has no argv field: ignored (recording 11)
+        if problems:
+            return self._invalid(req, "\n".join(problems))
+        if "gid" in data and "uid" not in data:
+            return self._invalid(req, "uid is required when gid is provided")
+        envs = data.get("envs") or {}
+        cwd = data.get("cwd") or ""
+        if cwd:
+            expanded = self._expand(cwd, envs)
+            err = self._check_cwd(cwd, expanded)
+            if err:
+                return self._invalid(req, err)
+            data["cwd"] = expanded
+        return data
+
+    def _invalid(self, req: Request, msg: str) -> None:
+        self._err(req, 400, "INVALID_REQUEST_BODY", f"invalid request, validation error {msg}")
+        return None
+
+    def _expand(self, path: str, envs: dict[str, str]) -> str:
+        """pathutil.ExpandPathWithEnv: "~" and $VAR / ${VAR} with request envs over the sandbox env."""
+        env = self.runtime.base_env()
+        if self.runtime.isolated is False:
+            env["HOME"] = "/root"
+        env.update(envs)
+        if path == "~" or path.startswith("~/"):
+            path = env.get("HOME", "/root") + path[1:]
+        return re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), ""), path)
+
+    def _check_cwd(self, cwd: str, expanded: str) -> str | None:
+        try:
+            host = self.runtime.resolve(expanded if expanded.startswith("/") else "/" + expanded)
+            st = os.stat(host)
+        except FileNotFoundError:
+            return f"working directory does not exist: {cwd}: stat {expanded}: no such file or directory"
+        except NotADirectoryError:
+            return f"working directory does not exist: {cwd}: stat {expanded}: not a directory"
+        except OSError as exc:
+            return f'cannot access working directory "{cwd}": stat {expanded}: {go_errno_text(exc)}'
+        except ValueError as exc:
+            return f'cannot resolve working directory "{cwd}": {exc}'
+        import stat as _stat
+        if not _stat.S_ISDIR(st.st_mode):
+            return f"working directory path is not a directory: {cwd}"
+        return None
+
+    def _sse_start(self, req: Request):
+        return req.start_chunked(200, {"Cache-Control": "no-cache", "Content-Type": "text/event-stream",
+                                       "X-Accel-Buffering": "no"})
+
+    def _run_command(self, req: Request) -> None:
+        spec = self._parse_command(req)
+        if spec is None:
+            return
+        background = bool(spec.get("background"))
+        uid, gid = spec.get("uid"), spec.get("gid")
+        try:
+            if (uid not in (None, 0)) or (gid not in (None, 0)):
+                # the mock runs everything as the sandbox's root; switching identity is not emulated
+                raise StartFailure(f"fork/exec {self.runtime.shell()[0]}: operation not permitted "
+                                   f"(switching to uid={uid or 0} gid={gid or 0} is not supported by the mock)")
+            cmd = self.commands.start(command=spec.get("command"), argv=spec.get("argv"), cwd=spec.get("cwd") or None,
+                                      envs=spec.get("envs") or {}, timeout_ms=int(spec.get("timeout") or 0),
+                                      background=background)
+        except StartFailure as exc:
+            self._start_failure(req, str(exc))
+            return
+        except SandboxTerminated as exc:
+            self._err(req, 500, "RUNTIME_ERROR", f"error running commands {exc}")
+            return
+        if background:
+            self._background_stream(req, cmd)
+        else:
+            self._foreground_stream(req, cmd)
+
+    def _start_failure(self, req: Request, msg: str) -> None:
+        import uuid as _uuid
+        w = self._sse_start(req)
+        try:
+            w.write(sse.encode_event(sse.init_event(_uuid.uuid4().hex)))
+            w.write(sse.encode_event(sse.ping_event()))
+            w.write(sse.encode_event(sse.error_event(msg, [msg])))
+            self._linger(req)
+        except OSError:
+            pass
+        w.close()
+
+    def _linger(self, req: Request) -> None:
+        """execd keeps the stream open ApiGracefulShutdownTimeout (~1 s) after the last event
+        (recordings 07-12; controller/command.go)."""
+        if self.close_delay > 0:
+            self._stopping.wait(self.close_delay)
+
+    def _background_stream(self, req: Request, cmd) -> None:
+        w = self._sse_start(req)
+        try:
+            w.write(sse.encode_event(sse.init_event(cmd.id)))
+            w.write(sse.encode_event(sse.ping_event()))
+            w.write(sse.encode_event(sse.complete_event(cmd.execution_ms())))
+            self._linger(req)
+        except OSError:
+            pass
+        w.close()
+
+    def _foreground_stream(self, req: Request, cmd) -> None:
+        w = self._sse_start(req)
+        state = {"gone": False}
+
+        def emit(ev: dict[str, Any]) -> None:
+            if state["gone"]:
+                return
+            try:
+                w.write(sse.encode_event(ev))
+            except OSError:
+                state["gone"] = True
+
+        emit(sse.init_event(cmd.id))
+        emit(sse.ping_event())
+        framers = {"stdout": self.commands.framer(), "stderr": self.commands.framer()}
+        next_ping = time.monotonic() + HEARTBEAT_S
+        rc = None
+        while rc is None:
+            try:
+                kind, val = cmd.events.get(timeout=0.1)
+            except queue.Empty:
+                kind, val = None, None
+            if kind == "exit":
+                rc = val
+                break
+            if kind in framers:
+                for text in framers[kind].feed(val):
+                    emit(sse.output_event(kind, text))
+            now = time.monotonic()
+            if now >= next_ping:
+                emit(sse.ping_event())
+                next_ping += HEARTBEAT_S
+            if not state["gone"] and (self._stopping.is_set() or self._client_gone(req)):
+                state["gone"] = True
+            if state["gone"] and cmd.proc is not None and cmd.proc.poll() is None:
+                # a foreground command dies with its connection (seed 000 §4 item 7; command.go ctx cancel)
+                cmd.kill(signal.SIGKILL)
+        for name, fr in framers.items():
+            for text in fr.flush():
+                emit(sse.output_event(name, text))
+        code, err = cmd.finish(rc)
+        if rc == 0:
+            emit(sse.complete_event(cmd.execution_ms()))
+        else:
+            emit(sse.error_event(str(code), [err]))
+        if not state["gone"]:
+            self._linger(req)
+        w.close()
+        if state["gone"]:
+            req.handler.close_connection = True
+
+    def _interrupt(self, req: Request) -> None:
+        cid = req.q("id")
+        if not cid:
+            self._err(req, 400, "MISSING_QUERY", "missing query parameter 'id'")
+            return
+        try:
+            self.commands.interrupt(cid)
+        except LookupError as exc:
+            self._err(req, 500, "RUNTIME_ERROR", f"error interruptting code context. {exc.args[0]}")
+            return
+        self._ok(req)
+
+    def _command_status(self, req: Request) -> None:
+        cid = req.params.get("id", "")
+        cmd = self.commands.get(cid)
+        if cmd is None:
+            self._err(req, 404, "INVALID_REQUEST_BODY", f"command not found: {cid}")
+            return
+        self._json(req, 200, cmd.status())
+
+    def _command_logs(self, req: Request) -> None:
+        cid = req.params.get("id", "")
+        raw = req.q("cursor")
+        cursor = 0
+        if raw:
+            try:
+                cursor = int(raw)  # controller QueryInt64: unparsable -> default 0
+            except ValueError:
+                cursor = 0
+        try:
+            data, tail = self.commands.logs(cid, cursor)
+        except (LookupError, ValueError) as exc:
+            self._err(req, 400, "INVALID_REQUEST_BODY", str(exc.args[0]))
+            return
+        req.send(200, data, "text/plain; charset=utf-8", {"Execd-Commands-Tail-Cursor": str(tail)})
+
+    # -- reverse proxy ---------------------------------------------------------------------------
+    def _proxy(self, req: Request, port: str, path: str) -> None:
+        """execd pkg/web/proxy.go: forward to 127.0.0.1:<port><path>?<query>, streaming the answer."""
+        query = req.raw_path.split("?", 1)[1] if "?" in req.raw_path else ""
+        target = path + ("?" + query if query else "")
+        try:
+            body = req.body
+        except (OSError, ValueError):
+            body = b""
+        headers = {k: v for k, v in req.headers.items() if k.lower() not in _HOP}
+        client_ip = req.headers.get("X-Forwarded-For", "").split(",")[0].strip() or req.headers.get("X-Real-IP") \
+            or req.handler.client_address[0]
+        headers["X-Forwarded-For"] = client_ip
+        headers["X-Forwarded-Proto"] = "http"
+        headers.pop("X-Forwarded-Host", None)
+        try:
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise OSError("bad port")
+            conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=600)
+            conn.request(req.method, target, body=body if body or req.method in ("POST", "PUT", "PATCH") else None,
+                         headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException):
+            req.send_text(502, "Bad Gateway\n", "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"})
+            return
+        try:
+            out_headers = {k: v for k, v in resp.getheaders() if k.lower() not in _HOP}
+            length = resp.getheader("Content-Length")
+            if length is not None or resp.status in (204, 304) or req.method == "HEAD":
+                data = resp.read()
+                req.send(resp.status, data, None, out_headers)
+                return
+            h = req.handler
+            h.send_response(resp.status)
+            for k, v in out_headers.items():
+                h.send_header(k, v)
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            req.responded = True
+            while True:
+                chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(4096)
+                if not chunk:
+                    break
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                h.wfile.flush()
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        finally:
+            conn.close()
