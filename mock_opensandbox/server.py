@@ -302,6 +302,8 @@ class MockOpenSandbox:
                 execd.set_mode(mode)
             else:
                 execd.mode = mode
+                if getattr(execd, "commands", None) is not None and hasattr(execd.commands, "mode"):
+                    execd.commands.mode = mode
 
     # -- start / stop ------------------------------------------------------------------------------
     def start(self) -> "MockOpenSandbox":
