@@ -1,0 +1,81 @@
+"""Tier t3: the mock lifecycle with one execd *process* per sandbox (seed 000 §5.3).
+
+The execd executable is ``$OSB_EXECD_BIN`` when set (a real execd binary: ``execd --port P [-access-token T]``),
+else the mock's stand-alone execd (``python -m mock_opensandbox.execd``), reached through a small wrapper script
+because ``MockOpenSandbox(execd_bin=...)`` takes a single executable path.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import stat
+import sys
+import tempfile
+from typing import Callable, Iterator, NamedTuple
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class ExecdBin(NamedTuple):
+    path: str
+    real: bool  # True: $OSB_EXECD_BIN; False: the mock's stand-alone execd
+
+
+def _wrapper_text() -> str:
+    return (
+        "#!/bin/sh\n"
+        "# t3: run the mock's stand-alone execd with the test interpreter (flags are execd's: --port, -access-token)\n"
+        f"PYTHONPATH={shlex.quote(REPO)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+        "export PYTHONPATH\n"
+        f'exec {shlex.quote(sys.executable)} -m mock_opensandbox.execd "$@"\n'
+    )
+
+
+@pytest.fixture(scope="session")
+def execd_bin() -> Iterator[ExecdBin]:
+    given = os.environ.get("OSB_EXECD_BIN")
+    if given:
+        if not (os.path.isfile(given) and os.access(given, os.X_OK)):
+            pytest.fail(f"OSB_EXECD_BIN={given!r} is not an executable file", pytrace=False)
+        yield ExecdBin(os.path.abspath(given), True)
+        return
+    if importlib.util.find_spec("mock_opensandbox.execd.__main__") is None:
+        pytest.skip("t3: mock_opensandbox/execd/__main__.py (the stand-alone execd) does not exist yet; "
+                    "set OSB_EXECD_BIN to a real execd binary to run this tier")
+    tmp = tempfile.mkdtemp(prefix="osb-t3-execd-")
+    try:
+        path = os.path.join(tmp, "execd")
+        with open(path, "w") as fh:
+            fh.write(_wrapper_text())
+        os.chmod(path, stat.S_IRWXU)
+        yield ExecdBin(path, False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def t3_factory(execd_bin) -> Iterator[Callable[..., MockOpenSandbox]]:
+    """Started MockOpenSandbox instances whose sandboxes each get an execd process; all stopped at teardown."""
+    made = []
+
+    def make(**kwargs) -> MockOpenSandbox:
+        osb = MockOpenSandbox(execd_bin=execd_bin.path, **kwargs)
+        made.append(osb)
+        return osb.start()
+
+    try:
+        yield make
+    finally:
+        for osb in reversed(made):
+            osb.stop()
+
+
+@pytest.fixture
+def t3_mock(t3_factory) -> MockOpenSandbox:
+    return t3_factory()

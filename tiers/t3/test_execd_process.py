@@ -1,0 +1,98 @@
+"""Tier t3: the smoke flow and a few plugin-free checks with an execd process per sandbox."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from tiers.smoke_flow import STEPS, request, run_smoke_flow, stream_command, output_of
+
+UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}  # seed 000 §1.4
+
+
+def _create(osb) -> str:
+    r = request("POST", osb.base_url, "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": osb.api_key},
+                json_body={"image": {"uri": "python:3.12-slim"}, "entrypoint": ["tail", "-f", "/dev/null"]})
+    assert r.status == 202, r
+    return r.json()["id"]
+
+
+def _execd_url(osb, sid: str) -> str:
+    r = request("GET", osb.base_url, f"/v1/sandboxes/{sid}/endpoints/44772",
+                headers={"OPEN-SANDBOX-API-KEY": osb.api_key})
+    assert r.status == 200, r
+    return "http://" + r.json()["endpoint"]
+
+
+def _execd_pid(osb, sid: str):
+    """The execd process id when the mock exposes it (MockOpenSandbox.sandboxes[id].execd.proc), else None."""
+    proc = getattr(getattr(osb.sandboxes.get(sid), "execd", None), "proc", None)
+    return getattr(proc, "pid", None)
+
+
+def _port_of(url: str) -> int:
+    return int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+
+
+def _proc_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_smoke_flow_with_an_execd_process_per_sandbox(t3_mock):
+    passed = run_smoke_flow(t3_mock.base_url, t3_mock.api_key)
+    assert len(passed) == STEPS, passed
+
+
+def test_execd_is_a_process_that_kill_stops(t3_mock):
+    sid = _create(t3_mock)
+    url = _execd_url(t3_mock, sid)
+    port = _port_of(url)
+    assert port != t3_mock.port
+    pid = _execd_pid(t3_mock, sid)
+    if pid is not None:
+        assert pid != os.getpid() and _proc_state(pid) in "RSD"
+    assert request("GET", url, "/ping").status == 200
+    status, _h, events = stream_command(url, {}, {"command": "echo from-process"})
+    assert status == 200 and output_of(events, "stdout") == "from-process\n", events
+
+    r = request("DELETE", t3_mock.base_url, f"/v1/sandboxes/{sid}", headers={"OPEN-SANDBOX-API-KEY": t3_mock.api_key})
+    assert r.status == 204, r
+    deadline = time.monotonic() + 10
+    while _port_open(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _port_open(port)  # the execd process is gone with its sandbox
+    if pid is not None:
+        assert not os.path.exists(f"/proc/{pid}") or _proc_state(pid) == "Z"
+
+
+def test_pause_freezes_the_execd_process(t3_mock):
+    sid = _create(t3_mock)
+    pid = _execd_pid(t3_mock, sid)
+    url = _execd_url(t3_mock, sid)
+    hdr = {"OPEN-SANDBOX-API-KEY": t3_mock.api_key}
+    assert request("POST", t3_mock.base_url, f"/v1/sandboxes/{sid}/pause", headers=hdr).status == 202
+    if pid is not None:
+        assert _proc_state(pid) == "T"  # SIGSTOP of the sandbox's process groups, seed 000 §5.3
+    with pytest.raises(socket.timeout):
+        request("GET", url, "/ping", timeout=0.5)  # a frozen execd accepts the connection but never answers
+    assert request("POST", t3_mock.base_url, f"/v1/sandboxes/{sid}/resume", headers=hdr).status == 202
+    assert request("GET", url, "/ping", timeout=10).status == 200
+
+
+def test_access_token_is_passed_to_the_execd_process(t3_factory):
+    osb = t3_factory(execd_token="t3-token")
+    sid = _create(osb)
+    url = _execd_url(osb, sid)
+    r = request("GET", url, "/ping")
+    assert r.status == 401 and r.json() == UNAUTHORIZED, r
+    r = request("GET", url, "/ping", headers={"X-EXECD-ACCESS-TOKEN": "t3-token"})
+    assert r.status == 200, r
