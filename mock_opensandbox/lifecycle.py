@@ -40,7 +40,7 @@ def _err(type_: str, loc: list, msg: str, input_: Any, ctx: dict | None = None) 
     return e
 
 
-_INT_STR_RE = re.compile(r"^[+-]?\d+(?:_\d+)*(?:\.0*)?$")
+_INT_STR_RE = re.compile(r"^[+-]?\d+(?:_\d+)*(?:\.0+)?$")
 _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
 
@@ -78,8 +78,11 @@ def _int(value: Any, loc: list, errors: list) -> int | None:
 def _bool(value: Any, loc: list, errors: list) -> bool | None:
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
+    if isinstance(value, (int, float)):
+        if value in (0, 1):
+            return bool(value)
+        errors.append(_err("bool_parsing", loc, "Input should be a valid boolean, unable to interpret input", value))
+        return None
     if isinstance(value, str):
         if value.lower() in _TRUE:
             return True
@@ -126,7 +129,7 @@ _DT_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})"
     r"(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9})\d*)?)?"
     r"(?:([Zz])|([+-])(\d{2}):?(\d{2}))?)?$")
-_NUM_RE = re.compile(r"^\s*[+-]?\d+(?:\.\d+)?\s*$")
+_NUM_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
