@@ -237,7 +237,8 @@ step_docker_daemon() {
     done
     if [ "$(id -u)" != "0" ] && [ -S /var/run/docker.sock ] && [ ! -w /var/run/docker.sock ]; then
         say "docker: making /var/run/docker.sock usable by $(id -un) (sudo chmod 666; the daemon is local-up's own)"
-        sudo chmod 666 /var/run/docker.sock
+        sudo chmod 666 /var/run/docker.sock ||
+            say "docker: could not chmod the socket; if docker commands fail, run: sudo chmod 666 /var/run/docker.sock"
     fi
     say "docker: daemon answers (pid $(cat "$DOCKERD_PID"))"
 }

@@ -25,6 +25,7 @@ PY = sys.executable
 
 SYSTEM_TOOLS = ("bash", "sh", "cat", "cp", "dirname", "env", "grep", "id", "mkdir", "mv", "nohup", "od", "ps",
                 "rm", "seq", "sleep", "tail", "tr", "cmp")
+OPTIONAL_TOOLS = ("kill", "chmod")  # reached through `sudo` when the tests run as a non-root user
 
 EXECD = "opensandbox/execd:latest"
 BASE = "python:3.12-slim"
@@ -207,10 +208,12 @@ class Env:
         # Only the plain tools the script and the stubs use; never the machine's own docker, curl, sudo or apt-get.
         self.sysbin = os.path.join(tmp, "sysbin")
         os.makedirs(self.sysbin)
-        for tool in SYSTEM_TOOLS:
+        for tool in SYSTEM_TOOLS + OPTIONAL_TOOLS:
             found = shutil.which(tool)
-            assert found, f"{tool} is needed by local-up.sh"
-            os.symlink(found, os.path.join(self.sysbin, tool))
+            if found:
+                os.symlink(found, os.path.join(self.sysbin, tool))
+            else:
+                assert tool in OPTIONAL_TOOLS, f"{tool} is needed by local-up.sh"
         self.env = {
             "PATH": f"{self.stubs}:{self.sysbin}",
             "HOME": tmp,
