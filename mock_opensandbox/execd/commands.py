@@ -273,6 +273,7 @@ class CommandRegistry:
         for fd in fds:
             os.set_blocking(fd, False)
         exited = False
+        drain_until = 0.0
         try:
             while fds:
                 try:
@@ -284,7 +285,10 @@ class CommandRegistry:
                         break  # the command is gone; output still held by its children is not awaited
                     if proc.poll() is not None:
                         exited = True  # one more pass to drain what is already buffered
+                        drain_until = time.monotonic() + 0.5
                     continue
+                if exited and time.monotonic() > drain_until:
+                    break  # children keep writing after the command exited: stop like execd's final tail
                 for fd in ready:
                     try:
                         data = os.read(fd, 65536)
@@ -298,6 +302,7 @@ class CommandRegistry:
                     cmd.events.put((fds[fd], data))
                 if not exited and proc.poll() is not None:
                     exited = True
+                    drain_until = time.monotonic() + 0.5
             rc = proc.wait()
         finally:
             for f in (proc.stdout, proc.stderr):

@@ -24,7 +24,7 @@ from ..httpcore import Handler, Request, Router, Server
 from ..runtime import SandboxRuntime, SandboxTerminated
 from .commands import CommandRegistry, StartFailure
 
-__all__ = ["ExecdServer", "EXECD_PORT", "go_decode", "GoJSONError"]
+__all__ = ["ExecdServer", "EXECD_PORT", "go_decode", "go_decode_value", "go_check_struct", "GoJSONError"]
 
 EXECD_PORT = 44772
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
@@ -223,15 +223,10 @@ def _num_text(raw: str, v: Any) -> str:
     return raw if raw else json.dumps(v)
 
 
-def go_decode(body: bytes, struct: str, fields: dict[str, str]) -> dict[str, Any]:
-    """Decode a request body like gin's ShouldBindJSON into a Go struct with the given
-    {json name: go type} fields (go types: string, bool, int64, uint32, []string, map[string]string).
-    Returns {json name: value} of the fields present (case-insensitive match like Go); raises
-    GoJSONError with Go's message."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        text = body.decode("utf-8", "replace")
+def go_decode_value(body: bytes) -> Any:
+    """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
+    "EOF", truncated "unexpected EOF"); raises GoJSONError with Go's syntax-error text."""
+    text = body.decode("utf-8", "replace")
     sc = _Scan(text)
     sc.ws()
     if sc.i >= len(text):
@@ -239,9 +234,41 @@ def go_decode(body: bytes, struct: str, fields: dict[str, str]) -> dict[str, Any
     start = sc.i
     sc.value()
     try:
-        obj = json.loads(text[start:sc.i], parse_constant=lambda c: None)
+        return json.loads(text[start:sc.i])
     except ValueError as exc:  # pragma: no cover - the scanner accepted it
         raise GoJSONError(str(exc)) from exc
+
+
+def go_unmarshal_value(body: bytes) -> Any:
+    """json.Unmarshal semantics: the whole input must be one value."""
+    text = body.decode("utf-8", "replace")
+    sc = _Scan(text)
+    sc.ws()
+    if sc.i >= len(text):
+        raise GoJSONError("unexpected end of JSON input")
+    start = sc.i
+    try:
+        sc.value()
+    except GoJSONError as exc:
+        if str(exc) == "unexpected EOF":
+            raise GoJSONError("unexpected end of JSON input") from None
+        raise
+    end = sc.i
+    sc.ws()
+    if sc.i < len(text):
+        raise sc.err("after top-level value")
+    return json.loads(text[start:end])
+
+
+def go_decode(body: bytes, struct: str, fields: dict[str, str]) -> dict[str, Any]:
+    """Decode a request body like gin's ShouldBindJSON into a Go struct with the given
+    {json name: go type} fields (go types: string, bool, int, int64, uint32, []string,
+    map[string]string, raw). Returns {json name: value} of the fields present (case-insensitive
+    match like Go); raises GoJSONError with Go's message."""
+    return go_check_struct(go_decode_value(body), struct, fields)
+
+
+def go_check_struct(obj: Any, struct: str, fields: dict[str, str]) -> dict[str, Any]:
     if obj is None:
         return {}
     if not isinstance(obj, dict):
@@ -255,6 +282,9 @@ def go_decode(body: bytes, struct: str, fields: dict[str, str]) -> dict[str, Any
             continue
         gotype = fields[name]
         where = f"Go struct field {short}.{name} of type"
+        if gotype == "raw":
+            out[name] = v
+            continue
         if gotype.startswith("[]"):
             if v is not None and not isinstance(v, list):
                 raise GoJSONError(f"json: cannot unmarshal {_kind(v)} into {where} {gotype}")
