@@ -112,13 +112,14 @@ class _OutputPipe:
         self._q: queue.Queue = queue.Queue(maxsize=64)
         self.closed = False
 
-    def put(self, item: Any) -> None:
+    def put(self, item: Any) -> bool:
         while not self.closed:
             try:
                 self._q.put(item, timeout=0.1)
-                return
+                return True
             except queue.Full:
                 continue
+        return False
 
     def get(self) -> Any:
         return self._q.get()
@@ -732,17 +733,20 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
         done = s.done
         exit_mark = object()
 
+        def send_exit() -> None:
+            with s.lock:
+                code = s.exit_code
+            ws.send_json({"type": "exit", "exit_code": code})
+            ws.close(wsproto.CLOSE_NORMAL, "process exited")
+            cancel.set()
+
         def pump(pipe: _OutputPipe, type_byte: int) -> None:  # 10b/10c.
             while True:
                 item = pipe.get()
                 if item is _OutputPipe._CLOSE:
                     return
                 if item is exit_mark:  # 10d, sent after all output queued before it
-                    with s.lock:
-                        code = s.exit_code
-                    ws.send_json({"type": "exit", "exit_code": code})
-                    ws.close(wsproto.CLOSE_NORMAL, "process exited")
-                    cancel.set()
+                    send_exit()
                     return
                 if not ws.send_binary(bytes([type_byte]) + item):
                     cancel.set()
@@ -765,7 +769,11 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
                 err.close()
                 if len(pumps) > 1:
                     pumps[1].join(timeout=5)
-            out.put(exit_mark)
+            if not out.put(exit_mark):
+                # output was detached (DELETE /pty/{id}): execd's exit watcher still reports
+                pumps[0].join(timeout=5)
+                if not cancel.is_set():
+                    send_exit()
 
         def ping_loop() -> None:  # 10a. RFC 6455 pings every 30 s
             while not cancel.wait(WS_PING_INTERVAL):
