@@ -344,7 +344,7 @@ class ExecdServer:
 
     def __init__(self, runtime: SandboxRuntime, *, host: str = "127.0.0.1", port: int = 0, mode: str = "v1.1.0",
                  access_token: str | None = None, required_headers: dict[str, str] | None = None,
-                 close_delay: float = 1.0, verbose: bool = False):
+                 close_delay: float = 1.0, heartbeat: float = HEARTBEAT_S, verbose: bool = False):
         if mode not in ("v1.1.0", "latest"):
             raise ValueError(f"mode must be 'v1.1.0' or 'latest', not {mode!r}")
         self.runtime = runtime
@@ -354,6 +354,7 @@ class ExecdServer:
         self.access_token = access_token or None
         self.required_headers = dict(required_headers or {})
         self.close_delay = max(0.0, float(close_delay))
+        self.heartbeat = max(0.05, float(heartbeat))
         self.verbose = verbose
         self.commands = CommandRegistry(runtime, mode)
         self._stopping = threading.Event()
@@ -678,7 +679,7 @@ class ExecdServer:
         emit(sse.init_event(cmd.id))
         emit(sse.ping_event())
         framers = {"stdout": self.commands.framer(), "stderr": self.commands.framer()}
-        next_ping = time.monotonic() + HEARTBEAT_S
+        next_ping = time.monotonic() + self.heartbeat
         rc = None
         while rc is None:
             try:
@@ -694,7 +695,7 @@ class ExecdServer:
             now = time.monotonic()
             if now >= next_ping:
                 emit(sse.ping_event())
-                next_ping += HEARTBEAT_S
+                next_ping += self.heartbeat
             if not state["gone"] and (self._stopping.is_set() or self._client_gone(req)):
                 state["gone"] = True
             if state["gone"] and cmd.proc is not None and cmd.proc.poll() is None:
