@@ -454,14 +454,11 @@ class PtyRegistry:
         self._lock = threading.Lock()
         self.sessions: dict[str, PtySession] = {}
         self._sockets: set[wsproto.WebSocket] = set()
-        self.closed = False
 
     def create(self, cwd: str, command: str) -> PtySession:
         sid = uuid.uuid4().hex  # assumption: same 32-hex id helper as command ids (recording 07)
         s = PtySession(self, sid, cwd, command)
         with self._lock:
-            if self.closed:
-                raise RuntimeError("sandbox is terminated")
             self.sessions[sid] = s
         return s
 
@@ -479,8 +476,6 @@ class PtyRegistry:
 
     def _track(self, ws: wsproto.WebSocket) -> bool:
         with self._lock:
-            if self.closed:
-                return False
             self._sockets.add(ws)
             return True
 
@@ -490,9 +485,9 @@ class PtyRegistry:
 
     def close_all(self) -> None:
         """The sandbox is going away: kill every shell, drop every socket (a dying container sends
-        no close frame), wait for the reader threads so no fd is left open. Idempotent."""
+        no close frame), wait for the reader threads so no fd is left open. Idempotent; a session
+        created afterwards cannot start once the runtime is terminated (spawn refuses)."""
         with self._lock:
-            self.closed = True
             sessions = list(self.sessions.values())
             self.sessions.clear()
             sockets = list(self._sockets)

@@ -303,7 +303,8 @@ def test_close_kills_the_shell_and_ends_with_one_exit(execd, events, terms):
     shell = execd.registry.get(pid).pid
     assert terms.close({"sandbox_id": "sbx", "process_id": pid}) == {}
     assert events.wait(lambda: events.exits(pid))
-    assert len(events.exits(pid)) == 1
+    # SIGKILL of the process group: execd reports exit_code -1 for a signal death
+    assert events.exits(pid) == [{"process_id": pid, "exit_code": -1}]
     assert execd.registry.get(pid) is None  # DELETE /pty/{id} removed the session
     deadline = time.monotonic() + 5
     while os.path.exists(f"/proc/{shell}") and time.monotonic() < deadline:
@@ -459,3 +460,23 @@ def test_takeover_and_replay_frame(execd):
     finally:
         second.close(timeout=2)
         first.shutdown()
+
+
+def test_pipe_mode_splits_stdout_and_stderr(execd):
+    hdrs = {"X-EXECD-ACCESS-TOKEN": TOKEN, **GATEWAY}
+    sid = json.loads(_req(execd, "POST", "/pty", b'{"command": "echo out; echo err >&2; exit 5"}')[2])["session_id"]
+    ws = _ws.connect(f"{execd.base}/pty/{sid}/ws?pty=0", hdrs, timeout=10)
+    ws.settimeout(WAIT)
+    frames = []
+    try:
+        while True:
+            frames.append(ws.recv())
+    except _ws.ConnectionClosed as end:
+        assert (end.code, end.reason) == (1000, "process exited")
+    finally:
+        ws.shutdown()
+    assert json.loads(frames[0][1]) == {"type": "connected", "session_id": sid, "mode": "pipe"}
+    assert (cli_bin := [d for o, d in frames if o == _ws.OP_BINARY])
+    assert b"".join(d[1:] for d in cli_bin if d[0] == 0x01) == b"out\n"
+    assert b"".join(d[1:] for d in cli_bin if d[0] == 0x02) == b"err\n"
+    assert json.loads(frames[-1][1]) == {"type": "exit", "exit_code": 5}
