@@ -42,7 +42,7 @@ FORMATS = {
 # Values compared exactly wherever they occur in a JSON body (everything else: key sets and types).
 SEMANTIC_KEYS = frozenset({
     "code", "message", "state", "reason", "status", "version", "type", "ename", "evalue", "traceback",
-    "exit_code", "running", "error", "content", "path", "mode", "uri", "entrypoint", "metadata",
+    "exit_code", "running", "error", "content", "path", "mode", "entrypoint", "metadata",
     "page", "pageSize", "totalItems", "totalPages", "hasNextPage", "text",
 })
 # Keys whose presence depends on timing: Go's omitempty drops execution_time when it is 0 ms
