@@ -17,7 +17,7 @@ import stat
 from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import quote
 
-from .. import multipart
+from .. import httpcore, multipart
 from ..httpcore import Request
 from .commands import go_time
 
@@ -300,13 +300,17 @@ class FilesAPI:
 
     def _send_stream(self, req: Request, status: int, fh, length: int, headers: dict[str, str]) -> None:
         h = req.handler
+        all_headers = {"Content-Type": "application/octet-stream"}
+        all_headers.update(headers)
+        all_headers["Content-Length"] = str(length)
         h.send_response(status)
-        h.send_header("Content-Type", "application/octet-stream")
-        for k, v in headers.items():
+        for k, v in all_headers.items():
             h.send_header(k, v)
-        h.send_header("Content-Length", str(length))
         h.end_headers()
         req.responded = True
+        capture = bool(httpcore.OBSERVERS)
+        if capture:
+            req.sent_status, req.sent_headers = status, all_headers
         if req.method == "HEAD":
             return
         left = length
@@ -315,6 +319,8 @@ class FilesAPI:
             if not chunk:
                 break
             h.wfile.write(chunk)
+            if capture:
+                req.sent_body += chunk
             left -= len(chunk)
         if left:  # the file shrank while we sent it: the framing is broken, drop the connection
             h.close_connection = True

@@ -783,20 +783,12 @@ class ExecdServer:
                 data = resp.read()
                 req.send(resp.status, data, None, out_headers)
                 return
-            h = req.handler
-            h.send_response(resp.status)
-            for k, v in out_headers.items():
-                h.send_header(k, v)
-            h.send_header("Transfer-Encoding", "chunked")
-            h.end_headers()
-            req.responded = True
+            w = req.start_chunked(resp.status, out_headers)
             while True:
                 chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(4096)
                 if not chunk:
                     break
-                h.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                h.wfile.flush()
-            h.wfile.write(b"0\r\n\r\n")
-            h.wfile.flush()
+                w.write(chunk)
+            w.close()
         finally:
             conn.close()

@@ -1,0 +1,271 @@
+"""POST /command and friends against the mock execd, in both framing modes (recordings 07-12, 17)."""
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import time
+
+import pytest
+
+from tiers.t1.conftest_execd import Client, live_pids, make_execd, outputs, runtime, sandbox_root  # noqa: F401
+
+MODES = ["v1.1.0", "latest"]
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+@pytest.fixture(params=MODES)
+def client(request, make_execd):
+    s = make_execd(mode=request.param)
+    c = Client(s.port)
+    c.mode = request.param
+    return c
+
+
+def test_exit_code_error_event_and_framing(client):
+    r = client.run("echo out; echo err >&2; exit 3")
+    assert r.status == 200
+    assert r.header("Content-Type") == "text/event-stream"
+    assert r.header("Cache-Control") == "no-cache"
+    assert r.header("X-Accel-Buffering") == "no"
+    assert r.header("Transfer-Encoding") == "chunked"
+    # bare JSON frames, no "data:" prefix (recording 07)
+    assert r.body.startswith(b'{"type":"init","text":"')
+    assert b"data:" not in r.body
+    ev = r.events()
+    assert [e["type"] for e in ev[:2]] == ["init", "ping"]
+    assert HEX32.match(ev[0]["text"]) and ev[1]["text"] == "pong"
+    assert ev[-1] == {"type": "error", "timestamp": ev[-1]["timestamp"],
+                      "error": {"ename": "CommandExecError", "evalue": "3", "traceback": ["exit status 3"]}}
+    # key order as recorded: type, timestamp, error
+    assert r.body.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].startswith(b'{"type":"error","timestamp":')
+    suffix = "\n" if client.mode == "latest" else ""
+    assert outputs(ev) == ["out" + suffix] and outputs(ev, "stderr") == ["err" + suffix]
+    st = client.get(f"/command/status/{ev[0]['text']}")
+    assert st.status == 200 and st.header("Content-Type") == "application/json; charset=utf-8"
+    body = st.json()
+    assert list(body) == ["id", "content", "running", "exit_code", "error", "started_at", "finished_at"]
+    assert body["exit_code"] == 3 and body["error"] == "exit status 3" and body["running"] is False
+    # Go's JSON escaping of > and & (recording 07)
+    assert b'"content":"echo out; echo err \\u003e\\u00262; exit 3"' in st.body
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$", body["started_at"])
+    logs = client.get(f"/command/{ev[0]['text']}/logs")
+    assert logs.status == 400
+    assert logs.json() == {"code": "INVALID_REQUEST_BODY",
+                           "message": f"command {ev[0]['text']} is not running in background"}
+
+
+@pytest.mark.parametrize("cmd", ["true", "exit 0"])
+def test_success_execution_complete(client, cmd):
+    ev = client.run(cmd).events()
+    assert [e["type"] for e in ev] == ["init", "ping", "execution_complete"]
+    assert list(ev[-1]) in (["type", "execution_time", "timestamp"], ["type", "timestamp"])
+
+
+def test_timeout_kills_with_signal_killed(client):
+    ev = client.run("echo start; sleep 10; echo never", timeout=400).events()
+    assert ev[-1]["error"] == {"ename": "CommandExecError", "evalue": "-1", "traceback": ["signal: killed"]}
+    assert "".join(outputs(ev)).strip() == "start"
+
+
+def test_v1_line_framing_recording_12(make_execd):
+    c = Client(make_execd(mode="v1.1.0").port)
+    assert outputs(c.run("printf 'a\\r\\nb\\n\\nc'").events()) == ["a", "b", "\n", "c"]
+    ev = c.run("printf 'no-newline'; printf 'err-no-newline' >&2").events()
+    assert outputs(ev) == ["no-newline"] and outputs(ev, "stderr") == ["err-no-newline"]
+    assert outputs(c.run("seq 1 50").events()) == [str(i) for i in range(1, 51)]
+
+
+def test_latest_framing_is_byte_exact(make_execd):
+    c = Client(make_execd(mode="latest").port)
+    assert "".join(outputs(c.run("printf 'a\\r\\nb\\n\\nc'").events())) == "a\r\nb\n\nc"
+    assert "".join(outputs(c.run("seq 1 50").events())) == "".join(f"{i}\n" for i in range(1, 51))
+    # a multi-byte character split across writes is still one valid character
+    ev = c.run("printf '\\xe2\\x98'; sleep 0.2; printf '\\x83\\n'").events()
+    assert "".join(outputs(ev)) == "\u2603\n"
+
+
+def test_cwd_env_and_identity(client, runtime):
+    ev = client.run('pwd; echo "FOO=$FOO"; id -u', cwd="/tmp", envs={"FOO": "bar baz"}).events()
+    lines = "".join(o if o.endswith("\n") else o + "\n" for o in outputs(ev)).splitlines()
+    if runtime.isolated:
+        assert lines == ["/tmp", "FOO=bar baz", "0"]
+    else:
+        assert lines[1] == "FOO=bar baz"
+
+
+def test_unicode_and_json_looking_output(client):
+    ev = client.run("echo 'h\u00e9llo \u2603'; echo '{\"json\": true}'; echo 'data: fake'").events()
+    text = "".join(o if client.mode == "latest" else o + "\n" for o in outputs(ev))
+    assert text == 'h\u00e9llo \u2603\n{"json": true}\ndata: fake\n'
+
+
+@pytest.mark.parametrize("cmd,evalue,tb", [("kill -9 $$", "-1", "signal: killed"),
+                                           ("exit 255", "255", "exit status 255"),
+                                           ("kill -TERM $$", "-1", "signal: terminated")])
+def test_exit_matrix(client, cmd, evalue, tb):
+    ev = client.run(cmd).events()
+    assert ev[-1]["error"] == {"ename": "CommandExecError", "evalue": evalue, "traceback": [tb]}
+
+
+def test_missing_binary_uses_bash_message(client, runtime):
+    ev = client.run("/no/such/binary").events()
+    assert ev[-1]["error"]["evalue"] == "127"
+    if runtime.which("bash"):
+        assert outputs(ev, "stderr")[0].rstrip("\n") == "bash: line 1: /no/such/binary: No such file or directory"
+
+
+REQUIRED = ("invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
+            "'Command' failed on the 'required' tag")
+
+
+@pytest.mark.parametrize("body,message", [
+    ('{"argv": ["echo", "hi"]}', REQUIRED),
+    ("{}", REQUIRED),
+    ('{"command": ["echo", "hi"]}', "error parsing request, MAYBE invalid body format. json: cannot unmarshal "
+                                    "array into Go struct field RunCommandRequest.command of type string"),
+    ("{not json", "error parsing request, MAYBE invalid body format. invalid character 'n' looking for "
+                  "beginning of object key string"),
+    ('{"command": "echo x", "timeout": -5}', "invalid request, validation error Key: 'RunCommandRequest.TimeoutMs' "
+                                             "Error:Field validation for 'TimeoutMs' failed on the 'gte' tag"),
+    ('{"command": "echo x", "cwd": "/no/such/dir"}', "invalid request, validation error working directory does "
+                                                     "not exist: /no/such/dir: stat /no/such/dir: no such file or directory"),
+    ("", "error parsing request, MAYBE invalid body format. EOF"),
+    ("[1]", "error parsing request, MAYBE invalid body format. json: cannot unmarshal array into Go value of "
+            "type model.RunCommandRequest"),
+    ('{"command": 1.5}', "error parsing request, MAYBE invalid body format. json: cannot unmarshal number 1.5 "
+                         "into Go struct field RunCommandRequest.command of type string"),
+])
+def test_v1_bad_requests_recording_11(make_execd, body, message):
+    c = Client(make_execd(mode="v1.1.0").port)
+    r = c.post("/command", body, headers={"Content-Type": "application/json"})
+    assert r.status == 400
+    assert r.header("Content-Type") == "application/json; charset=utf-8"
+    assert r.json() == {"code": "INVALID_REQUEST_BODY", "message": message}
+
+
+def test_v1_argv_ignored_when_command_given(make_execd):
+    c = Client(make_execd(mode="v1.1.0").port)
+    ev = c.post("/command", {"command": "echo argv-field-ignored?", "argv": ["echo", "hi"]}).events()
+    assert outputs(ev) == ["argv-field-ignored?"]
+
+
+def test_latest_argv_runs_without_shell(make_execd):
+    c = Client(make_execd(mode="latest").port)
+    ev = c.post("/command", {"argv": ["echo", "$HOME", "a;b"]}).events()
+    assert "".join(outputs(ev)) == "$HOME a;b\n"
+    st = c.get(f"/command/status/{ev[0]['text']}").json()
+    assert st["content"] == '["echo","$HOME","a;b"]'
+    ev = c.post("/command", {"argv": ["no-such-program-xyz"]}).events()
+    assert ev[-1]["error"]["evalue"] == 'exec: "no-such-program-xyz": executable file not found in $PATH'
+    for body, msg in [({"command": "echo", "argv": ["echo"]},
+                       "error parsing request, MAYBE invalid body format. exactly one of non-empty command or argv is required"),
+                      ({}, "error parsing request, MAYBE invalid body format. exactly one of non-empty command or argv is required"),
+                      ({"argv": []}, "invalid request, validation error argv must contain a non-empty executable")]:
+        r = c.post("/command", body)
+        assert (r.status, r.json()["message"]) == (400, msg)
+
+
+def test_background_status_logs_cursor_recording_10(client):
+    ev = client.run("for i in 1 2 3; do echo line$i; sleep 0.1; done; echo bg-err >&2; exit 5",
+                    background=True).events()
+    assert [e["type"] for e in ev] == ["init", "ping", "execution_complete"]
+    cid = ev[0]["text"]
+    deadline = time.monotonic() + 10
+    while client.get(f"/command/status/{cid}").json()["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    st = client.get(f"/command/status/{cid}").json()
+    assert st["exit_code"] == 5 and st["error"] == "exit status 5" and "finished_at" in st
+    logs = client.get(f"/command/{cid}/logs")
+    assert logs.status == 200 and logs.header("Content-Type") == "text/plain; charset=utf-8"
+    assert logs.text == "line1\nline2\nline3\nbg-err\n"
+    assert logs.header("Execd-Commands-Tail-Cursor") == "25"
+    part = client.get(f"/command/{cid}/logs?cursor=2")
+    assert (part.text, part.header("Execd-Commands-Tail-Cursor")) == ("ne1\nline2\nline3\nbg-err\n", "25")
+    end = client.get(f"/command/{cid}/logs?cursor=99")
+    assert (end.body, end.header("Execd-Commands-Tail-Cursor")) == (b"", "25")
+    neg = client.get(f"/command/{cid}/logs?cursor=-1")
+    assert neg.status == 400 and neg.json()["message"] == "cursor cannot be negative"
+
+
+def test_unknown_command_ids(client):
+    st = client.get("/command/status/no-such-command")
+    assert st.status == 404
+    assert st.json() == {"code": "INVALID_REQUEST_BODY", "message": "command not found: no-such-command"}
+    logs = client.get("/command/no-such-command/logs")
+    assert logs.status == 400 and logs.json()["message"] == "command not found: no-such-command"
+    d = client.delete("/command?id=no-such-command")
+    assert d.status == 500
+    assert d.json() == {"code": "RUNTIME_ERROR", "message": "error interruptting code context. no such session"}
+    d = client.delete("/command")
+    assert d.status == 400 and d.json() == {"code": "MISSING_QUERY", "message": "missing query parameter 'id'"}
+
+
+def test_interrupt_background(client):
+    ev = client.run("echo started; sleep 30; echo never", background=True).events()
+    cid = ev[0]["text"]
+    running = client.get(f"/command/status/{cid}").json()
+    assert running["running"] is True and "exit_code" not in running and "finished_at" not in running
+    time.sleep(0.2)
+    d = client.delete(f"/command?id={cid}")
+    assert d.status == 200 and d.body == b"" and d.header("Content-Type") is None
+    st = client.get(f"/command/status/{cid}").json()
+    assert (st["running"], st["exit_code"], st["error"]) == (False, -1, "signal: terminated")
+    assert client.get(f"/command/{cid}/logs").text == "started\n"
+    again = client.delete(f"/command?id={cid}")
+    assert again.status == 500 and again.json()["message"] == f"error interruptting code context. command session {cid} is not running"
+
+
+def test_heartbeat_pings_while_running(make_execd):
+    c = Client(make_execd(heartbeat=0.2).port)
+    ev = c.run("echo a; sleep 0.7; echo b").events()
+    types = [e["type"] for e in ev]
+    assert types[:2] == ["init", "ping"]
+    assert types.count("ping") >= 3  # the initial ping plus heartbeats while sleeping
+    assert types[-1] == "execution_complete"
+    assert types.index("stdout") < len(types) - 2
+
+
+def test_stream_stays_open_about_a_second(make_execd):
+    c = Client(make_execd(close_delay=1.0).port)
+    conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=10)
+    conn.request("POST", "/command", body=json.dumps({"command": "true"}))
+    r = conn.getresponse()
+    buf = b""
+    while b"execution_complete" not in buf:
+        buf += r.read1(4096)
+    t0 = time.monotonic()
+    rest = r.read()
+    held = time.monotonic() - t0
+    conn.close()
+    assert rest == b"" or b"execution_complete" not in rest
+    assert held >= 0.5  # the stream was not closed right after the terminal event
+
+
+def test_client_disconnect_kills_foreground_command(make_execd, runtime):
+    s = make_execd()
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    body = json.dumps({"command": "echo $$; exec sleep 60"}).encode()
+    sock.sendall(b"POST /command HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (len(body), body))
+    buf = b""
+    deadline = time.monotonic() + 10
+    while b'"type":"stdout"' not in buf and time.monotonic() < deadline:
+        buf += sock.recv(4096)
+    m = re.search(rb'"type":"stdout","text":"(\d+)', buf)
+    assert m, buf
+    # the pid printed is in the sandbox view; find the host pid through the process groups
+    pgids = runtime.process_groups()
+    assert pgids
+    sock.close()
+    deadline = time.monotonic() + 5
+    while live_pids(pgids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_pids(pgids) == []
+
+
+def test_status_of_foreground_command_after_finish(client):
+    ev = client.run("echo hi").events()
+    st = client.get(f"/command/status/{ev[0]['text']}").json()
+    assert st["running"] is False and st["exit_code"] == 0 and "error" not in st
