@@ -496,20 +496,30 @@ class PtyManager:
             raise PtyError(-32602, "data_b64 is not valid base64") from None
         if not data:
             return {}
-        try:
-            term.ws.send_binary(bytes([BIN_STDIN]) + data)
-        except _ws.WebSocketError:
-            raise PtyError(-32002, f"terminal {term.process_id} has exited or lost its connection") from None
+        self._send(term, lambda ws: ws.send_binary(bytes([BIN_STDIN]) + data))
         return {}
+
+    def _send(self, term: _Terminal, fn: Callable[["_ws.WebSocketClient"], None]) -> None:
+        """Send on the terminal's socket; while a dropped socket is being re-attached, wait for the
+        new one (bounded) instead of failing the call."""
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            ws = term.ws
+            try:
+                fn(ws)
+                return
+            except _ws.WebSocketError:
+                pass
+            if term.finished or term.closing or time.monotonic() > deadline:
+                raise PtyError(-32002, f"terminal {term.process_id} has exited or lost its connection")
+            while term.ws is ws and not term.finished and not term.closing and time.monotonic() < deadline:
+                time.sleep(0.02)
 
     def resize(self, params: Mapping[str, Any]) -> dict:
         term = self._get(params)
         cols = self._size(params, "cols", EXECD_INITIAL_SIZE[0])
         rows = self._size(params, "rows", EXECD_INITIAL_SIZE[1])
-        try:
-            term.ws.send_text(json.dumps({"type": "resize", "cols": cols, "rows": rows}))
-        except _ws.WebSocketError:
-            raise PtyError(-32002, f"terminal {term.process_id} has exited or lost its connection") from None
+        self._send(term, lambda ws: ws.send_text(json.dumps({"type": "resize", "cols": cols, "rows": rows})))
         return {}
 
     def close(self, params: Mapping[str, Any]) -> dict:
@@ -577,24 +587,28 @@ _MANAGER: PtyManager | None = None
 _MANAGER_LOCK = threading.Lock()
 
 
-def manager(client_ctx: Any = None, notify: Notify | None = None) -> PtyManager:
-    """This process's PtyManager (created on first use; ``client_ctx``/``notify`` update it)."""
+def manager(client_ctx: Any = None, notify: Notify | None = None,
+            log: Callable[[str], None] | None = None) -> PtyManager:
+    """This process's PtyManager (created on first use; ``client_ctx``/``notify``/``log`` update it)."""
     global _MANAGER
     with _MANAGER_LOCK:
         if _MANAGER is None:
             if client_ctx is None or notify is None:
                 raise PtyError(-32002, "no terminal has been opened in this plugin process")
-            _MANAGER = PtyManager(client_ctx, notify)
+            _MANAGER = PtyManager(client_ctx, notify, log=log)
         else:
             if client_ctx is not None:
                 _MANAGER.target = client_ctx
             if notify is not None:
                 _MANAGER.notify = notify
+            if log is not None:
+                _MANAGER.log = log
         return _MANAGER
 
 
-def pty_open(client_ctx: Any, params: Mapping[str, Any], notify: Notify) -> dict:
-    return manager(client_ctx, notify).open(params)
+def pty_open(client_ctx: Any, params: Mapping[str, Any], notify: Notify,
+             log: Callable[[str], None] | None = None) -> dict:
+    return manager(client_ctx, notify, log).open(params)
 
 
 def pty_write(client_ctx: Any, params: Mapping[str, Any], notify: Notify | None = None) -> dict:

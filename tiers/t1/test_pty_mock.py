@@ -480,3 +480,20 @@ def test_pipe_mode_splits_stdout_and_stderr(execd):
     assert b"".join(d[1:] for d in cli_bin if d[0] == 0x01) == b"out\n"
     assert b"".join(d[1:] for d in cli_bin if d[0] == 0x02) == b"err\n"
     assert json.loads(frames[-1][1]) == {"type": "exit", "exit_code": 5}
+
+
+def test_silent_socket_is_treated_as_dropped_and_reattached(execd, events):
+    """No frame for idle_timeout (execd pings every 30 s) -> the client re-attaches; nothing lost."""
+    m = _pty.PtyManager(execd.target, events, http_timeout=10, connect_timeout=10, idle_timeout=0.3,
+                        log=events.log)
+    try:
+        pid = m.open({"sandbox_id": "sbx"})["process_id"]
+        _write(m, pid, "echo a$((3+4))\n")
+        events.wait_output(pid, r"^a7\r?$")
+        assert events.wait(lambda: sum("re-attached" in x for x in events.logs) >= 2), events.logs
+        _write(m, pid, "echo b$((4+4))\n")
+        events.wait_output(pid, r"^b8\r?$")
+        assert len(re.findall(rb"(?m)^a7\r?$", events.output(pid))) == 1
+        assert events.exits(pid) == []
+    finally:
+        m.close_all()
