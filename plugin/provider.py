@@ -343,7 +343,8 @@ def _map_http_error(exc, op: str, target: str) -> EppError:
         if msg.strip() == "404 page not found":
             return EppError(-32000, text, **extra,
                             suggestion="This execd does not serve the route; use a newer execd image.")
-        return EppError(-32002, text, **extra)
+        return EppError(-32002, text, **extra,
+                        suggestion="It may have finished or been removed already; list it again.")
     if status == 409:
         return EppError(-32000, text, **extra, suggestion="The sandbox is not in a state that allows this now.")
     if status in (400, 422):
@@ -355,7 +356,7 @@ def _map_http_error(exc, op: str, target: str) -> EppError:
                         suggestion="The server, or a proxy in front of it, is unavailable; retry later.")
     if status >= 500:
         return EppError(-32000, text, **extra, suggestion="OpenSandbox failed; see the server log.")
-    return EppError(-32000, text, **extra)
+    return EppError(-32000, text, **extra, suggestion="See the message; retry if the condition was temporary.")
 
 
 def redact(value, secrets: list[str]):
@@ -573,15 +574,19 @@ class Server:
                 self.log_stderr(f"{method}: {type(exc).__name__}: {exc}")
 
     def finish(self) -> None:
-        """stdin closed: stop foreground commands we still run (best effort, in parallel), exit."""
+        """stdin closed: stop foreground commands we still run (best effort, in parallel), give
+        requests in flight up to 2 s to answer (the host waits 3 s before SIGTERM), then exit."""
         self.closing.set()
         threads = []
         for run in list(self.active_runs):
             t = threading.Thread(target=_quiet_interrupt, args=(run, 1.5), daemon=True)
             t.start()
             threads.append(t)
+        deadline = time.monotonic() + 2.0
         for t in threads:
-            t.join(2.0)
+            t.join(max(0.0, deadline - time.monotonic()))
+        while self.requests and time.monotonic() < deadline:    # let answers in flight go out
+            time.sleep(0.02)
         if self._osb is not None:
             self._osb.http.close()
 
@@ -731,15 +736,17 @@ def check_metadata(metadata) -> dict:
     out = {}
     for key, value in metadata.items():
         key = str(key)
-        prefix, _, name = key.rpartition("/")
+        prefix, slash, name = key.partition("/")
+        if not slash:
+            prefix, name = "", key
         problem = None
-        if not name or len(name) > 63 or not re.fullmatch(_LABEL_NAME, name):
+        if key.startswith("opensandbox.io/"):
+            problem = "the opensandbox.io/ prefix is reserved by OpenSandbox"
+        elif not name or len(name) > 63 or not re.fullmatch(_LABEL_NAME, name):
             problem = ("the name part must be 1-63 characters of letters, digits, '-', '_' or '.', "
                        "starting and ending with a letter or digit")
-        elif prefix and (len(prefix) > 253 or not re.fullmatch(_DNS_PREFIX, prefix)):
+        elif slash and (not prefix or len(prefix) > 253 or not re.fullmatch(_DNS_PREFIX, prefix)):
             problem = "the prefix before '/' must be a lower-case DNS subdomain"
-        elif prefix == "opensandbox.io" or prefix.endswith(".opensandbox.io"):
-            problem = "the opensandbox.io/ prefix is reserved by OpenSandbox"
         if problem:
             raise bad_input(f"metadata key {key!r} is not a valid label key: {problem}.",
                             "Use keys like 'project' or 'example.com/team'.")

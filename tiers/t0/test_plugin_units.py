@@ -1,0 +1,250 @@
+"""Plugin logic with fake clients: create body, metadata labels, records and status mapping,
+set_timeout from the server clock, list paging, result size limits, file entries, modes."""
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import io
+import json
+import pathlib
+import sys
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
+sys.path.insert(0, str(PLUGIN))
+import _osb_http as osb  # noqa: E402
+import provider  # noqa: E402
+from provider import Config  # noqa: E402
+
+HOST_DEFAULTS = {"template": "base", "timeout": 300, "metadata": {}, "envs": {}, "cpu": None, "memory": None,
+                 "disk": None, "gpu": None, "request_timeout": None}   # epp-host-reference §3.2
+
+
+def test_create_body_defaults():
+    body = provider.create_body(Config({}), dict(HOST_DEFAULTS), "python:3.12-slim")
+    assert body == {"image": {"uri": "python:3.12-slim"}, "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+                    "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 300}
+
+
+def test_create_body_everything():
+    cfg = Config({"registry_username": "u", "registry_password": "p", "network_policy": '{"defaultAction":"deny"}',
+                  "platform": "linux/arm64", "entrypoint": "python3 -m http.server 9000"})
+    p = {**HOST_DEFAULTS, "timeout": 10, "cpu": 2, "memory": 1024, "gpu": "1", "envs": {"E1": "v1"},
+         "metadata": {"team": "ml", "example.com/owner": "a_b.c-d"}, "secure": True}
+    body = provider.create_body(cfg, p, "ghcr.io/x/y:1")
+    assert body["timeout"] == 60                                    # clamped to OpenSandbox's minimum
+    assert body["resourceLimits"] == {"cpu": "2000m", "memory": "1024Mi", "gpu": "1"}
+    assert body["env"] == {"E1": "v1"} and body["metadata"]["team"] == "ml"
+    assert body["image"]["auth"] == {"username": "u", "password": "p"}
+    assert body["networkPolicy"] == {"defaultAction": "deny"} and body["platform"] == {"os": "linux", "arch": "arm64"}
+    assert body["secureAccess"] is True and body["entrypoint"] == ["python3", "-m", "http.server", "9000"]
+
+
+def test_create_body_special_cases():
+    p = dict(HOST_DEFAULTS)
+    code = provider.create_body(Config({}), p, "opensandbox/code-interpreter:v1.1.0")
+    assert code["entrypoint"] == ["/opt/code-interpreter/code-interpreter.sh"]
+    assert "timeout" not in provider.create_body(Config({}), {**p, "timeout": None}, "x")
+    assert provider.create_body(Config({}), {**p, "cpu": 0.25, "memory": "2Gi"}, "x")["resourceLimits"] == \
+        {"cpu": "250m", "memory": "2Gi"}
+    assert "secureAccess" not in provider.create_body(Config({"secure_access": "true"}), {**p, "secure": False}, "x")
+    with pytest.raises(provider.EppError) as e:
+        provider.create_body(Config({}), {**p, "disk": 1024}, "x")
+    assert e.value.code == -32003 and e.value.data["details"]["feature"] == "disk"
+    with pytest.raises(provider.EppError) as e:
+        provider.create_body(Config({}), {**p, "gpu": "A10"}, "x")
+    assert e.value.code == -32003
+    for bad in ({"envs": {"A=B": "x"}}, {"envs": {"A": "x\0y"}}, {"envs": ["x"]}, {"cpu": "lots"}, {"timeout": "soon"}):
+        with pytest.raises(provider.EppError) as e:
+            provider.create_body(Config({}), {**p, **bad}, "x")
+        assert e.value.code == -32000
+
+
+@pytest.mark.parametrize("key", ["-bad", "bad-", "a" * 64, "has space", "UPPER.example.com/x", "opensandbox.io/x",
+                                 "x/", "/x", "a/b/c", "é"])
+def test_metadata_rejection_names_the_key(key):
+    with pytest.raises(provider.EppError) as e:
+        provider.check_metadata({key: "v"})
+    assert repr(key) in e.value.message and e.value.data["suggestion"]
+
+
+@pytest.mark.parametrize("value", ["x" * 64, "-v", "v-", "a b", "ünï"])
+def test_metadata_value_rejection_names_the_key(value):
+    with pytest.raises(provider.EppError) as e:
+        provider.check_metadata({"purpose": value})
+    assert "'purpose'" in e.value.message
+
+
+@given(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,20}[a-z0-9])?(/[A-Za-z0-9]([A-Za-z0-9_.-]{0,40}[A-Za-z0-9])?)?", fullmatch=True),
+       st.from_regex(r"([A-Za-z0-9]([A-Za-z0-9_.-]{0,40}[A-Za-z0-9])?)?", fullmatch=True))
+def test_valid_labels_pass(key, value):
+    if "/" not in key:
+        key = key.replace(".", "x")
+    if key.startswith("opensandbox.io/") or ".." in key:
+        return
+    assert provider.check_metadata({key: value}) == {key: value}
+
+
+@pytest.mark.parametrize("state,status", [
+    ("Pending", "creating"), ("Running", "running"), ("Pausing", "paused"), ("Paused", "paused"),
+    ("Resuming", "creating"), ("Stopping", "stopping"), ("Terminated", "stopped"), ("Failed", "error"),
+    ("Exploded", "error"), ("", "error")])
+def test_status_mapping(state, status):                          # seed 000 §2.5
+    rec = provider.to_record({"id": "s1", "status": {"state": state}})
+    assert rec["status"] == status
+
+
+def test_record_from_recorded_get():                               # recording 05 (GET)
+    sb = json.loads('{"id":"15795f29-605c-4208-81d7-7bc9a4a8f280","image":{"uri":"local/python:3-slim"},"status":'
+                    '{"state":"Running","reason":"CONTAINER_RUNNING","message":"Sandbox container is running.",'
+                    '"lastTransitionAt":"2026-11-29T07:46:42.568961Z"},"metadata":{"purpose":"live-recording"},'
+                    '"entrypoint":["tail","-f","/dev/null"],"expiresAt":"2026-11-29T08:16:42.558200Z",'
+                    '"createdAt":"2026-11-29T07:46:42.568961Z"}')
+    rec = provider.to_record(sb)
+    assert rec["sandbox_id"] == sb["id"] and rec["template"] == "local/python:3-slim" and rec["status"] == "running"
+    assert rec["metadata"] == {"purpose": "live-recording"} and rec["region"] == ""
+    assert rec["created_at"] == "2026-11-29T07:46:42.568961Z" and rec["expires_at"] == "2026-11-29T08:16:42.558200Z"
+    assert "url" not in rec and "envd_url" not in rec                # epp-host-reference §7.9
+    assert "expires_at" not in provider.to_record({"id": "x", "status": {"state": "Running"}})
+
+
+# ---- fakes -----------------------------------------------------------------------------------------------
+
+class FakeOSB:
+    def __init__(self, server_now: dt.datetime | None = None, pages: int = 0, per_page: int = 200):
+        self.server_now, self.renewed, self.pages, self.per_page, self.list_calls = server_now, [], pages, per_page, []
+
+    def get(self, sid):
+        headers = {"date": email.utils.format_datetime(self.server_now, usegmt=True)} if self.server_now else {}
+        return osb.Reply(200, "OK", headers, json.dumps({"id": sid, "status": {"state": "Running"}}).encode(),
+                         time.monotonic())
+
+    def renew(self, sid, stamp):
+        self.renewed.append(stamp)
+
+    def list_page(self, *, page, page_size, states=(), metadata=""):
+        self.list_calls.append((page, page_size, tuple(states)))
+        n = self.per_page if page < self.pages else (5 if page == self.pages else 0)
+        items = [{"id": f"p{page}-{i}", "status": {"state": "Running"}} for i in range(n)]
+        return {"items": items, "pagination": {"page": page, "pageSize": page_size, "hasNextPage": page < self.pages}}
+
+
+def fake_server(fake) -> provider.Server:
+    srv = provider.Server(io.BytesIO(), io.BytesIO())
+    srv._cfg = Config({})
+    srv._osb = fake
+    return srv
+
+
+@pytest.mark.parametrize("skew_hours", [-5, 0, 3])
+def test_set_timeout_uses_the_server_clock(skew_hours):
+    server_now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(hours=skew_hours)
+    fake = FakeOSB(server_now)
+    res = provider.m_sandbox_set_timeout(fake_server(fake), provider.Request(1), {"sandbox_id": "s", "timeout": 600})
+    (stamp,) = fake.renewed
+    assert res["expires_at"] == stamp and stamp.endswith("Z")
+    got = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    assert abs((got - (server_now + dt.timedelta(seconds=600))).total_seconds()) <= 2
+
+
+def test_set_timeout_clamps_and_validates():
+    fake = FakeOSB(dt.datetime.now(dt.timezone.utc))
+    provider.m_sandbox_set_timeout(fake_server(fake), provider.Request(1), {"sandbox_id": "s", "timeout": 5})
+    got = dt.datetime.strptime(fake.renewed[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    assert 57 <= (got - dt.datetime.now(dt.timezone.utc)).total_seconds() <= 62
+    for bad in (0, -1, "600", True, None):
+        with pytest.raises(provider.EppError):
+            provider.m_sandbox_set_timeout(fake_server(fake), provider.Request(1), {"sandbox_id": "s", "timeout": bad})
+
+
+def test_list_pages_of_200_until_the_limit():
+    fake = FakeOSB(pages=3)                                   # 200 + 200 + 5 sandboxes
+    srv = fake_server(fake)
+    first = provider.m_sandbox_list(srv, provider.Request(1), {"limit": 100})
+    assert len(first["sandboxes"]) == 200 and first["next"] == "2" and fake.list_calls == [(1, 200, ())]
+    every = provider.m_sandbox_list(srv, provider.Request(2), {"limit": 1000, "status": "paused"})
+    assert len(every["sandboxes"]) == 405 and every["next"] is None
+    assert fake.list_calls[1:] == [(1, 200, ("Paused", "Pausing")), (2, 200, ("Paused", "Pausing")),
+                                   (3, 200, ("Paused", "Pausing"))]
+    rest = provider.m_sandbox_list(srv, provider.Request(3), {"limit": 300, "cursor": "2"})
+    assert len(rest["sandboxes"]) == 205 and rest["next"] is None
+    with pytest.raises(provider.EppError):
+        provider.m_sandbox_list(srv, provider.Request(4), {"status": "sleeping"})
+
+
+def test_exec_run_result_stays_under_the_line_limit():
+    big = "é\u0001" * 3_000_000
+    res = provider._fit_result(big, "err", 0)
+    line = json.dumps({"jsonrpc": "2.0", "id": 1, "result": res}, ensure_ascii=False).encode()
+    assert len(line) < provider.MAX_LINE_BYTES and res["truncated"] and "dropped" in res["stderr"]
+    assert res["stdout"] == big[:len(res["stdout"])]
+    assert provider._fit_result("x", "y", 3) == {"stdout": "x", "stderr": "y", "exit_code": 3}
+
+
+def test_oversized_answers_become_errors_not_violations():
+    out = io.BytesIO()
+    srv = provider.Server(io.BytesIO(), out)
+    srv.respond(5, {"content_b64": "A" * provider.MAX_LINE_BYTES})
+    srv.notify("exec.output", {"process_id": "p", "stream": "stdout", "data": "B" * provider.MAX_LINE_BYTES})
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["error"]["code"] == -32000
+
+
+def test_file_entry_and_modes():
+    info = {"path": "/tmp/livework/sub", "type": "directory", "size": 4096, "modified_at": "2026-11-29T07:47:06.919336794Z",
+            "owner": "root", "group": "root", "mode": 755}                                     # recording 13
+    assert provider.file_entry(info) == {"name": "sub", "path": "/tmp/livework/sub", "type": "dir", "size": 4096,
+                                         "mtime": "2026-11-29T07:47:06.919336794Z", "mode": 755, "owner": "root",
+                                         "group": "root"}
+    assert provider.file_entry({"path": "/a/l", "type": "symlink"})["type"] == "symlink"
+    assert provider.file_entry({"path": "/a/b", "type": "other", "size": None})["type"] == "file"
+    assert provider._octal_mode("644") == 644 and provider._octal_mode("0o755") == 755
+    assert provider._octal_mode(0o644) == 644 and provider._octal_mode(None) is None
+    for bad in ("9", "rwx", 0o17777, True):
+        with pytest.raises(provider.EppError):
+            provider._octal_mode(bad)
+
+
+def test_exec_spec_validation():
+    spec = provider.ExecSpec({"sandbox_id": "s", "cmd": "echo", "args": ["a b"], "env": {"K": "v"},
+                              "cwd": "", "user": "", "timeout": 60})
+    assert spec.argv == ["echo", "a b"] and spec.timeout == 60.0 and not spec.detached
+    assert provider.ExecSpec({"sandbox_id": "s", "cmd": "x", "detached": True}).detached
+    for bad in ({"cmd": ""}, {"cmd": "x", "args": "y"}, {"cmd": "x", "timeout": -1}, {"cmd": "x", "args": [1]}):
+        with pytest.raises(provider.EppError):
+            provider.ExecSpec({"sandbox_id": "s", **bad})
+    with pytest.raises(provider.EppError) as e:
+        provider.ExecSpec({"cmd": "x"})
+    assert e.value.code == -32602
+
+
+def test_argv_rejection_detection_matches_the_recording():
+    # recording 11: execd v1.1.0 answers {"argv": [...]} with this 400
+    msg = ("invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
+           "'Command' failed on the 'required' tag")
+    assert osb._is_argv_rejection(msg)
+    assert not osb._is_argv_rejection("invalid request, validation error working directory does not exist: /x")
+
+
+label_chars = st.text(st.sampled_from("aZ09-_./é "), max_size=70)
+
+
+@given(label_chars, label_chars)
+def test_metadata_check_agrees_with_the_mock_server_validator(key, value):
+    """The plugin refuses exactly what the server would refuse (mock model = server validators.py)."""
+    from mock_opensandbox import model
+    try:
+        model.validate_metadata({key: value})
+        server_ok = True
+    except Exception:  # noqa: BLE001 - MockError
+        server_ok = False
+    try:
+        provider.check_metadata({key: value})
+        plugin_ok = True
+    except provider.EppError:
+        plugin_ok = False
+    assert plugin_ok == server_ok
