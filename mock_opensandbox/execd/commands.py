@@ -151,7 +151,10 @@ class Command:
         return int((time.monotonic() - self.started_mono) * 1000)
 
     def finish(self, rc: int) -> tuple[int, str]:
-        """Record the exit; returns (exit_code, error text) the way Go's exec.ExitError shows them."""
+        """Record the exit (once); returns (exit_code, error text) the way Go's exec.ExitError shows them."""
+        with self.lock:
+            if not self.running and self.exit_code is not None:
+                return self.exit_code, self.error
         if rc >= 0:
             code, err = rc, ("" if rc == 0 else f"exit status {rc}")
         else:
@@ -310,6 +313,7 @@ class CommandRegistry:
                     f.close()
                 except OSError:
                     pass
+        cmd.finish(rc)  # bookkeeping does not depend on anyone reading the stream
         cmd.events.put(("exit", rc))
 
     def _pump_background(self, cmd: Command) -> None:

@@ -693,7 +693,9 @@ class ExecdServer:
                 for text in framers[kind].feed(val):
                     emit(sse.output_event(kind, text))
             now = time.monotonic()
-            if now >= next_ping:
+            if self.runtime.paused:
+                next_ping = now + self.heartbeat  # a frozen execd sends nothing (seed 000 §5.3)
+            elif now >= next_ping:
                 emit(sse.ping_event())
                 next_ping += self.heartbeat
             if not state["gone"] and (self._stopping.is_set() or self._client_gone(req)):
