@@ -287,9 +287,12 @@ class SandboxRuntime:
         return self.resolve(cwd)
 
     def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: Any = None, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
-        """Start argv in its own process group inside the sandbox. cwd is a sandbox path (default
-        "/"); env overrides the sandbox environment. Raises SandboxTerminated, OSError."""
+              stdin: Any = None, stdout: Any = None, stderr: Any = None,
+              controlling_tty: bool = False) -> subprocess.Popen:
+        """Start argv in its own process group (a new session) inside the sandbox. cwd is a sandbox
+        path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
+        (a terminal) the session's controlling terminal (for PTY sessions).
+        Raises SandboxTerminated, OSError, ValueError."""
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a non-empty list of strings")
         if any("\x00" in a for a in argv):
@@ -312,7 +315,8 @@ class SandboxRuntime:
                 raise SandboxTerminated("sandbox is terminated")
             proc = subprocess.Popen(
                 cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
-                stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr)
+                stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
+                preexec_fn=_take_ctty if controlling_tty else None)
             self._procs = [p for p in self._procs if p.poll() is None]
             self._procs.append(proc)
             if self.paused:  # a frozen sandbox runs nothing (docker pause freezes new processes too)
@@ -432,6 +436,12 @@ class SandboxRuntime:
                 continue
             out.append(pid)
         return out
+
+
+def _take_ctty() -> None:  # runs in the child after setsid(), before exec
+    import fcntl
+    import termios
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def _killpg(pgid: int, sig: int) -> None:

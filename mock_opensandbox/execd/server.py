@@ -363,6 +363,13 @@ class ExecdServer:
         self._conns_lock = threading.Lock()
         self.router = Router()
         self._routes()
+        self.pty_sessions = None
+        try:  # interactive terminals (execd /pty routes) live in execd/pty.py when present
+            from .pty import register_pty_routes
+        except ImportError:  # pragma: no cover
+            register_pty_routes = None
+        if register_pty_routes is not None:
+            self.pty_sessions = register_pty_routes(self.router, self)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -396,6 +403,8 @@ class ExecdServer:
             except OSError:
                 pass
         self.commands.kill_all()
+        if self.pty_sessions is not None:
+            self.pty_sessions.close_all()
 
     def __enter__(self) -> "ExecdServer":
         self.start()
