@@ -354,6 +354,10 @@ def _chunked_body(rfile: Any) -> Iterator[bytes]:
         rfile.readline(3)
 
 
+class BackendError(Exception):
+    """The backend (execd or a sandbox app) failed after the connection was made."""
+
+
 def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, str] | None = None,
             client_facing: bool = True, on_connect_error: Callable[[Exception], None] | None = None,
             location_prefix: str | None = None) -> None:
@@ -416,26 +420,29 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
             on_connect_error(e)
             return
         conn.sock.settimeout(None)
-        conn.putrequest(req.method, path, skip_host=True, skip_accept_encoding=True)
-        conn.putheader("Host", hostport)
-        for k, v in headers:
-            conn.putheader(k, v)
-        conn.endheaders()
-        if body is not None:
-            if isinstance(body, (bytes, bytearray)):
-                conn.send(body)
-            elif chunked:
-                for chunk in body:
-                    if chunk:
-                        conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                conn.send(b"0\r\n\r\n")
-            else:
-                while True:
-                    data = body.read(65536)
-                    if not data:
-                        break
-                    conn.send(data)
-        resp = conn.getresponse()
+        try:
+            conn.putrequest(req.method, path, skip_host=True, skip_accept_encoding=True)
+            conn.putheader("Host", hostport)
+            for k, v in headers:
+                conn.putheader(k, v)
+            conn.endheaders()
+            if body is not None:
+                if isinstance(body, (bytes, bytearray)):
+                    conn.send(body)
+                elif chunked:
+                    for chunk in body:
+                        if chunk:
+                            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    conn.send(b"0\r\n\r\n")
+                else:
+                    while True:
+                        data = body.read(65536)
+                        if not data:
+                            break
+                        conn.send(data)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            raise BackendError(str(e)) from e
         _relay_response(req, resp, client_facing, location_prefix)
     finally:
         conn.close()
@@ -478,7 +485,7 @@ def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing:
     h.end_headers()
     h.wfile.flush()
     req.responded = True
-    capture = OBSERVERS and client_facing
+    capture = bool(OBSERVERS)
     if capture:
         req.sent_status = resp.status
         req.sent_headers = dict(out)
@@ -486,7 +493,11 @@ def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing:
     if no_body:
         return
     while True:
-        data = resp.read1(65536)
+        try:
+            data = resp.read1(65536)
+        except (OSError, http.client.HTTPException):  # the backend broke off: so does the answer
+            h.close_connection = True
+            return
         if not data:
             break
         if use_chunked:
@@ -777,8 +788,15 @@ class LifecycleApp:
                                                                      error="All connection attempts failed"))
 
         hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "opensandbox-secure-access"}
-        forward(req, endpoint, req.params.get("rest", ""), extra_headers=hdrs, client_facing=True,
-                on_connect_error=connect_failed, location_prefix=location_prefix)
+        try:
+            forward(req, endpoint, req.params.get("rest", ""), extra_headers=hdrs, client_facing=True,
+                    on_connect_error=connect_failed, location_prefix=location_prefix)
+        except BackendError as e:
+            if req.responded:  # the answer was already streaming: cut it, the client sees a short body
+                req.handler.close_connection = True
+                return
+            # server api/proxy.py: any other httpx error -> 500 {"detail": "An internal error occurred ..."}
+            req.send_json(500, {"detail": "An internal error occurred in the proxy: %s" % (e.__cause__ or e)})
 
     def snapshots_unsupported(self, req: Request) -> None:
         raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)
@@ -826,5 +844,8 @@ class PortForwardHandler(Handler):
         def refused(e: Exception) -> None:
             self.close_connection = True  # like a published port with nothing behind it: the connection drops
 
-        forward(req, target, req.raw_path.partition("?")[0], extra_headers=headers, client_facing=False,
-                on_connect_error=refused)
+        try:
+            forward(req, target, req.raw_path.partition("?")[0], extra_headers=headers, client_facing=False,
+                    on_connect_error=refused)
+        except BackendError:
+            self.close_connection = True

@@ -330,16 +330,19 @@ class SandboxStore:
         self._mark_exited(sb, rc)
 
     def _mark_exited(self, sb: Sandbox, rc: int) -> None:
+        finished = self.clock()
         with sb.lock:
             if sb.deleted or sb.exit_code is not None:
                 return
-            sb.exit_code = rc
-            sb.finished_at = self.clock()
-            sb.paused = False
-        try:
+        try:  # the container is gone before the API reports it (execd unreachable from then on)
             self.provisioner.on_exit(sb)
         except Exception:  # pragma: no cover - an exit hook must not kill the watcher
             pass
+        with sb.lock:
+            if sb.exit_code is None:
+                sb.exit_code = rc
+                sb.finished_at = finished
+                sb.paused = False
 
     def pause(self, sandbox_id: str) -> None:
         sb = self.get(sandbox_id)
