@@ -397,9 +397,10 @@ class SandboxRuntime:
             self._procs = []
 
     def cleanup(self) -> None:
-        """terminate() and remove the root directory."""
+        """terminate() and remove the root directory (never "/")."""
         self.terminate()
-        _rmtree(self.root)
+        if self.root != "/":
+            _rmtree(self.root)
 
     def _live_pgids(self) -> list[int]:
         return [p.pid for p in self._procs if p.poll() is None]
@@ -408,6 +409,8 @@ class SandboxRuntime:
         """Processes of this sandbox that left our process groups (setsid daemons, `cmd &` + setsid).
         Isolated: their root is our root. Not isolated: they carry our marker variable."""
         out: list[int] = []
+        if self.isolated and self.root == "/":
+            return out  # every process has "/" as its root: nothing identifies ours
         try:
             names = os.listdir("/proc")
         except OSError:

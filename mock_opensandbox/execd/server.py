@@ -322,6 +322,43 @@ def go_errno_text(err: OSError) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+_CPU_SAMPLE_S = 0.2  # [choice] execd samples CPU for 1 s (gopsutil cpu.Percent(time.Second)); shorter here
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    try:
+        with open("/proc/stat", "rb") as fh:
+            vals = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return sum(vals), idle
+
+
+def _metrics() -> dict[str, Any]:
+    """model.Metrics: cpu_count, cpu_used_pct, mem_total_mib, mem_used_mib, timestamp (spec Metrics)."""
+    a = _cpu_times()
+    time.sleep(_CPU_SAMPLE_S)
+    b = _cpu_times()
+    pct = 0.0
+    if a and b and b[0] > a[0]:
+        pct = 100.0 * (1 - (b[1] - a[1]) / (b[0] - a[0]))
+    total = avail = 0
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                k, _, v = line.partition(":")
+                if k == "MemTotal":
+                    total = int(v.split()[0]) * 1024
+                elif k == "MemAvailable":
+                    avail = int(v.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return {"cpu_count": float(os.cpu_count() or 1), "cpu_used_pct": round(max(0.0, pct), 6),
+            "mem_total_mib": total / 1048576, "mem_used_mib": max(0, total - avail) / 1048576,
+            "timestamp": sse.now_ms()}
+
+
 class _ExecdHandler(Handler):
     flavor = "gin"
 
@@ -514,11 +551,27 @@ class ExecdServer:
             req, 500, "RUNTIME_ERROR",
             "error running codes language runtime server not configured, please check your image runtime"))
         r.add("POST", "/code/context", self._stall)
+        r.add("GET", "/metrics", lambda req: self._json(req, 200, _metrics()))
+        r.add("GET", "/metrics/watch", self._watch_metrics)
         try:
             from . import files as _files  # noqa: F401
         except ImportError:  # pragma: no cover - files API not built yet
             return
         _files.add_routes(self)
+
+    def _watch_metrics(self, req: Request) -> None:
+        """controller/metric.go WatchMetrics: SSE headers, one JSON object + "\n" per second until the
+        client leaves."""
+        w = self._sse_start(req)
+        try:
+            while not self._stopping.wait(1.0 - _CPU_SAMPLE_S):
+                if self._client_gone(req):
+                    break
+                w.write((sse.go_json(_metrics()) + "\n").encode())
+        except OSError:
+            pass
+        w.close()
+        req.handler.close_connection = True
 
     # -- /command -------------------------------------------------------------------------------
     _V1_FIELDS = {"command": "string", "cwd": "string", "background": "bool", "timeout": "int64",

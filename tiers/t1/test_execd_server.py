@@ -238,3 +238,18 @@ def test_standalone_process(tmp_path):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_metrics_snapshot_and_watch(make_execd):
+    s = make_execd()
+    m = Client(s.port).get("/metrics").json()
+    assert list(m) == ["cpu_count", "cpu_used_pct", "mem_total_mib", "mem_used_mib", "timestamp"]
+    assert m["cpu_count"] >= 1 and 0 <= m["cpu_used_pct"] <= 100
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+    conn.request("GET", "/metrics/watch")
+    r = conn.getresponse()
+    assert r.getheader("Content-Type") == "text/event-stream"
+    line = r.fp.readline()  # chunk size line
+    data = r.fp.readline()
+    conn.close()
+    assert line.strip() and json.loads(data)["cpu_count"] >= 1
