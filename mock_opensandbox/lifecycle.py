@@ -41,6 +41,9 @@ def _err(type_: str, loc: list, msg: str, input_: Any, ctx: dict | None = None) 
 
 
 _INT_STR_RE = re.compile(r"^[+-]?\d+(?:_\d+)*(?:\.0+)?$")
+# Unicode White_Space (what pydantic-core's Rust trim() removes; narrower than str.strip())
+_WS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+      "\u2028\u2029\u202f\u205f\u3000"
 _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
 
@@ -65,8 +68,8 @@ def _int(value: Any, loc: list, errors: list) -> int | None:
             return None
         return int(value)
     if isinstance(value, str):
-        s = value.strip()
-        if _INT_STR_RE.match(s):
+        s = value.strip(_WS)
+        if _INT_STR_RE.match(s) and s.isascii():
             return int(s.split(".", 1)[0].replace("_", ""))
         errors.append(_err("int_parsing", loc, "Input should be a valid integer, unable to parse string as an "
                                                "integer", value))
