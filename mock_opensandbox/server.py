@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import inspect
+import ipaddress
 import os
 import secrets
 import shutil
@@ -28,7 +29,17 @@ from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwa
 from .model import Provisioner, Sandbox, SandboxStore
 
 EXECD_MODES = ("v1.1.0", "latest")
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
+    h = host.strip().strip("[]").lower()
+    if h == "localhost" or h.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
@@ -310,7 +321,7 @@ class MockOpenSandbox:
         with self._lock:
             if self._started:
                 return self
-            if self.host not in LOOPBACK_HOSTS:
+            if not is_loopback_host(self.host):
                 self._warn("WARNING: mock OpenSandbox listening on %s, not loopback: anyone who can reach this "
                            "address can run commands as your user. Use 127.0.0.1 unless you mean it."
                            % self.host)

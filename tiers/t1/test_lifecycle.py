@@ -77,8 +77,15 @@ class Client:
 
 
 @pytest.fixture
-def osb(opensandbox_mock):
-    return opensandbox_mock
+def osb(opensandbox_mock_factory):
+    # execd keeps a finished command stream open ~1 s (recorded); not needed to test the lifecycle half
+    return opensandbox_mock_factory(execd_close_delay=0)
+
+
+def test_the_default_fixture(opensandbox_mock):
+    m = opensandbox_mock
+    assert m.base_url.startswith("http://127.0.0.1:") and m.api_key and m.execd_mode == "v1.1.0"
+    assert Client(m.base_url, m.api_key).call("GET", "/v1/sandboxes").status == 200
 
 
 @pytest.fixture
@@ -615,7 +622,7 @@ def test_gateway_mode_endpoint_headers_must_be_replayed(opensandbox_mock_factory
 
 
 def test_execd_mode_default_and_per_sandbox_switch(opensandbox_mock_factory):
-    m = opensandbox_mock_factory(execd_mode="latest")
+    m = opensandbox_mock_factory(execd_mode="latest", execd_close_delay=0)
     assert m.execd_mode == "latest"
     c = Client(m.base_url, m.api_key)
     sid = c.create()
@@ -640,68 +647,18 @@ def test_constructor_rejects_bad_arguments():
             MockOpenSandbox(**kw)
 
 
-def test_non_loopback_bind_warns(opensandbox_mock_factory):
+def test_non_loopback_bind_warns_before_binding():
+    """A non-loopback address gets a loud warning (checked with an unassigned TEST-NET address, so nothing
+    listens off loopback); a failed start leaves no temp dir behind."""
+    from mock_opensandbox.server import MockOpenSandbox, is_loopback_host
+
     msgs = []
-    m = opensandbox_mock_factory(host="0.0.0.0", warn=msgs.append)
-    assert msgs and "WARNING" in msgs[0] and "0.0.0.0" in msgs[0]
-    assert m.base_url.startswith("http://127.0.0.1:")
-    assert Client(m.base_url, m.api_key).call("GET", "/health").status == 200
-
-
-@pytest.mark.spec_exempt("the backend here is a test-local stand-in, not a mock listener")
-def test_forwarded_request_headers_exactly(osb):
-    """The proxy's own hop, without execd in between: what a backend receives from the lifecycle proxy."""
-    from mock_opensandbox.httpcore import Handler, Server
-    from mock_opensandbox.lifecycle import LifecycleApp, LifecycleHandler
-    from mock_opensandbox.model import SandboxStore
-
-    seen = {}
-
-    class Echo(Handler):
-        def dispatch(self, req):
-            seen["path"] = req.raw_path
-            seen["headers"] = {k.lower(): v for k, v in req.headers.items()}
-            seen["body"] = req.body
-            h = req.handler
-            h.send_response_only(200)
-            for k, v in (("Location", "/next"), ("Server", "backend"), ("Connection", "X-Hop"), ("X-Hop", "1"),
-                         ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"), ("Content-Length", "2")):
-                h.send_header(k, v)
-            h.end_headers()
-            h.wfile.write(b"ok")
-            req.responded = True
-
-    class App:
-        verbose = False
-
-    backend = Server(("127.0.0.1", 0), Echo, App())
-    backend.start()
-
-    class Prov:
-        def endpoint(self, sb, port):
-            return "127.0.0.1:%d/base" % backend.port, {"OpenSandbox-Ingress-To": "x-1", "OpenSandbox-Secure-Access": "no"}
-
-    store = SandboxStore(start_reaper=False)
-    sb = store.create(image={"uri": "i"}, entrypoint=["x"])
-    front = Server(("127.0.0.1", 0), LifecycleHandler, LifecycleApp(store, Prov(), api_key="k"))
-    front.start()
-    try:
-        c = Client("http://127.0.0.1:%d" % front.port, "k")
-        r = c.call("POST", "/v1/sandboxes/%s/proxy/9000/p/q?a=1" % sb.id, b"xyz",
-                   headers={"Connection": "close, X-Drop", "X-Drop": "1", "Keep-Alive": "5", "X-Keep": "2",
-                            "X-Real-IP": "6.6.6.6", "Forwarded": "for=x"})
-        assert (r.status, r.body) == (200, b"ok")
-        assert seen["path"] == "/base/p/q?a=1" and seen["body"] == b"xyz"
-        h = seen["headers"]
-        assert h["host"] == "127.0.0.1:%d" % backend.port
-        assert h["x-keep"] == "2" and h["opensandbox-ingress-to"] == "x-1"
-        for gone in ("x-drop", "keep-alive", "open-sandbox-api-key", "x-real-ip", "forwarded", "opensandbox-secure-access"):
-            assert gone not in h, gone
-        assert (h["x-forwarded-proto"], h["x-forwarded-host"], h["x-forwarded-for"]) == ("http", c.hostport, "127.0.0.1")
-        assert r.headers["server"] == "uvicorn" and "x-hop" not in r.headers
-        assert r.headers["location"] == "/v1/sandboxes/%s/proxy/9000/next" % sb.id  # kept inside the proxy route
-        assert [v for k, v in r.raw_headers if k.lower() == "set-cookie"] == ["a=1", "b=2"]  # repeats survive
-    finally:
-        front.stop()
-        backend.stop()
-        store.close()
+    m = MockOpenSandbox(host="192.0.2.1", warn=msgs.append)
+    with pytest.raises(OSError):
+        m.start()
+    assert msgs and msgs[0].startswith("WARNING") and "192.0.2.1" in msgs[0]
+    assert m.root and not os.path.exists(m.root)
+    m.stop()
+    for host, ok in (("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True), ("[::1]", True),
+                     ("0.0.0.0", False), ("::", False), ("10.0.0.1", False), ("example.com", False)):
+        assert is_loopback_host(host) is ok, host

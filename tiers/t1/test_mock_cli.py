@@ -1,0 +1,182 @@
+"""t1: ``python -m mock_opensandbox`` as a user runs it: prints its URL (and the generated key), serves,
+and on SIGINT/SIGTERM exits 0 leaving no process, no temp dir and no listening port behind."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process whose parent chain leads to ``pid`` (new sessions included)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            parents[int(name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    out: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        p = frontier.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in out:
+                out.add(child)
+                frontier.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        return state != b"Z"
+    except OSError:
+        return False
+
+
+class Cli:
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "mock_opensandbox", "--port", "0", *args], cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if line.startswith("Sandbox roots under"):
+                break
+        text = "\n".join(self.lines)
+        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", text)
+        assert m, (text, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        self.url, self.port = m.group(1), int(m.group(2))
+        k = re.search(r"API key \(generated for this run, header OPEN-SANDBOX-API-KEY\): (\S+)", text)
+        self.key = k.group(1) if k else None
+        self.root = re.search(r"Sandbox roots under (.+?)\. Press", text).group(1)
+
+    def call(self, method: str, path: str, body=None, key=True):
+        req = urllib.request.Request(self.url + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None)
+        if key and self.key:
+            req.add_header("OPEN-SANDBOX-API-KEY", self.key)
+        if body is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def stop(self, sig=signal.SIGINT, timeout=30) -> tuple[int, str, str]:
+        self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def cli_factory():
+    made: list[Cli] = []
+
+    def make(*args: str) -> Cli:
+        c = Cli(*args)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.kill()
+
+
+def _port_closed(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cli_serves_and_stops_cleanly(cli_factory, sig):
+    cli = cli_factory()
+    assert cli.key and len(cli.key) >= 24
+    assert cli.call("GET", "/health", key=False) == (200, b'{"status":"healthy"}')
+    assert cli.call("GET", "/v1/sandboxes", key=False)[0] == 401
+    assert os.path.isdir(cli.root)
+    status, body = cli.call("POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
+                                                      "resourceLimits": {}})
+    assert status == 202
+    sid = json.loads(body)["id"]
+    status, body = cli.call("POST", "/v1/sandboxes/%s/proxy/44772/command" % sid,
+                            {"command": "sleep 300 & echo started", "background": True})
+    assert status == 200
+    kids = descendants(cli.proc.pid)
+    assert kids, "the sandbox should run processes"
+    execd_port = json.loads(cli.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)[1])["endpoint"]
+    execd_port = int(execd_port.split("/")[0].rsplit(":", 1)[1])
+    rc, out, err = cli.stop(sig)
+    assert rc == 0, err
+    assert "Stopping" in out
+    assert cli.key not in err
+    assert [p for p in kids if alive(p)] == []
+    assert not os.path.exists(cli.root)
+    assert _port_closed(cli.port) and _port_closed(execd_port)
+
+
+def test_cli_insecure_and_given_key(cli_factory):
+    cli = cli_factory("--insecure")
+    assert cli.key is None and any("No API key required" in line for line in cli.lines)
+    assert cli.call("GET", "/v1/sandboxes", key=False)[0] == 200
+    assert cli.stop()[0] == 0
+    cli2 = cli_factory("--api-key", "cli-given-key")
+    assert cli2.key is None
+    assert not any("cli-given-key" in line for line in cli2.lines)  # a given key is never echoed
+    assert cli2.call("GET", "/v1/sandboxes", key=False)[0] == 401
+    cli2.key = "cli-given-key"
+    assert cli2.call("GET", "/v1/sandboxes")[0] == 200
+    assert cli2.stop()[0] == 0
+
+
+def test_cli_keeps_a_given_root_but_removes_sandbox_dirs(cli_factory, tmp_path):
+    root = tmp_path / "roots"
+    cli = cli_factory("--root", str(root), "--execd-mode", "latest")
+    status, body = cli.call("POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
+                                                      "resourceLimits": {}})
+    sid = json.loads(body)["id"]
+    assert (root / sid).is_dir()
+    assert cli.stop()[0] == 0
+    assert root.is_dir() and not (root / sid).exists()
+
+
+def test_cli_reports_a_busy_port_and_bad_arguments(cli_factory):
+    cli = cli_factory()
+    p = subprocess.run([sys.executable, "-m", "mock_opensandbox", "--port", str(cli.port)], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "cannot listen" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run([sys.executable, "-m", "mock_opensandbox", "--port", "70000"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    p = subprocess.run([sys.executable, "-m", "mock_opensandbox", "--execd-mode", "v9"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "invalid choice" in p.stderr
+    assert cli.stop()[0] == 0

@@ -1,0 +1,211 @@
+"""t1: MockOpenSandbox.stop() leaves nothing behind: no process it started (including backgrounded,
+setsid'd and SIGSTOPped ones), no temp dir, no listening port, no listener thread."""
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+
+BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
+
+
+def _proc_entries():
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            yield int(name)
+
+
+def _state(pid: int) -> bytes | None:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _refers_to(pid: int, root: str) -> bool:
+    """Does the process live in (root, cwd) or point its environment at the mock's root?"""
+    for link in ("root", "cwd"):
+        try:
+            if os.readlink("/proc/%d/%s" % (pid, link)).startswith(root):
+                return True
+        except OSError:
+            pass
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            return root.encode() in fh.read()
+    except OSError:
+        return False
+
+
+def _children_tree(pid: int) -> set[int]:
+    parents = {}
+    for p in _proc_entries():
+        try:
+            with open("/proc/%d/stat" % p, "rb") as fh:
+                parents[p] = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    out, todo = set(), [pid]
+    while todo:
+        cur = todo.pop()
+        for c, par in parents.items():
+            if par == cur and c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    st = _state(pid)
+    return st is not None and st != b"Z"
+
+
+def _closed(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except OSError:
+        return True
+
+
+class C:
+    def __init__(self, osb: MockOpenSandbox):
+        self.hostport = osb.base_url.split("://")[1]
+        self.key = osb.api_key
+
+    def call(self, method, path, body=None, hostport=None):
+        c = http.client.HTTPConnection(hostport or self.hostport, timeout=30)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"OPEN-SANDBOX-API-KEY": self.key, "Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+
+def _exercise(osb: MockOpenSandbox) -> tuple[set[int], set[int]]:
+    """Create sandboxes that leave all kinds of processes and listeners; return (pids, ports)."""
+    c = C(osb)
+    ports = {osb.port}
+    ids = []
+    for _ in range(3):
+        status, body = c.call("POST", "/v1/sandboxes", BODY)
+        assert status == 202, body
+        ids.append(json.loads(body)["id"])
+    for sid in ids:
+        ep = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)[1])["endpoint"]
+        hostport, _, prefix = ep.partition("/")
+        ports.add(int(hostport.rsplit(":", 1)[1]))
+        ep8080 = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/8080" % sid)[1])["endpoint"]
+        ports.add(int(ep8080.rsplit(":", 1)[1]))
+        for cmd in ("echo fg", "sleep 300 & echo bg", "setsid sleep 301 > /dev/null 2>&1 < /dev/null & echo daemon",
+                    "nohup sh -c 'sleep 302' >/dev/null 2>&1 &"):
+            status, _ = c.call("POST", "/%s/command" % prefix, {"command": cmd}, hostport=hostport)
+            assert status == 200
+        status, _ = c.call("POST", "/%s/command" % prefix, {"command": "sleep 303", "background": True},
+                           hostport=hostport)
+        assert status == 200
+    # one frozen sandbox, and one SSE stream still open through the server proxy when the mock stops
+    assert c.call("POST", "/v1/sandboxes/%s/pause" % ids[0])[0] == 202
+    stream = http.client.HTTPConnection(c.hostport, timeout=30)
+    stream.request("POST", "/v1/sandboxes/%s/proxy/44772/command" % ids[1], body=json.dumps({"command": "sleep 304"}),
+                   headers={"Content-Type": "application/json"})
+    r = stream.getresponse()
+    assert r.status == 200
+    r.read1(100)
+    time.sleep(0.3)  # let the backgrounded shells detach
+    pids = {p for p in _proc_entries() if _refers_to(p, osb.root)} | _children_tree(os.getpid())
+    return pids, ports
+
+
+def _assert_clean(osb_root: str, pids: set[int], ports: set[int], before_threads: set[str]) -> None:
+    assert wait(lambda: not [p for p in pids if _alive(p)]), [(p, _state(p)) for p in pids if _alive(p)]
+    assert not os.path.exists(osb_root)
+    leaked = [p for p in _proc_entries() if _alive(p) and _refers_to(p, osb_root)]
+    assert leaked == []
+    assert all(_closed(p) for p in ports), [p for p in ports if not _closed(p)]
+    listener_prefixes = ("mock-osb-", "execd-")
+    assert wait(lambda: not [t.name for t in threading.enumerate()
+                             if t.name.startswith(listener_prefixes) and t.name not in before_threads])
+
+
+def wait(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def test_stop_leaves_no_process_dir_port_or_thread():
+    before_threads = {t.name for t in threading.enumerate()}
+    before_children = _children_tree(os.getpid())
+    osb = MockOpenSandbox(execd_close_delay=0).start()
+    try:
+        pids, ports = _exercise(osb)
+        pids -= before_children
+        assert len(pids) >= 6  # entrypoints + the commands above
+        root = osb.root
+    finally:
+        osb.stop()
+    _assert_clean(root, pids, ports, before_threads)
+    osb.stop()  # idempotent
+
+
+def test_context_manager_and_delete_clean_up_per_sandbox():
+    before_children = _children_tree(os.getpid())
+    with MockOpenSandbox(execd_close_delay=0) as osb:
+        c = C(osb)
+        sid = json.loads(c.call("POST", "/v1/sandboxes", BODY)[1])["id"]
+        sb = osb.sandboxes[sid]
+        ep = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)[1])["endpoint"]
+        hostport, _, prefix = ep.partition("/")
+        c.call("POST", "/%s/command" % prefix, {"command": "setsid sleep 305 >/dev/null 2>&1 < /dev/null &"},
+               hostport=hostport)
+        time.sleep(0.2)
+        pids = ({p for p in _proc_entries() if _refers_to(p, sb.runtime.root)}
+                | _children_tree(os.getpid())) - before_children
+        assert pids
+        assert c.call("DELETE", "/v1/sandboxes/" + sid)[0] == 204
+        assert wait(lambda: not [p for p in pids if _alive(p)])
+        assert not os.path.exists(sb.runtime.root)
+        assert _closed(int(hostport.rsplit(":", 1)[1]))
+        root = osb.root
+    assert not os.path.exists(root)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mock_opensandbox.execd.__main__") is None,
+                    reason="the stand-alone execd (python -m mock_opensandbox.execd) is not available")
+def test_execd_process_mode_leaves_nothing(tmp_path):
+    wrapper = tmp_path / "execd"
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    wrapper.write_text("#!/bin/sh\nPYTHONPATH=%s exec %s -m mock_opensandbox.execd \"$@\"\n" % (repo, sys.executable))
+    wrapper.chmod(0o755)
+    before_threads = {t.name for t in threading.enumerate()}
+    before_children = _children_tree(os.getpid())
+    osb = MockOpenSandbox(execd_bin=str(wrapper), isolate=False).start()
+    try:
+        c = C(osb)
+        sid = json.loads(c.call("POST", "/v1/sandboxes", BODY)[1])["id"]
+        ep = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)[1])["endpoint"]
+        hostport, _, prefix = ep.partition("/")
+        assert c.call("GET", "/%s/ping" % prefix, hostport=hostport)[0] == 200
+        assert c.call("POST", "/v1/sandboxes/%s/pause" % sid)[0] == 202
+        pids = _children_tree(os.getpid()) - before_children
+        ports = {osb.port, int(hostport.rsplit(":", 1)[1])}
+        root = osb.root
+    finally:
+        osb.stop()
+    _assert_clean(root, pids, ports, before_threads)
