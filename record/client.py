@@ -77,8 +77,11 @@ class Session:
         self.api_key = api_key
         self.exchanges: list[dict[str, Any]] = []
         self._pending_wait: float | None = None
+        # One connection per request, like the client that made the live recordings (http.client); a
+        # recording is about HTTP semantics, not connection reuse.
         self.client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False,
-                                   headers={"Accept-Encoding": "identity"})
+                                   headers={"Accept-Encoding": "identity"},
+                                   limits=httpx.Limits(max_keepalive_connections=0))
 
     def close(self) -> None:
         self.client.close()

@@ -102,7 +102,9 @@ class Replayer:
         self.execd_token = execd_token
         self.max_wait = max_wait
         self._own_client = client is None
-        self.client = client or httpx.Client(timeout=timeout, headers={"Accept-Encoding": "identity"})
+        # one connection per request, like the recording client (see record.client.Session)
+        self.client = client or httpx.Client(timeout=timeout, headers={"Accept-Encoding": "identity"},
+                                             limits=httpx.Limits(max_keepalive_connections=0))
 
     def close(self) -> None:
         if self._own_client:

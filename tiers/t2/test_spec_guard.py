@@ -215,3 +215,37 @@ def test_an_unexplained_violation_fails_the_session(tmp_path):
     assert "1 passed" in out, out
     assert "unexplained OpenAPI violations" in out, out
     assert proc.returncode == 1, out
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "mock_opensandbox/httpcore.py Handler._handle: 'elif OBSERVERS:' skips draining an unread request "
+    "body when observers are installed, so the next request on that keep-alive connection is parsed "
+    "from the leftover bytes (501 HTML). Reported to the mock owners; remove this mark once fixed."))
+def test_observers_do_not_change_keep_alive_behaviour(opensandbox_mock):
+    """Installing the guard must be transparent: a body the mock answers without reading (401 before
+    the body is read) must not desynchronise the keep-alive connection."""
+    import http.client
+
+    from mock_opensandbox import httpcore
+
+    def noop(ex):
+        return None
+
+    httpcore.OBSERVERS.append(noop)
+    try:
+        port = int(opensandbox_mock.base_url.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("POST", "/v1/sandboxes", body=b'{"image": {"uri": "x"}}',
+                         headers={"Content-Type": "application/json"})  # no key: 401 before the body is read
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 401
+            conn.request("GET", "/health")
+            r = conn.getresponse()
+            body = r.read()
+            assert (r.status, body) == (200, b'{"status":"healthy"}')
+        finally:
+            conn.close()
+    finally:
+        httpcore.OBSERVERS.remove(noop)
