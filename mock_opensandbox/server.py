@@ -80,7 +80,12 @@ class MockProvisioner(Provisioner):
 
         m = self.mock
         root = os.path.join(m.root, sb.id)
-        runtime = SandboxRuntime(root, env=sb.env, isolate=m.isolate)
+        isolate = m.isolate
+        if isolate is None and m.execd_bin:
+            # an execd binary outside the sandbox's system dirs cannot run inside the isolated view:
+            # the process runs on the host with cwd = the sandbox root (seed 000 §5.3)
+            isolate = False
+        runtime = SandboxRuntime(root, env=sb.env, isolate=isolate)
         sb.runtime = runtime
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()

@@ -195,13 +195,14 @@ def test_execd_process_mode_leaves_nothing(tmp_path):
     wrapper.chmod(0o755)
     before_threads = {t.name for t in threading.enumerate()}
     before_children = _children_tree(os.getpid())
-    osb = MockOpenSandbox(execd_bin=str(wrapper), isolate=False).start()
+    osb = MockOpenSandbox(execd_bin=str(wrapper)).start()  # not isolated by default in process mode
     try:
         c = C(osb)
         sid = json.loads(c.call("POST", "/v1/sandboxes", BODY)[1])["id"]
         ep = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)[1])["endpoint"]
         hostport, _, prefix = ep.partition("/")
         assert c.call("GET", "/%s/ping" % prefix, hostport=hostport)[0] == 200
+        assert osb.sandboxes[sid].runtime.isolated is False
         assert c.call("POST", "/v1/sandboxes/%s/pause" % sid)[0] == 202
         pids = _children_tree(os.getpid()) - before_children
         ports = {osb.port, int(hostport.rsplit(":", 1)[1])}
