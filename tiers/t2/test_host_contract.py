@@ -1,0 +1,90 @@
+"""The real host (agent-sandbox-client 0.4.0a6) installs ./plugin into a temporary HOME and runs its
+own contract kit against the mock: 18 passed, 0 failed, nothing skipped; doctor all ok.
+
+The host reads ~ at import time, so it always runs in a subprocess with HOME set
+(epp-host-reference §5.4); the mock runs in this process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+import demo  # noqa: E402  (host_env / host / install_plugin helpers)
+
+from mock_opensandbox.server import MockOpenSandbox  # noqa: E402
+
+CONTRACT_TESTS = {
+    "test_declared_features_are_known", "test_describe_never_exposes_secret_defaults", "test_lifecycle",
+    "test_kill_is_idempotent", "test_set_timeout", "test_pause_resume", "test_exec_run",
+    "test_exec_exit_code_stderr_and_env", "test_exec_stream_order_and_single_exit",
+    "test_exec_timeout_is_enforced", "test_process_list", "test_files_roundtrip", "test_files_binary_and_unicode",
+    "test_files_directory_operations", "test_missing_file_is_a_typed_not_found", "test_ports_url",
+    "test_undeclared_feature_fails_with_e8004", "test_secret_options_are_redacted_from_errors",
+}
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    out = demo.install_plugin(str(home))
+    assert "Installed opensandbox 0.1.0" in out
+    return str(home)
+
+
+def test_install_list_doctor(home):
+    listed = demo.host(home, "list").stdout
+    assert re.search(r"opensandbox\s+0\.1\.0\s+exec\s+local\s+sandbox\(lifecycle,timeout,pause\) exec\(run,stream\) "
+                     r"process\(manage\) files\(rw\) ports\(url\) sessions", listed), listed
+    doctor = demo.host(home, "doctor", "opensandbox")
+    lines = [ln.split() for ln in doctor.stdout.strip().splitlines()]
+    assert [(ln[0], ln[1].rstrip(":")) for ln in lines] == [("ok", "installed"), ("ok", "integrity"),
+                                                            ("ok", "config"), ("ok", "handshake")], doctor.stdout
+    as_json = json.loads(demo.host(home, "--json", "doctor", "opensandbox").stdout)
+    assert as_json["ok"] is True and [c["name"] for c in as_json["checks"]] == \
+        ["installed", "integrity", "config", "handshake"] and all(c["ok"] for c in as_json["checks"])
+    # the installed tree is untouched by running the plugin (integrity is re-hashed at every start)
+    assert not os.path.exists(os.path.join(home, ".abx", "providers", "opensandbox", "__pycache__"))
+
+
+@pytest.mark.parametrize("mode", ["v1.1.0", "latest"])
+def test_contract_kit_18_of_18(home, mode):
+    with MockOpenSandbox(execd_mode=mode) as osb:
+        run = demo.host(home, "test", "--option", f"base_url={osb.base_url}", "--option", f"api_key={osb.api_key}",
+                        "opensandbox", "--", "-rA", "-q", "-p", "no:randomly", check=False)
+        left = [sid for sid, sb in osb.sandboxes.items() if not getattr(sb, "deleted", False)]
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    passed = set(re.findall(r"^PASSED \S+::(test_\w+)", out, re.M))
+    assert passed == CONTRACT_TESTS, out[-4000:]
+    summary = [ln for ln in out.splitlines() if re.search(r"\d+ passed", ln)][-1]
+    assert re.search(r"\b18 passed\b", summary) and not re.search(r"failed|skipped|error|xfail", summary), summary
+    assert left == [], "the kit's sandboxes were all deleted"
+
+
+def test_config_from_env_and_aliases(home, tmp_path):
+    """Configuration the way users set it: the OpenSandbox-native env alias for the API key and the
+    canonical ABX_OPENSANDBOX_* variable, coerced by the host, then by the plugin."""
+    script = (
+        "import asyncio, sys\n"
+        "from agent_sandbox import ProviderSandbox as S\n"
+        "async def main():\n"
+        "    sb = await S.create(provider='opensandbox', timeout=120)\n"
+        "    r = await sb.commands.run('echo env-configured')\n"
+        "    print(sb.info.template, r.stdout.strip())\n"
+        "    await sb.kill()\n"
+        "asyncio.run(main())\n")
+    with MockOpenSandbox() as osb:
+        env = {**demo.host_env(home), "OPEN_SANDBOX_API_KEY": osb.api_key, "ABX_OPENSANDBOX_BASE_URL": osb.base_url,
+               "ABX_OPENSANDBOX_DEFAULT_IMAGE": "python:3.11-slim"}
+        import subprocess
+        proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=home, capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["python:3.11-slim", "env-configured"]
