@@ -42,6 +42,34 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def _wait_stopped(pgids: list[int], timeout: float = 2.0) -> None:
+    """Wait until every process of these process groups is stopped (SIGSTOP is delivered asynchronously)."""
+    if not pgids:
+        return
+    wanted = set(pgids)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = False
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return
+        for name in names:
+            if not name.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % name, "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if len(fields) > 2 and int(fields[2]) in wanted and fields[0] not in (b"T", b"t", b"Z", b"X"):
+                running = True
+                break
+        if not running:
+            return
+        time.sleep(0.005)
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -175,6 +203,7 @@ class MockProvisioner(Provisioner):
     def pause(self, sb: Sandbox) -> None:
         if sb.runtime is not None:
             sb.runtime.pause()  # SIGSTOP every process group (seed 000 §5.3), execd process included
+            _wait_stopped(sb.runtime.process_groups())  # docker pause returns once the container is frozen
 
     def resume(self, sb: Sandbox) -> None:
         if sb.runtime is not None:
