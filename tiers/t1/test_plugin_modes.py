@@ -256,3 +256,19 @@ def test_big_output_is_chunked_and_complete(epp, sid):
     out = EppClient.joined(notes)
     assert code == 0 and len(out) == 3_000_001 and set(out[:-1]) == {"x"}
     assert max(len(line) for line in epp.lines) < 8 * 1024 * 1024
+
+
+def test_terminal_event_ends_the_read_without_waiting_for_execd_to_close(tmp_path):
+    """execd keeps the stream open ~1 s after the last event (brief); the plugin stops at the event.
+    With a 30 s close delay, five commands still finish long before one delay would."""
+    with MockOpenSandbox(execd_mode="v1.1.0", execd_close_delay=30) as osb, \
+            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+        sid = create(epp)
+        started = time.monotonic()
+        for i in range(5):
+            assert run(epp, sid, "echo", [str(i)])["stdout"] == f"{i}\n"
+        _, notes, code = epp.exec_stream(sid, "sh", ["-c", "exit 2"])
+        assert code == 2
+        assert time.monotonic() - started < 25
+        epp.call("sandbox.resume", {"sandbox_id": sid})          # resuming a running sandbox is fine too
+        epp.call("sandbox.kill", {"sandbox_id": sid})
