@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -265,8 +266,18 @@ class Env:
 
 
 @pytest.fixture
-def world(tmp_path):
-    w = Env(str(tmp_path))
+def tmpdir_clean():
+    """A temp dir removed afterwards (pytest's tmp_path would be kept around)."""
+    d = tempfile.mkdtemp(prefix="osb-local-up-")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def world(tmpdir_clean):
+    w = Env(tmpdir_clean)
     yield w
     w.cleanup()
 
@@ -424,8 +435,8 @@ def test_egress_and_code_interpreter_images_are_opt_in(world):
     world.run("down")
 
 
-def test_missing_docker_is_installed_only_with_consent(tmp_path):
-    world = Env(str(tmp_path), install_docker=False)
+def test_missing_docker_is_installed_only_with_consent(tmpdir_clean):
+    world = Env(tmpdir_clean, install_docker=False)
     try:
         world.set_lines("pullable", [EXECD, BASE])
         r = world.run("up")  # no terminal, no -y, no CI=true: refuse and say how

@@ -65,6 +65,11 @@ def t3_factory(execd_bin) -> Iterator[Callable[..., MockOpenSandbox]]:
     made = []
 
     def make(**kwargs) -> MockOpenSandbox:
+        # isolate=False: the execd process runs on the host with cwd = the per-sandbox directory (seed 000 §5.3).
+        # Inside the mock's mount-namespace view only system dirs are visible, so neither the wrapper (in a temp
+        # dir) nor an $OSB_EXECD_BIN outside /usr could be executed there. The mock's stand-alone execd then
+        # isolates the commands it runs by itself (its --isolate defaults to auto).
+        kwargs.setdefault("isolate", False)
         osb = MockOpenSandbox(execd_bin=execd_bin.path, **kwargs)
         made.append(osb)
         return osb.start()
