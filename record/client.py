@@ -135,14 +135,15 @@ class Session:
             rec_req: dict[str, Any] = {
                 "method": method,
                 "path": req.url.raw_path.decode("ascii"),
-                "headers": {k: v for k, v in req.headers.items()},
+                "headers": {k.decode("latin-1"): v.decode("latin-1") for k, v in req.headers.raw},
                 "body": None,
             }
             if sent_body is not None:
                 rec_req.pop("body")
                 rec_req.update(_text_or_b64(sent_body))
             rec_resp: dict[str, Any] = {"status": resp.status_code,
-                                        "headers": {k: v for k, v in resp.headers.multi_items()}}
+                                        "headers": {k.decode("latin-1"): v.decode("latin-1")
+                                                    for k, v in resp.headers.raw}}
             rec_resp.update(_text_or_b64(data))
             ex: dict[str, Any] = {"request": rec_req, "response": rec_resp}
             if self._pending_wait:
