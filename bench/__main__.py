@@ -1,0 +1,154 @@
+"""python -m bench [--quick] [--out bench/out] [--cases cold,exec,stream,files,flow,capacity]
+
+Starts the mock OpenSandbox in this process (or uses OPENSANDBOX_BASE_URL + OPENSANDBOX_API_KEY
+when OPENSANDBOX_BASE_URL is set), runs the selected cases with every client in one worker process,
+and writes results.json, results.md and chart.png (when matplotlib is installed) to --out.
+
+Exit status: 0 when every selected case ran (targets met or not: this is a measurement, not a test),
+1 when a case failed to run, 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench import cases as C
+from bench import report
+
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+
+
+def parse_cases(text: str | None) -> list[str]:
+    if not text:
+        return list(C.CASES)
+    out = []
+    for item in text.split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        name = C.CASE_NUMBERS.get(item, item)
+        if name not in C.CASES:
+            raise argparse.ArgumentTypeError(
+                f"unknown case {item!r}; choose from {', '.join(C.CASES)} (or 1-{len(C.CASES)})")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            with open("/proc/loadavg") as fh:
+                return "loadavg " + fh.read().strip()
+        except OSError:
+            return "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(python: str) -> dict:
+    try:
+        pv = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                            capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pv = "?"
+    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
+            "python_executable": sys.executable, "plugin_python": python, "plugin_python_version": pv,
+            "platform": platform.platform()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
+    ap.add_argument("--quick", action="store_true", help="small sizes and few repetitions (well under a minute)")
+    ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: bench/out)")
+    ap.add_argument("--cases", default=None,
+                    help="comma-separated subset: " + ",".join(C.CASES) + " (or numbers 1-6); default all")
+    ap.add_argument("--plugin", default=None, metavar="DIR",
+                    help="benchmark this plugin tree instead of the repository's plugin/ (e.g. a patched copy)")
+    ap.add_argument("--profile", action="store_true",
+                    help="attach py-spy to the plugin in cases 2-4; collapsed stacks go to <out>/profiles/ "
+                         "and a summary into results.json (numbers taken under a profiler are slower)")
+    args = ap.parse_args(argv)
+    try:
+        selected = parse_cases(args.cases)
+    except argparse.ArgumentTypeError as exc:
+        ap.error(str(exc))
+    params = dict(C.QUICK if args.quick else C.FULL)
+
+    def log(msg: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    load_before = uptime()
+    base_url = os.environ.get("OPENSANDBOX_BASE_URL", "").strip()
+    target = C.Target(base_url or None, os.environ.get("OPENSANDBOX_API_KEY") or None)
+    log(f"server: {target.kind} ({target.base_url if target.kind == 'mock' else 'OPENSANDBOX_BASE_URL'})")
+    tmp = tempfile.mkdtemp(prefix="bench-")
+    worker = C.Worker()
+    rows: list = []
+    failed = False
+    ctx = None
+    try:
+        ctx = C.Context(target, worker, params, tmp, log, plugin_src=args.plugin)
+        if args.profile:
+            ctx.profile_dir = os.path.join(os.path.abspath(args.out), "profiles")
+        for name in selected:
+            log(f"case {C.CASES.index(name) + 1}: {name}")
+            t = time.perf_counter()
+            try:
+                got = C.FUNCS[name](ctx)
+            except Exception as exc:  # noqa: BLE001 - a failed case is reported, the others still run
+                log(f"case {name} FAILED: {type(exc).__name__}: {exc}")
+                got = [C.error_row(name, exc)]
+                failed = True
+                if worker.proc.poll() is not None:
+                    worker = C.Worker()
+                    ctx.worker = worker
+            rows += got
+            log(f"case {name}: {time.perf_counter() - t:.1f} s")
+    finally:
+        worker.close()
+        target.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    results = {
+        "schema": 1,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "quick": args.quick,
+        "cases_selected": selected,
+        "params": params,
+        "machine": {**machine_info(ctx.python if ctx else sys.executable), "load_before": load_before,
+                    "load_after": uptime()},
+        "server": target.info(),
+        "wall_s": time.perf_counter() - started,
+        "profiled": bool(args.profile),
+        "cases": rows,
+        "details": ctx.details if ctx else {},
+    }
+    paths = report.write_all(results, args.out)
+    print(report.markdown_table(results))
+    if results.get("chart_problem"):
+        print("\n" + results["chart_problem"], file=sys.stderr)
+    log("wrote " + ", ".join(paths.values()) + f" in {results['wall_s']:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The whole flow, create -> run -> write -> read -> kill, through the real host and through the SDK.
+
+Run by ``python -m bench`` in a subprocess whose HOME holds the installed plugin:
+
+    HOME=<tmp> ABX_OPENSANDBOX_BASE_URL=... python -m bench.flow --n 5 --warmup 1 [--sdk-shipped 2]
+
+Sides, interleaved round by round:
+
+* ``host``: ``agent_sandbox.ProviderSandbox`` with provider "opensandbox" (one plugin process per
+  Sandbox object; the host re-hashes the installed tree before starting it).
+* ``sdk``: the official ``opensandbox`` SDK (``SandboxSync``). Its foreground ``commands.run`` reads
+  the SSE body to its end, so against a server that keeps the stream open ~1 s after the last event
+  it waits that second. For a like-for-like number this side asks the orchestrator (a line on
+  stdout, answered on stdin) to set the close delay of ITS sandbox's execd to 0; the plugin stops at
+  the terminal event and never waits for it.
+* ``sdk_shipped`` (optional): the SDK against the server's default close delay, what an SDK user
+  really waits.
+
+Prints JSON lines on stdout: control requests ``{"control": ...}`` and finally ``{"result": ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+
+PAYLOAD = (b"bench flow payload \xe2\x9c\x93\n" * 200)[:4096]
+IMAGE = "python:3.12-slim"
+_OUT = sys.stdout
+
+
+def emit(obj: dict) -> None:
+    _OUT.write(json.dumps(obj) + "\n")
+    _OUT.flush()
+
+
+def control(request: dict) -> str:
+    """Ask the orchestrator for something (outside the timed span); returns its one-line answer."""
+    emit({"control": request})
+    return sys.stdin.readline().strip()
+
+
+class Steps:
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.start = self.t
+        self.steps: dict = {}
+        self.paused = 0.0
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.steps[name] = now - self.t
+        self.t = now
+
+    def pause(self, fn):
+        t = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            d = time.perf_counter() - t
+            self.paused += d
+            self.t += d
+
+    def total(self) -> float:
+        return time.perf_counter() - self.start - self.paused
+
+
+async def host_flow() -> dict:
+    from agent_sandbox import ProviderSandbox
+    s = Steps()
+    sbx = await ProviderSandbox.create(provider="opensandbox", timeout=600)
+    s.mark("create")
+    try:
+        res = await sbx.commands.run("true")
+        if getattr(res, "exit_code", None) != 0:
+            raise RuntimeError(f"run: {res!r}")
+        s.mark("run")
+        await sbx.files.write("/tmp/flow.bin", PAYLOAD)
+        s.mark("write")
+        got = await sbx.files.read_bytes("/tmp/flow.bin")
+        if got != PAYLOAD:
+            raise RuntimeError("read back different bytes")
+        s.mark("read")
+    finally:
+        await sbx.kill()
+    s.mark("kill")
+    return {"total": s.total(), "steps": s.steps}
+
+
+def sdk_config():
+    os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")
+    from opensandbox.config.connection_sync import ConnectionConfigSync
+    scheme, rest = os.environ["ABX_OPENSANDBOX_BASE_URL"].split("://", 1)
+    return ConnectionConfigSync(domain=rest.rstrip("/"), protocol=scheme,
+                                api_key=os.environ.get("ABX_OPENSANDBOX_API_KEY") or None, disable_metrics=True)
+
+
+def sdk_flow(fair: bool) -> dict:
+    from datetime import timedelta
+
+    from opensandbox.sync.sandbox import SandboxSync
+    s = Steps()
+    sb = SandboxSync.create(IMAGE, connection_config=sdk_config(), timeout=timedelta(minutes=10))
+    s.mark("create")
+    try:
+        if fair:
+            s.pause(lambda: control({"close_delay": 0.0, "sandbox_id": sb.id}))
+        ex = sb.commands.run("true")
+        if ex.exit_code != 0:
+            raise RuntimeError(f"run: exit {ex.exit_code}")
+        s.mark("run")
+        sb.files.write_file("/tmp/flow.bin", PAYLOAD)
+        s.mark("write")
+        if sb.files.read_bytes("/tmp/flow.bin") != PAYLOAD:
+            raise RuntimeError("read back different bytes")
+        s.mark("read")
+    finally:
+        sb.kill()
+        sb.close()
+    s.mark("kill")
+    return {"total": s.total(), "steps": s.steps}
+
+
+def import_times() -> dict:
+    t = time.perf_counter()
+    import agent_sandbox  # noqa: F401
+    from agent_sandbox import ProviderSandbox  # noqa: F401
+    from agent_sandbox.providers import registry  # noqa: F401
+    host = time.perf_counter() - t
+    t = time.perf_counter()
+    from opensandbox.sync.sandbox import SandboxSync  # noqa: F401
+    sdk = time.perf_counter() - t
+    return {"host": host, "sdk": sdk}
+
+
+def integrity_times(n: int = 10) -> list:
+    from agent_sandbox.providers import store
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        store.verify_integrity("opensandbox")
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> int:
+    global _OUT
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--sdk-shipped", type=int, default=0)
+    args = ap.parse_args()
+    sys.stdout = sys.stderr
+    imports = import_times()
+    sides = {"host": lambda: asyncio.run(host_flow()), "sdk": lambda: sdk_flow(True)}
+    for _ in range(args.warmup):
+        for fn in sides.values():
+            fn()
+    runs: dict = {name: [] for name in sides}
+    for _ in range(args.n):
+        for name, fn in sides.items():
+            runs[name].append(fn())
+    if args.sdk_shipped:
+        runs["sdk_shipped"] = [sdk_flow(False) for _ in range(args.sdk_shipped)]
+    emit({"result": {"runs": runs, "imports": imports, "integrity": integrity_times()}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
