@@ -108,6 +108,12 @@ class Config:
         return [getattr(self, k) for k in SECRET_FIELDS if getattr(self, k, "")]
 
 
+def _number(value) -> bool:
+    """A real, finite JSON number (not a bool, not NaN/Infinity, which Python's json accepts)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and value not in (float("inf"), float("-inf"))
+
+
 def _text(value) -> str:
     return "" if value is None else str(value).strip()
 
@@ -132,7 +138,7 @@ def _int(field: str, value, lo: int, hi: int) -> int:
         number = float(value) if not isinstance(value, int) else value
     except (TypeError, ValueError):
         raise config_error(field, f"must be a whole number between {lo} and {hi}") from None
-    if number != int(number) or not lo <= number <= hi:
+    if not _number(number) or number != int(number) or not lo <= number <= hi:
         raise config_error(field, f"must be a whole number between {lo} and {hi}")
     return int(number)
 
@@ -694,7 +700,7 @@ def m_sandbox_create(srv: Server, req: Request, p: dict) -> dict:
     image = resolve_image(cfg, p.get("template"))
     body = create_body(cfg, p, image)
     budget = float(cfg.ready_timeout)
-    if isinstance(p.get("request_timeout"), (int, float)) and p["request_timeout"] > 0:
+    if _number(p.get("request_timeout")) and p["request_timeout"] > 0:
         budget = min(budget, max(1.0, float(p["request_timeout"]) - 1.0))
     deadline = time.monotonic() + budget
     reply = _guard(lambda: osb.create(body, timeout=max(cfg.http_timeout, budget)), op="create", srv=srv)
@@ -800,7 +806,7 @@ def create_body(cfg: Config, p: dict, image: str) -> dict:
     body["entrypoint"] = entrypoint
     ttl = p.get("timeout")
     if ttl is not None:
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl < 0:
+        if not _number(ttl) or ttl < 0:
             raise bad_input("timeout must be a number of seconds.")
         if ttl > 0:
             body["timeout"] = max(60, int(ttl))             # OpenSandbox's minimum TTL (rec 03)
@@ -824,12 +830,15 @@ def _quantity(field: str, value, fmt) -> str:
     if isinstance(value, bool):
         raise bad_input(f"{field} must be a number.")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise bad_input(f"{field} must be positive.")
+        if not _number(value) or value <= 0:
+            raise bad_input(f"{field} must be a positive number.")
         return fmt(value)
     text = _text(value)
     try:
-        return fmt(float(text))
+        number = float(text)
+        if not _number(number) or number <= 0:
+            raise bad_input(f"{field} must be a positive number.")
+        return fmt(number)
     except ValueError:
         if text and text[0].isdigit():
             return text                                     # already a quantity like "250m" or "1Gi"
@@ -948,7 +957,7 @@ def m_sandbox_set_timeout(srv: Server, req: Request, p: dict) -> dict:
     import email.utils
     sid = _sandbox_id(p)
     seconds = p.get("timeout")
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+    if not _number(seconds) or seconds <= 0:
         raise bad_input("timeout must be a positive number of seconds.")
     seconds = max(60, int(seconds))
     osb = srv.osb()
@@ -1026,7 +1035,7 @@ class ExecSpec:
         timeout = p.get("timeout")
         if timeout is None:
             timeout = 60
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        if not _number(timeout) or timeout < 0:
             raise EppError(-32602, "Invalid params: timeout must be a number of seconds (0 = none).")
         self.timeout = float(timeout)
         self.detached = p.get("detached") is True or p.get("background") is True
