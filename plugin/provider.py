@@ -1418,10 +1418,12 @@ def file_entry(info: dict) -> dict:
     entry = {
         "name": path.rstrip("/").rsplit("/", 1)[-1] or path,
         "path": path,
-        "type": "dir" if kind == "directory" else kind if kind in ("file", "symlink") else "file",
+        "type": "dir" if kind == "directory" else "file",
         "size": info.get("size") if isinstance(info.get("size"), int) else 0,
         "mtime": info.get("modified_at") or None,
     }
+    if kind not in ("file", "directory"):
+        entry["kind"] = kind                        # symlink / other (execd FileInfo.type)
     for key in ("mode", "owner", "group"):
         if info.get(key) not in (None, ""):
             entry[key] = info[key]

@@ -201,7 +201,8 @@ def test_file_entry_and_modes():
     assert provider.file_entry(info) == {"name": "sub", "path": "/tmp/livework/sub", "type": "dir", "size": 4096,
                                          "mtime": "2026-11-29T07:47:06.919336794Z", "mode": 755, "owner": "root",
                                          "group": "root"}
-    assert provider.file_entry({"path": "/a/l", "type": "symlink"})["type"] == "symlink"
+    assert provider.file_entry({"path": "/a/l", "type": "symlink"})["type"] == "file"
+    assert provider.file_entry({"path": "/a/l", "type": "symlink"})["kind"] == "symlink"
     assert provider.file_entry({"path": "/a/b", "type": "other", "size": None})["type"] == "file"
     assert provider._octal_mode("644") == 644 and provider._octal_mode("0o755") == 755
     assert provider._octal_mode(0o644) == 644 and provider._octal_mode(None) is None
