@@ -1074,11 +1074,13 @@ _END, _WAKE = object(), object()
 
 
 class Pump:
-    """Reads a CommandRun on its own thread so the caller can wait with deadlines and cancel."""
+    """Reads a CommandRun on its own thread so the caller can wait with deadlines and cancel. The
+    queue is bounded: a slow reader of our stdout slows the SSE read, and so execd, down."""
 
     def __init__(self, run):
         import queue
-        self.run, self.q, self.queue_empty = run, queue.Queue(), queue.Empty
+        self.run, self.q, self.queue_empty = run, queue.Queue(maxsize=4096), queue.Empty
+        self._held = None
         threading.Thread(target=self._read, daemon=True, name="execd-sse").start()
 
     def _read(self) -> None:
@@ -1090,10 +1092,35 @@ class Pump:
         self.q.put(_END)
 
     def get(self, timeout: float | None):
+        if self._held is not None:
+            item, self._held = self._held, None
+            return item
         try:
             return self.q.get(timeout=timeout)
         except self.queue_empty:
             return None
+
+    def more_of(self, kind: str, text: str, limit: int = OUTPUT_CHUNK_CHARS) -> str:
+        """Join output of the same stream that is already queued (v1.1.0 sends one event per line)."""
+        parts, size = [text], len(text)
+        while size < limit:
+            try:
+                item = self.q.get_nowait()
+            except self.queue_empty:
+                break
+            if isinstance(item, dict) and item.get("type") == kind:
+                parts.append(item["text"])
+                size += len(item["text"])
+            else:
+                self._held = item
+                break
+        return "".join(parts)
+
+    def wake(self) -> None:
+        try:
+            self.q.put_nowait(_WAKE)
+        except Exception:  # noqa: BLE001 - full: the reader is about to be woken anyway
+            pass
 
 
 def _quiet_interrupt(run, timeout: float = 5.0) -> None:
@@ -1114,7 +1141,7 @@ def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: f
     import _osb_http as osb
     deadline = started + spec.timeout if spec.timeout > 0 else None
     stop_at, timed_out = None, False
-    req.on_cancel(lambda: pump.q.put(_WAKE))
+    req.on_cancel(pump.wake)
     item = first
     while True:
         now = time.monotonic()
@@ -1141,7 +1168,7 @@ def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: f
             return _lost_stream(run, f"reading the output failed ({type(current).__name__})")
         kind = current.get("type")
         if kind in ("stdout", "stderr"):
-            on_output(kind, current["text"])
+            on_output(kind, pump.more_of(kind, current["text"]))
             continue
         try:
             code = osb.terminal_exit_code(current)

@@ -103,6 +103,8 @@ def test_02_printf_crlf_framing(epp, sid, mock):
     assert res["stdout"] == "x\n\ny\n" and res["stderr"] == "e1\ne2\n"
     assert run(epp, sid, "echo", ["h\u00e9llo \u2603", "{\"json\": true}", "data: fake"])["stdout"] == \
         "h\u00e9llo \u2603 {\"json\": true} data: fake\n"
+    _, notes, code = epp.exec_stream(sid, "seq", ["1", "20000"])          # one event per line under v1.1.0
+    assert code == 0 and EppClient.joined(notes) == "".join(f"{i}\n" for i in range(1, 20001))
 
 
 # (3) upload -> download byte-exact -------------------------------------------------------------------------
