@@ -133,8 +133,6 @@ def test_03_files_byte_exact(epp, sid):
     assert info.value.code == -32000
 
 
-@pytest.mark.spec_exempt("an empty download is 200 with no body and an unsatisfiable Range is Go's 416 "
-                         "text/plain; the spec declares neither (to be explained in ALLOWED_DIFFERENCES)")
 def test_03b_empty_file_and_range_past_the_end(epp, sid):
     epp.call("files.write", {"sandbox_id": sid, "path": "/tmp/t1/empty", "content_b64": ""})
     assert epp.call("files.read", {"sandbox_id": sid, "path": "/tmp/t1/empty"}) == {"content_b64": ""}
