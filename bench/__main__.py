@@ -78,9 +78,13 @@ def machine_info(python: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
     ap.add_argument("--quick", action="store_true", help="small sizes and few repetitions (well under a minute)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one repetition per side and tiny sizes: checks the harness, the numbers mean nothing")
     ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: bench/out)")
     ap.add_argument("--cases", default=None,
                     help="comma-separated subset: " + ",".join(C.CASES) + " (or numbers 1-6); default all")
+    ap.add_argument("--mock-as-is", action="store_true",
+                    help="do not give the in-process mock TCP_NODELAY (see bench/README.md, 'TCP_NODELAY')")
     ap.add_argument("--plugin", default=None, metavar="DIR",
                     help="benchmark this plugin tree instead of the repository's plugin/ (e.g. a patched copy)")
     ap.add_argument("--profile", action="store_true",
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         selected = parse_cases(args.cases)
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
-    params = dict(C.QUICK if args.quick else C.FULL)
+    params = dict(C.SMOKE if args.smoke else C.QUICK if args.quick else C.FULL)
 
     def log(msg: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = uptime()
     base_url = os.environ.get("OPENSANDBOX_BASE_URL", "").strip()
-    target = C.Target(base_url or None, os.environ.get("OPENSANDBOX_API_KEY") or None)
+    target = C.Target(base_url or None, os.environ.get("OPENSANDBOX_API_KEY") or None,
+                      nodelay=not args.mock_as_is)
     log(f"server: {target.kind} ({target.base_url if target.kind == 'mock' else 'OPENSANDBOX_BASE_URL'})")
     tmp = tempfile.mkdtemp(prefix="bench-")
     worker = C.Worker()
@@ -131,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "schema": 1,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "quick": args.quick,
+        "quick": args.quick or args.smoke,
+        "mode": "smoke" if args.smoke else "quick" if args.quick else "full",
         "cases_selected": selected,
         "params": params,
         "machine": {**machine_info(ctx.python if ctx else sys.executable), "load_before": load_before,

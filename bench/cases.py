@@ -35,6 +35,13 @@ QUICK = {"cold_n": 5, "cold_warmup": 1, "exec_n": 10, "exec_warmup": 2, "exec_sh
          "flow_n": 2, "flow_warmup": 1, "flow_shipped_n": 0, "cap_sandboxes": 10, "cap_threads": 8,
          "cap_seconds": 1.0}
 
+# --smoke (for tests of the harness itself): one repetition per side, tiny sizes. Numbers from a smoke
+# run mean nothing; it only proves every case runs end to end and the results are well formed.
+SMOKE = {"cold_n": 1, "cold_warmup": 0, "exec_n": 1, "exec_warmup": 0, "exec_shipped_n": 0,
+         "stream_bytes": 256 * 1024, "stream_n": 1, "stream_warmup": 0, "files_small_n": 1, "files_big_n": 1,
+         "flow_n": 1, "flow_warmup": 0, "flow_shipped_n": 0, "cap_sandboxes": 3, "cap_threads": 2,
+         "cap_seconds": 0.3}
+
 CASES = ("cold", "exec", "stream", "files", "flow", "capacity")
 CASE_NUMBERS = {str(i + 1): name for i, name in enumerate(CASES)}
 
@@ -44,6 +51,8 @@ def fmt_bytes(n: int) -> str:
         return f"{n // MiB} MiB"
     if n % 1_000_000 == 0:
         return f"{n // 1_000_000} MB"
+    if n % 1024 == 0:
+        return f"{n // 1024} KiB"
     return f"{n} B"
 
 
@@ -82,12 +91,23 @@ def error_row(case_name: str, exc: BaseException) -> dict:
 class Target:
     """The OpenSandbox under test: the in-process mock, or a live server from the environment."""
 
-    def __init__(self, base_url: str | None = None, api_key: str | None = None):
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *, nodelay: bool = True):
         self.mock = None
+        self.nodelay = None
         if base_url:
             self.base_url, self.api_key, self.kind = base_url.rstrip("/"), api_key, "live"
         else:
+            from mock_opensandbox import httpcore
             from mock_opensandbox.server import MockOpenSandbox
+            if nodelay:
+                # Real servers answer with TCP_NODELAY (Go's net/http sets it on every connection,
+                # uvicorn's asyncio transports too); the mock's http.server does not, so a small reply
+                # written in two parts (headers, then body) on a reused keep-alive connection waits for
+                # the client's delayed ACK: ~40 ms per request on Linux. That stall would be charged to
+                # whichever client reuses connections, so this process's mock sets TCP_NODELAY like the
+                # real servers. `--mock-as-is` measures the mock unchanged.
+                httpcore.Handler.disable_nagle_algorithm = True
+            self.nodelay = bool(nodelay)
             self.mock = MockOpenSandbox().start()       # execd_close_delay 1.0, like the real server
             self.base_url, self.api_key, self.kind = self.mock.base_url, self.mock.api_key, "mock"
         self._lc = direct.Lifecycle(self.base_url, self.api_key)
@@ -136,7 +156,8 @@ class Target:
     def info(self) -> dict:
         return {"kind": self.kind, "base_url": self.base_url if self.kind == "mock" else "(from OPENSANDBOX_BASE_URL)",
                 "execd_mode": getattr(self.mock, "execd_mode", None),
-                "execd_close_delay_default": getattr(self.mock, "execd_close_delay", None)}
+                "execd_close_delay_default": getattr(self.mock, "execd_close_delay", None),
+                "tcp_nodelay": self.nodelay}
 
     def stop(self) -> None:
         for sid in list(self.sandboxes):
@@ -356,9 +377,12 @@ def case_files(ctx: Context) -> list:
         for op in ("write", "read"):
             name = f"files_{op}_{fmt_bytes(size).replace(' ', '')}"
             res = ctx.run(ctx.profile({"job": "files", "sandbox_id": a, "bytes": size, "op": op, "n": n,
-                                       "warmup": 1, "sides": ["epp", "direct"]}, name))
+                                       "warmup": 1, "sides": ["epp", "direct", "floor"]}, name))
             ctx.keep_profiles(name, res)
             s = res["samples"]
+            ctx.details.setdefault("files_floor", {})[name] = {
+                "epp_ms": median(s["epp"]) * 1000, "floor_ms": median(s["floor"]) * 1000,
+                "direct_ms": median(s["direct"]) * 1000}
             rows.append(make_row(
                 id=f"files_{op}_{fmt_bytes(size).replace(' ', '')}", case=4,
                 title=f"File {op} {fmt_bytes(size)}", unit="MB/s",
@@ -399,6 +423,13 @@ def case_flow(ctx: Context) -> list:
     shipped = p["flow_shipped_n"] if ctx.target.mock is not None else 0
     argv = [sys.executable, "-m", "bench.flow", "--n", str(p["flow_n"]), "--warmup", str(p["flow_warmup"]),
             "--sdk-shipped", str(shipped)]
+    shim = os.path.realpath(ctx.python_on_path) != os.path.realpath(ctx.python)
+    if shim:
+        # The host starts `python3` from PATH. Here that is a shim (pyenv) in front of the interpreter,
+        # which costs far more than the plugin itself; the measured flow puts the interpreter's own
+        # directory first on PATH, and a few extra flows show the cost of the shim.
+        argv += ["--shim-n", str(p["flow_shipped_n"]), "--shim-path", env.get("PATH", "")]
+        env["PATH"] = os.path.dirname(ctx.python) + os.pathsep + env.get("PATH", "")
     proc = subprocess.Popen(argv, cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     err_tail: list = []
@@ -429,11 +460,18 @@ def case_flow(ctx: Context) -> list:
     total = {k: [r["total"] for r in v] for k, v in runs.items()}
     steps = {k: {step: median([r["steps"][step] for r in v]) * 1000 for step in v[0]["steps"]}
              for k, v in runs.items() if v}
+    epp_calls = {}
+    for r in runs.get("host", []):
+        for label, took in (r.get("epp_calls") or {}).items():
+            epp_calls.setdefault(label, []).append(took)
     ctx.details["flow"] = {"install_s": round(inst["seconds"], 3), "steps_median_ms": steps,
+                           "host_epp_calls_median_ms": {k: round(median(v) * 1000, 2) for k, v in epp_calls.items()},
                            "import_s": result["imports"],
                            "integrity_check_ms": {"median": median(result["integrity"]) * 1000,
                                                   "p90": p90(result["integrity"]) * 1000},
-                           "sdk_close_delay_0": fair}
+                           "sdk_close_delay_0": fair,
+                           "path_python3": ctx.python_on_path if not shim else
+                           f"{ctx.python} (PATH python3 {ctx.python_on_path} is a shim)"}
     rows = [make_row(
         id="host_flow", case=5, title="Whole flow through the host: create -> run -> write -> read -> kill",
         unit="ms", ours_name="agent_sandbox.ProviderSandbox (provider opensandbox)", ours_s=total["host"],
@@ -441,6 +479,13 @@ def case_flow(ctx: Context) -> list:
         base_s=total["sdk"], target=1.5,
         note=("library imports excluded (see details); the SDK's commands.run would otherwise wait the "
               "server's ~1 s close" if fair else "library imports excluded; SDK waits the server's close delay"))]
+    if total.get("host_shim"):
+        rows.append(make_row(
+            id="host_flow_path_shim", case=5, title="Whole flow through the host with `python3` = PATH shim",
+            unit="ms", ours_name=f"ProviderSandbox, python3 -> {ctx.python_on_path}", ours_s=total["host_shim"],
+            base_name="opensandbox SDK SandboxSync (close delay 0)", base_s=total["sdk"],
+            note="environment cost, not the plugin's: the shim runs before the interpreter at every plugin "
+                 "start; informational"))
     if total.get("sdk_shipped"):
         rows.append(make_row(
             id="host_flow_vs_sdk_shipped", case=5, title="Whole flow vs the SDK at the server's default close delay",

@@ -15,6 +15,8 @@ Sides, interleaved round by round:
   the terminal event and never waits for it.
 * ``sdk_shipped`` (optional): the SDK against the server's default close delay, what an SDK user
   really waits.
+* ``host_shim`` (optional): the host with the caller's original PATH, when `python3` there is not the
+  interpreter itself (a pyenv shim costs ~0.1-0.25 s per plugin start on this machine).
 
 Prints JSON lines on stdout: control requests ``{"control": ...}`` and finally ``{"result": ...}``.
 """
@@ -68,8 +70,40 @@ class Steps:
         return time.perf_counter() - self.start - self.paused
 
 
+EPP_CALLS: list = []
+
+
+def instrument_host() -> None:
+    """Time the host's EPP client calls (spawn + initialize, each request, close) and its integrity
+    check, so each flow step splits into plugin round trips and the host's own work."""
+    from agent_sandbox.providers import epp, store
+
+    def timed(label_of, fn, is_async=True):
+        if is_async:
+            async def wrapper(*a, **k):
+                t = time.perf_counter()
+                try:
+                    return await fn(*a, **k)
+                finally:
+                    EPP_CALLS.append((label_of(a, k), time.perf_counter() - t))
+        else:
+            def wrapper(*a, **k):
+                t = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    EPP_CALLS.append((label_of(a, k), time.perf_counter() - t))
+        return wrapper
+
+    epp.EppClient.start = timed(lambda a, k: "spawn+initialize", epp.EppClient.start)
+    epp.EppClient.close = timed(lambda a, k: "close (shutdown, exit)", epp.EppClient.close)
+    epp.EppClient.call = timed(lambda a, k: str(a[1] if len(a) > 1 else k.get("method")), epp.EppClient.call)
+    store.verify_integrity = timed(lambda a, k: "verify_integrity", store.verify_integrity, is_async=False)
+
+
 async def host_flow() -> dict:
     from agent_sandbox import ProviderSandbox
+    EPP_CALLS.clear()
     s = Steps()
     sbx = await ProviderSandbox.create(provider="opensandbox", timeout=600)
     s.mark("create")
@@ -87,7 +121,12 @@ async def host_flow() -> dict:
     finally:
         await sbx.kill()
     s.mark("kill")
-    return {"total": s.total(), "steps": s.steps}
+    calls: dict = {}
+    for label, took in EPP_CALLS:
+        if label in ("initialize", "shutdown"):
+            continue                    # inside spawn+initialize / close
+        calls[label] = calls.get(label, 0.0) + took
+    return {"total": s.total(), "steps": s.steps, "epp_calls": calls}
 
 
 def sdk_config():
@@ -152,9 +191,13 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--sdk-shipped", type=int, default=0)
+    ap.add_argument("--shim-n", type=int, default=0,
+                    help="extra host flows with PATH set to --shim-path (python3 there is e.g. a pyenv shim)")
+    ap.add_argument("--shim-path", default="")
     args = ap.parse_args()
     sys.stdout = sys.stderr
     imports = import_times()
+    instrument_host()
     sides = {"host": lambda: asyncio.run(host_flow()), "sdk": lambda: sdk_flow(True)}
     for _ in range(args.warmup):
         for fn in sides.values():
@@ -165,6 +208,13 @@ def main() -> int:
             runs[name].append(fn())
     if args.sdk_shipped:
         runs["sdk_shipped"] = [sdk_flow(False) for _ in range(args.sdk_shipped)]
+    if args.shim_n and args.shim_path:
+        # the host resolves `python3` on PATH at every plugin start (scrubbed_env reads os.environ)
+        os.environ["PATH"], saved = args.shim_path, os.environ["PATH"]
+        try:
+            runs["host_shim"] = [asyncio.run(host_flow()) for _ in range(args.shim_n)]
+        finally:
+            os.environ["PATH"] = saved
     emit({"result": {"runs": runs, "imports": imports, "integrity": integrity_times()}})
     return 0
 

@@ -47,14 +47,16 @@ def markdown_table(results: dict) -> str:
 
 def markdown(results: dict) -> str:
     m = results["machine"]
-    out = [f"# Benchmark results ({'quick' if results['quick'] else 'full'} run)", "",
+    out = [f"# Benchmark results ({results.get('mode', 'quick' if results['quick'] else 'full')} run)", "",
            f"* date: {results['date']}",
            f"* machine: {m['nproc']} cores, {m['cpu']}, Python {m['python']} (plugin interpreter "
            f"{m.get('plugin_python_version', '?')})",
            f"* load (uptime) before: {m['load_before']}; after: {m['load_after']}",
            f"* server: {results['server']['kind']}" + (
                f" (execd framing {results['server'].get('execd_mode')}, default close delay "
-               f"{results['server'].get('execd_close_delay_default')} s)" if results['server']['kind'] == "mock" else ""),
+               f"{results['server'].get('execd_close_delay_default')} s, TCP_NODELAY "
+               f"{'on, like the real servers' if results['server'].get('tcp_nodelay') else 'off (mock as is)'})"
+               if results['server']['kind'] == "mock" else ""),
            f"* wall time of the run: {results['wall_s']:.1f} s", "",
            "Ratios are ours / baseline in the row's unit: for ms lower is better, for MB/s higher is better. "
            "p90 is the slow tail (for MB/s: the rate at the 90th-percentile duration).", "",
@@ -75,6 +77,16 @@ def markdown(results: dict) -> str:
                     f"{x['module']} {x['cum_ms']}" for x in it["top_extra"][:8]) or "none"),
                 "* compile() of the plugin's sources from scratch (ms; done at every start, no bytecode cache): "
                 + ", ".join(f"{k} {v}" for k, v in it["compile_ms"].items()), ""]
+    if "files_floor" in d:
+        out += ["Files detail (case 4), median ms per operation. The protocol floor is the direct transfer plus "
+                "the base64 + JSON work EPP needs on both ends (host and plugin), in one process without a pipe: "
+                "what even a perfect plugin could not avoid.", "",
+                "| operation | plugin over EPP | protocol floor | direct | EPP above floor (plugin + pipe) |",
+                "|---|---:|---:|---:|---:|"]
+        for name, v in d["files_floor"].items():
+            out.append(f"| {name} | {v['epp_ms']:.1f} | {v['floor_ms']:.1f} | {v['direct_ms']:.1f} | "
+                       f"{v['epp_ms'] - v['floor_ms']:.1f} |")
+        out.append("")
     if "files_limit" in d:
         fl = d["files_limit"]
         out += [f"Finding (case 4): files.read of a {fl['bytes']:,}-byte file (6 MiB): "
@@ -86,6 +98,10 @@ def markdown(results: dict) -> str:
                 "|---|" + "---:|" * len(next(iter(f["steps_median_ms"].values())))]
         for side, steps in f["steps_median_ms"].items():
             out.append(f"| {side} | " + " | ".join(f"{v:.1f}" for v in steps.values()) + " |")
+        calls = f.get("host_epp_calls_median_ms") or {}
+        if calls:
+            out += ["", "* inside the host flow, median ms per EPP exchange as the host saw it (plugin work + "
+                        "server + pipe): " + ", ".join(f"{k} {v:.1f}" for k, v in calls.items())]
         out += ["", f"* host integrity re-hash of the installed plugin (store.verify_integrity): "
                     f"median {f['integrity_check_ms']['median']:.2f} ms, p90 {f['integrity_check_ms']['p90']:.2f} ms",
                 f"* library import (once per process, not in the flow times): agent_sandbox "
@@ -133,10 +149,14 @@ def chart(results: dict, path: str) -> str | None:
             ax.plot([t, t], [i - 0.4, i + 0.4], color="black", linewidth=2)
         ax.text(vals[i], i, f" {vals[i]:.2f}x", va="center", fontsize=8)
     ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log")
+    ticks = [t for t in (0.02, 0.05, 0.1, 0.2, 0.5, 1, 1.5, 2, 5, 10, 20, 50) if min(vals) / 1.5 <= t <= max(vals) * 1.5]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}x" for t in ticks])
     ax.set_xlabel("time relative to the baseline (1.0 = same; black tick = target; green met, red missed, grey no target)")
-    ax.set_title(f"What the plugin costs ({'quick' if results['quick'] else 'full'} run, {results['date'][:10]})",
+    ax.set_title(f"What the plugin costs ({results.get('mode', 'full')} run, {results['date'][:10]})",
                  fontsize=10)
-    ax.set_xlim(0, max(vals + [1.6]) * 1.18)
+    ax.set_xlim(min(vals + [0.8]) / 1.3, max(vals + [1.6]) * 1.6)
     if flow:
         ax2 = axes[1]
         steps = flow["steps_median_ms"]

@@ -350,6 +350,26 @@ def job_files(job: dict, target: dict, tmp: str) -> dict:
                     sides[side] = lambda ex=ex: ex.upload(f"/tmp/bench-w-direct-{size}.bin", data)
                 else:
                     sides[side] = lambda ex=ex: _check(len(ex.download(src)), size)
+            elif side == "floor":
+                # The protocol floor: the direct transfer plus the codec work EPP makes unavoidable on
+                # both ends (base64 + one JSON line each way), done in this process: no pipe, no plugin.
+                ex = cl.direct(sid)
+                if op == "write":
+                    def w_floor(ex=ex):
+                        line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "files.write", "params": {
+                            "sandbox_id": sid, "path": f"/tmp/bench-w-floor-{size}.bin",
+                            "content_b64": base64.b64encode(data).decode()}})                    # host
+                        got = base64.b64decode(json.loads(line)["params"]["content_b64"], validate=True)  # plugin
+                        ex.upload(f"/tmp/bench-w-floor-{size}.bin", got)
+                    sides[side] = w_floor
+                else:
+                    def r_floor(ex=ex):
+                        raw = ex.download(src)
+                        line = (b'{"jsonrpc":"2.0","id":1,"result":{"content_b64":"' + base64.b64encode(raw)
+                                + b'"}}')                                                        # plugin
+                        got = base64.b64decode(json.loads(line)["result"]["content_b64"])       # host
+                        _check(len(got), size)
+                    sides[side] = r_floor
         res = interleave(sides, n, warmup)
         profiles = cl.stop_profilers()
         if op == "write":       # what was written is what was sent
