@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not give the in-process mock TCP_NODELAY (see bench/README.md, 'TCP_NODELAY')")
     ap.add_argument("--plugin", default=None, metavar="DIR",
                     help="benchmark this plugin tree instead of the repository's plugin/ (e.g. a patched copy)")
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="also measure this candidate plugin tree in the same interleaved jobs (cases 1-5) and "
+                         "report candidate / current ratios: A/B evidence for a proposed change")
     ap.add_argument("--profile", action="store_true",
                     help="attach py-spy to the plugin in cases 2-4; collapsed stacks go to <out>/profiles/ "
                          "and a summary into results.json (numbers taken under a profiler are slower)")
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     ctx = None
     try:
-        ctx = C.Context(target, worker, params, tmp, log, plugin_src=args.plugin)
+        ctx = C.Context(target, worker, params, tmp, log, plugin_src=args.plugin, compare_src=args.compare)
         if args.profile:
             ctx.profile_dir = os.path.join(os.path.abspath(args.out), "profiles")
         for name in selected:
@@ -146,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.perf_counter() - started,
         "profiled": bool(args.profile),
         "cases": rows,
+        "compare": ctx.compare_rows if ctx else [],
         "details": ctx.details if ctx else {},
     }
     paths = report.write_all(results, args.out)

@@ -204,7 +204,7 @@ class Worker:
 
 class Context:
     def __init__(self, target: Target, worker: Worker, params: dict, tmp: str, log=print,
-                 plugin_src: str | None = None):
+                 plugin_src: str | None = None, compare_src: str | None = None):
         self.target, self.worker, self.p, self.tmp, self.log = target, worker, params, tmp, log
         self.details: dict = {}
         self.plugin_src = os.path.abspath(plugin_src or os.path.join(REPO, "plugin"))
@@ -215,6 +215,16 @@ class Context:
         shutil.copytree(self.plugin_src, self.plugin_dir,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         self.plugin = os.path.join(self.plugin_dir, "provider.py")
+        # --compare: a candidate plugin tree measured in the same jobs (side "epp_b"), for A/B evidence
+        self.compare_src = os.path.abspath(compare_src) if compare_src else None
+        self.plugin_b_dir = self.plugin_b = None
+        self.compare_rows: list = []
+        if self.compare_src:
+            if not os.path.isfile(os.path.join(self.compare_src, "provider.py")):
+                raise FileNotFoundError(f"no provider.py in {self.compare_src}")
+            self.plugin_b_dir = os.path.join(tmp, "plugin_b")
+            shutil.copytree(self.compare_src, self.plugin_b_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            self.plugin_b = os.path.join(self.plugin_b_dir, "provider.py")
         self.python, self.python_on_path = resolve_python3()
         self._shared: dict = {}
         self.profile_dir: str | None = None        # --profile: py-spy the plugin in cases 2-4
@@ -231,7 +241,20 @@ class Context:
 
     def job_target(self) -> dict:
         return {"base_url": self.target.base_url, "api_key": self.target.api_key, "python": self.python,
-                "plugin": self.plugin}
+                "plugin": self.plugin, "plugin_b": self.plugin_b}
+
+    def epp_sides(self, *others: str) -> list:
+        return ["epp"] + (["epp_b"] if self.plugin_b else []) + list(others)
+
+    def add_compare(self, base_row: dict, s_b: list, s_a: list) -> None:
+        """candidate (--compare) vs the plugin under test, from the same interleaved job."""
+        if not self.plugin_b or not s_b:
+            return
+        self.compare_rows.append(make_row(
+            id=base_row["id"] + "__candidate", case=base_row["case"], title=base_row["title"],
+            unit=base_row["unit"], ours_name=f"candidate {self.compare_src}", ours_s=s_b,
+            base_name="plugin under test", base_s=s_a, nbytes=base_row.get("bytes"),
+            note="same job, interleaved; ratio < 1 (ms) or > 1 (MB/s) means the candidate is faster"))
 
     def run(self, job: dict) -> dict:
         return self.worker.run({"plugin": self.plugin, **job}, self.job_target())
@@ -271,6 +294,7 @@ def case_cold(ctx: Context) -> list:
         base_name="python3 -c pass", base_s=s["floor"], target=1.5,
         note=f"interpreter {ctx.python}; host-like env (PYTHONDONTWRITEBYTECODE=1, new session, scrubbed env); "
              "the floor includes the interpreter's exit, the plugin side stops at the answer"))
+    ctx.add_compare(rows[0], s.get("plugin_b"), s["plugin"])
     rows.append(make_row(
         id="cold_start_vs_first_line", case=1, title="Cold start vs the interpreter's first output line",
         unit="ms", ours_name="provider.py, initialize -> result", ours_s=s["plugin"],
@@ -312,7 +336,7 @@ def summarise_importtime(imp: dict) -> dict:
 def case_exec(ctx: Context) -> list:
     p = ctx.p
     a = ctx.sandbox("a")
-    sides = ["epp", "direct", "sdk"]
+    sides = ctx.epp_sides("direct", "sdk")
     job = {"job": "exec_rt", "sandbox_id": a, "n": p["exec_n"], "warmup": p["exec_warmup"], "sides": sides}
     fair = False
     if ctx.target.mock is not None:
@@ -329,6 +353,7 @@ def case_exec(ctx: Context) -> list:
         base_name="direct stdlib client (POST /command, stops at the terminal event)", base_s=s["direct"],
         target=1.10,
         note=f"both stop at the terminal event; execd close delay {delay if delay is not None else 'server default'} s")]
+    ctx.add_compare(rows[0], s.get("epp_b"), s["epp"])
     rows.append(make_row(
         id="exec_roundtrip_vs_sdk", case=2, title="Command round trip vs the official SDK (commands.run)",
         unit="ms", ours_name="plugin over EPP (warm process)", ours_s=s["epp"],
@@ -356,15 +381,17 @@ def case_stream(ctx: Context) -> list:
     a = ctx.sandbox("a")
     nbytes = p["stream_bytes"]
     res = ctx.run(ctx.profile({"job": "stream", "sandbox_id": a, "bytes": nbytes, "n": p["stream_n"],
-                               "warmup": p["stream_warmup"], "sides": ["epp", "direct"]}, "stream"))
+                               "warmup": p["stream_warmup"], "sides": ctx.epp_sides("direct")}, "stream"))
     ctx.keep_profiles("stream", res)
     s = res["samples"]
-    return [make_row(
+    rows = [make_row(
         id=f"stream_{fmt_bytes(nbytes).replace(' ', '')}", case=3,
         title=f"Streaming {fmt_bytes(nbytes)} of output (fold -w 100: one event per 100-byte line)",
         unit="MB/s", ours_name="exec.output notifications", ours_s=s["epp"],
         base_name="direct SSE client", base_s=s["direct"], target=0.8, nbytes=nbytes,
         note=f"MB/s of command output (10^6 B/s); execd framing {ctx.target.info().get('execd_mode') or 'server'}")]
+    ctx.add_compare(rows[0], s.get("epp_b"), s["epp"])
+    return rows
 
 
 # --------------------------------------------------------------------------- case 4: files
@@ -377,7 +404,7 @@ def case_files(ctx: Context) -> list:
         for op in ("write", "read"):
             name = f"files_{op}_{fmt_bytes(size).replace(' ', '')}"
             res = ctx.run(ctx.profile({"job": "files", "sandbox_id": a, "bytes": size, "op": op, "n": n,
-                                       "warmup": 1, "sides": ["epp", "direct", "floor"]}, name))
+                                       "warmup": 1, "sides": ctx.epp_sides("direct", "floor")}, name))
             ctx.keep_profiles(name, res)
             s = res["samples"]
             ctx.details.setdefault("files_floor", {})[name] = {
@@ -390,6 +417,7 @@ def case_files(ctx: Context) -> list:
                 base_name="direct " + ("multipart upload" if op == "write" else "download"), base_s=s["direct"],
                 target=0.8, nbytes=size,
                 note="EPP side includes the host's base64 encode/decode of the content"))
+            ctx.add_compare(rows[-1], s.get("epp_b"), s["epp"])
     lim = ctx.run({"job": "files_limit", "sandbox_id": a, "bytes": 6 * MiB})
     ctx.details["files_limit"] = {"bytes": 6 * MiB, **{k: v for k, v in lim.items() if k != "ok"}}
     return rows
@@ -397,11 +425,11 @@ def case_files(ctx: Context) -> list:
 
 # --------------------------------------------------------------------------- case 5: whole flow
 
-def install_plugin(ctx: Context, home: str) -> dict:
+def install_plugin(ctx: Context, home: str, source: str | None = None) -> dict:
     env = {**os.environ, "HOME": home}
     env.pop("ABX_PROVIDER", None)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "agent_sandbox.providers", "install", ctx.plugin_dir, "--yes"],
+    r = subprocess.run([sys.executable, "-m", "agent_sandbox.providers", "install", source or ctx.plugin_dir, "--yes"],
                        env=env, cwd=home, capture_output=True, text=True, timeout=120)
     took = time.perf_counter() - t
     if r.returncode != 0:
@@ -423,6 +451,11 @@ def case_flow(ctx: Context) -> list:
     shipped = p["flow_shipped_n"] if ctx.target.mock is not None else 0
     argv = [sys.executable, "-m", "bench.flow", "--n", str(p["flow_n"]), "--warmup", str(p["flow_warmup"]),
             "--sdk-shipped", str(shipped)]
+    if ctx.plugin_b_dir:
+        home_b = os.path.join(ctx.tmp, "home_b")
+        os.makedirs(home_b, exist_ok=True)
+        install_plugin(ctx, home_b, ctx.plugin_b_dir)
+        argv += ["--home-b", home_b]
     shim = os.path.realpath(ctx.python_on_path) != os.path.realpath(ctx.python)
     if shim:
         # The host starts `python3` from PATH. Here that is a shim (pyenv) in front of the interpreter,
@@ -479,6 +512,7 @@ def case_flow(ctx: Context) -> list:
         base_s=total["sdk"], target=1.5,
         note=("library imports excluded (see details); the SDK's commands.run would otherwise wait the "
               "server's ~1 s close" if fair else "library imports excluded; SDK waits the server's close delay"))]
+    ctx.add_compare(rows[0], total.get("host_b"), total["host"])
     if total.get("host_shim"):
         rows.append(make_row(
             id="host_flow_path_shim", case=5, title="Whole flow through the host with `python3` = PATH shim",

@@ -194,11 +194,21 @@ def main() -> int:
     ap.add_argument("--shim-n", type=int, default=0,
                     help="extra host flows with PATH set to --shim-path (python3 there is e.g. a pyenv shim)")
     ap.add_argument("--shim-path", default="")
+    ap.add_argument("--home-b", default="", help="HOME with a candidate plugin installed (bench --compare)")
     args = ap.parse_args()
     sys.stdout = sys.stderr
     imports = import_times()
     instrument_host()
     sides = {"host": lambda: asyncio.run(host_flow()), "sdk": lambda: sdk_flow(True)}
+    if args.home_b:
+        def host_b() -> dict:
+            # the host finds installed providers under $HOME at every call (nothing is cached)
+            os.environ["HOME"], saved = args.home_b, os.environ["HOME"]
+            try:
+                return asyncio.run(host_flow())
+            finally:
+                os.environ["HOME"] = saved
+        sides["host_b"] = host_b
     for _ in range(args.warmup):
         for fn in sides.values():
             fn()

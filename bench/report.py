@@ -28,10 +28,10 @@ def _met(row: dict) -> str:
     return {True: "yes", False: "**no**", None: "—"}[row.get("met")]
 
 
-def markdown_table(results: dict) -> str:
+def markdown_table(results: dict, key: str = "cases") -> str:
     lines = ["| # | case | ours: median | p90 | baseline | baseline: median | p90 | ratio | target | met |",
              "|---|---|---:|---:|---|---:|---:|---:|---|---|"]
-    for row in results["cases"]:
+    for row in results[key]:
         if row.get("error"):
             lines.append(f"| {row['case']} | {row['title']} | — | — | — | — | — | — | — | ERROR |")
             continue
@@ -61,6 +61,10 @@ def markdown(results: dict) -> str:
            "Ratios are ours / baseline in the row's unit: for ms lower is better, for MB/s higher is better. "
            "p90 is the slow tail (for MB/s: the rate at the 90th-percentile duration).", "",
            markdown_table(results), ""]
+    if results.get("compare"):
+        out += ["Candidate plugin (--compare) vs the plugin under test, same jobs, interleaved "
+                "(ratio in the row's unit: for ms < 1 is faster, for MB/s > 1 is faster):", "",
+                markdown_table(results, "compare"), ""]
     notes = [(r["id"], r.get("note")) for r in results["cases"] if r.get("note")]
     if notes:
         out += ["Notes:", ""] + [f"* `{i}`: {n}" for i, n in notes] + [""]

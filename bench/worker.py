@@ -80,9 +80,11 @@ class Clients:
         self._closers: list = []
         self._profilers: list = []
 
-    def plugin(self, profile: str | None = None) -> Plugin:
+    def plugin(self, profile: str | None = None, side: str = "epp") -> Plugin:
+        """side "epp": the plugin under test; "epp_b": the --compare candidate."""
+        path = self.target.get("plugin_b") if side == "epp_b" else self.target.get("plugin")
         p = Plugin(self.target["python"], os.path.join(self.tmp, f"data{len(self._plugins)}"),
-                   _plugin_config(self.target), plugin=self.target.get("plugin") or PLUGIN)
+                   _plugin_config(self.target), plugin=path or PLUGIN)
         self._plugins.append(p)
         if profile:
             self._profilers.append(Profiler(p.proc.pid, profile))
@@ -178,8 +180,8 @@ def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
     init = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                         "params": init_params(data_dir, _plugin_config(target))}) + "\n").encode()
 
-    def plugin() -> None:
-        p = subprocess.Popen([python, job.get("plugin") or PLUGIN], cwd=data_dir, env=env, stdin=subprocess.PIPE,
+    def plugin(path=None) -> None:
+        p = subprocess.Popen([python, path or job.get("plugin") or PLUGIN], cwd=data_dir, env=env, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         p.stdin.write(init)
         p.stdin.flush()
@@ -204,7 +206,11 @@ def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
         _reap.append(p)
 
     _reap: list = []
-    res = interleave({"plugin": plugin, "floor": floor, "floor_line": floor_line}, n, warmup)
+    sides = {"plugin": plugin, "floor": floor, "floor_line": floor_line}
+    if target.get("plugin_b"):
+        # its own data dir: a candidate may keep a bytecode cache there
+        sides["plugin_b"] = lambda: plugin(target["plugin_b"])
+    res = interleave(sides, n, warmup)
     for p in _reap:
         p.wait()
     return {"samples": res}
@@ -261,8 +267,8 @@ def job_exec_rt(job: dict, target: dict, tmp: str) -> dict:
     try:
         sides = {}
         for side in job["sides"]:
-            if side == "epp":
-                p = cl.plugin(job.get("profile"))
+            if side in ("epp", "epp_b"):
+                p = cl.plugin(job.get("profile") if side == "epp" else None, side)
                 sides[side] = lambda p=p: _check(p.exec(sid, TRUE_CMD), 0)
             elif side == "direct":
                 ex = cl.direct(sid)
@@ -297,14 +303,14 @@ def job_stream(job: dict, target: dict, tmp: str) -> dict:
     try:
         sides = {}
         for side in job["sides"]:
-            if side == "epp":
-                p = cl.plugin(job.get("profile"))
+            if side in ("epp", "epp_b"):
+                p = cl.plugin(job.get("profile") if side == "epp" else None, side)
                 p.exec(sid, "true")     # warm: endpoint resolved, execd framing known
 
-                def run_epp(p=p):
-                    counts["epp"] = 0
-                    _check(p.exec(sid, "sh", ["-c", cmd], on_output=counter("epp")), 0)
-                    _check(counts["epp"], nbytes)
+                def run_epp(p=p, side=side):
+                    counts[side] = 0
+                    _check(p.exec(sid, "sh", ["-c", cmd], on_output=counter(side)), 0)
+                    _check(counts[side], nbytes)
                 sides[side] = run_epp
             elif side == "direct":
                 ex = cl.direct(sid)
@@ -331,12 +337,12 @@ def job_files(job: dict, target: dict, tmp: str) -> dict:
         if op == "read":
             ex0.upload(src, data)
         for side in job["sides"]:
-            if side == "epp":
-                p = cl.plugin(job.get("profile"))
+            if side in ("epp", "epp_b"):
+                p = cl.plugin(job.get("profile") if side == "epp" else None, side)
                 if op == "write":
-                    def w_epp(p=p):
+                    def w_epp(p=p, side=side):
                         # the host base64-encodes the whole file into one JSON line (EPP files.write)
-                        p.call("files.write", {"sandbox_id": sid, "path": f"/tmp/bench-w-epp-{size}.bin",
+                        p.call("files.write", {"sandbox_id": sid, "path": f"/tmp/bench-w-{side}-{size}.bin",
                                                "content_b64": base64.b64encode(data).decode()})
                     sides[side] = w_epp
                 else:
@@ -374,6 +380,8 @@ def job_files(job: dict, target: dict, tmp: str) -> dict:
         profiles = cl.stop_profilers()
         if op == "write":       # what was written is what was sent
             for side in job["sides"]:
+                if side == "floor":
+                    continue
                 _check(ex0.download(f"/tmp/bench-w-{side}-{size}.bin") == data, True)
         return {"samples": res, "profiles": profiles}
     finally:
