@@ -6,6 +6,7 @@ Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the rec
 """
 from __future__ import annotations
 
+import email.utils
 import hmac
 import http.client
 import ipaddress
@@ -822,6 +823,12 @@ class LifecycleHandler(Handler):
 
     def dispatch(self, req: Request) -> None:
         self.server.app.handle(req)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        # the Date header is the server's clock: with MockOpenSandbox(clock=) it follows that clock
+        if timestamp is None:
+            timestamp = self.server.app.store.clock().timestamp()
+        return email.utils.formatdate(timestamp, usegmt=True)
 
 
 class PortForwardApp:

@@ -409,6 +409,16 @@ def test_renew_expiration(client):
     assert r.status == 422 and r.json()["detail"][0]["loc"] == ["body", "expiresAt"]
 
 
+def test_date_header_follows_the_mock_clock(opensandbox_mock_factory):
+    from datetime import datetime, timezone
+    from email.utils import parsedate_to_datetime
+
+    clock = FakeClock(datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc))
+    m = opensandbox_mock_factory(clock=clock)
+    r = Client(m.base_url, m.api_key).call("GET", "/health")
+    assert parsedate_to_datetime(r.headers["date"]) == datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+
+
 def test_ttl_expiry_removes_the_sandbox(opensandbox_mock_factory):
     clock = FakeClock()
     m = opensandbox_mock_factory(clock=clock, reap_interval=0.02)
