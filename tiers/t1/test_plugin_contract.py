@@ -15,7 +15,7 @@ import time
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from eppclient import EppClient, RpcError  # noqa: E402
+from eppclient import EppClient, RpcError, wait_until  # noqa: E402
 
 from mock_opensandbox import httpcore  # noqa: E402
 from mock_opensandbox.model import Provisioner  # noqa: E402
@@ -270,10 +270,11 @@ def test_08_never_touches_code_endpoints(epp, sid):
 
 # (9) Endpoint.headers on every execd request, SSE and uploads included (gateway mode) ----------------------
 
-def test_09_gateway_headers_replayed(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_09_gateway_headers_replayed(tmp_path, mode):
     seen: list = []
     obs = lambda ex: seen.append(ex)  # noqa: E731
-    with MockOpenSandbox(gateway=True) as osb, \
+    with MockOpenSandbox(gateway=True, execd_mode=mode) as osb, \
             EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
         sid = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
         httpcore.OBSERVERS.append(obs)
@@ -285,6 +286,8 @@ def test_09_gateway_headers_replayed(tmp_path):
             epp.call("files.list", {"sandbox_id": sid, "path": "/"})
             url = epp.call("ports.url", {"sandbox_id": sid, "port": 9000})
             assert url["headers"] == {"OpenSandbox-Ingress-To": f"{sid}-44772"}
+            # the mock reports a stream when its handler ends (execd's ~1 s close delay after the last event)
+            assert wait_until(lambda: any(ex.path.endswith("/command") for ex in seen), timeout=10)
         finally:
             httpcore.OBSERVERS.remove(obs)
             epp.call("sandbox.kill", {"sandbox_id": sid})

@@ -272,3 +272,22 @@ def test_terminal_event_ends_the_read_without_waiting_for_execd_to_close(tmp_pat
         assert time.monotonic() - started < 25
         epp.call("sandbox.resume", {"sandbox_id": sid})          # resuming a running sandbox is fine too
         epp.call("sandbox.kill", {"sandbox_id": sid})
+
+
+PY310 = "/root/.pyenv/versions/3.10.13/bin/python3.10"
+
+
+@pytest.mark.skipif(not os.path.exists(PY310), reason="Python 3.10 interpreter not installed")
+def test_whole_flow_on_python_310(mock, tmp_path):
+    with EppClient(str(tmp_path / "d"), {"base_url": mock.base_url, "api_key": mock.api_key}, python=PY310) as epp:
+        sid = create(epp)
+        _, notes, code = epp.exec_stream(sid, "printf", ["a\\r\\nb\\n"])
+        assert code == 0 and EppClient.joined(notes) == "a\r\nb\n"
+        assert run(epp, sid, "sleep", ["30"], timeout=1)["exit_code"] == 124
+        data = os.urandom(70_000)
+        epp.call("files.write", {"sandbox_id": sid, "path": "/py310.bin", "content_b64": base64.b64encode(data).decode()})
+        assert base64.b64decode(epp.call("files.read", {"sandbox_id": sid, "path": "/py310.bin"})["content_b64"]) == data
+        epp.call("sandbox.set_timeout", {"sandbox_id": sid, "timeout": 900})
+        assert epp.call("process.list", {"sandbox_id": sid})["processes"]
+        epp.call("sandbox.kill", {"sandbox_id": sid})
+        assert epp.violations == []
