@@ -536,7 +536,7 @@ class Server:
     def dispatch(self, msg: dict) -> None:
         method, rid = msg.get("method"), msg.get("id")
         params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
-        if not isinstance(method, str):
+        if not isinstance(method, str) or isinstance(rid, (bool, float, list, dict)):
             return
         if rid is None:                                   # a notification
             if method == "$/cancel":
