@@ -54,9 +54,6 @@ def sid(epp):
 
 # ---- deployments -----------------------------------------------------------------------------------------
 
-@pytest.mark.spec_exempt("with the token the guard reaches the bodies: argv (latest execd, seed 000 §1.1) and the "
-                         "multipart metadata part sent as application/json (recordings 13, 18) are not in the "
-                         "June spec; to be explained in ALLOWED_DIFFERENCES")
 @pytest.mark.parametrize("mode", ["v1.1.0", "latest"])
 def test_execd_access_token(tmp_path, mode):
     seen: list = []
