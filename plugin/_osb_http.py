@@ -696,11 +696,14 @@ class Execd:
 
     def open(self, method: str, path: str, *, query=None, body: bytes | None = None,
              headers: dict | None = None, timeout: float | None = None, what: str) -> Stream:
-        """Open a request; a refused connection to a cached endpoint re-resolves it once."""
+        """Open a request. A cached endpoint is re-resolved once when it is refused (the sandbox
+        moved) or when its access headers are rejected (secure-access credentials can rotate)."""
         try:
             return self._open(method, path, query, body, headers, timeout, what)
-        except NetError as exc:
-            if exc.kind not in ("refused", "dns"):
+        except (NetError, HttpError) as exc:
+            stale = (isinstance(exc, NetError) and exc.kind in ("refused", "dns")) or \
+                (isinstance(exc, HttpError) and exc.status in (401, 403) and bool(self.endpoint_headers))
+            if not stale:
                 raise
             fresh = self.osb.execd(self.sandbox_id, refresh=True)
             if (fresh.base, fresh.endpoint_headers) == (self.base, self.endpoint_headers):
