@@ -288,3 +288,22 @@ def test_whole_flow_on_python_310(mock, tmp_path):
         assert epp.call("process.list", {"sandbox_id": sid})["processes"]
         epp.call("sandbox.kill", {"sandbox_id": sid})
         assert epp.violations == []
+
+
+def test_stale_cached_endpoint_is_re_resolved(mock, tmp_path):
+    import socket
+    data = tmp_path / "data"
+    cfg = {"base_url": mock.base_url, "api_key": mock.api_key}
+    with EppClient(str(data), cfg) as epp:
+        sid = create(epp)
+    (cache,) = (data / "sandboxes").iterdir()
+    rec = json.loads(cache.read_text())
+    good = rec["execd_direct"]["url"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        rec["execd_direct"]["url"] = f"http://127.0.0.1:{s.getsockname()[1]}/proxy/44772"
+    cache.write_text(json.dumps(rec))
+    with EppClient(str(data), cfg) as epp:                  # a new process trusts the (stale) cache first
+        assert run(epp, sid, "echo", ["moved"])["stdout"] == "moved\n"
+        assert json.loads(cache.read_text())["execd_direct"]["url"] == good
+        epp.call("sandbox.kill", {"sandbox_id": sid})
