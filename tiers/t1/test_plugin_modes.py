@@ -307,3 +307,68 @@ def test_stale_cached_endpoint_is_re_resolved(mock, tmp_path):
         assert run(epp, sid, "echo", ["moved"])["stdout"] == "moved\n"
         assert json.loads(cache.read_text())["execd_direct"]["url"] == good
         epp.call("sandbox.kill", {"sandbox_id": sid})
+
+
+class _PendingServer:
+    """A lifecycle server whose sandbox never leaves Pending (a slow image pull or scheduler)."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        calls = self.calls = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _send(self, status, body=b""):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                calls.append(("POST", self.path))
+                self._send(202, b'{"id":"s-pending","status":{"state":"Pending","reason":"PULLING"}}')
+
+            def do_GET(self):
+                calls.append(("GET", self.path))
+                self._send(200, b'{"id":"s-pending","status":{"state":"Pending","reason":"PULLING"}}')
+
+            def do_DELETE(self):
+                calls.append(("DELETE", self.path))
+                self._send(204)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.srv.server_port}"
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.mark.parametrize("how", ["ready_timeout", "cancel"])
+def test_create_that_never_gets_ready_is_deleted(tmp_path, how):
+    stub = _PendingServer()
+    try:
+        with EppClient(str(tmp_path / "d"), {"base_url": stub.url, "ready_timeout": "1" if how == "ready_timeout" else "60"}) as epp:
+            rid, q = epp.request("sandbox.create", {"template": "base", "timeout": 300})
+            if how == "cancel":
+                time.sleep(0.5)
+                epp.cancel(rid)
+            with pytest.raises(RpcError) as info:
+                epp.wait(rid, q, timeout=20)
+    finally:
+        stub.close()
+    if how == "ready_timeout":
+        assert info.value.sdk_code == "E3001" and "ready_timeout" in info.value.data["suggestion"]
+        assert "state Pending" in info.value.message
+    else:
+        assert "cancelled" in info.value.message
+    assert ("DELETE", "/v1/sandboxes/s-pending") in stub.calls
