@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("API key (generated for this run, header OPEN-SANDBOX-API-KEY): %s" % osb.api_key, flush=True)
         elif osb.api_key is None:
             print("No API key required (--insecure).", flush=True)
+        if osb.provisioner is not None:
+            print("Sandbox isolation: %s" % osb.provisioner.isolation(), flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)
         while not stop.wait(0.5):
             pass

@@ -637,7 +637,15 @@ class LifecycleApp:
 
     # -- routes ---------------------------------------------------------------------------------------
     def health(self, req: Request) -> None:
-        req.send_json(200, quirks.HEALTH_BODY)
+        # body exactly as recorded (rec 01); the mock-only isolation detail rides in a header [choice]
+        req.send_json(200, quirks.HEALTH_BODY, headers={"x-mock-isolation": self.isolation()})
+
+    def isolation(self) -> str:
+        note = getattr(self.provisioner, "isolation", None)
+        try:
+            return note() if callable(note) else "unknown"
+        except Exception:  # pragma: no cover
+            return "unknown"
 
     def version(self, req: Request) -> None:
         req.send_json(200, quirks.VERSION_BODY)

@@ -223,6 +223,15 @@ class MockProvisioner(Provisioner):
         if sb.runtime is not None:
             sb.runtime.cleanup()
 
+    def isolation(self) -> str:
+        """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
+        if self.mock.isolate is False or (self.mock.isolate is None and self.mock.execd_bin):
+            return "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
+        from .runtime import probe_isolation
+
+        ok, note = probe_isolation()
+        return "isolated" if ok else "host; " + " ".join(note.split())
+
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:
         """Docker bridge mode (server services/docker/networking.py, recording 05): 8080 has its own

@@ -130,6 +130,15 @@ def test_health_and_version_need_no_key(client):
             assert_uvicorn_headers(r)
 
 
+def test_health_reports_isolation_in_a_header_only(client, opensandbox_mock_factory):
+    r = client.call("GET", "/health")
+    assert r.body == b'{"status":"healthy"}'
+    assert r.headers["x-mock-isolation"] == "isolated" or r.headers["x-mock-isolation"].startswith("host; ")
+    m = opensandbox_mock_factory(isolate=False)
+    r = Client(m.base_url, None).call("GET", "/health")
+    assert r.headers["x-mock-isolation"].startswith("host; isolation disabled")
+
+
 @pytest.mark.spec_exempt("unknown routes and bodies without a key: 401 before routing (server middleware/auth.py)")
 def test_missing_and_invalid_api_key_bodies(client):
     r = client.call("GET", "/v1/sandboxes", key=False)
