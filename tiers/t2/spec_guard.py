@@ -35,6 +35,7 @@ SPEC_PIN_FILE = os.path.join(REPO, "tiers", "SPEC_PIN")
 EXECD_PORT = "44772"
 LIFECYCLE_HOST = "http://localhost:8080"   # sandbox-lifecycle.yml servers: http://localhost:8080/v1
 EXECD_HOST = "http://localhost:44772"      # execd-api.yaml servers: http://localhost:44772
+CREDENTIAL_HEADER = {"lifecycle": "OPEN-SANDBOX-API-KEY", "execd": "X-EXECD-ACCESS-TOKEN"}
 EXECD_TOP = re.compile(r"^/(ping|command|files|directories|code|session|metrics|pty)(/|$)")
 # What tiers/conftest.py installed for this session: {"guard": SpecGuard|None, "observer", "skip_reason"}.
 SESSION: dict[str, Any] = {"guard": None, "observer": None, "skip_reason": ""}
@@ -169,22 +170,35 @@ class Violation:
         return f"{self.where} :: {self.what}" + (f"   [{self.test}]" if self.test else "")
 
 
+def _short(text: str, limit: int = 160) -> str:
+    text = re.sub(r"\s+", " ", text)
+    return text if len(text) <= limit else text[:60] + " ... " + text[-(limit - 65):]
+
+
 def _err_detail(err: BaseException) -> str:
-    parts = [str(err)]
+    """One line: the error's own message without the (possibly huge) offending value, then the
+    schema errors as ``<json path>: <message>`` with long values shortened."""
+    head = str(err)
+    head = re.sub(r"Value .* not valid for schema of type (\w+).*$", r"value not valid for schema of type \1",
+                  head, flags=re.S)
     name = getattr(err, "name", None)
-    if isinstance(name, str) and name not in parts[0]:
-        parts[0] = f"{parts[0]} (header {name})" if "Header" in type(err).__name__ else f"{parts[0]} ({name})"
+    if isinstance(name, str) and name not in head:
+        head = f"{head} (header {name})" if "Header" in type(err).__name__ else f"{head} ({name})"
+    parts = [_short(head, 200)]
     cause = err.__cause__
-    while cause is not None and len(parts) < 4:
+    depth = 0
+    while cause is not None and depth < 3:
         sub = getattr(cause, "schema_errors", None)
         if sub:
-            parts.extend(getattr(e, "message", str(e)) for e in list(sub)[:3])
+            for e in list(sub)[:4]:
+                path = "/".join(str(p) for p in getattr(e, "absolute_path", []) or [])
+                parts.append(f"{path or '$'}: {_short(getattr(e, 'message', str(e)))}")
         else:
-            parts.append(str(cause))
+            parts.append(_short(re.sub(r"Value .* not valid for schema of type (\w+).*$",
+                                       r"value not valid for schema of type \1", str(cause), flags=re.S)))
         cause = cause.__cause__
-    text = " | ".join(p for p in parts if p)
-    text = re.sub(r"\s+", " ", text)
-    return text[:500]
+        depth += 1
+    return " | ".join(p for p in parts if p)[:600]
 
 
 def _sse_frames(body: bytes) -> tuple[list[bytes], bool, str | None]:
@@ -321,7 +335,21 @@ class SpecGuard:
 
         if status < 400:
             try:
-                for err in app.iter_request_errors(req):
+                errors = list(app.iter_request_errors(req))
+                if any(type(e).__name__ == "SecurityValidationError" for e in errors):
+                    # openapi-core stops at a failed security check; validate the rest of the request
+                    # with a stand-in credential so parameters and bodies are still checked
+                    hdrs = dict(request_headers)
+                    hdrs[CREDENTIAL_HEADER[api]] = "spec-guard-stand-in"
+                    req2 = MockRequest(host, method, spath, args=MultiDict(pairs), headers=hdrs,
+                                       data=request_body, content_type=hval(request_headers, "content-type"))
+                    errors = [e for e in errors if type(e).__name__ == "SecurityValidationError"]
+                    errors += list(app.iter_request_errors(req2))
+                body_sent = not request_body and (hval(request_headers, "content-length") not in ("", "0")
+                                                       or hval(request_headers, "transfer-encoding") != "")
+                for err in errors:
+                    if body_sent and type(err).__name__ == "MissingRequiredRequestBody":
+                        continue  # the body went by without being captured (streamed through a proxy)
                     add("request", err)
             except Exception as exc:  # a validator crash is reported, never raised into the mock
                 add("request", exc, "ValidatorCrash")

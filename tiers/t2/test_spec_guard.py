@@ -138,6 +138,13 @@ def test_guard_reports_what_the_spec_forbids():
                      b'{"timeout": "soon"}', 422, {"content-type": "application/json", "x-request-id": "a" * 32},
                      b'{"detail": []}')
     assert not any(v.side == "request" for v in vs)
+    # execd runs without a token (allowed), which must not hide an invalid body behind the security error
+    vs = guard.check("gin", "POST", "/proxy/44772/command", {}, {"Content-Type": "application/json"},
+                     b'{"command": "true", "cwd": 5}', 200, {"Content-Type": "text/event-stream"},
+                     b'{"type":"init","text":"x","timestamp":1}\n\n')
+    errors = {v.error for v in vs if v.side == "request"}
+    assert errors == {"SecurityValidationError", "InvalidRequestBody"}, vs
+    assert [v for v in vs if v.error == "InvalidRequestBody" and guard.allowed(v) is None]
     # a broken event stream and an event that breaks the event schema
     vs = guard.check("gin", "POST", "/proxy/44772/command", {}, {"Content-Type": "application/json"},
                      b'{"command": "true"}', 200, {"Content-Type": "text/event-stream"}, b'{"type":"init"}\n')
