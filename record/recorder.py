@@ -146,6 +146,7 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
 def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[str, Any], out: TextIO) -> int:
     tmp = tempfile.mkdtemp(prefix="record-check-")
     drifted = 0
+    print(f"drift check: server {meta['server_version']} at {meta['where']} vs the fixtures in {args.out}", file=out)
     try:
         for sc in scenarios:
             path = os.path.join(args.out, sc.name + ".json")
@@ -153,6 +154,9 @@ def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[st
                 print(f"{sc.name}: no fixture in {args.out} (record it with --mode new)", file=out)
                 continue
             old = fixture.load(path)
+            if old["recorded"].get("server_version") != meta["server_version"]:
+                print(f"{sc.name}: note: fixture recorded against server {old['recorded'].get('server_version')}",
+                      file=out)
             new = record_one(session, sc, image=args.image, busybox_image=args.busybox_image,
                              missing_image=args.missing_image, meta=meta)
             fixture.write(os.path.join(tmp, sc.name + ".json"), new)
