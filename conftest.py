@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-pytest_plugins = ["mock_opensandbox.pytest_plugin"]
+pytest_plugins = ["pytest_opensandbox_mock"]
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.normpath(os.path.join(REPO, "..", "shared"))

@@ -92,6 +92,7 @@ class Request:
         self.sent_status = 0
         self.sent_headers: dict[str, str] = {}
         self.sent_body = bytearray()
+        self._observed = False
 
     # -- input -------------------------------------------------------------------------------------
     def q(self, name: str, default: str | None = None) -> str | None:
@@ -118,6 +119,13 @@ class Request:
         all_headers.update(headers or {})
         if status != 204:
             all_headers[h.header_name("Content-Length")] = str(len(body))
+        self.drain()
+        if OBSERVERS:
+            # observers run before the client can see the answer, so a test's last exchange is
+            # always counted against that test (never the next one)
+            self.sent_status, self.sent_headers = status, all_headers
+            self.sent_body += body
+            self.observe()
         h.send_response(status)
         for k, v in all_headers.items():
             h.send_header(k, v)
@@ -125,9 +133,6 @@ class Request:
         if body and self.method != "HEAD":
             h.wfile.write(body)
         self.responded = True
-        if OBSERVERS:
-            self.sent_status, self.sent_headers = status, all_headers
-            self.sent_body += body
 
     def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self.send(status, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
@@ -142,6 +147,7 @@ class Request:
         all_headers = dict(h.base_headers())
         all_headers.update(headers)
         all_headers[h.header_name("Transfer-Encoding")] = "chunked"
+        self.drain()
         h.send_response(status)
         for k, v in all_headers.items():
             h.send_header(k, v)
@@ -149,16 +155,41 @@ class Request:
         self.responded = True
         if OBSERVERS:
             self.sent_status, self.sent_headers = status, all_headers
-        return ChunkedWriter(h, self.sent_body if OBSERVERS else None)
+            return ChunkedWriter(h, self.sent_body, self.observe)
+        return ChunkedWriter(h)
+
+    def drain(self) -> None:
+        """Read an unread request body so keep-alive stays in sync (and observers see it)."""
+        if self._body is None:
+            try:
+                self.body  # noqa: B018
+            except (OSError, ValueError):
+                self._body = b""
+                self.handler.close_connection = True
+
+    def observe(self) -> None:
+        """Hand this exchange to the OBSERVERS, once."""
+        if self._observed:
+            return
+        self._observed = True
+        ex = Exchange(self.handler.flavor, self.method, self.path, self.query, dict(self.headers.items()),
+                      self._body, self.sent_status, dict(self.sent_headers), bytes(self.sent_body))
+        for fn in list(OBSERVERS):
+            try:
+                fn(ex)
+            except Exception:  # an observer must never break the mock
+                pass
 
 
 class ChunkedWriter:
     """Writes an HTTP/1.1 chunked body; every write is flushed at once (SSE needs that)."""
 
-    def __init__(self, handler: BaseHTTPRequestHandler, capture: bytearray | None = None):
+    def __init__(self, handler: BaseHTTPRequestHandler, capture: bytearray | None = None,
+                 on_end: Callable[[], None] | None = None):
         self._h = handler
         self._lock = threading.Lock()
         self._capture = capture
+        self._on_end = on_end
         self.closed = False
 
     def write(self, data: bytes) -> None:
@@ -177,6 +208,8 @@ class ChunkedWriter:
             if self.closed:
                 return
             self.closed = True
+            if self._on_end is not None:
+                self._on_end()
             try:
                 self._h.wfile.write(b"0\r\n\r\n")
                 self._h.wfile.flush()
@@ -276,23 +309,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not req.responded:
             self.close_connection = True
-        elif OBSERVERS:
-            self._notify(req)
-        # drain an unread request body so keep-alive stays in sync
-        elif req._body is None and (self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding")):
-            try:
-                req.body  # noqa: B018
-            except (OSError, ValueError):
-                self.close_connection = True
-
-    def _notify(self, req: Request) -> None:
-        ex = Exchange(self.flavor, req.method, req.path, req.query, dict(req.headers.items()), req._body,
-                      req.sent_status, dict(req.sent_headers), bytes(req.sent_body))
-        for fn in list(OBSERVERS):
-            try:
-                fn(ex)
-            except Exception:  # an observer must never break the mock
-                pass
+            return
+        req.drain()
+        if OBSERVERS:  # routes that wrote their answer themselves (proxy, download) are observed here
+            req.observe()
 
     def dispatch(self, req: Request) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

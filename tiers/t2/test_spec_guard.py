@@ -224,10 +224,6 @@ def test_an_unexplained_violation_fails_the_session(tmp_path):
     assert proc.returncode == 1, out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "mock_opensandbox/httpcore.py Handler._handle: 'elif OBSERVERS:' skips draining an unread request "
-    "body when observers are installed, so the next request on that keep-alive connection is parsed "
-    "from the leftover bytes (501 HTML). Reported to the mock owners; remove this mark once fixed."))
 def test_observers_do_not_change_keep_alive_behaviour(opensandbox_mock):
     """Installing the guard must be transparent: a body the mock answers without reading (401 before
     the body is read) must not desynchronise the keep-alive connection."""

@@ -1,0 +1,53 @@
+"""pytest plugin (kept outside mock_opensandbox/, which is standard library only): the ``opensandbox_mock`` and ``opensandbox_mock_factory`` fixtures.
+
+Registered through the ``pytest11`` entry point (``opensandbox_mock``) for projects that install this
+package, and through ``pytest_plugins`` in this repository's conftest.py.
+
+    def test_create(opensandbox_mock):
+        url, key = opensandbox_mock.base_url, opensandbox_mock.api_key
+
+    def test_token(opensandbox_mock_factory):
+        osb = opensandbox_mock_factory(execd_token="secret", execd_mode="latest")
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+
+
+@pytest.fixture
+def opensandbox_mock() -> Iterator[MockOpenSandbox]:
+    """A started MockOpenSandbox (127.0.0.1, ephemeral port, generated API key), stopped afterwards."""
+    osb = MockOpenSandbox()
+    osb.start()
+    try:
+        yield osb
+    finally:
+        osb.stop()
+
+
+@pytest.fixture
+def opensandbox_mock_factory() -> Iterator[Callable[..., MockOpenSandbox]]:
+    """Call with MockOpenSandbox keyword arguments to get started instances; all are stopped at teardown."""
+    made: list[MockOpenSandbox] = []
+
+    def make(**kwargs: Any) -> MockOpenSandbox:
+        osb = MockOpenSandbox(**kwargs)
+        made.append(osb)
+        osb.start()
+        return osb
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for osb in reversed(made):
+            try:
+                osb.stop()
+            except Exception as e:  # pragma: no cover - stop every instance, then report
+                errors.append(e)
+        if errors:
+            raise errors[0]
