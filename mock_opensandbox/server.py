@@ -9,7 +9,6 @@ Standard library only.
 from __future__ import annotations
 
 import atexit
-import inspect
 import ipaddress
 import os
 import secrets
@@ -140,19 +139,9 @@ class MockProvisioner(Provisioner):
     def _start_execd_server(self, sb: Sandbox, runtime: Any) -> Any:
         from .execd.server import ExecdServer
 
-        kwargs: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "mode": sb.execd_mode,
-                                  "access_token": self.mock.execd_token,
-                                  "required_headers": self._required_headers(sb)}
-        try:
-            params = inspect.signature(ExecdServer.__init__).parameters
-        except (TypeError, ValueError):  # pragma: no cover
-            params = {}
-        for name, value in (("close_delay", self.mock.execd_close_delay),
-                            ("stream_close_delay", self.mock.execd_close_delay),
-                            ("verbose", self.mock.verbose)):
-            if name in params:
-                kwargs[name] = value
-        execd = ExecdServer(runtime, **kwargs)
+        execd = ExecdServer(runtime, host="127.0.0.1", port=0, mode=sb.execd_mode,
+                            access_token=self.mock.execd_token, required_headers=self._required_headers(sb),
+                            close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose)
         execd.start()
         return execd
 
@@ -243,6 +232,11 @@ class MockProvisioner(Provisioner):
             headers = {quirks.INGRESS_HEADER: "%s-%d" % (sb.id, quirks.EXECD_PORT)}
         if port == quirks.HTTP_PORT:
             return "127.0.0.1:%d" % self._http_listener(sb), headers
+        if port == quirks.EXECD_PORT and self.mock.execd_bin:
+            # an execd process listens on its own port, not on 44772 behind a container's port
+            # mapping, so its /proxy/44772 would loop to 127.0.0.1:44772: answer the bare address
+            # (seed 000 §5.3: 'The mock lifecycle returns endpoint: "127.0.0.1:<p>"')
+            return "127.0.0.1:%d" % (sb.execd_port or 0), headers
         return "127.0.0.1:%d/proxy/%d" % (sb.execd_port or 0, port), headers
 
     def _http_listener(self, sb: Sandbox) -> int:
