@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not give the in-process mock TCP_NODELAY (see bench/README.md, 'TCP_NODELAY')")
     ap.add_argument("--plugin", default=None, metavar="DIR",
                     help="benchmark this plugin tree instead of the repository's plugin/ (e.g. a patched copy)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=INT",
+                    help="override one repetition/size parameter, e.g. --set stream_bytes=16777216 --set exec_n=80 "
+                         "(keys: see FULL in bench/cases.py)")
     ap.add_argument("--compare", default=None, metavar="DIR",
                     help="also measure this candidate plugin tree in the same interleaved jobs (cases 1-5) and "
                          "report candidate / current ratios: A/B evidence for a proposed change")
@@ -99,6 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
     params = dict(C.SMOKE if args.smoke else C.QUICK if args.quick else C.FULL)
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or key not in params:
+            ap.error(f"--set {item!r}: use KEY=NUMBER with KEY one of {', '.join(sorted(params))}")
+        try:
+            params[key] = type(params[key])(float(value)) if isinstance(params[key], float) else int(value)
+        except ValueError:
+            ap.error(f"--set {item!r}: {value!r} is not a number")
 
     def log(msg: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -146,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {**machine_info(ctx.python if ctx else sys.executable), "load_before": load_before,
                     "load_after": uptime()},
         "server": target.info(),
+        "plugin": C.plugin_info(ctx.plugin_src) if ctx else {},
+        "candidate": C.plugin_info(ctx.compare_src) if ctx and ctx.compare_src else None,
         "wall_s": time.perf_counter() - started,
         "profiled": bool(args.profile),
         "cases": rows,

@@ -235,6 +235,21 @@ class Context:
             job["profile"] = os.path.join(self.profile_dir, f"{name}.plugin.stacks.txt")
         return job
 
+    def keep_cpu(self, name: str, res: dict, per: str = "run", scale: float = 1.0) -> None:
+        """Mean CPU per run (ms), or per MB with ``scale`` = MB per run: robust to machine load. A mean, not
+        a median: /proc counts CPU in clock ticks (10 ms), coarser than one short run."""
+        out = {}
+
+        def mean(xs):
+            return sum(xs) / len(xs) if xs else None
+        for side, rec in (res.get("cpu") or {}).items():
+            client = mean(rec["client_s"])
+            plugin = mean(rec["plugin_s"]) if rec["plugin_s"] else None
+            out[side] = {"client_ms": round(client * 1000 / scale, 3) if client is not None else None,
+                         "plugin_ms": round(plugin * 1000 / scale, 3) if plugin is not None else None}
+        if out:
+            self.details.setdefault("cpu", {})[name] = {"per": per, **out}
+
     def keep_profiles(self, name: str, res: dict) -> None:
         for prof in res.get("profiles") or []:
             self.details.setdefault("profiles", {})[name] = prof
@@ -264,6 +279,22 @@ class Context:
         if name not in self._shared:
             self._shared[name] = self.target.create()
         return self._shared[name]
+
+
+def plugin_info(src: str) -> dict:
+    """Which plugin tree was measured: path, last commit touching it, uncommitted changes."""
+    info = {"src": src}
+    try:
+        head = subprocess.run(["git", "log", "-1", "--format=%h %cI", "--", "."], cwd=src, capture_output=True,
+                              text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=src, capture_output=True,
+                               text=True, timeout=10)
+        if head.returncode == 0 and head.stdout.strip():
+            info["commit"] = head.stdout.strip()
+            info["uncommitted_changes"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return info
 
 
 def resolve_python3() -> tuple[str, str]:
@@ -345,6 +376,7 @@ def case_exec(ctx: Context) -> list:
         job["sdk_sandbox_id"] = {"sdk": b}
     res = ctx.run(ctx.profile(job, "exec_roundtrip"))
     ctx.keep_profiles("exec_roundtrip", res)
+    ctx.keep_cpu("exec_roundtrip", res, "command")
     s = res["samples"]
     delay = ctx.target.close_delay(a)
     rows = [make_row(
@@ -383,6 +415,7 @@ def case_stream(ctx: Context) -> list:
     res = ctx.run(ctx.profile({"job": "stream", "sandbox_id": a, "bytes": nbytes, "n": p["stream_n"],
                                "warmup": p["stream_warmup"], "sides": ctx.epp_sides("direct")}, "stream"))
     ctx.keep_profiles("stream", res)
+    ctx.keep_cpu("stream", res, "MB", nbytes / 1e6)
     s = res["samples"]
     rows = [make_row(
         id=f"stream_{fmt_bytes(nbytes).replace(' ', '')}", case=3,
@@ -406,6 +439,7 @@ def case_files(ctx: Context) -> list:
             res = ctx.run(ctx.profile({"job": "files", "sandbox_id": a, "bytes": size, "op": op, "n": n,
                                        "warmup": 1, "sides": ctx.epp_sides("direct", "floor")}, name))
             ctx.keep_profiles(name, res)
+            ctx.keep_cpu(name, res, "MB", size / 1e6)
             s = res["samples"]
             ctx.details.setdefault("files_floor", {})[name] = {
                 "epp_ms": median(s["epp"]) * 1000, "floor_ms": median(s["floor"]) * 1000,
@@ -547,10 +581,11 @@ def case_capacity(ctx: Context) -> list:
         make_row(id="capacity_ping", case=6, title=f"Capacity: execd /ping from {t} threads", unit="ms",
                  ours_name="GET /ping latency", ours_s=res["ping"]["latencies"],
                  note=f"{res['ping']['per_s']:.0f} requests/s over {res['ping']['seconds']:.1f} s "
-                      f"(keep-alive, spread over {n} sandboxes)"),
+                      f"(keep-alive; each thread on its own sandbox's execd)"),
         make_row(id="capacity_command", case=6, title=f"Capacity: POST /command `true` from {t} threads", unit="ms",
                  ours_name="POST /command to the terminal event", ours_s=res["command"]["latencies"],
-                 note=f"{res['command']['per_s']:.0f} commands/s over {res['command']['seconds']:.1f} s"),
+                 note=f"{res['command']['per_s']:.0f} commands/s over {res['command']['seconds']:.1f} s "
+                      f"(round robin over the {n} sandboxes; each stops at the terminal event)"),
     ]
     for r in rows:
         r["throughput"] = None

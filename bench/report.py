@@ -57,6 +57,8 @@ def markdown(results: dict) -> str:
                f"{results['server'].get('execd_close_delay_default')} s, TCP_NODELAY "
                f"{'on, like the real servers' if results['server'].get('tcp_nodelay') else 'off (mock as is)'})"
                if results['server']['kind'] == "mock" else ""),
+           f"* plugin: {results.get('plugin', {}).get('src', '?')} (last commit {results.get('plugin', {}).get('commit', '?')}"
+           + (", with uncommitted changes" if results.get('plugin', {}).get('uncommitted_changes') else "") + ")",
            f"* wall time of the run: {results['wall_s']:.1f} s", "",
            "Ratios are ours / baseline in the row's unit: for ms lower is better, for MB/s higher is better. "
            "p90 is the slow tail (for MB/s: the rate at the 90th-percentile duration).", "",
@@ -81,6 +83,19 @@ def markdown(results: dict) -> str:
                     f"{x['module']} {x['cum_ms']}" for x in it["top_extra"][:8]) or "none"),
                 "* compile() of the plugin's sources from scratch (ms; done at every start, no bytecode cache): "
                 + ", ".join(f"{k} {v}" for k, v in it["compile_ms"].items()), ""]
+    if "cpu" in d:
+        out += ["CPU cost (cases 2-4), mean CPU ms per command or per MB, from /proc and process_time: unlike "
+                "wall time it does not depend on what else the machine runs. `client` is the bench worker (the "
+                "EPP driver standing in for the host, or the direct client / SDK); `plugin` is the plugin process.",
+                "", "| measurement | per | side | client CPU ms | plugin CPU ms | total |", "|---|---|---|---:|---:|---:|"]
+        for name, rec in d["cpu"].items():
+            for side, v in rec.items():
+                if side == "per":
+                    continue
+                total = (v["client_ms"] or 0) + (v["plugin_ms"] or 0)
+                out.append(f"| {name} | {rec['per']} | {side} | {_num(v['client_ms'])} | {_num(v['plugin_ms'])} | "
+                           f"{_num(total)} |")
+        out.append("")
     if "files_floor" in d:
         out += ["Files detail (case 4), median ms per operation. The protocol floor is the direct transfer plus "
                 "the base64 + JSON work EPP needs on both ends (host and plugin), in one process without a pipe: "

@@ -39,15 +39,34 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def interleave(sides: dict, n: int, warmup: int) -> dict:
-    """Run each side's callable ``warmup`` times, then n times round-robin. Returns seconds per side."""
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def interleave(sides: dict, n: int, warmup: int, cpu: dict | None = None, pids: dict | None = None) -> dict:
+    """Run each side's callable ``warmup`` times, then n times round-robin. Returns seconds per side.
+    With ``cpu`` (a dict to fill), also the CPU seconds each run cost: this worker process (the driver or
+    the direct client / SDK) and, for sides in ``pids``, the plugin process."""
     for _ in range(warmup):
         for fn in sides.values():
             fn()
     out = {name: [] for name in sides}
     for _ in range(n):
         for name, fn in sides.items():
+            pid = (pids or {}).get(name)
+            c0, p0 = time.process_time(), (proc_cpu(pid) if pid else 0.0)
             out[name].append(_timed(fn))
+            if cpu is not None:
+                rec = cpu.setdefault(name, {"client_s": [], "plugin_s": []})
+                rec["client_s"].append(time.process_time() - c0)
+                if pid:
+                    rec["plugin_s"].append(proc_cpu(pid) - p0)
     return out
 
 
@@ -79,6 +98,7 @@ class Clients:
         self._plugins: list[Plugin] = []
         self._closers: list = []
         self._profilers: list = []
+        self.pids: dict = {}                # side -> plugin pid (for CPU accounting)
 
     def plugin(self, profile: str | None = None, side: str = "epp") -> Plugin:
         """side "epp": the plugin under test; "epp_b": the --compare candidate."""
@@ -86,6 +106,7 @@ class Clients:
         p = Plugin(self.target["python"], os.path.join(self.tmp, f"data{len(self._plugins)}"),
                    _plugin_config(self.target), plugin=path or PLUGIN)
         self._plugins.append(p)
+        self.pids[side] = p.proc.pid
         if profile:
             self._profilers.append(Profiler(p.proc.pid, profile))
         return p
@@ -276,8 +297,9 @@ def job_exec_rt(job: dict, target: dict, tmp: str) -> dict:
             elif side.startswith("sdk"):
                 sb = cl.sdk(job.get("sdk_sandbox_id", {}).get(side, sid))
                 sides[side] = lambda sb=sb: _check(sb.commands.run(TRUE_CMD).exit_code, 0)
-        res = interleave(sides, n, warmup)
-        return {"samples": res, "profiles": cl.stop_profilers()}
+        cpu: dict = {}
+        res = interleave(sides, n, warmup, cpu, cl.pids)
+        return {"samples": res, "cpu": cpu, "profiles": cl.stop_profilers()}
     finally:
         cl.close()
 
@@ -288,10 +310,8 @@ def _check(got, want) -> None:
 
 
 def job_stream(job: dict, target: dict, tmp: str) -> dict:
+    """Warm-up rounds stream 1 MiB (they warm code paths, not sizes); measured rounds stream the full size."""
     sid, n, warmup, nbytes = job["sandbox_id"], job["n"], job["warmup"], job["bytes"]
-    cmd = stream_command(nbytes)
-    argv = ["sh", "-c", cmd]
-    command = " ".join([argv[0], argv[1], "'" + cmd.replace("'", "'\"'\"'") + "'"])  # what the plugin sends
     cl = Clients(target, tmp)
     counts: dict = {}
 
@@ -300,28 +320,38 @@ def job_stream(job: dict, target: dict, tmp: str) -> dict:
             counts[name] += len(text) - text.count("\n")
         return on_output
 
-    try:
+    def make_sides(size: int) -> dict:
+        cmd = stream_command(size)
+        command = "sh -c '" + cmd.replace("'", "'\"'\"'") + "'"     # what the plugin sends (v1.1.0 execd)
         sides = {}
         for side in job["sides"]:
             if side in ("epp", "epp_b"):
-                p = cl.plugin(job.get("profile") if side == "epp" else None, side)
-                p.exec(sid, "true")     # warm: endpoint resolved, execd framing known
+                p = plugins[side]
 
                 def run_epp(p=p, side=side):
                     counts[side] = 0
                     _check(p.exec(sid, "sh", ["-c", cmd], on_output=counter(side)), 0)
-                    _check(counts[side], nbytes)
+                    _check(counts[side], size)
                 sides[side] = run_epp
             elif side == "direct":
-                ex = cl.direct(sid)
-
                 def run_direct(ex=ex):
                     counts["direct"] = 0
                     _check(ex.run(command, on_output=counter("direct")), 0)
-                    _check(counts["direct"], nbytes)
+                    _check(counts["direct"], size)
                 sides[side] = run_direct
-        res = interleave(sides, n, warmup)
-        return {"samples": res, "profiles": cl.stop_profilers()}
+        return sides
+
+    try:
+        plugins = {}
+        for side in job["sides"]:
+            if side in ("epp", "epp_b"):
+                plugins[side] = cl.plugin(job.get("profile") if side == "epp" else None, side)
+                plugins[side].exec(sid, "true")     # endpoint resolved, execd framing known
+        ex = cl.direct(sid)
+        interleave(make_sides(min(nbytes, 1 << 20)), 0, warmup)
+        cpu: dict = {}
+        res = interleave(make_sides(nbytes), n, 0, cpu, cl.pids)
+        return {"samples": res, "cpu": cpu, "profiles": cl.stop_profilers()}
     finally:
         cl.close()
 
@@ -376,14 +406,15 @@ def job_files(job: dict, target: dict, tmp: str) -> dict:
                         got = base64.b64decode(json.loads(line)["result"]["content_b64"])       # host
                         _check(len(got), size)
                     sides[side] = r_floor
-        res = interleave(sides, n, warmup)
+        cpu: dict = {}
+        res = interleave(sides, n, warmup, cpu, cl.pids)
         profiles = cl.stop_profilers()
         if op == "write":       # what was written is what was sent
             for side in job["sides"]:
                 if side == "floor":
                     continue
                 _check(ex0.download(f"/tmp/bench-w-{side}-{size}.bin") == data, True)
-        return {"samples": res, "profiles": profiles}
+        return {"samples": res, "cpu": cpu, "profiles": profiles}
     finally:
         cl.close()
 
