@@ -1,7 +1,7 @@
 """Foreground/background command registry for one mock execd: spawning, output capture, the
 background log cursor, interrupt. No HTTP here (execd/server.py turns this into SSE / JSON).
 
-Behaviour sources (see QUIRKS-execd.md): recordings 07-12 and 17; execd source
+Behaviour sources (see QUIRKS.md (part 2)): recordings 07-12 and 17; execd source
 components/execd/pkg/runtime/{command.go,command_common.go,command_status.go,interrupt.go,command_argv.go}.
 """
 from __future__ import annotations

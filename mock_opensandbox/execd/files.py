@@ -1,7 +1,7 @@
 """Files and directories API of the mock execd, on top of SandboxRuntime.resolve() (never leaves the
 sandbox root). Messages and status codes follow recording 13/18 and execd's
 pkg/web/controller/{filesystem.go,filesystem_upload.go,filesystem_download.go,utils.go}; see
-QUIRKS-execd.md. Paths in answers are sandbox paths.
+QUIRKS.md (part 2). Paths in answers are sandbox paths.
 """
 from __future__ import annotations
 

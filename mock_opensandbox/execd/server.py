@@ -2,7 +2,7 @@
 
 Every route is served bare and under /proxy/44772 (recording 06); /proxy/<other port>/... is
 reverse-proxied to 127.0.0.1:<port> (seed 000 §1.2, execd pkg/web/proxy.go). Behaviour sources
-are listed in mock_opensandbox/QUIRKS-execd.md.
+are listed in mock_opensandbox/QUIRKS.md (part 2).
 """
 from __future__ import annotations
 
@@ -493,7 +493,7 @@ class ExecdServer:
 
     # -- dispatch -------------------------------------------------------------------------------
     def handle(self, req: Request) -> None:
-        # 1. an ingress gateway in front of execd checks its routing headers first [choice, QUIRKS-execd.md]
+        # 1. an ingress gateway in front of execd checks its routing headers first [choice, QUIRKS.md (part 2)]
         for name, value in self.required_headers.items():
             got = req.headers.get(name)
             if got is None or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
