@@ -16,6 +16,41 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(REPO, "plugin", "provider.py")
 
 
+def plugin_argv(python: str, plugin: str = PLUGIN) -> list[str]:
+    """The command the host runs: ``[runtime] command`` of the manifest next to ``plugin`` (e.g.
+    ``["python3", "-S", "./provider.py"]``), with ``./`` elements made absolute in the plugin root as the
+    host does, and the interpreter replaced by ``python`` (the bench measures the interpreter itself)."""
+    root = os.path.dirname(os.path.abspath(plugin))
+    command = ["python3", "./" + os.path.basename(plugin)]
+    try:
+        import tomllib
+        with open(os.path.join(root, "abx-provider.toml"), "rb") as fh:
+            cmd = tomllib.load(fh).get("runtime", {}).get("command")
+        if isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd):
+            command = cmd
+    except (ImportError, OSError, ValueError):
+        pass
+    argv = []
+    for i, part in enumerate(command):
+        if i == 0 and os.path.basename(part).startswith("python"):
+            argv.append(python)
+        elif part.startswith("./"):
+            argv.append(os.path.join(root, part[2:]))
+        else:
+            argv.append(part)
+    return argv
+
+
+def interpreter_flags(plugin: str = PLUGIN) -> list[str]:
+    """The interpreter options of the manifest command (e.g. ["-S"])."""
+    flags = []
+    for part in plugin_argv("python", plugin)[1:]:
+        if not part.startswith("-"):
+            break
+        flags.append(part)
+    return flags
+
+
 def host_env(data_dir: str) -> dict:
     """The scrubbed environment the host gives a plugin (epp-host-reference §1.1)."""
     keep = ("PATH", "HOME", "TMPDIR", "TEMP", "TMP", "LANG")
@@ -38,7 +73,8 @@ class Plugin:
                  initialize: bool = True):
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
         self.data_dir = data_dir
-        self.proc = subprocess.Popen([python, plugin], cwd=data_dir, env=host_env(data_dir),
+        self.argv = plugin_argv(python, plugin)
+        self.proc = subprocess.Popen(self.argv, cwd=data_dir, env=host_env(data_dir),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True, bufsize=1 << 16)
         self._next = 0

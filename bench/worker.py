@@ -22,7 +22,7 @@ import time
 import traceback
 
 from bench import direct
-from bench.epp import PLUGIN, Plugin, host_env, init_params
+from bench.epp import PLUGIN, Plugin, host_env, init_params, interpreter_flags, plugin_argv
 
 TRUE_CMD = "true"
 
@@ -201,8 +201,11 @@ def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
     init = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                         "params": init_params(data_dir, _plugin_config(target))}) + "\n").encode()
 
+    flags = interpreter_flags(job.get("plugin") or PLUGIN)
+
     def plugin(path=None) -> None:
-        p = subprocess.Popen([python, path or job.get("plugin") or PLUGIN], cwd=data_dir, env=env, stdin=subprocess.PIPE,
+        p = subprocess.Popen(plugin_argv(python, path or job.get("plugin") or PLUGIN), cwd=data_dir, env=env,
+                             stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         p.stdin.write(init)
         p.stdin.flush()
@@ -218,7 +221,8 @@ def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
 
     def floor_line() -> None:
         # stricter floor: the interpreter's first output line, without its exit (like the plugin side)
-        p = subprocess.Popen([python, "-c", "import sys; sys.stdout.write('x\\n'); sys.stdout.flush(); sys.stdin.read()"],
+        p = subprocess.Popen([python, *flags, "-c",
+                              "import sys; sys.stdout.write('x\\n'); sys.stdout.flush(); sys.stdin.read()"],
                              cwd=data_dir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              start_new_session=True)
         p.stdout.readline()
@@ -234,7 +238,7 @@ def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
     res = interleave(sides, n, warmup)
     for p in _reap:
         p.wait()
-    return {"samples": res}
+    return {"samples": res, "argv": plugin_argv(python, job.get("plugin") or PLUGIN), "flags": flags}
 
 
 def job_importtime(job: dict, target: dict, tmp: str) -> dict:
@@ -252,6 +256,7 @@ def job_importtime(job: dict, target: dict, tmp: str) -> dict:
         return parse_importtime(r.stderr.decode(errors="replace"))
 
     plugin = job.get("plugin") or PLUGIN
+    plugin_args = plugin_argv(python, plugin)[1:]
     # compile() cost of the plugin's own sources: the host sets PYTHONDONTWRITEBYTECODE and the
     # installed tree has no __pycache__, so every module the plugin imports is compiled from source
     # at every start (provider.py, being __main__, never has a cached form anyway).
@@ -264,7 +269,8 @@ def job_importtime(job: dict, target: dict, tmp: str) -> dict:
             "print(json.dumps(out))")
     r = subprocess.run([python, "-c", code, os.path.dirname(plugin)], capture_output=True, text=True, timeout=120)
     compile_ms = json.loads(r.stdout) if r.returncode == 0 else {}
-    return {"floor": run(["-c", "pass"]), "plugin": run([plugin], init), "compile_ms": compile_ms}
+    return {"floor": run(["-c", "pass"]), "plugin": run(plugin_args, init), "compile_ms": compile_ms,
+            "floor_same_flags": run([*interpreter_flags(plugin), "-c", "pass"])}
 
 
 def parse_importtime(text: str) -> dict:
