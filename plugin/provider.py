@@ -28,7 +28,7 @@ PLUGIN_VERSION = "0.1.0"
 OPERATION_CONTRACT_VERSION = 1
 FEATURES = [
     "sandbox.lifecycle", "sandbox.timeout", "sandbox.pause", "exec.run", "exec.stream",
-    "process.manage", "files.rw", "ports.url", "sessions",
+    "process.manage", "pty", "files.rw", "ports.url", "sessions",
 ]
 _OPS = [
     "sandbox.create", "sandbox.get", "sandbox.list", "sandbox.delete", "sandbox.timeout",
@@ -593,6 +593,8 @@ class Server:
             t.join(max(0.0, deadline - time.monotonic()))
         while self.requests and time.monotonic() < deadline:    # let answers in flight go out
             time.sleep(0.02)
+        if "_pty" in sys.modules:           # end our terminals (their sessions are deleted in execd)
+            sys.modules["_pty"].close_all()
         if self._osb is not None:
             self._osb.http.close()
 
@@ -941,6 +943,9 @@ def m_sandbox_kill(srv: Server, req: Request, p: dict) -> dict:
     """Idempotent: an unknown or already deleted id answers {} (epp-host-ref §4.3)."""
     sid = _sandbox_id(p)
     osb = srv.osb()
+    _pty_module = sys.modules.get("_pty")
+    if _pty_module is not None:         # a terminal never outlives its sandbox
+        _pty_module.close_sandbox(sid)
     try:
         osb.delete(sid)
     except Exception as exc:  # noqa: BLE001
@@ -1661,6 +1666,38 @@ def m_ports_url(srv: Server, req: Request, p: dict) -> dict:
             "authentication_audience": "gateway", "path_mode": "prefix"}
 
 
+# --------------------------------------------------------------------------- terminals (pty)
+# execd's PTY API (POST /pty + a WebSocket) lives in _pty.py / _ws.py. A terminal is served by the
+# plugin process that opened it (the host keeps that process for the Sandbox object).
+
+def _pty(srv: Server, name: str, p: dict) -> dict:
+    import _pty as pty
+    try:
+        if name == "pty_open":
+            return pty.pty_open(srv.osb(), p, srv.notify, srv.log_stderr)
+        return getattr(pty, name)(srv.osb(), p, srv.notify)
+    except pty.PtyError as exc:
+        err = EppError(exc.code, exc.message)
+        err.data = dict(exc.data)
+        raise err from None
+
+
+def m_pty_open(srv: Server, req: Request, p: dict) -> dict:
+    return _pty(srv, "pty_open", p)
+
+
+def m_pty_write(srv: Server, req: Request, p: dict) -> dict:
+    return _pty(srv, "pty_write", p)
+
+
+def m_pty_resize(srv: Server, req: Request, p: dict) -> dict:
+    return _pty(srv, "pty_resize", p)
+
+
+def m_pty_close(srv: Server, req: Request, p: dict) -> dict:
+    return _pty(srv, "pty_close", p)
+
+
 # --------------------------------------------------------------------------- method table, main
 
 METHODS = {
@@ -1688,6 +1725,10 @@ METHODS = {
     "files.search": m_files_search,
     "files.chmod": m_files_chmod,
     "ports.url": m_ports_url,
+    "pty.open": m_pty_open,
+    "pty.write": m_pty_write,
+    "pty.resize": m_pty_resize,
+    "pty.close": m_pty_close,
 }
 
 

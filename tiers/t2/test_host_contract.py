@@ -41,7 +41,7 @@ def home(tmp_path):
 def test_install_list_doctor(home):
     listed = demo.host(home, "list").stdout
     assert re.search(r"opensandbox\s+0\.1\.0\s+exec\s+local\s+sandbox\(lifecycle,timeout,pause\) exec\(run,stream\) "
-                     r"process\(manage\) files\(rw\) ports\(url\) sessions", listed), listed
+                     r"process\(manage\) pty files\(rw\) ports\(url\) sessions", listed), listed
     doctor = demo.host(home, "doctor", "opensandbox")
     lines = [ln.split() for ln in doctor.stdout.strip().splitlines()]
     assert [(ln[0], ln[1].rstrip(":")) for ln in lines] == [("ok", "installed"), ("ok", "integrity"),
