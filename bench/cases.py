@@ -215,6 +215,7 @@ class Context:
         shutil.copytree(self.plugin_src, self.plugin_dir,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         self.plugin = os.path.join(self.plugin_dir, "provider.py")
+        self.plugin_info = plugin_info(self.plugin_src, self.plugin_dir)     # at copy time, not at the end
         # --compare: a candidate plugin tree measured in the same jobs (side "epp_b"), for A/B evidence
         self.compare_src = os.path.abspath(compare_src) if compare_src else None
         self.plugin_b_dir = self.plugin_b = None
@@ -225,6 +226,7 @@ class Context:
             self.plugin_b_dir = os.path.join(tmp, "plugin_b")
             shutil.copytree(self.compare_src, self.plugin_b_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             self.plugin_b = os.path.join(self.plugin_b_dir, "provider.py")
+        self.candidate_info = plugin_info(self.compare_src, self.plugin_b_dir) if self.compare_src else None
         self.python, self.python_on_path = resolve_python3()
         self._shared: dict = {}
         self.profile_dir: str | None = None        # --profile: py-spy the plugin in cases 2-4
@@ -281,9 +283,28 @@ class Context:
         return self._shared[name]
 
 
-def plugin_info(src: str) -> dict:
-    """Which plugin tree was measured: path, last commit touching it, uncommitted changes."""
+def tree_digest(root: str) -> str:
+    """sha256 over the relative paths and contents of a tree (what exactly was measured)."""
+    import hashlib
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".pyc"):
+                continue
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()[:16]
+
+
+def plugin_info(src: str, copy: str | None = None) -> dict:
+    """Which plugin tree was measured: path, last commit touching it, uncommitted changes, and the digest
+    of the copy actually run (taken when the run started)."""
     info = {"src": src}
+    if copy:
+        info["tree_sha256_16"] = tree_digest(copy)
     try:
         head = subprocess.run(["git", "log", "-1", "--format=%h %cI", "--", "."], cwd=src, capture_output=True,
                               text=True, timeout=10)

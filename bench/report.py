@@ -58,7 +58,8 @@ def markdown(results: dict) -> str:
                f"{'on, like the real servers' if results['server'].get('tcp_nodelay') else 'off (mock as is)'})"
                if results['server']['kind'] == "mock" else ""),
            f"* plugin: {results.get('plugin', {}).get('src', '?')} (last commit {results.get('plugin', {}).get('commit', '?')}"
-           + (", with uncommitted changes" if results.get('plugin', {}).get('uncommitted_changes') else "") + ")",
+           + (", with uncommitted changes" if results.get('plugin', {}).get('uncommitted_changes') else "")
+           + f"; tree digest {results.get('plugin', {}).get('tree_sha256_16', '?')})",
            f"* wall time of the run: {results['wall_s']:.1f} s", "",
            "Ratios are ours / baseline in the row's unit: for ms lower is better, for MB/s higher is better. "
            "p90 is the slow tail (for MB/s: the rate at the 90th-percentile duration).", "",
