@@ -6,6 +6,7 @@ every sandbox process is killed and the temporary root is removed (unless --root
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway", action="store_true", help="endpoints carry routing headers clients must replay")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    p.add_argument("--fault", action="append", default=[], metavar="JSON",
+                   help="a fault rule (JSON object or list; @file reads a file), repeatable; see docs/FAULTS.md")
     return p
 
 
@@ -45,6 +48,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
+    for text in args.fault:
+        try:
+            if text.startswith("@"):
+                with open(text[1:], encoding="utf-8") as fh:
+                    text = fh.read()
+            osb.faults.add_json(json.loads(text))
+        except (OSError, ValueError) as e:  # FaultError and JSONDecodeError are ValueErrors
+            print("error: --fault: %s" % e, file=sys.stderr)
+            return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -65,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("No API key required (--insecure).", flush=True)
         if osb.provisioner is not None:
             print("Sandbox isolation: %s" % osb.provisioner.isolation(), flush=True)
+        for rule in osb.faults.rules:
+            print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)
         while not stop.wait(0.5):
             pass

@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
+from . import faults
+
 MAX_BODY = 1 << 31  # a request body above 2 GiB is refused with 413
 
 # Traffic observers: callables taking one Exchange, called after every answered request on every
@@ -301,6 +303,20 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n else b""
 
     def _handle(self, method: str) -> None:
+        # fault injection (faults.py): one hook for every listener; the app exposes its registry
+        registry = getattr(self.server.app, "faults", None)
+        fault = None
+        if registry is not None and registry.armed:
+            fault = faults.inject(self, method, registry)
+            if fault is not None and fault.done:
+                return
+        try:
+            self._serve(method)
+        finally:
+            if fault is not None:
+                fault.finish()
+
+    def _serve(self, method: str) -> None:
         req = Request(self, method)
         try:
             self.dispatch(req)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from urllib.parse import parse_qsl
 
 from . import quirks
+from .faults import FaultError, FaultRegistry
 from .httpcore import OBSERVERS, Handler, Request, Router, new_request_id
 from .model import SandboxStore, format_ts, validate_metadata
 from .quirks import MockError
@@ -539,8 +540,9 @@ class LifecycleApp:
 
     def __init__(self, store: SandboxStore, provisioner: Any, *, api_key: str | None,
                  bind_host: str = "127.0.0.1", verbose: bool = False, check_host: bool = True,
-                 reject_origin: bool = True):
+                 reject_origin: bool = True, faults: FaultRegistry | None = None):
         self.store = store
+        self.faults = faults  # fault injection rules (faults.py); the admin API below edits them
         self.provisioner = provisioner
         self.api_key = api_key
         self.bind_host = bind_host
@@ -570,6 +572,13 @@ class LifecycleApp:
             r.add(("GET", "PATCH", "PUT"), prefix + "/sandboxes/{sid}/networkpolicy", self.egress_unsupported)
         r.add("GET", "/health", self.health)
         r.add("GET", "/version", self.version)
+        if faults is not None:
+            # mock-only admin API [choice, docs/FAULTS.md]: behind the API key like every other route
+            r.add("GET", "/__mock__/faults", self.faults_list)
+            r.add("POST", "/__mock__/faults", self.faults_add)
+            r.add("DELETE", "/__mock__/faults", self.faults_clear)
+            r.add("GET", "/__mock__/faults/{fid}", self.faults_get)
+            r.add("DELETE", "/__mock__/faults/{fid}", self.faults_remove)
 
     # -- dispatch -------------------------------------------------------------------------------------
     def handle(self, req: Request) -> None:
@@ -809,6 +818,46 @@ class LifecycleApp:
                 return
             # server api/proxy.py: any other httpx error -> 500 {"detail": "An internal error occurred ..."}
             req.send_json(500, {"detail": "An internal error occurred in the proxy: %s" % (e.__cause__ or e)})
+
+    # -- fault injection admin API (mock only, docs/FAULTS.md) ------------------------------------------
+    def faults_list(self, req: Request) -> None:
+        assert self.faults is not None
+        req.send_json(200, {"rules": self.faults.to_json()})
+
+    def faults_get(self, req: Request) -> None:
+        assert self.faults is not None
+        rule = self.faults.get(req.params["fid"])
+        if rule is None:
+            req.send_json(404, {"code": "MOCK::FAULT_NOT_FOUND", "message": "No fault rule %s." % req.params["fid"][:64]})
+            return
+        req.send_json(200, rule.to_json())
+
+    def faults_add(self, req: Request) -> None:
+        assert self.faults is not None
+        try:
+            payload = json.loads(req.body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            req.send_json(400, {"code": "MOCK::INVALID_FAULT", "message": "The body must be a JSON fault rule "
+                                                                         "or a list of them."})
+            return
+        try:
+            added = self.faults.add_json(payload)
+        except FaultError as e:
+            req.send_json(400, {"code": "MOCK::INVALID_FAULT", "message": str(e)})
+            return
+        req.send_json(201, {"rules": [r.to_json() for r in added]})
+
+    def faults_clear(self, req: Request) -> None:
+        assert self.faults is not None
+        self.faults.clear()
+        req.send(204)
+
+    def faults_remove(self, req: Request) -> None:
+        assert self.faults is not None
+        if not self.faults.remove(req.params["fid"]):
+            req.send_json(404, {"code": "MOCK::FAULT_NOT_FOUND", "message": "No fault rule %s." % req.params["fid"][:64]})
+            return
+        req.send(204)
 
     def snapshots_unsupported(self, req: Request) -> None:
         raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)

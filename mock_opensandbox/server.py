@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable
 
 from . import quirks
+from .faults import FaultRegistry
 from .httpcore import Server
 from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
 from .model import Provisioner, Sandbox, SandboxStore
@@ -142,6 +143,7 @@ class MockProvisioner(Provisioner):
         execd = ExecdServer(runtime, host="127.0.0.1", port=0, mode=sb.execd_mode,
                             access_token=self.mock.execd_token, required_headers=self._required_headers(sb),
                             close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose)
+        execd.faults, execd.sandbox_id = self.mock.faults, sb.id   # fault rules reach its listener too
         execd.start()
         return execd
 
@@ -246,8 +248,9 @@ class MockProvisioner(Provisioner):
             if srv is None:
                 if sb.deleted:
                     return 0
-                srv = Server(("127.0.0.1", 0), PortForwardHandler,
-                             PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose))
+                app = PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose)
+                app.faults, app.sandbox_id, app.fault_listener = self.mock.faults, sb.id, "port"  # type: ignore[attr-defined]
+                srv = Server(("127.0.0.1", 0), PortForwardHandler, app)
                 srv.start(name="mock-osb-8080-%s" % sb.id[:8])
                 sb.resources["http"] = srv
             return srv.port
@@ -293,6 +296,9 @@ class MockOpenSandbox:
         self.isolate = isolate
         self.reap_interval = reap_interval
         self._warn = warn or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        # fault injection rules for every listener of this mock (faults.py, docs/FAULTS.md); rules may be
+        # added before start()
+        self.faults = FaultRegistry(verbose=verbose)
         self.store: SandboxStore | None = None
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
@@ -371,8 +377,9 @@ class MockOpenSandbox:
                 self.provisioner = MockProvisioner(self)
                 self.store = SandboxStore(clock=self.clock, provisioner=self.provisioner,
                                           pull_fails=self.pull_fails, reap_interval=self.reap_interval)
+                self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
-                                   verbose=self.verbose)
+                                   verbose=self.verbose, faults=self.faults)
                 family_host = self.host
                 if ":" in family_host:
                     srv_cls = type("Server6", (Server,), {"address_family": socket.AF_INET6})
@@ -393,6 +400,7 @@ class MockOpenSandbox:
             if not self._started and self.store is None and self._server is None:
                 return
             self._started = False
+            self.faults.close()      # stalled, delayed and dribbling requests end now
             self._teardown()
             try:
                 atexit.unregister(self.stop)
