@@ -205,6 +205,7 @@ def test_05_set_timeout_matches_server_time(epp, sid):
     assert info.value.code == -32002 and info.value.sdk_code == "E2009"
 
 
+@pytest.mark.mock_only
 @pytest.mark.parametrize("hours", [2, -3])
 def test_05b_set_timeout_with_a_skewed_client_clock(tmp_path, hours):
     skew = dt.timedelta(hours=hours)                    # the server's clock differs from this machine's
@@ -251,6 +252,7 @@ def test_07_metadata_rejection(epp, mock):
 
 # (8) no call to execd's code endpoints (POST /code/context hangs on images without the interpreter) --------
 
+@pytest.mark.mock_only
 def test_08_never_touches_code_endpoints(epp, sid):
     seen: list[str] = []
     obs = lambda ex: seen.append(ex.path)  # noqa: E731
@@ -269,6 +271,7 @@ def test_08_never_touches_code_endpoints(epp, sid):
 
 # (9) Endpoint.headers on every execd request, SSE and uploads included (gateway mode) ----------------------
 
+@pytest.mark.mock_only
 @pytest.mark.parametrize("mode", MODES)
 def test_09_gateway_headers_replayed(tmp_path, mode):
     seen: list = []
@@ -299,6 +302,7 @@ def test_09_gateway_headers_replayed(tmp_path, mode):
 
 # (10) list pagination beyond 200 --------------------------------------------------------------------------
 
+@pytest.mark.mock_only
 def test_10_list_more_than_200(epp, mock):
     real = mock.store.provisioner
     mock.store.provisioner = Provisioner()          # model-only sandboxes: no processes, no listeners
@@ -353,6 +357,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.mock_only
 @pytest.mark.parametrize("status,ctype,body,code,sdk,text", [
     (404, "application/json", b'{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"Sandbox x not found."}', -32002, "E2009", "Sandbox x not found."),
     (422, "application/json", b'{"detail":[{"type":"missing","loc":["path","sandboxId"],"msg":"Field required"}]}', -32000, None, "sandboxId: Field required"),

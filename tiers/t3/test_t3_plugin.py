@@ -1,0 +1,33 @@
+"""Tier t3: the t1 plugin contract bodies (seed 000 §5.5), unchanged, and the host's contract kit, against the
+mock lifecycle with one execd *process* per sandbox ($OSB_EXECD_BIN, else the mock's stand-alone execd)."""
+from __future__ import annotations
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+from tiers.host_kit import assert_18_of_18
+from tiers.t1.test_plugin_contract import *  # noqa: F401,F403  (the same test functions, run here again)
+
+
+@pytest.fixture(scope="module")
+def mock(execd_bin):
+    """Replaces t1's `mock`: the server under test is the mock with execd processes. The stand-alone execd
+    behaves like the recorded v1.1.0 one; a real binary's generation is given by OSB_EXECD_MODE."""
+    import os
+
+    mode = os.environ.get("OSB_EXECD_MODE", "latest" if execd_bin.real else "v1.1.0")
+    osb = MockOpenSandbox(execd_bin=execd_bin.path, isolate=False, execd_mode=mode)
+    osb.start()
+    try:
+        yield osb
+    finally:
+        osb.stop()
+
+
+def test_host_contract_kit_against_execd_processes(mock, tmp_path):
+    import demo
+
+    home = tmp_path / "home"
+    home.mkdir()
+    demo.install_plugin(str(home))
+    assert_18_of_18(str(home), mock.base_url, mock.api_key)
