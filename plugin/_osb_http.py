@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import http.client
 import json
 import os
@@ -30,6 +31,9 @@ USER_AGENT = "abx-opensandbox-provider/0.1.0"
 EXECD_PORT = 44772                      # rec 05: GET .../endpoints/44772 is execd
 MAX_ERROR_BODY = 64 * 1024              # bytes of an error body we keep for the message
 LEGACY, LATEST = "v1.1.0", "latest"     # the two execd generations (seed 000 §1.1)
+RETRY_STATUSES = (429, 502, 503, 504)   # answers a proxy or an overloaded server gives for a moment
+RETRY_WAITS = (0.2, 0.6)                # waits before the 2nd and 3rd try of an idempotent call
+RETRY_AFTER_MAX = 5.0                   # longest Retry-After honoured; a longer one ends the call at once
 
 
 # --------------------------------------------------------------------------- pure codecs
@@ -199,6 +203,7 @@ def _header_token(value: str) -> str:
 
 
 _TAG_RE = re.compile(r"<[^>]*>")
+_TITLE_RE = re.compile(r"<title[^>]*>([^<]{1,200})</title>", re.I)
 _WS_RE = re.compile(r"\s+")
 
 
@@ -235,6 +240,9 @@ def parse_error_body(status: int, body: bytes | None, reason: str = "") -> tuple
             if code:
                 return code, code
             return None, _clip(json.dumps(obj, sort_keys=True))
+        title = _TITLE_RE.search(text) if "<" in text[:200] else None
+        if title and title.group(1).strip():
+            return None, _clip(_WS_RE.sub(" ", html.unescape(title.group(1))).strip())   # a proxy's page
         stripped = _WS_RE.sub(" ", _TAG_RE.sub(" ", text)).strip()
         if stripped:
             return None, _clip(stripped)
@@ -250,12 +258,34 @@ def _clip(text: str, limit: int = 400) -> str:
 
 # --------------------------------------------------------------------------- errors raised here
 
+_SECRETS: set = set()
+
+
+def add_secret(value: str) -> None:
+    """A credential this process sends (API key, execd token, registry password). Error bodies can
+    echo request headers or bodies back (debugging proxies do): such text is scrubbed before it is
+    parsed and clipped, so not even a clipped piece of a secret reaches a message."""
+    if isinstance(value, str) and len(value) >= 3:
+        _SECRETS.add(value)
+
+
+def scrub(data: bytes) -> bytes:
+    if not _SECRETS or not data:
+        return data
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        forms = {secret, json.dumps(secret)[1:-1], urllib.parse.quote(secret, safe=""),
+                 urllib.parse.quote_plus(secret)}
+        for form in forms:
+            data = data.replace(form.encode("utf-8", "replace"), b"***")
+    return data
+
+
 class HttpError(Exception):
     """The server answered with a status >= 400."""
 
     def __init__(self, status: int, reason: str, body: bytes, headers: dict, what: str, plane: str):
         self.status, self.reason, self.headers, self.what, self.plane = status, reason, headers, what, plane
-        self.code, self.message = parse_error_body(status, body, reason)
+        self.code, self.message = parse_error_body(status, scrub(body or b""), reason)
         self.request_id = headers.get("x-request-id", "")
         self.content_type = headers.get("content-type", "")
         super().__init__(f"HTTP {status} ({what}): {self.message}")
@@ -308,11 +338,41 @@ class Stream:
     def read1(self, n: int = 65536) -> bytes:
         return self.resp.read1(n)
 
-    def read_all(self, limit: int | None = None) -> bytes:
-        if limit is None:
-            return self.resp.read()
-        data = self.resp.read(limit + 1)
-        return data
+    def read_all(self, limit: int | None = None, deadline: float | None = None) -> bytes:
+        """The whole body (or its first ``limit + 1`` bytes), read before ``deadline`` (monotonic).
+
+        A body shorter than its Content-Length (a connection closed early) raises IncompleteRead:
+        http.client returns such a short read silently. A body that trickles in so slowly that it
+        misses the deadline raises socket.timeout, whatever the gaps between its bytes."""
+        out = bytearray()
+        want = None if limit is None else limit + 1
+        sock = getattr(self._conn, "sock", None)
+        base = sock.gettimeout() if sock is not None else None
+        try:
+            while want is None or len(out) < want:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise socket.timeout("the reply body did not arrive in time")
+                    if sock is not None:
+                        sock.settimeout(left if base is None else min(base, left))
+                n = 65536 if want is None else min(65536, want - len(out))
+                chunk = self.resp.read1(n)
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            if sock is not None and deadline is not None:
+                try:
+                    sock.settimeout(base)
+                except OSError:
+                    pass
+        missing = self.resp.length
+        if (want is None or len(out) < want) and missing:
+            raise http.client.IncompleteRead(bytes(out), missing)
+        if missing == 0 and not self.resp.isclosed():
+            self.resp.read()            # marks a complete Content-Length body done (keep-alive reuse)
+        return bytes(out)
 
     def release(self) -> None:
         """Body fully read: keep the connection for the next request when the server allows it."""
@@ -432,9 +492,12 @@ class Http:
 
     def request(self, method: str, url: str, headers: dict, body: bytes | None = None,
                 timeout: float | None = None, what: str = "") -> Reply:
+        """One whole exchange; the reply, body included, must be complete within ``timeout``."""
+        tmo = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + tmo
         stream = self.open(method, url, headers, body, timeout, what)
         try:
-            data = stream.read_all()
+            data = stream.read_all(deadline=max(deadline, stream.received + 0.5))
         except (OSError, http.client.HTTPException) as exc:
             stream.close()
             raise NetError(_net_kind(exc), what, _safe_url(url), str(exc) or type(exc).__name__) from None
@@ -452,6 +515,64 @@ def _safe_url(url: str) -> str:
         return f"{p.scheme}://{host}{p.path}"
     except ValueError:
         return "<invalid url>"
+
+
+# --------------------------------------------------------------------------- retries (idempotent calls only)
+
+def retry_after_seconds(value) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
+    text = str(value or "").strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return float(text)
+    try:
+        import email.utils
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    import datetime
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+def retry_wait(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before trying an idempotent call again, or None when it must not be retried.
+
+    Retried: 429/502/503/504 (a Retry-After is honoured up to RETRY_AFTER_MAX; a longer one is
+    the answer) and a connection reset (a proxy or keep-alive race). Not retried: timeouts (the
+    time is spent already), refusals and DNS errors (configuration), and every other status."""
+    if attempt >= len(RETRY_WAITS):
+        return None
+    if isinstance(exc, HttpError):
+        if exc.status not in RETRY_STATUSES:
+            return None
+        after = retry_after_seconds(exc.headers.get("retry-after"))
+        if after is not None:
+            return None if after > RETRY_AFTER_MAX else max(after, RETRY_WAITS[attempt])
+        return RETRY_WAITS[attempt]
+    if isinstance(exc, NetError) and exc.kind == "reset":
+        return RETRY_WAITS[attempt]
+    return None
+
+
+def with_retries(fn, budget: float):
+    """Run ``fn`` (an idempotent call); retry it as retry_wait() says. No new try starts once the
+    call has taken longer than ``budget`` seconds (the configured http_timeout)."""
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except (HttpError, NetError) as exc:
+            wait = retry_wait(exc, attempt)
+            if wait is None or time.monotonic() - started > budget:
+                raise
+            attempt += 1
+            time.sleep(wait)
 
 
 # --------------------------------------------------------------------------- per-sandbox state
@@ -570,6 +691,8 @@ class OpenSandbox:
         self.cache = SandboxCache(data_dir, self.server)
         self._execd: dict[str, Execd] = {}
         self._lock = threading.Lock()
+        add_secret(api_key)
+        add_secret(execd_token)
 
     # ---- plumbing
 
@@ -582,15 +705,23 @@ class OpenSandbox:
         return h
 
     def call(self, method: str, path: str, *, query=None, body=None, what: str,
-             timeout: float | None = None, ok=(200, 201, 202, 204)) -> Reply:
+             timeout: float | None = None, ok=(200, 201, 202, 204), retry: bool | None = None) -> Reply:
+        """One lifecycle call. GET and DELETE are retried (with_retries); other methods only when
+        the caller says the call is idempotent (renew sets an absolute time)."""
         url = self.api + path
         if query:
             url += "?" + urllib.parse.urlencode(query, doseq=True)
         data = json.dumps(body).encode("utf-8") if body is not None else None
-        reply = self.http.request(method, url, self._headers(data is not None), data, timeout, what)
-        if reply.status not in ok:
-            raise HttpError(reply.status, reply.reason, reply.body, reply.headers, what, "lifecycle")
-        return reply
+
+        def once() -> Reply:
+            reply = self.http.request(method, url, self._headers(data is not None), data, timeout, what)
+            if reply.status not in ok:
+                raise HttpError(reply.status, reply.reason, reply.body, reply.headers, what, "lifecycle")
+            return reply
+
+        if retry is None:
+            retry = method in ("GET", "DELETE")
+        return with_retries(once, self.http.timeout) if retry else once()
 
     @staticmethod
     def sid(sandbox_id: str) -> str:
@@ -624,7 +755,7 @@ class OpenSandbox:
 
     def renew(self, sandbox_id: str, expires_at: str) -> Reply:
         return self.call("POST", f"/sandboxes/{self.sid(sandbox_id)}/renew-expiration",
-                         body={"expiresAt": expires_at}, what="renew sandbox expiration")
+                         body={"expiresAt": expires_at}, what="renew sandbox expiration", retry=True)
 
     def endpoint(self, sandbox_id: str, port: int, server_proxy: bool | None = None) -> tuple[str, dict]:
         """(URL with scheme, headers to send). Endpoints come without a scheme (rec 05)."""
@@ -723,21 +854,32 @@ class Execd:
         return stream
 
     def call(self, method: str, path: str, *, query=None, json_body=None, body: bytes | None = None,
-             content_type: str | None = None, timeout: float | None = None, what: str) -> Reply:
+             content_type: str | None = None, timeout: float | None = None, what: str,
+             retry: bool | None = None) -> Reply:
+        """One execd call whose whole reply must arrive within the timeout. GET is retried
+        (with_retries); other methods only when the caller says the call is idempotent."""
         headers = {}
         if json_body is not None:
             body = json.dumps(json_body).encode("utf-8")
             content_type = "application/json"
         if content_type:
             headers["Content-Type"] = content_type
-        stream = self.open(method, path, query=query, body=body, headers=headers, timeout=timeout, what=what)
-        try:
-            data = stream.read_all()
-        except (OSError, http.client.HTTPException) as exc:
-            stream.close()
-            raise NetError(_net_kind(exc), what, _safe_url(self.base), str(exc)) from None
-        stream.release()
-        return Reply(stream.status, stream.reason, stream.headers, data, stream.received)
+        tmo = self.osb.http.timeout if timeout is None else timeout
+
+        def once() -> Reply:
+            deadline = time.monotonic() + tmo
+            stream = self.open(method, path, query=query, body=body, headers=headers, timeout=timeout, what=what)
+            try:
+                data = stream.read_all(deadline=max(deadline, stream.received + 0.5))
+            except (OSError, http.client.HTTPException) as exc:
+                stream.close()
+                raise NetError(_net_kind(exc), what, _safe_url(self.base), str(exc) or type(exc).__name__) from None
+            stream.release()
+            return Reply(stream.status, stream.reason, stream.headers, data, stream.received)
+
+        if retry is None:
+            retry = method == "GET"
+        return with_retries(once, self.osb.http.timeout) if retry else once()
 
     # ---- framing (seed 000 §1.1): "latest" accepts argv and keeps line endings; v1.1.0 does not
 
@@ -828,6 +970,7 @@ class Execd:
         self.call("POST", "/files/upload", body=body, content_type=ctype, what=f"upload {path}")
 
     def download(self, path: str, *, start: int | None = None, end: int | None = None) -> Stream:
+        """Open a download; the caller reads the body (and retries the whole read: files.read)."""
         headers = {"Accept": "application/octet-stream"}
         if start is not None:
             headers["Range"] = f"bytes={start}-" + ("" if end is None else str(end))
@@ -856,10 +999,10 @@ class Execd:
         self.call("POST", "/directories", json_body={path: {"mode": mode}}, what=f"mkdir {path}")
 
     def remove_file(self, path: str) -> None:
-        self.call("DELETE", "/files", query={"path": path}, what=f"remove {path}")
+        self.call("DELETE", "/files", query={"path": path}, what=f"remove {path}", retry=True)
 
     def remove_dir(self, path: str) -> None:
-        self.call("DELETE", "/directories", query={"path": path}, what=f"remove directory {path}")
+        self.call("DELETE", "/directories", query={"path": path}, what=f"remove directory {path}", retry=True)
 
     def move(self, src: str, dest: str) -> None:
         self.call("POST", "/files/mv", json_body=[{"src": src, "dest": dest}], what=f"move {src}")

@@ -356,7 +356,10 @@ def _map_http_error(exc, op: str, target: str) -> EppError:
     if status in (400, 422):
         return EppError(-32000, text, **extra, suggestion="OpenSandbox rejected the request; see the message.")
     if status == 429:
-        return EppError(-32000, text, retryable=True, **extra, suggestion="Too many requests; retry later.")
+        import _osb_http as osb
+        after = osb.retry_after_seconds(exc.headers.get("retry-after"))
+        hint = f"Too many requests; retry in {after:g} s." if after is not None else "Too many requests; retry later."
+        return EppError(-32000, text, retryable=True, retry_after=after, **extra, suggestion=hint)
     if status in (502, 503, 504):
         return EppError(-32000, text, retryable=True, **extra,
                         suggestion="The server, or a proxy in front of it, is unavailable; retry later.")
@@ -510,6 +513,7 @@ class Server:
                     cfg.server, api_key=cfg.api_key, http=osb.Http(cfg.http_timeout),
                     data_dir=self.data_dir, use_server_proxy=cfg.use_server_proxy,
                     execd_token=cfg.execd_access_token, scheme=cfg.protocol)
+                osb.add_secret(cfg.registry_password)     # error bodies may echo the create request
             return self._osb
 
     # ---- loop
@@ -526,21 +530,33 @@ class Server:
                 continue
             try:
                 msg = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):         # RecursionError: absurdly deep nesting
                 self.log_stderr("ignored a line that is not JSON")
                 continue
             if isinstance(msg, dict):
                 self.dispatch(msg)
+            else:
+                self.log_stderr("ignored a line that is not a JSON object")
         self.finish()
 
     def dispatch(self, msg: dict) -> None:
         method, rid = msg.get("method"), msg.get("id")
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
-        if not isinstance(method, str) or isinstance(rid, (bool, float, list, dict)):
+        if isinstance(rid, (bool, float, list, dict)):
+            return                                        # not a JSON-RPC id: there is nobody to answer
+        if not isinstance(method, str):
+            if rid is not None and "result" not in msg and "error" not in msg:
+                self.respond(rid, error=EppError(-32600, "Invalid Request: method must be a string."))
             return
+        raw_params = msg.get("params")
+        if raw_params is not None and not isinstance(raw_params, dict):
+            if rid is not None:
+                self.respond(rid, error=EppError(-32602, "Invalid params: params must be an object."))
+            return
+        params = raw_params or {}
         if rid is None:                                   # a notification
-            if method == "$/cancel":
-                req = self.requests.get(params.get("id"))
+            target = params.get("id")
+            if method == "$/cancel" and isinstance(target, (int, str)) and not isinstance(target, bool):
+                req = self.requests.get(target)
                 if req is not None:
                     req.cancel()
             return
@@ -699,6 +715,7 @@ def m_initialize(srv: Server, p: dict) -> dict:
 def m_sandbox_create(srv: Server, req: Request, p: dict) -> dict:
     cfg = srv.config().with_options(p.get("options"))
     osb = srv.osb()
+    sys.modules["_osb_http"].add_secret(cfg.registry_password)
     image = resolve_image(cfg, p.get("template"))
     body = create_body(cfg, p, image)
     budget = float(cfg.ready_timeout)
@@ -1189,8 +1206,10 @@ def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: f
 
 
 def _lost_stream(run, why: str) -> tuple[int, str]:
-    """No terminal event: ask execd for the final status (rec 07: foreground commands have one too)."""
-    import _osb_http as osb
+    """No terminal event: the output may be incomplete, so this is always reported as a problem.
+    execd still knows how the command ended (rec 07: foreground commands have a status too, but no
+    logs): its exit code when it exited by itself; -1 when it was killed (execd kills a foreground
+    command whose stream broke, so a signal here says nothing about the command) or is unknown."""
     if run.command_id:
         for _ in range(10):
             try:
@@ -1199,9 +1218,9 @@ def _lost_stream(run, why: str) -> tuple[int, str]:
                 break
             if st.get("running") is False:
                 code = st.get("exit_code")
-                if isinstance(code, int) and code != -1:
-                    return code, None
-                return osb.signal_exit_code(str(st.get("error") or "")) or -1, None
+                if isinstance(code, int) and not isinstance(code, bool) and code >= 0:
+                    return code, why
+                return -1, why
             time.sleep(0.2)
     return -1, why
 
@@ -1241,7 +1260,7 @@ def m_exec_start(srv: Server, req: Request, p: dict):
         finally:
             srv.active_runs.discard(run)
         if problem:
-            emit("stderr", f"[opensandbox provider] {problem}\n")
+            emit("stderr", f"[opensandbox provider] {problem}; the output may be incomplete\n")
         srv.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
 
     return Deferred({"process_id": pid}, stream)
@@ -1263,8 +1282,10 @@ def m_exec_run(srv: Server, req: Request, p: dict) -> dict:
     finally:
         srv.active_runs.discard(run)
     if problem:
-        raise EppError(-32000, f"Lost the command's output: {problem}.", sdk_code="E5001",
-                       suggestion="Check the connection to the sandbox and retry.")
+        ended = f" The command exited with {code}, but its output may be incomplete." if code != -1 else ""
+        raise EppError(-32000, f"Lost the command's output: {problem}.{ended}", sdk_code="E5001",
+                       suggestion="Check the connection to the sandbox; run the command again if it is safe "
+                                  "to repeat.", exit_code=code if code != -1 else None)
     return _fit_result("".join(out["stdout"]), "".join(out["stderr"]), code)
 
 
@@ -1316,17 +1337,25 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
     pid, execd = run.command_id, run.execd
 
     def follow() -> None:
-        cursor, delay = None, 0.1
+        cursor, delay, failing_since = None, 0.1, None
         while not srv.closing.is_set():
             try:
                 status = execd.status(pid)
                 text, cursor = execd.logs(pid, cursor)
             except Exception as exc:  # noqa: BLE001
+                # the calls retry by themselves; keep polling through an outage of up to http_timeout
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since < execd.osb.http.timeout and not srv.closing.is_set():
+                    time.sleep(delay)
+                    delay = min(delay * 1.5, 1.0)
+                    continue
                 err = map_osb_error(exc, op="process", cfg=srv._cfg)
                 srv.notify("exec.output", {"process_id": pid, "stream": "stderr",
-                                           "data": f"[opensandbox provider] {err.message}\n"})
+                                           "data": f"[opensandbox provider] lost track of the command: {err.message}\n"})
                 srv.notify("exec.exit", {"process_id": pid, "exit_code": -1})
                 return
+            failing_since = None
             if text:
                 srv.notify("exec.output", {"process_id": pid, "stream": "stdout", "data": text})
                 delay = 0.1
@@ -1496,35 +1525,46 @@ def m_files_read(srv: Server, req: Request, p: dict) -> dict:
     ranged = offset is not None or length is not None
     start = offset or 0
     end = start + length - 1 if length is not None else None
-    try:
+    timeout = execd.osb.http.timeout
+
+    def fetch() -> bytes:
+        """One download, read whole within http_timeout. A body that ends before its Content-Length
+        or arrives too slowly raises NetError, so a truncated download is never taken for the file;
+        the whole fetch is retried like any idempotent call."""
+        deadline = time.monotonic() + timeout
         stream = execd.download(path, start=start if ranged else None, end=end)
+        try:
+            declared = stream.headers.get("content-length", "")
+            skip = start if (ranged and stream.status == 200) else 0     # server ignored Range
+            want = (skip + length) if length is not None else None
+            if declared.isdigit() and want is None and int(declared) - skip > MAX_READ_BYTES:
+                raise _too_big(path, int(declared) - skip)
+            cap = want if want is not None else skip + MAX_READ_BYTES
+            data = stream.read_all(limit=cap, deadline=max(deadline, stream.received + 0.5))
+            if want is None and len(data) - skip > MAX_READ_BYTES:
+                raise _too_big(path, None)
+        except EppError:
+            stream.close()
+            raise
+        except Exception as exc:  # noqa: BLE001
+            stream.close()
+            raise osb.NetError(osb._net_kind(exc), f"download {path}", osb._safe_url(execd.base),
+                               str(exc) or type(exc).__name__) from None
+        if len(data) > cap:
+            stream.close()
+            data = data[:cap]
+        else:
+            stream.release()
+        return data[skip:want] if want is not None else data[skip:]
+
+    try:
+        data = osb.with_retries(fetch, timeout)
+    except EppError:
+        raise
     except Exception as exc:  # noqa: BLE001
         if _is_http(exc, 416):
             return {"content_b64": ""}                  # offset at or past the end
         raise map_osb_error(exc, op="files", cfg=srv._cfg, target=path) from None
-    try:
-        declared = stream.headers.get("content-length", "")
-        skip = start if (ranged and stream.status == 200) else 0     # server ignored Range
-        want = (skip + length) if length is not None else None
-        if declared.isdigit() and want is None and int(declared) - skip > MAX_READ_BYTES:
-            raise _too_big(path, int(declared) - skip)
-        cap = want if want is not None else skip + MAX_READ_BYTES
-        data = stream.read_all(limit=cap)
-        if want is None and len(data) - skip > MAX_READ_BYTES:
-            raise _too_big(path, None)
-    except EppError:
-        stream.close()
-        raise
-    except Exception as exc:  # noqa: BLE001
-        stream.close()
-        raise map_osb_error(osb.NetError("reset", f"download {path}", execd.base, str(exc)),
-                            op="files", cfg=srv._cfg) from None
-    if len(data) > cap:
-        stream.close()
-        data = data[:cap]
-    else:
-        stream.release()
-    data = data[skip:want] if want is not None else data[skip:]
     return {"content_b64": osb.b64(data)}
 
 
