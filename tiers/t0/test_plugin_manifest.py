@@ -8,7 +8,10 @@ import os
 import pathlib
 import subprocess
 import sys
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: tomli (a dependency of agent-sandbox-client there)
+    import tomli as tomllib
 
 import pytest
 
