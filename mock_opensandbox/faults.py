@@ -65,7 +65,7 @@ EXECD_PREFIX = "/proxy/44772"           # execd serves every route bare and unde
 ADMIN_PREFIX = "/__mock__/"
 MAX_DELAY = 3600.0
 _SANDBOX_PATH_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)")
-_METHOD_RE = re.compile(r"^[A-Z]+$")
+_METHOD_RE = re.compile(r"[A-Z]+|\*")
 _COMMON = ("id", "kind", "method", "path", "listener", "sandbox", "count", "probability", "seed", "delay",
            "delay_max", "note")
 _PARAMS = {
@@ -164,7 +164,7 @@ class Rule:
                 if not isinstance(headers, dict):
                     raise FaultError("headers must be an object of header names to values")
                 for k, v in headers.items():
-                    if not isinstance(k, str) or not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", k):
+                    if not isinstance(k, str) or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k):
                         raise FaultError("header name %r is not a valid token" % (k,))
                     self.headers[k] = _header_text(v, "header %s" % k)
             if retry_after is not None:
@@ -192,7 +192,7 @@ class Rule:
             raise FaultError("method must be a string like GET, GET|DELETE or a list")
         out = set()
         for m in items:
-            if not isinstance(m, str) or not _METHOD_RE.match(m.strip().upper()):
+            if not isinstance(m, str) or not _METHOD_RE.fullmatch(m.strip().upper()):
                 raise FaultError("method %r is not an HTTP method" % (m,))
             out.add(m.strip().upper())
         return frozenset(out) if out and "*" not in out else None
@@ -281,7 +281,9 @@ def parse_rule(obj: Any) -> Rule:
     if unknown:
         raise FaultError("unknown field(s) for a %s rule: %s" % (kind, ", ".join(unknown)))
     fields = {k: v for k, v in obj.items() if k not in ("kind", "hits", "active")}
-    if "id" in fields and (not isinstance(fields["id"], str) or not re.match(r"^[A-Za-z0-9_.-]{1,64}$", fields["id"])):
+    if fields.get("id") in ("", None):
+        fields.pop("id", None)                  # no id yet: the registry gives one
+    elif not isinstance(fields["id"], str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", fields["id"]):
         raise FaultError("id must be 1-64 letters, digits, '.', '_' or '-'")
     try:
         return Rule(kind, **fields)
