@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import re
+import select
 import socket
 import threading
 import time
@@ -432,10 +433,23 @@ class Http:
         if item is None:
             return None
         conn, since = item
-        if time.monotonic() - since > max_age:
+        if time.monotonic() - since > max_age or self._dropped(conn):
             conn.close()
             return None
         return conn
+
+    @staticmethod
+    def _dropped(conn) -> bool:
+        """An idle keep-alive connection is never readable: readable means the server closed it
+        (or sent junk), so it must not carry the next request."""
+        sock = conn.sock
+        if sock is None:
+            return True
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     def _give(self, key, conn) -> None:
         with self._lock:
@@ -482,8 +496,8 @@ class Http:
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                     ConnectionAbortedError) as exc:
                 conn.close()
-                if reused:          # stale keep-alive connection: one fresh try
-                    continue
+                if reused and method in ("GET", "HEAD", "DELETE", "OPTIONS"):
+                    continue        # stale keep-alive connection: one fresh try (never for a POST)
                 raise NetError(_net_kind(exc), what, _safe_url(url), str(exc) or type(exc).__name__) from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
@@ -939,8 +953,11 @@ class Execd:
                            what="run command")
         return CommandRun(self, stream, mode)
 
-    def interrupt(self, command_id: str, timeout: float = 5.0) -> None:
-        self.call("DELETE", "/command", query={"id": command_id}, timeout=timeout, what="interrupt command")
+    def interrupt(self, command_id: str, timeout: float | None = None) -> None:
+        """Stop a command (not retried: a second interrupt of a stopped command is an error).
+        Bounded by 5 s, or by http_timeout when that is shorter."""
+        tmo = min(5.0, self.osb.http.timeout) if timeout is None else timeout
+        self.call("DELETE", "/command", query={"id": command_id}, timeout=tmo, what="interrupt command")
 
     def status(self, command_id: str) -> dict:
         body = self.call("GET", f"/command/status/{urllib.parse.quote(command_id, safe='')}",

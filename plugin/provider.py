@@ -1339,13 +1339,14 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
     def follow() -> None:
         cursor, delay, failing_since = None, 0.1, None
         while not srv.closing.is_set():
+            polled = time.monotonic()
             try:
                 status = execd.status(pid)
                 text, cursor = execd.logs(pid, cursor)
             except Exception as exc:  # noqa: BLE001
                 # the calls retry by themselves; keep polling through an outage of up to http_timeout
                 now = time.monotonic()
-                failing_since = failing_since or now
+                failing_since = failing_since or polled
                 if now - failing_since < execd.osb.http.timeout and not srv.closing.is_set():
                     time.sleep(delay)
                     delay = min(delay * 1.5, 1.0)
