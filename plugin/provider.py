@@ -281,6 +281,9 @@ def map_osb_error(exc: Exception, *, op: str, cfg: Config | None = None, target:
             return _map_net_error(exc, cfg)
         if isinstance(exc, osb.HttpError):
             return _map_http_error(exc, op, target)
+        if isinstance(exc, UnicodeError):       # e.g. a lone surrogate in an id or path: no URL can carry it
+            return EppError(-32602, "Invalid params: a text parameter is not valid Unicode (it contains a lone "
+                                    "surrogate) and cannot be sent to OpenSandbox.")
         return EppError(-32603 if isinstance(exc, (TypeError, AttributeError, KeyError)) else -32000,
                         f"opensandbox provider internal error: {type(exc).__name__}: {exc}",
                         suggestion="Please report this with the plugin's stderr output.")
