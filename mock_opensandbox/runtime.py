@@ -10,13 +10,34 @@ namespace: the host never sees them, so removing the root can never reach host f
 Where that does not work (no ``unshare``, user namespaces disabled, not Linux) commands run on the
 host with cwd/HOME/TMPDIR inside the root (seed 000 §5.3) and ``isolated`` is False.
 
+PID namespace. Like a container, the whole sandbox shares ONE mount + PID namespace (+ user
+namespace when not root) and ``ps`` inside shows only the sandbox's processes (seed 001: PID 1
+``/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null``, execd, ``tail -f /dev/null``). The
+namespaces are created once per sandbox by its main process, the *holder*:
+``unshare --mount --pid --fork --kill-child sh -c HOLDER_PRELUDE``; the prelude makes the same bind
+mounts, mounts a fresh procfs for the new PID namespace at ``<root>/proc``, reports its host pid
+through a pipe and becomes PID 1: a two-line ``/bin/sh -s`` init that runs the entrypoint as its
+child, reaps orphans and exits with the entrypoint's status (what bootstrap.sh does). A runtime
+whose entrypoint was never started gets ``tail -f /dev/null`` as its main process on first use.
+Later commands join the holder's namespaces: as root the spawning thread switches its
+``pid_for_children`` to the sandbox's PID namespace (``setns``) for the one ``fork`` and the child
+runs ``nsenter --mount -- unshare --root --wd ARGV`` (no intermediate process: the command is the
+Popen child, its own session and process group); as non-root ``nsenter --user --mount --pid
+--no-fork -- unshare --fork --kill-child --root --wd ARGV`` (an ``unshare`` parent in the same
+process group waits and passes the exit status on; see QUIRKS.md for what that changes). When the
+main process has exited the sandbox is dead like a stopped container and spawn() raises
+SandboxNotRunning. Without ``nsenter`` or PID namespaces (``OSB_MOCK_PIDNS=0`` forces it) every
+command gets its own mount namespace as above and shares the host's PID namespace and /proc.
+
 Pause = SIGSTOP of every process group (seed 000 §5.3, "docker pause ~ SIGSTOP"), resume = SIGCONT.
 Standard library only, Python >= 3.10.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import select
 import shutil
 import signal
 import stat
@@ -28,8 +49,8 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
-__all__ = ["SandboxRuntime", "PathEscape", "SandboxTerminated", "probe_isolation", "isolation_note",
-           "ISOLATION_NOTE", "SYSTEM_DIRS"]
+__all__ = ["SandboxRuntime", "PathEscape", "SandboxTerminated", "SandboxNotRunning", "probe_isolation",
+           "isolation_note", "ISOLATION_NOTE", "SYSTEM_DIRS"]
 
 # Host directories bind-mounted into every isolated sandbox view. /dev and /proc stay writable
 # (/dev/null, /proc/self/fd); the others are remounted read-only.
@@ -58,6 +79,49 @@ done
 exec "$U" --root="$R" --wd="$W" "$@"
 '''.replace("__DIRS__", " ".join(SYSTEM_DIRS)).replace("__RW__", " ".join(_WRITABLE_MOUNTS))
 
+# The holder's prelude: same bind mounts, but /proc is a fresh procfs of the new PID namespace (seed
+# 001: `ps` in a sandbox lists only its own processes). $1 = unshare binary, $2 = root, $3 = a FIFO
+# the mock reads, $4... = the entrypoint. It opens the FIFO as fd 9, reports "pid <its host pid>"
+# (read through the host's /proc, still mounted at /proc here) and becomes PID 1: an init that
+# starts the entrypoint as its child, reports "started", reaps orphans (its `wait` reaps every
+# child) and exits with the entrypoint's status; TERM/INT are forwarded and end it with 0 -
+# bootstrap.sh's shape (seed 001 process list; execd bootstrap.sh: `"$@" &`, `wait $CMD_PID`,
+# `exit $CMD_STATUS`, TERM/INT traps).
+_HOLDER_PRELUDE = r"""
+U="$1"; R="$2"; F="$3"; shift 3
+exec 9>"$F" || exit 125
+for d in __DIRS__; do
+  if [ -L "/$d" ]; then
+    [ -e "$R/$d" ] || [ -L "$R/$d" ] || ln -s "$(readlink "/$d")" "$R/$d" 2>/dev/null
+  elif [ -d "/$d" ]; then
+    if [ -L "$R/$d" ] || { [ -e "$R/$d" ] && [ ! -d "$R/$d" ]; }; then rm -f "$R/$d"; fi
+    mkdir -p "$R/$d" || exit 125
+    mount --rbind "/$d" "$R/$d" || exit 125
+    case " __RW__ " in *" $d "*) ;; *) mount -o remount,bind,ro "$R/$d" 2>/dev/null ;; esac
+  fi
+done
+if [ -L "$R/proc" ] || { [ -e "$R/proc" ] && [ ! -d "$R/proc" ]; }; then rm -f "$R/proc"; fi
+mkdir -p "$R/proc" || exit 125
+mount -t proc -o nosuid,nodev,noexec proc "$R/proc" || exit 125
+read -r P _ < /proc/self/stat || exit 125
+echo "pid $P" >&9 || exit 125
+case "$1" in -*) set -- -- "$@" ;; esac
+exec "$U" --root="$R" --wd=/ /bin/sh -s "$@" <<'OSB_INIT'
+trap 'kill -TERM $c 2>/dev/null; wait $c; exit 0' TERM INT
+"$@" </dev/null 9>&- &
+c=$!
+echo started >&9
+exec 9>&-
+wait $c
+OSB_INIT
+""".replace("__DIRS__", " ".join(d for d in SYSTEM_DIRS if d != "proc")).replace(
+    "__RW__", " ".join(_WRITABLE_MOUNTS))
+# A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
+# the usual keep-alive entrypoint of OpenSandbox sandboxes (seed 001).
+IMPLICIT_ENTRYPOINT = ("tail", "-f", "/dev/null")
+HOLDER_READY_TIMEOUT = 15.0
+CLONE_NEWPID = 0x20000000
+
 
 class PathEscape(ValueError):
     """A sandbox path that would resolve outside the sandbox root (never returned, always raised)."""
@@ -67,12 +131,19 @@ class SandboxTerminated(RuntimeError):
     """spawn() after terminate()."""
 
 
+class SandboxNotRunning(SandboxTerminated):
+    """spawn() after the sandbox's main process (PID 1 of its PID namespace) exited: the sandbox is
+    dead like a stopped container and nothing can join its namespaces."""
+
+
 # ---------------------------------------------------------------------------------------------
 # isolation probe (once per process)
 
 _probe_lock = threading.Lock()
-_probe_result: tuple[bool, str, list[str]] | None = None
+# (isolated, note, per-command unshare prefix, PID-namespace mode: "direct" | "nsenter" | None)
+_probe_result: tuple[bool, str, list[str], str | None] | None = None
 ISOLATION_NOTE: str | None = None  # filled in by the first probe_isolation()
+_OFF = ("0", "off", "no", "false")
 
 
 def _unshare_prefix(unshare: str) -> list[str]:
@@ -95,17 +166,17 @@ def isolation_note() -> str:
     return probe_isolation()[1]
 
 
-def _probe() -> tuple[bool, str, list[str]]:
+def _probe() -> tuple[bool, str, list[str], str | None]:
     fallback = ("commands run on the host with cwd/HOME/TMPDIR inside the sandbox root; absolute paths "
                 "such as /tmp are NOT shared with the files API")
-    if os.environ.get("OSB_MOCK_ISOLATION", "").lower() in ("0", "off", "no", "false"):
-        return False, f"sandbox isolation disabled by OSB_MOCK_ISOLATION: {fallback}", []
+    if os.environ.get("OSB_MOCK_ISOLATION", "").lower() in _OFF:
+        return False, f"sandbox isolation disabled by OSB_MOCK_ISOLATION: {fallback}", [], None
     if not sys.platform.startswith("linux"):
-        return False, f"sandbox isolation needs Linux mount namespaces ({sys.platform}): {fallback}", []
+        return False, f"sandbox isolation needs Linux mount namespaces ({sys.platform}): {fallback}", [], None
     unshare = shutil.which("unshare")
     sh = shutil.which("sh")
     if not unshare or not sh:
-        return False, f"sandbox isolation needs util-linux unshare (not found): {fallback}", []
+        return False, f"sandbox isolation needs util-linux unshare (not found): {fallback}", [], None
     prefix = _unshare_prefix(unshare)
     tmp = tempfile.mkdtemp(prefix="osb-probe-")
     try:
@@ -118,15 +189,304 @@ def _probe() -> tuple[bool, str, list[str]]:
             out = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, env=env, timeout=10, cwd=tmp)
         except (OSError, subprocess.SubprocessError) as exc:
-            return False, f"sandbox isolation probe failed ({exc}): {fallback}", []
+            return False, f"sandbox isolation probe failed ({exc}): {fallback}", [], None
         if out.returncode != 0 or out.stdout.split() != [b"0", b"/tmp", b"ok"]:
             why = (out.stderr.decode("utf-8", "replace").strip().splitlines() or ["exit %d" % out.returncode])[-1]
-            return False, f"sandbox isolation unavailable ({why[:160]}): {fallback}", []
-        mode = "mount namespace" if os.geteuid() == 0 else "user + mount namespace"
-        return True, (f"sandbox isolation: {mode} via {unshare}; commands see the sandbox root as / "
-                      "(system dirs bind-mounted read-only from the host)"), prefix
+            return False, f"sandbox isolation unavailable ({why[:160]}): {fallback}", [], None
     finally:
         _rmtree(tmp)
+    mode = "mount namespace" if os.geteuid() == 0 else "user + mount namespace"
+    pid_mode, why = _probe_pidns(unshare)
+    if pid_mode is not None:
+        how = ("setns + nsenter" if pid_mode == "direct" else "nsenter")
+        return True, (f"sandbox isolation: one PID + {mode} per sandbox via {unshare} and {how}; commands "
+                      "see the sandbox root as / (system dirs bind-mounted read-only from the host) and "
+                      "`ps` shows only the sandbox's processes"), prefix, pid_mode
+    return True, (f"sandbox isolation: {mode} via {unshare}; commands see the sandbox root as / "
+                  "(system dirs bind-mounted read-only from the host); no PID namespace "
+                  f"({why}): `ps` in a sandbox shows every host process"), prefix, None
+
+
+def _probe_pidns(unshare: str) -> tuple[str | None, str]:
+    """Can a sandbox hold its own PID namespace that later commands join? Returns (mode, why-not)."""
+    if os.environ.get("OSB_MOCK_PIDNS", "").lower() in _OFF:
+        return None, "disabled by OSB_MOCK_PIDNS"
+    nsenter = shutil.which("nsenter")
+    if not nsenter:
+        return None, "util-linux nsenter not found"
+    mode = "direct" if os.geteuid() == 0 else "nsenter"
+    if mode == "direct":
+        try:
+            _own_pidns_fd()
+            _setns_function()
+        except (OSError, AttributeError) as exc:
+            return None, f"setns unavailable: {exc}"
+    tmp = tempfile.mkdtemp(prefix="osb-probe-")
+    holder: _Holder | None = None
+    try:
+        for d in BASE_DIRS:
+            os.mkdir(os.path.join(tmp, d))
+        for d in SYSTEM_DIRS:
+            _make_mountpoint(tmp, d)
+        env = {"PATH": DEFAULT_PATH}
+        holder, why = _Holder.start(unshare, tmp, list(IMPLICIT_ENTRYPOINT), env, mode, implicit=True,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=10)
+        if holder is None:
+            return None, why
+        argv = ["/bin/sh", "-c", "echo $$; id -u; ls /proc"]
+        try:
+            with holder.children_inside():
+                p = subprocess.Popen(holder.command(nsenter, unshare, tmp, "/", argv), cwd=tmp, env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     close_fds=True, start_new_session=True)
+            out, err = p.communicate(timeout=10)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, f"joining the sandbox's namespaces failed: {exc}"
+        lines = out.decode("utf-8", "replace").split()
+        pids = [x for x in lines[2:] if x.isdigit()]
+        if (p.returncode != 0 or len(lines) < 2 or not lines[0].isdigit() or lines[1] != "0"
+                or not pids or len(pids) > 16 or str(os.getpid()) in pids and os.getpid() > 16):
+            why = (err.decode("utf-8", "replace").strip().splitlines() or ["exit %s" % p.returncode])[-1]
+            return None, f"joining the sandbox's namespaces failed: {why[:160]}"
+        return mode, ""
+    except OSError as exc:
+        return None, f"PID namespace probe failed: {exc}"
+    finally:
+        if holder is not None:
+            holder.kill()
+        _rmtree(tmp)
+
+
+# ---------------------------------------------------------------------------------------------
+# joining a sandbox's namespaces
+
+_setns_fn: Any = None
+_own_pidns: int | None = None
+
+
+def _setns_function() -> Any:
+    """setns(2): os.setns on Python >= 3.12, libc through ctypes before."""
+    global _setns_fn
+    if _setns_fn is None:
+        fn = getattr(os, "setns", None)
+        if fn is None:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            raw = libc.setns
+            raw.argtypes = [ctypes.c_int, ctypes.c_int]
+            raw.restype = ctypes.c_int
+
+            def fn(fd: int, nstype: int) -> None:
+                if raw(fd, nstype) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, os.strerror(e))
+        _setns_fn = fn
+    return _setns_fn
+
+
+def _own_pidns_fd() -> int:
+    """The mock process's own (active) PID namespace, to switch a thread back to."""
+    global _own_pidns
+    if _own_pidns is None:
+        _own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    return _own_pidns
+
+
+def _make_mountpoint(root: str, d: str) -> None:
+    host, mine = "/" + d, os.path.join(root, d)
+    if os.path.lexists(mine):
+        return
+    try:
+        if os.path.islink(host):
+            os.symlink(os.readlink(host), mine)
+        elif os.path.isdir(host):
+            os.mkdir(mine, 0o755)
+    except OSError:
+        pass
+
+
+class _Holder:
+    """A sandbox's main process: PID 1 of its PID namespace, owner of its mount (+ user) namespace."""
+
+    def __init__(self, proc: subprocess.Popen, pid: int, mode: str, implicit: bool):
+        self.proc = proc          # the outer `unshare --fork` (host PID namespace); its exit status is PID 1's
+        self.pid = pid            # host pid of PID 1
+        self.mode = mode          # "direct" (root: setns + fork) | "nsenter" (nsenter --no-fork + unshare --fork)
+        self.implicit = implicit  # started on first use, not by start_entrypoint()
+        self.pidns_fd: int | None = None
+        self.pidns_id = ""
+        if mode == "direct":
+            self.pidns_fd = os.open("/proc/%d/ns/pid" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.pidns_id = os.readlink("/proc/%d/ns/pid" % pid)
+        except OSError:
+            pass
+
+    @classmethod
+    def start(cls, unshare: str, root: str, argv: list[str], env: Mapping[str, str], mode: str, *,
+              implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
+              ) -> tuple["_Holder | None", str]:
+        """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why)."""
+        cmd = [unshare]
+        if os.geteuid() != 0:
+            cmd += ["--user", "--map-root-user"]
+        cmd += ["--mount", "--propagation", "private", "--pid", "--fork", "--kill-child",
+                "/bin/sh", "-c", _HOLDER_PRELUDE, "osb-holder", unshare, root]
+        # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
+        # open before the holder starts, so its open for writing never blocks
+        fifo_dir = tempfile.mkdtemp(prefix="osb-holder-")
+        fifo = os.path.join(fifo_dir, "ready")
+        proc = None
+        try:
+            os.mkfifo(fifo, 0o600)
+            r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                proc = subprocess.Popen(cmd + [fifo] + list(argv), cwd=root, env=dict(env), close_fds=True,
+                                        start_new_session=True, stdin=subprocess.DEVNULL,
+                                        stdout=stdout, stderr=stderr)
+                lines = _read_lines(r, 2, timeout, proc)
+            finally:
+                os.close(r)
+        except OSError as exc:
+            if proc is not None:
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return None, f"the sandbox's PID namespace could not be set up: {exc}"
+        finally:
+            shutil.rmtree(fifo_dir, ignore_errors=True)
+        pid = 0
+        if len(lines) == 2 and lines[0].startswith("pid ") and lines[1] == "started":
+            try:
+                pid = int(lines[0][4:])
+            except ValueError:
+                pid = 0
+        if pid <= 1 or not _is_child_init(pid, proc.pid):
+            why = "no ready signal"
+            if proc.poll() is None:
+                _killpg(proc.pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+            if proc.stderr is not None:
+                try:
+                    tail = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+                    why = tail[-1] if tail else why
+                except (OSError, ValueError):
+                    pass
+                proc.stderr.close()
+            return None, "the sandbox's PID namespace did not come up (exit %s: %s)" % (
+                proc.returncode, why[:160])
+        try:
+            return cls(proc, pid, mode, implicit), ""
+        except OSError as exc:
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, f"cannot open the sandbox's PID namespace: {exc}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and _proc_state(self.pid) not in (None, b"Z", b"X")
+
+    def exit_text(self) -> str:
+        rc = self.proc.poll()
+        if rc is None:
+            return "its main process (PID 1) has exited"
+        if rc < 0:
+            return "its main process (PID 1) was killed by signal %d" % -rc
+        return "its main process (PID 1) exited with status %d" % rc
+
+    @contextlib.contextmanager
+    def children_inside(self) -> Any:
+        """Direct mode: processes forked by this thread inside the block are born in the sandbox's PID
+        namespace (setns(CLONE_NEWPID) changes only the calling thread's pid_for_children)."""
+        if self.pidns_fd is None:
+            yield
+            return
+        setns = _setns_function()
+        setns(self.pidns_fd, CLONE_NEWPID)
+        try:
+            yield
+        finally:
+            setns(_own_pidns_fd(), CLONE_NEWPID)
+
+    def command(self, nsenter: str, unshare: str, root: str, wd: str, argv: Sequence[str]) -> list[str]:
+        """argv that enters the holder's namespaces, makes the root "/" and runs argv in wd."""
+        if self.mode == "direct":
+            return [nsenter, "--target=%d" % self.pid, "--mount", "--", unshare, "--root=" + root,
+                    "--wd=" + wd] + list(argv)
+        return [nsenter, "--target=%d" % self.pid, "--user", "--preserve-credentials", "--mount", "--pid",
+                "--no-fork", "--", unshare, "--fork", "--kill-child", "--root=" + root, "--wd=" + wd] + list(argv)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            _killpg(self.proc.pid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            pass
+        self.close()
+
+    def close(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        if self.pidns_fd is not None:
+            try:
+                os.close(self.pidns_fd)
+            except OSError:
+                pass
+            self.pidns_fd = None
+
+
+def _read_lines(fd: int, n: int, timeout: float, proc: subprocess.Popen) -> list[str]:
+    """Up to n lines from a non-blocking pipe/FIFO within timeout; fewer on EOF, timeout or when proc
+    exits (a FIFO without a writer yet shows no EOF, hence the poll of proc)."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while buf.count(b"\n") < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(fd, 256)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.01)  # EOF between two writers (the prelude's and PID 1's fd 9 are one open file)
+            continue
+        buf += chunk
+    return [x.decode("ascii", "replace") for x in buf.split(b"\n")[:-1][:n]]
+
+
+def _proc_state(pid: int) -> bytes | None:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _is_child_init(pid: int, parent: int) -> bool:
+    """pid is a child of parent and PID 1 of its own PID namespace (guards the pid read from the pipe)."""
+    try:
+        with open("/proc/%d/status" % pid) as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    except OSError:
+        return False
+    ppid = fields.get("PPid", "").strip()
+    nspid = fields.get("NSpid", "").split()
+    return ppid == str(parent) and (not nspid or nspid[-1] == "1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,6 +510,10 @@ class SandboxRuntime:
         self.isolation_note = note
         self._prefix: list[str] = list(_probe_result[2]) if self.isolated and _probe_result else []
         self._unshare = shutil.which("unshare") or "unshare"
+        self._nsenter = shutil.which("nsenter") or "nsenter"
+        # one PID (+ mount) namespace per sandbox, held by its main process (see the module docstring)
+        self._pid_mode: str | None = _probe_result[3] if self.isolated and _probe_result else None
+        self._holder: _Holder | None = None
         self._token = uuid.uuid4().hex
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -170,16 +534,12 @@ class SandboxRuntime:
     # -- paths ----------------------------------------------------------------------------------
     def _make_mountpoints(self) -> None:
         for d in SYSTEM_DIRS:
-            host, mine = "/" + d, os.path.join(self.root, d)
-            if os.path.lexists(mine):
-                continue
-            try:
-                if os.path.islink(host):
-                    os.symlink(os.readlink(host), mine)
-                elif os.path.isdir(host):
-                    os.mkdir(mine, 0o755)
-            except OSError:
-                pass
+            _make_mountpoint(self.root, d)
+
+    @property
+    def pid_namespace(self) -> bool:
+        """True when the sandbox's processes share one PID namespace of their own (`ps` shows only them)."""
+        return self._pid_mode is not None
 
     def resolve(self, sandbox_path: str, *, follow_symlinks: bool = True) -> str:
         """Map a sandbox path to a host path inside the root, resolving symlinks the way a process
@@ -303,35 +663,91 @@ class SandboxRuntime:
             if "\x00" in k or "\x00" in v or "=" in k or not k:
                 raise ValueError(f"invalid environment variable name or value: {k!r}")
         wd = cwd or "/"
-        if self.isolated:
-            cmd = self._prefix + ["/bin/sh", "-c", _PRELUDE, "osb-prelude", self._unshare, self.root, wd] + list(argv)
-            host_cwd = self.root
-        else:
+        if not self.isolated:
             full_env[_MARKER_ENV] = self._token
-            cmd = list(argv)
-            host_cwd = self.host_cwd(wd)
         with self._lock:
             if self.terminated:
                 raise SandboxTerminated("sandbox is terminated")
-            proc = subprocess.Popen(
-                cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
-                stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
-                preexec_fn=_take_ctty if controlling_tty else None)
-            self._procs = [p for p in self._procs if p.poll() is None]
-            self._procs.append(proc)
-            if self.paused:  # a frozen sandbox runs nothing (docker pause freezes new processes too)
-                _killpg(proc.pid, signal.SIGSTOP)
+            holder = self._ensure_holder() if self._pid_mode is not None else None
+            if holder is not None:
+                if not holder.alive():
+                    raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
+                cmd = holder.command(self._nsenter, self._unshare, self.root, wd, argv)
+                host_cwd = self.root
+            elif self.isolated:
+                cmd = self._prefix + ["/bin/sh", "-c", _PRELUDE, "osb-prelude", self._unshare, self.root, wd] + list(argv)
+                host_cwd = self.root
+            else:
+                cmd = list(argv)
+                host_cwd = self.host_cwd(wd)
+            try:
+                with holder.children_inside() if holder is not None else contextlib.nullcontext():
+                    proc = subprocess.Popen(
+                        cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
+                        stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
+                        preexec_fn=_take_ctty if controlling_tty else None)
+            except OSError as exc:
+                # fork() into a PID namespace whose init is gone fails with ENOMEM
+                if holder is not None and exc.errno == errno.ENOMEM and not holder.alive():
+                    raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text()) from exc
+                raise
+            self._track(proc)
         return proc
 
+    def _track(self, proc: subprocess.Popen) -> None:
+        self._procs = [p for p in self._procs if p.poll() is None]
+        self._procs.append(proc)
+        if self.paused:  # a frozen sandbox runs nothing (docker pause freezes new processes too)
+            _killpg(proc.pid, signal.SIGSTOP)
+
+    def _ensure_holder(self) -> _Holder | None:
+        """The sandbox's namespace holder, started with the implicit main process on first use.
+        None (and PID namespaces off for this sandbox) when it cannot start. Call with the lock held."""
+        if self._holder is None and self._pid_mode is not None:
+            self._start_holder(list(IMPLICIT_ENTRYPOINT), self.base_env(), implicit=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self._holder
+
+    def _start_holder(self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any,
+                      stderr: Any) -> _Holder | None:
+        assert self._pid_mode is not None
+        holder, why = _Holder.start(self._unshare, self.root, argv, env, self._pid_mode, implicit=implicit,
+                                    stdout=stdout, stderr=stderr)
+        if holder is None:
+            # graceful degradation: this sandbox's commands get one mount namespace each, as without nsenter
+            self._pid_mode = None
+            self.isolation_note += f"; this sandbox has no PID namespace of its own ({why})"
+            return None
+        self._holder = holder
+        self._track(holder.proc)
+        return holder
+
     def start_entrypoint(self, argv: Sequence[str], *, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
-        """Run the sandbox entrypoint (exec form, no shell), like the container's main process."""
-        return self.spawn(list(argv), cwd="/",
-                          stdout=subprocess.DEVNULL if stdout is None else stdout,
-                          stderr=subprocess.DEVNULL if stderr is None else stderr)
+        """Run the sandbox entrypoint (exec form, no shell), like the container's main process. With a
+        PID namespace it is the child of the sandbox's PID 1, and the returned process exits with its
+        status (128 + n when a signal n ended it, like the container's exit code)."""
+        argv = list(argv)
+        stdout = subprocess.DEVNULL if stdout is None else stdout
+        stderr = subprocess.DEVNULL if stderr is None else stderr
+        if self._pid_mode is not None:
+            if not argv or not all(isinstance(a, str) and "\x00" not in a for a in argv):
+                raise ValueError("argv must be a non-empty list of strings without NUL bytes")
+            env = self.base_env()
+            with self._lock:
+                if self.terminated:
+                    raise SandboxTerminated("sandbox is terminated")
+                if self._holder is None:
+                    holder = self._start_holder(argv, env, implicit=False, stdout=stdout, stderr=stderr)
+                    if holder is not None:
+                        return holder.proc
+        return self.spawn(argv, cwd="/", stdout=stdout, stderr=stderr)
 
     def process_groups(self) -> list[int]:
+        """Process groups started through spawn()/start_entrypoint() that are still running (an
+        implicit main process started on first use is the runtime's own and not listed)."""
         with self._lock:
-            return [p.pid for p in self._procs if p.poll() is None]
+            skip = self._holder.proc if self._holder is not None and self._holder.implicit else None
+            return [p.pid for p in self._procs if p.poll() is None and p is not skip]
 
     # -- pause / resume / terminate -------------------------------------------------------------
     def pause(self) -> None:
@@ -395,6 +811,9 @@ class SandboxRuntime:
                         pass
         with self._lock:
             self._procs = []
+            holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
 
     def cleanup(self) -> None:
         """terminate() and remove the root directory (never "/")."""
@@ -417,6 +836,8 @@ class SandboxRuntime:
             return out
         me = os.getpid()
         marker = f"{_MARKER_ENV}={self._token}".encode()
+        holder = self._holder
+        pidns = holder.pidns_id if holder is not None else ""
         for name in names:
             if not name.isdigit():
                 continue
@@ -425,7 +846,9 @@ class SandboxRuntime:
                 continue
             try:
                 if self.isolated:
-                    if os.readlink(f"/proc/{pid}/root") != self.root:
+                    # in the sandbox's view (root) or anywhere in its PID namespace
+                    if os.readlink(f"/proc/{pid}/root") != self.root and not (
+                            pidns and _readlink(f"/proc/{pid}/ns/pid") == pidns):
                         continue
                 else:
                     with open(f"/proc/{pid}/environ", "rb") as fh:
@@ -439,6 +862,13 @@ class SandboxRuntime:
                 continue
             out.append(pid)
         return out
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 def _take_ctty() -> None:  # runs in the child after setsid(), before exec
