@@ -17,7 +17,8 @@ Kinds (the toxics of WireMock / MockServer / Toxiproxy that an OpenSandbox clien
                  answer normally. ``delay``/``delay_max`` also work as a pre-wait on every other kind.
 * ``status``     answer ``status`` at once with ``body`` (default: an nginx-style HTML page), extra
                  ``headers``, ``retry_after`` (a Retry-After header); ``echo_headers`` puts the
-                 request's headers into the body (a debugging proxy; used by the secret-canary tests).
+                 request's headers into the body, ``echo_body`` its body (a debugging proxy, or a
+                 validation error that quotes its input; used by the secret-canary tests).
 * ``reset``      reset the connection (TCP RST) before any byte of the answer.
 * ``reset_body`` answer normally but reset the connection after ``after_bytes`` bytes of the body.
 * ``truncate``   answer normally but close the connection cleanly after ``after_bytes`` bytes of the
@@ -70,7 +71,7 @@ _COMMON = ("id", "kind", "method", "path", "listener", "sandbox", "count", "prob
            "delay_max", "note")
 _PARAMS = {
     "delay": (),
-    "status": ("status", "body", "content_type", "headers", "retry_after", "echo_headers"),
+    "status": ("status", "body", "content_type", "headers", "retry_after", "echo_headers", "echo_body"),
     "reset": (),
     "reset_body": ("after_bytes",),
     "truncate": ("after_bytes",),
@@ -116,7 +117,8 @@ class Rule:
                  probability: float = 1.0, seed: int | None = None, delay: float = 0.0,
                  delay_max: float | None = None, note: str = "", status: int | None = None, body: str | None = None,
                  content_type: str | None = None, headers: dict[str, str] | None = None,
-                 retry_after: Any = None, echo_headers: bool = False, after_bytes: int = 0, chunk: int = 1,
+                 retry_after: Any = None, echo_headers: bool = False, echo_body: bool = False,
+                 after_bytes: int = 0, chunk: int = 1,
                  interval: float = 0.1):
         if kind not in KINDS:
             raise FaultError("kind must be one of %s, not %r" % (", ".join(KINDS), kind))
@@ -152,6 +154,7 @@ class Rule:
         self.headers: dict[str, str] = {}
         self.retry_after: str | None = None
         self.echo_headers = False
+        self.echo_body = False
         if kind == "status":
             if status is None:
                 raise FaultError("a status rule needs status (e.g. 503)")
@@ -174,9 +177,10 @@ class Rule:
                     self.retry_after = str(int(_number(retry_after, "retry_after", 0, 1 << 31)))
                 else:
                     self.retry_after = _header_text(retry_after, "retry_after")
-            if not isinstance(echo_headers, bool):
-                raise FaultError("echo_headers must be true or false")
+            if not isinstance(echo_headers, bool) or not isinstance(echo_body, bool):
+                raise FaultError("echo_headers and echo_body must be true or false")
             self.echo_headers = echo_headers
+            self.echo_body = echo_body
         self.after_bytes = _integer(after_bytes, "after_bytes", 0, 1 << 40)
         self.chunk = _integer(chunk, "chunk", 1, 1 << 20)
         self.interval = _number(interval, "interval", 0.0, 60.0)
@@ -257,6 +261,8 @@ class Rule:
                 out["headers"] = dict(self.headers)
             if self.echo_headers:
                 out["echo_headers"] = True
+            if self.echo_body:
+                out["echo_body"] = True
         if self.kind in ("reset_body", "truncate"):
             out["after_bytes"] = self.after_bytes
         if self.kind == "dribble":
@@ -456,6 +462,12 @@ def _reset(handler: Any) -> None:
     sock = handler.connection
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        # wake a thread blocked reading this socket (a WebSocket reader): while a read is in
+        # progress the close below would be deferred, and no RST sent (SHUT_RD sends nothing)
+        try:
+            sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
         fd = sock.detach()
         if fd >= 0:
             os.close(fd)
@@ -560,10 +572,11 @@ class Injection:
         self.handler, self.method, self.registry, self.rule = handler, method, registry, rule
         self.done = False
         self._raw_wfile = None
+        self.request_body = b""
 
     def _drain(self) -> None:
         try:
-            self.handler.read_body()
+            self.request_body = self.handler.read_body()
         except (OSError, ValueError):
             self.handler.close_connection = True
 
@@ -605,14 +618,21 @@ class Injection:
         if rule.body is not None:
             body = rule.body
             ctype = ctype or "text/html"
-        elif rule.echo_headers and ctype and "json" in ctype:
-            lines = "; ".join("%s: %s" % (k, v) for k, v in h.headers.items())
-            body = json.dumps({"code": "MOCK::ECHO", "message": "request headers: " + lines})
+        elif (rule.echo_headers or rule.echo_body) and ctype and "json" in ctype:
+            parts = []
+            if rule.echo_headers:
+                parts.append("request headers: " + "; ".join("%s: %s" % (k, v) for k, v in h.headers.items()))
+            if rule.echo_body:
+                parts.append("request body: " + self.request_body[:4096].decode("utf-8", "replace"))
+            body = json.dumps({"code": "MOCK::ECHO", "message": " | ".join(parts)})
         else:
             extra = ""
             if rule.echo_headers:
                 extra = "<pre>request headers:\r\n%s</pre>\r\n" % "".join(
                     "%s: %s\r\n" % (html.escape(k), html.escape(v)) for k, v in h.headers.items())
+            if rule.echo_body:
+                extra += "<pre>request body:\r\n%s</pre>\r\n" % html.escape(
+                    self.request_body[:4096].decode("utf-8", "replace"))
             body = proxy_error_page(rule.status, extra)
             ctype = ctype or "text/html"
         data = body.encode("utf-8")
