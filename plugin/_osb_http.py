@@ -309,8 +309,10 @@ def _net_kind(exc: BaseException) -> str:
         return "dns"
     if type(exc).__module__ == "ssl" or exc.__class__.__name__.startswith("SSL"):
         return "tls"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "incomplete"             # the answer started but ended early (Content-Length / chunks)
     if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
-                        http.client.RemoteDisconnected, http.client.IncompleteRead)):
+                        http.client.RemoteDisconnected)):
         return "reset"
     return "network"
 
@@ -557,7 +559,8 @@ def retry_wait(exc: BaseException, attempt: int) -> float | None:
     """Seconds to wait before trying an idempotent call again, or None when it must not be retried.
 
     Retried: 429/502/503/504 (a Retry-After is honoured up to RETRY_AFTER_MAX; a longer one is
-    the answer) and a connection reset (a proxy or keep-alive race). Not retried: timeouts (the
+    the answer), a connection reset (a proxy or keep-alive race) and an answer cut short. Not
+    retried: timeouts (the
     time is spent already), refusals and DNS errors (configuration), and every other status."""
     if attempt >= len(RETRY_WAITS):
         return None
@@ -568,7 +571,7 @@ def retry_wait(exc: BaseException, attempt: int) -> float | None:
         if after is not None:
             return None if after > RETRY_AFTER_MAX else max(after, RETRY_WAITS[attempt])
         return RETRY_WAITS[attempt]
-    if isinstance(exc, NetError) and exc.kind == "reset":
+    if isinstance(exc, NetError) and exc.kind in ("reset", "incomplete"):
         return RETRY_WAITS[attempt]
     return None
 

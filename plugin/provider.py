@@ -298,6 +298,11 @@ def _map_net_error(exc, cfg: Config | None) -> EppError:
                         sdk_code="E3001", retryable=True,
                         suggestion="The server or sandbox may be overloaded or paused; retry, or raise "
                                    "http_timeout. A paused sandbox answers only after resume.")
+    if exc.kind == "incomplete":
+        return EppError(-32000, f"The answer from OpenSandbox at {where} was cut short ({exc.what}): {exc.detail}",
+                        sdk_code="E5001", retryable=True,
+                        suggestion="A proxy or the server closed the connection mid-answer; retry. Nothing "
+                                   "partial was used.")
     if exc.kind in ("refused", "reset", "dns"):
         import _osb_http as osb
         server = osb._safe_url(cfg.server) if cfg is not None else ""

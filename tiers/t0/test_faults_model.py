@@ -16,6 +16,7 @@ from mock_opensandbox.faults import KINDS, FaultError, FaultRegistry, Rule, pars
 PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
 sys.path.insert(0, str(PLUGIN))
 import _osb_http as osb  # noqa: E402
+import provider  # noqa: E402,F401
 
 SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"
 
@@ -161,6 +162,8 @@ def http_error(status, headers=None):
     (http_error(404), None),
     (http_error(409), None),
     (osb.NetError("reset", "get", "http://x", "reset"), osb.RETRY_WAITS[0]),
+    (osb.NetError("incomplete", "get", "http://x", "IncompleteRead(5 bytes read, 9 more expected)"),
+     osb.RETRY_WAITS[0]),
     (osb.NetError("timeout", "get", "http://x", "timed out"), None),
     (osb.NetError("refused", "get", "http://x", "refused"), None),
     (osb.NetError("dns", "get", "http://x", "no host"), None),
@@ -229,3 +232,12 @@ def test_secrets_are_scrubbed_before_an_error_body_is_clipped():
         assert secret not in osb.HttpError(500, "x", js, {}, "get", "lifecycle").message
     finally:
         osb._SECRETS.discard(secret)
+
+
+def test_a_body_cut_short_is_its_own_kind():
+    import http.client
+    import provider
+    assert osb._net_kind(http.client.IncompleteRead(b"abc", 10)) == "incomplete"
+    err = provider.map_osb_error(osb.NetError("incomplete", "download /f", "http://h/x", "IncompleteRead(3 bytes "
+                                              "read, 10 more expected)"), op="files")
+    assert err.code == -32000 and err.data["sdk_code"] == "E5001" and "cut short" in err.message
