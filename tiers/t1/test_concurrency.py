@@ -56,6 +56,9 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
             sids = [r["sandbox_id"] for _, r in sorted(created, key=lambda x: x[0])]
             assert len(set(sids)) == SANDBOXES
             extras = [EppClient(data_dir, cfg) for _ in range(EXTRA_PROCESSES)]
+            # the target directory exists before the writes race (the mock's upload creates missing
+            # parents racily: test_concurrent_uploads_create_one_parent_directory)
+            _fire(main, [("files.mkdir", {"sandbox_id": sid, "path": "/data"}, sid) for sid in sids])
 
             # ---- everything at once: main process + extra processes, each in its own thread
             expected_files: dict[tuple[str, str], bytes] = {}
@@ -162,3 +165,16 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
             for epp in [main, *extras]:
                 epp.close()
                 assert epp.violations == []
+
+
+@pytest.mark.xfail(strict=False, reason="GAP (mock_opensandbox/execd/files.py _mkdir_all, not this test's files): "
+                   "concurrent uploads into a directory that does not exist yet race on creating it; the loser "
+                   "gets HTTP 500 'mkdir /x: file exists' where execd's os.MkdirAll succeeds. Racy, so not strict.")
+def test_concurrent_uploads_create_one_parent_directory(tmp_path):
+    with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.05) as mock, \
+            EppClient(str(tmp_path / "d"), {"base_url": mock.base_url, "api_key": mock.api_key}) as epp:
+        sid = epp.call("sandbox.create", {"template": "base", "timeout": 600})["sandbox_id"]
+        for n in range(8):
+            _fire(epp, [("files.write", {"sandbox_id": sid, "path": f"/race-{n}/a/b/f{i}", "content_b64": "eA=="}, i)
+                        for i in range(16)])
+        epp.call("sandbox.kill", {"sandbox_id": sid})
