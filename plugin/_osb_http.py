@@ -559,9 +559,9 @@ def retry_wait(exc: BaseException, attempt: int) -> float | None:
     """Seconds to wait before trying an idempotent call again, or None when it must not be retried.
 
     Retried: 429/502/503/504 (a Retry-After is honoured up to RETRY_AFTER_MAX; a longer one is
-    the answer), a connection reset (a proxy or keep-alive race) and an answer cut short. Not
-    retried: timeouts (the
-    time is spent already), refusals and DNS errors (configuration), and every other status."""
+    the answer), a connection reset (a proxy or keep-alive race) and an answer cut short.
+    Not retried: timeouts (the time is spent already), refusals and DNS errors (configuration),
+    and every other status."""
     if attempt >= len(RETRY_WAITS):
         return None
     if isinstance(exc, HttpError):

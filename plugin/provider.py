@@ -721,9 +721,10 @@ def m_initialize(srv: Server, p: dict) -> dict:
 
 
 def m_sandbox_create(srv: Server, req: Request, p: dict) -> dict:
+    import _osb_http as http
     cfg = srv.config().with_options(p.get("options"))
     osb = srv.osb()
-    sys.modules["_osb_http"].add_secret(cfg.registry_password)
+    http.add_secret(cfg.registry_password)          # a per-create password: error bodies may echo it
     image = resolve_image(cfg, p.get("template"))
     body = create_body(cfg, p, image)
     budget = float(cfg.ready_timeout)
@@ -1360,8 +1361,8 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
                     delay = min(delay * 1.5, 1.0)
                     continue
                 err = map_osb_error(exc, op="process", cfg=srv._cfg)
-                srv.notify("exec.output", {"process_id": pid, "stream": "stderr",
-                                           "data": f"[opensandbox provider] lost track of the command: {err.message}\n"})
+                note = f"[opensandbox provider] lost track of the command: {err.message}\n"
+                srv.notify("exec.output", {"process_id": pid, "stream": "stderr", "data": note})
                 srv.notify("exec.exit", {"process_id": pid, "exit_code": -1})
                 return
             failing_since = None
