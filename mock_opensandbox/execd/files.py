@@ -402,10 +402,15 @@ class FilesAPI:
             try:
                 st = os.stat(hp)
             except FileNotFoundError:
-                os.mkdir(hp, 0o777 & ~UMASK)
-                os.chmod(hp, 0o777 & ~UMASK)
-                created.append(cur)
-                continue
+                try:
+                    os.mkdir(hp, 0o777 & ~UMASK)
+                except FileExistsError:
+                    # another request made it meanwhile: like os.MkdirAll, a directory that exists now is fine
+                    st = os.stat(hp)
+                else:
+                    os.chmod(hp, 0o777 & ~UMASK)
+                    created.append(cur)
+                    continue
             if not stat.S_ISDIR(st.st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", cur)
         if created and (owner or group):

@@ -167,9 +167,6 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
                 assert epp.violations == []
 
 
-@pytest.mark.xfail(strict=False, reason="GAP (mock_opensandbox/execd/files.py _mkdir_all, not this test's files): "
-                   "concurrent uploads into a directory that does not exist yet race on creating it; the loser "
-                   "gets HTTP 500 'mkdir /x: file exists' where execd's os.MkdirAll succeeds. Racy, so not strict.")
 def test_concurrent_uploads_create_one_parent_directory(tmp_path):
     with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.05) as mock, \
             EppClient(str(tmp_path / "d"), {"base_url": mock.base_url, "api_key": mock.api_key}) as epp:
