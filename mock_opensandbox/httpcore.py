@@ -7,6 +7,7 @@ server shows in the recordings (uvicorn: lower-case ``server: uvicorn`` + ``x-re
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import socket
@@ -263,6 +264,10 @@ class Handler(BaseHTTPRequestHandler):
     # small answers on a kept-alive connection must not wait for delayed ACKs (uvicorn and Go's
     # net/http both set TCP_NODELAY; without it a 4 KiB read took ~40 ms instead of ~1.5 ms)
     disable_nagle_algorithm = True
+    # mock-only safety [choice, QUIRKS.md]: a web page must not reach a sandbox's execd (which runs
+    # commands) through the browser: refuse any request with an Origin header or a Host that is not a
+    # loopback name or the bound address. The lifecycle listener does its own check (ErrorResponse body).
+    browser_guard = True
     server: Server
 
     # quiet: the mock never writes access logs to stderr unless asked
@@ -330,6 +335,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _serve(self, method: str) -> None:
         req = Request(self, method)
+        if self.browser_guard and (self.headers.get("Origin") is not None
+                                   or not host_allowed(self.headers.get("Host"), self.server.server_address[0])):
+            req.send_json(403, {"code": "MOCK::ORIGIN_NOT_ALLOWED",
+                                "message": "browser requests (an Origin header) and foreign Host names are refused "
+                                           "by the mock (DNS-rebinding protection)"})
+            self.close_connection = True
+            return
         try:
             self.dispatch(req)
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
@@ -356,3 +368,29 @@ class Handler(BaseHTTPRequestHandler):
 
 def new_request_id() -> str:
     return uuid.uuid4().hex
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def split_host(host: str) -> str:
+    """The name part of a Host header value, lower-cased (``[::1]:80`` -> ``[::1]``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def host_allowed(host: str | None, bound: str) -> bool:
+    """DNS-rebinding protection: only loopback names or the address the listener is bound to."""
+    if not host:
+        return False
+    name = split_host(host)
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    if name.strip("[]") == bound.lower().strip("[]"):
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False

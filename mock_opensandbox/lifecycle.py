@@ -9,7 +9,6 @@ from __future__ import annotations
 import email.utils
 import hmac
 import http.client
-import ipaddress
 import json
 import re
 import socket
@@ -21,7 +20,7 @@ from urllib.parse import parse_qsl
 
 from . import quirks
 from .faults import FaultError, FaultRegistry
-from .httpcore import OBSERVERS, Handler, Request, Router, new_request_id
+from .httpcore import OBSERVERS, Handler, Request, Router, host_allowed, new_request_id
 from .model import SandboxStore, format_ts, validate_metadata
 from .quirks import MockError
 
@@ -524,14 +523,6 @@ def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing:
 # =====================================================================================================
 EXEMPT_PREFIXES = ("/health", "/version", "/docs", "/redoc", "/openapi.json")  # server middleware/auth.py
 _PROXY_PATH_RE = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
-LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
-
-
-def _split_host(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 class LifecycleApp:
@@ -617,18 +608,7 @@ class LifecycleApp:
                 h.close_connection = True
 
     def _host_allowed(self, host: str | None) -> bool:
-        if not host:
-            return False
-        name = _split_host(host)
-        if name in LOOPBACK_NAMES or name.endswith(".localhost"):
-            return True
-        bound = self.bind_host.lower()
-        if name.strip("[]") == bound.strip("[]"):
-            return True
-        try:
-            return ipaddress.ip_address(name.strip("[]")).is_loopback
-        except ValueError:
-            return False
+        return host_allowed(host, self.bind_host)
 
     def _authenticate(self, req: Request) -> None:
         path = req.path
@@ -872,6 +852,7 @@ class LifecycleApp:
 
 class LifecycleHandler(Handler):
     flavor = "uvicorn"
+    browser_guard = False  # LifecycleApp.handle answers these with ErrorResponse bodies (quirks.py)
     request_id = ""
 
     def base_headers(self) -> dict[str, str]:
