@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 
-sys.dont_write_bytecode = True          # never write __pycache__ into the (hashed) plugin root
+if sys.pycache_prefix is None:          # launch.py caches bytecode in the data dir; never in the
+    sys.dont_write_bytecode = True      # hashed plugin root
 
 import json  # noqa: E402
 import os  # noqa: E402
@@ -456,13 +457,20 @@ class Server:
 
     def send(self, msg: dict) -> None:
         msg = {"jsonrpc": "2.0", **msg}
-        secrets = self.secrets()
         if "error" in msg:
-            msg["error"] = redact(msg["error"], secrets)
-        try:
-            line = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        except UnicodeEncodeError:      # lone surrogates: fall back to \u escapes
-            line = json.dumps(msg, separators=(",", ":")).encode("ascii")
+            msg["error"] = redact(msg["error"], self.secrets())
+        res = msg.get("result")
+        if isinstance(res, dict) and len(res) == 1 and isinstance(res.get("content_b64"), bytes):
+            # files.read: base64 is JSON-safe ASCII, so it is spliced into the line as it is instead of
+            # json-encoding a multi-MB string (about 1.5x faster reads, measured in bench/)
+            line = b"".join([b'{"jsonrpc":"2.0","id":', json.dumps(msg["id"]).encode(),
+                             b',"result":{"content_b64":"', res["content_b64"], b'"}}'])
+            msg = {"jsonrpc": "2.0", "id": msg["id"], "result": {}} if len(line) >= MAX_LINE_BYTES else None
+        if msg is not None:
+            try:
+                line = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            except UnicodeEncodeError:      # lone surrogates: fall back to \u escapes
+                line = json.dumps(msg, separators=(",", ":")).encode("ascii")
         if len(line) >= MAX_LINE_BYTES:
             if "id" not in msg:
                 self.log_stderr(f"dropped a {len(line)}-byte notification (EPP line limit)")
@@ -1575,7 +1583,8 @@ def m_files_read(srv: Server, req: Request, p: dict) -> dict:
         if _is_http(exc, 416):
             return {"content_b64": ""}                  # offset at or past the end
         raise map_osb_error(exc, op="files", cfg=srv._cfg, target=path) from None
-    return {"content_b64": osb.b64(data)}
+    import base64
+    return {"content_b64": base64.b64encode(data)}     # bytes: Server.send splices them into the line
 
 
 def _too_big(path: str, size) -> EppError:

@@ -70,7 +70,7 @@ def test_the_real_host_accepts_the_manifest():
     assert m.id == "opensandbox" and m.kind == "exec"
     assert list(m.features) == provider.FEATURES
     assert {k: list(v) for k, v in m.operations.items()} == provider.OPERATIONS
-    assert m.command == ("python3", "-S", "./provider.py")
+    assert m.command == ("python3", "-S", "./launch.py")
 
 
 def _run_plugin(python: str, lines: list[dict], env_extra: dict | None = None, tmp_path=None) -> list[dict]:

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLUGIN = os.path.join(REPO, "plugin", "provider.py")
+PLUGIN = os.path.join(REPO, "plugin", "launch.py")   # what the manifest runs
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
 
