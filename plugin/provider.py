@@ -903,7 +903,13 @@ def wait_ready(srv: Server, req: Request, osb, sid: str, sb: dict, deadline: flo
             try:
                 execd = osb.execd(sid)
                 execd.ping(timeout=max(0.5, min(3.0, deadline - time.monotonic())))
-                return sb
+                # an entrypoint that exits at once can lose the race against the ping: confirm the state
+                # once more (rec 15: Failed 0.4 s after a create that said Running)
+                again = _guard(lambda: osb.get(sid), op="sandbox", srv=srv).json() or sb
+                if _state(again) == "Running":
+                    return again
+                sb, first = again, True
+                continue
             except http.HttpError as exc:
                 if exc.status in (401, 403) or (exc.plane == "lifecycle" and exc.status < 500):
                     raise map_osb_error(exc, op="create", cfg=srv._cfg) from None
