@@ -19,15 +19,18 @@ mounts, mounts a fresh procfs for the new PID namespace at ``<root>/proc``, repo
 through a pipe and becomes PID 1: a two-line ``/bin/sh -s`` init that runs the entrypoint as its
 child, reaps orphans and exits with the entrypoint's status (what bootstrap.sh does). A runtime
 whose entrypoint was never started gets ``tail -f /dev/null`` as its main process on first use.
-Later commands join the holder's namespaces: as root the spawning thread switches its
+Later commands join the holder's namespaces. As root the spawning thread switches its
 ``pid_for_children`` to the sandbox's PID namespace (``setns``) for the one ``fork`` and the child
-runs ``nsenter --mount -- unshare --root --wd ARGV`` (no intermediate process: the command is the
-Popen child, its own session and process group); as non-root ``nsenter --user --mount --pid
---no-fork -- unshare --fork --kill-child --root --wd ARGV`` (an ``unshare`` parent in the same
-process group waits and passes the exit status on; see QUIRKS.md for what that changes). When the
-main process has exited the sandbox is dead like a stopped container and spawn() raises
-SandboxNotRunning. Without ``nsenter`` or PID namespaces (``OSB_MOCK_PIDNS=0`` forces it) every
-command gets its own mount namespace as above and shares the host's PID namespace and /proc.
+runs ``nsenter --mount -- unshare --root --wd ARGV``: no intermediate process, the command is the
+Popen child, in its own session and process group like execd's Setpgid. A non-root process cannot
+do that from a multithreaded mock (entering a user namespace needs a single thread), so a tiny
+Python helper (``_NSEXEC``, started with ``-I -S``) enters the user, mount and PID namespaces,
+forks the command and waits: it survives the signals sent to the process group and passes the
+command's exit status or fatal signal on exactly (util-linux 2.38's ``unshare --fork`` turns a
+SIGKILLed child into "exit 1" plus a stderr line). When the main process has exited the sandbox is
+dead like a stopped container and spawn() raises SandboxNotRunning. Without ``nsenter`` (root) or
+PID namespaces (``OSB_MOCK_PIDNS=0`` forces it) every command gets its own mount namespace as above
+and shares the host's PID namespace and /proc.
 
 Pause = SIGSTOP of every process group (seed 000 §5.3, "docker pause ~ SIGSTOP"), resume = SIGCONT.
 Standard library only, Python >= 3.10.
@@ -116,6 +119,77 @@ wait $c
 OSB_INIT
 """.replace("__DIRS__", " ".join(d for d in SYSTEM_DIRS if d != "proc")).replace(
     "__RW__", " ".join(_WRITABLE_MOUNTS))
+# Non-root: enter a sandbox's user, mount and PID namespaces (a fresh, single-threaded process may;
+# the multithreaded mock may not), fork the command into them and wait for it. The helper shares
+# the command's process group, so it ignores the job-control and termination signals the mock
+# sends to that group and lets the command decide; it then exits with the command's status or
+# dies of the same signal (SIGKILL included), so Popen sees what it would see for the command
+# itself. argv: target pid, root, working directory, keep-LC_CTYPE flag, command...
+_NSEXEC = r"""
+import ctypes, errno, os, signal, sys
+def fail(msg, code):
+    try:
+        os.write(2, msg.encode("utf-8", "replace") + b"\n")
+    finally:
+        os._exit(code)
+def main():
+    target, root, wd, keep_lc = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+    argv = sys.argv[5:]
+    if not keep_lc:
+        os.environ.pop("LC_CTYPE", None)
+    libc = ctypes.CDLL(None, use_errno=True)
+    for name, flag in (("user", 0x10000000), ("mnt", 0x00020000), ("pid", 0x20000000)):
+        try:
+            fd = os.open("/proc/%d/ns/%s" % (target, name), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            fail("nsenter: cannot open /proc/%d/ns/%s: %s" % (target, name, e.strerror), 1)
+        if libc.setns(fd, flag) != 0:
+            fail("nsenter: reassociate to namespace '%s' failed: %s" % (name, os.strerror(ctypes.get_errno())), 1)
+        os.close(fd)
+    sigs = [signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
+            signal.SIGALRM]
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        pid = os.fork()
+    except OSError as e:
+        fail("unshare: fork failed: %s" % e.strerror, 1)
+    if pid == 0:
+        for s in sigs + [signal.SIGPIPE, signal.SIGXFSZ]:
+            signal.signal(s, signal.SIG_DFL)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, like unshare --kill-child
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+        try:
+            os.chroot(root)
+        except OSError as e:
+            fail("unshare: cannot change root directory to %s: %s" % (root, e.strerror), 1)
+        try:
+            os.chdir(wd)
+        except OSError as e:
+            fail("unshare: cannot change directory to %s: %s" % (wd, e.strerror), 1)
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            fail("unshare: failed to execute %s: %s" % (argv[0], e.strerror), 127 if e.errno == errno.ENOENT else 126)
+    for s in sigs:
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        s = os.WTERMSIG(status)
+        if s not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(s, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [s])
+        os.kill(os.getpid(), s)
+        os._exit(128 + s)
+    os._exit(os.waitstatus_to_exitcode(status))
+main()
+"""
+
 # A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
 # the usual keep-alive entrypoint of OpenSandbox sandboxes (seed 001).
 IMPLICIT_ENTRYPOINT = ("tail", "-f", "/dev/null")
@@ -140,7 +214,7 @@ class SandboxNotRunning(SandboxTerminated):
 # isolation probe (once per process)
 
 _probe_lock = threading.Lock()
-# (isolated, note, per-command unshare prefix, PID-namespace mode: "direct" | "nsenter" | None)
+# (isolated, note, per-command unshare prefix, PID-namespace mode: "direct" | "helper" | None)
 _probe_result: tuple[bool, str, list[str], str | None] | None = None
 ISOLATION_NOTE: str | None = None  # filled in by the first probe_isolation()
 _OFF = ("0", "off", "no", "false")
@@ -198,7 +272,7 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
     mode = "mount namespace" if os.geteuid() == 0 else "user + mount namespace"
     pid_mode, why = _probe_pidns(unshare)
     if pid_mode is not None:
-        how = ("setns + nsenter" if pid_mode == "direct" else "nsenter")
+        how = ("setns + nsenter" if pid_mode == "direct" else "a setns helper")
         return True, (f"sandbox isolation: one PID + {mode} per sandbox via {unshare} and {how}; commands "
                       "see the sandbox root as / (system dirs bind-mounted read-only from the host) and "
                       "`ps` shows only the sandbox's processes"), prefix, pid_mode
@@ -211,16 +285,18 @@ def _probe_pidns(unshare: str) -> tuple[str | None, str]:
     """Can a sandbox hold its own PID namespace that later commands join? Returns (mode, why-not)."""
     if os.environ.get("OSB_MOCK_PIDNS", "").lower() in _OFF:
         return None, "disabled by OSB_MOCK_PIDNS"
-    nsenter = shutil.which("nsenter")
-    if not nsenter:
-        return None, "util-linux nsenter not found"
-    mode = "direct" if os.geteuid() == 0 else "nsenter"
+    nsenter = shutil.which("nsenter") or "nsenter"
+    mode = "direct" if os.geteuid() == 0 else "helper"
     if mode == "direct":
+        if not shutil.which("nsenter"):
+            return None, "util-linux nsenter not found"
         try:
             _own_pidns_fd()
             _setns_function()
         except (OSError, AttributeError) as exc:
             return None, f"setns unavailable: {exc}"
+    elif not sys.executable:
+        return None, "no Python interpreter path for the namespace helper"
     tmp = tempfile.mkdtemp(prefix="osb-probe-")
     holder: _Holder | None = None
     try:
@@ -236,7 +312,7 @@ def _probe_pidns(unshare: str) -> tuple[str | None, str]:
         argv = ["/bin/sh", "-c", "echo $$; id -u; ls /proc"]
         try:
             with holder.children_inside():
-                p = subprocess.Popen(holder.command(nsenter, unshare, tmp, "/", argv), cwd=tmp, env=env,
+                p = subprocess.Popen(holder.command(nsenter, unshare, tmp, "/", argv, env), cwd=tmp, env=env,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      close_fds=True, start_new_session=True)
             out, err = p.communicate(timeout=10)
@@ -312,10 +388,11 @@ class _Holder:
     def __init__(self, proc: subprocess.Popen, pid: int, mode: str, implicit: bool):
         self.proc = proc          # the outer `unshare --fork` (host PID namespace); its exit status is PID 1's
         self.pid = pid            # host pid of PID 1
-        self.mode = mode          # "direct" (root: setns + fork) | "nsenter" (nsenter --no-fork + unshare --fork)
+        self.mode = mode          # "direct" (root: setns + fork, nsenter --mount) | "helper" (_NSEXEC)
         self.implicit = implicit  # started on first use, not by start_entrypoint()
         self.pidns_fd: int | None = None
         self.pidns_id = ""
+        self.start_time = _start_time(pid)  # tells PID 1 from a later process reusing its pid
         if mode == "direct":
             self.pidns_fd = os.open("/proc/%d/ns/pid" % pid, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -335,7 +412,10 @@ class _Holder:
                 "/bin/sh", "-c", _HOLDER_PRELUDE, "osb-holder", unshare, root]
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
         # open before the holder starts, so its open for writing never blocks
-        fifo_dir = tempfile.mkdtemp(prefix="osb-holder-")
+        tmp = tempfile.gettempdir()
+        if os.path.realpath(tmp).startswith(root.rstrip("/") + "/") and os.access("/tmp", os.W_OK):
+            tmp = "/tmp"  # a stand-alone execd whose TMPDIR is the sandbox's: keep the FIFO out of it
+        fifo_dir = tempfile.mkdtemp(prefix="osb-holder-", dir=tmp)
         fifo = os.path.join(fifo_dir, "ready")
         proc = None
         try:
@@ -386,7 +466,26 @@ class _Holder:
             return None, f"cannot open the sandbox's PID namespace: {exc}"
 
     def alive(self) -> bool:
-        return self.proc.poll() is None and _proc_state(self.pid) not in (None, b"Z", b"X")
+        """PID 1 runs and is not exiting (an exiting init waits for the mock to reap the processes it
+        forked into the namespace - kernel zap_pid_ns_processes - and no fork can join any more)."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            with open("/proc/%d/stat" % self.pid, "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            return fields[0] not in (b"Z", b"X") and not int(fields[6]) & 0x4  # PF_EXITING
+        except (OSError, IndexError, ValueError):
+            return False
+
+    def gone(self) -> bool:
+        """PID 1 has finished exiting: the whole namespace is empty (the kernel lets an exiting init
+        go only after every other process of its namespace is reaped)."""
+        try:
+            with open("/proc/%d/stat" % self.pid, "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            return fields[0] in (b"Z", b"X") or int(fields[19]) != self.start_time
+        except (OSError, IndexError, ValueError):
+            return True
 
     def exit_text(self) -> str:
         rc = self.proc.poll()
@@ -410,13 +509,17 @@ class _Holder:
         finally:
             setns(_own_pidns_fd(), CLONE_NEWPID)
 
-    def command(self, nsenter: str, unshare: str, root: str, wd: str, argv: Sequence[str]) -> list[str]:
+    def command(self, nsenter: str, unshare: str, root: str, wd: str, argv: Sequence[str],
+                env: Mapping[str, str] | None = None) -> list[str]:
         """argv that enters the holder's namespaces, makes the root "/" and runs argv in wd."""
         if self.mode == "direct":
             return [nsenter, "--target=%d" % self.pid, "--mount", "--", unshare, "--root=" + root,
                     "--wd=" + wd] + list(argv)
-        return [nsenter, "--target=%d" % self.pid, "--user", "--preserve-credentials", "--mount", "--pid",
-                "--no-fork", "--", unshare, "--fork", "--kill-child", "--root=" + root, "--wd=" + wd] + list(argv)
+        # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
+        # it again when the command's environment did not have it
+        keep_lc = "1" if env is not None and "LC_CTYPE" in env else "0"
+        return [sys.executable, "-I", "-S", "-c", _NSEXEC, str(self.pid), root, wd,
+                keep_lc] + list(argv)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -469,12 +572,12 @@ def _read_lines(fd: int, n: int, timeout: float, proc: subprocess.Popen) -> list
     return [x.decode("ascii", "replace") for x in buf.split(b"\n")[:-1][:n]]
 
 
-def _proc_state(pid: int) -> bytes | None:
+def _start_time(pid: int) -> int:
     try:
         with open("/proc/%d/stat" % pid, "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def _is_child_init(pid: int, parent: int) -> bool:
@@ -672,7 +775,7 @@ class SandboxRuntime:
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
-                cmd = holder.command(self._nsenter, self._unshare, self.root, wd, argv)
+                cmd = holder.command(self._nsenter, self._unshare, self.root, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
                 cmd = self._prefix + ["/bin/sh", "-c", _PRELUDE, "osb-prelude", self._unshare, self.root, wd] + list(argv)
@@ -688,7 +791,7 @@ class SandboxRuntime:
                         preexec_fn=_take_ctty if controlling_tty else None)
             except OSError as exc:
                 # fork() into a PID namespace whose init is gone fails with ENOMEM
-                if holder is not None and exc.errno == errno.ENOMEM and not holder.alive():
+                if holder is not None and exc.errno == errno.ENOMEM:
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text()) from exc
                 raise
             self._track(proc)
@@ -714,7 +817,7 @@ class SandboxRuntime:
         holder, why = _Holder.start(self._unshare, self.root, argv, env, self._pid_mode, implicit=implicit,
                                     stdout=stdout, stderr=stderr)
         if holder is None:
-            # graceful degradation: this sandbox's commands get one mount namespace each, as without nsenter
+            # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)
             self._pid_mode = None
             self.isolation_note += f"; this sandbox has no PID namespace of its own ({why})"
             return None
@@ -798,11 +901,18 @@ class SandboxRuntime:
             for pid in strays:
                 _kill(pid, signal.SIGKILL)
             time.sleep(0.02)
+        # reap in any order: a dying PID 1 (and so its holder) only finishes once the processes the
+        # mock forked into its namespace are reaped (kernel zap_pid_ns_processes)
+        pending, deadline = list(procs), time.monotonic() + 5
+        while pending and time.monotonic() < deadline:
+            pending = [p for p in pending if p.poll() is None]
+            if pending:
+                time.sleep(0.005)
+        # PID 1 outlives its killed holder by a moment (reparented, it is still emptying the namespace)
+        holder = self._holder
+        while holder is not None and not holder.gone() and time.monotonic() < deadline:
+            time.sleep(0.005)
         for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-                pass
             for f in (p.stdin, p.stdout, p.stderr):
                 if f is not None:
                     try:
@@ -826,7 +936,8 @@ class SandboxRuntime:
 
     def _stray_pids(self) -> list[int]:
         """Processes of this sandbox that left our process groups (setsid daemons, `cmd &` + setsid).
-        Isolated: their root is our root. Not isolated: they carry our marker variable."""
+        Isolated: their root is our root or they are in our PID namespace. Not isolated: they carry
+        our marker variable or are chrooted into our root."""
         out: list[int] = []
         if self.isolated and self.root == "/":
             return out  # every process has "/" as its root: nothing identifies ours
@@ -850,7 +961,9 @@ class SandboxRuntime:
                     if os.readlink(f"/proc/{pid}/root") != self.root and not (
                             pidns and _readlink(f"/proc/{pid}/ns/pid") == pidns):
                         continue
-                else:
+                elif _readlink(f"/proc/{pid}/root") != self.root:
+                    # not chrooted into the root (what an execd *process* started here runs its
+                    # commands in, PID 1 of its own namespace included): it must carry our marker
                     with open(f"/proc/{pid}/environ", "rb") as fh:
                         if marker not in fh.read().split(b"\x00"):
                             continue

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from .. import sse
-from ..httpcore import Handler, Request, Router, Server
+from ..httpcore import OBSERVERS, ChunkedWriter, Handler, Request, Router, Server
 from ..runtime import SandboxRuntime, SandboxTerminated
 from .commands import CommandRegistry, StartFailure
 
@@ -817,37 +817,62 @@ class ExecdServer:
 
     # -- reverse proxy ---------------------------------------------------------------------------
     def _proxy(self, req: Request, port: str, path: str) -> None:
-        """execd pkg/web/proxy.go: forward to 127.0.0.1:<port><path>?<query>, streaming the answer."""
+        """execd pkg/web/proxy.go: forward to 127.0.0.1:<port><path>?<query>, streaming the answer.
+        Headers travel as lists of pairs both ways, so repeated ones (Set-Cookie, Cookie, Vary, ...)
+        stay separate like Go's http.Header copies them; hop-by-hop headers (and those named in
+        Connection) are dropped as httputil.ReverseProxy does."""
         query = req.raw_path.split("?", 1)[1] if "?" in req.raw_path else ""
         target = path + ("?" + query if query else "")
         try:
             body = req.body
         except (OSError, ValueError):
             body = b""
-        headers = {k: v for k, v in req.headers.items() if k.lower() not in _HOP}
         client_ip = req.headers.get("X-Forwarded-For", "").split(",")[0].strip() or req.headers.get("X-Real-IP") \
             or req.handler.client_address[0]
-        headers["X-Forwarded-For"] = client_ip
-        headers["X-Forwarded-Proto"] = "http"
-        headers.pop("X-Forwarded-Host", None)
+        # Director: Header.Set X-Forwarded-For / X-Forwarded-Proto, Header.Del X-Forwarded-Host
+        # (src pkg/web/proxy.go; the server proxy's X-Forwarded-Host therefore never reaches the app)
+        skip = _HOP | _connection_tokens(req.headers.get_all("Connection") or []) | {
+            "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"}
+        out = [(k, v) for k, v in req.headers.items() if k.lower() not in skip]
+        out += [("X-Forwarded-For", client_ip), ("X-Forwarded-Proto", "http")]
+        send_body = body if body or req.method in ("POST", "PUT", "PATCH") else None
         try:
             if not port.isdigit() or not 0 < int(port) < 65536:
                 raise OSError("bad port")
             conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=600)
-            conn.request(req.method, target, body=body if body or req.method in ("POST", "PUT", "PATCH") else None,
-                         headers=headers)
+            conn.putrequest(req.method, target,
+                            skip_accept_encoding=any(k.lower() == "accept-encoding" for k, _ in out))
+            for k, v in out:
+                conn.putheader(k, v)
+            if send_body is not None:
+                conn.putheader("Content-Length", str(len(send_body)))
+            conn.endheaders(send_body)
             resp = conn.getresponse()
         except (OSError, http.client.HTTPException):
             req.send_text(502, "Bad Gateway\n", "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"})
             return
         try:
-            out_headers = {k: v for k, v in resp.getheaders() if k.lower() not in _HOP}
+            drop = _HOP | _connection_tokens(resp.headers.get_all("Connection") or [])
+            pairs = [(k, v) for k, v in resp.getheaders() if k.lower() not in drop]
             length = resp.getheader("Content-Length")
             if length is not None or resp.status in (204, 304) or req.method == "HEAD":
                 data = resp.read()
-                req.send(resp.status, data, None, out_headers)
+                if resp.status == 204:
+                    n = None
+                elif req.method == "HEAD" or resp.status == 304:
+                    n = length  # the upstream's length of the body it did not send
+                else:
+                    n = str(len(data))
+                _relay_head(req, resp.status, pairs, content_length=n)
+                if data and req.method != "HEAD":
+                    req.handler.wfile.write(data)
+                    if OBSERVERS:
+                        req.sent_body += data
+                if OBSERVERS:
+                    req.observe()
                 return
-            w = req.start_chunked(resp.status, out_headers)
+            _relay_head(req, resp.status, pairs, chunked=True)
+            w = ChunkedWriter(req.handler, req.sent_body, req.observe) if OBSERVERS else ChunkedWriter(req.handler)
             while True:
                 chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(4096)
                 if not chunk:
@@ -856,3 +881,32 @@ class ExecdServer:
             w.close()
         finally:
             conn.close()
+
+
+def _connection_tokens(values: list[str]) -> set[str]:
+    return {t.strip().lower() for v in values for t in v.split(",") if t.strip()}
+
+
+def _relay_head(req: Request, status: int, pairs: list[tuple[str, str]], *, content_length: str | None = None,
+                chunked: bool = False) -> None:
+    """Status line and headers of a proxied answer, repeated headers kept. Go's server adds Date
+    only when the upstream sent none (the copied header wins)."""
+    h = req.handler
+    req.drain()
+    h.log_request(status)
+    h.send_response_only(status)
+    if not any(k.lower() == "date" for k, _ in pairs):
+        h.send_header("Date", h.date_time_string())
+    for k, v in pairs:
+        h.send_header(k, v)
+    if content_length is not None:
+        h.send_header("Content-Length", content_length)
+    if chunked:
+        h.send_header("Transfer-Encoding", "chunked")
+    h.end_headers()
+    req.responded = True
+    if OBSERVERS:
+        req.sent_status = status
+        req.sent_headers = {}
+        for k, v in pairs:  # observers get a dict: repeated values joined as one field would be
+            req.sent_headers[k] = req.sent_headers[k] + ", " + v if k in req.sent_headers else v
