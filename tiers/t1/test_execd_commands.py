@@ -247,7 +247,7 @@ def test_client_disconnect_kills_foreground_command(make_execd, runtime):
     s = make_execd()
     sock = socket.create_connection(("127.0.0.1", s.port))
     body = json.dumps({"command": "echo $$; exec sleep 60"}).encode()
-    sock.sendall(b"POST /command HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    sock.sendall(b"POST /command HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                  % (len(body), body))
     buf = b""
     deadline = time.monotonic() + 10
