@@ -700,14 +700,20 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
     pipe_mode = req.q("pty") == "0"
     since = _parse_since(req.q("since"))
     if not s.is_running():  # 4. (a finished shell is started again, as in execd)
+        # 5+6 first: execd attaches microseconds after the start, before the shell has printed
+        # anything; attaching first keeps that order whatever the GIL does in between
+        s.is_pty = not pipe_mode
+        out, err, snap, snap_off = s.attach(since)
         try:
             s.start(pipe_mode)
         except Exception as exc:  # noqa: BLE001 - reported to the client as START_FAILED
+            s.detach(out, err)
             ws.send_json({"type": "error", "error": str(exc) or exc.__class__.__name__,
                           "code": WS_ERR_START_FAILED})
             s.unlock_ws()
             return
-    out, err, snap, snap_off = s.attach(since)  # 5+6.
+    else:
+        out, err, snap, snap_off = s.attach(since)  # 5+6.
     cancel = threading.Event()
     pumps: list[threading.Thread] = []
     gen = 0
