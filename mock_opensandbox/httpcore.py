@@ -55,21 +55,46 @@ class Server(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: Any):
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: Any,
+                 listen_delay: float = 0.0):
+        """``listen_delay``: the port is bound at once (so it can be announced) but only listens that
+        many seconds after start(); until then connections are refused, like a sandbox whose execd
+        has not come up yet."""
         self.app = app
         self._thread: threading.Thread | None = None
-        super().__init__(address, handler)
+        self._listen_delay = max(0.0, float(listen_delay))
+        self._cancel = threading.Event()
+        self._serving = threading.Event()
+        super().__init__(address, handler, bind_and_activate=self._listen_delay == 0)
+        if self._listen_delay:
+            try:
+                self.server_bind()
+            except BaseException:
+                self.server_close()
+                raise
 
     @property
     def port(self) -> int:
         return self.server_address[1]
 
     def start(self, name: str = "mock-http") -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    def _run(self) -> None:
+        if self._listen_delay:
+            if self._cancel.wait(self._listen_delay):
+                return
+            self.server_activate()
+        self._serving.set()
+        self.serve_forever(poll_interval=0.1)
+
     def stop(self) -> None:
+        self._cancel.set()
+        if self._thread is not None and not self._serving.is_set():
+            self._thread.join(timeout=5)            # cancelled before it listened
+            if not self._serving.is_set():
+                self._thread = None
         if self._thread is not None:
             # shutdown() waits for serve_forever to notice the request, up to a poll interval; poking
             # the listener wakes its selector at once (the wake-up connection is never accepted)

@@ -142,7 +142,8 @@ class MockProvisioner(Provisioner):
 
         execd = ExecdServer(runtime, host="127.0.0.1", port=0, mode=sb.execd_mode,
                             access_token=self.mock.execd_token, required_headers=self._required_headers(sb),
-                            close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose)
+                            close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose,
+                            start_delay=self.mock.execd_start_delay)
         execd.faults, execd.sandbox_id = self.mock.faults, sb.id   # fault rules reach its listener too
         execd.start()
         return execd
@@ -271,7 +272,8 @@ class MockOpenSandbox:
                  root: str | None = None, execd_close_delay: float = 1.0, execd_bin: str | None = None,
                  clock: Callable[[], datetime] | None = None, *, verbose: bool = False,
                  pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
-                 reap_interval: float = 0.1, warn: Callable[[str], None] | None = None):
+                 reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
+                 execd_start_delay: float = 0.0):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -289,6 +291,9 @@ class MockOpenSandbox:
         self._root_given = root
         self.root = ""
         self.execd_close_delay = execd_close_delay
+        # seconds a new sandbox's execd refuses connections although the create already says Running
+        # (DEVELOPERS.md "Running arrives before execd answers /ping"); 0 keeps test suites fast
+        self.execd_start_delay = execd_start_delay
         self.execd_bin = execd_bin
         self.clock = clock
         self.verbose = verbose

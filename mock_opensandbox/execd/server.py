@@ -381,7 +381,10 @@ class ExecdServer:
 
     def __init__(self, runtime: SandboxRuntime, *, host: str = "127.0.0.1", port: int = 0, mode: str = "v1.1.0",
                  access_token: str | None = None, required_headers: dict[str, str] | None = None,
-                 close_delay: float = 1.0, heartbeat: float = HEARTBEAT_S, verbose: bool = False):
+                 close_delay: float = 1.0, heartbeat: float = HEARTBEAT_S, verbose: bool = False,
+                 start_delay: float = 0.0):
+        """``start_delay``: seconds after start() before the port listens (connections are refused until
+        then): the lifecycle answers Running before execd answers /ping (DEVELOPERS.md traps, issue 3)."""
         if mode not in ("v1.1.0", "latest"):
             raise ValueError(f"mode must be 'v1.1.0' or 'latest', not {mode!r}")
         self.runtime = runtime
@@ -391,6 +394,7 @@ class ExecdServer:
         self.access_token = access_token or None
         self.required_headers = dict(required_headers or {})
         self.close_delay = max(0.0, float(close_delay))
+        self.start_delay = max(0.0, float(start_delay))
         self.heartbeat = max(0.05, float(heartbeat))
         self.verbose = verbose
         self.commands = CommandRegistry(runtime, mode)
@@ -421,7 +425,7 @@ class ExecdServer:
         if self._server is not None:
             return
         self._stopping.clear()
-        self._server = Server((self.host, self._want_port), _ExecdHandler, self)
+        self._server = Server((self.host, self._want_port), _ExecdHandler, self, listen_delay=self.start_delay)
         self._server.start(name=f"execd-{self._server.port}")
 
     def stop(self) -> None:
@@ -430,8 +434,7 @@ class ExecdServer:
         self._stopping.set()
         srv, self._server = self._server, None
         if srv is not None:
-            srv.shutdown()
-            srv.server_close()
+            srv.stop()
         with self._conns_lock:
             conns = list(self._conns)
         for c in conns:

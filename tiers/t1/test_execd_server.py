@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -253,3 +254,32 @@ def test_metrics_snapshot_and_watch(make_execd):
     data = r.fp.readline()
     conn.close()
     assert line.strip() and json.loads(data)["cpu_count"] >= 1
+
+
+def test_start_delay_refuses_then_answers_and_stop_during_the_delay_does_not_hang(runtime):
+    """execd_start_delay: Running arrives before execd answers /ping (DEVELOPERS.md traps)."""
+    hc = http.client
+    s = ExecdServer(runtime, start_delay=0.6, close_delay=0)
+    s.start()
+    try:
+        assert s.port
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                conn = hc.HTTPConnection("127.0.0.1", s.port, timeout=2)
+                conn.request("GET", "/ping")
+                assert conn.getresponse().status == 200
+                conn.close()
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        s.stop()
+    early = ExecdServer(runtime, start_delay=30)
+    early.start()
+    started = time.monotonic()
+    early.stop()
+    assert time.monotonic() - started < 2

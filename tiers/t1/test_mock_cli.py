@@ -127,6 +127,11 @@ def test_cli_serves_and_stops_cleanly(cli_factory, sig):
                                                       "resourceLimits": {}})
     assert status == 202
     sid = json.loads(body)["id"]
+    # the CLI's execd comes up --execd-start-delay (0.2 s) after the create says Running, like a real server's
+    deadline = time.monotonic() + 10
+    while cli.call("GET", "/v1/sandboxes/%s/proxy/44772/ping" % sid)[0] != 200:
+        assert time.monotonic() < deadline, "execd never answered /ping"
+        time.sleep(0.05)
     status, body = cli.call("POST", "/v1/sandboxes/%s/proxy/44772/command" % sid,
                             {"command": "sleep 300 & echo started", "background": True})
     assert status == 200

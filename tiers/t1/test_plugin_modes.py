@@ -173,12 +173,27 @@ def test_process_signal_by_command_id_and_pid(epp, sid):
 
 # ---- create failures, lifecycle states ---------------------------------------------------------------------
 
-def test_failed_entrypoint_is_deleted_and_typed(epp, mock):
-    before = set(mock.sandboxes)
-    with pytest.raises(RpcError) as info:
-        create(epp, options={"entrypoint": "sh -c 'exit 1'", "ready_timeout": "10"})
-    assert info.value.code == -32000 and "Failed" in info.value.message and "entrypoint" in info.value.data["suggestion"]
-    assert wait_until(lambda: all(sb.deleted for k, sb in mock.sandboxes.items() if k not in before))
+def test_failed_entrypoint_is_deleted_and_typed(tmp_path):
+    # like a real server, the mock answers Running before its execd is up (execd_start_delay): an entrypoint
+    # that exits at once is then seen as Failed instead of racing the plugin's /ping
+    with MockOpenSandbox(execd_mode="latest", execd_start_delay=0.5) as osb, \
+            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+        with pytest.raises(RpcError) as info:
+            create(epp, options={"entrypoint": "sh -c 'exit 1'", "ready_timeout": "10"})
+        assert info.value.code == -32000 and "Failed" in info.value.message
+        assert "entrypoint" in info.value.data["suggestion"]
+        assert wait_until(lambda: all(sb.deleted for sb in osb.sandboxes.values()))
+
+
+def test_create_waits_for_execd_behind_running(tmp_path):
+    """The create answer says Running before execd answers /ping: the plugin waits for both."""
+    with MockOpenSandbox(execd_mode="latest", execd_start_delay=0.4) as osb, \
+            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+        started = time.monotonic()
+        sid = create(epp)
+        assert time.monotonic() - started >= 0.35
+        assert run(epp, sid, "echo", ["up"])["stdout"] == "up\n"
+        epp.call("sandbox.kill", {"sandbox_id": sid})
 
 
 def test_image_pull_failure(tmp_path):
