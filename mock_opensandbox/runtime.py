@@ -126,7 +126,8 @@ OSB_INIT
 # dies of the same signal (SIGKILL included), so Popen sees what it would see for the command
 # itself. argv: target pid, root, working directory, keep-LC_CTYPE flag, command...
 _NSEXEC = r"""
-import ctypes, errno, os, signal, sys
+import ctypes, errno, os, sys
+import _signal as signal  # the C module: `signal` would import enum (~5 ms per command)
 def fail(msg, code):
     try:
         os.write(2, msg.encode("utf-8", "replace") + b"\n")
