@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.deps-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: venv test test-slow demo bench bench-quick record-fixtures clean
+.PHONY: venv test test-serial test-slow demo bench bench-quick record-fixtures clean
 
 $(STAMP): requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ venv: $(STAMP)
 ## Offline tiers t0-t3 (t3 runs against the mock's stand-alone execd unless OSB_EXECD_BIN is set);
 ## t4 skips with one line unless OPENSANDBOX_LIVE=1.
 test: $(STAMP)
+	$(PY) tiers/run_tiers.py "tiers/t1" "tiers/t0 tiers/t2 tiers/t3 tiers/t4"
+
+## The same tiers in one pytest process (slower; easier to read when debugging).
+test-serial: $(STAMP)
 	$(PYTEST) -q tiers/t0 tiers/t1 tiers/t2 tiers/t3 tiers/t4
 
 ## Slow fuzzing and soak tests.
