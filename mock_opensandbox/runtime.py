@@ -459,6 +459,8 @@ class _Holder:
                 proc.stderr.close()
             return None, "the sandbox's PID namespace did not come up (exit %s: %s)" % (
                 proc.returncode, why[:160])
+        # "started" comes right after the fork of the entrypoint: wait for its exec (see _await_exec)
+        _await_exec(proc, (True, {_read_cmdline(pid)}), pid=pid)
         try:
             return cls(proc, pid, mode, implicit), ""
         except OSError as exc:
@@ -522,6 +524,15 @@ class _Holder:
         return [sys.executable, "-I", "-S", "-c", _NSEXEC, str(self.pid), root, wd,
                 keep_lc] + list(argv)
 
+    def stages(self, cmd: list[str]) -> tuple[bool, set[bytes]]:
+        """What the spawned process looks like before it runs the command: (the command is a child
+        of the spawned process, the /proc cmdlines of the wrapper stages)."""
+        raw = [a.encode("utf-8", "surrogateescape") for a in cmd]
+        if self.mode == "direct":  # nsenter ... -- unshare --root --wd ARGV: both exec in place
+            cut = raw.index(b"--") + 1
+            return False, {b"\0".join(raw) + b"\0", b"\0".join(raw[cut:]) + b"\0"}
+        return True, {b"\0".join(raw) + b"\0"}  # the helper's forked child, until it execs
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             _killpg(self.proc.pid, signal.SIGKILL)
@@ -571,6 +582,57 @@ def _read_lines(fd: int, n: int, timeout: float, proc: subprocess.Popen) -> list
             continue
         buf += chunk
     return [x.decode("ascii", "replace") for x in buf.split(b"\n")[:-1][:n]]
+
+
+def _read_cmdline(pid: int) -> bytes | None:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _first_child(pid: int) -> int | None:
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
+            kids = fh.read().split()
+        return int(kids[0]) if kids else None
+    except (OSError, ValueError):
+        pass
+    for name in os.listdir("/proc"):  # kernels without CONFIG_PROC_CHILDREN
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as fh:
+                    if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        return int(name)
+            except (OSError, IndexError, ValueError):
+                continue
+    return None
+
+
+def _await_exec(proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None,
+                timeout: float = 2.0) -> None:
+    """Wait (bounded) until the process running the command - proc itself, or its first child when
+    stages[0] - no longer shows one of the wrapper cmdlines stages[1]: it has exec'd the command,
+    exited, or been reaped."""
+    child, stale = stages
+    parent = pid if pid is not None else proc.pid
+    target = None if child else proc.pid
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pid is None and proc.poll() is not None:
+            return
+        if target is None:
+            target = _first_child(parent)
+            if target is None:
+                if _read_cmdline(parent) in (None, b""):
+                    return  # the parent is gone
+                time.sleep(0.0005)
+                continue
+        line = _read_cmdline(target)
+        if line is None or line == b"" or line not in stale:
+            return
+        time.sleep(0.0005)
 
 
 def _start_time(pid: int) -> int:
@@ -796,6 +858,11 @@ class SandboxRuntime:
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text()) from exc
                 raise
             self._track(proc)
+            paused = self.paused
+        if holder is not None and not paused:
+            # like Go's cmd.Start (execd), return once the command itself runs: a `ps` right after
+            # must not see the joining wrapper (nsenter/unshare or the helper, host paths included)
+            _await_exec(proc, holder.stages(cmd))
         return proc
 
     def _track(self, proc: subprocess.Popen) -> None:
