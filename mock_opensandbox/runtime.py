@@ -16,7 +16,7 @@ namespace when not root) and ``ps`` inside shows only the sandbox's processes (s
 namespaces are created once per sandbox by its main process, the *holder*:
 ``unshare --mount --pid --fork --kill-child sh -c HOLDER_PRELUDE``; the prelude makes the same bind
 mounts, mounts a fresh procfs for the new PID namespace at ``<root>/proc``, reports its host pid
-through a pipe and becomes PID 1: a two-line ``/bin/sh -s`` init that runs the entrypoint as its
+through a FIFO and becomes PID 1: a short ``/bin/sh -s`` init that runs the entrypoint as its
 child, reaps orphans and exits with the entrypoint's status (what bootstrap.sh does). A runtime
 whose entrypoint was never started gets ``tail -f /dev/null`` as its main process on first use.
 Later commands join the holder's namespaces. As root the spawning thread switches its
@@ -311,6 +311,7 @@ def _probe_pidns(unshare: str) -> tuple[str | None, str]:
         if holder is None:
             return None, why
         argv = ["/bin/sh", "-c", "echo $$; id -u; ls /proc"]
+        p = None
         try:
             with holder.children_inside():
                 p = subprocess.Popen(holder.command(nsenter, unshare, tmp, "/", argv, env), cwd=tmp, env=env,
@@ -318,6 +319,9 @@ def _probe_pidns(unshare: str) -> tuple[str | None, str]:
                                      close_fds=True, start_new_session=True)
             out, err = p.communicate(timeout=10)
         except (OSError, subprocess.SubprocessError) as exc:
+            if p is not None:
+                _killpg(p.pid, signal.SIGKILL)
+                p.communicate()
             return None, f"joining the sandbox's namespaces failed: {exc}"
         lines = out.decode("utf-8", "replace").split()
         pids = [x for x in lines[2:] if x.isdigit()]
