@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -89,9 +91,24 @@ class Cli:
         return self.proc.returncode, out, err
 
     def kill(self) -> None:
+        """Teardown, also after a failed test: a graceful stop first (the CLI removes its temp root and
+        ends its sandboxes), then SIGKILL for what is left, then the root itself."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
+            kids = descendants(self.proc.pid)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+            for pid in kids:
+                if alive(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+        if self.root.startswith(tempfile.gettempdir()) and os.path.isdir(self.root):
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.fixture
