@@ -1,6 +1,6 @@
 """Recorded lifecycle-server behaviours as data: status codes, error codes, messages, and where each came from.
 
-Sources: ``recording NN`` = /work/shared/live/exchanges/NN_*.json (real opensandbox-server 1.1.1);
+Sources: ``recording NN`` = ../shared/live/exchanges/NN_*.json (real opensandbox-server 1.1.1);
 ``server <file>`` = opensandbox-group/OpenSandbox server/opensandbox_server/<file>; ``seed 000 §x`` = the
 research notes; ``[choice]`` = the mock's own decision (reason in QUIRKS.md).
 """

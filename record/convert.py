@@ -1,6 +1,6 @@
 """One-time conversion of the raw live recordings into fixtures.
 
-    python -m record convert --from /work/shared/live/exchanges --out fixtures
+    python -m record convert --from ../shared/live/exchanges --out fixtures
 
 Reads every ``*.json`` exchange list in ``--from`` and the ``VERSIONS.md`` next to it (for the
 metadata header), scrubs each with ``record.scrub`` and writes ``<out>/<scenario>.json``.
