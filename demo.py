@@ -4,7 +4,7 @@
 1. starts the embedded mock OpenSandbox (mock_opensandbox.server.MockOpenSandbox) on 127.0.0.1;
 2. installs ./plugin with the real Agent Sandbox host into a throw-away HOME
    (`python -m agent_sandbox.providers install <copy of plugin> --yes`) and runs `doctor`;
-3. runs create -> run -> stream -> files write/read -> pause/resume -> kill through
+3. runs create -> run -> stream -> files write/read -> pause/resume -> ports -> terminal -> kill through
    agent_sandbox.ProviderSandbox, printing each step;
 4. removes everything it made (sandboxes, HOME, the mock's root).
 
@@ -87,6 +87,16 @@ async def flow(base_url: str, api_key: str | None, say=print) -> None:
         say(f"resume    status={sb.status.value}  run: {res.stdout.strip()!r}")
         url = await sb.network.resolve_url(8080)
         say(f"ports     port 8080 -> {url}")
+        term = await sb.get_terminal(cols=100, rows=30)          # execd's PTY over its WebSocket
+        await term.send("stty size; echo answer=$((6*7))\n")
+        seen = b""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 15
+        while b"answer=42" not in seen and loop.time() < end:
+            seen += await term.receive(timeout=max(0.1, end - loop.time()))
+        await term.send("exit\n")
+        size = "30 100" if b"30 100" in seen else "?"
+        say(f"terminal  stty size -> {size}; echo $((6*7)) -> {'42' if b'answer=42' in seen else '?'}")
     finally:
         sandbox_id = sb.id
         await sb.kill()
