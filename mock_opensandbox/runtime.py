@@ -65,11 +65,10 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_SYMLINKS = 40  # Linux's own limit (ELOOP)
 _MARKER_ENV = "OPENSANDBOX_MOCK_SANDBOX"  # only used when not isolated, to find escaped processes
 
-# The prelude runs inside the new mount namespace, before the sandbox root becomes "/".
-# $1 = unshare binary, $2 = root, $3 = working directory inside the sandbox, $4... = argv.
-_PRELUDE = r'''
-U="$1"; R="$2"; W="$3"; shift 3
-for d in __DIRS__; do
+# Both preludes start by binding the host's system dirs into the sandbox root $R (read-only but for
+# /dev and /proc), inside the new mount namespace.
+def _bind_system_dirs(dirs) -> str:
+    return r'''for d in __DIRS__; do
   if [ -L "/$d" ]; then
     [ -e "$R/$d" ] || [ -L "$R/$d" ] || ln -s "$(readlink "/$d")" "$R/$d" 2>/dev/null
   elif [ -d "/$d" ]; then
@@ -79,8 +78,14 @@ for d in __DIRS__; do
     case " __RW__ " in *" $d "*) ;; *) mount -o remount,bind,ro "$R/$d" 2>/dev/null ;; esac
   fi
 done
-exec "$U" --root="$R" --wd="$W" "$@"
-'''.replace("__DIRS__", " ".join(SYSTEM_DIRS)).replace("__RW__", " ".join(_WRITABLE_MOUNTS))
+'''.replace("__DIRS__", " ".join(dirs)).replace("__RW__", " ".join(_WRITABLE_MOUNTS))
+
+# The prelude runs inside the new mount namespace, before the sandbox root becomes "/".
+# $1 = unshare binary, $2 = root, $3 = working directory inside the sandbox, $4... = argv.
+_PRELUDE = r'''
+U="$1"; R="$2"; W="$3"; shift 3
+''' + _bind_system_dirs(SYSTEM_DIRS) + r'''exec "$U" --root="$R" --wd="$W" "$@"
+'''
 
 # The holder's prelude: same bind mounts, but /proc is a fresh procfs of the new PID namespace (seed
 # 001: `ps` in a sandbox lists only its own processes). $1 = unshare binary, $2 = root, $3 = a FIFO
@@ -93,17 +98,7 @@ exec "$U" --root="$R" --wd="$W" "$@"
 _HOLDER_PRELUDE = r"""
 U="$1"; R="$2"; F="$3"; shift 3
 exec 9>"$F" || exit 125
-for d in __DIRS__; do
-  if [ -L "/$d" ]; then
-    [ -e "$R/$d" ] || [ -L "$R/$d" ] || ln -s "$(readlink "/$d")" "$R/$d" 2>/dev/null
-  elif [ -d "/$d" ]; then
-    if [ -L "$R/$d" ] || { [ -e "$R/$d" ] && [ ! -d "$R/$d" ]; }; then rm -f "$R/$d"; fi
-    mkdir -p "$R/$d" || exit 125
-    mount --rbind "/$d" "$R/$d" || exit 125
-    case " __RW__ " in *" $d "*) ;; *) mount -o remount,bind,ro "$R/$d" 2>/dev/null ;; esac
-  fi
-done
-if [ -L "$R/proc" ] || { [ -e "$R/proc" ] && [ ! -d "$R/proc" ]; }; then rm -f "$R/proc"; fi
+""" + _bind_system_dirs(d for d in SYSTEM_DIRS if d != "proc") + r"""if [ -L "$R/proc" ] || { [ -e "$R/proc" ] && [ ! -d "$R/proc" ]; }; then rm -f "$R/proc"; fi
 mkdir -p "$R/proc" || exit 125
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc" || exit 125
 read -r P _ < /proc/self/stat || exit 125
@@ -117,8 +112,7 @@ echo started >&9
 exec 9>&-
 wait $c
 OSB_INIT
-""".replace("__DIRS__", " ".join(d for d in SYSTEM_DIRS if d != "proc")).replace(
-    "__RW__", " ".join(_WRITABLE_MOUNTS))
+"""
 # Non-root: enter a sandbox's user, mount and PID namespaces (a fresh, single-threaded process may;
 # the multithreaded mock may not), fork the command into them and wait for it. The helper shares
 # the command's process group, so it ignores the job-control and termination signals the mock

@@ -47,6 +47,11 @@ def _perr(op: str, path: str, exc: OSError) -> str:
     return f"{op} {path}: {_errtext(exc)}"
 
 
+def _as_oserror(exc: Exception) -> OSError:
+    """A path the root mapping refuses (ValueError: NUL byte, loop...) reads like Go's EINVAL error."""
+    return OSError(errno.EINVAL, str(exc)) if isinstance(exc, ValueError) else exc
+
+
 def _not_exist(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno == errno.ENOENT
 
@@ -207,8 +212,7 @@ class FilesAPI:
             try:
                 st = os.lstat(self.host(ap, follow=False))
             except (OSError, ValueError) as exc:
-                if isinstance(exc, ValueError):
-                    exc = OSError(errno.EINVAL, str(exc))
+                exc = _as_oserror(exc)
                 if _not_exist(exc):
                     self._err(req, FileOpError(404, "FILE_NOT_FOUND",
                                                f"file not found. file not found: {p}: {_perr('lstat', ap, exc)}"))
@@ -242,8 +246,7 @@ class FilesAPI:
             hp = self.host(sandbox_abs(rp))
             fh = open(hp, "rb")
         except (OSError, ValueError) as exc:
-            if isinstance(exc, ValueError):
-                exc = OSError(errno.EINVAL, str(exc))
+            exc = _as_oserror(exc)
             self._err(req, self._file_error(_perr("open", rp, exc), exc))
             return
         with fh:
@@ -383,8 +386,7 @@ class FilesAPI:
             if created:
                 os.chmod(hp, 0o777 & ~UMASK)
         except (OSError, ValueError) as exc:
-            if isinstance(exc, ValueError):
-                exc = OSError(errno.EINVAL, str(exc))
+            exc = _as_oserror(exc)
             raise FileOpError(500, "RUNTIME_ERROR",
                               f"error opening destination file {spath}. {_perr('open', spath, exc)}") from exc
         try:
@@ -479,8 +481,7 @@ class FilesAPI:
                 self._err(req, e)
                 return
             except (OSError, ValueError) as exc:
-                if isinstance(exc, ValueError):
-                    exc = OSError(errno.EINVAL, str(exc))
+                exc = _as_oserror(exc)
                 self._err(req, self._file_error(f"failed to rename file: rename {src} {dest}: {_errtext(exc)}", exc))
                 return
         self.s._ok(req)
@@ -554,8 +555,7 @@ class FilesAPI:
                 self._err(req, e)
                 return
             except (OSError, ValueError) as exc:
-                if isinstance(exc, ValueError):
-                    exc = OSError(errno.EINVAL, str(exc))
+                exc = _as_oserror(exc)
                 self.s._err(req, 500, "RUNTIME_ERROR", f"error removing file {p}. failed to remove file: {_perr('remove', ap, exc)}")
                 return
         self.s._ok(req)
@@ -571,8 +571,7 @@ class FilesAPI:
                 else:
                     _remove_all(hp)
             except (OSError, ValueError) as exc:
-                if isinstance(exc, ValueError):
-                    exc = OSError(errno.EINVAL, str(exc))
+                exc = _as_oserror(exc)
                 self.s._err(req, 500, "RUNTIME_ERROR", f"error removing directory {p}. {_perr('unlinkat', ap, exc)}")
                 return
         self.s._ok(req)
@@ -601,8 +600,7 @@ class FilesAPI:
                 self.s._err(req, 500, "RUNTIME_ERROR", f"error accessing file: {exc}")
                 return
             except (OSError, ValueError) as exc:
-                if isinstance(exc, ValueError):
-                    exc = OSError(errno.EINVAL, str(exc))
+                exc = _as_oserror(exc)
                 where = getattr(exc, "filename", None) or ap
                 self._err(req, self._file_error(_perr("mkdir", where, exc), exc))
                 return
@@ -624,8 +622,7 @@ class FilesAPI:
         try:
             st = os.lstat(self.host(ap, follow=False))
         except (OSError, ValueError) as exc:
-            if isinstance(exc, ValueError):
-                exc = OSError(errno.EINVAL, str(exc))
+            exc = _as_oserror(exc)
             self._err(req, self._file_error(_perr("lstat", ap, exc), exc))
             return
         if stat.S_ISLNK(st.st_mode):
@@ -665,8 +662,7 @@ class FilesAPI:
         try:
             st = os.stat(self.host(ap))
         except (OSError, ValueError) as exc:
-            if isinstance(exc, ValueError):
-                exc = OSError(errno.EINVAL, str(exc))
+            exc = _as_oserror(exc)
             self._err(req, self._file_error(_perr("stat", ap, exc), exc))
             return
         pattern = req.q("pattern") or "**"
@@ -727,8 +723,7 @@ class FilesAPI:
                 with open(hp, "rb") as fh:
                     content = fh.read()
             except (OSError, ValueError) as exc:
-                if isinstance(exc, ValueError):
-                    exc = OSError(errno.EINVAL, str(exc))
+                exc = _as_oserror(exc)
                 self._err(req, self._file_error(_perr("stat", ap, exc), exc))
                 return
             old, new = item.get("old") or "", item.get("new") or ""
