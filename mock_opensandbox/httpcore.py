@@ -345,18 +345,27 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n else b""
 
     def _handle(self, method: str) -> None:
-        # fault injection (faults.py): one hook for every listener; the app exposes its registry
-        registry = getattr(self.server.app, "faults", None)
+        # request journal (journal.py, the workbench; coord NEEDS-httpcore.md): an app with a ``journal``
+        # gets ``journal.begin(handler, method) -> entry`` before anything is read or faulted, and
+        # ``entry.end(fault)`` once the request is over (answered, faulted, reset or broken off)
+        journal = getattr(self.server.app, "journal", None)
+        entry = journal.begin(self, method) if journal is not None else None
         fault = None
-        if registry is not None and registry.armed:
-            fault = faults.inject(self, method, registry)
-            if fault is not None and fault.done:
-                return
         try:
-            self._serve(method)
+            # fault injection (faults.py): one hook for every listener; the app exposes its registry
+            registry = getattr(self.server.app, "faults", None)
+            if registry is not None and registry.armed:
+                fault = faults.inject(self, method, registry)
+                if fault is not None and fault.done:
+                    return
+            try:
+                self._serve(method)
+            finally:
+                if fault is not None:
+                    fault.finish()
         finally:
-            if fault is not None:
-                fault.finish()
+            if entry is not None:
+                entry.end(fault)
 
     def _serve(self, method: str) -> None:
         req = Request(self, method)
