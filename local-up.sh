@@ -5,6 +5,9 @@
 #   ./local-up.sh status    what is running (exit 0 when the server answers, 3 otherwise)
 #   ./local-up.sh env       export lines for the live tier and the plugin:  eval "$(./local-up.sh env)"
 #   ./local-up.sh down      stop only what `up` started, remove the sandbox-* containers created since
+#   ./local-up.sh clean     remove the images `up` built (OSB_LOCAL_IMAGES=1), then down
+#
+# No registry: OSB_LOCAL_IMAGES=1 ./local-up.sh up builds the base, busybox and execd images on this machine.
 #
 # Knobs (environment): see `./local-up.sh help` and docs/LOCAL_UP.md.
 # Every external command (docker, dockerd, apt-get, sudo, curl, python3) is looked up on PATH, so tests can put stubs
@@ -13,11 +16,27 @@ set -euo pipefail
 
 PROG="local-up"
 
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
 OSB_PORT="${OSB_PORT:-8080}"
 OSB_WORKDIR="${OSB_WORKDIR:-${XDG_CACHE_HOME:-$HOME/.cache}/opensandbox-provider/local-up}"
 OSB_SERVER_VERSION="${OSB_SERVER_VERSION:-1.1.1}"
-OSB_EXECD_IMAGE="${OSB_EXECD_IMAGE:-opensandbox/execd:latest}"
-OSB_BASE_IMAGE="${OSB_BASE_IMAGE:-python:3.12-slim}"
+OSB_LOCAL_IMAGES="${OSB_LOCAL_IMAGES:-0}"
+if [ "$OSB_LOCAL_IMAGES" = 1 ]; then
+    # Built on this machine (no registry): the names say so.
+    OSB_EXECD_IMAGE="${OSB_EXECD_IMAGE:-local/execd:from-binary}"
+    OSB_BASE_IMAGE="${OSB_BASE_IMAGE:-local/python:3-slim}"
+else
+    OSB_EXECD_IMAGE="${OSB_EXECD_IMAGE:-opensandbox/execd:latest}"
+    OSB_BASE_IMAGE="${OSB_BASE_IMAGE:-python:3.12-slim}"
+fi
+OSB_BUSYBOX_IMAGE="${OSB_BUSYBOX_IMAGE:-local/busybox:latest}"
+OSB_EXECD_BIN="${OSB_EXECD_BIN:-$SCRIPT_DIR/../shared/opensandbox/execd}"
+OSB_BOOTSTRAP="${OSB_BOOTSTRAP:-}"
+OSB_BUSYBOX_BIN="${OSB_BUSYBOX_BIN:-/bin/busybox}"
+OSB_DEBIAN_SUITE="${OSB_DEBIAN_SUITE:-}"
+OSB_DEBIAN_MIRROR="${OSB_DEBIAN_MIRROR:-}"
+OSB_APT_SOURCES="${OSB_APT_SOURCES:-/etc/apt}"
 OSB_WITH_EGRESS="${OSB_WITH_EGRESS:-0}"
 OSB_EGRESS_IMAGE="${OSB_EGRESS_IMAGE:-opensandbox/egress:v1.1.7}"
 OSB_WITH_CODE_INTERPRETER="${OSB_WITH_CODE_INTERPRETER:-0}"
@@ -37,6 +56,9 @@ BEFORE="$OSB_WORKDIR/containers.before"
 ENV_FILE="$OSB_WORKDIR/env.sh"
 KEY_FILE="$OSB_WORKDIR/api-key"
 STAMP="$VENV/.local-up-server-version"
+BUILD_DIR="$OSB_WORKDIR/build"
+BUILT="$OSB_WORKDIR/images.built"
+LABEL="org.opensandbox-provider.local-up"
 
 ASSUME_YES=0
 if [ "${CI:-}" = "true" ]; then ASSUME_YES=1; fi
@@ -56,7 +78,7 @@ die() {
 
 usage() {
     cat <<'EOF'
-usage: ./local-up.sh up [-y] | down | status | env | help
+usage: ./local-up.sh up [-y] | down | status | env | clean | help
 
   up      install Docker (apt, asks first unless -y or CI=true) if missing, start dockerd if no daemon
           answers, create a venv with opensandbox-server, pull images that are not present, write the
@@ -64,13 +86,22 @@ usage: ./local-up.sh up [-y] | down | status | env | help
   down    stop the server and dockerd if (and only if) `up` started them; remove the sandbox-*
           containers that appeared since `up` started the server. Keeps the venv, images and config.
   status  say what is running; exit 0 when the server answers /health, 3 otherwise.
-  env     print export lines (OPENSANDBOX_BASE_URL, OPENSANDBOX_API_KEY, OPENSANDBOX_LIVE=1, ...).
+  env     print export lines (OPENSANDBOX_BASE_URL, OPENSANDBOX_API_KEY, OPENSANDBOX_LIVE=1, OPENSANDBOX_IMAGE, ...).
+  clean   remove the images `up` built (OSB_LOCAL_IMAGES=1) and its build dir, then `down`.
+
+No image registry? OSB_LOCAL_IMAGES=1 ./local-up.sh up builds the images on this machine instead of pulling:
+  the base image with debootstrap from this machine's Debian mirror, a busybox image from busybox-static, and the
+  execd image from OSB_EXECD_BIN (+ bootstrap.sh beside it, or OSB_BOOTSTRAP). Each is built once and reused.
 
 knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OSB_API_KEY (generated,
        kept in $OSB_WORKDIR/api-key)  OSB_SERVER_VERSION (1.1.1)  OSB_EXECD_IMAGE (opensandbox/execd:latest)
        OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_IMAGE (opensandbox/egress:v1.1.7)
        OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (opensandbox/code-interpreter:v1.1.0)
        OSB_PYTHON (python3)  OSB_DOCKERD_ARGS ()  OSB_DOCKERD_TIMEOUT (30)  OSB_HEALTH_TIMEOUT (60)
+       OSB_LOCAL_IMAGES (0; 1 = build, defaults become OSB_EXECD_IMAGE=local/execd:from-binary
+       OSB_BASE_IMAGE=local/python:3-slim)  OSB_BUSYBOX_IMAGE (local/busybox:latest)
+       OSB_EXECD_BIN (../shared/opensandbox/execd)  OSB_BOOTSTRAP (bootstrap.sh beside OSB_EXECD_BIN)
+       OSB_BUSYBOX_BIN (/bin/busybox)  OSB_DEBIAN_SUITE (this machine's)  OSB_DEBIAN_MIRROR (this machine's apt mirror)
 EOF
 }
 
@@ -150,8 +181,12 @@ check_knobs() {
             *[!A-Za-z0-9._~+/=-]*) die knobs "OSB_API_KEY=<hidden>" "use only letters, digits and . _ ~ + / = - in OSB_API_KEY" ;;
         esac
     fi
+    case "$OSB_LOCAL_IMAGES" in
+        0 | 1) ;;
+        *) die knobs "OSB_LOCAL_IMAGES=$OSB_LOCAL_IMAGES" "set OSB_LOCAL_IMAGES=1 (build images on this machine) or 0 (pull them)" ;;
+    esac
     local img
-    for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE" "$OSB_EGRESS_IMAGE" "$OSB_CODE_INTERPRETER_IMAGE"; do
+    for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE" "$OSB_BUSYBOX_IMAGE" "$OSB_EGRESS_IMAGE" "$OSB_CODE_INTERPRETER_IMAGE"; do
         case "$img" in
             '' | *[!A-Za-z0-9._:/@-]*) die knobs "image '$img'" "image references may contain only letters, digits and . _ : / @ -" ;;
         esac
@@ -278,9 +313,13 @@ image_knob() {
 
 step_images() {
     local images=("$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE") img out knob
+    if [ "$OSB_LOCAL_IMAGES" = 1 ]; then
+        step_local_images
+        images=()
+    fi
     if [ "$OSB_WITH_EGRESS" = 1 ]; then images+=("$OSB_EGRESS_IMAGE"); fi
     if [ "$OSB_WITH_CODE_INTERPRETER" = 1 ]; then images+=("$OSB_CODE_INTERPRETER_IMAGE"); fi
-    for img in "${images[@]}"; do
+    for img in ${images[@]+"${images[@]}"}; do
         if docker image inspect "$img" >/dev/null 2>&1; then
             say "images: $img present"
             continue
@@ -289,10 +328,222 @@ step_images() {
         if ! out="$(docker pull "$img" 2>&1)"; then
             knob="$(image_knob "$img")"
             die images "docker pull $img" \
-                "no registry access? Load or tag the image locally (docker load -i FILE.tar; docker tag LOCAL $img), or point $knob at an image that is already present (see docker image ls), e.g. OSB_EXECD_IMAGE=local/execd:v1.0.19 OSB_BASE_IMAGE=local/python:3-slim ./local-up.sh up" \
+                "no registry access? Build the execd and base images on this machine: OSB_LOCAL_IMAGES=1 ./local-up.sh up (debootstrap + busybox-static + OSB_EXECD_BIN); or load/tag the image locally (docker load -i FILE.tar; docker tag LOCAL $img), or point $knob at an image that is already present (see docker image ls)" \
                 "image $img is not present locally and cannot be pulled: $(printf '%s' "$out" | tail -n 1)"
         fi
     done
+}
+
+# ---------------------------------------------------------------- up: images built locally (OSB_LOCAL_IMAGES=1)
+
+apt_install() {
+    # apt_install WHAT PKG... — install OS packages with apt-get, asking first unless -y / CI=true.
+    local what="$1" cmd
+    shift
+    cmd="apt-get install -y $*"
+    command -v apt-get >/dev/null 2>&1 ||
+        die local-images "command -v apt-get" "install $* for your OS, or point the image knobs at images that are already present" \
+            "$what is missing and this system has no apt-get"
+    say "images: $what is missing; installing the OS package(s) $*: $cmd$([ "$(id -u)" = "0" ] || printf ' (through sudo)')"
+    if [ "$ASSUME_YES" != 1 ]; then
+        if [ -t 0 ]; then
+            local answer=""
+            printf '%s: install now? [y/N] ' "$PROG"
+            read -r answer || true
+            case "$answer" in
+                y | Y | yes | YES) ;;
+                *) die local-images "$cmd" "install $* yourself, or rerun with: ./local-up.sh up -y" "declined at the prompt" ;;
+            esac
+        else
+            die local-images "$cmd" "rerun with: ./local-up.sh up -y (or CI=true), or install $* yourself" "no terminal to ask for confirmation"
+        fi
+    fi
+    sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" ||
+        { sudo_cmd apt-get update && sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"; } ||
+        die local-images "$cmd" "read apt's message above; install $* yourself"
+}
+
+debian_suite() {
+    if [ -n "$OSB_DEBIAN_SUITE" ]; then printf '%s' "$OSB_DEBIAN_SUITE"; return 0; fi
+    local codename=""
+    if [ -r /etc/os-release ]; then
+        codename="$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release | tr -d '"')"
+    fi
+    printf '%s' "${codename:-bookworm}"
+}
+
+debian_mirror() {
+    # The Debian mirror this machine's apt already uses (deb822 *.sources first, then sources.list lines).
+    if [ -n "$OSB_DEBIAN_MIRROR" ]; then printf '%s' "$OSB_DEBIAN_MIRROR"; return 0; fi
+    local f uri=""
+    for f in "$OSB_APT_SOURCES"/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        uri="$(awk 'tolower($1)=="uris:" && $2 !~ /security/ {print $2; exit}' "$f")"
+        [ -z "$uri" ] || break
+    done
+    if [ -z "$uri" ]; then
+        for f in "$OSB_APT_SOURCES"/sources.list "$OSB_APT_SOURCES"/sources.list.d/*.list; do
+            [ -r "$f" ] || continue
+            uri="$(awk '$1=="deb" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file):/) { if ($i !~ /security/) { print $i; exit } } }' "$f")"
+            [ -z "$uri" ] || break
+        done
+    fi
+    printf '%s' "${uri:-http://deb.debian.org/debian}"
+}
+
+image_present() { docker image inspect "$1" >/dev/null 2>&1; }
+
+image_label() { docker image inspect --format "{{index .Config.Labels \"$LABEL\"}}" "$1" 2>/dev/null || true; }
+
+note_built() {
+    # Remember an image `up` built, so that `clean` removes exactly those.
+    touch "$BUILT"
+    grep -qxF "$1" "$BUILT" || printf '%s\n' "$1" >>"$BUILT"
+}
+
+import_rootfs() {
+    # import_rootfs DIR IMAGE LABELVALUE [--change ...] — tar a root file system into a Docker image.
+    local dir="$1" img="$2" value="$3" out
+    shift 3
+    if ! out="$(tar -C "$dir" --numeric-owner -cf - . | docker import --change "LABEL $LABEL=\"$value\"" "$@" - "$img" 2>&1)"; then
+        die local-images "tar -C $dir -c . | docker import - $img" "read the message; check disk space and that the Docker daemon answers" \
+            "$(printf '%s' "$out" | tail -n 1)"
+    fi
+    note_built "$img"
+}
+
+debootstrap_progress() {
+    # Collapse debootstrap's per-package lines into one line per phase, with a package count at each phase change.
+    local line verb last="" n=0
+    while IFS= read -r line; do
+        case "$line" in
+            I:\ Validating\ *) ;;
+            I:\ *)
+                verb="${line#I: }"
+                verb="${verb%% *}"
+                if [ "$verb" != "$last" ]; then
+                    if [ "$n" -gt 1 ]; then say "base:   ... $n x $last"; fi
+                    say "base: ${line#I: }"
+                    last="$verb"
+                    n=1
+                else
+                    n=$((n + 1))
+                fi
+                ;;
+            W:\ * | E:\ *) say "base: $line" ;;
+        esac
+    done
+    if [ "$n" -gt 1 ]; then say "base:   ... $n x $last"; fi
+}
+
+build_base_image() {
+    local img="$OSB_BASE_IMAGE" suite mirror dir log start
+    if image_present "$img"; then
+        say "images: $img present (reused; ./local-up.sh clean removes it if up built it)"
+        return 0
+    fi
+    command -v debootstrap >/dev/null 2>&1 || apt_install "debootstrap (builds the base image)" debootstrap
+    suite="$(debian_suite)"
+    mirror="$(debian_mirror)"
+    dir="$BUILD_DIR/base-rootfs"
+    log="$BUILD_DIR/debootstrap.log"
+    rm -rf "$dir"
+    mkdir -p "$BUILD_DIR"
+    say "images: building $img with debootstrap ($suite from $mirror; takes a few minutes; log: $log)"
+    start="$(date +%s)"
+    local ok=1
+    debootstrap --variant=minbase --include=python3,bash,coreutils,procps,ca-certificates \
+        "$suite" "$dir" "$mirror" 2>&1 | tee "$log" | debootstrap_progress || ok=0
+    if [ "$ok" != 1 ] || [ ! -x "$dir/usr/bin/python3" ] || [ ! -x "$dir/bin/bash" ]; then
+        die local-images "debootstrap --variant=minbase $suite $dir $mirror" \
+            "read $log; check the mirror (OSB_DEBIAN_MIRROR) and suite (OSB_DEBIAN_SUITE), or point OSB_BASE_IMAGE at an image that is present" \
+            "$(tail -n 1 "$log" 2>/dev/null || true)"
+    fi
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* 2>/dev/null || true
+    say "images: importing $img"
+    import_rootfs "$dir" "$img" "base $suite" --change 'CMD ["/bin/bash"]'
+    rm -rf "$dir"
+    say "images: built $img in $(($(date +%s) - start)) s"
+}
+
+busybox_rootfs() {
+    # busybox_rootfs DIR — a root file system of the static busybox and its applets.
+    local dir="$1" applet
+    rm -rf "$dir"
+    mkdir -p "$dir/bin" "$dir/sbin" "$dir/usr/bin" "$dir/usr/sbin" "$dir/etc" "$dir/root" "$dir/tmp" "$dir/proc" "$dir/sys" "$dir/dev"
+    chmod 1777 "$dir/tmp"
+    cp "$OSB_BUSYBOX_BIN" "$dir/bin/busybox"
+    chmod 755 "$dir/bin/busybox"
+    for applet in $("$OSB_BUSYBOX_BIN" --list-full); do
+        case "$applet" in bin/busybox | *..* | /*) continue ;; esac
+        [ -e "$dir/$applet" ] || ln -s /bin/busybox "$dir/$applet"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$dir/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' >"$dir/etc/group"
+}
+
+need_busybox() {
+    if [ ! -x "$OSB_BUSYBOX_BIN" ]; then
+        if [ "$OSB_BUSYBOX_BIN" = /bin/busybox ]; then
+            apt_install "a static busybox (builds the busybox and execd images)" busybox-static
+        fi
+        [ -x "$OSB_BUSYBOX_BIN" ] ||
+            die local-images "test -x $OSB_BUSYBOX_BIN" "install busybox-static, or point OSB_BUSYBOX_BIN at a static busybox" \
+                "no static busybox at $OSB_BUSYBOX_BIN"
+    fi
+}
+
+build_busybox_image() {
+    local img="$OSB_BUSYBOX_IMAGE" dir="$BUILD_DIR/busybox-rootfs"
+    if image_present "$img"; then
+        say "images: $img present (reused)"
+        return 0
+    fi
+    need_busybox
+    say "images: building $img from $OSB_BUSYBOX_BIN"
+    mkdir -p "$BUILD_DIR"
+    busybox_rootfs "$dir"
+    import_rootfs "$dir" "$img" busybox --change 'CMD ["/bin/sh"]'
+    rm -rf "$dir"
+    say "images: built $img"
+}
+
+build_execd_image() {
+    local img="$OSB_EXECD_IMAGE" boot="$OSB_BOOTSTRAP" sum have dir="$BUILD_DIR/execd-rootfs"
+    [ -n "$boot" ] || boot="$(dirname "$OSB_EXECD_BIN")/bootstrap.sh"
+    if [ ! -f "$OSB_EXECD_BIN" ]; then
+        die local-images "test -f $OSB_EXECD_BIN" "point OSB_EXECD_BIN at an execd binary (e.g. ../shared/opensandbox/execd)" \
+            "no execd binary at $OSB_EXECD_BIN"
+    fi
+    if [ ! -f "$boot" ]; then
+        die local-images "test -f $boot" "put bootstrap.sh beside the execd binary, or point OSB_BOOTSTRAP at it" \
+            "no bootstrap.sh at $boot"
+    fi
+    sum="execd $(cat "$OSB_EXECD_BIN" "$boot" | sha256sum | cut -c1-16)"
+    if image_present "$img"; then
+        have="$(image_label "$img")"
+        if [ "$have" = "$sum" ] || [ -z "$have" ]; then
+            say "images: $img present (reused)"
+            return 0
+        fi
+        say "images: $img was built from another execd/bootstrap.sh; rebuilding"
+    fi
+    need_busybox
+    say "images: building $img from $OSB_EXECD_BIN and $boot"
+    mkdir -p "$BUILD_DIR"
+    busybox_rootfs "$dir"
+    cp "$OSB_EXECD_BIN" "$dir/execd"
+    cp "$boot" "$dir/bootstrap.sh"
+    chmod 755 "$dir/execd" "$dir/bootstrap.sh"
+    import_rootfs "$dir" "$img" "$sum" --change 'ENTRYPOINT ["./execd"]' --change 'WORKDIR /'
+    rm -rf "$dir"
+    say "images: built $img"
+}
+
+step_local_images() {
+    build_execd_image
+    build_busybox_image
+    build_base_image
 }
 
 render_config() {
@@ -359,6 +610,9 @@ print_env() {
     printf 'export ABX_OPENSANDBOX_BASE_URL=http://127.0.0.1:%s\n' "$OSB_PORT"
     printf 'export OPEN_SANDBOX_API_KEY=%s\n' "$1"
     printf 'export ABX_OPENSANDBOX_DEFAULT_IMAGE=%s\n' "$OSB_BASE_IMAGE"
+    if [ "$OSB_LOCAL_IMAGES" = 1 ]; then
+        printf 'export OPENSANDBOX_BUSYBOX_IMAGE=%s\n' "$OSB_BUSYBOX_IMAGE"
+    fi
 }
 
 write_env_file() {
@@ -460,6 +714,30 @@ cmd_down() {
     say "down: done (venv, images, config and database stay in $OSB_WORKDIR)"
 }
 
+cmd_clean() {
+    # down, then remove the images `up` built and the build/ scratch dir. The venv, config and database stay.
+    check_knobs
+    local img removed=0
+    if [ -s "$BUILT" ]; then
+        if command -v docker >/dev/null 2>&1 && docker_answers; then
+            while read -r img; do
+                [ -n "$img" ] || continue
+                if docker image inspect "$img" >/dev/null 2>&1; then
+                    say "images: removing $img (built by up)"
+                    docker rmi "$img" >/dev/null || say "images: could not remove $img; remove it with: docker rmi $img"
+                    removed=$((removed + 1))
+                fi
+            done <"$BUILT"
+            rm -f "$BUILT"
+        else
+            say "images: no Docker daemon answers; the images up built stay (listed in $BUILT; rerun clean with a daemon)"
+        fi
+    fi
+    say "images: removed $removed image(s) built by up"
+    rm -rf "$BUILD_DIR"
+    cmd_down
+}
+
 cmd_status() {
     check_knobs
     local rc=3 n img id name
@@ -484,8 +762,12 @@ cmd_status() {
         say "server: not running"
     fi
     if command -v docker >/dev/null 2>&1 && docker_answers; then
-        for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE"; do
-            if docker image inspect "$img" >/dev/null 2>&1; then say "image: $img present"; else say "image: $img missing"; fi
+        local images=("$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE") how
+        if [ "$OSB_LOCAL_IMAGES" = 1 ]; then images+=("$OSB_BUSYBOX_IMAGE"); fi
+        for img in "${images[@]}"; do
+            how=""
+            if [ -f "$BUILT" ] && grep -qxF "$img" "$BUILT"; then how=" (built by local-up)"; fi
+            if docker image inspect "$img" >/dev/null 2>&1; then say "image: $img present$how"; else say "image: $img missing"; fi
         done
         if [ -f "$BEFORE" ]; then
             n=0
@@ -520,7 +802,7 @@ main() {
     for arg in "$@"; do
         case "$arg" in
             -y | --yes) ASSUME_YES=1 ;;
-            up | down | status | env | help)
+            up | down | status | env | clean | help)
                 if [ -n "$action" ]; then usage >&2; exit 2; fi
                 action="$arg"
                 ;;
@@ -532,6 +814,7 @@ main() {
         up) cmd_up ;;
         down) cmd_down ;;
         status) cmd_status ;;
+        clean) cmd_clean ;;
         env) cmd_env ;;
         help) usage ;;
         *) usage >&2; exit 2 ;;
