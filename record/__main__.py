@@ -12,8 +12,10 @@ def _record_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", default=os.environ.get("OPENSANDBOX_BASE_URL"),
                    help="lifecycle server, e.g. http://127.0.0.1:8080 (a trailing /v1 is accepted)")
     p.add_argument("--api-key", default=None, help="API key (default: $OPENSANDBOX_API_KEY); never written out")
-    p.add_argument("--image", default="python:3.12-slim", help="image with bash and coreutils (default %(default)s)")
-    p.add_argument("--busybox-image", default="busybox:latest", help="image without bash, for scenario 15")
+    p.add_argument("--image", default=os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim",
+                   help="image with bash and coreutils (default: $OPENSANDBOX_IMAGE or python:3.12-slim; now %(default)s)")
+    p.add_argument("--busybox-image", default=os.environ.get("OPENSANDBOX_BUSYBOX_IMAGE") or "busybox:latest",
+                   help="image without bash, for scenario 15 (default: $OPENSANDBOX_BUSYBOX_IMAGE or busybox:latest)")
     p.add_argument("--missing-image", default="local/does-not-exist:1", help="an image that cannot be pulled (16)")
     p.add_argument("--out", default="fixtures", help="fixture directory (default %(default)s)")
     p.add_argument("--mode", choices=("all", "new"), default="new",

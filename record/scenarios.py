@@ -373,6 +373,35 @@ def s20(s: Session, ctx: Ctx) -> None:
     s.lc("DELETE", f"/v1/sandboxes/{sid}")
 
 
+# The containment probes (issue 11): what a process inside a real sandbox sees and may do. Each one is a
+# plain command through execd; the values feed the mock's isolated sandbox view (tiers/t1/test_containment*).
+CONTAINMENT_PROBES: list[tuple[str, str]] = [
+    ("capabilities", "grep Cap /proc/self/status"),
+    ("dev", "ls -la /dev"),
+    ("mountinfo", "cat /proc/self/mountinfo"),
+    ("id", "id"),
+    ("etc_hostname", "cat /etc/hostname"),
+    ("etc_passwd", "cat /etc/passwd"),
+    ("etc_shadow", "ls -la /etc/shadow"),
+    ("remount_usr", "mount -o remount,rw /usr"),
+    ("proc_hostname", "cat /proc/sys/kernel/hostname"),
+    ("drop_caches", "echo 1 > /proc/sys/vm/drop_caches"),
+    ("sys_fs_cgroup", "ls /sys/fs/cgroup"),
+    ("touch_cgroup", "touch /sys/fs/cgroup/x"),
+    ("proc_kcore", "cat /proc/kcore | head -c1"),
+    ("proc_keys", "ls /proc/keys"),
+    ("nonewprivs", "cat /proc/1/status | grep -i nonewprivs"),
+    ("ulimit", "ulimit -a"),
+]
+
+
+def s21(s: Session, ctx: Ctx) -> None:
+    ex = ctx.execd
+    assert ex is not None
+    for _name, cmd in CONTAINMENT_PROBES:
+        ex.command({"command": cmd})
+
+
 SCENARIOS: list[Scenario] = [
     Scenario("01_health_version", "GET /health and /version, with and without the API key", s01),
     Scenario("02_auth_failures", "missing and wrong API key on list/create/get", s02),
@@ -408,6 +437,10 @@ SCENARIOS: list[Scenario] = [
                          "a replay cannot compare (ping count/position are timing); pings are checked in 07-18"),
     Scenario("18_sdk_sync_flow", "the official Python SDK 1.1.1's request sequence", s18),
     Scenario("20_smoke_flow", "seed 000 §5.1 smoke flow in one self-contained scenario", s20),
+    Scenario("21_containment_probes", "what a sandboxed process sees: capabilities, /dev, mounts, ids, masked /proc, "
+             "read-only /proc/sys and /sys, no-new-privileges, ulimits", s21, needs_sandbox=True,
+             replay_skip="host-specific output (container id as hostname, overlay layer paths, the Docker host's "
+                         "ulimits); the values are asserted by the containment tests (tiers/t1/test_containment*)"),
 ]
 
 BY_NAME = {sc.name: sc for sc in SCENARIOS}

@@ -25,7 +25,9 @@ SCRIPT = os.path.join(REPO, "local-up.sh")
 PY = sys.executable
 
 SYSTEM_TOOLS = ("bash", "sh", "cat", "cp", "dirname", "env", "grep", "id", "mkdir", "mv", "nohup", "od", "ps",
-                "rm", "seq", "sleep", "tail", "tr", "cmp")
+                "rm", "seq", "sleep", "tail", "tr", "cmp",
+                # building images (OSB_LOCAL_IMAGES=1)
+                "awk", "sed", "tar", "tee", "sha256sum", "cut", "date", "ln", "touch", "wc")
 OPTIONAL_TOOLS = ("kill", "chmod")  # reached through `sudo` when the tests run as a non-root user
 
 EXECD = "opensandbox/execd:latest"
@@ -43,8 +45,31 @@ case "$1" in
     exit 1 ;;
   image)
     [ -e "$S/daemon_up" ] || exit 1
-    if grep -qxF "$3" "$S/images" 2>/dev/null; then echo '[{}]'; exit 0; fi
-    echo "Error response from daemon: No such image: $3" >&2; exit 1 ;;
+    img="$3"; [ "$3" = "--format" ] && img="$5"
+    if grep -qxF "$img" "$S/images" 2>/dev/null; then
+      if [ "$3" = "--format" ]; then grep "^$img	" "$S/labels" 2>/dev/null | cut -f2; else echo '[{}]'; fi
+      exit 0
+    fi
+    echo "Error response from daemon: No such image: $img" >&2; exit 1 ;;
+  import)
+    [ -e "$S/daemon_up" ] || exit 1
+    label=""; img=""
+    shift
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --change) case "$2" in LABEL*) label="${2#*=}"; label="${label#\"}"; label="${label%\"}" ;; esac; shift 2 ;;
+        -) shift ;;
+        *) img="$1"; shift ;;
+      esac
+    done
+    n="$(wc -c)"
+    [ "$n" -gt 0 ] || { echo "stub: empty tar on stdin" >&2; exit 1; }
+    echo "$img" >>"$S/images"
+    printf '%s\t%s\n' "$img" "$label" >>"$S/labels"
+    echo "sha256:0123"; exit 0 ;;
+  rmi)
+    grep -vxF "$2" "$S/images" >"$S/images.tmp" || true
+    mv "$S/images.tmp" "$S/images"; exit 0 ;;
   pull)
     if grep -qxF "$2" "$S/pullable" 2>/dev/null; then echo "$2" >>"$S/images"; echo "Status: Downloaded newer image for $2"; exit 0; fi
     echo "Error response from daemon: Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host" >&2
@@ -158,6 +183,27 @@ esac
 exit 0
 """
 
+DEBOOTSTRAP = r"""#!/bin/sh
+printf 'debootstrap %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+echo "I: Retrieving InRelease"
+echo "I: Retrieving bash 5.2"
+echo "I: Validating bash 5.2"
+echo "I: Retrieving python3 3.11"
+echo "I: Validating python3 3.11"
+if [ -e "$OSB_STUB_STATE/debootstrap_fails" ]; then echo "E: Failed getting release file $5/dists/$3/InRelease"; exit 1; fi
+dir="$4"
+mkdir -p "$dir/usr/bin" "$dir/bin" "$dir/var/cache/apt/archives"
+printf '#!/bin/sh\n' >"$dir/usr/bin/python3"; printf '#!/bin/sh\n' >"$dir/bin/bash"
+chmod 755 "$dir/usr/bin/python3" "$dir/bin/bash"
+echo "I: Base system installed successfully."
+"""
+
+BUSYBOX = r"""#!/bin/sh
+printf 'busybox %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
+[ "$1" = "--list-full" ] && printf 'bin/busybox\nbin/sh\nbin/ls\nusr/bin/env\nsbin/ifconfig\n'
+exit 0
+"""
+
 SUDO = r"""#!/bin/sh
 printf 'sudo %s\n' "$*" >>"$OSB_STUB_STATE/argv.log"
 [ "$1" = "-n" ] && shift
@@ -200,7 +246,7 @@ class Env:
             "dockerd_impl.py": DOCKERD_IMPL, "python3": PYTHON3, "venv-python": VENV_PYTHON,
             "opensandbox-server": SERVER, "opensandbox-server.py": SERVER_IMPL, "curl": CURL,
             "curl_impl.py": CURL_IMPL, "apt-get": APT_GET, "sudo": SUDO,
-            "pkg/docker": DOCKER, "pkg/dockerd": DOCKERD,
+            "pkg/docker": DOCKER, "pkg/dockerd": DOCKERD, "debootstrap": DEBOOTSTRAP, "busybox-static": BUSYBOX,
         }.items():
             _write(os.path.join(self.stubs, name), text, self.stubs)
         if install_docker:
@@ -404,7 +450,7 @@ def test_unpullable_image_names_the_image_and_the_knobs(world):
         local-up: step "images" failed
           command: docker pull {EXECD}
           cause:   image {EXECD} is not present locally and cannot be pulled: Error response from daemon: Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host
-          fix:     no registry access? Load or tag the image locally (docker load -i FILE.tar; docker tag LOCAL {EXECD}), or point OSB_EXECD_IMAGE at an image that is already present (see docker image ls), e.g. OSB_EXECD_IMAGE=local/execd:v1.0.19 OSB_BASE_IMAGE=local/python:3-slim ./local-up.sh up
+          fix:     no registry access? Build the execd and base images on this machine: OSB_LOCAL_IMAGES=1 ./local-up.sh up (debootstrap + busybox-static + OSB_EXECD_BIN); or load/tag the image locally (docker load -i FILE.tar; docker tag LOCAL {EXECD}), or point OSB_EXECD_IMAGE at an image that is already present (see docker image ls)
         """)
     assert world.pid("server.pid") is None
     assert world.run("down").returncode == 0  # stops the dockerd that `up` started before failing
@@ -513,3 +559,131 @@ def test_shellcheck_clean():
         pytest.skip("shellcheck is not installed (apt-get install -y shellcheck)")
     r = subprocess.run([shellcheck, SCRIPT], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ----------------------------------------------------------------------------------------------- OSB_LOCAL_IMAGES=1
+
+LOCAL_EXECD = "local/execd:from-binary"
+LOCAL_BASE = "local/python:3-slim"
+LOCAL_BUSYBOX = "local/busybox:latest"
+
+
+def _local_knobs(world, *, sources: str = "deb822") -> dict:
+    """An execd binary + bootstrap.sh, a static busybox and an apt sources dir, all fake, in the stub world."""
+    shared = os.path.join(world.tmp, "shared")
+    apt = os.path.join(world.tmp, "apt")
+    os.makedirs(shared)
+    os.makedirs(os.path.join(apt, "sources.list.d"))
+    with open(os.path.join(shared, "execd"), "w") as fh:
+        fh.write("fake execd v1\n")
+    with open(os.path.join(shared, "bootstrap.sh"), "w") as fh:
+        fh.write("#!/bin/sh\nexec \"$@\"\n")
+    if sources == "deb822":
+        with open(os.path.join(apt, "sources.list.d", "debian.sources"), "w") as fh:
+            fh.write("Types: deb\nURIs: http://mirror.example.invalid/debian\nSuites: bookworm\nComponents: main\n\n"
+                     "Types: deb\nURIs: http://mirror.example.invalid/debian-security\nSuites: bookworm-security\n")
+    else:
+        with open(os.path.join(apt, "sources.list"), "w") as fh:
+            fh.write("# comment\ndeb [arch=amd64] http://old.example.invalid/debian bookworm main\n")
+    return {"OSB_LOCAL_IMAGES": "1", "OSB_EXECD_BIN": os.path.join(shared, "execd"),
+            "OSB_BUSYBOX_BIN": os.path.join(world.stubs, "busybox-static"), "OSB_APT_SOURCES": apt,
+            "OSB_DEBIAN_SUITE": "bookworm"}
+
+
+def test_local_images_are_built_once_reused_listed_and_cleaned(world):
+    knobs = _local_knobs(world)
+    r = world.run("up", **knobs)
+    assert r.returncode == 0, r.stderr + r.stdout
+    argv = world.argv()
+    assert not [a for a in argv if a.startswith("docker pull")]  # nothing is pulled
+    assert [a.rsplit(" ", 1)[1] for a in argv if a.startswith("docker import")] == [LOCAL_EXECD, LOCAL_BUSYBOX,
+                                                                                     LOCAL_BASE]
+    deb = [a for a in argv if a.startswith("debootstrap ")]
+    assert len(deb) == 1 and deb[0].endswith(" bookworm " + os.path.join(world.workdir, "build", "base-rootfs")
+                                             + " http://mirror.example.invalid/debian")
+    assert "--variant=minbase --include=python3,bash,coreutils,procps,ca-certificates" in deb[0]
+    # progress: one line per debootstrap phase, per-package lines collapsed
+    assert "local-up: base: Retrieving InRelease\n" in r.stdout
+    assert "local-up: base:   ... 3 x Retrieving\n" in r.stdout and "Validating" not in r.stdout
+    with open(os.path.join(world.workdir, "server.toml")) as fh:
+        assert f'execd_image = "{LOCAL_EXECD}"' in fh.read()
+    env = world.run("env", **knobs).stdout
+    assert f"export OPENSANDBOX_IMAGE={LOCAL_BASE}\n" in env and f"export OPENSANDBOX_BUSYBOX_IMAGE={LOCAL_BUSYBOX}\n" in env
+    assert not os.path.exists(os.path.join(world.workdir, "build", "base-rootfs"))  # scratch removed
+
+    world.clear_argv()
+    r = world.run("up", **knobs)
+    assert r.returncode == 0, r.stderr
+    assert not [a for a in world.argv() if a.startswith(("docker import", "debootstrap"))]
+    assert f"local-up: images: {LOCAL_BASE} present (reused" in r.stdout
+
+    st = world.run("status", **knobs)
+    for img in (LOCAL_EXECD, LOCAL_BASE, LOCAL_BUSYBOX):
+        assert f"local-up: image: {img} present (built by local-up)\n" in st.stdout
+
+    world.set_lines("images", world.lines("images") + ["someone/else:1"])
+    r = world.run("clean", **knobs)
+    assert r.returncode == 0, r.stderr
+    assert sorted(a for a in world.argv() if a.startswith("docker rmi")) == sorted(
+        f"docker rmi {i}" for i in (LOCAL_EXECD, LOCAL_BASE, LOCAL_BUSYBOX))
+    assert world.lines("images") == ["someone/else:1"]  # only what up built
+    assert world.pid("server.pid") is None and world.pid("dockerd.pid") is None
+
+
+def test_local_execd_image_is_rebuilt_when_the_binary_changes(world):
+    knobs = _local_knobs(world)
+    assert world.run("up", **knobs).returncode == 0
+    with open(knobs["OSB_EXECD_BIN"], "a") as fh:
+        fh.write("v2\n")
+    world.clear_argv()
+    r = world.run("up", **knobs)
+    assert r.returncode == 0, r.stderr
+    assert [a.rsplit(" ", 1)[1] for a in world.argv() if a.startswith("docker import")] == [LOCAL_EXECD]
+    assert "was built from another execd/bootstrap.sh; rebuilding" in r.stdout
+    world.run("down")
+
+
+def test_local_images_mirror_from_a_one_line_sources_list(world):
+    knobs = _local_knobs(world, sources="list")
+    r = world.run("up", **knobs)
+    assert r.returncode == 0, r.stderr
+    assert [a for a in world.argv() if a.startswith("debootstrap ")][0].endswith(" http://old.example.invalid/debian")
+    world.run("down")
+
+
+def test_local_images_missing_execd_binary_names_the_knob(world):
+    knobs = {**_local_knobs(world), "OSB_EXECD_BIN": os.path.join(world.tmp, "nope", "execd")}
+    r = world.run("up", **knobs)
+    assert r.returncode == 1
+    assert r.stderr.startswith('local-up: step "local-images" failed\n')
+    assert "no execd binary at" in r.stderr and "point OSB_EXECD_BIN at an execd binary" in r.stderr
+    assert "Traceback" not in r.stderr and world.pid("server.pid") is None
+    world.run("down")
+
+
+def test_local_images_missing_bootstrap_names_osb_bootstrap(world):
+    knobs = _local_knobs(world)
+    os.unlink(os.path.join(os.path.dirname(knobs["OSB_EXECD_BIN"]), "bootstrap.sh"))
+    r = world.run("up", **knobs)
+    assert r.returncode == 1 and "point OSB_BOOTSTRAP at it" in r.stderr
+    other = os.path.join(world.tmp, "boot.sh")
+    with open(other, "w") as fh:
+        fh.write("#!/bin/sh\n")
+    assert world.run("up", OSB_BOOTSTRAP=other, **knobs).returncode == 0
+    world.run("down")
+
+
+def test_local_images_failed_debootstrap_says_where_to_look(world):
+    knobs = _local_knobs(world)
+    world.set_lines("debootstrap_fails", [])
+    r = world.run("up", **knobs)
+    assert r.returncode == 1
+    assert "debootstrap --variant=minbase bookworm" in r.stderr
+    assert "OSB_DEBIAN_MIRROR" in r.stderr and "E: Failed getting release file" in r.stderr
+    assert world.pid("server.pid") is None
+    world.run("down")
+
+
+def test_local_images_knob_must_be_0_or_1(world):
+    r = world.run("up", OSB_LOCAL_IMAGES="yes")
+    assert r.returncode == 1 and "set OSB_LOCAL_IMAGES=1" in r.stderr and world.argv() == []
