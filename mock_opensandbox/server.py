@@ -23,8 +23,10 @@ from datetime import datetime
 from typing import Any, Callable, Iterable
 
 from . import quirks
+from .admin import AdminAPI, AdminLayer, MockBackend, WorkbenchMixin
 from .faults import FaultRegistry
 from .httpcore import Server
+from .journal import Journal
 from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
 from .model import Provisioner, Sandbox, SandboxStore
 
@@ -145,6 +147,7 @@ class MockProvisioner(Provisioner):
                             close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose,
                             start_delay=self.mock.execd_start_delay)
         execd.faults, execd.sandbox_id = self.mock.faults, sb.id   # fault rules reach its listener too
+        execd.journal = self.mock.journal                           # and the request journal (admin.py)
         execd.start()
         return execd
 
@@ -251,6 +254,7 @@ class MockProvisioner(Provisioner):
                     return 0
                 app = PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose)
                 app.faults, app.sandbox_id, app.fault_listener = self.mock.faults, sb.id, "port"  # type: ignore[attr-defined]
+                app.journal = self.mock.journal  # type: ignore[attr-defined]
                 srv = Server(("127.0.0.1", 0), PortForwardHandler, app)
                 srv.start(name="mock-osb-8080-%s" % sb.id[:8])
                 sb.resources["http"] = srv
@@ -264,7 +268,7 @@ class MockProvisioner(Provisioner):
         return "127.0.0.1:%d/proxy/%d" % (sb.execd_port or 0, quirks.HTTP_PORT), headers
 
 
-class MockOpenSandbox:
+class MockOpenSandbox(WorkbenchMixin):
     """The mock OpenSandbox server. Not started until ``start()`` (or ``with``)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None, insecure: bool = False,
@@ -304,6 +308,11 @@ class MockOpenSandbox:
         # fault injection rules for every listener of this mock (faults.py, docs/FAULTS.md); rules may be
         # added before start()
         self.faults = FaultRegistry(verbose=verbose)
+        # the workbench (admin.py, journal.py): request journal + /__mock__/ admin API and dashboard
+        self._initial_execd_mode = execd_mode
+        self.journal = Journal(secrets=lambda: (self._api_key or "", self.execd_token or ""))
+        self.admin = AdminAPI(MockBackend(self), self.journal, self.faults, api_key=lambda: self._api_key,
+                              bind_host=lambda: self.host)
         self.store: SandboxStore | None = None
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
@@ -385,6 +394,8 @@ class MockOpenSandbox:
                 self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
                                    verbose=self.verbose, faults=self.faults)
+                app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (admin.py)
+                app.journal = self.journal
                 family_host = self.host
                 if ":" in family_host:
                     srv_cls = type("Server6", (Server,), {"address_family": socket.AF_INET6})
