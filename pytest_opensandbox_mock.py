@@ -8,6 +8,9 @@ package, and through ``pytest_plugins`` in this repository's conftest.py.
 
     def test_token(opensandbox_mock_factory):
         osb = opensandbox_mock_factory(execd_token="secret", execd_mode="latest")
+
+    def test_fast(opensandbox_mock_shared):   # one mock per session, reset() after every test
+        opensandbox_mock_shared.assert_requested(method="POST", path="^/v1/sandboxes$", count=0)
 """
 from __future__ import annotations
 
@@ -51,3 +54,21 @@ def opensandbox_mock_factory() -> Iterator[Callable[..., MockOpenSandbox]]:
                 errors.append(e)
         if errors:
             raise errors[0]
+
+
+@pytest.fixture(scope="session")
+def _opensandbox_mock_session() -> Iterator[MockOpenSandbox]:
+    osb = MockOpenSandbox()
+    osb.start()
+    try:
+        yield osb
+    finally:
+        osb.stop()
+
+
+@pytest.fixture
+def opensandbox_mock_shared(_opensandbox_mock_session: MockOpenSandbox) -> Iterator[MockOpenSandbox]:
+    """One MockOpenSandbox for the whole session, ``reset()`` after every test (moto's reset): no sandbox,
+    process, fault rule or journal entry carries over to the next test."""
+    yield _opensandbox_mock_session
+    _opensandbox_mock_session.reset()
