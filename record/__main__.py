@@ -1,4 +1,5 @@
-"""Command line: ``python -m record [convert|replay] ...`` (see ``record/__init__.py``)."""
+"""Command line: ``python -m record [convert|replay|compare] ...`` (see ``record/__init__.py``;
+``compare DIR``: record/compare_dir.py)."""
 from __future__ import annotations
 
 import argparse
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if argv[:1] == ["replay"]:
             return _replay(_replay_parser().parse_args(argv[1:]))
+        if argv[:1] == ["compare"]:  # replay your own recordings (the fault proxy's --record) against the mock
+            from record.compare_dir import main as compare_main
+            return compare_main(argv[1:])
         from record.recorder import run
         return run(_record_parser().parse_args(argv))
     except (RecorderError, ConvertError, ReplayError, ValueError, OSError) as exc:
