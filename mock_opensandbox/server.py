@@ -78,6 +78,16 @@ def _free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _is_mock_execd(path: str) -> bool:
+    """A small script that runs the mock's own stand-alone execd (`-m mock_opensandbox.execd`)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"mock_opensandbox.execd" in head
+
+
 class _ExecdProcess:
     """A real execd binary (or ``python -m mock_opensandbox.execd``) running as a sandbox process."""
 
@@ -111,10 +121,16 @@ class MockProvisioner(Provisioner):
         m = self.mock
         root = os.path.join(m.root, sb.id)
         isolate = m.isolate
-        if isolate is None and m.execd_bin:
-            # an execd binary outside the sandbox's system dirs cannot run inside the isolated view:
-            # the process runs on the host with cwd = the sandbox root (seed 000 §5.3)
-            isolate = False
+        if m.execd_bin and _is_mock_execd(m.execd_bin):
+            # the mock's own stand-alone execd (a wrapper around `python -m mock_opensandbox.execd`)
+            # needs the host's interpreter and this repository: it runs on the host with cwd = the
+            # sandbox root (seed 000 §5.3) and contains the commands it runs by itself
+            if isolate is None:
+                isolate = False
+        elif m.execd_bin and isolate is False:
+            # any other execd (the real binary) runs only inside an isolated sandbox view, like the
+            # server's container (runtime/execd.py); without one the sandbox fails to start
+            isolate = None
         runtime = SandboxRuntime(root, env=sb.env, isolate=isolate)
         sb.runtime = runtime
         sb.execd_mode = m.execd_mode
@@ -151,9 +167,13 @@ class MockProvisioner(Provisioner):
         execd.start()
         return execd
 
-    def _start_execd_process(self, sb: Sandbox, runtime: Any) -> _ExecdProcess:
+    def _start_execd_process(self, sb: Sandbox, runtime: Any) -> Any:
         m = self.mock
         port = _free_port()
+        if not _is_mock_execd(m.execd_bin):
+            # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
+            # capabilities as every sandbox process (raises when the sandbox is not isolated)
+            return runtime.start_execd(m.execd_bin, port=port, token=m.execd_token or None)
         argv = [m.execd_bin, "--port", str(port)]
         if m.execd_token:
             argv += ["-access-token", m.execd_token]
@@ -220,7 +240,9 @@ class MockProvisioner(Provisioner):
 
     def isolation(self) -> str:
         """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
-        if self.mock.isolate is False or (self.mock.isolate is None and self.mock.execd_bin):
+        mock_execd = bool(self.mock.execd_bin) and _is_mock_execd(self.mock.execd_bin)
+        if (self.mock.isolate is False and not (self.mock.execd_bin and not mock_execd)) or (
+                self.mock.isolate is None and mock_execd):
             return "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
         from .runtime import probe_isolation
 

@@ -201,6 +201,12 @@ def test_lying_content_length_is_answered(osb, sandbox):
 
 def _procs_under(root: str) -> set[int]:
     out = set()
+    # an isolated sandbox process has pivot_root'ed into its sandbox dir: readlink says "/", the inode tells
+    roots = set()
+    for entry in os.scandir(root) if os.path.isdir(root) else ():
+        if entry.is_dir(follow_symlinks=False):
+            st = entry.stat(follow_symlinks=False)
+            roots.add((st.st_dev, st.st_ino))
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -217,6 +223,12 @@ def _procs_under(root: str) -> set[int]:
                     out.add(pid)
             except OSError:
                 pass
+        try:
+            st = os.stat(f"/proc/{pid}/root")
+            if (st.st_dev, st.st_ino) in roots:
+                out.add(pid)
+        except OSError:
+            pass
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
                 if root.encode() in fh.read():

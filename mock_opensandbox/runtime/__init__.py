@@ -1,0 +1,58 @@
+"""The sandbox underneath one mock execd, contained the way a container of the real server is.
+
+Modules: ``sandbox`` (SandboxRuntime: root, path mapping, processes, pause/resume), ``holder`` (a
+sandbox's PID 1 and how commands join its namespaces), ``probe`` (can this OS contain a sandbox?
+once per process), ``scripts`` (the shell/Python programs in ``scripts/`` and their arguments),
+``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox).
+
+Containment, where the OS allows it (QUIRKS.md "Containment" has the sources). Every sandbox
+process - the entrypoint and PID 1, foreground and background commands, PTY shells, an execd
+process - runs
+* in the sandbox's own mount, IPC and UTS namespaces (+ a user namespace mapping the caller to
+  root when the mock is not root) and, normally, its own PID namespace (``ps`` shows only the
+  sandbox; seed 001 process list);
+* with the sandbox root as "/" after ``pivot_root`` (the host's tree is detached, not just
+  hidden by a chroot): ``/usr /bin /sbin /lib*`` bound read-only from the host, a container
+  ``/dev`` (tmpfs; null zero full random urandom tty; fresh devpts + ptmx; shm; mqueue; fd/stdin/
+  stdout/stderr links; no block devices), ``/proc`` with Docker's read-only (bus fs irq sys
+  sysrq-trigger) and masked (kcore keys timer_list ... acpi scsi) paths, ``/sys`` read-only with
+  every cgroup hierarchy, ``/etc`` = the host's through an overlay with the image's accounts, a
+  locked shadow, the 12-hex-digit hostname, host secrets and ``/etc/ssh`` whited out, and
+  hosts/resolv.conf/nsswitch.conf/ld.so.cache/CA bundle bound read-only;
+* with the server's capability set (``caps.SANDBOX_CAP_MASK`` = 0x800405fb as bounding,
+  permitted and effective set; inheritable and ambient empty) and no_new_privs, set right
+  before the exec of the sandbox process (util-linux ``setpriv``; the non-root helper does the
+  same with prctl/capset).
+The view is built while still privileged, in a namespace the host never sees; a failure of any
+step stops the process before anything of the sandbox runs. Not contained: the host network
+(no network namespace; the server's default ``network_mode`` is "host" too). Without a PID
+namespace (``OSB_MOCK_PIDNS=0``, no nsenter) each command builds the view in a mount namespace
+of its own and shares the host's processes. Where namespaces are unavailable at all (no
+``unshare``/``setpriv``, user namespaces disabled, not Linux, ``OSB_MOCK_ISOLATION=0``) commands
+run ON THE HOST with cwd/HOME/TMPDIR inside the root (seed 000 §5.3), ``isolated`` is False and
+the note says so (``x-mock-isolation``).
+
+Standard library only, Python >= 3.10.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import probe as _probe_mod
+from ._util import BASE_DIRS, DEFAULT_PATH, HOST_DIRS, SYSTEM_DIRS, VIEW_DIRS, rmtree as _rmtree
+from .caps import SANDBOX_CAP_MASK, SANDBOX_CAPS
+from .execd import EXECD_PATH, ExecdProcess
+from .probe import isolation_note, probe_isolation
+from .sandbox import (IMPLICIT_ENTRYPOINT, PathEscape, SandboxNotRunning, SandboxRuntime,
+                      SandboxTerminated)
+
+__all__ = ["SandboxRuntime", "PathEscape", "SandboxTerminated", "SandboxNotRunning", "probe_isolation",
+           "isolation_note", "ISOLATION_NOTE", "SYSTEM_DIRS", "HOST_DIRS", "VIEW_DIRS", "BASE_DIRS",
+           "DEFAULT_PATH", "IMPLICIT_ENTRYPOINT", "SANDBOX_CAPS", "SANDBOX_CAP_MASK", "ExecdProcess",
+           "EXECD_PATH"]
+
+
+def __getattr__(name: str) -> Any:  # ISOLATION_NOTE is filled in by the first probe
+    if name == "ISOLATION_NOTE":
+        return _probe_mod.ISOLATION_NOTE
+    raise AttributeError(name)

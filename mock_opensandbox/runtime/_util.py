@@ -1,0 +1,185 @@
+"""Small process and file helpers shared by the runtime modules (standard library only)."""
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import time
+
+# Host directories bound read-only into every isolated sandbox view, and the directories the
+# view builds itself (container /dev, procfs, read-only /sys, the per-sandbox /etc overlay).
+HOST_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+VIEW_DIRS = ("etc", "dev", "proc", "sys")
+SYSTEM_DIRS = HOST_DIRS + VIEW_DIRS
+# Directories every sandbox root starts with (the brief; a Debian image has them all).
+BASE_DIRS = ("tmp", "home", "root", "workspace")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MAX_SYMLINKS = 40  # Linux's own limit (ELOOP)
+CLONE_NEWPID = 0x20000000
+
+
+def readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def take_ctty() -> None:  # runs in the child after setsid(), before exec
+    import fcntl
+    import termios
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def rmtree(path: str) -> None:
+    """Remove a tree, fixing permissions on the way, never following symlinks or crossing mounts."""
+    if not os.path.lexists(path):
+        return
+
+    def onerror(func, p, exc_info):  # noqa: ANN001
+        parent = os.path.dirname(p)
+        try:
+            os.chmod(parent, 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    if os.path.islink(path):
+        os.unlink(path)
+        return
+    for dirpath, dirnames, _ in os.walk(path):
+        for d in list(dirnames):
+            full = os.path.join(dirpath, d)
+            if os.path.ismount(full):  # never descend into a (leaked) bind mount
+                dirnames.remove(d)
+                raise RuntimeError(f"refusing to remove a mount point inside the sandbox root: {full}")
+    shutil.rmtree(path, onerror=onerror)
+
+
+def make_mountpoint(root: str, d: str) -> None:
+    """<root>/<d> for a view directory: the host's symlink (merged /usr) or an empty directory."""
+    host, mine = "/" + d, os.path.join(root, d)
+    if os.path.lexists(mine):
+        return
+    try:
+        if d in HOST_DIRS and os.path.islink(host):
+            os.symlink(os.readlink(host), mine)
+        elif d not in HOST_DIRS or os.path.isdir(host):
+            os.mkdir(mine, 0o755)
+    except OSError:
+        pass
+
+
+def read_lines(fd: int, n: int, timeout: float, proc: subprocess.Popen) -> list[str]:
+    """Up to n lines from a non-blocking pipe/FIFO within timeout; fewer on EOF, timeout or when proc
+    exits (a FIFO without a writer yet shows no EOF, hence the poll of proc)."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while buf.count(b"\n") < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(fd, 256)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.01)  # EOF between two writers (the prelude's and PID 1's fd 9 are one open file)
+            continue
+        buf += chunk
+    return [x.decode("ascii", "replace") for x in buf.split(b"\n")[:-1][:n]]
+
+
+def read_cmdline(pid: int) -> bytes | None:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def first_child(pid: int) -> int | None:
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
+            kids = fh.read().split()
+        return int(kids[0]) if kids else None
+    except (OSError, ValueError):
+        pass
+    for name in os.listdir("/proc"):  # kernels without CONFIG_PROC_CHILDREN
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as fh:
+                    if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        return int(name)
+            except (OSError, IndexError, ValueError):
+                continue
+    return None
+
+
+def await_exec(proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None,
+               timeout: float = 2.0) -> None:
+    """Wait (bounded) until the process running the command - proc itself, or its first child when
+    stages[0] - no longer shows one of the wrapper cmdlines stages[1]: it has exec'd the command,
+    exited, or been reaped."""
+    child, stale = stages
+    parent = pid if pid is not None else proc.pid
+    target = None if child else proc.pid
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pid is None and proc.poll() is not None:
+            return
+        if target is None:
+            target = first_child(parent)
+            if target is None:
+                if read_cmdline(parent) in (None, b""):
+                    return  # the parent is gone
+                time.sleep(0.0005)
+                continue
+        line = read_cmdline(target)
+        if line is None or line == b"" or line not in stale:
+            return
+        time.sleep(0.0005)
+
+
+def start_time(pid: int) -> int:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def is_child_init(pid: int, parent: int) -> bool:
+    """pid is a child of parent and PID 1 of its own PID namespace (guards the pid read from the pipe)."""
+    try:
+        with open("/proc/%d/status" % pid) as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    except OSError:
+        return False
+    ppid = fields.get("PPid", "").strip()
+    nspid = fields.get("NSpid", "").split()
+    return ppid == str(parent) and (not nspid or nspid[-1] == "1")

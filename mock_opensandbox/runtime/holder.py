@@ -1,0 +1,252 @@
+"""A sandbox's namespace holder (its PID 1) and the ways a later command joins its namespaces.
+
+The holder is ``unshare [--user --map-root-user] --mount --ipc --uts --pid --fork --kill-child sh
+-c HOLDER_SH``: the script builds the sandbox view (scripts/view.sh), pivots into it, reports its
+host pid through a FIFO and becomes PID 1 (an init running the entrypoint) with the sandbox's
+capability set. Joining:
+
+* ``direct`` (root): the spawning thread switches its ``pid_for_children`` to the sandbox's PID
+  namespace (``setns``) for the one ``fork`` and the child runs ``nsenter --target=PID1 --mount
+  --ipc --uts --wdns=WD -- setpriv OPTIONS -- ARGV``: entering the mount namespace makes the
+  sandbox root "/", setpriv drops to the capability set and sets no_new_privs, then the command
+  runs - the Popen child itself, in its own session and process group like execd's Setpgid.
+* ``helper`` (non-root; entering a user namespace needs a single-threaded process): scripts/nsexec.py
+  started with ``python -I -S`` enters the user, mount, IPC, UTS and PID namespaces, forks the
+  command, drops the capabilities in the child and passes its exit status or fatal signal on.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Any, Mapping, Sequence
+
+from . import caps, scripts
+from ._util import (CLONE_NEWPID, await_exec, is_child_init, killpg, read_cmdline, read_lines,
+                    start_time)
+
+HOLDER_READY_TIMEOUT = 15.0
+
+_setns_fn: Any = None
+_own_pidns: int | None = None
+
+
+def setns_function() -> Any:
+    """setns(2): os.setns on Python >= 3.12, libc through ctypes before."""
+    global _setns_fn
+    if _setns_fn is None:
+        fn = getattr(os, "setns", None)
+        if fn is None:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            raw = libc.setns
+            raw.argtypes = [ctypes.c_int, ctypes.c_int]
+            raw.restype = ctypes.c_int
+
+            def fn(fd: int, nstype: int) -> None:
+                if raw(fd, nstype) != 0:
+                    e = ctypes.get_errno()
+                    raise OSError(e, os.strerror(e))
+        _setns_fn = fn
+    return _setns_fn
+
+
+def own_pidns_fd() -> int:
+    """The mock process's own (active) PID namespace, to switch a thread back to."""
+    global _own_pidns
+    if _own_pidns is None:
+        _own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    return _own_pidns
+
+
+def holder_prefix(unshare: str) -> list[str]:
+    cmd = [unshare]
+    if os.geteuid() != 0:
+        cmd += ["--user", "--map-root-user"]
+    return cmd + ["--mount", "--ipc", "--uts", "--propagation", "private", "--pid", "--fork", "--kill-child"]
+
+
+class Holder:
+    """A sandbox's main process: PID 1 of its PID namespace, owner of its mount, IPC and UTS (+ user)
+    namespaces."""
+
+    def __init__(self, proc: subprocess.Popen, pid: int, mode: str, implicit: bool):
+        self.proc = proc          # the outer `unshare --fork` (host PID namespace); its exit status is PID 1's
+        self.pid = pid            # host pid of PID 1
+        self.mode = mode          # "direct" (root: setns + fork, nsenter) | "helper" (scripts/nsexec.py)
+        self.implicit = implicit  # started on first use, not by start_entrypoint()
+        self.pidns_fd: int | None = None
+        self.pidns_id = ""
+        self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
+        if mode == "direct":
+            self.pidns_fd = os.open("/proc/%d/ns/pid" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.pidns_id = os.readlink("/proc/%d/ns/pid" % pid)
+        except OSError:
+            pass
+
+    @classmethod
+    def start(cls, unshare: str, setpriv: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
+              mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
+              ) -> tuple["Holder | None", str]:
+        """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why)."""
+        safe_env, unsafe = scripts.split_env(env)
+        argv = scripts.env_stage(unsafe) + list(argv)
+        # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
+        # open before the holder starts, so its open for writing never blocks
+        tmp = tempfile.gettempdir()
+        if os.path.realpath(tmp).startswith(root.rstrip("/") + "/") and os.access("/tmp", os.W_OK):
+            tmp = "/tmp"  # a stand-alone execd whose TMPDIR is the sandbox's: keep the FIFO out of it
+        fifo_dir = tempfile.mkdtemp(prefix="osb-holder-", dir=tmp)
+        fifo = os.path.join(fifo_dir, "ready")
+        proc = None
+        try:
+            os.mkfifo(fifo, 0o600)
+            r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                cmd = scripts.holder_argv(holder_prefix(unshare), root, fifo, hostname, setpriv, argv)
+                proc = subprocess.Popen(cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
+                                        stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+                lines = read_lines(r, 2, timeout, proc)
+            finally:
+                os.close(r)
+        except OSError as exc:
+            if proc is not None:
+                killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return None, f"the sandbox's PID namespace could not be set up: {exc}"
+        finally:
+            shutil.rmtree(fifo_dir, ignore_errors=True)
+        pid = 0
+        if len(lines) == 2 and lines[0].startswith("pid ") and lines[1] == "started":
+            try:
+                pid = int(lines[0][4:])
+            except ValueError:
+                pid = 0
+        if pid <= 1 or not is_child_init(pid, proc.pid):
+            why = "no ready signal"
+            if proc.poll() is None:
+                killpg(proc.pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+            if proc.stderr is not None:
+                try:
+                    tail = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+                    why = tail[-1] if tail else why
+                except (OSError, ValueError):
+                    pass
+                proc.stderr.close()
+            return None, "the sandbox's PID namespace did not come up (exit %s: %s)" % (
+                proc.returncode, why[:160])
+        # "started" comes right after the fork of the entrypoint: wait for its exec (see await_exec)
+        await_exec(proc, (True, {read_cmdline(pid)}), pid=pid)
+        try:
+            return cls(proc, pid, mode, implicit), ""
+        except OSError as exc:
+            killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, f"cannot open the sandbox's PID namespace: {exc}"
+
+    def alive(self) -> bool:
+        """PID 1 runs and is not exiting (an exiting init waits for the mock to reap the processes it
+        forked into the namespace - kernel zap_pid_ns_processes - and no fork can join any more)."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            with open("/proc/%d/stat" % self.pid, "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            return fields[0] not in (b"Z", b"X") and not int(fields[6]) & 0x4  # PF_EXITING
+        except (OSError, IndexError, ValueError):
+            return False
+
+    def gone(self) -> bool:
+        """PID 1 has finished exiting: the whole namespace is empty (the kernel lets an exiting init
+        go only after every other process of its namespace is reaped)."""
+        try:
+            with open("/proc/%d/stat" % self.pid, "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            return fields[0] in (b"Z", b"X") or int(fields[19]) != self.start_time
+        except (OSError, IndexError, ValueError):
+            return True
+
+    def exit_text(self) -> str:
+        rc = self.proc.poll()
+        if rc is None:
+            return "its main process (PID 1) has exited"
+        if rc < 0:
+            return "its main process (PID 1) was killed by signal %d" % -rc
+        return "its main process (PID 1) exited with status %d" % rc
+
+    @contextlib.contextmanager
+    def children_inside(self) -> Any:
+        """Direct mode: processes forked by this thread inside the block are born in the sandbox's PID
+        namespace (setns(CLONE_NEWPID) changes only the calling thread's pid_for_children)."""
+        if self.pidns_fd is None:
+            yield
+            return
+        setns = setns_function()
+        setns(self.pidns_fd, CLONE_NEWPID)
+        try:
+            yield
+        finally:
+            setns(own_pidns_fd(), CLONE_NEWPID)
+
+    def command(self, nsenter: str, setpriv: str, wd: str, argv: Sequence[str],
+                env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment) that enter the holder's namespaces, drop the capabilities and run argv
+        in wd; the wrappers see only the sanitized environment."""
+        safe, unsafe = scripts.split_env(env)
+        if self.mode == "direct":
+            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts", "--wdns=" + wd, "--", setpriv]
+                    + caps.setpriv_options() + ["--"] + scripts.env_stage(unsafe) + list(argv)), safe
+        # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
+        # it again when the command's environment did not have it
+        keep_lc = "1" if "LC_CTYPE" in env else "0"
+        for k, v in unsafe.items():  # the helper's child restores them right before exec
+            safe[scripts.HELPER_ENV_PREFIX + k] = v
+        return [sys.executable, "-I", "-S", "-c", scripts.NSEXEC_PY, str(self.pid), wd, keep_lc,
+                "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0"] + list(argv), safe
+
+    def stages(self, cmd: list[str]) -> tuple[bool, set[bytes]]:
+        """What the spawned process looks like before it runs the command: (the command is a child
+        of the spawned process, the /proc cmdlines of the wrapper stages)."""
+        raw = [a.encode("utf-8", "surrogateescape") for a in cmd]
+        if self.mode == "direct":  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
+            out = {b"\0".join(raw) + b"\0"}
+            cut = raw.index(b"--") + 1
+            out.add(b"\0".join(raw[cut:]) + b"\0")
+            cut2 = raw.index(b"--", cut) + 1
+            if raw[cut2:cut2 + 1] == [scripts.ENV_STAGE.encode()]:
+                out.add(b"\0".join(raw[cut2:]) + b"\0")
+            return False, out
+        return True, {b"\0".join(raw) + b"\0"}  # the helper's forked child, until it execs
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            killpg(self.proc.pid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            pass
+        self.close()
+
+    def close(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        if self.pidns_fd is not None:
+            try:
+                os.close(self.pidns_fd)
+            except OSError:
+                pass
+            self.pidns_fd = None

@@ -1,0 +1,465 @@
+"""SandboxRuntime: the sandbox underneath one mock execd - a root directory that plays the sandbox's
+"/", path mapping that never leaves it, and real processes (one process group per command, like
+execd's Setpgid) contained the way a container of the real server is (see __init__.py).
+
+Pause = SIGSTOP of every process group (seed 000 §5.3, "docker pause ~ SIGSTOP"), resume = SIGCONT.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from . import scripts
+from ._util import (BASE_DIRS, DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
+                    make_mountpoint, readlink, rmtree, take_ctty)
+from .holder import Holder
+from .probe import probe_isolation, probe_result
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .execd import ExecdProcess
+
+# A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
+# the usual keep-alive entrypoint of OpenSandbox sandboxes (seed 001).
+IMPLICIT_ENTRYPOINT = ("tail", "-f", "/dev/null")
+_MARKER_ENV = "OPENSANDBOX_MOCK_SANDBOX"  # only used when not isolated, to find escaped processes
+
+
+class PathEscape(ValueError):
+    """A sandbox path that would resolve outside the sandbox root (never returned, always raised)."""
+
+
+class SandboxTerminated(RuntimeError):
+    """spawn() after terminate()."""
+
+
+class SandboxNotRunning(SandboxTerminated):
+    """spawn() after the sandbox's main process (PID 1 of its PID namespace) exited: the sandbox is
+    dead like a stopped container and nothing can join its namespaces."""
+
+
+class SandboxRuntime:
+    """One sandbox: a root directory and the process groups running in it."""
+
+    def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
+                 create: bool = True, hostname: str | None = None):
+        if create:
+            os.makedirs(root, exist_ok=True)
+        self.root = os.path.realpath(root)
+        if not os.path.isdir(self.root):
+            raise ValueError(f"sandbox root is not a directory: {root}")
+        self.env: dict[str, str] = dict(env or {})
+        # what `hostname` prints inside: 12 hex digits, like a Docker container's short id
+        self.hostname = hostname or uuid.uuid4().hex[:12]
+        if not (len(self.hostname) <= 64 and self.hostname.replace("-", "").isalnum() and self.hostname.isascii()):
+            raise ValueError(f"invalid sandbox hostname: {self.hostname!r}")
+        if isolate is False:
+            ok, note = False, "isolation disabled by caller"
+        elif not scripts.root_is_safe(self.root):
+            ok, note = False, f"sandbox isolation needs a root path without whitespace or backslashes: {self.root!r}"
+        else:
+            ok, note = probe_isolation()
+        if isolate is True and not ok:
+            raise RuntimeError(note)
+        self.isolated: bool = bool(ok and isolate is not False)
+        self.isolation_note = note
+        result = probe_result() if self.isolated else None
+        self._prefix: list[str] = list(result[2]) if result else []
+        self._unshare = shutil.which("unshare") or "unshare"
+        self._nsenter = shutil.which("nsenter") or "nsenter"
+        self._setpriv = shutil.which("setpriv", path=DEFAULT_PATH) or "/usr/bin/setpriv"
+        # one PID (+ mount, IPC, UTS) namespace per sandbox, held by its main process (see holder.py)
+        self._pid_mode: str | None = result[3] if result else None
+        self._holder: Holder | None = None
+        self._root_id: tuple[int, int] | None = None
+        self._token = uuid.uuid4().hex
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._procs: list[subprocess.Popen] = []
+        self.paused = False
+        self.terminated = False
+        for d in BASE_DIRS:
+            p = os.path.join(self.root, d)
+            if not os.path.lexists(p):
+                os.makedirs(p, exist_ok=True)
+        try:  # /tmp in a container is world-writable and sticky
+            os.chmod(os.path.join(self.root, "tmp"), 0o1777)
+        except OSError:
+            pass
+        if self.isolated:
+            self._make_mountpoints()
+            st = os.stat(self.root)
+            self._root_id = (st.st_dev, st.st_ino)
+
+    # -- paths ----------------------------------------------------------------------------------
+    def _make_mountpoints(self) -> None:
+        for d in SYSTEM_DIRS:
+            make_mountpoint(self.root, d)
+
+    @property
+    def pid_namespace(self) -> bool:
+        """True when the sandbox's processes share one PID namespace of their own (`ps` shows only them)."""
+        return self._pid_mode is not None
+
+    def resolve(self, sandbox_path: str, *, follow_symlinks: bool = True) -> str:
+        """Map a sandbox path to a host path inside the root, resolving symlinks the way a process
+        chrooted into the root would (absolute targets are relative to the root, ".." stops at
+        the root). The final component is left unresolved when follow_symlinks is False.
+        Raises ValueError for NUL bytes / non-strings, OSError(ELOOP) for symlink loops."""
+        if not isinstance(sandbox_path, str):
+            raise ValueError("path must be a string")
+        if "\x00" in sandbox_path:
+            raise ValueError("path contains a NUL byte")
+        root = self.root
+        todo = [p for p in sandbox_path.split("/") if p not in ("", ".")]
+        todo.reverse()  # a stack: next component at the end
+        done: list[str] = []
+        hops = 0
+        while todo:
+            name = todo.pop()
+            if name == ".":
+                continue
+            if name == "..":
+                if done:
+                    done.pop()
+                continue
+            cand = os.path.join(root, *done, name)
+            last = not todo
+            if last and not follow_symlinks:
+                done.append(name)
+                break
+            try:
+                st = os.lstat(cand)
+            except OSError:
+                done.append(name)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > MAX_SYMLINKS:
+                    raise OSError(errno.ELOOP, "too many levels of symbolic links", "/" + "/".join(done + [name]))
+                target = os.readlink(cand)
+                if "\x00" in target:  # impossible on Linux, but never trust it
+                    raise ValueError("symlink target contains a NUL byte")
+                if target.startswith("/"):
+                    done = []
+                parts = [p for p in target.split("/") if p not in ("", ".")]
+                todo.extend(reversed(parts))
+                continue
+            done.append(name)
+        result = os.path.join(root, *done) if done else root
+        if result != root and not result.startswith(root + os.sep):
+            raise PathEscape(f"path escapes the sandbox: {sandbox_path!r}")
+        return result
+
+    def to_sandbox(self, host_path: str) -> str:
+        """Inverse of resolve() for host paths inside the root."""
+        hp = os.path.abspath(host_path)
+        if hp == self.root:
+            return "/"
+        if not hp.startswith(self.root + os.sep):
+            raise PathEscape(f"not inside the sandbox root: {host_path!r}")
+        return hp[len(self.root):]
+
+    # -- processes -----------------------------------------------------------------------------
+    def view_path(self, sandbox_path: str) -> str:
+        """Host path of what a *command* sees at sandbox_path: the host's own system directories when
+        isolated (they are bind-mounted), else the sandbox root's file (resolve())."""
+        if self.isolated:
+            norm = os.path.normpath("/" + sandbox_path.lstrip("/"))
+            first = norm.split("/")[1] if norm != "/" else ""
+            if first in SYSTEM_DIRS:
+                return norm
+        return self.resolve(sandbox_path)
+
+    def which(self, name: str, path: str | None = None) -> str | None:
+        """PATH lookup of an executable as a command inside the sandbox would do it."""
+        for d in (path if path is not None else self.base_env().get("PATH", DEFAULT_PATH)).split(":"):
+            if not d.startswith("/"):
+                continue
+            cand = d.rstrip("/") + "/" + name
+            try:
+                host = self.view_path(cand) if self.isolated else cand
+            except (OSError, ValueError):
+                continue
+            if os.path.isfile(host) and os.access(host, os.X_OK):
+                return cand
+        return None
+
+    def shell(self) -> list[str]:
+        """The shell execd would use: "bash" when present in the sandbox view, else "sh" (execd
+        runtime/command.go getShell; recording 11 stderr "bash: line 1: ...")."""
+        return ["bash"] if self.which("bash") else ["sh"]
+
+    def base_env(self) -> dict[str, str]:
+        if self.isolated:
+            env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp"}
+        else:
+            env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": os.path.join(self.root, "root"),
+                   "TMPDIR": os.path.join(self.root, "tmp")}
+        env["HOSTNAME"] = self.hostname  # Docker sets it to the container's hostname
+        env.update(self.env)
+        return env
+
+    def host_cwd(self, cwd: str | None) -> str:
+        """Host directory a non-isolated process starts in for a sandbox cwd."""
+        if not cwd:
+            return self.root
+        return self.resolve(cwd)
+
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin: Any = None, stdout: Any = None, stderr: Any = None,
+              controlling_tty: bool = False) -> subprocess.Popen:
+        """Start argv in its own process group (a new session) inside the sandbox. cwd is a sandbox
+        path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
+        (a terminal) the session's controlling terminal (for PTY sessions).
+        Raises SandboxTerminated, OSError, ValueError."""
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError("argv must be a non-empty list of strings")
+        if any("\x00" in a for a in argv):
+            raise ValueError("argv contains a NUL byte")
+        full_env = self.base_env()
+        full_env.update(env or {})
+        for k, v in list(full_env.items()):
+            if "\x00" in k or "\x00" in v or "=" in k or not k:
+                raise ValueError(f"invalid environment variable name or value: {k!r}")
+        wd = cwd or "/"
+        if not self.isolated:
+            full_env[_MARKER_ENV] = self._token
+        with self._lock:
+            if self.terminated:
+                raise SandboxTerminated("sandbox is terminated")
+            holder = self._ensure_holder() if self._pid_mode is not None else None
+            if holder is not None:
+                if not holder.alive():
+                    raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
+                cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
+                host_cwd = self.root
+            elif self.isolated:
+                full_env, unsafe = scripts.split_env(full_env)
+                cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, self._setpriv,
+                                           scripts.env_stage(unsafe) + list(argv))
+                host_cwd = self.root
+            else:
+                cmd = list(argv)
+                host_cwd = self.host_cwd(wd)
+            try:
+                with holder.children_inside() if holder is not None else contextlib.nullcontext():
+                    proc = subprocess.Popen(
+                        cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
+                        stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
+                        preexec_fn=take_ctty if controlling_tty else None)
+            except OSError as exc:
+                # fork() into a PID namespace whose init is gone fails with ENOMEM
+                if holder is not None and exc.errno == errno.ENOMEM:
+                    raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text()) from exc
+                raise
+            self._track(proc)
+            paused = self.paused
+        if holder is not None and not paused:
+            # like Go's cmd.Start (execd), return once the command itself runs: a `ps` right after
+            # must not see the joining wrapper (nsenter/unshare or the helper, host paths included)
+            await_exec(proc, holder.stages(cmd))
+        return proc
+
+    def _track(self, proc: subprocess.Popen) -> None:
+        self._procs = [p for p in self._procs if p.poll() is None]
+        self._procs.append(proc)
+        if self.paused:  # a frozen sandbox runs nothing (docker pause freezes new processes too)
+            killpg(proc.pid, signal.SIGSTOP)
+
+    def _ensure_holder(self) -> Holder | None:
+        """The sandbox's namespace holder, started with the implicit main process on first use.
+        None (and PID namespaces off for this sandbox) when it cannot start. Call with the lock held."""
+        if self._holder is None and self._pid_mode is not None:
+            self._start_holder(list(IMPLICIT_ENTRYPOINT), self.base_env(), implicit=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self._holder
+
+    def _start_holder(self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any,
+                      stderr: Any) -> Holder | None:
+        assert self._pid_mode is not None
+        holder, why = Holder.start(self._unshare, self._setpriv, self.root, self.hostname, argv, env, self._pid_mode,
+                                   implicit=implicit, stdout=stdout, stderr=stderr)
+        if holder is None:
+            # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)
+            self._pid_mode = None
+            self.isolation_note += f"; this sandbox has no PID namespace of its own ({why})"
+            return None
+        self._holder = holder
+        self._track(holder.proc)
+        return holder
+
+    def start_entrypoint(self, argv: Sequence[str], *, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
+        """Run the sandbox entrypoint (exec form, no shell), like the container's main process. With a
+        PID namespace it is the child of the sandbox's PID 1, and the returned process exits with its
+        status (128 + n when a signal n ended it, like the container's exit code)."""
+        argv = list(argv)
+        stdout = subprocess.DEVNULL if stdout is None else stdout
+        stderr = subprocess.DEVNULL if stderr is None else stderr
+        if self._pid_mode is not None:
+            if not argv or not all(isinstance(a, str) and "\x00" not in a for a in argv):
+                raise ValueError("argv must be a non-empty list of strings without NUL bytes")
+            env = self.base_env()
+            with self._lock:
+                if self.terminated:
+                    raise SandboxTerminated("sandbox is terminated")
+                if self._holder is None:
+                    holder = self._start_holder(argv, env, implicit=False, stdout=stdout, stderr=stderr)
+                    if holder is not None:
+                        return holder.proc
+        return self.spawn(argv, cwd="/", stdout=stdout, stderr=stderr)
+
+    def process_groups(self) -> list[int]:
+        """Process groups started through spawn()/start_entrypoint() that are still running (an
+        implicit main process started on first use is the runtime's own and not listed)."""
+        with self._lock:
+            skip = self._holder.proc if self._holder is not None and self._holder.implicit else None
+            return [p.pid for p in self._procs if p.poll() is None and p is not skip]
+
+    # -- pause / resume / terminate -------------------------------------------------------------
+    def pause(self) -> None:
+        with self._lock:
+            if self.terminated:
+                return
+            self.paused = True
+            for pid in self._live_pgids():
+                killpg(pid, signal.SIGSTOP)
+            for pid in self._stray_pids():
+                kill(pid, signal.SIGSTOP)
+            self._cond.notify_all()
+
+    def resume(self) -> None:
+        with self._lock:
+            self.paused = False
+            for pid in self._live_pgids():
+                killpg(pid, signal.SIGCONT)
+            for pid in self._stray_pids():
+                kill(pid, signal.SIGCONT)
+            self._cond.notify_all()
+
+    def wait_unpaused(self, timeout: float | None = None) -> bool:
+        """Block while paused; True once running (False on timeout or when terminated while paused)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self.paused and not self.terminated:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left if left is not None else 1.0)
+            return not self.paused
+
+    def terminate(self) -> None:
+        """SIGKILL every process group and every stray process of this sandbox, then reap them.
+        Idempotent."""
+        with self._lock:
+            self.terminated = True
+            procs = list(self._procs)
+            self._cond.notify_all()
+        for p in procs:
+            if p.poll() is None:
+                killpg(p.pid, signal.SIGKILL)
+        for _ in range(50):
+            strays = self._stray_pids()
+            if not strays:
+                break
+            for pid in strays:
+                kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+        # reap in any order: a dying PID 1 (and so its holder) only finishes once the processes the
+        # mock forked into its namespace are reaped (kernel zap_pid_ns_processes)
+        pending, deadline = list(procs), time.monotonic() + 5
+        while pending and time.monotonic() < deadline:
+            pending = [p for p in pending if p.poll() is None]
+            if pending:
+                time.sleep(0.005)
+        # PID 1 outlives its killed holder by a moment (reparented, it is still emptying the namespace)
+        holder = self._holder
+        while holder is not None and not holder.gone() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        for p in procs:
+            for f in (p.stdin, p.stdout, p.stderr):
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+        with self._lock:
+            self._procs = []
+            holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
+
+    def cleanup(self) -> None:
+        """terminate() and remove the root directory (never "/")."""
+        self.terminate()
+        if self.root != "/":
+            rmtree(self.root)
+
+    def _live_pgids(self) -> list[int]:
+        return [p.pid for p in self._procs if p.poll() is None]
+
+    def _stray_pids(self) -> list[int]:
+        """Processes of this sandbox that left our process groups (setsid daemons, `cmd &` + setsid).
+        Isolated: their root is our root or they are in our PID namespace. Not isolated: they carry
+        our marker variable or are chrooted into our root."""
+        out: list[int] = []
+        if self.isolated and self.root == "/":
+            return out  # every process has "/" as its root: nothing identifies ours
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return out
+        me = os.getpid()
+        marker = f"{_MARKER_ENV}={self._token}".encode()
+        holder = self._holder
+        pidns = holder.pidns_id if holder is not None else ""
+        for name in names:
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid == me:
+                continue
+            try:
+                if self.isolated:
+                    # its root is our root (pivot_root: readlink says "/", the inode tells) or it
+                    # is anywhere in our PID namespace
+                    if not (pidns and readlink(f"/proc/{pid}/ns/pid") == pidns):
+                        st = os.stat(f"/proc/{pid}/root")
+                        if (st.st_dev, st.st_ino) != self._root_id:
+                            continue
+                elif readlink(f"/proc/{pid}/root") != self.root:
+                    # not chrooted into the root (what an execd *process* started here runs its
+                    # commands in, PID 1 of its own namespace included): it must carry our marker
+                    with open(f"/proc/{pid}/environ", "rb") as fh:
+                        if marker not in fh.read().split(b"\x00"):
+                            continue
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+                if state == b"Z":
+                    continue
+            except OSError:
+                continue
+            out.append(pid)
+        return out
+
+    # -- execd ------------------------------------------------------------------------------------
+    def start_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
+                    env: Mapping[str, str] | None = None, args: list[str] | None = None,
+                    timeout: float = 15.0) -> "ExecdProcess":
+        """Run a real execd binary inside this sandbox (execd.py): copied to /opt/opensandbox/execd,
+        started like bootstrap.sh does (``EXECD_ENVS=/opt/opensandbox/.env``) with ``--port PORT
+        [-access-token TOKEN]`` (+ args), output to /tmp/execd.log, in the sandbox's namespaces and
+        with its capability set. Returns once it accepts connections on 127.0.0.1:PORT (a free
+        port when None). Raises RuntimeError when the sandbox is not isolated (a real execd never
+        runs on the host) or execd does not come up, ValueError for a bad binary path."""
+        from .execd import start_execd
+
+        return start_execd(self, binary, port=port, token=token, env=env, args=args, timeout=timeout)

@@ -1,0 +1,91 @@
+# Non-root: enter a sandbox's user, mount, IPC, UTS and PID namespaces (a fresh, single-threaded
+# process may; the multithreaded mock may not), fork the command into them and wait for it. The
+# child chdirs (entering the mount namespace made the sandbox root its "/"), drops to the sandbox's
+# capability set (bounding, permitted, effective; inheritable and ambient empty), sets
+# no_new_privs and execs. The helper shares the command's process group, so it ignores the
+# job-control and termination signals the mock sends to that group and lets the command decide;
+# it then exits with the command's status or dies of the same signal (SIGKILL included), so Popen
+# sees what it would see for the command itself. Run as `python -I -S -c SOURCE target-pid wd
+# keep-LC_CTYPE-flag capability-mask-hex no_new_privs-flag command...`.
+import ctypes, errno, os, sys
+import _signal as signal  # the C module: `signal` would import enum (~5 ms per command)
+def fail(msg, code):
+    try:
+        os.write(2, msg.encode("utf-8", "replace") + b"\n")
+    finally:
+        os._exit(code)
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+def drop_caps(libc, mask, last, nnp):
+    for cap in range(last + 1):
+        if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            fail("setpriv: PR_CAPBSET_DROP failed: %s" % os.strerror(ctypes.get_errno()), 127)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    hdr = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (CapData * 2)()
+    for i in (0, 1):
+        data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
+    if libc.capset(ctypes.byref(hdr), data) != 0:
+        fail("setpriv: capset failed: %s" % os.strerror(ctypes.get_errno()), 127)
+    if nnp and libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        fail("setpriv: PR_SET_NO_NEW_PRIVS failed: %s" % os.strerror(ctypes.get_errno()), 127)
+def main():
+    target, wd, keep_lc, mask = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4], 16)
+    nnp, argv = sys.argv[5] == "1", sys.argv[6:]
+    if not keep_lc:
+        os.environ.pop("LC_CTYPE", None)
+    with open("/proc/sys/kernel/cap_last_cap") as fh:
+        last = int(fh.read())
+    libc = ctypes.CDLL(None, use_errno=True)
+    for name, flag in (("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000),
+                       ("pid", 0x20000000)):
+        try:
+            fd = os.open("/proc/%d/ns/%s" % (target, name), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            fail("nsenter: cannot open /proc/%d/ns/%s: %s" % (target, name, e.strerror), 1)
+        if libc.setns(fd, flag) != 0:
+            fail("nsenter: reassociate to namespace '%s' failed: %s" % (name, os.strerror(ctypes.get_errno())), 1)
+        os.close(fd)
+    sigs = [signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
+            signal.SIGALRM]
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        pid = os.fork()
+    except OSError as e:
+        fail("unshare: fork failed: %s" % e.strerror, 1)
+    if pid == 0:
+        for s in sigs + [signal.SIGPIPE, signal.SIGXFSZ]:
+            signal.signal(s, signal.SIG_DFL)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, like unshare --kill-child
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+        try:
+            os.chdir(wd)
+        except OSError as e:
+            fail("unshare: cannot change directory to %s: %s" % (wd, e.strerror), 1)
+        drop_caps(libc, mask, last, nnp)
+        for k in [k for k in os.environ if k.startswith("OSB_MOCK_UNSAFE_")]:  # scripts.HELPER_ENV_PREFIX
+            os.environ[k[16:]] = os.environ.pop(k)
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            fail("unshare: failed to execute %s: %s" % (argv[0], e.strerror), 127 if e.errno == errno.ENOENT else 126)
+    for s in sigs:
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        s = os.WTERMSIG(status)
+        if s not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(s, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [s])
+        os.kill(os.getpid(), s)
+        os._exit(128 + s)
+    os._exit(os.waitstatus_to_exitcode(status))
+main()
