@@ -39,12 +39,14 @@ def main():
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last = int(fh.read())
     libc = ctypes.CDLL(None, use_errno=True)
+    fds = []  # all opened first: once in the mount namespace, /proc is the sandbox's
     for name, flag in (("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000),
                        ("pid", 0x20000000)):
         try:
-            fd = os.open("/proc/%d/ns/%s" % (target, name), os.O_RDONLY | os.O_CLOEXEC)
+            fds.append((name, flag, os.open("/proc/%d/ns/%s" % (target, name), os.O_RDONLY | os.O_CLOEXEC)))
         except OSError as e:
             fail("nsenter: cannot open /proc/%d/ns/%s: %s" % (target, name, e.strerror), 1)
+    for name, flag, fd in fds:
         if libc.setns(fd, flag) != 0:
             fail("nsenter: reassociate to namespace '%s' failed: %s" % (name, os.strerror(ctypes.get_errno())), 1)
         os.close(fd)
