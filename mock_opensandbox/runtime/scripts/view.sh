@@ -90,21 +90,41 @@ osb_view() {
   done
   for p in acpi asound scsi; do
     [ -d "$R/proc/$p" ] || continue
-    mount -t tmpfs -o ro,nosuid,nodev,noexec tmpfs "$R/proc/$p" || return 1
+    mount -t tmpfs -o ro tmpfs "$R/proc/$p" || return 1
   done
-  # /sys read-only, cgroup hierarchies included; a fresh sysfs as root, the host's bound otherwise
+  # /sys read-only; a fresh sysfs as root, the host's bound otherwise
   osb_dir sys || return 1
-  if mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys" 2>/dev/null; then
-    if [ -d /sys/fs/cgroup ] && [ -d "$R/sys/fs/cgroup" ]; then
-      mount --rbind /sys/fs/cgroup "$R/sys/fs/cgroup" && osb_ro "$R/sys/fs/cgroup" || return 1
-    fi
-  else
+  if mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys" 2>/dev/null; then :; else
     mount --rbind /sys "$R/sys" && osb_ro "$R/sys" || return 1
   fi
+  osb_cgroup || return 1
   for p in firmware devices/virtual/powercap; do
     [ -d "$R/sys/$p" ] || continue
-    mount -t tmpfs -o ro,nosuid,nodev,noexec tmpfs "$R/sys/$p" || return 1
+    mount -t tmpfs -o ro tmpfs "$R/sys/$p" || return 1
   done
+}
+
+# osb_cgroup: the cgroup hierarchies, read-only. cgroup v1 (Docker 20.10 on this kind of host): a
+# tmpfs of the sandbox's own at /sys/fs/cgroup (writable, as in the real sandbox, but in memory)
+# with every v1 hierarchy bound read-only (the unified v2 one of a hybrid host stays out, as in
+# Docker); cgroup v2: the hierarchy itself, read-only.
+osb_cgroup() {
+  [ -d /sys/fs/cgroup ] && [ -d "$R/sys/fs/cgroup" ] || return 0
+  case "$(stat -f -c %T /sys/fs/cgroup)" in
+  tmpfs)
+    mount -t tmpfs -o nosuid,nodev,noexec,mode=755 tmpfs "$R/sys/fs/cgroup" || return 1
+    for c in /sys/fs/cgroup/*; do
+      n=${c##*/}
+      if [ -L "$c" ]; then
+        ln -s "$(readlink "$c")" "$R/sys/fs/cgroup/$n" || return 1
+      elif [ -d "$c" ] && [ "$(stat -f -c %T "$c")" = cgroupfs ]; then
+        mkdir "$R/sys/fs/cgroup/$n" && mount --bind "$c" "$R/sys/fs/cgroup/$n" &&
+          mount -o remount,bind,ro,nosuid,nodev,noexec "$R/sys/fs/cgroup/$n" || return 1
+      fi
+    done ;;
+  *)
+    mount --rbind /sys/fs/cgroup "$R/sys/fs/cgroup" && osb_ro "$R/sys/fs/cgroup" || return 1 ;;
+  esac
 }
 
 # osb_pivot: $R becomes "/" of this mount namespace and the host's tree is detached from it (a
