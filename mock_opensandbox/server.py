@@ -244,10 +244,9 @@ class MockProvisioner(Provisioner):
         if (self.mock.isolate is False and not (self.mock.execd_bin and not mock_execd)) or (
                 self.mock.isolate is None and mock_execd):
             return "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
-        from .runtime import probe_isolation
+        from .runtime.probe import isolation_header
 
-        ok, note = probe_isolation()
-        return "isolated" if ok else "host; " + " ".join(note.split())
+        return isolation_header()
 
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:

@@ -1,9 +1,9 @@
 """A sandbox's namespace holder (its PID 1) and the ways a later command joins its namespaces.
 
-The holder is ``unshare [--user --map-root-user] --mount --ipc --uts --pid --fork --kill-child sh
--c HOLDER_SH``: the script builds the sandbox view (scripts/view.sh), pivots into it, reports its
+The holder is ``unshare [--user --map-root-user] --mount --ipc --uts --pid --fork --kill-child
+python -I -S scripts/view.py holder ...``: it builds the sandbox view, pivots into it, reports its
 host pid through a FIFO and becomes PID 1 (an init running the entrypoint) with the sandbox's
-capability set. Joining:
+capability set and no_new_privs. Joining:
 
 * ``direct`` (root): the spawning thread switches its ``pid_for_children`` to the sandbox's PID
   namespace (``setns``) for the one ``fork`` and the child runs ``nsenter --target=PID1 --mount
@@ -91,12 +91,11 @@ class Holder:
             pass
 
     @classmethod
-    def start(cls, unshare: str, setpriv: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
+    def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
               ) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why)."""
-        safe_env, unsafe = scripts.split_env(env)
-        argv = scripts.env_stage(unsafe) + list(argv)
+        safe_env = scripts.protect_env(env)
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
         # open before the holder starts, so its open for writing never blocks
         tmp = tempfile.gettempdir()
@@ -109,7 +108,7 @@ class Holder:
             os.mkfifo(fifo, 0o600)
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                cmd = scripts.holder_argv(holder_prefix(unshare), root, fifo, hostname, setpriv, argv)
+                cmd = scripts.holder_argv(holder_prefix(unshare), root, fifo, hostname, argv)
                 proc = subprocess.Popen(cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
                                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
                 lines = read_lines(r, 2, timeout, proc)
@@ -209,8 +208,7 @@ class Holder:
         # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
         # it again when the command's environment did not have it
         keep_lc = "1" if "LC_CTYPE" in env else "0"
-        for k, v in unsafe.items():  # the helper's child restores them right before exec
-            safe[scripts.HELPER_ENV_PREFIX + k] = v
+        safe = scripts.protect_env(env)  # the helper's child restores them right before exec
         return [sys.executable, "-I", "-S", "-c", scripts.NSEXEC_PY, str(self.pid), wd, keep_lc,
                 "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0"] + list(argv), safe
 

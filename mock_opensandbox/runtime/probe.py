@@ -64,8 +64,10 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
     unshare = shutil.which("unshare")
     setpriv = shutil.which("setpriv", path=DEFAULT_PATH)
     sh = shutil.which("sh")
-    if not unshare or not sh or not setpriv:
-        return False, f"sandbox isolation needs util-linux unshare and setpriv (not found): {fallback}", [], None
+    if not unshare or not sh:
+        return False, f"sandbox isolation needs util-linux unshare (not found): {fallback}", [], None
+    if not sys.executable:
+        return False, f"sandbox isolation needs the Python interpreter's path (sys.executable): {fallback}", [], None
     prefix = unshare_prefix(unshare)
     tmp = tempfile.mkdtemp(prefix="osb-probe-")
     try:
@@ -74,7 +76,7 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
         for d in SYSTEM_DIRS:
             make_mountpoint(tmp, d)
         env = {"PATH": DEFAULT_PATH}
-        cmd = scripts.prelude_argv(prefix, os.path.realpath(tmp), "/tmp", PROBE_HOSTNAME, setpriv,
+        cmd = scripts.prelude_argv(prefix, os.path.realpath(tmp), "/tmp", PROBE_HOSTNAME,
                                    ["/bin/sh", "-c", "id -u; pwd; test -d /workspace && echo ok; "
                                     "cat /etc/hostname; grep CapEff /proc/self/status"])
         try:
@@ -103,15 +105,15 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
                   f"the host network"), prefix, None
 
 
-def _probe_pidns(unshare: str, setpriv: str) -> tuple[str | None, str]:
+def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
     """Can a sandbox hold its own PID namespace that later commands join? Returns (mode, why-not)."""
     if os.environ.get("OSB_MOCK_PIDNS", "").lower() in _OFF:
         return None, "disabled by OSB_MOCK_PIDNS"
     nsenter = shutil.which("nsenter") or "nsenter"
     mode = "direct" if os.geteuid() == 0 else "helper"
     if mode == "direct":
-        if not shutil.which("nsenter"):
-            return None, "util-linux nsenter not found"
+        if not shutil.which("nsenter") or not setpriv:
+            return None, "util-linux nsenter or setpriv not found"
         try:
             own_pidns_fd()
             setns_function()
@@ -128,14 +130,14 @@ def _probe_pidns(unshare: str, setpriv: str) -> tuple[str | None, str]:
             make_mountpoint(tmp, d)
         root = os.path.realpath(tmp)
         env = {"PATH": DEFAULT_PATH}
-        holder, why = Holder.start(unshare, setpriv, root, PROBE_HOSTNAME, ["tail", "-f", "/dev/null"], env, mode,
+        holder, why = Holder.start(unshare, root, PROBE_HOSTNAME, ["tail", "-f", "/dev/null"], env, mode,
                                    implicit=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=20)
         if holder is None:
             return None, why
         argv = ["/bin/sh", "-c", "echo $$; id -u; grep CapEff /proc/self/status; ls /proc"]
         p = None
         try:
-            cmd, cmd_env = holder.command(nsenter, setpriv, "/", argv, env)
+            cmd, cmd_env = holder.command(nsenter, setpriv or "setpriv", "/", argv, env)
             with holder.children_inside():
                 p = subprocess.Popen(cmd, cwd=root, env=cmd_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
@@ -159,3 +161,14 @@ def _probe_pidns(unshare: str, setpriv: str) -> tuple[str | None, str]:
         if holder is not None:
             holder.kill()
         rmtree(tmp)
+
+
+def isolation_header() -> str:
+    """The x-mock-isolation value: "isolated" (contained like the real sandbox; the network is the
+    host's in both), "isolated; not contained: ..." without a PID namespace, "host; <why>"."""
+    ok, note = probe_isolation()
+    if not ok:
+        return "host; " + " ".join(note.split())
+    if probe_result()[3] is None:
+        return "isolated; not contained: the host's processes (no PID namespace of the sandbox's own)"
+    return "isolated"

@@ -243,9 +243,8 @@ class SandboxRuntime:
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
-                full_env, unsafe = scripts.split_env(full_env)
-                cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, self._setpriv,
-                                           scripts.env_stage(unsafe) + list(argv))
+                full_env = scripts.protect_env(full_env)
+                cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv)
                 host_cwd = self.root
             else:
                 cmd = list(argv)
@@ -286,7 +285,7 @@ class SandboxRuntime:
     def _start_holder(self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any,
                       stderr: Any) -> Holder | None:
         assert self._pid_mode is not None
-        holder, why = Holder.start(self._unshare, self._setpriv, self.root, self.hostname, argv, env, self._pid_mode,
+        holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
                                    implicit=implicit, stdout=stdout, stderr=stderr)
         if holder is None:
             # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)

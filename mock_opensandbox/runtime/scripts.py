@@ -1,9 +1,9 @@
 """The programs the runtime runs around a sandbox process, and their arguments.
 
-The shell and Python programs are resource files in ``scripts/`` (read once at import):
-``view.sh`` builds the sandbox view inside a fresh mount namespace, ``holder.sh`` turns it into a
-sandbox's PID 1, ``prelude.sh`` into one command (the fallback without a PID namespace of the
-sandbox's own), ``nsexec.py`` joins a sandbox's namespaces as non-root. ``etc/`` holds the
+They are resource files in ``scripts/``: ``view.py`` builds the sandbox view inside the fresh
+namespaces (mount(2) calls), pivots into it, drops the capabilities and becomes the sandbox's
+PID 1 (``holder``) or one command (``command``: the fallback without a PID namespace of the
+sandbox's own); ``nsexec.py`` joins a sandbox's namespaces as non-root. ``etc/`` holds the
 sandbox's account files. Everything that runs before the capability drop gets a sanitized
 environment (see ``split_env``).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import threading
 from typing import Mapping, Sequence
 
@@ -26,15 +27,8 @@ def _read(name: str) -> str:
         return fh.read()
 
 
-def _strip_comments(text: str) -> str:
-    """Drop full-line comments (the scripts travel in argv: keep /proc/<pid>/cmdline short)."""
-    return "".join(line for line in text.splitlines(True) if not line.lstrip().startswith("#"))
-
-
-VIEW_SH = _strip_comments(_read("view.sh"))
-HOLDER_SH = VIEW_SH + _strip_comments(_read("holder.sh"))
-PRELUDE_SH = VIEW_SH + _strip_comments(_read("prelude.sh"))
-NSEXEC_PY = _read("nsexec.py")
+VIEW_PY = os.path.join(SCRIPTS_DIR, "view.py")   # run as a file: `ps` stays readable
+NSEXEC_PY = _read("nsexec.py")                    # run with -c (one per command, non-root)
 
 # The wrapper programs (unshare, sh, mount, nsenter, setpriv, the helper's Python) run with full
 # capabilities before the drop; a caller-controlled variable must not load code into them or
@@ -106,23 +100,31 @@ def hidden_etc_entries() -> str:
         return _hidden
 
 
-def view_args(root: str, hostname: str, setpriv: str) -> list[str]:
-    """The arguments holder.sh and prelude.sh share after their first two: H X E S O."""
-    return [hostname, hidden_etc_entries(), ETC_DIR, setpriv, " ".join(caps.setpriv_options())]
+def protect_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for view.py / nsexec.py: unsafe variables renamed (they restore them right
+    before the exec of the sandbox process)."""
+    safe, unsafe = split_env(env)
+    for k, v in unsafe.items():
+        safe[HELPER_ENV_PREFIX + k] = v
+    return safe
+
+
+def _view_argv(mode: str, prefix: Sequence[str], root: str, arg: str, hostname: str,
+               argv: Sequence[str]) -> list[str]:
+    return list(prefix) + [sys.executable, "-I", "-S", VIEW_PY, mode, root, arg, hostname, hidden_etc_entries(),
+                           ETC_DIR, "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0"] + list(argv)
 
 
 def root_is_safe(root: str) -> bool:
-    """view.sh compares /proc/self/mountinfo paths (whitespace and backslashes come escaped)."""
-    return root.startswith("/") and not any(c in root for c in " \t\n\\")
+    """The root goes into overlayfs options (",", ":" separate them) and mountinfo paths."""
+    return root.startswith("/") and not any(c in root for c in " \t\n\\,:")
 
 
-def holder_argv(prefix: Sequence[str], root: str, fifo: str, hostname: str, setpriv: str,
-                argv: Sequence[str]) -> list[str]:
-    return list(prefix) + ["/bin/sh", "-c", HOLDER_SH, "osb-holder", root, fifo] + \
-        view_args(root, hostname, setpriv) + list(argv)
+def holder_argv(prefix: Sequence[str], root: str, fifo: str, hostname: str, argv: Sequence[str]) -> list[str]:
+    """`<prefix> python view.py holder ...`: the sandbox's PID 1 (prefix: unshare ... --fork)."""
+    return _view_argv("holder", prefix, root, fifo, hostname, argv)
 
 
-def prelude_argv(prefix: Sequence[str], root: str, wd: str, hostname: str, setpriv: str,
-                 argv: Sequence[str]) -> list[str]:
-    return list(prefix) + ["/bin/sh", "-c", PRELUDE_SH, "osb-prelude", root, wd] + \
-        view_args(root, hostname, setpriv) + list(argv)
+def prelude_argv(prefix: Sequence[str], root: str, wd: str, hostname: str, argv: Sequence[str]) -> list[str]:
+    """`<prefix> python view.py command ...`: one command in a view of its own (prefix: unshare ...)."""
+    return _view_argv("command", prefix, root, wd, hostname, argv)

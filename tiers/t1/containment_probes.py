@@ -1,0 +1,248 @@
+"""The containment probes of issue 11, shared by tiers/t1/test_containment*.py.
+
+Each probe is a shell command run inside a sandbox plus a check of what it printed and of the
+host afterwards. The expected values come from the real sandbox: fixtures/21_containment_probes.json
+(recorded from opensandbox-server 1.1.1 + Docker 20.10 by `python -m record`, scenario 21).
+Every probe fails on a mock that hands the host to the sandbox (full capabilities, the host's
+/dev, /etc, /proc/sys, /sys, a chroot instead of pivot_root).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import uuid
+from typing import Callable, NamedTuple
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURE = os.path.join(REPO, "fixtures", "21_containment_probes.json")
+TOKEN = "osb-probe-" + uuid.uuid4().hex[:12]
+
+
+def recorded() -> dict[str, list[str]]:
+    """command -> stdout lines, from the real sandbox's recording."""
+    with open(FIXTURE, encoding="utf-8") as fh:
+        data = json.load(fh)
+    out: dict[str, list[str]] = {}
+    for ex in data["exchanges"]:
+        cmd = json.loads(ex["request"]["body"])["command"]
+        lines = []
+        for chunk in ex["response"]["body"].split("\n\n"):
+            chunk = re.sub(r"\{\{[a-z_:0-9]+\}\}", "0", chunk.strip())
+            if chunk:
+                ev = json.loads(chunk)
+                if ev.get("type") == "stdout":
+                    lines.append(ev["text"])
+        out[cmd] = lines
+    return out
+
+
+REC = recorded()
+
+
+def recorded_caps() -> dict[str, str]:
+    return dict(line.split(":\t", 1) for line in REC["grep Cap /proc/self/status"])
+
+
+def recorded_dev() -> list[str]:
+    names = [line.split()[-1] if "->" not in line else line.split()[-3] for line in REC["ls -la /dev"][1:]]
+    return sorted(n for n in names if n not in (".", ".."))
+
+
+def ro_mounts(mountinfo: list[str], prefixes: tuple[str, ...] = ("/proc", "/sys")) -> set[str]:
+    """Read-only mount points under the kernel interfaces (cgroup hierarchies by name)."""
+    out = set()
+    for line in mountinfo:
+        f = line.split()
+        if len(f) < 6:
+            continue
+        mp, opts = f[4], f[5].split(",")
+        if "ro" in opts and mp.startswith(prefixes):
+            out.add(mp)
+    return out
+
+
+class Probe(NamedTuple):
+    name: str
+    cmd: str
+    check: Callable[[int, str], None]   # (exit status, stdout+stderr) -> raises AssertionError
+    pidns_only: bool = False            # PID 1 is the sandbox's init only with a PID namespace
+    python: bool = False                # needs python3 inside the sandbox view
+
+
+def _lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line]
+
+
+def _host_absent(*paths: str) -> None:
+    for p in paths:
+        assert not os.path.lexists(p), f"the sandbox wrote the host's {p}"
+
+
+def _check_caps(rc: int, out: str) -> None:
+    got = dict(line.split(":\t", 1) for line in _lines(out) if ":\t" in line)
+    want = recorded_caps()
+    assert {k: got.get(k) for k in want} == want
+    assert got.get("NoNewPrivs") == "1"
+
+
+def _check_dev(rc: int, out: str) -> None:
+    assert rc == 0, out
+    assert sorted(_lines(out)) == recorded_dev()
+
+
+def _check_no_block(rc: int, out: str) -> None:
+    assert _lines(out) == ["0"], out
+
+
+def _check_remount(rc: int, out: str) -> None:
+    assert "remount=0" not in out and "touch=0" not in out, out
+    assert "permission denied" in out.lower(), out
+    _host_absent("/usr/" + TOKEN)
+
+
+def _check_write_etc_dev(rc: int, out: str) -> None:
+    _host_absent("/etc/" + TOKEN, "/dev/" + TOKEN)
+
+
+def _check_drop_caches(rc: int, out: str) -> None:
+    assert rc != 0 and "Read-only file system" in out, out
+
+
+def _check_cgroup(rc: int, out: str) -> None:
+    assert "mkdir=0" not in out and "procs=0" not in out, out
+    _host_absent("/sys/fs/cgroup/pids/" + TOKEN)
+
+
+def _check_shadow(rc: int, out: str) -> None:
+    with open(os.path.join(REPO, "mock_opensandbox", "runtime", "etc", "shadow")) as fh:
+        assert out.split("---\n")[0] == fh.read(), "not the sandbox's own shadow stub"
+    try:
+        with open("/etc/shadow") as fh:
+            host = [line for line in fh.read().splitlines() if line and not line.split(":")[1] in ("*", "!", "!*")]
+    except OSError:
+        host = []
+    for line in host:  # no password hash of the host leaks
+        assert line not in out
+    assert "ssh=0" not in out, out
+
+
+def _check_passwd(rc: int, out: str) -> None:
+    assert _lines(out) == REC["cat /etc/passwd"]
+
+
+def _check_hostname(rc: int, out: str) -> None:
+    lines = _lines(out)
+    assert len(lines) == 3 and len(set(lines)) == 1, out
+    assert re.fullmatch(r"[0-9a-f]{12}", lines[0]), out
+    assert re.fullmatch(r"[0-9a-f]{12}", REC["cat /etc/hostname"][0])
+
+
+def _check_mountinfo(rc: int, out: str) -> None:
+    assert ro_mounts(_lines(out)) == ro_mounts(REC["cat /proc/self/mountinfo"])
+
+
+def _check_masked(rc: int, out: str) -> None:
+    assert _lines(out) == ["keys=0", "timer_list=0", "firmware=0"], out
+
+
+def _check_privileged_ops(rc: int, out: str) -> None:
+    for op in ("mount", "umount", "unshare_m", "unshare_userns", "mknod", "hostname"):
+        assert f"{op}=0" not in out, f"{op} succeeded inside the sandbox:\n{out}"
+    _host_absent("/usr/" + TOKEN + "-m", "/usr/" + TOKEN + "-u")
+
+
+def _check_insmod_class(rc: int, out: str) -> None:
+    got = dict(line.split("=", 1) for line in _lines(out) if "=" in line)
+    # EPERM without CAP_SYS_MODULE (ENOSYS: a kernel without modules, EFAULT/EINVAL would mean the capability)
+    assert got.get("init_module") in ("-1/1", "-1/38"), out
+    assert got.get("iopl") in ("-1/1", "-1/38"), out      # CAP_SYS_RAWIO (ENOSYS off x86)
+    assert got.get("swapoff") == "-1/1", out              # CAP_SYS_ADMIN before the path lookup (else ENOENT)
+
+
+def _check_chroot_escape(rc: int, out: str) -> None:
+    assert _lines(out)[-1:] == ["escaped=False"], out
+
+
+def _check_pid1(rc: int, out: str) -> None:
+    _check_caps(rc, out)
+
+
+HOST_MARKER_DIR = "/tmp"  # the chroot-escape probe looks for this host file by its host path
+
+
+def probes(host_marker: str) -> list[Probe]:
+    t = TOKEN
+    return [
+        Probe("caps", "grep -E '^(Cap|NoNewPrivs)' /proc/self/status", _check_caps),
+        Probe("pid1_caps", "grep -E '^(Cap|NoNewPrivs)' /proc/1/status", _check_pid1, pidns_only=True),
+        Probe("dev", "ls /dev", _check_dev),
+        Probe("no_block_devices", "find /dev -type b 2>/dev/null | wc -l", _check_no_block),
+        Probe("remount_usr_rw", f"mount -o remount,rw /usr 2>&1; echo remount=$?; touch /usr/{t} 2>&1; echo touch=$?",
+              _check_remount),
+        Probe("write_etc_dev", f"echo x > /etc/{t}; touch /dev/{t}; ls /etc/{t} /dev/{t}", _check_write_etc_dev),
+        Probe("proc_sys_write", "echo 1 > /proc/sys/vm/drop_caches", _check_drop_caches),
+        Probe("cgroup_write", f"mkdir /sys/fs/cgroup/pids/{t} 2>&1; echo mkdir=$?; "
+                              "echo $$ 2>&1 > /sys/fs/cgroup/pids/cgroup.procs; echo procs=$?", _check_cgroup),
+        Probe("host_secrets", "cat /etc/shadow; echo ---; ls /etc/ssh >/dev/null 2>&1; echo ssh=$?", _check_shadow),
+        Probe("passwd", "cat /etc/passwd", _check_passwd),
+        Probe("hostname", "hostname; cat /etc/hostname; cat /proc/sys/kernel/hostname", _check_hostname),
+        Probe("mountinfo_ro", "cat /proc/self/mountinfo", _check_mountinfo),
+        Probe("masked", "echo keys=$(wc -c < /proc/keys); echo timer_list=$(wc -c < /proc/timer_list); "
+                        "echo firmware=$(ls /sys/firmware | wc -l)", _check_masked),
+        Probe("privileged_ops",
+              "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>&1; echo mount=$?; umount /proc/sys 2>&1; echo umount=$?; "
+              f"unshare -m sh -c 'mount -o remount,rw /usr && touch /usr/{t}-m' 2>&1; echo unshare_m=$?; "
+              f"unshare -Urm sh -c 'mount -o remount,rw /usr && touch /usr/{t}-u' 2>&1; echo unshare_userns=$?; "
+              "mknod /tmp/blk b 8 0 2>&1; echo mknod=$?; hostname osb-other 2>&1; echo hostname=$?",
+              _check_privileged_ops),
+        Probe("insmod_class", "python3 -c 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                              "for name, call in ((\"init_module\", lambda: libc.init_module(None, 0, b\"\")), "
+                              "(\"iopl\", lambda: libc.iopl(3)), (\"swapoff\", lambda: libc.swapoff(b\"/nonexistent\"))):\n"
+                              "    ctypes.set_errno(0); r = call(); print(\"%s=%d/%d\" % (name, r, ctypes.get_errno()))'",
+              _check_insmod_class, python=True),
+        Probe("chroot_escape", "python3 -c 'import os\nos.makedirs(\"/tmp/jail\", exist_ok=True)\nos.chroot(\"/tmp/jail\")\n"
+                               "for _ in range(64): os.chdir(\"..\")\nos.chroot(\".\")\n"
+                               f"print(\"escaped=%s\" % os.path.exists({json.dumps(host_marker)}))'",
+              _check_chroot_escape, python=True),
+    ]
+
+
+def host_python_in_view() -> bool:
+    return os.path.isfile("/usr/bin/python3")
+
+
+def cleanup_host_leftovers() -> None:
+    """Undo what a probe could have done to the host of an uncontained mock (the tests then fail)."""
+    for p in ("/usr/" + TOKEN, "/usr/" + TOKEN + "-m", "/usr/" + TOKEN + "-u", "/etc/" + TOKEN, "/dev/" + TOKEN):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    try:
+        os.rmdir("/sys/fs/cgroup/pids/" + TOKEN)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":  # run the battery in a fresh process (non-root, OSB_MOCK_PIDNS=0): JSON on stdout
+    sys.path.insert(0, REPO)
+    import subprocess
+    import tempfile
+
+    from mock_opensandbox.runtime import SandboxRuntime
+
+    marker = sys.argv[1]
+    base = tempfile.mkdtemp(prefix="osb-contain-")
+    rt = SandboxRuntime(os.path.join(base, "root"), isolate=True)
+    result = {"pid_namespace": rt.pid_namespace, "uid": os.geteuid(), "probes": {}}
+    try:
+        for pr in probes(marker):
+            p = rt.spawn(["/bin/sh", "-c", pr.cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/")
+            out, _ = p.communicate(timeout=60)
+            result["probes"][pr.name] = [p.returncode, out.decode("utf-8", "replace")]
+    finally:
+        rt.cleanup()
+        os.rmdir(base)
+    print(json.dumps(result))
