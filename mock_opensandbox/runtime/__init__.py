@@ -2,7 +2,7 @@
 
 Modules: ``sandbox`` (SandboxRuntime: root, path mapping, processes, pause/resume), ``holder`` (a
 sandbox's PID 1 and how commands join its namespaces), ``probe`` (can this OS contain a sandbox?
-once per process), ``scripts`` (the shell/Python programs in ``scripts/`` and their arguments),
+once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
 ``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox).
 
 Containment, where the OS allows it (QUIRKS.md "Containment" has the sources). Every sandbox
@@ -21,8 +21,8 @@ process - runs
   hosts/resolv.conf/nsswitch.conf/ld.so.cache/CA bundle bound read-only;
 * with the server's capability set (``caps.SANDBOX_CAP_MASK`` = 0x800405fb as bounding,
   permitted and effective set; inheritable and ambient empty) and no_new_privs, set right
-  before the exec of the sandbox process (util-linux ``setpriv``; the non-root helper does the
-  same with prctl/capset).
+  before the exec of the sandbox process (``scripts/view.py`` and ``scripts/nsexec.py`` with
+  prctl/capset; a root join with util-linux ``setpriv``).
 The view is built while still privileged, in a namespace the host never sees; a failure of any
 step stops the process before anything of the sandbox runs. Not contained: the host network
 (no network namespace; the server's default ``network_mode`` is "host" too). Without a PID

@@ -195,7 +195,7 @@ def probes(host_marker: str) -> list[Probe]:
               "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>&1; echo mount=$?; umount /proc/sys 2>&1; echo umount=$?; "
               f"unshare -m sh -c 'mount -o remount,rw /usr && touch /usr/{t}-m' 2>&1; echo unshare_m=$?; "
               f"unshare -Urm sh -c 'mount -o remount,rw /usr && touch /usr/{t}-u' 2>&1; echo unshare_userns=$?; "
-              "mknod /tmp/blk b 8 0 2>&1; echo mknod=$?; hostname osb-other 2>&1; echo hostname=$?",
+              "mknod /tmp/blk b 8 0 2>&1; echo mknod=$?; hostname \"$(hostname)\" 2>&1; echo hostname=$?",
               _check_privileged_ops),
         Probe("insmod_class", "python3 -c 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                               "for name, call in ((\"init_module\", lambda: libc.init_module(None, 0, b\"\")), "
