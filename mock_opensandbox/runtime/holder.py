@@ -71,6 +71,14 @@ def holder_prefix(unshare: str) -> list[str]:
     return cmd + ["--mount", "--ipc", "--uts", "--propagation", "private", "--pid", "--fork", "--kill-child"]
 
 
+def _exited(proc: subprocess.Popen, timeout: float) -> bool:
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 class Holder:
     """A sandbox's main process: PID 1 of its PID namespace, owner of its mount, IPC and UTS (+ user)
     namespaces."""
@@ -83,12 +91,14 @@ class Holder:
         self.pidns_fd: int | None = None
         self.pidns_id = ""
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
-        if mode == "direct":
-            self.pidns_fd = os.open("/proc/%d/ns/pid" % pid, os.O_RDONLY | os.O_CLOEXEC)
         try:
+            if mode == "direct":
+                self.pidns_fd = os.open("/proc/%d/ns/pid" % pid, os.O_RDONLY | os.O_CLOEXEC)
             self.pidns_id = os.readlink("/proc/%d/ns/pid" % pid)
         except OSError:
-            pass
+            if not _exited(proc, 2.0):
+                raise
+            # the entrypoint already ended and PID 1 with it: a stopped container (alive() is False)
 
     @classmethod
     def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
@@ -127,6 +137,10 @@ class Holder:
                 pid = int(lines[0][4:])
             except ValueError:
                 pid = 0
+        if pid > 1 and not is_child_init(pid, proc.pid) and _exited(proc, 2.0):
+            # both lines came, then the entrypoint ended at once and PID 1 with it (`true`): the
+            # sandbox started and stopped, like a container whose main process exits right away
+            return cls(proc, pid, mode, implicit), ""
         if pid <= 1 or not is_child_init(pid, proc.pid):
             why = "no ready signal"
             if proc.poll() is None:

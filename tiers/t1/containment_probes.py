@@ -238,6 +238,8 @@ if __name__ == "__main__":  # run the battery in a fresh process (non-root, OSB_
     rt = SandboxRuntime(os.path.join(base, "root"), isolate=True)
     result = {"pid_namespace": rt.pid_namespace, "uid": os.geteuid(), "probes": {}}
     try:
+        # a bare name: the exec's PATH lookup runs after pivot_root, where the mock's stdlib may be gone
+        result["path_lookup"] = rt.spawn(["true"], stderr=subprocess.PIPE).wait(timeout=60)
         for pr in probes(marker):
             p = rt.spawn(["/bin/sh", "-c", pr.cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/")
             out, _ = p.communicate(timeout=60)

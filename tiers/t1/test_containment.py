@@ -105,6 +105,22 @@ def test_entrypoint_and_its_children_are_contained(tmp_path):
         r.cleanup()
 
 
+def test_entrypoint_that_exits_at_once_is_a_stopped_sandbox(tmp_path):
+    """`true` as entrypoint: PID 1 may be gone before the mock has looked at it. The sandbox still had
+    its namespaces (no fallback), its exit status is 0 and nothing can join it any more."""
+    from mock_opensandbox.runtime import SandboxNotRunning
+
+    for i in range(5):
+        r = SandboxRuntime(str(tmp_path / ("root%d" % i)), isolate=True)
+        try:
+            assert r.start_entrypoint(["true"]).wait(timeout=30) == 0
+            assert r.pid_namespace, r.isolation_note
+            with pytest.raises(SandboxNotRunning):
+                r.spawn(["true"]).wait(timeout=30)
+        finally:
+            r.cleanup()
+
+
 def test_pty_shell_with_controlling_tty_is_contained(rt):
     """PTY sessions (controlling_tty=True) take the same path."""
     import pty as ptymod
@@ -207,6 +223,7 @@ def test_probes_in_other_execution_paths(path, host_marker):
     finally:
         cp.cleanup_host_leftovers()
     assert result["pid_namespace"] is (env.get("OSB_MOCK_PIDNS") != "0")
+    assert result["path_lookup"] == 0
     failures = []
     for pr in cp.probes(host_marker):
         if _skip_reason(pr, result["pid_namespace"]):

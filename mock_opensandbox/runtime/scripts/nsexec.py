@@ -8,6 +8,7 @@
 # sees what it would see for the command itself. Run as `python -I -S -c SOURCE target-pid wd
 # keep-LC_CTYPE-flag capability-mask-hex no_new_privs-flag command...`.
 import ctypes, errno, os, sys
+import warnings  # noqa: F401 - os.execvp imports it lazily: after setns the stdlib may be gone
 import _signal as signal  # the C module: `signal` would import enum (~5 ms per command)
 def fail(msg, code):
     try:

@@ -11,6 +11,7 @@
 # Every step fails closed: nothing of the sandbox runs after a failed step (exit 125).
 # One process with mount(2) calls instead of a shell and ~50 mount(8) processes: ~10x faster.
 import ctypes, os, stat, sys
+import warnings  # noqa: F401 - os.execvp imports it lazily: after pivot_root the stdlib may be gone
 import _signal as signal  # the C module: `signal` would import enum
 import _socket
 
