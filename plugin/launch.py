@@ -2,7 +2,7 @@
 """What the host runs (abx-provider.toml [runtime] command): provider.py's main(), with its bytecode
 cached under ABX_PROVIDER_DATA_DIR. The host sets PYTHONDONTWRITEBYTECODE and re-hashes the plugin root
 at every start, so nothing may be written there; a script is never cached by Python, so without this
-launcher provider.py (and _osb_http.py) would be compiled again at every one of the host's many
+launcher provider.py and the modules it imports would be compiled again at every one of the host's many
 plugin starts."""
 import os
 import sys

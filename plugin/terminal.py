@@ -1,13 +1,12 @@
-"""EPP terminals (``pty.open`` / ``pty.write`` / ``pty.resize`` / ``pty.close``) on execd's PTY API.
-
-Standard library only, Python >= 3.10. docs/PTY.md describes execd's protocol and the mapping.
+"""Terminals: pty.open / pty.write / pty.resize / pty.close on execd's PTY API (docs/PTY.md).
 
 execd side (components/execd: pty_controller.go, pty_ws.go, model/pty_ws.go): ``POST /pty`` ->
 201 ``{"session_id"}``; ``GET /pty/{id}/ws`` upgrades; the server sends a JSON ``connected`` text
 frame, then binary output frames (first byte 0x01 stdout, 0x02 stderr, 0x03 replay with an 8-byte
 big-endian offset), and at the end a JSON ``{"type":"exit","exit_code":N}`` frame followed by close
 1000. Input is a binary frame 0x00 + bytes; resize is ``{"type":"resize","cols":C,"rows":R}``.
-``DELETE /pty/{id}`` kills the shell. A fresh shell is 80x24.
+``DELETE /pty/{id}`` kills the shell. A fresh shell is 80x24. All of it goes through the plugin's
+OpenSandbox client (osb/execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
 
 EPP side (epp-host-reference §3.4): ``pty.open{sandbox_id, cols, rows}`` -> ``{"process_id"}``;
 notifications ``pty.output{process_id, data_b64}`` and exactly one ``pty.exit{process_id,
@@ -15,148 +14,59 @@ exit_code}``. The host keeps one plugin process per ``Sandbox`` object, so the p
 opened a terminal serves it: terminals live in this process's memory, and ``pty.write`` for an id
 this process does not hold is a clear -32002.
 
-A terminal never outlives its sandbox: ``close_sandbox()`` (call it from sandbox.kill) and
-``close_all()`` (call it at shutdown) end them; when execd goes away the socket ends, the session
-status is probed, and ``pty.exit`` follows. A dropped socket whose shell is still running is
-re-attached with ``?since=<offset>&takeover=1`` so no output is lost or repeated.
-
-Wiring: ``PtyManager(target, notify)`` where ``target(sandbox_id, refresh=False)`` returns
-``(execd_base_url, headers)`` (Endpoint.headers + X-EXECD-ACCESS-TOKEN), or the module functions
-``pty_open(client_ctx, params, notify)`` etc., where ``client_ctx`` is such a callable or an object
-with ``execd(sandbox_id, refresh=...)`` returning something with ``.base`` and ``.headers()``
-(plugin/_osb_http.py's ``OpenSandbox``). Errors are raised as ``PtyError`` (``.rpc_error()`` is the
-EPP error object).
+A terminal never outlives its sandbox: ``close_sandbox()`` (sandbox.kill) and ``close_all()``
+(shutdown) end them; when execd goes away the socket ends, the session status is probed, and
+``pty.exit`` follows. A dropped socket whose shell is still running is re-attached with
+``?since=<offset>&takeover=1`` so no output is lost or repeated.
 """
 from __future__ import annotations
 
 import base64
 import binascii
-import http.client
-import inspect
 import json
-import socket
 import threading
 import time
 import urllib.parse
 from typing import Any, Callable, Mapping
 
-try:  # plugin run as a script (provider.py next to this file) or imported as a package
-    from . import _ws  # type: ignore[no-redef]
-except ImportError:  # pragma: no cover - depends on how the plugin is started
-    import _ws  # type: ignore[no-redef]
-
-__all__ = ["PtyError", "PtyManager", "pty_open", "pty_write", "pty_resize", "pty_close",
-           "close_sandbox", "close_all", "manager"]
+from epp import EppError, Request, Server
+from errors import map_osb_error, unsupported
+from osb import ws as _ws
+from osb.transport import HttpError, NetError
 
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03  # model/pty_ws.go
 EXECD_INITIAL_SIZE = (80, 24)  # pty_session.go StartPTY: pty.StartWithSize(80x24)
 OUTPUT_CHUNK = 192 * 1024      # raw bytes per pty.output (256 KiB of base64, far below 8 MiB lines)
-MAX_ERROR_BODY = 16 * 1024
-
-Target = Callable[..., "tuple[str, Mapping[str, str]]"]
 Notify = Callable[[str, dict], None]
 
 
-def _accepts_refresh(fn: Any) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "refresh" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+def _error(exc: Exception, what: str, *, no_pty_api: bool = False) -> EppError:
+    """A client failure as an EPP error whose message says which terminal step failed."""
+    if isinstance(exc, EppError):
+        return exc
+    if isinstance(exc, HttpError) and (exc.status == 501 or (no_pty_api and exc.status in (404, 405)
+                                                             and not exc.code)):
+        # An execd without the PTY API answers Gin's plain "404 page not found" (router.go has no
+        # /pty route then); 501 NOT_SUPPORTED is execd's answer on platforms without PTYs.
+        return unsupported("pty", f"{what}: this sandbox's execd has no PTY API (HTTP {exc.status}: "
+                                  f"{exc.message}); terminals need an execd build that serves /pty")
+    err = map_osb_error(exc, op="pty")
+    err.message = f"{what}: {err.message}"
+    return err
 
 
-class PtyError(Exception):
-    """An EPP error: ``code`` (-32000...), ``message``, optional ``data``."""
-
-    def __init__(self, code: int, message: str, data: dict | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data or {}
-
-    def rpc_error(self) -> dict:
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data:
-            err["data"] = self.data
-        return err
-
-
-def _feature_error(message: str) -> PtyError:
-    return PtyError(-32003, message, {"details": {"feature": "pty"}, "feature": "pty"})
-
-
-# ------------------------------------------------------------------------------------------------
-# small HTTP helper (execd's REST part of the PTY API)
-
-
-def _http(method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-          timeout: float) -> tuple[int, dict[str, str], bytes]:
-    parts = urllib.parse.urlsplit(url)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = cls(parts.hostname or "", parts.port, timeout=timeout)
-    try:
-        h = {k: v for k, v in headers.items()}
-        h.setdefault("Accept", "application/json")
-        if body is not None:
-            h["Content-Type"] = "application/json"
-        conn.request(method, path, body=body, headers=h)
-        resp = conn.getresponse()
-        data = resp.read(MAX_ERROR_BODY if resp.status >= 400 else 1 << 20)
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
-    finally:
-        conn.close()
-
-
-def _error_text(body: bytes, status: int) -> tuple[str | None, str]:
-    """(execd error code, message) from an ErrorResponse / {"error"} / text body."""
-    text = body[:MAX_ERROR_BODY].decode("utf-8", "replace").strip()
-    try:
-        obj = json.loads(text) if text.startswith("{") else None
-    except ValueError:
-        obj = None
-    if isinstance(obj, dict):
-        code = obj.get("code") if isinstance(obj.get("code"), str) else None
-        for key in ("message", "error", "detail"):
-            if isinstance(obj.get(key), str) and obj[key]:
-                return code, obj[key][:400]
-        return code, (code or f"HTTP {status}")
-    clean = "".join(c if c.isprintable() else " " for c in text)[:400]
-    return None, clean or f"HTTP {status}"
-
-
-def _net_error(what: str, exc: BaseException) -> PtyError:
-    kind = "timed out" if isinstance(exc, (socket.timeout, TimeoutError)) else "failed"
-    return PtyError(-32000, f"{what}: connection to execd {kind} ({exc.__class__.__name__}: {exc})",
-                    {"sdk_code": "E5001"})
-
-
-def _http_error(what: str, status: int, body: bytes, *, not_found_means_no_pty: bool = False) -> PtyError:
-    code, msg = _error_text(body, status)
-    if status == 401:
-        return PtyError(-32001, f"{what}: execd rejected the request (401): {msg}")
-    if status == 501 or (not_found_means_no_pty and status in (404, 405) and code is None):
-        # An execd without the PTY API answers Gin's plain "404 page not found" (router.go has
-        # no /pty route then); 501 NOT_SUPPORTED is execd's answer on platforms without PTYs.
-        return _feature_error(f"{what}: this sandbox's execd has no PTY API (HTTP {status}: {msg}); "
-                              "terminals need an execd build that serves /pty")
-    if status == 404:
-        return PtyError(-32002, f"{what}: {msg}")
-    return PtyError(-32000, f"{what}: execd answered HTTP {status}: {msg}")
-
-
-# ------------------------------------------------------------------------------------------------
+def _path(session_id: str, tail: str = "") -> str:
+    return f"/pty/{urllib.parse.quote(session_id, safe='')}{tail}"
 
 
 class _Terminal:
-    def __init__(self, manager: "PtyManager", process_id: str, sandbox_id: str, session_id: str,
-                 base: str, headers: Mapping[str, str], ws: "_ws.WebSocketClient"):
+    def __init__(self, manager: PtyManager, process_id: str, sandbox_id: str, session_id: str,
+                 execd, ws: _ws.WebSocketClient):
         self.manager = manager
         self.process_id = process_id
         self.sandbox_id = sandbox_id
         self.session_id = session_id
-        self.base = base
-        self.headers = dict(headers)
+        self.execd = execd         # osb.execd.Execd of the sandbox
         self.ws = ws
         self.offset = 0            # output bytes received so far (= execd's replay offset)
         self.exit_code: int | None = None
@@ -227,7 +137,7 @@ class _Terminal:
                 pass
             self.finish()
 
-    def _pump(self, ws: "_ws.WebSocketClient") -> None:
+    def _pump(self, ws: _ws.WebSocketClient) -> None:
         if self.manager.idle_timeout:
             ws.settimeout(self.manager.idle_timeout)  # execd pings every 30 s; silence = gone
         while True:
@@ -253,13 +163,11 @@ class _Terminal:
 class PtyManager:
     """Terminals of this plugin process."""
 
-    def __init__(self, target: Target | Any, notify: Notify, *, http_timeout: float = 30.0,
-                 connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
+    def __init__(self, client, notify: Notify, *, connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
                  probe_timeout: float = 10.0, give_up_after: float = 600.0,
                  log: Callable[[str], None] | None = None):
-        self.target = target
+        self.client = client       # osb.lifecycle.OpenSandbox (anything with .execd(sandbox_id))
         self.notify = notify
-        self.http_timeout = http_timeout
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
         self.probe_timeout = probe_timeout
@@ -283,17 +191,6 @@ class PtyManager:
             except Exception:  # noqa: BLE001
                 pass
 
-    def _resolve(self, sandbox_id: str, refresh: bool = False) -> tuple[str, dict[str, str]]:
-        t = self.target
-        if callable(getattr(t, "execd", None)):  # plugin/_osb_http.py OpenSandbox
-            ex = t.execd(sandbox_id, refresh=True) if refresh else t.execd(sandbox_id)
-            base, headers = ex.base, ex.headers()
-        elif refresh and _accepts_refresh(t):
-            base, headers = t(sandbox_id, refresh=True)
-        else:
-            base, headers = t(sandbox_id)
-        return str(base).rstrip("/"), {str(k): str(v) for k, v in dict(headers or {}).items()}
-
     def _forget(self, term: _Terminal) -> None:
         with self._lock:
             if self._terminals.get(term.process_id) is term:
@@ -306,20 +203,20 @@ class PtyManager:
     def _get(self, params: Mapping[str, Any]) -> _Terminal:
         pid = params.get("process_id")
         if pid is None or isinstance(pid, (dict, list, bool)):
-            raise PtyError(-32602, "process_id is required")
+            raise EppError(-32602, "process_id is required")
         pid = str(pid)
         with self._lock:
             term = self._terminals.get(pid)
             ended = self._ended.get(pid)
         if term is None:
             if ended:
-                raise PtyError(-32002, f"terminal {pid} {ended}")
-            raise PtyError(-32002, f"terminal {pid} is not open in this plugin process: a terminal is "
+                raise EppError(-32002, f"terminal {pid} {ended}")
+            raise EppError(-32002, f"terminal {pid} is not open in this plugin process: a terminal is "
                            "served only by the process that opened it (it may have been closed, or the "
                            "process restarted)")
         sid = params.get("sandbox_id")
         if sid not in (None, "") and str(sid) != term.sandbox_id:
-            raise PtyError(-32002, f"terminal {pid} does not belong to sandbox {sid}")
+            raise EppError(-32002, f"terminal {pid} does not belong to sandbox {sid}")
         return term
 
     @staticmethod
@@ -328,73 +225,48 @@ class PtyManager:
         if v is None:
             return default
         if isinstance(v, bool):
-            raise PtyError(-32602, f"{name} must be an integer between 1 and 65535")
+            raise EppError(-32602, f"{name} must be an integer between 1 and 65535")
         if isinstance(v, str) and v.strip().isdigit():
             v = int(v.strip())
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if not isinstance(v, int) or not 1 <= v <= 65535:
-            raise PtyError(-32602, f"{name} must be an integer between 1 and 65535, got {v!r}")
+            raise EppError(-32602, f"{name} must be an integer between 1 and 65535, got {v!r}")
         return v
 
     # -- execd calls ----------------------------------------------------------------------------
-    def _create_session(self, sandbox_id: str) -> tuple[str, str, dict[str, str]]:
-        what = "pty.open"
-        base, headers = self._resolve(sandbox_id)
-        for attempt in (0, 1):
-            try:
-                status, _h, body = _http("POST", base + "/pty", headers, b"{}", self.http_timeout)
-                break
-            except (ConnectionRefusedError, socket.gaierror) as exc:
-                if attempt == 0:  # a cached endpoint may be stale: resolve again once
-                    fresh = self._resolve(sandbox_id, refresh=True)
-                    if fresh != (base, headers):
-                        base, headers = fresh
-                        continue
-                raise _net_error(what, exc) from None
-            except (OSError, http.client.HTTPException) as exc:
-                raise _net_error(what, exc) from None
-        if status not in (200, 201):
-            raise _http_error(f"{what}: POST /pty", status, body, not_found_means_no_pty=True)
+    def _create_session(self, sandbox_id: str):
+        """POST /pty -> (session id, the sandbox's Execd)."""
         try:
-            sid = json.loads(body.decode("utf-8")).get("session_id")
-        except (ValueError, AttributeError):
-            sid = None
-        if not isinstance(sid, str) or not sid:
-            raise PtyError(-32000, f"{what}: execd answered POST /pty without a session_id")
-        return sid, base, headers
+            execd = self.client.execd(sandbox_id)
+            return execd.pty_create(), execd
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a typed EPP error
+            raise _error(exc, "pty.open: POST /pty", no_pty_api=True) from None
 
-    def _delete_session(self, base: str, headers: Mapping[str, str], session_id: str,
-                        timeout: float | None = None) -> None:
+    @staticmethod
+    def _delete_session(execd, session_id: str, timeout: float | None = None) -> None:
         try:
-            _http("DELETE", f"{base}/pty/{urllib.parse.quote(session_id, safe='')}", headers, None,
-                  timeout or self.http_timeout)
-        except (OSError, http.client.HTTPException):
-            pass
+            execd.pty_delete(session_id, timeout)
+        except (HttpError, NetError):
+            pass            # gone already, or execd is: either way the shell is over
 
-    def _status(self, term: _Terminal) -> tuple[int, dict | None]:
-        status, _h, body = _http("GET", f"{term.base}/pty/{urllib.parse.quote(term.session_id, safe='')}",
-                                 term.headers, None, self.probe_timeout)
+    def _status(self, term: _Terminal) -> dict | None:
+        """The session's status; None when execd says it is gone. NetError when execd is silent
+        (timeout) or unreachable."""
         try:
-            obj = json.loads(body.decode("utf-8")) if status == 200 else None
-        except ValueError:
-            obj = None
-        return status, obj if isinstance(obj, dict) else None
+            return term.execd.pty_status(term.session_id, self.probe_timeout)
+        except HttpError:
+            return None
 
-    def _connect(self, base: str, headers: Mapping[str, str], session_id: str,
-                 query: str = "") -> tuple["_ws.WebSocketClient", list[bytes]]:
+    def _connect(self, execd, session_id: str, query: str = "") -> tuple[_ws.WebSocketClient, list[bytes]]:
         """Open the socket and read up to the ``connected`` frame; returns binary frames that came
         first (a replay frame precedes ``connected``, pty_ws.go step 8)."""
-        url = f"{base}/pty/{urllib.parse.quote(session_id, safe='')}/ws" + (f"?{query}" if query else "")
         what = "pty.open"
         try:
-            ws = _ws.connect(url, headers, timeout=self.connect_timeout)
-        except _ws.HandshakeError as exc:
-            if exc.status:
-                raise _http_error(f"{what}: WebSocket upgrade", exc.status, exc.body) from None
-            raise PtyError(-32000, f"{what}: WebSocket upgrade failed: {exc}") from None
-        except (OSError, ValueError) as exc:
-            raise _net_error(what, exc) from None
+            ws = execd.websocket(_path(session_id, "/ws"), query, timeout=self.connect_timeout,
+                                 what="terminal WebSocket")
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes a typed EPP error
+            raise _error(exc, f"{what}: WebSocket upgrade") from None
         early: list[bytes] = []
         try:
             ws.settimeout(self.connect_timeout)
@@ -412,38 +284,37 @@ class PtyManager:
                 if frame.get("type") == "connected":
                     break
                 if frame.get("type") == "error":
-                    raise PtyError(-32000, f"{what}: execd could not start the terminal: "
+                    raise EppError(-32000, f"{what}: execd could not start the terminal: "
                                    f"{frame.get('code')}: {str(frame.get('error'))[:300]}")
             ws.settimeout(None)
-        except PtyError:
+        except EppError:
             ws.shutdown()
             raise
         except (_ws.WebSocketError, OSError) as exc:
             ws.shutdown()
-            raise PtyError(-32000, f"{what}: the terminal socket closed before it was ready ({exc})") from None
+            raise EppError(-32000, f"{what}: the terminal socket closed before it was ready ({exc})") from None
         return ws, early
 
-    def _reattach(self, term: _Terminal) -> "_ws.WebSocketClient | None":
+    def _reattach(self, term: _Terminal) -> _ws.WebSocketClient | None:
         """The socket ended without an exit frame. Re-attach while the shell still runs; give up
         (-> pty.exit) when the session or the sandbox is gone."""
         deadline = time.monotonic() + self.give_up_after
         delay = 0.2
         while not term.closing and time.monotonic() < deadline:
             try:
-                status, obj = self._status(term)
-            except (socket.timeout, TimeoutError):
+                obj = self._status(term)
+            except NetError as exc:
+                if exc.kind != "timeout":
+                    return None  # execd is gone: the sandbox was killed
                 # a paused sandbox answers nothing until resumed: keep asking (bounded)
                 time.sleep(min(delay, 5.0))
                 delay *= 2
                 continue
-            except (OSError, http.client.HTTPException):
-                return None  # execd is gone: the sandbox was killed
-            if status != 200 or not obj or not obj.get("running"):
+            if not obj or not obj.get("running"):
                 return None  # session deleted, or the shell ended while we were away
             try:
-                ws, early = self._connect(term.base, term.headers, term.session_id,
-                                          f"since={term.offset}&takeover=1")
-            except PtyError as exc:
+                ws, early = self._connect(term.execd, term.session_id, f"since={term.offset}&takeover=1")
+            except EppError as exc:
                 self._log(f"terminal {term.process_id}: re-attach failed: {exc.message}")
                 time.sleep(min(delay, 5.0))
                 delay *= 2
@@ -461,16 +332,16 @@ class PtyManager:
     def open(self, params: Mapping[str, Any]) -> dict:
         sandbox_id = params.get("sandbox_id")
         if not isinstance(sandbox_id, str) or not sandbox_id:
-            raise PtyError(-32602, "sandbox_id is required")
+            raise EppError(-32602, "sandbox_id is required")
         cols = self._size(params, "cols", EXECD_INITIAL_SIZE[0])
         rows = self._size(params, "rows", EXECD_INITIAL_SIZE[1])
-        session_id, base, headers = self._create_session(sandbox_id)
+        session_id, execd = self._create_session(sandbox_id)
         try:
-            ws, early = self._connect(base, headers, session_id)
+            ws, early = self._connect(execd, session_id)
         except BaseException:
-            self._delete_session(base, headers, session_id, timeout=5.0)
+            self._delete_session(execd, session_id, timeout=5.0)
             raise
-        term = _Terminal(self, session_id, sandbox_id, session_id, base, headers, ws)
+        term = _Terminal(self, session_id, sandbox_id, session_id, execd, ws)
         try:
             if (cols, rows) != EXECD_INITIAL_SIZE:
                 ws.send_text(json.dumps({"type": "resize", "cols": cols, "rows": rows}))
@@ -489,17 +360,17 @@ class PtyManager:
         term = self._get(params)
         raw = params.get("data_b64", "")
         if not isinstance(raw, str):
-            raise PtyError(-32602, "data_b64 must be a base64 string")
+            raise EppError(-32602, "data_b64 must be a base64 string")
         try:
             data = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError):
-            raise PtyError(-32602, "data_b64 is not valid base64") from None
+            raise EppError(-32602, "data_b64 is not valid base64") from None
         if not data:
             return {}
         self._send(term, lambda ws: ws.send_binary(bytes([BIN_STDIN]) + data))
         return {}
 
-    def _send(self, term: _Terminal, fn: Callable[["_ws.WebSocketClient"], None]) -> None:
+    def _send(self, term: _Terminal, fn: Callable[[_ws.WebSocketClient], None]) -> None:
         """Send on the terminal's socket; while a dropped socket is being re-attached, wait for the
         new one (bounded) instead of failing the call."""
         deadline = time.monotonic() + self.connect_timeout
@@ -511,7 +382,7 @@ class PtyManager:
             except _ws.WebSocketError:
                 pass
             if term.finished or term.closing or time.monotonic() > deadline:
-                raise PtyError(-32002, f"terminal {term.process_id} has exited or lost its connection")
+                raise EppError(-32002, f"terminal {term.process_id} has exited or lost its connection")
             while term.ws is ws and not term.finished and not term.closing and time.monotonic() < deadline:
                 time.sleep(0.02)
 
@@ -526,7 +397,7 @@ class PtyManager:
         """Kill the shell (DELETE /pty/{id}); idempotent. The host ignores the answer."""
         try:
             term = self._get(params)
-        except PtyError as exc:
+        except EppError as exc:
             if exc.code == -32002:
                 return {}
             raise
@@ -536,7 +407,7 @@ class PtyManager:
     def _end(self, term: _Terminal, *, delete: bool, timeout: float | None = None) -> None:
         term.closing = True
         if delete:
-            self._delete_session(term.base, term.headers, term.session_id, timeout)
+            self._delete_session(term.execd, term.session_id, timeout)
             # execd answers the kill with an exit frame and a close; give the reader a moment
             if term.thread is not None and term.thread is not threading.current_thread():
                 term.thread.join(timeout=2.0)
@@ -560,7 +431,7 @@ class PtyManager:
             terms = list(self._terminals.values())
         for t in terms:
             t.closing = True
-        threads = [threading.Thread(target=self._delete_session, args=(t.base, t.headers, t.session_id, timeout),
+        threads = [threading.Thread(target=self._delete_session, args=(t.execd, t.session_id, timeout),
                                     daemon=True) for t in terms]
         for th in threads:
             th.start()
@@ -587,53 +458,46 @@ _MANAGER: PtyManager | None = None
 _MANAGER_LOCK = threading.Lock()
 
 
-def manager(client_ctx: Any = None, notify: Notify | None = None,
-            log: Callable[[str], None] | None = None) -> PtyManager:
-    """This process's PtyManager (created on first use; ``client_ctx``/``notify``/``log`` update it)."""
+def manager(srv: Server | None = None) -> PtyManager | None:
+    """This process's PtyManager, created on the first pty.open (``srv`` given); None before."""
     global _MANAGER
     with _MANAGER_LOCK:
-        if _MANAGER is None:
-            if client_ctx is None or notify is None:
-                raise PtyError(-32002, "no terminal has been opened in this plugin process")
-            _MANAGER = PtyManager(client_ctx, notify, log=log)
-        else:
-            if client_ctx is not None:
-                _MANAGER.target = client_ctx
-            if notify is not None:
-                _MANAGER.notify = notify
-            if log is not None:
-                _MANAGER.log = log
+        if _MANAGER is None and srv is not None:
+            _MANAGER = PtyManager(srv.client(), srv.notify, log=srv.log_stderr)
         return _MANAGER
 
 
-def pty_open(client_ctx: Any, params: Mapping[str, Any], notify: Notify,
-             log: Callable[[str], None] | None = None) -> dict:
-    return manager(client_ctx, notify, log).open(params)
+def _held() -> PtyManager:
+    m = manager()
+    if m is None:
+        raise EppError(-32002, "no terminal has been opened in this plugin process")
+    return m
 
 
-def pty_write(client_ctx: Any, params: Mapping[str, Any], notify: Notify | None = None) -> dict:
-    return manager(client_ctx, notify).write(params)
+def m_pty_open(srv: Server, req: Request, p: dict) -> dict:
+    return manager(srv).open(p)
 
 
-def pty_resize(client_ctx: Any, params: Mapping[str, Any], notify: Notify | None = None) -> dict:
-    return manager(client_ctx, notify).resize(params)
+def m_pty_write(srv: Server, req: Request, p: dict) -> dict:
+    return _held().write(p)
 
 
-def pty_close(client_ctx: Any, params: Mapping[str, Any], notify: Notify | None = None) -> dict:
-    with _MANAGER_LOCK:
-        m = _MANAGER
-    return {} if m is None else m.close(params)
+def m_pty_resize(srv: Server, req: Request, p: dict) -> dict:
+    return _held().resize(p)
+
+
+def m_pty_close(srv: Server, req: Request, p: dict) -> dict:
+    m = manager()
+    return {} if m is None else m.close(p)
 
 
 def close_sandbox(sandbox_id: str, *, delete: bool = False) -> None:
-    with _MANAGER_LOCK:
-        m = _MANAGER
+    m = manager()
     if m is not None:
         m.close_sandbox(sandbox_id, delete=delete)
 
 
 def close_all(timeout: float = 1.5) -> None:
-    with _MANAGER_LOCK:
-        m = _MANAGER
+    m = manager()
     if m is not None:
         m.close_all(timeout)

@@ -1,0 +1,354 @@
+"""Commands: exec.run (the whole output in the answer) and exec.start (exec.output / exec.exit
+notifications after the answer), foreground or detached (``sessions``: a background command that
+outlives this process, followed by polling its logs). ``run_internal`` runs the helper scripts
+other methods need (process list, kill, user lookup).
+
+``rec NN`` = the recorded exchanges in ../shared/live/exchanges; seed 000 = the research notes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+from config import is_number
+from epp import MAX_LINE_BYTES, Deferred, EppError, Request, Server
+from errors import bad_input, check_envs, guard, map_osb_error, sandbox_id
+
+OUTPUT_CHUNK_CHARS = 1_000_000          # exec.output notifications are split at this size
+STOP_GRACE = 3.0                        # seconds between an interrupt and giving up on the stream
+
+
+class ExecSpec:
+    """Validated exec.run / exec.start params."""
+
+    def __init__(self, p: dict):
+        self.sandbox_id = sandbox_id(p)
+        cmd, args, command = p.get("cmd"), p.get("args"), p.get("command")
+        if isinstance(command, str) and command.strip() and not cmd:
+            self.argv, self.command = None, command          # our extension: a shell string
+        else:
+            if not isinstance(cmd, str) or not cmd:
+                raise EppError(-32602, "Invalid params: cmd must be a non-empty string.")
+            if args is None:
+                args = []
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                raise EppError(-32602, "Invalid params: args must be a list of strings.")
+            if any("\0" in a for a in [cmd, *args]):
+                raise bad_input("A command argument contains a NUL byte.")
+            self.argv, self.command = [cmd, *args], None
+        self.env = check_envs(p.get("env"), "env")
+        cwd = p.get("cwd")
+        self.cwd = cwd if isinstance(cwd, str) else ""
+        user = p.get("user")
+        self.user = user.strip() if isinstance(user, str) else str(user) if isinstance(user, int) else ""
+        timeout = p.get("timeout")
+        if timeout is None:
+            timeout = 60
+        if not is_number(timeout) or timeout < 0:
+            raise EppError(-32602, "Invalid params: timeout must be a number of seconds (0 = none).")
+        self.timeout = float(timeout)
+        self.detached = p.get("detached") is True or p.get("background") is True
+
+
+def _user_ids(srv: Server, execd, user: str) -> tuple:
+    """"" -> default; "1000" / "1000:1000" -> ids; "root" -> 0; other names are looked up with id(1)."""
+    if not user:
+        return None, None
+    uid_s, _, gid_s = user.partition(":")
+    if uid_s.isdigit() and (not gid_s or gid_s.isdigit()):
+        return int(uid_s), (int(gid_s) if gid_s else None)
+    if user == "root":
+        return 0, 0
+    from osb.execd import shell_join
+    code, out, _ = run_internal(srv, execd, f"id -u {shell_join([user])} && id -g {shell_join([user])}")
+    ids = out.split()
+    if code != 0 or len(ids) != 2 or not all(i.isdigit() for i in ids):
+        raise bad_input(f"User {user[:40]!r} does not exist in the sandbox.",
+                        "Pass a user name that exists in the image, or a numeric uid.")
+    return int(ids[0]), int(ids[1])
+
+
+def _start(srv: Server, spec: ExecSpec, *, background: bool = False):
+    client = srv.client()
+    execd = guard(lambda: client.execd(spec.sandbox_id), op="exec", srv=srv)
+    uid, gid = _user_ids(srv, execd, spec.user)
+    # execd enforces the timeout too (rec 09); we enforce it ourselves as well (the host never does).
+    timeout_ms = int(spec.timeout * 1000) if spec.timeout > 0 else 0
+    return guard(lambda: execd.start(argv=spec.argv, command=spec.command, envs=spec.env, cwd=spec.cwd,
+                                      uid=uid, gid=gid, timeout_ms=timeout_ms, background=background),
+                  op="exec", srv=srv)
+
+
+_END, _WAKE = object(), object()
+
+
+class Pump:
+    """Reads a CommandRun on its own thread so the caller can wait with deadlines and cancel. The
+    queue is bounded: a slow reader of our stdout slows the SSE read, and so execd, down."""
+
+    def __init__(self, run):
+        import queue
+        self.run, self.q, self.queue_empty = run, queue.Queue(maxsize=4096), queue.Empty
+        self._held = None
+        threading.Thread(target=self._read, daemon=True, name="execd-sse").start()
+
+    def _read(self) -> None:
+        try:
+            for event in self.run.events():
+                self.q.put(event)
+        except Exception as exc:  # noqa: BLE001
+            self.q.put(exc)
+        self.q.put(_END)
+
+    def get(self, timeout: float | None):
+        if self._held is not None:
+            item, self._held = self._held, None
+            return item
+        try:
+            return self.q.get(timeout=timeout)
+        except self.queue_empty:
+            return None
+
+    def more_of(self, kind: str, text: str, limit: int = OUTPUT_CHUNK_CHARS) -> str:
+        """Join output of the same stream that is already queued (v1.1.0 sends one event per line)."""
+        parts, size = [text], len(text)
+        while size < limit:
+            try:
+                item = self.q.get_nowait()
+            except self.queue_empty:
+                break
+            if isinstance(item, dict) and item.get("type") == kind:
+                parts.append(item["text"])
+                size += len(item["text"])
+            else:
+                self._held = item
+                break
+        return "".join(parts)
+
+    def wake(self) -> None:
+        try:
+            self.q.put_nowait(_WAKE)
+        except Exception:  # noqa: BLE001 - full: the reader is about to be woken anyway
+            pass
+
+
+def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: float, on_output,
+          first=None) -> tuple[int, str | None]:
+    """Forward output until the terminal event; returns (exit_code, problem or None).
+
+    Timeout: at the deadline the command is interrupted (DELETE /command?id=); if execd has not
+    ended the stream STOP_GRACE later we stop reading. A timed-out command exits 124.
+    """
+    from osb.sse import StartFailure, terminal_exit_code
+    deadline = started + spec.timeout if spec.timeout > 0 else None
+    stop_at, timed_out = None, False
+    req.on_cancel(pump.wake)
+    item = first
+    while True:
+        now = time.monotonic()
+        if item is None:
+            if req.cancelled.is_set() and stop_at is None:
+                threading.Thread(target=run.stop, daemon=True).start()
+                stop_at = now + STOP_GRACE
+            if deadline is not None and now >= deadline and stop_at is None:
+                timed_out = True
+                threading.Thread(target=run.stop, daemon=True).start()
+                stop_at = now + STOP_GRACE
+            if stop_at is not None and now >= stop_at:
+                run.abort()
+                return (124 if timed_out else 130), None
+            waits = [t - now for t in (deadline if stop_at is None else None, stop_at) if t is not None]
+            item = pump.get(max(0.01, min(waits)) if waits else None)
+            if item is None or item is _WAKE:
+                item = None
+                continue
+        current, item = item, None
+        if current is _END:
+            return _lost_stream(run, "the output stream ended before the command finished")
+        if isinstance(current, Exception):
+            return _lost_stream(run, f"reading the output failed ({type(current).__name__})")
+        kind = current.get("type")
+        if kind in ("stdout", "stderr"):
+            on_output(kind, pump.more_of(kind, current["text"]))
+            continue
+        try:
+            code = terminal_exit_code(current)
+        except StartFailure as exc:
+            on_output("stderr", f"{exc}\n")
+            return 126, None
+        if code is None:
+            continue
+        late = deadline is not None and time.monotonic() >= deadline - 0.25
+        if code != 0 and (timed_out or (late and code in (-1, 137))):
+            code = 124
+        return code, None
+
+
+def _lost_stream(run, why: str) -> tuple[int, str]:
+    """No terminal event: the output may be incomplete, so this is always reported as a problem.
+    execd still knows how the command ended (rec 07: foreground commands have a status too, but no
+    logs): its exit code when it exited by itself; -1 when it was killed (execd kills a foreground
+    command whose stream broke, so a signal here says nothing about the command) or is unknown."""
+    if run.command_id:
+        for _ in range(10):
+            try:
+                st = run.execd.status(run.command_id)
+            except Exception:  # noqa: BLE001
+                break
+            if st.get("running") is False:
+                code = st.get("exit_code")
+                if isinstance(code, int) and not isinstance(code, bool) and code >= 0:
+                    return code, why
+                return -1, why
+            time.sleep(0.2)
+    return -1, why
+
+
+def _await_start(srv: Server, spec: ExecSpec, run, pump: Pump):
+    """A command that cannot start ends with an error event right after init: answer that as an error
+    instead of a process id. Returns the first event (or None) for drive()."""
+    from osb.sse import StartFailure, terminal_exit_code
+    first = pump.get(0.25)
+    if isinstance(first, dict) and first.get("type") == "error":
+        try:
+            terminal_exit_code(first)
+        except StartFailure as exc:
+            raise EppError(-32000, f"The command could not be started: {exc}",
+                           suggestion="Check the command name, cwd and user.") from None
+    return None if first is _WAKE else first
+
+
+def m_exec_start(srv: Server, req: Request, p: dict):
+    spec = ExecSpec(p)
+    if spec.detached:
+        return _start_detached(srv, spec)
+    started = time.monotonic()
+    run = _start(srv, spec)
+    pump = Pump(run)
+    first = _await_start(srv, spec, run, pump)
+    pid = run.command_id or f"cmd-{os.urandom(8).hex()}"
+
+    def emit(kind: str, text: str) -> None:
+        for i in range(0, len(text), OUTPUT_CHUNK_CHARS):
+            srv.notify("exec.output", {"process_id": pid, "stream": kind, "data": text[i:i + OUTPUT_CHUNK_CHARS]})
+
+    def stream() -> None:
+        srv.active_runs.add(run)
+        try:
+            code, problem = drive(srv, req, run, pump, spec, started, emit, first)
+        finally:
+            srv.active_runs.discard(run)
+        if problem:
+            emit("stderr", f"[opensandbox provider] {problem}; the output may be incomplete\n")
+        srv.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
+
+    return Deferred({"process_id": pid}, stream)
+
+
+def m_exec_run(srv: Server, req: Request, p: dict) -> dict:
+    spec = ExecSpec(p)
+    if spec.detached:
+        raise bad_input("exec.run cannot run a detached command; use exec.start with detached: true.")
+    started = time.monotonic()
+    run = _start(srv, spec)
+    req.on_cancel(run.stop)
+    pump = Pump(run)
+    first = _await_start(srv, spec, run, pump)
+    out: dict = {"stdout": [], "stderr": []}
+    srv.active_runs.add(run)
+    try:
+        code, problem = drive(srv, req, run, pump, spec, started, lambda k, t: out[k].append(t), first)
+    finally:
+        srv.active_runs.discard(run)
+    if problem:
+        ended = f" The command exited with {code}, but its output may be incomplete." if code != -1 else ""
+        raise EppError(-32000, f"Lost the command's output: {problem}.{ended}", sdk_code="E5001",
+                       suggestion="Check the connection to the sandbox; run the command again if it is safe "
+                                  "to repeat.", exit_code=code if code != -1 else None)
+    return _fit_result("".join(out["stdout"]), "".join(out["stderr"]), code)
+
+
+def _fit_result(stdout: str, stderr: str, code: int) -> dict:
+    """Keep the exec.run answer under the 8 MiB line limit (the head of the output is kept)."""
+    result = {"stdout": stdout, "stderr": stderr, "exit_code": int(code)}
+    budget = MAX_LINE_BYTES - 64 * 1024
+    size = len(json.dumps(result, ensure_ascii=False).encode("utf-8", "replace"))
+    while size > budget:
+        ratio = budget / size * 0.95
+        dropped = 0
+        for key in ("stdout", "stderr"):
+            keep = int(len(result[key]) * ratio)
+            dropped += len(result[key]) - keep
+            result[key] = result[key][:keep]
+        result["stderr"] += f"\n[opensandbox provider: {dropped} characters of output dropped (EPP 8 MiB limit)]\n"
+        result["truncated"] = True
+        size = len(json.dumps(result, ensure_ascii=False).encode("utf-8", "replace"))
+    return result
+
+
+def run_internal(srv: Server, execd, script: str, timeout: float = 30.0) -> tuple[int, str, str]:
+    """Run a helper shell script in the sandbox (process list, kill, user lookup)."""
+    run = guard(lambda: execd.start(argv=["sh", "-c", script], timeout_ms=int(timeout * 1000)),
+                 op="process", srv=srv)
+    out: dict = {"stdout": [], "stderr": []}
+    spec = type("Spec", (), {"timeout": timeout})()
+    code, problem = drive(srv, Request(None), run, Pump(run), spec, time.monotonic(),
+                          lambda k, t: out[k].append(t))
+    if problem:
+        raise EppError(-32000, f"A helper command in the sandbox failed: {problem}.", sdk_code="E5001")
+    return code, "".join(out["stdout"]), "".join(out["stderr"])
+
+
+def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
+    """`sessions`: a background command (it survives this process), followed by polling its merged
+    logs and status (rec 10)."""
+    run = _start(srv, spec, background=True)
+    for event in run.events():       # init, ping, execution_complete arrive at once (rec 10)
+        if event.get("type") == "error":
+            from osb.sse import StartFailure, terminal_exit_code
+            try:
+                terminal_exit_code(event)
+            except StartFailure as exc:
+                raise EppError(-32000, f"The command could not be started: {exc}") from None
+    run.stream.close()
+    if not run.command_id:
+        raise EppError(-32000, "execd started a background command but returned no command id.")
+    pid, execd = run.command_id, run.execd
+
+    def follow() -> None:
+        cursor, delay, failing_since = None, 0.1, None
+        while not srv.closing.is_set():
+            polled = time.monotonic()
+            try:
+                status = execd.status(pid)
+                text, cursor = execd.logs(pid, cursor)
+            except Exception as exc:  # noqa: BLE001
+                # the calls retry by themselves; keep polling through an outage of up to http_timeout
+                now = time.monotonic()
+                failing_since = failing_since or polled
+                if now - failing_since < execd.client.http.timeout and not srv.closing.is_set():
+                    time.sleep(delay)
+                    delay = min(delay * 1.5, 1.0)
+                    continue
+                err = map_osb_error(exc, op="process", cfg=srv._cfg)
+                note = f"[opensandbox provider] lost track of the command: {err.message}\n"
+                srv.notify("exec.output", {"process_id": pid, "stream": "stderr", "data": note})
+                srv.notify("exec.exit", {"process_id": pid, "exit_code": -1})
+                return
+            failing_since = None
+            if text:
+                srv.notify("exec.output", {"process_id": pid, "stream": "stdout", "data": text})
+                delay = 0.1
+            if status.get("running") is False:
+                code = status.get("exit_code")
+                if not isinstance(code, int) or code == -1:
+                    from osb.sse import signal_exit_code
+                    code = signal_exit_code(str(status.get("error") or "")) or (code if isinstance(code, int) else 0)
+                srv.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
+                return
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+
+    return Deferred({"process_id": pid, "detached": True}, follow)

@@ -1,0 +1,199 @@
+"""Files: files.read / write / list / stat / mkdir / remove / move / search / chmod on execd's
+files API (rec 13, 18: ``rec NN`` = the recorded exchanges in ../shared/live/exchanges).
+"""
+from __future__ import annotations
+
+from epp import EppError, Request, Server
+from errors import bad_input, guard, is_http, map_osb_error, path_param, sandbox_id, unsupported
+
+MAX_READ_BYTES = 6_000_000              # base64 of this fits one EPP line (8 MiB) with room to spare
+
+
+def _execd(srv: Server, p: dict):
+    sid = sandbox_id(p)
+    client = srv.client()
+    return guard(lambda: client.execd(sid), op="files", srv=srv)
+
+
+def file_entry(info: dict) -> dict:
+    """execd FileInfo (rec 13) -> EPP FileEntry."""
+    path = str(info.get("path") or "")
+    kind = str(info.get("type") or "file")
+    entry = {
+        "name": path.rstrip("/").rsplit("/", 1)[-1] or path,
+        "path": path,
+        "type": "dir" if kind == "directory" else "file",
+        "size": info.get("size") if isinstance(info.get("size"), int) else 0,
+        "mtime": info.get("modified_at") or None,
+    }
+    if kind not in ("file", "directory"):
+        entry["kind"] = kind                        # symlink / other (execd FileInfo.type)
+    for key in ("mode", "owner", "group"):
+        if info.get(key) not in (None, ""):
+            entry[key] = info[key]
+    return entry
+
+
+def _octal_mode(value) -> int | None:
+    """Permissions for execd, which wants the octal digits as a decimal number (rec 13: 644).
+    Accepts "644" / "0o644" / "0644" or an int permission value such as 0o644."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise bad_input("mode must be an octal permission like 644.")
+    if isinstance(value, int):
+        number = value
+    else:
+        text = str(value).strip().lower().removeprefix("0o")
+        if not text or any(c not in "01234567" for c in text):
+            raise bad_input(f"mode {str(value)[:20]!r} is not an octal permission like 644.")
+        number = int(text, 8)
+    if not 0 <= number <= 0o7777:
+        raise bad_input("mode must be between 0 and 7777 (octal).")
+    return int(format(number, "o"))
+
+
+def m_files_read(srv: Server, req: Request, p: dict) -> dict:
+    from osb.execd import TooLarge
+    path = path_param(p)
+    execd = _execd(srv, p)
+    offset, length = p.get("offset"), p.get("length")
+    for name, val in (("offset", offset), ("length", length)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+            raise bad_input(f"{name} must be a non-negative integer.")
+    if length is not None and length > MAX_READ_BYTES:
+        raise _too_big(path, length)
+    if length == 0:
+        return {"content_b64": ""}
+    try:
+        data = execd.read_file(path, offset=offset, length=length, limit=MAX_READ_BYTES)
+    except TooLarge as exc:
+        raise _too_big(path, exc.size) from None
+    except Exception as exc:  # noqa: BLE001 - mapped below; 416 is a read at or past the end
+        if is_http(exc, 416):
+            return {"content_b64": ""}
+        raise map_osb_error(exc, op="files", cfg=srv._cfg, target=path) from None
+    import base64
+    return {"content_b64": base64.b64encode(data)}     # bytes: Server.send splices them into the line
+
+
+def _too_big(path: str, size) -> EppError:
+    what = f"{size} bytes" if size else f"more than {MAX_READ_BYTES} bytes"
+    return EppError(-32000, f"{path} is {what}; one files.read returns at most {MAX_READ_BYTES} bytes "
+                            "(EPP lines are limited to 8 MiB).",
+                    suggestion="Read it in parts with offset/length, or split/compress it in the sandbox first.",
+                    max_bytes=MAX_READ_BYTES)
+
+
+def m_files_write(srv: Server, req: Request, p: dict) -> dict:
+    import base64
+    import binascii
+    path = path_param(p)
+    if p.get("append"):
+        raise unsupported("files.write.append", "Appending is not supported by OpenSandbox uploads.",
+                          "Read, concatenate and write the whole file.")
+    content = p.get("content_b64", "")
+    if not isinstance(content, str):
+        raise EppError(-32602, "Invalid params: content_b64 must be a base64 string.")
+    try:
+        data = base64.b64decode(content, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_input("content_b64 is not valid base64.") from None
+    mode = _octal_mode(p.get("mode"))
+    execd = _execd(srv, p)
+    guard(lambda: execd.upload(path, data, mode), op="files", srv=srv, target=path)
+    return {}
+
+
+def m_files_list(srv: Server, req: Request, p: dict) -> dict:
+    path = path_param(p)
+    depth = p.get("depth", 1)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise bad_input("depth must be a positive integer.")
+    execd = _execd(srv, p)
+    items = guard(lambda: execd.list_dir(path, depth), op="files", srv=srv, target=path)
+    return {"entries": [file_entry(i) for i in items if isinstance(i, dict)]}
+
+
+def m_files_stat(srv: Server, req: Request, p: dict) -> dict:
+    path = path_param(p)
+    execd = _execd(srv, p)
+    return file_entry(guard(lambda: execd.info(path), op="files", srv=srv, target=path))
+
+
+def m_files_mkdir(srv: Server, req: Request, p: dict) -> dict:
+    """Parents are created and an existing directory is fine (execd works like mkdir -p)."""
+    path = path_param(p)
+    mode = _octal_mode(p.get("mode")) or 755
+    execd = _execd(srv, p)
+    guard(lambda: execd.mkdir(path, mode), op="files", srv=srv, target=path)
+    return {}
+
+
+def m_files_remove(srv: Server, req: Request, p: dict) -> dict:
+    """File or directory (recursively). DELETE /files only removes files (seed 000), so stat first."""
+    path = path_param(p)
+    execd = _execd(srv, p)
+    info = guard(lambda: execd.info(path), op="files", srv=srv, target=path)
+    if info.get("type") == "directory":
+        guard(lambda: execd.remove_dir(path), op="files", srv=srv, target=path)
+    else:
+        guard(lambda: execd.remove_file(path), op="files", srv=srv, target=path)
+    return {}
+
+
+def m_files_move(srv: Server, req: Request, p: dict) -> dict:
+    """Rename/move; an existing destination file is replaced unless overwrite is false."""
+    src, dest = path_param(p, "source"), path_param(p, "destination")
+    overwrite = p.get("overwrite", True) is not False
+    execd = _execd(srv, p)
+
+    def dest_info():
+        try:
+            return execd.info(dest)
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is a 404
+            if is_http(exc, 404):
+                return None
+            raise
+
+    if not overwrite and guard(dest_info, op="files", srv=srv, target=dest) is not None:
+        raise bad_input(f"{dest} already exists.", "Pass overwrite=true or choose another destination.")
+    try:
+        execd.move(src, dest)
+    except Exception as exc:  # noqa: BLE001 - mapped below, after looking at the destination
+        if is_http(exc, 404):
+            raise map_osb_error(exc, op="files", cfg=srv._cfg, target=src) from None
+        existing = guard(dest_info, op="files", srv=srv, target=dest) if is_http(exc, 400, 409, 500) else None
+        if existing is None or not overwrite:
+            raise map_osb_error(exc, op="files", cfg=srv._cfg, target=src) from None
+        if existing.get("type") == "directory":
+            raise bad_input(f"Cannot move {src} onto the existing directory {dest}.",
+                            "Move it to a path inside that directory instead.") from None
+        guard(lambda: execd.remove_file(dest), op="files", srv=srv, target=dest)
+        guard(lambda: execd.move(src, dest), op="files", srv=srv, target=src)
+    return {}
+
+
+def m_files_search(srv: Server, req: Request, p: dict) -> dict:
+    path = path_param(p)
+    pattern = p.get("pattern") or "**"
+    if not isinstance(pattern, str):
+        raise bad_input("pattern must be a glob string such as *.txt or **/*.py.")
+    execd = _execd(srv, p)
+    items = guard(lambda: execd.search(path, pattern), op="files", srv=srv, target=path)
+    return {"entries": [file_entry(i) for i in items if isinstance(i, dict)]}
+
+
+def m_files_chmod(srv: Server, req: Request, p: dict) -> dict:
+    path = path_param(p)
+    perm: dict = {}
+    mode = _octal_mode(p.get("mode"))
+    if mode is None:
+        raise bad_input("mode is required, e.g. 755.")
+    perm["mode"] = mode
+    for key in ("owner", "group"):
+        if isinstance(p.get(key), str) and p[key]:
+            perm[key] = p[key]
+    execd = _execd(srv, p)
+    guard(lambda: execd.chmod(path, perm), op="files", srv=srv, target=path)
+    return {}

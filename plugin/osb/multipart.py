@@ -1,0 +1,32 @@
+"""multipart/form-data for execd's ``POST /files/upload`` (rec 13, 18)."""
+from __future__ import annotations
+
+import os
+
+
+def encode_multipart(parts: list[tuple[str, str, str, bytes]]) -> tuple[str, bytes]:
+    """multipart/form-data body for ``[(field, filename, content_type, data), ...]``.
+
+    Returns ``(content_type_header, body)``. The boundary never occurs inside any part.
+    """
+    while True:
+        boundary = "osbprovider" + os.urandom(12).hex()
+        marker = boundary.encode("ascii")
+        if not any(marker in data for _, _, _, data in parts):
+            break
+    chunks: list[bytes] = []
+    for field, filename, ctype, data in parts:
+        head = (
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="{_header_token(field)}"; '
+            f'filename="{_header_token(filename)}"\r\n'
+            f"Content-Type: {ctype}\r\n\r\n"
+        )
+        chunks += [head.encode("ascii"), data, b"\r\n"]
+    chunks.append(f"--{boundary}--\r\n".encode("ascii"))
+    return f"multipart/form-data; boundary={boundary}", b"".join(chunks)
+
+
+def _header_token(value: str) -> str:
+    safe = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in value)
+    return safe or "file"

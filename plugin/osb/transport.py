@@ -1,0 +1,408 @@
+"""HTTP transport of the OpenSandbox client: keep-alive connections, whole replies read within a
+deadline, streamed replies, retries of idempotent calls, and the two errors every call raises.
+
+* ``HttpError``: the server answered >= 400. Its body is scrubbed of every registered secret
+  (``epp.SECRETS``, the plugin's one registry) *before* it is parsed and clipped into ``message``
+  (``parse_error_body`` reads the four error-body shapes OpenSandbox and execd send).
+* ``NetError``: no HTTP answer (refused, reset, timeout, DNS, TLS, an answer cut short).
+* ``Http``: one idle keep-alive connection kept per host; ``open()`` returns a ``Stream``,
+  ``request()`` a whole ``Reply``. ``with_retries`` retries 429/502/503/504, resets and cut-short
+  answers of idempotent calls, within the configured http_timeout.
+
+Standard library only, Python >= 3.10.
+"""
+from __future__ import annotations
+
+import html
+import http.client
+import json
+import re
+import select
+import socket
+import threading
+import time
+import urllib.parse
+
+from epp import SECRETS
+
+USER_AGENT = "abx-opensandbox-provider/0.1.0"
+MAX_ERROR_BODY = 64 * 1024              # bytes of an error body we keep for the message
+RETRY_STATUSES = (429, 502, 503, 504)   # answers a proxy or an overloaded server gives for a moment
+RETRY_WAITS = (0.2, 0.6)                # waits before the 2nd and 3rd try of an idempotent call
+RETRY_AFTER_MAX = 5.0                   # longest Retry-After honoured; a longer one ends the call at once
+
+
+def json_or_none(blob: bytes):
+    try:
+        return json.loads(blob.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- error bodies and errors
+
+_TAG_RE = re.compile(r"<[^>]*>")
+_TITLE_RE = re.compile(r"<title[^>]*>([^<]{1,200})</title>", re.I)
+_WS_RE = re.compile(r"\s+")
+
+
+def parse_error_body(status: int, body: bytes | None, reason: str = "") -> tuple[str | None, str]:
+    """(server error code, human message) from any error body; never raises.
+
+    Four shapes: ErrorResponse ``{"code","message"}`` (rec 02/04), FastAPI ``{"detail":[...]}``
+    (rec 03), execd ``{"error": "..."}`` (seed 000 §1.4) and non-JSON text such as an HTML 502.
+    """
+    try:
+        raw = (body or b"")[:MAX_ERROR_BODY]
+        text = raw.decode("utf-8", "replace")
+        obj = json_or_none(raw) if text.lstrip().startswith(("{", "[")) else None
+        if isinstance(obj, dict):
+            code = obj.get("code")
+            code = str(code) if isinstance(code, (str, int)) and str(code) else None
+            if isinstance(obj.get("detail"), list):
+                items = []
+                for item in obj["detail"][:10]:
+                    if isinstance(item, dict):
+                        loc = item.get("loc")
+                        where = ".".join(str(p) for p in loc[1:] or loc) if isinstance(loc, list) else ""
+                        msg = str(item.get("msg") or item.get("type") or "invalid")
+                        items.append(f"{where}: {msg}" if where else msg)
+                    else:
+                        items.append(str(item))
+                return code or "VALIDATION_ERROR", _clip("; ".join(items) or "request validation failed")
+            for key in ("message", "detail", "error", "msg"):
+                val = obj.get(key)
+                if isinstance(val, dict):
+                    val = val.get("message") or json.dumps(val, sort_keys=True)
+                if isinstance(val, (str, int, float)) and str(val).strip():
+                    return code, _clip(str(val))
+            if code:
+                return code, code
+            return None, _clip(json.dumps(obj, sort_keys=True))
+        title = _TITLE_RE.search(text) if "<" in text[:200] else None
+        if title and title.group(1).strip():
+            return None, _clip(_WS_RE.sub(" ", html.unescape(title.group(1))).strip())   # a proxy's page
+        stripped = _WS_RE.sub(" ", _TAG_RE.sub(" ", text)).strip()
+        if stripped:
+            return None, _clip(stripped)
+        return None, f"HTTP {status} {reason}".strip()
+    except Exception:  # noqa: BLE001 - the mapper must never raise
+        return None, f"HTTP {status}"
+
+
+def _clip(text: str, limit: int = 400) -> str:
+    text = "".join(c if c.isprintable() or c == " " else " " for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+
+class HttpError(Exception):
+    """The server answered with a status >= 400."""
+
+    def __init__(self, status: int, reason: str, body: bytes, headers: dict, what: str, plane: str):
+        self.status, self.reason, self.headers, self.what, self.plane = status, reason, headers, what, plane
+        self.code, self.message = parse_error_body(status, SECRETS.scrub(body or b""), reason)
+        self.request_id = headers.get("x-request-id", "")
+        self.content_type = headers.get("content-type", "")
+        super().__init__(f"HTTP {status} ({what}): {self.message}")
+
+
+class NetError(Exception):
+    """No HTTP answer: refused, reset, timeout, DNS, TLS."""
+
+    def __init__(self, kind: str, what: str, target: str, detail: str):
+        self.kind, self.what, self.target, self.detail = kind, what, target, detail
+        super().__init__(f"{kind} ({what}) {target}: {detail}")
+
+
+def net_kind(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, socket.gaierror):
+        return "dns"
+    if type(exc).__module__ == "ssl" or exc.__class__.__name__.startswith("SSL"):
+        return "tls"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "incomplete"             # the answer started but ended early (Content-Length / chunks)
+    if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
+                        http.client.RemoteDisconnected)):
+        return "reset"
+    return "network"
+
+
+
+# --------------------------------------------------------------------------- HTTP transport
+
+class Reply:
+    def __init__(self, status: int, reason: str, headers: dict, body: bytes, received: float):
+        self.status, self.reason, self.headers, self.body = status, reason, headers, body
+        self.received = received                  # time.monotonic() when the status line arrived
+
+    def json(self):
+        return json_or_none(self.body) if self.body else None
+
+
+class Stream:
+    """An HTTP reply whose body is read incrementally (SSE, downloads)."""
+
+    def __init__(self, http: Http, key, conn, resp, received: float):
+        self._http, self._key, self._conn, self.resp = http, key, conn, resp
+        self.status, self.reason = resp.status, resp.reason
+        self.headers = {k.lower(): v for k, v in resp.getheaders()}
+        self.received = received
+        self._closed = False
+
+    def read1(self, n: int = 65536) -> bytes:
+        return self.resp.read1(n)
+
+    def read_all(self, limit: int | None = None, deadline: float | None = None) -> bytes:
+        """The whole body (or its first ``limit + 1`` bytes), read before ``deadline`` (monotonic).
+
+        A body shorter than its Content-Length (a connection closed early) raises IncompleteRead:
+        http.client returns such a short read silently. A body that trickles in so slowly that it
+        misses the deadline raises socket.timeout, whatever the gaps between its bytes."""
+        out = bytearray()
+        want = None if limit is None else limit + 1
+        sock = getattr(self._conn, "sock", None)
+        base = sock.gettimeout() if sock is not None else None
+        try:
+            while want is None or len(out) < want:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise socket.timeout("the reply body did not arrive in time")
+                    if sock is not None:
+                        sock.settimeout(left if base is None else min(base, left))
+                n = 65536 if want is None else min(65536, want - len(out))
+                chunk = self.resp.read1(n)
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            if sock is not None and deadline is not None:
+                try:
+                    sock.settimeout(base)
+                except OSError:
+                    pass
+        missing = self.resp.length
+        if (want is None or len(out) < want) and missing:
+            raise http.client.IncompleteRead(bytes(out), missing)
+        if missing == 0 and not self.resp.isclosed():
+            self.resp.read()            # marks a complete Content-Length body done (keep-alive reuse)
+        return bytes(out)
+
+    def release(self) -> None:
+        """Body fully read: keep the connection for the next request when the server allows it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.resp.isclosed() and not self.resp.will_close:
+            self._http._give(self._key, self._conn)
+        else:
+            self._conn.close()
+
+    def close(self) -> None:
+        """Stop reading now (terminal event seen, or the body is not wanted): drop the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+
+    def abort(self) -> None:
+        """Unblock a reader thread stuck in read1() (called from another thread)."""
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Http:
+    """HTTP/1.1 with keep-alive. Concurrent requests each get a connection; at most one idle
+    connection per host is kept for reuse (the plugin process is short-lived)."""
+
+    IDLE_MAX_AGE = 4.0       # uvicorn closes idle keep-alive connections after 5 s
+    POST_REUSE_AGE = 2.0     # a POST is retried on a stale connection, so only reuse young ones
+
+    def __init__(self, timeout: float = 30.0):
+        self.timeout = timeout
+        self._idle: dict[tuple, tuple[http.client.HTTPConnection, float]] = {}
+        self._lock = threading.Lock()
+        self._ssl_ctx = None
+
+    def _connect(self, key, timeout):
+        scheme, host, port = key
+        if scheme == "https":
+            import ssl
+            if self._ssl_ctx is None:
+                self._ssl_ctx = ssl.create_default_context()
+            return http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl_ctx)
+        return http.client.HTTPConnection(host, port, timeout=timeout)
+
+    def _take(self, key, max_age):
+        with self._lock:
+            item = self._idle.pop(key, None)
+        if item is None:
+            return None
+        conn, since = item
+        if time.monotonic() - since > max_age or self._dropped(conn):
+            conn.close()
+            return None
+        return conn
+
+    @staticmethod
+    def _dropped(conn) -> bool:
+        """An idle keep-alive connection is never readable: readable means the server closed it
+        (or sent junk), so it must not carry the next request."""
+        sock = conn.sock
+        if sock is None:
+            return True
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def _give(self, key, conn) -> None:
+        with self._lock:
+            if key not in self._idle:
+                self._idle[key] = (conn, time.monotonic())
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conn, _ in idle.values():
+            conn.close()
+
+    def open(self, method: str, url: str, headers: dict, body: bytes | None = None,
+             timeout: float | None = None, what: str = "") -> Stream:
+        parts = urllib.parse.urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise NetError("network", what, safe_url(url), "unsupported URL (need http:// or https://)")
+        port = parts.port or (443 if scheme == "https" else 80)
+        key = (scheme, parts.hostname, port)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        hdrs = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
+        if body is not None:
+            hdrs["Content-Length"] = str(len(body))
+        tmo = self.timeout if timeout is None else timeout
+        max_age = self.POST_REUSE_AGE if method == "POST" else self.IDLE_MAX_AGE
+        for attempt in (0, 1):
+            conn = self._take(key, max_age) if attempt == 0 else None
+            reused = conn is not None
+            if conn is None:
+                conn = self._connect(key, tmo)
+            else:
+                conn.timeout = tmo
+                if conn.sock is not None:
+                    conn.sock.settimeout(tmo)
+            try:
+                conn.request(method, target, body=body, headers=hdrs)
+                resp = conn.getresponse()
+                return Stream(self, key, conn, resp, time.monotonic())
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                    ConnectionAbortedError) as exc:
+                conn.close()
+                if reused and method in ("GET", "HEAD", "DELETE", "OPTIONS"):
+                    continue        # stale keep-alive connection: one fresh try (never for a POST)
+                raise NetError(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__) from None
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise NetError(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__) from None
+        raise NetError("reset", what, safe_url(url), "connection closed")  # pragma: no cover
+
+    def request(self, method: str, url: str, headers: dict, body: bytes | None = None,
+                timeout: float | None = None, what: str = "") -> Reply:
+        """One whole exchange; the reply, body included, must be complete within ``timeout``."""
+        tmo = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + tmo
+        stream = self.open(method, url, headers, body, timeout, what)
+        try:
+            data = stream.read_all(deadline=max(deadline, stream.received + 0.5))
+        except (OSError, http.client.HTTPException) as exc:
+            stream.close()
+            raise NetError(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__) from None
+        stream.release()
+        return Reply(stream.status, stream.reason, stream.headers, data, stream.received)
+
+
+def safe_url(url: str) -> str:
+    """URL for messages: no userinfo, no query string (it may carry paths or tokens)."""
+    try:
+        p = urllib.parse.urlsplit(url)
+        host = p.hostname or ""
+        if p.port:
+            host += f":{p.port}"
+        return f"{p.scheme}://{host}{p.path}"
+    except ValueError:
+        return "<invalid url>"
+
+
+# --------------------------------------------------------------------------- retries (idempotent calls only)
+
+def retry_after_seconds(value) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
+    text = str(value or "").strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return float(text)
+    try:
+        import email.utils
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    import datetime
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+def retry_wait(exc: BaseException, attempt: int) -> float | None:
+    """Seconds to wait before trying an idempotent call again, or None when it must not be retried.
+
+    Retried: 429/502/503/504 (a Retry-After is honoured up to RETRY_AFTER_MAX; a longer one is
+    the answer), a connection reset (a proxy or keep-alive race) and an answer cut short.
+    Not retried: timeouts (the time is spent already), refusals and DNS errors (configuration),
+    and every other status."""
+    if attempt >= len(RETRY_WAITS):
+        return None
+    if isinstance(exc, HttpError):
+        if exc.status not in RETRY_STATUSES:
+            return None
+        after = retry_after_seconds(exc.headers.get("retry-after"))
+        if after is not None:
+            return None if after > RETRY_AFTER_MAX else max(after, RETRY_WAITS[attempt])
+        return RETRY_WAITS[attempt]
+    if isinstance(exc, NetError) and exc.kind in ("reset", "incomplete"):
+        return RETRY_WAITS[attempt]
+    return None
+
+
+def with_retries(fn, budget: float):
+    """Run ``fn`` (an idempotent call); retry it as retry_wait() says. No new try starts once the
+    call has taken longer than ``budget`` seconds (the configured http_timeout)."""
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except (HttpError, NetError) as exc:
+            wait = retry_wait(exc, attempt)
+            if wait is None or time.monotonic() - started > budget:
+                raise
+            attempt += 1
+            time.sleep(wait)

@@ -1,0 +1,360 @@
+"""Sandbox lifecycle methods: sandbox.create / get / connect / list / kill / set_timeout / pause /
+resume, and how an OpenSandbox Sandbox becomes an EPP SandboxRecord.
+
+``rec NN`` = the recorded exchanges in ../shared/live/exchanges; seed 000 = the research notes.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from config import CODE_INTERPRETER_ENTRYPOINT, Config, as_text, is_number
+from epp import EppError, Request, Server
+from errors import bad_input, check_envs, guard, is_http, map_osb_error, sandbox_id, unsupported
+
+STATE_TO_STATUS = {  # seed 000 §2.5
+    "Pending": "creating", "Running": "running", "Pausing": "paused", "Paused": "paused",
+    "Resuming": "creating", "Stopping": "stopping", "Terminated": "stopped", "Failed": "error",
+}
+STATUS_TO_STATES = {
+    "running": ["Running"], "paused": ["Paused", "Pausing"], "pausing": ["Pausing"],
+    "creating": ["Pending", "Resuming"], "stopping": ["Stopping"], "stopped": ["Terminated"],
+    "error": ["Failed"],
+}
+
+
+def _state(sb: dict) -> str:
+    status = sb.get("status") if isinstance(sb.get("status"), dict) else {}
+    return str(status.get("state") or "")
+
+
+def to_record(sb: dict, template: str | None = None) -> dict:
+    """OpenSandbox Sandbox -> EPP SandboxRecord (no url/envd_url: commands and files go over EPP)."""
+    image = sb.get("image") if isinstance(sb.get("image"), dict) else {}
+    status = sb.get("status") if isinstance(sb.get("status"), dict) else {}
+    state = _state(sb)
+    rec = {
+        "sandbox_id": str(sb.get("id") or ""),
+        "template": template or str(image.get("uri") or ""),
+        "status": STATE_TO_STATUS.get(state, "error"),
+        "metadata": sb.get("metadata") if isinstance(sb.get("metadata"), dict) else {},
+        "region": "",
+        "state": state,
+    }
+    for src, dst in (("createdAt", "created_at"), ("expiresAt", "expires_at")):
+        if isinstance(sb.get(src), str) and sb[src]:
+            rec[dst] = sb[src]
+    if status.get("reason"):
+        rec["state_reason"] = str(status["reason"])
+    if status.get("message"):
+        rec["state_message"] = str(status["message"])
+    return rec
+
+
+
+def m_sandbox_create(srv: Server, req: Request, p: dict) -> dict:
+    cfg = srv.config().with_options(p.get("options"))     # registers a per-create registry password
+    client = srv.client()
+    image = resolve_image(cfg, p.get("template"))
+    body = create_body(cfg, p, image)
+    budget = float(cfg.ready_timeout)
+    if is_number(p.get("request_timeout")) and p["request_timeout"] > 0:
+        budget = min(budget, max(1.0, float(p["request_timeout"]) - 1.0))
+    deadline = time.monotonic() + budget
+    reply = guard(lambda: client.create(body, timeout=max(cfg.http_timeout, budget)), op="create", srv=srv)
+    sb = reply.json() if isinstance(reply.json(), dict) else {}
+    sid = str(sb.get("id") or "")
+    if not sid:
+        raise EppError(-32000, "OpenSandbox accepted the create request but returned no sandbox id.")
+    try:
+        sb = wait_ready(srv, req, client, sid, sb, deadline, budget)
+    except BaseException:
+        try:
+            client.delete(sid)
+        except Exception:  # noqa: BLE001 - best effort, the original error matters
+            srv.log_stderr(f"could not delete sandbox {sid} after a failed create")
+        raise
+    client.cache.prune()
+    return to_record(sb, image)
+
+
+def resolve_image(cfg: Config, template) -> str:
+    """template -> image: an alias, then "base" -> default_image, else the image reference verbatim."""
+    name = as_text(template)
+    if not name or name == "base":
+        return cfg.default_image
+    return cfg.image_aliases.get(name, name)
+
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_DNS_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+def check_metadata(metadata) -> dict:
+    """Kubernetes label syntax (OpenSandbox stores metadata as labels, seed 000 §4.4)."""
+    import re
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise bad_input("metadata must be an object of string keys and values.")
+    out = {}
+    for key, value in metadata.items():
+        key = str(key)
+        prefix, slash, name = key.partition("/")
+        if not slash:
+            prefix, name = "", key
+        problem = None
+        if key.startswith("opensandbox.io/"):
+            problem = "the opensandbox.io/ prefix is reserved by OpenSandbox"
+        elif not name or len(name) > 63 or not re.fullmatch(_LABEL_NAME, name):
+            problem = ("the name part must be 1-63 characters of letters, digits, '-', '_' or '.', "
+                       "starting and ending with a letter or digit")
+        elif slash and (not prefix or len(prefix) > 253 or not re.fullmatch(_DNS_PREFIX, prefix)):
+            problem = "the prefix before '/' must be a lower-case DNS subdomain"
+        if problem:
+            raise bad_input(f"metadata key {key!r} is not a valid label key: {problem}.",
+                            "Use keys like 'project' or 'example.com/team'.")
+        text = "" if value is None else str(value)
+        if len(text) > 63 or (text and not re.fullmatch(_LABEL_NAME, text)):
+            raise bad_input(f"metadata value of key {key!r} is not a valid label value: at most 63 "
+                            "characters of letters, digits, '-', '_' or '.', starting and ending with a "
+                            "letter or digit.", "Store longer or free-form text in a file in the sandbox.")
+        out[key] = text
+    return out
+
+
+
+
+def create_body(cfg: Config, p: dict, image: str) -> dict:
+    if p.get("disk") not in (None, 0):
+        raise unsupported("disk", "OpenSandbox cannot size a sandbox's disk.",
+                          "Create the sandbox without disk=.")
+    limits = {"cpu": "500m", "memory": "512Mi"}            # the official SDK's defaults (rec 18)
+    cpu, memory, gpu = p.get("cpu"), p.get("memory"), p.get("gpu")
+    if cpu is not None:
+        limits["cpu"] = _quantity("cpu", cpu, lambda n: f"{int(round(n * 1000))}m")
+    if memory is not None:
+        limits["memory"] = _quantity("memory", memory, lambda n: f"{int(n)}Mi")
+    if gpu not in (None, "", 0):
+        if isinstance(gpu, bool) or not str(gpu).strip().isdigit():
+            raise unsupported("gpu", f"OpenSandbox takes a GPU count, not a model name ({str(gpu)[:40]!r}).",
+                              "Pass gpu as a number of devices, e.g. 1.")
+        limits["gpu"] = str(gpu).strip()
+    body: dict = {"image": {"uri": image}, "resourceLimits": limits}
+    if cfg.registry_username or cfg.registry_password:
+        body["image"]["auth"] = {"username": cfg.registry_username, "password": cfg.registry_password}
+    entrypoint = cfg.entrypoint
+    if cfg.entrypoint_is_default and "code-interpreter" in image:
+        entrypoint = list(CODE_INTERPRETER_ENTRYPOINT)      # keep the image's runtime script
+    body["entrypoint"] = entrypoint
+    ttl = p.get("timeout")
+    if ttl is not None:
+        if not is_number(ttl) or ttl < 0:
+            raise bad_input("timeout must be a number of seconds.")
+        if ttl > 0:
+            body["timeout"] = max(60, int(ttl))             # OpenSandbox's minimum TTL (rec 03)
+    envs = check_envs(p.get("envs"))
+    if envs:
+        body["env"] = envs                                  # create takes "env" (rec 15)
+    metadata = check_metadata(p.get("metadata"))
+    if metadata:
+        body["metadata"] = metadata
+    if cfg.network_policy:
+        body["networkPolicy"] = cfg.network_policy
+    if cfg.platform:
+        body["platform"] = cfg.platform
+    secure = p["secure"] if isinstance(p.get("secure"), bool) else cfg.secure_access
+    if secure:
+        body["secureAccess"] = True
+    return body
+
+
+def _quantity(field: str, value, fmt) -> str:
+    if isinstance(value, bool):
+        raise bad_input(f"{field} must be a number.")
+    if isinstance(value, (int, float)):
+        if not is_number(value) or value <= 0:
+            raise bad_input(f"{field} must be a positive number.")
+        return fmt(value)
+    text = as_text(value)
+    try:
+        number = float(text)
+        if not is_number(number) or number <= 0:
+            raise bad_input(f"{field} must be a positive number.")
+        return fmt(number)
+    except ValueError:
+        if text and text[0].isdigit():
+            return text                                     # already a quantity like "250m" or "1Gi"
+        raise bad_input(f"{field} must be a number or a resource quantity like 500m / 1Gi.") from None
+
+
+def wait_ready(srv: Server, req: Request, client, sid: str, sb: dict, deadline: float, budget: float) -> dict:
+    """Until state Running AND execd answers /ping: the create answer already says Running before
+    execd is up, and an entrypoint that exits turns the sandbox Failed a moment later (rec 15)."""
+    from osb.transport import HttpError, NetError
+    interval, first, last_problem = 0.05, True, "state " + (_state(sb) or "unknown")
+    while True:
+        if req.cancelled.is_set():
+            raise EppError(-32000, f"Creating sandbox {sid} was cancelled; it was deleted.")
+        if not first:
+            sb = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or sb
+        first = False
+        state = _state(sb)
+        if state in ("Failed", "Terminated", "Stopping"):
+            status = sb.get("status") if isinstance(sb.get("status"), dict) else {}
+            detail = " ".join(str(status.get(k) or "") for k in ("reason", "message")).strip()
+            raise EppError(-32000, f"Sandbox {sid} did not start: {state}" + (f" ({detail})" if detail else "") + ".",
+                           suggestion="Check the image and the entrypoint setting: the entrypoint must keep "
+                                      "running (default: tail -f /dev/null).", state=state)
+        if state == "Running":
+            try:
+                execd = client.execd(sid)
+                execd.ping(timeout=max(0.5, min(3.0, deadline - time.monotonic())))
+                # an entrypoint that exits at once can lose the race against the ping: confirm the state
+                # once more (rec 15: Failed 0.4 s after a create that said Running)
+                again = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or sb
+                if _state(again) == "Running":
+                    return again
+                sb, first = again, True
+                continue
+            except HttpError as exc:
+                if exc.status in (401, 403) or (exc.plane == "lifecycle" and exc.status < 500):
+                    raise map_osb_error(exc, op="create", cfg=srv._cfg) from None
+                last_problem = f"execd answered HTTP {exc.status}"
+            except NetError as exc:
+                last_problem = f"execd not reachable yet ({exc.kind})"
+        else:
+            last_problem = f"state {state or 'unknown'}"
+        if time.monotonic() >= deadline:
+            raise EppError(-32000, f"Sandbox {sid} was not ready within {budget:g} s ({last_problem}); "
+                                   "it was deleted.", sdk_code="E3001",
+                           suggestion="Raise ready_timeout (image pulls can be slow), or check the server.")
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 1.6, 0.5)
+
+
+def m_sandbox_get(srv: Server, req: Request, p: dict) -> dict:
+    sid = sandbox_id(p)
+    client = srv.client()
+    return to_record(guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {})
+
+
+def m_sandbox_connect(srv: Server, req: Request, p: dict) -> dict:
+    """Like get, but a paused sandbox is resumed (what connect means for E2B-style hosts)."""
+    sid = sandbox_id(p)
+    client = srv.client()
+    sb = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {}
+    if _state(sb) == "Paused":
+        _resume(srv, client, sid)
+        sb = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or sb
+    return to_record(sb)
+
+
+def m_sandbox_list(srv: Server, req: Request, p: dict) -> dict:
+    client = srv.client()
+    limit = p.get("limit")
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 100
+    cursor = p.get("cursor")
+    page = int(cursor) if isinstance(cursor, (str, int)) and str(cursor).isdigit() and int(cursor) > 0 else 1
+    states: list = []
+    status = p.get("status")
+    if status:
+        states = STATUS_TO_STATES.get(str(status).lower())
+        if states is None:
+            raise bad_input(f"Unknown status filter {str(status)[:30]!r}; use one of "
+                            + ", ".join(sorted(STATUS_TO_STATES)) + ".")
+    metadata = ""
+    if isinstance(p.get("metadata"), dict) and p["metadata"]:
+        import urllib.parse
+        metadata = "&".join(f"{urllib.parse.quote(str(k))}={urllib.parse.quote(str(v))}"
+                            for k, v in p["metadata"].items())
+    records: list = []
+    next_page = None
+    for _ in range(10_000):
+        body = guard(lambda: client.list_page(page=page, page_size=200, states=states, metadata=metadata),
+                      op="list", srv=srv)
+        items = body.get("items") if isinstance(body.get("items"), list) else []
+        records += [to_record(sb) for sb in items if isinstance(sb, dict) and sb.get("id")]
+        pagination = body.get("pagination") if isinstance(body.get("pagination"), dict) else {}
+        if not pagination.get("hasNextPage") or not items:
+            next_page = None
+            break
+        page += 1
+        next_page = str(page)
+        if len(records) >= limit:
+            break
+    return {"sandboxes": records, "next": next_page}
+
+
+def m_sandbox_kill(srv: Server, req: Request, p: dict) -> dict:
+    """Idempotent: an unknown or already deleted id answers {} (epp-host-ref §4.3)."""
+    sid = sandbox_id(p)
+    client = srv.client()
+    terminal = sys.modules.get("terminal")
+    if terminal is not None:            # a terminal never outlives its sandbox
+        terminal.close_sandbox(sid)
+    try:
+        client.delete(sid)
+    except Exception as exc:  # noqa: BLE001 - mapped below; 404 means already gone
+        if not is_http(exc, 404):
+            raise map_osb_error(exc, op="sandbox", cfg=srv._cfg) from None
+        client.forget(sid)
+    return {}
+
+
+def m_sandbox_set_timeout(srv: Server, req: Request, p: dict) -> dict:
+    """renew-expiration with expiresAt = the server's clock (its Date header) + timeout, so a skewed
+    local clock does not matter."""
+    import datetime
+    import email.utils
+    sid = sandbox_id(p)
+    seconds = p.get("timeout")
+    if not is_number(seconds) or seconds <= 0:
+        raise bad_input("timeout must be a positive number of seconds.")
+    seconds = max(60, int(seconds))
+    client = srv.client()
+    reply = guard(lambda: client.get(sid), op="sandbox", srv=srv)
+    now = None
+    try:
+        server_date = email.utils.parsedate_to_datetime(reply.headers.get("date", ""))
+        if server_date.tzinfo is None:
+            server_date = server_date.replace(tzinfo=datetime.timezone.utc)
+        # Date has whole seconds: the true time is in [D, D+1); add the time since it arrived.
+        now = server_date + datetime.timedelta(seconds=0.5 + time.monotonic() - reply.received)
+    except (TypeError, ValueError, IndexError):
+        now = datetime.datetime.now(datetime.timezone.utc)
+    expires = (now + datetime.timedelta(seconds=seconds)).astimezone(datetime.timezone.utc)
+    expires = expires.replace(microsecond=0) + datetime.timedelta(seconds=round(expires.microsecond / 1e6))
+    stamp = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+    guard(lambda: client.renew(sid, stamp), op="sandbox", srv=srv)
+    return {"expires_at": stamp}
+
+
+def m_sandbox_pause(srv: Server, req: Request, p: dict) -> dict:
+    sid = sandbox_id(p)
+    client = srv.client()
+    try:
+        client.pause(sid)
+    except Exception as exc:  # noqa: BLE001 - mapped below
+        # rec 14: pausing twice is 409 SANDBOX_NOT_RUNNING; already paused counts as success.
+        if not (is_http(exc, 409) and _state(guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {})
+                in ("Paused", "Pausing")):
+            raise map_osb_error(exc, op="sandbox", cfg=srv._cfg) from None
+    return {}
+
+
+def _resume(srv: Server, client, sid: str) -> None:
+    try:
+        client.resume(sid)
+    except Exception as exc:  # noqa: BLE001 - mapped below
+        # rec 14: resuming twice is 409 SANDBOX_NOT_PAUSED; already running counts as success.
+        if not (is_http(exc, 409) and _state(guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {})
+                in ("Running", "Resuming")):
+            raise map_osb_error(exc, op="sandbox", cfg=srv._cfg) from None
+
+
+def m_sandbox_resume(srv: Server, req: Request, p: dict) -> dict:
+    sid = sandbox_id(p)
+    _resume(srv, srv.client(), sid)
+    return {}
