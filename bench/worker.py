@@ -22,7 +22,7 @@ import time
 import traceback
 
 from bench import direct
-from bench.epp import PLUGIN, Plugin, host_env, init_params, interpreter_flags, plugin_argv
+from tiers.toolkit.epp import PLUGIN, Plugin, host_env, init_params, interpreter_flags, plugin_argv
 
 TRUE_CMD = "true"
 

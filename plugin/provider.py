@@ -85,10 +85,14 @@ def method(name: str):
     return getattr(__import__(module), "m_" + name.replace(".", "_"))
 
 
+def new_server(rfile, wfile) -> epp.Server:
+    return epp.Server(rfile, wfile, initialize=m_initialize, find=method)
+
+
 def main() -> int:
     out = sys.stdout.buffer
     sys.stdout = sys.stderr             # a stray print() can never corrupt the protocol stream
-    epp.Server(sys.stdin.buffer, out, initialize=m_initialize, find=method).serve()
+    new_server(sys.stdin.buffer, out).serve()
     return 0
 
 

@@ -24,12 +24,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tiers" / "t1"))
-sys.path.insert(0, str(ROOT / "plugin"))
-from eppclient import MAX_LINE_BYTES, EppClient  # noqa: E402
-
-import provider  # noqa: E402
+import provider
+from tiers.toolkit.epp import MAX_LINE_BYTES, EppClient
 
 METHODS = sorted(provider.METHODS)
 INLINE = {"initialize", "shutdown"}              # answered inline; initialize would reconfigure the process

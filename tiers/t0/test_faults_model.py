@@ -1,4 +1,4 @@
-"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/_osb_http.py):
+"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb/transport.py):
 parsing and validation, matching by method / path / listener / sandbox, count and seeded probability,
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 from __future__ import annotations
@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 
 from mock_opensandbox.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule, proxy_error_page
 
-PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
-sys.path.insert(0, str(PLUGIN))
-import _osb_http as osb  # noqa: E402
-import provider  # noqa: E402,F401
+from epp import SECRETS, Secrets
+from errors import map_osb_error
+from osb import transport
 
 SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"
 
@@ -148,51 +147,51 @@ def test_proxy_error_page_looks_like_nginx():
 # ---- the plugin's retry policy ----------------------------------------------------------------------------
 
 def http_error(status, headers=None):
-    return osb.HttpError(status, "R", b"", headers or {}, "get sandbox", "lifecycle")
+    return transport.HttpError(status, "R", b"", headers or {}, "get sandbox", "lifecycle")
 
 
 @pytest.mark.parametrize("exc,wait", [
-    (http_error(503), osb.RETRY_WAITS[0]),
-    (http_error(502), osb.RETRY_WAITS[0]),
-    (http_error(504), osb.RETRY_WAITS[0]),
+    (http_error(503), transport.RETRY_WAITS[0]),
+    (http_error(502), transport.RETRY_WAITS[0]),
+    (http_error(504), transport.RETRY_WAITS[0]),
     (http_error(429, {"retry-after": "2"}), 2.0),
-    (http_error(429, {"retry-after": "0"}), osb.RETRY_WAITS[0]),          # never faster than the backoff
+    (http_error(429, {"retry-after": "0"}), transport.RETRY_WAITS[0]),          # never faster than the backoff
     (http_error(429, {"retry-after": "3600"}), None),                      # too long: answer at once
     (http_error(500), None),
     (http_error(404), None),
     (http_error(409), None),
-    (osb.NetError("reset", "get", "http://x", "reset"), osb.RETRY_WAITS[0]),
-    (osb.NetError("incomplete", "get", "http://x", "IncompleteRead(5 bytes read, 9 more expected)"),
-     osb.RETRY_WAITS[0]),
-    (osb.NetError("timeout", "get", "http://x", "timed out"), None),
-    (osb.NetError("refused", "get", "http://x", "refused"), None),
-    (osb.NetError("dns", "get", "http://x", "no host"), None),
+    (transport.NetError("reset", "get", "http://x", "reset"), transport.RETRY_WAITS[0]),
+    (transport.NetError("incomplete", "get", "http://x", "IncompleteRead(5 bytes read, 9 more expected)"),
+     transport.RETRY_WAITS[0]),
+    (transport.NetError("timeout", "get", "http://x", "timed out"), None),
+    (transport.NetError("refused", "get", "http://x", "refused"), None),
+    (transport.NetError("dns", "get", "http://x", "no host"), None),
 ])
 def test_what_is_retried(exc, wait):
-    assert osb.retry_wait(exc, 0) == wait
+    assert transport.retry_wait(exc, 0) == wait
 
 
 def test_retry_after_forms():
-    assert osb.retry_after_seconds(None) is None and osb.retry_after_seconds("soon") is None
-    assert osb.retry_after_seconds(" 7 ") == 7.0
+    assert transport.retry_after_seconds(None) is None and transport.retry_after_seconds("soon") is None
+    assert transport.retry_after_seconds(" 7 ") == 7.0
     import email.utils
     future = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 25 <= osb.retry_after_seconds(future) <= 31
-    assert osb.retry_after_seconds(email.utils.formatdate(time.time() - 30, usegmt=True)) == 0.0
+    assert 25 <= transport.retry_after_seconds(future) <= 31
+    assert transport.retry_after_seconds(email.utils.formatdate(time.time() - 30, usegmt=True)) == 0.0
 
 
 def test_with_retries_is_bounded(monkeypatch):
     sleeps = []
-    monkeypatch.setattr(osb.time, "sleep", sleeps.append)
+    monkeypatch.setattr(transport.time, "sleep", sleeps.append)
     calls = []
 
     def always_503():
         calls.append(1)
         raise http_error(503)
 
-    with pytest.raises(osb.HttpError):
-        osb.with_retries(always_503, budget=30)
-    assert len(calls) == 1 + len(osb.RETRY_WAITS) and sleeps == list(osb.RETRY_WAITS)
+    with pytest.raises(transport.HttpError):
+        transport.with_retries(always_503, budget=30)
+    assert len(calls) == 1 + len(transport.RETRY_WAITS) and sleeps == list(transport.RETRY_WAITS)
 
     results = iter([http_error(429, {"retry-after": "1"}), "ok"])
 
@@ -203,41 +202,46 @@ def test_with_retries_is_bounded(monkeypatch):
         return item
 
     sleeps.clear()
-    assert osb.with_retries(once_429, budget=30) == "ok" and sleeps == [1.0]
+    assert transport.with_retries(once_429, budget=30) == "ok" and sleeps == [1.0]
 
 
 def test_with_retries_starts_no_try_after_the_budget(monkeypatch):
-    monkeypatch.setattr(osb.time, "sleep", lambda s: None)
+    monkeypatch.setattr(transport.time, "sleep", lambda s: None)
     clock = iter([0.0, 100.0, 200.0])
-    monkeypatch.setattr(osb.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(transport.time, "monotonic", lambda: next(clock))
     calls = []
 
     def fail():
         calls.append(1)
         raise http_error(503)
 
-    with pytest.raises(osb.HttpError):
-        osb.with_retries(fail, budget=30)
+    with pytest.raises(transport.HttpError):
+        transport.with_retries(fail, budget=30)
     assert len(calls) == 1
 
 
 def test_secrets_are_scrubbed_before_an_error_body_is_clipped():
     secret = "abx-canary-" + "7e" * 16
-    osb.add_secret(secret)
-    try:
-        body = ("<pre>" + "x" * 380 + "OPEN-SANDBOX-API-KEY: " + secret + "</pre>").encode()
-        err = osb.HttpError(502, "Bad Gateway", body, {}, "get", "lifecycle")
-        assert "7e7e" not in err.message and "abx-canary" not in err.message
-        js = ('{"message": "headers: %s"}' % secret).encode()
-        assert secret not in osb.HttpError(500, "x", js, {}, "get", "lifecycle").message
-    finally:
-        osb._SECRETS.discard(secret)
+    SECRETS.add(secret)                 # the plugin's one registry (epp.py)
+    body = ("<pre>" + "x" * 380 + "OPEN-SANDBOX-API-KEY: " + secret + "</pre>").encode()
+    err = transport.HttpError(502, "Bad Gateway", body, {}, "get", "lifecycle")
+    assert "7e7e" not in err.message and "abx-canary" not in err.message
+    js = ('{"message": "headers: %s"}' % secret).encode()
+    assert secret not in transport.HttpError(500, "x", js, {}, "get", "lifecycle").message
+
+
+def test_one_registry_masks_every_escaped_form():
+    registry = Secrets()
+    registry.add("pa ss+w&rd", "ab")            # under 3 characters: not a secret worth masking
+    for form in ("pa ss+w&rd", "pa%20ss%2Bw%26rd", "pa+ss%2Bw%26rd"):
+        assert registry.scrub(b"x " + form.encode() + b" y") == b"x *** y"
+        assert registry.redact({"m": [f"<{form}>"]}) == {"m": ["<***>"]}
+    assert registry.redact("ab") == "ab"
 
 
 def test_a_body_cut_short_is_its_own_kind():
     import http.client
-    import provider
-    assert osb._net_kind(http.client.IncompleteRead(b"abc", 10)) == "incomplete"
-    err = provider.map_osb_error(osb.NetError("incomplete", "download /f", "http://h/x", "IncompleteRead(3 bytes "
+    assert transport.net_kind(http.client.IncompleteRead(b"abc", 10)) == "incomplete"
+    err = map_osb_error(transport.NetError("incomplete", "download /f", "http://h/x", "IncompleteRead(3 bytes "
                                               "read, 10 more expected)"), op="files")
     assert err.code == -32000 and err.data["sdk_code"] == "E5001" and "cut short" in err.message

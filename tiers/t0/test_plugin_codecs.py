@@ -15,9 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
-sys.path.insert(0, str(PLUGIN))
-import _osb_http as osb  # noqa: E402
+from osb import execd, multipart, sse
 
 # ---- SSE ------------------------------------------------------------------------------------------
 
@@ -46,7 +44,7 @@ def _sse(evs, crlf: bool, extras: bool) -> bytes:   # standard SSE, as a newer e
 
 
 def _decode(blob: bytes, cuts: list[int]) -> list[dict]:
-    dec = osb.SSEDecoder()
+    dec = sse.SSEDecoder()
     got, last = [], 0
     for cut in sorted({c % (len(blob) + 1) for c in cuts}):
         got += dec.feed(blob[last:cut])
@@ -84,7 +82,7 @@ def test_sse_recorded_stream_and_garbage():
                 '"traceback":["exit status 3"]}}\n\n').encode()   # recording 07
     got = _decode(recorded, [1, 50, 51, 200])
     assert [e["type"] for e in got] == ["init", "ping", "stderr", "error"]
-    dec = osb.SSEDecoder()
+    dec = sse.SSEDecoder()
     assert dec.feed(b"not json\n\n[1,2]\n\n{\"type\":\"ping\"}\n{\"type\":\"stdout\"}\n\n") == [
         {"type": "ping"}, {"type": "stdout"}]
     assert dec.bad_frames >= 1
@@ -109,12 +107,12 @@ def _v110_events(output: str) -> list[str]:
 def test_recorded_v110_framing_is_restored():
     # recording 12: printf 'a\r\nb\n\nc' -> "a", "b", "\n", "c"
     assert _v110_events("a\r\nb\n\nc") == ["a", "b", "\n", "c"]
-    assert "".join(map(osb.restore_legacy_text, ["a", "b", "\n", "c"])) == "a\nb\n\nc\n"
+    assert "".join(map(sse.restore_legacy_text, ["a", "b", "\n", "c"])) == "a\nb\n\nc\n"
 
 
 def test_printf_crlf_same_in_both_modes_except_cr():
     latest = "a\r\nb\n"                             # byte-exact with a latest execd
-    legacy = "".join(map(osb.restore_legacy_text, _v110_events(latest)))
+    legacy = "".join(map(sse.restore_legacy_text, _v110_events(latest)))
     assert legacy == "a\nb\n" == latest.replace("\r", "")
 
 
@@ -122,7 +120,7 @@ def test_printf_crlf_same_in_both_modes_except_cr():
        st.booleans())
 def test_restoration_property(lines, trailing_newline):
     output = "\n".join(lines) + ("\n" if trailing_newline and lines else "")
-    restored = "".join(map(osb.restore_legacy_text, _v110_events(output)))
+    restored = "".join(map(sse.restore_legacy_text, _v110_events(output)))
     expected = output if output.endswith("\n") or not output else output + "\n"
     if not trailing_newline and lines and lines[-1] == "":
         expected = output            # a final empty segment is no line at all
@@ -143,12 +141,12 @@ def test_restoration_property(lines, trailing_newline):
     ({"type": "ping"}, None),
 ])
 def test_terminal_exit_codes(event, code):
-    assert osb.terminal_exit_code(event) == code
+    assert sse.terminal_exit_code(event) == code
 
 
 def test_start_failure_is_not_an_exit_code():
-    with pytest.raises(osb.StartFailure, match="fork/exec"):
-        osb.terminal_exit_code({"type": "error", "error": {"ename": "CommandExecError",
+    with pytest.raises(sse.StartFailure, match="fork/exec"):
+        sse.terminal_exit_code({"type": "error", "error": {"ename": "CommandExecError",
                                                            "evalue": "fork/exec /bin/x: operation not permitted"}})
 
 
@@ -156,15 +154,15 @@ def test_start_failure_is_not_an_exit_code():
 
 @given(st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=12), min_size=1, max_size=6))
 def test_shell_join_round_trips_through_posix_splitting(argv):
-    assert shlex.split(osb.shell_join(argv)) == argv
+    assert shlex.split(execd.shell_join(argv)) == argv
 
 
 def test_shell_join_runs_the_same_argv_in_sh():
     argv = ["printf", "%s|", "a b", "it's", "$HOME", "`x`", "*", "", "-n", "a\nb"]
-    out = subprocess.run(["sh", "-c", osb.shell_join(argv)], capture_output=True, text=True).stdout
+    out = subprocess.run(["sh", "-c", execd.shell_join(argv)], capture_output=True, text=True).stdout
     assert out == "a b|it's|$HOME|`x`|*||-n|a\nb|"
     with pytest.raises(ValueError):
-        osb.shell_join(["a\0b"])
+        execd.shell_join(["a\0b"])
 
 
 # ---- multipart ------------------------------------------------------------------------------------------
@@ -198,13 +196,13 @@ names = st.text(st.characters(min_codepoint=32, max_codepoint=126, exclude_chara
 @given(st.lists(st.tuples(names, names, st.binary(max_size=300)), min_size=1, max_size=4))
 def test_multipart_round_trip(parts):
     spec = [(n, f, "application/octet-stream", d) for n, f, d in parts]
-    ctype, body = osb.encode_multipart(spec)
+    ctype, body = multipart.encode_multipart(spec)
     assert parse_multipart(ctype, body) == spec
 
 
 def test_multipart_boundary_never_inside_data_and_email_parser_agrees():
     data = bytes(range(256)) * 4 + b"\r\n--osbprovider\r\n"
-    ctype, body = osb.encode_multipart([
+    ctype, body = multipart.encode_multipart([
         ("metadata", "metadata", "application/json", b'{"path": "/tmp/x", "mode": 644}'),
         ("file", "x.bin", "application/octet-stream", data)])
     boundary = ctype.split("boundary=", 1)[1].encode()
@@ -217,6 +215,6 @@ def test_multipart_boundary_never_inside_data_and_email_parser_agrees():
 
 
 def test_multipart_filename_is_made_safe():
-    ctype, body = osb.encode_multipart([("file", 'we"ird\r\nname\u00e9', "application/octet-stream", b"x")])
+    ctype, body = multipart.encode_multipart([("file", 'we"ird\r\nname\u00e9', "application/octet-stream", b"x")])
     ((_, filename, _, data),) = parse_multipart(ctype, body)
     assert filename == "we_ird__name_" and data == b"x"

@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
-sys.path.insert(0, str(PLUGIN))
-import provider  # noqa: E402
-from provider import Config  # noqa: E402
+import sandbox
+from config import Config
+from epp import EppError
 
 
 def bad(field, **raw):
-    with pytest.raises(provider.EppError) as info:
+    with pytest.raises(EppError) as info:
         Config(raw)
     assert info.value.code == -32006 and info.value.data["field"] == field
     assert field in info.value.message and info.value.data["suggestion"]
@@ -86,7 +85,7 @@ def test_any_string_either_coerces_or_names_the_field(value):
                   "image_aliases", "entrypoint", "base_url", "protocol"):
         try:
             Config({field: value})
-        except provider.EppError as exc:
+        except EppError as exc:
             assert exc.code == -32006 and exc.data["field"] == field
 
 
@@ -131,8 +130,8 @@ def test_secrets_listed_for_redaction():
 
 def test_image_resolution():
     cfg = Config({"image_aliases": "py=python:3.11"})
-    assert provider.resolve_image(cfg, "base") == "python:3.12-slim"
-    assert provider.resolve_image(cfg, None) == "python:3.12-slim"
-    assert provider.resolve_image(cfg, "py") == "python:3.11"
-    assert provider.resolve_image(cfg, "ghcr.io/me/img:1") == "ghcr.io/me/img:1"
-    assert provider.resolve_image(Config({}), "code") == "opensandbox/code-interpreter:v1.1.0"
+    assert sandbox.resolve_image(cfg, "base") == "python:3.12-slim"
+    assert sandbox.resolve_image(cfg, None) == "python:3.12-slim"
+    assert sandbox.resolve_image(cfg, "py") == "python:3.11"
+    assert sandbox.resolve_image(cfg, "ghcr.io/me/img:1") == "ghcr.io/me/img:1"
+    assert sandbox.resolve_image(Config({}), "code") == "opensandbox/code-interpreter:v1.1.0"

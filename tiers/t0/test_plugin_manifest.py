@@ -15,9 +15,11 @@ except ModuleNotFoundError:  # Python 3.10: tomli (a dependency of agent-sandbox
 
 import pytest
 
-PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
-sys.path.insert(0, str(PLUGIN))
-import provider  # noqa: E402
+import config
+import ports
+import provider
+
+PLUGIN = pathlib.Path(provider.__file__).resolve().parent
 
 MANIFEST = tomllib.loads((PLUGIN / "abx-provider.toml").read_text(encoding="utf-8"))
 PY310 = "/root/.pyenv/versions/3.10.13/bin/python3.10"
@@ -32,11 +34,19 @@ def test_contract_constants_equal_the_manifest():
     assert MANIFEST["provider"]["id"] == provider.PLUGIN_NAME
     assert MANIFEST["provider"]["version"] == provider.PLUGIN_VERSION
     assert MANIFEST["compat"]["requires"]["sdk"] == ">=0.4.0a6"
+    assert ports.PLUGIN_NAME == provider.PLUGIN_NAME
+
+
+def test_every_method_is_served_by_its_module():
+    for name, module in provider.METHODS.items():
+        assert callable(provider.method(name)), name
+        assert provider.method(name).__module__ == module
+    assert provider.method("nope.nope") is None
 
 
 def test_initialize_answer_is_the_contract():
     import io
-    srv = provider.Server(io.BytesIO(), io.BytesIO())
+    srv = provider.new_server(io.BytesIO(), io.BytesIO())
     res = provider.m_initialize(srv, {"config": {"base_url": "http://x:1"}, "core": {"http_timeout": 5.0}})
     assert res["protocol"] == "epp/1"
     assert res["features"] == MANIFEST["features"]["supported"]
@@ -48,20 +58,20 @@ def test_initialize_answer_is_the_contract():
 
 def test_config_fields_match_the_plugin_defaults():
     fields = MANIFEST["config"]["fields"]
-    assert set(fields) == set(provider.DEFAULTS)
+    assert set(fields) == set(config.DEFAULTS)
     for key, spec in fields.items():
         if spec.get("secret"):
             assert spec.get("default", "") in (None, ""), key
-            assert key in provider.SECRET_FIELDS
+            assert key in config.SECRET_FIELDS
         elif "default" in spec:
-            assert spec["default"] == provider.DEFAULTS[key], key
+            assert spec["default"] == config.DEFAULTS[key], key
         assert spec.get("type", "string") != "enum", "enum choices would need upper case (epp-host-ref §2.2)"
-    assert set(provider.SECRET_FIELDS) == {k for k, v in fields.items() if v.get("secret")}
+    assert set(config.SECRET_FIELDS) == {k for k, v in fields.items() if v.get("secret")}
     assert fields["api_key"]["env"] == ["OPEN_SANDBOX_API_KEY"]
     assert fields["domain"]["env"] == ["OPEN_SANDBOX_DOMAIN"]
     assert fields["protocol"]["env"] == ["OPEN_SANDBOX_PROTOCOL"]
     assert fields["use_server_proxy"]["env"] == ["OPEN_SANDBOX_USE_SERVER_PROXY"]
-    assert set(provider.CREATE_OPTIONS) <= set(fields) and not {"base_url", "api_key"} & set(provider.CREATE_OPTIONS)
+    assert set(config.CREATE_OPTIONS) <= set(fields) and not {"base_url", "api_key"} & set(config.CREATE_OPTIONS)
 
 
 def test_the_real_host_accepts_the_manifest():
@@ -88,8 +98,8 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
 
 @pytest.mark.skipif(not os.path.exists(PY310), reason="Python 3.10 interpreter not installed")
 def test_plugin_runs_on_python_310(tmp_path):
-    for name in ("provider.py", "_osb_http.py"):
-        subprocess.run([PY310, "-c", f"import ast,sys; ast.parse(open({str(PLUGIN / name)!r}).read(), feature_version=(3, 10))"],
+    for path in sorted(PLUGIN.rglob("*.py")):
+        subprocess.run([PY310, "-c", f"import ast,sys; ast.parse(open({str(path)!r}).read(), feature_version=(3, 10))"],
                        check=True, timeout=30)
     got = _run_plugin(PY310, [INIT, {"jsonrpc": "2.0", "id": 2, "method": "nope.nope", "params": {}},
                               {"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": {}}], tmp_path=tmp_path)
@@ -97,16 +107,22 @@ def test_plugin_runs_on_python_310(tmp_path):
     assert by_id[1]["result"]["protocol"] == "epp/1"
     assert by_id[2]["error"]["code"] == -32601
     assert by_id[3]["result"] == {}
-    code = "import sys; sys.path.insert(0, %r); import provider, _osb_http; print('ok')" % str(PLUGIN)
+    modules = ", ".join(sorted(set(provider.METHODS.values())) + ["osb.lifecycle", "osb.execd", "osb.ws"])
+    code = "import sys; sys.path.insert(0, %r); import provider, %s; print('ok')" % (str(PLUGIN), modules)
     assert subprocess.run([PY310, "-c", code], capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
 
 
 def test_startup_is_cheap_nothing_networky_imported(tmp_path):
-    code = ("import sys; sys.path.insert(0, %r); import provider; "
-            "print(sorted(m for m in ('_osb_http', 'http.client', 'ssl', 'urllib.request', 'email.utils') "
-            "if m in sys.modules))" % str(PLUGIN))
+    """Start and initialize import epp and provider only: every other module waits for its call."""
+    init = json.dumps(INIT["params"])
+    code = ("import io, json, sys; sys.path.insert(0, %r); before = set(sys.modules); import provider; "
+            "srv = provider.new_server(io.BytesIO(), io.BytesIO()); provider.m_initialize(srv, json.loads(%r)); "
+            "print(json.dumps(sorted(set(sys.modules) - before)))" % (str(PLUGIN), init))
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=30)
-    assert out.stdout.strip() == "[]", out.stderr
+    loaded = set(json.loads(out.stdout))
+    own = {p.stem for p in PLUGIN.glob("*.py")} | {"osb"}
+    assert {m for m in loaded if m.split(".")[0] in own} == {"epp", "provider"}, out.stderr
+    assert not loaded & {"http.client", "socket", "ssl", "urllib.parse", "urllib.request", "email.utils"}
 
 
 def _closed_port() -> int:

@@ -14,18 +14,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
-sys.path.insert(0, str(PLUGIN))
-import _osb_http as osb  # noqa: E402
-import provider  # noqa: E402
-from provider import Config  # noqa: E402
+import commands
+import files
+import provider
+import sandbox
+from config import Config
+from epp import MAX_LINE_BYTES, EppError, Request
+from osb import execd, transport
 
 HOST_DEFAULTS = {"template": "base", "timeout": 300, "metadata": {}, "envs": {}, "cpu": None, "memory": None,
                  "disk": None, "gpu": None, "request_timeout": None}   # epp-host-reference §3.2
 
 
 def test_create_body_defaults():
-    body = provider.create_body(Config({}), dict(HOST_DEFAULTS), "python:3.12-slim")
+    body = sandbox.create_body(Config({}), dict(HOST_DEFAULTS), "python:3.12-slim")
     assert body == {"image": {"uri": "python:3.12-slim"}, "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
                     "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 300}
 
@@ -35,7 +37,7 @@ def test_create_body_everything():
                   "platform": "linux/arm64", "entrypoint": "python3 -m http.server 9000"})
     p = {**HOST_DEFAULTS, "timeout": 10, "cpu": 2, "memory": 1024, "gpu": "1", "envs": {"E1": "v1"},
          "metadata": {"team": "ml", "example.com/owner": "a_b.c-d"}, "secure": True}
-    body = provider.create_body(cfg, p, "ghcr.io/x/y:1")
+    body = sandbox.create_body(cfg, p, "ghcr.io/x/y:1")
     assert body["timeout"] == 60                                    # clamped to OpenSandbox's minimum
     assert body["resourceLimits"] == {"cpu": "2000m", "memory": "1024Mi", "gpu": "1"}
     assert body["env"] == {"E1": "v1"} and body["metadata"]["team"] == "ml"
@@ -46,36 +48,36 @@ def test_create_body_everything():
 
 def test_create_body_special_cases():
     p = dict(HOST_DEFAULTS)
-    code = provider.create_body(Config({}), p, "opensandbox/code-interpreter:v1.1.0")
+    code = sandbox.create_body(Config({}), p, "opensandbox/code-interpreter:v1.1.0")
     assert code["entrypoint"] == ["/opt/code-interpreter/code-interpreter.sh"]
-    assert "timeout" not in provider.create_body(Config({}), {**p, "timeout": None}, "x")
-    assert provider.create_body(Config({}), {**p, "cpu": 0.25, "memory": "2Gi"}, "x")["resourceLimits"] == \
+    assert "timeout" not in sandbox.create_body(Config({}), {**p, "timeout": None}, "x")
+    assert sandbox.create_body(Config({}), {**p, "cpu": 0.25, "memory": "2Gi"}, "x")["resourceLimits"] == \
         {"cpu": "250m", "memory": "2Gi"}
-    assert "secureAccess" not in provider.create_body(Config({"secure_access": "true"}), {**p, "secure": False}, "x")
-    with pytest.raises(provider.EppError) as e:
-        provider.create_body(Config({}), {**p, "disk": 1024}, "x")
+    assert "secureAccess" not in sandbox.create_body(Config({"secure_access": "true"}), {**p, "secure": False}, "x")
+    with pytest.raises(EppError) as e:
+        sandbox.create_body(Config({}), {**p, "disk": 1024}, "x")
     assert e.value.code == -32003 and e.value.data["details"]["feature"] == "disk"
-    with pytest.raises(provider.EppError) as e:
-        provider.create_body(Config({}), {**p, "gpu": "A10"}, "x")
+    with pytest.raises(EppError) as e:
+        sandbox.create_body(Config({}), {**p, "gpu": "A10"}, "x")
     assert e.value.code == -32003
     for bad in ({"envs": {"A=B": "x"}}, {"envs": {"A": "x\0y"}}, {"envs": ["x"]}, {"cpu": "lots"}, {"timeout": "soon"}):
-        with pytest.raises(provider.EppError) as e:
-            provider.create_body(Config({}), {**p, **bad}, "x")
+        with pytest.raises(EppError) as e:
+            sandbox.create_body(Config({}), {**p, **bad}, "x")
         assert e.value.code == -32000
 
 
 @pytest.mark.parametrize("key", ["-bad", "bad-", "a" * 64, "has space", "UPPER.example.com/x", "opensandbox.io/x",
                                  "x/", "/x", "a/b/c", "é"])
 def test_metadata_rejection_names_the_key(key):
-    with pytest.raises(provider.EppError) as e:
-        provider.check_metadata({key: "v"})
+    with pytest.raises(EppError) as e:
+        sandbox.check_metadata({key: "v"})
     assert repr(key) in e.value.message and e.value.data["suggestion"]
 
 
 @pytest.mark.parametrize("value", ["x" * 64, "-v", "v-", "a b", "ünï"])
 def test_metadata_value_rejection_names_the_key(value):
-    with pytest.raises(provider.EppError) as e:
-        provider.check_metadata({"purpose": value})
+    with pytest.raises(EppError) as e:
+        sandbox.check_metadata({"purpose": value})
     assert "'purpose'" in e.value.message
 
 
@@ -87,7 +89,7 @@ _name = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,40}[A-Za-z0-9])?", fullmatc
        st.one_of(st.just(""), _name))
 def test_valid_labels_pass(prefix, name, value):
     key = f"{prefix}/{name}" if prefix and prefix != "opensandbox.io" else name
-    assert provider.check_metadata({key: value}) == {key: value}
+    assert sandbox.check_metadata({key: value}) == {key: value}
 
 
 @pytest.mark.parametrize("state,status", [
@@ -95,7 +97,7 @@ def test_valid_labels_pass(prefix, name, value):
     ("Resuming", "creating"), ("Stopping", "stopping"), ("Terminated", "stopped"), ("Failed", "error"),
     ("Exploded", "error"), ("", "error")])
 def test_status_mapping(state, status):                          # seed 000 §2.5
-    rec = provider.to_record({"id": "s1", "status": {"state": state}})
+    rec = sandbox.to_record({"id": "s1", "status": {"state": state}})
     assert rec["status"] == status
 
 
@@ -105,12 +107,12 @@ def test_record_from_recorded_get():                               # recording 0
                     '"lastTransitionAt":"2026-11-29T07:46:42.568961Z"},"metadata":{"purpose":"live-recording"},'
                     '"entrypoint":["tail","-f","/dev/null"],"expiresAt":"2026-11-29T08:16:42.558200Z",'
                     '"createdAt":"2026-11-29T07:46:42.568961Z"}')
-    rec = provider.to_record(sb)
+    rec = sandbox.to_record(sb)
     assert rec["sandbox_id"] == sb["id"] and rec["template"] == "local/python:3-slim" and rec["status"] == "running"
     assert rec["metadata"] == {"purpose": "live-recording"} and rec["region"] == ""
     assert rec["created_at"] == "2026-11-29T07:46:42.568961Z" and rec["expires_at"] == "2026-11-29T08:16:42.558200Z"
     assert "url" not in rec and "envd_url" not in rec                # epp-host-reference §7.9
-    assert "expires_at" not in provider.to_record({"id": "x", "status": {"state": "Running"}})
+    assert "expires_at" not in sandbox.to_record({"id": "x", "status": {"state": "Running"}})
 
 
 # ---- fakes -----------------------------------------------------------------------------------------------
@@ -121,7 +123,7 @@ class FakeOSB:
 
     def get(self, sid):
         headers = {"date": email.utils.format_datetime(self.server_now, usegmt=True)} if self.server_now else {}
-        return osb.Reply(200, "OK", headers, json.dumps({"id": sid, "status": {"state": "Running"}}).encode(),
+        return transport.Reply(200, "OK", headers, json.dumps({"id": sid, "status": {"state": "Running"}}).encode(),
                          time.monotonic())
 
     def renew(self, sid, stamp):
@@ -134,10 +136,10 @@ class FakeOSB:
         return {"items": items, "pagination": {"page": page, "pageSize": page_size, "hasNextPage": page < self.pages}}
 
 
-def fake_server(fake) -> provider.Server:
-    srv = provider.Server(io.BytesIO(), io.BytesIO())
+def fake_server(fake):
+    srv = provider.new_server(io.BytesIO(), io.BytesIO())
     srv._cfg = Config({})
-    srv._osb = fake
+    srv._client = fake
     return srv
 
 
@@ -145,7 +147,7 @@ def fake_server(fake) -> provider.Server:
 def test_set_timeout_uses_the_server_clock(skew_hours):
     server_now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(hours=skew_hours)
     fake = FakeOSB(server_now)
-    res = provider.m_sandbox_set_timeout(fake_server(fake), provider.Request(1), {"sandbox_id": "s", "timeout": 600})
+    res = sandbox.m_sandbox_set_timeout(fake_server(fake), Request(1), {"sandbox_id": "s", "timeout": 600})
     (stamp,) = fake.renewed
     assert res["expires_at"] == stamp and stamp.endswith("Z")
     got = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
@@ -154,43 +156,43 @@ def test_set_timeout_uses_the_server_clock(skew_hours):
 
 def test_set_timeout_clamps_and_validates():
     fake = FakeOSB(dt.datetime.now(dt.timezone.utc))
-    provider.m_sandbox_set_timeout(fake_server(fake), provider.Request(1), {"sandbox_id": "s", "timeout": 5})
+    sandbox.m_sandbox_set_timeout(fake_server(fake), Request(1), {"sandbox_id": "s", "timeout": 5})
     got = dt.datetime.strptime(fake.renewed[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
     assert 57 <= (got - dt.datetime.now(dt.timezone.utc)).total_seconds() <= 62
     for bad in (0, -1, "600", True, None):
-        with pytest.raises(provider.EppError):
-            provider.m_sandbox_set_timeout(fake_server(fake), provider.Request(1), {"sandbox_id": "s", "timeout": bad})
+        with pytest.raises(EppError):
+            sandbox.m_sandbox_set_timeout(fake_server(fake), Request(1), {"sandbox_id": "s", "timeout": bad})
 
 
 def test_list_pages_of_200_until_the_limit():
     fake = FakeOSB(pages=3)                                   # 200 + 200 + 5 sandboxes
     srv = fake_server(fake)
-    first = provider.m_sandbox_list(srv, provider.Request(1), {"limit": 100})
+    first = sandbox.m_sandbox_list(srv, Request(1), {"limit": 100})
     assert len(first["sandboxes"]) == 200 and first["next"] == "2" and fake.list_calls == [(1, 200, ())]
-    every = provider.m_sandbox_list(srv, provider.Request(2), {"limit": 1000, "status": "paused"})
+    every = sandbox.m_sandbox_list(srv, Request(2), {"limit": 1000, "status": "paused"})
     assert len(every["sandboxes"]) == 405 and every["next"] is None
     assert fake.list_calls[1:] == [(1, 200, ("Paused", "Pausing")), (2, 200, ("Paused", "Pausing")),
                                    (3, 200, ("Paused", "Pausing"))]
-    rest = provider.m_sandbox_list(srv, provider.Request(3), {"limit": 300, "cursor": "2"})
+    rest = sandbox.m_sandbox_list(srv, Request(3), {"limit": 300, "cursor": "2"})
     assert len(rest["sandboxes"]) == 205 and rest["next"] is None
-    with pytest.raises(provider.EppError):
-        provider.m_sandbox_list(srv, provider.Request(4), {"status": "sleeping"})
+    with pytest.raises(EppError):
+        sandbox.m_sandbox_list(srv, Request(4), {"status": "sleeping"})
 
 
 def test_exec_run_result_stays_under_the_line_limit():
     big = "é\u0001" * 3_000_000
-    res = provider._fit_result(big, "err", 0)
+    res = commands._fit_result(big, "err", 0)
     line = json.dumps({"jsonrpc": "2.0", "id": 1, "result": res}, ensure_ascii=False).encode()
-    assert len(line) < provider.MAX_LINE_BYTES and res["truncated"] and "dropped" in res["stderr"]
+    assert len(line) < MAX_LINE_BYTES and res["truncated"] and "dropped" in res["stderr"]
     assert res["stdout"] == big[:len(res["stdout"])]
-    assert provider._fit_result("x", "y", 3) == {"stdout": "x", "stderr": "y", "exit_code": 3}
+    assert commands._fit_result("x", "y", 3) == {"stdout": "x", "stderr": "y", "exit_code": 3}
 
 
 def test_oversized_answers_become_errors_not_violations():
     out = io.BytesIO()
-    srv = provider.Server(io.BytesIO(), out)
-    srv.respond(5, {"content_b64": "A" * provider.MAX_LINE_BYTES})
-    srv.notify("exec.output", {"process_id": "p", "stream": "stdout", "data": "B" * provider.MAX_LINE_BYTES})
+    srv = provider.new_server(io.BytesIO(), out)
+    srv.respond(5, {"content_b64": "A" * MAX_LINE_BYTES})
+    srv.notify("exec.output", {"process_id": "p", "stream": "stdout", "data": "B" * MAX_LINE_BYTES})
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["error"]["code"] == -32000
 
@@ -198,29 +200,29 @@ def test_oversized_answers_become_errors_not_violations():
 def test_file_entry_and_modes():
     info = {"path": "/tmp/livework/sub", "type": "directory", "size": 4096, "modified_at": "2026-11-29T07:47:06.919336794Z",
             "owner": "root", "group": "root", "mode": 755}                                     # recording 13
-    assert provider.file_entry(info) == {"name": "sub", "path": "/tmp/livework/sub", "type": "dir", "size": 4096,
+    assert files.file_entry(info) == {"name": "sub", "path": "/tmp/livework/sub", "type": "dir", "size": 4096,
                                          "mtime": "2026-11-29T07:47:06.919336794Z", "mode": 755, "owner": "root",
                                          "group": "root"}
-    assert provider.file_entry({"path": "/a/l", "type": "symlink"})["type"] == "file"
-    assert provider.file_entry({"path": "/a/l", "type": "symlink"})["kind"] == "symlink"
-    assert provider.file_entry({"path": "/a/b", "type": "other", "size": None})["type"] == "file"
-    assert provider._octal_mode("644") == 644 and provider._octal_mode("0o755") == 755
-    assert provider._octal_mode(0o644) == 644 and provider._octal_mode(None) is None
+    assert files.file_entry({"path": "/a/l", "type": "symlink"})["type"] == "file"
+    assert files.file_entry({"path": "/a/l", "type": "symlink"})["kind"] == "symlink"
+    assert files.file_entry({"path": "/a/b", "type": "other", "size": None})["type"] == "file"
+    assert files._octal_mode("644") == 644 and files._octal_mode("0o755") == 755
+    assert files._octal_mode(0o644) == 644 and files._octal_mode(None) is None
     for bad in ("9", "rwx", 0o17777, True):
-        with pytest.raises(provider.EppError):
-            provider._octal_mode(bad)
+        with pytest.raises(EppError):
+            files._octal_mode(bad)
 
 
 def test_exec_spec_validation():
-    spec = provider.ExecSpec({"sandbox_id": "s", "cmd": "echo", "args": ["a b"], "env": {"K": "v"},
+    spec = commands.ExecSpec({"sandbox_id": "s", "cmd": "echo", "args": ["a b"], "env": {"K": "v"},
                               "cwd": "", "user": "", "timeout": 60})
     assert spec.argv == ["echo", "a b"] and spec.timeout == 60.0 and not spec.detached
-    assert provider.ExecSpec({"sandbox_id": "s", "cmd": "x", "detached": True}).detached
+    assert commands.ExecSpec({"sandbox_id": "s", "cmd": "x", "detached": True}).detached
     for bad in ({"cmd": ""}, {"cmd": "x", "args": "y"}, {"cmd": "x", "timeout": -1}, {"cmd": "x", "args": [1]}):
-        with pytest.raises(provider.EppError):
-            provider.ExecSpec({"sandbox_id": "s", **bad})
-    with pytest.raises(provider.EppError) as e:
-        provider.ExecSpec({"cmd": "x"})
+        with pytest.raises(EppError):
+            commands.ExecSpec({"sandbox_id": "s", **bad})
+    with pytest.raises(EppError) as e:
+        commands.ExecSpec({"cmd": "x"})
     assert e.value.code == -32602
 
 
@@ -228,8 +230,8 @@ def test_argv_rejection_detection_matches_the_recording():
     # recording 11: execd v1.1.0 answers {"argv": [...]} with this 400
     msg = ("invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
            "'Command' failed on the 'required' tag")
-    assert osb._is_argv_rejection(msg)
-    assert not osb._is_argv_rejection("invalid request, validation error working directory does not exist: /x")
+    assert execd._is_argv_rejection(msg)
+    assert not execd._is_argv_rejection("invalid request, validation error working directory does not exist: /x")
 
 
 label_chars = st.text(st.sampled_from("aZ09-_./é "), max_size=70)
@@ -245,9 +247,9 @@ def test_metadata_check_agrees_with_the_mock_server_validator(key, value):
     except Exception:  # noqa: BLE001 - MockError
         server_ok = False
     try:
-        provider.check_metadata({key: value})
+        sandbox.check_metadata({key: value})
         plugin_ok = True
-    except provider.EppError:
+    except EppError:
         plugin_ok = False
     assert plugin_ok == server_ok
 
@@ -263,9 +265,9 @@ def test_create_params_fuzz_typed_errors_only(params):
     """Whatever the params (NaN and Infinity included: Python's json accepts them), create_body either
     builds a body or raises a typed EppError."""
     try:
-        body = provider.create_body(Config({}), params, provider.resolve_image(Config({}), params.get("template")
+        body = sandbox.create_body(Config({}), params, sandbox.resolve_image(Config({}), params.get("template")
                                                                                if isinstance(params.get("template"), str) else None))
-    except provider.EppError as exc:
+    except EppError as exc:
         assert exc.code in (-32000, -32003)
     else:
         json.dumps(body, allow_nan=False)                 # what goes to the server is strict JSON
@@ -275,8 +277,8 @@ def test_create_params_fuzz_typed_errors_only(params):
                                         "command"]), any_json))
 def test_exec_params_fuzz_typed_errors_only(params):
     try:
-        spec = provider.ExecSpec(params)
-    except provider.EppError as exc:
+        spec = commands.ExecSpec(params)
+    except EppError as exc:
         assert exc.code in (-32000, -32602)
     else:
         assert spec.timeout >= 0 and spec.timeout == spec.timeout
@@ -302,9 +304,9 @@ def test_every_method_answers_bad_params_with_a_typed_error(method, params):
     """Any params: one JSON answer, never an internal error (-32603) or a traceback. The server is
     unreachable, so whatever passes validation ends as E5001."""
     out = io.BytesIO()
-    srv = provider.Server(io.BytesIO(), out)
+    srv = provider.new_server(io.BytesIO(), out)
     srv.raw_config = {"base_url": CLOSED}
-    req = provider.Request(3)
+    req = Request(3)
     srv.requests[3] = req
     srv._run(req, method, params)
     (line,) = out.getvalue().splitlines()

@@ -13,7 +13,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 def _imports(root: str):
     base = REPO / root
-    own = {p.stem for p in base.rglob("*.py")} | {root}
+    own = {p.stem for p in base.rglob("*.py")} | {p.parent.name for p in base.rglob("__init__.py")} | {root}
     for path in sorted(base.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):

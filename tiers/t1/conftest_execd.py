@@ -1,4 +1,5 @@
-"""Shared helpers for the execd t1 tests (import explicitly: ``from tiers.t1.conftest_execd import ...``).
+"""Shared helpers for the execd t1 tests: its fixtures reach every t1 file through tiers/t1/conftest.py;
+import the helpers by name (``from tiers.t1.conftest_execd import Client, outputs``).
 
 Everything talks plain HTTP/1.1 to a real ExecdServer on 127.0.0.1:<ephemeral> over a real
 SandboxRuntime in a temporary root; every fixture cleans up its processes, ports and directories.

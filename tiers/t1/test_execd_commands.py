@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tiers.t1.conftest_execd import Client, live_pids, make_execd, outputs, runtime, sandbox_root  # noqa: F401
+from tiers.t1.conftest_execd import Client, live_pids, outputs
 
 MODES = ["v1.1.0", "latest"]
 HEX32 = re.compile(r"^[0-9a-f]{32}$")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from mock_opensandbox import multipart
-from tiers.t1.conftest_execd import Client, make_execd, outputs, runtime, sandbox_root  # noqa: F401
+from tiers.t1.conftest_execd import Client, outputs
 
 SHARED = pathlib.Path(__file__).resolve().parents[3] / "shared" / "live" / "exchanges"
 TS = re.compile(r'"(modified_at|created_at)":"[^"]+"')

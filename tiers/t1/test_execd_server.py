@@ -18,7 +18,7 @@ import pytest
 
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxRuntime
-from tiers.t1.conftest_execd import Client, live_pids, make_execd, outputs, runtime, sandbox_root  # noqa: F401
+from tiers.t1.conftest_execd import Client, live_pids, outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -14,12 +14,11 @@ import time
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from eppclient import EppClient, RpcError, wait_until  # noqa: E402
-
-from mock_opensandbox import httpcore  # noqa: E402
-from mock_opensandbox.model import Provisioner  # noqa: E402
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402
+from mock_opensandbox import httpcore
+from mock_opensandbox.model import Provisioner
+from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.epp import EppClient, RpcError
+from tiers.toolkit.waits import wait_until
 
 MODES = ["v1.1.0", "latest"]
 
@@ -30,12 +29,7 @@ def mock(request):
         yield osb
 
 
-@pytest.fixture
-def epp(mock, tmp_path):
-    client = EppClient(str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key})
-    yield client
-    assert client.violations == []
-    client.close()
+# epp: tiers/t1/conftest.py (with this file's mock)
 
 
 @pytest.fixture

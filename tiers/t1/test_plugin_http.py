@@ -12,9 +12,7 @@ import time
 
 import pytest
 
-PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "plugin"
-sys.path.insert(0, str(PLUGIN))
-import _osb_http as osb  # noqa: E402
+from osb import sse, transport   # plugin/osb: importable through tiers/t1/conftest.py
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -66,7 +64,7 @@ def url(srv, path):
 
 
 def test_one_connection_for_sequential_requests(server):
-    h = osb.Http(5)
+    h = transport.Http(5)
     for _ in range(5):
         assert h.request("GET", url(server, "/x"), {}).json() == {"ok": True}
     assert len(set(server.peers)) == 1
@@ -74,7 +72,7 @@ def test_one_connection_for_sequential_requests(server):
 
 
 def test_stale_keep_alive_connection_is_replaced(server):
-    h = osb.Http(5)
+    h = transport.Http(5)
     assert h.request("GET", url(server, "/drop"), {}).status == 200
     time.sleep(0.1)
     assert h.request("GET", url(server, "/x"), {}).json() == {"ok": True}
@@ -83,7 +81,7 @@ def test_stale_keep_alive_connection_is_replaced(server):
 
 
 def test_concurrent_requests_use_their_own_connections(server):
-    h = osb.Http(5)
+    h = transport.Http(5)
     results = []
     threads = [threading.Thread(target=lambda: results.append(h.request("GET", url(server, "/slow"), {}).status))
                for _ in range(3)]
@@ -100,9 +98,9 @@ def test_concurrent_requests_use_their_own_connections(server):
 
 def test_sse_read_stops_at_the_terminal_event(server):
     server.close_delay = 20.0
-    h = osb.Http(5)
+    h = transport.Http(5)
     stream = h.open("GET", url(server, "/sse"), {})
-    dec, events = osb.SSEDecoder(), []
+    dec, events = sse.SSEDecoder(), []
     started = time.monotonic()
     while not events or events[-1]["type"] != "execution_complete":
         events += dec.feed(stream.read1())
@@ -115,12 +113,12 @@ def test_refused_and_timeout_are_net_errors():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(osb.NetError) as info:
-        osb.Http(2).request("GET", f"http://user:pw@127.0.0.1:{port}/v1/x?token=t", {})
+    with pytest.raises(transport.NetError) as info:
+        transport.Http(2).request("GET", f"http://user:pw@127.0.0.1:{port}/v1/x?token=t", {})
     assert info.value.kind == "refused" and "pw" not in str(info.value) and "token" not in str(info.value)
     with socket.socket() as s:                    # accepts (backlog) but never answers
         s.bind(("127.0.0.1", 0))
         s.listen(1)
-        with pytest.raises(osb.NetError) as info:
-            osb.Http(0.5).request("GET", f"http://127.0.0.1:{s.getsockname()[1]}/", {})
+        with pytest.raises(transport.NetError) as info:
+            transport.Http(0.5).request("GET", f"http://127.0.0.1:{s.getsockname()[1]}/", {})
         assert info.value.kind == "timeout"

@@ -12,11 +12,10 @@ import time
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from eppclient import PLUGIN, EppClient, RpcError, wait_until  # noqa: E402
-
-from mock_opensandbox import httpcore  # noqa: E402
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402
+from mock_opensandbox import httpcore
+from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.epp import PLUGIN, EppClient, RpcError
+from tiers.toolkit.waits import wait_until
 
 TOKEN = "execd-token-" + "ab12" * 4
 CANARY = "abx-canary-" + "0f" * 16
@@ -31,26 +30,7 @@ def run(epp, sid, cmd, args=(), **kw):
     return epp.call("exec.run", params, timeout=params["timeout"] + 10)
 
 
-@pytest.fixture(scope="module")
-def mock():
-    with MockOpenSandbox(execd_mode="latest") as osb:
-        yield osb
-
-
-@pytest.fixture
-def epp(mock, tmp_path):
-    client = EppClient(str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key})
-    yield client
-    assert client.violations == []
-    client.close()
-
-
-@pytest.fixture
-def sid(epp):
-    sandbox_id = create(epp)
-    yield sandbox_id
-    epp.call("sandbox.kill", {"sandbox_id": sandbox_id})
-
+# mock, epp, sid: tiers/t1/conftest.py
 
 # ---- deployments -----------------------------------------------------------------------------------------
 

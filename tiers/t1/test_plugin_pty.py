@@ -10,10 +10,8 @@ import time
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from eppclient import EppClient, RpcError  # noqa: E402
-
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402
+from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.epp import EppClient, RpcError
 
 
 class Terminal:
@@ -65,19 +63,7 @@ def mock():
         yield osb
 
 
-@pytest.fixture
-def epp(mock, tmp_path):
-    client = EppClient(str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key})
-    yield client
-    assert client.violations == []
-    client.close()
-
-
-@pytest.fixture
-def sid(epp):
-    sandbox_id = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
-    yield sandbox_id
-    epp.call("sandbox.kill", {"sandbox_id": sandbox_id})
+# epp, sid: tiers/t1/conftest.py
 
 
 def test_initialize_declares_pty(tmp_path, mock):

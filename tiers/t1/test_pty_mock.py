@@ -1,6 +1,6 @@
 """Terminals end to end at the HTTP level: the mock's execd PTY routes (mock_opensandbox/execd/pty.py)
 on a small httpcore server with a real SandboxRuntime, driven by the plugin's terminal manager
-(plugin/_pty.py) over the plugin's WebSocket client (plugin/_ws.py).
+(plugin/terminal.py) through the plugin's OpenSandbox client (plugin/osb/execd.py, osb/ws.py).
 
 The tiny server here stands in for ExecdServer: it registers only the PTY routes and checks the
 access token and a gateway header the way execd's middleware would (401 {"error": ...}), so the
@@ -26,7 +26,12 @@ import pytest
 
 from mock_opensandbox import httpcore
 from mock_opensandbox.execd.pty import register_pty_routes
-from plugin import _pty, _ws
+# plugin modules: importable through tiers/t1/conftest.py
+import terminal
+from epp import EppError
+from osb import ws as _ws
+from osb.lifecycle import OpenSandbox
+from osb.transport import Http
 
 try:
     from mock_opensandbox.runtime import SandboxRuntime
@@ -38,6 +43,17 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs POSIX 
 TOKEN = "t0ken-for-tests"
 GATEWAY = {"OpenSandbox-Ingress-To": "sbx-test"}
 WAIT = 20.0  # generous upper bound for a slow shared machine; never a speed assertion
+
+
+class _Client(OpenSandbox):
+    """The plugin's client, pointed at a bare execd: every sandbox id resolves to ``base``."""
+
+    def __init__(self, base: str, headers: dict, timeout: float):
+        super().__init__("http://127.0.0.1:9", http=Http(timeout))
+        self._endpoint = (base, dict(headers))
+
+    def endpoint(self, sandbox_id, port, server_proxy=None):
+        return self._endpoint
 
 
 class _StandInRuntime:
@@ -105,8 +121,8 @@ class _Execd:
         self.server.start("pty-t1")
         self.base = f"http://127.0.0.1:{self.server.port}"
 
-    def target(self, sandbox_id: str, refresh: bool = False):
-        return self.base, {"X-EXECD-ACCESS-TOKEN": TOKEN, **GATEWAY}
+    def client(self, timeout: float = 10.0) -> _Client:
+        return _Client(self.base, {"X-EXECD-ACCESS-TOKEN": TOKEN, **GATEWAY}, timeout)
 
     def close(self) -> None:
         if self.registry is not None:
@@ -207,12 +223,12 @@ def events():
 
 @pytest.fixture
 def terms(execd, events):
-    m = _pty.PtyManager(execd.target, events, http_timeout=10, connect_timeout=10, log=events.log)
+    m = terminal.PtyManager(execd.client(10), events, connect_timeout=10, log=events.log)
     yield m
     m.close_all()
 
 
-def _write(m: _pty.PtyManager, pid: str, text: str) -> None:
+def _write(m: terminal.PtyManager, pid: str, text: str) -> None:
     m.write({"sandbox_id": "sbx", "process_id": pid, "data_b64": base64.b64encode(text.encode()).decode()})
 
 
@@ -261,7 +277,7 @@ def test_terminal_echo_resize_ctrl_c_and_exit_status(execd, events, terms):
     assert events.exits(pid) == [{"process_id": pid, "exit_code": 3}]
     last = [m for m, p in events.items if p.get("process_id") == pid][-1]
     assert last == "pty.exit", "pty.exit must be the last notification of the terminal"
-    with pytest.raises(_pty.PtyError) as err:
+    with pytest.raises(EppError) as err:
         _write(terms, pid, "echo too late\n")
     assert err.value.code == -32002 and "exited" in err.value.message
 
@@ -273,25 +289,25 @@ def test_open_with_size_applies_it(execd, events, terms):
 
 
 def test_write_to_a_terminal_this_process_does_not_hold_is_32002(terms):
-    with pytest.raises(_pty.PtyError) as err:
+    with pytest.raises(EppError) as err:
         terms.write({"sandbox_id": "sbx", "process_id": "0123abc", "data_b64": "aGk="})
     assert err.value.code == -32002
     assert "not open in this plugin process" in err.value.message
-    with pytest.raises(_pty.PtyError) as err:
+    with pytest.raises(EppError) as err:
         terms.resize({"sandbox_id": "sbx", "process_id": "0123abc", "cols": 10, "rows": 10})
     assert err.value.code == -32002
     assert terms.close({"sandbox_id": "sbx", "process_id": "0123abc"}) == {}  # idempotent
 
 
 def test_bad_params_are_typed_errors(execd, events, terms):
-    with pytest.raises(_pty.PtyError) as err:
+    with pytest.raises(EppError) as err:
         terms.open({"sandbox_id": "sbx", "cols": 0, "rows": 24})
     assert err.value.code == -32602
     pid = terms.open({"sandbox_id": "sbx"})["process_id"]
-    with pytest.raises(_pty.PtyError) as err:
+    with pytest.raises(EppError) as err:
         terms.write({"sandbox_id": "sbx", "process_id": pid, "data_b64": "not base64!"})
     assert err.value.code == -32602
-    with pytest.raises(_pty.PtyError) as err:
+    with pytest.raises(EppError) as err:
         terms.resize({"sandbox_id": "sbx", "process_id": pid, "cols": "wide", "rows": 3})
     assert err.value.code == -32602
 
@@ -345,8 +361,8 @@ def test_dropped_socket_is_reattached_without_loss_or_repeat(execd, events, term
 
 
 def test_missing_token_is_an_authentication_error(execd, events):
-    m = _pty.PtyManager(lambda sid: (execd.base, dict(GATEWAY)), events, http_timeout=5)
-    with pytest.raises(_pty.PtyError) as err:
+    m = terminal.PtyManager(_Client(execd.base, dict(GATEWAY), 5), events)
+    with pytest.raises(EppError) as err:
         m.open({"sandbox_id": "sbx"})
     assert err.value.code == -32001
 
@@ -354,11 +370,11 @@ def test_missing_token_is_an_authentication_error(execd, events):
 def test_execd_without_pty_api_is_feature_not_supported(events):
     srv = _Execd(with_pty=False)
     try:
-        m = _pty.PtyManager(srv.target, events, http_timeout=5)
-        with pytest.raises(_pty.PtyError) as err:
+        m = terminal.PtyManager(srv.client(5), events)
+        with pytest.raises(EppError) as err:
             m.open({"sandbox_id": "sbx"})
         assert err.value.code == -32003
-        assert err.value.rpc_error()["data"]["details"]["feature"] == "pty"
+        assert err.value.to_json()["data"]["details"]["feature"] == "pty"
     finally:
         srv.close()
 
@@ -484,7 +500,7 @@ def test_pipe_mode_splits_stdout_and_stderr(execd):
 
 def test_silent_socket_is_treated_as_dropped_and_reattached(execd, events):
     """No frame for idle_timeout (execd pings every 30 s) -> the client re-attaches; nothing lost."""
-    m = _pty.PtyManager(execd.target, events, http_timeout=10, connect_timeout=10, idle_timeout=0.3,
+    m = terminal.PtyManager(execd.client(10), events, connect_timeout=10, idle_timeout=0.3,
                         log=events.log)
     try:
         pid = m.open({"sandbox_id": "sbx"})["process_id"]

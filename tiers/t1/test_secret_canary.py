@@ -18,10 +18,8 @@ import time
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from eppclient import EppClient, RpcError  # noqa: E402
-
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402
+from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.epp import EppClient, RpcError
 
 pytestmark = pytest.mark.spec_exempt("fault injection and deliberately wrong credentials")
 

@@ -1,0 +1,57 @@
+"""/proc readers (Linux): what tests check about processes left behind or started."""
+from __future__ import annotations
+
+import os
+
+
+def stat(pid: int | str) -> tuple[str, int] | None:
+    """(state letter, parent pid) of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[1])
+
+
+def alive(pid: int | str) -> bool:
+    """The process exists and is not a zombie."""
+    st = stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def live_pids(pids) -> list[int]:
+    """Those of ``pids`` that still exist and are not zombies."""
+    return [pid for pid in pids if alive(pid)]
+
+
+def cmdline(pid: int | str) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[:-1]
+    except OSError:
+        return None
+
+
+def environ(pid: int | str) -> dict[bytes, bytes] | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            items = fh.read().split(b"\0")
+    except OSError:
+        return None
+    return dict(item.partition(b"=")[::2] for item in items if item)
+
+
+def pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def children(parent: int | None = None) -> set[int]:
+    """Live (non-zombie) direct children of ``parent`` (default: this process)."""
+    parent = os.getpid() if parent is None else parent
+    out = set()
+    for pid in pids():
+        st = stat(pid)
+        if st is not None and st[1] == parent and st[0] != "Z":
+            out.add(pid)
+    return out
