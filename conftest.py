@@ -1,7 +1,8 @@
 """Repository-wide pytest configuration.
 
-Registers the mock's pytest plugin (other projects get it through the ``pytest11`` entry point)
-and checks, once per session, that the suite left no child processes behind.
+Registers the mock's pytest plugin (other projects get it through the ``pytest11`` entry point,
+which carries the module's own name, so an install of this project into the venv registers it once:
+tiers/t0/test_editable_install.py).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """pytest plugin (kept outside mock_opensandbox/, which is standard library only): the ``opensandbox_mock`` and ``opensandbox_mock_factory`` fixtures.
 
-Registered through the ``pytest11`` entry point (``opensandbox_mock``) for projects that install this
+Registered through the ``pytest11`` entry point (``pytest_opensandbox_mock``, the module's own name) for projects that install this
 package, and through ``pytest_plugins`` in this repository's conftest.py.
 
     def test_create(opensandbox_mock):

@@ -18,6 +18,7 @@ from mock_opensandbox import httpcore
 from mock_opensandbox.model import Provisioner
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.epp import EppClient, RpcError
+from tiers.toolkit.fixtures import epp  # noqa: F401 - fixture; named here for tiers/t3, which imports this file
 from tiers.toolkit.waits import wait_until
 
 MODES = ["v1.1.0", "latest"]
@@ -27,9 +28,6 @@ MODES = ["v1.1.0", "latest"]
 def mock(request):
     with MockOpenSandbox(execd_mode=request.param) as osb:
         yield osb
-
-
-# epp: tiers/t1/conftest.py (with this file's mock)
 
 
 @pytest.fixture

@@ -118,12 +118,6 @@ def stop(proc: subprocess.Popen, shutdown, timeout: float = 5.0) -> int | None:
     return proc.returncode
 
 
-def drain(stream, keep: list) -> None:
-    """Keep the last 64 KiB of a stream in ``keep[0]`` (the plugin's stderr)."""
-    for chunk in iter(lambda: stream.read1(65536), b""):
-        keep[0] = (keep[0] + chunk)[-65536:]
-
-
 class RpcError(Exception):
     def __init__(self, error: dict):
         self.code = error.get("code")
@@ -150,18 +144,14 @@ class EppClient:
         self.notifications: list[dict] = []
         self.violations: list[str] = []
         self.lines: list[bytes] = []
-        self._stderr = [b""]
+        self.stderr = b""                 # its last 64 KiB
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self._err_reader = threading.Thread(target=drain, args=(self.proc.stderr, self._stderr), daemon=True)
+        self._err_reader = threading.Thread(target=self._read_err, daemon=True)
         self._err_reader.start()
         self.init_result = None
         if initialize:
             self.init_result = self.call("initialize", init_params(data_dir, config, core), timeout=15)
-
-    @property
-    def stderr(self) -> bytes:
-        return self._stderr[0]
 
     # ---- plumbing
 
@@ -196,6 +186,10 @@ class EppClient:
                 q.put(None)
             for q in self._streams.values():
                 q.put(None)
+
+    def _read_err(self) -> None:
+        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+            self.stderr = (self.stderr + chunk)[-65536:]
 
     def _stream(self, pid: str) -> queue.Queue:
         with self._lock:
@@ -299,15 +293,15 @@ class Plugin:
         self.argv = plugin_argv(python, plugin)
         self.proc = spawn(python, data_dir, plugin=plugin)
         self._next = 0
-        self._stderr = [b""]
-        self._err = threading.Thread(target=drain, args=(self.proc.stderr, self._stderr), daemon=True)
+        self.stderr = b""
+        self._err = threading.Thread(target=self._drain, daemon=True)
         self._err.start()
         if initialize:
             self.call("initialize", init_params(data_dir, config, host="bench"))
 
-    @property
-    def stderr(self) -> bytes:
-        return self._stderr[0]
+    def _drain(self) -> None:
+        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+            self.stderr = (self.stderr + chunk)[-65536:]
 
     def send(self, method: str, params: dict) -> int:
         self._next += 1
