@@ -50,7 +50,7 @@ def opensandbox_mock_factory() -> Iterator[Callable[..., MockOpenSandbox]]:
         for osb in reversed(made):
             try:
                 osb.stop()
-            except Exception as e:  # pragma: no cover - stop every instance, then report
+            except Exception as e:  # noqa: BLE001 - stop every instance, then report the first failure
                 errors.append(e)
         if errors:
             raise errors[0]

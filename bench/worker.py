@@ -124,6 +124,11 @@ class Clients:
         self._closers.append(ex.close)
         return ex
 
+    def echo(self) -> EchoHop:
+        hop = EchoHop(self.target["python"])
+        self._closers.append(hop.close)
+        return hop
+
     def sdk(self, sid: str):
         sb = _sdk_connect(self.target, sid)
         self._closers.append(sb.close)
@@ -136,8 +141,45 @@ class Clients:
         for fn in self._closers:
             try:
                 fn()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing what is left; the job's result stands
                 pass
+
+
+# The EPP hop at its floor: a process that answers an exec.start line with the answer and the
+# exec.exit notification, decoding and encoding JSON like any EPP plugin must, and nothing else.
+ECHO_SRC = r"""
+import json, sys
+r, w = sys.stdin.buffer, sys.stdout.buffer
+for line in iter(r.readline, b""):
+    rid = json.loads(line)["id"]
+    w.write(json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"process_id": "p"}}).encode() + b"\n")
+    w.write(json.dumps({"jsonrpc": "2.0", "method": "exec.exit", "params": {"process_id": "p",
+                                                                           "exit_code": 0}}).encode() + b"\n")
+    w.flush()
+"""
+
+
+class EchoHop:
+    """One EPP exchange with an echo process (``python -S``, warm): the pipe + JSON cost of EPP."""
+
+    def __init__(self, python: str):
+        self.proc = subprocess.Popen([python, "-S", "-c", ECHO_SRC], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     bufsize=1 << 16)
+        self._id = 0
+
+    def exchange(self, sandbox_id: str) -> None:
+        self._id += 1
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self._id, "method": "exec.start", "params": {
+            "sandbox_id": sandbox_id, "cmd": TRUE_CMD, "args": [], "env": {}, "cwd": "", "user": "",
+            "timeout": 300}}).encode() + b"\n")
+        self.proc.stdin.flush()
+        for _ in range(2):
+            json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
 
 
 class Profiler:
@@ -260,12 +302,14 @@ def job_importtime(job: dict, target: dict, tmp: str) -> dict:
     # compile() cost of the plugin's own sources: the host sets PYTHONDONTWRITEBYTECODE and the
     # installed tree has no __pycache__, so every module the plugin imports is compiled from source
     # at every start (provider.py, being __main__, never has a cached form anyway).
-    code = ("import json,os,sys,time\nout={}\nfor f in sorted(os.listdir(sys.argv[1])):\n"
+    code = ("import json,os,sys,time\nout={}\nroot=sys.argv[1]\n"
+            "for d,_,files in sorted(os.walk(root)):\n"
+            "  for f in sorted(files):\n"
             "    if not f.endswith('.py'): continue\n"
-            "    src=open(os.path.join(sys.argv[1],f)).read(); v=[]\n"
+            "    p=os.path.join(d,f); src=open(p).read(); v=[]\n"
             "    for _ in range(5):\n"
             "        t=time.perf_counter(); compile(src,f,'exec'); v.append((time.perf_counter()-t)*1000)\n"
-            "    out[f]=sorted(v)[2]\n"
+            "    out[os.path.relpath(p,root)]=sorted(v)[2]\n"
             "print(json.dumps(out))")
     r = subprocess.run([python, "-c", code, os.path.dirname(plugin)], capture_output=True, text=True, timeout=120)
     compile_ms = json.loads(r.stdout) if r.returncode == 0 else {}
@@ -300,6 +344,9 @@ def job_exec_rt(job: dict, target: dict, tmp: str) -> dict:
             elif side == "direct":
                 ex = cl.direct(sid)
                 sides[side] = lambda ex=ex: _check(ex.run(TRUE_CMD), 0)
+            elif side == "floor":       # the direct client plus one EPP exchange at its floor
+                ex, hop = cl.direct(sid), cl.echo()
+                sides[side] = lambda ex=ex, hop=hop: (_check(ex.run(TRUE_CMD), 0), hop.exchange(sid))
             elif side.startswith("sdk"):
                 sb = cl.sdk(job.get("sdk_sandbox_id", {}).get(side, sid))
                 sides[side] = lambda sb=sb: _check(sb.commands.run(TRUE_CMD).exit_code, 0)
@@ -436,7 +483,7 @@ def job_files_limit(job: dict, target: dict, tmp: str) -> dict:
         try:
             p.call("files.read", {"sandbox_id": sid, "path": f"/tmp/bench-limit-{size}.bin"})
             return {"read_ok": True}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the refusal is the finding
             return {"read_ok": False, "error": str(exc)[:400]}
     finally:
         cl.close()
@@ -455,7 +502,7 @@ def job_capacity(job: dict, target: dict, tmp: str) -> dict:
         try:
             created[i] = lc.create()
             lat[i] = time.perf_counter() - t
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - counted as a failed create
             errors.append(f"create: {exc}")
         finally:
             lc.close()
@@ -480,7 +527,7 @@ def job_capacity(job: dict, target: dict, tmp: str) -> dict:
                 try:
                     ex.ping()
                     break
-                except Exception:  # noqa: BLE001
+                except Exception:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.05)
@@ -518,7 +565,7 @@ def job_capacity(job: dict, target: dict, tmp: str) -> dict:
                 t.join()
             wall = time.perf_counter() - t1
             return {"requests": sum(counts), "seconds": wall, "per_s": sum(counts) / wall,
-                    "latencies": [x for l in lats for x in l]}
+                    "latencies": [x for each in lats for x in each]}
 
         ping = load("ping")
         command = load("command")
@@ -527,7 +574,7 @@ def job_capacity(job: dict, target: dict, tmp: str) -> dict:
         for sid in sids:
             try:
                 lc.delete(sid)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - counted as a failed delete
                 errors.append(f"delete: {exc}")
         delete_wall = time.perf_counter() - t2
         lc.close()
@@ -557,7 +604,7 @@ def main() -> int:
             msg = json.loads(line)
             try:
                 result = {"ok": True, **JOBS[msg["job"]](msg, msg["target"], tmp)}
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a failing job is reported, the worker goes on
                 result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                           "traceback": traceback.format_exc()[-3000:]}
             out.write(json.dumps(result) + "\n")

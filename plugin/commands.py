@@ -98,7 +98,7 @@ class Pump:
         try:
             for event in self.run.events():
                 self.q.put(event)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which reports the lost stream
             self.q.put(exc)
         self.q.put(_END)
 
@@ -195,7 +195,7 @@ def _lost_stream(run, why: str) -> tuple[int, str]:
         for _ in range(10):
             try:
                 st = run.execd.status(run.command_id)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - the status is a best-effort hint; -1 without it
                 break
             if st.get("running") is False:
                 code = st.get("exit_code")
@@ -324,7 +324,7 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
             try:
                 status = execd.status(pid)
                 text, cursor = execd.logs(pid, cursor)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - retried below, then mapped and reported
                 # the calls retry by themselves; keep polling through an outage of up to http_timeout
                 now = time.monotonic()
                 failing_since = failing_since or polled

@@ -151,7 +151,7 @@ def m_files_move(srv: Server, req: Request, p: dict) -> dict:
     def dest_info():
         try:
             return execd.info(dest)
-        except Exception as exc:  # noqa: BLE001 - re-raised unless it is a 404
+        except Exception as exc:
             if is_http(exc, 404):
                 return None
             raise

@@ -79,7 +79,7 @@ def m_process_signal(srv: Server, req: Request, p: dict) -> dict:
         execd = guard(lambda: client.execd(sid), op="process", srv=srv)
         try:
             execd.interrupt(pid.strip())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - mapped below
             # rec 10: an unknown id is HTTP 500 "... no such session"
             from osb.transport import HttpError
             if isinstance(exc, HttpError) and exc.status in (404, 500) and "no such" in exc.message.lower():

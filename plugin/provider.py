@@ -20,7 +20,7 @@ import sys
 if sys.pycache_prefix is None:          # launch.py caches bytecode in the data dir; never in the
     sys.dont_write_bytecode = True      # hashed plugin root
 
-import epp  # noqa: E402 - after the bytecode switch above, so epp's bytecode obeys it
+import epp
 
 # --------------------------------------------------------------------------- initialize contract
 # Must equal abx-provider.toml, in the same order (the host compares them; tiers/t0 checks it).

@@ -5,7 +5,6 @@ resume, and how an OpenSandbox Sandbox becomes an EPP SandboxRecord.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -272,8 +271,8 @@ def m_sandbox_list(srv: Server, req: Request, p: dict) -> dict:
     records: list = []
     next_page = None
     for _ in range(10_000):
-        body = guard(lambda: client.list_page(page=page, page_size=200, states=states, metadata=metadata),
-                      op="list", srv=srv)
+        body = guard(lambda page=page: client.list_page(page=page, page_size=200, states=states, metadata=metadata),
+                     op="list", srv=srv)
         items = body.get("items") if isinstance(body.get("items"), list) else []
         records += [to_record(sb) for sb in items if isinstance(sb, dict) and sb.get("id")]
         pagination = body.get("pagination") if isinstance(body.get("pagination"), dict) else {}
@@ -334,23 +333,23 @@ def m_sandbox_set_timeout(srv: Server, req: Request, p: dict) -> dict:
 def m_sandbox_pause(srv: Server, req: Request, p: dict) -> dict:
     sid = sandbox_id(p)
     client = srv.client()
-    try:
-        client.pause(sid)
-    except Exception as exc:  # noqa: BLE001 - mapped below
-        # rec 14: pausing twice is 409 SANDBOX_NOT_RUNNING; already paused counts as success.
-        if not (is_http(exc, 409) and _state(guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {})
-                in ("Paused", "Pausing")):
-            raise map_osb_error(exc, op="sandbox", cfg=srv._cfg) from None
+    _once(srv, client, sid, client.pause, ("Paused", "Pausing"))
     return {}
 
 
 def _resume(srv: Server, client, sid: str) -> None:
+    _once(srv, client, sid, client.resume, ("Running", "Resuming"))
+
+
+def _once(srv: Server, client, sid: str, call, done: tuple) -> None:
+    """pause / resume, where repeating is not an error: rec 14 answers a second pause 409
+    SANDBOX_NOT_RUNNING and a second resume 409 SANDBOX_NOT_PAUSED; a sandbox already in one of the
+    ``done`` states counts as success."""
     try:
-        client.resume(sid)
-    except Exception as exc:  # noqa: BLE001 - mapped below
-        # rec 14: resuming twice is 409 SANDBOX_NOT_PAUSED; already running counts as success.
+        call(sid)
+    except Exception as exc:  # noqa: BLE001 - mapped below, unless the sandbox is already there
         if not (is_http(exc, 409) and _state(guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {})
-                in ("Running", "Resuming")):
+                in done):
             raise map_osb_error(exc, op="sandbox", cfg=srv._cfg) from None
 
 

@@ -133,7 +133,7 @@ class _Terminal:
         finally:
             try:
                 self.ws.shutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a dead socket; pty.exit follows regardless
                 pass
             self.finish()
 
@@ -188,7 +188,7 @@ class PtyManager:
         if self.log is not None:
             try:
                 self.log(message)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - logging must never end a terminal
                 pass
 
     def _forget(self, term: _Terminal) -> None:

@@ -25,9 +25,10 @@ def test_editable_install_then_pytest_in_the_repo(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     for name in PROJECT:                       # a copy: the install writes its metadata next to it
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(
-            REPO / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                        if (REPO / name).is_dir() else {}))
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, src / name)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"

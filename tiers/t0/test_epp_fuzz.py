@@ -17,7 +17,6 @@ import json
 import pathlib
 import queue
 import socket
-import sys
 import tempfile
 
 import pytest

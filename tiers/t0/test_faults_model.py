@@ -3,8 +3,6 @@ parsing and validation, matching by method / path / listener / sandbox, count an
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 from __future__ import annotations
 
-import pathlib
-import sys
 import time
 
 import pytest

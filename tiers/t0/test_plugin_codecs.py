@@ -5,11 +5,9 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import json
-import pathlib
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings

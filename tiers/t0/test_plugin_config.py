@@ -2,8 +2,6 @@
 coerced by the host, manifest defaults as typed. Bad values are -32006 naming the field."""
 from __future__ import annotations
 
-import pathlib
-import sys
 
 import pytest
 from hypothesis import given

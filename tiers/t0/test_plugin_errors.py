@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import pathlib
-import sys
 
 import pytest
 from hypothesis import given, settings

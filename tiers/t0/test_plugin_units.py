@@ -6,8 +6,6 @@ import datetime as dt
 import email.utils
 import io
 import json
-import pathlib
-import sys
 import time
 
 import pytest

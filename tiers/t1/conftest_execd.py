@@ -17,6 +17,7 @@ import pytest
 from mock_opensandbox import sse
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxRuntime
+from tiers.toolkit.procs import live_pids  # noqa: F401 - re-exported for the execd tests
 
 
 class Resp:
@@ -113,17 +114,3 @@ def make_execd(runtime: SandboxRuntime):
 
 def outputs(events: list[dict[str, Any]], kind: str = "stdout") -> list[str]:
     return [e["text"] for e in events if e.get("type") == kind]
-
-
-def live_pids(pids: list[int]) -> list[int]:
-    """Pids that still exist and are not zombies."""
-    alive = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z":
-            alive.append(pid)
-    return alive

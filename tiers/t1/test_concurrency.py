@@ -12,11 +12,9 @@ import hashlib
 import json
 import pathlib
 import random
-import sys
 import threading
 import time
 
-import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.epp import EppClient

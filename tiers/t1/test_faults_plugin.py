@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import os
 import pathlib
-import sys
 import time
 
 import pytest
@@ -40,7 +39,7 @@ PAYLOAD = os.urandom(3000)    # the file every read case must get back byte for 
 OK, TIMEOUT, UNREACH, LOST = "OK", "TIMEOUT", "UNREACH", "LOST"
 
 
-def HTTP(n):  # noqa: N802
+def HTTP(n):
     return f"HTTP{n}"
 
 

@@ -16,39 +16,9 @@ import urllib.request
 
 import pytest
 
+from tiers.toolkit.procs import alive, descendants
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process whose parent chain leads to ``pid`` (new sessions included)."""
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            parents[int(name)] = int(fields[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    out: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        p = frontier.pop()
-        for child, parent in parents.items():
-            if parent == p and child not in out:
-                out.add(child)
-                frontier.append(child)
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-        return state != b"Z"
-    except OSError:
-        return False
 
 
 class Cli:

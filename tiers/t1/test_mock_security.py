@@ -22,7 +22,6 @@ import pathlib
 import re
 import secrets
 import socket
-import sys
 import time
 import urllib.parse
 
@@ -30,11 +29,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from eppclient import EppClient  # noqa: E402
 
-from mock_opensandbox import multipart  # noqa: E402
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402
+from mock_opensandbox import multipart
+from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import procs
+from tiers.toolkit.epp import EppClient
 
 pytestmark = pytest.mark.spec_exempt("hostile requests on purpose")
 
@@ -238,24 +237,10 @@ def _procs_under(root: str) -> set[int]:
     return out
 
 
-def _children(pid: int) -> set[int]:
-    kids = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    fields = fh.read().rsplit(b")", 1)[1].split()
-                if int(fields[1]) == pid and fields[0] != b"Z":
-                    kids.add(int(name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return kids
-
-
 def test_no_process_outlives_stop(tmp_path):
     """Count the processes: sandboxes running commands started through the plugin (foreground,
     detached, setsid'd, nohup'd, a paused sandbox) leave none behind once the mock stops."""
-    my_children = _children(os.getpid())
+    my_children = procs.children()
     mock = MockOpenSandbox(execd_mode="latest", execd_close_delay=0.05).start()
     root = mock.root
     try:
@@ -279,8 +264,8 @@ def test_no_process_outlives_stop(tmp_path):
         assert _procs_under(root) == set()
         assert not os.path.exists(root)
         deadline = time.monotonic() + 10
-        while _children(os.getpid()) - my_children and time.monotonic() < deadline:
+        while procs.children() - my_children and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _children(os.getpid()) - my_children == set()
+        assert procs.children() - my_children == set()
     finally:
         mock.stop()

@@ -14,60 +14,14 @@ import time
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import procs
+from tiers.toolkit.procs import alive as _alive
+from tiers.toolkit.procs import descendants as _children_tree
+from tiers.toolkit.procs import pids as _proc_entries
+from tiers.toolkit.procs import refers_to as _refers_to
+from tiers.toolkit.waits import wait_until as wait
 
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
-
-
-def _proc_entries():
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            yield int(name)
-
-
-def _state(pid: int) -> bytes | None:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
-def _refers_to(pid: int, root: str) -> bool:
-    """Does the process live in (root, cwd) or point its environment at the mock's root?"""
-    for link in ("root", "cwd"):
-        try:
-            if os.readlink("/proc/%d/%s" % (pid, link)).startswith(root):
-                return True
-        except OSError:
-            pass
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as fh:
-            return root.encode() in fh.read()
-    except OSError:
-        return False
-
-
-def _children_tree(pid: int) -> set[int]:
-    parents = {}
-    for p in _proc_entries():
-        try:
-            with open("/proc/%d/stat" % p, "rb") as fh:
-                parents[p] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-    out, todo = set(), [pid]
-    while todo:
-        cur = todo.pop()
-        for c, par in parents.items():
-            if par == cur and c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    st = _state(pid)
-    return st is not None and st != b"Z"
 
 
 def _closed(port: int) -> bool:
@@ -130,7 +84,7 @@ def _exercise(osb: MockOpenSandbox) -> tuple[set[int], set[int]]:
 
 
 def _assert_clean(osb_root: str, pids: set[int], ports: set[int], before_threads: set[str]) -> None:
-    assert wait(lambda: not [p for p in pids if _alive(p)]), [(p, _state(p)) for p in pids if _alive(p)]
+    assert wait(lambda: not [p for p in pids if _alive(p)]), [(p, procs.stat(p)) for p in pids if _alive(p)]
     assert not os.path.exists(osb_root)
     leaked = [p for p in _proc_entries() if _alive(p) and _refers_to(p, osb_root)]
     assert leaked == []
@@ -138,15 +92,6 @@ def _assert_clean(osb_root: str, pids: set[int], ports: set[int], before_threads
     listener_prefixes = ("mock-osb-", "execd-")
     assert wait(lambda: not [t.name for t in threading.enumerate()
                              if t.name.startswith(listener_prefixes) and t.name not in before_threads])
-
-
-def wait(pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def test_stop_leaves_no_process_dir_port_or_thread():

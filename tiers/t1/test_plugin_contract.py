@@ -5,10 +5,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import http.server
-import json
 import os
-import pathlib
-import sys
 import threading
 import time
 
@@ -18,7 +15,6 @@ from mock_opensandbox import httpcore
 from mock_opensandbox.model import Provisioner
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.epp import EppClient, RpcError
-from tiers.toolkit.fixtures import epp  # noqa: F401 - fixture; named here for tiers/t3, which imports this file
 from tiers.toolkit.waits import wait_until
 
 MODES = ["v1.1.0", "latest"]
@@ -247,7 +243,8 @@ def test_07_metadata_rejection(epp, mock):
 @pytest.mark.mock_only
 def test_08_never_touches_code_endpoints(epp, sid):
     seen: list[str] = []
-    obs = lambda ex: seen.append(ex.path)  # noqa: E731
+    def obs(ex):
+        seen.append(ex.path)
     httpcore.OBSERVERS.append(obs)
     try:
         epp.call("sandbox.get", {"sandbox_id": sid})
@@ -267,7 +264,8 @@ def test_08_never_touches_code_endpoints(epp, sid):
 @pytest.mark.parametrize("mode", MODES)
 def test_09_gateway_headers_replayed(tmp_path, mode):
     seen: list = []
-    obs = lambda ex: seen.append(ex)  # noqa: E731
+    def obs(ex):
+        seen.append(ex)
     with MockOpenSandbox(gateway=True, execd_mode=mode) as osb, \
             EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
         sid = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]

@@ -4,9 +4,7 @@ and an SSE stream is read only up to the terminal event."""
 from __future__ import annotations
 
 import http.server
-import pathlib
 import socket
-import sys
 import threading
 import time
 

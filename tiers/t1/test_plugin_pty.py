@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import base64
-import pathlib
 import queue
-import sys
 import time
 
 import pytest

@@ -32,6 +32,7 @@ from epp import EppError
 from osb import ws as _ws
 from osb.lifecycle import OpenSandbox
 from osb.transport import Http
+from tiers.toolkit import procs
 
 try:
     from mock_opensandbox.runtime import SandboxRuntime
@@ -104,7 +105,7 @@ class _Execd:
         class Handler(httpcore.Handler):
             flavor = "gin"
 
-            def dispatch(self, req):  # noqa: ANN001
+            def dispatch(self, req):
                 # execd accessTokenMiddleware; a gateway would refuse without its routing header
                 if req.headers.get("X-EXECD-ACCESS-TOKEN") != TOKEN or \
                         req.headers.get("OpenSandbox-Ingress-To") != GATEWAY["OpenSandbox-Ingress-To"]:
@@ -182,25 +183,9 @@ class _Events:
         return found[0]
 
 
-def _children() -> set[int]:
-    me = str(os.getpid())
-    out = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1].decode() == me and fields[0] != b"Z":
-            out.add(int(name))
-    return out
-
-
 @pytest.fixture
 def execd():
-    before = _children()
+    before = procs.children()
     srv = _Execd()
     try:
         yield srv
@@ -211,9 +196,9 @@ def execd():
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     deadline = time.monotonic() + 5
-    while _children() - before and time.monotonic() < deadline:
+    while procs.children() - before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not (_children() - before), "processes left behind"
+    assert not (procs.children() - before), "processes left behind"
 
 
 @pytest.fixture

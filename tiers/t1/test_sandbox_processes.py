@@ -21,6 +21,8 @@ from mock_opensandbox import sse
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxNotRunning, SandboxRuntime, probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.procs import alive as _alive
+from tiers.toolkit.waits import wait_until as _wait
 
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": {}}
 PS = "ps -e -o pid=,ppid=,stat=,args=; true"  # `; true` keeps bash from exec'ing ps itself
@@ -97,23 +99,6 @@ def _pidns_members(pidns: str) -> set[int]:
             except OSError:
                 pass
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
-def _wait(pred, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 @pytest.fixture(scope="module")

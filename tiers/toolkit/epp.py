@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 from tiers.toolkit.plugin import LAUNCH

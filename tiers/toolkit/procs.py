@@ -55,3 +55,36 @@ def children(parent: int | None = None) -> set[int]:
         if st is not None and st[1] == parent and st[0] != "Z":
             out.add(pid)
     return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process whose parent chain leads to ``pid`` (new sessions included; zombies too)."""
+    parents = {}
+    for p in pids():
+        st = stat(p)
+        if st is not None:
+            parents[p] = st[1]
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        cur = todo.pop()
+        for child, parent in parents.items():
+            if parent == cur and child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def refers_to(pid: int, root: str) -> bool:
+    """The process lives in ``root`` (its root or cwd) or names it in its environment."""
+    for link in ("root", "cwd"):
+        try:
+            if os.readlink(f"/proc/{pid}/{link}").startswith(root):
+                return True
+        except OSError:
+            pass
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return root.encode() in fh.read()
+    except OSError:
+        return False
