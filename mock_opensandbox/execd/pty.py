@@ -259,7 +259,8 @@ class PtySession:
 
     def _start_pty(self) -> None:
         rt = self.registry.runtime
-        master, slave = os.openpty()
+        # the sandbox's own devpts when the runtime has one (`tty` inside then names the terminal)
+        master, slave = rt.openpty() if hasattr(rt, "openpty") else os.openpty()
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", INITIAL_ROWS, INITIAL_COLS, 0, 0))
             argv = self._shell_argv()

@@ -33,6 +33,21 @@ IMPLICIT_ENTRYPOINT = ("tail", "-f", "/dev/null")
 _MARKER_ENV = "OPENSANDBOX_MOCK_SANDBOX"  # only used when not isolated, to find escaped processes
 
 
+def _sandbox_pty(pid1: int) -> tuple[int, int]:
+    import fcntl
+    import struct
+
+    tiocsptlck, tiocgptpeer = 0x40045431, 0x5441  # asm-generic/ioctls.h
+    master = os.open("/proc/%d/root/dev/pts/ptmx" % pid1, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(master, tiocsptlck, struct.pack("i", 0))  # unlockpt
+        slave = fcntl.ioctl(master, tiocgptpeer, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        os.close(master)
+        raise
+    return master, slave
+
+
 class PathEscape(ValueError):
     """A sandbox path that would resolve outside the sandbox root (never returned, always raised)."""
 
@@ -267,6 +282,21 @@ class SandboxRuntime:
             # must not see the joining wrapper (nsenter/unshare or the helper, host paths included)
             await_exec(proc, holder.stages(cmd))
         return proc
+
+    def openpty(self) -> tuple[int, int]:
+        """(master, slave) for a PTY session. With a PID namespace the pair comes from the sandbox's
+        own devpts (like execd opening /dev/ptmx inside the container), so `tty` inside names it
+        /dev/pts/N; otherwise (no holder, the per-command fallback, not isolated) the host's."""
+        with self._lock:
+            if self.terminated:
+                raise SandboxTerminated("sandbox is terminated")
+            holder = self._ensure_holder() if self._pid_mode is not None else None
+            if holder is not None and holder.alive():
+                try:
+                    return _sandbox_pty(holder.pid)
+                except OSError:
+                    pass
+        return os.openpty()
 
     def _track(self, proc: subprocess.Popen) -> None:
         self._procs = [p for p in self._procs if p.poll() is None]

@@ -148,7 +148,7 @@ def _check_masked(rc: int, out: str) -> None:
 
 
 def _check_privileged_ops(rc: int, out: str) -> None:
-    for op in ("mount", "umount", "unshare_m", "unshare_userns", "mknod", "hostname"):
+    for op in ("mount", "umount", "unshare_m", "unshare_userns", "unshare_umount", "mknod", "hostname"):
         assert f"{op}=0" not in out, f"{op} succeeded inside the sandbox:\n{out}"
     _host_absent("/usr/" + TOKEN + "-m", "/usr/" + TOKEN + "-u")
 
@@ -195,6 +195,8 @@ def probes(host_marker: str) -> list[Probe]:
               "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>&1; echo mount=$?; umount /proc/sys 2>&1; echo umount=$?; "
               f"unshare -m sh -c 'mount -o remount,rw /usr && touch /usr/{t}-m' 2>&1; echo unshare_m=$?; "
               f"unshare -Urm sh -c 'mount -o remount,rw /usr && touch /usr/{t}-u' 2>&1; echo unshare_userns=$?; "
+              "unshare -Urm sh -c 'umount /proc/sys && echo 1 > /proc/sys/vm/drop_caches' 2>&1; "
+              "echo unshare_umount=$?; "
               "mknod /tmp/blk b 8 0 2>&1; echo mknod=$?; hostname \"$(hostname)\" 2>&1; echo hostname=$?",
               _check_privileged_ops),
         Probe("insmod_class", "python3 -c 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"

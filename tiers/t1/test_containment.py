@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -148,6 +149,33 @@ def test_pty_shell_with_controlling_tty_is_contained(rt):
     out = buf.decode().replace("\r\n", "\n")
     cp._check_caps(0, out)
     assert "tty=yes" in out
+
+
+def test_pty_comes_from_the_sandbox_devpts(rt):
+    """A PTY session's terminal is the sandbox's own /dev/pts/N (execd opens /dev/ptmx inside the
+    container), so `tty` names it; the host's pty would be "not a tty" inside the fresh devpts."""
+    if not rt.pid_namespace:
+        pytest.skip("the per-command fallback has no devpts to allocate from in advance")
+    master, slave = rt.openpty()
+    try:
+        p = rt.spawn(["/bin/sh", "-c", "tty"], stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
+        os.close(slave)
+        slave = -1
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+        p.wait(timeout=30)
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert re.fullmatch(r"/dev/pts/\d+", buf.decode().strip()), buf
 
 
 def test_privileged_wrappers_never_see_loader_variables(rt, tmp_path):
