@@ -19,302 +19,41 @@ from typing import Any, Callable, Iterator
 from urllib.parse import parse_qsl
 
 from . import quirks
+from . import validation as V
 from .faults import FaultError, FaultRegistry
 from .httpcore import OBSERVERS, Handler, Request, Router, host_allowed, new_request_id
-from .model import SandboxStore, format_ts, validate_metadata
+from .model import SandboxStore, docker_ts, format_ts, validate_metadata
 from .quirks import MockError
 
 
-# =====================================================================================================
-# pydantic-style validation (FastAPI 422 bodies: {"detail":[{type,loc,msg,input[,ctx]}]}, recording 03)
-# =====================================================================================================
-class ValidationFailed(Exception):
-    def __init__(self, errors: list[dict[str, Any]]):
-        super().__init__("validation failed")
-        self.errors = errors
-
-
-def _err(type_: str, loc: list, msg: str, input_: Any, ctx: dict | None = None) -> dict[str, Any]:
-    e: dict[str, Any] = {"type": type_, "loc": loc, "msg": msg, "input": input_}
-    if ctx is not None:
-        e["ctx"] = ctx
-    return e
-
-
-_INT_STR_RE = re.compile(r"^[+-]?\d+(?:_\d+)*(?:\.0+)?$")
-# Unicode White_Space (what pydantic-core's Rust trim() removes; narrower than str.strip())
-_WS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-      "\u2028\u2029\u202f\u205f\u3000"
-_TRUE = {"1", "on", "t", "true", "y", "yes"}
-_FALSE = {"0", "off", "f", "false", "n", "no"}
+# FastAPI/pydantic validation and the server's pre-provisioning checks live in validation.py; these names
+# stay importable from here.
+ValidationFailed = V.ValidationFailed
+_err = V._err
 
 
 def _int(value: Any, loc: list, errors: list) -> int | None:
-    """pydantic lax int: int, bool, integral float, numeric string (whitespace, sign, '_', '.0' allowed)."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            errors.append(_err("finite_number", loc, "Input should be a finite number", value))
-            return None
-        if value != int(value):
-            errors.append(_err("int_from_float", loc, "Input should be a valid integer, got a number with a "
-                                                      "fractional part", value))
-            return None
-        if abs(value) > 2 ** 63:
-            errors.append(_err("int_parsing_size", loc, "Unable to parse input string as an integer, exceeded "
-                                                        "maximum size", value))
-            return None
-        return int(value)
-    if isinstance(value, str):
-        s = value.strip(_WS)
-        if _INT_STR_RE.match(s) and s.isascii():
-            return int(s.split(".", 1)[0].replace("_", ""))
-        errors.append(_err("int_parsing", loc, "Input should be a valid integer, unable to parse string as an "
-                                               "integer", value))
-        return None
-    errors.append(_err("int_type", loc, "Input should be a valid integer", value))
-    return None
+    out = V.to_int(value, loc, errors)
+    return None if out is V._MISSING else out
 
 
 def _bool(value: Any, loc: list, errors: list) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        if value in (0, 1):
-            return bool(value)
-        errors.append(_err("bool_parsing", loc, "Input should be a valid boolean, unable to interpret input", value))
-        return None
-    if isinstance(value, str):
-        if value.lower() in _TRUE:
-            return True
-        if value.lower() in _FALSE:
-            return False
-        errors.append(_err("bool_parsing", loc, "Input should be a valid boolean, unable to interpret input", value))
-        return None
-    errors.append(_err("bool_type", loc, "Input should be a valid boolean", value))
-    return None
-
-
-def _str(value: Any, loc: list, errors: list) -> str | None:
-    if isinstance(value, str):
-        return value
-    errors.append(_err("string_type", loc, "Input should be a valid string", value))
-    return None
-
-
-def _str_dict(value: Any, loc: list, errors: list, *, nullable_values: bool = False) -> dict | None:
-    if not isinstance(value, dict):
-        errors.append(_err("dict_type", loc, "Input should be a valid dictionary", value))
-        return None
-    out = {}
-    for k, v in value.items():
-        if v is None and nullable_values:
-            out[k] = None
-        else:
-            s = _str(v, loc + [k], errors)
-            if s is not None:
-                out[k] = s
-    return out
-
-
-def _model_obj(value: Any, loc: list, errors: list, cls: str) -> dict | None:
-    if isinstance(value, dict):
-        return value
-    errors.append(_err("model_type", loc, "Input should be a valid dictionary or instance of %s" % cls, value,
-                       {"class_name": cls}))
-    return None
-
-
-# -- datetime (pydantic/speedate) ---------------------------------------------------------------------
-_DT_RE = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})"
-    r"(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9})\d*)?)?"
-    r"(?:([Zz])|([+-])(\d{2}):?(\d{2}))?)?$")
-_NUM_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def _date_error(s: str) -> str:
-    """The reason speedate gives when a string is neither a datetime nor a date."""
-    if len(s) < 10:
-        return "input is too short"
-    if not s[0:4].isdigit() or not s[0:4].isascii():
-        return "invalid character in year"
-    if s[4] != "-":
-        return "invalid date separator, expected `-`"
-    if not (s[5:7].isdigit() and s[5:7].isascii()):
-        return "invalid character in month"
-    if s[7] != "-":
-        return "invalid date separator, expected `-`"
-    if not (s[8:10].isdigit() and s[8:10].isascii()):
-        return "invalid character in day"
-    if not 1 <= int(s[5:7]) <= 12:
-        return "month value is outside expected range of 1-12"
-    try:
-        datetime(int(s[0:4]), int(s[5:7]), int(s[8:10]))
-    except ValueError:
-        return "day value is outside expected range"
-    return "unexpected extra characters at the end of the input"
+    out = V.to_bool(value, loc, errors)
+    return None if out is V._MISSING else out
 
 
 def parse_datetime(value: Any, loc: list, errors: list) -> datetime | None:
-    """pydantic v2 lax datetime from JSON: RFC 3339 / ISO strings, a bare date, or unix seconds."""
-    if isinstance(value, bool) or value is None or not isinstance(value, (int, float, str)):
-        errors.append(_err("datetime_type", loc, "Input should be a valid datetime", value))
-        return None
-    if isinstance(value, (int, float)) or _NUM_RE.match(value):
-        num = float(value) if not isinstance(value, int) else value
-        if abs(num) > 2e10:  # pydantic reads large numbers as milliseconds
-            num = num / 1000
-        try:
-            return _EPOCH + timedelta(seconds=num)
-        except OverflowError:
-            errors.append(_err("datetime_parsing", loc, "Input should be a valid datetime, dates after 9999 are "
-                                                        "not supported as unix timestamps", value,
-                               {"error": "dates after 9999 are not supported as unix timestamps"}))
-            return None
-    m = _DT_RE.match(value)
-    if m and m.group(4) is not None:
-        y, mo, d, hh, mi = (int(m.group(i)) for i in range(1, 6))
-        ss = int(m.group(6) or 0)
-        frac = (m.group(7) or "")[:6].ljust(6, "0")
-        try:
-            tz = None
-            if m.group(8):
-                tz = timezone.utc
-            elif m.group(9):
-                oh, om = int(m.group(10)), int(m.group(11))
-                if oh > 23 or om > 59:
-                    raise ValueError("offset")
-                off = timedelta(hours=oh, minutes=om)
-                tz = timezone(off if m.group(9) == "+" else -off)
-            if ss == 60:
-                raise ValueError("leap second")
-            return datetime(y, mo, d, hh, mi, ss, int(frac), tzinfo=tz)
-        except ValueError:
-            pass
-    elif m:  # date only -> midnight (naive)
-        try:
-            return datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        except ValueError:
-            pass
-    reason = _date_error(value)
-    errors.append(_err("datetime_from_date_parsing", loc, "Input should be a valid datetime or date, " + reason,
-                       value, {"error": reason}))
-    return None
-
-
-# -- request bodies -------------------------------------------------------------------------------------
-def parse_json_body(req: Request) -> Any:
-    """FastAPI body decoding: missing body -> 422 missing, bad JSON -> 422 json_invalid (recording 03)."""
-    raw = req.body
-    if not raw:
-        raise ValidationFailed([_err("missing", ["body"], "Field required", None)])
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValidationFailed([_err("json_invalid", ["body", e.start], "JSON decode error", {},
-                                     {"error": "invalid utf-8"})]) from None
-    except json.JSONDecodeError as e:
-        raise ValidationFailed([_err("json_invalid", ["body", e.pos], "JSON decode error", {},
-                                     {"error": e.msg})]) from None
+    out = V.to_datetime(value, loc, errors)
+    return None if out is V._MISSING else out
 
 
 def validate_create(body: Any) -> dict[str, Any]:
-    """CreateSandboxRequest as the server's pydantic model validates it (server api/schema.py)."""
-    errors: list = []
-    body = _model_obj(body, ["body"], errors, "CreateSandboxRequest")
-    if body is None:
-        raise ValidationFailed(errors)
-    out: dict[str, Any] = {}
-    img = body.get("image")
-    if img is not None:
-        img_d = _model_obj(img, ["body", "image"], errors, "ImageSpec")
-        if img_d is not None:
-            if "uri" not in img_d:
-                errors.append(_err("missing", ["body", "image", "uri"], "Field required", img_d))
-            else:
-                uri = _str(img_d["uri"], ["body", "image", "uri"], errors)
-                if uri is not None:
-                    out["image"] = {"uri": uri}
-            auth = img_d.get("auth")
-            if auth is not None:
-                _model_obj(auth, ["body", "image", "auth"], errors, "ImageAuth")
-    snap = body.get("snapshotId")
-    if snap is not None:
-        out["snapshotId"] = _str(snap, ["body", "snapshotId"], errors)
-    plat = body.get("platform")
-    if plat is not None:
-        p = _model_obj(plat, ["body", "platform"], errors, "PlatformSpec")
-        if p is not None:
-            for f in ("os", "arch"):
-                if f not in p:
-                    errors.append(_err("missing", ["body", "platform", f], "Field required", p))
-                else:
-                    _str(p[f], ["body", "platform", f], errors)
-    t = body.get("timeout")
-    if t is not None:
-        ti = _int(t, ["body", "timeout"], errors)
-        if ti is not None:
-            if ti < quirks.MIN_TIMEOUT:
-                errors.append(_err("greater_than_equal", ["body", "timeout"], "Input should be greater than or "
-                                   "equal to %d" % quirks.MIN_TIMEOUT, t, {"ge": quirks.MIN_TIMEOUT}))
-            else:
-                out["timeout"] = ti
-    rl = body.get("resourceLimits")
-    if rl is not None:
-        out["resourceLimits"] = _str_dict(rl, ["body", "resourceLimits"], errors)
-    env = body.get("env")
-    if env is not None:
-        out["env"] = _str_dict(env, ["body", "env"], errors, nullable_values=True)
-    md = body.get("metadata")
-    if md is not None:
-        out["metadata"] = _str_dict(md, ["body", "metadata"], errors)
-    ep = body.get("entrypoint")
-    if ep is not None:
-        if not isinstance(ep, list):
-            errors.append(_err("list_type", ["body", "entrypoint"], "Input should be a valid list", ep))
-        else:
-            items = [_str(x, ["body", "entrypoint", i], errors) for i, x in enumerate(ep)]
-            if not ep:
-                errors.append(_err("too_short", ["body", "entrypoint"], "List should have at least 1 item after "
-                                   "validation, not 0", ep,
-                                   {"field_type": "List", "min_length": 1, "actual_length": 0}))
-            out["entrypoint"] = items
-    np_ = body.get("networkPolicy")
-    if np_ is not None:
-        out["networkPolicy"] = _model_obj(np_, ["body", "networkPolicy"], errors, "NetworkPolicy")
-    if "secureAccess" in body:
-        out["secureAccess"] = _bool(body["secureAccess"], ["body", "secureAccess"], errors)
-    vols = body.get("volumes")
-    if vols is not None:
-        if not isinstance(vols, list):
-            errors.append(_err("list_type", ["body", "volumes"], "Input should be a valid list", vols))
-        else:
-            out["volumes"] = vols
-    ext = body.get("extensions")
-    if ext is not None:
-        out["extensions"] = _str_dict(ext, ["body", "extensions"], errors)
-    if errors:
-        raise ValidationFailed(errors)
-    # model_validator(mode="after") (server api/schema.py CreateSandboxRequest.validate_source_and_entrypoint)
-    has_pool = bool((out.get("extensions") or {}).get("poolRef", "").strip())
-    if not has_pool:
-        has_image = "image" in out and bool(out["image"]["uri"].strip())
-        has_snap = bool((out.get("snapshotId") or "").strip())
-        msg = None
-        if has_image == has_snap:
-            msg = "Exactly one of image or snapshotId must be provided."
-        elif has_image and not out.get("entrypoint"):
-            msg = "Entrypoint is required when image is provided."
-        elif out.get("resourceLimits") is None:
-            msg = "resourceLimits is required when poolRef is not provided."
-        if msg:
-            raise ValidationFailed([_err("value_error", ["body"], "Value error, " + msg, body, {"error": {}})])
-    return out
+    """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
+    return V.validate_body(V.CreateSandboxRequest, body)
+
+
+def _body(req: Request, spec: V.Spec, *, required: bool = True) -> Any:
+    return V.validate_body(spec, V.decode_body(req.body, req.headers.get("Content-Type")), required=required)
 
 
 # =====================================================================================================
@@ -521,6 +260,7 @@ def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing:
 # =====================================================================================================
 # the application
 # =====================================================================================================
+EXTENSIONS_PREFIX = "opensandbox.extensions."  # server extensions/keys.py: echoed back as labels
 EXEMPT_PREFIXES = ("/health", "/version", "/docs", "/redoc", "/openapi.json")  # server middleware/auth.py
 _PROXY_PATH_RE = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
 
@@ -531,8 +271,12 @@ class LifecycleApp:
 
     def __init__(self, store: SandboxStore, provisioner: Any, *, api_key: str | None,
                  bind_host: str = "127.0.0.1", verbose: bool = False, check_host: bool = True,
-                 reject_origin: bool = True, faults: FaultRegistry | None = None):
+                 reject_origin: bool = True, faults: FaultRegistry | None = None,
+                 max_timeout: int | None = None, allowed_host_paths: list[str] | None = None):
         self.store = store
+        # server config: [server] max_sandbox_timeout_seconds (unset), [storage] allowed_host_paths ([])
+        self.max_timeout = max_timeout
+        self.allowed_host_paths = list(allowed_host_paths or [])
         self.faults = faults  # fault injection rules (faults.py); the admin API below edits them
         self.provisioner = provisioner
         self.api_key = api_key
@@ -542,25 +286,44 @@ class LifecycleApp:
         self.reject_origin = reject_origin
         self.router = Router()
         r = self.router
-        for prefix in ("/v1", ""):
+        # server main.py: lifecycle, devops, pool, templates, proxy and policy routers at the root and under
+        # /v1 (in that order); the metrics router only under /v1; /health and /version at the root only
+        any_method = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+        for prefix in ("", "/v1"):
             r.add("POST", prefix + "/sandboxes", self.create)
             r.add("GET", prefix + "/sandboxes", self.list)
             r.add("GET", prefix + "/sandboxes/{sid}", self.get)
-            r.add("DELETE", prefix + "/sandboxes/{sid}", self.delete)
             r.add("PATCH", prefix + "/sandboxes/{sid}/metadata", self.patch_metadata)
+            r.add("DELETE", prefix + "/sandboxes/{sid}", self.delete)
             r.add("POST", prefix + "/sandboxes/{sid}/pause", self.pause)
             r.add("POST", prefix + "/sandboxes/{sid}/resume", self.resume)
             r.add("POST", prefix + "/sandboxes/{sid}/renew-expiration", self.renew)
+            r.add("POST", prefix + "/sandboxes/{sid}/snapshots", self.snapshot_create)
+            r.add("GET", prefix + "/snapshots", self.snapshot_list)
+            r.add("GET", prefix + "/snapshots/{snap}", self.snapshot_get)
+            r.add("DELETE", prefix + "/snapshots/{snap}", self.snapshot_get)
             r.add("GET", prefix + "/sandboxes/{sid}/endpoints/{port}", self.endpoint)
-            any_method = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/logs", self.diag_logs)
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/inspect", self.diag_inspect)
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/events", self.diag_events)
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/summary", self.diag_summary)
+            r.add("POST", prefix + "/pools", self.pools_create)
+            r.add("GET", prefix + "/pools", self.pools_unsupported)
+            r.add("GET", prefix + "/pools/{pool}", self.pools_unsupported)
+            r.add("PUT", prefix + "/pools/{pool}", self.pools_update)
+            r.add("DELETE", prefix + "/pools/{pool}", self.pools_unsupported)
+            r.add("POST", prefix + "/templates", self.templates_create)
+            r.add("GET", prefix + "/templates", self.templates_list)
+            r.add("GET", prefix + "/templates/{tid}", self.templates_unsupported)
+            r.add("DELETE", prefix + "/templates/{tid}", self.templates_unsupported)
+            if prefix:
+                r.add("POST", prefix + "/metrics/events", self.metrics_event)
             r.add(any_method, prefix + "/sandboxes/{sid}/proxy/{port}", self.proxy)
             r.add(any_method, prefix + "/sandboxes/{sid}/proxy/{port}/{rest:path}", self.proxy)
-            r.add("POST", prefix + "/sandboxes/{sid}/snapshots", self.snapshots_unsupported)
-            r.add("GET", prefix + "/snapshots", self.snapshots_unsupported)
-            r.add(("GET", "DELETE"), prefix + "/snapshots/{snap}", self.snapshots_unsupported)
-            r.add(("GET", "POST"), prefix + "/templates", self.templates_unsupported)
-            r.add(("GET", "DELETE"), prefix + "/templates/{tid}", self.templates_unsupported)
-            r.add(("GET", "PATCH", "PUT"), prefix + "/sandboxes/{sid}/networkpolicy", self.egress_unsupported)
+            r.add("GET", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_get)
+            r.add("PUT", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_put)
+            r.add("PATCH", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_patch)
+            r.add("DELETE", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_delete)
         r.add("GET", "/health", self.health)
         r.add("GET", "/version", self.version)
         if faults is not None:
@@ -585,7 +348,8 @@ class LifecycleApp:
             fn, params, path_seen = self.router.match(req.method, req.path)
             if fn is None:
                 if path_seen:
-                    req.send_json(405, quirks.FASTAPI_METHOD_NOT_ALLOWED)
+                    req.send_json(405, quirks.FASTAPI_METHOD_NOT_ALLOWED,
+                                  headers={"allow": self._allowed(req.path)})
                 else:
                     req.send_json(404, quirks.FASTAPI_NOT_FOUND)
                 return
@@ -594,9 +358,17 @@ class LifecycleApp:
         except MockError as e:
             if not req.responded:
                 req.send_json(e.status, e.body())
+        except V.DetailError as e:
+            if not req.responded:
+                req.send_json(e.status, {"detail": e.detail})
         except ValidationFailed as e:
             if not req.responded:
-                req.send_json(422, {"detail": e.errors})
+                try:  # Starlette's JSONResponse uses allow_nan=False: a NaN input in an error -> 500
+                    json.dumps(e.errors, allow_nan=False)
+                except ValueError:
+                    req.send_text(500, "Internal Server Error", "text/plain; charset=utf-8")
+                else:
+                    req.send_json(422, {"detail": e.errors})
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
             raise
         except Exception:  # FastAPI's answer to an unhandled exception
@@ -606,6 +378,20 @@ class LifecycleApp:
                 req.send_text(500, "Internal Server Error")
             else:
                 h.close_connection = True
+
+    def _allowed(self, path: str) -> str:
+        """Starlette's Allow header: the methods of the first route whose path matches (GET adds HEAD)."""
+        first = None
+        methods: list[str] = []
+        for m, rx, fn in self.router.routes:
+            if rx.match(path):
+                if first is None:
+                    first = (rx.pattern, fn)
+                if (rx.pattern, fn) == first:
+                    methods.append(m)
+        if "GET" in methods and "HEAD" not in methods:
+            methods.append("HEAD")
+        return ", ".join(methods)
 
     def _host_allowed(self, host: str | None) -> bool:
         return host_allowed(host, self.bind_host)
@@ -640,20 +426,17 @@ class LifecycleApp:
         req.send_json(200, quirks.VERSION_BODY)
 
     def create(self, req: Request) -> None:
-        data = validate_create(parse_json_body(req))
-        if data.get("snapshotId"):
-            raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)
-        validate_metadata(data.get("metadata"))
-        if data.get("secureAccess"):
-            raise MockError(quirks.SECURE_ACCESS_UNSUPPORTED)
-        if data.get("networkPolicy") is not None:
-            raise MockError(quirks.NETWORK_POLICY_UNSUPPORTED)
-        if data.get("volumes"):
+        r = _body(req, V.CreateSandboxRequest)
+        checks = V.docker_create_checks(r, now=self.store.clock(), max_timeout=self.max_timeout,
+                                        allowed_host_paths=self.allowed_host_paths)
+        if r["volumes"]:
             raise MockError(quirks.VOLUMES_UNSUPPORTED)
-        env = {k: v for k, v in (data.get("env") or {}).items() if v is not None}
-        sb = self.store.create(image=data["image"], entrypoint=data["entrypoint"], env=env,
-                               metadata=data.get("metadata"), resource_limits=data.get("resourceLimits"),
-                               timeout=data.get("timeout"))
+        env = {k: v for k, v in checks["env"].items() if v is not None}
+        ext = {k: v for k, v in (r["extensions"] or {}).items() if k.startswith(EXTENSIONS_PREFIX)} or None
+        sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
+                               metadata=r["metadata"], resource_limits=r["resource_limits"],
+                               timeout=r["timeout"], platform=r["platform"], extensions=ext,
+                               limits=checks["limits"])
         req.send_json(202, sb.create_json())
 
     def list(self, req: Request) -> None:
@@ -699,29 +482,19 @@ class LifecycleApp:
         req.send(202)
 
     def renew(self, req: Request) -> None:
-        errors: list = []
-        body = _model_obj(parse_json_body(req), ["body"], errors, "RenewSandboxExpirationRequest")
-        when = None
-        if body is not None:
-            if "expiresAt" not in body:
-                errors.append(_err("missing", ["body", "expiresAt"], "Field required", body))
-            else:
-                when = parse_datetime(body["expiresAt"], ["body", "expiresAt"], errors)
-        if errors:
-            raise ValidationFailed(errors)
-        assert when is not None
-        new = self.store.renew(req.params["sid"], when)
+        r = _body(req, V.RenewSandboxExpirationRequest)
+        new = self.store.renew(req.params["sid"], r["expires_at"])
         req.send_json(200, {"expiresAt": format_ts(new)})
 
     def patch_metadata(self, req: Request) -> None:
-        """JSON Merge Patch of metadata (spec PATCH /sandboxes/{id}/metadata; server api/lifecycle.py)."""
-        errors: list = []
-        body = parse_json_body(req)
-        patch = _str_dict(body, ["body"], errors, nullable_values=True)
-        if errors:
-            raise ValidationFailed(errors)
-        assert patch is not None
+        """JSON Merge Patch of metadata (server api/lifecycle.py, services/docker/docker_service.py
+        patch_sandbox_metadata): the sandbox first, then reserved keys (null ones too), then label syntax."""
+        patch = _body(req, V.PatchSandboxMetadataRequest)
         sb = self.store.get(req.params["sid"])
+        for key in patch:
+            if key.startswith(quirks.RESERVED_PREFIX):
+                raise MockError(quirks.PATCH_RESERVED_KEY, key=key)
+        validate_metadata({k: v for k, v in patch.items() if v is not None})
         with sb.lock:
             merged = dict(sb.metadata or {})
             for k, v in patch.items():
@@ -729,7 +502,6 @@ class LifecycleApp:
                     merged.pop(k, None)
                 else:
                     merged[k] = v
-            validate_metadata({k: v for k, v in patch.items() if v is not None})
             sb.metadata = merged
         req.send_json(200, sb.to_json())
 
@@ -839,15 +611,250 @@ class LifecycleApp:
             return
         req.send(204)
 
-    def snapshots_unsupported(self, req: Request) -> None:
+    # -- query parameters (FastAPI Query(...) validation, loc ["query", name]) ---------------------------
+    def _q_int(self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None,
+               le: int | None = None) -> int:
+        raw = req.q(name)
+        if raw is None:
+            return default
+        out = V.Int(ge=ge, le=le).run(raw, ["query", name], errors)
+        return default if out is V._MISSING else out
+
+    # -- snapshots (server api/lifecycle.py + services/snapshot_service.py; none are ever kept) -----------
+    def snapshot_create(self, req: Request) -> None:
+        V.validate_body(V.CreateSnapshotRequest, V.decode_body(req.body, req.headers.get("Content-Type")),
+                        required=False)
+        sb = self.store.get(req.params["sid"])
+        if sb.state != "Running":
+            raise MockError(quirks.SNAPSHOT_SOURCE_NOT_RUNNING)
         raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)
+
+    def snapshot_list(self, req: Request) -> None:
+        errors: list = []
+        page = self._q_int(req, "page", 1, errors, ge=1)
+        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
+        if errors:
+            raise ValidationFailed(errors)
+        req.send_json(200, {"items": [], "pagination": {"page": page, "pageSize": size, "totalItems": 0,
+                                                        "totalPages": 0, "hasNextPage": False}})
+
+    def snapshot_get(self, req: Request) -> None:
+        raise MockError(quirks.SNAPSHOT_NOT_FOUND, id=req.params["snap"])
+
+    # -- pools and templates: Kubernetes only (server api/pool.py, api/templates.py); bodies first -------
+    def pools_create(self, req: Request) -> None:
+        _body(req, V.CreatePoolRequest)
+        raise MockError(quirks.POOLS_UNSUPPORTED)
+
+    def pools_update(self, req: Request) -> None:
+        _body(req, V.UpdatePoolRequest)
+        raise MockError(quirks.POOLS_UNSUPPORTED)
+
+    def pools_unsupported(self, req: Request) -> None:
+        raise MockError(quirks.POOLS_UNSUPPORTED)
+
+    def templates_create(self, req: Request) -> None:
+        _body(req, V.CreateFsbTemplateRequest)
+        raise MockError(quirks.TEMPLATES_UNSUPPORTED)
+
+    def templates_list(self, req: Request) -> None:
+        errors: list = []
+        self._q_int(req, "page", 1, errors, ge=1)
+        self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
+        if errors:
+            raise ValidationFailed(errors)
+        raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
     def templates_unsupported(self, req: Request) -> None:
         raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
-    def egress_unsupported(self, req: Request) -> None:
-        self.store.get(req.params["sid"])
-        raise MockError(quirks.NETWORK_POLICY_ROUTE_UNSUPPORTED)
+    # -- SDK metrics (server api/metrics.py, /v1 only): accepted, recorded nowhere ---------------------------
+    def metrics_event(self, req: Request) -> None:
+        _body(req, V.MetricsEvent)
+        req.send(204)
+
+    # -- egress network policy (server api/network_policy.py): the body, then the sandbox's egress sidecar
+    #    on port 18080 through execd's proxy, like every Docker sandbox without a sidecar -----------------
+    def _policy(self, req: Request, spec: V.Spec | None) -> None:
+        if spec is not None:
+            _body(req, spec)
+        sid = req.params["sid"]
+        if sid.startswith("fsb-"):
+            raise MockError(quirks.FSB_SANDBOX_NOT_FOUND)
+        sb = self.store.get(sid)
+        endpoint, headers = self.provisioner.endpoint(sb, quirks.EGRESS_PORT)
+        hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "opensandbox-secure-access"}
+
+        def connect_failed(e: Exception) -> None:
+            req.send_json(502, quirks.BACKEND_CONNECTION_FAILED.body(endpoint=endpoint,
+                                                                     error="All connection attempts failed"))
+        try:
+            forward(req, endpoint, "policy", extra_headers=hdrs, client_facing=True,
+                    on_connect_error=connect_failed)
+        except BackendError as e:
+            if req.responded:
+                req.handler.close_connection = True
+                return
+            raise MockError(quirks.BACKEND_RESPONSE_FAILED, endpoint=endpoint, error=e.__cause__ or e) from None
+
+    def policy_get(self, req: Request) -> None:
+        self._policy(req, None)
+
+    def policy_put(self, req: Request) -> None:
+        self._policy(req, V.NetworkPolicy)
+
+    def policy_patch(self, req: Request) -> None:
+        self._policy(req, V.NetworkRuleList)
+
+    def policy_delete(self, req: Request) -> None:
+        self._policy(req, V.TargetList)
+
+    # -- diagnostics (server api/devops.py + services/docker/docker_diagnostics.py) ------------------------
+    def _scope(self, req: Request, kind: str, supported: tuple[str, ...]) -> str | None:
+        scope = req.q("scope")
+        if scope is None:
+            return None
+        norm = scope.strip().lower()
+        if norm not in supported:
+            raise MockError(quirks.DIAGNOSTICS_SCOPE_UNSUPPORTED, kind=kind, scope=repr(scope),
+                            supported=", ".join(supported))
+        return norm
+
+    @staticmethod
+    def _inline(sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str) -> dict:
+        out: dict[str, Any] = {"sandboxId": sid, "kind": kind, "scope": scope, "delivery": "inline",
+                               "contentType": "text/plain; charset=utf-8", "content": content,
+                               "contentLength": len(content.encode("utf-8")), "truncated": truncated}
+        if scope == "all":
+            out["warnings"] = [warning]
+        return out
+
+    @staticmethod
+    def _limit(content: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
+        lines = content.splitlines(keepends=True)
+        if len(lines) <= limit:
+            return content, False
+        return "".join(lines[-limit:] if keep_tail else lines[:limit]), True
+
+    def _logs_text(self, sb: Any, tail: int, since: str | None = None) -> str:
+        text = sb.log.tail(tail)
+        if since:
+            m = re.fullmatch(r"(\d+)\s*([smhd])", since.strip().lower())
+            secs = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)] if m else 600
+            cutoff = (self.store.clock() - timedelta(seconds=secs)).astimezone(timezone.utc)
+            stamp = cutoff.strftime("%Y-%m-%dT%H:%M:%S")  # Docker's since is whole seconds
+            text = "".join(ln for ln in text.splitlines(keepends=True) if ln[:19] >= stamp)
+        return text or "(no logs)"
+
+    def diag_logs(self, req: Request) -> None:
+        errors: list = []
+        tail = self._q_int(req, "tail", 100, errors, ge=1, le=10000)
+        if errors:
+            raise ValidationFailed(errors)
+        scope = self._scope(req, "logs", ("container", "all"))
+        sid = req.params["sid"]
+        if scope is not None:
+            content, truncated = self._limit(self._logs_text(self.store.get(sid), 101), 100, True)
+            req.send_json(200, self._inline(sid, "logs", scope, content, truncated, quirks.DIAG_LOGS_ALL_WARNING))
+            return
+        text = self._logs_text(self.store.get(sid), tail, req.q("since"))
+        req.send_text(200, text, "text/plain; charset=utf-8", headers={"deprecation": "true"})
+
+    def diag_events(self, req: Request) -> None:
+        errors: list = []
+        limit = self._q_int(req, "limit", 50, errors, ge=1, le=500)
+        if errors:
+            raise ValidationFailed(errors)
+        scope = self._scope(req, "events", ("runtime", "all"))
+        sid = req.params["sid"]
+        if scope is not None:
+            content, truncated = self._limit(self._events_text(self.store.get(sid)), 50, False)
+            req.send_json(200, self._inline(sid, "events", scope, content, truncated,
+                                            quirks.DIAG_EVENTS_ALL_WARNING))
+            return
+        del limit  # only bounds Docker health-check entries, which a mock sandbox has none of
+        req.send_text(200, self._events_text(self.store.get(sid)), "text/plain; charset=utf-8",
+                      headers={"deprecation": "true"})
+
+    def diag_inspect(self, req: Request) -> None:
+        req.send_text(200, self._inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8")
+
+    def diag_summary(self, req: Request) -> None:
+        errors: list = []
+        tail = self._q_int(req, "tail", 50, errors, ge=1, le=10000)
+        self._q_int(req, "event_limit", 20, errors, ge=1, le=500)
+        if errors:
+            raise ValidationFailed(errors)
+        sid = req.params["sid"]
+        sb = self.store.get(sid)
+        bar, sub = "=" * 72, "-" * 40
+        parts = [bar, "SANDBOX DIAGNOSTICS SUMMARY", "Sandbox ID: %s" % sid, bar,
+                 "", sub, "INSPECT", sub, self._inspect_text(sb),
+                 "", sub, "EVENTS", sub, self._events_text(sb),
+                 "", sub, "LOGS (last %d lines)" % tail, sub, self._logs_text(sb, tail)]
+        req.send_text(200, "\n".join(parts) + "\n", "text/plain; charset=utf-8")
+
+    @staticmethod
+    def _docker_state(sb: Any) -> dict[str, Any]:
+        with sb.lock:
+            exited, paused = sb.exit_code is not None, sb.paused
+            started = docker_ts(sb.started_at)
+            finished = docker_ts(sb.finished_at) if exited and sb.finished_at else "0001-01-01T00:00:00Z"
+            return {"Status": "exited" if exited else ("paused" if paused else "running"),
+                    "Running": not exited, "Paused": paused and not exited,
+                    "ExitCode": sb.exit_code if exited else 0, "StartedAt": started, "FinishedAt": finished,
+                    "Created": started}
+
+    def _events_text(self, sb: Any) -> str:
+        st = self._docker_state(sb)
+        lines = ["Container:  %s (sandbox-%s)" % (sb.container_id[:12], sb.id), "Status:     %s" % st["Status"],
+                 "Created:    %s" % st["Created"], "Started:    %s" % st["StartedAt"]]
+        if st["FinishedAt"] != "0001-01-01T00:00:00Z":
+            lines.append("Finished:   %s" % st["FinishedAt"])
+        if st["ExitCode"]:
+            lines.append("Event:      Exited with code %d" % st["ExitCode"])
+        return "\n".join(lines)
+
+    def _labels(self, sb: Any) -> dict[str, str]:
+        labels = dict(sb.metadata or {})
+        labels["opensandbox.io/id"] = sb.id
+        if sb.expires_at is None:
+            labels["opensandbox.io/manual-cleanup"] = "true"
+        else:
+            labels["opensandbox.io/expires-at"] = sb.expires_at.isoformat()
+        if sb.platform:
+            labels["opensandbox.io/platform-os"] = sb.platform["os"]
+            labels["opensandbox.io/platform-arch"] = sb.platform["arch"]
+        for k, v in (sb.extensions or {}).items():
+            labels["opensandbox.io/extensions." + k[len(EXTENSIONS_PREFIX):]] = v
+        if sb.execd_port:
+            labels["opensandbox.io/embedding-proxy-port"] = str(sb.execd_port)
+        return labels
+
+    def _inspect_text(self, sb: Any) -> str:
+        st = self._docker_state(sb)
+        lines = ["Container ID:   %s" % sb.container_id[:12], "Name:           sandbox-%s" % sb.id,
+                 "Image:          %s" % sb.image["uri"], "Status:         %s" % st["Status"],
+                 "Running:        %s" % st["Running"], "Paused:         %s" % st["Paused"],
+                 "OOMKilled:      False", "Exit Code:      %s" % st["ExitCode"],
+                 "Started At:     %s" % st["StartedAt"], "Finished At:    %s" % st["FinishedAt"],
+                 "", "Resources:"]
+        nano, mem = (sb.limits or {}).get("cpu"), (sb.limits or {}).get("memory")
+        if nano:
+            lines.append("  CPU:          %.2f cores" % (nano / 1e9))
+        if mem:
+            lines.append("  Memory:       %d MiB" % (mem // (1024 * 1024)))
+        lines += ["", "Network:", "  bridge: 127.0.0.1"]
+        if sb.execd_port:
+            lines += ["", "Ports:", "  44772/tcp -> 127.0.0.1:%d" % sb.execd_port]
+        lines += ["", "Labels:"] + ["  %s=%s" % kv for kv in sorted(self._labels(sb).items())]
+        env = ["%s=%s" % kv for kv in (sb.env or {}).items()] + ["OPENSANDBOX_ID=%s" % sb.id]
+        lines += ["", "Environment:"]
+        for entry in env:
+            key = entry.split("=", 1)[0]
+            masked = any(w in key.upper() for w in ("SECRET", "TOKEN", "PASSWORD", "KEY"))
+            lines.append("  %s=***" % key if masked else "  %s" % entry)
+        return "\n".join(lines)
 
 
 class LifecycleHandler(Handler):

@@ -110,6 +110,70 @@ def default_pull_fails(uri: str) -> bool:
     return "does-not-exist" in uri
 
 
+def docker_ts(dt: datetime) -> str:
+    """A Docker RFC3339Nano-fixed timestamp (container Created/StartedAt/FinishedAt, log prefixes)."""
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + "%06d000Z" % dt.microsecond
+
+
+class ContainerLog:
+    """The container's stdout+stderr as ``docker logs --timestamps`` returns it: one timestamp per line,
+    bounded (the oldest lines go first). Fed by a reader thread on the entrypoint's output pipe."""
+
+    MAX_LINES = 10000
+    MAX_LINE = 16384  # Docker splits longer lines at 16 KiB
+
+    def __init__(self, clock: Callable[[], datetime] | None = None):
+        self._clock = clock or utcnow
+        self._lines: list[str] = []
+        self._partial = b""
+        self._lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        with self._lock:
+            buf = self._partial + data
+            parts = buf.split(b"\n")
+            self._partial = parts.pop()
+            while len(self._partial) >= self.MAX_LINE:
+                parts.append(self._partial[:self.MAX_LINE])
+                self._partial = self._partial[self.MAX_LINE:]
+            for raw in parts:
+                self._add(raw + b"\n")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._partial:
+                self._add(self._partial)
+                self._partial = b""
+
+    def _add(self, raw: bytes) -> None:
+        self._lines.append("%s %s" % (docker_ts(self._clock()), raw.decode("utf-8", "replace")))
+        if len(self._lines) > self.MAX_LINES:
+            del self._lines[: len(self._lines) - self.MAX_LINES]
+
+    def pump(self, stream: Any) -> None:
+        """Read ``stream`` (the entrypoint's stdout pipe) to EOF in a daemon thread."""
+        def run() -> None:
+            try:
+                while True:
+                    data = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+                    if not data:
+                        break
+                    self.feed(data)
+            except (OSError, ValueError):
+                pass
+            finally:
+                self.close()
+                try:
+                    stream.close()
+                except OSError:  # pragma: no cover
+                    pass
+        threading.Thread(target=run, name="mock-osb-log", daemon=True).start()
+
+    def tail(self, n: int) -> str:
+        with self._lock:
+            return "".join(self._lines[-n:]) if n > 0 else ""
+
+
 # -- records -----------------------------------------------------------------------------------------
 class Sandbox:
     """One sandbox. Status is derived on read from (paused, entrypoint exit) like the server derives it
@@ -140,6 +204,16 @@ class Sandbox:
         self.execd_mode: str | None = None
         self.entry_proc: Any = None
         self.resources: dict[str, Any] = {}
+        self.platform: dict[str, str] | None = None
+        self.extensions: dict[str, str] | None = None
+        self.limits: dict[str, Any] = {}
+        self.log = ContainerLog()
+        self.container_id = uuid.uuid5(uuid.NAMESPACE_URL, "mock-opensandbox/" + self.id).hex * 2
+
+    @property
+    def manual_cleanup(self) -> bool:
+        """No timeout at create: the server labels the container opensandbox.io/manual-cleanup=true."""
+        return self.timeout is None
 
     # -- state ---------------------------------------------------------------------------------------
     @property
@@ -172,6 +246,10 @@ class Sandbox:
                                "status": self._status_json((*quirks.STATUS_CREATED, self.created_at))}
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
+        if self.extensions:
+            out["extensions"] = dict(self.extensions)
+        if self.platform:
+            out["platform"] = dict(self.platform)
         if self.expires_at is not None:
             out["expiresAt"] = format_ts(self.expires_at)
         out["createdAt"] = format_ts(self.created_at)
@@ -181,10 +259,14 @@ class Sandbox:
     def to_json(self) -> dict[str, Any]:
         """Body of GET /sandboxes/{id} and of list items (recordings 05, 14, 15)."""
         with self.lock:
-            out: dict[str, Any] = {"id": self.id, "image": {"uri": self.image["uri"]},
-                                   "status": self._status_json(self.status_tuple())}
+            out: dict[str, Any] = {"id": self.id, "image": {"uri": self.image["uri"]}}
+            if self.platform:  # server: from the opensandbox.io/platform-* labels
+                out["platform"] = dict(self.platform)
+            out["status"] = self._status_json(self.status_tuple())
             if self.metadata:  # labels -> metadata, empty -> omitted
                 out["metadata"] = dict(self.metadata)
+            if self.extensions:
+                out["extensions"] = dict(self.extensions)
             out["entrypoint"] = list(self.entrypoint)
             if self.expires_at is not None:
                 out["expiresAt"] = format_ts(self.expires_at)
@@ -280,7 +362,8 @@ class SandboxStore:
     # -- commands ------------------------------------------------------------------------------------
     def create(self, *, image: dict[str, Any], entrypoint: list[str], env: dict[str, str] | None = None,
                metadata: dict[str, str] | None = None, resource_limits: dict[str, str] | None = None,
-               timeout: int | None = None) -> Sandbox:
+               timeout: int | None = None, platform: dict[str, str] | None = None,
+               extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]
         if self._pull_fails(uri):
@@ -295,6 +378,9 @@ class SandboxStore:
                 raise MockError(quirks.TIMEOUT_TOO_LARGE, timeout=timeout) from None
         sb = Sandbox(image=image, entrypoint=entrypoint, env=env, metadata=metadata,
                      resource_limits=resource_limits, timeout=timeout, created_at=now, expires_at=expires)
+        sb.platform = dict(platform) if platform else None
+        sb.extensions = dict(extensions) if extensions else None
+        sb.limits = dict(limits or {})
         with self._lock:
             if self._closed:
                 raise MockError(quirks.INTERNAL_ERROR, error="the mock is shutting down")
@@ -372,6 +458,8 @@ class SandboxStore:
             expires_at.astimezone(timezone.utc)
         if when <= self.clock():
             raise MockError(quirks.INVALID_EXPIRATION)
+        if sb.manual_cleanup:  # server services/docker/docker_service.py renew_expiration
+            raise MockError(quirks.RENEW_MANUAL_CLEANUP, id=sandbox_id)
         with sb.lock:
             if sb.deleted:
                 raise MockError(quirks.SANDBOX_NOT_FOUND, id=sandbox_id)

@@ -51,6 +51,9 @@ SANDBOX_NOT_PAUSED = Quirk(409, "DOCKER::SANDBOX_NOT_PAUSED", "Sandbox is not in
                            "recording 14")
 INVALID_EXPIRATION = Quirk(400, "DOCKER::INVALID_EXPIRATION", "New expiration time must be in the future.",
                            "recording 14")
+RENEW_MANUAL_CLEANUP = Quirk(409, "DOCKER::INVALID_EXPIRATION",
+                             "Sandbox {id} does not have automatic expiration enabled.",
+                             "server services/docker/docker_service.py renew_expiration; oracle")
 INVALID_PORT = Quirk(400, "DOCKER::INVALID_PORT", "Port must be between 1 and 65535.", "recording 05")
 
 # -- create (recording 16; server services/validators.py, services/docker/*) -----------------------
@@ -78,6 +81,9 @@ METADATA_INVALID_VALUE = Quirk(
     "Metadata value '{value}' is invalid: must be 63 characters or less, start/end with an alphanumeric "
     "character, and contain only alphanumeric, '-', '_', or '.' characters.",
     "server services/validators.py ensure_metadata_labels")
+RESERVED_PREFIX = "opensandbox.io/"  # server services/constants.py RESERVED_LABEL_PREFIX
+PATCH_RESERVED_KEY = Quirk(400, "INVALID_METADATA_LABEL", "Metadata key '{key}' is reserved (opensandbox.io/ prefix).",
+                           "server services/docker/docker_service.py patch_sandbox_metadata; oracle")
 TIMEOUT_TOO_LARGE = Quirk(400, "SANDBOX::INVALID_PARAMETER",
                           "Sandbox timeout {timeout}s is too large to represent safely.",
                           "server services/validators.py calculate_expiration_or_raise")
@@ -91,15 +97,32 @@ SECURE_ACCESS_UNSUPPORTED = Quirk(
     "server services/docker/networking.py _ensure_secure_access_support")
 VOLUMES_UNSUPPORTED = Quirk(400, "SANDBOX::INVALID_PARAMETER",
                             "volumes are not supported by the mock OpenSandbox.", "[choice]")
-SNAPSHOTS_UNSUPPORTED = Quirk(501, "SANDBOX::API_NOT_SUPPORTED",
-                              "Snapshot management is not implemented by the mock OpenSandbox.",
-                              "[choice] shape of server api/lifecycle.py 501 responses")
+SNAPSHOTS_UNSUPPORTED = Quirk(501, "SNAPSHOT::NOT_IMPLEMENTED",
+                              "Snapshot creation is not implemented by the mock OpenSandbox.",
+                              "[choice] code of server services/snapshot_service.py create_snapshot (runtime "
+                              "without snapshots); the real Docker runtime commits the container")
+SNAPSHOT_NOT_FOUND = Quirk(404, "SNAPSHOT::NOT_FOUND", "Snapshot {id} not found",
+                           "server services/snapshot_service.py get_snapshot/delete_snapshot; oracle")
+SNAPSHOT_SOURCE_NOT_RUNNING = Quirk(409, "SNAPSHOT::INVALID_SOURCE_STATE",
+                                    "Snapshot can only be created from a Running sandbox.",
+                                    "server services/snapshot_service.py _ensure_source_sandbox_running")
 TEMPLATES_UNSUPPORTED = Quirk(501, "FSB::API_NOT_SUPPORTED",
                               "Template management requires the kubernetes runtime.",
-                              "server api/templates.py (docker runtime); seed 000 §5.4")
-NETWORK_POLICY_ROUTE_UNSUPPORTED = Quirk(501, "SANDBOX::API_NOT_SUPPORTED",
-                                         "Egress network policy is not implemented by the mock OpenSandbox.",
-                                         "[choice]")
+                              "server api/templates.py (docker runtime); oracle")
+POOLS_UNSUPPORTED = Quirk(501, "KUBERNETES::POOL_NOT_SUPPORTED",
+                          "Pool management is only available when runtime.type is 'kubernetes'.",
+                          "server api/pool.py (docker runtime); oracle")
+FSB_SANDBOX_NOT_FOUND = Quirk(404, "GENERAL::UNKNOWN_ERROR", "Fsb sandbox not found.",
+                              "server api/network_policy.py _fsb_service + main.py _normalize_error_detail")
+DIAGNOSTICS_SCOPE_UNSUPPORTED = Quirk(400, "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+                                      "Unsupported {kind} diagnostics scope {scope}. Supported scopes: {supported}.",
+                                      "server services/diagnostics.py unsupported_scope_error")
+DIAG_LOGS_ALL_WARNING = "The current backend only contributes sandbox container logs to the all scope."
+DIAG_EVENTS_ALL_WARNING = "The current backend only contributes runtime events to the all scope."
+BACKEND_RESPONSE_FAILED = Quirk(502, "BACKEND_RESPONSE_FAILED",
+                                "The backend sandbox {endpoint} dropped the connection or sent an invalid "
+                                "response: {error}", "server api/proxy.py _proxy_http_request")
+EGRESS_PORT = 18080  # the egress sidecar's policy API (server api/network_policy.py)
 INVALID_METADATA_FORMAT = Quirk(400, "INVALID_METADATA_FORMAT", "Invalid metadata format: {error}",
                                 "server api/lifecycle.py list_sandboxes")
 

@@ -142,7 +142,11 @@ class MockProvisioner(Provisioner):
         sb.execd_port = sb.execd.port
         # server services/docker: the container runs bootstrap.sh -> execd &, then exec "$@"
         try:
-            return runtime.start_entrypoint(sb.entrypoint)
+            # the container's stdout+stderr feed the diagnostics logs (docker logs)
+            proc = runtime.start_entrypoint(sb.entrypoint, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if getattr(proc, "stdout", None) is not None:
+                sb.log.pump(proc.stdout)
+            return proc
         except FileNotFoundError:
             return 127  # sh: exec: not found
         except PermissionError:

@@ -78,7 +78,7 @@ def mock_errors(body) -> list[dict] | None:
 
 def oracle_errors(body) -> list[dict] | None:
     try:
-        CreateSandboxRequest.model_validate(body)
+        CreateSandboxRequest.model_validate(body, from_attributes=True)
     except ValidationError as e:
         return fastapi_errors(e, ["body"])
     return None

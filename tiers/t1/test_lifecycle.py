@@ -312,9 +312,15 @@ def test_invalid_metadata_label(client, metadata, needle):
     assert needle in r.json()["message"]
 
 
-@pytest.mark.parametrize("extra,code", [({"secureAccess": True}, "SANDBOX::INVALID_PARAMETER"),
-                                        ({"networkPolicy": {"defaultAction": "deny"}}, "SANDBOX::INVALID_PARAMETER"),
-                                        ({"volumes": [{"name": "v", "mountPath": "/v"}]}, "SANDBOX::INVALID_PARAMETER")])
+@pytest.mark.parametrize("extra,code", [
+    ({"secureAccess": True}, "SANDBOX::INVALID_PARAMETER"),
+    ({"networkPolicy": {"defaultAction": "deny"}}, "SANDBOX::INVALID_PARAMETER"),
+    ({"volumes": [{"name": "v", "mountPath": "/v", "host": {"path": "/data"}}]}, "VOLUME::HOST_PATH_NOT_ALLOWED"),
+    ({"volumes": [{"name": "v", "mountPath": "/v", "pvc": {"claimName": "c"}}]}, "SANDBOX::INVALID_PARAMETER"),
+    ({"lifecycle": {"preStart": {"command": ["echo"]}}}, "SANDBOX::INVALID_PARAMETER"),
+    ({"extensions": {"poolRef": "p"}}, "SANDBOX::UNSUPPORTED_POOL_REF"),
+    ({"resourceLimits": {"cpu": "0"}}, "SANDBOX::INVALID_PARAMETER"),
+    ({"platform": {"os": "plan9", "arch": "amd64"}}, "SANDBOX::INVALID_PARAMETER")])
 def test_unsupported_create_options_are_refused(client, extra, code):
     r = client.call("POST", "/v1/sandboxes", dict(CREATE, **extra))
     assert r.status == 400 and r.json()["code"] == code
@@ -326,17 +332,17 @@ def test_sdk_style_create_with_secure_access_false(client):
     assert client.call("POST", "/v1/sandboxes", body).status == 202  # recording 18
 
 
-@pytest.mark.spec_exempt("snapshotId create answers 501: snapshots are not implemented by the mock [choice]")
+@pytest.mark.spec_exempt("snapshotId create answers 404 SNAPSHOT::NOT_FOUND (server 1.1.1; the spec has no 404)")
 def test_create_validation_details(client):
     r = client.call("POST", "/v1/sandboxes", b"", headers={"Content-Type": "application/json"})
     assert (r.status, r.json()) == (422, {"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required",
                                                       "input": None}]})
-    r = client.call("POST", "/v1/sandboxes", [1])
-    assert r.json()["detail"][0]["type"] == "model_type"
+    r = client.call("POST", "/v1/sandboxes", [1])  # FastAPI validates with from_attributes=True (oracle)
+    assert r.json()["detail"][0]["type"] == "model_attributes_type"
     r = client.call("POST", "/v1/sandboxes", {"image": {"uri": "x"}, "entrypoint": ["x"]})
     assert r.json()["detail"][0]["msg"] == "Value error, resourceLimits is required when poolRef is not provided."
     r = client.call("POST", "/v1/sandboxes", {"snapshotId": "snap", "resourceLimits": {}})
-    assert r.status == 501 and r.json()["code"] == "SANDBOX::API_NOT_SUPPORTED"
+    assert (r.status, r.json()) == (404, {"code": "SNAPSHOT::NOT_FOUND", "message": "Snapshot snap not found"})
 
 
 # -- list query validation --------------------------------------------------------------------------
@@ -599,18 +605,83 @@ def test_server_proxy_errors(client):
 
 # -- unimplemented route families -------------------------------------------------------------------
 @pytest.mark.spec_exempt("unimplemented route families answer 501 [choice]")
+@pytest.mark.spec_exempt("server 1.1.1 routes the June spec does not have (snapshots, templates, pools, egress)")
 def test_snapshot_template_and_egress_routes(client):
     sid = client.create()
     for method, path, status, code in (
-            ("POST", "/v1/sandboxes/%s/snapshots" % sid, 501, "SANDBOX::API_NOT_SUPPORTED"),
-            ("GET", "/v1/snapshots", 501, "SANDBOX::API_NOT_SUPPORTED"),
-            ("GET", "/v1/snapshots/snap-1", 501, "SANDBOX::API_NOT_SUPPORTED"),
+            ("POST", "/v1/sandboxes/%s/snapshots" % sid, 501, "SNAPSHOT::NOT_IMPLEMENTED"),
+            ("POST", "/v1/sandboxes/nope/snapshots", 404, "DOCKER::SANDBOX_NOT_FOUND"),
+            ("GET", "/v1/snapshots/snap-1", 404, "SNAPSHOT::NOT_FOUND"),
+            ("DELETE", "/v1/snapshots/snap-1", 404, "SNAPSHOT::NOT_FOUND"),
             ("GET", "/v1/templates", 501, "FSB::API_NOT_SUPPORTED"),
             ("DELETE", "/templates/t1", 501, "FSB::API_NOT_SUPPORTED"),
-            ("GET", "/v1/sandboxes/%s/networkpolicy" % sid, 501, "SANDBOX::API_NOT_SUPPORTED"),
-            ("GET", "/v1/sandboxes/nope/networkpolicy", 404, "DOCKER::SANDBOX_NOT_FOUND")):
+            ("GET", "/v1/pools", 501, "KUBERNETES::POOL_NOT_SUPPORTED"),
+            ("GET", "/v1/sandboxes/nope/networkpolicy", 404, "DOCKER::SANDBOX_NOT_FOUND"),
+            ("GET", "/v1/sandboxes/fsb-x/networkpolicy", 404, "GENERAL::UNKNOWN_ERROR")):
         r = client.call(method, path)
         assert (r.status, set(r.json()), r.json()["code"]) == (status, {"code", "message"}, code), path
+    r = client.call("GET", "/v1/snapshots")
+    assert (r.status, r.json()) == (200, {"items": [], "pagination": {"page": 1, "pageSize": 20, "totalItems": 0,
+                                                                      "totalPages": 0, "hasNextPage": False}})
+    # no egress sidecar: the server proxies to port 18080 through execd, where nothing listens
+    assert client.call("GET", "/v1/sandboxes/%s/networkpolicy" % sid).status == 502
+    r = client.call("PUT", "/v1/sandboxes/%s/networkpolicy" % sid, {"egress": [{"action": "allow"}]})
+    assert r.status == 422 and r.json()["detail"][0]["loc"] == ["body", "egress", 0, "target"]
+
+
+@pytest.mark.spec_exempt("diagnostics and metrics routes of server 1.1.1 are not in the June spec")
+def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
+    sid = client.create(entrypoint=["sh", "-c", "echo out-line; echo err-line >&2; exec sleep 600"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid)
+        if "err-line" in r.json()["content"]:
+            break
+        time.sleep(0.05)
+    doc = r.json()
+    assert (r.status, doc["kind"], doc["scope"], doc["delivery"], doc["truncated"]) == (200, "logs", "container",
+                                                                                         "inline", False)
+    lines = doc["content"].splitlines()
+    assert [ln.split(" ", 1)[1] for ln in lines] == ["out-line", "err-line"]
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", ln) for ln in lines)
+    assert doc["contentLength"] == len(doc["content"].encode())
+    r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=ALL" % sid)
+    assert r.json()["scope"] == "all" and r.json()["warnings"]
+    r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=pod" % sid)
+    assert (r.status, r.json()) == (400, {"code": "DIAGNOSTICS_SCOPE_UNSUPPORTED", "message":
+                                          "Unsupported logs diagnostics scope 'pod'. Supported scopes: container, all."})
+    r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?tail=1" % sid)  # deprecated plain text
+    assert r.headers.get("deprecation") == "true" and r.body.decode().endswith("err-line\n")
+    client.call("POST", "/v1/sandboxes/%s/pause" % sid)
+    ev = client.call("GET", "/v1/sandboxes/%s/diagnostics/events?scope=runtime" % sid).json()["content"]
+    assert "Status:     paused" in ev and "Created:    " in ev
+    client.call("POST", "/v1/sandboxes/%s/resume" % sid)
+    text = client.call("GET", "/v1/sandboxes/%s/diagnostics/inspect" % sid).body.decode()
+    assert "Status:         running" in text and "opensandbox.io/id=%s" % sid in text
+    summary = client.call("GET", "/v1/sandboxes/%s/diagnostics/summary" % sid).body.decode()
+    assert summary.startswith("=" * 72 + "\nSANDBOX DIAGNOSTICS SUMMARY\nSandbox ID: %s" % sid) and "out-line" in summary
+    # the entrypoint exits: events say how
+    sid2 = client.create(entrypoint=["sh", "-c", "exit 3"])
+    deadline = time.monotonic() + 10
+    while client.call("GET", "/v1/sandboxes/%s" % sid2).json()["status"]["state"] != "Failed":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    ev = client.call("GET", "/v1/sandboxes/%s/diagnostics/events?scope=runtime" % sid2).json()["content"]
+    assert "Status:     exited" in ev and "Event:      Exited with code 3" in ev and "Finished:   " in ev
+
+
+@pytest.mark.spec_exempt("POST /v1/metrics/events (server 1.1.1 api/metrics.py) is not in the June spec")
+def test_metrics_events_and_renew_state_machine(client):
+    ok = {"eventType": "sandbox.create", "createDurationMs": 5, "success": True}
+    assert client.call("POST", "/v1/metrics/events", ok).status == 204
+    assert client.call("POST", "/metrics/events", ok).status == 404  # the metrics router is /v1 only
+    r = client.call("POST", "/v1/metrics/events", dict(ok, createDurationMs=-1))
+    assert r.status == 422 and r.json()["detail"][0]["loc"] == ["body", "createDurationMs"]
+    sid = client.create(timeout=None)  # manual cleanup: no expiry to renew
+    r = client.call("POST", "/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": "2999-01-01T00:00:00Z"})
+    assert (r.status, r.json()["code"]) == (409, "DOCKER::INVALID_EXPIRATION")
+    r = client.call("PUT", "/v1/sandboxes")
+    assert (r.status, r.headers.get("allow"), r.json()) == (405, "POST", {"detail": "Method Not Allowed"})
 
 
 # -- configuration ----------------------------------------------------------------------------------

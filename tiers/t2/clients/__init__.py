@@ -1,0 +1,96 @@
+"""Pinned official clients whose dependencies clash with the host's get their own cached environment.
+
+``python_env(name, requirements)`` returns the interpreter of ``<repo>/.venv-<name>``, creating it from the
+pinned requirements file on first use (reused while the file is unchanged: a stamp holds its hash).
+``node_modules(name, packages)`` does the same for npm packages under ``<repo>/.cache/npm-<name>``.
+Both raise ``Unavailable`` (the test skips with one line) when the tool or the registry is missing.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+class Unavailable(Exception):
+    """The client's environment cannot be built here (no node, no registry...)."""
+
+
+@contextmanager
+def _locked(path: str) -> Iterator[None]:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def python_env(name: str, requirements: str) -> str:
+    """The python of ``.venv-<name>`` with ``requirements`` (a file in the repo root) installed."""
+    venv = os.path.join(REPO, ".venv-" + name)
+    req = os.path.join(REPO, requirements)
+    with open(req) as fh:
+        want = _digest(fh.read(), sys.version)
+    py = os.path.join(venv, "bin", "python")
+    stamp = os.path.join(venv, ".stamp")
+    with _locked(os.path.join(REPO, ".cache", "venv-" + name)):
+        try:
+            with open(stamp) as fh:
+                if fh.read().strip() == want and os.path.exists(py):
+                    return py
+        except OSError:
+            pass
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True)
+        r = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", req],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["pip failed"]
+            raise Unavailable("could not install %s: %s" % (requirements, tail[0][:200]))
+        with open(stamp, "w") as fh:
+            fh.write(want)
+    return py
+
+
+def node_modules(name: str, packages: list[str]) -> str:
+    """A directory whose node_modules holds exactly ``packages`` (``pkg@version``); returns it."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        raise Unavailable("node/npm not installed")
+    d = os.path.join(REPO, ".cache", "npm-" + name)
+    want = _digest(*packages)
+    stamp = os.path.join(d, ".stamp")
+    with _locked(d):
+        try:
+            with open(stamp) as fh:
+                if fh.read().strip() == want:
+                    return d
+        except OSError:
+            pass
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        with open(os.path.join(d, "package.json"), "w") as fh:
+            fh.write('{"name": "osb-client-%s", "private": true}\n' % name)
+        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--save-exact", *packages], cwd=d,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            shutil.rmtree(d, ignore_errors=True)
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["npm failed"]
+            raise Unavailable("could not install %s: %s" % (" ".join(packages), tail[0][:200]))
+        with open(stamp, "w") as fh:
+            fh.write(want)
+    return d
