@@ -110,9 +110,30 @@ def default_pull_fails(uri: str) -> bool:
     return "does-not-exist" in uri
 
 
-def docker_ts(dt: datetime) -> str:
-    """A Docker RFC3339Nano-fixed timestamp (container Created/StartedAt/FinishedAt, log prefixes)."""
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + "%06d000Z" % dt.microsecond
+def docker_ts(dt: datetime, fixed: bool = False) -> str:
+    """Docker's timestamps: RFC3339Nano (trailing zeros trimmed: container Created/StartedAt/FinishedAt,
+    live "Started: …35.9695341Z") or RFC3339NanoFixed (9 digits: ``docker logs --timestamps`` prefixes)."""
+    head = dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    frac = "%06d000" % dt.microsecond
+    if not fixed:
+        frac = frac.rstrip("0")
+    return head + ("." + frac if frac else "") + "Z"
+
+
+def boot_log(now: datetime) -> bytes:
+    """What a sandbox container prints before and around its entrypoint: bootstrap.sh's line and execd
+    v1.0.19's banner and first log lines (live stack, diagnostics/logs of a fresh sandbox)."""
+    ts = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (now.microsecond // 1000)
+    lines = ["starting OpenSandbox Execd daemon at /opt/opensandbox/execd.",
+             "=" * 53, " OpenSandbox Execd", "-" * 53,
+             " Version     : " + quirks.EXECD_BANNER["version"],
+             " Git Commit  : " + quirks.EXECD_BANNER["commit"],
+             " Build Time  : " + quirks.EXECD_BANNER["built"],
+             " Go Version  : " + quirks.EXECD_BANNER["go"],
+             " Platform    : linux/amd64", "=" * 53]
+    for msg in ("Jupyter server host is: ", "Jupyter server token is: ****", "execd listening on :44772 (IPv4)"):
+        lines.append('{"level":"info","ts":"%s","msg":"%s"}' % (ts, msg))
+    return ("\n".join(lines) + "\n").encode()
 
 
 class ContainerLog:
@@ -146,7 +167,7 @@ class ContainerLog:
                 self._partial = b""
 
     def _add(self, raw: bytes) -> None:
-        self._lines.append("%s %s" % (docker_ts(self._clock()), raw.decode("utf-8", "replace")))
+        self._lines.append("%s %s" % (docker_ts(self._clock(), fixed=True), raw.decode("utf-8", "replace")))
         if len(self._lines) > self.MAX_LINES:
             del self._lines[: len(self._lines) - self.MAX_LINES]
 
@@ -381,6 +402,8 @@ class SandboxStore:
         sb.platform = dict(platform) if platform else None
         sb.extensions = dict(extensions) if extensions else None
         sb.limits = dict(limits or {})
+        sb.log = ContainerLog(self.clock)
+        sb.log.feed(boot_log(now))
         with self._lock:
             if self._closed:
                 raise MockError(quirks.INTERNAL_ERROR, error="the mock is shutting down")

@@ -164,6 +164,9 @@ STATUS_PAUSED = ("Paused", "CONTAINER_PAUSED", "Sandbox container is paused.")
 STATUS_EXITED_OK = ("Terminated", "CONTAINER_EXITED", "Sandbox container exited successfully.")
 STATUS_EXITED_ERROR = ("Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code {code}.")
 
+# execd's start banner in a container's logs (live stack, execd v1.0.19 from ../shared/opensandbox/execd)
+EXECD_BANNER = {"version": "v1.0.19", "commit": "3bb6fad3d8b60bca70384c75a1f061c7514e248b",
+                "built": "2026-12-01T05:44:47Z", "go": "go1.27.3"}
 EXECD_PORT = 44772        # execd's port inside a sandbox (seed 000 §1.2)
 HTTP_PORT = 8080          # the second port Docker bridge mode publishes (server services/docker/networking.py)
 MAX_PAGE_SIZE = 200       # server api/lifecycle.py list_sandboxes: Query(20, ge=1, le=200)

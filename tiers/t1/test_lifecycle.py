@@ -642,7 +642,9 @@ def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
     assert (r.status, doc["kind"], doc["scope"], doc["delivery"], doc["truncated"]) == (200, "logs", "container",
                                                                                          "inline", False)
     lines = doc["content"].splitlines()
-    assert [ln.split(" ", 1)[1] for ln in lines] == ["out-line", "err-line"]
+    texts = [ln.split(" ", 1)[1] for ln in lines]
+    assert texts[0] == "starting OpenSandbox Execd daemon at /opt/opensandbox/execd."  # bootstrap.sh (live)
+    assert " Version     : v1.0.19" in texts and texts[-2:] == ["out-line", "err-line"]
     assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ", ln) for ln in lines)
     assert doc["contentLength"] == len(doc["content"].encode())
     r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=ALL" % sid)

@@ -1,0 +1,51 @@
+"""Live: the official clients (CLI 1.1.1, JS SDK 0.1.11, code-interpreter 1.1.1) run the same flows as in
+tiers/t2 against the live server, so a step that passes on the mock and fails here (or the other way round)
+is a fidelity bug of the mock. Each test prints ``N/M steps passed``."""
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+
+from tiers.t2.clients import Unavailable
+
+
+def _domain(live_server) -> str:
+    return live_server.root.split("://", 1)[1].rstrip("/")
+
+
+def test_cli_flow_live(live_server):
+    from tiers.t2.clients import cli_flow
+
+    try:
+        steps = cli_flow.run_flow(_domain(live_server), live_server.api_key, live_server.image)
+    except Unavailable as e:
+        pytest.skip("opensandbox-cli unavailable: %s" % e)
+    print("\n" + cli_flow.summary(steps).splitlines()[0])
+    assert all(s.ok for s in steps), cli_flow.summary(steps)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed: JS SDK oracle skipped")
+def test_js_sdk_flow_live(live_server):
+    from tiers.t2.clients import js
+
+    try:
+        steps = js.run_flow(_domain(live_server), live_server.api_key, live_server.image)
+    except Unavailable as e:
+        pytest.skip("JS SDK unavailable: %s" % e)
+    print("\n" + js.summary(steps).splitlines()[0])
+    assert steps and all(s["ok"] for s in steps), js.summary(steps)
+
+
+def test_code_interpreter_plain_image_live(live_server):
+    pytest.importorskip("code_interpreter")
+    from tiers.t2.clients.code_interpreter_flow import EXPECTED, run_flow
+
+    logging.disable(logging.CRITICAL)
+    try:
+        got = run_flow(_domain(live_server), live_server.api_key, live_server.image)
+    finally:
+        logging.disable(logging.NOTSET)
+    print("\ncode interpreter (live): " + "; ".join("%s=%s" % (s, o[0] if o[0] == "ok" else o[2]) for s, o in got))
+    assert got == EXPECTED
