@@ -218,12 +218,16 @@ def test_renew_moves_expiry_and_must_be_in_the_future():
     assert store.reap() == [sb.id]
 
 
-def test_renew_can_shorten_and_can_add_a_ttl_to_a_manual_cleanup_sandbox():
+def test_renew_can_shorten_but_not_add_a_ttl_to_a_manual_cleanup_sandbox():
     store, clock, _ = make_store()
-    sb = store.create(image=IMG, entrypoint=EP)
+    sb = store.create(image=IMG, entrypoint=EP, timeout=600)
     store.renew(sb.id, T0 + timedelta(seconds=5))
     clock.advance(5)
     assert store.reap() == [sb.id]
+    manual = store.create(image=IMG, entrypoint=EP)  # no timeout: server labels it manual-cleanup
+    with pytest.raises(MockError) as e:  # server docker_service.py renew_expiration; the oracle test
+        store.renew(manual.id, T0 + timedelta(hours=1))
+    assert (e.value.status, e.value.body()["code"]) == (409, "DOCKER::INVALID_EXPIRATION")
 
 
 def test_renew_unknown_is_404_before_the_date_check():

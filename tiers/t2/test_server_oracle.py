@@ -25,7 +25,7 @@ from tiers.t2.clients import REPO, Unavailable, python_env
 
 pytestmark = pytest.mark.spec_exempt("server 1.1.1 behaviours the June OpenAPI spec does not document")
 APP = REPO + "/tiers/t2/clients/server_oracle_app.py"
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 SLOW = settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 STATS = {"compared": 0, "explained": 0}
 

@@ -37,13 +37,13 @@ def run_flow(domain: str, api_key: str, image: str) -> list[tuple[str, Any]]:
     from opensandbox.config.connection_sync import ConnectionConfigSync
 
     cfg = ConnectionConfigSync(api_key=api_key, domain=domain, protocol="http",
-                               request_timeout=timedelta(seconds=4))
+                               request_timeout=timedelta(seconds=2))
     sb = SandboxSync.create(image, connection_config=cfg, timeout=timedelta(minutes=10),
                             entrypoint=["tail", "-f", "/dev/null"])
     out: list[tuple[str, Any]] = []
     try:
         out.append(("create (health check)", _outcome(lambda: CodeInterpreterSync.create(
-            sb, ready_timeout=timedelta(seconds=1.5), health_check_polling_interval=timedelta(seconds=0.3)).id)))
+            sb, ready_timeout=timedelta(seconds=1), health_check_polling_interval=timedelta(seconds=0.25)).id)))
         ci = CodeInterpreterSync.create(sb, skip_health_check=True)
         out.append(("ping", _outcome(ci.ping)))
         out.append(("is_healthy", _outcome(ci.is_healthy)))
