@@ -45,6 +45,8 @@ class CreateSandboxRequest(BaseModel):
     def _source(self):
         has_pool = bool((self.extensions or {}).get("poolRef", "").strip())
         if has_pool:
+            if (self.snapshot_id or "").strip():
+                raise ValueError("snapshotId cannot be used together with poolRef.")
             return self
         has_image = self.image is not None and bool(self.image.uri.strip())
         has_snap = bool((self.snapshot_id or "").strip())
