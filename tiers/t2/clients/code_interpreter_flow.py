@@ -37,9 +37,14 @@ def run_flow(domain: str, api_key: str, image: str) -> list[tuple[str, Any]]:
     from opensandbox.config.connection_sync import ConnectionConfigSync
 
     cfg = ConnectionConfigSync(api_key=api_key, domain=domain, protocol="http",
-                               request_timeout=timedelta(seconds=2))
-    sb = SandboxSync.create(image, connection_config=cfg, timeout=timedelta(minutes=10),
-                            entrypoint=["tail", "-f", "/dev/null"])
+                               request_timeout=timedelta(seconds=60))
+    owner = SandboxSync.create(image, connection_config=cfg, timeout=timedelta(minutes=10),
+                               entrypoint=["tail", "-f", "/dev/null"])
+    # the code calls hang on a plain image (execd waits for a Jupyter that is not there): a short request
+    # timeout for them, on a second handle to the same sandbox
+    short = ConnectionConfigSync(api_key=api_key, domain=domain, protocol="http",
+                                 request_timeout=timedelta(seconds=3))
+    sb = SandboxSync.connect(owner.id, connection_config=short, skip_health_check=True)
     out: list[tuple[str, Any]] = []
     try:
         out.append(("create (health check)", _outcome(lambda: CodeInterpreterSync.create(
@@ -54,6 +59,7 @@ def run_flow(domain: str, api_key: str, image: str) -> list[tuple[str, Any]]:
         out.append(("list_contexts", _outcome(lambda: len(ci.codes.list_contexts("python")))))
         out.append(("delete_context", _outcome(lambda: ci.codes.delete_context("nope"))))
     finally:
-        sb.kill()
         sb.close()
+        owner.kill()
+        owner.close()
     return out
