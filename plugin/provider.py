@@ -92,7 +92,10 @@ def new_server(rfile, wfile) -> epp.Server:
 def main() -> int:
     out = sys.stdout.buffer
     sys.stdout = sys.stderr             # a stray print() can never corrupt the protocol stream
-    new_server(sys.stdin.buffer, out).serve()
+    # 1 MiB of read buffer: a multi-MB files.write line then arrives in pipe-sized reads instead of
+    # 8 KiB ones (8 MiB over a pipe: 13 ms -> 6 ms on the bench machine)
+    stdin = open(sys.stdin.fileno(), "rb", buffering=1 << 20, closefd=False)
+    new_server(stdin, out).serve()
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The twelve contract tests of seed 000 §5.5, driving ``python3 plugin/provider.py`` over EPP/stdio
+"""The twelve contract tests of seed 000 §5.5, driving the plugin (``python3 -S plugin/launch.py``) over EPP/stdio
 against the mock, each in both execd generations (v1.1.0 as recorded, and "latest")."""
 from __future__ import annotations
 

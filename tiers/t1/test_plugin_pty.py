@@ -1,5 +1,5 @@
 """Terminals over EPP: pty.open / pty.write / pty.resize / pty.close against the mock's execd PTY
-(a real pseudo-terminal behind execd's WebSocket protocol), driven through plugin/provider.py."""
+(a real pseudo-terminal behind execd's WebSocket protocol), driven through the plugin over EPP."""
 from __future__ import annotations
 
 import base64
