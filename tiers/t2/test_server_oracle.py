@@ -345,6 +345,11 @@ def test_state_machine_on_sandboxes(mock, oracle, sandboxes):
     compare(mock, oracle, "GET", "/v1/sandboxes/%s/diagnostics/logs?scope=nope" % timed)
     compare(mock, oracle, "GET", "/v1/sandboxes/%s/diagnostics/events?scope=all" % timed)
     compare(mock, oracle, "POST", "/v1/sandboxes/%s/snapshots" % timed, {"name": ""})
+    compare(mock, oracle, "GET", "/v1/sandboxes/%s" % timed)
+    compare(mock, oracle, "GET", "/sandboxes/%s" % manual)
+    for q in ("44772", "8080", "0", "70000", "x", "44772?use_server_proxy=true", "44772?expires=10",
+              "44772?use_server_proxy=1&expires=10", "44772?use_server_proxy=maybe", "8080?expires=x"):
+        compare(mock, oracle, "GET", "/v1/sandboxes/%s/endpoints/%s" % (timed, q))
 
 
 # =====================================================================================================
@@ -379,13 +384,39 @@ FIELDS = {
                                                   st.one_of(scalars, st.sampled_from(["300", "86401", "p"])),
                                                   max_size=2)),
     "templateId": st.one_of(scalars, st.just("tpl")),
-    "lifecycle": st.one_of(junk, st.just({"preStart": {"command": ["x"]}})),
-    "networkPolicy": st.one_of(junk, st.just({})),
+    "lifecycle": st.one_of(junk, st.fixed_dictionaries({}, optional={
+        "preStart": st.one_of(junk, st.fixed_dictionaries({"command": st.lists(st.sampled_from(["x", " ", 1]),
+                                                                                max_size=2)},
+                                                          optional={"timeoutSeconds": st.sampled_from([0, 5, 10801]),
+                                                                    "extra": scalars})),
+        "periodic": st.one_of(junk, st.lists(st.fixed_dictionaries(
+            {"name": st.sampled_from(["a", " a", " ", ""]), "schedule": st.sampled_from(["@every 1m", " "]),
+             "command": st.sampled_from([["x"], [], [" "]])},
+            optional={"timeoutSeconds": st.sampled_from([1, 300, 301])}), max_size=2)),
+        "bogus": scalars})),
+    "networkPolicy": st.one_of(junk, st.fixed_dictionaries({}, optional={
+        "defaultAction": st.one_of(scalars, st.sampled_from(["allow", "deny"])),
+        "default_action": st.sampled_from(["deny"]),
+        "egress": st.one_of(junk, st.lists(st.fixed_dictionaries({}, optional={
+            "action": st.one_of(scalars, st.just("allow")), "target": st.sampled_from(["", "a.com", 3])}),
+            max_size=2))})),
     "credentialProxy": st.one_of(junk, st.just({"enabled": True})),
     "volumes": st.one_of(junk, st.lists(st.fixed_dictionaries(
         {"name": st.sampled_from(["v", "V", "v1"]), "mountPath": st.sampled_from(["/m", "m"])},
-        optional={"host": st.just({"path": "/data"}), "pvc": st.just({"claimName": "c"}),
-                  "subPath": st.sampled_from(["a", "/a", "../a"])}), max_size=2)),
+        optional={"host": st.fixed_dictionaries({"path": st.sampled_from(["/data", "rel", "C:\\x", "/a//b",
+                                                                           "/a/../b", "/a/"])}),
+                  "pvc": st.fixed_dictionaries({"claimName": st.sampled_from(["c", "C", ""])},
+                                               optional={"storage": st.sampled_from(["1Gi", "1X"]),
+                                                         "accessModes": st.sampled_from([["rw"], "rw"]),
+                                                         "createIfNotExists": st.sampled_from([False, "x"])}),
+                  "ossfs": st.fixed_dictionaries({"bucket": st.sampled_from(["bkt", "b", " " * 3]),
+                                                  "endpoint": st.sampled_from(["e", "", " "])},
+                                                 optional={"version": st.sampled_from(["1.0", "3"]),
+                                                           "options": st.sampled_from([["-o"], [" "], ["ok"]]),
+                                                           "accessKeyId": st.sampled_from(["a", ""]),
+                                                           "accessKeySecret": st.just("s")}),
+                  "readOnly": st.sampled_from([True, "x"]),
+                  "subPath": st.sampled_from(["a", "/a", "../a", ""])}), max_size=2)),
 }
 
 

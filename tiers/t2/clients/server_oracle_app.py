@@ -162,7 +162,8 @@ def build():
     from opensandbox_server.main import app
 
     def add(sid: str, timeout: bool) -> None:
-        labels = {SANDBOX_ID_LABEL: sid}
+        labels = {SANDBOX_ID_LABEL: sid, "opensandbox.io/embedding-proxy-port": "40001",
+                  "opensandbox.io/http-port": "40002"}
         if timeout:
             labels[SANDBOX_EXPIRES_AT_LABEL] = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
         else:
