@@ -152,3 +152,22 @@ def test_redaction_covers_escaped_forms():
     registry.add(secret)
     out = registry.redact(text)
     assert "p@ss" not in out and "p%40ss" not in out and out.count("***") == 3
+
+
+@pytest.mark.parametrize("status, body, code", [
+    (404, b"404 page not found", -32003),                       # an execd without /pty (Gin's plain 404)
+    (501, b'{"code":"NOT_SUPPORTED","message":"no pty"}', -32003),
+    (404, b'{"code":"SESSION_NOT_FOUND","message":"gone"}', -32002),
+    (401, b'{"error":"Unauthorized"}', -32001),
+    (500, b'{"error":"boom"}', -32000),
+])
+def test_terminal_errors_come_from_the_client(status, body, code):
+    """terminal.py maps the client's HttpError/NetError like every method, plus execd's missing PTY API."""
+    import terminal
+    err = terminal._error(http_error(status, body.decode(), plane="execd", what="POST /pty"), "pty.open",
+                          no_pty_api=True)
+    assert err.code == code and err.message.startswith("pty.open: ")
+    if code == -32003:
+        assert err.to_json()["data"]["details"]["feature"] == "pty"
+    net = terminal._error(transport.NetError("refused", "POST /pty", "http://127.0.0.1:9/pty", "refused"), "pty.open")
+    assert net.code == -32000 and net.data["sdk_code"] == "E5001"
