@@ -1,0 +1,89 @@
+"""t1: the workbench dashboard in a real browser (Debian's headless chromium over the DevTools
+Protocol, tiers/t1/cdp.py). The page logs in with the key, goes live over SSE, shows a sandbox created
+through the API, journals requests with their status, adds a fault rule from its form and kills a
+sandbox with its button. ``OSB_DASHBOARD_PNG=path`` saves the screenshot (docs/dashboard.png was made so)."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+
+from tiers.t1 import cdp  # noqa: E402
+
+pytestmark = [pytest.mark.spec_exempt("the dashboard's /__mock__/ routes are mock-only"),
+              pytest.mark.skipif(cdp.find_browser() is None, reason="no chromium: apt-get install -y chromium")]
+
+CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 900,
+          "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "metadata": {"team": "workbench"}}
+
+
+def call(hostport, method, path, body=None, headers=None):
+    c = http.client.HTTPConnection(hostport, timeout=30)
+    try:
+        h = dict(headers or {}, Connection="close")
+        if body is not None:
+            body = json.dumps(body)
+            h["Content-Type"] = "application/json"
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_dashboard_in_headless_chromium(tmp_path):
+    with MockOpenSandbox(execd_close_delay=0.0) as osb:
+        hp = osb.base_url.split("://", 1)[1]
+        key = {"OPEN-SANDBOX-API-KEY": osb.api_key}
+        with cdp.Browser(str(tmp_path / "profile")) as b:
+            b.navigate(f"{osb.base_url}/__mock__/?key={osb.api_key}")
+            b.wait_for("document.querySelector('#live.on') !== null")          # SSE connected
+            assert b.eval("location.pathname + location.search") == "/__mock__/"   # the key left the URL
+            assert b.eval("document.querySelector('#sandboxes .empty') !== null")
+            # a sandbox created through the API appears
+            st, body = call(hp, "POST", "/v1/sandboxes", CREATE, key)
+            assert st == 202
+            sid = json.loads(body)["id"]
+            row = f"#sandbox-table tr[data-sandbox='{sid}']"
+            b.wait_for(f"document.querySelector(\"{row}\") !== null")
+            assert b.eval(f"document.querySelector(\"{row} .badge\").textContent") == "Running"
+            assert b.eval(f"document.querySelector(\"{row}\").textContent").count("local/python:3-slim") == 1
+            # the journal shows it, with the status coloured
+            b.wait_for("[...document.querySelectorAll('#request-table td.path')].some(td => td.textContent === '/v1/sandboxes')")
+            assert b.eval("document.querySelector('#request-table .c2') !== null")
+            # a fault rule added with the form applies to the mock
+            b.eval("""(() => { const f = document.getElementById('fault-form');
+                       f.kind.value = 'status'; f.status.value = '503'; f.path.value = '^/v1/sandboxes$';
+                       f.method.value = 'GET'; f.id.value = 'from-the-form'; f.count.value = '1';
+                       f.requestSubmit(); return true; })()""")
+            b.wait_for("document.querySelector(\"#fault-table tr[data-rule='from-the-form']\") !== null")
+            assert osb.faults.get("from-the-form") is not None
+            assert call(hp, "GET", "/v1/sandboxes", headers=key)[0] == 503
+            b.wait_for("document.querySelector('#request-table .c5') !== null")   # the 503 in red, with its fault
+            assert b.eval("document.querySelector('#request-table .fault').textContent").strip() == "status"
+            second = json.loads(call(hp, "POST", "/v1/sandboxes", CREATE, key)[1])["id"]
+            b.wait_for("document.querySelectorAll('#sandbox-table tbody tr').length === 2")
+            # a little traffic on an execd, a paused sandbox and a standing rule, for the screenshot
+            ep = json.loads(call(hp, "GET", f"/v1/sandboxes/{sid}/endpoints/44772", headers=key)[1])["endpoint"]
+            ex = ep.partition("/")[0]
+            call(ex, "POST", "/proxy/44772/command", {"command": "echo hello; sleep 0.2"})
+            call(ex, "GET", "/proxy/44772/files/info?path=/nope")
+            osb.faults.add(kind="delay", delay=0.3, listener="execd", path="^/files/info$", id="slow-stat")
+            call(ex, "GET", "/proxy/44772/files/info?path=/tmp")
+            assert call(hp, "POST", f"/v1/sandboxes/{second}/pause", headers=key)[0] == 202
+            b.wait_for(f"document.querySelector(\"#sandbox-table tr[data-sandbox='{second}'] .badge\").textContent"
+                       " === 'Paused'")
+            b.wait_for("document.querySelectorAll('#request-table tbody tr').length >= 8")
+            png = b.screenshot()
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
+            if os.environ.get("OSB_DASHBOARD_PNG"):
+                with open(os.environ["OSB_DASHBOARD_PNG"], "wb") as f:
+                    f.write(png)
+            # the kill button deletes the sandbox in the mock
+            b.eval(f"document.querySelector(\"{row} button.kill\").click()")
+            b.wait_for(f"document.querySelector(\"{row}\") === null")
+            assert sid not in osb.sandboxes and second in osb.sandboxes
