@@ -185,3 +185,24 @@ def test_command_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "mock_opensandbox.proxy", "--upstream", "ftp://x"], cwd=REPO,
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "--upstream must be an http:// URL" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_terminal_websocket_through_the_proxy(tmp_path):
+    """The plugin's terminal (execd /pty + a WebSocket upgrade) through the proxy: the upgrade is tunnelled."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from eppclient import EppClient
+
+    from tiers.t1.test_plugin_pty import Terminal
+
+    with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.0) as mock, \
+            FaultProxy(mock.base_url, api_key=mock.api_key) as proxy, \
+            EppClient(str(tmp_path / "d"), {"base_url": proxy.base_url, "api_key": mock.api_key}) as epp:
+        sid = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
+        term = Terminal(epp, sid)
+        term.write("echo $((6*7))\n")
+        term.expect(b"42")
+        term.write("exit 3\n")
+        assert term.wait_exit()["exit_code"] == 3
+        ups = proxy.requests(listener="execd", status=101, sandbox=sid)
+        assert ups and "/pty/" in ups[0]["path"]
+        epp.call("sandbox.kill", {"sandbox_id": sid})
