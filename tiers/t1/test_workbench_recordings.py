@@ -21,7 +21,7 @@ def test_sdk_flow_recording_compares_clean():
     report = out.getvalue()
     assert unexplained == 0, report
     assert [r.scenario for r in results] == ["sdk_sync_flow_proxy"] and results[0].exchanges == 15
-    assert "compare: 1 recording(s), 15 exchange(s), 0 unexplained difference(s)" in report
+    assert "compare: 1 recording(s), 15 exchange(s), 0 unexplained difference(s), 0 explained" in report
 
 
 def test_recording_is_scrubbed_and_as_the_upstream_saw_it():
