@@ -14,19 +14,14 @@ import json
 import time
 from typing import Any, Iterable, Iterator
 
+from .gojson import go_json  # noqa: F401 - written once there; re-exported for callers
+
 __all__ = ["now_ms", "encode_event", "init_event", "ping_event", "output_event", "complete_event",
            "error_event", "go_json", "SSEReader", "parse_stream"]
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def go_json(obj: Any) -> str:
-    """Compact JSON the way Go's encoding/json writes it (HTML-safe escaping of <, >, &, U+2028/9)."""
-    s = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    return (s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 def encode_event(event: dict[str, Any]) -> bytes:

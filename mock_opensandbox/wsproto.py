@@ -25,6 +25,8 @@ import struct
 import threading
 from typing import Any, Callable, NamedTuple
 
+from .gojson import go_json_bytes
+
 __all__ = [
     "GUID", "OP_CONT", "OP_TEXT", "OP_BINARY", "OP_CLOSE", "OP_PING", "OP_PONG",
     "ProtocolError", "ConnectionClosed", "Frame", "encode_frame", "encode_close", "decode_close",
@@ -334,12 +336,9 @@ def upgrade(req: Any, *, max_message: int = DEFAULT_MAX_MESSAGE, read_timeout: f
 
 
 def go_json(obj: Any) -> bytes:
-    """JSON as gorilla's Conn.WriteJSON writes it: Go encoding/json (HTML-safe escapes of < > &,
-    U+2028/U+2029 escaped, no spaces) followed by the newline json.Encoder appends."""
-    s = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    s = (s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
-    return s.encode("utf-8") + b"\n"
+    """JSON as gorilla's Conn.WriteJSON writes it: Go encoding/json (mock_opensandbox.gojson) followed
+    by the newline json.Encoder appends."""
+    return go_json_bytes(obj, newline=True)
 
 
 class WebSocket:
