@@ -117,10 +117,19 @@ class Request:
     def __init__(self, handler: "Handler", method: str):
         self.handler = handler
         self.method = method
-        parts = urlsplit(handler.path)
-        self.raw_path = handler.path
-        self.path = parts.path
-        self.query: dict[str, list[str]] = parse_qs(parts.query, keep_blank_values=True)
+        # http.server collapses a leading "//" of handler.path (an open-redirect guard of its own);
+        # the request line still has what the client sent
+        words = (getattr(handler, "requestline", "") or "").split()
+        target = words[1] if len(words) >= 2 and words[1].startswith("//") else handler.path
+        self.raw_path = target
+        if target.startswith(("http://", "https://")):  # absolute-form request target
+            parts = urlsplit(target)
+            path, query = parts.path, parts.query
+        else:  # origin-form: "//ping" is the path "//ping", not a network location
+            path, _, query = target.partition("?")
+            path = path.partition("#")[0]
+        self.path = path
+        self.query: dict[str, list[str]] = parse_qs(query, keep_blank_values=True)
         self.headers = handler.headers
         self.params: dict[str, str] = {}
         self._body: bytes | None = None

@@ -7,7 +7,6 @@ components/execd/pkg/runtime/{command.go,command_common.go,command_status.go,int
 from __future__ import annotations
 
 import codecs
-import datetime as _dt
 import os
 import queue
 import select
@@ -18,6 +17,7 @@ import time
 import uuid
 from typing import Any
 
+from ..gojson import go_time
 from ..runtime import SandboxRuntime, SandboxTerminated
 
 __all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text",
@@ -44,15 +44,6 @@ def signal_text(signum: int) -> str:
         return _GO_SIGNALS[signal.Signals(signum)]
     except (KeyError, ValueError):
         return f"signal {signum}"
-
-
-def go_time(ns: int) -> str:
-    """Go's time.Time JSON form in UTC (RFC 3339 with nanoseconds, trailing zeros trimmed)."""
-    secs, frac = divmod(int(ns), 1_000_000_000)
-    base = _dt.datetime.fromtimestamp(secs, tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    if frac:
-        base += "." + f"{frac:09d}".rstrip("0")
-    return base + "Z"
 
 
 class StartFailure(Exception):
@@ -227,16 +218,44 @@ class CommandRegistry:
         if os.path.isdir(host) or not os.access(host, os.X_OK):
             raise StartFailure(f"fork/exec {path}: permission denied")
 
+    def credential_prefix(self, uid: int | None, gid: int | None) -> list[str]:
+        """buildCredential (runtime/command.go): uid -> that user's primary gid and groups when the
+        user exists, else gid 0 and no groups; an explicit gid wins. The mock applies it with
+        util-linux setpriv (tiers/diff command.uid_gid)."""
+        if uid is None and gid is None:
+            return []
+        import grp
+        import pwd
+        u = uid or 0
+        g = 0
+        groups: list[int] = []
+        if uid is not None:
+            try:
+                pw = pwd.getpwuid(uid)
+                g = pw.pw_gid
+                groups = sorted({pw.pw_gid} | {x.gr_gid for x in grp.getgrall() if pw.pw_name in x.gr_mem})
+            except KeyError:
+                pass
+        if gid is not None:
+            g = gid
+        setpriv = self.runtime.which("setpriv") or "setpriv"
+        return [setpriv, f"--reuid={u}", f"--regid={g}"] + (
+            [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]) + ["--"]
+
     def start(self, *, command: str | None, argv: list[str] | None = None, cwd: str | None = None,
-              envs: dict[str, str] | None = None, timeout_ms: int = 0, background: bool = False) -> Command:
+              envs: dict[str, str] | None = None, timeout_ms: int = 0, background: bool = False,
+              uid: int | None = None, gid: int | None = None) -> Command:
         """Spawn a command. Raises StartFailure (message as execd reports it) or SandboxTerminated."""
         import json as _json
         content = command if argv is None else _json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
         full = self.build_argv(command, argv, cwd, envs)
         if argv is not None:
             self._check_exec_target(full)
+        full = self.credential_prefix(uid, gid) + full
         cmd = Command(uuid.uuid4().hex, content or "", background)
-        env = dict(envs or {})
+        # mergeEnvs: "K=V" pairs; a name Go's exec would pass but the mock's spawn refuses (empty, "=",
+        # NUL) is one no shell can read back: dropped (tiers/diff command.fg.env_cwd)
+        env = {k: v for k, v in (envs or {}).items() if k and "=" not in k and "\x00" not in k + v}
         try:
             if background:
                 cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -351,11 +370,12 @@ class CommandRegistry:
             raise LookupError(f"command not found: {cid}")
         if not cmd.background:
             raise ValueError(f"command {cid} is not running in background")
-        if cursor < 0:
-            raise ValueError("cursor cannot be negative")
+        if cursor < 0:  # os.File.Seek(negative) on the <id>.output file
+            raise ValueError(f"error seek file: seek /tmp/{cid}.output: invalid argument")
         with cmd.lock:
             data = bytes(cmd.output)
-        cursor = min(cursor, len(data))
+        if cursor >= len(data):  # seeking past the end is fine; the position is the cursor
+            return b"", cursor
         return data[cursor:], len(data)
 
     def interrupt(self, cid: str) -> None:

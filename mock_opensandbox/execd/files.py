@@ -14,27 +14,21 @@ import pwd
 import re
 import shutil
 import stat
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 from urllib.parse import quote
 
 from .. import httpcore, multipart
+from ..gojson import GoJSONError, Struct, check_struct, decode_value, go_time, kind_of, unmarshal_value
 from ..httpcore import Request
-from .commands import go_time
+from . import gin
+from .errors import ExecdError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .server import ExecdServer
-
-__all__ = ["add_routes", "FileOpError", "sandbox_abs", "glob_match", "file_info"]
+__all__ = ["FilesAPI", "FileOpError", "sandbox_abs", "glob_match", "file_info"]
 
 UMASK = 0o022  # a container's default umask: Go's MkdirAll/OpenFile(0777) give 0755 (recording 13: data.csv 755)
 
 
-class FileOpError(Exception):
-    """An execd-style error answer: status, code, message."""
-
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+FileOpError = ExecdError  # the files half's name for it (kept for callers)
 
 
 def _errtext(exc: OSError) -> str:
@@ -183,17 +177,29 @@ def glob_match(pattern: str, name: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+class _Replies:
+    """Gin replies under the names the files half used before the reshaping."""
+
+    @staticmethod
+    def _err(req: Request, status: int, code: str, message: str) -> None:
+        gin.error_reply(req, ExecdError(status, code, message))
+
+    @staticmethod
+    def _ok(req: Request) -> None:
+        gin.ok(req)
+
+
 class FilesAPI:
-    def __init__(self, server: "ExecdServer"):
-        self.s = server
-        self.rt = server.runtime
+    def __init__(self, runtime: Any):
+        self.s = _Replies()
+        self.rt = runtime
 
     # helpers
     def host(self, spath: str, follow: bool = True) -> str:
         return self.rt.resolve(spath, follow_symlinks=follow)
 
     def _json(self, req: Request, status: int, obj: Any) -> None:
-        self.s._json(req, status, obj)
+        gin.json_reply(req, status, obj)
 
     def _err(self, req: Request, e: FileOpError) -> None:
         self.s._err(req, e.status, e.code, e.message)
@@ -359,10 +365,9 @@ class FilesAPI:
         self.s._ok(req)
 
     def _upload_one(self, meta_part: multipart.Part, file_part: multipart.Part) -> None:
-        from .server import GoJSONError, go_check_struct, go_unmarshal_value
         fields = {"path": "string", "owner": "string", "group": "string", "mode": "int"}
         try:
-            meta = go_check_struct(go_unmarshal_value(bytes(meta_part.data)), "model.FileMetadata", fields)
+            meta = check_struct(unmarshal_value(bytes(meta_part.data)), Struct("model.FileMetadata", fields))
         except GoJSONError as exc:
             raise FileOpError(400, "INVALID_FILE_METADATA", f"invalid metadata format. {exc}") from exc
         target = meta.get("path") or ""
@@ -487,9 +492,8 @@ class FilesAPI:
         self.s._ok(req)
 
     def _decode_list(self, req: Request, gotype: str, elem: str, fields: dict[str, str]) -> list[dict[str, Any]] | None:
-        from .server import GoJSONError, go_check_struct, go_decode_value
         try:
-            v = go_decode_value(req.body)
+            v = decode_value(req.body)
         except GoJSONError as exc:
             self.s._err(req, 400, "INVALID_REQUEST_BODY", f"error parsing request, MAYBE invalid body format. {exc}")
             return None
@@ -505,16 +509,15 @@ class FilesAPI:
                 out.append({})
                 continue
             try:
-                out.append(go_check_struct(el, f"model.{elem}", fields))
+                out.append(check_struct(el, Struct(f"model.{elem}", fields)))
             except GoJSONError as exc:
                 self.s._err(req, 400, "INVALID_REQUEST_BODY", f"error parsing request, MAYBE invalid body format. {exc}")
                 return None
         return out
 
     def _decode_map(self, req: Request, gotype: str, elem: str, fields: dict[str, str]) -> dict[str, dict[str, Any]] | None:
-        from .server import GoJSONError, go_check_struct, go_decode_value
         try:
-            v = go_decode_value(req.body)
+            v = decode_value(req.body)
         except GoJSONError as exc:
             self.s._err(req, 400, "INVALID_REQUEST_BODY", f"error parsing request, MAYBE invalid body format. {exc}")
             return None
@@ -530,7 +533,7 @@ class FilesAPI:
                 out[k] = {}
                 continue
             try:
-                out[k] = go_check_struct(el, f"model.{elem}", fields)
+                out[k] = check_struct(el, Struct(f"model.{elem}", fields))
             except GoJSONError as exc:
                 self.s._err(req, 400, "INVALID_REQUEST_BODY", f"error parsing request, MAYBE invalid body format. {exc}")
                 return None
@@ -752,9 +755,7 @@ def _chmod_text(spath: str, exc: BaseException) -> str:
     return str(exc.args[0] if exc.args else exc)
 
 
-def _kind(v: Any) -> str:
-    from .server import _kind as k
-    return k(v)
+_kind = kind_of
 
 
 def _disposition(name: str) -> str:
@@ -808,21 +809,3 @@ def _remove_all(hp: str) -> None:
         shutil.rmtree(hp)
     else:
         os.unlink(hp)
-
-
-def add_routes(server: "ExecdServer") -> None:
-    api = FilesAPI(server)
-    server.files = api  # type: ignore[attr-defined]
-    r = server.router
-    wrap: Callable[[Callable[[Request], None]], Callable[[Request], None]] = lambda fn: fn  # noqa: E731
-    r.add("GET", "/files/info", wrap(api.info))
-    r.add("DELETE", "/files", wrap(api.delete_files))
-    r.add("POST", "/files/mv", wrap(api.mv))
-    r.add("POST", "/files/permissions", wrap(api.permissions))
-    r.add("GET", "/files/search", wrap(api.search))
-    r.add("POST", "/files/replace", wrap(api.replace))
-    r.add("POST", "/files/upload", wrap(api.upload))
-    r.add("GET", "/files/download", wrap(api.download))
-    r.add("GET", "/directories/list", wrap(api.list_dir))
-    r.add("POST", "/directories", wrap(api.mkdirs))
-    r.add("DELETE", "/directories", wrap(api.delete_dirs))

@@ -43,8 +43,9 @@ import uuid
 from typing import Any, Callable
 
 from .. import wsproto
+from ..gojson import GIN_JSON, go_json_bytes
 
-__all__ = ["PtySession", "PtyRegistry", "ReplayBuffer", "register_pty_routes"]
+__all__ = ["PtySession", "PtyRegistry", "ReplayBuffer", "PTYRoutes", "register_pty_routes"]
 
 # pkg/web/model/pty_ws.go
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03
@@ -457,7 +458,7 @@ class PtyRegistry:
         self._sockets: set[wsproto.WebSocket] = set()
 
     def create(self, cwd: str, command: str) -> PtySession:
-        sid = uuid.uuid4().hex  # assumption: same 32-hex id helper as command ids (recording 07)
+        sid = str(uuid.uuid4())  # runtime.NewPTYSessionID: uuid.New().String() (tiers/diff pty.lifecycle)
         s = PtySession(self, sid, cwd, command)
         with self._lock:
             self.sessions[sid] = s
@@ -505,7 +506,7 @@ class PtyRegistry:
 
 def _send_json(req: Any, status: int, obj: Any) -> None:
     # Gin c.JSON: Go encoding/json (HTML-safe), no trailing newline, "application/json; charset=utf-8"
-    req.send(status, wsproto.go_json(obj)[:-1], req.handler.json_content_type)
+    req.send(status, go_json_bytes(obj), GIN_JSON)
 
 
 def _send_error(req: Any, status: int, code: str, message: str) -> None:
@@ -603,31 +604,30 @@ def _parse_client_frame(data: bytes) -> dict[str, Any] | None:
     return out
 
 
-def register_pty_routes(router: Any, execd_server: Any, *, prefixes: tuple[str, ...] = ("",)) -> PtyRegistry:
-    """Add execd's PTY routes (pkg/web/router.go) to an httpcore.Router. Handlers take an
-    httpcore.Request whose ``params`` the dispatcher filled in. Returns the session registry, which
-    is also stored as ``execd_server.pty_sessions``; call ``close_all()`` when the sandbox ends."""
-    registry = getattr(execd_server, "pty_sessions", None)
-    if not isinstance(registry, PtyRegistry):
-        registry = PtyRegistry(execd_server.runtime)
-        try:
-            execd_server.pty_sessions = registry
-        except AttributeError:  # pragma: no cover - a server with __slots__
-            pass
-    rt = execd_server.runtime
+class PTYRoutes:
+    """The HTTP side of execd's PTY routes (pty_controller.go): handlers take an httpcore.Request
+    whose ``params`` the dispatcher filled in; ``registry`` holds the sessions (``close_all()`` when
+    the sandbox ends). ``mode``: "v1.1.0" status answers carry session_id/running/output_offset only
+    (model/pty.go at 3bb6fad, tiers/diff pty.lifecycle); "latest" adds launch_attempted/launch_failed."""
 
-    def create(req: Any) -> None:
+    def __init__(self, runtime: Any, mode: str = "v1.1.0", registry: "PtyRegistry | None" = None):
+        self.runtime = runtime
+        self.mode = mode
+        self.registry = registry if registry is not None else PtyRegistry(runtime)
+
+    def create(self, req: Any) -> None:
         fields, err = _go_decode_create(req.body)
         if err is not None:
             _send_error(req, 400, "INVALID_REQUEST_BODY", f"error parsing request: {err}")
             return
         cwd = fields.get("cwd", "")
+        rt = self.runtime
         try:
             if cwd:
                 sandbox_cwd = cwd if cwd.startswith("/") else "/" + cwd
                 os.makedirs(rt.resolve(sandbox_cwd), exist_ok=True)  # pty_session.go MkdirAll
                 cwd = sandbox_cwd
-            s = registry.create(cwd, fields.get("command", ""))
+            s = self.registry.create(cwd, fields.get("command", ""))
         except (OSError, ValueError, RuntimeError) as exc:
             why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
             _send_error(req, 500, "RUNTIME_ERROR",
@@ -635,30 +635,41 @@ def register_pty_routes(router: Any, execd_server: Any, *, prefixes: tuple[str, 
             return
         _send_json(req, 201, {"session_id": s.id})
 
-    def status(req: Any) -> None:
+    def status(self, req: Any) -> None:
         sid = req.params.get("sessionId", "")
-        s = registry.get(sid)
+        s = self.registry.get(sid)
         if s is None:
             _send_error(req, 404, "CONTEXT_NOT_FOUND", f"pty session {sid} not found")
             return
-        _send_json(req, 200, s.status())
+        st = s.status()
+        if self.mode != "latest":
+            st = {k: st[k] for k in ("session_id", "running", "output_offset")}
+        _send_json(req, 200, st)
 
-    def delete(req: Any) -> None:
+    def delete(self, req: Any) -> None:
         sid = req.params.get("sessionId", "")
-        if not registry.delete(sid):
+        if not self.registry.delete(sid):
             _send_error(req, 404, "CONTEXT_NOT_FOUND", f"pty session {sid} not found")
             return
         req.send(200, b"")  # RespondSuccess(nil): c.Status(200), empty body
 
-    def websocket(req: Any) -> None:
-        _serve_ws(req, registry)
+    def websocket(self, req: Any) -> None:
+        _serve_ws(req, self.registry)
 
+    def close_all(self) -> None:
+        self.registry.close_all()
+
+
+def register_pty_routes(router: Any, execd_server: Any, *, prefixes: tuple[str, ...] = ("",)) -> PtyRegistry:
+    """Add execd's PTY routes to an httpcore.Router (for callers outside ExecdServer, whose own route
+    table lists them). Returns the session registry."""
+    routes = PTYRoutes(execd_server.runtime, getattr(execd_server, "mode", "v1.1.0"))
     for p in prefixes:
-        router.add("POST", p + "/pty", create)
-        router.add("GET", p + "/pty/{sessionId}", status)
-        router.add("DELETE", p + "/pty/{sessionId}", delete)
-        router.add("GET", p + "/pty/{sessionId}/ws", websocket)
-    return registry
+        router.add("POST", p + "/pty", routes.create)
+        router.add("GET", p + "/pty/{sessionId}", routes.status)
+        router.add("DELETE", p + "/pty/{sessionId}", routes.delete)
+        router.add("GET", p + "/pty/{sessionId}/ws", routes.websocket)
+    return routes.registry
 
 
 def _serve_ws(req: Any, registry: PtyRegistry) -> None:

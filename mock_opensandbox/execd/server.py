@@ -20,306 +20,24 @@ import time
 from typing import Any, Callable
 
 from .. import sse
+from ..gojson import GIN_JSON, GoJSONError, Struct, decode, errno_text, go_json
 from ..httpcore import OBSERVERS, ChunkedWriter, Handler, Request, Router, Server
 from ..runtime import SandboxRuntime, SandboxTerminated
+from . import gin
+from .code import CodeAPI
 from .commands import CommandRegistry, StartFailure
+from .errors import MSG, ExecdError
+from .files import FilesAPI
+from .pty import PTYRoutes
+from .sessions import SessionRegistry
 
-__all__ = ["ExecdServer", "EXECD_PORT", "go_decode", "go_decode_value", "go_check_struct", "GoJSONError"]
+__all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
 
 EXECD_PORT = 44772
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
 HEARTBEAT_S = 3.0  # recording 17: pings 3 s apart; execd controller/sse.go wait.Until(..., 3*time.Second)
-GIN_JSON = "application/json; charset=utf-8"
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
         "transfer-encoding", "upgrade", "proxy-connection", "host", "content-length"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Go encoding/json decoding errors (the text execd puts after "MAYBE invalid body format. ")
-
-class GoJSONError(ValueError):
-    pass
-
-
-def _quote_char(c: str) -> str:
-    if c == "'":
-        return "'\\''"
-    if c == '"':
-        return "'\"'"
-    q = json.dumps(c)[1:-1] if c not in "\x7f" else "\\x7f"
-    if c == "\t":
-        q = "\\t"
-    return "'" + q + "'"
-
-
-class _Scan:
-    """Finds the first syntax error of the first JSON value the way Go's json.Decoder reports it."""
-
-    def __init__(self, s: str):
-        self.s, self.i = s, 0
-
-    def err(self, ctx: str) -> GoJSONError:
-        if self.i >= len(self.s):
-            return GoJSONError("unexpected EOF")
-        return GoJSONError(f"invalid character {_quote_char(self.s[self.i])} {ctx}")
-
-    def ws(self) -> None:
-        while self.i < len(self.s) and self.s[self.i] in " \t\r\n":
-            self.i += 1
-
-    def peek(self) -> str:
-        return self.s[self.i] if self.i < len(self.s) else ""
-
-    def value(self) -> None:
-        self.ws()
-        c = self.peek()
-        if c == "{":
-            self.i += 1
-            self.ws()
-            if self.peek() == "}":
-                self.i += 1
-                return
-            while True:
-                self.ws()
-                if self.peek() != '"':
-                    raise self.err("looking for beginning of object key string")
-                self.string()
-                self.ws()
-                if self.peek() != ":":
-                    raise self.err("after object key")
-                self.i += 1
-                self.value()
-                self.ws()
-                c = self.peek()
-                if c == ",":
-                    self.i += 1
-                    continue
-                if c == "}":
-                    self.i += 1
-                    return
-                raise self.err("after object key:value pair")
-        if c == "[":
-            self.i += 1
-            self.ws()
-            if self.peek() == "]":
-                self.i += 1
-                return
-            while True:
-                self.value()
-                self.ws()
-                c = self.peek()
-                if c == ",":
-                    self.i += 1
-                    continue
-                if c == "]":
-                    self.i += 1
-                    return
-                raise self.err("after array element")
-        if c == '"':
-            self.string()
-            return
-        if c == "-" or c.isdigit() and c.isascii():
-            self.number()
-            return
-        for lit in ("true", "false", "null"):
-            if c == lit[0]:
-                self.i += 1
-                for ch in lit[1:]:
-                    if self.peek() != ch:
-                        raise self.err(f"in literal {lit} (expecting {_quote_char(ch)})")
-                    self.i += 1
-                return
-        raise self.err("looking for beginning of value")
-
-    def string(self) -> None:
-        self.i += 1
-        while True:
-            c = self.peek()
-            if c == "":
-                raise self.err("")
-            if c == '"':
-                self.i += 1
-                return
-            if c == "\\":
-                self.i += 1
-                e = self.peek()
-                if e == "u":
-                    self.i += 1
-                    for _ in range(4):
-                        if self.peek() == "" or self.peek() not in "0123456789abcdefABCDEF":
-                            raise self.err("in \\u hexadecimal character escape")
-                        self.i += 1
-                    continue
-                if e == "" or e not in '"\\/bfnrt':
-                    raise self.err("in string escape code")
-                self.i += 1
-                continue
-            if ord(c) < 0x20:
-                raise self.err("in string literal")
-            self.i += 1
-
-    def number(self) -> None:
-        if self.peek() == "-":
-            self.i += 1
-            if not (self.peek().isdigit() and self.peek().isascii()):
-                raise self.err("in numeric literal")
-        if self.peek() == "0":
-            self.i += 1
-        else:
-            while self.peek().isdigit() and self.peek().isascii():
-                self.i += 1
-        if self.peek() == ".":
-            self.i += 1
-            if not (self.peek().isdigit() and self.peek().isascii()):
-                raise self.err("after decimal point in numeric literal")
-            while self.peek().isdigit() and self.peek().isascii():
-                self.i += 1
-        if self.peek() in ("e", "E") and self.peek():
-            self.i += 1
-            if self.peek() in ("+", "-") and self.peek():
-                self.i += 1
-            if not (self.peek().isdigit() and self.peek().isascii()):
-                raise self.err("in exponent of numeric literal")
-            while self.peek().isdigit() and self.peek().isascii():
-                self.i += 1
-        # Go's decoder needs to see the byte after a top-level number; at EOF that is fine
-
-
-def _kind(v: Any) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return "null"
-
-
-_INT_RANGES = {"int64": (-(1 << 63), (1 << 63) - 1), "uint32": (0, (1 << 32) - 1), "int": (-(1 << 63), (1 << 63) - 1)}
-
-
-def _type_ok(gotype: str, v: Any) -> bool:
-    if v is None:
-        return True
-    if gotype == "string":
-        return isinstance(v, str)
-    if gotype == "bool":
-        return isinstance(v, bool)
-    if gotype in _INT_RANGES:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return False
-        if isinstance(v, float) and not v.is_integer():
-            return False
-        lo, hi = _INT_RANGES[gotype]
-        return lo <= v <= hi
-    return True
-
-
-def _num_text(raw: str, v: Any) -> str:
-    return raw if raw else json.dumps(v)
-
-
-def go_decode_value(body: bytes) -> Any:
-    """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
-    "EOF", truncated "unexpected EOF"); raises GoJSONError with Go's syntax-error text."""
-    text = body.decode("utf-8", "replace")
-    sc = _Scan(text)
-    sc.ws()
-    if sc.i >= len(text):
-        raise GoJSONError("EOF")
-    start = sc.i
-    sc.value()
-    try:
-        return json.loads(text[start:sc.i])
-    except ValueError as exc:  # pragma: no cover - the scanner accepted it
-        raise GoJSONError(str(exc)) from exc
-
-
-def go_unmarshal_value(body: bytes) -> Any:
-    """json.Unmarshal semantics: the whole input must be one value."""
-    text = body.decode("utf-8", "replace")
-    sc = _Scan(text)
-    sc.ws()
-    if sc.i >= len(text):
-        raise GoJSONError("unexpected end of JSON input")
-    start = sc.i
-    try:
-        sc.value()
-    except GoJSONError as exc:
-        if str(exc) == "unexpected EOF":
-            raise GoJSONError("unexpected end of JSON input") from None
-        raise
-    end = sc.i
-    sc.ws()
-    if sc.i < len(text):
-        raise sc.err("after top-level value")
-    return json.loads(text[start:end])
-
-
-def go_decode(body: bytes, struct: str, fields: dict[str, str]) -> dict[str, Any]:
-    """Decode a request body like gin's ShouldBindJSON into a Go struct with the given
-    {json name: go type} fields (go types: string, bool, int, int64, uint32, []string,
-    map[string]string, raw). Returns {json name: value} of the fields present (case-insensitive
-    match like Go); raises GoJSONError with Go's message."""
-    return go_check_struct(go_decode_value(body), struct, fields)
-
-
-def go_check_struct(obj: Any, struct: str, fields: dict[str, str]) -> dict[str, Any]:
-    if obj is None:
-        return {}
-    if not isinstance(obj, dict):
-        raise GoJSONError(f"json: cannot unmarshal {_kind(obj)} into Go value of type {struct}")
-    short = struct.rsplit(".", 1)[-1]
-    out: dict[str, Any] = {}
-    lower = {k.lower(): k for k in fields}
-    for key, v in obj.items():
-        name = key if key in fields else lower.get(key.lower())
-        if name is None:
-            continue
-        gotype = fields[name]
-        where = f"Go struct field {short}.{name} of type"
-        if gotype == "raw":
-            out[name] = v
-            continue
-        if gotype.startswith("[]"):
-            if v is not None and not isinstance(v, list):
-                raise GoJSONError(f"json: cannot unmarshal {_kind(v)} into {where} {gotype}")
-            for el in v or []:
-                if el is not None and not _type_ok(gotype[2:], el):
-                    raise GoJSONError(f"json: cannot unmarshal {_kind(el)} into {where} {gotype[2:]}")
-        elif gotype.startswith("map[string]"):
-            if v is not None and not isinstance(v, dict):
-                raise GoJSONError(f"json: cannot unmarshal {_kind(v)} into {where} {gotype}")
-            for el in (v or {}).values():
-                if el is not None and not _type_ok(gotype[len("map[string]"):], el):
-                    raise GoJSONError(f"json: cannot unmarshal {_kind(el)} into {where} {gotype[len('map[string]'):]}")
-        elif not _type_ok(gotype, v):
-            kind = _kind(v)
-            if kind == "number":
-                kind = "number " + _num_text("", v)
-            raise GoJSONError(f"json: cannot unmarshal {kind} into {where} {gotype}")
-        if v is not None:
-            if gotype in _INT_RANGES:
-                v = int(v)
-            if gotype.startswith("[]"):
-                v = ["" if e is None else e for e in v]
-            if gotype.startswith("map[string]"):
-                v = {k: ("" if e is None else e) for k, e in v.items()}
-            out[name] = v
-    return out
-
-
-def go_errno_text(err: OSError) -> str:
-    """Go's lower-case errno strings ("no such file or directory")."""
-    msg = os.strerror(err.errno) if err.errno else str(err)
-    return msg[:1].lower() + msg[1:]
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 _CPU_SAMPLE_S = 0.2  # [choice] execd samples CPU for 1 s (gopsutil cpu.Percent(time.Second)); shorter here
@@ -354,9 +72,66 @@ def _metrics() -> dict[str, Any]:
                     avail = int(v.split()[0]) * 1024
     except (OSError, ValueError):
         pass
-    return {"cpu_count": float(os.cpu_count() or 1), "cpu_used_pct": round(max(0.0, pct), 6),
+    return {"cpu_count": float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1), "cpu_used_pct": round(max(0.0, pct), 6),
             "mem_total_mib": total / 1048576, "mem_used_mib": max(0, total - avail) / 1048576,
             "timestamp": sse.now_ms()}
+
+
+# The one route table: router.go NewRouter at 3bb6fad, in its order (gin ":param" as "{param}").
+# Targets name ExecdServer attributes. Every route is also served under /proxy/44772 (handle()).
+ROUTES: tuple[tuple[str, str, str], ...] = (
+    ("GET", "/ping", "_ping"),
+    ("DELETE", "/files", "files.delete_files"),
+    ("GET", "/files/info", "files.info"),
+    ("POST", "/files/mv", "files.mv"),
+    ("POST", "/files/permissions", "files.permissions"),
+    ("GET", "/files/search", "files.search"),
+    ("POST", "/files/replace", "files.replace"),
+    ("POST", "/files/upload", "files.upload"),
+    ("GET", "/files/download", "files.download"),
+    ("GET", "/directories/list", "files.list_dir"),
+    ("POST", "/directories", "files.mkdirs"),
+    ("DELETE", "/directories", "files.delete_dirs"),
+    ("POST", "/code", "code.run"),
+    ("DELETE", "/code", "code.interrupt"),
+    ("POST", "/code/context", "code.create_context"),
+    ("GET", "/code/contexts", "code.list_contexts"),
+    ("DELETE", "/code/contexts", "code.delete_by_language"),
+    ("DELETE", "/code/contexts/{contextId}", "code.delete_context"),
+    ("GET", "/code/contexts/{contextId}", "code.get_context"),
+    ("POST", "/session", "_create_session"),
+    ("POST", "/session/{sessionId}/run", "_run_in_session"),
+    ("DELETE", "/session/{sessionId}", "_delete_session"),
+    ("POST", "/command", "_run_command"),
+    ("DELETE", "/command", "_interrupt"),
+    ("GET", "/command/status/{id}", "_command_status"),
+    ("GET", "/command/{id}/logs", "_command_logs"),
+    ("GET", "/metrics", "_get_metrics"),
+    ("GET", "/metrics/watch", "_watch_metrics"),
+    ("POST", "/pty", "pty.create"),
+    ("GET", "/pty/{sessionId}", "pty.status"),
+    ("DELETE", "/pty/{sessionId}", "pty.delete"),
+    ("GET", "/pty/{sessionId}/ws", "pty.websocket"),
+)
+
+def _param_tsr(method: str, path: str) -> bool:
+    """Gin's other trailing-slash recommendation: "/command/status/" walks into "/command/:id/logs"
+    with id="status" and is left with exactly "/" (tree.go getValue; tiers/diff unknown.paths)."""
+    if not path.endswith("/") or len(path) < 2:
+        return False
+    segs = path[:-1].split("/")
+    for m, pattern, _ in ROUTES:
+        if m != method:
+            continue
+        psegs = pattern.split("/")
+        if len(psegs) > len(segs) and psegs[len(segs) - 1].startswith("{") and all(
+                p.startswith("{") and s or p == s for p, s in zip(psegs[:len(segs)], segs)):
+            return True
+    return False
+
+
+_CREATE_SESSION = Struct("model.CreateSessionRequest", {"cwd": "string"})
+_RUN_IN_SESSION = Struct("model.RunInSessionRequest", {"command": "string", "cwd": "string", "timeout": "int64"})
 
 
 class _ExecdHandler(Handler):
@@ -402,15 +177,31 @@ class ExecdServer:
         self._server: Server | None = None
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
+        self.sessions = SessionRegistry(runtime)
+        self.files = FilesAPI(runtime)
+        self.pty = PTYRoutes(runtime, mode)
+        self.pty_sessions = self.pty.registry
+        self.code = CodeAPI(self._stream_command, self._interrupt, self._stall, mode)
         self.router = Router()
-        self._routes()
-        self.pty_sessions = None
-        try:  # interactive terminals (execd /pty routes) live in execd/pty.py when present
-            from .pty import register_pty_routes
-        except ImportError:  # pragma: no cover
-            register_pty_routes = None
-        if register_pty_routes is not None:
-            self.pty_sessions = register_pty_routes(self.router, self)
+        for method, pattern, target in ROUTES:
+            self.router.add(method, pattern, self._endpoint(target))
+
+    def _endpoint(self, target: str) -> Callable[[Request], None]:
+        """A ROUTES target ("files.info", "_ping") as a handler; an ExecdError it raises becomes
+        Gin's JSON error answer."""
+        obj: Any = self
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        fn = obj
+
+        def handler(req: Request) -> None:
+            try:
+                fn(req)
+            except ExecdError as err:
+                if req.responded:  # headers already out (a stream): Gin appends the JSON to the body
+                    return
+                gin.error_reply(req, err)
+        return handler
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -443,8 +234,8 @@ class ExecdServer:
             except OSError:
                 pass
         self.commands.kill_all()
-        if self.pty_sessions is not None:
-            self.pty_sessions.close_all()
+        self.sessions.close_all()
+        self.pty.close_all()
 
     def __enter__(self) -> "ExecdServer":
         self.start()
@@ -463,14 +254,17 @@ class ExecdServer:
     # -- helpers --------------------------------------------------------------------------------
     @staticmethod
     def _json(req: Request, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        req.send(status, sse.go_json(obj).encode("utf-8"), GIN_JSON, headers)
+        gin.json_reply(req, status, obj, headers)
 
     def _err(self, req: Request, status: int, code: str, message: str) -> None:
-        self._json(req, status, {"code": code, "message": message})
+        gin.error_reply(req, ExecdError(status, code, message))
 
     @staticmethod
     def _ok(req: Request) -> None:
-        req.send(200, b"")  # gin RespondSuccess(nil): 200, Content-Length 0, no Content-Type (recording 10/13)
+        gin.ok(req)
+
+    def _ping(self, req: Request) -> None:
+        gin.ok(req)
 
     @staticmethod
     def _drop(req: Request) -> None:
@@ -516,10 +310,10 @@ class ExecdServer:
             return
         # 3. access token (execd router.go accessTokenMiddleware; seed 000 §1.4)
         if self.access_token is not None:
-            got = req.headers.get(TOKEN_HEADER) or ""
+            got = (req.headers.get(TOKEN_HEADER) or "").strip(" \t")  # Go's textproto trims values
             if not got or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
                                                   self.access_token.encode("utf-8", "surrogateescape")):
-                self._json(req, 401, {"error": f"Unauthorized: invalid or missing header {TOKEN_HEADER}"})
+                self._json(req, 401, {"error": MSG["unauthorized"].format(TOKEN_HEADER)})
                 return
         # 4. /proxy/<port>/...: execd's own port is served here, others are reverse-proxied
         path = req.path
@@ -534,33 +328,89 @@ class ExecdServer:
                 self._proxy(req, port, "/" + sub)
                 return
             path = "/" + sub
-        fn, params, _ = self.router.match(req.method if req.method != "HEAD" else "GET", path)
+        fn, params, _ = self.router.match(req.method, path)
         if fn is None:
-            req.send_text(404, "404 page not found")  # Gin's default (recording 06)
+            # Gin: no HEAD/OPTIONS routing, no 405; a path that only differs by a trailing slash from
+            # a route of this method is redirected (RedirectTrailingSlash; tiers/diff unknown.paths)
+            alt = path[:-1] if path.endswith("/") and len(path) > 1 else path + "/"
+            if self.router.match(req.method, alt)[0] is not None or _param_tsr(req.method, path):
+                gin.redirect(req, alt)
+                return
+            gin.not_found(req)
             return
         req.params = params
         fn(req)
 
-    def _routes(self) -> None:
-        r = self.router
-        r.add("GET", "/ping", lambda req: self._ok(req))
-        r.add("POST", "/command", self._run_command)
-        r.add("DELETE", "/command", self._interrupt)
-        r.add("GET", "/command/status/{id}", self._command_status)
-        r.add("GET", "/command/{id}/logs", self._command_logs)
-        # code interpreter absent from the image (seed 000 §1.4, live)
-        r.add("GET", "/code/contexts", lambda req: self._json(req, 200, []))
-        r.add("POST", "/code", lambda req: self._err(
-            req, 500, "RUNTIME_ERROR",
-            "error running codes language runtime server not configured, please check your image runtime"))
-        r.add("POST", "/code/context", self._stall)
-        r.add("GET", "/metrics", lambda req: self._json(req, 200, _metrics()))
-        r.add("GET", "/metrics/watch", self._watch_metrics)
+    def _get_metrics(self, req: Request) -> None:
+        gin.json_reply(req, 200, _metrics())
+
+    # -- /session (bash sessions; execd/sessions.py) ----------------------------------------------
+    def _create_session(self, req: Request) -> None:
         try:
-            from . import files as _files  # noqa: F401
-        except ImportError:  # pragma: no cover - files API not built yet
-            return
-        _files.add_routes(self)
+            data = decode(req.body, _CREATE_SESSION)
+        except GoJSONError as exc:
+            if str(exc) != "EOF":  # an empty body means default options
+                raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["bad_body_session"].format(exc)) from exc
+            data = {}
+        sid = self.sessions.create(data.get("cwd") or "")
+        gin.json_reply(req, 200, {"session_id": sid})
+
+    def _run_in_session(self, req: Request) -> None:
+        sid = req.params.get("sessionId", "")
+        try:
+            data = decode(req.body, _RUN_IN_SESSION)
+        except GoJSONError as exc:
+            raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["bad_body_session"].format(exc)) from exc
+        problems = []
+        if not data.get("command"):
+            problems.append(MSG["required"].format("RunInSessionRequest", "Command"))
+        if data.get("timeout", 0) < 0:
+            problems.append(MSG["gte"].format("RunInSessionRequest", "Timeout"))
+        if problems:
+            raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format("\n".join(problems)))
+        cwd = data.get("cwd") or ""
+        if cwd:
+            expanded = self._expand(cwd, {})
+            err = self._check_cwd(cwd, expanded)
+            if err:
+                raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format(err))
+        from .sessions import RunHooks, SessionTimeout
+        state: dict[str, Any] = {"w": None, "gone": False}
+
+        def emit(ev: dict[str, Any]) -> None:
+            if state["w"] is None:
+                state["w"] = self._sse_start(req)  # headers go out lazily with the first event
+                state["w"].write(sse.encode_event(ev))
+                state["w"].write(sse.encode_event(sse.ping_event()))
+                return
+            if state["gone"]:
+                return
+            try:
+                state["w"].write(sse.encode_event(ev))
+            except OSError:
+                state["gone"] = True
+
+        hooks = RunHooks(on_init=lambda i: emit(sse.init_event(i)),
+                         on_stdout=lambda t: emit(sse.output_event("stdout", t)),
+                         on_error=lambda ev, tb: emit(sse.error_event(ev, tb)),
+                         on_complete=lambda ms: emit(sse.complete_event(ms)))
+        try:
+            self.sessions.run(sid, data["command"], cwd, int(data.get("timeout") or 0), hooks,
+                              gone=lambda: state["gone"] or self._client_gone(req))
+        except (LookupError, RuntimeError, SessionTimeout, OSError, ValueError) as exc:
+            msg = MSG["run_in_session"].format(exc.args[0] if exc.args else exc)
+            if state["w"] is None:
+                raise ExecdError(500, "RUNTIME_ERROR", msg) from exc
+            try:  # RespondError after the stream started: the JSON lands in the body
+                state["w"].write(go_json({"code": "RUNTIME_ERROR", "message": msg}).encode())
+            except OSError:
+                pass
+        if state["w"] is not None:
+            state["w"].close()
+
+    def _delete_session(self, req: Request) -> None:
+        self.sessions.delete(req.params.get("sessionId", ""))
+        gin.ok(req)
 
     def _watch_metrics(self, req: Request) -> None:
         """controller/metric.go WatchMetrics: SSE headers, one JSON object + "\n" per second until the
@@ -570,7 +420,7 @@ class ExecdServer:
             while not self._stopping.wait(1.0 - _CPU_SAMPLE_S):
                 if self._client_gone(req):
                     break
-                w.write((sse.go_json(_metrics()) + "\n").encode())
+                w.write((go_json(_metrics()) + "\n").encode())
         except OSError:
             pass
         w.close()
@@ -580,6 +430,9 @@ class ExecdServer:
     _V1_FIELDS = {"command": "string", "cwd": "string", "background": "bool", "timeout": "int64",
                   "uid": "uint32", "gid": "uint32", "envs": "map[string]string"}
     _LATEST_FIELDS = dict(_V1_FIELDS, argv="[]string", operation_id="string")
+    _V1_STRUCT = Struct("model.RunCommandRequest", _V1_FIELDS)
+    # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
+    _LATEST_STRUCT = Struct("model.request", _LATEST_FIELDS)
 
     def _parse_command(self, req: Request) -> dict[str, Any] | None:
         """Decode + validate a RunCommandRequest; on failure answer 400 and return None."""
@@ -593,7 +446,7 @@ class ExecdServer:
         try:
             if latest:
                 # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
-                data = go_decode(body, "model.request", self._LATEST_FIELDS)
+                data = decode(body, self._LATEST_STRUCT)
                 raw = json.loads(body.decode("utf-8", "replace") or "null") if body.strip() else {}
                 keys = {k.lower() for k in raw} if isinstance(raw, dict) else set()
                 cmd_set, argv_set = "command" in keys, "argv" in keys
@@ -602,7 +455,7 @@ class ExecdServer:
                 if argv_set and any(a is None for a in (raw.get("argv") or [])):
                     raise GoJSONError("argv elements must be strings")
             else:
-                data = go_decode(body, "model.RunCommandRequest", self._V1_FIELDS)
+                data = decode(body, self._V1_STRUCT)
         except GoJSONError as exc:
             self._err(req, 400, "INVALID_REQUEST_BODY", bad + str(exc))
             return None
@@ -663,7 +516,7 @@ class ExecdServer:
         except NotADirectoryError:
             return f"working directory does not exist: {cwd}: stat {expanded}: not a directory"
         except OSError as exc:
-            return f'cannot access working directory "{cwd}": stat {expanded}: {go_errno_text(exc)}'
+            return f'cannot access working directory "{cwd}": stat {expanded}: {errno_text(exc)}'
         except ValueError as exc:
             return f'cannot resolve working directory "{cwd}": {exc}'
         import stat as _stat
@@ -679,16 +532,16 @@ class ExecdServer:
         spec = self._parse_command(req)
         if spec is None:
             return
+        self._stream_command(req, spec, True)
+
+    def _stream_command(self, req: Request, spec: dict[str, Any], linger: bool) -> None:
+        """Start a command and stream it. linger: /command sleeps ApiGracefulShutdownTimeout after
+        the last event; /code returns as soon as the command completed (waitForExecutionComplete)."""
         background = bool(spec.get("background"))
-        uid, gid = spec.get("uid"), spec.get("gid")
         try:
-            if (uid not in (None, 0)) or (gid not in (None, 0)):
-                # the mock runs everything as the sandbox's root; switching identity is not emulated
-                raise StartFailure(f"fork/exec {self.runtime.shell()[0]}: operation not permitted "
-                                   f"(switching to uid={uid or 0} gid={gid or 0} is not supported by the mock)")
             cmd = self.commands.start(command=spec.get("command"), argv=spec.get("argv"), cwd=spec.get("cwd") or None,
                                       envs=spec.get("envs") or {}, timeout_ms=int(spec.get("timeout") or 0),
-                                      background=background)
+                                      background=background, uid=spec.get("uid"), gid=spec.get("gid"))
         except StartFailure as exc:
             self._start_failure(req, str(exc))
             return
@@ -696,9 +549,9 @@ class ExecdServer:
             self._err(req, 500, "RUNTIME_ERROR", f"error running commands {exc}")
             return
         if background:
-            self._background_stream(req, cmd)
+            self._background_stream(req, cmd, linger)
         else:
-            self._foreground_stream(req, cmd)
+            self._foreground_stream(req, cmd, linger)
 
     def _start_failure(self, req: Request, msg: str) -> None:
         import uuid as _uuid
@@ -718,18 +571,19 @@ class ExecdServer:
         if self.close_delay > 0:
             self._stopping.wait(self.close_delay)
 
-    def _background_stream(self, req: Request, cmd) -> None:
+    def _background_stream(self, req: Request, cmd, linger: bool = True) -> None:
         w = self._sse_start(req)
         try:
             w.write(sse.encode_event(sse.init_event(cmd.id)))
             w.write(sse.encode_event(sse.ping_event()))
             w.write(sse.encode_event(sse.complete_event(cmd.execution_ms())))
-            self._linger(req)
+            if linger:
+                self._linger(req)
         except OSError:
             pass
         w.close()
 
-    def _foreground_stream(self, req: Request, cmd) -> None:
+    def _foreground_stream(self, req: Request, cmd, linger: bool = True) -> None:
         w = self._sse_start(req)
         state = {"gone": False}
 
@@ -763,10 +617,12 @@ class ExecdServer:
             elif now >= next_ping:
                 emit(sse.ping_event())
                 next_ping += self.heartbeat
-            if not state["gone"] and (self._stopping.is_set() or self._client_gone(req)):
+            if not state["gone"] and self._client_gone(req):
+                # the command outlives its connection: Execute runs it under context.Background()
+                # (runtime/ctrl.go; tiers/diff command.disconnect)
                 state["gone"] = True
-            if state["gone"] and cmd.proc is not None and cmd.proc.poll() is None:
-                # a foreground command dies with its connection (seed 000 §4 item 7; command.go ctx cancel)
+            if self._stopping.is_set() and cmd.proc is not None and cmd.proc.poll() is None:
+                state["gone"] = True
                 cmd.kill(signal.SIGKILL)
         for name, fr in framers.items():
             for text in fr.flush():
@@ -776,7 +632,7 @@ class ExecdServer:
             emit(sse.complete_event(cmd.execution_ms()))
         else:
             emit(sse.error_event(str(code), [err]))
-        if not state["gone"]:
+        if not state["gone"] and linger:
             self._linger(req)
         w.close()
         if state["gone"]:
@@ -812,7 +668,7 @@ class ExecdServer:
             except ValueError:
                 cursor = 0
         try:
-            data, tail = self.commands.logs(cid, cursor)
+            data, tail = self.commands.logs(cid, cursor)  # noqa: F841
         except (LookupError, ValueError) as exc:
             self._err(req, 400, "INVALID_REQUEST_BODY", str(exc.args[0]))
             return

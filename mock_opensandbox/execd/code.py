@@ -1,0 +1,95 @@
+"""The /code group on a plain image (no Jupyter server configured), as the real binary answers it
+(controller/codeinterpreting.go, runtime/context.go + ctrl.go; tiers/diff code.* cases):
+contexts are never created (the Jupyter retry loop never ends: POST /code/context hangs), listing
+is empty, a "" or "command" language runs the code as a foreground command, "background-command"
+as a background one, "sql" fails to reach MySQL at 127.0.0.1:3306, every other known language
+fails because no language runtime is configured."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..gojson import GoJSONError, Struct, decode
+from ..httpcore import Request
+from . import gin
+from .errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError, bad_body, invalid, missing_query
+
+__all__ = ["CodeAPI", "JUPYTER_LANGUAGES"]
+
+CODE_CONTEXT = Struct("model.CodeContext", {"id": "string", "language": "string", "cwd": "string"})
+RUN_CODE = Struct("model.RunCodeRequest", {"context": CODE_CONTEXT, "code": "string"})
+CONTEXT_REQUEST = Struct("model.CodeContextRequest", {"language": "string", "cwd": "string"})
+JUPYTER_LANGUAGES = ("bash", "python", "java", "javascript", "typescript", "go")
+NO_CONTEXT_OPS = ("command", "background-command", "sql")
+NO_RUNTIME = "language runtime server not configured, please check your image runtime"
+
+
+class CodeAPI:
+    def __init__(self, run_command: Callable[[Request, dict[str, Any], bool], None],
+                 interrupt: Callable[[Request], None], stall: Callable[[Request], None], mode: str = "v1.1.0"):
+        """run_command(req, spec, linger): stream a /command-style run (spec as _parse_command returns).
+        mode "latest": a code request without a language needs the (absent) runtime (seed 000 §1.4,
+        live); the v1.0.19 binary runs it as a command (tiers/diff code.plain_image)."""
+        self._run_command, self.interrupt, self._stall = run_command, interrupt, stall
+        self.mode = mode
+
+    def run(self, req: Request) -> None:
+        try:
+            data = decode(req.body, RUN_CODE)
+        except GoJSONError as exc:
+            raise bad_body(exc) from exc
+        if not data.get("code"):
+            raise invalid(MSG["required"].format("RunCodeRequest", "Code"))
+        lang = (data.get("context") or {}).get("language") or ("python" if self.mode == "latest" else "command")
+        if lang in ("command", "background-command"):
+            self._run_command(req, {"command": data["code"], "background": lang == "background-command"}, False)
+            return
+        if lang == "sql":
+            self._sql_unreachable(req)
+            return
+        if lang in JUPYTER_LANGUAGES:
+            raise ExecdError(500, RUNTIME_ERROR, MSG["run_codes"].format(NO_RUNTIME))
+        raise ExecdError(500, RUNTIME_ERROR, MSG["run_codes"].format(MSG["unknown_language"].format(lang)))
+
+    def _sql_unreachable(self, req: Request) -> None:
+        """runtime/sql.go: the stream starts, the DB dial fails (error event, traceback null), then the
+        controller's RespondError JSON lands in the same body (headers already sent)."""
+        import uuid
+
+        from .. import sse
+        from ..gojson import go_json
+        why = "dial tcp 127.0.0.1:3306: connect: connection refused"
+        w = gin.sse_start(req)
+        try:
+            w.write(sse.encode_event(sse.init_event(str(uuid.uuid4()))))
+            w.write(sse.encode_event(sse.ping_event()))
+            ev = {"type": "error", "timestamp": sse.now_ms(), "error": {"ename": "DBInitError", "evalue": why,
+                                                                        "traceback": None}}
+            w.write(sse.encode_event(ev))
+            w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_codes"].format(why)}).encode())
+        except OSError:
+            pass
+        w.close()
+
+    def create_context(self, req: Request) -> None:
+        try:
+            decode(req.body, CONTEXT_REQUEST)
+        except GoJSONError as exc:
+            raise bad_body(exc) from exc
+        self._stall(req)  # kernelWaitingBackoff retries the absent Jupyter server for minutes
+
+    def list_contexts(self, req: Request) -> None:
+        lang = req.q("language") or ""
+        if lang in NO_CONTEXT_OPS:
+            raise ExecdError(500, RUNTIME_ERROR, MSG["unsupported_language"].format(lang))
+        gin.json_reply(req, 200, [])
+
+    def delete_by_language(self, req: Request) -> None:
+        if not req.q("language"):
+            raise missing_query("language")
+        gin.ok(req)  # no context of any language exists
+
+    def get_context(self, req: Request) -> None:
+        raise ExecdError(404, CONTEXT_NOT_FOUND, MSG["context_not_found"].format(req.params.get("contextId", "")))
+
+    def delete_context(self, req: Request) -> None:
+        raise ExecdError(404, CONTEXT_NOT_FOUND, MSG["context_not_found"].format(req.params.get("contextId", "")))
