@@ -118,10 +118,10 @@ def test_stop_unblocks_paused_and_stalled_requests(runtime):
 
 
 def test_code_routes_without_interpreter(make_execd):
-    c = Client(make_execd().port)
+    c = Client(make_execd(mode="latest").port)
     r = c.get("/code/contexts")
     assert (r.status, r.json()) == (200, [])
-    r = c.post("/code", {"code": "print(1)"})
+    r = c.post("/code", {"code": "print(1)"})  # v1.1.0 mode runs it as a command (tiers/diff code.plain_image)
     assert r.status == 500
     assert r.json() == {"code": "RUNTIME_ERROR", "message": "error running codes language runtime server not "
                                                             "configured, please check your image runtime"}

@@ -98,6 +98,7 @@ class _Execd:
     def __init__(self, *, with_pty: bool = True):
         self.root = tempfile.mkdtemp(prefix="osb-pty-t1-")
         self.runtime = SandboxRuntime(self.root) if SandboxRuntime else _StandInRuntime(self.root)
+        self.mode = "latest"
         self.router = httpcore.Router()
         self.registry = register_pty_routes(self.router, self) if with_pty else None
         router = self.router
@@ -381,10 +382,11 @@ def test_execd_pty_rest_and_upgrade_errors(execd):
     status, headers, body = _req(execd, "POST", "/pty", b"")  # empty body is allowed
     assert status == 201 and headers["Content-Type"] == "application/json; charset=utf-8"
     sid = json.loads(body)["session_id"]
-    assert re.fullmatch(r"[0-9a-f]{32}", sid)
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", sid)  # tiers/diff pty.lifecycle
 
     status, _, body = _req(execd, "GET", f"/pty/{sid}")
     assert status == 200
+    # "latest" mode (the stand-in's); v1.1.0 has no launch_* fields (model/pty.go at 3bb6fad, tiers/diff)
     assert json.loads(body) == {"session_id": sid, "running": False, "output_offset": 0,
                                 "launch_attempted": False, "launch_failed": False}
 
