@@ -73,6 +73,9 @@ def _unknown(c: Ctx) -> None:
               "/files/info/extra", "/directories/", "/session/x"):
         c.get(p, label=f"GET {p}")
     c.req("POST", "/session/x", body=b"{}", label="POST /session/x")
+    c.req("POST", "/command/", body=b"{}", label="POST /command/ (trailing slash)")
+    c.req("DELETE", "/files/", label="DELETE /files/ (trailing slash)")
+    c.req("HEAD", "/ping/", label="HEAD /ping/")
     c.req("GET", "/ping?x=1&y", label="GET /ping?query")
 
 
@@ -380,6 +383,9 @@ def _code(c: Ctx) -> None:
     c.delete("/code", query={"id": "nosuch"}, label="interrupt unknown")
     c.post("/code", {"code": "echo from code"}, label="run no context")
     c.post("/code", {"code": "echo x", "context": {"language": "command"}}, label="run language command")
+    c.post("/code", {"code": "echo bg", "context": {"language": "background-command"}}, label="run background-command")
+    c.post("/code", {"code": "exit 3", "context": {"language": "command", "id": "x"}}, label="run command exit 3")
+    c.post("/code", {"code": "x", "context": {"language": 1}}, label="run language number")
     c.post("/code", {"code": "print(1)", "context": {"language": "python"}}, label="run python")
     c.post("/code", {"code": "print(1)", "context": {"language": "nosuchlang"}}, label="run unknown language")
     c.post("/code", {"code": "select 1", "context": {"language": "sql"}}, label="run sql")

@@ -96,7 +96,7 @@ class Normalizer:
         if key in _TIME_KEYS and v not in (None, "", 0):
             return "<TIME>"
         if key in _METRIC_KEYS:
-            return f"<{type(v).__name__}>"
+            return "<number>" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"<{type(v).__name__}>"
         if isinstance(v, str):
             return self.text(v)
         return v
@@ -110,15 +110,19 @@ def _body_text(b: bytes) -> str:
 
 
 def _events(body: bytes) -> list[Any] | None:
+    """SSE frames ("{json}\n\n" each); a JSON object after the last frame (an error answer written
+    into a stream whose headers were already sent) comes back as {"<tail>": obj}."""
     frames = body.split(b"\n\n")
-    if frames and frames[-1] == b"":
-        frames = frames[:-1]
-    else:
-        return None
-    out = []
+    tail = frames.pop() if frames else b""
+    out: list[Any] = []
     for f in frames:
         try:
             out.append(json.loads(f))
+        except ValueError:
+            return None
+    if tail:
+        try:
+            out.append({"type": "<tail>", "body": json.loads(tail)})
         except ValueError:
             return None
     return out
@@ -144,6 +148,12 @@ def observe_http(resp: Response, norm: Normalizer, method: str) -> dict[str, Any
                 kind = "json"
             except ValueError:
                 kind = "bytes"
+        if kind == "bytes" and body.endswith(b"\n") and "text/event-stream" in ct:
+            try:  # /metrics/watch: one JSON object per line
+                parsed = [json.loads(x) for x in body.splitlines() if x.strip()]
+                kind = "json"
+            except ValueError:
+                pass
     for name in CLIENT_HEADERS:
         v = resp.header(name)
         if v is None:

@@ -15,6 +15,7 @@ __all__ = ["Pair", "run_corpus", "report", "QUIRKS_MD", "TOKEN"]
 
 QUIRKS_MD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "QUIRKS.md")
 TOKEN = "diff-token-0123456789"
+REPORTS: list[str] = []  # reports of this process's runs (the pytest tier prints them at the end)
 
 
 class Pair:

@@ -1,0 +1,61 @@
+"""Differential tier: the real execd binary (``../shared/opensandbox/execd``, or ``$OSB_DIFF_EXECD_BIN``)
+against the mock's execd in ``v1.1.0`` mode, on the corpus of mock_opensandbox/diff/corpus.py.
+
+The binary runs ONLY inside an isolated throw-away sandbox view (mock_opensandbox/diff/targets.py).
+Without the binary, or without isolation, the tier skips with one line.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_BIN = os.path.join(os.path.dirname(REPO), "shared", "opensandbox", "execd")
+
+
+def binary() -> str | None:
+    path = os.environ.get("OSB_DIFF_EXECD_BIN") or DEFAULT_BIN
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = [i for i in items if str(i.fspath).startswith(here)]
+    if not mine:
+        return
+    reason = None
+    if binary() is None:
+        reason = "differential tier: no real execd binary at ../shared/opensandbox/execd (or $OSB_DIFF_EXECD_BIN)"
+    else:
+        from mock_opensandbox.runtime import probe_isolation
+        ok, note = probe_isolation()
+        if not ok:
+            reason = f"differential tier: the real execd may only run in an isolated sandbox view ({note})"
+    if reason:
+        mark = pytest.mark.skip(reason=reason)
+        for i in mine:
+            i.add_marker(mark)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[Any]:
+    from mock_opensandbox.diff import Pair
+    with Pair(binary()) as p:  # both stopped in __exit__ (finally)
+        yield p
+
+
+@pytest.fixture(scope="module")
+def accepted() -> list[Any]:
+    from mock_opensandbox.diff import load_accepted
+    from mock_opensandbox.diff.runner import QUIRKS_MD
+    return load_accepted(QUIRKS_MD)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from mock_opensandbox.diff.runner import REPORTS  # a stable module (conftests load under importlib names)
+    for text in REPORTS:
+        terminalreporter.write_line("")
+        for line in text.rstrip().splitlines():
+            terminalreporter.write_line(line)
