@@ -14,14 +14,14 @@ $(STAMP): requirements-test.txt
 
 venv: $(STAMP)
 
-## Offline tiers t0-t3 (t3 runs against the mock's stand-alone execd unless OSB_EXECD_BIN is set);
+## Offline tiers t0-t3 and the differential tier (tiers/diff: the real execd vs the mock, skips without ../shared/opensandbox/execd; t3 runs against the mock's stand-alone execd unless OSB_EXECD_BIN is set);
 ## t4 skips with one line unless OPENSANDBOX_LIVE=1.
 test: $(STAMP)
-	$(PY) tiers/run_tiers.py "tiers/t1" "tiers/t0 tiers/t2 tiers/t3 tiers/t4"
+	$(PY) tiers/run_tiers.py "tiers/t1 tiers/diff" "tiers/t0 tiers/t2 tiers/t3 tiers/t4"
 
 ## The same tiers in one pytest process (slower; easier to read when debugging).
 test-serial: $(STAMP)
-	$(PYTEST) -q tiers/t0 tiers/t1 tiers/t2 tiers/t3 tiers/t4
+	$(PYTEST) -q tiers/t0 tiers/t1 tiers/diff tiers/t2 tiers/t3 tiers/t4
 
 ## Slow fuzzing and soak tests.
 test-slow: $(STAMP)
