@@ -9,14 +9,34 @@ from ..gojson import GIN_JSON, go_json
 from ..httpcore import ChunkedWriter, Request
 from .errors import ExecdError
 
-__all__ = ["json_reply", "error_reply", "ok", "sse_start", "not_found", "redirect"]
+__all__ = ["send", "json_reply", "error_reply", "ok", "sse_start", "not_found", "redirect"]
+
+# net/http bufferBeforeChunkingSize: a handler that writes more than this before returning (without
+# setting Content-Length) gets a chunked answer (tiers/diff directories.list depth 3)
+GO_BUFFER = 2048
 
 # controller/sse.go sseHeaders (Connection: keep-alive is left to the transport)
 SSE_HEADERS = {"Cache-Control": "no-cache", "Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
 
 
+def send(req: Request, status: int, body: bytes, content_type: str | None,
+         headers: dict[str, str] | None = None) -> None:
+    """A Go handler's body: Content-Length up to 2048 bytes, chunked above."""
+    if len(body) > GO_BUFFER and req.method != "HEAD":
+        all_headers = dict(headers or {})
+        if content_type:
+            all_headers["Content-Type"] = content_type
+        w = req.start_chunked(status, all_headers)
+        try:
+            w.write(body)
+        finally:
+            w.close()
+        return
+    req.send(status, body, content_type, headers)
+
+
 def json_reply(req: Request, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-    req.send(status, go_json(obj).encode("utf-8", "surrogatepass"), GIN_JSON, headers)
+    send(req, status, go_json(obj).encode("utf-8", "surrogatepass"), GIN_JSON, headers)
 
 
 def error_reply(req: Request, err: ExecdError) -> None:

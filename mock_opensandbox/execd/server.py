@@ -672,7 +672,7 @@ class ExecdServer:
         except (LookupError, ValueError) as exc:
             self._err(req, 400, "INVALID_REQUEST_BODY", str(exc.args[0]))
             return
-        req.send(200, data, "text/plain; charset=utf-8", {"Execd-Commands-Tail-Cursor": str(tail)})
+        gin.send(req, 200, data, "text/plain; charset=utf-8", {"Execd-Commands-Tail-Cursor": str(tail)})
 
     # -- reverse proxy ---------------------------------------------------------------------------
     def _proxy(self, req: Request, port: str, path: str) -> None:

@@ -146,7 +146,8 @@ def test_execd_process_mode_leaves_nothing(tmp_path):
         sid = json.loads(c.call("POST", "/v1/sandboxes", BODY)[1])["id"]
         ep = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)[1])["endpoint"]
         hostport, _, prefix = ep.partition("/")
-        assert c.call("GET", "/%s/ping" % prefix, hostport=hostport)[0] == 200
+        # no "//ping" when the endpoint has no path prefix: Gin does not clean paths (tiers/diff unknown.paths)
+        assert c.call("GET", "/" + "/".join(x for x in (prefix, "ping") if x), hostport=hostport)[0] == 200
         assert osb.sandboxes[sid].runtime.isolated is False
         assert c.call("POST", "/v1/sandboxes/%s/pause" % sid)[0] == 202
         pids = _children_tree(os.getpid()) - before_children

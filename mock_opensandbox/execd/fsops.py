@@ -1,0 +1,691 @@
+"""The files and directories API of the mock execd as plain model code: every operation of execd's
+controller/{filesystem.go,filesystem_upload.go,filesystem_download.go,utils.go} on sandbox paths,
+raising ExecdError with the binary's status, code and text. No HTTP here (execd/files.py is the
+HTTP side). Paths are sandbox paths; SandboxRuntime.resolve() maps them into the root (never out of
+it). Go's *PathError texts use the sandbox path. Texts checked against the real binary by the
+differential tier (tiers/diff files.* / directories.* cases)."""
+from __future__ import annotations
+
+import errno
+import grp
+import os
+import posixpath
+import pwd
+import re
+import shutil
+import stat
+from typing import Any, Iterable, Mapping
+
+from ..gojson import errno_text, go_time
+from .errors import FILE_NOT_FOUND, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR, ExecdError
+from .paths import PathExpandError, clean, expand_path
+
+__all__ = ["SandboxFS", "GoError", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
+           "content_disposition", "UMASK", "MKDIR_MODE"]
+
+UMASK = 0o022  # a container's default umask: Go's MkdirAll/OpenFile(0777) give 0755 (recording 13: data.csv 755)
+MKDIR_MODE = 0o777 & ~UMASK
+
+
+class GoError(Exception):
+    """A Go error value: its text, and whether errors.Is(err, fs.ErrNotExist)."""
+
+    def __init__(self, text: str, not_exist: bool = False):
+        super().__init__(text)
+        self.text, self.not_exist = text, not_exist
+
+    def __str__(self) -> str:
+        return self.text
+
+    @classmethod
+    def path(cls, op: str, spath: str, exc: BaseException) -> "GoError":
+        """*PathError{op, path, errno}: "lstat /x: no such file or directory"."""
+        if isinstance(exc, ValueError):  # NUL byte (the syscall's EINVAL) or a refused mapping
+            exc = OSError(errno.EINVAL, "invalid argument")
+        return cls(f"{op} {spath}: {errno_text(exc)}", isinstance(exc, OSError) and exc.errno == errno.ENOENT)
+
+    def wrap(self, prefix: str) -> "GoError":
+        """fmt.Errorf(prefix + "%w", err): the text grows, errors.Is still sees through."""
+        return GoError(prefix + self.text, self.not_exist)
+
+
+def handle_file_error(err: GoError) -> ExecdError:
+    """controller handleFileError: ErrNotExist -> 404 FILE_NOT_FOUND, else 500 RUNTIME_ERROR."""
+    if err.not_exist:
+        return ExecdError(404, FILE_NOT_FOUND, f"file not found. {err}")
+    return ExecdError(500, RUNTIME_ERROR, f"error accessing file: {err}")
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _ftype(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    if stat.S_ISDIR(st.st_mode):
+        return "directory"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    return "other"
+
+
+def file_info(spath: str, st: os.stat_result) -> dict[str, Any]:
+    """model.FileInfo (recording 13): mode is the permission bits written as octal digits, created_at
+    is the ctime (syscall_linux.go getFileCreateTime)."""
+    return {"path": spath, "type": _ftype(st), "size": st.st_size,
+            "modified_at": go_time(st.st_mtime_ns), "created_at": go_time(st.st_ctime_ns),
+            "owner": _owner(st.st_uid), "group": _group(st.st_gid),
+            "mode": int(oct(stat.S_IMODE(st.st_mode) & 0o777)[2:])}
+
+
+def _parse_int(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64): optional sign, digits only, 64-bit range."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        return None
+    v = int(text)
+    return v if -(1 << 63) <= v < (1 << 63) else None
+
+
+def _octal_mode(mode: int) -> int:
+    """strconv.ParseUint(strconv.Itoa(mode), 8, 32); Go's os.FileMode then keeps the permission
+    bits only (its setuid/sticky flags are other bits), so 4755 chmods to 0755 (tiers/diff)."""
+    text = str(mode)
+    if not re.fullmatch(r"[0-7]+", text) or int(text, 8) >= 1 << 32:
+        raise GoError(f'strconv.ParseUint: parsing "{text}": invalid syntax'
+                      if not re.fullmatch(r"[0-7]+", text) else f'strconv.ParseUint: parsing "{text}": value out of range')
+    return int(text, 8) & 0o777
+
+
+# ---------------------------------------------------------------------------------------------
+# glob (execd pkg/util/glob.PathMatch, doublestar semantics, matched against the base name)
+
+def _segment_regex(seg: str) -> str:
+    out, i = [], 0
+    while i < len(seg):
+        c = seg[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "\\":
+            i += 1
+            if i >= len(seg):
+                raise ValueError("syntax error in pattern")
+            out.append(re.escape(seg[i]))
+        elif c == "[":
+            j = i + 1
+            neg = False
+            if j < len(seg) and seg[j] in "^!":
+                neg, j = True, j + 1
+            cls = []
+            first = True
+            while j < len(seg) and (seg[j] != "]" or first):
+                ch = seg[j]
+                if ch == "\\":
+                    j += 1
+                    if j >= len(seg):
+                        raise ValueError("syntax error in pattern")
+                    ch = seg[j]
+                cls.append(re.escape(ch) if ch != "-" else "-")
+                first = False
+                j += 1
+            if j >= len(seg) or not cls:
+                raise ValueError("syntax error in pattern")
+            out.append("[" + ("^" if neg else "") + "".join(cls) + "]")
+            i = j
+        elif c == "{":
+            j = seg.find("}", i)
+            if j < 0:
+                raise ValueError("syntax error in pattern")
+            alts = seg[i + 1:j].split(",")
+            out.append("(?:" + "|".join(_segment_regex(a) for a in alts) + ")")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def glob_match(pattern: str, name: str) -> bool:
+    """doublestar.PathMatch(pattern, name); raises ValueError("syntax error in pattern")."""
+    segs = pattern.split("/")
+    regs = [None if s == "**" else re.compile(_segment_regex(s) + r"\Z", re.S) for s in segs]
+    parts = name.split("/")
+
+    def m(i: int, j: int) -> bool:
+        if i == len(regs):
+            return j == len(parts)
+        r = regs[i]
+        if r is None:
+            return any(m(i + 1, k) for k in range(j, len(parts) + 1))
+        return j < len(parts) and bool(r.match(parts[j])) and m(i + 1, j + 1)
+
+    return m(0, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# byte ranges
+
+def execd_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
+    """execd controller/utils.go ParseRange: None = "invalid range"; [] = nothing satisfiable (then
+    net/http's ServeContent sees the same header)."""
+    if not s.startswith("bytes="):
+        return None
+    out: list[tuple[int, int]] = []
+    for ra in s[6:].split(","):
+        ra = ra.strip()
+        if not ra:
+            continue
+        if "-" not in ra:
+            return None
+        a, b = (x.strip() for x in ra.split("-", 1))
+        if a == "":
+            n = _parse_int(b)
+            if n is None or n < 0:
+                return None
+            n = min(n, size)
+            start, length = size - n, n
+        else:
+            start = _parse_int(a)
+            if start is None or start < 0:
+                return None
+            if b == "":
+                length = size - start
+            else:
+                end = _parse_int(b)
+                if end is None or end < start:
+                    return None
+                length = end - start + 1
+        if start >= size:
+            continue
+        length = min(length, size - start)
+        out.append((start, length))
+    return out
+
+
+class NoOverlap(Exception):
+    pass
+
+
+def go_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
+    """net/http parseRange: None = invalid ("invalid range"); raises NoOverlap; [] = no ranges."""
+    if s == "":
+        return []
+    if not s.startswith("bytes="):
+        return None
+    out: list[tuple[int, int]] = []
+    no_overlap = False
+    for ra in s[6:].split(","):
+        ra = ra.strip(" \t")
+        if ra == "":
+            continue
+        if "-" not in ra:
+            return None
+        a, b = ra.split("-", 1)
+        a, b = a.strip(" \t"), b.strip(" \t")
+        if a == "":
+            if b == "" or b[0] == "-":
+                return None
+            n = _parse_int(b)
+            if n is None or n < 0:
+                return None
+            n = min(n, size)
+            out.append((size - n, n))
+            continue
+        i = _parse_int(a)
+        if i is None or i < 0:
+            return None
+        if i >= size:
+            no_overlap = True
+            continue
+        if b == "":
+            out.append((i, size - i))
+            continue
+        j = _parse_int(b)
+        if j is None or i > j:
+            return None
+        j = min(j, size - 1)
+        out.append((i, j - i + 1))
+    if no_overlap and not out:
+        raise NoOverlap()
+    return out
+
+
+def content_disposition(name: str) -> str:
+    """formatContentDisposition: RFC 5987 form (url.PathEscape) when the name is not ASCII."""
+    if all(ord(c) < 128 for c in name):
+        return f'attachment; filename="{name}"'
+    from urllib.parse import quote
+    enc = quote(name.encode("utf-8", "surrogateescape"), safe="!$&'()*+,;=:@-._~")
+    return f"attachment; filename=\"{enc}\"; filename*=UTF-8''{enc}"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class SandboxFS:
+    """execd's file operations on one sandbox."""
+
+    def __init__(self, runtime: Any):
+        self.rt = runtime
+
+    # -- paths ----------------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """execd's own environment (os.Environ) as the sandbox sees it: what $VAR expands to."""
+        env = dict(self.rt.base_env())
+        if not getattr(self.rt, "isolated", True):
+            env.update(HOME="/root", TMPDIR="/tmp")
+        return env
+
+    def expand(self, p: str) -> str:
+        """pathutil.ExpandPath; raises GoError."""
+        try:
+            return expand_path(p, self.env(), self.env().get("HOME", "/root"))
+        except PathExpandError as exc:
+            raise GoError(str(exc)) from None
+
+    def expand_abs(self, p: str) -> str:
+        """pathutil.ExpandAbsPath (relative to execd's working directory "/")."""
+        e = self.expand(p)
+        return clean(e if e.startswith("/") else "/" + e)
+
+    def host(self, spath: str, follow: bool = True) -> str:
+        return self.rt.resolve(spath if spath.startswith("/") else "/" + spath, follow_symlinks=follow)
+
+    def _call(self, op: str, spath: str, fn: Any, *, follow: bool = True) -> Any:
+        try:
+            return fn(self.host(spath, follow))
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+
+    def stat(self, spath: str) -> os.stat_result:
+        return self._call("stat", spath, os.stat)
+
+    def lstat(self, spath: str) -> os.stat_result:
+        return self._call("lstat", spath, os.lstat, follow=False)
+
+    def mkdir_all(self, spath: str) -> list[str]:
+        """os.MkdirAll(path, 0777) with a 022 umask: the dirs it created; raises GoError (the
+        component that is not a directory: "mkdir /a/file: not a directory")."""
+        created: list[str] = []
+        cur = ""
+        for comp in [c for c in clean("/" + spath).split("/") if c]:
+            cur = cur + "/" + comp
+            try:
+                hp = self.host(cur)
+                st = os.stat(hp)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(hp, MKDIR_MODE)
+                except FileExistsError:
+                    continue  # made meanwhile by someone else: fine, like MkdirAll
+                except OSError as exc:
+                    raise GoError.path("mkdir", cur, exc) from None
+                os.chmod(hp, MKDIR_MODE)
+                created.append(cur)
+                continue
+            except (OSError, ValueError) as exc:
+                raise GoError.path("mkdir", cur, exc) from None
+            if not stat.S_ISDIR(st.st_mode):
+                raise GoError(f"mkdir {cur}: not a directory")
+        return created
+
+    def chown(self, sabs: str, owner: str, group: str) -> None:
+        """SetFileOwnership."""
+        if not owner and not group:
+            return
+        uid = gid = -1
+        if owner:
+            try:
+                uid = pwd.getpwnam(owner).pw_uid
+            except KeyError:
+                raise GoError(f"failed to lookup user {owner}: user: unknown user {owner}") from None
+        if group:
+            try:
+                gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise GoError(f"failed to lookup group {group}: group: unknown group {group}") from None
+        try:
+            os.chown(self.host(sabs), uid, gid)
+        except (OSError, ValueError) as exc:
+            raise GoError(f"failed to set owner/group for {sabs}: {GoError.path('chown', sabs, exc)}") from None
+
+    def chmod_file(self, p: str, perm: Mapping[str, Any]) -> None:
+        """ChmodFile: mode 0 leaves the mode; digits are octal; then owner/group."""
+        sabs = self.expand_abs(p)
+        mode = int(perm.get("mode") or 0)
+        if mode:
+            m = _octal_mode(mode)
+            self._call("chmod", sabs, lambda h: os.chmod(h, m))
+        self.chown(sabs, perm.get("owner") or "", perm.get("group") or "")
+
+    # -- info -------------------------------------------------------------------------------------
+    def info(self, paths: Iterable[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for p in paths:
+            try:
+                try:
+                    sabs = self.expand_abs(p)
+                except GoError as e:
+                    raise GoError(f"invalid path {p}: {e}") from None
+                try:
+                    st = self.lstat(sabs)
+                except GoError as e:
+                    if e.not_exist:
+                        raise e.wrap(f"file not found: {p}: ") from None
+                    raise GoError(f"error accessing file {p}: {e}") from None
+            except GoError as e:
+                raise handle_file_error(e) from None
+            out[p] = file_info(sabs, st)
+        return out
+
+    # -- delete ---------------------------------------------------------------------------------
+    def delete_file(self, p: str) -> None:
+        """DeleteFile; raises ExecdError 500 `error removing file <p>. <err>`."""
+        try:
+            try:
+                sabs = self.expand_abs(p)
+            except GoError as e:
+                raise GoError(f"invalid path: {e}") from None
+            try:
+                st = self.stat(sabs)
+            except GoError as e:
+                if e.not_exist:
+                    return  # missing is fine (recording 13: second delete 200)
+                raise
+            if stat.S_ISDIR(st.st_mode) or self.host(sabs, follow=False) == self.rt.root:
+                raise GoError(f"path is a directory: {p}")
+            try:
+                self._call("remove", sabs, os.remove, follow=False)
+            except GoError as e:
+                raise GoError(f"failed to remove file: {e}") from None
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error removing file {p}. {e}") from None
+
+    def remove_dir(self, p: str) -> None:
+        """RemoveDirs: ExpandPath then os.RemoveAll (missing is fine, symlinks removed, not followed).
+        The sandbox root itself is emptied, never removed."""
+        try:
+            resolved = self.expand(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error resolving directory {p}. {e}") from None
+        sabs = clean("/" + resolved if not resolved.startswith("/") else resolved)
+        try:
+            hp = self.host(sabs, follow=False)
+            if hp == self.rt.root:
+                for name in os.listdir(hp):
+                    _remove_all(os.path.join(hp, name))
+            else:
+                _remove_all(hp)
+        except (OSError, ValueError) as exc:
+            raise ExecdError(500, RUNTIME_ERROR, f"error removing directory {p}. {GoError.path('unlinkat', sabs, exc)}") from None
+
+    # -- directories ----------------------------------------------------------------------------
+    def make_dir(self, d: str, perm: Mapping[str, Any]) -> None:
+        """MakeDir: MkdirAll(0777), then ChmodFile only for a directory that did not exist."""
+        try:
+            sabs = self.expand_abs(d)
+            try:
+                self.stat(sabs)
+                existed = True
+            except GoError:
+                existed = False
+            self.mkdir_all(sabs)
+            if not existed:
+                self.chmod_file(sabs, perm)
+        except GoError as e:
+            raise handle_file_error(e) from None
+
+    def list_dir(self, p: str, depth: int) -> list[dict[str, Any]]:
+        try:
+            sabs = self.expand_abs(p)
+        except GoError as e:
+            # `path, err := ExpandAbsPath(path)` shadows path with "" before the message uses it
+            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
+        try:
+            st = self.lstat(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise ExecdError(400, INVALID_REQUEST, f"path is a symbolic link, refusing to traverse: {sabs}")
+        if not stat.S_ISDIR(st.st_mode):
+            raise ExecdError(400, INVALID_REQUEST, f"path is not a directory: {sabs}")
+        entries: list[dict[str, Any]] = []
+        if depth > 0:
+            try:
+                self._walk(sabs, 0, depth, entries)
+            except GoError as e:
+                raise ExecdError(500, RUNTIME_ERROR, f"error listing directory {sabs}. {e}") from None
+        return entries
+
+    def _walk(self, sdir: str, cur: int, maxd: int, out: list[dict[str, Any]]) -> None:
+        names = self._call("open", sdir, os.listdir, follow=False)
+        hdir = self.host(sdir, follow=False)
+        for name in sorted(names):
+            sp = posixpath.join(sdir, name)
+            try:
+                st = os.lstat(os.path.join(hdir, name))
+            except FileNotFoundError:
+                continue
+            out.append(file_info(sp, st))
+            if stat.S_ISDIR(st.st_mode) and cur + 1 < maxd:
+                self._walk(sp, cur + 1, maxd, out)
+
+    # -- search ---------------------------------------------------------------------------------
+    def search(self, p: str, pattern: str) -> list[dict[str, Any]]:
+        try:
+            sabs = self.expand_abs(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
+        try:
+            self.stat(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
+        pattern = pattern or "**"
+        try:
+            glob_match(pattern, "x")
+        except ValueError:
+            bad = True
+        else:
+            bad = False
+        found: list[dict[str, Any]] = []
+
+        def walk(sp: str, hp: str, st0: os.stat_result) -> None:
+            # filepath.Walk: Lstat of every entry (the root too), directories are descended
+            if not stat.S_ISDIR(st0.st_mode):
+                if bad:
+                    raise ExecdError(500, RUNTIME_ERROR,
+                                     f"error searching files. invalid pattern {pattern}: syntax error in pattern")
+                if glob_match(pattern, posixpath.basename(sp) or sp):
+                    found.append(file_info(sp, st0))
+                return
+            try:
+                names = sorted(os.listdir(hp))
+            except OSError:
+                return
+            for n in names:
+                child = os.path.join(hp, n)
+                try:
+                    cst = os.lstat(child)
+                except OSError:
+                    continue
+                walk(posixpath.join(sp, n), child, cst)
+
+        root_host = self.host(sabs, follow=False)
+        walk(sabs, root_host, os.lstat(root_host))
+        return found
+
+    # -- rename ---------------------------------------------------------------------------------
+    def rename(self, src_in: str, dest_in: str) -> None:
+        """RenameFile; errors go through handleFileError."""
+        try:
+            try:
+                src = self.expand_abs(src_in)
+            except GoError as e:
+                raise GoError(f"invalid source path: {e}") from None
+            try:
+                dest = self.expand_abs(dest_in)
+            except GoError as e:
+                raise GoError(f"invalid destination path: {e}") from None
+            try:
+                self.stat(src)
+            except GoError as e:
+                if e.not_exist:
+                    raise e.wrap(f"source path not found: {src_in}: ") from None
+            try:
+                self.mkdir_all(posixpath.dirname(dest))
+            except GoError as e:
+                raise GoError(f"failed to create destination directory: {e}") from None
+            try:
+                self.stat(dest)
+                raise GoError(f"destination path already exists: {dest_in}")
+            except GoError as e:
+                if e.text.startswith("destination path already exists"):
+                    raise
+            try:
+                hs, hd = self.host(src, follow=False), self.host(dest, follow=False)
+                if hs == self.rt.root:
+                    raise OSError(errno.EBUSY, "device or resource busy")
+                os.rename(hs, hd)
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, ValueError):
+                    exc = OSError(errno.EINVAL, "invalid argument")
+                raise GoError(f"failed to rename file: rename {src} {dest}: {errno_text(exc)}",
+                              exc.errno == errno.ENOENT) from None
+        except GoError as e:
+            raise handle_file_error(e) from None
+
+    # -- permissions / replace ------------------------------------------------------------------
+    def chmod(self, p: str, perm: Mapping[str, Any]) -> None:
+        try:
+            self.chmod_file(p, perm)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error changing permissions for {p}. {e}") from None
+
+    def replace(self, p: str, old: str, new: str) -> int:
+        """ReplaceContent for one file: returns the replaced count."""
+        try:
+            sabs = self.expand_abs(p)
+            self.stat(sabs)
+            content = self._call("read", sabs, _read_file)
+            st = self.stat(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
+        if not old:
+            raise ExecdError(400, INVALID_REQUEST, "old content must not be empty")
+        ob, nb = old.encode("utf-8", "surrogateescape"), new.encode("utf-8", "surrogateescape")
+        try:
+            self._call("open", sabs, lambda h: _write_file(h, content.replace(ob, nb), stat.S_IMODE(st.st_mode)))
+        except GoError as e:
+            raise handle_file_error(e) from None
+        return content.count(ob)
+
+    # -- upload ---------------------------------------------------------------------------------
+    def upload(self, target: str, data: bytes, perm: Mapping[str, Any]) -> None:
+        """processUploadPair after the metadata was parsed: resolve, MkdirAll the parent, write
+        (O_TRUNC, 0777 &^ umask for a new file), ChmodFile."""
+        if not target:
+            raise ExecdError(400, INVALID_FILE_METADATA, "metadata path is empty")
+        try:
+            spath = self.expand(target)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error resolving target path {target}. {e}") from None
+        sdir = posixpath.dirname(spath) or "."
+        try:
+            self.mkdir_all(clean(sdir if sdir.startswith("/") else "/" + sdir))
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error creating target directory {sdir}. {e}") from None
+        sabs = clean(spath if spath.startswith("/") else "/" + spath)
+        try:
+            hp = self.host(sabs)
+            created = not os.path.lexists(hp)
+            fd = os.open(hp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), MKDIR_MODE)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            if created:
+                os.chmod(hp, MKDIR_MODE)
+        except (OSError, ValueError) as exc:
+            raise ExecdError(500, RUNTIME_ERROR,
+                             f"error opening destination file {spath}. {GoError.path('open', spath, exc)}") from None
+        try:
+            self.chmod_file(sabs, perm)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error chmoding file {spath}. {e}") from None
+
+    # -- download -------------------------------------------------------------------------------
+    def open_for_download(self, p: str) -> tuple[str, Any]:
+        """ExpandPath + os.Open: (resolved sandbox path, open binary file)."""
+        try:
+            rp = self.expand(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error resolving file path: {p}. {e}") from None
+        sabs = clean(rp if rp.startswith("/") else "/" + rp)
+        try:
+            hp = self.host(sabs)
+            fh = open(hp, "rb")  # noqa: SIM115 - the caller closes it
+        except IsADirectoryError:
+            fh = _DirHandle(self.host(sabs))  # Go opens a directory fine; reading it fails later
+        except (OSError, ValueError) as exc:
+            raise handle_file_error(GoError.path("open", rp, exc)) from None
+        return rp, fh
+
+
+class _DirHandle:
+    """os.Open of a directory: Stat works, Seek(0, end) gives a huge size, Read fails."""
+
+    def __init__(self, host: str):
+        self.host = host
+
+    def fileno(self) -> int:  # pragma: no cover - not used
+        raise OSError(errno.EISDIR, "is a directory")
+
+    def stat(self) -> os.stat_result:
+        return os.stat(self.host)
+
+    def read(self, n: int = -1) -> bytes:
+        raise IsADirectoryError(errno.EISDIR, "is a directory")
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "_DirHandle":
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        pass
+
+
+def _read_file(host: str) -> bytes:
+    if os.path.isdir(host):
+        raise IsADirectoryError(errno.EISDIR, "is a directory")
+    with open(host, "rb") as fh:
+        return fh.read()
+
+
+def _write_file(host: str, data: bytes, mode: int) -> None:
+    with open(host, "wb") as fh:
+        fh.write(data)
+    os.chmod(host, mode)
+
+
+def _remove_all(hp: str) -> None:
+    """os.RemoveAll: missing is fine, symlinks are removed not followed."""
+    try:
+        st = os.lstat(hp)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(hp)
+    else:
+        os.unlink(hp)
