@@ -665,7 +665,7 @@ class Injection:
 
 def request_sandbox(app: Any, listener: str, path: str) -> str | None:
     """The sandbox a request belongs to: the listener's own (execd, port) or the lifecycle path's."""
-    sid = getattr(app, "sandbox_id", None)
+    sid = app.sandbox_id
     if sid:
         return sid
     if listener == "lifecycle":
@@ -678,7 +678,7 @@ def request_sandbox(app: Any, listener: str, path: str) -> str | None:
 def inject(handler: Any, method: str, registry: FaultRegistry) -> Injection | None:
     """Match the request against the rules and start the fault; None when no rule fires."""
     app = handler.server.app
-    listener = getattr(app, "fault_listener", None) or ("lifecycle" if handler.flavor == "uvicorn" else "execd")
+    listener = app.fault_listener or ("lifecycle" if handler.flavor == "uvicorn" else "execd")
     path = handler.path.split("?", 1)[0]
     rule = registry.match(method, path, listener, request_sandbox(app, listener, path))
     if rule is None:

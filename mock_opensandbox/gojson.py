@@ -7,17 +7,35 @@ Standard library only; imports nothing else from the mock (so every module may u
 """
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
 import json
 import os
 from decimal import Decimal
 from typing import Any, Mapping, Union
 
-__all__ = ["GoJSONError", "decode_value", "unmarshal_value", "check_struct", "decode", "go_json",
+__all__ = ["GO_REPLACE", "go_utf8", "GoJSONError", "decode_value", "unmarshal_value", "check_struct", "decode", "go_json",
            "go_json_bytes", "quote_rune", "errno_text", "path_error", "go_time", "kind_of", "GIN_JSON",
            "Struct"]
 
 GIN_JSON = "application/json; charset=utf-8"  # Gin c.JSON
+
+
+def _go_replace(exc: UnicodeError) -> tuple[str, int]:
+    """Go replaces every byte of an invalid UTF-8 sequence with U+FFFD (utf8.DecodeRune width 1);
+    Python's "replace" uses one U+FFFD per maximal subpart ("\xe2\x82" -> 2 vs 1; tiers/diff gen.output)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "\ufffd", exc.start + 1
+    raise exc
+
+
+codecs.register_error("go-replace", _go_replace)
+GO_REPLACE = "go-replace"
+
+
+def go_utf8(data: bytes) -> str:
+    """bytes -> str the way Go's encoding/json (and strings.ToValidUTF8 per byte) sees them."""
+    return data.decode("utf-8", GO_REPLACE)
 
 
 class GoJSONError(ValueError):
@@ -197,7 +215,7 @@ def _loads(text: str) -> Any:
 def decode_value(body: bytes) -> Any:
     """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
     "EOF", truncated "unexpected EOF"; invalid UTF-8 becomes U+FFFD). Numbers come back as _Num."""
-    text = body.decode("utf-8", "replace")
+    text = body.decode("utf-8", GO_REPLACE)
     sc = _Scan(text)
     sc.ws()
     if sc.i >= len(text):
@@ -209,7 +227,7 @@ def decode_value(body: bytes) -> Any:
 
 def unmarshal_value(body: bytes) -> Any:
     """json.Unmarshal semantics: the whole input must be one value."""
-    text = body.decode("utf-8", "replace")
+    text = body.decode("utf-8", GO_REPLACE)
     sc = _Scan(text)
     sc.ws()
     if sc.i >= len(text):
@@ -321,11 +339,11 @@ def check_struct(obj: Any, struct: Struct, _path: str = "") -> dict[str, Any]:
         if name is None:
             continue
         gotype = struct.fields[name]
-        where = f"Go struct field {base}.{name}"
+        where = f"Go struct field {base}.{key}"  # the key as the request spelled it (tiers/diff gen.json)
         if v is None:
             continue
         if isinstance(gotype, Struct):
-            out[name] = check_struct(v, gotype, f"{base}.{name}")
+            out[name] = check_struct(v, gotype, f"{base}.{key}")
             continue
         if gotype == "raw":
             out[name] = _plain(v)
@@ -337,7 +355,7 @@ def check_struct(obj: Any, struct: Struct, _path: str = "") -> dict[str, Any]:
             if not isinstance(v, dict):
                 raise _mismatch(v, where, gotype)
             elem = gotype[len("map[string]"):]
-            out[name] = {k: ("" if e is None else _scalar(elem, e, f"Go struct field {base}.{name}.{k}"))
+            out[name] = {k: ("" if e is None else _scalar(elem, e, f"Go struct field {base}.{key}.{k}"))
                          for k, e in v.items()}
         else:
             out[name] = _scalar(gotype, v, where)

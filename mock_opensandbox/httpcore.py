@@ -47,6 +47,27 @@ class Exchange:
         self.response_body = response_body
 
 
+class App:
+    """What every listener's application offers httpcore: the explicit interface (subclass it and
+    set these in the constructor; nothing is attached from outside).
+
+    * ``faults``: the fault registry (faults.py) whose rules apply to this listener, or None.
+    * ``sandbox_id``: the sandbox this listener belongs to (an execd, a published port), or None
+      (the lifecycle listener: the sandbox comes from the request path).
+    * ``fault_listener``: the listener kind fault rules match ("lifecycle", "execd", "port"); None
+      derives it from the handler flavor (uvicorn -> lifecycle, gin -> execd).
+    * ``verbose``: write access logs to stderr.
+    * ``journal``: the request journal (journal.py, the workbench) or None: ``journal.begin(handler,
+      method) -> entry`` before anything is read or faulted, ``entry.end(fault)`` once it is over.
+    """
+
+    faults: Any = None
+    sandbox_id: str | None = None
+    fault_listener: str | None = None
+    verbose: bool = False
+    journal: Any = None
+
+
 class Server(ThreadingHTTPServer):
     """A ThreadingHTTPServer that never blocks interpreter exit and can be stopped from any thread."""
 
@@ -55,11 +76,12 @@ class Server(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: Any,
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: App,
                  listen_delay: float = 0.0):
-        """``listen_delay``: the port is bound at once (so it can be announced) but only listens that
-        many seconds after start(); until then connections are refused, like a sandbox whose execd
-        has not come up yet."""
+        """``app``: an App (the explicit interface above: subclass it, or delegate every member to
+        one, as admin.AdminLayer does). ``listen_delay``: the port is bound at once (so it can be
+        announced) but only listens that many seconds after start(); until then connections are
+        refused, like a sandbox whose execd has not come up yet."""
         self.app = app
         self._thread: threading.Thread | None = None
         self._listen_delay = max(0.0, float(listen_delay))
@@ -306,7 +328,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # quiet: the mock never writes access logs to stderr unless asked
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        if getattr(self.server.app, "verbose", False):
+        if self.server.app.verbose:
             super().log_message(format, *args)
 
     def version_string(self) -> str:
@@ -357,12 +379,13 @@ class Handler(BaseHTTPRequestHandler):
         # request journal (journal.py, the workbench; coord NEEDS-httpcore.md): an app with a ``journal``
         # gets ``journal.begin(handler, method) -> entry`` before anything is read or faulted, and
         # ``entry.end(fault)`` once the request is over (answered, faulted, reset or broken off)
-        journal = getattr(self.server.app, "journal", None)
+        app: App = self.server.app
+        journal = app.journal
         entry = journal.begin(self, method) if journal is not None else None
         fault = None
         try:
             # fault injection (faults.py): one hook for every listener; the app exposes its registry
-            registry = getattr(self.server.app, "faults", None)
+            registry = app.faults
             if registry is not None and registry.armed:
                 fault = faults.inject(self, method, registry)
                 if fault is not None and fault.done:
@@ -377,6 +400,13 @@ class Handler(BaseHTTPRequestHandler):
                 entry.end(fault)
 
     def _serve(self, method: str) -> None:
+        if self.flavor == "gin" and not _headers_valid(self.headers):
+            # Go's net/http refuses a control character in a header value (or a non-token name)
+            # before any handler runs (tiers/diff gen.range: "Range: \r")
+            self.wfile.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                             b"Connection: close\r\n\r\n400 Bad Request")
+            self.close_connection = True
+            return
         req = Request(self, method)
         if self.browser_guard and (self.headers.get("Origin") is not None
                                    or not host_allowed(self.headers.get("Host"), self.server.server_address[0])):
@@ -407,6 +437,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None: self._handle("DELETE")  # noqa: E704
     def do_HEAD(self) -> None: self._handle("HEAD")  # noqa: E704
     def do_OPTIONS(self) -> None: self._handle("OPTIONS")  # noqa: E704
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+
+
+def _headers_valid(headers: Any) -> bool:
+    """net/http's header checks: token names, values without control characters but HTAB."""
+    for k, v in headers.items():
+        if not _TOKEN.match(k) or any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in v):
+            return False
+    return True
 
 
 def new_request_id() -> str:

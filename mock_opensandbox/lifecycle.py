@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl
 from . import quirks
 from . import validation as V
 from .faults import FaultError, FaultRegistry
-from .httpcore import OBSERVERS, Handler, Request, Router, host_allowed, new_request_id
+from .httpcore import OBSERVERS, App, Handler, Request, Router, host_allowed, new_request_id
 from .model import SandboxStore, docker_ts, format_ts, validate_metadata
 from .quirks import MockError
 
@@ -265,7 +265,7 @@ EXEMPT_PREFIXES = ("/health", "/version", "/docs", "/redoc", "/openapi.json")  #
 _PROXY_PATH_RE = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
 
 
-class LifecycleApp:
+class LifecycleApp(App):
     """Routes + policy of the lifecycle listener. ``provisioner`` answers endpoint questions
     (``endpoint(sb, port) -> (endpoint, headers|None)``)."""
 
@@ -876,13 +876,17 @@ class LifecycleHandler(Handler):
         return email.utils.formatdate(timestamp, usegmt=True)
 
 
-class PortForwardApp:
+class PortForwardApp(App):
     """The per-sandbox listener standing in for Docker's published container port 8080: forwards
     everything to the sandbox's port 8080 (through execd's /proxy/8080 route)."""
 
-    def __init__(self, target: Callable[[], tuple[str, dict[str, str]]], verbose: bool = False):
+    fault_listener = "port"
+
+    def __init__(self, target: Callable[[], tuple[str, dict[str, str]]], verbose: bool = False, *,
+                 faults: Any = None, sandbox_id: str | None = None, journal: Any = None):
         self.target = target
         self.verbose = verbose
+        self.faults, self.sandbox_id, self.journal = faults, sandbox_id, journal
 
 
 class PortForwardHandler(Handler):

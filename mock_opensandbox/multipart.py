@@ -249,6 +249,14 @@ class MultipartParser:
 
     def close(self) -> list[Part]:
         if not self.done:
+            if self._state == "headers":
+                # the body ends inside a part's header block: Go's textproto reader hands back the
+                # lines it has and NextPart reports io.EOF, so the form ends there without that part
+                # (execd v1.0.19 via tiers/diff gen.multipart); a line without a colon is malformed
+                lines = [ln for ln in bytes(self._buf).replace(b"\r\n", b"\n").split(b"\n") if ln]
+                if not self._buf.endswith(b"\r") and all(b":" in ln or ln[:1] in (b" ", b"\t") for ln in lines):
+                    self.done = True
+                    return []
             raise MultipartError("multipart: NextPart: EOF")
         return []
 

@@ -165,9 +165,9 @@ class MockProvisioner(Provisioner):
         execd = ExecdServer(runtime, host="127.0.0.1", port=0, mode=sb.execd_mode,
                             access_token=self.mock.execd_token, required_headers=self._required_headers(sb),
                             close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose,
-                            start_delay=self.mock.execd_start_delay)
-        execd.faults, execd.sandbox_id = self.mock.faults, sb.id   # fault rules reach its listener too
-        execd.journal = self.mock.journal                           # and the request journal (admin.py)
+                            start_delay=self.mock.execd_start_delay,
+                            # fault rules and the request journal (admin.py) reach its listener too
+                            faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal)
         execd.start()
         return execd
 
@@ -277,9 +277,8 @@ class MockProvisioner(Provisioner):
             if srv is None:
                 if sb.deleted:
                     return 0
-                app = PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose)
-                app.faults, app.sandbox_id, app.fault_listener = self.mock.faults, sb.id, "port"  # type: ignore[attr-defined]
-                app.journal = self.mock.journal  # type: ignore[attr-defined]
+                app = PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose,
+                                     faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal)
                 srv = Server(("127.0.0.1", 0), PortForwardHandler, app)
                 srv.start(name="mock-osb-8080-%s" % sb.id[:8])
                 sb.resources["http"] = srv
@@ -391,12 +390,7 @@ class MockOpenSandbox(WorkbenchMixin):
         sb.execd_mode = mode
         execd = sb.execd
         if execd is not None:
-            if hasattr(execd, "set_mode"):
-                execd.set_mode(mode)
-            else:
-                execd.mode = mode
-                if getattr(execd, "commands", None) is not None and hasattr(execd.commands, "mode"):
-                    execd.commands.mode = mode
+            execd.set_mode(mode)
 
     # -- start / stop ------------------------------------------------------------------------------
     def start(self) -> "MockOpenSandbox":

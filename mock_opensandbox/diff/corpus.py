@@ -151,6 +151,9 @@ def _fg_env(c: Ctx) -> None:
     run(c, {"command": "pwd", "cwd": c.p("wd")}, "cwd ok")
     run(c, {"command": "pwd", "cwd": c.p("missing")}, "cwd missing")
     run(c, {"command": "pwd", "cwd": c.p("afile")}, "cwd is a file")
+    run(c, {"command": "pwd", "cwd": c.p("afile/sub")}, "cwd under a file")
+    run(c, {"command": "pwd", "cwd": c.p("missing/..")}, "cwd missing/..")
+    run(c, {"command": "pwd", "cwd": c.p("wd/$NOPE")}, "cwd undefined env var")
     run(c, {"command": "pwd", "cwd": "~"}, "cwd tilde")
     run(c, {"command": "pwd", "cwd": "relative/dir"}, "cwd relative")
     run(c, {"command": "pwd", "cwd": "$HOME"}, "cwd env var")
@@ -160,6 +163,11 @@ def _fg_env(c: Ctx) -> None:
     run(c, {"command": "env | grep -c '^X='", "envs": {"X": ""}}, "envs empty value")
     run(c, {"command": "echo ok", "envs": {"1BAD": "v", "A-B": "v"}}, "envs odd names")
     run(c, {"command": "echo ok", "envs": {"": "v"}}, "envs empty name")
+
+
+@case("command.env_empty_name", "POST /command")
+def _env_empty(c: Ctx) -> None:
+    run(c, {"command": "printenv | grep -c '^=v$'", "envs": {"": "v"}}, "printenv")
 
 
 @case("command.validation", "POST /command")
@@ -755,3 +763,12 @@ def _upload_cases(c: Ctx) -> None:
     _upload(c, "lf only", [], body=_multipart([("metadata", "m", _meta(P("u/lf")), None),
                                                ("file", "f", b"lf", None)]).replace(b"\r\n", b"\n"))
     c.snapshot("u", "fs after uploads")
+
+
+@case("files.upload.truncated", "POST /files/upload")
+def _upload_truncated(c: Ctx) -> None:
+    """A body cut anywhere: in the first boundary, a part's headers (Go ends the form there), its data."""
+    full = _multipart([("metadata", "m", _meta(c.p("u/t")), None), ("file", "f", b"content", None)])
+    for cut in (10, 21, 35, 63, 70, 77, 100, 140, 161, 170, len(full) - 30, len(full) - 3):
+        _upload(c, f"cut at {cut}", [], body=full[:cut])
+    c.snapshot("", "fs")

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from ..gojson import go_time
+from ..gojson import GO_REPLACE, go_time
 from ..runtime import SandboxRuntime, SandboxTerminated
 
 __all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text",
@@ -64,7 +64,7 @@ class LineSplitter:
         for b in data:
             if b in (10, 13):
                 if self.pending:
-                    out.append(self.pending.decode("utf-8", "replace"))
+                    out.append(self.pending.decode("utf-8", GO_REPLACE))
                     self.pending.clear()
                 elif b == 10 and self.last_cr:
                     pass
@@ -79,7 +79,7 @@ class LineSplitter:
     def flush(self) -> list[str]:
         if not self.pending:
             return []
-        text = self.pending.decode("utf-8", "replace")
+        text = self.pending.decode("utf-8", GO_REPLACE)
         self.pending.clear()
         return [text]
 
@@ -90,7 +90,7 @@ class ChunkDecoder:
     encoding/json does with invalid UTF-8)."""
 
     def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+        self._dec = codecs.getincrementaldecoder("utf-8")(GO_REPLACE)
 
     def feed(self, data: bytes) -> list[str]:
         text = self._dec.decode(data)
@@ -251,11 +251,15 @@ class CommandRegistry:
         full = self.build_argv(command, argv, cwd, envs)
         if argv is not None:
             self._check_exec_target(full)
+        # mergeEnvs writes "K=V" strings: a name with "=" in it ("0=" -> "0==") is passed through
+        # env(1), which yields the same environ string (tiers/diff gen.env); an empty name (execve
+        # refuses it from Python; no program reads it back, diff command.env_empty_name) and NUL are dropped
+        env = {k: v for k, v in (envs or {}).items() if k and "=" not in k and "\x00" not in k + v}
+        odd = [f"{k}={v}" for k, v in (envs or {}).items() if k and "=" in k and "\x00" not in k + v]
+        if odd:
+            full = [self.runtime.which("env") or "/usr/bin/env"] + odd + full
         full = self.credential_prefix(uid, gid) + full
         cmd = Command(uuid.uuid4().hex, content or "", background)
-        # mergeEnvs: "K=V" pairs; a name Go's exec would pass but the mock's spawn refuses (empty, "=",
-        # NUL) is one no shell can read back: dropped (tiers/diff command.fg.env_cwd)
-        env = {k: v for k, v in (envs or {}).items() if k and "=" not in k and "\x00" not in k + v}
         try:
             if background:
                 cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,

@@ -303,6 +303,19 @@ class SandboxFS:
     def host(self, spath: str, follow: bool = True) -> str:
         return self.rt.resolve(spath if spath.startswith("/") else "/" + spath, follow_symlinks=follow)
 
+    def check_dotdot(self, spath: str) -> None:
+        """The kernel walks an uncleaned path: "a/x/../b" needs a/x to exist and be a directory
+        (resolve() cleans lexically). Raises OSError like open(2) would (tiers/diff gen.paths.upload)."""
+        parts = spath.split("/")
+        for i, comp in enumerate(parts):
+            if comp == ".." and i > 0 and parts[i - 1] not in ("", ".", ".."):
+                prefix = "/".join(parts[:i]) or "/"
+                hp = self.host(prefix)
+                if not os.path.exists(hp):
+                    raise OSError(errno.ENOENT, "no such file or directory")
+                if not os.path.isdir(hp):
+                    raise OSError(errno.ENOTDIR, "not a directory")
+
     def _call(self, op: str, spath: str, fn: Any, *, follow: bool = True) -> Any:
         try:
             return fn(self.host(spath, follow))
@@ -608,6 +621,7 @@ class SandboxFS:
             raise ExecdError(500, RUNTIME_ERROR, f"error creating target directory {sdir}. {e}") from None
         sabs = clean(spath if spath.startswith("/") else "/" + spath)
         try:
+            self.check_dotdot(spath if spath.startswith("/") else "/" + spath)
             hp = self.host(sabs)
             created = not os.path.lexists(hp)
             fd = os.open(hp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), MKDIR_MODE)
@@ -632,6 +646,7 @@ class SandboxFS:
             raise ExecdError(500, RUNTIME_ERROR, f"error resolving file path: {p}. {e}") from None
         sabs = clean(rp if rp.startswith("/") else "/" + rp)
         try:
+            self.check_dotdot(rp if rp.startswith("/") else "/" + rp)
             hp = self.host(sabs)
             fh = open(hp, "rb")  # noqa: SIM115 - the caller closes it
         except IsADirectoryError:

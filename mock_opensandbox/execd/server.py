@@ -6,6 +6,7 @@ are listed in mock_opensandbox/QUIRKS.md (part 2).
 """
 from __future__ import annotations
 
+import errno
 import hmac
 import http.client
 import json
@@ -21,7 +22,7 @@ from typing import Any, Callable
 
 from .. import sse
 from ..gojson import GIN_JSON, GoJSONError, Struct, decode, errno_text, go_json
-from ..httpcore import OBSERVERS, ChunkedWriter, Handler, Request, Router, Server
+from ..httpcore import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
 from ..runtime import SandboxRuntime, SandboxTerminated
 from . import gin
 from .code import CodeAPI
@@ -29,6 +30,7 @@ from .commands import CommandRegistry, StartFailure
 from .errors import MSG, ExecdError
 from .files import FilesAPI
 from .pty import PTYRoutes
+from .paths import PathExpandError, expand_path
 from .sessions import SessionRegistry
 
 __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
@@ -151,15 +153,18 @@ class _ExecdHandler(Handler):
         self.server.app.handle(req)
 
 
-class ExecdServer:
+class ExecdServer(App):
     """The execd half of one sandbox. See ARCHITECTURE.md for the interface."""
 
     def __init__(self, runtime: SandboxRuntime, *, host: str = "127.0.0.1", port: int = 0, mode: str = "v1.1.0",
                  access_token: str | None = None, required_headers: dict[str, str] | None = None,
                  close_delay: float = 1.0, heartbeat: float = HEARTBEAT_S, verbose: bool = False,
-                 start_delay: float = 0.0):
+                 start_delay: float = 0.0, faults: Any = None, sandbox_id: str | None = None,
+                 journal: Any = None):
         """``start_delay``: seconds after start() before the port listens (connections are refused until
-        then): the lifecycle answers Running before execd answers /ping (DEVELOPERS.md traps, issue 3)."""
+        then): the lifecycle answers Running before execd answers /ping (DEVELOPERS.md traps, issue 3).
+        ``faults`` / ``sandbox_id`` / ``journal``: the fault registry whose rules reach this listener,
+        the sandbox it belongs to, the request journal (httpcore.App)."""
         if mode not in ("v1.1.0", "latest"):
             raise ValueError(f"mode must be 'v1.1.0' or 'latest', not {mode!r}")
         self.runtime = runtime
@@ -172,6 +177,9 @@ class ExecdServer:
         self.start_delay = max(0.0, float(start_delay))
         self.heartbeat = max(0.05, float(heartbeat))
         self.verbose = verbose
+        self.faults = faults
+        self.sandbox_id = sandbox_id
+        self.journal = journal
         self.commands = CommandRegistry(runtime, mode)
         self._stopping = threading.Event()
         self._server: Server | None = None
@@ -202,6 +210,12 @@ class ExecdServer:
                     return
                 gin.error_reply(req, err)
         return handler
+
+    def set_mode(self, mode: str) -> None:
+        """Switch the execd dialect ("v1.1.0" | "latest") of this sandbox's execd."""
+        if mode not in ("v1.1.0", "latest"):
+            raise ValueError(f"mode must be 'v1.1.0' or 'latest', not {mode!r}")
+        self.mode = self.commands.mode = self.code.mode = self.pty.mode = mode
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -370,8 +384,7 @@ class ExecdServer:
             raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format("\n".join(problems)))
         cwd = data.get("cwd") or ""
         if cwd:
-            expanded = self._expand(cwd, {})
-            err = self._check_cwd(cwd, expanded)
+            err = self._validate_cwd(cwd)
             if err:
                 raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format(err))
         from .sessions import RunHooks, SessionTimeout
@@ -486,36 +499,45 @@ class ExecdServer:
         envs = data.get("envs") or {}
         cwd = data.get("cwd") or ""
         if cwd:
-            expanded = self._expand(cwd, envs)
-            err = self._check_cwd(cwd, expanded)
+            err = self._validate_cwd(cwd)
             if err:
                 return self._invalid(req, err)
-            data["cwd"] = expanded
+            try:
+                data["cwd"] = self._expand(cwd, envs)
+            except PathExpandError:
+                data["cwd"] = self._expand(cwd, {})
         return data
+
+    def _validate_cwd(self, cwd: str) -> str | None:
+        """runtime.ValidateWorkingDir: ExpandPath with execd's own environment (not the request's
+        envs), then stat (tiers/diff command.fg.env_cwd)."""
+        try:
+            expanded = self._expand(cwd, {})
+        except PathExpandError as exc:
+            return f'cannot resolve working directory "{cwd}": {exc}'
+        return self._check_cwd(cwd, expanded)
 
     def _invalid(self, req: Request, msg: str) -> None:
         self._err(req, 400, "INVALID_REQUEST_BODY", f"invalid request, validation error {msg}")
         return None
 
     def _expand(self, path: str, envs: dict[str, str]) -> str:
-        """pathutil.ExpandPathWithEnv: "~" and $VAR / ${VAR} with request envs over the sandbox env."""
-        env = self.runtime.base_env()
-        if self.runtime.isolated is False:
-            env["HOME"] = "/root"
+        """pathutil.ExpandPathWithEnv: ${VAR}/$VAR (request envs over execd's environment), then "~".
+        Raises PathExpandError for an undefined variable."""
+        env = self.files.fs.env()
         env.update(envs)
-        if path == "~" or path.startswith("~/"):
-            path = env.get("HOME", "/root") + path[1:]
-        return re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), ""), path)
+        return expand_path(path, env, env.get("HOME", "/root"))
 
     def _check_cwd(self, cwd: str, expanded: str) -> str | None:
         try:
-            host = self.runtime.resolve(expanded if expanded.startswith("/") else "/" + expanded)
-            st = os.stat(host)
+            sp = expanded if expanded.startswith("/") else "/" + expanded
+            self.files.fs.check_dotdot(sp)  # the kernel walks "a/x/.." (tiers/diff gen.env)
+            st = os.stat(self.runtime.resolve(sp))
         except FileNotFoundError:
             return f"working directory does not exist: {cwd}: stat {expanded}: no such file or directory"
-        except NotADirectoryError:
-            return f"working directory does not exist: {cwd}: stat {expanded}: not a directory"
         except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return f"working directory does not exist: {cwd}: stat {expanded}: no such file or directory"
             return f'cannot access working directory "{cwd}": stat {expanded}: {errno_text(exc)}'
         except ValueError as exc:
             return f'cannot resolve working directory "{cwd}": {exc}'

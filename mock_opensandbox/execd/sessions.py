@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Callable
 
+from ..gojson import GO_REPLACE
 from ..runtime import SandboxRuntime
 from .errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError
 from .paths import PathExpandError, expand_path, go_duration
@@ -251,7 +252,7 @@ class SessionRegistry:
                     raw, buf = buf[:i], buf[i + 1:]
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
-                    line = raw.decode("utf-8", "replace")
+                    line = raw.decode("utf-8", GO_REPLACE)
                     if line == ENV_START:
                         in_env = True
                     elif line == ENV_END:
@@ -270,7 +271,7 @@ class SessionRegistry:
                 if too_long:
                     break
             if buf and not too_long:
-                line = (buf[:-1] if buf.endswith(b"\r") else buf).decode("utf-8", "replace")
+                line = (buf[:-1] if buf.endswith(b"\r") else buf).decode("utf-8", GO_REPLACE)
                 if line and not in_env and not line.startswith((EXIT_PREFIX, PWD_PREFIX)) and line not in (ENV_START, ENV_END):
                     hooks.on_stdout(line)
             rc = proc.wait()

@@ -92,7 +92,7 @@ class _StandInRuntime:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-class _Execd:
+class _Execd(httpcore.App):
     """Stand-in for ExecdServer: a runtime, a router with the PTY routes, a listener."""
 
     def __init__(self, *, with_pty: bool = True):
