@@ -444,7 +444,11 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 def _headers_valid(headers: Any) -> bool:
     """net/http's header checks: token names, values without control characters but HTAB."""
+    from email.errors import MissingHeaderBodySeparatorDefect
+    if any(isinstance(d, MissingHeaderBodySeparatorDefect) for d in getattr(headers, "defects", ())):
+        return False  # a line without a colon ("malformed MIME header line")
     for k, v in headers.items():
+        v = re.sub(r"\r?\n[ \t]+", " ", v)  # obs-fold continuation lines are joined, not refused
         if not _TOKEN.match(k) or any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in v):
             return False
     return True

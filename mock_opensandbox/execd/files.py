@@ -214,7 +214,9 @@ class FilesAPI:
         if cond == "precondition-failed":
             _serve_error(req, headers, 412, "Precondition Failed\n")
             return
-        if cond == "ignore-range":
+        if cond == "ignore-range" or "," in rng:
+            # a Range with several parts (even empty ones, "-0,,") is ignored by the binary's
+            # ServeContent: 200 with the whole file, never multipart/byteranges (tiers/diff gen.range)
             rng = ""
         try:
             ranges = go_parse_range(rng, size)
@@ -235,35 +237,12 @@ class FilesAPI:
             start, length = ranges[0]
             status = 206
             headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
-        elif len(ranges) > 1:
-            self._multirange(req, fh, headers, ranges, size)
-            return
         headers["Accept-Ranges"] = "bytes"
         headers["Content-Length"] = str(length)
         if is_dir:  # the headers go out, the copy fails at once: an empty, cut-off body
             _send_head(req, status, headers, close=True)
             return
         _send_file(req, status, headers, fh, start, length)
-
-    def _multirange(self, req: Request, fh: Any, headers: dict[str, str], ranges: list[tuple[int, int]],
-                    size: int) -> None:
-        """multipart/byteranges (ServeContent with several satisfiable ranges)."""
-        import uuid
-        boundary = uuid.uuid4().hex[:30]
-        ctype = headers.get("Content-Type", "application/octet-stream")
-        body = bytearray()
-        for start, length in ranges:
-            body += (f"\r\n--{boundary}\r\nContent-Range: bytes {start}-{start + length - 1}/{size}\r\n"
-                     f"Content-Type: {ctype}\r\n\r\n").encode()
-            fh.seek(start)
-            body += fh.read(length)
-        body += f"\r\n--{boundary}--\r\n".encode()
-        headers["Content-Type"] = f"multipart/byteranges; boundary={boundary}"
-        headers["Accept-Ranges"] = "bytes"
-        headers["Content-Length"] = str(len(body))
-        _send_head(req, 206, headers)
-        if req.method != "HEAD":
-            req.handler.wfile.write(bytes(body))
 
     def _lines(self, req: Request, fh: Any, raw_offset: str, raw_limit: str) -> None:
         """serveLineRange: 1-based offset (default 1), limit (default all), lines without their

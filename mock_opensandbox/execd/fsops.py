@@ -308,7 +308,7 @@ class SandboxFS:
         (resolve() cleans lexically). Raises OSError like open(2) would (tiers/diff gen.paths.upload)."""
         parts = spath.split("/")
         for i, comp in enumerate(parts):
-            if comp == ".." and i > 0 and parts[i - 1] not in ("", ".", ".."):
+            if comp == ".." and "".join(parts[:i]).strip("/"):
                 prefix = "/".join(parts[:i]) or "/"
                 hp = self.host(prefix)
                 if not os.path.exists(hp):
