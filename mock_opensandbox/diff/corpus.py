@@ -165,6 +165,14 @@ def _fg_env(c: Ctx) -> None:
     run(c, {"command": "echo ok", "envs": {"": "v"}}, "envs empty name")
 
 
+@case("command.environment", "POST /command", "POST /session/:sessionId/run")
+def _environment(c: Ctx) -> None:
+    run(c, {"command": "printenv | LC_ALL=C sort | grep -v '^_='"}, "printenv")
+    sid = _sid(c.post("/session", {}, record=False))
+    c.post(f"/session/{sid}/run", {"command": "export -p | grep -v ' _='"}, label="session export -p")
+    c.delete(f"/session/{sid}", record=False)
+
+
 @case("command.env_empty_name", "POST /command")
 def _env_empty(c: Ctx) -> None:
     run(c, {"command": "printenv | grep -c '^=v$'", "envs": {"": "v"}}, "printenv")

@@ -27,6 +27,7 @@ _PRESENCE_ONLY = {"Date", "Last-Modified"}
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HEX32 = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+_HEX12 = re.compile(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])")  # a sandbox's random hostname
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")
 _TIME_KEYS = {"timestamp", "started_at", "finished_at", "modified_at", "created_at"}
 _DROP_KEYS = {"execution_time"}  # omitempty + wall time: present or not depends on the clock
@@ -85,6 +86,7 @@ class Normalizer:
         s = s.replace(f"127.0.0.1:{self.port}", "<HOST>").replace(f":{self.port}", ":<PORT>")
         s = _UUID.sub(lambda m: self._id("uuid", m.group(0)), s)
         s = _HEX32.sub(lambda m: self._id("hex32", m.group(0)), s)
+        s = _HEX12.sub("<hex12>", s)
         s = _TIME.sub("<TIME>", s)
         return s
 

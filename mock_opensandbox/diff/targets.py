@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from typing import Any
@@ -50,12 +49,12 @@ class Target:
         self.access_token = access_token
         self.runtime: Any = None
 
-    def _make_root(self) -> str:
+    def _make_root(self, env: dict[str, str] | None = None) -> str:
         from ..runtime import SandboxRuntime
         root = tempfile.mkdtemp(prefix=f"osb-diff-{self.name}-")
         os.chmod(root, 0o755)
         try:
-            self.runtime = SandboxRuntime(root, isolate=True)
+            self.runtime = SandboxRuntime(root, env=env, isolate=True)
         except RuntimeError as exc:
             shutil.rmtree(root, ignore_errors=True)
             raise IsolationUnavailable(str(exc)) from exc
@@ -109,8 +108,7 @@ class RealExecd(Target):
     def __init__(self, binary: str, access_token: str | None = None):
         super().__init__(access_token)
         self.binary = binary
-        self.proc: subprocess.Popen | None = None
-        self._log = None
+        self.proc: Any = None
 
     def start(self) -> "RealExecd":
         if not os.path.isfile(self.binary):
@@ -118,37 +116,23 @@ class RealExecd(Target):
         self._make_root()
         if not self.runtime.isolated:  # pragma: no cover - isolate=True raises before
             raise IsolationUnavailable("the real execd needs an isolated sandbox view")
-        inside = self.runtime.resolve(SANDBOX_EXECD)
-        shutil.copyfile(self.binary, inside)
-        os.chmod(inside, 0o755)
-        self.port = _free_port()
-        argv = [SANDBOX_EXECD, "--port", str(self.port), "--graceful-shutdown-timeout", f"{GRACE_MS}ms",
-                "--log-level", "3"]
-        if self.access_token:
-            argv += ["-access-token", self.access_token]
-        self._log = open(os.path.join(self.root, "tmp", ".execd-diff.log"), "wb")
-        self.proc = self.runtime.spawn(argv, cwd="/", stdout=self._log, stderr=subprocess.STDOUT)
+        # runtime.start_execd (contain, issue 11): copied to /opt/opensandbox/execd, started like
+        # bootstrap.sh in the sandbox's own namespaces with its capability set; never on the host
+        try:
+            self.proc = self.runtime.start_execd(
+                self.binary, token=self.access_token,
+                args=["--graceful-shutdown-timeout", f"{GRACE_MS}ms", "--log-level", "3"])
+        except RuntimeError as exc:
+            raise IsolationUnavailable(str(exc)) from exc
+        self.port = self.proc.port
         self.wait_ready()
         return self
 
-    def _check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"real execd exited with {self.proc.returncode}")
-
     def stop(self) -> None:
         try:
-            if self.runtime is not None:
-                self.runtime.terminate()
             if self.proc is not None:
-                try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:  # pragma: no cover
-                    self.proc.kill()
-                    self.proc.wait(timeout=5)
+                self.proc.stop()
         finally:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
             if self.runtime is not None:
                 self.runtime.cleanup()
                 self.runtime = None
@@ -168,7 +152,9 @@ class MockExecd(Target):
 
     def start(self) -> "MockExecd":
         from ..execd.server import ExecdServer
-        self._make_root()
+        # the environment bootstrap.sh gives the real execd (and so its commands)
+        self._make_root({"EXECD": SANDBOX_EXECD, "EXECD_ENVS": "/opt/opensandbox/.env"})
+        open(os.path.join(self.root, "opt", "opensandbox", ".env"), "a").close()
         self.server = ExecdServer(self.runtime, mode=self.mode, access_token=self.access_token,
                                   close_delay=GRACE_MS / 1000.0)
         self.server.start()
