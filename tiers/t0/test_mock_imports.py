@@ -1,5 +1,6 @@
-"""mock_opensandbox/ has no import circle (issue 13): the module-level imports between its modules
-form a DAG (imports inside functions are not counted: they run late, on purpose)."""
+"""mock_opensandbox/ has no import circle (issue 13): the imports between its modules - at module
+level and inside functions alike (the old execd/files.py <-> execd/server.py circle was one of
+function-level imports) - form a DAG. ``if TYPE_CHECKING:`` blocks never run and are not counted."""
 from __future__ import annotations
 
 import ast
@@ -13,6 +14,22 @@ def _module(path: str) -> str:
     return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
+def _imports(tree: ast.AST) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.dump(child.test):
+                for sub in child.orelse:
+                    walk(sub)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                out.append(child)
+            walk(child)
+    walk(tree)
+    return out
+
+
 def _graph() -> dict[str, set[str]]:
     mods: dict[str, str] = {}
     for d, _, files in os.walk(ROOT):
@@ -23,13 +40,15 @@ def _graph() -> dict[str, set[str]]:
     for m, path in mods.items():
         pkg = m if path.endswith("__init__.py") else m.rsplit(".", 1)[0]
         tree = ast.parse(open(path, encoding="utf-8").read())
-        for node in tree.body:  # module level only
+        for node in _imports(tree):
             if isinstance(node, ast.ImportFrom):
                 base = pkg
                 for _ in range(max(0, node.level - 1)):
                     base = base.rsplit(".", 1)[0]
                 target = (base + "." + node.module if node.module else base) if node.level else (node.module or "")
-                cands = [target] + [target + "." + a.name for a in node.names]
+                subs = [target + "." + a.name for a in node.names if target + "." + a.name in mods]
+                # "from . import sub" needs only the submodule; a name of the package needs the package
+                cands = subs + ([target] if len(subs) < len(node.names) else [])
             elif isinstance(node, ast.Import):
                 cands = [a.name for a in node.names]
             else:
