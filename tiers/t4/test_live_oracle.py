@@ -19,7 +19,7 @@ class Live:
     def __init__(self, root: str, api_key: str):
         self.root, self.api_key = root.rstrip("/"), api_key
 
-    def request(self, method, path, headers, body):
+    def request(self, method, path, headers, body, keep=False):
         h = {k: v for k, v in dict(headers).items() if v is not None}
         h.setdefault("OPEN-SANDBOX-API-KEY", self.api_key)
         req = urllib.request.Request(self.root + path, data=body, method=method, headers=h)
@@ -30,7 +30,7 @@ class Live:
                 out = r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
         except urllib.error.HTTPError as e:
             out = e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
-        if method == "POST" and path.rstrip("/").endswith("/sandboxes") and out[0] == 202:
+        if not keep and method == "POST" and path.rstrip("/").endswith("/sandboxes") and out[0] == 202:
             sid = json.loads(out[2]).get("id")
             if sid:  # never leave a sandbox behind on the shared stack
                 self.request("DELETE", "/v1/sandboxes/" + sid, {}, None)
@@ -63,3 +63,66 @@ def test_malformed_bodies_live(mock, live, raw, ctype):
                                      {"x-request-id": "my-trace-1"}, {}])
 def test_auth_and_request_id_live(mock, live, headers):
     corpus.compare(mock, live, "GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000", headers=headers)
+
+
+def _create(target_request, body):
+    st, _, raw = target_request("POST", "/v1/sandboxes", {"Content-Type": "application/json"},
+                                json.dumps(body).encode(), keep=True)
+    assert st == 202, raw
+    return json.loads(raw)["id"]
+
+
+def _shape(status, headers, body, sid):
+    """Status + the answer with the sandbox id, timestamps and ports taken out."""
+    import re
+    text = body.decode("utf-8", "replace").replace(sid, "<id>")
+    ctype = headers.get("content-type", "")
+    if "json" in ctype:
+        doc = json.loads(text)
+        if isinstance(doc, dict) and "code" in doc:
+            return status, doc
+        if isinstance(doc, dict):
+            return status, sorted(doc)
+        return status, type(doc).__name__
+    lines = [re.split(r":\s", ln, 1)[0] for ln in text.splitlines()]
+    return status, ctype.split(";")[0], lines[:3]
+
+
+def test_state_machine_and_diagnostics_live(mock, live):
+    """One sandbox on each side, the same requests: same statuses, error bodies, JSON keys, text layouts."""
+    body = {"image": {"uri": "local/python:3-slim"}, "timeout": 600, "resourceLimits": {"cpu": "500m"},
+            "entrypoint": ["sh", "-c", "echo out-line; exec sleep 600"], "metadata": {"team": "t4"}}
+    lsid = _create(live.request, body)
+    msid = _create(lambda *a, keep=True: corpus.mock_request(mock, *a), body)
+    future = "2999-01-01T00:00:00Z"
+    steps = [("GET", "/v1/sandboxes/{id}", None), ("GET", "/v1/sandboxes/{id}/endpoints/44772", None),
+             ("GET", "/v1/sandboxes/{id}/endpoints/8080", None),
+             ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=container", None),
+             ("GET", "/v1/sandboxes/{id}/diagnostics/events?scope=all", None),
+             ("GET", "/v1/sandboxes/{id}/diagnostics/inspect", None),
+             ("GET", "/v1/sandboxes/{id}/diagnostics/summary", None),
+             ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=nope", None),
+             ("GET", "/v1/sandboxes/{id}/networkpolicy", None),
+             ("PATCH", "/v1/sandboxes/{id}/networkpolicy", [{"action": "allow", "target": "a.com"}]),
+             ("POST", "/v1/sandboxes/{id}/renew-expiration", {"expiresAt": "2001-01-01T00:00:00Z"}),
+             ("POST", "/v1/sandboxes/{id}/renew-expiration", {"expiresAt": future}),
+             ("PATCH", "/v1/sandboxes/{id}/metadata", {"team": None, "x": "1"}),
+             ("PATCH", "/v1/sandboxes/{id}/metadata", {"opensandbox.io/id": "x"}),
+             ("POST", "/v1/sandboxes/{id}/pause", None), ("POST", "/v1/sandboxes/{id}/pause", None),
+             ("GET", "/v1/sandboxes/{id}/diagnostics/events?scope=runtime", None),
+             ("POST", "/v1/sandboxes/{id}/snapshots", None),  # paused: 409 before any snapshot is taken
+             ("POST", "/v1/sandboxes/{id}/resume", None), ("POST", "/v1/sandboxes/{id}/resume", None),
+             ("DELETE", "/v1/sandboxes/{id}", None), ("DELETE", "/v1/sandboxes/{id}", None),
+             ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=container", None)]
+    try:
+        import time
+        time.sleep(2)  # both entrypoints printed their line
+        for method, path, b in steps:
+            raw = json.dumps(b).encode() if b is not None else None
+            hdrs = {"Content-Type": "application/json"} if b is not None else {}
+            want = _shape(*live.request(method, path.format(id=lsid), hdrs, raw), lsid)
+            got = _shape(*corpus.mock_request(mock, method, path.format(id=msid), hdrs, raw), msid)
+            assert got == want, (method, path)
+    finally:
+        live.request("DELETE", "/v1/sandboxes/" + lsid, {}, None)
+        corpus.mock_request(mock, "DELETE", "/v1/sandboxes/" + msid, {}, None)
