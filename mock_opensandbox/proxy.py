@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 from .admin import AdminAPI, WorkbenchMixin
 from .faults import FaultRegistry
 from .httpcore import OBSERVERS, Handler, Request, Server, host_allowed
-from .journal import SECRET_HEADERS, Journal
+from .journal import SECRET_HEADERS, Journal, scrub_text
 
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
               "proxy-authenticate", "proxy-authorization"}
@@ -121,8 +121,8 @@ class Recorder:
             req["headers"] = self._scrub_headers(req["headers"])
             resp["headers"] = self._scrub_headers(resp["headers"])
             for part in (req, resp):
-                if part.get("body") is not None:
-                    part["body"] = self._scrub_text(part["body"])
+                if part.get("body") is not None:   # known secrets, then credential-looking fields (env keys...)
+                    part["body"] = scrub_text(self._scrub_text(part["body"]) or "")
             req["path"] = self._scrub_text(req["path"])
             ex_out.append({"request": req, "response": resp})
         return {

@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -126,7 +127,8 @@ def test_faults_on_both_listeners_and_reset(stack):
 def test_recording_compares_clean_against_the_mock(stack, tmp_path):
     mock, proxy = stack
     key = {"OPEN-SANDBOX-API-KEY": mock.api_key}
-    sid = call(hp(proxy.base_url), "POST", "/v1/sandboxes", CREATE, key)[2]["id"]
+    sid = call(hp(proxy.base_url), "POST", "/v1/sandboxes", dict(CREATE, env={"SERVICE_TOKEN": "tok-very-secret-99"}),
+               key)[2]["id"]
     ep = call(hp(proxy.base_url), "GET", f"/v1/sandboxes/{sid}/endpoints/44772", headers=key)[2]
     local = ep["endpoint"].partition("/")[0]
     hdrs = dict(ep["headers"], **{"X-EXECD-ACCESS-TOKEN": TOKEN})
@@ -148,6 +150,7 @@ def test_recording_compares_clean_against_the_mock(stack, tmp_path):
     assert fx["exchanges"][2]["request"]["headers"]["Host"] == upstream_ep.partition("/")[0] != local
     text = path.read_text()
     assert mock.api_key not in text and TOKEN not in text and "<api-key>" in text and "<execd-token>" in text
+    assert "tok-very-secret-99" not in text and '\\"SERVICE_TOKEN\\": \\"<redacted>\\"' in text
     assert hp(mock.base_url) in text and hp(proxy.base_url) not in text
     argv = [sys.executable, "-m", "record", "compare", str(tmp_path / "rec"), "--gateway", "--execd-token", "t0k3n"]
     res = subprocess.run(argv, cwd=REPO,
@@ -161,6 +164,18 @@ def test_recording_compares_clean_against_the_mock(stack, tmp_path):
     res = subprocess.run(argv, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "DIFF      flow #2 POST /proxy/44772/command: sse-output" in res.stdout
+
+
+def test_unreachable_upstream_is_a_typed_502():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]            # bound, never listening: connections are refused
+        with FaultProxy(f"http://127.0.0.1:{dead}", api_key="k") as proxy:
+            st, h, body = call(hp(proxy.base_url), "GET", "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": "k"})
+            assert st == 502 and body["code"] == "PROXY::UPSTREAM_UNREACHABLE" and str(dead) in body["message"]
+            assert proxy.requests()[0]["status"] == 502
+    with pytest.raises(ValueError, match="http:// URL"):
+        FaultProxy("https://example.invalid")
 
 
 def test_command_line(tmp_path):
