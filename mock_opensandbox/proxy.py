@@ -31,14 +31,13 @@ import signal
 import socket
 import sys
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 from .admin import AdminAPI, WorkbenchMixin
 from .faults import FaultRegistry
-from .httpcore import OBSERVERS, Handler, Request, Server, host_allowed
+from .httpcore import OBSERVERS, App, Handler, Request, Server, host_allowed
 from .journal import SECRET_HEADERS, Journal, scrub_text
 
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
@@ -170,7 +169,6 @@ class _Forwarder:
 
     def forward(self, req: Request, host: str, port: int, *, sandbox: str | None = None,
                 lifecycle: bool = False) -> None:
-        h = req.handler
         proxy = self.proxy
         path = req.raw_path
         if lifecycle and proxy.upstream_prefix:
@@ -336,7 +334,7 @@ class _EndpointHandler(_ProxyHandler):
     flavor = "gin"
 
 
-class LifecycleProxyApp:
+class LifecycleProxyApp(App):
     fault_listener = "lifecycle"
     sandbox_id = None
 
@@ -358,7 +356,7 @@ class LifecycleProxyApp:
         p.forwarder.forward(req, p.upstream_host, p.upstream_port, lifecycle=True)
 
 
-class EndpointProxyApp:
+class EndpointProxyApp(App):
     fault_listener = "execd"
 
     def __init__(self, proxy: "FaultProxy", sandbox: str, host: str, port: int, container_port: int):

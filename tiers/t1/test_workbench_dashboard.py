@@ -12,7 +12,7 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 
-from tiers.t1 import cdp  # noqa: E402
+from tiers.t1 import cdp
 
 pytestmark = [pytest.mark.spec_exempt("the dashboard's /__mock__/ routes are mock-only"),
               pytest.mark.skipif(cdp.find_browser() is None, reason="no chromium: apt-get install -y chromium")]
