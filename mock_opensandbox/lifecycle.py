@@ -380,7 +380,8 @@ class LifecycleApp(App):
                 h.close_connection = True
 
     def _allowed(self, path: str) -> str:
-        """Starlette's Allow header: the methods of the first route whose path matches (GET adds HEAD)."""
+        """Starlette's Allow header: the methods of the first route whose path matches (FastAPI's APIRoute
+        adds no HEAD to GET routes; oracle)."""
         first = None
         methods: list[str] = []
         for m, rx, fn in self.router.routes:
@@ -389,8 +390,6 @@ class LifecycleApp(App):
                     first = (rx.pattern, fn)
                 if (rx.pattern, fn) == first:
                     methods.append(m)
-        if "GET" in methods and "HEAD" not in methods:
-            methods.append("HEAD")
         return ", ".join(methods)
 
     def _host_allowed(self, host: str | None) -> bool:
