@@ -15,7 +15,6 @@ import base64
 import contextlib
 import json
 import pathlib
-import queue
 import socket
 import tempfile
 
@@ -84,22 +83,10 @@ class Fuzzer:
         return self.next_id
 
     def _expect(self, rid):
-        q: queue.Queue = queue.Queue()
-        with self.epp._lock:
-            self.epp._pending[rid] = q
-        return q
+        return self.epp.expect(rid)
 
     def _wait(self, rid, q):
-        try:
-            msg = q.get(timeout=ANSWER_WAIT)
-        except queue.Empty:
-            raise AssertionError(f"no answer to id {rid!r} within {ANSWER_WAIT} s; stderr: "
-                                 f"{self.epp.stderr[-800:].decode(errors='replace')}") from None
-        finally:
-            with self.epp._lock:
-                self.epp._pending.pop(rid, None)
-        assert msg is not None, f"the plugin exited: {self.epp.stderr[-800:].decode(errors='replace')}"
-        return msg
+        return self.epp.answer(rid, q, ANSWER_WAIT)
 
     def send_line(self, line: bytes, *, ours: bool = False) -> dict | None:
         """Write one raw line; return the answer it must get (None when it must get none)."""

@@ -202,19 +202,25 @@ class EppClient:
 
     # ---- API
 
-    def request(self, method: str, params: dict | None = None) -> tuple[int, queue.Queue]:
-        rid = next(self._ids)
+    def expect(self, rid) -> queue.Queue:
+        """The queue the answer to ``rid`` will arrive on (register before sending)."""
         q: queue.Queue = queue.Queue()
         with self._lock:
             self._pending[rid] = q
+        return q
+
+    def request(self, method: str, params: dict | None = None) -> tuple[int, queue.Queue]:
+        rid = next(self._ids)
+        q = self.expect(rid)
         self.send({"id": rid, "method": method, "params": params or {}})
         return rid, q
 
-    def wait(self, rid: int, q: queue.Queue, timeout: float = 60.0) -> Any:
+    def answer(self, rid, q: queue.Queue, timeout: float = 60.0) -> dict:
+        """The whole answer message to ``rid`` (result or error)."""
         try:
             msg = q.get(timeout=timeout)
         except queue.Empty:
-            raise TimeoutError(f"no answer to request {rid} within {timeout}s; stderr: "
+            raise TimeoutError(f"no answer to request {rid!r} within {timeout}s; stderr: "
                                f"{self.stderr[-2000:].decode(errors='replace')}") from None
         finally:
             with self._lock:
@@ -222,6 +228,10 @@ class EppClient:
         if msg is None:
             raise EOFError(f"plugin exited (rc={self.proc.poll()}); stderr: "
                            f"{self.stderr[-2000:].decode(errors='replace')}")
+        return msg
+
+    def wait(self, rid: int, q: queue.Queue, timeout: float = 60.0) -> Any:
+        msg = self.answer(rid, q, timeout)
         if "error" in msg:
             raise RpcError(msg["error"])
         return msg["result"]
