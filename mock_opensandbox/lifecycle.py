@@ -47,6 +47,12 @@ def parse_datetime(value: Any, loc: list, errors: list) -> datetime | None:
     return None if out is V._MISSING else out
 
 
+def _q_last(req: Request, name: str) -> str | None:
+    """A scalar query parameter as FastAPI reads it: the last of repeated values (Starlette QueryParams)."""
+    vals = req.query.get(name)
+    return vals[-1] if vals else None
+
+
 def validate_create(body: Any) -> dict[str, Any]:
     """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
     return V.validate_body(V.CreateSandboxRequest, body)
@@ -441,19 +447,9 @@ class LifecycleApp(App):
     def list(self, req: Request) -> None:
         errors: list = []
         states = req.query.get("state") or None
-        md_raw = req.q("metadata")
-        page = _int(req.q("page"), ["query", "page"], errors) if req.q("page") is not None else 1
-        size = _int(req.q("pageSize"), ["query", "pageSize"], errors) if req.q("pageSize") is not None \
-            else quirks.DEFAULT_PAGE_SIZE
-        if page is not None and page < 1:
-            errors.append(_err("greater_than_equal", ["query", "page"], "Input should be greater than or equal "
-                               "to 1", req.q("page"), {"ge": 1}))
-        if size is not None and size < 1:
-            errors.append(_err("greater_than_equal", ["query", "pageSize"], "Input should be greater than or "
-                               "equal to 1", req.q("pageSize"), {"ge": 1}))
-        elif size is not None and size > quirks.MAX_PAGE_SIZE:
-            errors.append(_err("less_than_equal", ["query", "pageSize"], "Input should be less than or equal to "
-                               "%d" % quirks.MAX_PAGE_SIZE, req.q("pageSize"), {"le": quirks.MAX_PAGE_SIZE}))
+        md_raw = _q_last(req, "metadata")
+        page = self._q_int(req, "page", 1, errors, ge=1)
+        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
         if errors:
             raise ValidationFailed(errors)
         md = None
@@ -510,9 +506,9 @@ class LifecycleApp(App):
     def endpoint(self, req: Request) -> None:
         errors: list = []
         port = self._port_param(req, errors)
-        usp_raw = req.q("use_server_proxy")
+        usp_raw = _q_last(req, "use_server_proxy")
         use_proxy = _bool(usp_raw, ["query", "use_server_proxy"], errors) if usp_raw is not None else False
-        exp_raw = req.q("expires")
+        exp_raw = _q_last(req, "expires")
         expires = _int(exp_raw, ["query", "expires"], errors) if exp_raw is not None else None
         if errors:
             raise ValidationFailed(errors)
@@ -613,7 +609,7 @@ class LifecycleApp(App):
     # -- query parameters (FastAPI Query(...) validation, loc ["query", name]) ---------------------------
     def _q_int(self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None,
                le: int | None = None) -> int:
-        raw = req.q(name)
+        raw = _q_last(req, name)
         if raw is None:
             return default
         out = V.Int(ge=ge, le=le).run(raw, ["query", name], errors)
@@ -710,7 +706,7 @@ class LifecycleApp(App):
 
     # -- diagnostics (server api/devops.py + services/docker/docker_diagnostics.py) ------------------------
     def _scope(self, req: Request, kind: str, supported: tuple[str, ...]) -> str | None:
-        scope = req.q("scope")
+        scope = _q_last(req, "scope")
         if scope is None:
             return None
         norm = scope.strip().lower()
@@ -756,7 +752,7 @@ class LifecycleApp(App):
             content, truncated = self._limit(self._logs_text(self.store.get(sid), 101), 100, True)
             req.send_json(200, self._inline(sid, "logs", scope, content, truncated, quirks.DIAG_LOGS_ALL_WARNING))
             return
-        text = self._logs_text(self.store.get(sid), tail, req.q("since"))
+        text = self._logs_text(self.store.get(sid), tail, _q_last(req, "since"))
         req.send_text(200, text, "text/plain; charset=utf-8", headers={"deprecation": "true"})
 
     def diag_events(self, req: Request) -> None:

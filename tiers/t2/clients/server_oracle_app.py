@@ -107,6 +107,12 @@ class _Containers:
 class _Api:
     timeout = 60
 
+    def __init__(self, containers: "_Containers"):
+        self._containers = containers
+
+    def containers(self, all=False, filters=None, trunc=False):
+        return [{"Id": c.id, "Labels": c.attrs["Config"]["Labels"]} for c in self._containers.items.values()]
+
     def inspect_volume(self, name):
         import docker.errors
         raise docker.errors.NotFound("get %s: no such volume" % name)
@@ -118,7 +124,7 @@ class _Api:
 class FakeDocker:
     def __init__(self):
         self.containers = _Containers()
-        self.api = _Api()
+        self.api = _Api(self.containers)
 
     def info(self):
         return {"Runtimes": {"runc": {}}, "OSType": "linux", "Architecture": "x86_64"}
