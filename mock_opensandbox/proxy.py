@@ -31,6 +31,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Sequence
 from urllib.parse import urlsplit
@@ -47,6 +48,7 @@ _SANDBOX_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/?$")
 _ENDPOINT_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/endpoints/(\d+)/?$")
 _ADDR_RE = re.compile(r"^(?P<scheme>https?://)?(?P<host>\[[^\]]+\]|[^/:]+):(?P<port>\d{1,5})(?P<rest>/.*)?$")
 MAX_RECORDED_BODY = 8 << 20
+MIN_RECORDED_WAIT = 0.5     # a client pause at least this long before a request is recorded (wait_before_s)
 CONNECT_TIMEOUT = 10.0
 PLACEHOLDERS = {"open-sandbox-api-key": "<api-key>", "x-execd-access-token": "<execd-token>"}
 
@@ -86,14 +88,24 @@ class Recorder:
         self.exchanges: list[dict[str, Any]] = []
         self.secrets: set[str] = set()
         self._lock = threading.Lock()
+        self._last_end: float | None = None
         self.started = datetime.now(timezone.utc)
 
-    def add(self, request: dict[str, Any], response: dict[str, Any]) -> None:
+    def add(self, request: dict[str, Any], response: dict[str, Any], started: float | None = None) -> None:
+        """``started``: time.monotonic() when the request was sent. A client that waited before it (a
+        background command left to finish, a sleep) gets the same pause noted as ``wait_before_s``,
+        so a replay waits too (record.replay caps it at 5 s)."""
         with self._lock:
             for k, v in request["headers"].items():
                 if k.lower() in SECRET_HEADERS and v and not v.startswith("<"):
                     self.secrets.add(v)
-            self.exchanges.append({"request": request, "response": response})
+            ex: dict[str, Any] = {}
+            now = time.monotonic()
+            if started is not None and self._last_end is not None and started - self._last_end >= MIN_RECORDED_WAIT:
+                ex["wait_before_s"] = round(started - self._last_end, 2)
+            self._last_end = now if self._last_end is None else max(self._last_end, now)
+            ex["request"], ex["response"] = request, response
+            self.exchanges.append(ex)
             self._write()
 
     def _scrub_text(self, text: str | None) -> str | None:
@@ -123,7 +135,9 @@ class Recorder:
                 if part.get("body") is not None:   # known secrets, then credential-looking fields (env keys...)
                     part["body"] = scrub_text(self._scrub_text(part["body"]) or "")
             req["path"] = self._scrub_text(req["path"])
-            ex_out.append({"request": req, "response": resp})
+            out: dict[str, Any] = {"wait_before_s": ex["wait_before_s"]} if "wait_before_s" in ex else {}
+            out["request"], out["response"] = req, resp
+            ex_out.append(out)
         return {
             "fixture_format": 1,
             "scenario": self.name,
@@ -187,6 +201,7 @@ class _Forwarder:
             headers.append(("Content-Length", str(len(body))))
         if lifecycle and req.headers.get("OPEN-SANDBOX-API-KEY"):
             proxy.note_key(req.headers["OPEN-SANDBOX-API-KEY"])
+        started = time.monotonic()
         conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
         try:
             try:
@@ -210,7 +225,7 @@ class _Forwarder:
                 return
             rec_req = None
             if proxy.recorder is not None:
-                rec_req = {"method": req.method, "path": path, "headers": dict(headers)}
+                rec_req = {"method": req.method, "path": path, "headers": dict(headers), "_started": started}
                 rec_req.update(_text_or_b64(body if body or req.method in ("POST", "PUT", "PATCH") else None))
             self._relay(req, resp, rec_req, sandbox=sandbox, lifecycle=lifecycle)
         finally:
@@ -260,7 +275,8 @@ class _Forwarder:
             if rec_req is not None and proxy.recorder is not None:
                 rec_resp: dict[str, Any] = {"status": resp.status, "headers": dict(raw_headers)}
                 rec_resp.update(_text_or_b64(None if no_body else body))
-                proxy.recorder.add(rec_req, rec_resp)
+                started = rec_req.pop("_started", None)
+                proxy.recorder.add(rec_req, rec_resp, started)
             if observe:
                 req.sent_body += body
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -133,6 +134,7 @@ def test_recording_compares_clean_against_the_mock(stack, tmp_path):
     local = ep["endpoint"].partition("/")[0]
     hdrs = dict(ep["headers"], **{"X-EXECD-ACCESS-TOKEN": TOKEN})
     call(local, "POST", "/proxy/44772/command", {"command": "echo recorded; exit 2"}, hdrs)
+    time.sleep(0.6)                                          # the client's pause is recorded (wait_before_s)
     call(local, "GET", "/proxy/44772/files/info?path=%2Fetc", headers=hdrs)
     proxy.faults.add(kind="status", status=503, path="^/v1/sandboxes/[^/]+$", method="GET", count=1)
     assert call(hp(proxy.base_url), "GET", f"/v1/sandboxes/{sid}", headers=key)[0] == 503     # never reached upstream
@@ -141,6 +143,8 @@ def test_recording_compares_clean_against_the_mock(stack, tmp_path):
     path = tmp_path / "rec" / "flow.json"
     fx = json.loads(path.read_text())
     assert fx["fixture_format"] == 1 and fx["recorded"]["templated"] is False
+    assert [i for i, e in enumerate(fx["exchanges"]) if "wait_before_s" in e] == [3]
+    assert 0.5 <= fx["exchanges"][3]["wait_before_s"] < 5
     assert [(e["request"]["method"], e["response"]["status"]) for e in fx["exchanges"]] == [
         ("POST", 202), ("GET", 200), ("POST", 200), ("GET", 200), ("GET", 200), ("DELETE", 204)]
     # as the upstream saw it: its own Host, its own endpoint address; no secret anywhere

@@ -20,8 +20,8 @@ def test_sdk_flow_recording_compares_clean():
     unexplained, explained, results = compare_dir(REC, out=out)
     report = out.getvalue()
     assert unexplained == 0, report
-    assert [r.scenario for r in results] == ["sdk_sync_flow_proxy"] and results[0].exchanges == 15
-    assert "compare: 1 recording(s), 15 exchange(s), 0 unexplained difference(s), 0 explained" in report
+    assert [r.scenario for r in results] == ["sdk_sync_flow_proxy"] and results[0].exchanges == 26
+    assert "compare: 1 recording(s), 26 exchange(s), 0 unexplained difference(s), 0 explained" in report
 
 
 def test_recording_is_scrubbed_and_as_the_upstream_saw_it():
@@ -32,5 +32,6 @@ def test_recording_is_scrubbed_and_as_the_upstream_saw_it():
         for k, v in ex["request"]["headers"].items():
             if k.lower() == "open-sandbox-api-key":
                 assert v == "<api-key>"
+    assert any(ex.get("wait_before_s", 0) >= 2 for ex in fx["exchanges"])   # the flow's pause before /status
     hosts = {ex["request"]["headers"]["Host"] for ex in fx["exchanges"]}
     assert "127.0.0.1:8080" in hosts and len(hosts) == 2        # the live lifecycle and the sandbox's execd port

@@ -21,6 +21,7 @@ from record.compare_dir import compare_dir
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import SandboxSync  # noqa: E402
 from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402
+from opensandbox.models.execd import RunCommandOpts  # noqa: E402
 from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry  # noqa: E402
 
 pytestmark = pytest.mark.spec_exempt("the fault proxy relays the live server's answers (the spec guard checks the mock)")
@@ -51,6 +52,16 @@ def sdk_flow(domain: str, api_key: str, image: str) -> str:
         assert [e.path for e in found] == ["/tmp/proxied/hello.txt"]
         assert sb.renew(timedelta(minutes=30)).expires_at is not None
         assert sb.get_endpoint(8080).endpoint.startswith("127.0.0.1:")
+        # a background command left to finish: the recorder notes the client's pause (wait_before_s)
+        bg = sb.commands.run("echo started; sleep 1; echo done", opts=RunCommandOpts(background=True))
+        time.sleep(2.5)
+        status = sb.commands.get_command_status(bg.id)
+        assert status.running is False and status.exit_code == 0
+        assert sb.commands.get_background_command_logs(bg.id).content == "started\ndone\n"
+        sb.pause()
+        assert sb.get_info().status.state == "Paused"
+        assert SandboxSync.resume(sb.id, connection_config=cfg).get_info().status.state == "Running"
+        assert _stdout(sb.commands.run("echo back")).strip() == "back"
     finally:
         sb.kill()
         sb.close()
@@ -63,7 +74,7 @@ def test_sdk_flow_through_the_proxy_records_and_compares_clean(live_server, tmp_
                     record_name="sdk_sync_flow_proxy") as proxy:
         sid = sdk_flow(proxy.base_url.split("://", 1)[1], live_server.api_key, live_server.image)
         # every exchange went through the proxy, the data plane included
-        assert proxy.assert_requested(method="POST", path=r"^/proxy/44772/command$", sandbox=sid, count=2)
+        assert proxy.assert_requested(method="POST", path=r"^/proxy/44772/command$", sandbox=sid, count=4)
         assert proxy.assert_requested(method="POST", path=r"^/v1/sandboxes$", sandbox=sid, count=1)
         assert proxy.assert_requested(listener="execd", path="/files/upload$", sandbox=sid)
     text = (rec / "sdk_sync_flow_proxy.json").read_text()
