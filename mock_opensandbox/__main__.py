@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--execd-start-delay", type=float, default=0.2, metavar="SECONDS",
                    help="a new sandbox's execd refuses connections this long although the create already says "
                         "Running, like a real server (default 0.2; 0 = at once)")
+    p.add_argument("--max-sandbox-timeout", type=int, default=None, metavar="SECONDS",
+                   help="refuse create timeouts above this (server max_sandbox_timeout_seconds; default: no limit)")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON",
@@ -48,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         osb = MockOpenSandbox(host=args.host, port=args.port, api_key=args.api_key, insecure=args.insecure,
                               execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
                               root=args.root, execd_bin=args.execd_bin, verbose=args.verbose,
-                              execd_start_delay=args.execd_start_delay)
+                              execd_start_delay=args.execd_start_delay,
+                              max_sandbox_timeout=args.max_sandbox_timeout)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

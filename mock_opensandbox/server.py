@@ -301,7 +301,7 @@ class MockOpenSandbox(WorkbenchMixin):
                  clock: Callable[[], datetime] | None = None, *, verbose: bool = False,
                  pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
                  reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
-                 execd_start_delay: float = 0.0):
+                 execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = None):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -322,6 +322,10 @@ class MockOpenSandbox(WorkbenchMixin):
         # seconds a new sandbox's execd refuses connections although the create already says Running
         # (DEVELOPERS.md "Running arrives before execd answers /ping"); 0 keeps test suites fast
         self.execd_start_delay = execd_start_delay
+        # server [server] max_sandbox_timeout_seconds (unset = no upper bound, the live configuration)
+        if max_sandbox_timeout is not None and (not isinstance(max_sandbox_timeout, int) or max_sandbox_timeout < 60):
+            raise ValueError("max_sandbox_timeout must be an integer >= 60 (seconds) or None")
+        self.max_sandbox_timeout = max_sandbox_timeout
         self.execd_bin = execd_bin
         self.clock = clock
         self.verbose = verbose
@@ -412,7 +416,7 @@ class MockOpenSandbox(WorkbenchMixin):
                                           pull_fails=self.pull_fails, reap_interval=self.reap_interval)
                 self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
-                                   verbose=self.verbose, faults=self.faults)
+                                   verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout)
                 app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (admin.py)
                 app.journal = self.journal
                 family_host = self.host

@@ -754,3 +754,18 @@ def test_non_loopback_bind_warns_before_binding():
     for host, ok in (("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True), ("[::1]", True),
                      ("0.0.0.0", False), ("::", False), ("10.0.0.1", False), ("example.com", False)):
         assert is_loopback_host(host) is ok, host
+
+
+def test_max_sandbox_timeout_like_the_server_config(opensandbox_mock_factory):
+    """[server] max_sandbox_timeout_seconds (services/validators.py ensure_timeout_within_limit); renew is
+    not limited by it (api/lifecycle.py renew docstring)."""
+    m = opensandbox_mock_factory(max_sandbox_timeout=600)
+    c = Client(m.base_url, m.api_key)
+    r = c.call("POST", "/v1/sandboxes", dict(CREATE, timeout=601))
+    assert (r.status, r.json()) == (400, {"code": "SANDBOX::INVALID_PARAMETER",
+                                          "message": "Sandbox timeout 601s exceeds configured maximum of 600s."})
+    sid = c.create(timeout=600)
+    r = c.call("POST", "/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": "2999-01-01T00:00:00Z"})
+    assert r.status == 200
+    with pytest.raises(ValueError):
+        opensandbox_mock_factory(max_sandbox_timeout=10)
