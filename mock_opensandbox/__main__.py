@@ -83,7 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif osb.api_key is None:
             print("No API key required (--insecure).", flush=True)
         if osb.provisioner is not None:
-            print("Sandbox isolation: %s" % osb.provisioner.isolation(), flush=True)
+            iso = osb.provisioner.isolation()
+            print("Sandbox isolation: %s" % iso, flush=True)
+            if iso.startswith("isolated"):  # what is and is not contained (README, "Isolation")
+                from .runtime import isolation_note
+
+                print("  " + isolation_note(), flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)

@@ -39,7 +39,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import probe as _probe_mod
-from ._util import BASE_DIRS, DEFAULT_PATH, HOST_DIRS, SYSTEM_DIRS, VIEW_DIRS, rmtree as _rmtree
+from ._util import BASE_DIRS, DEFAULT_PATH, HOST_DIRS, SYSTEM_DIRS, VIEW_DIRS
+from ._util import rmtree as _rmtree  # noqa: F401 - used by tiers/t1/conftest_execd.py
 from .caps import SANDBOX_CAP_MASK, SANDBOX_CAPS
 from .execd import EXECD_PATH, ExecdProcess
 from .probe import isolation_note, probe_isolation

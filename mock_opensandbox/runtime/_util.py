@@ -51,7 +51,7 @@ def rmtree(path: str) -> None:
     if not os.path.lexists(path):
         return
 
-    def onerror(func, p, exc_info):  # noqa: ANN001
+    def onerror(func, p, exc_info):
         parent = os.path.dirname(p)
         try:
             os.chmod(parent, 0o700)

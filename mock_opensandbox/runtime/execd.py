@@ -155,5 +155,5 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
         except OSError:
             if time.monotonic() > deadline:
                 ex.stop()
-                raise RuntimeError("execd did not listen on port %d within %.0f s" % (port, timeout))
+                raise RuntimeError("execd did not listen on port %d within %.0f s" % (port, timeout)) from None
             time.sleep(0.02)

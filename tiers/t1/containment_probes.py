@@ -8,6 +8,7 @@ Every probe fails on a mock that hands the host to the sandbox (full capabilitie
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -120,7 +121,7 @@ def _check_shadow(rc: int, out: str) -> None:
         assert out.split("---\n")[0] == fh.read(), "not the sandbox's own shadow stub"
     try:
         with open("/etc/shadow") as fh:
-            host = [line for line in fh.read().splitlines() if line and not line.split(":")[1] in ("*", "!", "!*")]
+            host = [line for line in fh.read().splitlines() if line and line.split(":")[1] not in ("*", "!", "!*")]
     except OSError:
         host = []
     for line in host:  # no password hash of the host leaks
@@ -211,6 +212,58 @@ def probes(host_marker: str) -> list[Probe]:
     ]
 
 
+API_PROBES = ("caps", "pid1_caps", "dev", "no_block_devices", "remount_usr_rw", "write_etc_dev", "proc_sys_write",
+              "cgroup_write", "host_secrets", "hostname", "mountinfo_ro", "privileged_ops", "chroot_escape")
+BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": {}}
+
+
+class Api:
+    def __init__(self, osb):
+        self.osb = osb
+        self.hostport = osb.base_url.split("://")[1]
+
+    def call(self, method: str, path: str, body=None, hostport: str | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        c = http.client.HTTPConnection(hostport or self.hostport, timeout=60)
+        h = {"OPEN-SANDBOX-API-KEY": self.osb.api_key or "", "Content-Type": "application/json"}
+        h.update(headers or {})
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def create(self) -> str:
+        status, body = self.call("POST", "/v1/sandboxes", BODY)
+        assert status == 202, body
+        return json.loads(body)["id"]
+
+    def execd(self, sid: str) -> tuple[str, str, dict[str, str]]:
+        ep = json.loads(self.call("GET", f"/v1/sandboxes/{sid}/endpoints/44772")[1])
+        hostport, _, prefix = ep["endpoint"].partition("/")
+        return hostport, ("/" + prefix if prefix else ""), ep.get("headers") or {}
+
+    def run(self, sid: str, command: str) -> tuple[int, str]:
+        """(exit status, stdout + stderr lines) of POST /command."""
+        hostport, prefix, headers = self.execd(sid)
+        if self.osb.execd_token:
+            headers = dict(headers, **{"X-EXECD-ACCESS-TOKEN": self.osb.execd_token})
+        status, body = self.call("POST", prefix + "/command", {"command": command}, hostport=hostport,
+                                 headers=headers)
+        assert status == 200, body
+        from mock_opensandbox import sse  # lazily: run as a script, the repo joins sys.path in __main__
+
+        rc, lines = 0, []
+        for ev in sse.parse_stream([body]):
+            if ev.get("type") in ("stdout", "stderr"):
+                lines.append(ev["text"])
+            elif ev.get("type") == "error":
+                rc = int(ev["error"].get("evalue") or 1)
+        return rc, "\n".join(lines) + "\n"
+
+
+
 def host_python_in_view() -> bool:
     return os.path.isfile("/usr/bin/python3")
 
@@ -236,6 +289,22 @@ if __name__ == "__main__":  # run the battery in a fresh process (non-root, OSB_
     from mock_opensandbox.runtime import SandboxRuntime
 
     marker = sys.argv[1]
+    if sys.argv[2:] == ["--http"]:  # through POST /command of a MockOpenSandbox() sandbox
+        from mock_opensandbox.server import MockOpenSandbox
+
+        osb = MockOpenSandbox().start()
+        result = {"uid": os.geteuid(), "probes": {}}
+        try:
+            api = Api(osb)
+            sid = api.create()
+            result["pid_namespace"] = osb.sandboxes[sid].runtime.pid_namespace
+            for pr in probes(marker):
+                if pr.name in API_PROBES:
+                    result["probes"][pr.name] = list(api.run(sid, pr.cmd))
+        finally:
+            osb.stop()
+        print(json.dumps(result))
+        sys.exit(0)
     base = tempfile.mkdtemp(prefix="osb-contain-")
     rt = SandboxRuntime(os.path.join(base, "root"), isolate=True)
     result = {"pid_namespace": rt.pid_namespace, "uid": os.geteuid(), "probes": {}}

@@ -7,67 +7,20 @@ Expected values: fixtures/21_containment_probes.json (see containment_probes.py)
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import urllib.parse
 
 import pytest
 
-from mock_opensandbox import sse
 from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t1 import containment_probes as cp
 
 ISOLATED, NOTE = probe_isolation()
 pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
-BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": {}}
 REAL_EXECD = os.path.join(cp.REPO, "..", "shared", "opensandbox", "execd")
-API_PROBES = ("caps", "pid1_caps", "dev", "no_block_devices", "remount_usr_rw", "write_etc_dev", "proc_sys_write",
-              "cgroup_write", "host_secrets", "hostname", "mountinfo_ro", "privileged_ops", "chroot_escape")
-
-
-class Api:
-    def __init__(self, osb: MockOpenSandbox):
-        self.osb = osb
-        self.hostport = osb.base_url.split("://")[1]
-
-    def call(self, method: str, path: str, body=None, hostport: str | None = None,
-             headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        c = http.client.HTTPConnection(hostport or self.hostport, timeout=60)
-        h = {"OPEN-SANDBOX-API-KEY": self.osb.api_key or "", "Content-Type": "application/json"}
-        h.update(headers or {})
-        try:
-            c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
-
-    def create(self) -> str:
-        status, body = self.call("POST", "/v1/sandboxes", BODY)
-        assert status == 202, body
-        return json.loads(body)["id"]
-
-    def execd(self, sid: str) -> tuple[str, str, dict[str, str]]:
-        ep = json.loads(self.call("GET", f"/v1/sandboxes/{sid}/endpoints/44772")[1])
-        hostport, _, prefix = ep["endpoint"].partition("/")
-        return hostport, ("/" + prefix if prefix else ""), ep.get("headers") or {}
-
-    def run(self, sid: str, command: str) -> tuple[int, str]:
-        """(exit status, stdout + stderr lines) of POST /command."""
-        hostport, prefix, headers = self.execd(sid)
-        if self.osb.execd_token:
-            headers = dict(headers, **{"X-EXECD-ACCESS-TOKEN": self.osb.execd_token})
-        status, body = self.call("POST", prefix + "/command", {"command": command}, hostport=hostport,
-                                 headers=headers)
-        assert status == 200, body
-        rc, lines = 0, []
-        for ev in sse.parse_stream([body]):
-            if ev.get("type") in ("stdout", "stderr"):
-                lines.append(ev["text"])
-            elif ev.get("type") == "error":
-                rc = int(ev["error"].get("evalue") or 1)
-        return rc, "\n".join(lines) + "\n"
+Api = cp.Api
+API_PROBES = cp.API_PROBES
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,10 @@
 # it then exits with the command's status or dies of the same signal (SIGKILL included), so Popen
 # sees what it would see for the command itself. Run as `python -I -S -c SOURCE target-pid wd
 # keep-LC_CTYPE-flag capability-mask-hex no_new_privs-flag command...`.
-import ctypes, errno, os, sys
+import ctypes
+import errno
+import os
+import sys
 import warnings  # noqa: F401 - os.execvp imports it lazily: after setns the stdlib may be gone
 import _signal as signal  # the C module: `signal` would import enum (~5 ms per command)
 def fail(msg, code):

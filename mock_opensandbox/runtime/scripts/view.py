@@ -10,7 +10,10 @@
 # pivot_roots into it (the host's tree is detached), drops to the capability set and execs.
 # Every step fails closed: nothing of the sandbox runs after a failed step (exit 125).
 # One process with mount(2) calls instead of a shell and ~50 mount(8) processes: ~10x faster.
-import ctypes, os, stat, sys
+import ctypes
+import os
+import stat
+import sys
 import warnings  # noqa: F401 - os.execvp imports it lazily: after pivot_root the stdlib may be gone
 import _signal as signal  # the C module: `signal` would import enum
 import _socket
