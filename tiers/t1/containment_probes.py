@@ -292,7 +292,7 @@ if __name__ == "__main__":  # run the battery in a fresh process (non-root, OSB_
     if sys.argv[2:] == ["--http"]:  # through POST /command of a MockOpenSandbox() sandbox
         from mock_opensandbox.server import MockOpenSandbox
 
-        osb = MockOpenSandbox().start()
+        osb = MockOpenSandbox(execd_close_delay=0.05).start()
         result = {"uid": os.geteuid(), "probes": {}}
         try:
             api = Api(osb)

@@ -33,7 +33,7 @@ def host_marker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mock_sandbox():
-    osb = MockOpenSandbox().start()
+    osb = MockOpenSandbox(execd_close_delay=0.05).start()  # streams end right after the last event
     try:
         api = Api(osb)
         yield api, api.create()
