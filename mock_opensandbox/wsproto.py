@@ -288,7 +288,7 @@ def handshake_problem(method: str, headers: Any) -> int | None:
     if "upgrade" not in _tokens(headers, "Connection"):
         return 400
     if "websocket" not in _tokens(headers, "Upgrade"):
-        return 400
+        return 426  # http.StatusUpgradeRequired + "Upgrade: websocket" (the binary; tiers/diff pty.websocket)
     if method != "GET":
         return 405
     if "13" not in _tokens(headers, "Sec-WebSocket-Version"):
@@ -302,14 +302,16 @@ def handshake_problem(method: str, headers: Any) -> int | None:
     return None
 
 
-_STATUS_TEXT = {400: "Bad Request", 405: "Method Not Allowed", 403: "Forbidden"}
+_STATUS_TEXT = {400: "Bad Request", 405: "Method Not Allowed", 403: "Forbidden", 426: "Upgrade Required"}
 
 
 def send_handshake_error(req: Any, status: int) -> None:
     """gorilla returnError: Sec-Websocket-Version header + Go http.Error (status text + newline)."""
     text = _STATUS_TEXT.get(status, "Bad Request") + "\n"
-    req.send(status, text.encode("ascii"), "text/plain; charset=utf-8",
-             headers={"Sec-Websocket-Version": "13", "X-Content-Type-Options": "nosniff"})
+    headers = {"Sec-Websocket-Version": "13", "X-Content-Type-Options": "nosniff"}
+    if status == 426:
+        headers["Upgrade"] = "websocket"
+    req.send(status, text.encode("ascii"), "text/plain; charset=utf-8", headers=headers)
 
 
 def upgrade(req: Any, *, max_message: int = DEFAULT_MAX_MESSAGE, read_timeout: float | None = None,

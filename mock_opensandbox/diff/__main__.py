@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", action="append", default=[], help="only cases matching this glob (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--dump", metavar="DIR", help="write every case's normalised observations (real and mock) as JSON")
+    ap.add_argument("--write-doc", metavar="PATH", help="also write the report into this markdown file "
+                    "(the project keeps it in docs/DIFFERENTIAL.md)")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per case while running")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if not args.case or any(fnmatch.fnmatchcase(c.name, g) for g in args.case)]
@@ -43,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             with open(os.path.join(args.dump, r.case.name + ".json"), "w", encoding="utf-8") as fh:
                 json.dump({"real": r.real_obs, "mock": r.mock_obs, "error": r.error}, fh, indent=1, ensure_ascii=False)
-    print(report(results, binary=args.execd_bin), end="")
+    text = report(results, binary=args.execd_bin)
+    print(text, end="")
+    if args.write_doc:
+        from .runner import write_doc
+        write_doc(args.write_doc, text)
     return 1 if any(r.unexplained or r.error for r in results) else 0
 
 

@@ -780,3 +780,22 @@ def _upload_truncated(c: Ctx) -> None:
     for cut in (10, 21, 35, 63, 70, 77, 100, 140, 161, 170, len(full) - 30, len(full) - 3):
         _upload(c, f"cut at {cut}", [], body=full[:cut])
     c.snapshot("", "fs")
+
+
+@case("pty.websocket", "GET /pty/:sessionId/ws", "POST /pty", "GET /pty/:sessionId", "DELETE /pty/:sessionId")
+def _pty_ws(c: Ctx) -> None:
+    sid = _sid(c.post("/pty", {"cwd": c.dir}, label="create"))
+    ws = f"/pty/{sid}/ws"
+    # bad handshakes first (no client holds the session: the answers do not depend on how fast a
+    # closed connection releases it)
+    c.ws(ws, label="no key", key="")
+    c.ws(ws, label="bad version", headers=[("Sec-WebSocket-Version", "12")])
+    c.ws(ws, label="no upgrade token", headers=[("Upgrade", "h2c")])
+    c.ws(ws, label="no connection token", headers=[("Connection", "keep-alive")])
+    c.ws(ws, label="upgrade, ping, bogus frame", send=[{"type": "ping"}, {"type": "bogus"}, {"type": "resize"}])
+    c.get(f"/pty/{sid}", label="status after first client")
+    c.ws(ws + "?pty=0&takeover=1", label="pipe mode (shell already started)")
+    c.ws(ws + "?since=0&takeover=1", label="since=0", send=[{"type": "resize", "cols": 90, "rows": 20}])
+    c.ws("/pty/nosuch/ws", label="unknown session")
+    c.delete(f"/pty/{sid}", label="delete")
+    c.ws(ws, label="after delete")

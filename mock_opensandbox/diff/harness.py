@@ -230,6 +230,27 @@ def snapshot(host_dir: str, norm: Normalizer) -> dict[str, Any]:
     return out
 
 
+_ROUTE_RX: list[tuple[str, str, "re.Pattern[str]"]] = []
+
+
+def route_of(method: str, path: str) -> str:
+    """The router.go route a request exercises: "GET /files/info"; the same path with another
+    method counts for the route(s) of that path; no route at all -> "* unknown path"."""
+    from .corpus import ROUTES
+    if not _ROUTE_RX:
+        for r in ROUTES:
+            m, p = r.split(" ", 1)
+            _ROUTE_RX.append((m, r, re.compile("^" + re.sub(r":\w+", "[^/]+", p) + "$")))
+    path = path.split("?", 1)[0]
+    if path.startswith("/proxy/"):
+        return "* /proxy/:port"
+    hits = [(m, r) for m, r, rx in _ROUTE_RX if rx.match(path)]
+    for m, r in hits:
+        if m == method:
+            return r
+    return hits[0][1] if hits else "* unknown path"
+
+
 class Ctx:
     """What a case function talks to: one target, a per-case sandbox directory, the recorded
     observations."""
@@ -245,6 +266,7 @@ class Ctx:
         os.makedirs(target.host(self.dir), exist_ok=True)
         self.token = target.access_token
         self.vars: dict[str, Any] = {}
+        self.routes: dict[str, str] = {}  # observation label -> the router.go route it exercised
 
     @property
     def hostport(self) -> str:
@@ -255,8 +277,10 @@ class Ctx:
         self._labels[label] = n
         return label if n == 1 else f"{label}#{n}"
 
-    def record(self, label: str, value: Any) -> None:
-        self.obs.append((self._label(label), value))
+    def record(self, label: str, value: Any, route: str | None = None) -> None:
+        lab = self._label(label)
+        self.obs.append((lab, value))
+        self.routes[lab] = route or (self.case.routes[0] if self.case.routes else "")
 
     # -- requests ------------------------------------------------------------------------------
     def req(self, method: str, path: str, *, query: Iterable[tuple[str, str]] | dict | None = None,
@@ -279,7 +303,8 @@ class Ctx:
         data = raw if raw is not None else build_request(method, target, self.hostport, hdrs, body)
         resp = raw_request(self.target.port, data, method=method, timeout=timeout, stop=stop, half_close=half_close)
         if record:
-            self.record(label or f"{method} {path}", observe_http(resp, self.norm, method))
+            route = "* accessToken" if self.case.token else route_of(method, path)
+            self.record(label or f"{method} {path}", observe_http(resp, self.norm, method), route)
         return resp
 
     def get(self, path: str, **kw: Any) -> Response:
@@ -290,6 +315,123 @@ class Ctx:
 
     def delete(self, path: str, **kw: Any) -> Response:
         return self.req("DELETE", path, **kw)
+
+    def ws(self, path: str, *, label: str, headers: list[tuple[str, str]] | None = None,
+           send: list[dict[str, Any]] | None = None, key: str = "dGhlIHNhbXBsZSBub25jZQ==",
+           timeout: float = 10.0) -> dict[str, Any]:
+        """A WebSocket handshake on path; after a 101 the text frames up to "connected", then each
+        frame of ``send`` (a JSON text frame) and the next text frame it draws. Binary frames (shell
+        output, replay: timing dependent) are not compared. Returns and records the observation."""
+        import base64
+        import os as _os
+        import socket
+        import struct
+        hdrs = [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Version", "13")]
+        if key:
+            hdrs.append(("Sec-WebSocket-Key", key))
+        names = {k.lower() for k, _ in headers or []}
+        hdrs = [h for h in hdrs if h[0].lower() not in names] + list(headers or [])
+        if self.token:
+            hdrs.append(("X-EXECD-ACCESS-TOKEN", self.token))
+        sock = socket.create_connection(("127.0.0.1", self.target.port), timeout=timeout)
+        obs: dict[str, Any] = {}
+        try:
+            sock.sendall(build_request("GET", path, self.hostport, hdrs, None))
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ")[1]) if lines and lines[0].startswith("HTTP/") else 0
+            hv = {}
+            for ln in lines[1:]:
+                k, _, v = ln.partition(":")
+                hv[k.strip().lower()] = v.strip()
+            obs["status"] = status
+            obs["headers"] = {k: self.norm.text(hv[k.lower()]) for k in (
+                "Upgrade", "Connection", "Sec-WebSocket-Accept", "Content-Type", "Sec-WebSocket-Version")
+                if k.lower() in hv}
+            if status != 101:
+                n = int(hv.get("content-length", "0") or 0)
+                while len(rest) < n:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    rest += chunk
+                try:
+                    obs["body"] = self.norm.value(json.loads(rest[:n]))
+                except ValueError:
+                    obs["body_text"] = self.norm.text(_body_text(rest[:n]))
+                return obs
+            state = {"buf": rest}
+
+            def frame() -> tuple[int, bytes] | None:
+                def need(n: int) -> bytes:
+                    while len(state["buf"]) < n:
+                        chunk = sock.recv(65536)
+                        if not chunk:
+                            raise EOFError
+                        state["buf"] += chunk
+                    out, state["buf"] = state["buf"][:n], state["buf"][n:]
+                    return out
+                try:
+                    b0, b1 = need(2)
+                    ln = b1 & 0x7F
+                    if ln == 126:
+                        ln = struct.unpack(">H", need(2))[0]
+                    elif ln == 127:
+                        ln = struct.unpack(">Q", need(8))[0]
+                    return b0 & 0x0F, need(ln)
+                except (EOFError, OSError):
+                    return None
+
+            def text_frame() -> Any:
+                while True:
+                    f = frame()
+                    if f is None:
+                        return "<closed>"
+                    op, data = f
+                    if op == 1:
+                        try:
+                            v = json.loads(data)
+                        except ValueError:
+                            return self.norm.text(_body_text(data))
+                        if isinstance(v, dict):
+                            v = {k: x for k, x in v.items() if k not in ("timestamp", "offset")}
+                        return self.norm.value(v)
+                    if op == 8:
+                        return {"close": struct.unpack(">H", data[:2])[0] if len(data) >= 2 else None}
+
+            frames = []
+            while True:
+                v = text_frame()
+                frames.append(v)
+                if not isinstance(v, dict) or v.get("type") in ("connected", "error") or "close" in v:
+                    break
+            obs["frames"] = frames
+            replies = []
+            for msg in send or []:
+                payload = json.dumps(msg).encode()
+                mask = _os.urandom(4)
+                hdr = bytes([0x81]) + (bytes([0x80 | len(payload)]) if len(payload) < 126 else
+                                      bytes([0x80 | 126]) + struct.pack(">H", len(payload)))
+                sock.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+                replies.append(text_frame())
+            if send:
+                obs["replies"] = replies
+            try:
+                mask = _os.urandom(4)
+                sock.sendall(bytes([0x88, 0x82]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(b"\x03\xe8")))
+            except OSError:
+                pass
+            _ = base64
+            return obs
+        finally:
+            sock.close()
+            self.record(label, obs, "* accessToken" if self.case.token else route_of("GET", path))
 
     # -- sandbox setup (host side, identical for both targets) ----------------------------------
     def p(self, rel: str = "") -> str:
@@ -356,6 +498,7 @@ class CaseResult:
     obs_status: dict[str, str] = field(default_factory=dict)  # label -> agree | accepted | differ
     differences: list[Difference] = field(default_factory=list)
     error: str | None = None
+    obs_routes: dict[str, str] = field(default_factory=dict)
     real_obs: list[tuple[str, Any]] = field(default_factory=list)
     mock_obs: list[tuple[str, Any]] = field(default_factory=list)
     elapsed: float = 0.0
@@ -389,6 +532,9 @@ def run_case(case: Case, real: Target, mock: Target, accepted: list[Accepted], t
     ro = sides["real"].get("ctx").obs if sides["real"].get("ctx") else []
     mo = sides["mock"].get("ctx").obs if sides["mock"].get("ctx") else []
     res.real_obs, res.mock_obs = ro, mo
+    for side in ("mock", "real"):
+        if sides[side].get("ctx"):
+            res.obs_routes.update(sides[side]["ctx"].routes)
     n = max(len(ro), len(mo))
     for i in range(n):
         rl, rv = ro[i] if i < len(ro) else (f"#{i}", "<no observation>")

@@ -66,14 +66,19 @@ def run_corpus(binary: str, cases: Iterable[Case] | None = None, accepted: list[
 
 
 def coverage(results: list[CaseResult]) -> dict[str, dict[str, int]]:
+    """Per router.go route: the cases that exercise it and its observations by outcome."""
     table: dict[str, dict[str, int]] = {r: defaultdict(int) for r in ROUTES + MIDDLEWARE}
     for res in results:
-        for route in res.case.routes:
+        seen: set[str] = set(res.case.routes)
+        for label, st in res.obs_status.items():
+            route = res.obs_routes.get(label) or (res.case.routes[0] if res.case.routes else "* unknown path")
+            seen.add(route)
+            row = table.setdefault(route, defaultdict(int))
+            row["observations"] += 1
+            row[st] += 1
+        for route in seen:
             row = table.setdefault(route, defaultdict(int))
             row["cases"] += 1
-            for st in res.obs_status.values():
-                row["observations"] += 1
-                row[st] += 1
             if res.error:
                 row["errors"] += 1
     return table
@@ -97,7 +102,7 @@ def report(results: list[CaseResult], *, markdown: bool = True, binary: str = ""
                  f"{acc} differ only in accepted ways, {differ} differ unexplained, {errors} case errors"
                  + (f" (real execd: {binary})" if binary else ""))
     lines.append("")
-    lines.append("| route | cases | observations | agree | accepted | unexplained | agreement |")
+    lines.append("| route (router.go) | cases | observations | agree | accepted | unexplained | agreement |")
     lines.append("|---|---:|---:|---:|---:|---:|---:|")
     for route, row in table.items():
         obs = row.get("observations", 0)
@@ -108,6 +113,9 @@ def report(results: list[CaseResult], *, markdown: bool = True, binary: str = ""
     if uncovered:
         lines.append("")
         lines.append("Routes without a case: " + ", ".join(uncovered))
+    rows = [r for r in table.values() if r.get("observations")]
+    lines.append(f"| **all** | {len(results)} | {total} | {agree} | {acc} | {differ} | {pct:.1f} % |")
+    del rows
     used: dict[str, tuple[Accepted, list[str]]] = {}
     for r in results:
         for d in r.differences:
@@ -132,3 +140,21 @@ def report(results: list[CaseResult], *, markdown: bool = True, binary: str = ""
             if r.error:
                 lines.append(f"- {r.case.name}: case error: {r.error.strip().splitlines()[-1]}")
     return "\n".join(lines) + "\n"
+
+
+DOC_MARK = "## Latest report"
+
+
+def write_doc(path: str, text: str) -> None:
+    """Replace everything after the "## Latest report" heading of path (keep the text above it)."""
+    try:
+        head = open(path, encoding="utf-8").read()
+    except OSError:
+        head = "# Differential check\n\n" + DOC_MARK + "\n"
+    i = head.find(DOC_MARK)
+    head = (head[:i] if i >= 0 else head.rstrip() + "\n\n") + DOC_MARK + "\n\n"
+    import datetime
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(head + f"Written by `python -m mock_opensandbox.diff --execd-bin ../shared/opensandbox/execd "
+                 f"--write-doc docs/DIFFERENTIAL.md` ({stamp}).\n\n" + text)
