@@ -27,7 +27,7 @@ from ..runtime import SandboxRuntime, SandboxTerminated
 from . import gin
 from .code import CodeAPI
 from .commands import CommandRegistry, StartFailure
-from .errors import MSG, ExecdError
+from .errors import INVALID_REQUEST, MSG, RUNTIME_ERROR, ExecdError, bad_body, invalid, missing_query
 from .files import FilesAPI
 from .pty import PTYRoutes
 from .paths import PathExpandError, expand_path
@@ -447,15 +447,13 @@ class ExecdServer(App):
     # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
     _LATEST_STRUCT = Struct("model.request", _LATEST_FIELDS)
 
-    def _parse_command(self, req: Request) -> dict[str, Any] | None:
-        """Decode + validate a RunCommandRequest; on failure answer 400 and return None."""
+    def _parse_command(self, req: Request) -> dict[str, Any]:
+        """Decode + validate a RunCommandRequest; raises ExecdError (400) as execd answers it."""
         latest = self.mode == "latest"
-        bad = "error parsing request, MAYBE invalid body format. "
         try:
             body = req.body
         except (OSError, ValueError) as exc:
-            self._err(req, 400, "INVALID_REQUEST_BODY", bad + str(exc))
-            return None
+            raise bad_body(exc) from exc
         try:
             if latest:
                 # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
@@ -469,39 +467,35 @@ class ExecdServer(App):
                     raise GoJSONError("argv elements must be strings")
             else:
                 data = decode(body, self._V1_STRUCT)
-        except GoJSONError as exc:
-            self._err(req, 400, "INVALID_REQUEST_BODY", bad + str(exc))
-            return None
-        except ValueError as exc:
-            self._err(req, 400, "INVALID_REQUEST_BODY", bad + str(exc))
-            return None
+        except ValueError as exc:  # GoJSONError included
+            raise bad_body(exc) from exc
         struct = "RunCommandRequest"
         problems: list[str] = []
         if latest:
             argv = data.get("argv")
             if argv is not None:
                 if not argv or not argv[0]:
-                    return self._invalid(req, "argv must contain a non-empty executable")
+                    raise invalid("argv must contain a non-empty executable")
                 if any("\x00" in a for a in argv):
-                    return self._invalid(req, "argv must not contain NUL")
+                    raise invalid("argv must not contain NUL")
             if data.get("timeout", 0) < 0:
-                problems.append(f"Key: '{struct}.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag")
+                problems.append(MSG["gte"].format(struct, "TimeoutMs"))
         else:
             if not data.get("command"):
-                problems.append(f"Key: '{struct}.Command' Error:Field validation for 'Command' failed on the 'required' tag")
+                problems.append(MSG["required"].format(struct, "Command"))
             if data.get("timeout", 0) < 0:
-                problems.append(f"Key: '{struct}.TimeoutMs' Error:Field validation for 'TimeoutMs' failed on the 'gte' tag")
+                problems.append(MSG["gte"].format(struct, "TimeoutMs"))
             data.pop("argv", None)  # v1.x has no argv field: ignored (recording 11)
         if problems:
-            return self._invalid(req, "\n".join(problems))
+            raise invalid("\n".join(problems))
         if "gid" in data and "uid" not in data:
-            return self._invalid(req, "uid is required when gid is provided")
+            raise invalid("uid is required when gid is provided")
         envs = data.get("envs") or {}
         cwd = data.get("cwd") or ""
         if cwd:
             err = self._validate_cwd(cwd)
             if err:
-                return self._invalid(req, err)
+                raise invalid(err)
             try:
                 data["cwd"] = self._expand(cwd, envs)
             except PathExpandError:
@@ -516,10 +510,6 @@ class ExecdServer(App):
         except PathExpandError as exc:
             return f'cannot resolve working directory "{cwd}": {exc}'
         return self._check_cwd(cwd, expanded)
-
-    def _invalid(self, req: Request, msg: str) -> None:
-        self._err(req, 400, "INVALID_REQUEST_BODY", f"invalid request, validation error {msg}")
-        return None
 
     def _expand(self, path: str, envs: dict[str, str]) -> str:
         """pathutil.ExpandPathWithEnv: ${VAR}/$VAR (request envs over execd's environment), then "~".
@@ -551,10 +541,7 @@ class ExecdServer(App):
                                        "X-Accel-Buffering": "no"})
 
     def _run_command(self, req: Request) -> None:
-        spec = self._parse_command(req)
-        if spec is None:
-            return
-        self._stream_command(req, spec, True)
+        self._stream_command(req, self._parse_command(req), True)
 
     def _stream_command(self, req: Request, spec: dict[str, Any], linger: bool) -> None:
         """Start a command and stream it. linger: /command sleeps ApiGracefulShutdownTimeout after
@@ -568,8 +555,7 @@ class ExecdServer(App):
             self._start_failure(req, str(exc))
             return
         except SandboxTerminated as exc:
-            self._err(req, 500, "RUNTIME_ERROR", f"error running commands {exc}")
-            return
+            raise ExecdError(500, RUNTIME_ERROR, MSG["run_commands"].format(exc)) from exc
         if background:
             self._background_stream(req, cmd, linger)
         else:
@@ -663,21 +649,18 @@ class ExecdServer(App):
     def _interrupt(self, req: Request) -> None:
         cid = req.q("id")
         if not cid:
-            self._err(req, 400, "MISSING_QUERY", "missing query parameter 'id'")
-            return
+            raise missing_query("id")
         try:
             self.commands.interrupt(cid)
         except LookupError as exc:
-            self._err(req, 500, "RUNTIME_ERROR", f"error interruptting code context. {exc.args[0]}")
-            return
+            raise ExecdError(500, RUNTIME_ERROR, MSG["interrupt"].format(exc.args[0])) from exc
         self._ok(req)
 
     def _command_status(self, req: Request) -> None:
         cid = req.params.get("id", "")
         cmd = self.commands.get(cid)
         if cmd is None:
-            self._err(req, 404, "INVALID_REQUEST_BODY", f"command not found: {cid}")
-            return
+            raise ExecdError(404, INVALID_REQUEST, MSG["command_not_found"].format(cid))
         self._json(req, 200, cmd.status())
 
     def _command_logs(self, req: Request) -> None:
@@ -692,8 +675,7 @@ class ExecdServer(App):
         try:
             data, tail = self.commands.logs(cid, cursor)  # noqa: F841
         except (LookupError, ValueError) as exc:
-            self._err(req, 400, "INVALID_REQUEST_BODY", str(exc.args[0]))
-            return
+            raise ExecdError(400, INVALID_REQUEST, str(exc.args[0])) from exc
         gin.send(req, 200, data, "text/plain; charset=utf-8", {"Execd-Commands-Tail-Cursor": str(tail)})
 
     # -- reverse proxy ---------------------------------------------------------------------------
