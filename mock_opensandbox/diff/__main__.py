@@ -35,8 +35,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         results = run_corpus(args.execd_bin, cases, progress=progress)
-    except (IsolationUnavailable, FileNotFoundError) as exc:
-        print(f"cannot run the real execd safely: {exc}", file=sys.stderr)
+    except FileNotFoundError as exc:
+        print(f"no execd binary at {exc}", file=sys.stderr)
+        return 2
+    except IsolationUnavailable as exc:
+        print(f"the real execd runs only inside an isolated sandbox view, and this host cannot make one: {exc}",
+              file=sys.stderr)
         return 2
     if args.dump:
         import json
