@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import quote, urlencode
 
 from .client import Response, build_request, raw_request
+from .routes import ROUTES
 from .targets import Target
 
 __all__ = ["Case", "Ctx", "Accepted", "CaseResult", "run_case", "load_accepted", "compare"]
@@ -236,7 +237,6 @@ _ROUTE_RX: list[tuple[str, str, "re.Pattern[str]"]] = []
 def route_of(method: str, path: str) -> str:
     """The router.go route a request exercises: "GET /files/info"; the same path with another
     method counts for the route(s) of that path; no route at all -> "* unknown path"."""
-    from .corpus import ROUTES
     if not _ROUTE_RX:
         for r in ROUTES:
             m, p = r.split(" ", 1)
