@@ -393,7 +393,9 @@ debian_mirror() {
 
 image_present() { docker image inspect "$1" >/dev/null 2>&1; }
 
-image_label() { docker image inspect --format "{{index .Config.Labels \"$LABEL\"}}" "$1" 2>/dev/null || true; }
+# What an image was built from is kept in its import comment, not in a LABEL: opensandbox-server 1.1.1 reports a
+# container's labels (the image's included) as the sandbox's metadata, so a label would show up in every sandbox.
+image_label() { docker image inspect --format '{{.Comment}}' "$1" 2>/dev/null || true; }
 
 note_built() {
     # Remember an image `up` built, so that `clean` removes exactly those.
@@ -405,7 +407,7 @@ import_rootfs() {
     # import_rootfs DIR IMAGE LABELVALUE [--change ...] — tar a root file system into a Docker image.
     local dir="$1" img="$2" value="$3" out
     shift 3
-    if ! out="$(tar -C "$dir" --numeric-owner -cf - . | docker import --change "LABEL $LABEL=\"$value\"" "$@" - "$img" 2>&1)"; then
+    if ! out="$(tar -C "$dir" --numeric-owner -cf - . | docker import --message "$LABEL: $value" "$@" - "$img" 2>&1)"; then
         die local-images "tar -C $dir -c . | docker import - $img" "read the message; check disk space and that the Docker daemon answers" \
             "$(printf '%s' "$out" | tail -n 1)"
     fi
@@ -522,7 +524,7 @@ build_execd_image() {
     sum="execd $(cat "$OSB_EXECD_BIN" "$boot" | sha256sum | cut -c1-16)"
     if image_present "$img"; then
         have="$(image_label "$img")"
-        if [ "$have" = "$sum" ] || [ -z "$have" ]; then
+        if [ "$have" = "$LABEL: $sum" ] || [ -z "$have" ]; then
             say "images: $img present (reused)"
             return 0
         fi

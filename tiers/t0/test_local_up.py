@@ -57,7 +57,8 @@ case "$1" in
     shift
     while [ $# -gt 0 ]; do
       case "$1" in
-        --change) case "$2" in LABEL*) label="${2#*=}"; label="${label#\"}"; label="${label%\"}" ;; esac; shift 2 ;;
+        --message) label="$2"; shift 2 ;;
+        --change) case "$2" in LABEL*) echo "stub: a LABEL would leak into every sandbox's metadata" >&2; exit 1 ;; esac; shift 2 ;;
         -) shift ;;
         *) img="$1"; shift ;;
       esac

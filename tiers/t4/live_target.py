@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 
 from tiers.smoke_flow import request
+from tiers.t3 import framing
 
 
 class LiveTarget:
     def __init__(self, live_server):
         self.base_url = live_server.root
         self.api_key = live_server.api_key
-        # local-up.sh runs opensandbox/execd:latest; a server with the v1.1.0 image sets OSB_EXECD_MODE=v1.1.0
-        self.execd_mode = os.environ.get("OSB_EXECD_MODE", "latest")
+        self.image = live_server.image
+        self._mode = None
+
+    @property
+    def execd_mode(self) -> str:
+        """OSB_EXECD_MODE, else learned once from a throw-away sandbox (tiers/t3/framing.py): the real execd
+        v1.0.19 frames like v1.1.0, a newer one like latest."""
+        if self._mode is None:
+            self._mode = framing.detect(self.base_url, self.api_key, self.image)
+        return self._mode
 
     @property
     def sandboxes(self) -> dict:
