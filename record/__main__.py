@@ -28,6 +28,8 @@ def _record_parser() -> argparse.ArgumentParser:
     p.add_argument("--execd-version", default=None, help="execd version to note in the fixture header")
     p.add_argument("--execd-commit", default=None, help="execd source commit to note in the fixture header")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
+    p.add_argument("--ready-timeout", type=float, default=60.0,
+                   help="how long a new sandbox's execd may take to answer /ping (default %(default)s s, like the plugin)")
     return p
 
 
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         from record.recorder import run
         return run(_record_parser().parse_args(argv))
     except (RecorderError, ConvertError, ReplayError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        fix = getattr(exc, "fix", "")
+        print(f"error: {exc}" + (f"; fix: {fix}" if fix else ""), file=sys.stderr)
         return 2
 
 

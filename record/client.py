@@ -58,14 +58,55 @@ class Response:
 
 
 class RecorderError(RuntimeError):
-    """A scenario could not run (server unreachable, setup failed...). Never carries secrets."""
+    """A scenario could not run (server unreachable, setup failed...). Never carries secrets.
+
+    ``fix`` says what to do about it; the command line prints ``scenario: request: what happened; fix: ...``
+    on one line."""
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__(message)
+        self.fix = fix
+
+
+FIX_SERVER = "is the server up? ./local-up.sh status; check --base-url (OPENSANDBOX_BASE_URL)"
+FIX_KEY = "pass the server's API key: --api-key or OPENSANDBOX_API_KEY (eval \"$(./local-up.sh env)\")"
+FIX_IMAGE = ("use images the server has: --image / --busybox-image, or OPENSANDBOX_IMAGE / OPENSANDBOX_BUSYBOX_IMAGE "
+             "(no registry: OSB_LOCAL_IMAGES=1 ./local-up.sh up builds local/python:3-slim and local/busybox:latest)")
+FIX_EXECD = ("execd never answered /ping: check the server's execd_image (OSB_EXECD_IMAGE) and the sandbox's "
+             "container log (docker logs), or raise --ready-timeout")
+
+
+def _error_message(r: "Response") -> str:
+    try:
+        data = r.json()
+    except ValueError:
+        return r.text[:200]
+    if isinstance(data, dict):
+        return str(data.get("message") or data.get("detail") or data)[:200]
+    return str(data)[:200]
+
+
+def created_id(r: "Response", what: str = "POST /v1/sandboxes") -> str:
+    """The id of a sandbox a create answered with, or a RecorderError saying why there is none."""
+    if r.status in (200, 201, 202):
+        try:
+            return str(r.json()["id"])
+        except (ValueError, KeyError, TypeError):
+            raise RecorderError(f"{what} answered HTTP {r.status} without an id: {r.text[:200]!r}") from None
+    if r.status == 401:
+        fix = FIX_KEY
+    elif r.status in (400, 422):
+        fix = "the server refused the create body (its schema changed?): compare the scenario with the server's OpenAPI"
+    else:
+        fix = FIX_IMAGE
+    raise RecorderError(f"{what} answered HTTP {r.status}: {_error_message(r)}", fix)
 
 
 class Session:
     """Talks to one OpenSandbox deployment: lifecycle at ``base_url``, execd at resolved endpoints."""
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 60.0,
-                 transport: httpx.BaseTransport | None = None):
+                 transport: httpx.BaseTransport | None = None, ready_timeout: float = 60.0):
         base = base_url.rstrip("/")
         if base.endswith("/v1"):
             base = base[:-3]
@@ -75,6 +116,8 @@ class Session:
         self.base_url = base
         self.scheme = parts.scheme
         self.api_key = api_key
+        self.ready_timeout = ready_timeout
+        self.last_request = ""
         self.exchanges: list[dict[str, Any]] = []
         self._pending_wait: float | None = None
         # One connection per request, like the client that made the live recordings (http.client); a
@@ -123,6 +166,7 @@ class Session:
         else:
             sent_body = bytes(body) if body is not None else None
             req = self.client.build_request(method, url, headers=hdrs, content=sent_body)
+        self.last_request = f"{method} {req.url.raw_path.decode('ascii').split('?', 1)[0]}"
         try:
             resp = self.client.send(req, stream=True)
             try:
@@ -130,7 +174,8 @@ class Session:
             finally:
                 resp.close()
         except httpx.HTTPError as exc:
-            raise RecorderError(f"{method} {req.url.copy_with(query=None)}: {type(exc).__name__}: {exc}") from None
+            raise RecorderError(f"{method} {req.url.copy_with(query=None)}: {type(exc).__name__}: {exc}",
+                                FIX_SERVER) from None
         if record:
             rec_req: dict[str, Any] = {
                 "method": method,
@@ -166,9 +211,7 @@ class Session:
 
     def create_sandbox(self, body: dict[str, Any], *, record: bool = False) -> str:
         r = self.lc("POST", "/v1/sandboxes", json=body, record=record)
-        if r.status not in (200, 201, 202):
-            raise RecorderError(f"creating a sandbox failed: HTTP {r.status}")
-        return r.json()["id"]
+        return created_id(r, "POST /v1/sandboxes (setup)")
 
     def delete_sandbox(self, sandbox_id: str) -> None:
         try:
@@ -178,22 +221,41 @@ class Session:
 
     def execd_endpoint(self, sandbox_id: str) -> "Execd":
         r = self.lc("GET", f"/v1/sandboxes/{sandbox_id}/endpoints/{EXECD_PORT}", record=False)
-        if r.status != 200:
-            raise RecorderError(f"resolving the execd endpoint failed: HTTP {r.status}")
-        data = r.json()
-        return Execd(self, data["endpoint"], data.get("headers") or {})
+        return execd_from(self, r)
 
-    def wait_ready(self, execd: "Execd", timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, execd: "Execd", timeout: float | None = None) -> None:
+        """Unrecorded GET /ping until it answers 200, like the plugin: through refused connections (nothing
+        listens yet) and accepted-then-dropped ones (Docker's published port before execd listens) until the
+        deadline (``ready_timeout``, 60 s like the plugin's ready_timeout)."""
+        budget = self.ready_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        last = "no answer"
         while True:
             try:
-                if execd.get("/ping", record=False).status == 200:
+                r = execd.get("/ping", record=False)
+                if r.status == 200:
                     return
-            except RecorderError:
-                pass
+                last = f"HTTP {r.status}"
+            except RecorderError as exc:
+                last = str(exc).split(": ", 1)[-1]  # drop the "GET url" part: it is in the message below
             if time.monotonic() > deadline:
-                raise RecorderError("execd did not answer /ping in time")
+                raise RecorderError(f"GET {execd.origin}{execd.prefix}/ping: no 200 within {budget:g} s "
+                                    f"(last: {last})", FIX_EXECD)
             time.sleep(0.2)
+
+
+def execd_from(session: Session, r: Response) -> "Execd":
+    """The Execd of an endpoints/44772 answer, or a RecorderError saying why there is none."""
+    try:
+        data = r.json() if r.status == 200 else None
+        endpoint = data["endpoint"] if isinstance(data, dict) else None
+    except (ValueError, KeyError):
+        endpoint = None
+    if not isinstance(endpoint, str) or not endpoint:
+        raise RecorderError(f"GET /v1/sandboxes/<id>/endpoints/{EXECD_PORT} answered HTTP {r.status}: "
+                            f"{_error_message(r)}", "the sandbox is not Running (see its status), or the server is "
+                            "not configured for direct endpoints ([ingress] mode = \"direct\")")
+    return Execd(session, endpoint, (data or {}).get("headers") or {})
 
 
 class Execd:

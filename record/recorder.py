@@ -9,6 +9,7 @@ Modes (like VCR's record modes):
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from record import fixture
-from record.client import RecorderError, Session
+from record.client import FIX_SERVER, RecorderError, Session
 from record.compare import Bindings, Check, Comparer, materialize
 from record.scenarios import SCENARIOS, Ctx, Scenario
 from record.scrub import find_secret_leaks, scrub_exchanges
@@ -44,6 +45,31 @@ def server_version(session: Session) -> str:
         return str(r.json().get("version", "unknown")) if r.status == 200 else "unknown"
     except (RecorderError, ValueError, AttributeError):
         return "unknown"
+
+
+VERSION_RE = re.compile(r"^\s*Version\s*:\s*(\S+)", re.M)
+COMMIT_RE = re.compile(r"^\s*Git Commit\s*:\s*([0-9a-f]{7,40})", re.M)
+
+
+def execd_version(session: Session, image: str) -> tuple[str, str]:
+    """(version, commit) of the execd the server puts into sandboxes, read inside a throw-away sandbox from the
+    banner ``/opt/opensandbox/execd`` prints before it parses its flags; ("unknown", "unknown") if that fails."""
+    ctx = Ctx(image=image, busybox_image="", missing_image="")
+    try:
+        sid = session.create_sandbox(ctx.default_create(timeout=600), record=False)
+    except RecorderError:
+        return "unknown", "unknown"
+    try:
+        ex = session.execd_endpoint(sid)
+        session.wait_ready(ex)
+        r = ex.command({"command": "/opt/opensandbox/execd -h 2>&1 | head -n 12"}, record=False)
+        text = "\n".join(str(e.get("text", "")) for e in r.sse_events() if e.get("type") == "stdout")
+        v, c = VERSION_RE.search(text), COMMIT_RE.search(text)
+        return (v.group(1) if v else "unknown"), (c.group(1) if c else "unknown")
+    except RecorderError:
+        return "unknown", "unknown"
+    finally:
+        session.delete_sandbox(sid)
 
 
 def record_one(session: Session, sc: Scenario, *, image: str, busybox_image: str, missing_image: str,
@@ -77,6 +103,34 @@ def record_one(session: Session, sc: Scenario, *, image: str, busybox_image: str
     return fx
 
 
+def record_or_fail(session: Session, sc: Scenario, *, image: str, busybox_image: str, missing_image: str,
+                   meta: dict[str, Any], err: TextIO) -> dict[str, Any] | None:
+    """record_one, or None after printing one line: the scenario, the request, what happened and the fix."""
+    try:
+        return record_one(session, sc, image=image, busybox_image=busybox_image, missing_image=missing_image,
+                          meta=meta)
+    except RecorderError as exc:
+        fix = exc.fix
+        text = str(exc)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, AssertionError) as exc:
+        # a response without the field the scenario needs next: name the request that gave it
+        fix = "the server answered something the scenario did not expect; rerun with --scenario " + \
+              sc.name.split("_", 1)[0] + " and compare with fixtures/" + sc.name + ".json"
+        text = f"{session.last_request or 'before any request'}: unexpected answer ({type(exc).__name__}: {exc})"
+    line = f"error: {sc.name}: {text}"
+    if fix:
+        line += f"; fix: {fix}"
+    print(line.replace("\n", " "), file=err)
+    return None
+
+
+def check_reachable(session: Session) -> None:
+    """One line instead of one failure per scenario when the server is not there at all."""
+    r = session.lc("GET", "/health", auth=False, record=False)
+    if r.status != 200:
+        raise RecorderError(f"GET {session.base_url}/health answered HTTP {r.status}", FIX_SERVER)
+
+
 def drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Differences between a committed fixture and a fresh recording of the same scenario."""
     out: list[str] = []
@@ -103,7 +157,8 @@ def drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def run(args: Any, out: TextIO = sys.stdout) -> int:
+def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = sys.stdout if out is None else out
     scenarios = select(args.scenario)
     if args.list:
         for s in SCENARIOS:
@@ -112,40 +167,52 @@ def run(args: Any, out: TextIO = sys.stdout) -> int:
     api_key = args.api_key or os.environ.get("OPENSANDBOX_API_KEY", "")
     if not args.base_url:
         raise RecorderError("--base-url is required (or OPENSANDBOX_BASE_URL)")
-    session = Session(args.base_url, api_key, timeout=args.timeout)
+    err = sys.stderr if err is None else err
+    session = Session(args.base_url, api_key, timeout=args.timeout,
+                      ready_timeout=getattr(args, "ready_timeout", None) or 60.0)
     try:
+        check_reachable(session)
+        version, commit = args.execd_version, args.execd_commit
+        if not version:  # ask the execd itself (one throw-away sandbox)
+            version, commit_found = execd_version(session, args.image)
+            commit = commit or commit_found
         meta = {
             "where": urlsplit(session.base_url).netloc,
             "when": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "server_version": server_version(session),
-            "execd_version": args.execd_version or "unknown",
-            "execd_commit": args.execd_commit or "unknown",
+            "execd_version": version or "unknown",
+            "execd_commit": commit or "unknown",
             "source": "python -m record",
             "tool": "python -m record --mode " + ("check" if args.check else args.mode),
         }
         if args.check:
-            return _check(session, scenarios, args, meta, out)
+            return _check(session, scenarios, args, meta, out, err)
         os.makedirs(args.out, exist_ok=True)
-        n = 0
+        n = failed = 0
         for sc in scenarios:
             dest = os.path.join(args.out, sc.name + ".json")
             if args.mode == "new" and os.path.exists(dest):
                 print(f"{sc.name}: fixture exists, kept (--mode new)", file=out)
                 continue
-            fx = record_one(session, sc, image=args.image, busybox_image=args.busybox_image,
-                            missing_image=args.missing_image, meta=meta)
+            fx = record_or_fail(session, sc, image=args.image, busybox_image=args.busybox_image,
+                                missing_image=args.missing_image, meta=meta, err=err)
+            if fx is None:
+                failed += 1
+                print(f"{sc.name}: FAILED, fixture kept as it was", file=out)
+                continue
             fixture.write(dest, fx)
             n += 1
             print(f"{sc.name}: {len(fx['exchanges'])} exchanges -> {dest}", file=out)
-        print(f"recorded {n} scenario(s)", file=out)
-        return 0
+        print(f"recorded {n} scenario(s)" + (f", {failed} failed" if failed else ""), file=out)
+        return 2 if failed else 0
     finally:
         session.close()
 
 
-def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[str, Any], out: TextIO) -> int:
+def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[str, Any], out: TextIO,
+           err: TextIO) -> int:
     tmp = tempfile.mkdtemp(prefix="record-check-")
-    drifted = 0
+    drifted = failed = 0
     print(f"drift check: server {meta['server_version']} at {meta['where']} vs the fixtures in {args.out}", file=out)
     try:
         for sc in scenarios:
@@ -157,8 +224,12 @@ def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[st
             if old["recorded"].get("server_version") != meta["server_version"]:
                 print(f"{sc.name}: note: fixture recorded against server {old['recorded'].get('server_version')}",
                       file=out)
-            new = record_one(session, sc, image=args.image, busybox_image=args.busybox_image,
-                             missing_image=args.missing_image, meta=meta)
+            new = record_or_fail(session, sc, image=args.image, busybox_image=args.busybox_image,
+                                 missing_image=args.missing_image, meta=meta, err=err)
+            if new is None:
+                failed += 1
+                print(f"{sc.name}: FAILED (not compared)", file=out)
+                continue
             fixture.write(os.path.join(tmp, sc.name + ".json"), new)
             diffs = drift(old, new)
             if diffs:
@@ -170,8 +241,8 @@ def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[st
                 print(f"{sc.name}: no drift", file=out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{drifted} scenario(s) drifted", file=out)
-    return 1 if drifted else 0
+    print(f"{drifted} scenario(s) drifted" + (f", {failed} failed" if failed else ""), file=out)
+    return 2 if failed else (1 if drifted else 0)
 
 
 __all__ = ["run", "record_one", "drift", "select", "httpx"]

@@ -14,7 +14,7 @@ import dataclasses
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from record.client import Execd, Session
+from record.client import Execd, RecorderError, Session, created_id, execd_from
 
 NIL = "00000000-0000-0000-0000-000000000000"
 RESOURCES = {"cpu": "500m", "memory": "512Mi"}
@@ -59,7 +59,10 @@ def _iso(delta_s: int) -> str:
 def _create(s: Session, ctx: Ctx, body: dict[str, Any], **kw: Any):
     r = s.lc("POST", "/v1/sandboxes", json=body, **kw)
     if r.status in (200, 201, 202):
-        ctx.created.append(r.json()["id"])
+        try:
+            ctx.created.append(created_id(r))  # deleted by the teardown, whatever the scenario does next
+        except RecorderError:
+            pass  # the scenario's own created_id(r) says what is wrong
     return r
 
 
@@ -99,7 +102,7 @@ def s04(s: Session, ctx: Ctx) -> None:
 
 def s05(s: Session, ctx: Ctx) -> None:
     r = _create(s, ctx, ctx.default_create())
-    sid = r.json()["id"]
+    sid = created_id(r)
     s.lc("GET", f"/v1/sandboxes/{sid}")
     s.lc("GET", "/v1/sandboxes")
     s.lc("GET", "/v1/sandboxes?state=Running&metadata=purpose%3Dlive-recording&page=1&pageSize=10")
@@ -267,16 +270,17 @@ def s14(s: Session, ctx: Ctx) -> None:
 def s15(s: Session, ctx: Ctx) -> None:
     r = _create(s, ctx, {"image": {"uri": ctx.busybox_image}, "entrypoint": ["tail", "-f", "/dev/null"],
                          "resourceLimits": dict(SMALL), "env": {"HELLO": "world"}})
-    sid = r.json()["id"]
+    sid = created_id(r)
     r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
-    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    ex = execd_from(s, r)
+    s.wait_ready(ex)  # unrecorded: Docker's readiness window (accepted, then dropped) before execd listens
     ex.get("/ping")
     ex.command({"command": "echo $HELLO; echo $0; ls /bin/bash 2>&1; exit 7"})
     s.lc("GET", f"/v1/sandboxes/{sid}")
     s.lc("DELETE", f"/v1/sandboxes/{sid}")
     r = _create(s, ctx, {"image": {"uri": ctx.image}, "entrypoint": ["sh", "-c", "exit 1"], "timeout": 600,
                          "resourceLimits": dict(SMALL)})
-    sid = r.json()["id"]
+    sid = created_id(r)
     s.sleep(1.0)
     s.lc("GET", f"/v1/sandboxes/{sid}")
     s.lc("GET", f"/v1/sandboxes/{sid}")
@@ -292,9 +296,10 @@ def s16(s: Session, ctx: Ctx) -> None:
 
 def s17(s: Session, ctx: Ctx) -> None:
     r = _create(s, ctx, ctx.default_create())
-    sid = r.json()["id"]
+    sid = created_id(r)
     r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
-    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    ex = execd_from(s, r)
+    s.wait_ready(ex)  # unrecorded: Docker's readiness window (accepted, then dropped) before execd listens
     ex.get("/ping")
     ex.command({"command": "echo a; sleep 7; echo b"})
     s.lc("DELETE", f"/v1/sandboxes/{sid}")
@@ -311,9 +316,10 @@ def s18(s: Session, ctx: Ctx) -> None:
     body = {"image": {"uri": ctx.image}, "timeout": 600, "resourceLimits": dict(RESOURCES),
             "metadata": {"via": "sdk"}, "entrypoint": ["tail", "-f", "/dev/null"], "secureAccess": False}
     r = _create(s, ctx, body, headers=h, json_compact=True)
-    sid = r.json()["id"]
+    sid = created_id(r)
     r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772?use_server_proxy=false", headers=h)
-    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    ex = execd_from(s, r)
+    s.wait_ready(ex)  # unrecorded: Docker's readiness window (accepted, then dropped) before execd listens
     s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/18080?use_server_proxy=false", headers=h)
     ex.get("/ping", headers=h)
     ex.request("POST", "/command", json={"command": EXIT3}, json_compact=True,
@@ -334,11 +340,12 @@ def s20(s: Session, ctx: Ctx) -> None:
     background command with log cursor and interrupt, files, renew, pause/resume, kill, second kill."""
     s.lc("GET", "/v1/sandboxes", auth=False)
     r = _create(s, ctx, ctx.default_create(timeout=600))
-    sid = r.json()["id"]
+    sid = created_id(r)
     s.lc("GET", f"/v1/sandboxes/{sid}")
     s.lc("GET", "/v1/sandboxes?metadata=purpose%3Dlive-recording")
     r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
-    ex = Execd(s, r.json()["endpoint"], r.json().get("headers") or {})
+    ex = execd_from(s, r)
+    s.wait_ready(ex)  # unrecorded: Docker's readiness window (accepted, then dropped) before execd listens
     ex.get("/ping")
     ex.command({"command": "echo hi"})
     ex.command({"command": EXIT3})

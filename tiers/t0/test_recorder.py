@@ -356,3 +356,69 @@ def test_replay_binds_ids_and_scores():
         finally:
             r.close()
     assert 0 < res.percent < 100 and any(c.aspect == "status" for c in res.differences())
+
+
+# -- the recorder against a real server's failure modes ---------------------------------------------------------
+@pytest.mark.parametrize("status, body, needle, fix", [
+    (500, {"code": "DOCKER_ERROR", "message": "Failed to pull image local/none:1"},
+     "POST /v1/sandboxes answered HTTP 500: Failed to pull image local/none:1", "fix: use images the server has"),
+    (202, {"status": {"state": "Pending"}}, "POST /v1/sandboxes answered HTTP 202 without an id", ""),
+    (401, {"code": "INVALID_API_KEY", "message": "bad key"}, "answered HTTP 401: bad key", "fix: pass the server's API key"),
+])
+def test_a_failed_create_is_one_line_naming_scenario_request_and_fix(tmp_path, capsys, status, body, needle, fix):
+    from record.__main__ import main
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(f"{BASE}/v1/sandboxes").respond(status, json=body)  # before the catch-all of _lifecycle_routes
+        _lifecycle_routes(mock)
+        rc = main(["--base-url", BASE, "--api-key", KEY, "--out", str(tmp_path / "fx"), "--scenario", "05",
+                   "--scenario", "01", "--mode", "all", "--execd-version", "v1.0.19"])
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert rc == 2 and len(lines) == 1, captured.err
+    assert lines[0].startswith("error: 05_create_get_list_endpoints: ") and needle in lines[0], lines[0]
+    assert fix in lines[0]
+    assert "Traceback" not in captured.err and "KeyError" not in captured.err and KEY not in captured.err
+    assert "01_health_version: 4 exchanges" in captured.out  # the other scenarios still run
+    assert "recorded 1 scenario(s), 1 failed" in captured.out
+    assert sorted(os.listdir(tmp_path / "fx")) == ["01_health_version.json"]  # nothing written for the failure
+
+
+def test_wait_ready_retries_refused_and_dropped_connections_until_200():
+    from record.client import Execd, Session
+
+    with respx.mock(assert_all_called=False) as mock:
+        ping = mock.get("http://127.0.0.1:41543/proxy/44772/ping")
+        ping.side_effect = [httpx.ConnectError("refused"),
+                            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+                            httpx.Response(200)]
+        with Session(BASE, KEY) as s:
+            s.wait_ready(Execd(s, "127.0.0.1:41543/proxy/44772", {}))
+            assert ping.call_count == 3 and s.exchanges == []  # unrecorded
+
+
+def test_wait_ready_gives_up_at_its_deadline_with_one_line():
+    from record.client import FIX_EXECD, Execd, RecorderError, Session
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.get("http://127.0.0.1:41543/proxy/44772/ping").mock(
+            side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response."))
+        with Session(BASE, KEY, ready_timeout=0.3) as s:
+            with pytest.raises(RecorderError) as info:
+                s.wait_ready(Execd(s, "127.0.0.1:41543/proxy/44772", {}))
+    msg = str(info.value)
+    assert msg.startswith("GET http://127.0.0.1:41543/proxy/44772/ping: no 200 within 0.3 s (last: ")
+    assert "Server disconnected" in msg and "\n" not in msg and info.value.fix == FIX_EXECD
+
+
+def test_image_knobs_default_to_the_environment(monkeypatch):
+    from record.__main__ import _record_parser
+
+    monkeypatch.setenv("OPENSANDBOX_IMAGE", "local/python:3-slim")
+    monkeypatch.setenv("OPENSANDBOX_BUSYBOX_IMAGE", "local/busybox:latest")
+    a = _record_parser().parse_args([])
+    assert (a.image, a.busybox_image) == ("local/python:3-slim", "local/busybox:latest")
+    monkeypatch.delenv("OPENSANDBOX_IMAGE")
+    monkeypatch.delenv("OPENSANDBOX_BUSYBOX_IMAGE")
+    a = _record_parser().parse_args([])
+    assert (a.image, a.busybox_image) == ("python:3.12-slim", "busybox:latest")
