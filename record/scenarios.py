@@ -382,16 +382,23 @@ def s20(s: Session, ctx: Ctx) -> None:
 
 # The containment probes (issue 11): what a process inside a real sandbox sees and may do. Each one is a
 # plain command through execd; the values feed the mock's isolated sandbox view (tiers/t1/test_containment*).
+# Raw outputs of the same commands: /work/coord/live-probes/ (2026-12-01). Here, what differs between two
+# sandboxes of the same stack (timestamps, the container id, mount ids, overlay layer paths) is blanked inside
+# the sandbox, so that `python -m record --check` compares what matters.
+_MOUNTS = ("sed -E '"
+           r"s/^[0-9]+ [0-9]+ /N N /; s/ [0-9]+:[0-9]+ / M:M /; s/(master|shared):[0-9]+/\1:P/g; "
+           r"s#overlay2/(l/)?[A-Za-z0-9]+#overlay2/\1L#g; s#[0-9a-f]{64}#ID#g"
+           "'")
 CONTAINMENT_PROBES: list[tuple[str, str]] = [
     ("capabilities", "grep Cap /proc/self/status"),
-    ("dev", "ls -la /dev"),
-    ("mountinfo", "cat /proc/self/mountinfo"),
+    ("dev", "ls -la --time-style=+ /dev"),
+    ("mountinfo", "cat /proc/self/mountinfo | " + _MOUNTS),
     ("id", "id"),
-    ("etc_hostname", "cat /etc/hostname"),
+    ("etc_hostname", "cat /etc/hostname | sed -E 's/^[0-9a-f]{12}$/<container-id>/'"),
     ("etc_passwd", "cat /etc/passwd"),
-    ("etc_shadow", "ls -la /etc/shadow"),
+    ("etc_shadow", "ls -la --time-style=+ /etc/shadow"),
     ("remount_usr", "mount -o remount,rw /usr"),
-    ("proc_hostname", "cat /proc/sys/kernel/hostname"),
+    ("proc_hostname", "cat /proc/sys/kernel/hostname | sed -E 's/^[0-9a-f]{12}$/<container-id>/'"),
     ("drop_caches", "echo 1 > /proc/sys/vm/drop_caches"),
     ("sys_fs_cgroup", "ls /sys/fs/cgroup"),
     ("touch_cgroup", "touch /sys/fs/cgroup/x"),
