@@ -615,6 +615,9 @@ print_env() {
     if [ "$OSB_LOCAL_IMAGES" = 1 ]; then
         printf 'export OPENSANDBOX_BUSYBOX_IMAGE=%s\n' "$OSB_BUSYBOX_IMAGE"
     fi
+    local dv
+    dv="$(docker info --format '{{.ServerVersion}}' 2>/dev/null || true)"
+    case "$dv" in '' | *[!A-Za-z0-9.+~_-]*) ;; *) printf 'export OPENSANDBOX_RUNTIME=docker/%s\n' "$dv" ;; esac
 }
 
 write_env_file() {

@@ -27,6 +27,9 @@ def _record_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--execd-version", default=None, help="execd version to note in the fixture header")
     p.add_argument("--execd-commit", default=None, help="execd source commit to note in the fixture header")
+    p.add_argument("--runtime", default=os.environ.get("OPENSANDBOX_RUNTIME") or None,
+                   help="the server's runtime, noted in the fixture header (default: $OPENSANDBOX_RUNTIME, which "
+                        "./local-up.sh env sets, e.g. docker/20.10.24+dfsg1)")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
     p.add_argument("--ready-timeout", type=float, default=60.0,
                    help="how long a new sandbox's execd may take to answer /ping (default %(default)s s, like the plugin)")

@@ -180,6 +180,7 @@ def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
             "where": urlsplit(session.base_url).netloc,
             "when": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "server_version": server_version(session),
+            "runtime": getattr(args, "runtime", None) or "unknown",
             "execd_version": version or "unknown",
             "execd_commit": commit or "unknown",
             "source": "python -m record",

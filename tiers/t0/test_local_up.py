@@ -397,6 +397,7 @@ def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
         f"export ABX_OPENSANDBOX_BASE_URL=http://127.0.0.1:{world.port}",
         f"export OPEN_SANDBOX_API_KEY={key}",
         f"export ABX_OPENSANDBOX_DEFAULT_IMAGE={BASE}",
+        "export OPENSANDBOX_RUNTIME=docker/99.0.0",  # the daemon's version, for the recorder's fixture headers
     ]
 
     world.clear_argv()
