@@ -128,6 +128,21 @@ pid_alive() {
     case "$args" in *"$2"*) return 0 ;; *) return 1 ;; esac
 }
 
+started_alive() {
+    # started_alive PIDFILE — the process we just started is still there (not yet reaped, not a zombie). Unlike
+    # pid_alive it does not look at the command line: right after `nohup CMD &` the child may not have exec'd yet.
+    local pid st
+    pid="$(cat "$1" 2>/dev/null || true)"
+    case "$pid" in '' | *[!0-9]*) return 1 ;; esac
+    if [ -r "/proc/$pid/stat" ]; then
+        st="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)"
+        [ -n "$st" ] && [ "$st" != Z ]
+    else
+        st="$(ps -p "$pid" -o stat= 2>/dev/null || true)"
+        [ -n "$st" ] && case "$st" in Z*) false ;; *) true ;; esac
+    fi
+}
+
 stop_pidfile() {
     # stop_pidfile PIDFILE WORD NAME [sudo] — TERM, wait up to 10 s, then KILL.
     local pid i kill_cmd=(kill)
@@ -257,7 +272,7 @@ step_docker_daemon() {
     echo "$!" >"$DOCKERD_PID"
     local waited=0
     while ! docker_answers; do
-        if ! pid_alive "$DOCKERD_PID" dockerd; then
+        if ! started_alive "$DOCKERD_PID"; then
             rm -f "$DOCKERD_PID"
             die docker-daemon "dockerd${extra[*]:+ ${extra[*]}}" \
                 "read $DOCKERD_LOG; on an overlayfs root give dockerd a real data root, e.g. OSB_DOCKERD_ARGS='--data-root /mnt/dockerdata'; without passwordless sudo start dockerd yourself" \
@@ -659,7 +674,7 @@ step_server() {
     fi
     local waited=0
     while ! health_ok; do
-        if ! pid_alive "$SERVER_PID" opensandbox-server; then
+        if ! started_alive "$SERVER_PID"; then
             rm -f "$SERVER_PID"
             die server "$VENV/bin/opensandbox-server --config $CONFIG" \
                 "read $SERVER_LOG (port $OSB_PORT busy? set OSB_PORT; bad config? remove $CONFIG and rerun)" \
