@@ -13,6 +13,8 @@ import os
 import urllib.parse
 
 EXECD_PORT = 44772
+# The one image knob of every live path (./local-up.sh env): a server whose images are local has no python:3.12-slim.
+IMAGE = os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim"
 
 
 class HttpFailure(Exception):
@@ -84,8 +86,8 @@ class Lifecycle:
         self.conn = Conn(base + "/v1", headers)
         self.base_url = base
 
-    def create(self, image: str = "python:3.12-slim", timeout: int = 900) -> str:
-        body = {"image": {"uri": image}, "entrypoint": ["tail", "-f", "/dev/null"],
+    def create(self, image: str = "", timeout: int = 900) -> str:
+        body = {"image": {"uri": image or IMAGE}, "entrypoint": ["tail", "-f", "/dev/null"],
                 "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "timeout": timeout}
         return str(self.conn.json("POST", "/sandboxes", body)["id"])
 

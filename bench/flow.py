@@ -30,7 +30,7 @@ import sys
 import time
 
 PAYLOAD = (b"bench flow payload \xe2\x9c\x93\n" * 200)[:4096]
-IMAGE = "python:3.12-slim"
+IMAGE = os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim"  # the image knob (./local-up.sh env)
 _OUT = sys.stdout
 
 

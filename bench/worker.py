@@ -87,6 +87,8 @@ def _plugin_config(target: dict) -> dict:
     cfg = {"base_url": target["base_url"]}
     if target.get("api_key"):
         cfg["api_key"] = target["api_key"]
+    if os.environ.get("OPENSANDBOX_IMAGE"):  # the image knob: template "base" -> the server's local image
+        cfg["default_image"] = os.environ["OPENSANDBOX_IMAGE"]
     return cfg
 
 

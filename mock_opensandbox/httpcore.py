@@ -10,8 +10,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import select
 import socket
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
@@ -80,8 +82,10 @@ class Server(ThreadingHTTPServer):
                  listen_delay: float = 0.0):
         """``app``: an App (the explicit interface above: subclass it, or delegate every member to
         one, as admin.AdminLayer does). ``listen_delay``: the port is bound at once (so it can be
-        announced) but only listens that many seconds after start(); until then connections are
-        refused, like a sandbox whose execd has not come up yet."""
+        announced) but only serves that many seconds after start(). Until then it is Docker's
+        readiness window: the published port (docker-proxy) accepts a connection and closes it
+        without an answer - a client sees EOF, or a reset when it had already sent its request - it
+        is never refused (QUIRKS.md)."""
         self.app = app
         self._thread: threading.Thread | None = None
         self._listen_delay = max(0.0, float(listen_delay))
@@ -100,14 +104,24 @@ class Server(ThreadingHTTPServer):
         return self.server_address[1]
 
     def start(self, name: str = "mock-http") -> None:
+        if self._listen_delay:
+            self.server_activate()  # the port accepts from now on; _run drops what arrives before the delay ends
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         if self._listen_delay:
-            if self._cancel.wait(self._listen_delay):
+            deadline = time.monotonic() + self._listen_delay
+            while not self._cancel.is_set() and time.monotonic() < deadline:
+                ready, _, _ = select.select([self.socket], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
+                if ready:
+                    try:
+                        conn, _ = self.socket.accept()
+                    except OSError:
+                        continue
+                    conn.close()  # accepted, then dropped unanswered: nothing listens behind the proxy yet
+            if self._cancel.is_set():
                 return
-            self.server_activate()
         self._serving.set()
         self.serve_forever(poll_interval=0.1)
 

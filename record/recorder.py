@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from record import fixture
-from record.client import FIX_SERVER, RecorderError, Session
+from record.client import RecorderError, Session
 from record.compare import Bindings, Check, Comparer, materialize
 from record.scenarios import SCENARIOS, Ctx, Scenario
 from record.scrub import find_secret_leaks, scrub_exchanges
@@ -126,9 +126,7 @@ def record_or_fail(session: Session, sc: Scenario, *, image: str, busybox_image:
 
 def check_reachable(session: Session) -> None:
     """One line instead of one failure per scenario when the server is not there at all."""
-    r = session.lc("GET", "/health", auth=False, record=False)
-    if r.status != 200:
-        raise RecorderError(f"GET {session.base_url}/health answered HTTP {r.status}", FIX_SERVER)
+    session.lc("GET", "/health", auth=False, record=False)  # any HTTP answer will do: the scenarios judge it
 
 
 def drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
