@@ -8,6 +8,7 @@ Modes (like VCR's record modes):
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -129,8 +130,23 @@ def check_reachable(session: Session) -> None:
     session.lc("GET", "/health", auth=False, record=False)  # any HTTP answer will do: the scenarios judge it
 
 
-def drift(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Differences between a committed fixture and a fresh recording of the same scenario."""
+def _denoise(fx: dict[str, Any], noise: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    if not noise:
+        return fx
+    fx = json.loads(json.dumps(fx))
+    for ex in fx["exchanges"]:
+        body = ex["response"].get("body")
+        if isinstance(body, str):
+            for pattern, repl in noise:
+                body = re.sub(pattern, repl, body)
+            ex["response"]["body"] = body
+    return fx
+
+
+def drift(old: dict[str, Any], new: dict[str, Any], noise: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """Differences between a committed fixture and a fresh recording of the same scenario (``noise``: regex
+    substitutions applied to both first, for values that differ between any two sandboxes)."""
+    old, new = _denoise(old, noise), _denoise(new, noise)
     out: list[str] = []
     oe, ne = old["exchanges"], new["exchanges"]
     if len(oe) != len(ne):
@@ -230,7 +246,7 @@ def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[st
                 print(f"{sc.name}: FAILED (not compared)", file=out)
                 continue
             fixture.write(os.path.join(tmp, sc.name + ".json"), new)
-            diffs = drift(old, new)
+            diffs = drift(old, new, sc.drift_noise)
             if diffs:
                 drifted += 1
                 print(f"{sc.name}: DRIFT ({len(diffs)})", file=out)

@@ -433,3 +433,21 @@ def test_image_knobs_default_to_the_environment(monkeypatch):
     monkeypatch.delenv("OPENSANDBOX_BUSYBOX_IMAGE")
     a = _record_parser().parse_args([])
     assert (a.image, a.busybox_image) == ("python:3.12-slim", "busybox:latest")
+
+
+def test_drift_noise_blanks_per_sandbox_values_but_not_real_changes():
+    from record.scenarios import PROBE_NOISE
+
+    def probe(text):
+        body = '{"type":"stdout","text":"%s","timestamp":1}\n\n' % text
+        return fixture.make("21", "", {}, {}, [ex("POST", "/proxy/44772/command", "h", 200, body,
+                                                    resp_headers={"Content-Type": "text/event-stream"})])
+
+    a = probe("197 173 0:42 / / rw master:2 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/ABC:"
+              "/x/%s Dec  1 06:42 41631cca87d2" % ("a" * 64))
+    b = probe("515 479 0:55 / / rw master:23 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/XYZ:"
+              "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64))
+    assert drift(a, b) and drift(a, b, PROBE_NOISE) == []
+    c = probe("515 479 0:55 / / ro master:23 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/XYZ:"
+              "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64))
+    assert drift(a, c, PROBE_NOISE)  # rw -> ro is a real change
