@@ -14,7 +14,7 @@ $(STAMP): requirements-test.txt
 
 venv: $(STAMP)
 
-## Offline tiers t0-t3 and the differential tier (tiers/diff: the real execd vs the mock, skips without ../shared/opensandbox/execd; t3 runs against the mock's stand-alone execd unless OSB_EXECD_BIN is set);
+## Offline tiers t0-t3 and the differential tier (tiers/diff: the real execd vs the mock, skips without ../shared/opensandbox/execd; t3 runs against ../shared/opensandbox/execd, isolated, when it exists or OSB_EXECD_BIN, else the stand-in);
 ## t4 skips with one line unless OPENSANDBOX_LIVE=1.
 test: $(STAMP)
 	$(PY) tiers/run_tiers.py "tiers/t1 tiers/diff" "tiers/t0 tiers/t2 tiers/t3 tiers/t4"

@@ -1,8 +1,11 @@
 """Tier t3: the mock lifecycle with one execd *process* per sandbox (seed 000 §5.3).
 
-The execd executable is ``$OSB_EXECD_BIN`` when set (a real execd binary: ``execd --port P [-access-token T]``),
-else the mock's stand-alone execd (``python -m mock_opensandbox.execd``), reached through a small wrapper script
-because ``MockOpenSandbox(execd_bin=...)`` takes a single executable path.
+The execd executable is ``$OSB_EXECD_BIN`` when set, else the real execd at ``../shared/opensandbox/execd`` when it
+exists (``execd --port P [-access-token T]``), else the mock's stand-alone execd (``python -m
+mock_opensandbox.execd``), reached through a small wrapper script because ``MockOpenSandbox(execd_bin=...)`` takes a
+single executable path (``OSB_EXECD_BIN=mock`` forces the stand-in). A real binary never runs on the host: the mock starts it inside each sandbox's isolated
+view (own mount + PID namespaces, throw-away root, the real sandbox's capability set; mock_opensandbox/runtime).
+The summary says which execd the tier ran against.
 """
 from __future__ import annotations
 
@@ -20,11 +23,26 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED_EXECD = os.path.normpath(os.path.join(REPO, "..", "shared", "opensandbox", "execd"))
+_WHICH = pytest.StashKey[str]()
 
 
 class ExecdBin(NamedTuple):
     path: str
-    real: bool  # True: $OSB_EXECD_BIN; False: the mock's stand-alone execd
+    real: bool  # True: $OSB_EXECD_BIN or ../shared/opensandbox/execd; False: the mock's stand-alone execd
+
+
+def _describe(bin_: "ExecdBin") -> str:
+    if not bin_.real:
+        return "the mock's stand-alone execd (python -m mock_opensandbox.execd: no real binary, or OSB_EXECD_BIN=mock)"
+    shown = os.path.relpath(bin_.path, REPO) if bin_.path.startswith(os.path.dirname(REPO)) else bin_.path
+    return f"the real execd {shown} (inside the mock's isolated sandbox view)"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    which = config.stash.get(_WHICH, None)
+    if which:
+        terminalreporter.write_line(f"t3 ran against {which}")
 
 
 def _wrapper_text() -> str:
@@ -38,12 +56,21 @@ def _wrapper_text() -> str:
 
 
 @pytest.fixture(scope="session")
-def execd_bin() -> Iterator[ExecdBin]:
+def execd_bin(pytestconfig) -> Iterator[ExecdBin]:
+    for bin_ in _execd_bin():
+        pytestconfig.stash[_WHICH] = _describe(bin_)
+        yield bin_
+
+
+def _execd_bin() -> Iterator[ExecdBin]:
     given = os.environ.get("OSB_EXECD_BIN")
-    if given:
+    if given and given != "mock":  # OSB_EXECD_BIN=mock: the stand-in even when the real binary is there
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
             pytest.fail(f"OSB_EXECD_BIN={given!r} is not an executable file", pytrace=False)
         yield ExecdBin(os.path.abspath(given), True)
+        return
+    if given != "mock" and os.path.isfile(SHARED_EXECD) and os.access(SHARED_EXECD, os.X_OK):
+        yield ExecdBin(SHARED_EXECD, True)
         return
     if importlib.util.find_spec("mock_opensandbox.execd.__main__") is None:
         pytest.skip("t3: mock_opensandbox/execd/__main__.py (the stand-alone execd) does not exist yet; "

@@ -107,3 +107,27 @@ def test_access_token_is_passed_to_the_execd_process(t3_factory):
     assert r.status == 401 and r.json() == UNAUTHORIZED, r
     r = request("GET", url, "/ping", headers={"X-EXECD-ACCESS-TOKEN": "t3-token"})
     assert r.status == 200, r
+
+
+def _status_field(pid: int, name: str) -> str:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(name + ":"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_a_real_execd_runs_inside_the_sandbox_view_never_on_the_host(t3_mock, execd_bin):
+    """COMMON.md: the real execd has no sandbox of its own. The mock starts it in the sandbox's namespaces with
+    the real sandbox's capability set (fixtures/21_containment_probes.json: 00000000800405fb, NoNewPrivs 1)."""
+    if not execd_bin.real:
+        pytest.skip("t3 runs against the mock's stand-alone execd (no real binary)")
+    sid = _create(t3_mock)
+    pid = _execd_pid(t3_mock, sid)
+    assert pid, "the mock exposes the execd process"
+    assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+    assert os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    assert _status_field(pid, "CapEff") == "00000000800405fb" and _status_field(pid, "NoNewPrivs") == "1"
+    url = _execd_url(t3_mock, sid)
+    status, _, events = stream_command(url, {}, {"command": "test -e /work/coord && echo host-visible || echo hidden"})
+    assert status == 200 and output_of(events, "stdout").strip() == "hidden"  # the host's tree is not there

@@ -7,18 +7,18 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.host_kit import assert_18_of_18
 from tiers.t1.test_plugin_contract import *  # noqa: F401,F403  (the same test functions, run here again)
+from tiers.t3 import framing
 
 
 @pytest.fixture(scope="module")
 def mock(execd_bin):
-    """Replaces t1's `mock`: the server under test is the mock with execd processes. The stand-alone execd
-    behaves like the recorded v1.1.0 one; a real binary's generation is given by OSB_EXECD_MODE."""
-    import os
-
-    mode = os.environ.get("OSB_EXECD_MODE", "latest" if execd_bin.real else "v1.1.0")
-    osb = MockOpenSandbox(execd_bin=execd_bin.path, isolate=False, execd_mode=mode)
+    """Replaces t1's `mock`: the server under test is the mock with execd processes. Which framing that execd
+    speaks (the real v1.0.19 and the stand-alone one: v1.1.0; a newer real one: latest) is learned the way the
+    plugin learns it, or given by OSB_EXECD_MODE (tiers/t3/framing.py); t1's assertions read mock.execd_mode."""
+    osb = MockOpenSandbox(execd_bin=execd_bin.path, isolate=False, execd_mode=framing.mode_from_env() or "v1.1.0")
     osb.start()
     try:
+        osb.execd_mode = framing.detect(osb.base_url, osb.api_key, "python:3.12-slim")
         yield osb
     finally:
         osb.stop()
