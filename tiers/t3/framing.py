@@ -6,7 +6,7 @@ keeps output byte-exact. The real execd v1.0.19 (``../shared/opensandbox/execd``
 ``v1.1.0``.
 
 ``OSB_EXECD_MODE`` (``v1.1.0`` or ``latest``) wins when set. Otherwise one sandbox's execd is asked the way the
-plugin asks it (``plugin/_osb_http.py``: an ``argv`` POST /command; a 400 the plugin's own ``_is_argv_rejection``
+plugin asks it (``plugin/osb/execd.py``: an ``argv`` POST /command; a 400 the plugin's own ``_is_argv_rejection``
 recognises means ``v1.1.0``).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import time
 from typing import Dict, Optional
 
-from plugin._osb_http import LATEST, LEGACY, _is_argv_rejection
+from plugin.osb.execd import LATEST, LEGACY, _is_argv_rejection
 from tiers.smoke_flow import request
 
 MODES = (LEGACY, LATEST)
