@@ -63,10 +63,12 @@ def env_stage(unsafe: Mapping[str, str]) -> list[str]:
 
 
 # -- /etc entries the sandbox must not see -------------------------------------------------------
-# Always hidden: the host's ssh configuration and keys, its machine identity. Also hidden: every
-# entry of the host's /etc that is not world-readable (shadow, gshadow, sudoers, private keys...);
-# passwd/group/shadow/gshadow are the sandbox's own (ETC_DIR) anyway.
-ALWAYS_HIDDEN = ("ssh", "machine-id")
+# Always hidden: the host's ssh configuration and keys, its machine identity, the backup copies and
+# subordinate-id maps of its account database. Also hidden: every entry of the host's /etc that is
+# not world-readable (shadow, gshadow, sudoers, private keys...); passwd/group/shadow/gshadow are
+# the sandbox's own (ETC_DIR) anyway.
+ALWAYS_HIDDEN = ("ssh", "machine-id", "passwd-", "group-", "shadow-", "gshadow-", "subuid", "subgid", "subuid-",
+                 "subgid-")
 _hidden_lock = threading.Lock()
 _hidden: str | None = None
 

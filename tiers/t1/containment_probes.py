@@ -127,6 +127,8 @@ def _check_shadow(rc: int, out: str) -> None:
     for line in host:  # no password hash of the host leaks
         assert line not in out
     assert "ssh=0" not in out, out
+    for name in ("/etc/passwd-", "/etc/shadow-", "/root/.ssh"):  # host backups and root's keys stay invisible
+        assert name not in out.split("---\n", 1)[1], out
 
 
 def _check_passwd(rc: int, out: str) -> None:
@@ -186,7 +188,8 @@ def probes(host_marker: str) -> list[Probe]:
         Probe("proc_sys_write", "echo 1 > /proc/sys/vm/drop_caches", _check_drop_caches),
         Probe("cgroup_write", f"mkdir /sys/fs/cgroup/pids/{t} 2>&1; echo mkdir=$?; "
                               "echo $$ 2>&1 > /sys/fs/cgroup/pids/cgroup.procs; echo procs=$?", _check_cgroup),
-        Probe("host_secrets", "cat /etc/shadow; echo ---; ls /etc/ssh >/dev/null 2>&1; echo ssh=$?", _check_shadow),
+        Probe("host_secrets", "cat /etc/shadow; echo ---; ls /etc/ssh >/dev/null 2>&1; echo ssh=$?; "
+                              "ls /etc/passwd- /etc/shadow- /etc/gshadow /root/.ssh 2>/dev/null; true", _check_shadow),
         Probe("passwd", "cat /etc/passwd", _check_passwd),
         Probe("hostname", "hostname; cat /etc/hostname; cat /proc/sys/kernel/hostname", _check_hostname),
         Probe("mountinfo_ro", "cat /proc/self/mountinfo", _check_mountinfo),
