@@ -615,7 +615,8 @@ def _search(c: Ctx) -> None:
     c.get("/files/search", label="no path")
     c.get("/files/search", query={"path": t}, label="default pattern")
     for pat in ("*.csv", "**/*.csv", "*.txt", "?.txt", "[ab].*", "[!a]*", "{a,b}.*", "*", "**", "sub", "c.csv",
-                "[", "\\", "*.{csv", "ü*", "D.TXT", "link", "dangling"):
+                "[", "\\", "*.{csv", "ü*", "D.TXT", "link", "dangling", "!", "!x", "!(a).txt", "*.!(csv)",
+                "!(*.csv)", "a!b", "[!a]*.txt"):
         c.get("/files/search", query={"path": t, "pattern": pat}, label=f"pattern {pat}")
     c.get("/files/search", query={"path": c.p("t/a.txt")}, label="path is a file")
     c.get("/files/search", query={"path": c.p("t/missing")}, label="missing")

@@ -157,8 +157,55 @@ def _segment_regex(seg: str) -> str:
     return "".join(out)
 
 
+def _closing(s: str, left: str, right: str) -> int:
+    """findMatchedClosingSymbolsIndex (pkg/util/glob/index.go), depth starting at 0."""
+    depth, i = 0, 0
+    while i < len(s):
+        if s[i] == "\\":
+            i += 2
+            continue
+        if s[i] == left:
+            depth += 1
+        elif s[i] == right:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _negation(pattern: str) -> int:
+    """Index of the first "!" outside a [class] and not escaped, or -1."""
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            j = pattern.find("]", i + 2)
+            i = (j + 1) if j > 0 else len(pattern)
+            continue
+        if c == "!":
+            return i
+        i += 1
+    return -1
+
+
 def glob_match(pattern: str, name: str) -> bool:
-    """doublestar.PathMatch(pattern, name); raises ValueError("syntax error in pattern")."""
+    """doublestar.PathMatch(pattern, name) of execd's pkg/util/glob; raises ValueError("syntax error
+    in pattern"). "!(x)" negates: the pattern with the group spliced in must NOT match (a "!" without
+    its "(...)" is a syntax error; tiers/diff gen.paths.search)."""
+    k = _negation(pattern)
+    if k >= 0:
+        rest = pattern[k + 1:]
+        close = _closing(rest, "(", ")")
+        if close < 0:
+            raise ValueError("syntax error in pattern")
+        spliced = pattern[:k] + rest[1:close] + rest[close + 1:]
+        if k and not re.match(_segment_regex(pattern[:k]), name, re.S):
+            return False
+        return not glob_match(spliced, name)
     segs = pattern.split("/")
     regs = [None if s == "**" else re.compile(_segment_regex(s) + r"\Z", re.S) for s in segs]
     parts = name.split("/")

@@ -16,8 +16,9 @@ class PathExpandError(ValueError):
 
 
 def os_expand(s: str, mapping: Mapping[str, str]) -> str:
-    """Go's os.Expand: $name / ${name}; a special one-character name ($1, $$, ...); "${" without "}"
-    or "${}" swallow the text; a lone "$" at the end stays."""
+    """Go's os.Expand: $name / ${name} / a special one-character name ($1, $$, ${*}); "${}" is eaten,
+    "${" without "}" loses just those two characters, a "$" before anything else stays, as does a
+    lone "$" at the end (getShellName; tiers/diff gen.env)."""
     out, i = [], 0
     while i < len(s):
         c = s[i]
@@ -25,31 +26,35 @@ def os_expand(s: str, mapping: Mapping[str, str]) -> str:
             out.append(c)
             i += 1
             continue
-        nxt = s[i + 1]
-        if nxt == "{":
-            j = s.find("}", i + 2)
-            if j < 0:  # bad syntax: Go drops "${" and the rest of the name
-                i = len(s)
+        rest = s[i + 1:]
+        if rest[0] == "{":
+            if len(rest) > 2 and rest[1] in _SPECIAL and rest[2] == "}":
+                out.append(mapping.get(rest[1], ""))
+                i += 4
                 continue
-            name = s[i + 2:j]
-            if name == "":
-                i = j + 1
+            j = rest.find("}", 1)
+            if j < 0:
+                i += 2  # bad syntax: eat "${"
                 continue
-            out.append(mapping.get(name, ""))
-            i = j + 1
+            if j == 1:
+                i += 3  # bad syntax: eat "${}"
+                continue
+            out.append(mapping.get(rest[1:j], ""))
+            i += j + 2
             continue
-        if nxt in _SPECIAL:
-            out.append(mapping.get(nxt, ""))
+        if rest[0] in _SPECIAL:
+            out.append(mapping.get(rest[0], ""))
             i += 2
             continue
-        j = i + 1
-        while j < len(s) and (s[j].isascii() and (s[j].isalnum() or s[j] == "_")):
+        j = 0
+        while j < len(rest) and rest[j].isascii() and (rest[j].isalnum() or rest[j] == "_"):
             j += 1
-        if j == i + 1:  # "$" followed by something else: Go drops the "$"... and keeps nothing of it
+        if j == 0:
+            out.append("$")  # "$" not followed by a name stays
             i += 1
             continue
-        out.append(mapping.get(s[i + 1:j], ""))
-        i = j
+        out.append(mapping.get(rest[:j], ""))
+        i += 1 + j
     return "".join(out)
 
 

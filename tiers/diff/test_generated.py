@@ -139,7 +139,12 @@ def _prop_output(pair, accepted, out, err, code):
         _wait_done(c, cid)
         c.get(f"/command/{cid}/logs", label="logs")
         c.get(f"/command/status/{cid}", label="status")
-    _check(pair, accepted, "gen.output", ("POST /command", "GET /command/:id/logs"), fn)
+        r = c.post("/session", {}, record=False)
+        sid = json.loads(r.body).get("session_id") if r.status == 200 else None
+        if sid:
+            c.post(f"/session/{sid}/run", {"command": cmd}, label="session run")
+            c.delete(f"/session/{sid}", record=False)
+    _check(pair, accepted, "gen.output", ("POST /command", "GET /command/:id/logs", "POST /session/:sessionId/run"), fn)
 
 
 @pytest.mark.spec_exempt("differential: generated command output")
