@@ -54,6 +54,22 @@ _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
 
 
+def _strip_leading_zeros(s: str) -> str | None:
+    """pydantic-core's second try for an int string that Rust's parser refused: after a leading '0' it
+    skips every further '0' and '_' ('0__0' -> '0', '0_1' -> '1', '0-0' -> '-0'; '0__' -> '_' fails)."""
+    if not s or s[0] != "0":
+        return None
+    for i, c in enumerate(s[1:], 1):
+        if c in "0_":
+            continue
+        if c in "123456789-":
+            return s[i:]
+        if c == ".":
+            return s[i - 1:]
+        return None
+    return s[-1]
+
+
 def to_int(value: Any, loc: list, errors: list) -> Any:
     """pydantic lax int: int, bool, integral float, numeric string (whitespace, sign, '_', '.0')."""
     if isinstance(value, bool):
@@ -75,8 +91,15 @@ def to_int(value: Any, loc: list, errors: list) -> Any:
         return int(value)
     if isinstance(value, str):
         s = value.strip(_WS)
-        if _INT_STR_RE.match(s) and s.isascii():
-            return int(s.split(".", 1)[0].replace("_", ""))
+        sign, rest = (s[0], s[1:]) if s[:1] in ("+", "-") else ("", s)
+        alt = _strip_leading_zeros(rest)
+        if alt is not None and alt.startswith("-"):
+            alt = alt if sign != "-" else None
+        elif alt is not None:
+            alt = sign + alt
+        for cand in (s, alt):
+            if cand is not None and _INT_STR_RE.match(cand) and cand.isascii():
+                return int(cand.split(".", 1)[0].replace("_", ""))
         errors.append(_err("int_parsing", loc, "Input should be a valid integer, unable to parse string as an "
                                                "integer", value))
         return _MISSING

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Dict, List, Optional
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, RootModel, TypeAdapter, ValidationError, model_validator
 
@@ -172,6 +172,10 @@ def _theirs(tp, value):
 @given(st.one_of(st.builds(lambda sign, body: sign + body, st.sampled_from(["", "+", "-", " "]),
                            st.text(alphabet="0123456789_. x", max_size=8)), st.integers(), st.booleans(),
                  st.floats(allow_nan=False, allow_infinity=False)))
+@example("0__0")
+@example("-0__27")
+@example("0__")
+@example("0_.0")
 def test_int_parsing_matches_pydantic(value):
     # (signs are only generated in front: pydantic-core also reads "0-0" as 0, a quirk not modelled)
     if isinstance(value, float) and abs(value) > 2 ** 62:
