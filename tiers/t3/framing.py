@@ -17,7 +17,11 @@ import os
 import time
 from typing import Dict, Optional
 
-from plugin.osb.execd import LATEST, LEGACY, _is_argv_rejection
+from tiers.toolkit.plugin import importable
+
+importable()  # the plugin's modules import each other by their own names (epp, osb)
+
+from osb.execd import LATEST, LEGACY, _is_argv_rejection  # noqa: E402 - needs plugin/ on sys.path first
 from tiers.smoke_flow import request
 
 MODES = (LEGACY, LATEST)
