@@ -112,7 +112,7 @@ def _header_text(value: Any, name: str) -> str:
 class Rule:
     """One fault rule. Plain data plus its random generator and hit bookkeeping."""
 
-    def __init__(self, kind: str, *, id: str = "", method: Any = None, path: str | None = None,  # noqa: A002
+    def __init__(self, kind: str, *, id: str = "", method: Any = None, path: str | None = None,
                  listener: str | None = None, sandbox: str | None = None, count: int | None = None,
                  probability: float = 1.0, seed: int | None = None, delay: float = 0.0,
                  delay_max: float | None = None, note: str = "", status: int | None = None, body: str | None = None,

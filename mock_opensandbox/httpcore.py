@@ -244,7 +244,7 @@ class Request:
         """Read an unread request body so keep-alive stays in sync (and observers see it)."""
         if self._body is None:
             try:
-                self.body  # noqa: B018
+                self.body  # noqa: B018 - the property reads the body
             except (OSError, ValueError):
                 self._body = b""
                 self.handler.close_connection = True
@@ -341,7 +341,7 @@ class Handler(BaseHTTPRequestHandler):
     server: Server
 
     # quiet: the mock never writes access logs to stderr unless asked
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         if self.server.app.verbose:
             super().log_message(format, *args)
 
@@ -444,13 +444,13 @@ class Handler(BaseHTTPRequestHandler):
     def dispatch(self, req: Request) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def do_GET(self) -> None: self._handle("GET")  # noqa: E704
-    def do_POST(self) -> None: self._handle("POST")  # noqa: E704
-    def do_PUT(self) -> None: self._handle("PUT")  # noqa: E704
-    def do_PATCH(self) -> None: self._handle("PATCH")  # noqa: E704
-    def do_DELETE(self) -> None: self._handle("DELETE")  # noqa: E704
-    def do_HEAD(self) -> None: self._handle("HEAD")  # noqa: E704
-    def do_OPTIONS(self) -> None: self._handle("OPTIONS")  # noqa: E704
+    def do_GET(self) -> None: self._handle("GET")  # noqa: E704 - one line per method: a table
+    def do_POST(self) -> None: self._handle("POST")  # noqa: E704 - one line per method: a table
+    def do_PUT(self) -> None: self._handle("PUT")  # noqa: E704 - one line per method: a table
+    def do_PATCH(self) -> None: self._handle("PATCH")  # noqa: E704 - one line per method: a table
+    def do_DELETE(self) -> None: self._handle("DELETE")  # noqa: E704 - one line per method: a table
+    def do_HEAD(self) -> None: self._handle("HEAD")  # noqa: E704 - one line per method: a table
+    def do_OPTIONS(self) -> None: self._handle("OPTIONS")  # noqa: E704 - one line per method: a table
 
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")

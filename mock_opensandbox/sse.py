@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any, Iterable, Iterator
 
-from .gojson import go_json  # noqa: F401 - written once there; re-exported for callers
+from .gojson import go_json
 
 __all__ = ["now_ms", "encode_event", "init_event", "ping_event", "output_event", "complete_event",
            "error_event", "go_json", "SSEReader", "parse_stream"]

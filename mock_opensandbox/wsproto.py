@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import socket
 import struct
 import threading

@@ -303,7 +303,7 @@ class Comparer:
         if te == "array":
             if len(exp) != len(act):
                 shape.append(f"{path}: expected {len(exp)} items, got {len(act)}")
-            for i, (e, a) in enumerate(zip(exp, act)):
+            for i, (e, a) in enumerate(zip(exp, act, strict=False)):
                 self._json_diff(e, a, f"{path}[{i}]", exact, shape, values)
             return
         if te == "string" and "{{" in exp:

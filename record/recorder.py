@@ -153,7 +153,7 @@ def drift(old: dict[str, Any], new: dict[str, Any], noise: tuple[tuple[str, str]
         out.append(f"exchange count: {len(oe)} recorded, {len(ne)} now")
     bindings = Bindings()
     cmp = Comparer(bindings)
-    for i, (o, n) in enumerate(zip(oe, ne)):
+    for i, (o, n) in enumerate(zip(oe, ne, strict=False)):
         if (o["request"]["method"], o["request"]["path"]) != (n["request"]["method"], n["request"]["path"]):
             out.append(f"#{i} request: {o['request']['method']} {o['request']['path']} -> "
                        f"{n['request']['method']} {n['request']['path']}")

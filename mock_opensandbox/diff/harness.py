@@ -181,7 +181,7 @@ def observe_http(resp: Response, norm: Normalizer, method: str) -> dict[str, Any
 
 def _sse_fields(events: list[dict[str, Any]], norm: Normalizer) -> dict[str, Any]:
     seq, other, out, err = [], [], [], []
-    for i, ev in enumerate(events):
+    for ev in events:
         t = ev.get("type")
         if t == "ping":
             continue  # heartbeats from a goroutine (the first races the output, then every 3 s)

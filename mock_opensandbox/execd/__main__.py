@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     stop = threading.Event()
 
-    def on_signal(signum, frame):  # noqa: ANN001
+    def on_signal(signum, frame):
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -145,7 +145,7 @@ class FilesAPI:
             raise ExecdError(400, INVALID_FILE_CONTENT, "file is missing")
         if len(metas) != len(files):
             raise ExecdError(400, INVALID_FILE, f"metadata and file count mismatch: {len(metas)} vs {len(files)}")
-        for meta_part, file_part in zip(metas, files):
+        for meta_part, file_part in zip(metas, files, strict=True):
             try:
                 meta = check_struct(unmarshal_value(bytes(meta_part.data)), FILE_METADATA)
             except GoJSONError as exc:

@@ -695,7 +695,7 @@ class SandboxFS:
         try:
             self.check_dotdot(rp if rp.startswith("/") else "/" + rp)
             hp = self.host(sabs)
-            fh = open(hp, "rb")  # noqa: SIM115 - the caller closes it
+            fh = open(hp, "rb")
         except IsADirectoryError:
             fh = _DirHandle(self.host(sabs))  # Go opens a directory fine; reading it fails later
         except (OSError, ValueError) as exc:

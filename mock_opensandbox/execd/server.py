@@ -12,7 +12,6 @@ import http.client
 import json
 import os
 import queue
-import re
 import select
 import signal
 import socket
@@ -21,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from .. import sse
-from ..gojson import GIN_JSON, GoJSONError, Struct, decode, errno_text, go_json
+from ..gojson import GoJSONError, Struct, decode, errno_text, go_json
 from ..httpcore import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
 from ..runtime import SandboxRuntime, SandboxTerminated
 from . import gin
@@ -127,7 +126,7 @@ def _param_tsr(method: str, path: str) -> bool:
             continue
         psegs = pattern.split("/")
         if len(psegs) > len(segs) and psegs[len(segs) - 1].startswith("{") and all(
-                p.startswith("{") and s or p == s for p, s in zip(psegs[:len(segs)], segs)):
+                p.startswith("{") and s or p == s for p, s in zip(psegs[:len(segs)], segs, strict=False)):
             return True
     return False
 
@@ -673,7 +672,7 @@ class ExecdServer(App):
             except ValueError:
                 cursor = 0
         try:
-            data, tail = self.commands.logs(cid, cursor)  # noqa: F841
+            data, tail = self.commands.logs(cid, cursor)
         except (LookupError, ValueError) as exc:
             raise ExecdError(400, INVALID_REQUEST, str(exc.args[0])) from exc
         gin.send(req, 200, data, "text/plain; charset=utf-8", {"Execd-Commands-Tail-Cursor": str(tail)})

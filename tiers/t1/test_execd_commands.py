@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tiers.t1.conftest_execd import Client, live_pids, outputs
+from tiers.t1.conftest_execd import Client, outputs
 
 MODES = ["v1.1.0", "latest"]
 HEX32 = re.compile(r"^[0-9a-f]{32}$")

@@ -4,7 +4,6 @@ Differential rule (seed 000 §5.4): the body that passes against the live server
 """
 from __future__ import annotations
 
-import pytest
 
 from tiers.smoke_flow import STEPS, run_smoke_flow
 

@@ -129,7 +129,7 @@ def test_record_from_the_mock_then_check_shows_no_drift_and_replays_fully(tmp_pa
     buf = io.StringIO()
     rc = run(_args(base_url=second.base_url, api_key=second.api_key, out=out, check=True), buf)
     assert rc == 0, buf.getvalue()
-    assert f"0 scenario(s) drifted" in buf.getvalue()
+    assert "0 scenario(s) drifted" in buf.getvalue()
 
     for name, fx in recorded.items():
         if not fx["replay"].get("replayable", True):

@@ -10,7 +10,7 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 
 pytest.importorskip("code_interpreter")
-from tiers.t2.clients.code_interpreter_flow import EXPECTED, run_flow  # noqa: E402
+from tiers.t2.clients.code_interpreter_flow import EXPECTED, run_flow
 
 pytestmark = pytest.mark.spec_exempt("code API calls on a plain image fail by design (execd has no Jupyter)")
 

@@ -12,11 +12,11 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 
 opensandbox = pytest.importorskip("opensandbox")
-from opensandbox import Sandbox, SandboxSync  # noqa: E402
-from opensandbox.config import ConnectionConfig  # noqa: E402
-from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402
-from opensandbox.models.execd import RunCommandOpts  # noqa: E402
-from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry  # noqa: E402
+from opensandbox import Sandbox, SandboxSync  # noqa: E402 - after the importorskip above
+from opensandbox.config import ConnectionConfig  # noqa: E402 - after the importorskip above
+from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402 - after the importorskip above
+from opensandbox.models.execd import RunCommandOpts  # noqa: E402 - after the importorskip above
+from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry  # noqa: E402 - after the importorskip above
 
 IMAGE = "python:3.12-slim"
 

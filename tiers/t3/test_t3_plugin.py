@@ -6,7 +6,7 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.host_kit import assert_18_of_18
-from tiers.t1.test_plugin_contract import *  # noqa: F401,F403  (the same test functions, run here again)
+from tiers.t1.test_plugin_contract import *  # noqa: F403  (the same test functions, run here again)
 from tiers.t3 import framing
 
 

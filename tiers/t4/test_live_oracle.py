@@ -84,7 +84,7 @@ def _shape(status, headers, body, sid):
         if isinstance(doc, dict):
             return status, sorted(doc)
         return status, type(doc).__name__
-    lines = [re.split(r":\s", ln, 1)[0] for ln in text.splitlines()]
+    lines = [re.split(r":\s", ln, maxsplit=1)[0] for ln in text.splitlines()]
     return status, ctype.split(";")[0], lines[:3]
 
 

@@ -34,7 +34,7 @@ from mock_opensandbox.proxy import FaultProxy
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "t1"))
 faults_plugin = importlib.import_module("tiers.t1.test_faults_plugin")
-from eppclient import EppClient  # noqa: E402
+from eppclient import EppClient  # noqa: E402 - after sys.path.insert(tiers/t1) above
 
 pytestmark = pytest.mark.spec_exempt("fault injection through the proxy: deliberately broken answers")
 

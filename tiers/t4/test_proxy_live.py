@@ -19,10 +19,10 @@ from mock_opensandbox.proxy import FaultProxy
 from record.compare_dir import compare_dir
 
 opensandbox = pytest.importorskip("opensandbox")
-from opensandbox import SandboxSync  # noqa: E402
-from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402
-from opensandbox.models.execd import RunCommandOpts  # noqa: E402
-from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry  # noqa: E402
+from opensandbox import SandboxSync  # noqa: E402 - after the importorskip above
+from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402 - after the importorskip above
+from opensandbox.models.execd import RunCommandOpts  # noqa: E402 - after the importorskip above
+from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry  # noqa: E402 - after the importorskip above
 
 pytestmark = pytest.mark.spec_exempt("the fault proxy relays the live server's answers (the spec guard checks the mock)")
 HERE = os.path.dirname(os.path.abspath(__file__))

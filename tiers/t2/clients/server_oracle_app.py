@@ -140,10 +140,10 @@ def build():
     import docker
 
     fake = FakeDocker()
-    docker.from_env = lambda *a, **k: fake  # noqa: E731
+    docker.from_env = lambda *a, **k: fake
     from opensandbox_server.services.docker.docker_service import DockerSandboxService
     from opensandbox_server.services.constants import (SANDBOX_EXPIRES_AT_LABEL, SANDBOX_ID_LABEL,
-                                                        SANDBOX_MANUAL_CLEANUP_LABEL)  # noqa: F401
+                                                        SANDBOX_MANUAL_CLEANUP_LABEL)
     from opensandbox_server.api.schema import CreateSandboxResponse, SandboxStatus
 
     def provision(self, sandbox_id, request, created_at, expires_at, *args, **kwargs):
