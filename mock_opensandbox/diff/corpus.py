@@ -785,3 +785,20 @@ def _pty_ws(c: Ctx) -> None:
     c.ws("/pty/nosuch/ws", label="unknown session")
     c.delete(f"/pty/{sid}", label="delete")
     c.ws(ws, label="after delete")
+
+
+@case("token.routes", "* accessToken", token=True)
+def _token_routes(c: Ctx) -> None:
+    """Token mode on the other families: sessions, files, the PTY WebSocket, the /proxy prefix."""
+    sid = _sid(c.post("/session", {}, label="session create"))
+    c.post(f"/session/{sid}/run", {"command": "echo tok"}, label="session run")
+    c.post(f"/session/{sid}/run", {"command": "echo tok"}, token=False, label="session run no token")
+    c.delete(f"/session/{sid}", label="session delete")
+    c.write("t.txt", "x")
+    c.get("/files/download", query={"path": c.p("t.txt")}, label="download")
+    c.get("/files/download", query={"path": c.p("t.txt")}, token=False, label="download no token")
+    c.get("/proxy/44772/ping", token=False, label="proxy own port no token")
+    c.get("/proxy/1/x", token=False, label="proxy other port no token")
+    pid = _sid(c.post("/pty", {}, label="pty create"))
+    c.ws(f"/pty/{pid}/ws", label="pty ws with token")
+    c.delete(f"/pty/{pid}", label="pty delete")
