@@ -48,6 +48,19 @@ def is_http(exc, *statuses) -> bool:
     return isinstance(exc, HttpError) and exc.status in statuses
 
 
+def b64_param(p: dict, key: str, bad_code: int = -32000) -> bytes:
+    """The bytes of a base64 string parameter; ``bad_code`` when it is a string but not base64."""
+    import base64
+    import binascii
+    raw = p.get(key, "")
+    if not isinstance(raw, str):
+        raise EppError(-32602, f"Invalid params: {key} must be a base64 string.")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise EppError(bad_code, f"{key} is not valid base64.") from None
+
+
 def check_envs(envs, field: str = "envs") -> dict:
     if envs is None:
         return {}

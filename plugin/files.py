@@ -4,7 +4,7 @@ files API (rec 13, 18: ``rec NN`` = the recorded exchanges in ../shared/live/exc
 from __future__ import annotations
 
 from epp import EppError, Request, Server
-from errors import bad_input, guard, is_http, map_osb_error, path_param, sandbox_id, unsupported
+from errors import b64_param, bad_input, guard, is_http, map_osb_error, path_param, sandbox_id, unsupported
 
 MAX_READ_BYTES = 6_000_000              # base64 of this fits one EPP line (8 MiB) with room to spare
 
@@ -32,6 +32,10 @@ def file_entry(info: dict) -> dict:
         if info.get(key) not in (None, ""):
             entry[key] = info[key]
     return entry
+
+
+def _entries(items: list) -> dict:
+    return {"entries": [file_entry(i) for i in items if isinstance(i, dict)]}
 
 
 def _octal_mode(value) -> int | None:
@@ -86,19 +90,11 @@ def _too_big(path: str, size) -> EppError:
 
 
 def m_files_write(srv: Server, req: Request, p: dict) -> dict:
-    import base64
-    import binascii
     path = path_param(p)
     if p.get("append"):
         raise unsupported("files.write.append", "Appending is not supported by OpenSandbox uploads.",
                           "Read, concatenate and write the whole file.")
-    content = p.get("content_b64", "")
-    if not isinstance(content, str):
-        raise EppError(-32602, "Invalid params: content_b64 must be a base64 string.")
-    try:
-        data = base64.b64decode(content, validate=True)
-    except (binascii.Error, ValueError):
-        raise bad_input("content_b64 is not valid base64.") from None
+    data = b64_param(p, "content_b64")
     mode = _octal_mode(p.get("mode"))
     execd = _execd(srv, p)
     guard(lambda: execd.upload(path, data, mode), op="files", srv=srv, target=path)
@@ -111,8 +107,7 @@ def m_files_list(srv: Server, req: Request, p: dict) -> dict:
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise bad_input("depth must be a positive integer.")
     execd = _execd(srv, p)
-    items = guard(lambda: execd.list_dir(path, depth), op="files", srv=srv, target=path)
-    return {"entries": [file_entry(i) for i in items if isinstance(i, dict)]}
+    return _entries(guard(lambda: execd.list_dir(path, depth), op="files", srv=srv, target=path))
 
 
 def m_files_stat(srv: Server, req: Request, p: dict) -> dict:
@@ -180,8 +175,7 @@ def m_files_search(srv: Server, req: Request, p: dict) -> dict:
     if not isinstance(pattern, str):
         raise bad_input("pattern must be a glob string such as *.txt or **/*.py.")
     execd = _execd(srv, p)
-    items = guard(lambda: execd.search(path, pattern), op="files", srv=srv, target=path)
-    return {"entries": [file_entry(i) for i in items if isinstance(i, dict)]}
+    return _entries(guard(lambda: execd.search(path, pattern), op="files", srv=srv, target=path))
 
 
 def m_files_chmod(srv: Server, req: Request, p: dict) -> dict:

@@ -22,7 +22,6 @@ A terminal never outlives its sandbox: ``close_sandbox()`` (sandbox.kill) and ``
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import threading
 import time
@@ -30,7 +29,7 @@ import urllib.parse
 from typing import Any, Callable, Mapping
 
 from epp import EppError, Request, Server
-from errors import map_osb_error, unsupported
+from errors import b64_param, map_osb_error, unsupported
 from osb import ws as _ws
 from osb.transport import HttpError, NetError
 
@@ -358,13 +357,7 @@ class PtyManager:
 
     def write(self, params: Mapping[str, Any]) -> dict:
         term = self._get(params)
-        raw = params.get("data_b64", "")
-        if not isinstance(raw, str):
-            raise EppError(-32602, "data_b64 must be a base64 string")
-        try:
-            data = base64.b64decode(raw, validate=True)
-        except (binascii.Error, ValueError):
-            raise EppError(-32602, "data_b64 is not valid base64") from None
+        data = b64_param(params, "data_b64", bad_code=-32602)
         if not data:
             return {}
         self._send(term, lambda ws: ws.send_binary(bytes([BIN_STDIN]) + data))
