@@ -225,6 +225,12 @@ class _Flow:
         assert self.execd is not None
         return request(method, self.execd, path, headers=headers, **kw)
 
+    def _ping_or_none(self) -> Optional[Reply]:
+        try:
+            return self.ex("GET", "/ping", timeout=5)
+        except (OSError, http.client.HTTPException):
+            return None
+
     def run(self, payload: dict, timeout: float = REQUEST_TIMEOUT) -> Tuple[int, List[dict]]:
         assert self.execd is not None
         status, _headers, events = stream_command(self.execd, self.execd_headers, payload, timeout)
@@ -314,6 +320,9 @@ class _Flow:
             assert r.status == 400 and r.json().get("code") == "DOCKER::INVALID_PORT", r
 
         with self.step("execd ping, direct and through the server proxy"):  # 06_execd_ping
+            # Running comes before execd listens: until it does, the published port accepts and drops the
+            # connection (Docker's readiness window, QUIRKS.md). Wait like the plugin does, then ping.
+            _poll("execd /ping", self._ping_or_none, lambda r: r is not None and r.status == 200, 60)
             r = self.ex("GET", "/ping")
             assert r.status == 200, r
             r = self.life("GET", f"/v1/sandboxes/{self.sandbox_id}/proxy/{EXECD_PORT}/ping")
