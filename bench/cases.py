@@ -95,7 +95,9 @@ class Target:
         self.mock = None
         self.nodelay = None
         if base_url:
-            self.base_url, self.api_key, self.kind = base_url.rstrip("/"), api_key, "live"
+            base = base_url.rstrip("/")
+            base = base[:-3] if base.endswith("/v1") else base  # ./local-up.sh env gives .../v1; the SDK wants the root
+            self.base_url, self.api_key, self.kind = base, api_key, "live"
         else:
             from mock_opensandbox import httpcore
             from mock_opensandbox.server import MockOpenSandbox
@@ -523,6 +525,8 @@ def case_flow(ctx: Context) -> list:
                 "PYTHONPATH": REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
     if ctx.target.api_key:
         env["ABX_OPENSANDBOX_API_KEY"] = ctx.target.api_key
+    if os.environ.get("OPENSANDBOX_IMAGE"):  # the image knob: the host's "base" template -> the server's image
+        env["ABX_OPENSANDBOX_DEFAULT_IMAGE"] = os.environ["OPENSANDBOX_IMAGE"]
     shipped = p["flow_shipped_n"] if ctx.target.mock is not None else 0
     argv = [sys.executable, "-m", "bench.flow", "--n", str(p["flow_n"]), "--warmup", str(p["flow_warmup"]),
             "--sdk-shipped", str(shipped)]
