@@ -14,8 +14,10 @@ Bodies are latin-1 strings (bytes 0-255).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 from datetime import datetime, timedelta, timezone
@@ -135,6 +137,7 @@ class FakeDocker:
 
 def build():
     root = tempfile.mkdtemp(prefix="osb-oracle-")
+    atexit.register(shutil.rmtree, root, True)  # the server's config, sqlite store and ~/.opensandbox
     os.environ["SANDBOX_CONFIG_PATH"] = _config(root)
     os.environ["HOME"] = root  # DockerMetadataStore writes under ~/.opensandbox
     import docker
