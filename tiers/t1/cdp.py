@@ -4,12 +4,14 @@ mock_opensandbox.wsproto) and evaluates JavaScript / takes screenshots. Test-onl
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from typing import Any
@@ -27,6 +29,10 @@ def find_browser() -> str | None:
     return None
 
 
+def _scratch_dirs() -> set:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "org.chromium.Chromium.*")))
+
+
 class CDPError(RuntimeError):
     pass
 
@@ -40,6 +46,7 @@ class Browser:
         if exe is None:
             raise CDPError("no chromium")
         self.profile = profile
+        self._scratch_before = _scratch_dirs()
         self.proc = subprocess.Popen(
             [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
              "--disable-extensions", "--disable-background-networking", "--disable-sync", "--mute-audio",
@@ -152,6 +159,9 @@ class Browser:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
+        # chromium's scratch dirs in the system temp dir (org.chromium.Chromium.*) outlive a killed browser
+        for d in _scratch_dirs() - self._scratch_before:
+            shutil.rmtree(d, ignore_errors=True)
 
     def __enter__(self) -> "Browser":
         return self

@@ -35,7 +35,22 @@ def call(hostport, method, path, body=None, headers=None):
         c.close()
 
 
+def _browser_scratch_in_tmp() -> set:
+    import glob
+    import tempfile
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "org.chromium.Chromium.*")))
+
+
 def test_dashboard_in_headless_chromium(tmp_path):
+    scratch_before = _browser_scratch_in_tmp()
+    try:
+        _dashboard_flow(tmp_path)
+    finally:
+        leaked = _browser_scratch_in_tmp() - scratch_before
+    assert not leaked, f"chromium left scratch dirs in the system temp dir: {sorted(leaked)}"
+
+
+def _dashboard_flow(tmp_path):
     with MockOpenSandbox(execd_close_delay=0.0) as osb:
         hp = osb.base_url.split("://", 1)[1]
         key = {"OPEN-SANDBOX-API-KEY": osb.api_key}
