@@ -61,7 +61,7 @@ def _user_ids(srv: Server, execd, user: str) -> tuple:
         return int(uid_s), (int(gid_s) if gid_s else None)
     if user == "root":
         return 0, 0
-    from osb.execd import shell_join
+    from osb_execd import shell_join
     code, out, _ = run_internal(srv, execd, f"id -u {shell_join([user])} && id -g {shell_join([user])}")
     ids = out.split()
     if code != 0 or len(ids) != 2 or not all(i.isdigit() for i in ids):
@@ -141,7 +141,7 @@ def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: f
     Timeout: at the deadline the command is interrupted (DELETE /command?id=); if execd has not
     ended the stream STOP_GRACE later we stop reading. A timed-out command exits 124.
     """
-    from osb.sse import StartFailure, terminal_exit_code
+    from osb_sse import StartFailure, terminal_exit_code
     deadline = started + spec.timeout if spec.timeout > 0 else None
     stop_at, timed_out = None, False
     req.on_cancel(pump.wake)
@@ -209,7 +209,7 @@ def _lost_stream(run, why: str) -> tuple[int, str]:
 def _await_start(srv: Server, spec: ExecSpec, run, pump: Pump):
     """A command that cannot start ends with an error event right after init: answer that as an error
     instead of a process id. Returns the first event (or None) for drive()."""
-    from osb.sse import StartFailure, terminal_exit_code
+    from osb_sse import StartFailure, terminal_exit_code
     first = pump.get(0.25)
     if isinstance(first, dict) and first.get("type") == "error":
         try:
@@ -307,7 +307,7 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
     run = _start(srv, spec, background=True)
     for event in run.events():       # init, ping, execution_complete arrive at once (rec 10)
         if event.get("type") == "error":
-            from osb.sse import StartFailure, terminal_exit_code
+            from osb_sse import StartFailure, terminal_exit_code
             try:
                 terminal_exit_code(event)
             except StartFailure as exc:
@@ -344,7 +344,7 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
             if status.get("running") is False:
                 code = status.get("exit_code")
                 if not isinstance(code, int) or code == -1:
-                    from osb.sse import signal_exit_code
+                    from osb_sse import signal_exit_code
                     code = signal_exit_code(str(status.get("error") or "")) or (code if isinstance(code, int) else 0)
                 srv.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
                 return

@@ -5,7 +5,7 @@ method runs on its own thread with a ``Request`` (its id and its ``$/cancel``). 
 result, raises ``EppError``, or returns ``Deferred`` (answer now, stream afterwards: exec.start).
 ``Server.send`` is the only writer of stdout. What it sends as an error, and everything logged to
 stderr, passes ``SECRETS``: the plugin's one registry of credentials, which also scrubs the error
-bodies the OpenSandbox client reads (osb/transport.py).
+bodies the OpenSandbox client reads (osb_transport.py).
 
 Standard library only, Python >= 3.10. Imports here are what every plugin start pays for.
 """
@@ -276,12 +276,12 @@ class Server:
             return self._cfg
 
     def client(self):
-        """The OpenSandbox client (osb.lifecycle.OpenSandbox) of this process."""
+        """The OpenSandbox client (osb_lifecycle.OpenSandbox) of this process."""
         cfg = self.config()
         with self._state_lock:
             if self._client is None:
-                from osb.lifecycle import OpenSandbox
-                from osb.transport import Http
+                from osb_lifecycle import OpenSandbox
+                from osb_transport import Http
                 self._client = OpenSandbox(
                     cfg.server, api_key=cfg.api_key, http=Http(cfg.http_timeout), data_dir=self.data_dir,
                     use_server_proxy=cfg.use_server_proxy, execd_token=cfg.execd_access_token,

@@ -44,7 +44,7 @@ def guard(fn, *, op: str, srv, target: str = ""):
 
 
 def is_http(exc, *statuses) -> bool:
-    from osb.transport import HttpError
+    from osb_transport import HttpError
     return isinstance(exc, HttpError) and exc.status in statuses
 
 
@@ -95,7 +95,7 @@ _SERVER_HINT = "Check that the OpenSandbox server is running and that base_url p
 def map_osb_error(exc: Exception, *, op: str, cfg=None, target: str = "") -> EppError:
     """OpenSandbox failure -> EPP error. ``op`` is the kind of call: sandbox (an existing sandbox),
     create, list, files, exec, process or ports. Never raises; never includes a secret value."""
-    from osb.transport import HttpError, NetError
+    from osb_transport import HttpError, NetError
     try:
         if isinstance(exc, EppError):
             return exc
@@ -126,7 +126,7 @@ def _map_net_error(exc, cfg) -> EppError:
                         suggestion="A proxy or the server closed the connection mid-answer; retry. Nothing "
                                    "partial was used.")
     if exc.kind in ("refused", "reset", "dns"):
-        from osb.transport import safe_url
+        from osb_transport import safe_url
         server = safe_url(cfg.server) if cfg is not None else ""
         if cfg is not None and not where.startswith(server):
             hint = ("Is the sandbox still running? If its ports are not reachable from this machine, "
@@ -186,7 +186,7 @@ def _map_http_error(exc, op: str, target: str) -> EppError:
     if status in (400, 422):
         return EppError(-32000, text, **extra, suggestion="OpenSandbox rejected the request; see the message.")
     if status == 429:
-        from osb.transport import retry_after_seconds
+        from osb_transport import retry_after_seconds
         after = retry_after_seconds(exc.headers.get("retry-after"))
         hint = f"Too many requests; retry in {after:g} s." if after is not None else "Too many requests; retry later."
         return EppError(-32000, text, retryable=True, retry_after=after, **extra, suggestion=hint)

@@ -58,7 +58,7 @@ def _octal_mode(value) -> int | None:
 
 
 def m_files_read(srv: Server, req: Request, p: dict) -> dict:
-    from osb.execd import TooLarge
+    from osb_execd import TooLarge
     path = path_param(p)
     execd = _execd(srv, p)
     offset, length = p.get("offset"), p.get("length")

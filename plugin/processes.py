@@ -81,7 +81,7 @@ def m_process_signal(srv: Server, req: Request, p: dict) -> dict:
             execd.interrupt(pid.strip())
         except Exception as exc:  # noqa: BLE001 - mapped below
             # rec 10: an unknown id is HTTP 500 "... no such session"
-            from osb.transport import HttpError
+            from osb_transport import HttpError
             if isinstance(exc, HttpError) and exc.status in (404, 500) and "no such" in exc.message.lower():
                 raise EppError(-32002, f"No running command {pid.strip()} in sandbox {sid}.") from None
             raise map_osb_error(exc, op="process", cfg=srv._cfg) from None

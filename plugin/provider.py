@@ -7,7 +7,8 @@ The rest, one module per layer (plugin/README.md has the map):
     epp.py       the loop: requests, cancellation, the only stdout writer, the secrets registry
     config.py    settings -> Config          errors.py   OpenSandbox failure -> EppError
     sandbox.py · commands.py · processes.py · files.py · ports.py · terminal.py   the methods
-    osb/         the OpenSandbox client (transport, lifecycle, execd, sse, multipart, ws)
+    osb_*.py     the OpenSandbox client (transport, lifecycle, execd, sse, multipart, ws); plain sibling
+                 modules, not a package: every plugin import is of the standard library or of a file here
 
 A method's module is imported on its first call: the host starts a new plugin process for most
 calls, and initialize needs none of them. Standard library only, Python >= 3.10. Only protocol

@@ -191,7 +191,7 @@ def _quantity(field: str, value, fmt) -> str:
 def wait_ready(srv: Server, req: Request, client, sid: str, sb: dict, deadline: float, budget: float) -> dict:
     """Until state Running AND execd answers /ping: the create answer already says Running before
     execd is up, and an entrypoint that exits turns the sandbox Failed a moment later (rec 15)."""
-    from osb.transport import HttpError, NetError
+    from osb_transport import HttpError, NetError
     interval, first, last_problem = 0.05, True, "state " + (_state(sb) or "unknown")
     while True:
         if req.cancelled.is_set():

@@ -6,7 +6,7 @@ frame, then binary output frames (first byte 0x01 stdout, 0x02 stderr, 0x03 repl
 big-endian offset), and at the end a JSON ``{"type":"exit","exit_code":N}`` frame followed by close
 1000. Input is a binary frame 0x00 + bytes; resize is ``{"type":"resize","cols":C,"rows":R}``.
 ``DELETE /pty/{id}`` kills the shell. A fresh shell is 80x24. All of it goes through the plugin's
-OpenSandbox client (osb/execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
+OpenSandbox client (osb_execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
 
 EPP side (epp-host-reference §3.4): ``pty.open{sandbox_id, cols, rows}`` -> ``{"process_id"}``;
 notifications ``pty.output{process_id, data_b64}`` and exactly one ``pty.exit{process_id,
@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping
 
 from epp import EppError, Request, Server
 from errors import b64_param, map_osb_error, unsupported
-from osb import ws as _ws
-from osb.transport import HttpError, NetError
+import osb_ws as _ws
+from osb_transport import HttpError, NetError
 
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03  # model/pty_ws.go
 EXECD_INITIAL_SIZE = (80, 24)  # pty_session.go StartPTY: pty.StartWithSize(80x24)
@@ -65,7 +65,7 @@ class _Terminal:
         self.process_id = process_id
         self.sandbox_id = sandbox_id
         self.session_id = session_id
-        self.execd = execd         # osb.execd.Execd of the sandbox
+        self.execd = execd         # osb_execd.Execd of the sandbox
         self.ws = ws
         self.offset = 0            # output bytes received so far (= execd's replay offset)
         self.exit_code: int | None = None
@@ -165,7 +165,7 @@ class PtyManager:
     def __init__(self, client, notify: Notify, *, connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
                  probe_timeout: float = 10.0, give_up_after: float = 600.0,
                  log: Callable[[str], None] | None = None):
-        self.client = client       # osb.lifecycle.OpenSandbox (anything with .execd(sandbox_id))
+        self.client = client       # osb_lifecycle.OpenSandbox (anything with .execd(sandbox_id))
         self.notify = notify
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout

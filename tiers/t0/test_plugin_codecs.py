@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from osb import execd, multipart, sse
+import osb_execd as execd
+import osb_multipart as multipart
+import osb_sse as sse
 
 # ---- SSE ------------------------------------------------------------------------------------------
 

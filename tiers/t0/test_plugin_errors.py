@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import epp
 import errors
 from config import Config
-from osb import transport
+import osb_transport as transport
 
 CANARY = "abx-canary-0123456789abcdef"
 

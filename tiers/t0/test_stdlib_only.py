@@ -13,7 +13,10 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 def _imports(root: str):
     base = REPO / root
-    own = {p.stem for p in base.rglob("*.py")} | {p.parent.name for p in base.rglob("__init__.py")} | {root}
+    # own = the files themselves (and the root package): an import of a sub-package by its bare name
+    # (`from osb import x` with plugin/osb/) only works with that directory on sys.path, and reads as a
+    # third-party import to anyone checking the rule
+    own = {p.stem for p in base.rglob("*.py") if p.stem != "__init__"} | {root}
     for path in sorted(base.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
