@@ -13,26 +13,85 @@ capability set and no_new_privs. Joining:
 * ``helper`` (non-root; entering a user namespace needs a single-threaded process): scripts/nsexec.py
   started with ``python -I -S`` enters the user, mount, IPC, UTS and PID namespaces, forks the
   command, drops the capabilities in the child and passes its exit status or fatal signal on.
+
+The holder dies with the mock: it is forked by the lifeline thread (``lifeline_call``) with
+PR_SET_PDEATHSIG = SIGKILL, so when the mock process ends in any way (SIGKILL, a crash, an exit
+without cleanup) the kernel kills ``unshare``, ``--kill-child`` kills PID 1 and with it every process
+of the namespace. The kernel sends that signal when the *thread* that forked exits: a request thread
+of the mock ends with its request, the lifeline thread only with the process.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, Mapping, Sequence
+import threading
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from . import caps, scripts
 from ._util import (CLONE_NEWPID, await_exec, is_child_init, killpg, read_cmdline, read_lines,
                     start_time)
 
 HOLDER_READY_TIMEOUT = 15.0
+PR_SET_PDEATHSIG = 1
 
 _setns_fn: Any = None
 _own_pidns: int | None = None
+_T = TypeVar("_T")
+_lifeline_lock = threading.Lock()
+_lifeline: tuple[int, "queue.SimpleQueue[Any]"] | None = None  # (owner pid, work queue)
+_prctl: Any = None
+
+
+def _lifeline_loop(work: "queue.SimpleQueue[Any]") -> None:
+    while True:
+        fn, box, done = work.get()
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed back to the caller
+            box.append((False, exc))
+        done.set()
+
+
+def lifeline_call(fn: Callable[[], _T]) -> _T:
+    """fn() run in the lifeline thread: a daemon thread that lives as long as this process (one per
+    process; a forked child starts its own)."""
+    global _lifeline
+    with _lifeline_lock:
+        if _lifeline is None or _lifeline[0] != os.getpid():
+            work: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+            threading.Thread(target=_lifeline_loop, args=(work,), name="osb-sandbox-lifeline", daemon=True).start()
+            _lifeline = (os.getpid(), work)
+        work = _lifeline[1]
+    box: list[tuple[bool, Any]] = []
+    done = threading.Event()
+    work.put((fn, box, done))
+    done.wait()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """preexec_fn: SIGKILL when the forking thread (the lifeline) ends; at once when the parent is
+    already gone (it died between fork and prctl)."""
+    global _prctl
+    if _prctl is None:
+        import ctypes
+
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
 
 
 def setns_function() -> Any:
@@ -119,8 +178,10 @@ class Holder:
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 cmd = scripts.holder_argv(holder_prefix(unshare), root, fifo, hostname, argv)
-                proc = subprocess.Popen(cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
-                                        stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+                preexec = _die_with_parent(os.getpid())
+                proc = lifeline_call(lambda: subprocess.Popen(
+                    cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
+                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec))
                 lines = read_lines(r, 2, timeout, proc)
             finally:
                 os.close(r)

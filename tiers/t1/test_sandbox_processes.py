@@ -260,6 +260,41 @@ def test_runtime_without_entrypoint_gets_a_main_process(tmp_path):
     assert a.poll() is not None
 
 
+_DIES_WITH_MOCK = r"""
+import os, sys, threading
+sys.path.insert(0, sys.argv[2])
+from mock_opensandbox.runtime import SandboxRuntime
+from tiers.toolkit.procs import alive
+rt = SandboxRuntime(sys.argv[1])
+t = threading.Thread(target=lambda: rt.spawn(["true"]).wait())  # like a request thread: it ends
+t.start()
+t.join()
+h = rt._holder
+print(h.proc.pid, h.pid, int(alive(h.proc.pid) and alive(h.pid)), flush=True)
+os.kill(os.getpid(), 9)  # the mock dies without any cleanup
+"""
+
+
+def test_sandbox_dies_with_the_mock_process(tmp_path):
+    """A mock killed outright (SIGKILL, no terminate) leaves no sandbox behind: the holder (outer
+    unshare) and PID 1 go with it, but not with the request thread that started them."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", _DIES_WITH_MOCK, str(tmp_path / "root"), repo],
+                         stdout=subprocess.PIPE, timeout=60).stdout.decode().split()
+    assert len(out) == 3, out
+    outer, pid1, alive_after_thread = int(out[0]), int(out[1]), out[2]
+    try:
+        assert alive_after_thread == "1"  # the spawning thread's end did not take the sandbox along
+        assert _wait(lambda: not _alive(outer) and not _alive(pid1)), (outer, pid1)
+    finally:
+        for pid in (outer, pid1):
+            if _alive(pid):
+                os.kill(pid, 9)
+
+
 # -- execd reverse proxy headers (pkg/web/proxy.go over httputil.ReverseProxy) -------------------
 
 
