@@ -210,6 +210,25 @@ check_knobs() {
 
 # ---------------------------------------------------------------- up: steps
 
+confirm_install() {
+    # confirm_install STEP CMD WHAT — go on when -y / CI=true or the user says yes at a terminal;
+    # otherwise fail STEP, naming CMD and how to install WHAT instead.
+    local step="$1" cmd="$2" what="$3"
+    [ "$ASSUME_YES" = 1 ] && return 0
+    if [ -t 0 ]; then
+        local answer=""
+        printf '%s: install now? [y/N] ' "$PROG"
+        read -r answer || true
+        case "$answer" in
+            y | Y | yes | YES) ;;
+            *) die "$step" "$cmd" "install $what yourself, or rerun with: ./local-up.sh up -y" "declined at the prompt" ;;
+        esac
+    else
+        die "$step" "$cmd" "rerun with: ./local-up.sh up -y (or CI=true), or install $what yourself" \
+            "no terminal to ask for confirmation"
+    fi
+}
+
 step_docker_engine() {
     if command -v docker >/dev/null 2>&1 && docker_answers; then
         return 0 # a daemon answers (local, rootless, or DOCKER_HOST): nothing to install
@@ -225,20 +244,7 @@ step_docker_engine() {
     fi
     say "docker: Docker Engine (docker, dockerd) is missing; installing the OS packages docker.io and iptables:"
     say "docker:   $cmd$([ "$(id -u)" = "0" ] || printf ' (through sudo)')"
-    if [ "$ASSUME_YES" != 1 ]; then
-        if [ -t 0 ]; then
-            local answer=""
-            printf '%s: install now? [y/N] ' "$PROG"
-            read -r answer || true
-            case "$answer" in
-                y | Y | yes | YES) ;;
-                *) die docker-install "$cmd" "install Docker yourself, or rerun with: ./local-up.sh up -y" "declined at the prompt" ;;
-            esac
-        else
-            die docker-install "$cmd" "rerun with: ./local-up.sh up -y (or CI=true), or install Docker yourself" \
-                "no terminal to ask for confirmation"
-        fi
-    fi
+    confirm_install docker-install "$cmd" Docker
     sudo_cmd apt-get update ||
         die docker-install "apt-get update" "check the apt sources and network access, then rerun"
     sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io iptables ||
@@ -360,19 +366,7 @@ apt_install() {
         die local-images "command -v apt-get" "install $* for your OS, or point the image knobs at images that are already present" \
             "$what is missing and this system has no apt-get"
     say "images: $what is missing; installing the OS package(s) $*: $cmd$([ "$(id -u)" = "0" ] || printf ' (through sudo)')"
-    if [ "$ASSUME_YES" != 1 ]; then
-        if [ -t 0 ]; then
-            local answer=""
-            printf '%s: install now? [y/N] ' "$PROG"
-            read -r answer || true
-            case "$answer" in
-                y | Y | yes | YES) ;;
-                *) die local-images "$cmd" "install $* yourself, or rerun with: ./local-up.sh up -y" "declined at the prompt" ;;
-            esac
-        else
-            die local-images "$cmd" "rerun with: ./local-up.sh up -y (or CI=true), or install $* yourself" "no terminal to ask for confirmation"
-        fi
-    fi
+    confirm_install local-images "$cmd" "$*"
     sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@" ||
         { sudo_cmd apt-get update && sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"; } ||
         die local-images "$cmd" "read apt's message above; install $* yourself"
