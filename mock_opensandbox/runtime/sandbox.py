@@ -359,20 +359,20 @@ class SandboxRuntime:
             if self.terminated:
                 return
             self.paused = True
-            for pid in self._live_pgids():
-                killpg(pid, signal.SIGSTOP)
-            for pid in self._stray_pids():
-                kill(pid, signal.SIGSTOP)
-            self._cond.notify_all()
+            self._signal_all(signal.SIGSTOP)
 
     def resume(self) -> None:
         with self._lock:
             self.paused = False
-            for pid in self._live_pgids():
-                killpg(pid, signal.SIGCONT)
-            for pid in self._stray_pids():
-                kill(pid, signal.SIGCONT)
-            self._cond.notify_all()
+            self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, sig: int) -> None:
+        """sig to every process group and stray process; wakes wait_unpaused(). Lock held."""
+        for pid in self._live_pgids():
+            killpg(pid, sig)
+        for pid in self._stray_pids():
+            kill(pid, sig)
+        self._cond.notify_all()
 
     def wait_unpaused(self, timeout: float | None = None) -> bool:
         """Block while paused; True once running (False on timeout or when terminated while paused)."""
