@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import select
 import shutil
+import signal
 import subprocess
 import time
 
@@ -36,6 +37,16 @@ def killpg(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_and_reap(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """SIGKILL proc's process group when it still runs, then reap proc (bounded)."""
+    if proc.poll() is None:
+        killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
         pass
 
 

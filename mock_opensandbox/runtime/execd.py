@@ -19,7 +19,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Mapping
 
-from ._util import killpg
+from ._util import kill_and_reap, killpg
 
 if TYPE_CHECKING:  # pragma: no cover
     from .sandbox import SandboxRuntime
@@ -51,12 +51,7 @@ class ExecdProcess:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 pass
-        if self.proc.poll() is None:
-            killpg(self.proc.pid, signal.SIGKILL)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
+        kill_and_reap(self.proc)
 
     def __enter__(self) -> "ExecdProcess":
         return self

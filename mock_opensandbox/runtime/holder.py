@@ -34,7 +34,7 @@ import threading
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from . import caps, scripts
-from ._util import (CLONE_NEWPID, await_exec, is_child_init, killpg, read_cmdline, read_lines,
+from ._util import (CLONE_NEWPID, await_exec, is_child_init, kill_and_reap, read_cmdline, read_lines,
                     start_time)
 
 HOLDER_READY_TIMEOUT = 15.0
@@ -187,8 +187,7 @@ class Holder:
                 os.close(r)
         except OSError as exc:
             if proc is not None:
-                killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                kill_and_reap(proc)
             return None, f"the sandbox's PID namespace could not be set up: {exc}"
         finally:
             shutil.rmtree(fifo_dir, ignore_errors=True)
@@ -204,12 +203,7 @@ class Holder:
             return cls(proc, pid, mode, implicit), ""
         if pid <= 1 or not is_child_init(pid, proc.pid):
             why = "no ready signal"
-            if proc.poll() is None:
-                killpg(proc.pid, signal.SIGKILL)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                pass
+            kill_and_reap(proc)
             if proc.stderr is not None:
                 try:
                     tail = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
@@ -224,8 +218,7 @@ class Holder:
         try:
             return cls(proc, pid, mode, implicit), ""
         except OSError as exc:
-            killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_and_reap(proc)
             return None, f"cannot open the sandbox's PID namespace: {exc}"
 
     def alive(self) -> bool:
@@ -302,12 +295,7 @@ class Holder:
         return True, {b"\0".join(raw) + b"\0"}  # the helper's forked child, until it execs
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            killpg(self.proc.pid, signal.SIGKILL)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-            pass
+        kill_and_reap(self.proc)
         self.close()
 
     def close(self) -> None:
