@@ -269,8 +269,8 @@ class Holder:
                 env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) that enter the holder's namespaces, drop the capabilities and run argv
         in wd; the wrappers see only the sanitized environment."""
-        safe, unsafe = scripts.split_env(env)
         if self.mode == "direct":
+            safe, unsafe = scripts.split_env(env)
             return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts", "--wdns=" + wd, "--", setpriv]
                     + caps.setpriv_options() + ["--"] + scripts.env_stage(unsafe) + list(argv)), safe
         # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
