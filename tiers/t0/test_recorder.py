@@ -309,6 +309,23 @@ def test_run_modes_all_new_and_check(tmp_path):
     assert sorted(os.listdir(tmp_path / "fx")) == files  # --check never touches the fixtures
 
 
+def test_only_a_recording_asks_execd_for_its_version(tmp_path):
+    """Without --execd-version a recording reads the banner in a throw-away sandbox (an authenticated
+    POST /v1/sandboxes before the scenarios); --check compares exchanges only and creates none."""
+    def version_creates(mock):
+        return [c for c in mock.calls if c.request.method == "POST" and c.request.url.path == "/v1/sandboxes"
+                and c.request.headers.get("OPEN-SANDBOX-API-KEY") == KEY]
+
+    for check, expected in ((False, 1), (True, 0)):
+        with respx.mock(assert_all_called=False) as mock:
+            _lifecycle_routes(mock)
+            if check:
+                assert run(_args(tmp_path), io.StringIO()) == 0  # the fixtures to check against
+            before = len(version_creates(mock))
+            assert run(_args(tmp_path, check=check, scenario=["01"]), io.StringIO()) == 0
+            assert len(version_creates(mock)) - before == expected, check
+
+
 def test_drift_detects_changed_requests_and_counts():
     old = fixture.make("x", "", {}, {}, scrub_exchanges(sample()[:3]))
     new = copy.deepcopy(old)
