@@ -416,6 +416,12 @@ class SandboxStore:
             sb.deleted = True
             self.provisioner.stop(sb)
             raise
+        with sb.lock:
+            gone = sb.deleted
+        if gone:  # disposed while it started (close() at shutdown): its stop() may have come before the
+            # runtime existed, so stop again now that everything is there (stop is idempotent)
+            self.provisioner.stop(sb)
+            raise MockError(quirks.INTERNAL_ERROR, error="the sandbox was deleted while it started")
         # the container's own creation time comes a little after the request (recording 05)
         sb.started_at = max(self.clock(), now)
         sb.entry_proc = proc

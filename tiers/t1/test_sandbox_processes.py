@@ -212,6 +212,31 @@ def test_paused_sandbox_freezes_every_process(api):
         api.call("DELETE", f"/v1/sandboxes/{sid}")
 
 
+def test_a_sandbox_deleted_while_it_starts_leaves_no_process(tmp_path):
+    """close() at shutdown (or a delete) may dispose a sandbox whose start is still running, before it
+    has a runtime to stop: the create then stops it itself, and nothing of it stays."""
+    with MockOpenSandbox(root=str(tmp_path / "osb")) as osb:
+        real_start = osb.provisioner.start
+
+        def start_after_a_delete(sb):
+            osb.store.delete(sb.id)  # the dispose comes first: sb.runtime does not exist yet
+            return real_start(sb)
+
+        osb.provisioner.start = start_after_a_delete
+        before = _holders()
+        status, body = Api(osb).call("POST", "/v1/sandboxes", BODY)
+        assert status == 500 and b"deleted while it started" in body, (status, body)
+        assert _wait(lambda: not (_holders() - before)), _holders() - before
+        assert os.listdir(tmp_path / "osb") == []
+
+
+def _holders() -> set[int]:
+    """This process's live `unshare ... view.py holder` children (the sandboxes' namespace holders)."""
+    from tiers.toolkit.procs import children, cmdline
+
+    return {pid for pid in children() if (argv := cmdline(pid) or [b""])[0].endswith(b"unshare") and b"holder" in argv}
+
+
 # -- the runtime underneath ---------------------------------------------------------------------
 
 
