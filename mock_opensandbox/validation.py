@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Mapping
 
 from . import quirks
+from .model import validate_metadata
 from .quirks import MockError, Quirk
 
 _MISSING = object()
@@ -540,7 +541,7 @@ CreateSandboxRequest = Model("CreateSandboxRequest", [
     Field("image", Opt(ImageSpec)),
     Field("snapshot_id", Opt(Str()), alias="snapshotId"),
     Field("platform", Opt(PlatformSpec)),
-    Field("timeout", Opt(Int(ge=60))),
+    Field("timeout", Opt(Int(ge=quirks.MIN_TIMEOUT))),
     Field("resource_limits", Opt(ResourceLimits), alias="resourceLimits"),
     Field("resource_requests", Opt(ResourceLimits), alias="resourceRequests"),
     Field("env", Opt(DictOf(Opt(Str())))),
@@ -870,7 +871,7 @@ def timeout_or_raise(now: datetime, timeout: int | None, max_timeout: int | None
     try:
         expires = now + timedelta(seconds=timeout)
     except (OverflowError, ValueError):
-        raise _bad(INVALID_PARAMETER, "Sandbox timeout %ds is too large to represent safely." % timeout) from None
+        raise MockError(quirks.TIMEOUT_TOO_LARGE, timeout=timeout) from None
     if max_timeout is not None and timeout > max_timeout:
         raise _bad(INVALID_PARAMETER, "Sandbox timeout %ds exceeds configured maximum of %ds."
                    % (timeout, max_timeout))
@@ -878,10 +879,12 @@ def timeout_or_raise(now: datetime, timeout: int | None, max_timeout: int | None
 
 
 def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = None,
-                         allowed_host_paths: Iterable[str] | None = (), egress_image: str | None = None) -> dict:
+                         allowed_host_paths: Iterable[str] | None = ()) -> dict:
     """Everything the server checks between a valid CreateSandboxRequest and touching Docker, in its order
     (server api/lifecycle.py create_sandbox -> services/docker/docker_service.py create_sandbox). Returns
-    {"expires_at", "env", "limits"}; raises MockError with the server's status/code/message."""
+    {"env", "limits"}; raises MockError with the server's status/code/message. The expiry itself is the
+    store's (SandboxStore.create): the server's second calculate_expiration_or_raise (in
+    _prepare_creation_context) cannot fail once ensure_timeout_within_limit passed."""
     validate_extensions(r["extensions"])
     snap = (r["snapshot_id"] or "").strip()
     has_image = r["image"] is not None and bool(r["image"]["uri"].strip())
@@ -895,21 +898,19 @@ def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = No
                                                     "Kubernetes BatchSandbox provider instead.")
     if not r["entrypoint"]:
         raise _bad("DOCKER::INVALID_ENTRYPOINT", "Entrypoint must contain at least one command.")
-    from .model import validate_metadata  # late: model imports quirks only
     validate_metadata(r["metadata"])
     ensure_platform_valid(r["platform"])
     timeout_or_raise(now, r["timeout"], max_timeout)
     if r["secure_access"]:
         raise MockError(quirks.SECURE_ACCESS_UNSUPPORTED)
-    if r["network_policy"] is not None and not egress_image:
+    if r["network_policy"] is not None:  # the mock has no egress sidecar image ([egress] image unset)
         raise MockError(quirks.NETWORK_POLICY_UNSUPPORTED)
     plat = r["platform"]
     windows = plat is not None and plat["os"] == "windows"
     limits = {} if windows else resolve_resource_limits(r["resource_limits"])
     env = split_egress_env(r["env"])
-    expires = timeout_or_raise(now, r["timeout"], max_timeout)
     allowed = list(allowed_host_paths) if allowed_host_paths is not None else None
     ensure_volumes_valid(r["volumes"], allowed)
     if windows:  # [choice] the server would boot a dockur/windows VM; the mock runs Linux processes only
         raise MockError(WINDOWS_UNSUPPORTED)
-    return {"expires_at": expires, "env": env, "limits": limits}
+    return {"env": env, "limits": limits}
