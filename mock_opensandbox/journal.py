@@ -31,6 +31,7 @@ DEFAULT_PREVIEW = 2048
 SECRET_HEADERS = frozenset({"open-sandbox-api-key", "x-execd-access-token", "authorization",
                             "proxy-authorization", "cookie", "set-cookie", "x-api-key"})
 REDACTED = "<redacted>"
+_RAW = "_raw"   # an entry's unread headers and bodies (JournalEntry._record); Journal.entries() expands them
 # "key": "value" pairs whose key looks like a credential, in JSON or form bodies
 _SECRET_KEY_RE = re.compile(r'(?i)("(?:[\w-]*(?:api[_-]?key|token|secret|password|passwd|authorization)[\w-]*)"'
                             r'\s*:\s*")([^"\\]*(?:\\.[^"\\]*)*)(")')
@@ -269,6 +270,8 @@ class JournalEntry:
         self._record()
 
     def _record(self) -> None:
+        """Add the entry, cheaply: it runs on the request's own thread before the last bytes of the answer
+        go out. Headers and body previews (decoding, scrubbing) are made when the journal is read."""
         if self.recorded:
             return
         self.recorded = True
@@ -277,17 +280,11 @@ class JournalEntry:
         j = self.journal
         duration = time.monotonic() - self.t0
         w = self.wtee
-        rheaders = w.headers
+        rheaders = list(w.headers)
         body = bytes(w.body)
-        if any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in rheaders):
-            body = _dechunk(body)
-        req_body = bytes(self.rtee.captured)
-        if "chunked" in (h.headers.get("Transfer-Encoding") or "").lower():
-            req_body = _dechunk(req_body)
-        secrets = j.secrets()
         if self.sandbox is None and self.method == "POST" and w.status in (200, 201, 202) \
                 and _CREATE_PATH_RE.match(self.path):
-            m = _ID_RE.match(body.decode("utf-8", "replace"))
+            m = _ID_RE.match(_body_of(body, rheaders).decode("utf-8", "replace"))
             if m:
                 self.sandbox = m.group(1)       # a create: the sandbox it made
         rule = getattr(fault, "rule", None)
@@ -304,14 +301,11 @@ class JournalEntry:
             "status": w.status,
             "duration_ms": round(duration * 1000, 2),
             "client": self.client,
-            "request": {"headers": j.scrub_headers(h.headers.items()),
-                        "body_bytes": self.rtee.total,
-                        "body_preview": _preview(req_body, j.preview, secrets)},
-            "response": {"headers": j.scrub_headers(rheaders),
-                         "body_bytes": w.body_total,
-                         "body_preview": _preview(body, j.preview, secrets)},
+            "request": {"headers": None, "body_bytes": self.rtee.total, "body_preview": None},
+            "response": {"headers": None, "body_bytes": w.body_total, "body_preview": None},
             "fault": None if rule is None else {"id": rule.id, "kind": rule.kind},
             "error": error,
+            _RAW: (list(h.headers.items()), bytes(self.rtee.captured), rheaders, body),
         }
         if rule is None:   # a status fault answers with its rule id in a header
             fid = next((v for k, v in rheaders if k.lower() == "x-mock-fault"), None)
@@ -319,6 +313,13 @@ class JournalEntry:
                 entry["fault"] = {"id": fid, "kind": "status"}
         self.entry = entry
         j.add(entry)
+
+
+def _body_of(raw: bytes, headers: Iterable[tuple[str, str]]) -> bytes:
+    """The captured bytes of a body, chunk framing removed when the headers say chunked."""
+    if any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in headers):
+        return _dechunk(raw)
+    return raw
 
 
 def _listener_and_sandbox(handler: Any) -> tuple[str, str | None]:
@@ -365,8 +366,9 @@ class Journal:
         except Exception:
             return []
 
-    def scrub_headers(self, items: Iterable[tuple[str, str]]) -> list[list[str]]:
-        secrets = self.secrets()
+    def scrub_headers(self, items: Iterable[tuple[str, str]], secrets: list[str] | None = None) -> list[list[str]]:
+        if secrets is None:
+            secrets = self.secrets()
         out = []
         for k, v in items:
             if k.lower() in SECRET_HEADERS:
@@ -417,7 +419,22 @@ class Journal:
         out = [e for e in items if (since is None or e["seq"] > since) and match_entry(e, **filters)]
         if limit is not None:
             out = out[-limit:] if limit > 0 else []
+        if any(_RAW in e for e in out):
+            secrets = self.secrets()
+            with self._cond:
+                for e in out:
+                    raw = e.pop(_RAW, None)
+                    if raw is not None:
+                        self._expand(e, raw, secrets)
         return out
+
+    def _expand(self, e: dict[str, Any], raw: tuple, secrets: list[str]) -> None:
+        """Fill in an entry's scrubbed headers and body previews (what _record left for the first read)."""
+        req_headers, req_body, resp_headers, resp_body = raw
+        e["request"]["headers"] = self.scrub_headers(req_headers, secrets)
+        e["request"]["body_preview"] = _preview(_body_of(req_body, req_headers), self.preview, secrets)
+        e["response"]["headers"] = self.scrub_headers(resp_headers, secrets)
+        e["response"]["body_preview"] = _preview(_body_of(resp_body, resp_headers), self.preview, secrets)
 
     def __len__(self) -> int:
         return len(self._entries)
