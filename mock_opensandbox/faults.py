@@ -675,12 +675,19 @@ def request_sandbox(app: Any, listener: str, path: str) -> str | None:
     return None
 
 
-def inject(handler: Any, method: str, registry: FaultRegistry) -> Injection | None:
-    """Match the request against the rules and start the fault; None when no rule fires."""
+def classify(handler: Any) -> tuple[str, str, str | None]:
+    """(listener, path without the query, sandbox) of a request: what fault rules match and the journal
+    notes."""
     app = handler.server.app
     listener = app.fault_listener or ("lifecycle" if handler.flavor == "uvicorn" else "execd")
     path = handler.path.split("?", 1)[0]
-    rule = registry.match(method, path, listener, request_sandbox(app, listener, path))
+    return listener, path, request_sandbox(app, listener, path)
+
+
+def inject(handler: Any, method: str, registry: FaultRegistry) -> Injection | None:
+    """Match the request against the rules and start the fault; None when no rule fires."""
+    listener, path, sandbox = classify(handler)
+    rule = registry.match(method, path, listener, sandbox)
     if rule is None:
         return None
     registry.log("mock fault %s (%s) on %s %s [%s]" % (rule.id, rule.kind, method, path[:200], listener))

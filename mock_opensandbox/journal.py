@@ -23,6 +23,8 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
+from .faults import classify
+
 __all__ = ["Journal", "JournalEntry", "scrub_text", "SECRET_HEADERS", "match_entry"]
 
 ADMIN_PREFIX = "/__mock__"
@@ -323,12 +325,8 @@ def _body_of(raw: bytes, headers: Iterable[tuple[str, str]]) -> bytes:
 
 
 def _listener_and_sandbox(handler: Any) -> tuple[str, str | None]:
-    from .faults import request_sandbox
-
-    app = handler.server.app
-    listener = getattr(app, "fault_listener", None) or ("lifecycle" if handler.flavor == "uvicorn" else "execd")
-    path = handler.path.split("?", 1)[0]
-    return listener, request_sandbox(app, listener, path)
+    listener, _, sandbox = classify(handler)
+    return listener, sandbox
 
 
 class Journal:
