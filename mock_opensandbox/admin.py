@@ -433,42 +433,49 @@ class AdminAPI:
         return True
 
     def _faults(self, req: Request, rest: list[str]) -> bool:
-        m = self.faults
-        if not rest:
-            if req.method == "GET":
-                req.send_json(200, {"rules": m.to_json()})
-            elif req.method == "POST":
-                try:
-                    payload = json.loads(req.body.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError):
-                    _error(req, 400, "MOCK::INVALID_FAULT", "The body must be a JSON fault rule or a list of them.")
-                    return True
-                try:
-                    added = m.add_json(payload)
-                except FaultError as e:
-                    _error(req, 400, "MOCK::INVALID_FAULT", str(e))
-                    return True
-                req.send_json(201, {"rules": [r.to_json() for r in added]})
-            elif req.method == "DELETE":
-                m.clear()
-                req.send(204)
-            else:
-                return self._method(req)
+        if len(rest) > 1:
+            _error(req, 404, "MOCK::NOT_FOUND", "No admin route.")
             return True
-        if len(rest) == 1:
-            rule = m.get(rest[0])
-            if req.method == "GET" and rule is not None:
-                req.send_json(200, rule.to_json())
-            elif req.method == "DELETE" and rule is not None:
-                m.remove(rest[0])
-                req.send(204)
-            elif req.method in ("GET", "DELETE"):
-                _error(req, 404, "MOCK::FAULT_NOT_FOUND", "No fault rule %s." % rest[0][:64])
-            else:
-                return self._method(req)
-            return True
-        _error(req, 404, "MOCK::NOT_FOUND", "No admin route.")
+        return serve_faults(req, self.faults, rest[0] if rest else None) or self._method(req)
+
+
+def serve_faults(req: Request, registry: FaultRegistry, fid: str | None = None) -> bool:
+    """``/__mock__/faults`` (GET lists, POST adds a rule or a list, DELETE clears) and ``/__mock__/faults/{fid}``
+    (GET, DELETE), for the admin layer and the lifecycle app alike (docs/FAULTS.md). False: a method not
+    served here (the caller answers 405 its own way)."""
+    m = req.method
+    if fid is None:
+        if m == "GET":
+            req.send_json(200, {"rules": registry.to_json()})
+        elif m == "POST":
+            try:
+                payload = json.loads(req.body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                _error(req, 400, "MOCK::INVALID_FAULT", "The body must be a JSON fault rule or a list of them.")
+                return True
+            try:
+                added = registry.add_json(payload)
+            except FaultError as e:
+                _error(req, 400, "MOCK::INVALID_FAULT", str(e))
+                return True
+            req.send_json(201, {"rules": [r.to_json() for r in added]})
+        elif m == "DELETE":
+            registry.clear()
+            req.send(204)
+        else:
+            return False
         return True
+    if m not in ("GET", "DELETE"):
+        return False
+    rule = registry.get(fid)
+    if rule is None:
+        _error(req, 404, "MOCK::FAULT_NOT_FOUND", "No fault rule %s." % fid[:64])
+    elif m == "GET":
+        req.send_json(200, rule.to_json())
+    else:
+        registry.remove(fid)
+        req.send(204)
+    return True
 
 
 class AdminLayer:

@@ -20,7 +20,8 @@ from urllib.parse import parse_qsl
 
 from . import quirks
 from . import validation as V
-from .faults import FaultError, FaultRegistry
+from .admin import serve_faults
+from .faults import FaultRegistry
 from .httpcore import OBSERVERS, App, Handler, Request, Router, host_allowed, new_request_id
 from .model import SandboxStore, docker_ts, format_ts, validate_metadata
 from .quirks import MockError
@@ -566,45 +567,22 @@ class LifecycleApp(App):
             # server api/proxy.py: any other httpx error -> 500 {"detail": "An internal error occurred ..."}
             req.send_json(500, {"detail": "An internal error occurred in the proxy: %s" % (e.__cause__ or e)})
 
-    # -- fault injection admin API (mock only, docs/FAULTS.md) ------------------------------------------
+    # -- fault injection admin API (mock only, docs/FAULTS.md): one route each, so a 405's allow header
+    #    names the methods of the first matching route, like every other route here ----------------------
     def faults_list(self, req: Request) -> None:
-        assert self.faults is not None
-        req.send_json(200, {"rules": self.faults.to_json()})
-
-    def faults_get(self, req: Request) -> None:
-        assert self.faults is not None
-        rule = self.faults.get(req.params["fid"])
-        if rule is None:
-            req.send_json(404, {"code": "MOCK::FAULT_NOT_FOUND", "message": "No fault rule %s." % req.params["fid"][:64]})
-            return
-        req.send_json(200, rule.to_json())
+        serve_faults(req, self.faults)
 
     def faults_add(self, req: Request) -> None:
-        assert self.faults is not None
-        try:
-            payload = json.loads(req.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            req.send_json(400, {"code": "MOCK::INVALID_FAULT", "message": "The body must be a JSON fault rule "
-                                                                         "or a list of them."})
-            return
-        try:
-            added = self.faults.add_json(payload)
-        except FaultError as e:
-            req.send_json(400, {"code": "MOCK::INVALID_FAULT", "message": str(e)})
-            return
-        req.send_json(201, {"rules": [r.to_json() for r in added]})
+        serve_faults(req, self.faults)
 
     def faults_clear(self, req: Request) -> None:
-        assert self.faults is not None
-        self.faults.clear()
-        req.send(204)
+        serve_faults(req, self.faults)
+
+    def faults_get(self, req: Request) -> None:
+        serve_faults(req, self.faults, req.params["fid"])
 
     def faults_remove(self, req: Request) -> None:
-        assert self.faults is not None
-        if not self.faults.remove(req.params["fid"]):
-            req.send_json(404, {"code": "MOCK::FAULT_NOT_FOUND", "message": "No fault rule %s." % req.params["fid"][:64]})
-            return
-        req.send(204)
+        serve_faults(req, self.faults, req.params["fid"])
 
     # -- query parameters (FastAPI Query(...) validation, loc ["query", name]) ---------------------------
     def _q_int(self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None,
