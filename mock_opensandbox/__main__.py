@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import Sequence
 
+from .faults import FAULT_ARG_HELP, add_cli_rules
 from .server import EXECD_MODES, MockOpenSandbox
 
 
@@ -36,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse create timeouts above this (server max_sandbox_timeout_seconds; default: no limit)")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
-    p.add_argument("--fault", action="append", default=[], metavar="JSON",
-                   help="a fault rule (JSON object or list; @file reads a file), repeatable; see docs/FAULTS.md")
+    p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
     return p
 
 
@@ -55,15 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    for text in args.fault:
-        try:
-            if text.startswith("@"):
-                with open(text[1:], encoding="utf-8") as fh:
-                    text = fh.read()
-            osb.faults.add_json(json.loads(text))
-        except (OSError, ValueError) as e:  # FaultError and JSONDecodeError are ValueErrors
-            print("error: --fault: %s" % e, file=sys.stderr)
-            return 2
+    problem = add_cli_rules(osb.faults, args.fault)
+    if problem:
+        print("error: %s" % problem, file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

@@ -663,6 +663,23 @@ class Injection:
         self.registry._done()
 
 
+# -- command line (python -m mock_opensandbox and python -m mock_opensandbox.proxy) -----------------------
+FAULT_ARG_HELP = "a fault rule (JSON object or list; @file reads a file), repeatable; see docs/FAULTS.md"
+
+
+def add_cli_rules(registry: FaultRegistry, texts: Iterable[str]) -> str | None:
+    """Add the ``--fault`` arguments (JSON, or ``@file``); the first problem as a message, else None."""
+    for text in texts:
+        try:
+            if text.startswith("@"):
+                with open(text[1:], encoding="utf-8") as fh:
+                    text = fh.read()
+            registry.add_json(json.loads(text))
+        except (OSError, ValueError) as e:  # FaultError and JSONDecodeError are ValueErrors
+            return "--fault: %s" % e
+    return None
+
+
 def request_sandbox(app: Any, listener: str, path: str) -> str | None:
     """The sandbox a request belongs to: the listener's own (execd, port) or the lifecycle path's."""
     sid = app.sandbox_id

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 from .admin import AdminAPI, WorkbenchMixin
-from .faults import FaultRegistry
+from .faults import FAULT_ARG_HELP, FaultRegistry, add_cli_rules
 from .httpcore import OBSERVERS, App, Handler, Request, Server, host_allowed
 from .journal import SECRET_HEADERS, Journal, scrub_text
 
@@ -648,8 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="key of the /__mock__/ admin API (default: $OPENSANDBOX_API_KEY, else generated and printed)")
     p.add_argument("--record", default=None, metavar="DIR", help="write the upstream exchanges to DIR/<name>.json")
     p.add_argument("--record-name", default="proxy_recording", help="scenario/file name of the recording")
-    p.add_argument("--fault", action="append", default=[], metavar="JSON",
-                   help="a fault rule (JSON object or list; @file reads a file), repeatable; see docs/FAULTS.md")
+    p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return p
 
@@ -667,15 +666,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    for text in args.fault:
-        try:
-            if text.startswith("@"):
-                with open(text[1:], encoding="utf-8") as fh:
-                    text = fh.read()
-            proxy.faults.add_json(json.loads(text))
-        except (OSError, ValueError) as e:
-            print("error: --fault: %s" % e, file=sys.stderr)
-            return 2
+    problem = add_cli_rules(proxy.faults, args.fault)
+    if problem:
+        print("error: %s" % problem, file=sys.stderr)
+        return 2
     stop = threading.Event()
     old = [signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)]
     try:
