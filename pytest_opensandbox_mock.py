@@ -24,12 +24,8 @@ from mock_opensandbox.server import MockOpenSandbox
 @pytest.fixture
 def opensandbox_mock() -> Iterator[MockOpenSandbox]:
     """A started MockOpenSandbox (127.0.0.1, ephemeral port, generated API key), stopped afterwards."""
-    osb = MockOpenSandbox()
-    osb.start()
-    try:
+    with MockOpenSandbox() as osb:
         yield osb
-    finally:
-        osb.stop()
 
 
 @pytest.fixture
@@ -58,12 +54,8 @@ def opensandbox_mock_factory() -> Iterator[Callable[..., MockOpenSandbox]]:
 
 @pytest.fixture(scope="session")
 def _opensandbox_mock_session() -> Iterator[MockOpenSandbox]:
-    osb = MockOpenSandbox()
-    osb.start()
-    try:
+    with MockOpenSandbox() as osb:
         yield osb
-    finally:
-        osb.stop()
 
 
 @pytest.fixture
