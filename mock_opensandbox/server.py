@@ -113,6 +113,20 @@ class MockProvisioner(Provisioner):
 
     def __init__(self, mock: "MockOpenSandbox"):
         self.mock = mock
+        # decided once per start() of the mock (execd_bin and isolate are constructor settings)
+        self.mock_execd = bool(mock.execd_bin) and _is_mock_execd(mock.execd_bin)
+        isolate = mock.isolate
+        if self.mock_execd:
+            # the mock's own stand-alone execd (a wrapper around `python -m mock_opensandbox.execd`)
+            # needs the host's interpreter and this repository: it runs on the host with cwd = the
+            # sandbox root (seed 000 §5.3) and contains the commands it runs by itself
+            if isolate is None:
+                isolate = False
+        elif mock.execd_bin and isolate is False:
+            # any other execd (the real binary) runs only inside an isolated sandbox view, like the
+            # server's container (runtime/execd.py); without one the sandbox fails to start
+            isolate = None
+        self.isolate: bool | None = isolate  # what every SandboxRuntime of this mock gets
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, sb: Sandbox) -> Any:
@@ -120,18 +134,7 @@ class MockProvisioner(Provisioner):
 
         m = self.mock
         root = os.path.join(m.root, sb.id)
-        isolate = m.isolate
-        if m.execd_bin and _is_mock_execd(m.execd_bin):
-            # the mock's own stand-alone execd (a wrapper around `python -m mock_opensandbox.execd`)
-            # needs the host's interpreter and this repository: it runs on the host with cwd = the
-            # sandbox root (seed 000 §5.3) and contains the commands it runs by itself
-            if isolate is None:
-                isolate = False
-        elif m.execd_bin and isolate is False:
-            # any other execd (the real binary) runs only inside an isolated sandbox view, like the
-            # server's container (runtime/execd.py); without one the sandbox fails to start
-            isolate = None
-        runtime = SandboxRuntime(root, env=sb.env, isolate=isolate)
+        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate)
         sb.runtime = runtime
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
@@ -174,7 +177,7 @@ class MockProvisioner(Provisioner):
     def _start_execd_process(self, sb: Sandbox, runtime: Any) -> Any:
         m = self.mock
         port = _free_port()
-        if not _is_mock_execd(m.execd_bin):
+        if not self.mock_execd:
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
             # capabilities as every sandbox process (raises when the sandbox is not isolated)
             return runtime.start_execd(m.execd_bin, port=port, token=m.execd_token or None)
@@ -244,9 +247,7 @@ class MockProvisioner(Provisioner):
 
     def isolation(self) -> str:
         """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
-        mock_execd = bool(self.mock.execd_bin) and _is_mock_execd(self.mock.execd_bin)
-        if (self.mock.isolate is False and not (self.mock.execd_bin and not mock_execd)) or (
-                self.mock.isolate is None and mock_execd):
+        if self.isolate is False:
             return "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
         from .runtime.probe import isolation_header
 
