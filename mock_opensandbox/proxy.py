@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
-from .admin import AdminAPI, WorkbenchMixin
+from .admin import AdminAPI, AdminLayer, WorkbenchMixin
 from .faults import FAULT_ARG_HELP, FaultRegistry, add_cli_rules
 from .httpcore import OBSERVERS, App, Handler, Request, Server, host_allowed
 from .journal import SECRET_HEADERS, Journal, scrub_text
@@ -360,11 +360,8 @@ class LifecycleProxyApp(App):
         self.journal = proxy.journal
         self.verbose = proxy.verbose
 
-    def handle(self, req: Request) -> None:
+    def handle(self, req: Request) -> None:  # behind an AdminLayer: /__mock__/ routes never get here
         p = self.proxy
-        if req.path == "/__mock__" or req.path.startswith("/__mock__/"):
-            if p.admin.handle(req):
-                return
         if not host_allowed(req.headers.get("Host"), p.host) or req.headers.get("Origin") is not None:
             _json_error(req, 403, "PROXY::ORIGIN_NOT_ALLOWED", "Browser requests (an Origin header) and foreign "
                         "Host names are refused by the fault proxy (DNS-rebinding protection).")
@@ -519,7 +516,8 @@ class FaultProxy(WorkbenchMixin):
         if self._server is None:
             self.stopping.clear()
             self.faults.reopen()
-            self._server = Server((self.host, self.requested_port), _ProxyHandler, LifecycleProxyApp(self))
+            app = AdminLayer(LifecycleProxyApp(self), self.admin)  # /__mock__/ workbench routes in front
+            self._server = Server((self.host, self.requested_port), _ProxyHandler, app)
             self._server.start(name="osb-fault-proxy")
         return self
 
