@@ -68,18 +68,15 @@ class Execd:
     def _open(self, method, path, query, body, headers, timeout, what) -> Stream:
         stream = self.client.http.open(method, self.url(path, query), self.headers(headers), body, timeout, what)
         if stream.status >= 400:
-            # an error answer cut short is no answer (the 400 of the argv probe must be read whole to
-            # be recognised): reset or truncated -> NetError, like every other cut answer
+            # read like every other body (Stream.read_all, as the lifecycle plane's are): an error answer
+            # cut short (reset, or fewer bytes than Content-Length) is a NetError, never an HttpError
+            # with a shred of the body (the 400 of the argv probe must be read whole to be recognised)
             try:
-                data = stream.resp.read(MAX_ERROR_BODY)
+                data = stream.read_all(limit=MAX_ERROR_BODY)
             except (OSError, http.client.HTTPException) as exc:
-                stream.close()
                 raise NetError(net_kind(exc), what, safe_url(self.base), str(exc) or type(exc).__name__) from None
-            stream.close()
-            declared = stream.headers.get("content-length", "")
-            if declared.isdigit() and len(data) < min(int(declared), MAX_ERROR_BODY):
-                raise NetError("incomplete", what, safe_url(self.base),
-                               f"the error answer ({stream.status}) ended after {len(data)} of {declared} bytes")
+            finally:
+                stream.close()
             raise HttpError(stream.status, stream.reason, data, stream.headers, what, "execd")
         return stream
 
