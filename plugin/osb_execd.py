@@ -15,7 +15,7 @@ import time
 import urllib.parse
 
 from osb_sse import SSEDecoder, restore_legacy_text
-from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, net_kind, safe_url, with_retries
+from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
 
 LEGACY, LATEST = "v1.1.0", "latest"     # the two execd generations (seed 000 §1.1)
 
@@ -74,7 +74,7 @@ class Execd:
             try:
                 data = stream.read_all(limit=MAX_ERROR_BODY)
             except (OSError, http.client.HTTPException) as exc:
-                raise NetError(net_kind(exc), what, safe_url(self.base), str(exc) or type(exc).__name__) from None
+                raise NetError.of(exc, what, self.base) from None
             finally:
                 stream.close()
             raise HttpError(stream.status, stream.reason, data, stream.headers, what, "execd")
@@ -100,7 +100,7 @@ class Execd:
                 data = stream.read_all(deadline=max(deadline, stream.received + 0.5))
             except (OSError, http.client.HTTPException) as exc:
                 stream.close()
-                raise NetError(net_kind(exc), what, safe_url(self.base), str(exc) or type(exc).__name__) from None
+                raise NetError.of(exc, what, self.base) from None
             stream.release()
             return Reply(stream.status, stream.reason, stream.headers, data, stream.received)
 
@@ -239,8 +239,7 @@ class Execd:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure mid-body is a network error
                 stream.close()
-                raise NetError(net_kind(exc), f"download {path}", safe_url(self.base),
-                               str(exc) or type(exc).__name__) from None
+                raise NetError.of(exc, f"download {path}", self.base) from None
             if len(data) > cap:
                 stream.close()
                 data = data[:cap]
@@ -324,7 +323,7 @@ class Execd:
                     raise HttpError(exc.status, "", exc.body, exc.headers, what, "execd") from None
                 raise NetError("network", what, safe_url(url), str(exc)) from None
             except (OSError, ValueError) as exc:
-                raise NetError(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__) from None
+                raise NetError.of(exc, what, url) from None
 
         return self._fresh(once)
 

@@ -114,6 +114,11 @@ class NetError(Exception):
         self.kind, self.what, self.target, self.detail = kind, what, target, detail
         super().__init__(f"{kind} ({what}) {target}: {detail}")
 
+    @classmethod
+    def of(cls, exc: BaseException, what: str, url: str) -> NetError:
+        """The NetError for ``exc``, a socket or http.client failure while talking to ``url``."""
+        return cls(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__)
+
 
 def net_kind(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
@@ -316,10 +321,10 @@ class Http:
                 conn.close()
                 if reused and method in ("GET", "HEAD", "DELETE", "OPTIONS"):
                     continue        # stale keep-alive connection: one fresh try (never for a POST)
-                raise NetError(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__) from None
+                raise NetError.of(exc, what, url) from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                raise NetError(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__) from None
+                raise NetError.of(exc, what, url) from None
         raise NetError("reset", what, safe_url(url), "connection closed")  # pragma: no cover
 
     def request(self, method: str, url: str, headers: dict, body: bytes | None = None,
@@ -332,7 +337,7 @@ class Http:
             data = stream.read_all(deadline=max(deadline, stream.received + 0.5))
         except (OSError, http.client.HTTPException) as exc:
             stream.close()
-            raise NetError(net_kind(exc), what, safe_url(url), str(exc) or type(exc).__name__) from None
+            raise NetError.of(exc, what, url) from None
         stream.release()
         return Reply(stream.status, stream.reason, stream.headers, data, stream.received)
 
