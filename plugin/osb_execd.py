@@ -96,13 +96,7 @@ class Execd:
         def once() -> Reply:
             deadline = time.monotonic() + tmo
             stream = self.open(method, path, query=query, body=body, headers=headers, timeout=timeout, what=what)
-            try:
-                data = stream.read_all(deadline=max(deadline, stream.received + 0.5))
-            except (OSError, http.client.HTTPException) as exc:
-                stream.close()
-                raise NetError.of(exc, what, self.base) from None
-            stream.release()
-            return Reply(stream.status, stream.reason, stream.headers, data, stream.received)
+            return stream.reply(deadline, what, self.base)
 
         if retry is None:
             retry = method == "GET"

@@ -198,6 +198,17 @@ class Stream:
             self.resp.read()            # marks a complete Content-Length body done (keep-alive reuse)
         return bytes(out)
 
+    def reply(self, deadline: float, what: str, url: str) -> Reply:
+        """The whole reply: its body read before ``deadline`` (monotonic; never less than 0.5 s after the
+        status line), the connection kept for reuse. A body cut short or too slow raises NetError."""
+        try:
+            data = self.read_all(deadline=max(deadline, self.received + 0.5))
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise NetError.of(exc, what, url) from None
+        self.release()
+        return Reply(self.status, self.reason, self.headers, data, self.received)
+
     def release(self) -> None:
         """Body fully read: keep the connection for the next request when the server allows it."""
         if self._closed:
@@ -332,14 +343,7 @@ class Http:
         """One whole exchange; the reply, body included, must be complete within ``timeout``."""
         tmo = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + tmo
-        stream = self.open(method, url, headers, body, timeout, what)
-        try:
-            data = stream.read_all(deadline=max(deadline, stream.received + 0.5))
-        except (OSError, http.client.HTTPException) as exc:
-            stream.close()
-            raise NetError.of(exc, what, url) from None
-        stream.release()
-        return Reply(stream.status, stream.reason, stream.headers, data, stream.received)
+        return self.open(method, url, headers, body, timeout, what).reply(deadline, what, url)
 
 
 def safe_url(url: str) -> str:
