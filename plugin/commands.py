@@ -253,8 +253,7 @@ def m_exec_run(srv: Server, req: Request, p: dict) -> dict:
         raise bad_input("exec.run cannot run a detached command; use exec.start with detached: true.")
     started = time.monotonic()
     run = _start(srv, spec)
-    req.on_cancel(run.stop)
-    pump = Pump(run)
+    pump = Pump(run)        # $/cancel: drive() wakes and interrupts the command from its own thread
     first = _await_start(srv, spec, run, pump)
     out: dict = {"stdout": [], "stderr": []}
     srv.active_runs.add(run)
