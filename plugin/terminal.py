@@ -54,6 +54,15 @@ def _error(exc: Exception, what: str, *, no_pty_api: bool = False) -> EppError:
     return err
 
 
+def _json_frame(data: bytes) -> dict | None:
+    """A text frame's JSON object; None for anything else (ignored: forward compatible)."""
+    try:
+        frame = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return None
+    return frame if isinstance(frame, dict) else None
+
+
 def _path(session_id: str, tail: str = "") -> str:
     return f"/pty/{urllib.parse.quote(session_id, safe='')}{tail}"
 
@@ -102,11 +111,8 @@ class _Terminal:
             self.emit(payload)
 
     def handle_text(self, data: bytes) -> None:
-        try:
-            frame = json.loads(data.decode("utf-8"))
-        except ValueError:
-            return
-        if not isinstance(frame, dict):
+        frame = _json_frame(data)
+        if frame is None:
             return
         ftype = frame.get("type")
         if ftype == "exit":
@@ -274,11 +280,8 @@ class PtyManager:
                 if op == _ws.OP_BINARY:
                     early.append(data)
                     continue
-                try:
-                    frame = json.loads(data.decode("utf-8"))
-                except ValueError:
-                    continue
-                if not isinstance(frame, dict):
+                frame = _json_frame(data)
+                if frame is None:
                     continue
                 if frame.get("type") == "connected":
                     break
