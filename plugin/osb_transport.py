@@ -367,17 +367,25 @@ def retry_after_seconds(value) -> float | None:
         return None
     if text.isdigit():
         return float(text)
+    when = http_date(text)
+    if when is None:
+        return None
+    import datetime
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+def http_date(value):
+    """An HTTP date (Date, Retry-After) as an aware datetime (UTC when it names no zone); None when
+    absent or unreadable."""
+    import datetime
+    import email.utils
     try:
-        import email.utils
-        when = email.utils.parsedate_to_datetime(text)
+        when = email.utils.parsedate_to_datetime(str(value or "").strip())
     except (TypeError, ValueError, IndexError):
         return None
     if when is None:
         return None
-    import datetime
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)
 
 
 def retry_wait(exc: BaseException, attempt: int) -> float | None:

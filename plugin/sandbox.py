@@ -306,7 +306,8 @@ def m_sandbox_set_timeout(srv: Server, req: Request, p: dict) -> dict:
     """renew-expiration with expiresAt = the server's clock (its Date header) + timeout, so a skewed
     local clock does not matter."""
     import datetime
-    import email.utils
+
+    from osb_transport import http_date
     sid = sandbox_id(p)
     seconds = p.get("timeout")
     if not is_number(seconds) or seconds <= 0:
@@ -314,14 +315,11 @@ def m_sandbox_set_timeout(srv: Server, req: Request, p: dict) -> dict:
     seconds = max(60, int(seconds))
     client = srv.client()
     reply = guard(lambda: client.get(sid), op="sandbox", srv=srv)
-    now = None
-    try:
-        server_date = email.utils.parsedate_to_datetime(reply.headers.get("date", ""))
-        if server_date.tzinfo is None:
-            server_date = server_date.replace(tzinfo=datetime.timezone.utc)
+    server_date = http_date(reply.headers.get("date"))
+    if server_date is not None:
         # Date has whole seconds: the true time is in [D, D+1); add the time since it arrived.
         now = server_date + datetime.timedelta(seconds=0.5 + time.monotonic() - reply.received)
-    except (TypeError, ValueError, IndexError):
+    else:
         now = datetime.datetime.now(datetime.timezone.utc)
     expires = (now + datetime.timedelta(seconds=seconds)).astimezone(datetime.timezone.utc)
     expires = expires.replace(microsecond=0) + datetime.timedelta(seconds=round(expires.microsecond / 1e6))
