@@ -192,8 +192,12 @@ def test_oversized_answers_become_errors_not_violations():
     srv = provider.new_server(io.BytesIO(), out)
     srv.respond(5, {"content_b64": "A" * MAX_LINE_BYTES})
     srv.notify("exec.output", {"process_id": "p", "stream": "stdout", "data": "B" * MAX_LINE_BYTES})
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 1 and json.loads(lines[0])["error"]["code"] == -32000
+    srv.respond(6, {"content_b64": b"C" * MAX_LINE_BYTES})     # files.read's bytes, spliced into the line
+    srv.respond(7, {"content_b64": b"QUJD"})
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [m["id"] for m in lines] == [5, 6, 7]
+    assert lines[0]["error"]["code"] == -32000 and lines[1]["error"]["code"] == -32000    # never an empty {}
+    assert lines[2]["result"] == {"content_b64": "QUJD"}
 
 
 def test_file_entry_and_modes():
