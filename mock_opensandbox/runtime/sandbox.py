@@ -19,8 +19,9 @@ import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import scripts
-from ._util import (BASE_DIRS, DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
-                    make_mountpoint, readlink, rmtree, take_ctty)
+from ._util import (DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
+                    make_image_root, make_mountpoint, readlink, rmtree, take_ctty)
+from .agent import AgentChannel, oneshot_call
 from .holder import Holder
 from .probe import probe_isolation, probe_result
 
@@ -101,14 +102,13 @@ class SandboxRuntime:
         self._procs: list[subprocess.Popen] = []
         self.paused = False
         self.terminated = False
-        for d in BASE_DIRS:
-            p = os.path.join(self.root, d)
-            if not os.path.lexists(p):
-                os.makedirs(p, exist_ok=True)
-        try:  # /tmp in a container is world-writable and sticky
-            os.chmod(os.path.join(self.root, "tmp"), 0o1777)
-        except OSError:
-            pass
+        # what PID 1's bootstrap.sh starts as /opt/opensandbox/execd: a real binary (use_execd) or the
+        # mock's agent (scripts/agent.py, when the view has a Python); the agent's channel; an O_PATH fd
+        # on PID 1's root ("/" of the sandbox's mount namespace: the view the files API works on)
+        self._execd_spec: dict[str, Any] | None = None
+        self._agent: AgentChannel | None = None
+        self._root_fd: int | None = None
+        make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
         if self.isolated:
             self._make_mountpoints()
             st = os.stat(self.root)
@@ -133,7 +133,7 @@ class SandboxRuntime:
             raise ValueError("path must be a string")
         if "\x00" in sandbox_path:
             raise ValueError("path contains a NUL byte")
-        root = self.root
+        root = self.view_root()
         todo = [p for p in sandbox_path.split("/") if p not in ("", ".")]
         todo.reverse()  # a stack: next component at the end
         done: list[str] = []
@@ -184,9 +184,30 @@ class SandboxRuntime:
         return hp[len(self.root):]
 
     # -- processes -----------------------------------------------------------------------------
+    def view_root(self) -> str:
+        """The host path that is the sandbox's "/" for every file operation of its execd: with a PID 1
+        (a PID namespace), "/" of the sandbox's mount namespace, reached through an O_PATH descriptor
+        on /proc/<PID 1>/root (the kernel walks that namespace's mounts: the read-only system dirs,
+        /etc's overlay, /dev, ...: what a command sees); else the root directory (no namespace of the
+        sandbox's own holds a view: the per-command fallback, or no isolation). Never realpath() it:
+        the link text of /proc/PID/root is "/". Starts PID 1 (with the implicit entrypoint) when
+        nothing did yet, like spawn()."""
+        if not self.isolated or self._pid_mode is None:
+            return self.root
+        with self._lock:
+            if self.terminated:
+                return self.root
+            holder = self._ensure_holder()
+            if holder is not None and self._root_fd is not None:
+                return "/proc/self/fd/%d" % self._root_fd
+        return self.root
+
     def view_path(self, sandbox_path: str) -> str:
-        """Host path of what a *command* sees at sandbox_path: the host's own system directories when
-        isolated (they are bind-mounted), else the sandbox root's file (resolve())."""
+        """Host path of what a *command* sees at sandbox_path: the sandbox's view (view_root()), else,
+        isolated without one, the host's own system directories (they are bind-mounted) or the
+        sandbox root's file (resolve())."""
+        if self.isolated and self.view_root() != self.root:
+            return self.resolve(sandbox_path)
         if self.isolated:
             norm = os.path.normpath("/" + sandbox_path.lstrip("/"))
             first = norm.split("/")[1] if norm != "/" else ""
@@ -315,8 +336,28 @@ class SandboxRuntime:
     def _start_holder(self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any,
                       stderr: Any) -> Holder | None:
         assert self._pid_mode is not None
-        holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
-                                   implicit=implicit, stdout=stdout, stderr=stderr)
+        env = dict(env)
+        agent = agent_fd = None
+        try:
+            execd = self._install_execd(env)
+            if execd == "agent":
+                agent, agent_fd = AgentChannel.pair()
+            holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
+                                       implicit=implicit, stdout=stdout, stderr=stderr, agent=agent,
+                                       agent_fd=agent_fd, execd=execd is not None)
+        finally:
+            if agent_fd is not None:
+                os.close(agent_fd)
+        if holder is not None:
+            try:
+                self._root_fd = os.open("/proc/%d/root" % holder.pid, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                self._root_fd = None  # PID 1 already ended: files are the root directory's
+        if agent is not None:
+            if holder is not None and agent.pid_inside is not None:
+                self._agent = agent
+            else:
+                agent.close()
         if holder is None:
             # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)
             self._pid_mode = None
@@ -423,12 +464,32 @@ class SandboxRuntime:
         with self._lock:
             self._procs = []
             holder, self._holder = self._holder, None
+            agent, self._agent = self._agent, None
+            self._release_view()
         if holder is not None:
             holder.close()
+        if agent is not None:
+            agent.close()
+
+    def _release_view(self) -> None:
+        """The root fd now names the root directory: a file operation still in flight never meets a
+        reused descriptor number, and the dead namespace's mounts are let go. Lock held."""
+        if self._root_fd is None:
+            return
+        try:
+            fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.dup2(fd, self._root_fd, inheritable=False)
+            os.close(fd)
+        except OSError:
+            pass
 
     def cleanup(self) -> None:
         """terminate() and remove the root directory (never "/")."""
         self.terminate()
+        with self._lock:
+            fd, self._root_fd = self._root_fd, None
+        if fd is not None:
+            os.close(fd)
         if self.root != "/":
             rmtree(self.root)
 
@@ -480,15 +541,59 @@ class SandboxRuntime:
         return out
 
     # -- execd ------------------------------------------------------------------------------------
+    def use_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
+                  env: Mapping[str, str] | None = None, args: list[str] | None = None) -> int:
+        """Make a real execd binary this sandbox's /opt/opensandbox/execd, started by PID 1's
+        bootstrap.sh as ``/opt/opensandbox/execd --port PORT [-access-token TOKEN] ARGS...`` when
+        the sandbox starts (call before start_entrypoint(); start_execd() waits for it). Returns the
+        port (a free one when None). Raises RuntimeError (not isolated), ValueError (bad binary)."""
+        from .execd import prepare_execd
+
+        with self._lock:
+            self._execd_spec = prepare_execd(self, binary, port=port, token=token, env=env, args=args)
+            return self._execd_spec["port"]
+
+    def _install_execd(self, env: dict[str, str]) -> str | None:
+        """Put PID 1's execd in place: "binary" (a real execd, env gets its flags for bootstrap.sh),
+        "agent" (the mock's agent, when the view has a Python 3) or None (no execd process)."""
+        from .execd import install_agent, install_binary
+
+        spec = self._execd_spec
+        if spec is not None:
+            install_binary(self.root, spec["binary"])
+            env.update(spec["env"])
+            spec["started"] = True
+            return "binary"
+        return "agent" if install_agent(self) else None
+
     def start_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
                     env: Mapping[str, str] | None = None, args: list[str] | None = None,
                     timeout: float = 15.0) -> "ExecdProcess":
-        """Run a real execd binary inside this sandbox (execd.py): copied to /opt/opensandbox/execd,
-        started like bootstrap.sh does (``EXECD_ENVS=/opt/opensandbox/.env``) with ``--port PORT
-        [-access-token TOKEN]`` (+ args), output to /tmp/execd.log, in the sandbox's namespaces and
-        with its capability set. Returns once it accepts connections on 127.0.0.1:PORT (a free
-        port when None). Raises RuntimeError when the sandbox is not isolated (a real execd never
-        runs on the host) or execd does not come up, ValueError for a bad binary path."""
+        """Run a real execd binary inside this sandbox (execd.py) the way the server's container does:
+        bootstrap.sh (PID 1) starts ``/opt/opensandbox/execd --port PORT [-access-token TOKEN]``
+        (+ args) with ``EXECD_ENVS=/opt/opensandbox/.env``, output to /tmp/execd.log, in the
+        sandbox's namespaces with its capability set. Starts the sandbox (implicit entrypoint) when
+        nothing did yet; after use_execd() + start_entrypoint() it only waits. Returns once execd
+        accepts connections on 127.0.0.1:PORT. Raises RuntimeError when the sandbox is not isolated
+        (a real execd never runs on the host) or execd does not come up, ValueError for a bad binary."""
         from .execd import start_execd
 
         return start_execd(self, binary, port=port, token=token, env=env, args=args, timeout=timeout)
+
+    def agent_call(self, request: Mapping[str, Any], timeout: float = 5.0) -> tuple[dict[str, Any], list[int]]:
+        """One request to the sandbox's agent (runtime/agent.py), in the sandbox's namespaces:
+        ``{"op": "ping"}`` -> ``{"ok": True, "pid": N}``; ``{"op": "connect", "port": P}`` ->
+        ``({"ok": True}, [fd])`` (a TCP socket connected to 127.0.0.1:P in the sandbox's network
+        namespace; the caller owns the fd) or ``{"ok": False, "errno": E, "error": "..."}``.
+        Without a resident agent (a real execd binary, per-command fallback) a one-shot agent runs
+        as a sandbox command. Raises AgentError (none can run, timeout), SandboxTerminated."""
+        with self._lock:
+            if self.terminated:
+                raise SandboxTerminated("sandbox is terminated")
+            if self._pid_mode is not None:
+                self._ensure_holder()
+            agent = self._agent
+        if agent is not None and not agent.closed:
+            return agent.call(request, timeout)
+        return oneshot_call(self, request, timeout)
+

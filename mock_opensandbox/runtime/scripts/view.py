@@ -284,14 +284,10 @@ def restore_env():
         os.environ[k[len(UNSAFE_PREFIX):]] = os.environ.pop(k)
 
 
-# PID 1: bootstrap.sh's shape (seed 001 process list; bootstrap.sh `"$@" &`, `wait $CMD_PID`, TERM trap)
-INIT = b"""trap 'kill -TERM $c 2>/dev/null; wait $c; exit 0' TERM INT
-"$@" </dev/null 9>&- &
-c=$!
-echo started >&9
-exec 9>&-
-wait $c
-"""
+# PID 1 runs the mock's bootstrap.sh (written by holder.write_bootstrap): execd in the background, then
+# the entrypoint (the server's container: `/bin/sh /opt/opensandbox/bootstrap.sh ENTRYPOINT...`)
+BOOTSTRAP = "/opt/opensandbox/bootstrap.sh"
+AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # holder.AGENT_FD_ENV: this inherited fd becomes fd 3 (the agent's channel)
 
 
 def main():
@@ -314,18 +310,15 @@ def main():
         pivot(R)
     except OSError as e:
         fail("osb-view: %s" % e)
+    agent_fd = os.environ.pop(AGENT_FD_ENV, "")
     if mode == "holder":
         os.write(fifo, b"pid %d\n" % host_pid)
-        r, w = os.pipe()
-        os.write(w, INIT)
-        os.close(w)
-        os.dup2(r, 0)
-        os.close(r)
-        os.dup2(fifo, 9)  # inheritable: the init reports "started" and closes it
-        os.close(fifo)
-        if argv and argv[0].startswith("-"):
-            argv = ["--"] + argv
-        argv = ["/bin/sh", "-s"] + argv
+        os.close(fifo)  # EOF for the mock: the view is built
+        if agent_fd.isdigit():
+            os.dup2(int(agent_fd), 3)  # inheritable; bootstrap.sh hands it to execd only
+            if int(agent_fd) != 3:
+                os.close(int(agent_fd))
+        argv = ["/bin/sh", BOOTSTRAP] + argv
     else:
         try:
             os.chdir(arg)
