@@ -107,6 +107,16 @@ class _ExecdProcess:
             pass
 
 
+class _ExitedExecd:
+    """The execd of a sandbox whose main process ended before execd listened (nothing to stop)."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    def stop(self) -> None:
+        pass
+
+
 class MockProvisioner(Provisioner):
     """Gives every sandbox a SandboxRuntime (root dir + processes), an execd listener and, on demand, a
     listener standing in for the published container port 8080."""
@@ -138,12 +148,26 @@ class MockProvisioner(Provisioner):
         sb.runtime = runtime
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
+        if m.execd_bin and not self.mock_execd:
+            # a real execd is the sandbox's /opt/opensandbox/execd: PID 1's bootstrap.sh starts it, then
+            # the entrypoint (raises when the sandbox is not isolated)
+            sb.resources["execd_port"] = runtime.use_execd(m.execd_bin, port=_free_port(),
+                                                           token=m.execd_token or None)
+        # server services/docker: the container runs bootstrap.sh -> execd &, then "$@" &
+        entry = self._start_entrypoint(sb, runtime)
         if m.execd_bin:
-            sb.execd = self._start_execd_process(sb, runtime)
+            try:
+                sb.execd = self._start_execd_process(sb, runtime)
+            except RuntimeError:
+                if not isinstance(entry, int) and entry.poll() is None:
+                    raise
+                sb.execd = _ExitedExecd(sb.resources.get("execd_port", 0))  # the container ended at once
         else:
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
-        # server services/docker: the container runs bootstrap.sh -> execd &, then exec "$@"
+        return entry
+
+    def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
             # the container's stdout+stderr feed the diagnostics logs (docker logs)
             proc = runtime.start_entrypoint(sb.entrypoint, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -180,7 +204,8 @@ class MockProvisioner(Provisioner):
         if not self.mock_execd:
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
             # capabilities as every sandbox process (raises when the sandbox is not isolated)
-            return runtime.start_execd(m.execd_bin, port=port, token=m.execd_token or None)
+            return runtime.start_execd(m.execd_bin, port=sb.resources.get("execd_port", port),
+                                       token=m.execd_token or None)
         argv = [m.execd_bin, "--port", str(port)]
         if m.execd_token:
             argv += ["-access-token", m.execd_token]
