@@ -108,6 +108,7 @@ class SandboxRuntime:
         self._execd_spec: dict[str, Any] | None = None
         self._agent: AgentChannel | None = None
         self._root_fd: int | None = None
+        self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
         make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
         if self.isolated:
             self._make_mountpoints()
@@ -201,6 +202,22 @@ class SandboxRuntime:
             if holder is not None and self._root_fd is not None:
                 return "/proc/self/fd/%d" % self._root_fd
         return self.root
+
+    def id_map(self, kind: str = "uid") -> list[tuple[int, int, int]]:
+        """PID 1's user namespace mapping ("uid" or "gid"): (id inside, id outside, count) rows; [] when
+        the sandbox has no user namespace of its own (root) or no PID 1."""
+        holder = self._holder
+        if holder is None or os.geteuid() == 0:
+            return []
+        cached = self._id_maps.get(kind)
+        if cached is None:
+            try:
+                with open("/proc/%d/%s_map" % (holder.pid, kind)) as fh:
+                    cached = [tuple(int(x) for x in line.split()) for line in fh if len(line.split()) == 3]
+            except (OSError, ValueError):
+                return []
+            self._id_maps[kind] = cached  # type: ignore[assignment]
+        return list(cached)  # type: ignore[arg-type]
 
     def view_path(self, sandbox_path: str) -> str:
         """Host path of what a *command* sees at sandbox_path: the sandbox's view (view_root()), else,
