@@ -487,6 +487,25 @@ def _info(c: Ctx) -> None:
     c.get("/files/info", query=[("path", c.p("t/" + "x" * 300))], label="name too long")
 
 
+@case("files.view", "GET /files/info", "GET /files/download", "GET /files/search", "POST /files/upload",
+      "POST /directories", "DELETE /files", "POST /files/permissions", "POST /command")
+def _view(c: Ctx) -> None:
+    """The sandbox's own view (issue 19): the image's /etc and the read-only system directories."""
+    c.get("/files/info", query=[("path", "/etc/os-release")], label="info /etc/os-release (a symlink)")
+    c.get("/files/info", query=[("path", "/usr/lib/os-release"), ("path", "/usr/bin")], label="info /usr")
+    c.get("/files/info", query=[("path", "/var/log"), ("path", "/run/lock")], label="info image dirs")
+    c.get("/files/download", query={"path": "/etc/os-release"}, label="download /etc/os-release")
+    c.get("/files/download", query={"path": "/etc/passwd"}, label="download /etc/passwd")
+    c.get("/files/search", query={"path": "/usr/lib", "pattern": "os-release"}, label="search /usr/lib")
+    _upload(c, "upload into read-only /usr", [("metadata", "m", _meta("/usr/osb-diff-upload"), None),
+                                              ("file", "f", b"x", None)])
+    c.post("/directories", {"/usr/osb-diff-dir": {"mode": 755}}, label="mkdir in read-only /usr")
+    c.req("DELETE", "/files", query={"path": "/usr/lib/os-release"}, label="delete in read-only /usr")
+    c.post("/files/permissions", {"/usr/lib/os-release": {"mode": 600}}, label="chmod in read-only /usr")
+    for wd in ("/usr/lib", "/var/log", "/opt", "/etc"):
+        run(c, {"command": "pwd", "cwd": wd}, f"cwd {wd}")
+
+
 @case("files.download", "GET /files/download")
 def _download(c: Ctx) -> None:
     c.write("f/ten.bin", b"0123456789")

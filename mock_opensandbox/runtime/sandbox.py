@@ -200,7 +200,7 @@ class SandboxRuntime:
                 return self.root
             holder = self._ensure_holder()
             if holder is not None and self._root_fd is not None:
-                return "/proc/self/fd/%d" % self._root_fd
+                return "/proc/self/fd/%d/." % self._root_fd  # "/." : lstat sees the directory, not the fd link
         return self.root
 
     def id_map(self, kind: str = "uid") -> list[tuple[int, int, int]]:
