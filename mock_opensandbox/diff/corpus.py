@@ -206,6 +206,16 @@ def _cmd_uid(c: Ctx) -> None:
     run(c, {"command": "id -u", "uid": 12345, "gid": 12345}, "uid unknown")
 
 
+@case("command.start_failure", "POST /command", "GET /command/status/:id")
+def _cmd_start_failure(c: Ctx) -> None:
+    """cmd.Start fails after execd's own checks (issue 19, 6a): the child cannot chdir as that user."""
+    run(c, {"command": "pwd", "uid": 65534, "cwd": "/root"}, "uid nobody, cwd /root (0700)")
+    r = run(c, {"command": "pwd", "uid": 65534, "cwd": "/root", "background": True}, "background: same")
+    cid = _init_id(r)
+    if cid:
+        c.get(f"/command/status/{cid}", label="background: its status")
+
+
 @case("command.timeout", "POST /command")
 def _cmd_timeout(c: Ctx) -> None:
     run(c, {"command": "echo start; sleep 5; echo never", "timeout": 300}, "timeout kills")
