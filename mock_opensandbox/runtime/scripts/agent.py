@@ -74,6 +74,7 @@ def serve(fd, once):
                 s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
                 s.settimeout(float(args.get("timeout", "5")))
                 s.connect((args.get("host", "127.0.0.1"), port))
+                s.setblocking(True)  # the receiver shares this open file: hand it over blocking
                 send("%s ok=1" % rid, s.fileno())
             except OSError as e:
                 send("%s ok=0 errno=%d" % (rid, e.errno or 5))
