@@ -639,29 +639,45 @@ class SandboxFS:
         found: list[dict[str, Any]] = []
         accounts = self.names()
 
-        def walk(sp: str, hp: str, st0: os.stat_result) -> None:
-            # filepath.Walk: Lstat of every entry (the root too), directories are descended
-            if not stat.S_ISDIR(st0.st_mode):
-                if bad:
-                    raise ExecdError(500, RUNTIME_ERROR,
-                                     f"error searching files. invalid pattern {pattern}: syntax error in pattern")
-                if glob_match(pattern, posixpath.basename(sp) or sp):
-                    found.append(file_info(sp, st0, accounts))
-                return
-            try:
-                names = sorted(os.listdir(hp))
-            except OSError:
-                return
-            for n in names:
-                child = os.path.join(hp, n)
-                try:
-                    cst = os.lstat(child)
-                except OSError:
-                    continue
-                walk(posixpath.join(sp, n), child, cst)
+        def visit_file(sp: str, st_or_entry: Any) -> None:
+            if bad:
+                raise ExecdError(500, RUNTIME_ERROR,
+                                 f"error searching files. invalid pattern {pattern}: syntax error in pattern")
+            if glob_match(pattern, posixpath.basename(sp) or sp):
+                st1 = st_or_entry if isinstance(st_or_entry, os.stat_result) else st_or_entry.stat(follow_symlinks=False)
+                found.append(file_info(sp, st1, accounts))
 
+        # filepath.Walk: lexical order, directories descended (never through a symlink), everything
+        # else matched against the pattern; scandir's d_type spares a stat per entry (a search of "/"
+        # walks the whole view: /usr, /proc, /sys)
         root_host = self.host(sabs, follow=False)
-        walk(sabs, root_host, os.lstat(root_host))
+        st0 = os.lstat(root_host)
+        if not stat.S_ISDIR(st0.st_mode):
+            visit_file(sabs, st0)
+            return found
+        def listing(sp: str, hp: str) -> Any:
+            try:
+                with os.scandir(hp) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                entries = []
+            return sp, iter(entries)
+
+        stack = [listing(sabs, root_host)]
+        while stack:
+            sp, it = stack[-1]
+            e = next(it, None)
+            if e is None:
+                stack.pop()
+                continue
+            child = posixpath.join(sp, e.name)
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(listing(child, e.path))  # descended before the next name
+                else:
+                    visit_file(child, e)
+            except FileNotFoundError:
+                continue
         return found
 
     # -- rename ---------------------------------------------------------------------------------
