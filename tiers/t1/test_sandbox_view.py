@@ -11,7 +11,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 
 import pytest
 
