@@ -30,15 +30,6 @@ class AgentError(OSError):
     """The agent is not there, did not answer in time, or its channel broke."""
 
 
-def agent_source(python: str) -> bytes:
-    """The agent program with its #! line naming the sandbox's Python interpreter."""
-    with open(os.path.join(scripts.SCRIPTS_DIR, "agent.py"), "rb") as fh:
-        src = fh.read()
-    first, rest = src.split(b"\n", 1)
-    assert first.startswith(b"#!")
-    return b"#!" + python.encode() + b" -IS\n" + rest
-
-
 def _encode(rid: int, request: Mapping[str, Any]) -> bytes:
     op = str(request.get("op", ""))
     words = [str(rid), op]
@@ -119,13 +110,16 @@ class AgentChannel:
         return data.split()[1:2] == [b"hello"]
 
     def call(self, request: Mapping[str, Any], timeout: float = 5.0) -> tuple[dict[str, Any], list[int]]:
-        """(reply, fds) for one request; the caller owns (closes) the fds. Raises AgentError."""
+        """(reply, fds) for one request; the caller owns (closes) the fds. The first call waits for
+        the agent's hello (it starts with the sandbox, not awaited there). Raises AgentError."""
         deadline = time.monotonic() + timeout
         if not self._lock.acquire(timeout=max(0.0, timeout)):
             raise AgentError(errno.ETIMEDOUT, "the sandbox's agent is busy")
         try:
             if self.closed:
                 raise AgentError(errno.EPIPE, "the sandbox's agent channel is closed")
+            if self.pid_inside is None and not self.wait_hello(max(0.0, deadline - time.monotonic())):
+                raise AgentError(errno.ETIMEDOUT, "the sandbox's agent did not start")
             rid = self._next
             self._next += 1
             try:

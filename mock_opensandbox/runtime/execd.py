@@ -112,25 +112,23 @@ def sandbox_python() -> str | None:
     return None
 
 
-def install_agent(rt: "SandboxRuntime") -> bool:
-    """The mock's agent (scripts/agent.py) as /opt/opensandbox/execd of the sandbox root (0755); False
-    when the view has no Python to run it (then the sandbox has no execd process)."""
-    from .agent import agent_source
-
+def install_agent(rt: "SandboxRuntime") -> str | None:
+    """A placeholder /opt/opensandbox/execd (an empty 0755 file) in the sandbox root, over which
+    view.py binds the sandbox's Python for the mock's agent (scripts/agent.py). Returns the
+    interpreter's host path (inside /usr or /bin: its standard library is in the view too), None
+    when the view has no Python 3 (the sandbox then has no execd process)."""
     python = sandbox_python()
     if python is None:
-        return False
-    data = agent_source(python)
+        return None
     try:
         fd = _open_in_root(rt.root, EXECD_PATH.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
     except (OSError, ValueError):
-        return False
+        return None
     try:
-        os.write(fd, data)
         os.fchmod(fd, 0o755)
     finally:
         os.close(fd)
-    return True
+    return os.path.realpath(python)
 
 
 def prepare_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: str | None,

@@ -32,18 +32,17 @@ import sys
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from . import caps, scripts
 from ._util import (CLONE_NEWPID, children, is_child_init, kill_and_reap, open_in_root, read_cmdline,
                     read_lines, start_time)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .agent import AgentChannel
 
 HOLDER_READY_TIMEOUT = 15.0
 BOOTSTRAP_PATH = "/opt/opensandbox/bootstrap.sh"  # the server's container: /opt/opensandbox/bootstrap.sh
 AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # view.py: which inherited fd becomes PID 1's fd 3 (the agent's channel)
+AGENT_PY_ENV = "OSB_MOCK_AGENT_PY"  # view.py: the Python interpreter it binds at /opt/opensandbox/execd
 PR_SET_PDEATHSIG = 1
 
 _setns_fn: Any = None
@@ -197,18 +196,21 @@ class Holder:
     @classmethod
     def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
-              agent: "AgentChannel | None" = None, agent_fd: int | None = None, execd: bool = False,
+              agent_fd: int | None = None, agent_python: str | None = None, execd: bool = False,
               ) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up and PID 1 (bootstrap.sh) has
-        started execd (when ``execd``; the agent said hello when ``agent``) and the entrypoint.
-        ``agent_fd`` (the agent's end of its channel) becomes fd 3 of PID 1. (holder, "") or (None, why)."""
+        started execd (when ``execd``) and the entrypoint, both exec'd. ``agent_fd`` (the agent's end of
+        its channel) becomes fd 3 of PID 1 and ``agent_python`` is bound at /opt/opensandbox/execd
+        (the agent says hello on its channel a moment later: AgentChannel waits for that on its first
+        call). (holder, "") or (None, why)."""
         try:
             write_bootstrap(root)
         except OSError as exc:
             return None, f"cannot write the sandbox's bootstrap.sh: {exc}"
         safe_env = scripts.protect_env(env)
-        if agent_fd is not None:
+        if agent_fd is not None and agent_python:
             safe_env[AGENT_FD_ENV] = str(agent_fd)
+            safe_env[AGENT_PY_ENV] = agent_python
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
         # open before the holder starts, so its open for writing never blocks
         tmp = tempfile.gettempdir()
@@ -243,9 +245,7 @@ class Holder:
             except ValueError:
                 pid = 0
         if pid > 1 and is_child_init(pid, proc.pid):
-            # PID 1 runs bootstrap.sh: execd first (the agent says hello once it runs), then the entrypoint
-            if agent is not None:
-                agent.wait_hello(timeout)
+            # PID 1 runs bootstrap.sh: execd first, then the entrypoint
             await_children(pid, 2 if execd else 1, timeout=2.0)
         if pid > 1 and not is_child_init(pid, proc.pid) and _exited(proc, 2.0):
             # both lines came, then the entrypoint ended at once and PID 1 with it (`true`): the

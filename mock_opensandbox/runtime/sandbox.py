@@ -354,14 +354,15 @@ class SandboxRuntime:
                       stderr: Any) -> Holder | None:
         assert self._pid_mode is not None
         env = dict(env)
-        agent = agent_fd = None
+        agent = agent_fd = python = None
         try:
             execd = self._install_execd(env)
-            if execd == "agent":
+            if execd is not None and execd != "binary":
+                python = execd
                 agent, agent_fd = AgentChannel.pair()
             holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
-                                       implicit=implicit, stdout=stdout, stderr=stderr, agent=agent,
-                                       agent_fd=agent_fd, execd=execd is not None)
+                                       implicit=implicit, stdout=stdout, stderr=stderr, agent_fd=agent_fd,
+                                       agent_python=python, execd=execd is not None)
         finally:
             if agent_fd is not None:
                 os.close(agent_fd)
@@ -371,7 +372,7 @@ class SandboxRuntime:
             except OSError:
                 self._root_fd = None  # PID 1 already ended: files are the root directory's
         if agent is not None:
-            if holder is not None and agent.pid_inside is not None:
+            if holder is not None:
                 self._agent = agent
             else:
                 agent.close()
@@ -572,7 +573,8 @@ class SandboxRuntime:
 
     def _install_execd(self, env: dict[str, str]) -> str | None:
         """Put PID 1's execd in place: "binary" (a real execd, env gets its flags for bootstrap.sh),
-        "agent" (the mock's agent, when the view has a Python 3) or None (no execd process)."""
+        the host path of the Python interpreter to bind there for the mock's agent, or None (no
+        Python 3 in the view: no execd process)."""
         from .execd import install_agent, install_binary
 
         spec = self._execd_spec
@@ -581,7 +583,7 @@ class SandboxRuntime:
             env.update(spec["env"])
             spec["started"] = True
             return "binary"
-        return "agent" if install_agent(self) else None
+        return install_agent(self)
 
     def start_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
                     env: Mapping[str, str] | None = None, args: list[str] | None = None,

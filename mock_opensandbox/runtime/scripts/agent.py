@@ -1,11 +1,11 @@
-#!/usr/bin/python3 -IS
-# /opt/opensandbox/execd of a mock sandbox whose execd is the mock's own (in the mock process): a small
-# agent inside the sandbox that does for the mock what needs the sandbox's own namespaces, over a unix
-# SOCK_SEQPACKET channel the mock hands it as fd 3 (bootstrap.sh passes it to execd only). Written by
-# the OpenSandbox mock (mock_opensandbox/runtime/scripts/agent.py, `runtime/agent.py` is the mock's side).
-# Started by bootstrap.sh as `/opt/opensandbox/execd`: the kernel runs the #! interpreter on this file,
-# which re-executes the interpreter with argv ["/opt/opensandbox/execd"] and this program on stdin, so
-# that `ps` shows `/opt/opensandbox/execd` like the real container's. Standard library only.
+# The agent of a mock sandbox whose execd is the mock's own (in the mock process): a small process
+# inside the sandbox, /opt/opensandbox/execd in `ps`, that does for the mock what needs the sandbox's
+# own namespaces, over a unix SOCK_SEQPACKET channel the mock hands it as fd 3. Written by the
+# OpenSandbox mock (mock_opensandbox/runtime/scripts/agent.py; runtime/agent.py is the mock's side).
+# How it runs: /opt/opensandbox/execd is the sandbox's Python 3 interpreter (view.py bind-mounts it
+# there, read-only), bootstrap.sh starts it with no arguments and this program on stdin (a pipe
+# view.py fills), so the kernel's argv - and `ps` - is exactly `/opt/opensandbox/execd`, like the real
+# container's execd. Standard library only.
 # Protocol (runtime/agent.py writes and reads it): one message each way, ASCII words
 # `key=value` (values without spaces; the first word is the request id, the second the op); a reply
 # starts with the request's id and, for "connect", carries the connected socket as an SCM_RIGHTS fd.
@@ -20,19 +20,6 @@ import sys
 
 NAME = "/opt/opensandbox/execd"
 CHANNEL_FD = 3
-
-
-def relaunch():
-    with open(__file__, "rb") as fh:
-        src = fh.read()
-    r, w = os.pipe()
-    os.write(w, src)  # well below a pipe's buffer
-    os.close(w)
-    os.dup2(r, 0)
-    os.close(r)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1")
-    os.execve(sys.executable, [NAME], env)
 
 
 def serve(fd, once):
@@ -90,9 +77,7 @@ def serve(fd, once):
     os._exit(0)
 
 
-if sys.argv[0] == "":  # the agent proper (its program came on stdin)
-    serve(CHANNEL_FD, False)
-elif sys.argv[0] == "-c":  # `python3 -IS -c SOURCE`: one request on stdin's socket (runtime/agent.py)
+if sys.argv[0] == "-c":  # `python3 -IS -c SOURCE`: one request on stdin's socket (runtime/agent.py)
     serve(0, True)
-else:  # run by the kernel through the #! line
-    relaunch()
+else:  # the agent proper: its program came on stdin
+    serve(CHANNEL_FD, False)

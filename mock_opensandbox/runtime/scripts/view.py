@@ -288,6 +288,19 @@ def restore_env():
 # the entrypoint (the server's container: `/bin/sh /opt/opensandbox/bootstrap.sh ENTRYPOINT...`)
 BOOTSTRAP = "/opt/opensandbox/bootstrap.sh"
 AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # holder.AGENT_FD_ENV: this inherited fd becomes fd 3 (the agent's channel)
+AGENT_PY_ENV = "OSB_MOCK_AGENT_PY"  # holder.AGENT_PY_ENV: the Python bound at /opt/opensandbox/execd
+AGENT_AT = "/opt/opensandbox/execd"
+
+
+def bind_agent(R, python):
+    """The sandbox's execd when it is the mock's agent: the Python interpreter, bound read-only over
+    the placeholder file the mock wrote (a regular file, never a planted link)."""
+    t = R + AGENT_AT
+    st = os.lstat(t)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(22, "not a regular file: " + AGENT_AT)
+    mount(python, t, None, MS_BIND)
+    remount_ro(t)
 
 
 def main():
@@ -305,19 +318,33 @@ def main():
         _socket.sethostname(H)
     except OSError:
         pass
+    agent_fd = os.environ.pop(AGENT_FD_ENV, "")
+    agent_py = os.environ.pop(AGENT_PY_ENV, "")
+    agent_src = None
     try:
         build_view(R, H, X, E, fresh_proc=(mode == "holder"))
+        if mode == "holder" and agent_fd.isdigit() and agent_py:
+            with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py"), "rb") as fh:
+                agent_src = fh.read()
+            bind_agent(R, agent_py)
         pivot(R)
     except OSError as e:
         fail("osb-view: %s" % e)
-    agent_fd = os.environ.pop(AGENT_FD_ENV, "")
     if mode == "holder":
         os.write(fifo, b"pid %d\n" % host_pid)
         os.close(fifo)  # EOF for the mock: the view is built
-        if agent_fd.isdigit():
-            os.dup2(int(agent_fd), 3)  # inheritable; bootstrap.sh hands it to execd only
+        if agent_src is not None:
             if int(agent_fd) != 3:
+                os.dup2(int(agent_fd), 3)
                 os.close(int(agent_fd))
+            os.set_inheritable(3, True)  # bootstrap.sh hands it to execd only
+            r, w = os.pipe()  # the agent's program, its stdin (fd 4 of bootstrap.sh)
+            os.write(w, agent_src)
+            os.close(w)
+            if r != 4:
+                os.dup2(r, 4)
+                os.close(r)
+            os.set_inheritable(4, True)
         argv = ["/bin/sh", BOOTSTRAP] + argv
     else:
         try:
