@@ -532,10 +532,14 @@ def s22(s: Session, ctx: Ctx) -> None:
 # Two sandboxes serve the same in-sandbox port; each endpoint answers with its own sandbox's files (bridge
 # network: one network namespace per container, execd's /proxy/9000 relays inside it).
 SAME_PORT = 9000
-SERVE_CMD = (f"mkdir -p /tmp/www && echo \"i am $OPENSANDBOX_ID\" > /tmp/www/who.txt && cd /tmp/www && "
-             f"(nohup python3 -m http.server {SAME_PORT} >/dev/null 2>&1 &); "
-             f"for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {SAME_PORT}), 1)' "
-             "2>/dev/null && break; sleep 0.1; done; echo serving")
+SERVE_TEMPLATE = ("mkdir -p /tmp/www && echo \"i am $OPENSANDBOX_ID\" > /tmp/www/who.txt && cd /tmp/www && "
+                  "(nohup python3 -m http.server @PORT@ --bind 127.0.0.1 >/dev/null 2>&1 &); "
+                  "for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", @PORT@), 1)' "
+                  "2>/dev/null && break; sleep 0.1; done; echo serving")
+
+
+def serve_command(port: int = SAME_PORT) -> str:
+    return SERVE_TEMPLATE.replace("@PORT@", str(port))
 
 
 def s23(s: Session, ctx: Ctx) -> None:
@@ -546,7 +550,7 @@ def s23(s: Session, ctx: Ctx) -> None:
         s.wait_ready(ex)  # unrecorded: Docker's readiness window (accepted, then dropped) before execd listens
         sandboxes.append((sid, ex))
     for _sid, ex in sandboxes:
-        ex.command({"command": SERVE_CMD})
+        ex.command({"command": serve_command()})
     for sid, _ex in sandboxes:
         r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/{SAME_PORT}")
         Execd(s, r.json()["endpoint"], r.json().get("headers") or {}).get("/who.txt")
