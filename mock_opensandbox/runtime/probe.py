@@ -20,7 +20,8 @@ _probe_result: tuple[bool, str, list[str], str | None] | None = None
 ISOLATION_NOTE: str | None = None  # filled in by the first probe_isolation()
 _OFF = ("0", "off", "no", "false")
 PROBE_HOSTNAME = "0123456789ab"
-NOT_CONTAINED = "not contained: the host network (like the server's default network_mode)"
+# the network is per mock (--network) and per sandbox: runtime/netns.py, sandbox.network_note()
+NOT_CONTAINED = "network: a namespace of its own per sandbox unless --network host (see x-mock-isolation)"
 
 
 def unshare_prefix(unshare: str) -> list[str]:
