@@ -86,9 +86,14 @@ def find_stack() -> tuple[str, str]:
         return _stack
 
 
+_stack_failure = ""  # the last reason slirp4netns could not start for a sandbox (say it in the header)
+
+
 def no_outbound_note() -> str:
     name, why = find_stack()
-    return "" if name else "no outbound network (%s; install slirp4netns)" % why
+    if not name:
+        return "no outbound network (%s; install slirp4netns)" % why
+    return _stack_failure
 
 
 def hosts_file(hostname: str, ip: str | None) -> str:
@@ -135,12 +140,12 @@ def _die_with_lifeline() -> Callable[[], None]:
 
 
 # The non-root connector: enter the sandbox's user and network namespaces (a fresh single-threaded
-# process may), connect to 127.0.0.1:PORT and pass the socket back over fd 3 (SCM_RIGHTS).
+# process may), connect to 127.0.0.1:PORT and pass the socket back over the inherited fd (SCM_RIGHTS).
 CONNECT_PY = r"""
 import os, sys, socket, ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 pid, port, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-back = socket.socket(fileno=3)
+back = socket.socket(fileno=int(sys.argv[4]))
 try:
     for name, flag in (("user", 0x10000000), ("net", 0x40000000)):
         fd = os.open("/proc/%d/ns/%s" % (pid, name), os.O_RDONLY | os.O_CLOEXEC)
@@ -174,6 +179,7 @@ class SandboxNet:
     # -- outbound ------------------------------------------------------------------------------
     def start_stack(self) -> str:
         """Start slirp4netns for this namespace; "" when eth0 is up, else the reason it is not."""
+        global _stack_failure
         name, path = find_stack()
         if not name:
             self.note = no_outbound_note()
@@ -188,10 +194,13 @@ class SandboxNet:
                "--ready-fd=%d" % ready_w, "--exit-fd=%d" % exit_r, str(self.pid), IFNAME]
         preexec = _die_with_lifeline()
         proc = None
+        import tempfile
+
+        log = tempfile.TemporaryFile()  # its messages (a pipe nobody reads could fill and block it)
         try:
             try:
                 proc = lifeline_call(lambda: subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                     pass_fds=(ready_w, exit_r), start_new_session=True, preexec_fn=preexec))
             finally:
                 os.close(ready_w)
@@ -204,20 +213,31 @@ class SandboxNet:
                 ok = os.read(ready_r, 16).startswith(b"1")
         except OSError as exc:
             os.close(exit_w)
+            log.close()
             self.note = "no outbound network (slirp4netns: %s)" % exc
+            _stack_failure = self.note
             return self.note
         finally:
             os.close(ready_r)
         self.stack, self._exit_w = proc, exit_w
         if not ok:
             err = b""
-            self.stop_stack()
+            os.close(exit_w)
+            self._exit_w, self.stack = None, None
             try:
-                err = proc.stderr.read() if proc.stderr is not None else b""
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            try:
+                log.seek(0)
+                err = log.read(4096)
             except (OSError, ValueError):
                 pass
-            why = (err.decode("utf-8", "replace").strip().splitlines() or ["not ready"])[-1]
+            why = "; ".join(err.decode("utf-8", "replace").strip().splitlines()) or "not ready"
             self.note = "no outbound network (slirp4netns: %s)" % why[:160]
+        log.close()
+        _stack_failure = self.note
         return self.note
 
     def stop_stack(self) -> None:
@@ -234,8 +254,6 @@ class SandboxNet:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
-            if proc.stderr is not None:
-                proc.stderr.close()
 
     # -- inbound -------------------------------------------------------------------------------
     def connect(self, port: int, timeout: float | None = None) -> socket.socket:
@@ -274,10 +292,9 @@ class SandboxNet:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", CONNECT_PY, str(self.pid), str(port),
-                                     str(timeout if timeout is not None else 30.0)],
+                                     str(timeout if timeout is not None else 30.0), str(b.fileno())],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    pass_fds=(b.fileno(),), close_fds=True,
-                                    preexec_fn=lambda: os.dup2(b.fileno(), 3))
+                                    pass_fds=(b.fileno(),), close_fds=True)
             b.close()
             try:
                 a.settimeout((timeout or 30.0) + 10.0)
