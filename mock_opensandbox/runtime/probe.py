@@ -165,8 +165,8 @@ def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
 
 
 def isolation_header() -> str:
-    """The x-mock-isolation value: "isolated" (contained like the real sandbox; the network is the
-    host's in both), "isolated; not contained: ..." without a PID namespace, "host; <why>"."""
+    """The x-mock-isolation value: "isolated" (contained like the real sandbox), "isolated; not
+    contained: ..." without a PID namespace, "host; <why>" (the network part: sandbox.network_note)."""
     ok, note = probe_isolation()
     if not ok:
         return "host; " + " ".join(note.split())
