@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
 
