@@ -532,14 +532,15 @@ def s22(s: Session, ctx: Ctx) -> None:
 # Two sandboxes serve the same in-sandbox port; each endpoint answers with its own sandbox's files (bridge
 # network: one network namespace per container, execd's /proxy/9000 relays inside it).
 SAME_PORT = 9000
-SERVE_TEMPLATE = ("mkdir -p /tmp/www && echo \"i am $OPENSANDBOX_ID\" > /tmp/www/who.txt && cd /tmp/www && "
+SERVE_TEMPLATE = ("mkdir -p /tmp/www && echo 'i am @WHO@' > /tmp/www/who.txt && cd /tmp/www && "
                   "(nohup python3 -m http.server @PORT@ --bind 127.0.0.1 >/dev/null 2>&1 &); "
                   "for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", @PORT@), 1)' "
                   "2>/dev/null && break; sleep 0.1; done; echo serving")
 
 
-def serve_command(port: int = SAME_PORT) -> str:
-    return SERVE_TEMPLATE.replace("@PORT@", str(port))
+def serve_command(who: str, port: int = SAME_PORT) -> str:
+    """Serve a file saying ``i am <who>`` (the sandbox's id) on ``port``, from 127.0.0.1 inside the sandbox."""
+    return SERVE_TEMPLATE.replace("@PORT@", str(port)).replace("@WHO@", who)
 
 
 def s23(s: Session, ctx: Ctx) -> None:
@@ -549,8 +550,8 @@ def s23(s: Session, ctx: Ctx) -> None:
         ex = execd_from(s, s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772"))
         s.wait_ready(ex)  # unrecorded: Docker's readiness window (accepted, then dropped) before execd listens
         sandboxes.append((sid, ex))
-    for _sid, ex in sandboxes:
-        ex.command({"command": serve_command()})
+    for sid, ex in sandboxes:
+        ex.command({"command": serve_command(sid)})
     for sid, _ex in sandboxes:
         r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/{SAME_PORT}")
         Execd(s, r.json()["endpoint"], r.json().get("headers") or {}).get("/who.txt")

@@ -361,7 +361,7 @@ def same_port_two_sandboxes(target: Target, port: int = SAME_PORT) -> None:
     sids = [target.create(), target.create()]
     try:
         for sid in sids:
-            res = target.command(sid, serve_command(port))
+            res = target.command(sid, serve_command(sid, port))
             assert _lines(res.out)[-1:] == ["serving"], res
         for sid in sids:
             r = target.fetch(sid, port, "/who.txt")
