@@ -313,13 +313,13 @@ class VolumeStore:
         with self._lock:
             return [m.to_json() for m in self._users.get(sandbox_id, [])]
 
-    def view(self) -> dict[str, Any]:
+    def view(self, limit: int = SIZE_WALK_LIMIT) -> dict[str, Any]:
         with self._lock:
             users = {sid: list(ms) for sid, ms in self._users.items()}
             created, managed = dict(self._created), set(self._managed)
         named = []
         for n in self.names():
-            size, entries, complete = tree_size(os.path.join(self.dir, n))
+            size, entries, complete = tree_size(os.path.join(self.dir, n), limit)
             named.append({"name": n, "path": os.path.join(self.dir, n), "sizeBytes": size, "entries": entries,
                           "sizeComplete": complete, "createdAt": created.get(n), "managedByServer": n in managed,
                           "mountedBy": sorted(sid for sid, ms in users.items() if any(m.claim == n for m in ms))})
