@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from datetime import timedelta
 
 import pytest
@@ -95,3 +96,15 @@ def test_async_sdk_volumes_and_typed_errors(osb):
                                           "['%s']" % osb.allowed
 
     asyncio.run(flow())
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed: JS SDK volumes skipped")
+def test_js_sdk_volumes(osb):
+    from tiers.t2.clients import Unavailable, js
+
+    try:
+        steps = js.run_flow(osb.base_url.split("://", 1)[1], osb.api_key, IMAGE,
+                            flow=os.path.join(os.path.dirname(js.FLOW), "js_volumes.mjs"), args=("js-vol",))
+    except Unavailable as e:
+        pytest.skip("JS SDK unavailable: %s" % e)
+    assert len(steps) == 3 and all(s["ok"] for s in steps), js.summary(steps)
