@@ -148,8 +148,6 @@ class VolumeStore:
         self.dir = os.path.realpath(volumes_dir)  # made on first use
         self.allowed_host_paths = list(allowed_host_paths or [])
         self._lock = threading.RLock()
-        self._created: dict[str, str] = {}          # claim -> ISO time the mock created it
-        self._managed: set[str] = set()             # created by a sandbox create (label managed-by=server)
         self._users: dict[str, list[Mount]] = {}    # sandbox id -> its mounts
 
     # -- create ---------------------------------------------------------------------------------------
@@ -216,8 +214,7 @@ class VolumeStore:
                 except OSError as e:
                     raise _bad("VOLUME::PVC_INSPECT_FAILED", "Volume '%s': failed to auto-create Docker named "
                                "volume '%s': %s" % (name, claim, e.strerror), 500) from None
-                self._created[claim] = datetime.now(timezone.utc).isoformat()
-                self._managed.add(claim)
+                self._mark(claim)
                 if v["pvc"].get("delete_on_sandbox_termination"):
                     p.auto_created.append(claim)
         sub = v.get("sub_path")
@@ -284,20 +281,40 @@ class VolumeStore:
             p.released = True
             in_use = {m.claim for ms in self._users.values() for m in ms if m.claim}
             for claim in p.auto_created:
-                if claim in self._managed and claim not in in_use:
+                if self.created_at(claim) is not None and claim not in in_use:
                     self._remove(claim)
+
+    # a volume the mock made has a marker beside it, ".<claim>.created" holding the time (Docker's label
+    # opensandbox.io/volume-managed-by=server): only those are ever removed, so a --volumes-dir with
+    # directories of its own never loses them
+    def _marker(self, claim: str) -> str:
+        return os.path.join(self.dir, ".%s.created" % claim)
+
+    def _mark(self, claim: str) -> None:
+        with open(self._marker(claim), "w") as fh:
+            fh.write(datetime.now(timezone.utc).isoformat())
+
+    def created_at(self, claim: str) -> str | None:
+        try:
+            with open(self._marker(claim)) as fh:
+                return fh.read().strip() or "?"
+        except OSError:
+            return None
 
     def _remove(self, claim: str) -> None:
         shutil.rmtree(os.path.join(self.dir, claim), ignore_errors=True)
-        self._created.pop(claim, None)
-        self._managed.discard(claim)
+        try:
+            os.unlink(self._marker(claim))
+        except OSError:
+            pass
 
     def reset(self, keep: bool = False) -> int:
-        """POST /__mock__/reset: every named volume goes unless ``keep`` (call after the sandboxes went)."""
+        """POST /__mock__/reset: every named volume the mock made goes unless ``keep`` (call after the
+        sandboxes went); directories it did not make stay."""
         if keep:
             return 0
         with self._lock:
-            names = self.names()
+            names = [n for n in self.names() if self.created_at(n) is not None]
             for n in names:
                 self._remove(n)
             return len(names)
@@ -316,12 +333,12 @@ class VolumeStore:
     def view(self, limit: int = SIZE_WALK_LIMIT) -> dict[str, Any]:
         with self._lock:
             users = {sid: list(ms) for sid, ms in self._users.items()}
-            created, managed = dict(self._created), set(self._managed)
         named = []
         for n in self.names():
             size, entries, complete = tree_size(os.path.join(self.dir, n), limit)
             named.append({"name": n, "path": os.path.join(self.dir, n), "sizeBytes": size, "entries": entries,
-                          "sizeComplete": complete, "createdAt": created.get(n), "managedByServer": n in managed,
+                          "sizeComplete": complete, "createdAt": self.created_at(n),
+                          "managedByServer": self.created_at(n) is not None,
                           "mountedBy": sorted(sid for sid, ms in users.items() if any(m.claim == n for m in ms))})
         host = [dict(m.to_json(), sandbox=sid) for sid, ms in sorted(users.items()) for m in ms if m.kind == "host"]
         return {"volumesDir": self.dir, "allowedHostPaths": list(self.allowed_host_paths), "named": named,

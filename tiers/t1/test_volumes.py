@@ -309,3 +309,20 @@ def test_the_files_api_sees_the_volume(t):
     url, headers = t._endpoint(sid)
     r = request("GET", url, "/files/download?path=/vol/f", headers=headers)
     assert (r.status, r.body) == (200, b"through-files\n")
+
+
+def test_reset_removes_only_the_volumes_the_mock_made(tmp_path):
+    vols = tmp_path / "vols"
+    (vols / "own").mkdir(parents=True)
+    (vols / "own" / "keep.txt").write_text("mine\n")
+    with MockOpenSandbox(execd_close_delay=0.05, volumes_dir=str(vols)) as m:
+        t = vf.Target(m.base_url, m.api_key)
+        try:
+            sid = t.sandbox([vf.pvc("a", "own", "/own"), vf.pvc("b", "made", "/made")])
+            assert t.run(sid, "cat /own/keep.txt; echo new > /made/f") == (0, "mine\n")
+            named = {n["name"]: n for n in _admin(m, "GET", "/__mock__/volumes")[1]["named"]}
+            assert named["own"]["managedByServer"] is False and named["made"]["managedByServer"] is True
+            assert _admin(m, "POST", "/__mock__/reset")[1]["volumes_removed"] == 1
+        finally:
+            t.close()
+    assert sorted(os.listdir(vols)) == ["own"] and (vols / "own" / "keep.txt").read_text() == "mine\n"
