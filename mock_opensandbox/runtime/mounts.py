@@ -35,6 +35,9 @@ def _runc(detail: str) -> VolumeTargetError:
 def check_target(source: str, target: str, read_only: bool) -> None:
     """Raise VolumeTargetError for a sandbox path Docker or runc refuses as a mount destination, or one
     the mock keeps for itself (its runtime directory)."""
+    if ":" in source or ":" in target:  # the server sends "source:target:mode" (HostConfig.Binds)
+        raise VolumeTargetError("invalid volume specification: '%s:%s:%s'" % (source, target,
+                                                                             "ro" if read_only else "rw"))
     if target == "/":
         raise VolumeTargetError("invalid volume specification: '%s:/:%s': invalid mount config for type \"bind\": "
                                 "invalid specification: destination can't be '/'" % (source, "ro" if read_only

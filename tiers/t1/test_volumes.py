@@ -126,7 +126,8 @@ def test_runc_messages_for_proc_dev_and_slash(t):
              "/proc/x": "cannot be mounted because it is inside /proc",
              "/dev": "unable to setup user: stat /dev/null: no such file or directory",
              "/": "destination can't be '/'",
-             "/sys/x": "read-only file system"}
+             "/sys/x": "read-only file system",
+             "/a:b": "invalid volume specification: '"}
     for target, text in cases.items():
         status, body = t.create([vf.pvc("a", "osbvt-runc", target)])
         assert status == 500 and text in body["message"], (target, body)
