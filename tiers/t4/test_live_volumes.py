@@ -120,3 +120,10 @@ def test_live_host_bind_refusals(t):
         assert (status, body["code"], body["message"]) == vf.host_not_allowed("/etc", [os.path.realpath(prefix)])
     finally:
         os.unlink(link)
+
+
+def test_live_host_binds_refused_when_none_allowed(t):
+    if os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS"):
+        pytest.skip("host binds: the live config allows some (test_live_host_bind_refusals covers it)")
+    status, body = t.create([vf.host("h", "/tmp", "/h")])
+    assert (status, body["code"], body["message"]) == vf.host_not_allowed("/tmp", [])
