@@ -80,7 +80,8 @@ def plan(root: str, resolve: Callable[[str], str], volumes: Iterable[object]) ->
         try:
             host = resolve(target)
         except (OSError, ValueError) as e:
-            raise _runc('error during container init: error mounting "%s" to rootfs at "%s": %s' % (src, target, e))
+            raise _runc('error during container init: error mounting "%s" to rootfs at "%s": %s'
+                        % (src, target, e)) from None
         rel = os.path.relpath(host, root)
         inside = "/" + rel if rel != "." else "/"
         if inside != target:  # a link in the image: the place it leads to must pass the same checks
