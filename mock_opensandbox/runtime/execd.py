@@ -6,9 +6,11 @@ bootstrap.sh starts it in the background with ``EXECD_ENVS=/opt/opensandbox/.env
 before the entrypoint (../shared/opensandbox/bootstrap.sh; server ``services/docker/runtime.py``
 ``OPENSANDBOX_DIR``). Here the binary is copied into the sandbox root (a throw-away directory) and
 started by the mock's own bootstrap.sh (``scripts/bootstrap.sh``, PID 1 of the sandbox): the same
-namespaces, view and capability set as every other sandbox process, PPID 1. The mock passes the
-flags ``--port P [-access-token T]`` (the host network has one port space: see QUIRKS.md) and the
-mock reaches it on 127.0.0.1:P.
+namespaces, view and capability set as every other sandbox process, PPID 1, with the flags
+``--port P [-access-token T]``. In a sandbox with a network namespace of its own (``network="bridge"``,
+the server's example config) it listens on 44772 inside and the host reaches it through a relay on
+127.0.0.1:<ephemeral> (``relay.TCPRelay``, docker-proxy's role); with the host network it listens
+on a free port of the host's 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ._util import children, kill, kill_and_reap, killpg, open_in_root, read_cmdline
 
@@ -31,22 +33,31 @@ EXECD_PATH = EXECD_DIR + "/execd"       # bootstrap.sh: EXECD="${EXECD:=/opt/ope
 EXECD_ENVS = EXECD_DIR + "/.env"        # bootstrap.sh: EXECD_ENVS default
 EXECD_LOG = "/tmp/execd.log"            # where the mock keeps its output (QUIRKS.md)
 READY_TIMEOUT = 15.0
+INNER_PORT = 44772                      # execd's port inside a container (server EXECD_PORT)
 
 
 class ExecdProcess:
-    """An execd process inside a sandbox: ``port`` on 127.0.0.1, ``stop()`` ends it (idempotent)."""
+    """An execd process inside a sandbox: ``port`` on 127.0.0.1, ``stop()`` ends it (idempotent).
+    With a network namespace of the sandbox's own, execd listens on ``inner_port`` inside and
+    ``port`` is the host end of a relay to it (``relay``, like Docker's published port)."""
 
-    def __init__(self, proc: "subprocess.Popen | _HostProcess", port: int, runtime: "SandboxRuntime"):
+    def __init__(self, proc: "subprocess.Popen | _HostProcess", port: int, runtime: "SandboxRuntime",
+                 relay: Any = None, inner_port: int | None = None):
         self.proc = proc
         self.port = port
         self.runtime = runtime
+        self.relay = relay
+        self.inner_port = inner_port if inner_port is not None else port
 
     @property
     def url(self) -> str:
         return "http://127.0.0.1:%d" % self.port
 
     def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout, reap it."""
+        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout, reap
+        it; close the relay."""
+        if self.relay is not None:
+            self.relay.close()
         own_group = isinstance(self.proc, subprocess.Popen)  # bootstrap.sh's child shares PID 1's group
         if self.proc.poll() is None:
             (killpg if own_group else kill)(self.proc.pid, signal.SIGTERM)
@@ -140,8 +151,8 @@ def prepare_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token:
                            "isolated: " + rt.isolation_note)
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         raise ValueError(f"execd binary is not an executable file: {binary!r}")
-    if port is None:
-        port = free_port()
+    if port is None:  # in a network namespace of its own, the port the server's containers use
+        port = INNER_PORT if getattr(rt, "has_netns", False) else free_port()
     flags = ["--port", str(port)] + (["-access-token", token] if token else []) + list(args or [])
     if any(not f or any(c.isspace() for c in f) for f in flags):
         raise ValueError("execd flags must be non-empty words without spaces")
@@ -211,24 +222,38 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
         proc = _bootstrap_execd(rt, timeout)
         if proc is None:
             raise RuntimeError("execd did not start (see %s in the sandbox)" % EXECD_LOG)
-        ex = ExecdProcess(proc, spec["port"], rt)  # type: ignore[arg-type]
-        return _wait_listening(ex, timeout)
+        return _published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
     return _spawn_execd(rt, binary, port=port, token=token, env=env, args=args, timeout=timeout)
 
 
-def _wait_listening(ex: ExecdProcess, timeout: float) -> ExecdProcess:
+def _published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
+    """ex once execd accepts connections; in the sandbox's own network namespace its port is
+    published through a relay on the host's 127.0.0.1 (docker-proxy's role) and ex.port is that."""
+    inside = getattr(rt, "has_netns", False)
+    port = ex.inner_port
+    if inside:
+        from ..relay import TCPRelay
+
+        try:
+            ex.relay = TCPRelay(lambda: rt.connect(port, timeout=5.0), name="osb-execd-relay")
+        except OSError:
+            ex.stop()
+            raise
+        ex.port = ex.relay.port
     deadline = time.monotonic() + timeout
     while True:
         if ex.proc.poll() is not None:
+            ex.stop()
             raise RuntimeError("execd exited with status %s at start (see %s in the sandbox)" % (
                 ex.proc.returncode, EXECD_LOG))
         try:
-            with socket.create_connection(("127.0.0.1", ex.port), timeout=0.5):
+            with (rt.connect(port, timeout=0.5) if inside else socket.create_connection(("127.0.0.1", port),
+                                                                                         timeout=0.5)):
                 return ex
         except OSError:
             if time.monotonic() > deadline:
                 ex.stop()
-                raise RuntimeError("execd did not listen on port %d within %.0f s" % (ex.port, timeout)) from None
+                raise RuntimeError("execd did not listen on port %d within %.0f s" % (port, timeout)) from None
             time.sleep(0.02)
 
 
@@ -241,8 +266,9 @@ def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: 
                            "isolated: " + rt.isolation_note)
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         raise ValueError(f"execd binary is not an executable file: {binary!r}")
-    if port is None:
-        port = free_port()
+    inside = getattr(rt, "has_netns", False)
+    if port is None:  # in a network namespace of its own, the port the server's containers use
+        port = INNER_PORT if inside else free_port()
     install_binary(rt.root, binary)
     os.close(_open_in_root(rt.root, EXECD_ENVS.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_APPEND))
     argv = [EXECD_PATH, "--port", str(port)]
@@ -256,17 +282,4 @@ def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: 
         proc = rt.spawn(argv, cwd="/", env=full_env, stdout=log, stderr=log)
     finally:
         os.close(log)
-    ex = ExecdProcess(proc, port, rt)
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError("execd exited with status %s at start (see %s in the sandbox)" % (
-                proc.returncode, EXECD_LOG))
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return ex
-        except OSError:
-            if time.monotonic() > deadline:
-                ex.stop()
-                raise RuntimeError("execd did not listen on port %d within %.0f s" % (port, timeout)) from None
-            time.sleep(0.02)
+    return _published(ExecdProcess(proc, port, rt), rt, timeout)
