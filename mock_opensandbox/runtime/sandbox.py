@@ -455,7 +455,8 @@ class SandboxRuntime:
     def _attach_net(self, holder: Holder) -> None:
         """The holder's network namespace: connect() and, when installed, slirp4netns for eth0."""
         try:
-            holder.net = netns.SandboxNet(holder.pid, holder.mode, getattr(self, "agent_call", None))
+            # the resident agent (the mock's own execd) connects from inside; else netns's helper
+            holder.net = netns.SandboxNet(holder.pid, holder.mode, self.agent_call if self._agent is not None else None)
         except OSError:  # PID 1 already ended (a stopped sandbox): nothing to reach
             return
         note = holder.net.start_stack()
