@@ -2,8 +2,10 @@
 # namespaces while still privileged, then the sandbox process. Run by the mock as
 #   python -I -S view.py holder  R FIFO H X E MASK NNP V ENTRYPOINT...   (the sandbox's PID 1)
 #   python -I -S view.py command R WD   H X E MASK NNP V ARGV...         (per-command fallback)
-# R sandbox root (realpath) - FIFO the mock reads ("pid <host pid>" once the view is built; the
-# init then says "started") - WD working directory inside - H hostname - X /etc entries to hide
+# R sandbox root (realpath) - FIFO the mock reads ("pid <host pid>" once the view is built, then
+# EOF: PID 1 execs `/bin/sh /opt/opensandbox/bootstrap.sh ENTRYPOINT...`; with OSB_MOCK_AGENT_FD and
+# OSB_MOCK_AGENT_PY in the environment the mock's agent gets its channel as fd 3, its program on fd 4
+# and the Python bound at /opt/opensandbox/execd) - WD working directory inside - H hostname - X /etc entries to hide
 # (newline separated, relative to /etc) - E directory with the sandbox's passwd, group, shadow,
 # gshadow - MASK capability set (hex) - NNP "1": set no_new_privs - V the volumes to mount ("" for
 # none; ../mounts.py writes it).
