@@ -2,8 +2,8 @@
 
 Modules: ``sandbox`` (SandboxRuntime: root, path mapping through the sandbox's view, processes,
 pause/resume), ``holder`` (a sandbox's PID 1 - the mock's bootstrap.sh: execd, then the entrypoint -
-and how commands join its namespaces), ``agent`` (the in-sandbox agent's channel: ``agent_call``), ``probe`` (can this OS contain a sandbox?
-once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
+and how commands join its namespaces), ``agent`` (the in-sandbox agent's channel: ``agent_call``),
+``probe`` (can this OS contain a sandbox? once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
 ``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox), ``netns`` (its
 own network namespace).
 
