@@ -210,7 +210,7 @@ class Holder:
             write_bootstrap(root)
         except OSError as exc:
             return None, f"cannot write the sandbox's bootstrap.sh: {exc}"
-        safe_env = scripts.protect_env(env)
+        safe_env = scripts.view_env(env)
         if agent_fd is not None and agent_python:
             safe_env[AGENT_FD_ENV] = str(agent_fd)
             safe_env[AGENT_PY_ENV] = agent_python

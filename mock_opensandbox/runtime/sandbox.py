@@ -350,7 +350,7 @@ class SandboxRuntime:
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
-                full_env = scripts.protect_env(full_env)
+                full_env = scripts.view_env(full_env)
                 cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv, self.volumes)
                 host_cwd = self.root
             else:

@@ -377,6 +377,8 @@ def drop_caps(mask, last, nnp):
 
 
 def restore_env():
+    if os.environ.pop("OSB_MOCK_KEEP_LC", "1") == "0":  # scripts.KEEP_LC_ENV
+        os.environ.pop("LC_CTYPE", None)  # added by this Python's locale coercion (PEP 538)
     for k in [k for k in os.environ if k.startswith(UNSAFE_PREFIX)]:
         os.environ[k[len(UNSAFE_PREFIX):]] = os.environ.pop(k)
 
