@@ -1,13 +1,14 @@
 """Configuration: the manifest's [config.fields] as typed values (``Config``), with the errors a
 bad setting gets. Values arrive raw from initialize.config (provider options are strings:
 "true", "60"); the host's core settings (http_timeout) from initialize.core. Every secret field is
-registered with ``epp.SECRETS`` as soon as it is seen.
+registered with ``errors.SECRETS`` as soon as it is seen.
 """
 from __future__ import annotations
 
 import json
 
-from epp import SECRETS, EppError
+from errors import SECRETS, EppError
+from params import as_text, is_number
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 DEFAULT_ENTRYPOINT = "tail -f /dev/null"
@@ -70,16 +71,6 @@ class Config:
     @property
     def secrets(self) -> list[str]:
         return [getattr(self, k) for k in SECRET_FIELDS if getattr(self, k, "")]
-
-
-def is_number(value) -> bool:
-    """A real, finite JSON number (not a bool, not NaN/Infinity, which Python's json accepts)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-        and value not in (float("inf"), float("-inf"))
-
-
-def as_text(value) -> str:
-    return "" if value is None else str(value).strip()
 
 
 def _bool(field: str, value) -> bool:

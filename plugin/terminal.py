@@ -6,7 +6,7 @@ frame, then binary output frames (first byte 0x01 stdout, 0x02 stderr, 0x03 repl
 big-endian offset), and at the end a JSON ``{"type":"exit","exit_code":N}`` frame followed by close
 1000. Input is a binary frame 0x00 + bytes; resize is ``{"type":"resize","cols":C,"rows":R}``.
 ``DELETE /pty/{id}`` kills the shell. A fresh shell is 80x24. All of it goes through the plugin's
-OpenSandbox client (osb_execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
+OpenSandbox client (osb/execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
 
 EPP side (epp-host-reference §3.4): ``pty.open{sandbox_id, cols, rows}`` -> ``{"process_id"}``;
 notifications ``pty.output{process_id, data_b64}`` and exactly one ``pty.exit{process_id,
@@ -28,10 +28,12 @@ import time
 import urllib.parse
 from typing import Any, Callable, Mapping
 
-from epp import EppError, Request, Server
-from errors import b64_param, map_osb_error, unsupported
-import osb_ws as _ws
-from osb_transport import HttpError, NetError
+from context import Context
+from epp import Request
+from errors import EppError, unsupported
+from failures import map_osb_error
+from osb import OP_BINARY, HttpError, NetError, WebSocketClient
+from params import b64_param
 
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03  # model/pty_ws.go
 EXECD_INITIAL_SIZE = (80, 24)  # pty_session.go StartPTY: pty.StartWithSize(80x24)
@@ -69,7 +71,7 @@ def _path(session_id: str, tail: str = "") -> str:
 
 class _Terminal:
     def __init__(self, manager: PtyManager, process_id: str, sandbox_id: str, session_id: str,
-                 execd, ws: _ws.WebSocketClient):
+                 execd, ws: WebSocketClient):
         self.manager = manager
         self.process_id = process_id
         self.sandbox_id = sandbox_id
@@ -142,15 +144,15 @@ class _Terminal:
                 pass
             self.finish()
 
-    def _pump(self, ws: _ws.WebSocketClient) -> None:
+    def _pump(self, ws: WebSocketClient) -> None:
         if self.manager.idle_timeout:
             ws.settimeout(self.manager.idle_timeout)  # execd pings every 30 s; silence = gone
         while True:
             try:
                 op, data = ws.recv()
-            except (_ws.ConnectionClosed, OSError):
+            except (NetError, OSError):     # the end (a WebSocket error is a NetError), or silence
                 return
-            if op == _ws.OP_BINARY:
+            if op == OP_BINARY:
                 self.handle_binary(data)
             else:
                 self.handle_text(data)
@@ -263,7 +265,7 @@ class PtyManager:
         except HttpError:
             return None
 
-    def _connect(self, execd, session_id: str, query: str = "") -> tuple[_ws.WebSocketClient, list[bytes]]:
+    def _connect(self, execd, session_id: str, query: str = "") -> tuple[WebSocketClient, list[bytes]]:
         """Open the socket and read up to the ``connected`` frame; returns binary frames that came
         first (a replay frame precedes ``connected``, pty_ws.go step 8)."""
         what = "pty.open"
@@ -277,7 +279,7 @@ class PtyManager:
             ws.settimeout(self.connect_timeout)
             while True:
                 op, data = ws.recv()
-                if op == _ws.OP_BINARY:
+                if op == OP_BINARY:
                     early.append(data)
                     continue
                 frame = _json_frame(data)
@@ -292,12 +294,12 @@ class PtyManager:
         except EppError:
             ws.shutdown()
             raise
-        except (_ws.WebSocketError, OSError) as exc:
+        except (NetError, OSError) as exc:
             ws.shutdown()
             raise EppError(-32000, f"{what}: the terminal socket closed before it was ready ({exc})") from None
         return ws, early
 
-    def _reattach(self, term: _Terminal) -> _ws.WebSocketClient | None:
+    def _reattach(self, term: _Terminal) -> WebSocketClient | None:
         """The socket ended without an exit frame. Re-attach while the shell still runs; give up
         (-> pty.exit) when the session or the sandbox is gone."""
         deadline = time.monotonic() + self.give_up_after
@@ -347,7 +349,7 @@ class PtyManager:
         try:
             if (cols, rows) != EXECD_INITIAL_SIZE:
                 ws.send_text(json.dumps({"type": "resize", "cols": cols, "rows": rows}))
-        except _ws.WebSocketError:
+        except NetError:
             pass  # the reader reports the end
         with self._lock:
             self._terminals[term.process_id] = term
@@ -366,7 +368,7 @@ class PtyManager:
         self._send(term, lambda ws: ws.send_binary(bytes([BIN_STDIN]) + data))
         return {}
 
-    def _send(self, term: _Terminal, fn: Callable[[_ws.WebSocketClient], None]) -> None:
+    def _send(self, term: _Terminal, fn: Callable[[WebSocketClient], None]) -> None:
         """Send on the terminal's socket; while a dropped socket is being re-attached, wait for the
         new one (bounded) instead of failing the call."""
         deadline = time.monotonic() + self.connect_timeout
@@ -375,7 +377,7 @@ class PtyManager:
             try:
                 fn(ws)
                 return
-            except _ws.WebSocketError:
+            except NetError:
                 pass
             if term.finished or term.closing or time.monotonic() > deadline:
                 raise EppError(-32002, f"terminal {term.process_id} has exited or lost its connection")
@@ -447,53 +449,40 @@ class PtyManager:
 
 
 # ------------------------------------------------------------------------------------------------
-# module-level API: one manager per plugin process
+# the methods: one PtyManager per plugin process, held by the context (ctx.terminals)
 
 
-_MANAGER: PtyManager | None = None
-_MANAGER_LOCK = threading.Lock()
+def manager(ctx: Context, *, create: bool = False) -> PtyManager | None:
+    """This process's PtyManager; created on the first pty.open (``create``), None before."""
+    client = ctx.client() if create else None
+    with ctx.lock:
+        if ctx.terminals is None and client is not None:
+            ctx.terminals = PtyManager(client, ctx.notify, log=ctx.log)
+        held = ctx.terminals
+    return held if isinstance(held, PtyManager) else None
 
 
-def manager(srv: Server | None = None) -> PtyManager | None:
-    """This process's PtyManager, created on the first pty.open (``srv`` given); None before."""
-    global _MANAGER
-    with _MANAGER_LOCK:
-        if _MANAGER is None and srv is not None:
-            _MANAGER = PtyManager(srv.client(), srv.notify, log=srv.log_stderr)
-        return _MANAGER
-
-
-def _held() -> PtyManager:
-    m = manager()
+def _held(ctx: Context) -> PtyManager:
+    m = manager(ctx)
     if m is None:
         raise EppError(-32002, "no terminal has been opened in this plugin process")
     return m
 
 
-def m_pty_open(srv: Server, req: Request, p: dict) -> dict:
-    return manager(srv).open(p)
+def m_pty_open(ctx: Context, req: Request, p: dict) -> dict:
+    m = manager(ctx, create=True)
+    assert m is not None
+    return m.open(p)
 
 
-def m_pty_write(srv: Server, req: Request, p: dict) -> dict:
-    return _held().write(p)
+def m_pty_write(ctx: Context, req: Request, p: dict) -> dict:
+    return _held(ctx).write(p)
 
 
-def m_pty_resize(srv: Server, req: Request, p: dict) -> dict:
-    return _held().resize(p)
+def m_pty_resize(ctx: Context, req: Request, p: dict) -> dict:
+    return _held(ctx).resize(p)
 
 
-def m_pty_close(srv: Server, req: Request, p: dict) -> dict:
-    m = manager()
+def m_pty_close(ctx: Context, req: Request, p: dict) -> dict:
+    m = manager(ctx)
     return {} if m is None else m.close(p)
-
-
-def close_sandbox(sandbox_id: str, *, delete: bool = False) -> None:
-    m = manager()
-    if m is not None:
-        m.close_sandbox(sandbox_id, delete=delete)
-
-
-def close_all(timeout: float = 1.5) -> None:
-    m = manager()
-    if m is not None:
-        m.close_all(timeout)

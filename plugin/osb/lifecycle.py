@@ -1,7 +1,7 @@
 """The OpenSandbox lifecycle server (``/v1/sandboxes...``) and the per-sandbox state that must
 outlive a plugin process (execd endpoint, execd framing), kept under ABX_PROVIDER_DATA_DIR only.
 
-``OpenSandbox.execd(sandbox_id)`` gives the data-plane client of one sandbox (osb_execd.py).
+``OpenSandbox.execd(sandbox_id)`` gives the data-plane client of one sandbox (execd.py).
 Facts quoted in comments: ``rec NN`` = ../shared/live/exchanges, seed 000 = the research notes.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import threading
 import time
 import urllib.parse
 
-from epp import SECRETS
+from errors import SECRETS
 
-from osb_transport import Http, HttpError, Reply, with_retries
+from .transport import Http, HttpError, Reply, with_retries
 
 EXECD_PORT = 44772                      # rec 05: GET .../endpoints/44772 is execd
 
@@ -231,7 +231,7 @@ class OpenSandbox:
             url, headers = self.endpoint(sandbox_id, EXECD_PORT)
             ep = {"url": url, "headers": headers}
             self.cache.update(sandbox_id, **{key: ep})
-        from osb_execd import Execd
+        from .execd import Execd
         ex = Execd(self, sandbox_id, ep["url"], ep["headers"])
         with self._lock:
             self._execd[sandbox_id] = ex

@@ -2,7 +2,7 @@
 deadline, streamed replies, retries of idempotent calls, and the two errors every call raises.
 
 * ``HttpError``: the server answered >= 400. Its body is scrubbed of every registered secret
-  (``epp.SECRETS``, the plugin's one registry) *before* it is parsed and clipped into ``message``
+  (``errors.SECRETS``, the plugin's one registry) *before* it is parsed and clipped into ``message``
   (``parse_error_body`` reads the four error-body shapes OpenSandbox and execd send).
 * ``NetError``: no HTTP answer (refused, reset, timeout, DNS, TLS, an answer cut short).
 * ``Http``: one idle keep-alive connection kept per host; ``open()`` returns a ``Stream``,
@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 
-from epp import SECRETS
+from errors import SECRETS
 
 USER_AGENT = "abx-opensandbox-provider/0.1.0"
 MAX_ERROR_BODY = 64 * 1024              # bytes of an error body we keep for the message

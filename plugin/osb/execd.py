@@ -14,8 +14,8 @@ import socket
 import time
 import urllib.parse
 
-from osb_sse import SSEDecoder, restore_legacy_text
-from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
+from .sse import SSEDecoder, restore_legacy_text
+from .transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
 
 LEGACY, LATEST = "v1.1.0", "latest"     # the two execd generations (seed 000 §1.1)
 
@@ -187,7 +187,7 @@ class Execd:
         if mode is not None:
             meta["mode"] = mode
         name = path.rstrip("/").rsplit("/", 1)[-1] or "file"
-        from osb_multipart import encode_multipart
+        from .multipart import encode_multipart
         ctype, body = encode_multipart([
             ("metadata", "metadata", "application/json", json.dumps(meta).encode("utf-8")),
             ("file", name, "application/octet-stream", data),
@@ -304,9 +304,9 @@ class Execd:
                   what="DELETE /pty", retry=True)
 
     def websocket(self, path: str, query: str = "", *, timeout: float, what: str):
-        """A WebSocket (osb_ws.py) to ``path``; a refused upgrade raises HttpError (its body parsed
+        """A WebSocket (ws.py) to ``path``; a refused upgrade raises HttpError (its body parsed
         and scrubbed like any other), a failed connection NetError."""
-        import osb_ws as ws
+        from . import ws
 
         def once():
             url = self.base + path + (f"?{query}" if query else "")

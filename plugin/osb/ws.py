@@ -10,7 +10,9 @@ Used by the plugin for execd's PTY socket (``GET /pty/{id}/ws``). What it does:
 * masked client frames, fragmented messages in both directions, automatic pong for every ping,
   close handshake with codes, size limits, UTF-8 check of text messages.
 
-One thread may read while others write: every write is serialised by a lock.
+One thread may read while others write: every write is serialised by a lock. Every error raised
+here is a ``transport.NetError`` (kind ``"websocket"``), the client's one word for "no usable answer",
+so a caller of the OpenSandbox client catches ``HttpError`` / ``NetError`` and nothing else.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import struct
 import threading
 from typing import Callable, Mapping
 from urllib.parse import urlsplit
+
+from .transport import NetError
 
 __all__ = ["connect", "WebSocketClient", "WebSocketError", "HandshakeError", "ProtocolError",
            "ConnectionClosed", "encode_frame", "apply_mask", "FrameReader", "MessageAssembler",
@@ -42,8 +46,13 @@ MAX_ERROR_BODY = 64 << 10
 WRITE_FRAGMENT = 1 << 20  # messages above this are sent as several frames
 
 
-class WebSocketError(Exception):
-    """Base class of every error raised here."""
+class WebSocketError(NetError):
+    """Base class of every error raised here: a NetError of kind ``websocket`` whose text is the
+    message alone (``what``/``target`` are filled in by the caller that knows them)."""
+
+    def __init__(self, message: str):
+        super().__init__("websocket", "WebSocket", "", message)
+        self.args = (message,)
 
 
 class HandshakeError(WebSocketError):
