@@ -17,6 +17,13 @@ from epp import MAX_LINE_BYTES, Deferred, Request
 from errors import EppError, bad_input
 from params import check_envs, is_number, sandbox_id
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import queue
+    from typing import Any, Callable
+
+    from osb import CommandRun, Execd
+
 OUTPUT_CHUNK_CHARS = 1_000_000          # exec.output notifications are split at this size
 STOP_GRACE = 3.0                        # seconds between an interrupt and giving up on the stream
 
@@ -24,9 +31,11 @@ STOP_GRACE = 3.0                        # seconds between an interrupt and givin
 class ExecSpec:
     """Validated exec.run / exec.start params."""
 
-    def __init__(self, p: dict):
+    def __init__(self, p: dict[str, Any]):
         self.sandbox_id = sandbox_id(p)
         cmd, args, command = p.get("cmd"), p.get("args"), p.get("command")
+        self.argv: list[str] | None
+        self.command: str | None
         if isinstance(command, str) and command.strip() and not cmd:
             self.argv, self.command = None, command          # our extension: a shell string
         else:
@@ -53,7 +62,7 @@ class ExecSpec:
         self.detached = p.get("detached") is True or p.get("background") is True
 
 
-def _user_ids(ctx: Context, execd, user: str) -> tuple:
+def _user_ids(ctx: Context, execd: Execd, user: str) -> tuple[int | None, int | None]:
     """"" -> default; "1000" / "1000:1000" -> ids; "root" -> 0; other names are looked up with id(1)."""
     if not user:
         return None, None
@@ -71,7 +80,7 @@ def _user_ids(ctx: Context, execd, user: str) -> tuple:
     return int(ids[0]), int(ids[1])
 
 
-def _start(ctx: Context, spec: ExecSpec, *, background: bool = False):
+def _start(ctx: Context, spec: ExecSpec, *, background: bool = False) -> CommandRun:
     client = ctx.client()
     execd = ctx.guard(lambda: client.execd(spec.sandbox_id), op="exec")
     uid, gid = _user_ids(ctx, execd, spec.user)
@@ -89,10 +98,11 @@ class Pump:
     """Reads a CommandRun on its own thread so the caller can wait with deadlines and cancel. The
     queue is bounded: a slow reader of our stdout slows the SSE read, and so execd, down."""
 
-    def __init__(self, run):
+    def __init__(self, run: CommandRun) -> None:
         import queue
-        self.run, self.q, self.queue_empty = run, queue.Queue(maxsize=4096), queue.Empty
-        self._held = None
+        self.q: queue.Queue[object] = queue.Queue(maxsize=4096)
+        self.run, self.queue_empty = run, queue.Empty
+        self._held: object = None
         threading.Thread(target=self._read, daemon=True, name="execd-sse").start()
 
     def _read(self) -> None:
@@ -103,7 +113,7 @@ class Pump:
             self.q.put(exc)
         self.q.put(_END)
 
-    def get(self, timeout: float | None):
+    def get(self, timeout: float | None) -> object:
         if self._held is not None:
             item, self._held = self._held, None
             return item
@@ -135,8 +145,8 @@ class Pump:
             pass
 
 
-def drive(ctx: Context, req: Request, run, pump: Pump, spec: ExecSpec, started: float, on_output,
-          first=None) -> tuple[int, str | None]:
+def drive(ctx: Context, req: Request, run: CommandRun, pump: Pump, spec: ExecSpec, started: float,
+          on_output: Callable[[str, str], object], first: object = None) -> tuple[int, str | None]:
     """Forward output until the terminal event; returns (exit_code, problem or None).
 
     Timeout: at the deadline the command is interrupted (DELETE /command?id=); if execd has not
@@ -165,7 +175,8 @@ def drive(ctx: Context, req: Request, run, pump: Pump, spec: ExecSpec, started: 
             if item is None or item is _WAKE:
                 item = None
                 continue
-        current, item = item, None
+        current: Any = item              # an event dict, _END or the reader's exception
+        item = None
         if current is _END:
             return _lost_stream(run, "the output stream ended before the command finished")
         if isinstance(current, Exception):
@@ -187,7 +198,7 @@ def drive(ctx: Context, req: Request, run, pump: Pump, spec: ExecSpec, started: 
         return code, None
 
 
-def _lost_stream(run, why: str) -> tuple[int, str]:
+def _lost_stream(run: CommandRun, why: str) -> tuple[int, str]:
     """No terminal event: the output may be incomplete, so this is always reported as a problem.
     execd still knows how the command ended (rec 07: foreground commands have a status too, but no
     logs): its exit code when it exited by itself; -1 when it was killed (execd kills a foreground
@@ -207,7 +218,7 @@ def _lost_stream(run, why: str) -> tuple[int, str]:
     return -1, why
 
 
-def _await_start(ctx: Context, spec: ExecSpec, run, pump: Pump):
+def _await_start(ctx: Context, spec: ExecSpec, run: CommandRun, pump: Pump) -> object:
     """A command that cannot start ends with an error event right after init: answer that as an error
     instead of a process id. Returns the first event (or None) for drive()."""
     from osb import StartFailure, terminal_exit_code
@@ -221,7 +232,7 @@ def _await_start(ctx: Context, spec: ExecSpec, run, pump: Pump):
     return None if first is _WAKE else first
 
 
-def m_exec_start(ctx: Context, req: Request, p: dict):
+def m_exec_start(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any] | Deferred:
     spec = ExecSpec(p)
     if spec.detached:
         return _start_detached(ctx, spec)
@@ -248,7 +259,7 @@ def m_exec_start(ctx: Context, req: Request, p: dict):
     return Deferred({"process_id": pid}, stream)
 
 
-def m_exec_run(ctx: Context, req: Request, p: dict) -> dict:
+def m_exec_run(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     spec = ExecSpec(p)
     if spec.detached:
         raise bad_input("exec.run cannot run a detached command; use exec.start with detached: true.")
@@ -256,7 +267,7 @@ def m_exec_run(ctx: Context, req: Request, p: dict) -> dict:
     run = _start(ctx, spec)
     pump = Pump(run)        # $/cancel: drive() wakes and interrupts the command from its own thread
     first = _await_start(ctx, spec, run, pump)
-    out: dict = {"stdout": [], "stderr": []}
+    out: dict[str, Any] = {"stdout": [], "stderr": []}
     ctx.runs.add(run)
     try:
         code, problem = drive(ctx, req, run, pump, spec, started, lambda k, t: out[k].append(t), first)
@@ -270,9 +281,9 @@ def m_exec_run(ctx: Context, req: Request, p: dict) -> dict:
     return _fit_result("".join(out["stdout"]), "".join(out["stderr"]), code)
 
 
-def _fit_result(stdout: str, stderr: str, code: int) -> dict:
+def _fit_result(stdout: str, stderr: str, code: int) -> dict[str, Any]:
     """Keep the exec.run answer under the 8 MiB line limit (the head of the output is kept)."""
-    result = {"stdout": stdout, "stderr": stderr, "exit_code": int(code)}
+    result: dict[str, Any] = {"stdout": stdout, "stderr": stderr, "exit_code": int(code)}
     budget = MAX_LINE_BYTES - 64 * 1024
     size = len(json.dumps(result, ensure_ascii=False).encode("utf-8", "replace"))
     while size > budget:
@@ -288,11 +299,11 @@ def _fit_result(stdout: str, stderr: str, code: int) -> dict:
     return result
 
 
-def run_internal(ctx: Context, execd, script: str, timeout: float = 30.0) -> tuple[int, str, str]:
+def run_internal(ctx: Context, execd: Execd, script: str, timeout: float = 30.0) -> tuple[int, str, str]:
     """Run a helper shell script in the sandbox (process list, kill, user lookup)."""
     run = ctx.guard(lambda: execd.start(argv=["sh", "-c", script], timeout_ms=int(timeout * 1000)),
                     op="process")
-    out: dict = {"stdout": [], "stderr": []}
+    out: dict[str, Any] = {"stdout": [], "stderr": []}
     spec = type("Spec", (), {"timeout": timeout})()
     code, problem = drive(ctx, Request(None), run, Pump(run), spec, time.monotonic(),
                           lambda k, t: out[k].append(t))

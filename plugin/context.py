@@ -15,7 +15,7 @@ from errors import EppError
 
 TYPE_CHECKING = False                   # (typing is not imported at start-up: it costs milliseconds)
 if TYPE_CHECKING:
-    from typing import Callable, Protocol, TypeVar
+    from typing import Any, Callable, Protocol, TypeVar
 
     from config import Config
     from epp import Server
@@ -43,8 +43,8 @@ class Context:
         self.notify = server.notify
         self.log = server.log_stderr
         self.closing = server.closing
-        self.raw_config: dict = {}
-        self.core: dict = {}
+        self.raw_config: dict[str, Any] = {}
+        self.core: dict[str, Any] = {}
         self.data_dir: str | None = os.environ.get("ABX_PROVIDER_DATA_DIR") or None
         self.cfg: Config | None = None
         self.cfg_error: EppError | None = None

@@ -28,7 +28,7 @@ TYPE_CHECKING = False                   # (typing is not imported at start-up: i
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-    Method = Callable[["Request", dict], Any]
+    Method = Callable[["Request", dict[str, Any]], Any]
 
 MAX_LINE_BYTES = 8 * 1024 * 1024        # the host kills a plugin that writes a longer line
 EXIT_GRACE = 2.0                        # seconds answers in flight get once input ends (the host
@@ -38,13 +38,13 @@ EXIT_GRACE = 2.0                        # seconds answers in flight get once inp
 class Request:
     """One in-flight request: its id and its cancellation ($/cancel)."""
 
-    def __init__(self, rid):
+    def __init__(self, rid: int | str | None) -> None:
         self.id = rid
         self.cancelled = threading.Event()
-        self._callbacks: list = []
+        self._callbacks: list[Callable[[], object]] = []
         self._lock = threading.Lock()
 
-    def on_cancel(self, fn) -> None:
+    def on_cancel(self, fn: Callable[[], object]) -> None:
         with self._lock:
             if not self.cancelled.is_set():
                 self._callbacks.append(fn)
@@ -65,21 +65,21 @@ class Request:
 class Deferred:
     """A result sent now, plus work that continues afterwards (streaming after exec.start)."""
 
-    def __init__(self, result: dict, then):
+    def __init__(self, result: dict[str, Any], then: Callable[[], object]) -> None:
         self.result, self.then = result, then
 
 
 class Server:
     """The loop and the only writer of stdout; its hooks are described in this module's doc."""
 
-    def __init__(self, rfile: Any, wfile: Any, *, initialize: Callable[[dict], dict],
+    def __init__(self, rfile: Any, wfile: Any, *, initialize: Callable[[dict[str, Any]], dict[str, Any]],
                  find: Callable[[str], Method | None],
                  map_error: Callable[[Exception, str], EppError] | None = None,
                  on_exit: Callable[[float], None] | None = None, name: str = "plugin") -> None:
         self.rfile, self.wfile, self.name = rfile, wfile, name   # name: the prefix of stderr lines
         self.initialize, self.find, self.map_error, self.on_exit = initialize, find, map_error, on_exit
         self._wlock = threading.Lock()
-        self.requests: dict[int | str, Request] = {}
+        self.requests: dict[int | str | None, Request] = {}
         self.closing = threading.Event()
 
     # ---- the loop
@@ -99,7 +99,7 @@ class Server:
                 self.log_stderr("ignored a line that is not a JSON object")
         self.finish()
 
-    def dispatch(self, msg: dict) -> None:
+    def dispatch(self, msg: dict[str, Any]) -> None:
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params")
         if isinstance(rid, (bool, float, list, dict)):
             return                                        # not a JSON-RPC id: there is nobody to answer
@@ -125,15 +125,15 @@ class Server:
             threading.Thread(target=self._run, args=(req, method, params or {}), daemon=True,
                              name=f"epp-{rid}").start()
 
-    def _run(self, req: Request, method: str, params: dict) -> None:
-        then = None
+    def _run(self, req: Request, method: str, params: dict[str, Any]) -> None:
+        then: Callable[[], object] | None = None
         try:
             fn = self.find(method)
             if fn is None:
                 raise EppError(-32601, f"Method not found: {method}")
             result = fn(req, params)
             if isinstance(result, Deferred):
-                result, then = result.result, result.then
+                then, result = result.then, result.result
             self.respond(req.id, result)
         except EppError as exc:
             self.respond(req.id, error=exc)
@@ -149,13 +149,14 @@ class Server:
 
     def _readline(self) -> bytes:
         try:
-            return self.rfile.readline()
+            line: bytes = self.rfile.readline()
+            return line
         except (OSError, ValueError):
             return b""
 
     # ---- output (the only writer of stdout)
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: dict[str, Any]) -> None:
         msg = {"jsonrpc": "2.0", **msg}
         if "error" in msg:
             msg["error"] = SECRETS.redact(msg["error"])
@@ -184,13 +185,13 @@ class Server:
             except (OSError, ValueError):
                 self.closing.set()
 
-    def respond(self, rid, result=None, error: EppError | None = None) -> None:
+    def respond(self, rid: int | str | None, result: Any = None, error: EppError | None = None) -> None:
         if error is not None:
             self.send({"id": rid, "error": error.to_json()})
         else:
             self.send({"id": rid, "result": {} if result is None else result})
 
-    def notify(self, method: str, params: dict) -> None:
+    def notify(self, method: str, params: dict[str, Any]) -> None:
         self.send({"method": method, "params": params})
 
     def log_stderr(self, text: str) -> None:

@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 import threading
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class Secrets:
     """Every credential this process holds (config secrets, per-create registry passwords). Each is
@@ -23,7 +27,7 @@ class Secrets:
         self._bforms: list[bytes] = []
         self._lock = threading.Lock()
 
-    def add(self, *values) -> None:
+    def add(self, *values: object) -> None:
         new = [v for v in values if isinstance(v, str) and len(v) >= 3]
         if not new:
             return
@@ -43,7 +47,7 @@ class Secrets:
             data = data.replace(form, b"***")
         return data
 
-    def redact(self, value):
+    def redact(self, value: Any) -> Any:
         """``value`` with every secret masked: strings, and strings inside dicts and lists."""
         if not self._forms:
             return value
@@ -65,7 +69,7 @@ class EppError(Exception):
     """A JSON-RPC error answer. ``sdk_code`` picks the host's exception class (epp-host-ref §4.1)."""
 
     def __init__(self, code: int, message: str, *, sdk_code: str | None = None,
-                 suggestion: str | None = None, **data):
+                 suggestion: str | None = None, **data: Any) -> None:
         super().__init__(message)
         self.code, self.message = code, message
         self.data = {k: v for k, v in data.items() if v not in (None, "")}
@@ -74,7 +78,7 @@ class EppError(Exception):
         if suggestion:
             self.data["suggestion"] = suggestion
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         err = {"code": self.code, "message": self.message}
         if self.data:
             err["data"] = self.data

@@ -9,7 +9,10 @@ from errors import EppError, unsupported
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    pass
+    from typing import Any
+
+    from config import Config
+    from osb import HttpError, NetError
 
 
 def op_kind(method: str) -> str:
@@ -24,7 +27,7 @@ def op_kind(method: str) -> str:
 _SERVER_HINT = "Check that the OpenSandbox server is running and that base_url points at it."
 
 
-def map_osb_error(exc: Exception, *, op: str, cfg=None, target: str = "") -> EppError:
+def map_osb_error(exc: Exception, *, op: str, cfg: Config | None = None, target: str = "") -> EppError:
     """OpenSandbox failure -> EPP error. ``op`` is the kind of call: sandbox (an existing sandbox),
     create, list, files, exec, process or ports. Never raises; never includes a secret value."""
     from osb import HttpError, NetError
@@ -45,7 +48,7 @@ def map_osb_error(exc: Exception, *, op: str, cfg=None, target: str = "") -> Epp
         return EppError(-32000, f"opensandbox provider error ({type(bug).__name__})")
 
 
-def _map_net_error(exc, cfg) -> EppError:
+def _map_net_error(exc: NetError, cfg: Config | None) -> EppError:
     where = exc.target
     if exc.kind == "timeout":
         return EppError(-32000, f"OpenSandbox did not answer in time ({exc.what}, {where}).",
@@ -73,11 +76,11 @@ def _map_net_error(exc, cfg) -> EppError:
                     sdk_code="E5000", suggestion=_SERVER_HINT)
 
 
-def _map_http_error(exc, op: str, target: str) -> EppError:
+def _map_http_error(exc: HttpError, op: str, target: str) -> EppError:
     status, code, msg = exc.status, exc.code or "", exc.message
     plane = "execd" if exc.plane == "execd" else "OpenSandbox"
     text = f"{plane} HTTP {status} ({exc.what}): {msg}"
-    extra = {"http_status": status, "osb_code": code or None, "request_id": exc.request_id or None}
+    extra: dict[str, Any] = {"http_status": status, "osb_code": code or None, "request_id": exc.request_id or None}
     if status == 401:
         if exc.plane == "execd":
             return EppError(-32001, text, sdk_code="E1001", **extra,

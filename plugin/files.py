@@ -9,16 +9,22 @@ from errors import EppError, bad_input, unsupported
 from failures import is_http
 from params import b64_param, path_param, sandbox_id
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from osb import Execd
+
 MAX_READ_BYTES = 6_000_000              # base64 of this fits one EPP line (8 MiB) with room to spare
 
 
-def _execd(ctx: Context, p: dict):
+def _execd(ctx: Context, p: dict[str, Any]) -> Execd:
     sid = sandbox_id(p)
     client = ctx.client()
     return ctx.guard(lambda: client.execd(sid), op="files")
 
 
-def file_entry(info: dict) -> dict:
+def file_entry(info: dict[str, Any]) -> dict[str, Any]:
     """execd FileInfo (rec 13) -> EPP FileEntry."""
     path = str(info.get("path") or "")
     kind = str(info.get("type") or "file")
@@ -37,11 +43,11 @@ def file_entry(info: dict) -> dict:
     return entry
 
 
-def _entries(items: list) -> dict:
+def _entries(items: list[Any]) -> dict[str, Any]:
     return {"entries": [file_entry(i) for i in items if isinstance(i, dict)]}
 
 
-def _octal_mode(value) -> int | None:
+def _octal_mode(value: object) -> int | None:
     """Permissions for execd, which wants the octal digits as a decimal number (rec 13: 644).
     Accepts "644" / "0o644" / "0644" or an int permission value such as 0o644."""
     if value is None or value == "":
@@ -60,7 +66,7 @@ def _octal_mode(value) -> int | None:
     return int(format(number, "o"))
 
 
-def m_files_read(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_read(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     from osb import TooLarge
     path = path_param(p)
     execd = _execd(ctx, p)
@@ -84,7 +90,7 @@ def m_files_read(ctx: Context, req: Request, p: dict) -> dict:
     return {"content_b64": base64.b64encode(data)}     # bytes: Server.send splices them into the line
 
 
-def _too_big(path: str, size) -> EppError:
+def _too_big(path: str, size: int | None) -> EppError:
     what = f"{size} bytes" if size else f"more than {MAX_READ_BYTES} bytes"
     return EppError(-32000, f"{path} is {what}; one files.read returns at most {MAX_READ_BYTES} bytes "
                             "(EPP lines are limited to 8 MiB).",
@@ -92,7 +98,7 @@ def _too_big(path: str, size) -> EppError:
                     max_bytes=MAX_READ_BYTES)
 
 
-def m_files_write(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_write(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     if p.get("append"):
         raise unsupported("files.write.append", "Appending is not supported by OpenSandbox uploads.",
@@ -104,7 +110,7 @@ def m_files_write(ctx: Context, req: Request, p: dict) -> dict:
     return {}
 
 
-def m_files_list(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_list(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     depth = p.get("depth", 1)
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
@@ -113,13 +119,13 @@ def m_files_list(ctx: Context, req: Request, p: dict) -> dict:
     return _entries(ctx.guard(lambda: execd.list_dir(path, depth), op="files", target=path))
 
 
-def m_files_stat(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_stat(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     execd = _execd(ctx, p)
     return file_entry(ctx.guard(lambda: execd.info(path), op="files", target=path))
 
 
-def m_files_mkdir(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_mkdir(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Parents are created and an existing directory is fine (execd works like mkdir -p)."""
     path = path_param(p)
     mode = _octal_mode(p.get("mode")) or 755
@@ -128,7 +134,7 @@ def m_files_mkdir(ctx: Context, req: Request, p: dict) -> dict:
     return {}
 
 
-def m_files_remove(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_remove(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """File or directory (recursively). DELETE /files only removes files (seed 000), so stat first."""
     path = path_param(p)
     execd = _execd(ctx, p)
@@ -140,13 +146,13 @@ def m_files_remove(ctx: Context, req: Request, p: dict) -> dict:
     return {}
 
 
-def m_files_move(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_move(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Rename/move; an existing destination file is replaced unless overwrite is false."""
     src, dest = path_param(p, "source"), path_param(p, "destination")
     overwrite = p.get("overwrite", True) is not False
     execd = _execd(ctx, p)
 
-    def dest_info():
+    def dest_info() -> dict[str, Any] | None:
         try:
             return execd.info(dest)
         except Exception as exc:
@@ -172,7 +178,7 @@ def m_files_move(ctx: Context, req: Request, p: dict) -> dict:
     return {}
 
 
-def m_files_search(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_search(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     pattern = p.get("pattern") or "**"
     if not isinstance(pattern, str):
@@ -181,9 +187,9 @@ def m_files_search(ctx: Context, req: Request, p: dict) -> dict:
     return _entries(ctx.guard(lambda: execd.search(path, pattern), op="files", target=path))
 
 
-def m_files_chmod(ctx: Context, req: Request, p: dict) -> dict:
+def m_files_chmod(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
-    perm: dict = {}
+    perm: dict[str, Any] = {}
     mode = _octal_mode(p.get("mode"))
     if mode is None:
         raise bad_input("mode is required, e.g. 755.")

@@ -8,32 +8,36 @@ import json
 
 from errors import EppError, bad_input
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Mapping, TypeGuard
 
-def is_number(value) -> bool:
+
+def is_number(value: object) -> TypeGuard[int | float]:
     """A real, finite JSON number (not a bool, not NaN/Infinity, which Python's json accepts)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
         and value not in (float("inf"), float("-inf"))
 
 
-def as_text(value) -> str:
+def as_text(value: object) -> str:
     return "" if value is None else str(value).strip()
 
 
-def sandbox_id(p: dict) -> str:
+def sandbox_id(p: dict[str, Any]) -> str:
     sid = p.get("sandbox_id")
     if not isinstance(sid, str) or not sid.strip():
         raise EppError(-32602, "Invalid params: sandbox_id must be a non-empty string.")
     return sid.strip()
 
 
-def path_param(p: dict, key: str = "path") -> str:
+def path_param(p: dict[str, Any], key: str = "path") -> str:
     path = p.get(key)
     if not isinstance(path, str) or not path or "\0" in path:
         raise EppError(-32602, f"Invalid params: {key} must be a non-empty path.")
     return path
 
 
-def b64_param(p: dict, key: str, bad_code: int = -32000) -> bytes:
+def b64_param(p: Mapping[str, Any], key: str, bad_code: int = -32000) -> bytes:
     """The bytes of a base64 string parameter; ``bad_code`` when it is a string but not base64."""
     import base64
     import binascii
@@ -46,7 +50,7 @@ def b64_param(p: dict, key: str, bad_code: int = -32000) -> bytes:
         raise EppError(bad_code, f"{key} is not valid base64.") from None
 
 
-def check_envs(envs, field: str = "envs") -> dict:
+def check_envs(envs: object, field: str = "envs") -> dict[str, Any]:
     if envs is None:
         return {}
     if not isinstance(envs, dict):

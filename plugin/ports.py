@@ -6,10 +6,14 @@ from epp import Request
 from errors import bad_input
 from params import sandbox_id
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 PLUGIN_NAME = "opensandbox"             # provider_id in the answer (= provider.PLUGIN_NAME)
 
 
-def m_ports_url(ctx: Context, req: Request, p: dict) -> dict:
+def m_ports_url(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """The direct endpoint (or the server proxy with use_server_proxy) and the headers it needs."""
     sid = sandbox_id(p)
     port = p.get("port")

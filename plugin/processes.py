@@ -10,6 +10,10 @@ from epp import Request
 from errors import EppError, bad_input, unsupported
 from params import sandbox_id
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 _PS_MARK = "__osb_ps__"
 _PS_SCRIPT = r"""# __osb_ps__
@@ -27,7 +31,7 @@ done
 """
 
 
-def m_process_list(ctx: Context, req: Request, p: dict) -> dict:
+def m_process_list(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Emulated with ps (or /proc) inside the sandbox: execd has no process table."""
     sid = sandbox_id(p)
     client = ctx.client()
@@ -55,7 +59,7 @@ def m_process_list(ctx: Context, req: Request, p: dict) -> dict:
     return {"processes": procs}
 
 
-def m_process_signal(ctx: Context, req: Request, p: dict) -> dict:
+def m_process_signal(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """numeric pid -> `kill -SIG pid` in the sandbox; an execd command id -> execd's interrupt."""
     import re
     sid = sandbox_id(p)
@@ -92,10 +96,10 @@ def m_process_signal(ctx: Context, req: Request, p: dict) -> dict:
                     "returned by exec.start.")
 
 
-def m_process_kill(ctx: Context, req: Request, p: dict) -> dict:
+def m_process_kill(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     return m_process_signal(ctx, req, {**p, "signal": 9})
 
 
-def m_process_stdin(ctx: Context, req: Request, p: dict) -> dict:
+def m_process_stdin(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     raise unsupported("process.stdin", "OpenSandbox execd has no way to write to a running command's stdin.",
                       "Pipe the input in the command itself (e.g. printf ... | cmd), or write a file first.")

@@ -46,9 +46,10 @@ WORKFLOW_INPUTS = ["image"]
 STARTUP_MODES = ["exec", "entrypoint"]
 
 
-def m_initialize(ctx: Context, p: dict) -> dict:
-    ctx.raw_config = p.get("config") if isinstance(p.get("config"), dict) else {}
-    ctx.core = p.get("core") if isinstance(p.get("core"), dict) else {}
+def m_initialize(ctx: Context, p: dict[str, Any]) -> dict[str, Any]:
+    config, core = p.get("config"), p.get("core")
+    ctx.raw_config = config if isinstance(config, dict) else {}
+    ctx.core = core if isinstance(core, dict) else {}
     if isinstance(p.get("data_dir"), str) and p["data_dir"] and not ctx.data_dir:
         ctx.data_dir = p["data_dir"]
     return {
@@ -80,12 +81,12 @@ METHODS = {
 }
 
 
-def method(name: str) -> Callable[[Context, Request, dict], Any] | None:
+def method(name: str) -> Callable[[Context, Request, dict[str, Any]], Any] | None:
     """The function serving an EPP method (importing its module on first use), or None."""
     module = METHODS.get(name)
     if module is None:
         return None
-    fn: Callable[[Context, Request, dict], Any] = getattr(__import__(module), "m_" + name.replace(".", "_"))
+    fn: Callable[[Context, Request, dict[str, Any]], Any] = getattr(__import__(module), "m_" + name.replace(".", "_"))
     return fn
 
 
@@ -93,7 +94,7 @@ def new_context(rfile: Any, wfile: Any) -> Context:
     """A protocol loop on (rfile, wfile) wired to a new Context (``ctx.server.serve()`` runs it)."""
     ctx: Context
 
-    def find(name: str) -> Callable[[Request, dict], Any] | None:
+    def find(name: str) -> Callable[[Request, dict[str, Any]], Any] | None:
         fn = method(name)
         return None if fn is None else lambda req, p: fn(ctx, req, p)
 

@@ -26,7 +26,7 @@ import json
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from context import Context
 from epp import Request
@@ -35,10 +35,13 @@ from failures import map_osb_error
 from osb import OP_BINARY, HttpError, NetError, WebSocketClient
 from params import b64_param
 
+if TYPE_CHECKING:
+    from osb import Execd, OpenSandbox
+
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03  # model/pty_ws.go
 EXECD_INITIAL_SIZE = (80, 24)  # pty_session.go StartPTY: pty.StartWithSize(80x24)
 OUTPUT_CHUNK = 192 * 1024      # raw bytes per pty.output (256 KiB of base64, far below 8 MiB lines)
-Notify = Callable[[str, dict], None]
+Notify = Callable[[str, dict[str, Any]], None]
 
 
 def _error(exc: Exception, what: str, *, no_pty_api: bool = False) -> EppError:
@@ -56,7 +59,7 @@ def _error(exc: Exception, what: str, *, no_pty_api: bool = False) -> EppError:
     return err
 
 
-def _json_frame(data: bytes) -> dict | None:
+def _json_frame(data: bytes) -> dict[str, Any] | None:
     """A text frame's JSON object; None for anything else (ignored: forward compatible)."""
     try:
         frame = json.loads(data.decode("utf-8"))
@@ -71,12 +74,12 @@ def _path(session_id: str, tail: str = "") -> str:
 
 class _Terminal:
     def __init__(self, manager: PtyManager, process_id: str, sandbox_id: str, session_id: str,
-                 execd, ws: WebSocketClient):
+                 execd: Execd, ws: WebSocketClient) -> None:
         self.manager = manager
         self.process_id = process_id
         self.sandbox_id = sandbox_id
         self.session_id = session_id
-        self.execd = execd         # osb_execd.Execd of the sandbox
+        self.execd = execd         # the sandbox's osb.Execd
         self.ws = ws
         self.offset = 0            # output bytes received so far (= execd's replay offset)
         self.exit_code: int | None = None
@@ -170,10 +173,10 @@ class _Terminal:
 class PtyManager:
     """Terminals of this plugin process."""
 
-    def __init__(self, client, notify: Notify, *, connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
+    def __init__(self, client: OpenSandbox, notify: Notify, *, connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
                  probe_timeout: float = 10.0, give_up_after: float = 600.0,
-                 log: Callable[[str], None] | None = None):
-        self.client = client       # osb_lifecycle.OpenSandbox (anything with .execd(sandbox_id))
+                 log: Callable[[str], None] | None = None) -> None:
+        self.client = client       # the process's osb.OpenSandbox
         self.notify = notify
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
@@ -185,7 +188,7 @@ class PtyManager:
         self._ended: dict[str, str] = {}  # process_id -> why it is gone (for a clear error)
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _notify(self, method: str, params: dict) -> None:
+    def _notify(self, method: str, params: dict[str, Any]) -> None:
         try:
             self.notify(method, params)
         except Exception:  # noqa: BLE001 - stdout gone; nothing else to do
@@ -242,7 +245,7 @@ class PtyManager:
         return v
 
     # -- execd calls ----------------------------------------------------------------------------
-    def _create_session(self, sandbox_id: str):
+    def _create_session(self, sandbox_id: str) -> tuple[str, Execd]:
         """POST /pty -> (session id, the sandbox's Execd)."""
         try:
             execd = self.client.execd(sandbox_id)
@@ -251,13 +254,13 @@ class PtyManager:
             raise _error(exc, "pty.open: POST /pty", no_pty_api=True) from None
 
     @staticmethod
-    def _delete_session(execd, session_id: str, timeout: float | None = None) -> None:
+    def _delete_session(execd: Execd, session_id: str, timeout: float | None = None) -> None:
         try:
             execd.pty_delete(session_id, timeout)
         except (HttpError, NetError):
             pass            # gone already, or execd is: either way the shell is over
 
-    def _status(self, term: _Terminal) -> dict | None:
+    def _status(self, term: _Terminal) -> dict[str, Any] | None:
         """The session's status; None when execd says it is gone. NetError when execd is silent
         (timeout) or unreachable."""
         try:
@@ -265,7 +268,7 @@ class PtyManager:
         except HttpError:
             return None
 
-    def _connect(self, execd, session_id: str, query: str = "") -> tuple[WebSocketClient, list[bytes]]:
+    def _connect(self, execd: Execd, session_id: str, query: str = "") -> tuple[WebSocketClient, list[bytes]]:
         """Open the socket and read up to the ``connected`` frame; returns binary frames that came
         first (a replay frame precedes ``connected``, pty_ws.go step 8)."""
         what = "pty.open"
@@ -333,7 +336,7 @@ class PtyManager:
         return None
 
     # -- EPP methods ----------------------------------------------------------------------------
-    def open(self, params: Mapping[str, Any]) -> dict:
+    def open(self, params: Mapping[str, Any]) -> dict[str, Any]:
         sandbox_id = params.get("sandbox_id")
         if not isinstance(sandbox_id, str) or not sandbox_id:
             raise EppError(-32602, "sandbox_id is required")
@@ -360,7 +363,7 @@ class PtyManager:
         term.thread.start()
         return {"process_id": term.process_id}
 
-    def write(self, params: Mapping[str, Any]) -> dict:
+    def write(self, params: Mapping[str, Any]) -> dict[str, Any]:
         term = self._get(params)
         data = b64_param(params, "data_b64", bad_code=-32602)
         if not data:
@@ -384,14 +387,14 @@ class PtyManager:
             while term.ws is ws and not term.finished and not term.closing and time.monotonic() < deadline:
                 time.sleep(0.02)
 
-    def resize(self, params: Mapping[str, Any]) -> dict:
+    def resize(self, params: Mapping[str, Any]) -> dict[str, Any]:
         term = self._get(params)
         cols = self._size(params, "cols", EXECD_INITIAL_SIZE[0])
         rows = self._size(params, "rows", EXECD_INITIAL_SIZE[1])
         self._send(term, lambda ws: ws.send_text(json.dumps({"type": "resize", "cols": cols, "rows": rows})))
         return {}
 
-    def close(self, params: Mapping[str, Any]) -> dict:
+    def close(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Kill the shell (DELETE /pty/{id}); idempotent. The host ignores the answer."""
         try:
             term = self._get(params)
@@ -469,20 +472,20 @@ def _held(ctx: Context) -> PtyManager:
     return m
 
 
-def m_pty_open(ctx: Context, req: Request, p: dict) -> dict:
+def m_pty_open(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     m = manager(ctx, create=True)
     assert m is not None
     return m.open(p)
 
 
-def m_pty_write(ctx: Context, req: Request, p: dict) -> dict:
+def m_pty_write(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     return _held(ctx).write(p)
 
 
-def m_pty_resize(ctx: Context, req: Request, p: dict) -> dict:
+def m_pty_resize(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     return _held(ctx).resize(p)
 
 
-def m_pty_close(ctx: Context, req: Request, p: dict) -> dict:
+def m_pty_close(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     m = manager(ctx)
     return {} if m is None else m.close(p)

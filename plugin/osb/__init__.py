@@ -16,7 +16,7 @@ and a call pays only for the modules it needs (sandbox.get never loads execd.py 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False                   # (not typing's: importing typing costs milliseconds)
 
 __all__ = [
     "Http", "HttpError", "NetError", "Reply", "http_date", "retry_after_seconds", "safe_url",

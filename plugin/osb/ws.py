@@ -23,7 +23,7 @@ import socket
 import ssl
 import struct
 import threading
-from typing import Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 from urllib.parse import urlsplit
 
 from .transport import NetError
@@ -211,7 +211,7 @@ class MessageAssembler:
         self._parts: list[bytes] = []
         self._size = 0
 
-    def next_event(self) -> tuple:
+    def next_event(self) -> tuple[Any, ...]:
         while True:
             fin, _rsv, op, _m, payload = self.reader.read_frame()
             if op == OP_PING:
@@ -323,7 +323,7 @@ def connect(url: str, headers: Mapping[str, str] | None = None, *, timeout: floa
         raise
 
 
-def _read_response_head(rfile) -> tuple[int, str, dict[str, str]]:
+def _read_response_head(rfile: BinaryIO) -> tuple[int, str, dict[str, str]]:
     total = 0
     line = rfile.readline(MAX_HEADER_BYTES)
     if not line:
@@ -355,7 +355,7 @@ def _read_response_head(rfile) -> tuple[int, str, dict[str, str]]:
     return status, rest[0] if rest else "", headers
 
 
-def _read_error_body(rfile, headers: Mapping[str, str]) -> bytes:
+def _read_error_body(rfile: BinaryIO, headers: Mapping[str, str]) -> bytes:
     try:
         if "chunked" in headers.get("transfer-encoding", "").lower():
             out = bytearray()
@@ -369,8 +369,8 @@ def _read_error_body(rfile, headers: Mapping[str, str]) -> bytes:
             return bytes(out[:MAX_ERROR_BODY])
         n = headers.get("content-length")
         if n is not None:
-            return rfile.read(min(int(n), MAX_ERROR_BODY))
-        return rfile.read(MAX_ERROR_BODY)
+            return bytes(rfile.read(min(int(n), MAX_ERROR_BODY)))
+        return bytes(rfile.read(MAX_ERROR_BODY))
     except (OSError, ValueError):
         return b""
 
@@ -379,7 +379,7 @@ class WebSocketClient:
     """An open client connection. ``recv()`` gives data messages; pings are answered and the close
     handshake is completed internally; ``ConnectionClosed`` marks the end."""
 
-    def __init__(self, sock: socket.socket, rfile, *, max_message: int = DEFAULT_MAX_MESSAGE):
+    def __init__(self, sock: socket.socket, rfile: BinaryIO, *, max_message: int = DEFAULT_MAX_MESSAGE):
         self.sock = sock
         self._rfile = rfile
         self._wlock = threading.Lock()
