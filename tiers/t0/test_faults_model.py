@@ -1,4 +1,4 @@
-"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb_transport.py):
+"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb/transport.py):
 parsing and validation, matching by method / path / listener / sandbox, count and seeded probability,
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 from __future__ import annotations
