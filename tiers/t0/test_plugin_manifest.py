@@ -135,7 +135,7 @@ def _closed_port() -> int:
 
 
 def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):
-    before = sorted(p.name for p in PLUGIN.iterdir())
+    before = sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*"))   # osb/ too
     init = json.loads(json.dumps(INIT))
     init["params"]["config"] = {"base_url": f"http://127.0.0.1:{_closed_port()}"}
     got = _run_plugin(sys.executable, [init, {"jsonrpc": "2.0", "id": 2, "method": "sandbox.get",
@@ -144,4 +144,4 @@ def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):
     assert all(m.get("jsonrpc") == "2.0" for m in got)
     err = next(m for m in got if m.get("id") == 2)["error"]
     assert err["data"]["sdk_code"] == "E5001" and "connection refused" in err["message"]   # answered after EOF
-    assert sorted(p.name for p in PLUGIN.iterdir()) == before, "the plugin wrote into its own (hashed) tree"
+    assert sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*")) == before, "the plugin wrote into its own (hashed) tree"
