@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from . import scripts
+from . import cgroups, scripts
 from ._util import (BASE_DIRS, DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
                     make_mountpoint, readlink, rmtree, take_ctty)
 from .holder import Holder
@@ -65,7 +65,8 @@ class SandboxRuntime:
     """One sandbox: a root directory and the process groups running in it."""
 
     def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
-                 create: bool = True, hostname: str | None = None):
+                 create: bool = True, hostname: str | None = None, limits: "cgroups.Limits | None" = None,
+                 cgroup_name: str | None = None, janitor: Any = None):
         if create:
             os.makedirs(root, exist_ok=True)
         self.root = os.path.realpath(root)
@@ -113,6 +114,51 @@ class SandboxRuntime:
             self._make_mountpoints()
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
+        # resource limits (cgroups.py): one cgroup per sandbox that every process of it joins
+        # before it execs; the janitor (janitor.py) removes it should the mock die first
+        self.cgroup: cgroups.Cgroup | None = None
+        self.limits_note = ""
+        self._janitor = janitor
+        if limits is not None and limits.wanted():
+            self._make_cgroup(limits, cgroup_name or "%s%s" % (cgroups.NAME_PREFIX, self._token[:12]))
+
+    def _make_cgroup(self, limits: "cgroups.Limits", name: str) -> None:
+        host = cgroups.host()
+        self.limits_note = host.note()
+        if not host.bases:
+            return
+        try:
+            self.cgroup = host.create(name, limits)
+        except OSError as exc:
+            self.limits_note = "resource limits not applied: %s" % exc
+            return
+        if self.cgroup is not None and self._janitor is not None:
+            for d in self.cgroup.dirs:
+                self._janitor.track("cgroup", d)
+
+    def _preexec(self, controlling_tty: bool) -> Any:
+        """The preexec_fn of a sandbox process: join the cgroup, take the terminal."""
+        join = self.cgroup.join_preexec() if self.cgroup is not None else None
+        if join is None:
+            return take_ctty if controlling_tty else None
+        if not controlling_tty:
+            return join
+
+        def both() -> None:
+            join()
+            take_ctty()
+        return both
+
+    def _view_env(self) -> dict[str, str]:
+        return {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
+
+    def _remove_cgroup(self) -> None:
+        cg = self.cgroup
+        if cg is None or cg.removed:
+            return
+        if cg.remove() and self._janitor is not None:
+            for d in cg.dirs:
+                self._janitor.untrack("cgroup", d)
 
     # -- paths ----------------------------------------------------------------------------------
     def _make_mountpoints(self) -> None:
@@ -259,6 +305,7 @@ class SandboxRuntime:
                 host_cwd = self.root
             elif self.isolated:
                 full_env = scripts.protect_env(full_env)
+                full_env.update(self._view_env())
                 cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv)
                 host_cwd = self.root
             else:
@@ -269,7 +316,7 @@ class SandboxRuntime:
                     proc = subprocess.Popen(
                         cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
                         stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
-                        preexec_fn=take_ctty if controlling_tty else None)
+                        preexec_fn=self._preexec(controlling_tty))
             except OSError as exc:
                 # fork() into a PID namespace whose init is gone fails with ENOMEM
                 if holder is not None and exc.errno == errno.ENOMEM:
@@ -316,7 +363,9 @@ class SandboxRuntime:
                       stderr: Any) -> Holder | None:
         assert self._pid_mode is not None
         holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
-                                   implicit=implicit, stdout=stdout, stderr=stderr)
+                                   implicit=implicit, stdout=stdout, stderr=stderr,
+                                   join=self.cgroup.join_preexec() if self.cgroup is not None else None,
+                                   view_env=self._view_env())
         if holder is None:
             # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)
             self._pid_mode = None
@@ -425,6 +474,7 @@ class SandboxRuntime:
             holder, self._holder = self._holder, None
         if holder is not None:
             holder.close()
+        self._remove_cgroup()
 
     def cleanup(self) -> None:
         """terminate() and remove the root directory (never "/")."""
