@@ -30,8 +30,7 @@ from .journal import Journal
 from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
 from .model import Provisioner, Sandbox, SandboxStore
 from .runtime.cgroups import DEFAULT_PIDS_LIMIT
-from .runtime.janitor import MARKER as ROOT_MARKER
-from .runtime.janitor import Janitor, claim_root, release_root
+from .runtime.janitor import Janitor, reap_root
 
 EXECD_MODES = ("v1.1.0", "latest")
 DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [server] max_sandbox_timeout_seconds
@@ -447,12 +446,7 @@ class MockOpenSandbox(WorkbenchMixin):
             if self._root_given:
                 os.makedirs(self._root_given, exist_ok=True)
                 self.root = os.path.realpath(self._root_given)
-                # a dead mock's leftovers in it go; the marker says this mock uses it
-                try:
-                    claim_root(self.root, self.mock_id, _is_sandbox_id)
-                except RuntimeError as exc:
-                    raise ValueError(str(exc)) from None
-                self.janitor.track("dir", os.path.join(self.root, ROOT_MARKER))
+                reap_root(self.root, _is_sandbox_id)  # what a dead mock (and its janitor) left in it
             else:
                 self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
                 self.janitor.track("dir", self.root)
@@ -505,8 +499,6 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.store = None
         if self.root and not self._root_given:
             shutil.rmtree(self.root, ignore_errors=True)
-        if self.root and self._root_given:
-            release_root(self.root, self.mock_id)
         self.janitor.close()  # everything is removed: it finds nothing left and exits
 
     def sandbox_limits(self, sb: Sandbox) -> Any:

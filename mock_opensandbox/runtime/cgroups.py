@@ -412,13 +412,16 @@ def host() -> Host:
         return _host
 
 
-def stale(host_: Host, mock_id: str) -> list[str]:
-    """Every cgroup directory a mock with this id created (osb-mock-<mock_id>-*)."""
+def stale(host_: Host, mock_id: str = "*", sandbox_id: str = "*") -> list[str]:
+    """The cgroup directories named osb-mock-<mock_id>-<sandbox_id> ("*": any)."""
+    import fnmatch
+
+    pattern = "%s%s-%s" % (NAME_PREFIX, mock_id, sandbox_id)
     out = []
     for base in host_.bases.values():
         try:
             names = os.listdir(base)
         except OSError:
             continue
-        out += [os.path.join(base, n) for n in names if n.startswith("%s%s-" % (NAME_PREFIX, mock_id))]
+        out += [os.path.join(base, n) for n in names if fnmatch.fnmatchcase(n, pattern)]
     return out

@@ -195,58 +195,25 @@ class Janitor:
 
 # -- a dead mock's leftovers under a --root given again ------------------------------------------
 
-MARKER = ".osb-mock"  # in a --root: "<mock id> <pid> <start time>" of the mock using it
+def reap_root(root: str, is_sandbox_dir: Any) -> list[str]:
+    """What a dead mock left in root, removed: its sandbox directories (is_sandbox_dir(name); a mock
+    that stops removes its own, so any there now is a dead one's) and their cgroups
+    (osb-mock-<mock id>-<sandbox id>, processes still in them killed). Returns what was removed.
+    Needed when the dead mock's janitor died too (both killed at once, a reboot)."""
+    import shutil
 
-
-def _start_time(pid: int) -> str | None:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def claim_root(root: str, mock_id: str, is_sandbox_dir: Any) -> list[str]:
-    """Mark root as this mock's; when a dead mock marked it before, remove what it left: its cgroups
-    (osb-mock-<its id>-*, processes in them killed) and its sandbox directories (is_sandbox_dir(name)).
-    Returns what was reaped. Raises RuntimeError when a live mock uses the root."""
     from . import cgroups
 
-    path = os.path.join(root, MARKER)
+    host = cgroups.host()
     reaped: list[str] = []
-    try:
-        with open(path, encoding="utf-8") as fh:
-            old_id, old_pid, old_st = (fh.read().split() + ["", "", ""])[:3]
-    except OSError:
-        old_id = old_pid = old_st = ""
-    if old_pid.isdigit() and int(old_pid) != os.getpid() and _start_time(int(old_pid)) == old_st:
-        raise RuntimeError("root %s is in use by a running mock (pid %s)" % (root, old_pid))
-    if old_id.isalnum():  # a mock that died without its janitor finishing (both killed, a reboot)
-        host = cgroups.host()
-        for d in cgroups.stale(host, old_id):
+    for name in sorted(os.listdir(root)):
+        full = os.path.join(root, name)
+        if not (is_sandbox_dir(name) and os.path.isdir(full) and not os.path.islink(full)):
+            continue
+        for d in cgroups.stale(host, "*", name):
             cgroups.kill_members(d)
             if cgroups._rmdir(d, 2.0):
                 reaped.append(d)
-        for name in sorted(os.listdir(root)):
-            full = os.path.join(root, name)
-            if is_sandbox_dir(name) and os.path.isdir(full) and not os.path.islink(full):
-                import shutil
-
-                shutil.rmtree(full, ignore_errors=True)
-                reaped.append(full)
-    tmp = path + ".%d" % os.getpid()
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("%s %d %s\n" % (mock_id, os.getpid(), _start_time(os.getpid()) or ""))
-    os.replace(tmp, path)
+        shutil.rmtree(full, ignore_errors=True)
+        reaped.append(full)
     return reaped
-
-
-def release_root(root: str, mock_id: str) -> None:
-    """Remove the marker when it is still this mock's."""
-    path = os.path.join(root, MARKER)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            if fh.read().split()[:1] == [mock_id]:
-                os.unlink(path)
-    except (OSError, IndexError):
-        pass
