@@ -136,18 +136,27 @@ class SandboxRuntime:
             for d in self.cgroup.dirs:
                 self._janitor.track("cgroup", d)
 
-    def _preexec(self, controlling_tty: bool) -> Any:
-        """The preexec_fn of a sandbox process: join the cgroup, take the terminal."""
-        join = self.cgroup.join_preexec() if self.cgroup is not None else None
-        if join is None:
-            return take_ctty if controlling_tty else None
-        if not controlling_tty:
-            return join
+    def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
+        """How a new sandbox process joins the cgroup before it execs: (argv, preexec_fn, context for
+        the Popen). A PTY shell forks with a preexec_fn anyway (take_ctty): it joins there too. Else
+        v1: the spawning thread steps into the cgroup for the fork (vfork stays possible); v2: a
+        /bin/sh stage in front moves itself in and execs the rest (cgroups.Cgroup)."""
+        cg = self.cgroup
+        if cg is None:
+            return cmd, take_ctty if controlling_tty else None, contextlib.nullcontext()
+        if controlling_tty:
+            join = cg.join_preexec()
 
-        def both() -> None:
-            join()
-            take_ctty()
-        return both
+            def both() -> None:
+                join()
+                take_ctty()
+            return cmd, both, contextlib.nullcontext()
+        if cg.thread_join:
+            return cmd, None, cg.thread_inside()
+        prefix = cg.join_argv()
+        if prefix is None:
+            return cmd, cg.join_preexec(), contextlib.nullcontext()
+        return prefix + cmd, None, contextlib.nullcontext()
 
     def _view_env(self) -> dict[str, str]:
         return {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
@@ -311,12 +320,17 @@ class SandboxRuntime:
             else:
                 cmd = list(argv)
                 host_cwd = self.host_cwd(wd)
+            stages = holder.stages(cmd) if holder is not None else None
+            joined, preexec, joining = self._join(cmd, controlling_tty)
+            if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
+                stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
+            cmd = joined
             try:
-                with holder.children_inside() if holder is not None else contextlib.nullcontext():
+                with holder.children_inside() if holder is not None else contextlib.nullcontext(), joining:
                     proc = subprocess.Popen(
                         cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
                         stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
-                        preexec_fn=self._preexec(controlling_tty))
+                        preexec_fn=preexec)
             except OSError as exc:
                 # fork() into a PID namespace whose init is gone fails with ENOMEM
                 if holder is not None and exc.errno == errno.ENOMEM:
@@ -327,7 +341,7 @@ class SandboxRuntime:
         if holder is not None and not paused:
             # like Go's cmd.Start (execd), return once the command itself runs: a `ps` right after
             # must not see the joining wrapper (nsenter/unshare or the helper, host paths included)
-            await_exec(proc, holder.stages(cmd))
+            await_exec(proc, stages)
         return proc
 
     def openpty(self) -> tuple[int, int]:

@@ -145,3 +145,50 @@ def test_cgroups_are_removed_with_the_sandbox(api):
     status, _ = api.call("DELETE", "/v1/sandboxes/" + sid)
     assert status == 204
     assert not [d for d in dirs if os.path.exists(d)]
+
+
+@pytest.mark.parametrize("how", ["thread", "sh-stage", "pty"])
+def test_every_way_of_joining_puts_the_process_in_the_sandbox_cgroup(tmp_path, how):
+    """v1 spawns move the spawning thread in for the fork; v2 spawns go through a /bin/sh stage
+    (forced here on v1: writing "0" to cgroup.procs works on both); PTY shells join in their
+    preexec_fn. In each case the command's own cgroup is the sandbox's and `ps` never sees the stage."""
+    import subprocess
+
+    from mock_opensandbox.runtime import SandboxRuntime
+
+    rt = SandboxRuntime(str(tmp_path / "sb"), limits=cgroups.Limits(pids=64), cgroup_name="osb-mock-t1-" + how)
+    try:
+        assert rt.cgroup is not None
+        if how == "sh-stage":
+            rt.cgroup._tasks_in = []
+        want = sorted(os.path.basename(d) for d in rt.cgroup.dirs)
+        cmd = ["sh", "-c", "cut -d: -f3 /proc/self/cgroup | sed 's|.*/||' | grep . | sort; ps -eo args"]
+        if how == "pty":
+            master, slave = rt.openpty()
+            p = rt.spawn(cmd, stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
+            os.close(slave)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            os.close(master)
+            p.wait(timeout=30)
+            text = out.decode().replace("\r", "")
+        else:
+            p = rt.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            text = p.communicate(timeout=30)[0].decode()
+        assert p.returncode == 0, text
+        names = [line for line in text.splitlines() if line.startswith("osb-mock-")]
+        assert names and set(names) == {"osb-mock-t1-" + how} and len(names) == len(want), text
+        assert "osb-cgroup-join" not in text and "nsenter" not in text, text
+        # the mock's own thread went back home
+        with open("/proc/thread-self/cgroup") as fh:
+            assert "osb-mock-" not in fh.read()
+    finally:
+        rt.cleanup()
+    assert not [d for d in rt.cgroup.dirs if os.path.exists(d)]
