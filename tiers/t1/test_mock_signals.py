@@ -102,6 +102,8 @@ def _wait_clean(pids, cgs, root, keep_root, timeout=10.0) -> tuple[dict[str, int
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
 def test_nothing_is_left_after_a_signal(clis, sig):
     cli = clis()
+    if not HOST.missing:
+        assert "Resource limits: memory, cpu and pids through cgroup v%d" % HOST.version in cli.lines
     sids = [_sandbox_with_processes(cli), _sandbox_with_processes(cli)]
     cgs = _cgroups_of(sids)
     if HOST.bases:
