@@ -98,13 +98,17 @@ def test_busy_loop_gets_half_a_core(api, sid):
             "while time.monotonic() - w0 < 2.0:\n"
             "    pass\n"
             "print(round((time.process_time() - c0) / (time.monotonic() - w0), 3))\n"
-            "print(cg(%r).split('nr_throttled')[1].split()[0])\n" % _cgfile("cpu/cpu.stat", "cpu.stat"))
+            "st = dict(l.split() for l in cg(%r).splitlines() if l.strip())\n"
+            "print(st.get('nr_periods', 0), st.get('nr_throttled', 0))\n" % _cgfile("cpu/cpu.stat", "cpu.stat"))
     rc, out = api.run(sid, "python3 -c \"%s\"" % prog)
     assert rc == 0, out
-    share, throttled = out.split()
-    # generous band: the machine is shared, so less is possible; more than ~0.5 is not
-    assert 0.05 < float(share) <= 0.62, out
-    assert int(throttled) > 0, out
+    share, periods, throttled = out.split()
+    # generous band: on a busy machine less is possible; more than ~0.5 is not
+    assert 0.02 < float(share) <= 0.62, out
+    # the CFS bandwidth of the sandbox's own cgroup ran the loop (the host's root cgroup has none) and,
+    # when the loop got its whole quota, throttled it
+    assert int(periods) >= 10, out
+    assert int(throttled) > 0 or float(share) < 0.45, out
 
 
 def test_fork_loop_stops_at_the_pids_limit_and_the_host_is_unharmed(api):
