@@ -164,3 +164,51 @@ def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path
     assert again.call("GET", "/health")[0] == 200
     assert again.stop(signal.SIGTERM)[0] == 0
     assert os.listdir(root) == []
+
+
+@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+def test_sigkill_as_an_unprivileged_user_leaves_nothing():
+    """As non-root (a user namespace per sandbox; no cgroups on v1) the janitor still removes the temp
+    root after a SIGKILL, and the sandboxes' processes die with the mock."""
+    import re
+    import shutil
+    import subprocess
+
+    from tiers.t1.test_containment import NOBODY, _interpreter, _nobody_can_run
+    from tiers.t1.test_mock_cli import REPO
+
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    proc = subprocess.Popen([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
+                             "--", _interpreter(True), "-m", "mock_opensandbox", "--port", "0", "--insecure",
+                             "--execd-start-delay", "0", "--execd-close-delay", "0"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    cli = Cli.__new__(Cli)
+    cli.proc, cli.lines, cli.key = proc, [], None
+    try:
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            cli.lines.append(line.rstrip("\n"))
+            if line.startswith("Sandbox roots under"):
+                break
+        text = "\n".join(cli.lines)
+        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", text)
+        assert m, (text, proc.stderr.read() if proc.poll() is not None else "")
+        cli.url, cli.port = m.group(1), int(m.group(2))
+        cli.root = re.search(r"Sandbox roots under (.+?)\. Press", text).group(1)
+        sids = [_sandbox_with_processes(cli), _sandbox_with_processes(cli)]
+        cgs = _cgroups_of(sids)
+        pids = descendants(proc.pid) | _members(cgs)
+        before = _leftovers(pids, cgs, cli.root, False)
+        assert before["processes"] >= 8 and before["temp dirs"] == 1, before
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        after, took = _wait_clean(pids, cgs, cli.root, False)
+        print("non-root leftovers before %s after %s (SIGKILL, %.3f s)" % (before, after, took))
+        assert after == {"processes": 0, "cgroups": 0, "mounts": 0, "temp dirs": 0}, after
+    finally:
+        cli.kill()
