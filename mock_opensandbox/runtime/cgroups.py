@@ -273,7 +273,7 @@ class Cgroup:
 
 def kill_members(d: str) -> None:
     """SIGKILL every process of cgroup directory d and of its children."""
-    for dirpath, dirnames, _ in os.walk(d):
+    for dirpath, _dirs, _ in os.walk(d):
         for x in _read(os.path.join(dirpath, "cgroup.procs")).split():
             if x.isdigit() and int(x) != os.getpid():
                 try:
