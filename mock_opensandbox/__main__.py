@@ -42,7 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--execd-close-delay", type=float, default=1.0, metavar="SECONDS",
                    help="execd keeps a finished command's stream open this long, like the real one (~1 s; "
                         "default 1.0; 0 = close at once)")
+    p.add_argument("--network", choices=("bridge", "host"), default="bridge",
+                   help="bridge (default, the server's example config): each sandbox has its own network "
+                        "namespace, ports published through relays on 127.0.0.1, outbound traffic through "
+                        "slirp4netns when installed; host: sandboxes share the host's network")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
+    p.add_argument("--volumes-dir", default=None, metavar="DIR",
+                   help="where named volumes (pvc) live; they outlive sandboxes and go at POST /__mock__/reset "
+                        "unless keep_volumes (default: <root>/volumes)")
+    p.add_argument("--allowed-host-path", action="append", default=[], metavar="PREFIX",
+                   help="allow host binds (volumes[].host) under this absolute path; repeatable (server "
+                        "[storage] allowed_host_paths; default: none, host binds are refused)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
     return p
@@ -58,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
                               root=args.root, execd_bin=args.execd_bin, verbose=args.verbose,
                               execd_start_delay=args.execd_start_delay,
-                              max_sandbox_timeout=args.max_sandbox_timeout, pids_limit=args.pids_limit,
-                              execd_close_delay=args.execd_close_delay)
+                              max_sandbox_timeout=args.max_sandbox_timeout, network=args.network,
+                              volumes_dir=args.volumes_dir, allowed_host_paths=args.allowed_host_path,
+                              pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

@@ -31,8 +31,11 @@ from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwa
 from .model import Provisioner, Sandbox, SandboxStore
 from .runtime.cgroups import DEFAULT_PIDS_LIMIT
 from .runtime.janitor import Janitor, reap_root
+from .runtime.sandbox import SandboxTerminated
+from .volumes import VolumeStore, start_failed
 
 EXECD_MODES = ("v1.1.0", "latest")
+NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
 DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [server] max_sandbox_timeout_seconds
 
 
@@ -149,13 +152,20 @@ class MockProvisioner(Provisioner):
         root = os.path.join(m.root, sb.id)
         if m._root_given:
             m.janitor.track("dir", root)  # the temp root as a whole is tracked at start()
-        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, limits=m.sandbox_limits(sb),
-                                 cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
+        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, network=m.network,
+                                 limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
         sb.runtime = runtime
+        if sb.volumes is not None:
+            self._plan_volumes(sb, runtime)
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
         if m.execd_bin:
-            sb.execd = self._start_execd_process(sb, runtime)
+            try:
+                sb.execd = self._start_execd_process(sb, runtime)
+            except SandboxTerminated as exc:  # its holder: view.py could not mount the volumes
+                if sb.volumes is None or sb.deleted:
+                    raise
+                raise start_failed(str(exc)) from None
         else:
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
@@ -166,12 +176,33 @@ class MockProvisioner(Provisioner):
             if getattr(proc, "stdout", None) is not None:
                 sb.log.pump(proc.stdout)
             return proc
+        except SandboxTerminated as exc:
+            if sb.volumes is None or sb.deleted:
+                raise
+            raise start_failed(str(exc)) from None  # view.py could not mount them (fails closed)
         except FileNotFoundError:
             return 127  # sh: exec: not found
         except PermissionError:
             return 126
         except (OSError, ValueError):
             return 127
+
+    def _plan_volumes(self, sb: Sandbox, runtime: Any) -> None:
+        """server _provision_sandbox: ossfs mounts, then the container's binds (volumes.py, runtime/mounts.py)."""
+        from .runtime.mounts import VolumeTargetError, plan
+
+        vs = self.mock.volumes
+        vs.mount_ossfs(sb.volumes)
+        if not sb.volumes.mounts:
+            return
+        if not runtime.isolated:
+            raise start_failed("the mock cannot mount volumes into a sandbox without a mount namespace of its "
+                               "own (%s)" % runtime.isolation_note)
+        try:
+            runtime.volumes = plan(runtime.root, runtime.resolve, sb.volumes.mounts)
+        except VolumeTargetError as exc:
+            raise start_failed(str(exc)) from None
+        vs.attach(sb.id, sb.volumes)
 
     def _required_headers(self, sb: Sandbox) -> dict[str, str] | None:
         if not self.mock.gateway:
@@ -192,11 +223,12 @@ class MockProvisioner(Provisioner):
 
     def _start_execd_process(self, sb: Sandbox, runtime: Any) -> Any:
         m = self.mock
-        port = _free_port()
         if not self.mock_execd:
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
-            # capabilities as every sandbox process (raises when the sandbox is not isolated)
-            return runtime.start_execd(m.execd_bin, port=port, token=m.execd_token or None)
+            # capabilities as every sandbox process (raises when the sandbox is not isolated); in its
+            # own network namespace it listens on 44772 and .port is the host end of a relay
+            return runtime.start_execd(m.execd_bin, token=m.execd_token or None)
+        port = _free_port()
         argv = [m.execd_bin, "--port", str(port)]
         if m.execd_token:
             argv += ["-access-token", m.execd_token]
@@ -262,14 +294,19 @@ class MockProvisioner(Provisioner):
             sb.runtime.cleanup()
             if self.mock._root_given:
                 self.mock.janitor.untrack("dir", sb.runtime.root)
+        if sb.volumes is not None and self.mock.volumes is not None:
+            self.mock.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
 
     def isolation(self) -> str:
         """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
         if self.isolate is False:
             return "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
         from .runtime.probe import isolation_header
+        from .runtime.sandbox import network_note
 
-        return isolation_header()
+        head = isolation_header()
+        net = network_note(self.mock.network) if head.startswith("isolated") else ""
+        return head + "; " + net if net else head
 
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:
@@ -283,9 +320,9 @@ class MockProvisioner(Provisioner):
         if port == quirks.HTTP_PORT:
             return "127.0.0.1:%d" % self._http_listener(sb), headers
         if port == quirks.EXECD_PORT and self.mock.execd_bin:
-            # an execd process listens on its own port, not on 44772 behind a container's port
-            # mapping, so its /proxy/44772 would loop to 127.0.0.1:44772: answer the bare address
-            # (seed 000 §5.3: 'The mock lifecycle returns endpoint: "127.0.0.1:<p>"')
+            # an execd process: its published port (a relay to 44772 in the sandbox's network
+            # namespace, or its own host port with the host network) is the bare address
+            # (server services/docker/networking.py; seed 000 §5.3 'endpoint: "127.0.0.1:<p>"')
             return "127.0.0.1:%d" % (sb.execd_port or 0), headers
         return "127.0.0.1:%d/proxy/%d" % (sb.execd_port or 0, port), headers
 
@@ -296,14 +333,23 @@ class MockProvisioner(Provisioner):
             if srv is None:
                 if sb.deleted:
                     return 0
+                rt = sb.runtime
+                connect = None
+                if rt is not None and getattr(rt, "has_netns", False):
+                    # Docker publishes 8080 itself: straight to the sandbox's own port 8080
+                    def connect() -> socket.socket:
+                        return rt.connect(quirks.HTTP_PORT, timeout=10)
                 app = PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose,
-                                     faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal)
+                                     faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal,
+                                     connect=connect)
                 srv = Server(("127.0.0.1", 0), PortForwardHandler, app)
                 srv.start(name="mock-osb-8080-%s" % sb.id[:8])
                 sb.resources["http"] = srv
             return srv.port
 
     def _http_target(self, sb: Sandbox) -> tuple[str, dict[str, str]]:
+        if sb.runtime is not None and getattr(sb.runtime, "has_netns", False):
+            return "127.0.0.1:%d" % quirks.HTTP_PORT, {}  # reached with runtime.connect (_http_listener)
         headers: dict[str, str] = {}
         if self.mock.execd_token:
             headers["X-EXECD-ACCESS-TOKEN"] = self.mock.execd_token
@@ -321,7 +367,8 @@ class MockOpenSandbox(WorkbenchMixin):
                  pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
                  reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
                  execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT,
-                 pids_limit: int | None = DEFAULT_PIDS_LIMIT):
+                 network: str = "bridge", volumes_dir: str | None = None,
+                 allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -362,7 +409,20 @@ class MockOpenSandbox(WorkbenchMixin):
         # the janitor process (runtime/janitor.py)
         self.mock_id = secrets.token_hex(4)
         self.janitor = Janitor()
+        # volumes (volumes.py): named volumes under volumes_dir (default <root>/volumes, gone with a temp
+        # root); host binds only under allowed_host_paths (server [storage] allowed_host_paths, [] = none)
+        self.allowed_host_paths = [str(p) for p in allowed_host_paths]
+        for p in self.allowed_host_paths:
+            if not p.startswith("/"):
+                raise ValueError("allowed_host_paths must be absolute paths, not %r" % p)
+        self._volumes_dir = volumes_dir
+        self.volumes: VolumeStore | None = None
         self.execd_bin = execd_bin
+        # "bridge" (the server's example config): a network namespace per sandbox, published ports
+        # relayed from 127.0.0.1; "host": the sandboxes share the host's network (runtime/netns.py)
+        if network not in NETWORK_MODES:
+            raise ValueError("network must be one of %s, not %r" % (", ".join(NETWORK_MODES), network))
+        self.network = network
         self.clock = clock
         self.verbose = verbose
         self.pull_fails = pull_fails
@@ -451,12 +511,15 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
                 self.janitor.track("dir", self.root)
             try:
+                self.volumes = VolumeStore(self._volumes_dir or os.path.join(self.root, "volumes"),
+                                           self.allowed_host_paths)
                 self.provisioner = MockProvisioner(self)
                 self.store = SandboxStore(clock=self.clock, provisioner=self.provisioner,
                                           pull_fails=self.pull_fails, reap_interval=self.reap_interval)
                 self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
-                                   verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout)
+                                   verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout,
+                                   allowed_host_paths=self.allowed_host_paths, volumes=self.volumes)
                 app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (admin.py)
                 app.journal = self.journal
                 family_host = self.host

@@ -1,11 +1,12 @@
 # The sandbox view, built inside the sandbox's fresh mount (+ IPC, UTS, PID; + user when not root)
 # namespaces while still privileged, then the sandbox process. Run by the mock as
-#   python -I -S view.py holder  R FIFO H X E MASK NNP ENTRYPOINT...   (the sandbox's PID 1)
-#   python -I -S view.py command R WD   H X E MASK NNP ARGV...         (per-command fallback)
+#   python -I -S view.py holder  R FIFO H X E MASK NNP V ENTRYPOINT...   (the sandbox's PID 1)
+#   python -I -S view.py command R WD   H X E MASK NNP V ARGV...         (per-command fallback)
 # R sandbox root (realpath) - FIFO the mock reads ("pid <host pid>" once the view is built; the
 # init then says "started") - WD working directory inside - H hostname - X /etc entries to hide
 # (newline separated, relative to /etc) - E directory with the sandbox's passwd, group, shadow,
-# gshadow - MASK capability set (hex) - NNP "1": set no_new_privs.
+# gshadow - MASK capability set (hex) - NNP "1": set no_new_privs - V the volumes to mount ("" for
+# none; ../mounts.py writes it).
 # It builds under R what a container of the real server shows (../../QUIRKS.md, "Containment"),
 # pivot_roots into it (the host's tree is detached), drops to the capability set and execs.
 # Every step fails closed: nothing of the sandbox runs after a failed step (exit 125).
@@ -17,6 +18,7 @@ import sys
 import warnings  # noqa: F401 - os.execvp imports it lazily: after pivot_root the stdlib may be gone
 import _signal as signal  # the C module: `signal` would import enum
 import _socket
+import fcntl
 
 libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -39,6 +41,8 @@ ETC_FROM_HOST = ("hosts", "resolv.conf", "nsswitch.conf", "ld.so.cache", "ssl/ce
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "i686": 217, "i386": 217, "armv7l": 218,
               "armv6l": 218, "ppc64le": 203, "ppc64": 203, "s390x": 217, "loongarch64": 41}
 UNSAFE_PREFIX = "OSB_MOCK_UNSAFE_"  # scripts.HELPER_ENV_PREFIX
+# a sandbox with a network namespace of its own: its /etc/hosts and /etc/resolv.conf (netns.py)
+NET_FILES = (("hosts", "OSB_MOCK_NET_HOSTS"), ("resolv.conf", "OSB_MOCK_NET_RESOLV"))
 
 
 def fail(msg, code=125):
@@ -139,9 +143,18 @@ def build_etc(R, H, X, E):
             os.makedirs(up + "/" + parent, 0o755, exist_ok=True)
         if not os.path.lexists(up + "/" + rel):
             os.mknod(up + "/" + rel, stat.S_IFCHR, os.makedev(0, 0))  # an overlay whiteout
+    own = {}
+    for name, var in NET_FILES:
+        text = os.environ.pop(var, None)
+        if text is not None:
+            own[name] = text
+            fd = os.open(up + "/" + name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(fd, text.encode())
+            os.fchmod(fd, 0o644)
+            os.close(fd)
     mount("osb-etc", p, "overlay", 0, "lowerdir=/etc,upperdir=%s,workdir=%s" % (up, work))
     for f in ETC_FROM_HOST:
-        if os.path.isfile("/etc/" + f):
+        if f not in own and os.path.isfile("/etc/" + f):
             t = p + "/" + f
             empty_file(t)
             mount("/etc/" + f, t, None, MS_BIND)
@@ -231,6 +244,20 @@ def build_sys(R, own):
             mount("tmpfs", p + "/" + name, "tmpfs", MS_RDONLY)
 
 
+def loopback_up():
+    """A fresh network namespace has lo down: bring it up (SIOCGIFFLAGS, SIOCSIFFLAGS | IFF_UP), no
+    iproute2 needed. In the host's namespace lo is up already and nothing changes."""
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        req = b"lo".ljust(16, b"\0") + bytes(16)
+        flags = int.from_bytes(fcntl.ioctl(s.fileno(), 0x8913, req)[16:18], sys.byteorder)
+        if not flags & 1:
+            fcntl.ioctl(s.fileno(), 0x8914, b"lo".ljust(16, b"\0") + (flags | 1).to_bytes(2, sys.byteorder)
+                        + bytes(14))
+    finally:
+        s.close()
+
+
 def build_view(R, H, X, E, fresh_proc):
     mount(R, R, None, MS_BIND)  # pivot_root wants the new root to be a mount point
     for d in HOST_DIRS:
@@ -246,6 +273,74 @@ def build_view(R, H, X, E, fresh_proc):
     build_dev(R)
     build_proc(R, fresh_proc)
     build_sys(R, cgroup_view())
+
+
+# -- mount the volumes (../mounts.py plans them; ../../volumes.py checks their sources) -------------
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+
+def beneath(top, rel, create):
+    """O_PATH fd of top/rel, one component at a time, never through a symlink (a link planted after
+    the mock's checks fails the start instead of leading anywhere); missing directories are made
+    when create."""
+    fd = os.open(top, O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in [p for p in rel.split("/") if p]:
+            if name in (".", ".."):
+                raise OSError(22, "%s: not a plain path" % rel)
+            try:
+                nfd = os.open(name, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(name, 0o755, dir_fd=fd)
+                nfd = os.open(name, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise OSError(40, "%s: a symbolic link" % rel)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def mount_volumes(R, V):
+    for entry in V.split(",") if V else ():
+        anchor, rel, target, ro = entry.split(":")
+        anchor, rel, target = (bytes.fromhex(x).decode("utf-8", "surrogateescape") for x in (anchor, rel, target))
+        top = target.split("/")[0]
+        if not target or target == "." or top == "proc" or target == "dev" or ".." in target.split("/"):
+            raise OSError(1, "volume target /%s refused" % target)
+        src = beneath(anchor, rel, False)
+        try:
+            is_dir = stat.S_ISDIR(os.fstat(src).st_mode)
+            if not is_dir and not stat.S_ISREG(os.fstat(src).st_mode):
+                raise OSError(22, "volume source %s/%s is neither a directory nor a file" % (anchor, rel))
+            parent, _, last = target.rpartition("/")
+            if is_dir:
+                dst = beneath(R, target, True)
+            else:  # a file bind needs a file to mount on
+                pfd = beneath(R, parent, True)
+                try:
+                    try:
+                        os.close(os.open(last, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                                         dir_fd=pfd))
+                    except IsADirectoryError:
+                        pass
+                    dst = os.open(last, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+                finally:
+                    os.close(pfd)
+            try:
+                if stat.S_ISDIR(os.fstat(dst).st_mode) != is_dir:
+                    raise OSError(20, "volume target /%s: not the same kind as its source" % target)
+                mount("/proc/self/fd/%d" % src, "/proc/self/fd/%d" % dst, None, MS_BIND | MS_REC)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+        if ro == "1":
+            ro_tree(R + "/" + target)
 
 
 def pivot(R):
@@ -306,8 +401,8 @@ wait $c
 
 
 def main():
-    mode, R, arg, H, X, E, mask, nnp = sys.argv[1:9]
-    argv = sys.argv[9:]
+    mode, R, arg, H, X, E, mask, nnp, V = sys.argv[1:10]
+    argv = sys.argv[10:]
     mask, nnp = int(mask, 16), nnp == "1"
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last = int(fh.read())
@@ -321,7 +416,10 @@ def main():
     except OSError:
         pass
     try:
+        if mode == "holder":
+            loopback_up()
         build_view(R, H, X, E, fresh_proc=(mode == "holder"))
+        mount_volumes(R, V)
         pivot(R)
     except OSError as e:
         fail("osb-view: %s" % e)
