@@ -170,6 +170,8 @@ def create_body(cfg: Config, p: dict[str, Any], image: str) -> dict[str, Any]:
         body["metadata"] = metadata
     if cfg.network_policy:
         body["networkPolicy"] = cfg.network_policy
+    if cfg.volumes:
+        body["volumes"] = cfg.volumes                       # the server checks and mounts them
     if cfg.platform:
         body["platform"] = cfg.platform
     secure = p["secure"] if isinstance(p.get("secure"), bool) else cfg.secure_access
