@@ -83,9 +83,10 @@ def lifeline_call(fn: Callable[[], _T]) -> _T:
     return value
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
+def _die_with_parent(parent: int, then: Callable[[], None] | None = None) -> Callable[[], None]:
     """preexec_fn: SIGKILL when the forking thread (the lifeline) ends; at once when the parent is
-    already gone (it died between fork and prctl)."""
+    already gone (it died between fork and prctl). then: more preexec work (joining the sandbox's
+    cgroups, cgroups.py) before the exec, so PID 1 is inside before it forks anything."""
     global _prctl
     if _prctl is None:
         import ctypes
@@ -96,6 +97,8 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
         _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
+        if then is not None:
+            then()
     return preexec
 
 
@@ -199,18 +202,21 @@ class Holder:
     @classmethod
     def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
-              net: bool = False, volumes: str = "", agent_fd: int | None = None, agent_python: str | None = None,
-              execd: bool = False) -> tuple["Holder | None", str]:
+              net: bool = False, volumes: str = "", join: Callable[[], None] | None = None,
+              view_env: Mapping[str, str] | None = None, agent_fd: int | None = None,
+              agent_python: str | None = None, execd: bool = False) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up and PID 1 (bootstrap.sh) has
-        started execd (when ``execd``) and the entrypoint, both exec'd. ``agent_fd`` (the agent's end of
-        its channel) becomes fd 3 of PID 1 and ``agent_python`` is bound at /opt/opensandbox/execd
-        (the agent says hello on its channel a moment later: AgentChannel waits for that on its first
-        call). (holder, "") or (None, why)."""
+        started execd (when ``execd``) and the entrypoint, both exec'd. join: a preexec step run
+        before the exec (the sandbox's cgroups); view_env: variables only view.py reads (it removes
+        them before PID 1 runs). ``agent_fd`` (the agent's end of its channel) becomes fd 3 of PID 1
+        and ``agent_python`` is bound at /opt/opensandbox/execd (the agent says hello on its channel
+        a moment later: AgentChannel waits for that on its first call). (holder, "") or (None, why)."""
         try:
             write_bootstrap(root)
         except OSError as exc:
             return None, f"cannot write the sandbox's bootstrap.sh: {exc}"
-        safe_env = scripts.view_env(env)
+        safe_env = scripts.protect_view_env(env)
+        safe_env.update(view_env or {})
         if agent_fd is not None and agent_python:
             safe_env[AGENT_FD_ENV] = str(agent_fd)
             safe_env[AGENT_PY_ENV] = agent_python
@@ -227,7 +233,7 @@ class Holder:
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 cmd = scripts.holder_argv(holder_prefix(unshare, net), root, fifo, hostname, argv, volumes)
-                preexec = _die_with_parent(os.getpid())
+                preexec = _die_with_parent(os.getpid(), join)
                 proc = lifeline_call(lambda: subprocess.Popen(
                     cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
                     stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec,

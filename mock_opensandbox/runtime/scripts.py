@@ -105,7 +105,7 @@ def hidden_etc_entries() -> str:
 KEEP_LC_ENV = "OSB_MOCK_KEEP_LC"  # view.py: "0" = drop the LC_CTYPE its own Python added (PEP 538)
 
 
-def view_env(env: Mapping[str, str]) -> dict[str, str]:
+def protect_view_env(env: Mapping[str, str]) -> dict[str, str]:
     """protect_env() for view.py, which execs the sandbox process with its own environment: Python's
     locale coercion may have added LC_CTYPE there, and view.py drops it unless env had it."""
     out = protect_env(env)

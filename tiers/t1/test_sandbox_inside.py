@@ -18,12 +18,10 @@ pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavaila
 
 FS = "issue 19 item 1-2 (fs): one file system, the files API and cwd see the sandbox's image-like root"
 EXECD = "issue 19 item 1 (fs): execd runs inside the sandbox under /opt/opensandbox/bootstrap.sh"
-CG = "issue 19 item 4 (cg): resourceLimits applied with cgroups"
 NOT_YET = {
     "files_info_os_release": FS, "files_download_passwd": FS, "files_search_python3": FS,
     "cwd /usr/lib": FS, "cwd /var/log": FS, "cwd /opt": FS, "ls_root": FS,
     "opt_opensandbox": EXECD, "ps": EXECD, "identity": EXECD + " (EXECD_ENVS=/opt/opensandbox/.env)",
-    "oom_1g": CG, "cgroup_limits": CG, "cpu_share": CG,
     "connect_host": EXECD + " (loopback_execd: execd listens on 127.0.0.1:44772 inside)",
 }
 
