@@ -666,16 +666,16 @@ class SandboxFS:
         stack = [listing(sabs, root_host)]
         while stack:
             sp, it = stack[-1]
-            e = next(it, None)
-            if e is None:
+            ent = next(it, None)
+            if ent is None:
                 stack.pop()
                 continue
-            child = posixpath.join(sp, e.name)
+            child = posixpath.join(sp, ent.name)
             try:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(listing(child, e.path))  # descended before the next name
+                if ent.is_dir(follow_symlinks=False):
+                    stack.append(listing(child, ent.path))  # descended before the next name
                 else:
-                    visit_file(child, e)
+                    visit_file(child, ent)
             except FileNotFoundError:
                 continue
         return found

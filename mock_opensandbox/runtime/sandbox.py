@@ -322,11 +322,12 @@ class SandboxRuntime:
         if cached is None:
             try:
                 with open("/proc/%d/%s_map" % (holder.pid, kind)) as fh:
-                    cached = [tuple(int(x) for x in line.split()) for line in fh if len(line.split()) == 3]
+                    rows = [[int(x) for x in line.split()] for line in fh if len(line.split()) == 3]
             except (OSError, ValueError):
                 return []
-            self._id_maps[kind] = cached  # type: ignore[assignment]
-        return list(cached)  # type: ignore[arg-type]
+            cached = [(r[0], r[1], r[2]) for r in rows]
+            self._id_maps[kind] = cached
+        return list(cached)
 
     def view_path(self, sandbox_path: str) -> str:
         """Host path of what a *command* sees at sandbox_path: the sandbox's view (view_root()), else,
