@@ -156,7 +156,7 @@ def prepare_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token:
     flags = ["--port", str(port)] + (["-access-token", token] if token else []) + list(args or [])
     if any(not f or any(c.isspace() for c in f) for f in flags):
         raise ValueError("execd flags must be non-empty words without spaces")
-    full_env = {"EXECD": EXECD_PATH, "EXECD_ENVS": EXECD_ENVS}
+    full_env = {"EXECD_ENVS": EXECD_ENVS}  # what bootstrap.sh exports (live: no EXECD in a command's env)
     full_env.update(env or {})
     full_env.update(OSB_EXECD_ARGS=" ".join(flags), OSB_EXECD_LOG=EXECD_LOG)
     return {"binary": binary, "port": port, "flags": flags, "env": full_env, "token": token, "args": args,

@@ -363,7 +363,8 @@ class SandboxRuntime:
 
     def base_env(self) -> dict[str, str]:
         if self.isolated:
-            env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp"}
+            # + what bootstrap.sh exports to execd and so to every command (live: identity probe)
+            env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp", "EXECD_ENVS": "/opt/opensandbox/.env"}
         else:
             env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": os.path.join(self.root, "root"),
                    "TMPDIR": os.path.join(self.root, "tmp")}
