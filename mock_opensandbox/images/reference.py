@@ -44,12 +44,16 @@ class Reference:
             out += "@" + self.digest
         return out
 
+    @property
+    def familiar_name(self) -> str:
+        """Docker's short repository name: ``busybox``, ``local/busybox``, ``127.0.0.1:5000/x``."""
+        if self.domain == DEFAULT_DOMAIN:
+            return self.path[len("library/"):] if self.path.startswith("library/") else self.path
+        return self.name
+
     def familiar(self) -> str:
         """Docker's short form: ``busybox:latest``, ``local/busybox:latest``."""
-        name = self.name
-        if self.domain == DEFAULT_DOMAIN:
-            name = self.path[len("library/"):] if self.path.startswith("library/") else self.path
-        out = name
+        out = self.familiar_name
         if self.tag:
             out += ":" + self.tag
         if self.digest:

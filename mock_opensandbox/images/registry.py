@@ -218,7 +218,7 @@ class _Session:
                                   % (self.host, self.ref.path), ref=self.uri)
         return ImageAuthError("pull access denied for %s, repository does not exist or may require "
                               "'docker login': denied: requested access to the resource is denied"
-                              % self.ref.familiar().split(":")[0].split("@")[0], ref=self.uri)
+                              % self.ref.familiar_name, ref=self.uri)
 
     def _check(self, resp: _Resp) -> _Resp:
         if 200 <= resp.status < 300:
