@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
+    p.add_argument("--image-dir", default=None, metavar="DIR",
+                   help="resolve image.uri through the image store: OCI layouts and docker-save tarballs in DIR, "
+                        "then a local Docker/Podman, then a registry pull (docs/IMAGES.md); an image none of them "
+                        "has fails the create like the server (500 DOCKER::SANDBOX_IMAGE_PULL_FAILED)")
+    p.add_argument("--image-cache", default=None, metavar="DIR",
+                   help="where unpacked layers are kept across runs (default ~/.cache/mock-opensandbox/images)")
     return p
 
 
@@ -51,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
                               root=args.root, execd_bin=args.execd_bin, verbose=args.verbose,
                               execd_start_delay=args.execd_start_delay,
-                              max_sandbox_timeout=args.max_sandbox_timeout)
+                              max_sandbox_timeout=args.max_sandbox_timeout,
+                              image_dir=args.image_dir, image_cache=args.image_cache)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

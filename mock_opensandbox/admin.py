@@ -11,6 +11,7 @@ session cookie it gets from ``GET /__mock__/?key=<api key>``):
                                        limit; ``DELETE`` clears it
 * ``GET  /__mock__/sandboxes``         internal state of every sandbox; ``GET .../{id}`` one of them;
                                        ``DELETE .../{id}`` kills it (like the lifecycle DELETE)
+* ``GET  /__mock__/images``            the image store's cache: images, size, digest, sandboxes using them
 * ``GET  /__mock__/state``             everything the dashboard shows, in one document
 * ``GET  /__mock__/events``            the same document as a server-sent event stream, on every change
 * ``/__mock__/faults``                 the fault rules (faults.py; served by the lifecycle app, or here
@@ -165,6 +166,15 @@ class MockBackend:
             out["processes"] = processes_of(pgids)
         return out
 
+    def images(self) -> dict[str, Any]:
+        """The image store: whether the mock has one, its sources and cache, every cached image (id, refs,
+        digest, size, layers, config) with the sandboxes using it."""
+        p = self.mock.images
+        if p is None:
+            return {"available": False, "sources": [], "cache": None, "images": []}
+        return {"available": True, "sources": p.store.sources(), "cache": p.store.cache_dir,
+                "images": p.images(self.mock.sandboxes)}
+
     def kill(self, sid: str) -> bool:
         if self.mock.store is None:
             return False
@@ -298,6 +308,8 @@ class AdminAPI:
                         _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
                     return True
                 return self._method(req)
+            if head == "images" and len(parts) == 1 and hasattr(self.backend, "images"):
+                return self._images(req) if m == "GET" else self._method(req)
             if head == "state" and len(parts) == 1:
                 return self._state(req) if m == "GET" else self._method(req)
             if head == "events" and len(parts) == 1:
@@ -308,6 +320,11 @@ class AdminAPI:
             _error(req, 400, "MOCK::INVALID_REQUEST", str(e))
             return True
         _error(req, 404, "MOCK::NOT_FOUND", "No admin route %s %s." % (m, path[:200]))
+        return True
+
+    def _images(self, req: Request) -> bool:
+        """``GET /__mock__/images``: the image store's cache (docs/IMAGES.md)."""
+        req.send_json(200, self.backend.images())
         return True
 
     @staticmethod

@@ -442,7 +442,7 @@ class LifecycleApp(App):
         sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
                                metadata=r["metadata"], resource_limits=r["resource_limits"],
                                timeout=r["timeout"], platform=r["platform"], extensions=ext,
-                               limits=checks["limits"])
+                               limits=checks["limits"], image_auth=r["image"]["auth"])
         req.send_json(202, sb.create_json())
 
     def list(self, req: Request) -> None:

@@ -183,16 +183,19 @@ class _Session:
         if accept:
             headers["Accept"] = accept
         last: Exception | None = None
+        tried = "https"
         for scheme in self._base():
             url = "%s://%s%s" % (scheme, self.host, path)
             try:
                 resp = self._authed(url, headers)
             except _Net as e:
-                last = e.exc
+                last, tried = e.exc, scheme
                 continue
             self.reg.set_scheme(self.host, scheme)
             return resp
-        raise RegistryUnreachable("registry %s is unreachable (%s)" % (self.host, _why(last)), ref=self.uri)
+        # Docker's words for it (moby's registry client: Get "<endpoint>/v2/": dial tcp ...)
+        raise RegistryUnreachable('Get "%s://%s/v2/": %s' % (tried, self.host, _why(last, self.host)),
+                                  ref=self.uri)
 
     def _authed(self, url: str, headers: dict[str, str]) -> _Resp:
         for attempt in range(2):
@@ -228,8 +231,8 @@ class _Session:
         if resp.status in (401, 403):
             raise self._denied()
         if resp.status == 404:
-            raise ImageNotFound("manifest for %s not found: %s" % (self.ref.familiar(), code or "manifest unknown"),
-                                ref=self.uri)
+            raise ImageNotFound("manifest for %s not found: manifest unknown: %s"
+                                % (self.ref.familiar(), code or "manifest unknown"), ref=self.uri)
         if resp.status == 429 or resp.status >= 500:
             raise RegistryUnreachable("registry %s answered %d" % (self.host, resp.status), ref=self.uri)
         raise ImageNotFound("registry %s answered %d for %s (%s)" % (self.host, resp.status, self.ref.path,
@@ -253,7 +256,7 @@ class _Session:
                 resp = conn.getresponse()
                 body = resp.read(1 << 20)
             except (OSError, http.client.HTTPException) as e:
-                raise RegistryUnreachable("token server of %s is unreachable (%s)" % (self.host, _why(e)),
+                raise RegistryUnreachable("token server of %s is unreachable (%s)" % (self.host, _why(e, u.netloc)),
                                           ref=self.uri) from None
         finally:
             conn.close()
@@ -312,17 +315,21 @@ class _Net(Exception):
         self.exc = exc
 
 
-def _why(e: Exception | None) -> str:
+def _why(e: Exception | None, host: str = "") -> str:
+    """Go's net/http words for a failed connection (what Docker's pull error ends with)."""
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     if e is None:
         return "no answer"
     if isinstance(e, socket.gaierror):
-        return "no such host"
+        return "dial tcp: lookup %s: no such host" % name
     if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
+        return "dial tcp %s: connect: connection refused" % host
     if isinstance(e, (socket.timeout, TimeoutError)):
-        return "timeout"
+        return "dial tcp %s: i/o timeout" % host
     if isinstance(e, ssl.SSLError):
-        return "TLS handshake failed"
+        return "tls: handshake failure"
+    if isinstance(e, ConnectionResetError):
+        return "read: connection reset by peer"
     return type(e).__name__
 
 
