@@ -14,6 +14,8 @@ DOCKER_HUB_API = "registry-1.docker.io"  # what docker.io means on the wire
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_DOMAIN = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                     r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ def parse(uri: str) -> Reference:
         domain, rest = parts[0], parts[1:]
     else:
         domain, rest = DEFAULT_DOMAIN, parts
+    if not _DOMAIN.match(domain):
+        raise ValueError("invalid reference format: bad registry host")
     if domain == "index.docker.io":
         domain = DEFAULT_DOMAIN
     if domain == DEFAULT_DOMAIN and len(rest) == 1:

@@ -389,7 +389,7 @@ class LocalDaemon:
         if not exe:
             return None
         try:
-            r = subprocess.run([exe, "image", "inspect", "--format", "{{.Id}}", uri], capture_output=True,
+            r = subprocess.run([exe, "image", "inspect", "--format", "{{.Id}}", "--", uri], capture_output=True,
                                timeout=15, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired):
             return None
@@ -398,7 +398,7 @@ class LocalDaemon:
         os.makedirs(self.tmp_dir, exist_ok=True)
         fd, tar = _mkstemp(self.tmp_dir)
         os.close(fd)
-        args = [exe, "save", "-o", tar, uri]
+        args = [exe, "save", "-o", tar, "--", uri]
         if os.path.basename(exe) == "podman":
             args[2:2] = ["--format", "docker-archive"]
         try:

@@ -63,7 +63,7 @@ def test_reference_normalised_like_docker(uri, want):
     assert str(parse(uri)) == want
 
 
-@pytest.mark.parametrize("uri", ["", "UPPER/case", "a:b:c", "x@sha256:12"])
+@pytest.mark.parametrize("uri", ["", "UPPER/case", "a:b:c", "x@sha256:12", "--help.x/y", "-x.io/y:1"])
 def test_reference_refused(uri):
     with pytest.raises(ValueError):
         parse(uri)
