@@ -12,7 +12,8 @@ Cache layout (``cache_dir``, mode 0700: it holds the images' setuid files and ow
     images/<config hex>.json                 config + manifest digest + layer list of one image
     refs.json                                reference (+ platform) -> image id
     rootfs/<chain id>/                       the layers flattened (hard links into layers/), on demand
-    tmp/                                     half-written layers (removed on failure and at start)
+    tmp/<pid>.<random>/                      half-written layers of one store (removed on failure, at close,
+                                             and by the next store once that process is gone)
 """
 from __future__ import annotations
 
@@ -125,10 +126,12 @@ class ImageStore:
         os.chmod(self.cache_dir, 0o700)
         for d in ("layers/sha256", "images", "rootfs", "tmp"):
             os.makedirs(os.path.join(self.cache_dir, d), exist_ok=True)
-        shutil.rmtree(os.path.join(self.cache_dir, "tmp"), ignore_errors=True)  # a dead store's leftovers
-        os.makedirs(os.path.join(self.cache_dir, "tmp"), exist_ok=True)
+        # several mocks may share one cache (parallel test runs): each writes under tmp/<pid>.<random>/ and
+        # removes what dead processes left there; a finished layer is renamed into place (first one wins)
+        _reap_tmp(os.path.join(self.cache_dir, "tmp"))
+        self.tmp_dir = tempfile.mkdtemp(prefix="%d." % os.getpid(), dir=os.path.join(self.cache_dir, "tmp"))
         self.image_dir = ImageDir(image_dir) if image_dir else None
-        self.daemon = LocalDaemon(os.path.join(self.cache_dir, "tmp")) if local_daemon else None
+        self.daemon = LocalDaemon(self.tmp_dir) if local_daemon else None
         self.registry = registry_client or (Registry(insecure=tuple(insecure_registries), timeout=timeout)
                                             if registry else None)
         self.overlay = overlay
@@ -247,7 +250,7 @@ class ImageStore:
             if info is not None and os.path.isdir(os.path.join(final, "root")):
                 return _layer_view(final, info)
             shutil.rmtree(final, ignore_errors=True)
-            tmp = tempfile.mkdtemp(prefix="layer-", dir=os.path.join(self.cache_dir, "tmp"))
+            tmp = tempfile.mkdtemp(prefix="layer-", dir=self.tmp_dir)
             try:
                 os.mkdir(os.path.join(tmp, "root"))
                 with lr.open() as raw:
@@ -255,7 +258,8 @@ class ImageStore:
                                         blob_digest=lr.blob_digest, overlay=self.overlay)
                 info["media_type"] = lr.media_type
                 _write_json(os.path.join(tmp, "layer.json"), info)
-                os.rename(tmp, final)
+                if not _rename_into_place(tmp, final):  # another process unpacked it meanwhile
+                    info = _read_json(os.path.join(final, "layer.json")) or info
             except ImageError as e:
                 if not e.ref:
                     e.ref = uri
@@ -273,11 +277,11 @@ class ImageStore:
         with self._key_lock("rootfs:" + chain):
             if os.path.isdir(final):
                 return final
-            tmp = tempfile.mkdtemp(prefix="rootfs-", dir=os.path.join(self.cache_dir, "tmp"))
+            tmp = tempfile.mkdtemp(prefix="rootfs-", dir=self.tmp_dir)
             try:
                 os.chmod(tmp, 0o755)
                 flatten([(x["path"], x) for x in img.layers], tmp)
-                os.rename(tmp, final)
+                _rename_into_place(tmp, final)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -308,6 +312,7 @@ class ImageStore:
     def close(self) -> None:
         if self.image_dir:
             self.image_dir.close()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     # -- files ----------------------------------------------------------------------------------------
     def _image_path(self, image_id: str) -> str:
@@ -335,6 +340,31 @@ class ImageStore:
 
     def _save_refs(self) -> None:
         _write_json(os.path.join(self.cache_dir, "refs.json"), self._refs)
+
+
+def _rename_into_place(tmp: str, final: str) -> bool:
+    """Rename tmp to final; False (and tmp removed) when final already exists."""
+    try:
+        os.rename(tmp, final)
+        return True
+    except OSError:
+        if not os.path.isdir(final):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+
+
+def _reap_tmp(tmp_root: str) -> None:
+    """Remove tmp/<pid>.* directories of processes that no longer exist."""
+    try:
+        names = os.listdir(tmp_root)
+    except OSError:
+        return
+    for n in names:
+        pid = n.split(".", 1)[0]
+        if pid.isdigit() and os.path.exists("/proc/%s" % pid):
+            continue
+        shutil.rmtree(os.path.join(tmp_root, n), ignore_errors=True)
 
 
 def _layer_view(path: str, info: dict[str, Any]) -> dict[str, Any]:

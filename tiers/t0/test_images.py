@@ -47,7 +47,8 @@ def tree(root: str) -> dict[str, str]:
 
 def cache_clean(tmp_path) -> None:
     """Nothing half-written stays: no temp layer, no layer dir of the refused image."""
-    assert os.listdir(tmp_path / "cache" / "tmp") == []
+    for d in os.listdir(tmp_path / "cache" / "tmp"):
+        assert os.listdir(tmp_path / "cache" / "tmp" / d) == []
 
 
 # -- references -------------------------------------------------------------------------------------------
@@ -262,3 +263,82 @@ def test_store_errors_carry_no_paths_outside_the_request(tmp_path):
         store(tmp_path).resolve("Bad Name")
     assert "invalid reference format" in str(ei.value)
     json.dumps(str(ei.value))
+
+
+def test_concurrent_resolves_unpack_once_and_share_the_cache(tmp_path):
+    """Threads of one store and two stores on one cache (two mocks of a parallel test run) resolve the same
+    image at once: every one gets the image, each layer is unpacked into one place."""
+    import threading
+    img = BuiltImage([layer(BASE), layer(TOP)])
+    write_oci_layout(str(tmp_path / "images" / "demo"), {"local/demo:1": img})
+    stores = [store(tmp_path), store(tmp_path)]
+    got, errors = [], []
+
+    def run(s):
+        try:
+            got.append(s.resolve("local/demo:1").layer_dirs())
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(stores[i % 2],)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and len(got) == 6 and all(g == got[0] for g in got)
+    assert len(os.listdir(tmp_path / "cache" / "layers" / "sha256")) == 2
+    for s in stores:
+        s.close()
+    assert os.listdir(tmp_path / "cache" / "tmp") == []
+
+
+def test_a_dead_stores_half_written_layers_are_removed(tmp_path):
+    os.makedirs(tmp_path / "cache" / "tmp" / "999999999.dead" / "layer-x")
+    s = store(tmp_path)
+    assert os.listdir(tmp_path / "cache" / "tmp") == [os.path.basename(s.tmp_dir)]
+
+
+def test_docker_save_with_blobs_paths(tmp_path):
+    """Docker 25+ writes manifest.json whose Config/Layers are blobs/sha256/<hex> paths (gzip or plain)."""
+    img = BuiltImage([layer(BASE, gz=False)], gz=False)
+    p = tmp_path / "images" / "new.tar"
+    os.makedirs(p.parent)
+    members = [("blobs/sha256/" + sha(img.config)[7:], img.config),
+               ("blobs/sha256/" + sha(img.layers[0][0])[7:], img.layers[0][0]),
+               ("manifest.json", json.dumps([{"Config": "blobs/sha256/" + sha(img.config)[7:],
+                                              "RepoTags": ["local/new:2"],
+                                              "Layers": ["blobs/sha256/" + sha(img.layers[0][0])[7:]]}]).encode())]
+    with tarfile.open(p, "w") as tf:
+        for n, data in members:
+            ti = tarfile.TarInfo(n)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    got = store(tmp_path).resolve("docker.io/local/new:2")
+    assert got.layers[0]["blob_digest"] == sha(img.layers[0][0])
+    assert tree(got.rootfs())["etc/os-release"] == "ID=test\n"
+
+
+def test_local_docker_save_is_a_source(tmp_path):
+    """A local daemon that has the image: ``docker image inspect`` then ``docker save -o`` (a stand-in CLI
+    here, answering like docker does), never a pull through the daemon."""
+    img = BuiltImage([layer(BASE, gz=False)], gz=False)
+    saved = str(tmp_path / "saved.tar")
+    write_docker_save(saved, "local/busybox:latest", img)
+    log = tmp_path / "calls"
+    cli = tmp_path / "docker"
+    cli.write_text("#!/bin/sh\necho \"$@\" >> %s\ncase \"$1\" in\n  info) echo 28.2.2;;\n"
+                   "  image) [ \"$6\" = local/busybox:latest ] || exit 1; echo sha256:x;;\n"
+                   "  save) cp %s \"$3\";;\n  *) exit 1;;\nesac\n" % (log, saved))
+    cli.chmod(0o755)
+    from mock_opensandbox.images.sources import LocalDaemon
+    s = ImageStore(str(tmp_path / "cache"), None, local_daemon=True, registry=False)
+    s.daemon = LocalDaemon(s.tmp_dir, clis=(str(cli),))
+    got = s.resolve("local/busybox:latest")
+    assert got.source == "docker" and got.id == sha(img.config)
+    assert "docker" in s.sources()
+    with pytest.raises(ImageNotFound):
+        s.resolve("local/other:1")
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("info") and not any(c.startswith("pull") for c in calls)
+    assert "save -o" in calls[2] and calls[2].endswith("-- local/busybox:latest")
+    assert os.listdir(s.tmp_dir) == []  # the saved tarball is removed once unpacked
