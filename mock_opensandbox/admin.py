@@ -11,7 +11,8 @@ session cookie it gets from ``GET /__mock__/?key=<api key>``):
                                        limit; ``DELETE`` clears it
 * ``GET  /__mock__/sandboxes``         internal state of every sandbox; ``GET .../{id}`` one of them;
                                        ``DELETE .../{id}`` kills it (like the lifecycle DELETE)
-* ``GET  /__mock__/images``            the image store's cache: images, size, digest, sandboxes using them
+* ``GET  /__mock__/images``            the image store's cache: images, size, digest, sandboxes using them;
+  ``DELETE`` empties it (``reset`` leaves it)
 * ``GET  /__mock__/state``             everything the dashboard shows, in one document
 * ``GET  /__mock__/events``            the same document as a server-sent event stream, on every change
 * ``/__mock__/faults``                 the fault rules (faults.py; served by the lifecycle app, or here
@@ -175,6 +176,10 @@ class MockBackend:
         return {"available": True, "sources": p.store.sources(), "cache": p.store.cache_dir,
                 "images": p.images(self.mock.sandboxes)}
 
+    def clear_images(self) -> None:
+        if self.mock.images is not None:
+            self.mock.images.store.clear()
+
     def kill(self, sid: str) -> bool:
         if self.mock.store is None:
             return False
@@ -309,7 +314,9 @@ class AdminAPI:
                     return True
                 return self._method(req)
             if head == "images" and len(parts) == 1 and hasattr(self.backend, "images"):
-                return self._images(req) if m == "GET" else self._method(req)
+                if m == "GET":
+                    return self._images(req)
+                return self._clear_images(req) if m == "DELETE" else self._method(req)
             if head == "state" and len(parts) == 1:
                 return self._state(req) if m == "GET" else self._method(req)
             if head == "events" and len(parts) == 1:
@@ -325,6 +332,20 @@ class AdminAPI:
     def _images(self, req: Request) -> bool:
         """``GET /__mock__/images``: the image store's cache (docs/IMAGES.md)."""
         req.send_json(200, self.backend.images())
+        return True
+
+    def _clear_images(self, req: Request) -> bool:
+        """``DELETE /__mock__/images``: empty the image cache (``/__mock__/reset`` leaves it); 409 while a
+        live sandbox was created from a cached image."""
+        state = self.backend.images()
+        users = sorted(sid for img in state["images"] for sid in img.get("sandboxes", []))
+        if users:
+            _error(req, 409, "MOCK::IMAGES_IN_USE", "Images are in use by sandboxes %s." % ", ".join(users[:20]))
+        elif not state["available"]:
+            _error(req, 404, "MOCK::NO_IMAGE_STORE", "The mock has no image store (start it with --image-dir).")
+        else:
+            self.backend.clear_images()
+            req.send(204)
         return True
 
     @staticmethod

@@ -62,6 +62,20 @@ def test_create_pulls_through_the_store_and_admin_lists_it(mock):
     assert "; images from image-dir" in headers["x-mock-isolation"]
 
 
+def test_reset_leaves_the_cache_and_delete_empties_it_when_unused(mock):
+    st, _, sb = create(mock, "local/demo:1")
+    assert call(mock, "POST", "/__mock__/reset", {})[0] == 200
+    assert len(call(mock, "GET", "/__mock__/images")[2]["images"]) == 1    # reset: cache kept, no users
+    st, _, sb = create(mock, "local/demo:1")
+    st, _, body = call(mock, "DELETE", "/__mock__/images")
+    assert st == 409 and body["code"] == "MOCK::IMAGES_IN_USE" and sb["id"] in body["message"]
+    assert call(mock, "DELETE", "/v1/sandboxes/" + sb["id"])[0] == 204
+    assert call(mock, "DELETE", "/__mock__/images")[0] == 204
+    assert call(mock, "GET", "/__mock__/images")[2]["images"] == []
+    assert os.listdir(os.path.join(mock.images.store.cache_dir, "layers", "sha256")) == []
+    assert create(mock, "local/demo:1")[0] == 202                            # unpacked again on demand
+
+
 @pytest.mark.parametrize("uri,words", [
     ("local/evil:1", "goes through a symlink"),
     ("127.0.0.1:{port}/team/app:1", 'Internal Server Error ("Get \\"http://127.0.0.1:{port}/v2/\\": dial tcp '
