@@ -8,6 +8,7 @@ the blob digest, diff_id and a way to open the blob. Layers are verified while t
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import platform as _platform
@@ -168,17 +169,26 @@ class Archive:
         comps = reference_path(name)
         if self.is_dir:
             return open(os.path.join(self.path, *comps), "rb")
-        tf = self._tar()
-        try:
-            f = tf.extractfile("/".join(comps))
-        except KeyError:
-            f = None
-        if f is None:
-            raise CorruptImage("%s: %s is missing" % (os.path.basename(self.path), name))
-        return f
+        with self._lock:
+            tf = self._tar()
+            try:
+                m = tf.getmember("/".join(comps))
+            except KeyError:
+                m = None
+            if m is not None and m.isreg() and isinstance(tf.fileobj, io.BufferedReader):
+                # a plain tar: a private handle on the member's bytes, so that layers of one archive can be
+                # read by several threads at once (a shared tarfile would interleave their seeks)
+                return _Slice(self.path, m.offset_data, m.size)
+            if m is not None:  # a compressed archive, or a link member: a tarfile of its own
+                own = tarfile.open(self.path, "r:*")
+                f = own.extractfile(m.name)
+                if f is not None:
+                    return _Owned(f, own)
+                own.close()
+        raise CorruptImage("%s: %s is missing" % (os.path.basename(self.path), name))
 
     def read(self, name: str) -> bytes:
-        with self._lock, self.open(name) as f:
+        with self.open(name) as f:
             return f.read()
 
     def blob(self, digest: str) -> IO[bytes]:
@@ -269,14 +279,57 @@ class Archive:
     def _blob_bytes(self, digest: str, what: str, uri: str) -> bytes:
         if not digest:
             raise CorruptImage("%s has no digest" % what, ref=uri)
-        with self._lock:
-            try:
-                with self.blob(digest) as f:
-                    data = f.read()
-            except FileNotFoundError:
-                raise CorruptImage("%s blob %s is missing" % (what, digest), ref=uri) from None
+        try:
+            with self.blob(digest) as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise CorruptImage("%s blob %s is missing" % (what, digest), ref=uri) from None
         check_digest(what, data, digest, uri)
         return data
+
+
+class _Slice(io.RawIOBase):
+    """size bytes of a file from offset, on a handle of its own."""
+
+    def __init__(self, path: str, offset: int, size: int):
+        super().__init__()
+        self.f = open(path, "rb")
+        self.f.seek(offset)
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or n > self.left:
+            n = self.left
+        data = self.f.read(n)
+        self.left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+class _Owned:
+    """A member stream that closes its own tarfile with it."""
+
+    def __init__(self, f: IO[bytes], tf: tarfile.TarFile):
+        self.f, self.tf = f, tf
+
+    def read(self, n: int = -1) -> bytes:
+        return self.f.read(n)
+
+    def close(self) -> None:
+        self.f.close()
+        self.tf.close()
+
+    def __enter__(self) -> "_Owned":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def reference_path(name: str) -> list[str]:

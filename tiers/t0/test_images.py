@@ -342,3 +342,56 @@ def test_local_docker_save_is_a_source(tmp_path):
     assert calls[0].startswith("info") and not any(c.startswith("pull") for c in calls)
     assert "save -o" in calls[2] and calls[2].endswith("-- local/busybox:latest")
     assert os.listdir(s.tmp_dir) == []  # the saved tarball is removed once unpacked
+
+
+def test_gzipped_docker_save_and_parallel_reads_of_one_archive(tmp_path):
+    """``docker save | gzip`` is read too; two images of one plain archive resolved by two threads at once
+    each read their own layer bytes (a shared tar handle would interleave the seeks: digest errors)."""
+    import threading
+    os.makedirs(tmp_path / "images")
+    a = BuiltImage([layer([("file", "a%d" % i, "a" * 20000) for i in range(20)], gz=False)], gz=False)
+    b = BuiltImage([layer([("file", "b%d" % i, "b" * 20000) for i in range(20)], gz=False)], gz=False)
+    plain = str(tmp_path / "two.tar")
+    write_docker_save(plain, "local/a:1", a)
+    with tarfile.open(plain) as src, tarfile.open(str(tmp_path / "images" / "two.tar"), "w") as dst:
+        for m in src.getmembers():
+            dst.addfile(m, src.extractfile(m))
+    write_docker_save(str(tmp_path / "b.tar"), "local/b:1", b)
+    with tarfile.open(str(tmp_path / "b.tar")) as src, tarfile.open(str(tmp_path / "images" / "two.tar"), "a") as dst:
+        for m in src.getmembers():
+            if m.name != "manifest.json":
+                dst.addfile(m, src.extractfile(m))
+    with tarfile.open(str(tmp_path / "images" / "two.tar")) as tf:
+        both = [json.load(tf.extractfile("manifest.json"))[0]]
+    with tarfile.open(str(tmp_path / "b.tar")) as tf:
+        both += json.load(tf.extractfile("manifest.json"))
+    # rewrite the archive with one manifest.json naming both images (as `docker save a b` writes it)
+    members = []
+    with tarfile.open(str(tmp_path / "images" / "two.tar")) as tf:
+        members = [(m, tf.extractfile(m).read()) for m in tf.getmembers() if m.name != "manifest.json"]
+    with tarfile.open(str(tmp_path / "images" / "two.tar"), "w") as tf:
+        for m, data in members:
+            tf.addfile(m, io.BytesIO(data))
+        mj = json.dumps(both).encode()
+        ti = tarfile.TarInfo("manifest.json")
+        ti.size = len(mj)
+        tf.addfile(ti, io.BytesIO(mj))
+    s = store(tmp_path)
+    errors = []
+
+    def run(ref):
+        try:
+            s.resolve(ref)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(r,)) for r in ("local/a:1", "local/b:1")]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert errors == []
+    assert sorted(tree(s.resolve("local/b:1").rootfs())) == ["b%d" % i for i in sorted(range(20), key=str)]
+    with open(plain, "rb") as f, gzip.open(str(tmp_path / "images" / "gz.tar.gz"), "wb") as g:
+        g.write(f.read().replace(b"local/a:1", b"local/z:1"))
+    assert sorted(tree(s.resolve("local/z:1").rootfs()))[0] == "a0"

@@ -128,12 +128,12 @@ def write_oci_layout(path: str, images: dict[str, BuiltImage], *, index_for: dic
 
 
 def write_docker_save(path: str, name: str, img: BuiltImage) -> None:
-    """A legacy ``docker save`` tarball: <config hex>.json, <n>/layer.tar (uncompressed), manifest.json."""
+    """A legacy ``docker save`` tarball: <config hex>.json, <tar sha256>/layer.tar (uncompressed), manifest.json."""
     cfg_name = sha(img.config)[7:] + ".json"
     members: list[tuple[str, bytes]] = [(cfg_name, img.config)]
     layer_names = []
-    for i, (_, tar) in enumerate(img.layers):
-        ln = "%064x/layer.tar" % (i + 1)
+    for _, tar in img.layers:
+        ln = "%s/layer.tar" % sha(tar)[7:]
         layer_names.append(ln)
         members.append((ln, tar))
     members.append(("manifest.json", json.dumps([{"Config": cfg_name, "RepoTags": [name],
