@@ -215,9 +215,13 @@ class ImageStore:
             finally:
                 found.close()
             rec: dict[str, Any] = {"id": img.id, "at": time.time()}
-            if found.source == "image-dir" and os.path.isfile(found.origin):
-                st = os.stat(found.origin)
-                rec["archive"] = [found.origin, [st.st_mtime_ns, st.st_size]]
+            if found.source == "image-dir":  # re-read when the archive (a layout: its index) changes
+                marker = found.origin
+                if os.path.isdir(marker):
+                    marker = next((os.path.join(marker, n) for n in ("index.json", "manifest.json")
+                                   if os.path.isfile(os.path.join(marker, n))), marker)
+                st = os.stat(marker)
+                rec["archive"] = [marker, [st.st_mtime_ns, st.st_size]]
             with self._lock:
                 self._refs[key] = rec
                 self._save_refs()

@@ -395,3 +395,15 @@ def test_gzipped_docker_save_and_parallel_reads_of_one_archive(tmp_path):
     with open(plain, "rb") as f, gzip.open(str(tmp_path / "images" / "gz.tar.gz"), "wb") as g:
         g.write(f.read().replace(b"local/a:1", b"local/z:1"))
     assert sorted(tree(s.resolve("local/z:1").rootfs()))[0] == "a0"
+
+
+def test_an_image_dir_layout_that_changes_is_read_again(tmp_path):
+    s = store(tmp_path)
+    one = BuiltImage([layer([("file", "v", "1")])])
+    write_oci_layout(str(tmp_path / "images" / "app"), {"local/app:1": one})
+    assert s.resolve("local/app:1").id == sha(one.config)
+    two = BuiltImage([layer([("file", "v", "2"), ("file", "w", "new")])])
+    write_oci_layout(str(tmp_path / "images" / "app"), {"local/app:1": two})
+    os.utime(tmp_path / "images" / "app" / "index.json", ns=(1, 1))  # a different mtime, whatever the clock
+    got = s.resolve("local/app:1")
+    assert got.id == sha(two.config) and tree(got.rootfs())["v"] == "2"
