@@ -182,14 +182,14 @@ class ImageStore:
         rec = self._refs.get(self._ref_key(uri, platform))
         if not rec:
             return None
-        if rec.get("archive"):
-            path, key = rec["archive"]
+        if rec.get("archive"):  # an archive that changed is read again; one that is gone leaves the image
+            path, key = rec["archive"]  # in the cache (as a pulled image stays in Docker)
             try:
                 st = os.stat(path)
+                if [st.st_mtime_ns, st.st_size] != key:
+                    return None
             except OSError:
-                return None
-            if [st.st_mtime_ns, st.st_size] != key:
-                return None
+                pass
         img = self._load_image(rec["id"])
         if img is None or not all(os.path.isdir(x["path"]) for x in img.layers):
             return None
