@@ -12,11 +12,13 @@ import pytest
 from mock_opensandbox.images import (CorruptImage, DigestMismatch, ImageAuthError, ImageNotFound, ImageStore,
                                      RegistryUnreachable)
 from tiers.toolkit import registry as reg
-from tiers.toolkit.images import BuiltImage, layer, push, sha
+from tiers.toolkit.images import MT_MANIFEST, BuiltImage, layer, push, sha
 
-if reg.BINARY is None:
-    pytest.skip("docker-registry not installed (apt-get install docker-registry): registry tests skipped",
-                allow_module_level=True)
+
+
+def need_registry() -> None:
+    if reg.BINARY is None:
+        pytest.skip("docker-registry not installed (apt-get install docker-registry): registry tests skipped")
 
 USER, PASSWORD = "alice", "pw-Canary-7d1e"
 CREDS = {"username": USER, "password": PASSWORD}
@@ -25,6 +27,7 @@ HOST_AMD64 = platform.machine() in ("x86_64", "amd64")
 
 @pytest.fixture(scope="module")
 def token_registry():
+    need_registry()
     r = reg.Registry("token", {USER: PASSWORD})
     try:
         yield r
@@ -127,6 +130,7 @@ def test_unreachable_registry(tmp_path):
 
 
 def test_basic_auth_registry(tmp_path):
+    need_registry()
     try:
         r = reg.Registry("htpasswd", {USER: PASSWORD})
     except ImportError:
@@ -157,3 +161,56 @@ def test_corrupt_manifest_in_storage_is_refused(tmp_path, token_registry, pushed
         f.write(data.replace(b'"schemaVersion": 2', b'"schemaVersion":  2'))
     with pytest.raises(CorruptImage):
         fresh(tmp_path).resolve(r.host + "/team/man:1", auth=CREDS)
+
+
+def test_redirected_blobs_never_get_the_credentials(tmp_path):
+    """Registries send blobs to storage elsewhere (307): the Authorization header stays with the registry
+    host (a stand-in registry and storage here, stdlib servers; no docker-registry needed)."""
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    img = BuiltImage([layer([("file", "r", "redirected")])])
+    blobs = img.blobs()
+    seen: dict[str, list] = {"registry": [], "storage": []}
+    basic = "Basic " + base64.b64encode(("%s:%s" % (USER, PASSWORD)).encode()).decode()
+
+    def server(name, answer):
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                seen[name].append(self.headers.get("Authorization"))
+                status, headers, body = answer(self)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd
+
+    storage = server("storage", lambda h: (200, {}, blobs[h.path.rsplit("/", 1)[1]]))
+
+    def reg_answer(h):
+        if h.headers.get("Authorization") != basic:
+            return 401, {"WWW-Authenticate": 'Basic realm="r"'}, b""
+        if "/manifests/" in h.path:
+            return 200, {"Content-Type": MT_MANIFEST, "Docker-Content-Digest": img.digest}, img.manifest
+        digest = h.path.rsplit("/", 1)[1]
+        return 307, {"Location": "http://127.0.0.1:%d/data/%s" % (storage.server_address[1], digest)}, b""
+
+    registry = server("registry", reg_answer)
+    try:
+        got = fresh(tmp_path).resolve("127.0.0.1:%d/r/app:1" % registry.server_address[1], auth=CREDS)
+        assert got.digest == img.digest and os.listdir(got.rootfs()) == ["r"]
+        assert basic in seen["registry"] and len(seen["storage"]) == 2  # the config and the layer
+        assert seen["storage"] == [None, None]
+    finally:
+        for s in (registry, storage):
+            s.shutdown()
+            s.server_close()
