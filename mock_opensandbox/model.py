@@ -229,6 +229,7 @@ class Sandbox:
         self.rootfs_image: Any = None  # the image store's Image when the mock has an image store
         self.extensions: dict[str, str] | None = None
         self.limits: dict[str, Any] = {}
+        self.volumes: Any = None  # volumes.Prepared of the create request (None: no volumes)
         self.log = ContainerLog()
         self.container_id = uuid.uuid5(uuid.NAMESPACE_URL, "mock-opensandbox/" + self.id).hex * 2
 
@@ -387,7 +388,7 @@ class SandboxStore:
                metadata: dict[str, str] | None = None, resource_limits: dict[str, str] | None = None,
                timeout: int | None = None, platform: dict[str, str] | None = None,
                extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None,
-               image_auth: dict[str, str] | None = None) -> Sandbox:
+               volumes: Any = None, image_auth: dict[str, str] | None = None) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]
         if self._pull_fails(uri):
@@ -409,6 +410,7 @@ class SandboxStore:
         sb.rootfs_image = pulled  # an images.Image (layers, config) or None: the host-tools view
         sb.extensions = dict(extensions) if extensions else None
         sb.limits = dict(limits or {})
+        sb.volumes = volumes
         sb.log = ContainerLog(self.clock)
         sb.log.feed(boot_log(now))
         with self._lock:
