@@ -17,6 +17,8 @@ from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
 
 PASSWORD = "pw-Canary-8c2f"
+pytestmark = pytest.mark.spec_exempt("the /__mock__/ workbench routes (images, reset, requests) are mock-only "
+                                     "(not in the OpenSandbox spec)")
 
 
 def call(m: MockOpenSandbox, method: str, path: str, body=None) -> tuple[int, dict, dict]:
