@@ -162,7 +162,11 @@ class MockProvisioner(Provisioner):
         root = os.path.join(m.root, sb.id)
         if m._root_given:
             m.janitor.track("dir", root)  # the temp root as a whole is tracked at start()
-        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, network=m.network,
+        # server services/docker/container_ops.py: [docker] sandbox_env, the request's env, then
+        # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
+        env = {k: v for k, v in (sb.env or {}).items() if v is not None}
+        env["OPENSANDBOX_ID"] = sb.id
+        runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
                                  limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
         sb.runtime = runtime
         if sb.volumes is not None:

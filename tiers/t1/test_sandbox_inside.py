@@ -18,7 +18,6 @@ pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavaila
 
 EXECD = "issue 19 item 1: the in-process execd is not a process inside the sandbox"
 NOT_YET = {
-    "identity": "the server's OPENSANDBOX_ID=<sandbox id> is not in the mock sandbox's environment yet",
     "connect_host": EXECD + " (loopback_execd: execd listens on 127.0.0.1:44772 inside)",
 }
 
