@@ -3,13 +3,15 @@
 ``python_env(name, requirements)`` returns the interpreter of ``<repo>/.venv-<name>``, creating it from the
 pinned requirements file on first use (reused while the file is unchanged: a stamp holds its hash).
 ``node_modules(name, packages)`` does the same for npm packages under ``<repo>/.cache/npm-<name>``.
-Both raise ``Unavailable`` (the test skips with one line) when the tool or the registry is missing.
+Both raise ``Unavailable`` (the test skips with one line) when the tool or the registry is missing, or when the
+requirements file says ``# requires-python >= X.Y`` (its pins need a newer Python than the running one).
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +45,11 @@ def python_env(name: str, requirements: str) -> str:
     venv = os.path.join(REPO, ".venv-" + name)
     req = os.path.join(REPO, requirements)
     with open(req) as fh:
-        want = _digest(fh.read(), sys.version)
+        text = fh.read()
+    floor = re.search(r"^# requires-python >= (\d+)\.(\d+)", text, re.M)
+    if floor and sys.version_info < (int(floor[1]), int(floor[2])):
+        raise Unavailable("%s needs Python >= %s.%s" % (requirements, floor[1], floor[2]))
+    want = _digest(text, sys.version)
     py = os.path.join(venv, "bin", "python")
     stamp = os.path.join(venv, ".stamp")
     with _locked(os.path.join(REPO, ".cache", "venv-" + name)):
