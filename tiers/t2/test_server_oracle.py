@@ -90,6 +90,7 @@ def slow_only(request):
 
 @pytest.fixture(scope="module")
 def mock():
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the default execd generation."""
     with MockOpenSandbox() as m:
         yield m
 
