@@ -361,9 +361,10 @@ class _Flow:
             # The kill is SIGKILL, but the real execd forwards to the command's process group every signal it
             # receives itself while a command runs (runtime/command.go: signal.Notify(signals) with no list, then
             # Kill(-pid, sig) for all but SIGCHLD/SIGURG). The previous step's stream was closed by this reader at
-            # its terminal event; ~1 s later execd's handler writes the end of that response to the closed socket,
-            # gets SIGPIPE and passes it on: the command may die of "broken pipe" before the timeout. What the
-            # server guarantees is a death by signal, and that the signal is SIGKILL or one execd passed on.
+            # its terminal event, a reset when bytes were left unread; ~1 s later execd's handler writes the end of
+            # that response into it, gets SIGPIPE and passes it on: the command dies of "broken pipe" before the
+            # timeout (tiers/t3/test_execd_signals.py provokes it). What the server guarantees is a death by
+            # signal: SIGKILL, or one execd passed on.
             assert last["error"]["traceback"][0] in ("signal: killed", "signal: broken pipe"), events
 
         with self.step("background: logs, cursor, exit code"):  # 10_command_background_logs
