@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "Running, like a real server (default 0.2; 0 = at once)")
     p.add_argument("--max-sandbox-timeout", type=int, default=None, metavar="SECONDS",
                    help="refuse create timeouts above this (server max_sandbox_timeout_seconds; default: no limit)")
+    p.add_argument("--network", choices=("bridge", "host"), default="bridge",
+                   help="bridge (default, the server's example config): each sandbox has its own network "
+                        "namespace, ports published through relays on 127.0.0.1, outbound traffic through "
+                        "slirp4netns when installed; host: sandboxes share the host's network")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
@@ -51,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
                               root=args.root, execd_bin=args.execd_bin, verbose=args.verbose,
                               execd_start_delay=args.execd_start_delay,
-                              max_sandbox_timeout=args.max_sandbox_timeout)
+                              max_sandbox_timeout=args.max_sandbox_timeout, network=args.network)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

@@ -110,11 +110,12 @@ class BackendError(Exception):
 
 def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, str] | None = None,
             client_facing: bool = True, on_connect_error: Callable[[Exception], None] | None = None,
-            location_prefix: str | None = None) -> None:
+            location_prefix: str | None = None, connect: Callable[[], socket.socket] | None = None) -> None:
     """Forward ``req`` to ``http://<target>/<rest>?<query>`` and stream the answer back.
 
     ``client_facing`` = the lifecycle server's proxy: strip auth/forwarding headers, add X-Forwarded-*,
-    and answer with uvicorn's headers; otherwise a transparent port mapping (the 8080 listener)."""
+    and answer with uvicorn's headers; otherwise a transparent port mapping (the 8080 listener).
+    ``connect`` opens the backend connection (a port inside the sandbox's network namespace)."""
     h = req.handler
     hostport, _, base_path = target.partition("/")
     host, _, port_s = hostport.rpartition(":")
@@ -163,7 +164,10 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
     conn = http.client.HTTPConnection(host, int(port_s), timeout=10)
     try:
         try:
-            conn.connect()
+            if connect is not None:
+                conn.sock = connect()
+            else:
+                conn.connect()
         except OSError as e:
             if on_connect_error is None:
                 raise
@@ -172,7 +176,8 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
         conn.sock.settimeout(None)
         try:
             conn.putrequest(req.method, path, skip_host=True, skip_accept_encoding=True)
-            conn.putheader("Host", hostport)
+            # a published port (not client_facing) is transparent: the app sees the client's Host
+            conn.putheader("Host", req.headers.get("Host") or hostport if not client_facing else hostport)
             for k, v in headers:
                 conn.putheader(k, v)
             conn.endheaders()
@@ -851,13 +856,16 @@ class LifecycleHandler(Handler):
 
 class PortForwardApp(App):
     """The per-sandbox listener standing in for Docker's published container port 8080: forwards
-    everything to the sandbox's port 8080 (through execd's /proxy/8080 route)."""
+    everything to the sandbox's port 8080 (``connect``: into its network namespace; with the host
+    network, through execd's /proxy/8080 route)."""
 
     fault_listener = "port"
 
     def __init__(self, target: Callable[[], tuple[str, dict[str, str]]], verbose: bool = False, *,
-                 faults: Any = None, sandbox_id: str | None = None, journal: Any = None):
+                 faults: Any = None, sandbox_id: str | None = None, journal: Any = None,
+                 connect: Callable[[], socket.socket] | None = None):
         self.target = target
+        self.connect = connect  # the sandbox's own port 8080 (its network namespace), else target's address
         self.verbose = verbose
         self.faults, self.sandbox_id, self.journal = faults, sandbox_id, journal
 
@@ -878,6 +886,6 @@ class PortForwardHandler(Handler):
 
         try:
             forward(req, target, req.raw_path.partition("?")[0], extra_headers=headers, client_facing=False,
-                    on_connect_error=refused)
+                    on_connect_error=refused, connect=app.connect)
         except BackendError:
             self.close_connection = True

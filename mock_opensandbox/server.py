@@ -31,6 +31,7 @@ from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwa
 from .model import Provisioner, Sandbox, SandboxStore
 
 EXECD_MODES = ("v1.1.0", "latest")
+NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
 
 
 def is_loopback_host(host: str) -> bool:
@@ -134,7 +135,7 @@ class MockProvisioner(Provisioner):
 
         m = self.mock
         root = os.path.join(m.root, sb.id)
-        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate)
+        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, network=m.network)
         sb.runtime = runtime
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
@@ -176,11 +177,12 @@ class MockProvisioner(Provisioner):
 
     def _start_execd_process(self, sb: Sandbox, runtime: Any) -> Any:
         m = self.mock
-        port = _free_port()
         if not self.mock_execd:
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
-            # capabilities as every sandbox process (raises when the sandbox is not isolated)
-            return runtime.start_execd(m.execd_bin, port=port, token=m.execd_token or None)
+            # capabilities as every sandbox process (raises when the sandbox is not isolated); in its
+            # own network namespace it listens on 44772 and .port is the host end of a relay
+            return runtime.start_execd(m.execd_bin, token=m.execd_token or None)
+        port = _free_port()
         argv = [m.execd_bin, "--port", str(port)]
         if m.execd_token:
             argv += ["-access-token", m.execd_token]
@@ -250,8 +252,11 @@ class MockProvisioner(Provisioner):
         if self.isolate is False:
             return "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
         from .runtime.probe import isolation_header
+        from .runtime.sandbox import network_note
 
-        return isolation_header()
+        head = isolation_header()
+        net = network_note(self.mock.network) if head.startswith("isolated") else ""
+        return head + "; " + net if net else head
 
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:
@@ -265,9 +270,9 @@ class MockProvisioner(Provisioner):
         if port == quirks.HTTP_PORT:
             return "127.0.0.1:%d" % self._http_listener(sb), headers
         if port == quirks.EXECD_PORT and self.mock.execd_bin:
-            # an execd process listens on its own port, not on 44772 behind a container's port
-            # mapping, so its /proxy/44772 would loop to 127.0.0.1:44772: answer the bare address
-            # (seed 000 §5.3: 'The mock lifecycle returns endpoint: "127.0.0.1:<p>"')
+            # an execd process: its published port (a relay to 44772 in the sandbox's network
+            # namespace, or its own host port with the host network) is the bare address
+            # (server services/docker/networking.py; seed 000 §5.3 'endpoint: "127.0.0.1:<p>"')
             return "127.0.0.1:%d" % (sb.execd_port or 0), headers
         return "127.0.0.1:%d/proxy/%d" % (sb.execd_port or 0, port), headers
 
@@ -278,14 +283,23 @@ class MockProvisioner(Provisioner):
             if srv is None:
                 if sb.deleted:
                     return 0
+                rt = sb.runtime
+                connect = None
+                if rt is not None and getattr(rt, "has_netns", False):
+                    # Docker publishes 8080 itself: straight to the sandbox's own port 8080
+                    def connect() -> socket.socket:
+                        return rt.connect(quirks.HTTP_PORT, timeout=10)
                 app = PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose,
-                                     faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal)
+                                     faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal,
+                                     connect=connect)
                 srv = Server(("127.0.0.1", 0), PortForwardHandler, app)
                 srv.start(name="mock-osb-8080-%s" % sb.id[:8])
                 sb.resources["http"] = srv
             return srv.port
 
     def _http_target(self, sb: Sandbox) -> tuple[str, dict[str, str]]:
+        if sb.runtime is not None and getattr(sb.runtime, "has_netns", False):
+            return "127.0.0.1:%d" % quirks.HTTP_PORT, {}  # reached with runtime.connect (_http_listener)
         headers: dict[str, str] = {}
         if self.mock.execd_token:
             headers["X-EXECD-ACCESS-TOKEN"] = self.mock.execd_token
@@ -302,7 +316,8 @@ class MockOpenSandbox(WorkbenchMixin):
                  clock: Callable[[], datetime] | None = None, *, verbose: bool = False,
                  pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
                  reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
-                 execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = None):
+                 execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = None,
+                 network: str = "bridge"):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -328,6 +343,11 @@ class MockOpenSandbox(WorkbenchMixin):
             raise ValueError("max_sandbox_timeout must be an integer >= 60 (seconds) or None")
         self.max_sandbox_timeout = max_sandbox_timeout
         self.execd_bin = execd_bin
+        # "bridge" (the server's example config): a network namespace per sandbox, published ports
+        # relayed from 127.0.0.1; "host": the sandboxes share the host's network (runtime/netns.py)
+        if network not in NETWORK_MODES:
+            raise ValueError("network must be one of %s, not %r" % (", ".join(NETWORK_MODES), network))
+        self.network = network
         self.clock = clock
         self.verbose = verbose
         self.pull_fails = pull_fails

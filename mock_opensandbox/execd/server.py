@@ -679,7 +679,8 @@ class ExecdServer(App):
 
     # -- reverse proxy ---------------------------------------------------------------------------
     def _proxy(self, req: Request, port: str, path: str) -> None:
-        """execd pkg/web/proxy.go: forward to 127.0.0.1:<port><path>?<query>, streaming the answer.
+        """execd pkg/web/proxy.go: forward to 127.0.0.1:<port><path>?<query> inside the sandbox (execd
+        runs in the container's network namespace), streaming the answer.
         Headers travel as lists of pairs both ways, so repeated ones (Set-Cookie, Cookie, Vary, ...)
         stay separate like Go's http.Header copies them; hop-by-hop headers (and those named in
         Connection) are dropped as httputil.ReverseProxy does."""
@@ -702,6 +703,8 @@ class ExecdServer(App):
             if not port.isdigit() or not 0 < int(port) < 65536:
                 raise OSError("bad port")
             conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=600)
+            # 127.0.0.1 as the sandbox sees it: its own network namespace (runtime.connect)
+            conn.sock = self.runtime.connect(int(port), timeout=600)
             conn.putrequest(req.method, target,
                             skip_accept_encoding=any(k.lower() == "accept-encoding" for k, _ in out))
             for k, v in out:

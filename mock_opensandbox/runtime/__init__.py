@@ -3,7 +3,8 @@
 Modules: ``sandbox`` (SandboxRuntime: root, path mapping, processes, pause/resume), ``holder`` (a
 sandbox's PID 1 and how commands join its namespaces), ``probe`` (can this OS contain a sandbox?
 once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
-``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox).
+``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox), ``netns`` (its
+own network namespace).
 
 Containment, where the OS allows it (QUIRKS.md "Containment" has the sources). Every sandbox
 process - the entrypoint and PID 1, foreground and background commands, PTY shells, an execd
@@ -24,8 +25,9 @@ process - runs
   before the exec of the sandbox process (``scripts/view.py`` and ``scripts/nsexec.py`` with
   prctl/capset; a root join with util-linux ``setpriv``).
 The view is built while still privileged, in a namespace the host never sees; a failure of any
-step stops the process before anything of the sandbox runs. Not contained: the host network
-(no network namespace; the server's default ``network_mode`` is "host" too). Without a PID
+step stops the process before anything of the sandbox runs. The network (``netns``): a network
+namespace per sandbox held by its PID 1, loopback up, ports reached with ``SandboxRuntime.connect``,
+outbound traffic through slirp4netns when installed; ``network="host"`` shares the host's. Without a PID
 namespace (``OSB_MOCK_PIDNS=0``, no nsenter) each command builds the view in a mount namespace
 of its own and shares the host's processes. Where namespaces are unavailable at all (no
 ``unshare``/``setpriv``, user namespaces disabled, not Linux, ``OSB_MOCK_ISOLATION=0``) commands

@@ -5,8 +5,10 @@ bootstrap.sh starts it in the background with ``EXECD_ENVS=/opt/opensandbox/.env
 before the entrypoint (../shared/opensandbox/bootstrap.sh; server ``services/docker/runtime.py``
 ``OPENSANDBOX_DIR``). Here the binary is copied into the sandbox root (a throw-away directory) and
 started through ``SandboxRuntime.spawn``: the same namespaces, view and capability set as every
-other sandbox process. There is no network namespace: it listens on the host's network, as with
-the server's default ``network_mode = "host"``; the mock reaches it on 127.0.0.1.
+other sandbox process. In a sandbox with a network namespace of its own (``network="bridge"``,
+the server's example config) it listens on 44772 inside and the host reaches it through a relay on
+127.0.0.1:<ephemeral> (``relay.TCPRelay``, docker-proxy's role); with the host network it listens
+on a free port of the host's 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ._util import kill_and_reap, killpg
 
@@ -29,22 +31,30 @@ EXECD_PATH = EXECD_DIR + "/execd"       # bootstrap.sh: EXECD="${EXECD:=/opt/ope
 EXECD_ENVS = EXECD_DIR + "/.env"        # bootstrap.sh: EXECD_ENVS default
 EXECD_LOG = "/tmp/execd.log"            # where the mock keeps its output (QUIRKS.md)
 READY_TIMEOUT = 15.0
+INNER_PORT = 44772                      # execd's port inside a container (server EXECD_PORT)
 
 
 class ExecdProcess:
-    """An execd process inside a sandbox: ``port`` on 127.0.0.1, ``stop()`` ends it (idempotent)."""
+    """An execd process inside a sandbox: ``port`` on 127.0.0.1, ``stop()`` ends it (idempotent).
+    With a network namespace of the sandbox's own, execd listens on ``inner_port`` inside and
+    ``port`` is the host end of a relay to it (``relay``, like Docker's published port)."""
 
-    def __init__(self, proc: subprocess.Popen, port: int, runtime: "SandboxRuntime"):
+    def __init__(self, proc: subprocess.Popen, port: int, runtime: "SandboxRuntime", relay: Any = None,
+                 inner_port: int | None = None):
         self.proc = proc
         self.port = port
         self.runtime = runtime
+        self.relay = relay
+        self.inner_port = inner_port if inner_port is not None else port
 
     @property
     def url(self) -> str:
         return "http://127.0.0.1:%d" % self.port
 
     def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM the execd's process group, SIGKILL after timeout, reap it."""
+        """SIGTERM the execd's process group, SIGKILL after timeout, reap it; close the relay."""
+        if self.relay is not None:
+            self.relay.close()
         if self.proc.poll() is None:
             killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -123,8 +133,9 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
                            "isolated: " + rt.isolation_note)
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         raise ValueError(f"execd binary is not an executable file: {binary!r}")
-    if port is None:
-        port = free_port()
+    inside = getattr(rt, "has_netns", False)
+    if port is None:  # in a network namespace of its own, the port the server's containers use
+        port = INNER_PORT if inside else free_port()
     install_binary(rt.root, binary)
     os.close(_open_in_root(rt.root, EXECD_ENVS.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_APPEND))
     argv = [EXECD_PATH, "--port", str(port)]
@@ -139,13 +150,24 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
     finally:
         os.close(log)
     ex = ExecdProcess(proc, port, rt)
+    if inside:  # the published port: a relay on the host's 127.0.0.1 into the sandbox (docker-proxy)
+        from ..relay import TCPRelay
+
+        try:
+            ex.relay = TCPRelay(lambda: rt.connect(port, timeout=5.0), name="osb-execd-relay")
+        except OSError:
+            ex.stop()
+            raise
+        ex.port = ex.relay.port
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
+            ex.stop()
             raise RuntimeError("execd exited with status %s at start (see %s in the sandbox)" % (
                 proc.returncode, EXECD_LOG))
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with (rt.connect(port, timeout=0.5) if inside else socket.create_connection(("127.0.0.1", port),
+                                                                                         timeout=0.5)):
                 return ex
         except OSError:
             if time.monotonic() > deadline:

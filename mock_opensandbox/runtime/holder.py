@@ -123,10 +123,12 @@ def own_pidns_fd() -> int:
     return _own_pidns
 
 
-def holder_prefix(unshare: str) -> list[str]:
+def holder_prefix(unshare: str, net: bool = False) -> list[str]:
     cmd = [unshare]
     if os.geteuid() != 0:
         cmd += ["--user", "--map-root-user"]
+    if net:  # a network namespace of the sandbox's own (netns.py)
+        cmd += ["--net"]
     return cmd + ["--mount", "--ipc", "--uts", "--propagation", "private", "--pid", "--fork", "--kill-child"]
 
 
@@ -149,6 +151,7 @@ class Holder:
         self.implicit = implicit  # started on first use, not by start_entrypoint()
         self.pidns_fd: int | None = None
         self.pidns_id = ""
+        self.net: Any = None      # netns.SandboxNet when the sandbox has a network namespace of its own
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
         try:
             if mode == "direct":
@@ -162,7 +165,7 @@ class Holder:
     @classmethod
     def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
-              ) -> tuple["Holder | None", str]:
+              net: bool = False) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why)."""
         safe_env = scripts.protect_env(env)
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
@@ -177,7 +180,7 @@ class Holder:
             os.mkfifo(fifo, 0o600)
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                cmd = scripts.holder_argv(holder_prefix(unshare), root, fifo, hostname, argv)
+                cmd = scripts.holder_argv(holder_prefix(unshare, net), root, fifo, hostname, argv)
                 preexec = _die_with_parent(os.getpid())
                 proc = lifeline_call(lambda: subprocess.Popen(
                     cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
@@ -271,7 +274,8 @@ class Holder:
         in wd; the wrappers see only the sanitized environment."""
         if self.mode == "direct":
             safe, unsafe = scripts.split_env(env)
-            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts", "--wdns=" + wd, "--", setpriv]
+            net = ["--net"] if self.net is not None else []
+            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--", setpriv]
                     + caps.setpriv_options() + ["--"] + scripts.env_stage(unsafe) + list(argv)), safe
         # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
         # it again when the command's environment did not have it
@@ -299,6 +303,9 @@ class Holder:
         self.close()
 
     def close(self) -> None:
+        net, self.net = self.net, None
+        if net is not None:
+            net.close()
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if f is not None:
                 try:

@@ -20,7 +20,8 @@ _probe_result: tuple[bool, str, list[str], str | None] | None = None
 ISOLATION_NOTE: str | None = None  # filled in by the first probe_isolation()
 _OFF = ("0", "off", "no", "false")
 PROBE_HOSTNAME = "0123456789ab"
-NOT_CONTAINED = "not contained: the host network (like the server's default network_mode)"
+# the network is per mock (--network) and per sandbox: runtime/netns.py, sandbox.network_note()
+NOT_CONTAINED = "network: a namespace of its own per sandbox unless --network host (see x-mock-isolation)"
 
 
 def unshare_prefix(unshare: str) -> list[str]:
@@ -164,8 +165,8 @@ def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
 
 
 def isolation_header() -> str:
-    """The x-mock-isolation value: "isolated" (contained like the real sandbox; the network is the
-    host's in both), "isolated; not contained: ..." without a PID namespace, "host; <why>"."""
+    """The x-mock-isolation value: "isolated" (contained like the real sandbox), "isolated; not
+    contained: ..." without a PID namespace, "host; <why>" (the network part: sandbox.network_note)."""
     ok, note = probe_isolation()
     if not ok:
         return "host; " + " ".join(note.split())

@@ -11,6 +11,7 @@ import errno
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import threading
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from . import scripts
 from ._util import (BASE_DIRS, DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
                     make_mountpoint, readlink, rmtree, take_ctty)
+from . import netns
 from .holder import Holder
 from .probe import probe_isolation, probe_result
 
@@ -48,6 +50,35 @@ def _sandbox_pty(pid1: int) -> tuple[int, int]:
     return master, slave
 
 
+_netns_lock = threading.Lock()
+_netns_result: tuple[bool, str] | None = None
+
+
+def _netns_probe(unshare: str) -> tuple[bool, str]:
+    """Can a sandbox get a network namespace of its own here? Probed once per process."""
+    global _netns_result
+    with _netns_lock:
+        if _netns_result is None:
+            _netns_result = netns.probe_netns(unshare)
+        return _netns_result
+
+
+def network_note(network: str) -> str:
+    """What of the network of this process's sandboxes is not like a container's ("" = nothing):
+    the x-mock-isolation suffix and the start-up banner's line."""
+    if network == "host":
+        return "not contained: the host network (--network host)"
+    ok, _, _, pid_mode = probe_result()
+    if not ok:
+        return ""
+    if pid_mode is None:
+        return "not contained: the host network (no PID namespace to hold a network namespace)"
+    has, why = _netns_probe(shutil.which("unshare") or "unshare")
+    if not has:
+        return "not contained: the host network (%s)" % why
+    return netns.no_outbound_note()
+
+
 class PathEscape(ValueError):
     """A sandbox path that would resolve outside the sandbox root (never returned, always raised)."""
 
@@ -65,7 +96,7 @@ class SandboxRuntime:
     """One sandbox: a root directory and the process groups running in it."""
 
     def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
-                 create: bool = True, hostname: str | None = None):
+                 create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK):
         if create:
             os.makedirs(root, exist_ok=True)
         self.root = os.path.realpath(root)
@@ -95,6 +126,22 @@ class SandboxRuntime:
         self._pid_mode: str | None = result[3] if result else None
         self._holder: Holder | None = None
         self._root_id: tuple[int, int] | None = None
+        # a network namespace of the sandbox's own ("bridge", netns.py), held by its PID 1
+        if network not in netns.NETWORK_MODES:
+            raise ValueError("network must be one of %s, not %r" % (", ".join(netns.NETWORK_MODES), network))
+        self.network = network
+        self.net_note = ""  # what of the network is not like a container's ("" = nothing)
+        self._netns = False
+        if network == "host":
+            self.net_note = "not contained: the host network (--network host)"
+        elif self._pid_mode is not None:
+            self._netns, why = _netns_probe(self._unshare)
+            if not self._netns:
+                self.net_note = "not contained: the host network (%s)" % why
+            else:
+                self.net_note = netns.no_outbound_note()
+        elif self.isolated:
+            self.net_note = "not contained: the host network (no PID namespace to hold a network namespace)"
         self._token = uuid.uuid4().hex
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -315,16 +362,53 @@ class SandboxRuntime:
     def _start_holder(self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any,
                       stderr: Any) -> Holder | None:
         assert self._pid_mode is not None
+        if self._netns:
+            env = dict(env)
+            env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
         holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
-                                   implicit=implicit, stdout=stdout, stderr=stderr)
+                                   implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns)
+        if holder is not None and self._netns:
+            self._attach_net(holder)
         if holder is None:
             # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)
             self._pid_mode = None
             self.isolation_note += f"; this sandbox has no PID namespace of its own ({why})"
+            if self._netns:
+                self._netns = False
+                self.net_note = "not contained: the host network (no PID 1 to hold a network namespace)"
             return None
         self._holder = holder
         self._track(holder.proc)
         return holder
+
+    def _attach_net(self, holder: Holder) -> None:
+        """The holder's network namespace: connect() and, when installed, slirp4netns for eth0."""
+        try:
+            holder.net = netns.SandboxNet(holder.pid, holder.mode, getattr(self, "agent_call", None))
+        except OSError:  # PID 1 already ended (a stopped sandbox): nothing to reach
+            return
+        note = holder.net.start_stack()
+        if note:
+            self.net_note = note
+
+    @property
+    def has_netns(self) -> bool:
+        """True when the sandbox has a network namespace of its own (reach its ports with connect())."""
+        return self._netns
+
+    def connect(self, port: int, timeout: float | None = None) -> socket.socket:
+        """A TCP connection to 127.0.0.1:port as seen from inside the sandbox: in its own network
+        namespace (bridge), else the host's loopback (--network host, no namespaces). Raises OSError
+        (ECONNREFUSED when nothing listens there, or the sandbox is not running)."""
+        with self._lock:
+            holder = self._ensure_holder() if self._netns and not self.terminated else self._holder
+            net = holder.net if holder is not None else None
+            netns_wanted = self._netns
+        if net is not None:
+            return net.connect(port, timeout)
+        if netns_wanted:  # a bridge sandbox that is not running: nothing listens inside
+            raise ConnectionRefusedError(111, "the sandbox is not running")
+        return socket.create_connection(("127.0.0.1", port), timeout=timeout)
 
     def start_entrypoint(self, argv: Sequence[str], *, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
         """Run the sandbox entrypoint (exec form, no shell), like the container's main process. With a

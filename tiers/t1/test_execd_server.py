@@ -152,12 +152,17 @@ class _Upstream(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def test_reverse_proxy_to_other_ports(make_execd):
+def test_reverse_proxy_to_other_ports(sandbox_root):
+    """execd's /proxy/<port> semantics, with an upstream on the host: a host-network sandbox (a
+    sandbox of its own network reaches only its own ports: tiers/t1/test_network.py)."""
+    rt = SandboxRuntime(sandbox_root, network="host")
+    execd = ExecdServer(rt, close_delay=0)
+    execd.start()
     up = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     th = threading.Thread(target=up.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     th.start()
     try:
-        c = Client(make_execd().port, prefix="")
+        c = Client(execd.port, prefix="")
         r = c.get(f"/proxy/{up.server_address[1]}/hello/world?x=1")
         assert r.status == 200 and r.json() == {"path": "/hello/world?x=1", "xff": "127.0.0.1"}
         r = c.get(f"/proxy/{up.server_address[1]}/stream")
@@ -165,10 +170,14 @@ def test_reverse_proxy_to_other_ports(make_execd):
     finally:
         up.shutdown()
         up.server_close()
-    r = c.get(f"/proxy/{up.server_address[1]}/gone")
-    assert (r.status, r.body) == (502, b"Bad Gateway\n")
-    r = c.get("/proxy/")
-    assert (r.status, r.body) == (400, b"port is required\n")
+    try:
+        r = c.get(f"/proxy/{up.server_address[1]}/gone")
+        assert (r.status, r.body) == (502, b"Bad Gateway\n")
+        r = c.get("/proxy/")
+        assert (r.status, r.body) == (400, b"port is required\n")
+    finally:
+        execd.stop()
+        rt.cleanup()
 
 
 def test_terminate_leaves_no_process(sandbox_root):

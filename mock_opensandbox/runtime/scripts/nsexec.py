@@ -1,4 +1,4 @@
-# Non-root: enter a sandbox's user, mount, IPC, UTS and PID namespaces (a fresh, single-threaded
+# Non-root: enter a sandbox's user, (network,) mount, IPC, UTS and PID namespaces (a fresh, single-threaded
 # process may; the multithreaded mock may not), fork the command into them and wait for it. The
 # child chdirs (entering the mount namespace made the sandbox root its "/"), drops to the sandbox's
 # capability set (bounding, permitted, effective; inheritable and ambient empty), sets
@@ -44,8 +44,14 @@ def main():
         last = int(fh.read())
     libc = ctypes.CDLL(None, use_errno=True)
     fds = []  # all opened first: once in the mount namespace, /proc is the sandbox's
-    for name, flag in (("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000),
-                       ("pid", 0x20000000)):
+    spaces = [("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000),
+              ("pid", 0x20000000)]
+    try:  # the sandbox's own network namespace, when it has one (a host-network sandbox shares ours)
+        if os.readlink("/proc/%d/ns/net" % target) != os.readlink("/proc/self/ns/net"):
+            spaces.insert(1, ("net", 0x40000000))
+    except OSError as e:
+        fail("nsenter: cannot open /proc/%d/ns/net: %s" % (target, e.strerror), 1)
+    for name, flag in spaces:
         try:
             fds.append((name, flag, os.open("/proc/%d/ns/%s" % (target, name), os.O_RDONLY | os.O_CLOEXEC)))
         except OSError as e:

@@ -17,6 +17,7 @@ import sys
 import warnings  # noqa: F401 - os.execvp imports it lazily: after pivot_root the stdlib may be gone
 import _signal as signal  # the C module: `signal` would import enum
 import _socket
+import fcntl
 
 libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -39,6 +40,8 @@ ETC_FROM_HOST = ("hosts", "resolv.conf", "nsswitch.conf", "ld.so.cache", "ssl/ce
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "i686": 217, "i386": 217, "armv7l": 218,
               "armv6l": 218, "ppc64le": 203, "ppc64": 203, "s390x": 217, "loongarch64": 41}
 UNSAFE_PREFIX = "OSB_MOCK_UNSAFE_"  # scripts.HELPER_ENV_PREFIX
+# a sandbox with a network namespace of its own: its /etc/hosts and /etc/resolv.conf (netns.py)
+NET_FILES = (("hosts", "OSB_MOCK_NET_HOSTS"), ("resolv.conf", "OSB_MOCK_NET_RESOLV"))
 
 
 def fail(msg, code=125):
@@ -139,9 +142,18 @@ def build_etc(R, H, X, E):
             os.makedirs(up + "/" + parent, 0o755, exist_ok=True)
         if not os.path.lexists(up + "/" + rel):
             os.mknod(up + "/" + rel, stat.S_IFCHR, os.makedev(0, 0))  # an overlay whiteout
+    own = {}
+    for name, var in NET_FILES:
+        text = os.environ.pop(var, None)
+        if text is not None:
+            own[name] = text
+            fd = os.open(up + "/" + name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(fd, text.encode())
+            os.fchmod(fd, 0o644)
+            os.close(fd)
     mount("osb-etc", p, "overlay", 0, "lowerdir=/etc,upperdir=%s,workdir=%s" % (up, work))
     for f in ETC_FROM_HOST:
-        if os.path.isfile("/etc/" + f):
+        if f not in own and os.path.isfile("/etc/" + f):
             t = p + "/" + f
             empty_file(t)
             mount("/etc/" + f, t, None, MS_BIND)
@@ -218,6 +230,20 @@ def build_sys(R):
     for name in SYS_MASK_DIRS:
         if os.path.isdir(p + "/" + name):
             mount("tmpfs", p + "/" + name, "tmpfs", MS_RDONLY)
+
+
+def loopback_up():
+    """A fresh network namespace has lo down: bring it up (SIOCGIFFLAGS, SIOCSIFFLAGS | IFF_UP), no
+    iproute2 needed. In the host's namespace lo is up already and nothing changes."""
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        req = b"lo".ljust(16, b"\0") + bytes(16)
+        flags = int.from_bytes(fcntl.ioctl(s.fileno(), 0x8913, req)[16:18], sys.byteorder)
+        if not flags & 1:
+            fcntl.ioctl(s.fileno(), 0x8914, b"lo".ljust(16, b"\0") + (flags | 1).to_bytes(2, sys.byteorder)
+                        + bytes(14))
+    finally:
+        s.close()
 
 
 def build_view(R, H, X, E, fresh_proc):
@@ -310,6 +336,8 @@ def main():
     except OSError:
         pass
     try:
+        if mode == "holder":
+            loopback_up()
         build_view(R, H, X, E, fresh_proc=(mode == "holder"))
         pivot(R)
     except OSError as e:

@@ -1,0 +1,360 @@
+"""A sandbox's own network: a network namespace with loopback, reached from the host by connect(),
+and outbound traffic through a user-mode network stack (slirp4netns) when one is installed.
+
+The server's example config runs Docker with ``network_mode = "bridge"`` (opensandbox-server 1.1.1
+services/docker/networking.py): every container has its own network namespace (``lo`` + ``eth0``
+on 172.17.0.0/16), ports 44772 and 8080 are published on the host's 127.0.0.1 through
+docker-proxy, and other ports are reached through execd's ``/proxy/<port>``. Here:
+
+* the holder (PID 1) is started with ``unshare --net``; scripts/view.py brings ``lo`` up and writes
+  a container's ``/etc/hosts`` and ``/etc/resolv.conf``; every joining path enters the namespace;
+* ``SandboxNet.connect(port)`` opens a TCP connection to 127.0.0.1:port *inside* the namespace: as
+  root the calling thread setns()es into it around socket() (a socket keeps the namespace it was
+  made in) and back; as non-root (setns(CLONE_NEWNET) also needs CAP_SYS_ADMIN in our own user
+  namespace) a short-lived helper enters the sandbox's user + network namespaces, connects and
+  hands the socket back over SCM_RIGHTS (or the sandbox's in-sandbox agent, when the runtime has
+  one: ``agent_call({"op": "connect", "port": N}) -> (reply, fds)``);
+* ``slirp4netns --configure --disable-host-loopback --cidr 172.17.0.0/16 PID eth0`` gives the
+  namespace ``eth0`` and a default route; the host's loopback stays unreachable. It dies with the
+  sandbox (``--exit-fd``: the mock holds the other end) and with the mock (PR_SET_PDEATHSIG, forked
+  by the lifeline thread).
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any, Callable
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+NETWORK_MODES = ("bridge", "host")
+DEFAULT_NETWORK = "bridge"  # the server's example config (docker network_mode = "bridge")
+
+# Docker's default bridge: 172.17.0.0/16, gateway .1, the first container .2, MTU 1500. slirp4netns
+# on the same /16 has its gateway at .2, its DNS forwarder at .3 and the guest always at .100.
+CIDR = "172.17.0.0/16"
+GUEST_IP = "172.17.0.100"
+MTU = 1500
+IFNAME = "eth0"
+STACK_READY_TIMEOUT = 10.0
+_OFF = ("0", "off", "no", "false", "none")
+
+# moby libnetwork etchosts (Docker 20.10): the localhost block, then "<ip>\t<hostname>"
+HOSTS_HEAD = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+              "ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
+# moby libnetwork resolvconf: without a usable (non-localhost) nameserver of the host, Google's
+DEFAULT_NAMESERVERS = ("8.8.8.8", "8.8.4.4")
+
+# The environment variables scripts/view.py reads (and drops) in the holder
+ENV_HOSTS = "OSB_MOCK_NET_HOSTS"
+ENV_RESOLV = "OSB_MOCK_NET_RESOLV"
+
+_own_lock = threading.Lock()
+_own_netns: int | None = None
+_stack_lock = threading.Lock()
+_stack: tuple[str, str] | None = None  # ("slirp4netns", path) | ("", why not)
+
+
+def own_netns_fd() -> int:
+    """The mock process's own network namespace (to switch a thread back to)."""
+    global _own_netns
+    with _own_lock:
+        if _own_netns is None:
+            _own_netns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        return _own_netns
+
+
+def find_stack() -> tuple[str, str]:
+    """(name, path) of the user-mode network stack to use, or ("", why there is none). Cached.
+    OSB_MOCK_NETSTACK=none turns it off; pasta is not used (Debian's 2023 pasta would not join a
+    namespace made by root without a user namespace)."""
+    global _stack
+    with _stack_lock:
+        if _stack is None:
+            if os.environ.get("OSB_MOCK_NETSTACK", "").lower() in _OFF:
+                _stack = ("", "disabled by OSB_MOCK_NETSTACK")
+            else:
+                path = shutil.which("slirp4netns")
+                _stack = ("slirp4netns", path) if path else ("", "no slirp4netns installed")
+        return _stack
+
+
+_stack_failure = ""  # the last reason slirp4netns could not start for a sandbox (say it in the header)
+
+
+def no_outbound_note() -> str:
+    name, why = find_stack()
+    if not name:
+        return "no outbound network (%s; install slirp4netns)" % why
+    return _stack_failure
+
+
+def hosts_file(hostname: str, ip: str | None) -> str:
+    return HOSTS_HEAD + ("%s\t%s\n" % (ip, hostname) if ip else "")
+
+
+def resolv_conf(host_text: str | None = None) -> str:
+    """The host's resolv.conf without localhost nameservers, Google's when none is left (what Docker
+    gives a container on the default bridge)."""
+    if host_text is None:
+        try:
+            with open("/etc/resolv.conf", encoding="utf-8", errors="replace") as fh:
+                host_text = fh.read()
+        except OSError:
+            host_text = ""
+    out: list[str] = []
+    servers = 0
+    for line in host_text.splitlines():
+        words = line.split()
+        if words[:1] == ["nameserver"] and len(words) > 1:
+            try:
+                addr = ipaddress.ip_address(words[1].split("%")[0])
+            except ValueError:
+                continue
+            if addr.is_loopback or addr.version == 6:  # IPv6 is off in the sandbox (the server's sysctls)
+                continue
+            servers += 1
+        out.append(line)
+    if not servers:
+        out += ["nameserver %s" % ns for ns in DEFAULT_NAMESERVERS]
+    return "\n".join(out).strip("\n") + "\n"
+
+
+def holder_env(hostname: str, with_stack: bool) -> dict[str, str]:
+    """The variables view.py turns into /etc/hosts and /etc/resolv.conf of a sandbox with its own
+    network namespace."""
+    return {ENV_HOSTS: hosts_file(hostname, GUEST_IP if with_stack else None), ENV_RESOLV: resolv_conf()}
+
+
+def _die_with_lifeline() -> Callable[[], None]:
+    from .holder import _die_with_parent
+
+    return _die_with_parent(os.getpid())
+
+
+# The non-root connector: enter the sandbox's user and network namespaces (a fresh single-threaded
+# process may), connect to 127.0.0.1:PORT and pass the socket back over the inherited fd (SCM_RIGHTS).
+CONNECT_PY = r"""
+import os, sys, socket, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+pid, port, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+back = socket.socket(fileno=int(sys.argv[4]))
+try:
+    for name, flag in (("user", 0x10000000), ("net", 0x40000000)):
+        fd = os.open("/proc/%d/ns/%s" % (pid, name), os.O_RDONLY | os.O_CLOEXEC)
+        if libc.setns(fd, flag) != 0:
+            raise OSError(ctypes.get_errno(), "setns %s: %s" % (name, os.strerror(ctypes.get_errno())))
+        os.close(fd)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    socket.send_fds(back, [b"ok"], [s.fileno()])
+except OSError as e:
+    back.sendall(("err %d %s" % (e.errno or 0, e.strerror or e)).encode())
+"""
+
+
+class SandboxNet:
+    """The network namespace of one sandbox (held by its PID 1) and its user-mode stack."""
+
+    def __init__(self, pid: int, mode: str, agent: Callable[[dict], Any] | None = None):
+        self.pid = pid
+        self.mode = mode                      # "direct" (root: setns) | "helper" (non-root)
+        self.agent = agent
+        self.netns_fd: int | None = None
+        self.stack: subprocess.Popen | None = None
+        self._exit_w: int | None = None
+        self.note = ""                        # why outbound traffic is not available ("" = it is)
+        if mode == "direct":
+            self.netns_fd = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY | os.O_CLOEXEC)
+            own_netns_fd()
+
+    # -- outbound ------------------------------------------------------------------------------
+    def start_stack(self) -> str:
+        """Start slirp4netns for this namespace; "" when eth0 is up, else the reason it is not."""
+        global _stack_failure
+        name, path = find_stack()
+        if not name:
+            self.note = no_outbound_note()
+            return self.note
+        from .holder import lifeline_call
+
+        ready_r, ready_w = os.pipe()
+        exit_r, exit_w = os.pipe()
+        os.set_inheritable(ready_w, True)
+        os.set_inheritable(exit_r, True)
+        cmd = [path, "--configure", "--mtu=%d" % MTU, "--disable-host-loopback", "--cidr=" + CIDR,
+               "--ready-fd=%d" % ready_w, "--exit-fd=%d" % exit_r, str(self.pid), IFNAME]
+        preexec = _die_with_lifeline()
+        proc = None
+        import tempfile
+
+        log = tempfile.TemporaryFile()  # its messages (a pipe nobody reads could fill and block it)
+        try:
+            try:
+                proc = lifeline_call(lambda: subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                    pass_fds=(ready_w, exit_r), start_new_session=True, preexec_fn=preexec))
+            finally:
+                os.close(ready_w)
+                os.close(exit_r)
+            import select
+
+            ok = False
+            ready, _, _ = select.select([ready_r], [], [], STACK_READY_TIMEOUT)
+            if ready:
+                ok = os.read(ready_r, 16).startswith(b"1")
+        except OSError as exc:
+            os.close(exit_w)
+            log.close()
+            self.note = "no outbound network (slirp4netns: %s)" % exc
+            _stack_failure = self.note
+            return self.note
+        finally:
+            os.close(ready_r)
+        self.stack, self._exit_w = proc, exit_w
+        if not ok:
+            err = b""
+            os.close(exit_w)
+            self._exit_w, self.stack = None, None
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            try:
+                log.seek(0)
+                err = log.read(4096)
+            except (OSError, ValueError):
+                pass
+            why = "; ".join(err.decode("utf-8", "replace").strip().splitlines()) or "not ready"
+            self.note = "no outbound network (slirp4netns: %s)" % why[:160]
+        log.close()
+        _stack_failure = self.note
+        return self.note
+
+    def stop_stack(self) -> None:
+        proc, self.stack = self.stack, None
+        if self._exit_w is not None:
+            try:
+                os.close(self._exit_w)  # --exit-fd: slirp4netns ends on its own
+            except OSError:
+                pass
+            self._exit_w = None
+        if proc is not None:
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+    # -- inbound -------------------------------------------------------------------------------
+    def connect(self, port: int, timeout: float | None = None) -> socket.socket:
+        """A TCP connection to 127.0.0.1:port inside the sandbox. Raises OSError (ECONNREFUSED when
+        nothing listens there)."""
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise OSError(22, "invalid port %r" % (port,))
+        if self.netns_fd is not None:
+            from .holder import setns_function
+
+            setns = setns_function()
+            setns(self.netns_fd, CLONE_NEWNET)
+            try:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            finally:
+                setns(own_netns_fd(), CLONE_NEWNET)
+            try:
+                s.settimeout(timeout)
+                s.connect(("127.0.0.1", port))
+            except BaseException:
+                s.close()
+                raise
+            return s
+        if self.agent is not None:
+            reply, fds = self.agent({"op": "connect", "port": port})
+            if not fds:
+                raise OSError(int((reply or {}).get("errno") or 111), str((reply or {}).get("error") or "refused"))
+            for extra in fds[1:]:
+                os.close(extra)
+            s = socket.socket(fileno=fds[0])
+            s.settimeout(timeout)
+            return s
+        return self._connect_helper(port, timeout)
+
+    def _connect_helper(self, port: int, timeout: float | None) -> socket.socket:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", CONNECT_PY, str(self.pid), str(port),
+                                     str(timeout if timeout is not None else 30.0), str(b.fileno())],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    pass_fds=(b.fileno(),), close_fds=True)
+            b.close()
+            try:
+                a.settimeout((timeout or 30.0) + 10.0)
+                msg, fds, _, _ = socket.recv_fds(a, 256, 2)
+            finally:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        finally:
+            a.close()
+            b.close()
+        if msg == b"ok" and fds:
+            for extra in fds[1:]:
+                os.close(extra)
+            s = socket.socket(fileno=fds[0])
+            s.settimeout(timeout)
+            return s
+        for fd in fds:
+            os.close(fd)
+        words = msg.decode("utf-8", "replace").split(" ", 2)
+        if words[:1] == ["err"] and len(words) == 3 and words[1].isdigit():
+            raise OSError(int(words[1]) or 111, words[2])
+        raise OSError(111, "cannot reach the sandbox's network namespace")
+
+    def close(self) -> None:
+        self.stop_stack()
+        if self.netns_fd is not None:
+            try:
+                os.close(self.netns_fd)
+            except OSError:
+                pass
+            self.netns_fd = None
+
+
+def probe_netns(unshare: str) -> tuple[bool, str]:
+    """Can a sandbox get a network namespace of its own with loopback up? Probed once per process
+    by the runtime (``unshare [--user --map-root-user] --net`` + the loopback ioctl)."""
+    if os.environ.get("OSB_MOCK_NETNS", "").lower() in _OFF:
+        return False, "disabled by OSB_MOCK_NETNS"
+    cmd = [unshare] + ([] if os.geteuid() == 0 else ["--user", "--map-root-user"]) + ["--net", sys.executable,
+                                                                                      "-I", "-S", "-c", LO_UP_PY]
+    try:
+        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, "network namespace probe failed: %s" % exc
+    if out.returncode != 0 or out.stdout.strip() != b"up":
+        why = (out.stderr.decode("utf-8", "replace").strip().splitlines() or ["exit %d" % out.returncode])[-1]
+        return False, "no network namespace (%s)" % why[:160]
+    return True, ""
+
+
+# Bring lo up in the current network namespace (also in scripts/view.py): SIOCGIFFLAGS/SIOCSIFFLAGS
+LO_UP_PY = r"""
+import fcntl, socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+req = struct.pack("16sH14x", b"lo", 0)
+flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), 0x8913, req))[1]
+fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14x", b"lo", flags | 0x1))
+print("up")
+"""
