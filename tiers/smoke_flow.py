@@ -363,8 +363,8 @@ class _Flow:
             # Kill(-pid, sig) for all but SIGCHLD/SIGURG). The previous step's stream was closed by this reader at
             # its terminal event, a reset when bytes were left unread; ~1 s later execd's handler writes the end of
             # that response into it, gets SIGPIPE and passes it on: the command dies of "broken pipe" before the
-            # timeout (tiers/t3/test_execd_signals.py provokes it). What the server guarantees is a death by
-            # signal: SIGKILL, or one execd passed on.
+            # timeout (a client that resets its stream provoked it 6/6 with the real v1.0.19, issue 22). What the
+            # server guarantees is a death by signal: SIGKILL, or one execd passed on.
             assert last["error"]["traceback"][0] in ("signal: killed", "signal: broken pipe"), events
 
         with self.step("background: logs, cursor, exit code"):  # 10_command_background_logs

@@ -40,15 +40,25 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
+def python_too_old(requirements: str) -> str | None:
+    """Why ``requirements`` (a file in the repo root) cannot be installed on this Python, or None: the file's
+    ``# requires-python >= X.Y`` line."""
+    with open(os.path.join(REPO, requirements)) as fh:
+        floor = re.search(r"^# requires-python >= (\d+)\.(\d+)", fh.read(), re.M)
+    if floor and sys.version_info < (int(floor[1]), int(floor[2])):
+        return "%s needs Python >= %s.%s" % (requirements, floor[1], floor[2])
+    return None
+
+
 def python_env(name: str, requirements: str) -> str:
     """The python of ``.venv-<name>`` with ``requirements`` (a file in the repo root) installed."""
     venv = os.path.join(REPO, ".venv-" + name)
     req = os.path.join(REPO, requirements)
     with open(req) as fh:
         text = fh.read()
-    floor = re.search(r"^# requires-python >= (\d+)\.(\d+)", text, re.M)
-    if floor and sys.version_info < (int(floor[1]), int(floor[2])):
-        raise Unavailable("%s needs Python >= %s.%s" % (requirements, floor[1], floor[2]))
+    why = python_too_old(requirements)
+    if why:
+        raise Unavailable(why)
     want = _digest(text, sys.version)
     py = os.path.join(venv, "bin", "python")
     stamp = os.path.join(venv, ".stamp")
