@@ -45,6 +45,8 @@ OSB_PYTHON="${OSB_PYTHON:-python3}"
 OSB_DOCKERD_ARGS="${OSB_DOCKERD_ARGS:-}"
 OSB_DOCKERD_TIMEOUT="${OSB_DOCKERD_TIMEOUT:-30}"
 OSB_HEALTH_TIMEOUT="${OSB_HEALTH_TIMEOUT:-60}"
+# Host binds (volumes[].host) are allowed under this one prefix ([storage] allowed_host_paths); "none" refuses them.
+OSB_ALLOWED_HOST_PATHS="${OSB_ALLOWED_HOST_PATHS:-$OSB_WORKDIR/host-volumes}"
 
 VENV="$OSB_WORKDIR/venv"
 CONFIG="$OSB_WORKDIR/server.toml"
@@ -102,6 +104,7 @@ knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OS
        OSB_BASE_IMAGE=local/python:3-slim)  OSB_BUSYBOX_IMAGE (local/busybox:latest)
        OSB_EXECD_BIN (../shared/opensandbox/execd)  OSB_BOOTSTRAP (bootstrap.sh beside OSB_EXECD_BIN)
        OSB_BUSYBOX_BIN (/bin/busybox)  OSB_DEBIAN_SUITE (this machine's)  OSB_DEBIAN_MIRROR (this machine's apt mirror)
+       OSB_ALLOWED_HOST_PATHS ($OSB_WORKDIR/host-volumes: the one prefix host binds may use; none = no host binds)
 EOF
 }
 
@@ -200,6 +203,17 @@ check_knobs() {
         0 | 1) ;;
         *) die knobs "OSB_LOCAL_IMAGES=$OSB_LOCAL_IMAGES" "set OSB_LOCAL_IMAGES=1 (build images on this machine) or 0 (pull them)" ;;
     esac
+    if [ "$OSB_ALLOWED_HOST_PATHS" != none ]; then
+        case "$OSB_ALLOWED_HOST_PATHS" in
+            /) die knobs "OSB_ALLOWED_HOST_PATHS=/" "choose a directory, not / (every host path would be bindable)" ;;
+            /*) ;;
+            *) die knobs "OSB_ALLOWED_HOST_PATHS=$OSB_ALLOWED_HOST_PATHS" "set OSB_ALLOWED_HOST_PATHS to one absolute path (or none)" ;;
+        esac
+        case "$OSB_ALLOWED_HOST_PATHS" in
+            *'"'* | *\\* | *//* | */ | */../* | */.. | *[[:cntrl:]]*)
+                die knobs "OSB_ALLOWED_HOST_PATHS=$OSB_ALLOWED_HOST_PATHS" "use one normalized absolute path without quotes, backslashes, '..' or a trailing slash" ;;
+        esac
+    fi
     local img
     for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE" "$OSB_BUSYBOX_IMAGE" "$OSB_EGRESS_IMAGE" "$OSB_CODE_INTERPRETER_IMAGE"; do
         case "$img" in
@@ -587,6 +601,10 @@ mode = "direct"
 # The server reaches sandboxes through their host-published ports (as in the recorded stack, VERSIONS.md).
 resolve_internal = false
 EOF
+    if [ "$OSB_ALLOWED_HOST_PATHS" != none ]; then
+        # host binds (volumes[].host) only under this prefix, checked by the server lexically and after realpath
+        printf '\n[storage]\nallowed_host_paths = ["%s"]\n' "$OSB_ALLOWED_HOST_PATHS"
+    fi
     if [ "$OSB_WITH_EGRESS" = 1 ]; then
         printf '\n[egress]\nimage = "%s"\nmode = "dns"\n' "$OSB_EGRESS_IMAGE"
     fi
@@ -599,6 +617,10 @@ step_config() {
         key="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
         printf '%s\n' "$key" >"$KEY_FILE"
         say "config: generated a throw-away API key in $KEY_FILE"
+    fi
+    if [ "$OSB_ALLOWED_HOST_PATHS" != none ]; then
+        mkdir -p "$OSB_ALLOWED_HOST_PATHS" || die config "mkdir -p $OSB_ALLOWED_HOST_PATHS" \
+            "set OSB_ALLOWED_HOST_PATHS to a directory you can create (or none)"
     fi
     render_config "$key" >"$CONFIG.new"
     if [ -f "$CONFIG" ] && cmp -s "$CONFIG" "$CONFIG.new"; then
@@ -621,6 +643,9 @@ print_env() {
     printf 'export ABX_OPENSANDBOX_BASE_URL=http://127.0.0.1:%s\n' "$OSB_PORT"
     printf 'export OPEN_SANDBOX_API_KEY=%s\n' "$1"
     printf 'export ABX_OPENSANDBOX_DEFAULT_IMAGE=%s\n' "$OSB_BASE_IMAGE"
+    if [ "$OSB_ALLOWED_HOST_PATHS" != none ]; then
+        printf 'export OPENSANDBOX_ALLOWED_HOST_PATHS=%s\n' "$OSB_ALLOWED_HOST_PATHS"
+    fi
     if [ "$OSB_LOCAL_IMAGES" = 1 ]; then
         printf 'export OPENSANDBOX_BUSYBOX_IMAGE=%s\n' "$OSB_BUSYBOX_IMAGE"
     fi

@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "namespace, ports published through relays on 127.0.0.1, outbound traffic through "
                         "slirp4netns when installed; host: sandboxes share the host's network")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
+    p.add_argument("--volumes-dir", default=None, metavar="DIR",
+                   help="where named volumes (pvc) live; they outlive sandboxes and go at POST /__mock__/reset "
+                        "unless keep_volumes (default: <root>/volumes)")
+    p.add_argument("--allowed-host-path", action="append", default=[], metavar="PREFIX",
+                   help="allow host binds (volumes[].host) under this absolute path; repeatable (server "
+                        "[storage] allowed_host_paths; default: none, host binds are refused)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
     return p
@@ -55,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
                               root=args.root, execd_bin=args.execd_bin, verbose=args.verbose,
                               execd_start_delay=args.execd_start_delay,
-                              max_sandbox_timeout=args.max_sandbox_timeout, network=args.network)
+                              max_sandbox_timeout=args.max_sandbox_timeout, network=args.network,
+                              volumes_dir=args.volumes_dir, allowed_host_paths=args.allowed_host_path)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

@@ -4,13 +4,15 @@ Routes (behind the API key like every other route; a browser on the dashboard au
 session cookie it gets from ``GET /__mock__/?key=<api key>``):
 
 * ``GET  /__mock__/``                  the dashboard (dashboard.py)
-* ``POST /__mock__/reset``             everything (sandboxes, their processes, fault rules, journal), or
-                                       one sandbox with ``{"sandbox": "<id>"}`` / ``?sandbox=<id>``
+* ``POST /__mock__/reset``             everything (sandboxes, their processes, named volumes, fault rules,
+                                       journal; ``{"keep_volumes": true}`` / ``?keep_volumes=1`` keeps the
+                                       volumes), or one sandbox with ``{"sandbox": "<id>"}`` / ``?sandbox=<id>``
 * ``GET  /__mock__/requests``          the journal (journal.py); filters: method, path (regex), sandbox,
                                        listener, status (404 or 4xx), fault (rule id or *), since (seq),
                                        limit; ``DELETE`` clears it
 * ``GET  /__mock__/sandboxes``         internal state of every sandbox; ``GET .../{id}`` one of them;
                                        ``DELETE .../{id}`` kills it (like the lifecycle DELETE)
+* ``GET  /__mock__/volumes``           named volumes (size, who mounts them) and host binds in use
 * ``GET  /__mock__/state``             everything the dashboard shows, in one document
 * ``GET  /__mock__/events``            the same document as a server-sent event stream, on every change
 * ``/__mock__/faults``                 the fault rules (faults.py; served by the lifecycle app, or here
@@ -146,6 +148,7 @@ class MockBackend:
                 "expires_at": _iso(sb.expires_at), "ttl_left_s": ttl, "paused": sb.paused,
                 "exit_code": sb.exit_code, "root": getattr(runtime, "root", None),
             }
+        out["volumes"] = m.volumes.of(sid) if m.volumes is not None else []
         headers = m.provisioner._required_headers(sb) if m.provisioner is not None else None
         out["execd"] = {"mode": sb.execd_mode, "port": sb.execd_port,
                         "kind": "process" if m.execd_bin else "in-process",
@@ -184,6 +187,16 @@ class MockBackend:
         if sid is None:
             m.execd_mode = m._initial_execd_mode
         return {"sandboxes_removed": removed}
+
+    def volumes(self, limit: int | None = None) -> dict[str, Any]:
+        vs = self.mock.volumes
+        if vs is None:
+            return {"named": [], "hostBinds": []}
+        return vs.view() if limit is None else vs.view(limit)
+
+    def reset_volumes(self, keep: bool) -> int:
+        vs = self.mock.volumes
+        return vs.reset(keep) if vs is not None else 0
 
 
 # =====================================================================================================
@@ -298,6 +311,11 @@ class AdminAPI:
                         _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
                     return True
                 return self._method(req)
+            if head == "volumes" and len(parts) == 1 and hasattr(self.backend, "volumes"):
+                if m != "GET":
+                    return self._method(req)
+                req.send_json(200, self.backend.volumes())
+                return True
             if head == "state" and len(parts) == 1:
                 return self._state(req) if m == "GET" else self._method(req)
             if head == "events" and len(parts) == 1:
@@ -342,21 +360,33 @@ class AdminAPI:
     def _reset(self, req: Request) -> bool:
         body = self._body_json(req)
         sid = req.q("sandbox")
+        keep = req.q("keep_volumes")
+        if keep is not None:
+            if keep.lower() not in ("1", "true", "0", "false"):
+                raise ValueError("keep_volumes must be true or false")
+            keep = keep.lower() in ("1", "true")
         if isinstance(body, dict) and body.get("sandbox") is not None:
             sid = body["sandbox"]
         elif body is not None and not isinstance(body, dict):
             raise ValueError('the body must be {} or {"sandbox": "<id>"}')
+        if isinstance(body, dict) and body.get("keep_volumes") is not None:
+            keep = body["keep_volumes"]
+            if not isinstance(keep, bool):
+                raise ValueError("keep_volumes must be true or false")
         if sid is not None and (not isinstance(sid, str) or not sid):
             raise ValueError("sandbox must be a sandbox id")
         if sid is not None and self.backend.sandbox(sid, processes=False) is None:
             _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
             return True
-        req.send_json(200, self.reset(sid))
+        req.send_json(200, self.reset(sid, keep_volumes=bool(keep)))
         return True
 
-    def reset(self, sid: str | None = None) -> dict[str, Any]:
+    def reset(self, sid: str | None = None, *, keep_volumes: bool = False) -> dict[str, Any]:
         with self._lock:
             out = self.backend.reset(sid)
+            if sid is None and hasattr(self.backend, "reset_volumes"):
+                # moto-style: the named volumes go with everything else unless asked to keep them
+                out["volumes_removed"] = self.backend.reset_volumes(keep_volumes)
             if sid is None:
                 rules = len(self.faults.rules)
                 self.faults.clear()
@@ -389,7 +419,9 @@ class AdminAPI:
 
     def state(self) -> dict[str, Any]:
         sandboxes = [s for s in (self.backend.sandbox(i) for i in self.backend.sandbox_ids()) if s]
-        return {"info": self.backend.info(), "sandboxes": sandboxes, "faults": self.faults.to_json(),
+        # the dashboard's document is rebuilt on every change: sizes counted over at most 5000 entries
+        vols = self.backend.volumes(5000) if hasattr(self.backend, "volumes") else None
+        return {"info": self.backend.info(), "sandboxes": sandboxes, "volumes": vols, "faults": self.faults.to_json(),
                 "requests": [light(e) for e in self.journal.entries(limit=LIGHT_REQUESTS)],
                 "seq": self.journal.seq, "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
@@ -544,10 +576,10 @@ class WorkbenchMixin:
         return assert_requested(self.journal, count=count, at_least=at_least, method=method, path=path,
                                 sandbox=sandbox, **filters)
 
-    def reset(self, sandbox: str | None = None) -> dict[str, Any]:
-        """Remove every sandbox (processes killed, roots removed), fault rule and journal entry; or only one
-        sandbox with its scoped rules and its journal entries."""
-        return self.admin.reset(sandbox)
+    def reset(self, sandbox: str | None = None, *, keep_volumes: bool = False) -> dict[str, Any]:
+        """Remove every sandbox (processes killed, roots removed), named volume (unless keep_volumes), fault
+        rule and journal entry; or only one sandbox with its scoped rules and its journal entries."""
+        return self.admin.reset(sandbox, keep_volumes=keep_volumes)
 
     def sandbox_state(self, sandbox_id: str) -> dict[str, Any] | None:
         """Internal state of one sandbox (processes, root, TTL left, paused, execd mode...), None if unknown."""

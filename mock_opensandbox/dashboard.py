@@ -82,6 +82,11 @@ PAGE = r"""<!doctype html>
       <span class="tools"><button id="reset-all" class="danger" title="POST /__mock__/reset">Reset everything</button></span></h2>
     <div id="sandboxes"></div>
   </section>
+  <section class="wide" id="vol-section">
+    <h2>Volumes <span class="count" id="vol-count">0</span>
+      <span class="tools dim">GET /__mock__/volumes</span></h2>
+    <div id="volumes"></div>
+  </section>
   <section id="req-section">
     <h2>Request journal <span class="count" id="req-count">0</span>
       <span class="tools"><button id="clear-journal" title="DELETE /__mock__/requests">Clear</button></span></h2>
@@ -152,7 +157,7 @@ function renderSandboxes(items) {
   const box = $("sandboxes"); box.replaceChildren();
   if (!items.length) { box.appendChild(el("div", {class: "empty"}, "No sandboxes. Create one through the lifecycle API.")); return; }
   const t = el("table", {id: "sandbox-table"}, el("thead", {}, el("tr", {}, ...["sandbox", "state", "image", "TTL left",
-    "execd", "processes", ""].map((h) => el("th", {}, h)))));
+    "execd", "volumes", "processes", ""].map((h) => el("th", {}, h)))));
   const tb = el("tbody");
   for (const s of items) {
     const procs = s.processes;
@@ -166,8 +171,35 @@ function renderSandboxes(items) {
       el("td", {class: "mono"}, s.image || "?"),
       el("td", {class: "mono ttl", "data-id": s.id}, ttl(s)),
       el("td", {class: "mono"}, (ex.mode || "?") + (ex.port ? " :" + ex.port : "")),
+      el("td", {class: "mono"}, ...(s.volumes || []).map((v) => el("div", {title: v.source},
+        (v.claimName || v.source) + (v.subPath ? "/" + v.subPath : "") + " → " + v.mountPath + (v.readOnly ? " (ro)" : "")))),
       el("td", {}, pcell),
       el("td", {}, el("button", {class: "danger kill", onclick: () => kill(s.id)}, "Kill"))));
+  }
+  t.appendChild(tb); box.appendChild(t);
+}
+function size(n) {
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : String(n)) + " " + u[i];
+}
+function renderVolumes(v) {
+  const box = $("volumes"); box.replaceChildren();
+  const named = (v && v.named) || [], host = (v && v.hostBinds) || [];
+  $("vol-count").textContent = named.length + host.length;
+  if (!named.length && !host.length) { box.appendChild(el("div", {class: "empty"}, "No volumes. Named volumes (pvc) appear here when a create names one; host binds while a sandbox mounts one.")); return; }
+  const t = el("table", {id: "volume-table"}, el("thead", {}, el("tr", {}, ...["volume", "kind", "size", "mounted by", "path"].map((h) => el("th", {}, h)))));
+  const tb = el("tbody");
+  for (const n of named) {
+    tb.appendChild(el("tr", {"data-volume": n.name}, el("td", {class: "mono"}, n.name), el("td", {}, "pvc"),
+      el("td", {class: "mono"}, size(n.sizeBytes) + (n.sizeComplete ? "" : "+") + " · " + n.entries + " entries"),
+      el("td", {class: "mono"}, n.mountedBy.length ? n.mountedBy.map((s) => s.slice(0, 8)).join(" ") : "—"),
+      el("td", {class: "path"}, n.path)));
+  }
+  for (const h of host) {
+    tb.appendChild(el("tr", {}, el("td", {class: "mono"}, h.name), el("td", {}, "host" + (h.readOnly ? " (ro)" : "")),
+      el("td", {class: "dim"}, "—"), el("td", {class: "mono"}, h.sandbox.slice(0, 8) + " → " + h.mountPath),
+      el("td", {class: "path"}, h.source)));
   }
   t.appendChild(tb); box.appendChild(t);
 }
@@ -210,7 +242,8 @@ function renderFaults(rules) {
 }
 function render() {
   if (!state) return;
-  renderFacts(state.info); renderSandboxes(state.sandboxes); renderRequests(state.requests); renderFaults(state.faults);
+  renderFacts(state.info); renderSandboxes(state.sandboxes); renderVolumes(state.volumes); renderRequests(state.requests);
+  renderFaults(state.faults);
 }
 function flash(text) { $("msg").textContent = text; setTimeout(() => { $("msg").textContent = ""; }, 6000); }
 async function kill(id) { try { await api("DELETE", "/__mock__/sandboxes/" + encodeURIComponent(id)); } catch (e) { flash(e.message); } }

@@ -284,11 +284,13 @@ class LifecycleApp(App):
     def __init__(self, store: SandboxStore, provisioner: Any, *, api_key: str | None,
                  bind_host: str = "127.0.0.1", verbose: bool = False, check_host: bool = True,
                  reject_origin: bool = True, faults: FaultRegistry | None = None,
-                 max_timeout: int | None = None, allowed_host_paths: list[str] | None = None):
+                 max_timeout: int | None = None, allowed_host_paths: list[str] | None = None,
+                 volumes: Any = None):
         self.store = store
         # server config: [server] max_sandbox_timeout_seconds (unset), [storage] allowed_host_paths ([])
         self.max_timeout = max_timeout
         self.allowed_host_paths = list(allowed_host_paths or [])
+        self.volumes = volumes  # volumes.VolumeStore (None: a mock without a runtime refuses volumes)
         self.faults = faults  # fault injection rules (faults.py); the admin API below edits them
         self.provisioner = provisioner
         self.api_key = api_key
@@ -440,14 +442,22 @@ class LifecycleApp(App):
         r = _body(req, V.CreateSandboxRequest)
         checks = V.docker_create_checks(r, now=self.store.clock(), max_timeout=self.max_timeout,
                                         allowed_host_paths=self.allowed_host_paths)
+        vols = None
         if r["volumes"]:
-            raise MockError(quirks.VOLUMES_UNSUPPORTED)
+            if self.volumes is None:
+                raise MockError(quirks.VOLUMES_UNSUPPORTED)
+            vols = self.volumes.prepare(r["volumes"])  # server _validate_volumes (volumes.py)
         env = {k: v for k, v in checks["env"].items() if v is not None}
         ext = {k: v for k, v in (r["extensions"] or {}).items() if k.startswith(EXTENSIONS_PREFIX)} or None
-        sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
-                               metadata=r["metadata"], resource_limits=r["resource_limits"],
-                               timeout=r["timeout"], platform=r["platform"], extensions=ext,
-                               limits=checks["limits"])
+        try:
+            sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
+                                   metadata=r["metadata"], resource_limits=r["resource_limits"],
+                                   timeout=r["timeout"], platform=r["platform"], extensions=ext,
+                                   limits=checks["limits"], volumes=vols)
+        except BaseException:
+            if vols is not None:  # the server removes the volumes it auto-created for this create
+                self.volumes.abandon(vols)
+            raise
         req.send_json(202, sb.create_json())
 
     def list(self, req: Request) -> None:

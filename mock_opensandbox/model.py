@@ -228,6 +228,7 @@ class Sandbox:
         self.platform: dict[str, str] | None = None
         self.extensions: dict[str, str] | None = None
         self.limits: dict[str, Any] = {}
+        self.volumes: Any = None  # volumes.Prepared of the create request (None: no volumes)
         self.log = ContainerLog()
         self.container_id = uuid.uuid5(uuid.NAMESPACE_URL, "mock-opensandbox/" + self.id).hex * 2
 
@@ -384,7 +385,8 @@ class SandboxStore:
     def create(self, *, image: dict[str, Any], entrypoint: list[str], env: dict[str, str] | None = None,
                metadata: dict[str, str] | None = None, resource_limits: dict[str, str] | None = None,
                timeout: int | None = None, platform: dict[str, str] | None = None,
-               extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None) -> Sandbox:
+               extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None,
+               volumes: Any = None) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]
         if self._pull_fails(uri):
@@ -402,6 +404,7 @@ class SandboxStore:
         sb.platform = dict(platform) if platform else None
         sb.extensions = dict(extensions) if extensions else None
         sb.limits = dict(limits or {})
+        sb.volumes = volumes
         sb.log = ContainerLog(self.clock)
         sb.log.feed(boot_log(now))
         with self._lock:

@@ -29,6 +29,8 @@ from .httpcore import Server
 from .journal import Journal
 from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
 from .model import Provisioner, Sandbox, SandboxStore
+from .runtime.sandbox import SandboxTerminated
+from .volumes import VolumeStore, start_failed
 
 EXECD_MODES = ("v1.1.0", "latest")
 NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
@@ -137,10 +139,17 @@ class MockProvisioner(Provisioner):
         root = os.path.join(m.root, sb.id)
         runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, network=m.network)
         sb.runtime = runtime
+        if sb.volumes is not None:
+            self._plan_volumes(sb, runtime)
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
         if m.execd_bin:
-            sb.execd = self._start_execd_process(sb, runtime)
+            try:
+                sb.execd = self._start_execd_process(sb, runtime)
+            except SandboxTerminated as exc:  # its holder: view.py could not mount the volumes
+                if sb.volumes is None or sb.deleted:
+                    raise
+                raise start_failed(str(exc)) from None
         else:
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
@@ -151,12 +160,33 @@ class MockProvisioner(Provisioner):
             if getattr(proc, "stdout", None) is not None:
                 sb.log.pump(proc.stdout)
             return proc
+        except SandboxTerminated as exc:
+            if sb.volumes is None or sb.deleted:
+                raise
+            raise start_failed(str(exc)) from None  # view.py could not mount them (fails closed)
         except FileNotFoundError:
             return 127  # sh: exec: not found
         except PermissionError:
             return 126
         except (OSError, ValueError):
             return 127
+
+    def _plan_volumes(self, sb: Sandbox, runtime: Any) -> None:
+        """server _provision_sandbox: ossfs mounts, then the container's binds (volumes.py, runtime/mounts.py)."""
+        from .runtime.mounts import VolumeTargetError, plan
+
+        vs = self.mock.volumes
+        vs.mount_ossfs(sb.volumes)
+        if not sb.volumes.mounts:
+            return
+        if not runtime.isolated:
+            raise start_failed("the mock cannot mount volumes into a sandbox without a mount namespace of its "
+                               "own (%s)" % runtime.isolation_note)
+        try:
+            runtime.volumes = plan(runtime.root, runtime.resolve, sb.volumes.mounts)
+        except VolumeTargetError as exc:
+            raise start_failed(str(exc)) from None
+        vs.attach(sb.id, sb.volumes)
 
     def _required_headers(self, sb: Sandbox) -> dict[str, str] | None:
         if not self.mock.gateway:
@@ -246,6 +276,8 @@ class MockProvisioner(Provisioner):
         self._stop_execd(sb)
         if sb.runtime is not None:
             sb.runtime.cleanup()
+        if sb.volumes is not None and self.mock.volumes is not None:
+            self.mock.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
 
     def isolation(self) -> str:
         """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
@@ -317,7 +349,8 @@ class MockOpenSandbox(WorkbenchMixin):
                  pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
                  reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
                  execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = None,
-                 network: str = "bridge"):
+                 network: str = "bridge", volumes_dir: str | None = None,
+                 allowed_host_paths: Iterable[str] = ()):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -342,6 +375,14 @@ class MockOpenSandbox(WorkbenchMixin):
         if max_sandbox_timeout is not None and (not isinstance(max_sandbox_timeout, int) or max_sandbox_timeout < 60):
             raise ValueError("max_sandbox_timeout must be an integer >= 60 (seconds) or None")
         self.max_sandbox_timeout = max_sandbox_timeout
+        # volumes (volumes.py): named volumes under volumes_dir (default <root>/volumes, gone with a temp
+        # root); host binds only under allowed_host_paths (server [storage] allowed_host_paths, [] = none)
+        self.allowed_host_paths = [str(p) for p in allowed_host_paths]
+        for p in self.allowed_host_paths:
+            if not p.startswith("/"):
+                raise ValueError("allowed_host_paths must be absolute paths, not %r" % p)
+        self._volumes_dir = volumes_dir
+        self.volumes: VolumeStore | None = None
         self.execd_bin = execd_bin
         # "bridge" (the server's example config): a network namespace per sandbox, published ports
         # relayed from 127.0.0.1; "host": the sandboxes share the host's network (runtime/netns.py)
@@ -432,12 +473,15 @@ class MockOpenSandbox(WorkbenchMixin):
             else:
                 self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
             try:
+                self.volumes = VolumeStore(self._volumes_dir or os.path.join(self.root, "volumes"),
+                                           self.allowed_host_paths)
                 self.provisioner = MockProvisioner(self)
                 self.store = SandboxStore(clock=self.clock, provisioner=self.provisioner,
                                           pull_fails=self.pull_fails, reap_interval=self.reap_interval)
                 self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
-                                   verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout)
+                                   verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout,
+                                   allowed_host_paths=self.allowed_host_paths, volumes=self.volumes)
                 app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (admin.py)
                 app.journal = self.journal
                 family_host = self.host

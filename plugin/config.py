@@ -17,13 +17,13 @@ DEFAULTS = {
     "use_server_proxy": False, "default_image": "python:3.12-slim",
     "image_aliases": "code=opensandbox/code-interpreter:v1.1.0", "entrypoint": DEFAULT_ENTRYPOINT,
     "ready_timeout": 60, "registry_username": "", "registry_password": "", "network_policy": "",
-    "platform": "", "secure_access": False, "execd_access_token": "",
+    "platform": "", "secure_access": False, "execd_access_token": "", "volumes": "",
 }
 SECRET_FIELDS = ("api_key", "registry_password", "execd_access_token")
 # Per-create `options` that may override the configuration for one sandbox (seed 002). Other keys
 # (base_url, api_key, ...) already reached this process through initialize.config and are ignored.
 CREATE_OPTIONS = ("default_image", "image_aliases", "entrypoint", "ready_timeout", "registry_username",
-                  "registry_password", "network_policy", "platform", "secure_access")
+                  "registry_password", "network_policy", "platform", "secure_access", "volumes")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
@@ -49,6 +49,7 @@ class Config:
         self.registry_username = as_text(merged["registry_username"])
         self.registry_password = as_text(merged["registry_password"])
         self.network_policy = _network_policy(merged["network_policy"])
+        self.volumes = _volumes(merged["volumes"])
         self.platform = _platform(merged["platform"])
         self.secure_access = _bool("secure_access", merged["secure_access"])
         self.execd_access_token = as_text(merged["execd_access_token"])
@@ -178,6 +179,23 @@ def _network_policy(value):
     if not isinstance(policy, dict):
         raise config_error("network_policy", 'must be a JSON object like {"defaultAction": "deny"}')
     return policy
+
+
+def _volumes(value):
+    """The create request's `volumes` (a JSON list of the server's Volume objects), checked by the server."""
+    if isinstance(value, list):
+        vols = value
+    elif not as_text(value):
+        return None
+    else:
+        try:
+            vols = json.loads(as_text(value))
+        except ValueError:
+            raise config_error("volumes", "is not valid JSON") from None
+    if not isinstance(vols, list) or not all(isinstance(v, dict) for v in vols):
+        raise config_error("volumes", 'must be a JSON list like [{"name": "work", "pvc": {"claimName": "work"}, '
+                                      '"mountPath": "/workspace/work"}]')
+    return vols or None
 
 
 def _platform(value):

@@ -161,6 +161,8 @@ def create_body(cfg: Config, p: dict, image: str) -> dict:
         body["metadata"] = metadata
     if cfg.network_policy:
         body["networkPolicy"] = cfg.network_policy
+    if cfg.volumes:
+        body["volumes"] = cfg.volumes                       # the server checks and mounts them
     if cfg.platform:
         body["platform"] = cfg.platform
     secure = p["secure"] if isinstance(p.get("secure"), bool) else cfg.secure_access

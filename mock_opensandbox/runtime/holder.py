@@ -165,7 +165,7 @@ class Holder:
     @classmethod
     def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
-              net: bool = False) -> tuple["Holder | None", str]:
+              net: bool = False, volumes: str = "") -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why)."""
         safe_env = scripts.protect_env(env)
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
@@ -180,7 +180,7 @@ class Holder:
             os.mkfifo(fifo, 0o600)
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                cmd = scripts.holder_argv(holder_prefix(unshare, net), root, fifo, hostname, argv)
+                cmd = scripts.holder_argv(holder_prefix(unshare, net), root, fifo, hostname, argv, volumes)
                 preexec = _die_with_parent(os.getpid())
                 proc = lifeline_call(lambda: subprocess.Popen(
                     cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,

@@ -146,6 +146,8 @@ class SandboxRuntime:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._procs: list[subprocess.Popen] = []
+        # view.py's "mount the volumes" argument (mounts.plan); set before the first process starts
+        self.volumes = ""
         self.paused = False
         self.terminated = False
         for d in BASE_DIRS:
@@ -306,7 +308,7 @@ class SandboxRuntime:
                 host_cwd = self.root
             elif self.isolated:
                 full_env = scripts.protect_env(full_env)
-                cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv)
+                cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv, self.volumes)
                 host_cwd = self.root
             else:
                 cmd = list(argv)
@@ -366,7 +368,13 @@ class SandboxRuntime:
             env = dict(env)
             env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
         holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
-                                   implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns)
+                                   implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
+                                   volumes=self.volumes)
+        if holder is None and self.volumes:
+            # the volumes could not be mounted (view.py failed closed): no sandbox, like a container
+            # whose mounts fail (no fallback without them)
+            self.terminated = True
+            raise SandboxTerminated("the sandbox's volumes could not be mounted (%s)" % why)
         if holder is not None and self._netns:
             self._attach_net(holder)
         if holder is None:

@@ -112,9 +112,10 @@ def protect_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _view_argv(mode: str, prefix: Sequence[str], root: str, arg: str, hostname: str,
-               argv: Sequence[str]) -> list[str]:
+               argv: Sequence[str], volumes: str = "") -> list[str]:
     return list(prefix) + [sys.executable, "-I", "-S", VIEW_PY, mode, root, arg, hostname, hidden_etc_entries(),
-                           ETC_DIR, "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0"] + list(argv)
+                           ETC_DIR, "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0",
+                           volumes] + list(argv)
 
 
 def root_is_safe(root: str) -> bool:
@@ -122,11 +123,14 @@ def root_is_safe(root: str) -> bool:
     return root.startswith("/") and not any(c in root for c in " \t\n\\,:")
 
 
-def holder_argv(prefix: Sequence[str], root: str, fifo: str, hostname: str, argv: Sequence[str]) -> list[str]:
-    """`<prefix> python view.py holder ...`: the sandbox's PID 1 (prefix: unshare ... --fork)."""
-    return _view_argv("holder", prefix, root, fifo, hostname, argv)
+def holder_argv(prefix: Sequence[str], root: str, fifo: str, hostname: str, argv: Sequence[str],
+                volumes: str = "") -> list[str]:
+    """`<prefix> python view.py holder ...`: the sandbox's PID 1 (prefix: unshare ... --fork). volumes:
+    mounts.plan()'s argument ("" for none)."""
+    return _view_argv("holder", prefix, root, fifo, hostname, argv, volumes)
 
 
-def prelude_argv(prefix: Sequence[str], root: str, wd: str, hostname: str, argv: Sequence[str]) -> list[str]:
+def prelude_argv(prefix: Sequence[str], root: str, wd: str, hostname: str, argv: Sequence[str],
+                 volumes: str = "") -> list[str]:
     """`<prefix> python view.py command ...`: one command in a view of its own (prefix: unshare ...)."""
-    return _view_argv("command", prefix, root, wd, hostname, argv)
+    return _view_argv("command", prefix, root, wd, hostname, argv, volumes)

@@ -362,6 +362,7 @@ def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
     assert re.fullmatch(r"[0-9a-f]{32}", key)
     assert f'api_key = "{key}"' in config
     assert "[egress]" not in config
+    assert f'[storage]\nallowed_host_paths = ["{world.workdir}/host-volumes"]' in config
     assert key not in r.stdout + r.stderr  # the key is only printed by `env`
 
     # the server "creates" a sandbox
@@ -397,6 +398,7 @@ def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
         f"export ABX_OPENSANDBOX_BASE_URL=http://127.0.0.1:{world.port}",
         f"export OPEN_SANDBOX_API_KEY={key}",
         f"export ABX_OPENSANDBOX_DEFAULT_IMAGE={BASE}",
+        f"export OPENSANDBOX_ALLOWED_HOST_PATHS={world.workdir}/host-volumes",  # t4's host binds
         "export OPENSANDBOX_RUNTIME=docker/99.0.0",  # the daemon's version, for the recorder's fixture headers
     ]
 
@@ -689,3 +691,42 @@ def test_local_images_failed_debootstrap_says_where_to_look(world):
 def test_local_images_knob_must_be_0_or_1(world):
     r = world.run("up", OSB_LOCAL_IMAGES="yes")
     assert r.returncode == 1 and "set OSB_LOCAL_IMAGES=1" in r.stderr and world.argv() == []
+
+
+# -- host binds (issue 20): [storage] allowed_host_paths under one prefix ---------------------------------------
+
+def test_host_binds_are_allowed_under_one_prefix_in_the_work_dir_by_default(world):
+    open(os.path.join(world.state, "daemon_up"), "w").close()
+    world.set_lines("images", [EXECD, BASE])
+    r = world.run("up")
+    assert r.returncode == 0, r.stderr
+    prefix = os.path.join(world.workdir, "host-volumes")
+    config = open(os.path.join(world.workdir, "server.toml")).read()
+    assert f'[storage]\nallowed_host_paths = ["{prefix}"]\n' in config
+    assert os.path.isdir(prefix)  # made by up, so the live tier can put files there
+    assert f"export OPENSANDBOX_ALLOWED_HOST_PATHS={prefix}\n" in world.run("env").stdout
+    world.run("down")
+
+
+def test_host_binds_prefix_knob_and_none(world, tmp_path):
+    open(os.path.join(world.state, "daemon_up"), "w").close()
+    world.set_lines("images", [EXECD, BASE])
+    prefix = str(tmp_path / "binds")
+    r = world.run("up", OSB_ALLOWED_HOST_PATHS=prefix)
+    assert r.returncode == 0, r.stderr
+    assert f'allowed_host_paths = ["{prefix}"]' in open(os.path.join(world.workdir, "server.toml")).read()
+    world.run("down", OSB_ALLOWED_HOST_PATHS=prefix)
+    r = world.run("up", OSB_ALLOWED_HOST_PATHS="none")
+    assert r.returncode == 0, r.stderr
+    config = open(os.path.join(world.workdir, "server.toml")).read()
+    assert "[storage]" not in config and "allowed_host_paths" not in config  # the server's default: []
+    assert "OPENSANDBOX_ALLOWED_HOST_PATHS" not in world.run("env", OSB_ALLOWED_HOST_PATHS="none").stdout
+    world.run("down", OSB_ALLOWED_HOST_PATHS="none")
+
+
+@pytest.mark.parametrize("value", ["relative/dir", "/", '/a"b', "/a/../b", "/a//b", "/a/"])
+def test_bad_host_binds_prefix_is_refused_before_anything_runs(world, value):
+    r = world.run("up", OSB_ALLOWED_HOST_PATHS=value)
+    assert r.returncode == 1 and 'step "knobs" failed' in r.stderr, r.stderr
+    assert "OSB_ALLOWED_HOST_PATHS" in r.stderr
+    assert world.argv() == []

@@ -71,8 +71,14 @@ def _dashboard_flow(tmp_path):
             assert call(hp, "GET", "/v1/sandboxes", headers=key)[0] == 503
             b.wait_for("document.querySelector('#request-table .c5') !== null")   # the 503 in red, with its fault
             assert b.eval("document.querySelector('#request-table .fault').textContent").strip() == "status"
-            second = json.loads(call(hp, "POST", "/v1/sandboxes", CREATE, key)[1])["id"]
+            vol = {"name": "data", "pvc": {"claimName": "dash-vol"}, "mountPath": "/data", "readOnly": True}
+            second = json.loads(call(hp, "POST", "/v1/sandboxes", dict(CREATE, volumes=[vol]), key)[1])["id"]
             b.wait_for("document.querySelectorAll('#sandbox-table tbody tr').length === 2")
+            # its named volume: in the Volumes table with who mounts it, and in the sandbox's row
+            b.wait_for("document.querySelector(\"#volume-table tr[data-volume='dash-vol']\") !== null")
+            assert second[:8] in b.eval("document.querySelector(\"#volume-table tr[data-volume='dash-vol']\").textContent")
+            assert "dash-vol → /data (ro)" in b.eval(
+                f"document.querySelector(\"#sandbox-table tr[data-sandbox='{second}']\").textContent")
             # a little traffic on an execd, a paused sandbox and a standing rule, for the screenshot
             ep = json.loads(call(hp, "GET", f"/v1/sandboxes/{sid}/endpoints/44772", headers=key)[1])["endpoint"]
             ex = ep.partition("/")[0]

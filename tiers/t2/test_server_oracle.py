@@ -43,6 +43,7 @@ class Oracle:
             self.close()
             raise Unavailable("the server oracle did not start")
         self.api_key = hello["api_key"]
+        self.root = hello["root"]  # its [storage] allowed_host_paths = [root/host], named volumes in root/volumes
         self.lock = threading.Lock()
 
     def _call(self, msg: dict) -> dict:
@@ -92,9 +93,10 @@ def slow_only(request):
 
 
 @pytest.fixture(scope="module")
-def mock():
-    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the default execd generation."""
-    with MockOpenSandbox() as m:
+def mock(oracle):
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the oracle's storage configuration, the same
+    host prefix and the same named-volume directory."""
+    with MockOpenSandbox(volumes_dir=oracle.root + "/volumes", allowed_host_paths=[oracle.root + "/host"]) as m:
         yield m
 
 
@@ -152,8 +154,11 @@ EXPLAINED: list[tuple[str, Any]] = [
     # (why, predicate on (oracle status, oracle body, mock status, mock body))
     ("windows: the mock runs Linux processes only [choice, QUIRKS.md]",
      lambda os_, ob, ms, mb: os_ == 202 and ms == 400 and b"'windows' is not supported by the mock" in mb),
-    ("pvc/ossfs volumes: the mock mounts nothing [choice, QUIRKS.md]",
-     lambda os_, ob, ms, mb: os_ == 202 and ms == 400 and b"volumes are not supported by the mock" in mb),
+    ("ossfs: the oracle's provisioning is a stand-in that mounts nothing; the mock fails as a server without "
+     "ossfs installed [QUIRKS.md Volumes]",
+     lambda os_, ob, ms, mb: os_ == 202 and ms == 500 and b"VOLUME::OSSFS_MOUNT_FAILED" in mb),
+    ("a mount target Docker/runc refuse when the container starts (the oracle's container is a stand-in)",
+     lambda os_, ob, ms, mb: os_ == 202 and ms == 500 and b"DOCKER::SANDBOX_START_FAILED" in mb),
 ]
 
 
@@ -307,6 +312,44 @@ FIXED = [
                                                          for m, p, b in FIXED])
 def test_fixed_corpus(mock, oracle, method, path, body):
     compare(mock, oracle, method, path, body)
+
+
+def _vol(**v):
+    return dict(GOOD, volumes=[dict({"name": "v", "mountPath": "/m"}, **v)])
+
+
+def test_volume_answers(mock, oracle):
+    """Named volumes and host binds against the server's own _validate_volumes (issue 20): both sides see the
+    same prefix and the same volume directory, links planted in them included."""
+    import os
+
+    host, vols = oracle.root + "/host", oracle.root + "/volumes"
+    os.makedirs(vols + "/planted/real", exist_ok=True)
+    for name, target in (("root", "/"), ("up", "../../../../../../etc"), ("inlink", "real")):
+        if not os.path.lexists(vols + "/planted/" + name):
+            os.symlink(target, vols + "/planted/" + name)
+    if not os.path.lexists(host + "/out"):
+        os.symlink("/etc", host + "/out")
+    cases = [
+        _vol(pvc={"claimName": "oracle-new"}),                                     # created: 202 both
+        _vol(pvc={"claimName": "oracle-absent", "createIfNotExists": False}),      # PVC_NOT_FOUND
+        _vol(pvc={"claimName": "planted"}, subPath="root"),                        # escapes after realpath
+        _vol(pvc={"claimName": "planted"}, subPath="up"),
+        _vol(pvc={"claimName": "planted"}, subPath="inlink"),                      # stays inside: 202
+        _vol(pvc={"claimName": "planted"}, subPath="real/missing"),                # missing tail: 202
+        _vol(pvc={"claimName": "planted"}, subPath="a/./b"),
+        _vol(host={"path": host + "/proj"}),                                       # made, 202
+        _vol(host={"path": host}, subPath="proj/sub", readOnly=True),
+        _vol(host={"path": host + "/out"}),                                        # a link out: refused
+        _vol(host={"path": host}, subPath="out"),
+        _vol(host={"path": host}, subPath="out/passwd"),
+        _vol(host={"path": host + "x"}),                                           # a sibling, not the prefix
+        _vol(host={"path": "/etc"}),
+        _vol(host={"path": host + "/"}),
+    ]
+    for body in cases:
+        compare(mock, oracle, "POST", "/v1/sandboxes", body)
+    assert not os.path.exists("/etc/osb-oracle-missing")
 
 
 RAW = [

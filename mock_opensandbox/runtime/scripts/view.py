@@ -1,11 +1,12 @@
 # The sandbox view, built inside the sandbox's fresh mount (+ IPC, UTS, PID; + user when not root)
 # namespaces while still privileged, then the sandbox process. Run by the mock as
-#   python -I -S view.py holder  R FIFO H X E MASK NNP ENTRYPOINT...   (the sandbox's PID 1)
-#   python -I -S view.py command R WD   H X E MASK NNP ARGV...         (per-command fallback)
+#   python -I -S view.py holder  R FIFO H X E MASK NNP V ENTRYPOINT...   (the sandbox's PID 1)
+#   python -I -S view.py command R WD   H X E MASK NNP V ARGV...         (per-command fallback)
 # R sandbox root (realpath) - FIFO the mock reads ("pid <host pid>" once the view is built; the
 # init then says "started") - WD working directory inside - H hostname - X /etc entries to hide
 # (newline separated, relative to /etc) - E directory with the sandbox's passwd, group, shadow,
-# gshadow - MASK capability set (hex) - NNP "1": set no_new_privs.
+# gshadow - MASK capability set (hex) - NNP "1": set no_new_privs - V the volumes to mount ("" for
+# none; ../mounts.py writes it).
 # It builds under R what a container of the real server shows (../../QUIRKS.md, "Containment"),
 # pivot_roots into it (the host's tree is detached), drops to the capability set and execs.
 # Every step fails closed: nothing of the sandbox runs after a failed step (exit 125).
@@ -263,6 +264,74 @@ def build_view(R, H, X, E, fresh_proc):
     build_sys(R)
 
 
+# -- mount the volumes (../mounts.py plans them; ../../volumes.py checks their sources) -------------
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+
+def beneath(top, rel, create):
+    """O_PATH fd of top/rel, one component at a time, never through a symlink (a link planted after
+    the mock's checks fails the start instead of leading anywhere); missing directories are made
+    when create."""
+    fd = os.open(top, O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in [p for p in rel.split("/") if p]:
+            if name in (".", ".."):
+                raise OSError(22, "%s: not a plain path" % rel)
+            try:
+                nfd = os.open(name, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(name, 0o755, dir_fd=fd)
+                nfd = os.open(name, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise OSError(40, "%s: a symbolic link" % rel)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def mount_volumes(R, V):
+    for entry in V.split(",") if V else ():
+        anchor, rel, target, ro = entry.split(":")
+        anchor, rel, target = (bytes.fromhex(x).decode("utf-8", "surrogateescape") for x in (anchor, rel, target))
+        top = target.split("/")[0]
+        if not target or target == "." or top == "proc" or target == "dev" or ".." in target.split("/"):
+            raise OSError(1, "volume target /%s refused" % target)
+        src = beneath(anchor, rel, False)
+        try:
+            is_dir = stat.S_ISDIR(os.fstat(src).st_mode)
+            if not is_dir and not stat.S_ISREG(os.fstat(src).st_mode):
+                raise OSError(22, "volume source %s/%s is neither a directory nor a file" % (anchor, rel))
+            parent, _, last = target.rpartition("/")
+            if is_dir:
+                dst = beneath(R, target, True)
+            else:  # a file bind needs a file to mount on
+                pfd = beneath(R, parent, True)
+                try:
+                    try:
+                        os.close(os.open(last, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                                         dir_fd=pfd))
+                    except IsADirectoryError:
+                        pass
+                    dst = os.open(last, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+                finally:
+                    os.close(pfd)
+            try:
+                if stat.S_ISDIR(os.fstat(dst).st_mode) != is_dir:
+                    raise OSError(20, "volume target /%s: not the same kind as its source" % target)
+                mount("/proc/self/fd/%d" % src, "/proc/self/fd/%d" % dst, None, MS_BIND | MS_REC)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+        if ro == "1":
+            ro_tree(R + "/" + target)
+
+
 def pivot(R):
     """R becomes "/" and the host's tree is detached from this mount namespace (a chroot would
     leave it reachable to a process holding CAP_SYS_CHROOT)."""
@@ -321,8 +390,8 @@ wait $c
 
 
 def main():
-    mode, R, arg, H, X, E, mask, nnp = sys.argv[1:9]
-    argv = sys.argv[9:]
+    mode, R, arg, H, X, E, mask, nnp, V = sys.argv[1:10]
+    argv = sys.argv[10:]
     mask, nnp = int(mask, 16), nnp == "1"
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last = int(fh.read())
@@ -339,6 +408,7 @@ def main():
         if mode == "holder":
             loopback_up()
         build_view(R, H, X, E, fresh_proc=(mode == "holder"))
+        mount_volumes(R, V)
         pivot(R)
     except OSError as e:
         fail("osb-view: %s" % e)

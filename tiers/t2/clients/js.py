@@ -12,9 +12,10 @@ PACKAGE = "@alibaba-group/opensandbox@0.1.11"
 FLOW = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js_flow.mjs")
 
 
-def run_flow(domain: str, api_key: str, image: str) -> list[dict]:
+def run_flow(domain: str, api_key: str, image: str, *, flow: str = FLOW, args: tuple = ()) -> list[dict]:
+    """One of the .mjs flows here (default js_flow.mjs) with the pinned SDK: its JSON steps."""
     d = node_modules("js", [PACKAGE])
-    r = subprocess.run([shutil.which("node") or "node", FLOW, domain, api_key, image], capture_output=True,
+    r = subprocess.run([shutil.which("node") or "node", flow, domain, api_key, image, *args], capture_output=True,
                        text=True, timeout=300, env=dict(os.environ, OSB_JS_DIR=d))
     steps = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     if r.returncode != 0 or not steps:

@@ -52,7 +52,14 @@ resolve_internal = false
 
 [ingress]
 mode = "direct"
+
+[storage]
+allowed_host_paths = ["{root}/host"]
 """)
+    # host binds under root/host (local-up's one prefix); named volumes under root/volumes (the mock uses the
+    # same directory, so both see the same volumes and the same links planted in them)
+    os.makedirs(os.path.join(root, "host"), exist_ok=True)
+    os.makedirs(os.path.join(root, "volumes"), exist_ok=True)
     return path
 
 
@@ -109,24 +116,33 @@ class _Containers:
 class _Api:
     timeout = 60
 
-    def __init__(self, containers: "_Containers"):
+    def __init__(self, containers: "_Containers", root: str = ""):
         self._containers = containers
+        self.volumes = os.path.join(root, "volumes")
 
     def containers(self, all=False, filters=None, trunc=False):
         return [{"Id": c.id, "Labels": c.attrs["Config"]["Labels"]} for c in self._containers.items.values()]
 
     def inspect_volume(self, name):
+        # a local-driver named volume is a directory (Docker: /var/lib/docker/volumes/<name>/_data)
         import docker.errors
-        raise docker.errors.NotFound("get %s: no such volume" % name)
+        path = os.path.join(self.volumes, name)
+        if not os.path.isdir(path):
+            raise docker.errors.NotFound("get %s: no such volume" % name)
+        return {"Name": name, "Driver": "local", "Mountpoint": path, "Labels": {}}
+
+    def create_volume(self, name, labels=None, **kw):
+        os.makedirs(os.path.join(self.volumes, name), exist_ok=True)
+        return self.inspect_volume(name)
 
     def version(self):
         return {"ApiVersion": "1.41", "Version": "20.10.24", "Os": "linux", "Arch": "amd64"}
 
 
 class FakeDocker:
-    def __init__(self):
+    def __init__(self, root: str = ""):
         self.containers = _Containers()
-        self.api = _Api(self.containers)
+        self.api = _Api(self.containers, root)
 
     def info(self):
         return {"Runtimes": {"runc": {}}, "OSType": "linux", "Architecture": "x86_64"}
@@ -142,7 +158,7 @@ def build():
     os.environ["HOME"] = root  # DockerMetadataStore writes under ~/.opensandbox
     import docker
 
-    fake = FakeDocker()
+    fake = FakeDocker(root)
     docker.from_env = lambda *a, **k: fake
     from opensandbox_server.services.docker.docker_service import DockerSandboxService
     from opensandbox_server.services.constants import (SANDBOX_EXPIRES_AT_LABEL, SANDBOX_ID_LABEL,
@@ -180,16 +196,16 @@ def build():
         fake.containers.items[sid] = FakeContainer(sid, labels, ["tail", "-f", "/dev/null"],
                                                    "local/python:3-slim")
 
-    return app, add
+    return app, add, root
 
 
 def main() -> int:
-    app, add = build()
+    app, add, root = build()
     from fastapi.testclient import TestClient
 
     client = TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1:8080")
     out = sys.stdout
-    print(json.dumps({"ready": True, "api_key": API_KEY}), file=out, flush=True)
+    print(json.dumps({"ready": True, "api_key": API_KEY, "root": root}), file=out, flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
