@@ -25,7 +25,7 @@ OWN = ("mock_opensandbox", "record", "bench", "demo")
 # where a bare or package-relative path in the docs may live
 BASES = ["", "plugin", "mock_opensandbox", "tiers", os.path.join("mock_opensandbox", "execd"), "bench", "record"]
 # upstream files the docs cite (execd's Go tree, opensandbox-server's Python): not ours to check
-UPSTREAM = re.compile(r"^(pkg/|components/|src/|opensandbox_server/|server/)")
+UPSTREAM = re.compile(r"^(pkg/|components/|src/|opensandbox_server/|server/|services/)")
 
 PY_M = re.compile(r"python3?(?:\s+-\S+)*\s+-m\s+([A-Za-z_][\w.]*)((?:\s+[a-z][\w-]*)?)")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)")
