@@ -9,6 +9,9 @@ package, and through ``pytest_plugins`` in this repository's conftest.py.
     def test_token(opensandbox_mock_factory):
         osb = opensandbox_mock_factory(execd_token="secret", execd_mode="latest")
 
+    def test_fork_bomb(opensandbox_mock_factory):   # the server's options: pids_limit (4096),
+        osb = opensandbox_mock_factory(pids_limit=64, execd_close_delay=0)   # max_sandbox_timeout (86400)
+
     def test_fast(opensandbox_mock_shared):   # one mock per session, reset() after every test
         opensandbox_mock_shared.assert_requested(method="POST", path="^/v1/sandboxes$", count=0)
 """

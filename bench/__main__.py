@@ -27,7 +27,7 @@ DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 def parse_cases(text: str | None) -> list[str]:
     if not text:
-        return list(C.CASES)
+        return list(C.DEFAULT_CASES)
     out = []
     for item in text.split(","):
         item = item.strip().lower()
@@ -82,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="one repetition per side and tiny sizes: checks the harness, the numbers mean nothing")
     ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: bench/out)")
     ap.add_argument("--cases", default=None,
-                    help="comma-separated subset: " + ",".join(C.CASES) + " (or numbers 1-6); default all")
+                    help="comma-separated subset: " + ",".join(C.CASES) + " (or numbers 1-7); default 1-6 "
+                         "(7, sandbox: what one sandbox costs the mock, A/B; see bench/sandbox_costs.py)")
+    ap.add_argument("--sandbox-baseline-rev", default=None, metavar="REV",
+                    help="case 7: the baseline mock A, checked out at REV into a temporary git worktree that is "
+                         "removed afterwards (default 5f292ba, the mock before issue 19)")
+    ap.add_argument("--sandbox-baseline-tree", default=None, metavar="DIR",
+                    help="case 7: use this tree as the baseline mock A instead of a checkout")
     ap.add_argument("--mock-as-is", action="store_true",
                     help="do not give the in-process mock TCP_NODELAY (see bench/README.md, 'TCP_NODELAY')")
     ap.add_argument("--plugin", default=None, metavar="DIR",
@@ -127,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = None
     try:
         ctx = C.Context(target, worker, params, tmp, log, plugin_src=args.plugin, compare_src=args.compare)
+        ctx.sandbox_baseline_rev = args.sandbox_baseline_rev
+        ctx.sandbox_baseline_tree = os.path.abspath(args.sandbox_baseline_tree) if args.sandbox_baseline_tree else None
         if args.profile:
             ctx.profile_dir = os.path.join(os.path.abspath(args.out), "profiles")
         for name in selected:

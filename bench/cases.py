@@ -29,20 +29,26 @@ SIX_MB = 6_000_000
 FULL = {"cold_n": 20, "cold_warmup": 2, "exec_n": 40, "exec_warmup": 3, "exec_shipped_n": 4,
         "stream_bytes": 64 * MiB, "stream_n": 3, "stream_warmup": 1, "files_small_n": 12, "files_big_n": 6,
         "flow_n": 10, "flow_warmup": 1, "flow_shipped_n": 2, "cap_sandboxes": 50, "cap_threads": 8,
-        "cap_seconds": 3.0}
+        "cap_seconds": 3.0, "sandbox_n": 30, "sandbox_warmup": 2, "sandbox_idle_n": 5, "sandbox_cmd_n": 100,
+        "sandbox_settle_ms": 1000}
 QUICK = {"cold_n": 5, "cold_warmup": 1, "exec_n": 10, "exec_warmup": 2, "exec_shipped_n": 1,
          "stream_bytes": 4 * MiB, "stream_n": 2, "stream_warmup": 1, "files_small_n": 3, "files_big_n": 2,
          "flow_n": 2, "flow_warmup": 1, "flow_shipped_n": 0, "cap_sandboxes": 10, "cap_threads": 8,
-         "cap_seconds": 1.0}
+         "cap_seconds": 1.0, "sandbox_n": 5, "sandbox_warmup": 1, "sandbox_idle_n": 3, "sandbox_cmd_n": 10,
+         "sandbox_settle_ms": 1000}
 
 # --smoke (for tests of the harness itself): one repetition per side, tiny sizes. Numbers from a smoke
 # run mean nothing; it only proves every case runs end to end and the results are well formed.
 SMOKE = {"cold_n": 1, "cold_warmup": 0, "exec_n": 1, "exec_warmup": 0, "exec_shipped_n": 0,
          "stream_bytes": 256 * 1024, "stream_n": 1, "stream_warmup": 0, "files_small_n": 1, "files_big_n": 1,
          "flow_n": 1, "flow_warmup": 0, "flow_shipped_n": 0, "cap_sandboxes": 3, "cap_threads": 2,
-         "cap_seconds": 0.3}
+         "cap_seconds": 0.3, "sandbox_n": 1, "sandbox_warmup": 0, "sandbox_idle_n": 1, "sandbox_cmd_n": 1,
+         "sandbox_settle_ms": 100}
 
-CASES = ("cold", "exec", "stream", "files", "flow", "capacity")
+# Case 7 "sandbox" (bench/sandbox_costs.py: what one sandbox costs the mock, A/B against another mock tree) runs
+# only when asked for (--cases sandbox): it checks out a second tree and starts two more mocks.
+CASES = ("cold", "exec", "stream", "files", "flow", "capacity", "sandbox")
+DEFAULT_CASES = CASES[:6]
 CASE_NUMBERS = {str(i + 1): name for i, name in enumerate(CASES)}
 
 
@@ -640,5 +646,10 @@ def case_capacity(ctx: Context) -> list:
     return rows
 
 
+def case_sandbox(ctx: Context) -> list:
+    from bench import sandbox_costs
+    return sandbox_costs.run_case(ctx, make_row)
+
+
 FUNCS = {"cold": case_cold, "exec": case_exec, "stream": case_stream, "files": case_files, "flow": case_flow,
-         "capacity": case_capacity}
+         "capacity": case_capacity, "sandbox": case_sandbox}

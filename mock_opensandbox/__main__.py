@@ -33,8 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--execd-start-delay", type=float, default=0.2, metavar="SECONDS",
                    help="a new sandbox's execd refuses connections this long although the create already says "
                         "Running, like a real server (default 0.2; 0 = at once)")
-    p.add_argument("--max-sandbox-timeout", type=int, default=None, metavar="SECONDS",
-                   help="refuse create timeouts above this (server max_sandbox_timeout_seconds; default: no limit)")
+    p.add_argument("--max-sandbox-timeout", type=int, default=86400, metavar="SECONDS",
+                   help="refuse create timeouts above this (server max_sandbox_timeout_seconds; default 86400 "
+                        "as in the server's example config; 0 = no limit)")
+    p.add_argument("--pids-limit", type=int, default=4096, metavar="N",
+                   help="processes (threads) per sandbox, through the pids cgroup (server [docker] pids_limit; "
+                        "default 4096; 0 = no limit)")
+    p.add_argument("--execd-close-delay", type=float, default=1.0, metavar="SECONDS",
+                   help="execd keeps a finished command's stream open this long, like the real one (~1 s; "
+                        "default 1.0; 0 = close at once)")
     p.add_argument("--network", choices=("bridge", "host"), default="bridge",
                    help="bridge (default, the server's example config): each sandbox has its own network "
                         "namespace, ports published through relays on 127.0.0.1, outbound traffic through "
@@ -62,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               root=args.root, execd_bin=args.execd_bin, verbose=args.verbose,
                               execd_start_delay=args.execd_start_delay,
                               max_sandbox_timeout=args.max_sandbox_timeout, network=args.network,
-                              volumes_dir=args.volumes_dir, allowed_host_paths=args.allowed_host_path)
+                              volumes_dir=args.volumes_dir, allowed_host_paths=args.allowed_host_path,
+                              pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
@@ -95,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from .runtime import isolation_note
 
                 print("  " + isolation_note(), flush=True)
+            from .runtime.cgroups import host as cgroup_host
+
+            cg = cgroup_host()
+            print("Resource limits: %s" % (cg.note() or "memory, cpu and pids through cgroup v%d" % cg.version),
+                  flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)

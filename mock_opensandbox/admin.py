@@ -230,7 +230,9 @@ class AdminAPI:
         want = self._api_key()
         if want is None:
             return True
-        return bool(key) and hmac.compare_digest(key.encode("utf-8", "surrogateescape"), want.encode("utf-8"))
+        if not key:
+            return False
+        return hmac.compare_digest(key.encode("utf-8", "surrogateescape"), want.encode("utf-8"))
 
     def _guard(self, req: Request) -> str | None:
         """None when the request may use the admin API, else why not (403/401 already sent)."""

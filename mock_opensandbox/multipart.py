@@ -189,8 +189,8 @@ class MultipartParser:
                         self._part.data += self._buf[:cut]
                         del self._buf[:cut]
                     return out
-                after = bytes(self._buf[cut + skip:cut + skip + 2])
-                if after == b"--":
+                closing = bytes(self._buf[cut + skip:cut + skip + 2])
+                if closing == b"--":
                     self._part.data += self._buf[:cut]
                     out.append(self._part)
                     self._part = None
@@ -243,8 +243,8 @@ class MultipartParser:
                 continue
             if b":" not in line:
                 raise MultipartError("malformed part header")
-            k, v = line.split(b":", 1)
-            headers.append((k.strip().decode("latin-1"), v.strip().decode("utf-8", "replace")))
+            name, value = line.split(b":", 1)
+            headers.append((name.strip().decode("latin-1"), value.strip().decode("utf-8", "replace")))
         return headers
 
     def close(self) -> list[Part]:

@@ -29,11 +29,24 @@ from .httpcore import Server
 from .journal import Journal
 from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
 from .model import Provisioner, Sandbox, SandboxStore
+from .runtime.cgroups import DEFAULT_PIDS_LIMIT
+from .runtime.janitor import Janitor, reap_root
 from .runtime.sandbox import SandboxTerminated
 from .volumes import VolumeStore, start_failed
 
 EXECD_MODES = ("v1.1.0", "latest")
 NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
+DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [server] max_sandbox_timeout_seconds
+
+
+def _is_sandbox_id(name: str) -> bool:
+    """A sandbox directory's name in the root (model.py: str(uuid4()))."""
+    import uuid
+
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False
 
 
 def is_loopback_host(host: str) -> bool:
@@ -137,7 +150,10 @@ class MockProvisioner(Provisioner):
 
         m = self.mock
         root = os.path.join(m.root, sb.id)
-        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, network=m.network)
+        if m._root_given:
+            m.janitor.track("dir", root)  # the temp root as a whole is tracked at start()
+        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, network=m.network,
+                                 limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
         sb.runtime = runtime
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
@@ -276,6 +292,8 @@ class MockProvisioner(Provisioner):
         self._stop_execd(sb)
         if sb.runtime is not None:
             sb.runtime.cleanup()
+            if self.mock._root_given:
+                self.mock.janitor.untrack("dir", sb.runtime.root)
         if sb.volumes is not None and self.mock.volumes is not None:
             self.mock.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
 
@@ -348,9 +366,9 @@ class MockOpenSandbox(WorkbenchMixin):
                  clock: Callable[[], datetime] | None = None, *, verbose: bool = False,
                  pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
                  reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
-                 execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = None,
+                 execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT,
                  network: str = "bridge", volumes_dir: str | None = None,
-                 allowed_host_paths: Iterable[str] = ()):
+                 allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -371,10 +389,26 @@ class MockOpenSandbox(WorkbenchMixin):
         # seconds a new sandbox's execd refuses connections although the create already says Running
         # (DEVELOPERS.md "Running arrives before execd answers /ping"); 0 keeps test suites fast
         self.execd_start_delay = execd_start_delay
-        # server [server] max_sandbox_timeout_seconds (unset = no upper bound, the live configuration)
+        # server [server] max_sandbox_timeout_seconds: 86400 in the server's example config; 0 or None
+        # = unset (no upper bound)
+        if max_sandbox_timeout == 0:
+            max_sandbox_timeout = None
         if max_sandbox_timeout is not None and (not isinstance(max_sandbox_timeout, int) or max_sandbox_timeout < 60):
-            raise ValueError("max_sandbox_timeout must be an integer >= 60 (seconds) or None")
+            raise ValueError("max_sandbox_timeout must be an integer >= 60 (seconds), or 0/None for no limit")
         self.max_sandbox_timeout = max_sandbox_timeout
+        # server [docker] pids_limit (4096, config.py default and example config); 0 or None = no limit
+        if pids_limit == 0:
+            pids_limit = None
+        if pids_limit is not None and (not isinstance(pids_limit, int) or isinstance(pids_limit, bool)
+                                       or pids_limit < 1):
+            raise ValueError("pids_limit must be a positive integer, or 0/None for no limit")
+        self.pids_limit = pids_limit
+        if not isinstance(execd_close_delay, (int, float)) or not execd_close_delay >= 0 or execd_close_delay == float("inf"):
+            raise ValueError("execd_close_delay must be a number of seconds >= 0")
+        # what a dead mock leaves is found by this id (cgroups osb-mock-<id>-<sandbox>) and removed by
+        # the janitor process (runtime/janitor.py)
+        self.mock_id = secrets.token_hex(4)
+        self.janitor = Janitor()
         # volumes (volumes.py): named volumes under volumes_dir (default <root>/volumes, gone with a temp
         # root); host binds only under allowed_host_paths (server [storage] allowed_host_paths, [] = none)
         self.allowed_host_paths = [str(p) for p in allowed_host_paths]
@@ -467,11 +501,15 @@ class MockOpenSandbox(WorkbenchMixin):
                 self._warn("WARNING: mock OpenSandbox listening on %s, not loopback: anyone who can reach this "
                            "address can run commands as your user. Use 127.0.0.1 unless you mean it."
                            % self.host)
+            if self.janitor.closed:
+                self.janitor = Janitor()
             if self._root_given:
                 os.makedirs(self._root_given, exist_ok=True)
                 self.root = os.path.realpath(self._root_given)
+                reap_root(self.root, _is_sandbox_id)  # what a dead mock (and its janitor) left in it
             else:
                 self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
+                self.janitor.track("dir", self.root)
             try:
                 self.volumes = VolumeStore(self._volumes_dir or os.path.join(self.root, "volumes"),
                                            self.allowed_host_paths)
@@ -524,6 +562,19 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.store = None
         if self.root and not self._root_given:
             shutil.rmtree(self.root, ignore_errors=True)
+        self.janitor.close()  # everything is removed: it finds nothing left and exits
+
+    def sandbox_limits(self, sb: Sandbox) -> Any:
+        """The sandbox's cgroup limits: resourceLimits (server container_ops.py mem_limit, nano_cpus)
+        and [docker] pids_limit (runtime/cgroups.py)."""
+        from .runtime.cgroups import Limits
+        from .validation import resolve_resource_limits
+
+        try:
+            r = resolve_resource_limits(sb.resource_limits)
+        except Exception:  # noqa: BLE001 - validated at create; never fail a start over it
+            r = {}
+        return Limits(memory=r.get("memory"), nano_cpus=r.get("cpu"), pids=self.pids_limit)
 
     def __enter__(self) -> "MockOpenSandbox":
         return self.start()

@@ -147,7 +147,7 @@ def decode_close(payload: bytes) -> tuple[int, str]:
 def _read_exact(read: Callable[[int], bytes], n: int) -> bytes:
     if n == 0:
         return b""
-    chunks = []
+    chunks: list[bytes] = []
     left = n
     while left:
         b = read(left)

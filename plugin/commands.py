@@ -12,9 +12,17 @@ import os
 import threading
 import time
 
-from config import is_number
-from epp import MAX_LINE_BYTES, Deferred, EppError, Request, Server
-from errors import bad_input, check_envs, guard, map_osb_error, sandbox_id
+from context import Context
+from epp import MAX_LINE_BYTES, Deferred, Request
+from errors import EppError, bad_input
+from params import check_envs, is_number, sandbox_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import queue
+    from typing import Any, Callable
+
+    from osb import CommandRun, Execd
 
 OUTPUT_CHUNK_CHARS = 1_000_000          # exec.output notifications are split at this size
 STOP_GRACE = 3.0                        # seconds between an interrupt and giving up on the stream
@@ -23,9 +31,11 @@ STOP_GRACE = 3.0                        # seconds between an interrupt and givin
 class ExecSpec:
     """Validated exec.run / exec.start params."""
 
-    def __init__(self, p: dict):
+    def __init__(self, p: dict[str, Any]):
         self.sandbox_id = sandbox_id(p)
         cmd, args, command = p.get("cmd"), p.get("args"), p.get("command")
+        self.argv: list[str] | None
+        self.command: str | None
         if isinstance(command, str) and command.strip() and not cmd:
             self.argv, self.command = None, command          # our extension: a shell string
         else:
@@ -52,7 +62,7 @@ class ExecSpec:
         self.detached = p.get("detached") is True or p.get("background") is True
 
 
-def _user_ids(srv: Server, execd, user: str) -> tuple:
+def _user_ids(ctx: Context, execd: Execd, user: str) -> tuple[int | None, int | None]:
     """"" -> default; "1000" / "1000:1000" -> ids; "root" -> 0; other names are looked up with id(1)."""
     if not user:
         return None, None
@@ -61,8 +71,8 @@ def _user_ids(srv: Server, execd, user: str) -> tuple:
         return int(uid_s), (int(gid_s) if gid_s else None)
     if user == "root":
         return 0, 0
-    from osb_execd import shell_join
-    code, out, _ = run_internal(srv, execd, f"id -u {shell_join([user])} && id -g {shell_join([user])}")
+    from osb import shell_join
+    code, out, _ = run_internal(ctx, execd, f"id -u {shell_join([user])} && id -g {shell_join([user])}")
     ids = out.split()
     if code != 0 or len(ids) != 2 or not all(i.isdigit() for i in ids):
         raise bad_input(f"User {user[:40]!r} does not exist in the sandbox.",
@@ -70,15 +80,15 @@ def _user_ids(srv: Server, execd, user: str) -> tuple:
     return int(ids[0]), int(ids[1])
 
 
-def _start(srv: Server, spec: ExecSpec, *, background: bool = False):
-    client = srv.client()
-    execd = guard(lambda: client.execd(spec.sandbox_id), op="exec", srv=srv)
-    uid, gid = _user_ids(srv, execd, spec.user)
+def _start(ctx: Context, spec: ExecSpec, *, background: bool = False) -> CommandRun:
+    client = ctx.client()
+    execd = ctx.guard(lambda: client.execd(spec.sandbox_id), op="exec")
+    uid, gid = _user_ids(ctx, execd, spec.user)
     # execd enforces the timeout too (rec 09); we enforce it ourselves as well (the host never does).
     timeout_ms = int(spec.timeout * 1000) if spec.timeout > 0 else 0
-    return guard(lambda: execd.start(argv=spec.argv, command=spec.command, envs=spec.env, cwd=spec.cwd,
-                                      uid=uid, gid=gid, timeout_ms=timeout_ms, background=background),
-                  op="exec", srv=srv)
+    return ctx.guard(lambda: execd.start(argv=spec.argv, command=spec.command, envs=spec.env, cwd=spec.cwd,
+                                          uid=uid, gid=gid, timeout_ms=timeout_ms, background=background),
+                     op="exec")
 
 
 _END, _WAKE = object(), object()
@@ -88,10 +98,11 @@ class Pump:
     """Reads a CommandRun on its own thread so the caller can wait with deadlines and cancel. The
     queue is bounded: a slow reader of our stdout slows the SSE read, and so execd, down."""
 
-    def __init__(self, run):
+    def __init__(self, run: CommandRun) -> None:
         import queue
-        self.run, self.q, self.queue_empty = run, queue.Queue(maxsize=4096), queue.Empty
-        self._held = None
+        self.q: queue.Queue[object] = queue.Queue(maxsize=4096)
+        self.run, self.queue_empty = run, queue.Empty
+        self._held: object = None
         threading.Thread(target=self._read, daemon=True, name="execd-sse").start()
 
     def _read(self) -> None:
@@ -102,7 +113,7 @@ class Pump:
             self.q.put(exc)
         self.q.put(_END)
 
-    def get(self, timeout: float | None):
+    def get(self, timeout: float | None) -> object:
         if self._held is not None:
             item, self._held = self._held, None
             return item
@@ -134,14 +145,14 @@ class Pump:
             pass
 
 
-def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: float, on_output,
-          first=None) -> tuple[int, str | None]:
+def drive(ctx: Context, req: Request, run: CommandRun, pump: Pump, spec: ExecSpec, started: float,
+          on_output: Callable[[str, str], object], first: object = None) -> tuple[int, str | None]:
     """Forward output until the terminal event; returns (exit_code, problem or None).
 
     Timeout: at the deadline the command is interrupted (DELETE /command?id=); if execd has not
     ended the stream STOP_GRACE later we stop reading. A timed-out command exits 124.
     """
-    from osb_sse import StartFailure, terminal_exit_code
+    from osb import StartFailure, terminal_exit_code
     deadline = started + spec.timeout if spec.timeout > 0 else None
     stop_at, timed_out = None, False
     req.on_cancel(pump.wake)
@@ -164,7 +175,8 @@ def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: f
             if item is None or item is _WAKE:
                 item = None
                 continue
-        current, item = item, None
+        current: Any = item              # an event dict, _END or the reader's exception
+        item = None
         if current is _END:
             return _lost_stream(run, "the output stream ended before the command finished")
         if isinstance(current, Exception):
@@ -186,7 +198,7 @@ def drive(srv: Server, req: Request, run, pump: Pump, spec: ExecSpec, started: f
         return code, None
 
 
-def _lost_stream(run, why: str) -> tuple[int, str]:
+def _lost_stream(run: CommandRun, why: str) -> tuple[int, str]:
     """No terminal event: the output may be incomplete, so this is always reported as a problem.
     execd still knows how the command ended (rec 07: foreground commands have a status too, but no
     logs): its exit code when it exited by itself; -1 when it was killed (execd kills a foreground
@@ -206,10 +218,10 @@ def _lost_stream(run, why: str) -> tuple[int, str]:
     return -1, why
 
 
-def _await_start(srv: Server, spec: ExecSpec, run, pump: Pump):
+def _await_start(ctx: Context, spec: ExecSpec, run: CommandRun, pump: Pump) -> object:
     """A command that cannot start ends with an error event right after init: answer that as an error
     instead of a process id. Returns the first event (or None) for drive()."""
-    from osb_sse import StartFailure, terminal_exit_code
+    from osb import StartFailure, terminal_exit_code
     first = pump.get(0.25)
     if isinstance(first, dict) and first.get("type") == "error":
         try:
@@ -220,47 +232,47 @@ def _await_start(srv: Server, spec: ExecSpec, run, pump: Pump):
     return None if first is _WAKE else first
 
 
-def m_exec_start(srv: Server, req: Request, p: dict):
+def m_exec_start(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any] | Deferred:
     spec = ExecSpec(p)
     if spec.detached:
-        return _start_detached(srv, spec)
+        return _start_detached(ctx, spec)
     started = time.monotonic()
-    run = _start(srv, spec)
+    run = _start(ctx, spec)
     pump = Pump(run)
-    first = _await_start(srv, spec, run, pump)
+    first = _await_start(ctx, spec, run, pump)
     pid = run.command_id or f"cmd-{os.urandom(8).hex()}"
 
     def emit(kind: str, text: str) -> None:
         for i in range(0, len(text), OUTPUT_CHUNK_CHARS):
-            srv.notify("exec.output", {"process_id": pid, "stream": kind, "data": text[i:i + OUTPUT_CHUNK_CHARS]})
+            ctx.notify("exec.output", {"process_id": pid, "stream": kind, "data": text[i:i + OUTPUT_CHUNK_CHARS]})
 
     def stream() -> None:
-        srv.active_runs.add(run)
+        ctx.runs.add(run)
         try:
-            code, problem = drive(srv, req, run, pump, spec, started, emit, first)
+            code, problem = drive(ctx, req, run, pump, spec, started, emit, first)
         finally:
-            srv.active_runs.discard(run)
+            ctx.runs.discard(run)
         if problem:
             emit("stderr", f"[opensandbox provider] {problem}; the output may be incomplete\n")
-        srv.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
+        ctx.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
 
     return Deferred({"process_id": pid}, stream)
 
 
-def m_exec_run(srv: Server, req: Request, p: dict) -> dict:
+def m_exec_run(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     spec = ExecSpec(p)
     if spec.detached:
         raise bad_input("exec.run cannot run a detached command; use exec.start with detached: true.")
     started = time.monotonic()
-    run = _start(srv, spec)
+    run = _start(ctx, spec)
     pump = Pump(run)        # $/cancel: drive() wakes and interrupts the command from its own thread
-    first = _await_start(srv, spec, run, pump)
-    out: dict = {"stdout": [], "stderr": []}
-    srv.active_runs.add(run)
+    first = _await_start(ctx, spec, run, pump)
+    out: dict[str, Any] = {"stdout": [], "stderr": []}
+    ctx.runs.add(run)
     try:
-        code, problem = drive(srv, req, run, pump, spec, started, lambda k, t: out[k].append(t), first)
+        code, problem = drive(ctx, req, run, pump, spec, started, lambda k, t: out[k].append(t), first)
     finally:
-        srv.active_runs.discard(run)
+        ctx.runs.discard(run)
     if problem:
         ended = f" The command exited with {code}, but its output may be incomplete." if code != -1 else ""
         raise EppError(-32000, f"Lost the command's output: {problem}.{ended}", sdk_code="E5001",
@@ -269,9 +281,9 @@ def m_exec_run(srv: Server, req: Request, p: dict) -> dict:
     return _fit_result("".join(out["stdout"]), "".join(out["stderr"]), code)
 
 
-def _fit_result(stdout: str, stderr: str, code: int) -> dict:
+def _fit_result(stdout: str, stderr: str, code: int) -> dict[str, Any]:
     """Keep the exec.run answer under the 8 MiB line limit (the head of the output is kept)."""
-    result = {"stdout": stdout, "stderr": stderr, "exit_code": int(code)}
+    result: dict[str, Any] = {"stdout": stdout, "stderr": stderr, "exit_code": int(code)}
     budget = MAX_LINE_BYTES - 64 * 1024
     size = len(json.dumps(result, ensure_ascii=False).encode("utf-8", "replace"))
     while size > budget:
@@ -287,26 +299,26 @@ def _fit_result(stdout: str, stderr: str, code: int) -> dict:
     return result
 
 
-def run_internal(srv: Server, execd, script: str, timeout: float = 30.0) -> tuple[int, str, str]:
+def run_internal(ctx: Context, execd: Execd, script: str, timeout: float = 30.0) -> tuple[int, str, str]:
     """Run a helper shell script in the sandbox (process list, kill, user lookup)."""
-    run = guard(lambda: execd.start(argv=["sh", "-c", script], timeout_ms=int(timeout * 1000)),
-                 op="process", srv=srv)
-    out: dict = {"stdout": [], "stderr": []}
+    run = ctx.guard(lambda: execd.start(argv=["sh", "-c", script], timeout_ms=int(timeout * 1000)),
+                    op="process")
+    out: dict[str, Any] = {"stdout": [], "stderr": []}
     spec = type("Spec", (), {"timeout": timeout})()
-    code, problem = drive(srv, Request(None), run, Pump(run), spec, time.monotonic(),
+    code, problem = drive(ctx, Request(None), run, Pump(run), spec, time.monotonic(),
                           lambda k, t: out[k].append(t))
     if problem:
         raise EppError(-32000, f"A helper command in the sandbox failed: {problem}.", sdk_code="E5001")
     return code, "".join(out["stdout"]), "".join(out["stderr"])
 
 
-def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
+def _start_detached(ctx: Context, spec: ExecSpec) -> Deferred:
     """`sessions`: a background command (it survives this process), followed by polling its merged
     logs and status (rec 10)."""
-    run = _start(srv, spec, background=True)
+    run = _start(ctx, spec, background=True)
     for event in run.events():       # init, ping, execution_complete arrive at once (rec 10)
         if event.get("type") == "error":
-            from osb_sse import StartFailure, terminal_exit_code
+            from osb import StartFailure, terminal_exit_code
             try:
                 terminal_exit_code(event)
             except StartFailure as exc:
@@ -318,7 +330,7 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
 
     def follow() -> None:
         cursor, delay, failing_since = None, 0.1, None
-        while not srv.closing.is_set():
+        while not ctx.closing.is_set():
             polled = time.monotonic()
             try:
                 status = execd.status(pid)
@@ -327,25 +339,25 @@ def _start_detached(srv: Server, spec: ExecSpec) -> Deferred:
                 # the calls retry by themselves; keep polling through an outage of up to http_timeout
                 now = time.monotonic()
                 failing_since = failing_since or polled
-                if now - failing_since < execd.client.http.timeout and not srv.closing.is_set():
+                if now - failing_since < execd.client.http.timeout and not ctx.closing.is_set():
                     time.sleep(delay)
                     delay = min(delay * 1.5, 1.0)
                     continue
-                err = map_osb_error(exc, op="process", cfg=srv._cfg)
+                err = ctx.error(exc, "process")
                 note = f"[opensandbox provider] lost track of the command: {err.message}\n"
-                srv.notify("exec.output", {"process_id": pid, "stream": "stderr", "data": note})
-                srv.notify("exec.exit", {"process_id": pid, "exit_code": -1})
+                ctx.notify("exec.output", {"process_id": pid, "stream": "stderr", "data": note})
+                ctx.notify("exec.exit", {"process_id": pid, "exit_code": -1})
                 return
             failing_since = None
             if text:
-                srv.notify("exec.output", {"process_id": pid, "stream": "stdout", "data": text})
+                ctx.notify("exec.output", {"process_id": pid, "stream": "stdout", "data": text})
                 delay = 0.1
             if status.get("running") is False:
                 code = status.get("exit_code")
                 if not isinstance(code, int) or code == -1:
-                    from osb_sse import signal_exit_code
+                    from osb import signal_exit_code
                     code = signal_exit_code(str(status.get("error") or "")) or (code if isinstance(code, int) else 0)
-                srv.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
+                ctx.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
                 return
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)

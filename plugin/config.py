@@ -1,18 +1,23 @@
 """Configuration: the manifest's [config.fields] as typed values (``Config``), with the errors a
 bad setting gets. Values arrive raw from initialize.config (provider options are strings:
 "true", "60"); the host's core settings (http_timeout) from initialize.core. Every secret field is
-registered with ``epp.SECRETS`` as soon as it is seen.
+registered with ``errors.SECRETS`` as soon as it is seen.
 """
 from __future__ import annotations
 
 import json
 
-from epp import SECRETS, EppError
+from errors import SECRETS, EppError
+from params import as_text, is_number
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 DEFAULT_ENTRYPOINT = "tail -f /dev/null"
 CODE_INTERPRETER_ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]   # seed 000 §1.4
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "base_url": DEFAULT_BASE_URL, "api_key": "", "domain": "", "protocol": "",
     "use_server_proxy": False, "default_image": "python:3.12-slim",
     "image_aliases": "code=opensandbox/code-interpreter:v1.1.0", "entrypoint": DEFAULT_ENTRYPOINT,
@@ -30,7 +35,7 @@ _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 class Config:
     """Coerced configuration. Values arrive raw: provider options are strings ("true", "60")."""
 
-    def __init__(self, raw: dict, core: dict | None = None):
+    def __init__(self, raw: dict[str, Any], core: dict[str, Any] | None = None):
         self.raw = {k: v for k, v in (raw or {}).items() if v is not None}
         SECRETS.add(*(str(self.raw.get(k) or "") for k in SECRET_FIELDS))   # before anything can fail
         merged = {**DEFAULTS, **self.raw}
@@ -58,7 +63,7 @@ class Config:
         except (TypeError, ValueError):
             self.http_timeout = 30.0
 
-    def with_options(self, options) -> Config:
+    def with_options(self, options: object) -> Config:
         if not isinstance(options, dict) or not options:
             return self
         picked = {k: v for k, v in options.items() if k in CREATE_OPTIONS and v is not None}
@@ -73,17 +78,7 @@ class Config:
         return [getattr(self, k) for k in SECRET_FIELDS if getattr(self, k, "")]
 
 
-def is_number(value) -> bool:
-    """A real, finite JSON number (not a bool, not NaN/Infinity, which Python's json accepts)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-        and value not in (float("inf"), float("-inf"))
-
-
-def as_text(value) -> str:
-    return "" if value is None else str(value).strip()
-
-
-def _bool(field: str, value) -> bool:
+def _bool(field: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -96,7 +91,7 @@ def _bool(field: str, value) -> bool:
     raise config_error(field, "must be true or false")
 
 
-def _int(field: str, value, lo: int, hi: int) -> int:
+def _int(field: str, value: Any, lo: int, hi: int) -> int:
     if isinstance(value, bool):
         raise config_error(field, "must be a whole number")
     try:
@@ -129,7 +124,7 @@ def _server_url(base_url: str, domain: str, protocol: str) -> str:
     return url
 
 
-def _aliases(value) -> dict:
+def _aliases(value: object) -> dict[str, str]:
     if isinstance(value, dict):
         return {str(k).strip(): str(v).strip() for k, v in value.items()}
     items = value if isinstance(value, list) else as_text(value).split(",")
@@ -145,7 +140,7 @@ def _aliases(value) -> dict:
     return out
 
 
-def _entrypoint(value) -> list[str]:
+def _entrypoint(value: object) -> list[str]:
     if isinstance(value, list):
         argv = [str(v) for v in value]
     else:
@@ -166,7 +161,7 @@ def _entrypoint(value) -> list[str]:
     return argv or DEFAULT_ENTRYPOINT.split()
 
 
-def _network_policy(value):
+def _network_policy(value: object) -> dict[str, Any] | None:
     if isinstance(value, dict):
         return value
     text = as_text(value)
@@ -181,7 +176,7 @@ def _network_policy(value):
     return policy
 
 
-def _volumes(value):
+def _volumes(value: object) -> list[dict[str, Any]] | None:
     """The create request's `volumes` (a JSON list of the server's Volume objects), checked by the server."""
     if isinstance(value, list):
         vols = value
@@ -198,7 +193,7 @@ def _volumes(value):
     return vols or None
 
 
-def _platform(value):
+def _platform(value: object) -> dict[str, Any] | None:
     if isinstance(value, dict):
         return value
     text = as_text(value).lower()

@@ -1,103 +1,50 @@
 """EPP/1, the host's side of the wire: JSON-RPC 2.0 over stdio, one JSON object per line.
 
-``Server.serve`` reads requests; ``initialize`` and ``shutdown`` are answered inline, every other
-method runs on its own thread with a ``Request`` (its id and its ``$/cancel``). A method returns its
-result, raises ``EppError``, or returns ``Deferred`` (answer now, stream afterwards: exec.start).
-``Server.send`` is the only writer of stdout. What it sends as an error, and everything logged to
-stderr, passes ``SECRETS``: the plugin's one registry of credentials, which also scrubs the error
-bodies the OpenSandbox client reads (osb_transport.py).
+A pure protocol loop: it knows nothing of OpenSandbox. ``Server.serve`` reads requests and calls
+the hooks it was given (provider.py wires them):
 
-Standard library only, Python >= 3.10. Imports here are what every plugin start pays for.
+* ``initialize(params) -> result``, answered inline (cheap, no I/O); ``shutdown`` is answered here;
+* ``find(method) -> fn(request, params)`` or None (-32601); every such call runs on its own thread
+  with a ``Request`` (its id and its ``$/cancel``) and returns its result, raises ``EppError``, or
+  returns ``Deferred`` (answer now, stream afterwards: exec.start);
+* ``map_error(exc, method) -> EppError`` for any other exception a method raised;
+* ``on_exit(deadline)`` when input ends: it stops what answers in flight wait on, calls
+  ``drain(deadline)`` and releases what it holds (without it the loop just drains).
+
+``Server.send`` is the only writer of stdout. What it sends as an error, and everything logged to
+stderr, passes ``errors.SECRETS``. Standard library only, Python >= 3.10. Imports here are what
+every plugin start pays for.
 """
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
 
+from errors import SECRETS, EppError
+
+TYPE_CHECKING = False                   # (typing is not imported at start-up: it costs milliseconds)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    Method = Callable[["Request", dict[str, Any]], Any]
+
 MAX_LINE_BYTES = 8 * 1024 * 1024        # the host kills a plugin that writes a longer line
-
-
-class Secrets:
-    """Every credential this process holds (config secrets, per-create registry passwords). Each is
-    replaced by ``***`` in its plain, JSON-escaped and URL-encoded (quote and quote_plus) forms:
-    error bodies can echo request headers or bodies back (debugging proxies do)."""
-
-    def __init__(self) -> None:
-        self._forms: list[str] = []
-        self._bforms: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def add(self, *values) -> None:
-        new = [v for v in values if isinstance(v, str) and len(v) >= 3]
-        if not new:
-            return
-        import urllib.parse
-        with self._lock:
-            forms = set(self._forms)
-            for v in new:
-                forms |= {v, json.dumps(v)[1:-1], urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)}
-            self._forms = sorted((f for f in forms if f), key=len, reverse=True)
-            self._bforms = [f.encode("utf-8", "replace") for f in self._forms]
-
-    def __bool__(self) -> bool:
-        return bool(self._forms)
-
-    def scrub(self, data: bytes) -> bytes:
-        for form in self._bforms:
-            data = data.replace(form, b"***")
-        return data
-
-    def redact(self, value):
-        """``value`` with every secret masked: strings, and strings inside dicts and lists."""
-        if not self._forms:
-            return value
-        if isinstance(value, str):
-            for form in self._forms:
-                value = value.replace(form, "***")
-            return value
-        if isinstance(value, dict):
-            return {k: self.redact(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.redact(v) for v in value]
-        return value
-
-
-SECRETS = Secrets()
-
-
-class EppError(Exception):
-    """A JSON-RPC error answer. ``sdk_code`` picks the host's exception class (epp-host-ref §4.1)."""
-
-    def __init__(self, code: int, message: str, *, sdk_code: str | None = None,
-                 suggestion: str | None = None, **data):
-        super().__init__(message)
-        self.code, self.message = code, message
-        self.data = {k: v for k, v in data.items() if v not in (None, "")}
-        if sdk_code:
-            self.data["sdk_code"] = sdk_code
-        if suggestion:
-            self.data["suggestion"] = suggestion
-
-    def to_json(self) -> dict:
-        err = {"code": self.code, "message": self.message}
-        if self.data:
-            err["data"] = self.data
-        return err
+EXIT_GRACE = 2.0                        # seconds answers in flight get once input ends (the host
+                                        # waits 3 s before SIGTERM)
 
 
 class Request:
     """One in-flight request: its id and its cancellation ($/cancel)."""
 
-    def __init__(self, rid):
+    def __init__(self, rid: int | str | None) -> None:
         self.id = rid
         self.cancelled = threading.Event()
-        self._callbacks: list = []
+        self._callbacks: list[Callable[[], object]] = []
         self._lock = threading.Lock()
 
-    def on_cancel(self, fn) -> None:
+    def on_cancel(self, fn: Callable[[], object]) -> None:
         with self._lock:
             if not self.cancelled.is_set():
                 self._callbacks.append(fn)
@@ -118,27 +65,22 @@ class Request:
 class Deferred:
     """A result sent now, plus work that continues afterwards (streaming after exec.start)."""
 
-    def __init__(self, result: dict, then):
+    def __init__(self, result: dict[str, Any], then: Callable[[], object]) -> None:
         self.result, self.then = result, then
 
 
 class Server:
-    """``initialize(server, params)`` answers initialize; ``find(method)`` returns the function
-    ``fn(server, request, params)`` of a method, or None (provider.py's method table)."""
+    """The loop and the only writer of stdout; its hooks are described in this module's doc."""
 
-    def __init__(self, rfile, wfile, *, initialize, find):
-        self.rfile, self.wfile, self.initialize, self.find = rfile, wfile, initialize, find
+    def __init__(self, rfile: Any, wfile: Any, *, initialize: Callable[[dict[str, Any]], dict[str, Any]],
+                 find: Callable[[str], Method | None],
+                 map_error: Callable[[Exception, str], EppError] | None = None,
+                 on_exit: Callable[[float], None] | None = None, name: str = "plugin") -> None:
+        self.rfile, self.wfile, self.name = rfile, wfile, name   # name: the prefix of stderr lines
+        self.initialize, self.find, self.map_error, self.on_exit = initialize, find, map_error, on_exit
         self._wlock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self.raw_config: dict = {}
-        self.core: dict = {}
-        self.data_dir = os.environ.get("ABX_PROVIDER_DATA_DIR") or None
-        self.requests: dict = {}
-        self.active_runs: set = set()         # foreground commands (osb CommandRun) to stop at exit
+        self.requests: dict[int | str | None, Request] = {}
         self.closing = threading.Event()
-        self._cfg = None
-        self._cfg_error: EppError | None = None
-        self._client = None
 
     # ---- the loop
 
@@ -157,7 +99,7 @@ class Server:
                 self.log_stderr("ignored a line that is not a JSON object")
         self.finish()
 
-    def dispatch(self, msg: dict) -> None:
+    def dispatch(self, msg: dict[str, Any]) -> None:
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params")
         if isinstance(rid, (bool, float, list, dict)):
             return                                        # not a JSON-RPC id: there is nobody to answer
@@ -174,7 +116,7 @@ class Server:
                 if req is not None:
                     req.cancel()
         elif method == "initialize":                      # answered inline: cheap, no I/O
-            self.respond(rid, self.initialize(self, params or {}))
+            self.respond(rid, self.initialize(params or {}))
         elif method == "shutdown":
             self.closing.set()
             self.respond(rid, {})
@@ -183,21 +125,20 @@ class Server:
             threading.Thread(target=self._run, args=(req, method, params or {}), daemon=True,
                              name=f"epp-{rid}").start()
 
-    def _run(self, req: Request, method: str, params: dict) -> None:
-        then = None
+    def _run(self, req: Request, method: str, params: dict[str, Any]) -> None:
+        then: Callable[[], object] | None = None
         try:
             fn = self.find(method)
             if fn is None:
                 raise EppError(-32601, f"Method not found: {method}")
-            result = fn(self, req, params)
+            result = fn(req, params)
             if isinstance(result, Deferred):
-                result, then = result.result, result.then
+                then, result = result.then, result.result
             self.respond(req.id, result)
         except EppError as exc:
             self.respond(req.id, error=exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
-            from errors import map_osb_error, op_kind
-            self.respond(req.id, error=map_osb_error(exc, op=op_kind(method), cfg=self._cfg))
+            self.respond(req.id, error=self.internal_error(exc, method))
         finally:
             self.requests.pop(req.id, None)
         if then is not None:
@@ -208,13 +149,14 @@ class Server:
 
     def _readline(self) -> bytes:
         try:
-            return self.rfile.readline()
+            line: bytes = self.rfile.readline()
+            return line
         except (OSError, ValueError):
             return b""
 
     # ---- output (the only writer of stdout)
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: dict[str, Any]) -> None:
         msg = {"jsonrpc": "2.0", **msg}
         if "error" in msg:
             msg["error"] = SECRETS.redact(msg["error"])
@@ -243,63 +185,40 @@ class Server:
             except (OSError, ValueError):
                 self.closing.set()
 
-    def respond(self, rid, result=None, error: EppError | None = None) -> None:
+    def respond(self, rid: int | str | None, result: Any = None, error: EppError | None = None) -> None:
         if error is not None:
             self.send({"id": rid, "error": error.to_json()})
         else:
             self.send({"id": rid, "result": {} if result is None else result})
 
-    def notify(self, method: str, params: dict) -> None:
+    def notify(self, method: str, params: dict[str, Any]) -> None:
         self.send({"method": method, "params": params})
 
     def log_stderr(self, text: str) -> None:
         try:
-            sys.stderr.write(SECRETS.redact(f"opensandbox: {text}\n"))
+            sys.stderr.write(SECRETS.redact(f"{self.name}: {text}\n"))
             sys.stderr.flush()
         except (OSError, ValueError):
             pass
 
-    # ---- configuration and client, built once per process on first use
+    def internal_error(self, exc: Exception, method: str) -> EppError:
+        """The answer to an exception a method raised (``map_error``, or a generic internal error)."""
+        if self.map_error is not None:
+            return self.map_error(exc, method)
+        return EppError(-32603, f"internal error: {type(exc).__name__}: {exc}")
 
-    def config(self):
-        """The coerced configuration (config.Config); a bad setting fails every call alike."""
-        with self._state_lock:
-            if self._cfg is None and self._cfg_error is None:
-                from config import Config
-                try:
-                    self._cfg = Config(self.raw_config, self.core)
-                except EppError as exc:
-                    self._cfg_error = exc
-            if self._cfg_error is not None:
-                raise self._cfg_error
-            return self._cfg
-
-    def client(self):
-        """The OpenSandbox client (osb_lifecycle.OpenSandbox) of this process."""
-        cfg = self.config()
-        with self._state_lock:
-            if self._client is None:
-                from osb_lifecycle import OpenSandbox
-                from osb_transport import Http
-                self._client = OpenSandbox(
-                    cfg.server, api_key=cfg.api_key, http=Http(cfg.http_timeout), data_dir=self.data_dir,
-                    use_server_proxy=cfg.use_server_proxy, execd_token=cfg.execd_access_token,
-                    scheme=cfg.protocol)
-            return self._client
+    # ---- end of input
 
     def finish(self) -> None:
-        """stdin closed: stop foreground commands we still run (best effort, in parallel), give
-        requests in flight up to 2 s to answer (the host waits 3 s before SIGTERM), then exit."""
+        """stdin closed: ``on_exit(deadline)`` (which drains), or just drain."""
         self.closing.set()
-        threads = [threading.Thread(target=run.stop, args=(1.5,), daemon=True) for run in list(self.active_runs)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 2.0
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        while self.requests and time.monotonic() < deadline:    # let answers in flight go out
+        deadline = time.monotonic() + EXIT_GRACE
+        if self.on_exit is not None:
+            self.on_exit(deadline)
+        else:
+            self.drain(deadline)
+
+    def drain(self, deadline: float) -> None:
+        """Give requests in flight until ``deadline`` (time.monotonic()) to answer."""
+        while self.requests and time.monotonic() < deadline:
             time.sleep(0.02)
-        if "terminal" in sys.modules:       # end our terminals (their sessions are deleted in execd)
-            sys.modules["terminal"].close_all()
-        if self._client is not None:
-            self._client.http.close()

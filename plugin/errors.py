@@ -1,12 +1,88 @@
-"""Errors the methods raise: OpenSandbox failures mapped to EPP errors (``map_osb_error``, ``guard``),
-and the checks of the parameters many methods share. Never raises from a mapper; never puts a
-secret value in a message (``epp.SECRETS`` masks what slips through).
+"""The leaf every layer of the plugin imports (and that imports only the standard library):
+``EppError``, the one kind of error a method raises (a JSON-RPC error answer), its two common
+shapes (``bad_input``, ``unsupported``), and ``SECRETS``, the plugin's one registry of credentials.
+
+``SECRETS`` masks every credential this process holds in its plain, JSON-escaped and URL-quoted
+forms: ``epp.py`` passes every error answer and every stderr line through it, and the OpenSandbox
+client (``osb/transport.py``) scrubs the error bodies it reads with it. (Not named secrets.py: the
+plugin's directory is sys.path[0], where that name would hide the standard library's module.)
 """
 from __future__ import annotations
 
 import json
+import threading
 
-from epp import EppError
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Secrets:
+    """Every credential this process holds (config secrets, per-create registry passwords). Each is
+    replaced by ``***`` in its plain, JSON-escaped and URL-encoded (quote and quote_plus) forms:
+    error bodies can echo request headers or bodies back (debugging proxies do)."""
+
+    def __init__(self) -> None:
+        self._forms: list[str] = []
+        self._bforms: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def add(self, *values: object) -> None:
+        new = [v for v in values if isinstance(v, str) and len(v) >= 3]
+        if not new:
+            return
+        import urllib.parse
+        with self._lock:
+            forms = set(self._forms)
+            for v in new:
+                forms |= {v, json.dumps(v)[1:-1], urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)}
+            self._forms = sorted((f for f in forms if f), key=len, reverse=True)
+            self._bforms = [f.encode("utf-8", "replace") for f in self._forms]
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def scrub(self, data: bytes) -> bytes:
+        for form in self._bforms:
+            data = data.replace(form, b"***")
+        return data
+
+    def redact(self, value: Any) -> Any:
+        """``value`` with every secret masked: strings, and strings inside dicts and lists."""
+        if not self._forms:
+            return value
+        if isinstance(value, str):
+            for form in self._forms:
+                value = value.replace(form, "***")
+            return value
+        if isinstance(value, dict):
+            return {k: self.redact(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.redact(v) for v in value]
+        return value
+
+
+SECRETS = Secrets()
+
+
+class EppError(Exception):
+    """A JSON-RPC error answer. ``sdk_code`` picks the host's exception class (epp-host-ref §4.1)."""
+
+    def __init__(self, code: int, message: str, *, sdk_code: str | None = None,
+                 suggestion: str | None = None, **data: Any) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+        self.data = {k: v for k, v in data.items() if v not in (None, "")}
+        if sdk_code:
+            self.data["sdk_code"] = sdk_code
+        if suggestion:
+            self.data["suggestion"] = suggestion
+
+    def to_json(self) -> dict[str, Any]:
+        err = {"code": self.code, "message": self.message}
+        if self.data:
+            err["data"] = self.data
+        return err
 
 
 def bad_input(message: str, suggestion: str | None = None) -> EppError:
@@ -15,184 +91,3 @@ def bad_input(message: str, suggestion: str | None = None) -> EppError:
 
 def unsupported(feature: str, message: str, suggestion: str | None = None) -> EppError:
     return EppError(-32003, message, suggestion=suggestion, feature=feature, details={"feature": feature})
-
-
-# --------------------------------------------------------------------------- shared parameter checks
-
-def sandbox_id(p: dict) -> str:
-    sid = p.get("sandbox_id")
-    if not isinstance(sid, str) or not sid.strip():
-        raise EppError(-32602, "Invalid params: sandbox_id must be a non-empty string.")
-    return sid.strip()
-
-
-def path_param(p: dict, key: str = "path") -> str:
-    path = p.get(key)
-    if not isinstance(path, str) or not path or "\0" in path:
-        raise EppError(-32602, f"Invalid params: {key} must be a non-empty path.")
-    return path
-
-
-def guard(fn, *, op: str, srv, target: str = ""):
-    """Run an OpenSandbox call and map its failure."""
-    try:
-        return fn()
-    except EppError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever the client raised becomes an EppError
-        raise map_osb_error(exc, op=op, cfg=srv._cfg, target=target) from None
-
-
-def is_http(exc, *statuses) -> bool:
-    from osb_transport import HttpError
-    return isinstance(exc, HttpError) and exc.status in statuses
-
-
-def b64_param(p: dict, key: str, bad_code: int = -32000) -> bytes:
-    """The bytes of a base64 string parameter; ``bad_code`` when it is a string but not base64."""
-    import base64
-    import binascii
-    raw = p.get(key, "")
-    if not isinstance(raw, str):
-        raise EppError(-32602, f"Invalid params: {key} must be a base64 string.")
-    try:
-        return base64.b64decode(raw, validate=True)
-    except (binascii.Error, ValueError):
-        raise EppError(bad_code, f"{key} is not valid base64.") from None
-
-
-def check_envs(envs, field: str = "envs") -> dict:
-    if envs is None:
-        return {}
-    if not isinstance(envs, dict):
-        raise bad_input(f"{field} must be an object of variable names to string values.")
-    out = {}
-    for key, value in envs.items():
-        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise bad_input(f"{field}: {str(key)[:60]!r} is not a valid environment variable name.")
-        if value is None:
-            value = ""
-        if isinstance(value, (dict, list)) or "\0" in str(value):
-            raise bad_input(f"{field}: the value of {key!r} must be a string without NUL bytes.")
-        out[key] = value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
-    return out
-
-
-# --------------------------------------------------------------------------- OpenSandbox failure -> EppError
-
-def op_kind(method: str) -> str:
-    if method == "sandbox.create":
-        return "create"
-    if method == "sandbox.list":
-        return "list"
-    return {"files": "files", "exec": "exec", "process": "process", "ports": "ports"}.get(
-        method.split(".", 1)[0], "sandbox")
-
-
-_SERVER_HINT = "Check that the OpenSandbox server is running and that base_url points at it."
-
-
-def map_osb_error(exc: Exception, *, op: str, cfg=None, target: str = "") -> EppError:
-    """OpenSandbox failure -> EPP error. ``op`` is the kind of call: sandbox (an existing sandbox),
-    create, list, files, exec, process or ports. Never raises; never includes a secret value."""
-    from osb_transport import HttpError, NetError
-    try:
-        if isinstance(exc, EppError):
-            return exc
-        if isinstance(exc, NetError):
-            return _map_net_error(exc, cfg)
-        if isinstance(exc, HttpError):
-            return _map_http_error(exc, op, target)
-        if isinstance(exc, UnicodeError):       # e.g. a lone surrogate in an id or path: no URL can carry it
-            return EppError(-32602, "Invalid params: a text parameter is not valid Unicode (it contains a lone "
-                                    "surrogate) and cannot be sent to OpenSandbox.")
-        return EppError(-32603 if isinstance(exc, (TypeError, AttributeError, KeyError)) else -32000,
-                        f"opensandbox provider internal error: {type(exc).__name__}: {exc}",
-                        suggestion="Please report this with the plugin's stderr output.")
-    except Exception as bug:  # noqa: BLE001 - a mapper that raised would lose the answer
-        return EppError(-32000, f"opensandbox provider error ({type(bug).__name__})")
-
-
-def _map_net_error(exc, cfg) -> EppError:
-    where = exc.target
-    if exc.kind == "timeout":
-        return EppError(-32000, f"OpenSandbox did not answer in time ({exc.what}, {where}).",
-                        sdk_code="E3001", retryable=True,
-                        suggestion="The server or sandbox may be overloaded or paused; retry, or raise "
-                                   "http_timeout. A paused sandbox answers only after resume.")
-    if exc.kind == "incomplete":
-        return EppError(-32000, f"The answer from OpenSandbox at {where} was cut short ({exc.what}): {exc.detail}",
-                        sdk_code="E5001", retryable=True,
-                        suggestion="A proxy or the server closed the connection mid-answer; retry. Nothing "
-                                   "partial was used.")
-    if exc.kind in ("refused", "reset", "dns"):
-        from osb_transport import safe_url
-        server = safe_url(cfg.server) if cfg is not None else ""
-        if cfg is not None and not where.startswith(server):
-            hint = ("Is the sandbox still running? If its ports are not reachable from this machine, "
-                    "set use_server_proxy=true.")
-        else:
-            hint = _SERVER_HINT + (f" (now {server})." if server else "")
-        what = {"refused": "connection refused", "reset": "connection reset",
-                "dns": "host name not found"}[exc.kind]
-        return EppError(-32000, f"Cannot reach OpenSandbox at {where} ({exc.what}): {what}.",
-                        sdk_code="E5001", suggestion=hint, retryable=exc.kind != "dns")
-    return EppError(-32000, f"Network error talking to OpenSandbox at {where} ({exc.what}): {exc.detail}",
-                    sdk_code="E5000", suggestion=_SERVER_HINT)
-
-
-def _map_http_error(exc, op: str, target: str) -> EppError:
-    status, code, msg = exc.status, exc.code or "", exc.message
-    plane = "execd" if exc.plane == "execd" else "OpenSandbox"
-    text = f"{plane} HTTP {status} ({exc.what}): {msg}"
-    extra = {"http_status": status, "osb_code": code or None, "request_id": exc.request_id or None}
-    if status == 401:
-        if exc.plane == "execd":
-            return EppError(-32001, text, sdk_code="E1001", **extra,
-                            suggestion="Set execd_access_token (ABX_OPENSANDBOX_EXECD_ACCESS_TOKEN) to the "
-                                       "token execd was started with.")
-        return EppError(-32001, text, sdk_code="E1001", **extra,
-                        suggestion="Set api_key (ABX_OPENSANDBOX_API_KEY or OPEN_SANDBOX_API_KEY) to the "
-                                   "server's API key.")
-    if status == 403:
-        if op == "files":
-            return EppError(-32000, text, sdk_code="E4002", **extra,
-                            suggestion="The sandbox user may not access this path.")
-        return EppError(-32001, text, **extra, suggestion="The credentials are valid but not allowed to do this.")
-    if "QUOTA" in code.upper():
-        return EppError(-32004, text, **extra, suggestion="Delete unused sandboxes or raise the quota.")
-    if "IMAGE_PULL" in code.upper():
-        return EppError(-32000, text, sdk_code="E2001", **extra,
-                        suggestion="Check the template (image name), the registry and "
-                                   "registry_username/registry_password.")
-    if status == 501 or code.upper().endswith("NOT_SUPPORTED"):
-        return unsupported(op, text, "This OpenSandbox runtime does not offer the operation.")
-    if status == 404:
-        upper = code.upper()
-        if upper.endswith("SANDBOX_NOT_FOUND") or (exc.plane == "lifecycle" and op != "ports"):
-            return EppError(-32002, text, sdk_code="E2009", **extra,
-                            suggestion="Run list to see the sandboxes; a killed or expired sandbox cannot be "
-                                       "reconnected.")
-        if upper == "FILE_NOT_FOUND" or op == "files":
-            return EppError(-32002, text, sdk_code="E4001", **extra, path=target or None,
-                            suggestion="Check the path; list the parent directory to see what exists.")
-        if msg.strip() == "404 page not found":
-            return EppError(-32000, text, **extra,
-                            suggestion="This execd does not serve the route; use a newer execd image.")
-        return EppError(-32002, text, **extra,
-                        suggestion="It may have finished or been removed already; list it again.")
-    if status == 409:
-        return EppError(-32000, text, **extra, suggestion="The sandbox is not in a state that allows this now.")
-    if status in (400, 422):
-        return EppError(-32000, text, **extra, suggestion="OpenSandbox rejected the request; see the message.")
-    if status == 429:
-        from osb_transport import retry_after_seconds
-        after = retry_after_seconds(exc.headers.get("retry-after"))
-        hint = f"Too many requests; retry in {after:g} s." if after is not None else "Too many requests; retry later."
-        return EppError(-32000, text, retryable=True, retry_after=after, **extra, suggestion=hint)
-    if status in (502, 503, 504):
-        return EppError(-32000, text, retryable=True, **extra,
-                        suggestion="The server, or a proxy in front of it, is unavailable; retry later.")
-    if status >= 500:
-        return EppError(-32000, text, **extra, suggestion="OpenSandbox failed; see the server log.")
-    return EppError(-32000, text, **extra, suggestion="See the message; retry if the condition was temporary.")

@@ -3,19 +3,28 @@ files API (rec 13, 18: ``rec NN`` = the recorded exchanges in ../shared/live/exc
 """
 from __future__ import annotations
 
-from epp import EppError, Request, Server
-from errors import b64_param, bad_input, guard, is_http, map_osb_error, path_param, sandbox_id, unsupported
+from context import Context
+from epp import Request
+from errors import EppError, bad_input, unsupported
+from failures import is_http
+from params import b64_param, path_param, sandbox_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from osb import Execd
 
 MAX_READ_BYTES = 6_000_000              # base64 of this fits one EPP line (8 MiB) with room to spare
 
 
-def _execd(srv: Server, p: dict):
+def _execd(ctx: Context, p: dict[str, Any]) -> Execd:
     sid = sandbox_id(p)
-    client = srv.client()
-    return guard(lambda: client.execd(sid), op="files", srv=srv)
+    client = ctx.client()
+    return ctx.guard(lambda: client.execd(sid), op="files")
 
 
-def file_entry(info: dict) -> dict:
+def file_entry(info: dict[str, Any]) -> dict[str, Any]:
     """execd FileInfo (rec 13) -> EPP FileEntry."""
     path = str(info.get("path") or "")
     kind = str(info.get("type") or "file")
@@ -34,11 +43,11 @@ def file_entry(info: dict) -> dict:
     return entry
 
 
-def _entries(items: list) -> dict:
+def _entries(items: list[Any]) -> dict[str, Any]:
     return {"entries": [file_entry(i) for i in items if isinstance(i, dict)]}
 
 
-def _octal_mode(value) -> int | None:
+def _octal_mode(value: object) -> int | None:
     """Permissions for execd, which wants the octal digits as a decimal number (rec 13: 644).
     Accepts "644" / "0o644" / "0644" or an int permission value such as 0o644."""
     if value is None or value == "":
@@ -57,10 +66,10 @@ def _octal_mode(value) -> int | None:
     return int(format(number, "o"))
 
 
-def m_files_read(srv: Server, req: Request, p: dict) -> dict:
-    from osb_execd import TooLarge
+def m_files_read(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    from osb import TooLarge
     path = path_param(p)
-    execd = _execd(srv, p)
+    execd = _execd(ctx, p)
     offset, length = p.get("offset"), p.get("length")
     for name, val in (("offset", offset), ("length", length)):
         if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
@@ -76,12 +85,12 @@ def m_files_read(srv: Server, req: Request, p: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 - mapped below; 416 is a read at or past the end
         if is_http(exc, 416):
             return {"content_b64": ""}
-        raise map_osb_error(exc, op="files", cfg=srv._cfg, target=path) from None
+        raise ctx.error(exc, "files", target=path) from None
     import base64
     return {"content_b64": base64.b64encode(data)}     # bytes: Server.send splices them into the line
 
 
-def _too_big(path: str, size) -> EppError:
+def _too_big(path: str, size: int | None) -> EppError:
     what = f"{size} bytes" if size else f"more than {MAX_READ_BYTES} bytes"
     return EppError(-32000, f"{path} is {what}; one files.read returns at most {MAX_READ_BYTES} bytes "
                             "(EPP lines are limited to 8 MiB).",
@@ -89,61 +98,61 @@ def _too_big(path: str, size) -> EppError:
                     max_bytes=MAX_READ_BYTES)
 
 
-def m_files_write(srv: Server, req: Request, p: dict) -> dict:
+def m_files_write(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     if p.get("append"):
         raise unsupported("files.write.append", "Appending is not supported by OpenSandbox uploads.",
                           "Read, concatenate and write the whole file.")
     data = b64_param(p, "content_b64")
     mode = _octal_mode(p.get("mode"))
-    execd = _execd(srv, p)
-    guard(lambda: execd.upload(path, data, mode), op="files", srv=srv, target=path)
+    execd = _execd(ctx, p)
+    ctx.guard(lambda: execd.upload(path, data, mode), op="files", target=path)
     return {}
 
 
-def m_files_list(srv: Server, req: Request, p: dict) -> dict:
+def m_files_list(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     depth = p.get("depth", 1)
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise bad_input("depth must be a positive integer.")
-    execd = _execd(srv, p)
-    return _entries(guard(lambda: execd.list_dir(path, depth), op="files", srv=srv, target=path))
+    execd = _execd(ctx, p)
+    return _entries(ctx.guard(lambda: execd.list_dir(path, depth), op="files", target=path))
 
 
-def m_files_stat(srv: Server, req: Request, p: dict) -> dict:
+def m_files_stat(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
-    execd = _execd(srv, p)
-    return file_entry(guard(lambda: execd.info(path), op="files", srv=srv, target=path))
+    execd = _execd(ctx, p)
+    return file_entry(ctx.guard(lambda: execd.info(path), op="files", target=path))
 
 
-def m_files_mkdir(srv: Server, req: Request, p: dict) -> dict:
+def m_files_mkdir(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Parents are created and an existing directory is fine (execd works like mkdir -p)."""
     path = path_param(p)
     mode = _octal_mode(p.get("mode")) or 755
-    execd = _execd(srv, p)
-    guard(lambda: execd.mkdir(path, mode), op="files", srv=srv, target=path)
+    execd = _execd(ctx, p)
+    ctx.guard(lambda: execd.mkdir(path, mode), op="files", target=path)
     return {}
 
 
-def m_files_remove(srv: Server, req: Request, p: dict) -> dict:
+def m_files_remove(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """File or directory (recursively). DELETE /files only removes files (seed 000), so stat first."""
     path = path_param(p)
-    execd = _execd(srv, p)
-    info = guard(lambda: execd.info(path), op="files", srv=srv, target=path)
+    execd = _execd(ctx, p)
+    info = ctx.guard(lambda: execd.info(path), op="files", target=path)
     if info.get("type") == "directory":
-        guard(lambda: execd.remove_dir(path), op="files", srv=srv, target=path)
+        ctx.guard(lambda: execd.remove_dir(path), op="files", target=path)
     else:
-        guard(lambda: execd.remove_file(path), op="files", srv=srv, target=path)
+        ctx.guard(lambda: execd.remove_file(path), op="files", target=path)
     return {}
 
 
-def m_files_move(srv: Server, req: Request, p: dict) -> dict:
+def m_files_move(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Rename/move; an existing destination file is replaced unless overwrite is false."""
     src, dest = path_param(p, "source"), path_param(p, "destination")
     overwrite = p.get("overwrite", True) is not False
-    execd = _execd(srv, p)
+    execd = _execd(ctx, p)
 
-    def dest_info():
+    def dest_info() -> dict[str, Any] | None:
         try:
             return execd.info(dest)
         except Exception as exc:
@@ -151,36 +160,36 @@ def m_files_move(srv: Server, req: Request, p: dict) -> dict:
                 return None
             raise
 
-    if not overwrite and guard(dest_info, op="files", srv=srv, target=dest) is not None:
+    if not overwrite and ctx.guard(dest_info, op="files", target=dest) is not None:
         raise bad_input(f"{dest} already exists.", "Pass overwrite=true or choose another destination.")
     try:
         execd.move(src, dest)
     except Exception as exc:  # noqa: BLE001 - mapped below, after looking at the destination
         if is_http(exc, 404):
-            raise map_osb_error(exc, op="files", cfg=srv._cfg, target=src) from None
-        existing = guard(dest_info, op="files", srv=srv, target=dest) if is_http(exc, 400, 409, 500) else None
+            raise ctx.error(exc, "files", target=src) from None
+        existing = ctx.guard(dest_info, op="files", target=dest) if is_http(exc, 400, 409, 500) else None
         if existing is None or not overwrite:
-            raise map_osb_error(exc, op="files", cfg=srv._cfg, target=src) from None
+            raise ctx.error(exc, "files", target=src) from None
         if existing.get("type") == "directory":
             raise bad_input(f"Cannot move {src} onto the existing directory {dest}.",
                             "Move it to a path inside that directory instead.") from None
-        guard(lambda: execd.remove_file(dest), op="files", srv=srv, target=dest)
-        guard(lambda: execd.move(src, dest), op="files", srv=srv, target=src)
+        ctx.guard(lambda: execd.remove_file(dest), op="files", target=dest)
+        ctx.guard(lambda: execd.move(src, dest), op="files", target=src)
     return {}
 
 
-def m_files_search(srv: Server, req: Request, p: dict) -> dict:
+def m_files_search(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     pattern = p.get("pattern") or "**"
     if not isinstance(pattern, str):
         raise bad_input("pattern must be a glob string such as *.txt or **/*.py.")
-    execd = _execd(srv, p)
-    return _entries(guard(lambda: execd.search(path, pattern), op="files", srv=srv, target=path))
+    execd = _execd(ctx, p)
+    return _entries(ctx.guard(lambda: execd.search(path, pattern), op="files", target=path))
 
 
-def m_files_chmod(srv: Server, req: Request, p: dict) -> dict:
+def m_files_chmod(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
-    perm: dict = {}
+    perm: dict[str, Any] = {}
     mode = _octal_mode(p.get("mode"))
     if mode is None:
         raise bad_input("mode is required, e.g. 755.")
@@ -188,6 +197,6 @@ def m_files_chmod(srv: Server, req: Request, p: dict) -> dict:
     for key in ("owner", "group"):
         if isinstance(p.get(key), str) and p[key]:
             perm[key] = p[key]
-    execd = _execd(srv, p)
-    guard(lambda: execd.chmod(path, perm), op="files", srv=srv, target=path)
+    execd = _execd(ctx, p)
+    ctx.guard(lambda: execd.chmod(path, perm), op="files", target=path)
     return {}

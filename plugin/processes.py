@@ -5,8 +5,14 @@ process.stdin (not offered by execd).
 from __future__ import annotations
 
 from commands import run_internal
-from epp import EppError, Request, Server
-from errors import bad_input, guard, map_osb_error, sandbox_id, unsupported
+from context import Context
+from epp import Request
+from errors import EppError, bad_input, unsupported
+from params import sandbox_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 _PS_MARK = "__osb_ps__"
@@ -25,12 +31,12 @@ done
 """
 
 
-def m_process_list(srv: Server, req: Request, p: dict) -> dict:
+def m_process_list(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Emulated with ps (or /proc) inside the sandbox: execd has no process table."""
     sid = sandbox_id(p)
-    client = srv.client()
-    execd = guard(lambda: client.execd(sid), op="process", srv=srv)
-    code, out, err = run_internal(srv, execd, _PS_SCRIPT)
+    client = ctx.client()
+    execd = ctx.guard(lambda: client.execd(sid), op="process")
+    code, out, err = run_internal(ctx, execd, _PS_SCRIPT)
     lines = out.splitlines()
     me = None
     if lines and lines[0].startswith("SELF "):
@@ -53,7 +59,7 @@ def m_process_list(srv: Server, req: Request, p: dict) -> dict:
     return {"processes": procs}
 
 
-def m_process_signal(srv: Server, req: Request, p: dict) -> dict:
+def m_process_signal(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """numeric pid -> `kill -SIG pid` in the sandbox; an execd command id -> execd's interrupt."""
     import re
     sid = sandbox_id(p)
@@ -61,10 +67,10 @@ def m_process_signal(srv: Server, req: Request, p: dict) -> dict:
     sig = p.get("signal", 15)
     if isinstance(sig, bool) or not isinstance(sig, int) or not 0 <= sig <= 64:
         raise bad_input("signal must be a signal number between 0 and 64.")
-    client = srv.client()
+    client = ctx.client()
     if isinstance(pid, int) and not isinstance(pid, bool) or isinstance(pid, str) and pid.strip().isdigit():
-        execd = guard(lambda: client.execd(sid), op="process", srv=srv)
-        code, out, err = run_internal(srv, execd, f"kill -{sig} {int(pid)}")
+        execd = ctx.guard(lambda: client.execd(sid), op="process")
+        code, out, err = run_internal(ctx, execd, f"kill -{sig} {int(pid)}")
         if code != 0:
             text = (err or out).strip()[:300]
             if "no such process" in text.lower():
@@ -76,24 +82,24 @@ def m_process_signal(srv: Server, req: Request, p: dict) -> dict:
             raise unsupported("process.signal",
                               f"execd can only stop a command it started (signal 9 or 15), not send signal {sig}.",
                               "Use the numeric pid from process.list to send other signals.")
-        execd = guard(lambda: client.execd(sid), op="process", srv=srv)
+        execd = ctx.guard(lambda: client.execd(sid), op="process")
         try:
             execd.interrupt(pid.strip())
         except Exception as exc:  # noqa: BLE001 - mapped below
             # rec 10: an unknown id is HTTP 500 "... no such session"
-            from osb_transport import HttpError
+            from osb import HttpError
             if isinstance(exc, HttpError) and exc.status in (404, 500) and "no such" in exc.message.lower():
                 raise EppError(-32002, f"No running command {pid.strip()} in sandbox {sid}.") from None
-            raise map_osb_error(exc, op="process", cfg=srv._cfg) from None
+            raise ctx.error(exc, "process") from None
         return {}
     raise bad_input(f"Unknown process id {str(pid)[:70]!r}: pass an OS pid (a number) or the process_id "
                     "returned by exec.start.")
 
 
-def m_process_kill(srv: Server, req: Request, p: dict) -> dict:
-    return m_process_signal(srv, req, {**p, "signal": 9})
+def m_process_kill(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    return m_process_signal(ctx, req, {**p, "signal": 9})
 
 
-def m_process_stdin(srv: Server, req: Request, p: dict) -> dict:
+def m_process_stdin(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     raise unsupported("process.stdin", "OpenSandbox execd has no way to write to a running command's stdin.",
                       "Pipe the input in the command itself (e.g. printf ... | cmd), or write a file first.")

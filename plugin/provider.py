@@ -1,14 +1,9 @@
 #!/usr/bin/env python3
 """OpenSandbox provider for Agent Sandbox: an EPP/1 exec plugin (JSON-RPC 2.0 over stdio, NDJSON).
 
-This file: the initialize contract (must equal abx-provider.toml), the method table and main().
-The rest, one module per layer (plugin/README.md has the map):
-
-    epp.py       the loop: requests, cancellation, the only stdout writer, the secrets registry
-    config.py    settings -> Config          errors.py   OpenSandbox failure -> EppError
-    sandbox.py · commands.py · processes.py · files.py · ports.py · terminal.py   the methods
-    osb_*.py     the OpenSandbox client (transport, lifecycle, execd, sse, multipart, ws); plain sibling
-                 modules, not a package: every plugin import is of the standard library or of a file here
+This file, the top layer: the initialize contract (must equal abx-provider.toml), the method table,
+and the wiring of the protocol loop (epp.py) to this process's ``Context`` (context.py), which every
+method receives. Each layer imports only the ones below it; plugin/README.md has the map.
 
 A method's module is imported on its first call: the host starts a new plugin process for most
 calls, and initialize needs none of them. Standard library only, Python >= 3.10. Only protocol
@@ -22,6 +17,13 @@ if sys.pycache_prefix is None:          # launch.py caches bytecode in the data 
     sys.dont_write_bytecode = True      # hashed plugin root
 
 import epp
+from context import Context
+
+TYPE_CHECKING = False                   # (typing is not imported at start-up: it costs milliseconds)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from epp import Request
 
 # --------------------------------------------------------------------------- initialize contract
 # Must equal abx-provider.toml, in the same order (the host compares them; tiers/t0 checks it).
@@ -44,11 +46,12 @@ WORKFLOW_INPUTS = ["image"]
 STARTUP_MODES = ["exec", "entrypoint"]
 
 
-def m_initialize(srv: epp.Server, p: dict) -> dict:
-    srv.raw_config = p.get("config") if isinstance(p.get("config"), dict) else {}
-    srv.core = p.get("core") if isinstance(p.get("core"), dict) else {}
-    if isinstance(p.get("data_dir"), str) and p["data_dir"] and not srv.data_dir:
-        srv.data_dir = p["data_dir"]
+def m_initialize(ctx: Context, p: dict[str, Any]) -> dict[str, Any]:
+    config, core = p.get("config"), p.get("core")
+    ctx.raw_config = config if isinstance(config, dict) else {}
+    ctx.core = core if isinstance(core, dict) else {}
+    if isinstance(p.get("data_dir"), str) and p["data_dir"] and not ctx.data_dir:
+        ctx.data_dir = p["data_dir"]
     return {
         "protocol": PROTOCOL,
         "plugin": {"name": PLUGIN_NAME, "version": PLUGIN_VERSION},
@@ -78,16 +81,28 @@ METHODS = {
 }
 
 
-def method(name: str):
+def method(name: str) -> Callable[[Context, Request, dict[str, Any]], Any] | None:
     """The function serving an EPP method (importing its module on first use), or None."""
     module = METHODS.get(name)
     if module is None:
         return None
-    return getattr(__import__(module), "m_" + name.replace(".", "_"))
+    fn: Callable[[Context, Request, dict[str, Any]], Any] = getattr(__import__(module), "m_" + name.replace(".", "_"))
+    return fn
 
 
-def new_server(rfile, wfile) -> epp.Server:
-    return epp.Server(rfile, wfile, initialize=m_initialize, find=method)
+def new_context(rfile: Any, wfile: Any) -> Context:
+    """A protocol loop on (rfile, wfile) wired to a new Context (``ctx.server.serve()`` runs it)."""
+    ctx: Context
+
+    def find(name: str) -> Callable[[Request, dict[str, Any]], Any] | None:
+        fn = method(name)
+        return None if fn is None else lambda req, p: fn(ctx, req, p)
+
+    server = epp.Server(rfile, wfile, initialize=lambda p: m_initialize(ctx, p), find=find,
+                        map_error=lambda exc, name: ctx.map_error(exc, name), on_exit=lambda d: ctx.close(d),
+                        name=PLUGIN_NAME)
+    ctx = Context(server)
+    return ctx
 
 
 def main() -> int:
@@ -96,7 +111,7 @@ def main() -> int:
     # 1 MiB of read buffer: a multi-MB files.write line then arrives in pipe-sized reads instead of
     # 8 KiB ones (8 MiB over a pipe: 13 ms -> 6 ms on the bench machine)
     stdin = open(sys.stdin.fileno(), "rb", buffering=1 << 20, closefd=False)
-    new_server(stdin, out).serve()
+    new_context(stdin, out).server.serve()
     return 0
 
 

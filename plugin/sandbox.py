@@ -5,12 +5,21 @@ resume, and how an OpenSandbox Sandbox becomes an EPP SandboxRecord.
 """
 from __future__ import annotations
 
-import sys
+import functools
 import time
 
-from config import CODE_INTERPRETER_ENTRYPOINT, Config, as_text, is_number
-from epp import EppError, Request, Server
-from errors import bad_input, check_envs, guard, is_http, map_osb_error, sandbox_id, unsupported
+from config import CODE_INTERPRETER_ENTRYPOINT, Config
+from context import Context
+from epp import Request
+from errors import EppError, bad_input, unsupported
+from failures import is_http
+from params import as_text, check_envs, is_number, sandbox_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from osb import OpenSandbox
 
 STATE_TO_STATUS = {  # seed 000 §2.5
     "Pending": "creating", "Running": "running", "Pausing": "paused", "Paused": "paused",
@@ -23,17 +32,17 @@ STATUS_TO_STATES = {
 }
 
 
-def _state(sb: dict) -> str:
-    status = sb.get("status") if isinstance(sb.get("status"), dict) else {}
+def _state(sb: dict[str, Any]) -> str:
+    status = v if isinstance(v := sb.get("status"), dict) else {}
     return str(status.get("state") or "")
 
 
-def to_record(sb: dict, template: str | None = None) -> dict:
+def to_record(sb: dict[str, Any], template: str | None = None) -> dict[str, Any]:
     """OpenSandbox Sandbox -> EPP SandboxRecord (no url/envd_url: commands and files go over EPP)."""
-    image = sb.get("image") if isinstance(sb.get("image"), dict) else {}
-    status = sb.get("status") if isinstance(sb.get("status"), dict) else {}
+    image = v if isinstance(v := sb.get("image"), dict) else {}
+    status = v if isinstance(v := sb.get("status"), dict) else {}
     state = _state(sb)
-    rec = {
+    rec: dict[str, Any] = {
         "sandbox_id": str(sb.get("id") or ""),
         "template": template or str(image.get("uri") or ""),
         "status": STATE_TO_STATUS.get(state, "error"),
@@ -52,33 +61,33 @@ def to_record(sb: dict, template: str | None = None) -> dict:
 
 
 
-def m_sandbox_create(srv: Server, req: Request, p: dict) -> dict:
-    cfg = srv.config().with_options(p.get("options"))     # registers a per-create registry password
-    client = srv.client()
+def m_sandbox_create(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    cfg = ctx.config().with_options(p.get("options"))     # registers a per-create registry password
+    client = ctx.client()
     image = resolve_image(cfg, p.get("template"))
     body = create_body(cfg, p, image)
     budget = float(cfg.ready_timeout)
     if is_number(p.get("request_timeout")) and p["request_timeout"] > 0:
         budget = min(budget, max(1.0, float(p["request_timeout"]) - 1.0))
     deadline = time.monotonic() + budget
-    reply = guard(lambda: client.create(body, timeout=max(cfg.http_timeout, budget)), op="create", srv=srv)
+    reply = ctx.guard(lambda: client.create(body, timeout=max(cfg.http_timeout, budget)), op="create")
     sb = reply.json() if isinstance(reply.json(), dict) else {}
     sid = str(sb.get("id") or "")
     if not sid:
         raise EppError(-32000, "OpenSandbox accepted the create request but returned no sandbox id.")
     try:
-        sb = wait_ready(srv, req, client, sid, sb, deadline, budget)
+        sb = wait_ready(ctx, req, client, sid, sb, deadline, budget)
     except BaseException:
         try:
             client.delete(sid)
         except Exception:  # noqa: BLE001 - best effort, the original error matters
-            srv.log_stderr(f"could not delete sandbox {sid} after a failed create")
+            ctx.log(f"could not delete sandbox {sid} after a failed create")
         raise
     client.cache.prune()
     return to_record(sb, image)
 
 
-def resolve_image(cfg: Config, template) -> str:
+def resolve_image(cfg: Config, template: object) -> str:
     """template -> image: an alias, then "base" -> default_image, else the image reference verbatim."""
     name = as_text(template)
     if not name or name == "base":
@@ -90,7 +99,7 @@ _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _DNS_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 
 
-def check_metadata(metadata) -> dict:
+def check_metadata(metadata: object) -> dict[str, Any]:
     """Kubernetes label syntax (OpenSandbox stores metadata as labels, seed 000 §4.4)."""
     import re
     if metadata is None:
@@ -125,7 +134,7 @@ def check_metadata(metadata) -> dict:
 
 
 
-def create_body(cfg: Config, p: dict, image: str) -> dict:
+def create_body(cfg: Config, p: dict[str, Any], image: str) -> dict[str, Any]:
     if p.get("disk") not in (None, 0):
         raise unsupported("disk", "OpenSandbox cannot size a sandbox's disk.",
                           "Create the sandbox without disk=.")
@@ -140,7 +149,7 @@ def create_body(cfg: Config, p: dict, image: str) -> dict:
             raise unsupported("gpu", f"OpenSandbox takes a GPU count, not a model name ({str(gpu)[:40]!r}).",
                               "Pass gpu as a number of devices, e.g. 1.")
         limits["gpu"] = str(gpu).strip()
-    body: dict = {"image": {"uri": image}, "resourceLimits": limits}
+    body: dict[str, Any] = {"image": {"uri": image}, "resourceLimits": limits}
     if cfg.registry_username or cfg.registry_password:
         body["image"]["auth"] = {"username": cfg.registry_username, "password": cfg.registry_password}
     entrypoint = cfg.entrypoint
@@ -171,7 +180,7 @@ def create_body(cfg: Config, p: dict, image: str) -> dict:
     return body
 
 
-def _quantity(field: str, value, fmt) -> str:
+def _quantity(field: str, value: object, fmt: Callable[[float], str]) -> str:
     if isinstance(value, bool):
         raise bad_input(f"{field} must be a number.")
     if isinstance(value, (int, float)):
@@ -190,20 +199,21 @@ def _quantity(field: str, value, fmt) -> str:
         raise bad_input(f"{field} must be a number or a resource quantity like 500m / 1Gi.") from None
 
 
-def wait_ready(srv: Server, req: Request, client, sid: str, sb: dict, deadline: float, budget: float) -> dict:
+def wait_ready(ctx: Context, req: Request, client: OpenSandbox, sid: str, sb: dict[str, Any], deadline: float,
+               budget: float) -> dict[str, Any]:
     """Until state Running AND execd answers /ping: the create answer already says Running before
     execd is up, and an entrypoint that exits turns the sandbox Failed a moment later (rec 15)."""
-    from osb_transport import HttpError, NetError
+    from osb import HttpError, NetError
     interval, first, last_problem = 0.05, True, "state " + (_state(sb) or "unknown")
     while True:
         if req.cancelled.is_set():
             raise EppError(-32000, f"Creating sandbox {sid} was cancelled; it was deleted.")
         if not first:
-            sb = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or sb
+            sb = ctx.guard(lambda: client.get(sid), op="sandbox").json() or sb
         first = False
         state = _state(sb)
         if state in ("Failed", "Terminated", "Stopping"):
-            status = sb.get("status") if isinstance(sb.get("status"), dict) else {}
+            status = v if isinstance(v := sb.get("status"), dict) else {}
             detail = " ".join(str(status.get(k) or "") for k in ("reason", "message")).strip()
             raise EppError(-32000, f"Sandbox {sid} did not start: {state}" + (f" ({detail})" if detail else "") + ".",
                            suggestion="Check the image and the entrypoint setting: the entrypoint must keep "
@@ -214,14 +224,14 @@ def wait_ready(srv: Server, req: Request, client, sid: str, sb: dict, deadline: 
                 execd.ping(timeout=max(0.5, min(3.0, deadline - time.monotonic())))
                 # an entrypoint that exits at once can lose the race against the ping: confirm the state
                 # once more (rec 15: Failed 0.4 s after a create that said Running)
-                again = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or sb
+                again = ctx.guard(lambda: client.get(sid), op="sandbox").json() or sb
                 if _state(again) == "Running":
                     return again
                 sb, first = again, True
                 continue
             except HttpError as exc:
                 if exc.status in (401, 403) or (exc.plane == "lifecycle" and exc.status < 500):
-                    raise map_osb_error(exc, op="create", cfg=srv._cfg) from None
+                    raise ctx.error(exc, "create") from None
                 last_problem = f"execd answered HTTP {exc.status}"
             except NetError as exc:
                 last_problem = f"execd not reachable yet ({exc.kind})"
@@ -235,49 +245,50 @@ def wait_ready(srv: Server, req: Request, client, sid: str, sb: dict, deadline: 
         interval = min(interval * 1.6, 0.5)
 
 
-def m_sandbox_get(srv: Server, req: Request, p: dict) -> dict:
+def m_sandbox_get(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     sid = sandbox_id(p)
-    client = srv.client()
-    return to_record(guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {})
+    client = ctx.client()
+    return to_record(ctx.guard(lambda: client.get(sid), op="sandbox").json() or {})
 
 
-def m_sandbox_connect(srv: Server, req: Request, p: dict) -> dict:
+def m_sandbox_connect(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Like get, but a paused sandbox is resumed (what connect means for E2B-style hosts)."""
     sid = sandbox_id(p)
-    client = srv.client()
-    sb = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {}
+    client = ctx.client()
+    sb = ctx.guard(lambda: client.get(sid), op="sandbox").json() or {}
     if _state(sb) == "Paused":
-        _resume(srv, client, sid)
-        sb = guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or sb
+        _resume(ctx, client, sid)
+        sb = ctx.guard(lambda: client.get(sid), op="sandbox").json() or sb
     return to_record(sb)
 
 
-def m_sandbox_list(srv: Server, req: Request, p: dict) -> dict:
-    client = srv.client()
+def m_sandbox_list(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    client = ctx.client()
     limit = p.get("limit")
     limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 100
     cursor = p.get("cursor")
     page = int(cursor) if isinstance(cursor, (str, int)) and str(cursor).isdigit() and int(cursor) > 0 else 1
-    states: list = []
+    states: list[str] = []
     status = p.get("status")
     if status:
-        states = STATUS_TO_STATES.get(str(status).lower())
-        if states is None:
+        found = STATUS_TO_STATES.get(str(status).lower())
+        if found is None:
             raise bad_input(f"Unknown status filter {str(status)[:30]!r}; use one of "
                             + ", ".join(sorted(STATUS_TO_STATES)) + ".")
+        states = found
     metadata = ""
     if isinstance(p.get("metadata"), dict) and p["metadata"]:
         import urllib.parse
         metadata = "&".join(f"{urllib.parse.quote(str(k))}={urllib.parse.quote(str(v))}"
                             for k, v in p["metadata"].items())
-    records: list = []
+    records: list[Any] = []
     next_page = None
     for _ in range(10_000):
-        body = guard(lambda page=page: client.list_page(page=page, page_size=200, states=states, metadata=metadata),
-                     op="list", srv=srv)
-        items = body.get("items") if isinstance(body.get("items"), list) else []
+        body = ctx.guard(functools.partial(client.list_page, page=page, page_size=200, states=states,
+                                           metadata=metadata), op="list")
+        items = v if isinstance(v := body.get("items"), list) else []
         records += [to_record(sb) for sb in items if isinstance(sb, dict) and sb.get("id")]
-        pagination = body.get("pagination") if isinstance(body.get("pagination"), dict) else {}
+        pagination = v if isinstance(v := body.get("pagination"), dict) else {}
         if not pagination.get("hasNextPage") or not items:
             next_page = None
             break
@@ -288,35 +299,34 @@ def m_sandbox_list(srv: Server, req: Request, p: dict) -> dict:
     return {"sandboxes": records, "next": next_page}
 
 
-def m_sandbox_kill(srv: Server, req: Request, p: dict) -> dict:
+def m_sandbox_kill(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """Idempotent: an unknown or already deleted id answers {} (epp-host-ref §4.3)."""
     sid = sandbox_id(p)
-    client = srv.client()
-    terminal = sys.modules.get("terminal")
-    if terminal is not None:            # a terminal never outlives its sandbox
-        terminal.close_sandbox(sid)
+    client = ctx.client()
+    if ctx.terminals is not None:       # a terminal never outlives its sandbox
+        ctx.terminals.close_sandbox(sid)
     try:
         client.delete(sid)
     except Exception as exc:  # noqa: BLE001 - mapped below; 404 means already gone
         if not is_http(exc, 404):
-            raise map_osb_error(exc, op="sandbox", cfg=srv._cfg) from None
+            raise ctx.error(exc, "sandbox") from None
         client.forget(sid)
     return {}
 
 
-def m_sandbox_set_timeout(srv: Server, req: Request, p: dict) -> dict:
+def m_sandbox_set_timeout(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """renew-expiration with expiresAt = the server's clock (its Date header) + timeout, so a skewed
     local clock does not matter."""
     import datetime
 
-    from osb_transport import http_date
+    from osb import http_date
     sid = sandbox_id(p)
     seconds = p.get("timeout")
     if not is_number(seconds) or seconds <= 0:
         raise bad_input("timeout must be a positive number of seconds.")
     seconds = max(60, int(seconds))
-    client = srv.client()
-    reply = guard(lambda: client.get(sid), op="sandbox", srv=srv)
+    client = ctx.client()
+    reply = ctx.guard(lambda: client.get(sid), op="sandbox")
     server_date = http_date(reply.headers.get("date"))
     if server_date is not None:
         # Date has whole seconds: the true time is in [D, D+1); add the time since it arrived.
@@ -326,34 +336,34 @@ def m_sandbox_set_timeout(srv: Server, req: Request, p: dict) -> dict:
     expires = (now + datetime.timedelta(seconds=seconds)).astimezone(datetime.timezone.utc)
     expires = expires.replace(microsecond=0) + datetime.timedelta(seconds=round(expires.microsecond / 1e6))
     stamp = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
-    guard(lambda: client.renew(sid, stamp), op="sandbox", srv=srv)
+    ctx.guard(lambda: client.renew(sid, stamp), op="sandbox")
     return {"expires_at": stamp}
 
 
-def m_sandbox_pause(srv: Server, req: Request, p: dict) -> dict:
+def m_sandbox_pause(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     sid = sandbox_id(p)
-    client = srv.client()
-    _once(srv, client, sid, client.pause, ("Paused", "Pausing"))
+    client = ctx.client()
+    _once(ctx, client, sid, client.pause, ("Paused", "Pausing"))
     return {}
 
 
-def _resume(srv: Server, client, sid: str) -> None:
-    _once(srv, client, sid, client.resume, ("Running", "Resuming"))
+def _resume(ctx: Context, client: OpenSandbox, sid: str) -> None:
+    _once(ctx, client, sid, client.resume, ("Running", "Resuming"))
 
 
-def _once(srv: Server, client, sid: str, call, done: tuple) -> None:
+def _once(ctx: Context, client: OpenSandbox, sid: str, call: Callable[[str], object], done: tuple[str, ...]) -> None:
     """pause / resume, where repeating is not an error: rec 14 answers a second pause 409
     SANDBOX_NOT_RUNNING and a second resume 409 SANDBOX_NOT_PAUSED; a sandbox already in one of the
     ``done`` states counts as success."""
     try:
         call(sid)
     except Exception as exc:  # noqa: BLE001 - mapped below, unless the sandbox is already there
-        if not (is_http(exc, 409) and _state(guard(lambda: client.get(sid), op="sandbox", srv=srv).json() or {})
+        if not (is_http(exc, 409) and _state(ctx.guard(lambda: client.get(sid), op="sandbox").json() or {})
                 in done):
-            raise map_osb_error(exc, op="sandbox", cfg=srv._cfg) from None
+            raise ctx.error(exc, "sandbox") from None
 
 
-def m_sandbox_resume(srv: Server, req: Request, p: dict) -> dict:
+def m_sandbox_resume(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     sid = sandbox_id(p)
-    _resume(srv, srv.client(), sid)
+    _resume(ctx, ctx.client(), sid)
     return {}

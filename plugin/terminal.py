@@ -6,7 +6,7 @@ frame, then binary output frames (first byte 0x01 stdout, 0x02 stderr, 0x03 repl
 big-endian offset), and at the end a JSON ``{"type":"exit","exit_code":N}`` frame followed by close
 1000. Input is a binary frame 0x00 + bytes; resize is ``{"type":"resize","cols":C,"rows":R}``.
 ``DELETE /pty/{id}`` kills the shell. A fresh shell is 80x24. All of it goes through the plugin's
-OpenSandbox client (osb_execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
+OpenSandbox client (osb/execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
 
 EPP side (epp-host-reference §3.4): ``pty.open{sandbox_id, cols, rows}`` -> ``{"process_id"}``;
 notifications ``pty.output{process_id, data_b64}`` and exactly one ``pty.exit{process_id,
@@ -26,17 +26,22 @@ import json
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from epp import EppError, Request, Server
-from errors import b64_param, map_osb_error, unsupported
-import osb_ws as _ws
-from osb_transport import HttpError, NetError
+from context import Context
+from epp import Request
+from errors import EppError, unsupported
+from failures import map_osb_error
+from osb import OP_BINARY, HttpError, NetError, WebSocketClient
+from params import b64_param
+
+if TYPE_CHECKING:
+    from osb import Execd, OpenSandbox
 
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03  # model/pty_ws.go
 EXECD_INITIAL_SIZE = (80, 24)  # pty_session.go StartPTY: pty.StartWithSize(80x24)
 OUTPUT_CHUNK = 192 * 1024      # raw bytes per pty.output (256 KiB of base64, far below 8 MiB lines)
-Notify = Callable[[str, dict], None]
+Notify = Callable[[str, dict[str, Any]], None]
 
 
 def _error(exc: Exception, what: str, *, no_pty_api: bool = False) -> EppError:
@@ -54,7 +59,7 @@ def _error(exc: Exception, what: str, *, no_pty_api: bool = False) -> EppError:
     return err
 
 
-def _json_frame(data: bytes) -> dict | None:
+def _json_frame(data: bytes) -> dict[str, Any] | None:
     """A text frame's JSON object; None for anything else (ignored: forward compatible)."""
     try:
         frame = json.loads(data.decode("utf-8"))
@@ -69,12 +74,12 @@ def _path(session_id: str, tail: str = "") -> str:
 
 class _Terminal:
     def __init__(self, manager: PtyManager, process_id: str, sandbox_id: str, session_id: str,
-                 execd, ws: _ws.WebSocketClient):
+                 execd: Execd, ws: WebSocketClient) -> None:
         self.manager = manager
         self.process_id = process_id
         self.sandbox_id = sandbox_id
         self.session_id = session_id
-        self.execd = execd         # osb_execd.Execd of the sandbox
+        self.execd = execd         # the sandbox's osb.Execd
         self.ws = ws
         self.offset = 0            # output bytes received so far (= execd's replay offset)
         self.exit_code: int | None = None
@@ -142,15 +147,15 @@ class _Terminal:
                 pass
             self.finish()
 
-    def _pump(self, ws: _ws.WebSocketClient) -> None:
+    def _pump(self, ws: WebSocketClient) -> None:
         if self.manager.idle_timeout:
             ws.settimeout(self.manager.idle_timeout)  # execd pings every 30 s; silence = gone
         while True:
             try:
                 op, data = ws.recv()
-            except (_ws.ConnectionClosed, OSError):
+            except (NetError, OSError):     # the end (a WebSocket error is a NetError), or silence
                 return
-            if op == _ws.OP_BINARY:
+            if op == OP_BINARY:
                 self.handle_binary(data)
             else:
                 self.handle_text(data)
@@ -168,10 +173,10 @@ class _Terminal:
 class PtyManager:
     """Terminals of this plugin process."""
 
-    def __init__(self, client, notify: Notify, *, connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
+    def __init__(self, client: OpenSandbox, notify: Notify, *, connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
                  probe_timeout: float = 10.0, give_up_after: float = 600.0,
-                 log: Callable[[str], None] | None = None):
-        self.client = client       # osb_lifecycle.OpenSandbox (anything with .execd(sandbox_id))
+                 log: Callable[[str], None] | None = None) -> None:
+        self.client = client       # the process's osb.OpenSandbox
         self.notify = notify
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
@@ -183,7 +188,7 @@ class PtyManager:
         self._ended: dict[str, str] = {}  # process_id -> why it is gone (for a clear error)
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _notify(self, method: str, params: dict) -> None:
+    def _notify(self, method: str, params: dict[str, Any]) -> None:
         try:
             self.notify(method, params)
         except Exception:  # noqa: BLE001 - stdout gone; nothing else to do
@@ -240,7 +245,7 @@ class PtyManager:
         return v
 
     # -- execd calls ----------------------------------------------------------------------------
-    def _create_session(self, sandbox_id: str):
+    def _create_session(self, sandbox_id: str) -> tuple[str, Execd]:
         """POST /pty -> (session id, the sandbox's Execd)."""
         try:
             execd = self.client.execd(sandbox_id)
@@ -249,13 +254,13 @@ class PtyManager:
             raise _error(exc, "pty.open: POST /pty", no_pty_api=True) from None
 
     @staticmethod
-    def _delete_session(execd, session_id: str, timeout: float | None = None) -> None:
+    def _delete_session(execd: Execd, session_id: str, timeout: float | None = None) -> None:
         try:
             execd.pty_delete(session_id, timeout)
         except (HttpError, NetError):
             pass            # gone already, or execd is: either way the shell is over
 
-    def _status(self, term: _Terminal) -> dict | None:
+    def _status(self, term: _Terminal) -> dict[str, Any] | None:
         """The session's status; None when execd says it is gone. NetError when execd is silent
         (timeout) or unreachable."""
         try:
@@ -263,7 +268,7 @@ class PtyManager:
         except HttpError:
             return None
 
-    def _connect(self, execd, session_id: str, query: str = "") -> tuple[_ws.WebSocketClient, list[bytes]]:
+    def _connect(self, execd: Execd, session_id: str, query: str = "") -> tuple[WebSocketClient, list[bytes]]:
         """Open the socket and read up to the ``connected`` frame; returns binary frames that came
         first (a replay frame precedes ``connected``, pty_ws.go step 8)."""
         what = "pty.open"
@@ -277,7 +282,7 @@ class PtyManager:
             ws.settimeout(self.connect_timeout)
             while True:
                 op, data = ws.recv()
-                if op == _ws.OP_BINARY:
+                if op == OP_BINARY:
                     early.append(data)
                     continue
                 frame = _json_frame(data)
@@ -292,12 +297,12 @@ class PtyManager:
         except EppError:
             ws.shutdown()
             raise
-        except (_ws.WebSocketError, OSError) as exc:
+        except (NetError, OSError) as exc:
             ws.shutdown()
             raise EppError(-32000, f"{what}: the terminal socket closed before it was ready ({exc})") from None
         return ws, early
 
-    def _reattach(self, term: _Terminal) -> _ws.WebSocketClient | None:
+    def _reattach(self, term: _Terminal) -> WebSocketClient | None:
         """The socket ended without an exit frame. Re-attach while the shell still runs; give up
         (-> pty.exit) when the session or the sandbox is gone."""
         deadline = time.monotonic() + self.give_up_after
@@ -331,7 +336,7 @@ class PtyManager:
         return None
 
     # -- EPP methods ----------------------------------------------------------------------------
-    def open(self, params: Mapping[str, Any]) -> dict:
+    def open(self, params: Mapping[str, Any]) -> dict[str, Any]:
         sandbox_id = params.get("sandbox_id")
         if not isinstance(sandbox_id, str) or not sandbox_id:
             raise EppError(-32602, "sandbox_id is required")
@@ -347,7 +352,7 @@ class PtyManager:
         try:
             if (cols, rows) != EXECD_INITIAL_SIZE:
                 ws.send_text(json.dumps({"type": "resize", "cols": cols, "rows": rows}))
-        except _ws.WebSocketError:
+        except NetError:
             pass  # the reader reports the end
         with self._lock:
             self._terminals[term.process_id] = term
@@ -358,7 +363,7 @@ class PtyManager:
         term.thread.start()
         return {"process_id": term.process_id}
 
-    def write(self, params: Mapping[str, Any]) -> dict:
+    def write(self, params: Mapping[str, Any]) -> dict[str, Any]:
         term = self._get(params)
         data = b64_param(params, "data_b64", bad_code=-32602)
         if not data:
@@ -366,7 +371,7 @@ class PtyManager:
         self._send(term, lambda ws: ws.send_binary(bytes([BIN_STDIN]) + data))
         return {}
 
-    def _send(self, term: _Terminal, fn: Callable[[_ws.WebSocketClient], None]) -> None:
+    def _send(self, term: _Terminal, fn: Callable[[WebSocketClient], None]) -> None:
         """Send on the terminal's socket; while a dropped socket is being re-attached, wait for the
         new one (bounded) instead of failing the call."""
         deadline = time.monotonic() + self.connect_timeout
@@ -375,21 +380,21 @@ class PtyManager:
             try:
                 fn(ws)
                 return
-            except _ws.WebSocketError:
+            except NetError:
                 pass
             if term.finished or term.closing or time.monotonic() > deadline:
                 raise EppError(-32002, f"terminal {term.process_id} has exited or lost its connection")
             while term.ws is ws and not term.finished and not term.closing and time.monotonic() < deadline:
                 time.sleep(0.02)
 
-    def resize(self, params: Mapping[str, Any]) -> dict:
+    def resize(self, params: Mapping[str, Any]) -> dict[str, Any]:
         term = self._get(params)
         cols = self._size(params, "cols", EXECD_INITIAL_SIZE[0])
         rows = self._size(params, "rows", EXECD_INITIAL_SIZE[1])
         self._send(term, lambda ws: ws.send_text(json.dumps({"type": "resize", "cols": cols, "rows": rows})))
         return {}
 
-    def close(self, params: Mapping[str, Any]) -> dict:
+    def close(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Kill the shell (DELETE /pty/{id}); idempotent. The host ignores the answer."""
         try:
             term = self._get(params)
@@ -447,53 +452,40 @@ class PtyManager:
 
 
 # ------------------------------------------------------------------------------------------------
-# module-level API: one manager per plugin process
+# the methods: one PtyManager per plugin process, held by the context (ctx.terminals)
 
 
-_MANAGER: PtyManager | None = None
-_MANAGER_LOCK = threading.Lock()
+def manager(ctx: Context, *, create: bool = False) -> PtyManager | None:
+    """This process's PtyManager; created on the first pty.open (``create``), None before."""
+    client = ctx.client() if create else None
+    with ctx.lock:
+        if ctx.terminals is None and client is not None:
+            ctx.terminals = PtyManager(client, ctx.notify, log=ctx.log)
+        held = ctx.terminals
+    return held if isinstance(held, PtyManager) else None
 
 
-def manager(srv: Server | None = None) -> PtyManager | None:
-    """This process's PtyManager, created on the first pty.open (``srv`` given); None before."""
-    global _MANAGER
-    with _MANAGER_LOCK:
-        if _MANAGER is None and srv is not None:
-            _MANAGER = PtyManager(srv.client(), srv.notify, log=srv.log_stderr)
-        return _MANAGER
-
-
-def _held() -> PtyManager:
-    m = manager()
+def _held(ctx: Context) -> PtyManager:
+    m = manager(ctx)
     if m is None:
         raise EppError(-32002, "no terminal has been opened in this plugin process")
     return m
 
 
-def m_pty_open(srv: Server, req: Request, p: dict) -> dict:
-    return manager(srv).open(p)
+def m_pty_open(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    m = manager(ctx, create=True)
+    assert m is not None
+    return m.open(p)
 
 
-def m_pty_write(srv: Server, req: Request, p: dict) -> dict:
-    return _held().write(p)
+def m_pty_write(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    return _held(ctx).write(p)
 
 
-def m_pty_resize(srv: Server, req: Request, p: dict) -> dict:
-    return _held().resize(p)
+def m_pty_resize(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    return _held(ctx).resize(p)
 
 
-def m_pty_close(srv: Server, req: Request, p: dict) -> dict:
-    m = manager()
+def m_pty_close(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
+    m = manager(ctx)
     return {} if m is None else m.close(p)
-
-
-def close_sandbox(sandbox_id: str, *, delete: bool = False) -> None:
-    m = manager()
-    if m is not None:
-        m.close_sandbox(sandbox_id, delete=delete)
-
-
-def close_all(timeout: float = 1.5) -> None:
-    m = manager()
-    if m is not None:
-        m.close_all(timeout)

@@ -78,9 +78,10 @@ def lifeline_call(fn: Callable[[], _T]) -> _T:
     return value
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
+def _die_with_parent(parent: int, then: Callable[[], None] | None = None) -> Callable[[], None]:
     """preexec_fn: SIGKILL when the forking thread (the lifeline) ends; at once when the parent is
-    already gone (it died between fork and prctl)."""
+    already gone (it died between fork and prctl). then: more preexec work (joining the sandbox's
+    cgroups, cgroups.py) before the exec, so PID 1 is inside before it forks anything."""
     global _prctl
     if _prctl is None:
         import ctypes
@@ -91,6 +92,8 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
         _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
+        if then is not None:
+            then()
     return preexec
 
 
@@ -165,9 +168,13 @@ class Holder:
     @classmethod
     def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
-              net: bool = False, volumes: str = "") -> tuple["Holder | None", str]:
-        """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why)."""
+              net: bool = False, volumes: str = "", join: Callable[[], None] | None = None,
+              view_env: Mapping[str, str] | None = None) -> tuple["Holder | None", str]:
+        """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why).
+        join: a preexec step run before the exec (the sandbox's cgroups); view_env: variables only
+        view.py reads (it removes them before PID 1 runs)."""
         safe_env = scripts.protect_env(env)
+        safe_env.update(view_env or {})
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
         # open before the holder starts, so its open for writing never blocks
         tmp = tempfile.gettempdir()
@@ -181,7 +188,7 @@ class Holder:
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 cmd = scripts.holder_argv(holder_prefix(unshare, net), root, fifo, hostname, argv, volumes)
-                preexec = _die_with_parent(os.getpid())
+                preexec = _die_with_parent(os.getpid(), join)
                 proc = lifeline_call(lambda: subprocess.Popen(
                     cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
                     stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec))

@@ -171,5 +171,13 @@ def isolation_header() -> str:
     if not ok:
         return "host; " + " ".join(note.split())
     if probe_result()[3] is None:
-        return "isolated; not contained: the host's processes (no PID namespace of the sandbox's own)"
-    return "isolated"
+        return "isolated; not contained: the host's processes (no PID namespace of the sandbox's own)" + _limits(", ")
+    return "isolated" + _limits("; not contained: ")
+
+
+def _limits(sep: str) -> str:
+    """What of resourceLimits / pids_limit cannot be applied here (cgroups.py), '' when all can."""
+    from .cgroups import host
+
+    note = host().note()
+    return sep + note if note else ""

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from . import scripts
+from . import cgroups, scripts
 from ._util import (BASE_DIRS, DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
                     make_mountpoint, readlink, rmtree, take_ctty)
 from . import netns
@@ -96,7 +96,8 @@ class SandboxRuntime:
     """One sandbox: a root directory and the process groups running in it."""
 
     def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
-                 create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK):
+                 create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK,
+                 limits: "cgroups.Limits | None" = None, cgroup_name: str | None = None, janitor: Any = None):
         if create:
             os.makedirs(root, exist_ok=True)
         self.root = os.path.realpath(root)
@@ -162,6 +163,60 @@ class SandboxRuntime:
             self._make_mountpoints()
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
+        # resource limits (cgroups.py): one cgroup per sandbox that every process of it joins
+        # before it execs; the janitor (janitor.py) removes it should the mock die first
+        self.cgroup: cgroups.Cgroup | None = None
+        self.limits_note = ""
+        self._janitor = janitor
+        if limits is not None and limits.wanted():
+            self._make_cgroup(limits, cgroup_name or "%s%s" % (cgroups.NAME_PREFIX, self._token[:12]))
+
+    def _make_cgroup(self, limits: "cgroups.Limits", name: str) -> None:
+        host = cgroups.host()
+        self.limits_note = host.note()
+        if not host.bases:
+            return
+        try:
+            self.cgroup = host.create(name, limits)
+        except OSError as exc:
+            self.limits_note = "resource limits not applied: %s" % exc
+            return
+        if self.cgroup is not None and self._janitor is not None:
+            for d in self.cgroup.dirs:
+                self._janitor.track("cgroup", d)
+
+    def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
+        """How a new sandbox process joins the cgroup before it execs: (argv, preexec_fn, context for
+        the Popen). A PTY shell forks with a preexec_fn anyway (take_ctty): it joins there too. Else
+        v1: the spawning thread steps into the cgroup for the fork (vfork stays possible); v2: a
+        /bin/sh stage in front moves itself in and execs the rest (cgroups.Cgroup)."""
+        cg = self.cgroup
+        if cg is None:
+            return cmd, take_ctty if controlling_tty else None, contextlib.nullcontext()
+        if controlling_tty:
+            join = cg.join_preexec()
+
+            def both() -> None:
+                join()
+                take_ctty()
+            return cmd, both, contextlib.nullcontext()
+        if cg.thread_join:
+            return cmd, None, cg.thread_inside()
+        prefix = cg.join_argv()
+        if prefix is None:
+            return cmd, cg.join_preexec(), contextlib.nullcontext()
+        return prefix + cmd, None, contextlib.nullcontext()
+
+    def _view_env(self) -> dict[str, str]:
+        return {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
+
+    def _remove_cgroup(self) -> None:
+        cg = self.cgroup
+        if cg is None or cg.removed:
+            return
+        if cg.remove() and self._janitor is not None:
+            for d in cg.dirs:
+                self._janitor.untrack("cgroup", d)
 
     # -- paths ----------------------------------------------------------------------------------
     def _make_mountpoints(self) -> None:
@@ -308,17 +363,23 @@ class SandboxRuntime:
                 host_cwd = self.root
             elif self.isolated:
                 full_env = scripts.protect_env(full_env)
+                full_env.update(self._view_env())
                 cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv, self.volumes)
                 host_cwd = self.root
             else:
                 cmd = list(argv)
                 host_cwd = self.host_cwd(wd)
+            stages = holder.stages(cmd) if holder is not None else None
+            joined, preexec, joining = self._join(cmd, controlling_tty)
+            if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
+                stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
+            cmd = joined
             try:
-                with holder.children_inside() if holder is not None else contextlib.nullcontext():
+                with holder.children_inside() if holder is not None else contextlib.nullcontext(), joining:
                     proc = subprocess.Popen(
                         cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
                         stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
-                        preexec_fn=take_ctty if controlling_tty else None)
+                        preexec_fn=preexec)
             except OSError as exc:
                 # fork() into a PID namespace whose init is gone fails with ENOMEM
                 if holder is not None and exc.errno == errno.ENOMEM:
@@ -329,7 +390,7 @@ class SandboxRuntime:
         if holder is not None and not paused:
             # like Go's cmd.Start (execd), return once the command itself runs: a `ps` right after
             # must not see the joining wrapper (nsenter/unshare or the helper, host paths included)
-            await_exec(proc, holder.stages(cmd))
+            await_exec(proc, stages)
         return proc
 
     def openpty(self) -> tuple[int, int]:
@@ -369,7 +430,9 @@ class SandboxRuntime:
             env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
         holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
                                    implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
-                                   volumes=self.volumes)
+                                   volumes=self.volumes,
+                                   join=self.cgroup.join_preexec() if self.cgroup is not None else None,
+                                   view_env=self._view_env())
         if holder is None and self.volumes:
             # the volumes could not be mounted (view.py failed closed): no sandbox, like a container
             # whose mounts fail (no fallback without them)
@@ -517,6 +580,7 @@ class SandboxRuntime:
             holder, self._holder = self._holder, None
         if holder is not None:
             holder.close()
+        self._remove_cgroup()
 
     def cleanup(self) -> None:
         """terminate() and remove the root directory (never "/")."""

@@ -1,4 +1,4 @@
-"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb_transport.py):
+"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb/transport.py):
 parsing and validation, matching by method / path / listener / sandbox, count and seeded probability,
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from mock_opensandbox.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule, proxy_error_page
 
-from epp import SECRETS, Secrets
-from errors import map_osb_error
-import osb_transport as transport
+from errors import SECRETS, Secrets
+from failures import map_osb_error
+import osb.transport as transport
 
 SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"
 
@@ -220,7 +220,7 @@ def test_with_retries_starts_no_try_after_the_budget(monkeypatch):
 
 def test_secrets_are_scrubbed_before_an_error_body_is_clipped():
     secret = "abx-canary-" + "7e" * 16
-    SECRETS.add(secret)                 # the plugin's one registry (epp.py)
+    SECRETS.add(secret)                 # the plugin's one registry (errors.py)
     body = ("<pre>" + "x" * 380 + "OPEN-SANDBOX-API-KEY: " + secret + "</pre>").encode()
     err = transport.HttpError(502, "Bad Gateway", body, {}, "get", "lifecycle")
     assert "7e7e" not in err.message and "abx-canary" not in err.message

@@ -1,16 +1,24 @@
-"""mock_opensandbox/ has no import circle (issue 13): the imports between its modules - at module
-level and inside functions alike (the old execd/files.py <-> execd/server.py circle was one of
-function-level imports) - form a DAG. ``if TYPE_CHECKING:`` blocks never run and are not counted."""
+"""mock_opensandbox/ and plugin/ have no import circle (issues 13, 22): the imports between their
+modules - at module level and inside functions alike (the old execd/files.py <-> execd/server.py
+circle was one of function-level imports) - form a DAG. ``if TYPE_CHECKING:`` blocks never run and
+are not counted. plugin/ is a flat root (launch.py runs with that directory as sys.path[0]): its
+modules are named from there (``epp``, ``osb.transport``). No module of plugin/ is over 700 lines."""
 from __future__ import annotations
 
 import ast
 import os
 
-ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "mock_opensandbox")
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.join(REPO, "mock_opensandbox")
+PLUGIN = os.path.join(REPO, "plugin")
+MAX_LINES = 700
 
 
-def _module(path: str) -> str:
-    rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
+def _module(path: str, root: str = ROOT) -> str:
+    base = root if root == PLUGIN else os.path.dirname(root)   # plugin/ is sys.path[0], not a package
+    rel = os.path.relpath(path, base)[:-3].replace(os.sep, ".")
     return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
@@ -30,12 +38,12 @@ def _imports(tree: ast.AST) -> list[ast.stmt]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(root: str = ROOT) -> dict[str, set[str]]:
     mods: dict[str, str] = {}
-    for d, _, files in os.walk(ROOT):
+    for d, _, files in os.walk(root):
         for f in files:
             if f.endswith(".py"):
-                mods[_module(os.path.join(d, f))] = os.path.join(d, f)
+                mods[_module(os.path.join(d, f), root)] = os.path.join(d, f)
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, path in mods.items():
         pkg = m if path.endswith("__init__.py") else m.rsplit(".", 1)[0]
@@ -59,9 +67,12 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_cycle():
-    graph = _graph()
-    assert "mock_opensandbox.execd.server" in graph and "mock_opensandbox.gojson" in graph
+@pytest.mark.parametrize("root,known", [(ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.gojson")),
+                                        (PLUGIN, ("epp", "osb.transport"))], ids=["mock_opensandbox", "plugin"])
+def test_no_import_cycle(root, known):
+    graph = _graph(root)
+    assert all(k in graph for k in known)
+    assert root != PLUGIN or graph["osb.ws"] == {"osb.transport"}      # relative imports are edges too
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -79,3 +90,10 @@ def test_no_import_cycle():
     for n in sorted(graph):
         if n not in state:
             visit(n)
+
+
+def test_plugin_modules_are_at_most_700_lines():
+    sizes = {_module(os.path.join(d, f), PLUGIN): sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))
+             for d, _, files in os.walk(PLUGIN) for f in files if f.endswith(".py")}
+    assert "osb.transport" in sizes
+    assert {m: n for m, n in sizes.items() if n > MAX_LINES} == {}

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import sandbox
 from config import Config
-from epp import EppError
+from errors import EppError
 
 
 def bad(field, **raw):

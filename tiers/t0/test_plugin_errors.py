@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import epp
 import errors
+import failures
 from config import Config
-import osb_transport as transport
+import osb.transport as transport
 
 CANARY = "abx-canary-0123456789abcdef"
 
@@ -25,7 +26,7 @@ def http_error(status, body, *, plane="lifecycle", what="get sandbox", headers=N
 # ---- the four shapes (bodies copied from the recordings / seed 000) -------------------------------------
 
 def test_error_response_shape_sandbox_not_found():       # recording 04
-    err = errors.map_osb_error(http_error(404, '{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"Sandbox '
+    err = failures.map_osb_error(http_error(404, '{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"Sandbox '
                                                  '00000000-0000-0000-0000-000000000000 not found."}'), op="sandbox")
     assert err.code == -32002 and err.data["sdk_code"] == "E2009"
     assert "Sandbox 00000000-0000-0000-0000-000000000000 not found." in err.message
@@ -35,14 +36,14 @@ def test_error_response_shape_sandbox_not_found():       # recording 04
 def test_validation_422_shape():                          # recording 03
     body = ('{"detail":[{"type":"greater_than_equal","loc":["body","timeout"],"msg":"Input should be greater '
             'than or equal to 60","input":10,"ctx":{"ge":60}}]}')
-    err = errors.map_osb_error(http_error(422, body, what="create sandbox"), op="create")
+    err = failures.map_osb_error(http_error(422, body, what="create sandbox"), op="create")
     assert err.code == -32000 and "timeout: Input should be greater than or equal to 60" in err.message
     assert err.data["suggestion"]
 
 
 def test_execd_error_shape_token():                       # seed 000 §1.4
     body = '{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}'
-    err = errors.map_osb_error(http_error(401, body, plane="execd", what="run command"), op="exec")
+    err = failures.map_osb_error(http_error(401, body, plane="execd", what="run command"), op="exec")
     assert err.code == -32001 and err.data["sdk_code"] == "E1001"
     assert "X-EXECD-ACCESS-TOKEN" in err.message and "execd_access_token" in err.data["suggestion"]
 
@@ -50,7 +51,7 @@ def test_execd_error_shape_token():                       # seed 000 §1.4
 def test_html_502_shape():
     body = "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center>" \
            "<hr><center>nginx</center></body></html>"
-    err = errors.map_osb_error(http_error(502, body, headers={"content-type": "text/html"}), op="sandbox")
+    err = failures.map_osb_error(http_error(502, body, headers={"content-type": "text/html"}), op="sandbox")
     assert err.code == -32000 and "502 Bad Gateway" in err.message and "<" not in err.message
     assert err.data.get("retryable") is True and err.data["suggestion"]
 
@@ -69,7 +70,7 @@ def test_html_502_shape():
     (403, '{"code":"FORBIDDEN","message":"no"}', "execd", "files", -32000, "E4002"),
 ])
 def test_status_table(status, body, plane, op, code, sdk):
-    err = errors.map_osb_error(http_error(status, body, plane=plane), op=op)
+    err = failures.map_osb_error(http_error(status, body, plane=plane), op=op)
     assert err.code == code
     assert err.data.get("sdk_code") == sdk
     assert err.data.get("suggestion"), "every mapped error tells the user what to do"
@@ -78,7 +79,7 @@ def test_status_table(status, body, plane, op, code, sdk):
 @pytest.mark.parametrize("kind,sdk", [("refused", "E5001"), ("reset", "E5001"), ("dns", "E5001"),
                                       ("timeout", "E3001"), ("tls", "E5000"), ("network", "E5000")])
 def test_network_errors(kind, sdk):
-    err = errors.map_osb_error(transport.NetError(kind, "get sandbox", "http://127.0.0.1:9/v1/sandboxes", "boom"),
+    err = failures.map_osb_error(transport.NetError(kind, "get sandbox", "http://127.0.0.1:9/v1/sandboxes", "boom"),
                                  op="sandbox", cfg=Config({"base_url": "http://127.0.0.1:9"}))
     assert err.code == -32000 and err.data["sdk_code"] == sdk and err.data["suggestion"]
 
@@ -102,10 +103,10 @@ shaped = st.one_of(
 bodies = st.one_of(st.binary(max_size=300), shaped.map(lambda s: s.encode("utf-8", "surrogatepass")))
 
 
-def _wire(err: epp.EppError, secrets: dict) -> bytes:
+def _wire(err: errors.EppError, secrets: dict) -> bytes:
     """The answer line, from a server whose configuration holds ``secrets``."""
     out = io.BytesIO()
-    srv = epp.Server(io.BytesIO(), out, initialize=None, find=lambda name: None)
+    srv = epp.Server(io.BytesIO(), out, initialize=lambda p: {}, find=lambda name: None)
     Config(secrets)                                     # registers its secret fields
     srv.respond(7, error=err)
     return out.getvalue()
@@ -115,8 +116,8 @@ def _wire(err: epp.EppError, secrets: dict) -> bytes:
 @given(st.integers(100, 599), bodies, st.sampled_from(["lifecycle", "execd"]),
        st.sampled_from(["sandbox", "create", "list", "files", "exec", "process", "ports"]))
 def test_mapper_never_raises_and_never_leaks(status, body, plane, op):
-    err = errors.map_osb_error(http_error(status, body, plane=plane), op=op)
-    assert isinstance(err, epp.EppError)
+    err = failures.map_osb_error(http_error(status, body, plane=plane), op=op)
+    assert isinstance(err, errors.EppError)
     assert err.code in (-32000, -32001, -32002, -32003, -32004, -32006)
     assert isinstance(err.message, str) and err.message
     line = _wire(err, {"api_key": CANARY, "registry_password": "pw-" + CANARY[::-1], "execd_access_token": "tok" + CANARY})
@@ -134,12 +135,12 @@ def test_parse_error_body_total(status, body):
 
 
 def test_unexpected_exceptions_become_answers():
-    err = errors.map_osb_error(KeyError("x"), op="sandbox")
+    err = failures.map_osb_error(KeyError("x"), op="sandbox")
     assert err.code == -32603 and "KeyError" in err.message
 
 
 def test_config_errors_never_echo_secret_values():
-    with pytest.raises(epp.EppError) as info:
+    with pytest.raises(errors.EppError) as info:
         Config({"api_key": CANARY, "base_url": "ftp://" + CANARY})
     assert info.value.code == -32006 and info.value.data["field"] == "base_url"
     assert CANARY not in _wire(info.value, {"api_key": CANARY}).decode()
@@ -148,7 +149,7 @@ def test_config_errors_never_echo_secret_values():
 def test_redaction_covers_escaped_forms():
     secret = 'p@ss"w/rd'
     text = f'raw {secret} json {json.dumps(secret)} url p%40ss%22w%2Frd'
-    registry = epp.Secrets()
+    registry = errors.Secrets()
     registry.add(secret)
     out = registry.redact(text)
     assert "p@ss" not in out and "p%40ss" not in out and out.count("***") == 3

@@ -46,8 +46,8 @@ def test_every_method_is_served_by_its_module():
 
 def test_initialize_answer_is_the_contract():
     import io
-    srv = provider.new_server(io.BytesIO(), io.BytesIO())
-    res = provider.m_initialize(srv, {"config": {"base_url": "http://x:1"}, "core": {"http_timeout": 5.0}})
+    ctx = provider.new_context(io.BytesIO(), io.BytesIO())
+    res = provider.m_initialize(ctx, {"config": {"base_url": "http://x:1"}, "core": {"http_timeout": 5.0}})
     assert res["protocol"] == "epp/1"
     assert res["features"] == MANIFEST["features"]["supported"]
     assert res["operations"] == MANIFEST["operations"]
@@ -107,21 +107,23 @@ def test_plugin_runs_on_python_310(tmp_path):
     assert by_id[1]["result"]["protocol"] == "epp/1"
     assert by_id[2]["error"]["code"] == -32601
     assert by_id[3]["result"] == {}
-    modules = ", ".join(sorted(set(provider.METHODS.values())) + ["osb_lifecycle", "osb_execd", "osb_ws"])
+    modules = ", ".join(sorted(set(provider.METHODS.values())) + ["osb.lifecycle", "osb.execd", "osb.ws"])
     code = "import sys; sys.path.insert(0, %r); import provider, %s; print('ok')" % (str(PLUGIN), modules)
     assert subprocess.run([PY310, "-c", code], capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
 
 
 def test_startup_is_cheap_nothing_networky_imported(tmp_path):
-    """Start and initialize import epp and provider only: every other module waits for its call."""
+    """Start and initialize import the loop, the provider, its context and the errors leaf only: the
+    configuration, the client (osb/) and the methods wait for the call that needs them."""
     init = json.dumps(INIT["params"])
     code = ("import io, json, sys; sys.path.insert(0, %r); before = set(sys.modules); import provider; "
-            "srv = provider.new_server(io.BytesIO(), io.BytesIO()); provider.m_initialize(srv, json.loads(%r)); "
+            "ctx = provider.new_context(io.BytesIO(), io.BytesIO()); provider.m_initialize(ctx, json.loads(%r)); "
             "print(json.dumps(sorted(set(sys.modules) - before)))" % (str(PLUGIN), init))
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=30)
     loaded = set(json.loads(out.stdout))
-    own = {p.stem for p in PLUGIN.glob("*.py")}
-    assert {m for m in loaded if m.split(".")[0] in own} == {"epp", "provider"}, out.stderr
+    own = {p.stem for p in PLUGIN.glob("*.py")} | {p.parent.name for p in PLUGIN.glob("*/__init__.py")}
+    assert {m for m in loaded if m.split(".")[0] in own} == {"epp", "provider", "context", "errors"}, out.stderr
+    assert "typing" not in loaded           # milliseconds at every start: annotations only
     assert not loaded & {"http.client", "socket", "ssl", "urllib.parse", "urllib.request", "email.utils"}
 
 
@@ -133,7 +135,7 @@ def _closed_port() -> int:
 
 
 def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):
-    before = sorted(p.name for p in PLUGIN.iterdir())
+    before = sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*"))   # osb/ too
     init = json.loads(json.dumps(INIT))
     init["params"]["config"] = {"base_url": f"http://127.0.0.1:{_closed_port()}"}
     got = _run_plugin(sys.executable, [init, {"jsonrpc": "2.0", "id": 2, "method": "sandbox.get",
@@ -142,4 +144,4 @@ def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):
     assert all(m.get("jsonrpc") == "2.0" for m in got)
     err = next(m for m in got if m.get("id") == 2)["error"]
     assert err["data"]["sdk_code"] == "E5001" and "connection refused" in err["message"]   # answered after EOF
-    assert sorted(p.name for p in PLUGIN.iterdir()) == before, "the plugin wrote into its own (hashed) tree"
+    assert sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*")) == before, "the plugin wrote into its own (hashed) tree"

@@ -17,9 +17,10 @@ import files
 import provider
 import sandbox
 from config import Config
-from epp import MAX_LINE_BYTES, EppError, Request
-import osb_execd as execd
-import osb_transport as transport
+from epp import MAX_LINE_BYTES, Request
+from errors import EppError
+import osb.execd as execd
+import osb.transport as transport
 
 HOST_DEFAULTS = {"template": "base", "timeout": 300, "metadata": {}, "envs": {}, "cpu": None, "memory": None,
                  "disk": None, "gpu": None, "request_timeout": None}   # epp-host-reference §3.2
@@ -136,10 +137,10 @@ class FakeOSB:
 
 
 def fake_server(fake):
-    srv = provider.new_server(io.BytesIO(), io.BytesIO())
-    srv._cfg = Config({})
-    srv._client = fake
-    return srv
+    ctx = provider.new_context(io.BytesIO(), io.BytesIO())
+    ctx.cfg = Config({})
+    ctx.osb = fake
+    return ctx
 
 
 @pytest.mark.parametrize("skew_hours", [-5, 0, 3])
@@ -189,7 +190,7 @@ def test_exec_run_result_stays_under_the_line_limit():
 
 def test_oversized_answers_become_errors_not_violations():
     out = io.BytesIO()
-    srv = provider.new_server(io.BytesIO(), out)
+    srv = provider.new_context(io.BytesIO(), out).server
     srv.respond(5, {"content_b64": "A" * MAX_LINE_BYTES})
     srv.notify("exec.output", {"process_id": "p", "stream": "stdout", "data": "B" * MAX_LINE_BYTES})
     srv.respond(6, {"content_b64": b"C" * MAX_LINE_BYTES})     # files.read's bytes, spliced into the line
@@ -307,8 +308,9 @@ def test_every_method_answers_bad_params_with_a_typed_error(method, params):
     """Any params: one JSON answer, never an internal error (-32603) or a traceback. The server is
     unreachable, so whatever passes validation ends as E5001."""
     out = io.BytesIO()
-    srv = provider.new_server(io.BytesIO(), out)
-    srv.raw_config = {"base_url": CLOSED}
+    ctx = provider.new_context(io.BytesIO(), out)
+    ctx.raw_config = {"base_url": CLOSED}
+    srv = ctx.server
     req = Request(3)
     srv.requests[3] = req
     srv._run(req, method, params)

@@ -4,7 +4,7 @@
   its own ``mock``);
 * ``sandbox_root``, ``runtime``, ``make_execd``: a bare execd over a SandboxRuntime (conftest_execd.py).
 
-The plugin's modules are importable by their own names here too (``import osb_transport``).
+The plugin's modules are importable by their own names here too (``import osb.transport``).
 """
 from __future__ import annotations
 

@@ -203,7 +203,18 @@ def build_proc(R, fresh):
             mount("tmpfs", p + "/" + name, "tmpfs", MS_RDONLY)
 
 
-def build_sys(R):
+def cgroup_view():
+    """The sandbox's own cgroup directories (runtime/cgroups.py), "name=dir" lines from the mock:
+    v1 mount dir name -> dir, "" -> the v2 dir. Docker binds a container's own cgroup the same way."""
+    out = {}
+    for line in os.environ.pop("OSB_MOCK_CGROUP_VIEW", "").split("\n"):
+        name, sep, d = line.partition("=")
+        if sep and d.startswith("/sys/fs/cgroup/") and "/../" not in d + "/":
+            out[name] = d
+    return out
+
+
+def build_sys(R, own):
     p = real_dir(R + "/sys")
     try:
         mount("sysfs", p, "sysfs", MS_RDONLY | NOSUID_NODEV_NOEXEC)
@@ -223,10 +234,10 @@ def build_sys(R):
                     os.symlink(os.readlink(hp), t + "/" + name)
                 elif hp in v1:
                     os.mkdir(t + "/" + name, 0o755)
-                    mount(hp, t + "/" + name, None, MS_BIND)
+                    mount(own.get(name, hp), t + "/" + name, None, MS_BIND)
                     remount_ro(t + "/" + name, NOSUID_NODEV_NOEXEC)
-        else:  # cgroup v2: the hierarchy itself, read-only
-            mount(cg, t, None, MS_BIND | MS_REC)
+        else:  # cgroup v2: the sandbox's own cgroup (else the hierarchy itself), read-only
+            mount(own.get("", cg), t, None, MS_BIND | MS_REC)
             ro_tree(t)
     for name in SYS_MASK_DIRS:
         if os.path.isdir(p + "/" + name):
@@ -261,7 +272,7 @@ def build_view(R, H, X, E, fresh_proc):
     build_etc(R, H, X, E)
     build_dev(R)
     build_proc(R, fresh_proc)
-    build_sys(R)
+    build_sys(R, cgroup_view())
 
 
 # -- mount the volumes (../mounts.py plans them; ../../volumes.py checks their sources) -------------

@@ -2,7 +2,7 @@
 deadline, streamed replies, retries of idempotent calls, and the two errors every call raises.
 
 * ``HttpError``: the server answered >= 400. Its body is scrubbed of every registered secret
-  (``epp.SECRETS``, the plugin's one registry) *before* it is parsed and clipped into ``message``
+  (``errors.SECRETS``, the plugin's one registry) *before* it is parsed and clipped into ``message``
   (``parse_error_body`` reads the four error-body shapes OpenSandbox and execd send).
 * ``NetError``: no HTTP answer (refused, reset, timeout, DNS, TLS, an answer cut short).
 * ``Http``: one idle keep-alive connection kept per host; ``open()`` returns a ``Stream``,
@@ -23,7 +23,16 @@ import threading
 import time
 import urllib.parse
 
-from epp import SECRETS
+from errors import SECRETS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime
+    import ssl
+    from typing import Any, Callable, TypeVar
+
+    T = TypeVar("T")
+    Key = tuple[str, str, int]              # (scheme, host, port) of a pooled connection
 
 USER_AGENT = "abx-opensandbox-provider/0.1.0"
 MAX_ERROR_BODY = 64 * 1024              # bytes of an error body we keep for the message
@@ -32,7 +41,7 @@ RETRY_WAITS = (0.2, 0.6)                # waits before the 2nd and 3rd try of an
 RETRY_AFTER_MAX = 5.0                   # longest Retry-After honoured; a longer one ends the call at once
 
 
-def json_or_none(blob: bytes):
+def json_or_none(blob: bytes) -> Any:
     try:
         return json.loads(blob.decode("utf-8", "replace"))
     except ValueError:
@@ -99,7 +108,7 @@ def _clip(text: str, limit: int = 400) -> str:
 class HttpError(Exception):
     """The server answered with a status >= 400."""
 
-    def __init__(self, status: int, reason: str, body: bytes, headers: dict, what: str, plane: str):
+    def __init__(self, status: int, reason: str, body: bytes, headers: dict[str, Any], what: str, plane: str):
         self.status, self.reason, self.headers, self.what, self.plane = status, reason, headers, what, plane
         self.code, self.message = parse_error_body(status, SECRETS.scrub(body or b""), reason)
         self.request_id = headers.get("x-request-id", "")
@@ -141,18 +150,19 @@ def net_kind(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- HTTP transport
 
 class Reply:
-    def __init__(self, status: int, reason: str, headers: dict, body: bytes, received: float):
+    def __init__(self, status: int, reason: str, headers: dict[str, Any], body: bytes, received: float):
         self.status, self.reason, self.headers, self.body = status, reason, headers, body
         self.received = received                  # time.monotonic() when the status line arrived
 
-    def json(self):
+    def json(self) -> Any:
         return json_or_none(self.body) if self.body else None
 
 
 class Stream:
     """An HTTP reply whose body is read incrementally (SSE, downloads)."""
 
-    def __init__(self, http: Http, key, conn, resp, received: float):
+    def __init__(self, http: Http, key: Key, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                 received: float) -> None:
         self._http, self._key, self._conn, self.resp = http, key, conn, resp
         self.status, self.reason = resp.status, resp.reason
         self.headers = {k.lower(): v for k, v in resp.getheaders()}
@@ -248,11 +258,11 @@ class Http:
 
     def __init__(self, timeout: float = 30.0):
         self.timeout = timeout
-        self._idle: dict[tuple, tuple[http.client.HTTPConnection, float]] = {}
+        self._idle: dict[Key, tuple[http.client.HTTPConnection, float]] = {}
         self._lock = threading.Lock()
-        self._ssl_ctx = None
+        self._ssl_ctx: ssl.SSLContext | None = None
 
-    def _connect(self, key, timeout):
+    def _connect(self, key: Key, timeout: float | None) -> http.client.HTTPConnection:
         scheme, host, port = key
         if scheme == "https":
             import ssl
@@ -261,7 +271,7 @@ class Http:
             return http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl_ctx)
         return http.client.HTTPConnection(host, port, timeout=timeout)
 
-    def _take(self, key, max_age):
+    def _take(self, key: Key, max_age: float) -> http.client.HTTPConnection | None:
         with self._lock:
             item = self._idle.pop(key, None)
         if item is None:
@@ -273,7 +283,7 @@ class Http:
         return conn
 
     @staticmethod
-    def _dropped(conn) -> bool:
+    def _dropped(conn: http.client.HTTPConnection) -> bool:
         """An idle keep-alive connection is never readable: readable means the server closed it
         (or sent junk), so it must not carry the next request."""
         sock = conn.sock
@@ -285,7 +295,7 @@ class Http:
             return True
         return bool(readable)
 
-    def _give(self, key, conn) -> None:
+    def _give(self, key: Key, conn: http.client.HTTPConnection) -> None:
         with self._lock:
             if key not in self._idle:
                 self._idle[key] = (conn, time.monotonic())
@@ -298,7 +308,7 @@ class Http:
         for conn, _ in idle.values():
             conn.close()
 
-    def open(self, method: str, url: str, headers: dict, body: bytes | None = None,
+    def open(self, method: str, url: str, headers: dict[str, Any], body: bytes | None = None,
              timeout: float | None = None, what: str = "") -> Stream:
         parts = urllib.parse.urlsplit(url)
         scheme = parts.scheme.lower()
@@ -338,7 +348,7 @@ class Http:
                 raise NetError.of(exc, what, url) from None
         raise NetError("reset", what, safe_url(url), "connection closed")  # pragma: no cover
 
-    def request(self, method: str, url: str, headers: dict, body: bytes | None = None,
+    def request(self, method: str, url: str, headers: dict[str, Any], body: bytes | None = None,
                 timeout: float | None = None, what: str = "") -> Reply:
         """One whole exchange; the reply, body included, must be complete within ``timeout``."""
         tmo = self.timeout if timeout is None else timeout
@@ -360,7 +370,7 @@ def safe_url(url: str) -> str:
 
 # --------------------------------------------------------------------------- retries (idempotent calls only)
 
-def retry_after_seconds(value) -> float | None:
+def retry_after_seconds(value: object) -> float | None:
     """Retry-After as seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
     text = str(value or "").strip()
     if not text:
@@ -374,7 +384,7 @@ def retry_after_seconds(value) -> float | None:
     return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
 
 
-def http_date(value):
+def http_date(value: object) -> datetime.datetime | None:
     """An HTTP date (Date, Retry-After) as an aware datetime (UTC when it names no zone); None when
     absent or unreadable."""
     import datetime
@@ -409,7 +419,7 @@ def retry_wait(exc: BaseException, attempt: int) -> float | None:
     return None
 
 
-def with_retries(fn, budget: float):
+def with_retries(fn: Callable[[], T], budget: float) -> T:
     """Run ``fn`` (an idempotent call); retry it as retry_wait() says. No new try starts once the
     call has taken longer than ``budget`` seconds (the configured http_timeout)."""
     started = time.monotonic()

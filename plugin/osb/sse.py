@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import re
 
-from osb_transport import json_or_none
+from .transport import json_or_none
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class SSEDecoder:
@@ -27,9 +31,9 @@ class SSEDecoder:
         self._lines: list[bytes] = []
         self.bad_frames = 0
 
-    def feed(self, data: bytes) -> list[dict]:
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
         self._buf += data
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         start = 0
         while True:
             nl = self._buf.find(b"\n", start)
@@ -46,14 +50,14 @@ class SSEDecoder:
         del self._buf[:start]
         return out
 
-    def close(self) -> list[dict]:
+    def close(self) -> list[dict[str, Any]]:
         tail = bytes(self._buf).rstrip(b"\r")
         self._buf.clear()
         if tail.strip():
             self._lines.append(tail)
         return self._frame()
 
-    def _frame(self) -> list[dict]:
+    def _frame(self) -> list[dict[str, Any]]:
         lines, self._lines = self._lines, []
         if not lines:
             return []
@@ -62,7 +66,7 @@ class SSEDecoder:
             candidates = [b"\n".join(data)] if data else []
         else:
             candidates = [b"\n".join(lines)]
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         for blob in candidates:
             obj = json_or_none(blob)
             if isinstance(obj, dict):
@@ -110,7 +114,7 @@ class StartFailure(Exception):
     """execd could not start the command (an ``error`` event whose evalue is not an exit status)."""
 
 
-def terminal_exit_code(event: dict) -> int | None:
+def terminal_exit_code(event: dict[str, Any]) -> int | None:
     """Exit code of a terminal event, None for a non-terminal one; StartFailure for a start error.
 
     execution_complete -> 0. error -> int(evalue) (rec 07: "3"); evalue "-1" is a signal death
@@ -121,7 +125,7 @@ def terminal_exit_code(event: dict) -> int | None:
         return 0
     if kind != "error":
         return None
-    err = event.get("error") if isinstance(event.get("error"), dict) else {}
+    err = v if isinstance(v := event.get("error"), dict) else {}
     evalue = str(err.get("evalue", "")).strip()
     tb = err.get("traceback")
     trace = " ".join(str(t) for t in tb) if isinstance(tb, list) else str(tb or "")

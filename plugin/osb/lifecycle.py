@@ -1,7 +1,7 @@
 """The OpenSandbox lifecycle server (``/v1/sandboxes...``) and the per-sandbox state that must
 outlive a plugin process (execd endpoint, execd framing), kept under ABX_PROVIDER_DATA_DIR only.
 
-``OpenSandbox.execd(sandbox_id)`` gives the data-plane client of one sandbox (osb_execd.py).
+``OpenSandbox.execd(sandbox_id)`` gives the data-plane client of one sandbox (execd.py).
 Facts quoted in comments: ``rec NN`` = ../shared/live/exchanges, seed 000 = the research notes.
 """
 from __future__ import annotations
@@ -13,9 +13,17 @@ import threading
 import time
 import urllib.parse
 
-from epp import SECRETS
+from errors import SECRETS
 
-from osb_transport import Http, HttpError, Reply, with_retries
+from .transport import Http, HttpError, Reply, with_retries
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
+
+    from .execd import Execd
+
+    Query = dict[str, Any] | list[tuple[str, str]] | None   # urlencode() takes either
 
 EXECD_PORT = 44772                      # rec 05: GET .../endpoints/44772 is execd
 
@@ -35,7 +43,7 @@ class SandboxCache:
     def __init__(self, data_dir: str | None, server: str):
         self.dir = os.path.join(data_dir, "sandboxes") if data_dir else None
         self.server = server
-        self._mem: dict[str, dict] = {}
+        self._mem: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def _file(self, sandbox_id: str) -> str | None:
@@ -44,12 +52,12 @@ class SandboxCache:
         digest = hashlib.sha256(f"{self.server}\0{sandbox_id}".encode()).hexdigest()[:40]
         return os.path.join(self.dir, digest + ".json")
 
-    def get(self, sandbox_id: str) -> dict:
+    def get(self, sandbox_id: str) -> dict[str, Any]:
         with self._lock:
             if sandbox_id in self._mem:
                 return dict(self._mem[sandbox_id])
         path = self._file(sandbox_id)
-        rec: dict = {}
+        rec: dict[str, Any] = {}
         if path:
             try:
                 with open(path, encoding="utf-8") as fh:
@@ -62,7 +70,7 @@ class SandboxCache:
             self._mem[sandbox_id] = rec
         return dict(rec)
 
-    def update(self, sandbox_id: str, **values) -> None:
+    def update(self, sandbox_id: str, **values: Any) -> None:
         rec = self.get(sandbox_id)
         rec.update(values)
         rec["sandbox_id"] = sandbox_id
@@ -72,7 +80,7 @@ class SandboxCache:
         if not path:
             return
         try:
-            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -134,13 +142,13 @@ class OpenSandbox:
         self.execd_token = execd_token
         self.scheme = scheme or urllib.parse.urlsplit(self.server).scheme or "http"
         self.cache = SandboxCache(data_dir, self.server)
-        self._execd: dict = {}           # sandbox id -> execd.Execd
+        self._execd: dict[str, Execd] = {}          # by sandbox id
         self._lock = threading.Lock()
         SECRETS.add(api_key, execd_token)
 
     # ---- plumbing
 
-    def _headers(self, has_body: bool) -> dict:
+    def _headers(self, has_body: bool) -> dict[str, Any]:
         h = {"Accept": "application/json"}
         if self.api_key:
             h["OPEN-SANDBOX-API-KEY"] = self.api_key
@@ -148,8 +156,8 @@ class OpenSandbox:
             h["Content-Type"] = "application/json"
         return h
 
-    def call(self, method: str, path: str, *, query=None, body=None, what: str,
-             timeout: float | None = None, ok=(200, 201, 202, 204), retry: bool | None = None) -> Reply:
+    def call(self, method: str, path: str, *, query: Query = None, body: object = None, what: str,
+             timeout: float | None = None, ok: tuple[int, ...] = (200, 201, 202, 204), retry: bool | None = None) -> Reply:
         """One lifecycle call. GET and DELETE are retried (with_retries); other methods only when
         the caller says the call is idempotent (renew sets an absolute time)."""
         url = self.api + path
@@ -173,13 +181,13 @@ class OpenSandbox:
 
     # ---- lifecycle (rec 05, 14, 15)
 
-    def create(self, body: dict, timeout: float | None = None) -> Reply:
+    def create(self, body: dict[str, Any], timeout: float | None = None) -> Reply:
         return self.call("POST", "/sandboxes", body=body, what="create sandbox", timeout=timeout)
 
     def get(self, sandbox_id: str) -> Reply:
         return self.call("GET", f"/sandboxes/{self.sid(sandbox_id)}", what="get sandbox")
 
-    def list_page(self, *, page: int, page_size: int, states=(), metadata: str = "") -> dict:
+    def list_page(self, *, page: int, page_size: int, states: Iterable[str] = (), metadata: str = "") -> dict[str, Any]:
         query: list[tuple[str, str]] = [("state", s) for s in states]
         if metadata:
             query.append(("metadata", metadata))
@@ -201,7 +209,7 @@ class OpenSandbox:
         return self.call("POST", f"/sandboxes/{self.sid(sandbox_id)}/renew-expiration",
                          body={"expiresAt": expires_at}, what="renew sandbox expiration", retry=True)
 
-    def endpoint(self, sandbox_id: str, port: int, server_proxy: bool | None = None) -> tuple[str, dict]:
+    def endpoint(self, sandbox_id: str, port: int, server_proxy: bool | None = None) -> tuple[str, dict[str, Any]]:
         """(URL with scheme, headers to send). Endpoints come without a scheme (rec 05)."""
         proxy = self.use_server_proxy if server_proxy is None else server_proxy
         query = {"use_server_proxy": "true"} if proxy else None
@@ -219,7 +227,7 @@ class OpenSandbox:
 
     # ---- execd
 
-    def execd(self, sandbox_id: str, *, refresh: bool = False):
+    def execd(self, sandbox_id: str, *, refresh: bool = False) -> Execd:
         key = "execd_proxy" if self.use_server_proxy else "execd_direct"
         with self._lock:
             cached = None if refresh else self._execd.get(sandbox_id)
@@ -231,7 +239,7 @@ class OpenSandbox:
             url, headers = self.endpoint(sandbox_id, EXECD_PORT)
             ep = {"url": url, "headers": headers}
             self.cache.update(sandbox_id, **{key: ep})
-        from osb_execd import Execd
+        from .execd import Execd
         ex = Execd(self, sandbox_id, ep["url"], ep["headers"])
         with self._lock:
             self._execd[sandbox_id] = ex

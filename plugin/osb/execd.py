@@ -14,8 +14,40 @@ import socket
 import time
 import urllib.parse
 
-from osb_sse import SSEDecoder, restore_legacy_text
-from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
+from .sse import SSEDecoder, restore_legacy_text
+from .transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, Protocol, TypeVar
+
+    from .transport import Http
+    from .ws import WebSocketClient
+
+    T = TypeVar("T")
+
+    class Cache(Protocol):
+        def get(self, sandbox_id: str) -> dict[str, Any]: ...
+
+        def update(self, sandbox_id: str, **values: Any) -> None: ...
+
+    class Client(Protocol):
+        """What an Execd uses of the lifecycle client that made it (lifecycle.OpenSandbox, which
+        imports this module: naming it here would close a circle)."""
+
+        @property
+        def server(self) -> str: ...
+        @property
+        def api_key(self) -> str: ...
+        @property
+        def execd_token(self) -> str: ...
+        @property
+        def http(self) -> Http: ...
+        @property
+        def cache(self) -> Cache: ...
+
+        def execd(self, sandbox_id: str, *, refresh: bool = False) -> Execd: ...
+    Query = dict[str, Any] | list[tuple[str, str]] | None   # urlencode() takes either
 
 LEGACY, LATEST = "v1.1.0", "latest"     # the two execd generations (seed 000 §1.1)
 
@@ -23,10 +55,10 @@ LEGACY, LATEST = "v1.1.0", "latest"     # the two execd generations (seed 000 §
 class Execd:
     """execd of one sandbox, reached at ``base`` with ``endpoint_headers``."""
 
-    def __init__(self, client, sandbox_id: str, base_url: str, headers: dict):
+    def __init__(self, client: Client, sandbox_id: str, base_url: str, headers: dict[str, Any]) -> None:
         self.client, self.sandbox_id, self.base, self.endpoint_headers = client, sandbox_id, base_url, headers
 
-    def headers(self, extra: dict | None = None) -> dict:
+    def headers(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         h = dict(self.endpoint_headers)
         if self.client.execd_token:
             h["X-EXECD-ACCESS-TOKEN"] = self.client.execd_token
@@ -38,18 +70,18 @@ class Execd:
             h.update(extra)
         return h
 
-    def url(self, path: str, query=None) -> str:
+    def url(self, path: str, query: Query = None) -> str:
         url = self.base + path
         if query:
             url += "?" + urllib.parse.urlencode(query, doseq=True, quote_via=urllib.parse.quote)
         return url
 
-    def open(self, method: str, path: str, *, query=None, body: bytes | None = None,
-             headers: dict | None = None, timeout: float | None = None, what: str) -> Stream:
+    def open(self, method: str, path: str, *, query: Query = None, body: bytes | None = None,
+             headers: dict[str, Any] | None = None, timeout: float | None = None, what: str) -> Stream:
         """Open a request (the caller reads the reply)."""
         return self._fresh(lambda: self._open(method, path, query, body, headers, timeout, what))
 
-    def _fresh(self, attempt):
+    def _fresh(self, attempt: Callable[[], T]) -> T:
         """Run ``attempt()``. A cached endpoint is re-resolved once when it is refused (the sandbox
         moved) or when its access headers are rejected (secure-access credentials can rotate)."""
         try:
@@ -65,7 +97,8 @@ class Execd:
             self.base, self.endpoint_headers = fresh.base, fresh.endpoint_headers
             return attempt()
 
-    def _open(self, method, path, query, body, headers, timeout, what) -> Stream:
+    def _open(self, method: str, path: str, query: Query, body: bytes | None, headers: dict[str, Any] | None,
+              timeout: float | None, what: str) -> Stream:
         stream = self.client.http.open(method, self.url(path, query), self.headers(headers), body, timeout, what)
         if stream.status >= 400:
             # read like every other body (Stream.read_all, as the lifecycle plane's are): an error answer
@@ -80,7 +113,7 @@ class Execd:
             raise HttpError(stream.status, stream.reason, data, stream.headers, what, "execd")
         return stream
 
-    def call(self, method: str, path: str, *, query=None, json_body=None, body: bytes | None = None,
+    def call(self, method: str, path: str, *, query: Query = None, json_body: object = None, body: bytes | None = None,
              content_type: str | None = None, timeout: float | None = None, what: str,
              retry: bool | None = None) -> Reply:
         """One execd call whose whole reply must arrive within the timeout. GET is retried
@@ -116,14 +149,14 @@ class Execd:
     def ping(self, timeout: float = 3.0) -> None:
         self.call("GET", "/ping", timeout=timeout, what="execd ping")
 
-    def start(self, *, argv: list[str] | None, envs: dict | None = None, cwd: str = "",
+    def start(self, *, argv: list[str] | None, envs: dict[str, Any] | None = None, cwd: str = "",
               uid: int | None = None, gid: int | None = None, timeout_ms: int = 0,
               background: bool = False, command: str | None = None) -> CommandRun:
         """POST /command and read up to the ``init`` event. With argv and an execd of unknown or
         "latest" generation, argv is sent alone; v1.1.0 answers 400 "Field validation for 'Command'
         failed on the 'required' tag" (rec 11), which switches this sandbox to a shell-quoted
         command string for good."""
-        base: dict = {}
+        base: dict[str, Any] = {}
         if envs:
             base["envs"] = envs
         if cwd:
@@ -152,7 +185,7 @@ class Execd:
             command = shell_join(argv or [])
         return self._post_command({**base, "command": command}, self.mode or LEGACY)
 
-    def _post_command(self, payload: dict, mode: str) -> CommandRun:
+    def _post_command(self, payload: dict[str, Any], mode: str) -> CommandRun:
         body = json.dumps(payload).encode("utf-8")
         stream = self.open("POST", "/command", body=body,
                            headers={"Content-Type": "application/json", "Cache-Control": "no-cache",
@@ -166,7 +199,7 @@ class Execd:
         tmo = min(5.0, self.client.http.timeout) if timeout is None else timeout
         self.call("DELETE", "/command", query={"id": command_id}, timeout=tmo, what="interrupt command")
 
-    def status(self, command_id: str) -> dict:
+    def status(self, command_id: str) -> dict[str, Any]:
         body = self.call("GET", f"/command/status/{urllib.parse.quote(command_id, safe='')}",
                          what="command status").json()
         return body if isinstance(body, dict) else {}
@@ -183,11 +216,11 @@ class Execd:
     # ---- files (rec 13, 18)
 
     def upload(self, path: str, data: bytes, mode: int | None = None) -> None:
-        meta: dict = {"path": path}
+        meta: dict[str, Any] = {"path": path}
         if mode is not None:
             meta["mode"] = mode
         name = path.rstrip("/").rsplit("/", 1)[-1] or "file"
-        from osb_multipart import encode_multipart
+        from .multipart import encode_multipart
         ctype, body = encode_multipart([
             ("metadata", "metadata", "application/json", json.dumps(meta).encode("utf-8")),
             ("file", name, "application/octet-stream", data),
@@ -243,7 +276,7 @@ class Execd:
 
         return with_retries(once, timeout)
 
-    def info(self, path: str) -> dict:
+    def info(self, path: str) -> dict[str, Any]:
         body = self.call("GET", "/files/info", query={"path": path}, what=f"stat {path}").json()
         if isinstance(body, dict):
             entry = body.get(path)
@@ -254,7 +287,7 @@ class Execd:
         raise HttpError(404, "Not Found", b'{"code":"FILE_NOT_FOUND","message":"file not found"}',
                         {}, f"stat {path}", "execd")
 
-    def list_dir(self, path: str, depth: int = 1) -> list:
+    def list_dir(self, path: str, depth: int = 1) -> list[Any]:
         query = {"path": path}
         if depth != 1:
             query["depth"] = str(depth)
@@ -273,12 +306,12 @@ class Execd:
     def move(self, src: str, dest: str) -> None:
         self.call("POST", "/files/mv", json_body=[{"src": src, "dest": dest}], what=f"move {src}")
 
-    def search(self, path: str, pattern: str) -> list:
+    def search(self, path: str, pattern: str) -> list[Any]:
         body = self.call("GET", "/files/search", query={"path": path, "pattern": pattern},
                          what=f"search {path}").json()
         return body if isinstance(body, list) else []
 
-    def chmod(self, path: str, perm: dict) -> None:
+    def chmod(self, path: str, perm: dict[str, Any]) -> None:
         self.call("POST", "/files/permissions", json_body={path: perm}, what=f"chmod {path}")
 
 
@@ -293,7 +326,7 @@ class Execd:
                             {}, "POST /pty", "execd")
         return sid
 
-    def pty_status(self, session_id: str, timeout: float | None = None) -> dict:
+    def pty_status(self, session_id: str, timeout: float | None = None) -> dict[str, Any]:
         body = self.call("GET", f"/pty/{urllib.parse.quote(session_id, safe='')}", timeout=timeout,
                          what="terminal status").json()
         return body if isinstance(body, dict) else {}
@@ -303,12 +336,12 @@ class Execd:
         self.call("DELETE", f"/pty/{urllib.parse.quote(session_id, safe='')}", timeout=timeout,
                   what="DELETE /pty", retry=True)
 
-    def websocket(self, path: str, query: str = "", *, timeout: float, what: str):
-        """A WebSocket (osb_ws.py) to ``path``; a refused upgrade raises HttpError (its body parsed
+    def websocket(self, path: str, query: str = "", *, timeout: float, what: str) -> WebSocketClient:
+        """A WebSocket (ws.py) to ``path``; a refused upgrade raises HttpError (its body parsed
         and scrubbed like any other), a failed connection NetError."""
-        import osb_ws as ws
+        from . import ws
 
-        def once():
+        def once() -> WebSocketClient:
             url = self.base + path + (f"?{query}" if query else "")
             try:
                 return ws.connect(url, self.headers(), timeout=timeout)
@@ -330,7 +363,7 @@ class TooLarge(Exception):
         self.size = size
 
 
-def _origin(url: str) -> tuple:
+def _origin(url: str) -> tuple[Any, ...]:
     p = urllib.parse.urlsplit(url)
     scheme = p.scheme.lower()
     return scheme, (p.hostname or "").lower(), p.port or (443 if scheme == "https" else 80)
@@ -363,7 +396,7 @@ class CommandRun:
     def __init__(self, execd: Execd, stream: Stream, mode: str):
         self.execd, self.stream, self.mode = execd, stream, mode
         self.decoder = SSEDecoder()
-        self._pending: list[dict] = []
+        self._pending: list[dict[str, Any]] = []
         self.command_id: str | None = None
         self.done = False
         # Read until init (rec 07: the first event, text = 32-hex command id).
@@ -390,7 +423,7 @@ class CommandRun:
             except OSError:
                 pass
 
-    def _next_raw(self) -> dict | None:
+    def _next_raw(self) -> dict[str, Any] | None:
         while not self._pending:
             if self.done:
                 return None
@@ -406,7 +439,7 @@ class CommandRun:
             self._pending.extend(self.decoder.feed(chunk))
         return self._pending.pop(0) if self._pending else None
 
-    def events(self):
+    def events(self) -> Iterator[dict[str, Any]]:
         """Yield output events (``{"type": "stdout"|"stderr", "text": ...}`` with v1.1.0 line endings
         restored) and finally the terminal event; stops reading as soon as it arrives."""
         while True:

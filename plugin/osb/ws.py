@@ -10,7 +10,9 @@ Used by the plugin for execd's PTY socket (``GET /pty/{id}/ws``). What it does:
 * masked client frames, fragmented messages in both directions, automatic pong for every ping,
   close handshake with codes, size limits, UTF-8 check of text messages.
 
-One thread may read while others write: every write is serialised by a lock.
+One thread may read while others write: every write is serialised by a lock. Every error raised
+here is a ``transport.NetError`` (kind ``"websocket"``), the client's one word for "no usable answer",
+so a caller of the OpenSandbox client catches ``HttpError`` / ``NetError`` and nothing else.
 """
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ import socket
 import ssl
 import struct
 import threading
-from typing import Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 from urllib.parse import urlsplit
+
+from .transport import NetError
 
 __all__ = ["connect", "WebSocketClient", "WebSocketError", "HandshakeError", "ProtocolError",
            "ConnectionClosed", "encode_frame", "apply_mask", "FrameReader", "MessageAssembler",
@@ -42,8 +46,13 @@ MAX_ERROR_BODY = 64 << 10
 WRITE_FRAGMENT = 1 << 20  # messages above this are sent as several frames
 
 
-class WebSocketError(Exception):
-    """Base class of every error raised here."""
+class WebSocketError(NetError):
+    """Base class of every error raised here: a NetError of kind ``websocket`` whose text is the
+    message alone (``what``/``target`` are filled in by the caller that knows them)."""
+
+    def __init__(self, message: str):
+        super().__init__("websocket", "WebSocket", "", message)
+        self.args = (message,)
 
 
 class HandshakeError(WebSocketError):
@@ -202,7 +211,7 @@ class MessageAssembler:
         self._parts: list[bytes] = []
         self._size = 0
 
-    def next_event(self) -> tuple:
+    def next_event(self) -> tuple[Any, ...]:
         while True:
             fin, _rsv, op, _m, payload = self.reader.read_frame()
             if op == OP_PING:
@@ -314,7 +323,7 @@ def connect(url: str, headers: Mapping[str, str] | None = None, *, timeout: floa
         raise
 
 
-def _read_response_head(rfile) -> tuple[int, str, dict[str, str]]:
+def _read_response_head(rfile: BinaryIO) -> tuple[int, str, dict[str, str]]:
     total = 0
     line = rfile.readline(MAX_HEADER_BYTES)
     if not line:
@@ -346,7 +355,7 @@ def _read_response_head(rfile) -> tuple[int, str, dict[str, str]]:
     return status, rest[0] if rest else "", headers
 
 
-def _read_error_body(rfile, headers: Mapping[str, str]) -> bytes:
+def _read_error_body(rfile: BinaryIO, headers: Mapping[str, str]) -> bytes:
     try:
         if "chunked" in headers.get("transfer-encoding", "").lower():
             out = bytearray()
@@ -360,8 +369,8 @@ def _read_error_body(rfile, headers: Mapping[str, str]) -> bytes:
             return bytes(out[:MAX_ERROR_BODY])
         n = headers.get("content-length")
         if n is not None:
-            return rfile.read(min(int(n), MAX_ERROR_BODY))
-        return rfile.read(MAX_ERROR_BODY)
+            return bytes(rfile.read(min(int(n), MAX_ERROR_BODY)))
+        return bytes(rfile.read(MAX_ERROR_BODY))
     except (OSError, ValueError):
         return b""
 
@@ -370,7 +379,7 @@ class WebSocketClient:
     """An open client connection. ``recv()`` gives data messages; pings are answered and the close
     handshake is completed internally; ``ConnectionClosed`` marks the end."""
 
-    def __init__(self, sock: socket.socket, rfile, *, max_message: int = DEFAULT_MAX_MESSAGE):
+    def __init__(self, sock: socket.socket, rfile: BinaryIO, *, max_message: int = DEFAULT_MAX_MESSAGE):
         self.sock = sock
         self._rfile = rfile
         self._wlock = threading.Lock()

@@ -1,0 +1,371 @@
+"""What the inside of a sandbox shows (issue 19's table), one probe list for every tier.
+
+The probes are the commands and execd requests of recorder scenario 22 (``record/scenarios.py``:
+``INSIDE_FILES``, ``INSIDE_CWDS``, ``INSIDE_PROBES``), run in a sandbox created with
+``"resourceLimits": {"cpu": "500m", "memory": "512Mi"}``. Each probe has a check that asserts what the real
+sandbox shows: the values of issue 19's table and of ``fixtures/22_sandbox_inside.json`` (recorded from
+opensandbox-server 1.1.1 + Docker 20.10 + execd v1.0.19 by ``python -m record``). ``same_port_two_sandboxes``
+is scenario 23: two sandboxes serving port 9000, each endpoint answering with its own files.
+
+``Target`` talks to any OpenSandbox server over HTTP with the standard library only (``tiers.smoke_flow``), so
+the same assertions run on the live server (tiers/t4/test_live_inside.py) and on the mock
+(tiers/t1/test_sandbox_inside.py). Checks accept cgroup v1 and v2 file names and do not depend on the host's
+load (the CPU probe asserts the CFS quota at work and an upper bound on the share, never a lower bound).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.parse
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from record.scenarios import (INSIDE_CWDS, INSIDE_FILES, INSIDE_PROBES, RESOURCES, SAME_PORT, inside_command,
+                              serve_command)
+from tiers.smoke_flow import Reply, output_of, request, server_root, stream_command
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(REPO, "fixtures", "22_sandbox_inside.json")
+EXECD_PORT = 44772
+GIB = 1 << 30
+
+
+class Result(NamedTuple):
+    status: int        # HTTP status of the request
+    rc: int            # exit status of a command (0 without an error event); -1 for a files request
+    out: str           # stdout (a command) or the body (a files request)
+    err: str           # stderr
+
+
+# --------------------------------------------------------------------------------------------- the recording
+
+def _events(body: str) -> List[dict]:
+    out = []
+    for chunk in body.split("\n\n"):
+        chunk = re.sub(r"\{\{[a-z_:0-9]+\}\}", "0", chunk.strip())
+        if chunk:
+            out.append(json.loads(chunk))
+    return out
+
+
+def _result_of(ex: dict) -> Result:
+    resp = ex["response"]
+    body = resp.get("body") or ""
+    if ex["request"]["path"].endswith("/command"):
+        evs = _events(body)
+        rc = next((int(e["error"].get("evalue") or 1) for e in evs if e.get("type") == "error"), 0)
+        return Result(resp["status"], rc, output_of(evs, "stdout"), output_of(evs, "stderr"))
+    return Result(resp["status"], -1, body, "")
+
+
+def recorded() -> Dict[str, Result]:
+    """probe name -> what the real sandbox answered (fixtures/22_sandbox_inside.json, in probe order)."""
+    with open(FIXTURE, encoding="utf-8") as fh:
+        exchanges = json.load(fh)["exchanges"]
+    names = [n for n, _ in INSIDE_FILES] + ["cwd " + c for c in INSIDE_CWDS] + [n for n, _ in INSIDE_PROBES]
+    assert len(names) == len(exchanges), "fixture 22 and the probe list disagree: re-record scenario 22"
+    return {n: _result_of(ex) for n, ex in zip(names, exchanges, strict=True)}
+
+
+REC = recorded()
+
+
+# --------------------------------------------------------------------------------------------- the server
+
+class Target:
+    """One OpenSandbox server (live or mock): lifecycle at ``base_url``, each sandbox's execd at its endpoint."""
+
+    def __init__(self, base_url: str, api_key: str, image: str, execd_token: Optional[str] = None):
+        self.root = server_root(base_url)
+        self.api_key = api_key
+        self.image = image
+        self.execd_token = execd_token
+        self.server_port = str(urllib.parse.urlsplit(self.root).port or 80)
+        self.created: List[str] = []
+
+    def life(self, method: str, path: str, **kw) -> Reply:
+        return request(method, self.root, path, headers={"OPEN-SANDBOX-API-KEY": self.api_key}, **kw)
+
+    def create(self, **extra) -> str:
+        body = {"image": {"uri": self.image}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 900,
+                "resourceLimits": dict(RESOURCES), "metadata": {"purpose": "sandbox-inside"}}
+        body.update(extra)
+        r = self.life("POST", "/v1/sandboxes", json_body=body, timeout=120)
+        assert r.status == 202, r
+        sid = r.json()["id"]
+        self.created.append(sid)
+        self.wait_ready(sid)
+        return sid
+
+    def delete(self, sid: str) -> None:
+        try:
+            self.life("DELETE", f"/v1/sandboxes/{sid}")
+        except OSError:
+            pass
+        if sid in self.created:
+            self.created.remove(sid)
+
+    def delete_all(self) -> None:
+        for sid in list(self.created):
+            self.delete(sid)
+
+    def endpoint(self, sid: str, port: int = EXECD_PORT) -> Tuple[str, Dict[str, str]]:
+        r = self.life("GET", f"/v1/sandboxes/{sid}/endpoints/{port}")
+        assert r.status == 200, r
+        data = r.json()
+        headers = dict(data.get("headers") or {})
+        if self.execd_token and port == EXECD_PORT:
+            headers["X-EXECD-ACCESS-TOKEN"] = self.execd_token
+        ep = data["endpoint"]
+        return (ep if "://" in ep else "http://" + ep), headers
+
+    def wait_ready(self, sid: str, timeout: float = 60.0) -> None:
+        """GET /ping until 200, through refused and dropped connections (Docker's window before execd listens)."""
+        url, headers = self.endpoint(sid)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if request("GET", url, "/ping", headers=headers, timeout=5).status == 200:
+                    return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"execd of {sid} never answered /ping"
+            time.sleep(0.1)
+
+    def command(self, sid: str, cmd: str, cwd: Optional[str] = None, timeout: float = 90.0) -> Result:
+        url, headers = self.endpoint(sid)
+        payload: dict = {"command": cmd}
+        if cwd is not None:
+            payload["cwd"] = cwd
+        status, _h, events = stream_command(url, {**headers, "Accept": "text/event-stream"}, payload,
+                                            timeout=timeout)
+        if status != 200:
+            return Result(status, -1, "", events[0].get("body", "") if events else "")
+        rc = next((int(e["error"].get("evalue") or 1) for e in events if e.get("type") == "error"), 0)
+        return Result(status, rc, output_of(events, "stdout"), output_of(events, "stderr"))
+
+    def execd_get(self, sid: str, path: str) -> Result:
+        url, headers = self.endpoint(sid)
+        r = request("GET", url, path, headers=headers)
+        return Result(r.status, -1, r.body.decode("utf-8", "replace"), "")
+
+    def fetch(self, sid: str, port: int, path: str) -> Reply:
+        url, headers = self.endpoint(sid, port)
+        return request("GET", url, path, headers=headers)
+
+
+class Inside(NamedTuple):
+    """What a check may use besides the result: the target and the sandbox the probe ran in."""
+    target: Target
+    sid: str
+
+
+class Probe(NamedTuple):
+    name: str
+    kind: str            # "files" (GET on execd), "cwd" (POST /command with cwd) or "command"
+    arg: str             # the path, the cwd or the command (with @SERVER_PORT@)
+    check: Callable[[Result, Inside], None]
+
+    def run(self, ins: Inside) -> Result:
+        if self.kind == "files":
+            return ins.target.execd_get(ins.sid, self.arg)
+        if self.kind == "cwd":
+            return ins.target.command(ins.sid, "pwd", cwd=self.arg)
+        return ins.target.command(ins.sid, inside_command(self.arg, ins.target.server_port))
+
+
+# --------------------------------------------------------------------------------------------- the checks
+
+def _lines(text: str) -> List[str]:
+    return [line for line in text.splitlines() if line]
+
+
+def _kv(text: str) -> Dict[str, str]:
+    return dict(line.split("=", 1) for line in _lines(text) if "=" in line)
+
+
+def _check_info(res: Result, ins: Inside) -> None:
+    assert res.status == 200, res      # the mock of 5f292ba: 404 FILE_NOT_FOUND (its files API saw the host dir)
+    info = json.loads(res.out)
+    assert info["/etc/os-release"]["path"] == "/etc/os-release", res
+
+
+def _check_download(res: Result, ins: Inside) -> None:
+    assert res.status == 200, res
+    assert res.out.startswith("root:x:0:0:root:/root:"), res
+    cat = ins.target.command(ins.sid, "cat /etc/passwd")
+    assert res.out == cat.out, "the files API and a command see different /etc/passwd files"
+
+
+def _check_search(res: Result, ins: Inside) -> None:
+    assert res.status == 200, res
+    paths = {item["path"] for item in json.loads(res.out)}
+    assert "/usr/bin/python3" in paths, res
+    assert all(re.fullmatch(r"/usr/bin/python3[^/]*", p) for p in paths), paths
+
+
+def _cwd_check(cwd: str) -> Callable[[Result, Inside], None]:
+    def check(res: Result, ins: Inside) -> None:
+        # the mock of 5f292ba: 400 "working directory does not exist" (it looked for the host's directory)
+        assert (res.status, res.rc) == (200, 0), res
+        assert _lines(res.out) == _lines(REC["cwd " + cwd].out) == [cwd], res
+    return check
+
+
+def _check_ls_root(res: Result, ins: Inside) -> None:
+    assert res.rc == 0, res
+    missing = set(_lines(REC["ls_root"].out)) - set(_lines(res.out))
+    assert not missing, f"the root lacks {sorted(missing)} (a Debian image has them): {_lines(res.out)}"
+
+
+def _check_opt(res: Result, ins: Inside) -> None:
+    assert res.rc == 0, res
+    names = {line.split()[-1] for line in _lines(res.out)[1:]}
+    assert {"bootstrap.sh", "execd"} <= names, res
+
+
+def _ps(text: str) -> List[Tuple[int, int, str]]:
+    rows = []
+    for line in _lines(text)[1:]:
+        pid, ppid, args = line.split(None, 2)
+        rows.append((int(pid), int(ppid), args))
+    return rows
+
+
+def _check_ps(res: Result, ins: Inside) -> None:
+    assert res.rc == 0, res
+    rows = _ps(res.out)
+    want = {args: ppid for _pid, ppid, args in _ps(REC["ps"].out) if not args.startswith("ps ")}
+    # recorded: 1 /bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null; /opt/opensandbox/execd and the
+    # entrypoint, both children of PID 1
+    pid1 = [args for pid, _ppid, args in rows if pid == 1]
+    assert pid1 == ["/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null"], rows
+    got = {args: ppid for _pid, ppid, args in rows}
+    for args, ppid in want.items():
+        if ppid != 0:
+            assert got.get(args) == ppid, f"no {args!r} with parent {ppid}: {rows}"
+
+
+def _check_oom(res: Result, ins: Inside) -> None:
+    assert _lines(res.out) == ["exit=137"], res   # recorded: killed by the 512Mi limit (the old mock: exit=0)
+
+
+def _check_cgroup(res: Result, ins: Inside) -> None:
+    got = _kv(res.out)
+    mem = got.get("memory/memory.limit_in_bytes") or got.get("memory.max")
+    assert mem == "536870912", got                              # 512Mi
+    assert (got.get("pids/pids.max") or got.get("pids.max")) == "4096", got   # the server's pids_limit default
+    if "cpu.max" in got:                                        # v2: "quota period"
+        assert got["cpu.max"] == "50000 100000", got
+    else:
+        assert (got.get("cpu/cpu.cfs_quota_us"), got.get("cpu/cpu.cfs_period_us")) == ("50000", "100000"), got
+    if "memory/memory.memsw.limit_in_bytes" in got:             # Docker: swap limit = 2 x memory when unset
+        assert got["memory/memory.memsw.limit_in_bytes"] == str(2 * 536870912), got
+
+
+def _check_cpu(res: Result, ins: Inside) -> None:
+    got = _kv(res.out)
+    assert got.get("cfs_periods") == "yes", f"no CFS quota at work on a 2 s busy loop: {got}"
+    assert float(got["share"]) <= 0.6, f"a 500m sandbox got {got['share']} of a core"  # recorded 0.5
+
+
+def _check_etc(res: Result, ins: Inside) -> None:
+    hosts, _resolv, hostname = (res.out.split("---\n") + ["", ""])[:3]
+    name = hostname.strip()
+    assert re.fullmatch(r"[0-9a-f]{12}", name), res
+    rows = [line.split() for line in _lines(hosts)]
+    assert ["127.0.0.1", "localhost"] in rows, hosts
+    assert any(len(r) == 2 and r[1] == name and r[0] != "127.0.0.1" for r in rows), \
+        f"/etc/hosts does not map the hostname {name} to the sandbox's address: {hosts}"
+
+
+def _ifaces(text: str) -> List[str]:
+    return [line.split(":", 1)[0].strip() for line in _lines(text)[2:] if ":" in line]
+
+
+def _check_net(res: Result, ins: Inside) -> None:
+    dev, _route = (res.out.split("---\n") + [""])[:2]
+    names = _ifaces(dev)
+    assert "lo" in names, names
+    others = [n for n in names if n != "lo"]
+    # recorded: lo and eth0 (its own network namespace); a sandbox on the host's network sees the host's devices
+    assert len(others) <= 1 and not any(n.startswith(("docker", "veth", "br-")) for n in others), names
+    try:  # the machine running the test (the host, for the mock and for local-up) lists other devices
+        with open("/proc/net/dev", encoding="ascii") as fh:
+            host = _ifaces(fh.read())
+    except OSError:
+        host = []
+    assert not host or names != host, f"the sandbox sees the host's network devices {host}"
+
+
+def _check_connect(res: Result, ins: Inside) -> None:
+    got = _kv(res.out)
+    assert got.get("loopback_server") != "connected", f"the host's 127.0.0.1:{ins.target.server_port} is " \
+                                                      f"reachable from inside: {got}"
+    assert got.get("gateway_server") != "connected", got
+    assert got.get("loopback_execd") == "connected", f"execd does not listen inside the sandbox: {got}"
+
+
+def _check_df(res: Result, ins: Inside) -> None:
+    df, mount = (res.out.split("---\n") + [""])[:2]
+    assert res.rc == 0, res
+    assert _lines(df)[0].startswith("Filesystem"), res
+    assert any(" on / type " in line for line in _lines(mount)), res
+
+
+def _check_identity(res: Result, ins: Inside) -> None:
+    env_text, rest = (res.out.split("---\n") + [""])[:2]
+    env = _kv(env_text)
+    assert _lines(rest) == ["/", "uid=0(root) gid=0(root) groups=0(root)"], res
+    rec = _kv(REC["identity"].out.split("---\n")[0])
+    for key in ("HOME", "PATH", "EXECD_ENVS"):
+        assert env.get(key) == rec[key], (key, env)
+    assert env.get("OPENSANDBOX_ID") == ins.sid, env
+    assert re.fullmatch(r"[0-9a-f]{12}", env.get("HOSTNAME", "")), env
+
+
+CHECKS: Dict[str, Callable[[Result, Inside], None]] = {
+    "files_info_os_release": _check_info,
+    "files_download_passwd": _check_download,
+    "files_search_python3": _check_search,
+    "ls_root": _check_ls_root,
+    "opt_opensandbox": _check_opt,
+    "ps": _check_ps,
+    "oom_1g": _check_oom,
+    "cgroup_limits": _check_cgroup,
+    "cpu_share": _check_cpu,
+    "etc_net_files": _check_etc,
+    "net_dev_route": _check_net,
+    "connect_host": _check_connect,
+    "df_mount": _check_df,
+    "identity": _check_identity,
+}
+
+
+def probes() -> List[Probe]:
+    out = [Probe(name, "files", path, CHECKS[name]) for name, path in INSIDE_FILES]
+    out += [Probe("cwd " + cwd, "cwd", cwd, _cwd_check(cwd)) for cwd in INSIDE_CWDS]
+    out += [Probe(name, "command", cmd, CHECKS[name]) for name, cmd in INSIDE_PROBES]
+    return out
+
+
+PROBES = {p.name: p for p in probes()}
+NAMES = list(PROBES)
+
+
+def same_port_two_sandboxes(target: Target, port: int = SAME_PORT) -> None:
+    """Scenario 23: each of two sandboxes serves its own id on ``port`` (9000 recorded; on 127.0.0.1 inside);
+    each endpoint answers with its own. A mock without its own network binds it on the host's loopback: pass a
+    free ephemeral port there."""
+    sids = [target.create(), target.create()]
+    try:
+        for sid in sids:
+            res = target.command(sid, serve_command(sid, port))
+            assert _lines(res.out)[-1:] == ["serving"], res
+        for sid in sids:
+            r = target.fetch(sid, port, "/who.txt")
+            assert (r.status, r.body.decode().strip()) == (200, f"i am {sid}"), r
+    finally:
+        for sid in sids:
+            target.delete(sid)

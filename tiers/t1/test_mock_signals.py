@@ -1,0 +1,214 @@
+"""Issue 19 item 5: after SIGINT, SIGTERM or SIGKILL of ``python -m mock_opensandbox`` nothing of its
+sandboxes is left - no process, cgroup, mount or temp dir (at most a --root the user gave) - and a
+mock started again with the same --root reaps what a dead one (and its janitor) left.
+
+The leftovers are counted before and after; "net" counts network namespaces and relays in its own
+tests. Each sandbox runs background processes (a setsid daemon among them) under resourceLimits.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from mock_opensandbox.runtime import cgroups, probe_isolation
+from tiers.t1.test_mock_cli import Cli
+from tiers.toolkit.procs import alive, cmdline, descendants
+
+ISOLATED, NOTE = probe_isolation()
+HOST = cgroups.host()
+BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
+        "resourceLimits": {"cpu": "500m", "memory": "256Mi"}}
+
+
+@pytest.fixture
+def clis():
+    made: list[Cli] = []
+
+    def make(*args: str) -> Cli:
+        c = Cli("--insecure", "--execd-start-delay", "0", "--execd-close-delay", "0", *args)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.kill()
+
+
+def _sandbox_with_processes(cli: Cli) -> str:
+    status, body = cli.call("POST", "/v1/sandboxes", BODY)
+    assert status == 202, body
+    sid = json.loads(body)["id"]
+    status, body = cli.call("POST", "/v1/sandboxes/%s/proxy/44772/command" % sid,
+                            {"command": "sleep 300 & setsid sleep 300 & echo started", "background": True})
+    assert status == 200, body
+    return sid
+
+
+def _cgroups_of(sids: list[str]) -> list[str]:
+    return [d for base in HOST.bases.values() for sid in sids for d in glob.glob(os.path.join(base, "osb-mock-*-" + sid))]
+
+
+def _members(dirs: list[str]) -> set[int]:
+    out: set[int] = set()
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as fh:
+                out.update(int(x) for x in fh.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _mounts_under(root: str) -> list[str]:
+    with open("/proc/self/mountinfo") as fh:
+        return [line for line in fh if " %s/" % root in line or " %s " % root in line]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not exiting. An exiting sandbox PID 1 whose memory, files, namespaces and cgroups are
+    already released can linger until the host's init reaps the zombies of its namespace that were
+    the dead mock's children (kernel zap_pid_ns_processes): that depends on the host's init (about
+    1.5 s on this machine's, at once with systemd or tini) and is not something left running."""
+    if not alive(pid):
+        return False
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return not int(fh.read().rsplit(b")", 1)[1].split()[6]) & 0x4  # PF_EXITING
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _leftovers(pids: set[int], cgs: list[str], root: str, keep_root: bool) -> dict[str, int]:
+    root_left = os.path.isdir(root) and (not keep_root or bool([n for n in os.listdir(root)]))
+    return {"processes": len([p for p in pids if _running(p)]), "cgroups": len([d for d in cgs if os.path.exists(d)]),
+            "mounts": len(_mounts_under(root)), "temp dirs": int(root_left)}
+
+
+def _wait_clean(pids, cgs, root, keep_root, timeout=10.0) -> tuple[dict[str, int], float]:
+    t0 = time.monotonic()
+    while True:
+        left = _leftovers(pids, cgs, root, keep_root)
+        if not any(left.values()) or time.monotonic() - t0 > timeout:
+            return left, time.monotonic() - t0
+        time.sleep(0.02)
+
+
+@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
+def test_nothing_is_left_after_a_signal(clis, sig):
+    cli = clis()
+    if not HOST.missing:
+        assert "Resource limits: memory, cpu and pids through cgroup v%d" % HOST.version in cli.lines
+    sids = [_sandbox_with_processes(cli), _sandbox_with_processes(cli)]
+    cgs = _cgroups_of(sids)
+    if HOST.bases:
+        assert len(cgs) == 2 * len(HOST.bases), cgs
+    pids = descendants(cli.proc.pid) | _members(cgs)
+    before = _leftovers(pids, cgs, cli.root, False)
+    assert before["processes"] >= 8 and before["temp dirs"] == 1, before  # 2 x (unshare, sh, sleep, 2 sleeps)
+    cli.proc.send_signal(sig)
+    cli.proc.communicate(timeout=30)
+    after, took = _wait_clean(pids, cgs, cli.root, False)
+    print("leftovers before %s after %s (%s, %.3f s)" % (before, after, signal.Signals(sig).name, took))
+    assert after == {"processes": 0, "cgroups": 0, "mounts": 0, "temp dirs": 0}, after
+
+
+@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+def test_sigkill_with_a_given_root_leaves_only_the_root(clis, tmp_path):
+    root = str(tmp_path / "roots")
+    cli = clis("--root", root)
+    sid = _sandbox_with_processes(cli)
+    cgs = _cgroups_of([sid])
+    pids = descendants(cli.proc.pid) | _members(cgs)
+    cli.proc.send_signal(signal.SIGKILL)
+    cli.proc.communicate(timeout=30)
+    after, _ = _wait_clean(pids, cgs, root, True)
+    assert after == {"processes": 0, "cgroups": 0, "mounts": 0, "temp dirs": 0}, after
+    assert os.listdir(root) == []
+
+
+def _janitor(mock_pid: int) -> int:
+    for pid in descendants(mock_pid):
+        argv = cmdline(pid) or []
+        if len(argv) > 3 and argv[1:4] == [b"-I", b"-S", b"-c"] and b"held" in argv[4]:
+            return pid
+    raise AssertionError("no janitor process")
+
+
+@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path):
+    root = str(tmp_path / "roots")
+    cli = clis("--root", root)
+    sid = _sandbox_with_processes(cli)
+    cgs = _cgroups_of([sid])
+    janitor = _janitor(cli.proc.pid)
+    pids = descendants(cli.proc.pid) | _members(cgs)
+    # the janitor dies first (an OOM kill of both, a killed process group): the dead mock's
+    # sandbox dir and cgroups stay behind until the next mock with this root
+    os.kill(janitor, signal.SIGKILL)
+    cli.proc.send_signal(signal.SIGKILL)
+    cli.proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while [p for p in pids if alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert os.path.isdir(os.path.join(root, sid))
+    assert len([d for d in cgs if os.path.exists(d)]) == len(cgs)
+    again = clis("--root", root)
+    assert not os.path.exists(os.path.join(root, sid))
+    assert [d for d in cgs if os.path.exists(d)] == []
+    assert again.call("GET", "/health")[0] == 200
+    assert again.stop(signal.SIGTERM)[0] == 0
+    assert os.listdir(root) == []
+
+
+@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+def test_sigkill_as_an_unprivileged_user_leaves_nothing():
+    """As non-root (a user namespace per sandbox; no cgroups on v1) the janitor still removes the temp
+    root after a SIGKILL, and the sandboxes' processes die with the mock."""
+    import re
+    import shutil
+    import subprocess
+
+    from tiers.t1.test_containment import NOBODY, _interpreter, _nobody_can_run
+    from tiers.t1.test_mock_cli import REPO
+
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    proc = subprocess.Popen([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
+                             "--", _interpreter(True), "-m", "mock_opensandbox", "--port", "0", "--insecure",
+                             "--execd-start-delay", "0", "--execd-close-delay", "0"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    cli = Cli.__new__(Cli)
+    cli.proc, cli.lines, cli.key = proc, [], None
+    try:
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            cli.lines.append(line.rstrip("\n"))
+            if line.startswith("Sandbox roots under"):
+                break
+        text = "\n".join(cli.lines)
+        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", text)
+        assert m, (text, proc.stderr.read() if proc.poll() is not None else "")
+        cli.url, cli.port = m.group(1), int(m.group(2))
+        cli.root = re.search(r"Sandbox roots under (.+?)\. Press", text).group(1)
+        sids = [_sandbox_with_processes(cli), _sandbox_with_processes(cli)]
+        cgs = _cgroups_of(sids)
+        pids = descendants(proc.pid) | _members(cgs)
+        before = _leftovers(pids, cgs, cli.root, False)
+        assert before["processes"] >= 8 and before["temp dirs"] == 1, before
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        after, took = _wait_clean(pids, cgs, cli.root, False)
+        print("non-root leftovers before %s after %s (SIGKILL, %.3f s)" % (before, after, took))
+        assert after == {"processes": 0, "cgroups": 0, "mounts": 0, "temp dirs": 0}, after
+    finally:
+        cli.kill()
