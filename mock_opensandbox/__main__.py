@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "[storage] allowed_host_paths; default: none, host binds are refused)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
+    p.add_argument("--image-dir", default=None, metavar="DIR",
+                   help="resolve image.uri through the image store: OCI layouts and docker-save tarballs in DIR, "
+                        "then a local Docker/Podman, then a registry pull (docs/IMAGES.md); an image none of them "
+                        "has fails the create like the server (500 DOCKER::SANDBOX_IMAGE_PULL_FAILED)")
+    p.add_argument("--image-cache", default=None, metavar="DIR",
+                   help="where unpacked layers are kept across runs (default ~/.cache/mock-opensandbox/images)")
     return p
 
 
@@ -70,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               execd_start_delay=args.execd_start_delay,
                               max_sandbox_timeout=args.max_sandbox_timeout, network=args.network,
                               volumes_dir=args.volumes_dir, allowed_host_paths=args.allowed_host_path,
-                              pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay)
+                              pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay,
+                              image_dir=args.image_dir, image_cache=args.image_cache)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

@@ -12,6 +12,8 @@ session cookie it gets from ``GET /__mock__/?key=<api key>``):
                                        limit; ``DELETE`` clears it
 * ``GET  /__mock__/sandboxes``         internal state of every sandbox; ``GET .../{id}`` one of them;
                                        ``DELETE .../{id}`` kills it (like the lifecycle DELETE)
+* ``GET  /__mock__/images``            the image store's cache: images, size, digest, sandboxes using them;
+  ``DELETE`` empties it (``reset`` leaves it)
 * ``GET  /__mock__/volumes``           named volumes (size, who mounts them) and host binds in use
 * ``GET  /__mock__/state``             everything the dashboard shows, in one document
 * ``GET  /__mock__/events``            the same document as a server-sent event stream, on every change
@@ -168,6 +170,19 @@ class MockBackend:
             out["processes"] = processes_of(pgids)
         return out
 
+    def images(self) -> dict[str, Any]:
+        """The image store: whether the mock has one, its sources and cache, every cached image (id, refs,
+        digest, size, layers, config) with the sandboxes using it."""
+        p = self.mock.images
+        if p is None:
+            return {"available": False, "sources": [], "cache": None, "images": []}
+        return {"available": True, "sources": p.store.sources(), "cache": p.store.cache_dir,
+                "images": p.images(self.mock.sandboxes)}
+
+    def clear_images(self) -> None:
+        if self.mock.images is not None:
+            self.mock.images.store.clear()
+
     def kill(self, sid: str) -> bool:
         if self.mock.store is None:
             return False
@@ -313,6 +328,10 @@ class AdminAPI:
                         _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
                     return True
                 return self._method(req)
+            if head == "images" and len(parts) == 1 and hasattr(self.backend, "images"):
+                if m == "GET":
+                    return self._images(req)
+                return self._clear_images(req) if m == "DELETE" else self._method(req)
             if head == "volumes" and len(parts) == 1 and hasattr(self.backend, "volumes"):
                 if m != "GET":
                     return self._method(req)
@@ -328,6 +347,25 @@ class AdminAPI:
             _error(req, 400, "MOCK::INVALID_REQUEST", str(e))
             return True
         _error(req, 404, "MOCK::NOT_FOUND", "No admin route %s %s." % (m, path[:200]))
+        return True
+
+    def _images(self, req: Request) -> bool:
+        """``GET /__mock__/images``: the image store's cache (docs/IMAGES.md)."""
+        req.send_json(200, self.backend.images())
+        return True
+
+    def _clear_images(self, req: Request) -> bool:
+        """``DELETE /__mock__/images``: empty the image cache (``/__mock__/reset`` leaves it); 409 while a
+        live sandbox was created from a cached image."""
+        state = self.backend.images()
+        users = sorted(sid for img in state["images"] for sid in img.get("sandboxes", []))
+        if users:
+            _error(req, 409, "MOCK::IMAGES_IN_USE", "Images are in use by sandboxes %s." % ", ".join(users[:20]))
+        elif not state["available"]:
+            _error(req, 404, "MOCK::NO_IMAGE_STORE", "The mock has no image store (start it with --image-dir).")
+        else:
+            self.backend.clear_images()
+            req.send(204)
         return True
 
     @staticmethod

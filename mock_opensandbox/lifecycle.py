@@ -453,7 +453,8 @@ class LifecycleApp(App):
             sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
                                    metadata=r["metadata"], resource_limits=r["resource_limits"],
                                    timeout=r["timeout"], platform=r["platform"], extensions=ext,
-                                   limits=checks["limits"], volumes=vols)
+                                   limits=checks["limits"], volumes=vols,
+                                   image_auth=r["image"]["auth"])
         except BaseException:
             if vols is not None:  # the server removes the volumes it auto-created for this create
                 self.volumes.abandon(vols)

@@ -226,6 +226,7 @@ class Sandbox:
         self.entry_proc: Any = None
         self.resources: dict[str, Any] = {}
         self.platform: dict[str, str] | None = None
+        self.rootfs_image: Any = None  # the image store's Image when the mock has an image store
         self.extensions: dict[str, str] | None = None
         self.limits: dict[str, Any] = {}
         self.volumes: Any = None  # volumes.Prepared of the create request (None: no volumes)
@@ -322,6 +323,7 @@ class SandboxStore:
                  reap_interval: float = 0.1, start_reaper: bool = True):
         self.clock: Clock = clock or utcnow
         self.provisioner = provisioner or Provisioner()
+        self.images: Any = None  # an images.mock.ImagePuller (set by MockOpenSandbox) or None
         if pull_fails is None:
             self._pull_fails: Callable[[str], bool] = default_pull_fails
         elif callable(pull_fails):
@@ -386,12 +388,15 @@ class SandboxStore:
                metadata: dict[str, str] | None = None, resource_limits: dict[str, str] | None = None,
                timeout: int | None = None, platform: dict[str, str] | None = None,
                extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None,
-               volumes: Any = None) -> Sandbox:
+               volumes: Any = None, image_auth: dict[str, str] | None = None) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]
         if self._pull_fails(uri):
             repo, tag = docker_pull_params(uri)
             raise MockError(quirks.IMAGE_PULL_FAILED, image=uri, tag=quote_plus(tag), repo=quote_plus(repo))
+        # the image store (images/mock.py ImagePuller), when the mock has one: the server pulls before it
+        # creates the container; image_auth is used for that pull only and never kept
+        pulled = self.images.pull(uri, image_auth, platform) if self.images is not None else None
         now = self.clock()
         expires = None
         if timeout is not None:
@@ -402,6 +407,7 @@ class SandboxStore:
         sb = Sandbox(image=image, entrypoint=entrypoint, env=env, metadata=metadata,
                      resource_limits=resource_limits, timeout=timeout, created_at=now, expires_at=expires)
         sb.platform = dict(platform) if platform else None
+        sb.rootfs_image = pulled  # an images.Image (layers, config) or None: the host-tools view
         sb.extensions = dict(extensions) if extensions else None
         sb.limits = dict(limits or {})
         sb.volumes = volumes

@@ -65,6 +65,10 @@ IMAGE_PULL_FAILED = Quirk(
     "?tag={tag}&fromImage={repo}: Internal Server Error (\"Get \"https://registry-1.docker.io/v2/\": "
     "dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: no such host\")",
     "recording 16")
+# With an image store (--image-dir): the same code and prefix, the docker-py error built from what the store
+# met (images/mock.py docker_error_text); no sandbox exists afterwards.
+IMAGE_PULL_FAILED_STORE = Quirk(500, "DOCKER::SANDBOX_IMAGE_PULL_FAILED", "Failed to pull image {image}: {error}",
+                                "server services/docker/container_ops.py _pull_image; recording 16")
 METADATA_RESERVED_KEY = Quirk(
     400, "SANDBOX::INVALID_METADATA_LABEL",
     "Metadata key '{key}' uses the reserved prefix 'opensandbox.io/'. "

@@ -300,13 +300,20 @@ class MockProvisioner(Provisioner):
     def isolation(self) -> str:
         """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
         if self.isolate is False:
-            return "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
+            return ("host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
+                    + self._images_note())
         from .runtime.probe import isolation_header
         from .runtime.sandbox import network_note
 
         head = isolation_header()
         net = network_note(self.mock.network) if head.startswith("isolated") else ""
-        return head + "; " + net if net else head
+        return (head + "; " + net if net else head) + self._images_note()
+
+    def _images_note(self) -> str:
+        """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
+        store; nothing without one (every sandbox gets the host-tools view, as before)."""
+        images = self.mock.images
+        return "; " + images.describe() if images is not None else ""
 
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:
@@ -368,7 +375,8 @@ class MockOpenSandbox(WorkbenchMixin):
                  reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
                  execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT,
                  network: str = "bridge", volumes_dir: str | None = None,
-                 allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT):
+                 allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT,
+                 image_dir: str | None = None, image_cache: str | None = None):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -437,6 +445,12 @@ class MockOpenSandbox(WorkbenchMixin):
         self.journal = Journal(secrets=lambda: (self._api_key or "", self.execd_token or ""))
         self.admin = AdminAPI(MockBackend(self), self.journal, self.faults, api_key=lambda: self._api_key,
                               bind_host=lambda: self.host)
+        # the image store (images/, docs/IMAGES.md): made at start() when image_dir is given
+        if image_dir is not None and not os.path.isdir(image_dir):
+            raise ValueError("image_dir %r is not a directory" % image_dir)
+        self.image_dir = image_dir
+        self.image_cache = image_cache
+        self.images: Any = None  # images.mock.ImagePuller while started with an image_dir
         self.store: SandboxStore | None = None
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
@@ -516,6 +530,11 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.provisioner = MockProvisioner(self)
                 self.store = SandboxStore(clock=self.clock, provisioner=self.provisioner,
                                           pull_fails=self.pull_fails, reap_interval=self.reap_interval)
+                if self.image_dir:
+                    from .images import ImageStore
+                    from .images.mock import ImagePuller, default_cache_dir
+                    self.images = ImagePuller(ImageStore(self.image_cache or default_cache_dir(), self.image_dir))
+                    self.store.images = self.images
                 self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
                                    verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout,
@@ -560,6 +579,9 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.store.close()
             finally:
                 self.store = None
+        if self.images is not None:
+            self.images.store.close()  # the cache stays on disk for the next run
+            self.images = None
         if self.root and not self._root_given:
             shutil.rmtree(self.root, ignore_errors=True)
         self.janitor.close()  # everything is removed: it finds nothing left and exits

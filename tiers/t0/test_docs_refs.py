@@ -72,9 +72,9 @@ def module_refs() -> list[str]:
                     continue  # "not `secrets.py`": named as what is not there
                 if ref.startswith(("http", "/", "~", "$", ".")) or UPSTREAM.match(ref) or "*" in ref or "<" in ref:
                     continue
-                if not (ref.endswith(".py") or ref.endswith("/")
+                if not (ref.endswith(".py")
                         or ref.split("/")[0] in {"plugin", "mock_opensandbox", "tiers", "bench", "record", "docs"}):
-                    continue  # e.g. `os/arch`, `application/json`
+                    continue  # e.g. `os/arch`, `application/json`, an OCI layout's `blobs/`
                 if not _exists(ref, doc, files):
                     bad.append(f"{doc}:{n}: `{ref}` does not exist")
             for mod, _sub in PY_M.findall(line):
@@ -121,7 +121,10 @@ def option_refs() -> list[str]:
                 current = (mod, sub.strip()) if sub.strip() else (mod,)
             if current is None or current[0].split(".")[0] not in OWN:
                 continue
-            for opt in OPTION.findall(line):
+            # a code span that starts with another command (`crane pull --format=oci`) names that command's options
+            own = re.sub(r"`([^`]*)`", lambda m: m.group(0) if m.group(1).startswith("-") or "python" in m.group(1)
+                         else " ", line)
+            for opt in OPTION.findall(own):
                 text = _help(current) + (_help(current[:1]) if len(current) > 1 else "")
                 if not re.search(r"(?<![\w-])" + re.escape(opt) + r"(?![\w-])", text):
                     bad.append(f"{doc}:{n}: {opt} is not an option of python -m {' '.join(current)}")

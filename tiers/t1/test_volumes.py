@@ -241,7 +241,7 @@ def test_every_execution_path_sees_the_volume(t, osb):
 
 # -- admin API -----------------------------------------------------------------------------------------------------
 
-@pytest.mark.spec_exempt("the /__mock__/ admin routes are mock-only (not in the OpenSandbox spec)")
+@pytest.mark.spec_exempt("the /__mock__/ workbench routes are mock-only (not in the OpenSandbox spec)")
 def test_admin_shows_who_mounts_what_and_reset_removes_volumes_unless_kept(t, osb, dirs):
     claim = vf.unique()
     sid = t.sandbox([vf.pvc("d", claim, "/d"), vf.host("h", os.path.join(dirs["allowed"], "adm"), "/h",
