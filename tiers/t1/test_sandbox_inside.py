@@ -16,10 +16,7 @@ ISOLATED, NOTE = probe_isolation()
 # the probes allocate 1 GiB and spin for 2 s: only inside an isolated sandbox
 pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
 
-EXECD = "issue 19 item 1: the in-process execd is not a process inside the sandbox"
-NOT_YET = {
-    "connect_host": EXECD + " (loopback_execd: execd listens on 127.0.0.1:44772 inside)",
-}
+NOT_YET: dict = {}
 
 
 def _mark(name: str):
@@ -32,6 +29,7 @@ def _mark(name: str):
 def target():
     osb = MockOpenSandbox(execd_close_delay=0.05).start()  # streams end right after the last event
     t = si.Target(osb.base_url, osb.api_key or "", "python:3", execd_token=osb.execd_token)
+    t.osb = osb
     try:
         yield t
     finally:
@@ -56,3 +54,44 @@ def test_same_port_two_sandboxes_mock(target, name):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     si.same_port_two_sandboxes(target, port)
+
+
+# a command inside asks execd at 127.0.0.1:44772 (the real one listens on :44772 in the container; fixture 22
+# connect_host): GET /ping, then POST /command with SSE, then a faulted GET /files/info
+_FROM_INSIDE = r"""python3 - <<'EOF'
+import json, os, urllib.error, urllib.request
+h = {"X-EXECD-ACCESS-TOKEN": os.environ.get("TOK", "")}
+def call(path, body=None):
+    req = urllib.request.Request("http://127.0.0.1:44772" + path, headers=dict(h, **({"Content-Type":
+          "application/json", "Accept": "text/event-stream"} if body else {})), data=body and json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+print("ping=%d" % call("/ping")[0])
+st, body = call("/command", {"command": "echo from-$((6*7))"})
+evs = [json.loads(b) for b in body.split("\n\n") if b.strip()]
+print("command=%d %s" % (st, ",".join(e["type"] + ("=" + e["text"] if e["type"] == "stdout" else "") for e in evs)))
+print("faulted=%d" % call("/files/info?path=/etc/hostname")[0])
+EOF"""
+
+
+def test_execd_answers_on_127_0_0_1_44772_inside(target, inside):
+    """Same answers from inside as from outside, through the same journal and fault rules."""
+    sid = inside.sid
+    osb_faults = target.osb.faults
+    rule = osb_faults.add(kind="status", status=503, method="GET", path=r"^/files/info$", sandbox=sid, count=1)
+    try:
+        cmd = "TOK=%s " % (target.execd_token or "") + _FROM_INSIDE
+        res = target.command(sid, cmd)
+    finally:
+        osb_faults.remove(rule.id)
+    assert res.rc == 0 and res.status == 200, res
+    lines = res.out.split("\n")
+    assert "ping=200" in lines, res
+    assert "command=200 init,ping,stdout=from-42,execution_complete" in lines, res
+    assert "faulted=503" in lines, res  # the fault rule of this sandbox's execd reached the inside listener
+    got = [(e["method"], e["path"].split("?")[0], e["status"]) for e in target.osb.journal.entries(sandbox=sid)
+           if e.get("listener") == "execd"]
+    assert ("GET", "/ping", 200) in got and ("POST", "/command", 200) in got, got
