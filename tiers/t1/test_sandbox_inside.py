@@ -95,3 +95,50 @@ def test_execd_answers_on_127_0_0_1_44772_inside(target, inside):
     got = [(e["method"], e["path"].split("?")[0], e["status"]) for e in target.osb.journal.entries(sandbox=sid)
            if e.get("listener") == "execd"]
     assert ("GET", "/ping", 200) in got and ("POST", "/command", 200) in got, got
+
+
+_AS_NOBODY = r"""
+import http.client, json, sys, threading
+sys.path.insert(0, sys.argv[1])
+from mock_opensandbox import MockOpenSandbox
+def call(hp, method, path, body=None, headers=None):
+    c = http.client.HTTPConnection(hp, timeout=60)
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers or {})
+    r = c.getresponse()
+    return r.status, r.read()
+with MockOpenSandbox(execd_close_delay=0.05) as osb:
+    hp, key = osb.base_url.split("://")[1], {"OPEN-SANDBOX-API-KEY": osb.api_key or ""}
+    sid = json.loads(call(hp, "POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
+                                                        "resourceLimits": {}, "timeout": 600}, key)[1])["id"]
+    ep = json.loads(call(hp, "GET", "/v1/sandboxes/%s/endpoints/44772" % sid, None, key)[1])
+    ehp, _, prefix = ep["endpoint"].partition("/")
+    tok = osb.execd_token or ""
+    st, body = call(ehp, "POST", "/" + prefix + "/command", {"command": "TOK=%s " % tok + sys.stdin.read()},
+                    dict(ep.get("headers") or {}, **{"X-EXECD-ACCESS-TOKEN": tok}))
+    print(json.dumps([st, body.decode(), osb.sandboxes[sid].runtime._holder.mode]))
+    call(hp, "DELETE", "/v1/sandboxes/" + sid, None, key)
+    print(json.dumps([t.name for t in threading.enumerate() if t.name.startswith("execd-inside")]))
+"""
+
+
+def test_execd_answers_inside_as_non_root_through_the_agent():
+    """As non-root the listening socket comes from the in-sandbox agent (its 'listen' op, SCM_RIGHTS)."""
+    import json
+    import shutil
+    import subprocess
+
+    from tiers.t1.test_containment import NOBODY, _interpreter, _nobody_can_run
+    from tiers.t1.test_mock_cli import REPO
+
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    out = subprocess.run([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
+                          "--", _interpreter(True), "-c", _AS_NOBODY, REPO], input=_FROM_INSIDE, cwd="/",
+                         capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and len(lines) == 2, (out.stdout, out.stderr[-2000:])
+    status, body, mode = json.loads(lines[0])
+    assert status == 200 and mode == "helper", lines[0]
+    assert '"text":"ping=200"' in body and "stdout=from-42" in body, body
+    assert json.loads(lines[1]) == [], lines[1]  # no accept thread after the delete
