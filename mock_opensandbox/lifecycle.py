@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterator
 from urllib.parse import parse_qsl
 
+from . import pydantic_lite as P
 from . import quirks
 from . import validation as V
 from .admin import serve_faults
@@ -27,25 +28,25 @@ from .model import SandboxStore, docker_ts, format_ts, validate_metadata
 from .quirks import MockError
 
 
-# FastAPI/pydantic validation and the server's pre-provisioning checks live in validation.py; these names
-# stay importable from here.
-ValidationFailed = V.ValidationFailed
-_err = V._err
+# FastAPI/pydantic validation lives in pydantic_lite.py, the server's models and pre-provisioning checks
+# in validation.py; these names stay importable from here.
+ValidationFailed = P.ValidationFailed
+_err = P._err
 
 
 def _int(value: Any, loc: list, errors: list) -> int | None:
-    out = V.to_int(value, loc, errors)
-    return None if out is V._MISSING else out
+    out = P.to_int(value, loc, errors)
+    return None if out is P._MISSING else out
 
 
 def _bool(value: Any, loc: list, errors: list) -> bool | None:
-    out = V.to_bool(value, loc, errors)
-    return None if out is V._MISSING else out
+    out = P.to_bool(value, loc, errors)
+    return None if out is P._MISSING else out
 
 
 def parse_datetime(value: Any, loc: list, errors: list) -> datetime | None:
-    out = V.to_datetime(value, loc, errors)
-    return None if out is V._MISSING else out
+    out = P.to_datetime(value, loc, errors)
+    return None if out is P._MISSING else out
 
 
 def _q_last(req: Request, name: str) -> str | None:
@@ -56,11 +57,11 @@ def _q_last(req: Request, name: str) -> str | None:
 
 def validate_create(body: Any) -> dict[str, Any]:
     """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
-    return V.validate_body(V.CreateSandboxRequest, body)
+    return P.validate_body(V.CreateSandboxRequest, body)
 
 
-def _body(req: Request, spec: V.Spec, *, required: bool = True) -> Any:
-    return V.validate_body(spec, V.decode_body(req.body, req.headers.get("Content-Type")), required=required)
+def _body(req: Request, spec: P.Spec, *, required: bool = True) -> Any:
+    return P.validate_body(spec, P.decode_body(req.body, req.headers.get("Content-Type")), required=required)
 
 
 # =====================================================================================================
@@ -372,7 +373,7 @@ class LifecycleApp(App):
         except MockError as e:
             if not req.responded:
                 req.send_json(e.status, e.body())
-        except V.DetailError as e:
+        except P.DetailError as e:
             if not req.responded:
                 req.send_json(e.status, {"detail": e.detail})
         except ValidationFailed as e:
@@ -606,12 +607,12 @@ class LifecycleApp(App):
         raw = _q_last(req, name)
         if raw is None:
             return default
-        out = V.Int(ge=ge, le=le).run(raw, ["query", name], errors)
-        return default if out is V._MISSING else out
+        out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
+        return default if out is P._MISSING else out
 
     # -- snapshots (server api/lifecycle.py + services/snapshot_service.py; none are ever kept) -----------
     def snapshot_create(self, req: Request) -> None:
-        V.validate_body(V.CreateSnapshotRequest, V.decode_body(req.body, req.headers.get("Content-Type")),
+        P.validate_body(V.CreateSnapshotRequest, P.decode_body(req.body, req.headers.get("Content-Type")),
                         required=False)
         sb = self.store.get(req.params["sid"])
         if sb.state != "Running":
@@ -664,7 +665,7 @@ class LifecycleApp(App):
 
     # -- egress network policy (server api/network_policy.py): the body, then the sandbox's egress sidecar
     #    on port 18080 through execd's proxy, like every Docker sandbox without a sidecar -----------------
-    def _policy(self, req: Request, spec: V.Spec | None) -> None:
+    def _policy(self, req: Request, spec: P.Spec | None) -> None:
         if spec is not None:
             _body(req, spec)
         sid = req.params["sid"]
