@@ -10,7 +10,7 @@
   connection).
 * ``HOP_BY_HOP`` and ``connection_tokens()``: the headers a reverse proxy never forwards (RFC 9110
   7.6.1, as Go's httputil.ReverseProxy and the server's proxy drop them), for the HTTP-level
-  proxies (lifecycle.py's server proxy and 8080 listener, execd's /proxy/<port>, proxy.py).
+  proxies (revproxy.py's server proxy and 8080 listener, execd's /proxy/<port>, proxy.py).
 
 Standard library only.
 """

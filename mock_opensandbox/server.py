@@ -27,8 +27,9 @@ from .admin import AdminAPI, AdminLayer, MockBackend, WorkbenchMixin
 from .faults import FaultRegistry
 from .httpcore import Server
 from .journal import Journal
-from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
+from .lifecycle import LifecycleApp, LifecycleHandler
 from .model import Provisioner, Sandbox, SandboxStore
+from .revproxy import PortForwardApp, PortForwardHandler
 from .runtime.cgroups import DEFAULT_PIDS_LIMIT
 from .runtime.janitor import Janitor, reap_root
 from .runtime.sandbox import SandboxTerminated
