@@ -119,6 +119,16 @@ class _ExecdProcess:
             pass
 
 
+class _ExitedExecd:
+    """The execd of a sandbox whose main process ended before execd listened (nothing to stop)."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    def stop(self) -> None:
+        pass
+
+
 class MockProvisioner(Provisioner):
     """Gives every sandbox a SandboxRuntime (root dir + processes), an execd listener and, on demand, a
     listener standing in for the published container port 8080."""
@@ -148,13 +158,23 @@ class MockProvisioner(Provisioner):
         root = os.path.join(m.root, sb.id)
         if m._root_given:
             m.janitor.track("dir", root)  # the temp root as a whole is tracked at start()
-        runtime = SandboxRuntime(root, env=sb.env, isolate=self.isolate, network=m.network,
+        # server services/docker/container_ops.py: [docker] sandbox_env, the request's env, then
+        # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
+        env = {k: v for k, v in (sb.env or {}).items() if v is not None}
+        env["OPENSANDBOX_ID"] = sb.id
+        runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
                                  limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
         sb.runtime = runtime
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
+        if m.execd_bin and not self.mock_execd:
+            # a real execd is the sandbox's /opt/opensandbox/execd: PID 1's bootstrap.sh starts it, then
+            # the entrypoint (raises when the sandbox is not isolated)
+            sb.resources["execd_port"] = runtime.use_execd(m.execd_bin, token=m.execd_token or None)
+        # server services/docker: the container runs bootstrap.sh -> execd &, then "$@" &
+        entry = self._start_entrypoint(sb, runtime)
         if m.execd_bin:
             try:
                 sb.execd = self._start_execd_process(sb, runtime)
@@ -162,10 +182,16 @@ class MockProvisioner(Provisioner):
                 if sb.volumes is None or sb.deleted:
                     raise
                 raise start_failed(str(exc)) from None
+            except RuntimeError:
+                if not isinstance(entry, int) and entry.poll() is None:
+                    raise
+                sb.execd = _ExitedExecd(sb.resources.get("execd_port", 0))  # the container ended at once
         else:
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
-        # server services/docker: the container runs bootstrap.sh -> execd &, then exec "$@"
+        return entry
+
+    def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
             # the container's stdout+stderr feed the diagnostics logs (docker logs)
             proc = runtime.start_entrypoint(sb.entrypoint, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -195,7 +221,7 @@ class MockProvisioner(Provisioner):
             raise start_failed("the mock cannot mount volumes into a sandbox without a mount namespace of its "
                                "own (%s)" % runtime.isolation_note)
         try:
-            runtime.volumes = plan(runtime.root, runtime.resolve, sb.volumes.mounts)
+            runtime.volumes = plan(runtime.root, runtime.resolve_in_root, sb.volumes.mounts)  # before PID 1
         except VolumeTargetError as exc:
             raise start_failed(str(exc)) from None
         vs.attach(sb.id, sb.volumes)
@@ -223,7 +249,8 @@ class MockProvisioner(Provisioner):
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
             # capabilities as every sandbox process (raises when the sandbox is not isolated); in its
             # own network namespace it listens on 44772 and .port is the host end of a relay
-            return runtime.start_execd(m.execd_bin, token=m.execd_token or None)
+            return runtime.start_execd(m.execd_bin, port=sb.resources.get("execd_port"),
+                                       token=m.execd_token or None)
         port = free_port()
         argv = [m.execd_bin, "--port", str(port)]
         if m.execd_token:

@@ -206,6 +206,16 @@ def _cmd_uid(c: Ctx) -> None:
     run(c, {"command": "id -u", "uid": 12345, "gid": 12345}, "uid unknown")
 
 
+@case("command.start_failure", "POST /command", "GET /command/status/:id")
+def _cmd_start_failure(c: Ctx) -> None:
+    """cmd.Start fails after execd's own checks (issue 19, 6a): the child cannot chdir as that user."""
+    run(c, {"command": "pwd", "uid": 65534, "cwd": "/root"}, "uid nobody, cwd /root (0700)")
+    r = run(c, {"command": "pwd", "uid": 65534, "cwd": "/root", "background": True}, "background: same")
+    cid = _init_id(r)
+    if cid:
+        c.get(f"/command/status/{cid}", label="background: its status")
+
+
 @case("command.timeout", "POST /command")
 def _cmd_timeout(c: Ctx) -> None:
     run(c, {"command": "echo start; sleep 5; echo never", "timeout": 300}, "timeout kills")
@@ -485,6 +495,25 @@ def _info(c: Ctx) -> None:
     c.get("/files/info", query=[("path", c.p("t/${HOME}"))], label="env var in path")
     c.get("/files/info", query=[("path", c.p("t/a\x00b"))], label="nul byte")
     c.get("/files/info", query=[("path", c.p("t/" + "x" * 300))], label="name too long")
+
+
+@case("files.view", "GET /files/info", "GET /files/download", "GET /files/search", "POST /files/upload",
+      "POST /directories", "DELETE /files", "POST /files/permissions", "POST /command")
+def _view(c: Ctx) -> None:
+    """The sandbox's own view (issue 19): the image's /etc and the read-only system directories."""
+    c.get("/files/info", query=[("path", "/etc/os-release")], label="info /etc/os-release (a symlink)")
+    c.get("/files/info", query=[("path", "/usr/lib/os-release"), ("path", "/usr/bin")], label="info /usr")
+    c.get("/files/info", query=[("path", "/var/log"), ("path", "/run/lock")], label="info image dirs")
+    c.get("/files/download", query={"path": "/etc/os-release"}, label="download /etc/os-release")
+    c.get("/files/download", query={"path": "/etc/passwd"}, label="download /etc/passwd")
+    c.get("/files/search", query={"path": "/usr/lib", "pattern": "os-release"}, label="search /usr/lib")
+    _upload(c, "upload into read-only /usr", [("metadata", "m", _meta("/usr/osb-diff-upload"), None),
+                                              ("file", "f", b"x", None)])
+    c.post("/directories", {"/usr/osb-diff-dir": {"mode": 755}}, label="mkdir in read-only /usr")
+    c.req("DELETE", "/files", query={"path": "/usr/lib/os-release"}, label="delete in read-only /usr")
+    c.post("/files/permissions", {"/usr/lib/os-release": {"mode": 600}}, label="chmod in read-only /usr")
+    for wd in ("/usr/lib", "/var/log", "/opt", "/etc"):
+        run(c, {"command": "pwd", "cwd": wd}, f"cwd {wd}")
 
 
 @case("files.download", "GET /files/download")

@@ -143,7 +143,7 @@ class MockExecd(Target):
     def start(self) -> "MockExecd":
         from ..execd.server import ExecdServer
         # the environment bootstrap.sh gives the real execd (and so its commands)
-        self._make_root({"EXECD": SANDBOX_EXECD, "EXECD_ENVS": "/opt/opensandbox/.env"})
+        self._make_root({"EXECD_ENVS": "/opt/opensandbox/.env"})
         open(os.path.join(self.root, "opt", "opensandbox", ".env"), "a").close()
         self.server = ExecdServer(self.runtime, mode=self.mode, access_token=self.access_token,
                                   close_delay=GRACE_MS / 1000.0)

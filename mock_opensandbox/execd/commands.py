@@ -11,6 +11,7 @@ import os
 import queue
 import select
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -47,7 +48,13 @@ def signal_text(signum: int) -> str:
 
 
 class StartFailure(Exception):
-    """The command could not be started (execd reports it as an error event with the Go message)."""
+    """The command could not be started (execd reports it as an error event with the Go message).
+    ``command``: a background run whose cmd.Start failed - execd had sent its init event and keeps
+    the command as finished with exit code 255 and the error (runtime/command.go runBackgroundCommand)."""
+
+    def __init__(self, msg: str, command: "Command | None" = None):
+        super().__init__(msg)
+        self.command = command
 
 
 class LineSplitter:
@@ -218,6 +225,44 @@ class CommandRegistry:
         if os.path.isdir(host) or not os.access(host, os.X_OK):
             raise StartFailure(f"fork/exec {path}: permission denied")
 
+    def _chdir_denied(self, cwd: str, uid: int | None, gid: int | None) -> bool:
+        """Would the child's chdir(cwd) fail with EACCES after setuid (Go's forkExec order: credentials,
+        then chdir, then exec)? Search permission on every directory of the path for a non-root
+        uid, by the view's modes and owners (ids through the sandbox's user namespace map)."""
+        if not uid or not cwd:
+            return False
+        from .fsops import _map_id
+        rt = self.runtime
+        groups = {gid if gid is not None else self._primary_gid(uid)}
+        umap, gmap = rt.id_map("uid"), rt.id_map("gid")
+        cur = ""
+        for comp in [c for c in cwd.split("/") if c] + [""]:
+            try:
+                st = os.stat(rt.resolve(cur or "/"))
+            except (OSError, ValueError):
+                return False  # execd's own checks answer for a missing directory
+            if not stat.S_ISDIR(st.st_mode):
+                return False
+            owner, group = _map_id(umap, st.st_uid, False), _map_id(gmap, st.st_gid, False)
+            bit = stat.S_IXUSR if owner == uid else stat.S_IXGRP if group in groups else stat.S_IXOTH
+            if not st.st_mode & bit:
+                return True
+            if comp:
+                cur += "/" + comp
+        return False
+
+    def _primary_gid(self, uid: int) -> int:
+        """buildCredential: the user's primary group from the sandbox's /etc/passwd, else 0."""
+        try:
+            with open(self.runtime.resolve("/etc/passwd"), "rb") as fh:
+                for line in fh.read(1 << 20).decode("utf-8", "replace").splitlines():
+                    f = line.split(":")
+                    if len(f) >= 4 and f[2] == str(uid) and f[3].isdigit():
+                        return int(f[3])
+        except (OSError, ValueError):
+            pass
+        return 0
+
     def credential_prefix(self, uid: int | None, gid: int | None) -> list[str]:
         """buildCredential (runtime/command.go): uid -> that user's primary gid and groups when the
         user exists, else gid 0 and no groups; an explicit gid wins. The mock applies it with
@@ -251,6 +296,21 @@ class CommandRegistry:
         full = self.build_argv(command, argv, cwd, envs)
         if argv is not None:
             self._check_exec_target(full)
+        if self._chdir_denied(cwd or "/", uid, gid):
+            # Go reports the child's failed chdir as the exec of the program (runtime/command.go
+            # cmd.Start; tiers/diff command.start_failure): "fork/exec /usr/bin/bash: permission denied"
+            exe = full[0] if full[0].startswith("/") else (self.runtime.which(full[0]) or full[0])
+            msg = f"fork/exec {exe}: permission denied"
+            failed = None
+            if background:
+                failed = Command(uuid.uuid4().hex, content or "", True)
+                with failed.lock:
+                    failed.running, failed.exit_code, failed.error = False, 255, msg
+                    failed.finished_ns = time.time_ns()
+                failed.done.set()
+                with self._lock:
+                    self._cmds[failed.id] = failed
+            raise StartFailure(msg, failed)
         # mergeEnvs writes "K=V" strings: a name with "=" in it ("0=" -> "0==") is passed through
         # env(1), which yields the same environ string (tiers/diff gen.env); an empty name (execve
         # refuses it from Python; no program reads it back, diff command.env_empty_name) and NUL are dropped

@@ -80,13 +80,61 @@ def _ftype(st: os.stat_result) -> str:
     return "other"
 
 
-def file_info(spath: str, st: os.stat_result) -> dict[str, Any]:
+def file_info(spath: str, st: os.stat_result, names: "Accounts | None" = None) -> dict[str, Any]:
     """model.FileInfo (recording 13): mode is the permission bits written as octal digits, created_at
-    is the ctime (syscall_linux.go getFileCreateTime)."""
+    is the ctime (syscall_linux.go getFileCreateTime). Owner and group are named by the sandbox's
+    accounts (``names``) or, without a view of the sandbox's own, the host's."""
     return {"path": spath, "type": _ftype(st), "size": st.st_size,
             "modified_at": go_time(st.st_mtime_ns), "created_at": go_time(st.st_ctime_ns),
-            "owner": _owner(st.st_uid), "group": _group(st.st_gid),
+            "owner": names.owner(st.st_uid) if names else _owner(st.st_uid),
+            "group": names.group(st.st_gid) if names else _group(st.st_gid),
             "mode": int(oct(stat.S_IMODE(st.st_mode) & 0o777)[2:])}
+
+
+def _map_id(rows: list[tuple[int, int, int]], ident: int, outward: bool) -> int:
+    """An id through a user namespace's map (inside -> outside when outward); 65534 (the overflow
+    id) when unmapped; unchanged without a map."""
+    if not rows:
+        return ident
+    for inside, outside, count in rows:
+        a, b = (inside, outside) if outward else (outside, inside)
+        if a <= ident < a + count:
+            return b + ident - a
+    return 65534
+
+
+class Accounts:
+    """The sandbox's own users and groups, as execd inside the container sees them (Go's os/user reads
+    the container's /etc/passwd and /etc/group), with the user namespace's id mapping applied."""
+
+    def __init__(self, passwd: bytes, group: bytes, uid_map: list, gid_map: list):
+        def table(text: bytes) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for line in text.decode("utf-8", "replace").splitlines():
+                f = line.split(":")
+                if len(f) >= 3 and f[2].isdigit() and f[0] not in out:
+                    out[f[0]] = int(f[2])
+            return out
+        self.users, self.groups = table(passwd), table(group)
+        self._uid_names = {v: k for k, v in reversed(list(self.users.items()))}
+        self._gid_names = {v: k for k, v in reversed(list(self.groups.items()))}
+        self.uid_map, self.gid_map = uid_map, gid_map
+
+    def owner(self, host_uid: int) -> str:
+        uid = _map_id(self.uid_map, host_uid, False)
+        return self._uid_names.get(uid, str(uid))
+
+    def group(self, host_gid: int) -> str:
+        gid = _map_id(self.gid_map, host_gid, False)
+        return self._gid_names.get(gid, str(gid))
+
+    def host_uid(self, name: str) -> int | None:
+        uid = self.users.get(name)
+        return None if uid is None else _map_id(self.uid_map, uid, True)
+
+    def host_gid(self, name: str) -> int | None:
+        gid = self.groups.get(name)
+        return None if gid is None else _map_id(self.gid_map, gid, True)
 
 
 def _parse_int(text: str) -> int | None:
@@ -350,6 +398,27 @@ class SandboxFS:
     def host(self, spath: str, follow: bool = True) -> str:
         return self.rt.resolve(spath if spath.startswith("/") else "/" + spath, follow_symlinks=follow)
 
+    def root_host(self) -> str:
+        """The host path that is the sandbox's "/" (never removed or renamed)."""
+        return self.host("/", follow=False)
+
+    def names(self) -> Accounts | None:
+        """The sandbox's accounts when execd works on the sandbox's own view, else None (the host's)."""
+        view = getattr(self.rt, "view_root", None)
+        if view is None or not getattr(self.rt, "isolated", False) or view() == self.rt.root:
+            return None
+        try:
+            with open(self.host("/etc/passwd"), "rb") as fh:
+                passwd = fh.read(1 << 20)
+        except (OSError, ValueError):
+            passwd = b""
+        try:
+            with open(self.host("/etc/group"), "rb") as fh:
+                group = fh.read(1 << 20)
+        except (OSError, ValueError):
+            group = b""
+        return Accounts(passwd, group, self.rt.id_map("uid"), self.rt.id_map("gid"))
+
     def check_dotdot(self, spath: str) -> None:
         """The kernel walks an uncleaned path: "a/x/../b" needs a/x to exist and be a directory
         (resolve() cleans lexically). Raises OSError like open(2) would (tiers/diff gen.paths.upload)."""
@@ -406,14 +475,21 @@ class SandboxFS:
         if not owner and not group:
             return
         uid = gid = -1
+        names = self.names()
         if owner:
             try:
-                uid = pwd.getpwnam(owner).pw_uid
+                found = names.host_uid(owner) if names else pwd.getpwnam(owner).pw_uid
+                if found is None:
+                    raise KeyError(owner)
+                uid = found
             except KeyError:
                 raise GoError(f"failed to lookup user {owner}: user: unknown user {owner}") from None
         if group:
             try:
-                gid = grp.getgrnam(group).gr_gid
+                found = names.host_gid(group) if names else grp.getgrnam(group).gr_gid
+                if found is None:
+                    raise KeyError(group)
+                gid = found
             except KeyError:
                 raise GoError(f"failed to lookup group {group}: group: unknown group {group}") from None
         try:
@@ -433,6 +509,7 @@ class SandboxFS:
     # -- info -------------------------------------------------------------------------------------
     def info(self, paths: Iterable[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        names = self.names()
         for p in paths:
             try:
                 try:
@@ -447,7 +524,7 @@ class SandboxFS:
                     raise GoError(f"error accessing file {p}: {e}") from None
             except GoError as e:
                 raise handle_file_error(e) from None
-            out[p] = file_info(sabs, st)
+            out[p] = file_info(sabs, st, names)
         return out
 
     # -- delete ---------------------------------------------------------------------------------
@@ -464,7 +541,7 @@ class SandboxFS:
                 if e.not_exist:
                     return  # missing is fine (recording 13: second delete 200)
                 raise
-            if stat.S_ISDIR(st.st_mode) or self.host(sabs, follow=False) == self.rt.root:
+            if stat.S_ISDIR(st.st_mode) or self.host(sabs, follow=False) == self.root_host():
                 raise GoError(f"path is a directory: {p}")
             try:
                 self._call("remove", sabs, os.remove, follow=False)
@@ -483,7 +560,7 @@ class SandboxFS:
         sabs = clean("/" + resolved if not resolved.startswith("/") else resolved)
         try:
             hp = self.host(sabs, follow=False)
-            if hp == self.rt.root:
+            if hp == self.root_host():
                 for name in os.listdir(hp):
                     _remove_all(os.path.join(hp, name))
             else:
@@ -524,12 +601,12 @@ class SandboxFS:
         entries: list[dict[str, Any]] = []
         if depth > 0:
             try:
-                self._walk(sabs, 0, depth, entries)
+                self._walk(sabs, 0, depth, entries, self.names())
             except GoError as e:
                 raise ExecdError(500, RUNTIME_ERROR, f"error listing directory {sabs}. {e}") from None
         return entries
 
-    def _walk(self, sdir: str, cur: int, maxd: int, out: list[dict[str, Any]]) -> None:
+    def _walk(self, sdir: str, cur: int, maxd: int, out: list[dict[str, Any]], accounts: Accounts | None) -> None:
         names = self._call("open", sdir, os.listdir, follow=False)
         hdir = self.host(sdir, follow=False)
         for name in sorted(names):
@@ -538,9 +615,9 @@ class SandboxFS:
                 st = os.lstat(os.path.join(hdir, name))
             except FileNotFoundError:
                 continue
-            out.append(file_info(sp, st))
+            out.append(file_info(sp, st, accounts))
             if stat.S_ISDIR(st.st_mode) and cur + 1 < maxd:
-                self._walk(sp, cur + 1, maxd, out)
+                self._walk(sp, cur + 1, maxd, out, accounts)
 
     # -- search ---------------------------------------------------------------------------------
     def search(self, p: str, pattern: str) -> list[dict[str, Any]]:
@@ -560,30 +637,47 @@ class SandboxFS:
         else:
             bad = False
         found: list[dict[str, Any]] = []
+        accounts = self.names()
 
-        def walk(sp: str, hp: str, st0: os.stat_result) -> None:
-            # filepath.Walk: Lstat of every entry (the root too), directories are descended
-            if not stat.S_ISDIR(st0.st_mode):
-                if bad:
-                    raise ExecdError(500, RUNTIME_ERROR,
-                                     f"error searching files. invalid pattern {pattern}: syntax error in pattern")
-                if glob_match(pattern, posixpath.basename(sp) or sp):
-                    found.append(file_info(sp, st0))
-                return
-            try:
-                names = sorted(os.listdir(hp))
-            except OSError:
-                return
-            for n in names:
-                child = os.path.join(hp, n)
-                try:
-                    cst = os.lstat(child)
-                except OSError:
-                    continue
-                walk(posixpath.join(sp, n), child, cst)
+        def visit_file(sp: str, st_or_entry: Any) -> None:
+            if bad:
+                raise ExecdError(500, RUNTIME_ERROR,
+                                 f"error searching files. invalid pattern {pattern}: syntax error in pattern")
+            if glob_match(pattern, posixpath.basename(sp) or sp):
+                st1 = st_or_entry if isinstance(st_or_entry, os.stat_result) else st_or_entry.stat(follow_symlinks=False)
+                found.append(file_info(sp, st1, accounts))
 
+        # filepath.Walk: lexical order, directories descended (never through a symlink), everything
+        # else matched against the pattern; scandir's d_type spares a stat per entry (a search of "/"
+        # walks the whole view: /usr, /proc, /sys)
         root_host = self.host(sabs, follow=False)
-        walk(sabs, root_host, os.lstat(root_host))
+        st0 = os.lstat(root_host)
+        if not stat.S_ISDIR(st0.st_mode):
+            visit_file(sabs, st0)
+            return found
+        def listing(sp: str, hp: str) -> Any:
+            try:
+                with os.scandir(hp) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                entries = []
+            return sp, iter(entries)
+
+        stack = [listing(sabs, root_host)]
+        while stack:
+            sp, it = stack[-1]
+            ent = next(it, None)
+            if ent is None:
+                stack.pop()
+                continue
+            child = posixpath.join(sp, ent.name)
+            try:
+                if ent.is_dir(follow_symlinks=False):
+                    stack.append(listing(child, ent.path))  # descended before the next name
+                else:
+                    visit_file(child, ent)
+            except FileNotFoundError:
+                continue
         return found
 
     # -- rename ---------------------------------------------------------------------------------
@@ -615,7 +709,7 @@ class SandboxFS:
                     raise
             try:
                 hs, hd = self.host(src, follow=False), self.host(dest, follow=False)
-                if hs == self.rt.root:
+                if hs == self.root_host():
                     raise OSError(errno.EBUSY, "device or resource busy")
                 os.rename(hs, hd)
             except (OSError, ValueError) as exc:

@@ -551,7 +551,10 @@ class ExecdServer(App):
                                       envs=spec.get("envs") or {}, timeout_ms=int(spec.get("timeout") or 0),
                                       background=background, uid=spec.get("uid"), gid=spec.get("gid"))
         except StartFailure as exc:
-            self._start_failure(req, str(exc))
+            if exc.command is not None:  # background: init, then the controller's error in the same body
+                self._background_start_failure(req, exc.command.id, str(exc))
+            else:
+                self._start_failure(req, str(exc))
             return
         except SandboxTerminated as exc:
             raise ExecdError(500, RUNTIME_ERROR, MSG["run_commands"].format(exc)) from exc
@@ -568,6 +571,20 @@ class ExecdServer(App):
             w.write(sse.encode_event(sse.ping_event()))
             w.write(sse.encode_event(sse.error_event(msg, [msg])))
             self._linger(req)
+        except OSError:
+            pass
+        w.close()
+
+    def _background_start_failure(self, req: Request, cid: str, msg: str) -> None:
+        """runBackgroundCommand: OnExecuteInit, then cmd.Start fails and RunCommand's RespondError
+        JSON lands in the stream, no linger (tiers/diff command.start_failure)."""
+        from ..gojson import go_json
+        w = self._sse_start(req)
+        try:
+            w.write(sse.encode_event(sse.init_event(cid)))
+            w.write(sse.encode_event(sse.ping_event()))
+            w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_commands"].format(
+                "failed to start commands: " + msg)}).encode())
         except OSError:
             pass
         w.close()

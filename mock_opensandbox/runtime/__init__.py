@@ -1,8 +1,9 @@
 """The sandbox underneath one mock execd, contained the way a container of the real server is.
 
-Modules: ``sandbox`` (SandboxRuntime: root, path mapping, processes, pause/resume), ``holder`` (a
-sandbox's PID 1 and how commands join its namespaces), ``probe`` (can this OS contain a sandbox?
-once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
+Modules: ``sandbox`` (SandboxRuntime: root, path mapping through the sandbox's view, processes,
+pause/resume), ``holder`` (a sandbox's PID 1 - the mock's bootstrap.sh: execd, then the entrypoint -
+and how commands join its namespaces), ``agent`` (the in-sandbox agent's channel: ``agent_call``),
+``probe`` (can this OS contain a sandbox? once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
 ``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox), ``netns`` (its
 own network namespace).
 

@@ -5,6 +5,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import time
 
@@ -13,8 +14,19 @@ import time
 HOST_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 VIEW_DIRS = ("etc", "dev", "proc", "sys")
 SYSTEM_DIRS = HOST_DIRS + VIEW_DIRS
-# Directories every sandbox root starts with (the brief; a Debian image has them all).
-BASE_DIRS = ("tmp", "home", "root", "workspace")
+# What every sandbox root starts with: the top-level directories of a Debian slim image (python:3.12-slim,
+# `ls /` in issue 19's live probe: bin boot dev etc home lib lib64 media mnt opt proc root run sbin srv sys
+# tmp usr var; bin/lib*/sbin/usr, dev/etc/proc/sys come from the view, SYSTEM_DIRS) with /var's usual
+# subdirectories, and /opt/opensandbox (bootstrap.sh + execd, like the server's container). The sandbox's
+# own directories: the host's /var, /opt, /srv, /run ... are never seen. (path, mode)
+BASE_DIRS = ("boot", "home", "media", "mnt", "opt", "root", "run", "srv", "tmp", "var")
+IMAGE_DIRS = (("boot", 0o755), ("home", 0o755), ("media", 0o755), ("mnt", 0o755), ("opt", 0o755),
+              ("opt/opensandbox", 0o755), ("root", 0o700), ("run", 0o755), ("run/lock", 0o1777),
+              ("srv", 0o755), ("tmp", 0o1777), ("var", 0o755), ("var/backups", 0o755), ("var/cache", 0o755),
+              ("var/lib", 0o755), ("var/lib/misc", 0o755), ("var/local", 0o2775), ("var/log", 0o755),
+              ("var/mail", 0o2775), ("var/opt", 0o755), ("var/spool", 0o755), ("var/tmp", 0o1777))
+# symlinks of a Debian image (base-files): /var/run -> /run, /var/lock -> /run/lock, /var/spool/mail
+IMAGE_LINKS = (("var/run", "/run"), ("var/lock", "/run/lock"), ("var/spool/mail", "../mail"))
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_SYMLINKS = 40  # Linux's own limit (ELOOP)
 CLONE_NEWPID = 0x20000000
@@ -84,6 +96,26 @@ def rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
+def make_image_root(root: str) -> None:
+    """The image-like tree (IMAGE_DIRS, IMAGE_LINKS) under a fresh sandbox root; entries that exist stay."""
+    for d, mode in IMAGE_DIRS:
+        p = os.path.join(root, d)
+        if os.path.lexists(p):
+            continue
+        try:
+            os.mkdir(p, mode)
+            os.chmod(p, mode)  # the umask would clear the sticky/group bits
+        except OSError:
+            pass
+    for link, target in IMAGE_LINKS:
+        p = os.path.join(root, link)
+        if not os.path.lexists(p):
+            try:
+                os.symlink(target, p)
+            except OSError:
+                pass
+
+
 def make_mountpoint(root: str, d: str) -> None:
     """<root>/<d> for a view directory: the host's symlink (merged /usr) or an empty directory."""
     host, mine = "/" + d, os.path.join(root, d)
@@ -131,6 +163,54 @@ def read_cmdline(pid: int) -> bytes | None:
             return fh.read()
     except OSError:
         return None
+
+
+def children(pid: int) -> list[int]:
+    """The children of pid (its main thread's; [] when gone)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
+            return [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        pass
+    out = []
+    for name in os.listdir("/proc"):  # kernels without CONFIG_PROC_CHILDREN
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as fh:
+                    if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        out.append(int(name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def open_in_root(root: str, rel: str, flags: int, mode: int = 0o644) -> int:
+    """Open <root>/<rel> without following any symlink (a sandbox process may have planted one:
+    the mock must never write outside the root); missing directories are created (0755)."""
+    import errno
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise ValueError(f"bad path inside the sandbox: {rel!r}")
+    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            try:
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except FileNotFoundError:
+                os.mkdir(name, 0o755, dir_fd=dfd)
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            os.close(dfd)
+            dfd = nfd
+        fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dfd)
+        want = stat.S_ISDIR if flags & os.O_DIRECTORY else stat.S_ISREG
+        if not want(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EEXIST, "not a regular file or directory", rel)
+        if not flags & os.O_DIRECTORY:
+            os.set_blocking(fd, True)
+        return fd
+    finally:
+        os.close(dfd)
 
 
 def first_child(pid: int) -> int | None:

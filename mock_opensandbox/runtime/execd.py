@@ -1,11 +1,13 @@
-"""A real execd binary running INSIDE a sandbox, the way the server runs it in a container.
+"""A real execd binary running INSIDE a sandbox, the way the server runs it in a container, and the
+mock's own in-sandbox agent in its place when the sandbox's execd is the mock's.
 
 The server copies the execd binary into the container at ``/opt/opensandbox/execd`` and its
 bootstrap.sh starts it in the background with ``EXECD_ENVS=/opt/opensandbox/.env`` (touched)
 before the entrypoint (../shared/opensandbox/bootstrap.sh; server ``services/docker/runtime.py``
 ``OPENSANDBOX_DIR``). Here the binary is copied into the sandbox root (a throw-away directory) and
-started through ``SandboxRuntime.spawn``: the same namespaces, view and capability set as every
-other sandbox process. In a sandbox with a network namespace of its own (``network="bridge"``,
+started by the mock's own bootstrap.sh (``scripts/bootstrap.sh``, PID 1 of the sandbox): the same
+namespaces, view and capability set as every other sandbox process, PPID 1, with the flags
+``--port P [-access-token T]``. In a sandbox with a network namespace of its own (``network="bridge"``,
 the server's example config) it listens on 44772 inside and the host reaches it through a relay on
 127.0.0.1:<ephemeral> (``relay.TCPRelay``, docker-proxy's role); with the host network it listens
 on a free port of the host's 127.0.0.1.
@@ -21,7 +23,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ._util import kill_and_reap, killpg
+from ._util import children, kill, kill_and_reap, killpg, open_in_root, read_cmdline
 
 if TYPE_CHECKING:  # pragma: no cover
     from .sandbox import SandboxRuntime
@@ -39,8 +41,8 @@ class ExecdProcess:
     With a network namespace of the sandbox's own, execd listens on ``inner_port`` inside and
     ``port`` is the host end of a relay to it (``relay``, like Docker's published port)."""
 
-    def __init__(self, proc: subprocess.Popen, port: int, runtime: "SandboxRuntime", relay: Any = None,
-                 inner_port: int | None = None):
+    def __init__(self, proc: "subprocess.Popen | _HostProcess", port: int, runtime: "SandboxRuntime",
+                 relay: Any = None, inner_port: int | None = None):
         self.proc = proc
         self.port = port
         self.runtime = runtime
@@ -52,16 +54,25 @@ class ExecdProcess:
         return "http://127.0.0.1:%d" % self.port
 
     def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM the execd's process group, SIGKILL after timeout, reap it; close the relay."""
+        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout, reap
+        it; close the relay."""
         if self.relay is not None:
             self.relay.close()
+        own_group = isinstance(self.proc, subprocess.Popen)  # bootstrap.sh's child shares PID 1's group
         if self.proc.poll() is None:
-            killpg(self.proc.pid, signal.SIGTERM)
+            (killpg if own_group else kill)(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 pass
-        kill_and_reap(self.proc)
+        if own_group:
+            kill_and_reap(self.proc)  # type: ignore[arg-type]
+        elif self.proc.poll() is None:
+            kill(self.proc.pid, signal.SIGKILL)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+                pass
 
     def __enter__(self) -> "ExecdProcess":
         return self
@@ -76,32 +87,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _open_in_root(root: str, rel: str, flags: int, mode: int = 0o644) -> int:
-    """Open <root>/<rel> without following any symlink (a sandbox process may have planted one:
-    the mock must never write outside the root); missing directories are created (0755)."""
-    parts = [p for p in rel.split("/") if p]
-    if not parts or any(p in (".", "..") for p in parts):
-        raise ValueError(f"bad path inside the sandbox: {rel!r}")
-    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in parts[:-1]:
-            try:
-                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-            except FileNotFoundError:
-                os.mkdir(name, 0o755, dir_fd=dfd)
-                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-            os.close(dfd)
-            dfd = nfd
-        fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dfd)
-        want = os.path.stat.S_ISDIR if flags & os.O_DIRECTORY else os.path.stat.S_ISREG
-        if not want(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(errno.EEXIST, "not a regular file or directory", rel)
-        if not flags & os.O_DIRECTORY:
-            os.set_blocking(fd, True)
-        return fd
-    finally:
-        os.close(dfd)
+_open_in_root = open_in_root
 
 
 def install_binary(root: str, binary: str) -> None:
@@ -125,9 +111,156 @@ def install_binary(root: str, binary: str) -> None:
             os.fchmod(dst.fileno(), 0o755)
 
 
+AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
+
+
+def sandbox_python() -> str | None:
+    """A Python 3 the sandbox view has at the same path (its /usr, /bin are the host's, read-only)."""
+    for cand in AGENT_PYTHONS:
+        real = os.path.realpath(cand)
+        if real.startswith(("/usr/", "/bin/", "/lib")) and os.path.isfile(real) and os.access(real, os.X_OK):
+            return cand
+    return None
+
+
+def install_agent(rt: "SandboxRuntime") -> str | None:
+    """A placeholder /opt/opensandbox/execd (an empty 0755 file) in the sandbox root, over which
+    view.py binds the sandbox's Python for the mock's agent (scripts/agent.py). Returns the
+    interpreter's host path (inside /usr or /bin: its standard library is in the view too), None
+    when the view has no Python 3 (the sandbox then has no execd process)."""
+    python = sandbox_python()
+    if python is None:
+        return None
+    try:
+        fd = _open_in_root(rt.root, EXECD_PATH.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+    except (OSError, ValueError):
+        return None
+    try:
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+    return os.path.realpath(python)
+
+
+def prepare_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: str | None,
+                  env: Mapping[str, str] | None, args: list[str] | None) -> dict:
+    """What bootstrap.sh needs to start a real execd: PID 1's extra environment (bootstrap.sh reads
+    and unsets OSB_EXECD_ARGS / OSB_EXECD_LOG)."""
+    if not rt.isolated:
+        raise RuntimeError("a real execd runs only inside an isolated sandbox view, and this sandbox is not "
+                           "isolated: " + rt.isolation_note)
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise ValueError(f"execd binary is not an executable file: {binary!r}")
+    if port is None:  # in a network namespace of its own, the port the server's containers use
+        port = INNER_PORT if getattr(rt, "has_netns", False) else free_port()
+    flags = ["--port", str(port)] + (["-access-token", token] if token else []) + list(args or [])
+    if any(not f or any(c.isspace() for c in f) for f in flags):
+        raise ValueError("execd flags must be non-empty words without spaces")
+    full_env = {"EXECD_ENVS": EXECD_ENVS}  # what bootstrap.sh exports (live: no EXECD in a command's env)
+    full_env.update(env or {})
+    full_env.update(OSB_EXECD_ARGS=" ".join(flags), OSB_EXECD_LOG=EXECD_LOG)
+    return {"binary": binary, "port": port, "flags": flags, "env": full_env, "token": token, "args": args,
+            "started": False}
+
+
+class _HostProcess:
+    """A sandbox process the mock did not fork itself (bootstrap.sh's child): pid, poll(), wait()."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._cmdline = read_cmdline(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            line = read_cmdline(self.pid)
+            if not line or line != self._cmdline:
+                self.returncode = -signal.SIGKILL  # gone (exit status unknown: PID 1 reaped it)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("execd", timeout or 0)
+            time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+
+def _bootstrap_execd(rt: "SandboxRuntime", timeout: float) -> _HostProcess | None:
+    """The execd process bootstrap.sh started (a child of PID 1 running /opt/opensandbox/execd)."""
+    holder = rt._holder
+    if holder is None:
+        return None
+    want = EXECD_PATH.encode() + b"\0"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and holder.alive():
+        for kid in children(holder.pid):
+            line = read_cmdline(kid)
+            if line and line.startswith(want):
+                return _HostProcess(kid)
+        time.sleep(0.005)
+    return None
+
+
 def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, token: str | None = None,
                 env: Mapping[str, str] | None = None, args: list[str] | None = None,
                 timeout: float = READY_TIMEOUT) -> ExecdProcess:
+    spec = rt._execd_spec
+    if spec is None or spec["binary"] != binary or (port is not None and spec["port"] != port):
+        with rt._lock:
+            fresh = rt._holder is None
+        if fresh:
+            rt.use_execd(binary, port=port, token=token, env=env, args=args)
+            spec = rt._execd_spec
+    with rt._lock:
+        if rt.terminated:
+            raise RuntimeError("the sandbox is terminated")
+        holder = rt._ensure_holder() if rt._pid_mode is not None else None
+    if spec is not None and spec.get("started") and holder is not None:
+        proc = _bootstrap_execd(rt, timeout)
+        if proc is None:
+            raise RuntimeError("execd did not start (see %s in the sandbox)" % EXECD_LOG)
+        return _published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
+    return _spawn_execd(rt, binary, port=port, token=token, env=env, args=args, timeout=timeout)
+
+
+def _published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
+    """ex once execd accepts connections; in the sandbox's own network namespace its port is
+    published through a relay on the host's 127.0.0.1 (docker-proxy's role) and ex.port is that."""
+    inside = getattr(rt, "has_netns", False)
+    port = ex.inner_port
+    if inside:
+        from ..relay import TCPRelay
+
+        try:
+            ex.relay = TCPRelay(lambda: rt.connect(port, timeout=5.0), name="osb-execd-relay")
+        except OSError:
+            ex.stop()
+            raise
+        ex.port = ex.relay.port
+    deadline = time.monotonic() + timeout
+    while True:
+        if ex.proc.poll() is not None:
+            ex.stop()
+            raise RuntimeError("execd exited with status %s at start (see %s in the sandbox)" % (
+                ex.proc.returncode, EXECD_LOG))
+        try:
+            with (rt.connect(port, timeout=0.5) if inside else socket.create_connection(("127.0.0.1", port),
+                                                                                         timeout=0.5)):
+                return ex
+        except OSError:
+            if time.monotonic() > deadline:
+                ex.stop()
+                raise RuntimeError("execd did not listen on port %d within %.0f s" % (port, timeout)) from None
+            time.sleep(0.02)
+
+
+def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: str | None,
+                 env: Mapping[str, str] | None, args: list[str] | None, timeout: float) -> ExecdProcess:
+    """A second execd, or one for a sandbox whose PID 1 started without it (or that has no PID 1 of
+    its own): a sandbox command like any other (PPID 0 in `ps`)."""
     if not rt.isolated:
         raise RuntimeError("a real execd runs only inside an isolated sandbox view, and this sandbox is not "
                            "isolated: " + rt.isolation_note)
@@ -149,28 +282,4 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
         proc = rt.spawn(argv, cwd="/", env=full_env, stdout=log, stderr=log)
     finally:
         os.close(log)
-    ex = ExecdProcess(proc, port, rt)
-    if inside:  # the published port: a relay on the host's 127.0.0.1 into the sandbox (docker-proxy)
-        from ..relay import TCPRelay
-
-        try:
-            ex.relay = TCPRelay(lambda: rt.connect(port, timeout=5.0), name="osb-execd-relay")
-        except OSError:
-            ex.stop()
-            raise
-        ex.port = ex.relay.port
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            ex.stop()
-            raise RuntimeError("execd exited with status %s at start (see %s in the sandbox)" % (
-                proc.returncode, EXECD_LOG))
-        try:
-            with (rt.connect(port, timeout=0.5) if inside else socket.create_connection(("127.0.0.1", port),
-                                                                                         timeout=0.5)):
-                return ex
-        except OSError:
-            if time.monotonic() > deadline:
-                ex.stop()
-                raise RuntimeError("execd did not listen on port %d within %.0f s" % (port, timeout)) from None
-            time.sleep(0.02)
+    return _published(ExecdProcess(proc, port, rt), rt, timeout)

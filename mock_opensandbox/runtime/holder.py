@@ -31,13 +31,18 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from . import caps, scripts
-from ._util import (CLONE_NEWPID, await_exec, is_child_init, kill_and_reap, read_cmdline, read_lines,
-                    start_time)
+from ._util import (CLONE_NEWPID, children, is_child_init, kill_and_reap, open_in_root, read_cmdline,
+                    read_lines, start_time)
+
 
 HOLDER_READY_TIMEOUT = 15.0
+BOOTSTRAP_PATH = "/opt/opensandbox/bootstrap.sh"  # the server's container: /opt/opensandbox/bootstrap.sh
+AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # view.py: which inherited fd becomes PID 1's fd 3 (the agent's channel)
+AGENT_PY_ENV = "OSB_MOCK_AGENT_PY"  # view.py: the Python interpreter it binds at /opt/opensandbox/execd
 PR_SET_PDEATHSIG = 1
 
 _setns_fn: Any = None
@@ -126,6 +131,35 @@ def own_pidns_fd() -> int:
     return _own_pidns
 
 
+def write_bootstrap(root: str) -> None:
+    """The mock's bootstrap.sh at /opt/opensandbox/bootstrap.sh of the sandbox root (0755), never
+    through a symlink a sandbox process planted."""
+    with open(os.path.join(scripts.SCRIPTS_DIR, "bootstrap.sh"), "rb") as fh:
+        data = fh.read()
+    fd = open_in_root(root, BOOTSTRAP_PATH.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+
+
+def await_children(pid: int, want: int, timeout: float) -> None:
+    """Wait (bounded) until PID 1 has ``want`` children that have exec'd (a fork of bootstrap.sh
+    still shows PID 1's own cmdline), or PID 1 is gone: like Go's cmd.Start, create returns once the
+    entrypoint runs, so a `ps` right after lists it and not a copy of the shell."""
+    own = read_cmdline(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = read_cmdline(pid)
+        if not now or now != own:
+            return
+        lines = [read_cmdline(k) for k in children(pid)]
+        if len([c for c in lines if c and c != own]) >= want:
+            return
+        time.sleep(0.0005)
+
+
 def holder_prefix(unshare: str, net: bool = False) -> list[str]:
     cmd = [unshare]
     if os.geteuid() != 0:
@@ -169,12 +203,23 @@ class Holder:
     def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
               net: bool = False, volumes: str = "", join: Callable[[], None] | None = None,
-              view_env: Mapping[str, str] | None = None) -> tuple["Holder | None", str]:
-        """Start the holder and wait until its namespaces are set up. (holder, "") or (None, why).
-        join: a preexec step run before the exec (the sandbox's cgroups); view_env: variables only
-        view.py reads (it removes them before PID 1 runs)."""
-        safe_env = scripts.protect_env(env)
+              view_env: Mapping[str, str] | None = None, agent_fd: int | None = None,
+              agent_python: str | None = None, execd: bool = False) -> tuple["Holder | None", str]:
+        """Start the holder and wait until its namespaces are set up and PID 1 (bootstrap.sh) has
+        started execd (when ``execd``) and the entrypoint, both exec'd. join: a preexec step run
+        before the exec (the sandbox's cgroups); view_env: variables only view.py reads (it removes
+        them before PID 1 runs). ``agent_fd`` (the agent's end of its channel) becomes fd 3 of PID 1
+        and ``agent_python`` is bound at /opt/opensandbox/execd (the agent says hello on its channel
+        a moment later: AgentChannel waits for that on its first call). (holder, "") or (None, why)."""
+        try:
+            write_bootstrap(root)
+        except OSError as exc:
+            return None, f"cannot write the sandbox's bootstrap.sh: {exc}"
+        safe_env = scripts.protect_view_env(env)
         safe_env.update(view_env or {})
+        if agent_fd is not None and agent_python:
+            safe_env[AGENT_FD_ENV] = str(agent_fd)
+            safe_env[AGENT_PY_ENV] = agent_python
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
         # open before the holder starts, so its open for writing never blocks
         tmp = tempfile.gettempdir()
@@ -191,8 +236,9 @@ class Holder:
                 preexec = _die_with_parent(os.getpid(), join)
                 proc = lifeline_call(lambda: subprocess.Popen(
                     cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
-                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec))
-                lines = read_lines(r, 2, timeout, proc)
+                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec,
+                    pass_fds=(agent_fd,) if agent_fd is not None else ()))
+                lines = read_lines(r, 1, timeout, proc)
             finally:
                 os.close(r)
         except OSError as exc:
@@ -202,11 +248,14 @@ class Holder:
         finally:
             shutil.rmtree(fifo_dir, ignore_errors=True)
         pid = 0
-        if len(lines) == 2 and lines[0].startswith("pid ") and lines[1] == "started":
+        if len(lines) == 1 and lines[0].startswith("pid "):
             try:
                 pid = int(lines[0][4:])
             except ValueError:
                 pid = 0
+        if pid > 1 and is_child_init(pid, proc.pid):
+            # PID 1 runs bootstrap.sh: execd first, then the entrypoint
+            await_children(pid, 2 if execd else 1, timeout=2.0)
         if pid > 1 and not is_child_init(pid, proc.pid) and _exited(proc, 2.0):
             # both lines came, then the entrypoint ended at once and PID 1 with it (`true`): the
             # sandbox started and stopped, like a container whose main process exits right away
@@ -223,8 +272,6 @@ class Holder:
                 proc.stderr.close()
             return None, "the sandbox's PID namespace did not come up (exit %s: %s)" % (
                 proc.returncode, why[:160])
-        # "started" comes right after the fork of the entrypoint: wait for its exec (see await_exec)
-        await_exec(proc, (True, {read_cmdline(pid)}), pid=pid)
         try:
             return cls(proc, pid, mode, implicit), ""
         except OSError as exc:

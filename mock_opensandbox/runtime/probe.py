@@ -11,7 +11,7 @@ import tempfile
 import threading
 
 from . import caps, scripts
-from ._util import BASE_DIRS, DEFAULT_PATH, SYSTEM_DIRS, killpg, make_mountpoint, rmtree
+from ._util import DEFAULT_PATH, SYSTEM_DIRS, killpg, make_image_root, make_mountpoint, rmtree
 from .holder import Holder, own_pidns_fd, setns_function
 
 _probe_lock = threading.Lock()
@@ -72,13 +72,12 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
     prefix = unshare_prefix(unshare)
     tmp = tempfile.mkdtemp(prefix="osb-probe-")
     try:
-        for d in BASE_DIRS:
-            os.mkdir(os.path.join(tmp, d))
+        make_image_root(tmp)
         for d in SYSTEM_DIRS:
             make_mountpoint(tmp, d)
         env = {"PATH": DEFAULT_PATH}
         cmd = scripts.prelude_argv(prefix, os.path.realpath(tmp), "/tmp", PROBE_HOSTNAME,
-                                   ["/bin/sh", "-c", "id -u; pwd; test -d /workspace && echo ok; "
+                                   ["/bin/sh", "-c", "id -u; pwd; test -d /var/log && echo ok; "
                                     "cat /etc/hostname; grep CapEff /proc/self/status"])
         try:
             out = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -125,8 +124,7 @@ def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
     tmp = tempfile.mkdtemp(prefix="osb-probe-")
     holder: Holder | None = None
     try:
-        for d in BASE_DIRS:
-            os.mkdir(os.path.join(tmp, d))
+        make_image_root(tmp)
         for d in SYSTEM_DIRS:
             make_mountpoint(tmp, d)
         root = os.path.realpath(tmp)

@@ -20,9 +20,10 @@ import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import cgroups, scripts
-from ._util import (BASE_DIRS, DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
-                    make_mountpoint, readlink, rmtree, take_ctty)
 from . import netns
+from ._util import (DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
+                    make_image_root, make_mountpoint, readlink, rmtree, take_ctty)
+from .agent import AgentChannel, oneshot_call
 from .holder import Holder
 from .probe import probe_isolation, probe_result
 
@@ -151,14 +152,14 @@ class SandboxRuntime:
         self.volumes = ""
         self.paused = False
         self.terminated = False
-        for d in BASE_DIRS:
-            p = os.path.join(self.root, d)
-            if not os.path.lexists(p):
-                os.makedirs(p, exist_ok=True)
-        try:  # /tmp in a container is world-writable and sticky
-            os.chmod(os.path.join(self.root, "tmp"), 0o1777)
-        except OSError:
-            pass
+        # what PID 1's bootstrap.sh starts as /opt/opensandbox/execd: a real binary (use_execd) or the
+        # mock's agent (scripts/agent.py, when the view has a Python); the agent's channel; an O_PATH fd
+        # on PID 1's root ("/" of the sandbox's mount namespace: the view the files API works on)
+        self._execd_spec: dict[str, Any] | None = None
+        self._agent: AgentChannel | None = None
+        self._root_fd: int | None = None
+        self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
+        make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
         if self.isolated:
             self._make_mountpoints()
             st = os.stat(self.root)
@@ -228,7 +229,12 @@ class SandboxRuntime:
         """True when the sandbox's processes share one PID namespace of their own (`ps` shows only them)."""
         return self._pid_mode is not None
 
-    def resolve(self, sandbox_path: str, *, follow_symlinks: bool = True) -> str:
+    def resolve_in_root(self, sandbox_path: str, *, follow_symlinks: bool = True) -> str:
+        """resolve() against the root directory itself, never the view (what view.py mounts into before
+        PID 1 starts: volume targets). Never starts PID 1."""
+        return self.resolve(sandbox_path, follow_symlinks=follow_symlinks, _base=self.root)
+
+    def resolve(self, sandbox_path: str, *, follow_symlinks: bool = True, _base: str | None = None) -> str:
         """Map a sandbox path to a host path inside the root, resolving symlinks the way a process
         chrooted into the root would (absolute targets are relative to the root, ".." stops at
         the root). The final component is left unresolved when follow_symlinks is False.
@@ -237,7 +243,7 @@ class SandboxRuntime:
             raise ValueError("path must be a string")
         if "\x00" in sandbox_path:
             raise ValueError("path contains a NUL byte")
-        root = self.root
+        root = _base or self.view_root()
         todo = [p for p in sandbox_path.split("/") if p not in ("", ".")]
         todo.reverse()  # a stack: next component at the end
         done: list[str] = []
@@ -288,9 +294,47 @@ class SandboxRuntime:
         return hp[len(self.root):]
 
     # -- processes -----------------------------------------------------------------------------
+    def view_root(self) -> str:
+        """The host path that is the sandbox's "/" for every file operation of its execd: with a PID 1
+        (a PID namespace), "/" of the sandbox's mount namespace, reached through an O_PATH descriptor
+        on /proc/<PID 1>/root (the kernel walks that namespace's mounts: the read-only system dirs,
+        /etc's overlay, /dev, ...: what a command sees); else the root directory (no namespace of the
+        sandbox's own holds a view: the per-command fallback, or no isolation). Never realpath() it:
+        the link text of /proc/PID/root is "/". Starts PID 1 (with the implicit entrypoint) when
+        nothing did yet, like spawn()."""
+        if not self.isolated or self._pid_mode is None:
+            return self.root
+        with self._lock:
+            if self.terminated:
+                return self.root
+            holder = self._ensure_holder()
+            if holder is not None and self._root_fd is not None:
+                return "/proc/self/fd/%d/." % self._root_fd  # "/." : lstat sees the directory, not the fd link
+        return self.root
+
+    def id_map(self, kind: str = "uid") -> list[tuple[int, int, int]]:
+        """PID 1's user namespace mapping ("uid" or "gid"): (id inside, id outside, count) rows; [] when
+        the sandbox has no user namespace of its own (root) or no PID 1."""
+        holder = self._holder
+        if holder is None or os.geteuid() == 0:
+            return []
+        cached = self._id_maps.get(kind)
+        if cached is None:
+            try:
+                with open("/proc/%d/%s_map" % (holder.pid, kind)) as fh:
+                    rows = [[int(x) for x in line.split()] for line in fh if len(line.split()) == 3]
+            except (OSError, ValueError):
+                return []
+            cached = [(r[0], r[1], r[2]) for r in rows]
+            self._id_maps[kind] = cached
+        return list(cached)
+
     def view_path(self, sandbox_path: str) -> str:
-        """Host path of what a *command* sees at sandbox_path: the host's own system directories when
-        isolated (they are bind-mounted), else the sandbox root's file (resolve())."""
+        """Host path of what a *command* sees at sandbox_path: the sandbox's view (view_root()), else,
+        isolated without one, the host's own system directories (they are bind-mounted) or the
+        sandbox root's file (resolve())."""
+        if self.isolated and self.view_root() != self.root:
+            return self.resolve(sandbox_path)
         if self.isolated:
             norm = os.path.normpath("/" + sandbox_path.lstrip("/"))
             first = norm.split("/")[1] if norm != "/" else ""
@@ -319,7 +363,8 @@ class SandboxRuntime:
 
     def base_env(self) -> dict[str, str]:
         if self.isolated:
-            env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp"}
+            # + what bootstrap.sh exports to execd and so to every command (live: identity probe)
+            env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp", "EXECD_ENVS": "/opt/opensandbox/.env"}
         else:
             env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": os.path.join(self.root, "root"),
                    "TMPDIR": os.path.join(self.root, "tmp")}
@@ -362,7 +407,7 @@ class SandboxRuntime:
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
-                full_env = scripts.protect_env(full_env)
+                full_env = scripts.protect_view_env(full_env)
                 full_env.update(self._view_env())
                 cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv, self.volumes)
                 host_cwd = self.root
@@ -425,14 +470,34 @@ class SandboxRuntime:
     def _start_holder(self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any,
                       stderr: Any) -> Holder | None:
         assert self._pid_mode is not None
+        env = dict(env)
         if self._netns:
-            env = dict(env)
             env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
-        holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
-                                   implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
-                                   volumes=self.volumes,
-                                   join=self.cgroup.join_preexec() if self.cgroup is not None else None,
-                                   view_env=self._view_env())
+        agent = agent_fd = python = None
+        try:
+            execd = self._install_execd(env)
+            if execd is not None and execd != "binary":
+                python = execd
+                agent, agent_fd = AgentChannel.pair()
+            holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
+                                       implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
+                                       volumes=self.volumes, agent_fd=agent_fd, agent_python=python,
+                                       execd=execd is not None,
+                                       join=self.cgroup.join_preexec() if self.cgroup is not None else None,
+                                       view_env=self._view_env())
+        finally:
+            if agent_fd is not None:
+                os.close(agent_fd)
+        if holder is not None:
+            try:
+                self._root_fd = os.open("/proc/%d/root" % holder.pid, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                self._root_fd = None  # PID 1 already ended: files are the root directory's
+        if agent is not None:
+            if holder is not None:
+                self._agent = agent
+            else:
+                agent.close()
         if holder is None and self.volumes:
             # the volumes could not be mounted (view.py failed closed): no sandbox, like a container
             # whose mounts fail (no fallback without them)
@@ -455,7 +520,8 @@ class SandboxRuntime:
     def _attach_net(self, holder: Holder) -> None:
         """The holder's network namespace: connect() and, when installed, slirp4netns for eth0."""
         try:
-            holder.net = netns.SandboxNet(holder.pid, holder.mode, getattr(self, "agent_call", None))
+            # the resident agent (the mock's own execd) connects from inside; else netns's helper
+            holder.net = netns.SandboxNet(holder.pid, holder.mode, self.agent_call if self._agent is not None else None)
         except OSError:  # PID 1 already ended (a stopped sandbox): nothing to reach
             return
         note = holder.net.start_stack()
@@ -578,13 +644,33 @@ class SandboxRuntime:
         with self._lock:
             self._procs = []
             holder, self._holder = self._holder, None
+            agent, self._agent = self._agent, None
+            self._release_view()
         if holder is not None:
             holder.close()
         self._remove_cgroup()
+        if agent is not None:
+            agent.close()
+
+    def _release_view(self) -> None:
+        """The root fd now names the root directory: a file operation still in flight never meets a
+        reused descriptor number, and the dead namespace's mounts are let go. Lock held."""
+        if self._root_fd is None:
+            return
+        try:
+            fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.dup2(fd, self._root_fd, inheritable=False)
+            os.close(fd)
+        except OSError:
+            pass
 
     def cleanup(self) -> None:
         """terminate() and remove the root directory (never "/")."""
         self.terminate()
+        with self._lock:
+            fd, self._root_fd = self._root_fd, None
+        if fd is not None:
+            os.close(fd)
         if self.root != "/":
             rmtree(self.root)
 
@@ -636,15 +722,60 @@ class SandboxRuntime:
         return out
 
     # -- execd ------------------------------------------------------------------------------------
+    def use_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
+                  env: Mapping[str, str] | None = None, args: list[str] | None = None) -> int:
+        """Make a real execd binary this sandbox's /opt/opensandbox/execd, started by PID 1's
+        bootstrap.sh as ``/opt/opensandbox/execd --port PORT [-access-token TOKEN] ARGS...`` when
+        the sandbox starts (call before start_entrypoint(); start_execd() waits for it). Returns the
+        port (a free one when None). Raises RuntimeError (not isolated), ValueError (bad binary)."""
+        from .execd import prepare_execd
+
+        with self._lock:
+            self._execd_spec = prepare_execd(self, binary, port=port, token=token, env=env, args=args)
+            return self._execd_spec["port"]
+
+    def _install_execd(self, env: dict[str, str]) -> str | None:
+        """Put PID 1's execd in place: "binary" (a real execd, env gets its flags for bootstrap.sh),
+        the host path of the Python interpreter to bind there for the mock's agent, or None (no
+        Python 3 in the view: no execd process)."""
+        from .execd import install_agent, install_binary
+
+        spec = self._execd_spec
+        if spec is not None:
+            install_binary(self.root, spec["binary"])
+            env.update(spec["env"])
+            spec["started"] = True
+            return "binary"
+        return install_agent(self)
+
     def start_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
                     env: Mapping[str, str] | None = None, args: list[str] | None = None,
                     timeout: float = 15.0) -> "ExecdProcess":
-        """Run a real execd binary inside this sandbox (execd.py): copied to /opt/opensandbox/execd,
-        started like bootstrap.sh does (``EXECD_ENVS=/opt/opensandbox/.env``) with ``--port PORT
-        [-access-token TOKEN]`` (+ args), output to /tmp/execd.log, in the sandbox's namespaces and
-        with its capability set. Returns once it accepts connections on 127.0.0.1:PORT (a free
-        port when None). Raises RuntimeError when the sandbox is not isolated (a real execd never
-        runs on the host) or execd does not come up, ValueError for a bad binary path."""
+        """Run a real execd binary inside this sandbox (execd.py) the way the server's container does:
+        bootstrap.sh (PID 1) starts ``/opt/opensandbox/execd --port PORT [-access-token TOKEN]``
+        (+ args) with ``EXECD_ENVS=/opt/opensandbox/.env``, output to /tmp/execd.log, in the
+        sandbox's namespaces with its capability set. Starts the sandbox (implicit entrypoint) when
+        nothing did yet; after use_execd() + start_entrypoint() it only waits. Returns once execd
+        accepts connections on 127.0.0.1:PORT. Raises RuntimeError when the sandbox is not isolated
+        (a real execd never runs on the host) or execd does not come up, ValueError for a bad binary."""
         from .execd import start_execd
 
         return start_execd(self, binary, port=port, token=token, env=env, args=args, timeout=timeout)
+
+    def agent_call(self, request: Mapping[str, Any], timeout: float = 5.0) -> tuple[dict[str, Any], list[int]]:
+        """One request to the sandbox's agent (runtime/agent.py), in the sandbox's namespaces:
+        ``{"op": "ping"}`` -> ``{"ok": True, "pid": N}``; ``{"op": "connect", "port": P}`` ->
+        ``({"ok": True}, [fd])`` (a TCP socket connected to 127.0.0.1:P in the sandbox's network
+        namespace; the caller owns the fd) or ``{"ok": False, "errno": E, "error": "..."}``.
+        Without a resident agent (a real execd binary, per-command fallback) a one-shot agent runs
+        as a sandbox command. Raises AgentError (none can run, timeout), SandboxTerminated."""
+        with self._lock:
+            if self.terminated:
+                raise SandboxTerminated("sandbox is terminated")
+            if self._pid_mode is not None:
+                self._ensure_holder()
+            agent = self._agent
+        if agent is not None and not agent.closed:
+            return agent.call(request, timeout)
+        return oneshot_call(self, request, timeout)
+

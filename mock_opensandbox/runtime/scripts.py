@@ -102,6 +102,17 @@ def hidden_etc_entries() -> str:
         return _hidden
 
 
+KEEP_LC_ENV = "OSB_MOCK_KEEP_LC"  # view.py: "0" = drop the LC_CTYPE its own Python added (PEP 538)
+
+
+def protect_view_env(env: Mapping[str, str]) -> dict[str, str]:
+    """protect_env() for view.py, which execs the sandbox process with its own environment: Python's
+    locale coercion may have added LC_CTYPE there, and view.py drops it unless env had it."""
+    out = protect_env(env)
+    out[KEEP_LC_ENV] = "1" if "LC_CTYPE" in env else "0"
+    return out
+
+
 def protect_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment for view.py / nsexec.py: unsafe variables renamed (they restore them right
     before the exec of the sandbox process)."""

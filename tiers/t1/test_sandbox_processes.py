@@ -118,20 +118,23 @@ def test_ps_shows_only_the_sandbox(api):
     try:
         rows = api.ps(sid)
         by_pid = {pid: (ppid, args) for pid, ppid, _, args in rows}
-        # PID 1 is the sandbox's init, the entrypoint is its child (bootstrap.sh's shape in seed 001)
-        assert by_pid[1] == (0, "/bin/sh -s tail -f /dev/null"), rows
+        # what the real sandbox shows (issue 19, seed 001): PID 1 runs bootstrap.sh, which started
+        # /opt/opensandbox/execd and then the entrypoint, both its children
+        assert by_pid[1] == (0, "/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null"), rows
         assert [a for _, (pp, a) in by_pid.items() if a == "tail -f /dev/null" and pp == 1], rows
+        assert [a for _, (pp, a) in by_pid.items() if a == "/opt/opensandbox/execd" and pp == 1], rows
         # the command itself (bash -c ...) and its ps, nothing else: no pytest, no mock, no host daemon
-        others = sorted(a for p, (_, a) in by_pid.items() if p != 1 and a != "tail -f /dev/null")
+        others = sorted(a for p, (_, a) in by_pid.items()
+                        if p != 1 and a not in ("tail -f /dev/null", "/opt/opensandbox/execd"))
         assert others == sorted([f"bash -c {PS}", "ps -e -o pid=,ppid=,stat=,args="]), rows
         assert not any("pytest" in a or "python" in a for _, _, _, a in rows)
         # /proc agrees with ps (a fresh procfs, not the host's)
         events = api.run(sid, "ls /proc | grep -c '^[0-9]'")
         count = int("".join(e["text"] for e in events if e["type"] == "stdout").strip())
-        assert count <= 6, count
+        assert count <= 7, count
         # and the view is still the container's: root, cwd, id
-        out = [e["text"] for e in api.run(sid, "id -u; cd /workspace && pwd") if e["type"] == "stdout"]
-        assert out == ["0", "/workspace"]
+        out = [e["text"] for e in api.run(sid, "id -u; cd /var/log && pwd") if e["type"] == "stdout"]
+        assert out == ["0", "/var/log"]
     finally:
         api.call("DELETE", f"/v1/sandboxes/{sid}")
 
@@ -268,7 +271,7 @@ def test_entrypoint_killed_inside_gives_128_plus_signal(tmp_path):
 
 
 def test_runtime_without_entrypoint_gets_a_main_process(tmp_path):
-    """A stand-alone runtime (no start_entrypoint) still has one PID namespace: PID 1 + tail."""
+    """A stand-alone runtime (no start_entrypoint) still has one PID namespace: PID 1, execd + tail."""
     rt = SandboxRuntime(str(tmp_path / "root"))
     try:
         import subprocess
@@ -277,8 +280,8 @@ def test_runtime_without_entrypoint_gets_a_main_process(tmp_path):
         p = rt.spawn(["ps", "-e", "-o", "pid=,args="], stdout=subprocess.PIPE)
         out = p.communicate(timeout=10)[0].decode().splitlines()
         args = sorted(line.split(None, 1)[1] for line in out)
-        assert args == sorted(["/bin/sh -s tail -f /dev/null", "tail -f /dev/null", "sleep 30",
-                               "ps -e -o pid=,args="]), out
+        assert args == sorted(["/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null", "tail -f /dev/null",
+                               "/opt/opensandbox/execd", "sleep 30", "ps -e -o pid=,args="]), out
         assert rt.process_groups() == [a.pid]  # the implicit main process is the runtime's own
     finally:
         rt.cleanup()

@@ -301,9 +301,8 @@ def test_the_real_execd_inside_the_sandbox_sees_the_volume(tmp_path):
     assert open(tmp_path / "v" / "real-execd" / "f").read() == "by-real-execd\n"
 
 
-@pytest.mark.xfail(strict=False, reason="the in-process execd's files API reads the sandbox root on the host, not "
-                                        "the view: it sees volumes once it goes through PID 1's root (issue 19)")
 def test_the_files_api_sees_the_volume(t):
+    """The in-process execd's files API works on the sandbox's view (PID 1's root, issue 19)."""
     from tiers.smoke_flow import request
 
     sid = t.sandbox([vf.pvc("d", vf.unique(), "/vol")])

@@ -2,8 +2,10 @@
 # namespaces while still privileged, then the sandbox process. Run by the mock as
 #   python -I -S view.py holder  R FIFO H X E MASK NNP V ENTRYPOINT...   (the sandbox's PID 1)
 #   python -I -S view.py command R WD   H X E MASK NNP V ARGV...         (per-command fallback)
-# R sandbox root (realpath) - FIFO the mock reads ("pid <host pid>" once the view is built; the
-# init then says "started") - WD working directory inside - H hostname - X /etc entries to hide
+# R sandbox root (realpath) - FIFO the mock reads ("pid <host pid>" once the view is built, then
+# EOF: PID 1 execs `/bin/sh /opt/opensandbox/bootstrap.sh ENTRYPOINT...`; with OSB_MOCK_AGENT_FD and
+# OSB_MOCK_AGENT_PY in the environment the mock's agent gets its channel as fd 3, its program on fd 4
+# and the Python bound at /opt/opensandbox/execd) - WD working directory inside - H hostname - X /etc entries to hide
 # (newline separated, relative to /etc) - E directory with the sandbox's passwd, group, shadow,
 # gshadow - MASK capability set (hex) - NNP "1": set no_new_privs - V the volumes to mount ("" for
 # none; ../mounts.py writes it).
@@ -386,18 +388,29 @@ def drop_caps(mask, last, nnp):
 
 
 def restore_env():
+    if os.environ.pop("OSB_MOCK_KEEP_LC", "1") == "0":  # scripts.KEEP_LC_ENV
+        os.environ.pop("LC_CTYPE", None)  # added by this Python's locale coercion (PEP 538)
     for k in [k for k in os.environ if k.startswith(UNSAFE_PREFIX)]:
         os.environ[k[len(UNSAFE_PREFIX):]] = os.environ.pop(k)
 
 
-# PID 1: bootstrap.sh's shape (seed 001 process list; bootstrap.sh `"$@" &`, `wait $CMD_PID`, TERM trap)
-INIT = b"""trap 'kill -TERM $c 2>/dev/null; wait $c; exit 0' TERM INT
-"$@" </dev/null 9>&- &
-c=$!
-echo started >&9
-exec 9>&-
-wait $c
-"""
+# PID 1 runs the mock's bootstrap.sh (written by holder.write_bootstrap): execd in the background, then
+# the entrypoint (the server's container: `/bin/sh /opt/opensandbox/bootstrap.sh ENTRYPOINT...`)
+BOOTSTRAP = "/opt/opensandbox/bootstrap.sh"
+AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # holder.AGENT_FD_ENV: this inherited fd becomes fd 3 (the agent's channel)
+AGENT_PY_ENV = "OSB_MOCK_AGENT_PY"  # holder.AGENT_PY_ENV: the Python bound at /opt/opensandbox/execd
+AGENT_AT = "/opt/opensandbox/execd"
+
+
+def bind_agent(R, python):
+    """The sandbox's execd when it is the mock's agent: the Python interpreter, bound read-only over
+    the placeholder file the mock wrote (a regular file, never a planted link)."""
+    t = R + AGENT_AT
+    st = os.lstat(t)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(22, "not a regular file: " + AGENT_AT)
+    mount(python, t, None, MS_BIND)
+    remount_ro(t)
 
 
 def main():
@@ -415,26 +428,37 @@ def main():
         _socket.sethostname(H)
     except OSError:
         pass
+    agent_fd = os.environ.pop(AGENT_FD_ENV, "")
+    agent_py = os.environ.pop(AGENT_PY_ENV, "")
+    agent_src = None
     try:
         if mode == "holder":
             loopback_up()
         build_view(R, H, X, E, fresh_proc=(mode == "holder"))
         mount_volumes(R, V)
+        if mode == "holder" and agent_fd.isdigit() and agent_py:
+            with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py"), "rb") as fh:
+                agent_src = fh.read()
+            bind_agent(R, agent_py)
         pivot(R)
     except OSError as e:
         fail("osb-view: %s" % e)
     if mode == "holder":
         os.write(fifo, b"pid %d\n" % host_pid)
-        r, w = os.pipe()
-        os.write(w, INIT)
-        os.close(w)
-        os.dup2(r, 0)
-        os.close(r)
-        os.dup2(fifo, 9)  # inheritable: the init reports "started" and closes it
-        os.close(fifo)
-        if argv and argv[0].startswith("-"):
-            argv = ["--"] + argv
-        argv = ["/bin/sh", "-s"] + argv
+        os.close(fifo)  # EOF for the mock: the view is built
+        if agent_src is not None:
+            if int(agent_fd) != 3:
+                os.dup2(int(agent_fd), 3)
+                os.close(int(agent_fd))
+            os.set_inheritable(3, True)  # bootstrap.sh hands it to execd only
+            r, w = os.pipe()  # the agent's program, its stdin (fd 4 of bootstrap.sh)
+            os.write(w, agent_src)
+            os.close(w)
+            if r != 4:
+                os.dup2(r, 4)
+                os.close(r)
+            os.set_inheritable(4, True)
+        argv = ["/bin/sh", BOOTSTRAP] + argv
     else:
         try:
             os.chdir(arg)
