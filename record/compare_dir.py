@@ -69,7 +69,7 @@ def templated(fx: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_allow(paths: list[str]) -> list[Any]:
-    from tiers.t2.spec_guard import load_allow_list
+    from tiers.toolkit.spec_guard import load_allow_list
 
     entries: list[Any] = []
     for p in paths:

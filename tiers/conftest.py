@@ -1,6 +1,6 @@
 """Session-level hooks for every tier: the spec guard and the fidelity report.
 
-* The spec guard (tiers/t2/spec_guard.py) is installed ONCE per session into
+* The spec guard (tiers/toolkit/spec_guard.py) is installed ONCE per session into
   ``mock_opensandbox.httpcore.OBSERVERS``: every exchange any test has with any mock listener is
   validated against the OpenAPI specs in ``<repo>/../shared/specs`` (or ``$OSB_SPECS_DIR``).
   The observer never raises into the mock; violations not covered by tiers/t2/ALLOWED_DIFFERENCES
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from tiers.t2.spec_guard import SESSION as _STATE  # shared with tiers/t2/test_spec_guard.py
+from tiers.toolkit.spec_guard import SESSION as _STATE  # shared with tiers/t2/test_spec_guard.py
 from tiers.toolkit.fixtures import epp, mock, sid  # noqa: F401 - fixtures for every tier (tiers/toolkit/fixtures.py)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec_exempt(reason): the spec guard does not count this test's traffic")
-    from tiers.t2 import spec_guard as sg
+    from tiers.toolkit import spec_guard as sg
 
     if os.environ.get("OSB_SPEC_GUARD", "1") == "0":
         _STATE["skip_reason"] = "spec guard switched off (OSB_SPEC_GUARD=0)"

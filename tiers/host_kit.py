@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import os
 import re
-import sys
+
+import demo  # host_env / host / install_plugin helpers (the repository root is on sys.path: pyproject's pythonpath)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-import demo  # noqa: E402  (host_env / host / install_plugin helpers)
 
 CONTRACT_TESTS = {
     "test_declared_features_are_known", "test_describe_never_exposes_secret_defaults", "test_lifecycle",

@@ -50,6 +50,7 @@ def unexplained(source: str) -> list[tuple[int, str]]:
 def test_every_noqa_says_why():
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=REPO,
                            capture_output=True, text=True, timeout=60).stdout.split()
+    assert files, "git ls-files listed no Python file (not a git checkout, or git refuses it: safe.directory)"
     bad = []
     for name in files:
         path = REPO / name

@@ -6,7 +6,6 @@ SandboxRuntime in a temporary root; every fixture cleans up its processes, ports
 """
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import tempfile
@@ -14,31 +13,13 @@ from typing import Any, Iterator
 
 import pytest
 
-from mock_opensandbox import sse
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxRuntime
+from tiers.toolkit import rest
 from tiers.toolkit.procs import live_pids  # noqa: F401 - re-exported for the execd tests
 
 
-class Resp:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes):
-        self.status, self.headers, self.body = status, headers, body
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8")
-
-    def events(self) -> list[dict[str, Any]]:
-        return list(sse.parse_stream([self.body]))
-
-    def header(self, name: str) -> str | None:
-        for k, v in self.headers.items():
-            if k.lower() == name.lower():
-                return v
-        return None
+Resp = rest.Reply  # status, headers (any case), body, json(), text, events(), header()
 
 
 class Client:
@@ -47,21 +28,10 @@ class Client:
 
     def request(self, method: str, path: str, body: bytes | str | Any = None, headers: dict[str, str] | None = None,
                 timeout: float = 30, raw_path: bool = False) -> Resp:
-        h = dict(self.headers)
-        h.update(headers or {})
-        if body is not None and not isinstance(body, (bytes, str)):
+        if body is not None and not isinstance(body, (bytes, str, dict, list)):
             body = json.dumps(body)
-            h.setdefault("Content-Type", "application/json")
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request(method, path if raw_path else self.prefix + path, body=body, headers=h)
-            r = conn.getresponse()
-            data = r.read()
-            return Resp(r.status, dict(r.getheaders()), data)
-        finally:
-            conn.close()
+        return rest.call(self.port, method, path if raw_path else self.prefix + path, body,
+                         {**self.headers, **(headers or {})}, timeout=timeout)
 
     def get(self, path: str, **kw: Any) -> Resp:
         return self.request("GET", path, **kw)

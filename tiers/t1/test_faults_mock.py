@@ -15,6 +15,7 @@ import time
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import rest
 
 pytestmark = pytest.mark.spec_exempt("fault injection: deliberately broken answers and the mock-only admin API")
 
@@ -35,19 +36,11 @@ def no_rules_left(osb):
 
 
 def call(osb, method, path, body=None, *, key=True, port=None, headers=None, timeout=5):
-    c = http.client.HTTPConnection("127.0.0.1", port or osb.port, timeout=timeout)
-    try:
-        h = {"OPEN-SANDBOX-API-KEY": osb.api_key} if key else {}
-        h.update(headers or {})
-        data = None
-        if body is not None:
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            h["Content-Type"] = "application/json"
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        c.close()
+    h = {"OPEN-SANDBOX-API-KEY": osb.api_key} if key else {}
+    if isinstance(body, bytes):
+        h["Content-Type"] = "application/json"
+    r = rest.call(port or osb.port, method, path, body, {**h, **(headers or {})}, timeout=timeout)
+    return r.status, r.headers, r.body
 
 
 def raw_get(port, path, key, timeout=3.0):

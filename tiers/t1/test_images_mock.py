@@ -41,6 +41,7 @@ def create(m, uri, **extra):
 
 @pytest.fixture
 def mock(tmp_path):
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a mock with an image store of two images."""
     img = BuiltImage([layer([("dir", "etc"), ("file", "etc/os-release", "ID=demo\n")])])
     write_oci_layout(str(tmp_path / "images" / "demo"), {"local/demo:1": img})
     evil = BuiltImage([layer([("symlink", "x", "/"), ("file", "x/escape", "no")])])

@@ -15,6 +15,7 @@ import pytest
 
 from mock_opensandbox.model import FakeClock
 from mock_opensandbox.relay import free_port
+from tiers.toolkit import rest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXCHANGES = os.path.normpath(os.path.join(REPO, "..", "shared", "live", "exchanges"))
@@ -23,51 +24,19 @@ CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", 
           "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "metadata": {"purpose": "live-recording"}}
 
 
-class Resp:
-    def __init__(self, r: http.client.HTTPResponse, body: bytes):
-        self.status = r.status
-        self.headers = {k.lower(): v for k, v in r.getheaders()}
-        self.raw_headers = r.getheaders()
-        self.body = body
-
-    def json(self):
-        return json.loads(self.body)
-
-
 class Client:
     def __init__(self, base_url: str, api_key: str | None):
         self.hostport = base_url.split("://", 1)[1]
         self.api_key = api_key
 
-    def call(self, method, path, body=None, headers=None, key=True, hostport=None, timeout=30) -> Resp:
+    def call(self, method, path, body=None, headers=None, key=True, hostport=None, timeout=30) -> rest.Reply:
         """One request on its own connection. ``Connection: close`` and waiting for the server's EOF
         make sure the server finished the exchange (and reported it to the spec guard) on return."""
-        c = http.client.HTTPConnection(hostport or self.hostport, timeout=timeout)
-        watch = None
-        try:
-            h = {"Connection": "close"}
-            if key and self.api_key:
-                h["OPEN-SANDBOX-API-KEY"] = self.api_key
-            h.update(headers or {})
-            if isinstance(body, (dict, list)):
-                body = json.dumps(body)
-                h.setdefault("Content-Type", "application/json")
-            c.request(method, path, body=body, headers=h)
-            if h["Connection"] == "close":  # (a caller's own Connection header keeps the connection open)
-                watch = c.sock.dup()
-            r = c.getresponse()
-            resp = Resp(r, r.read())
-            c.close()
-            try:
-                while watch is not None and watch.recv(65536):
-                    pass
-            except OSError:
-                pass
-            return resp
-        finally:
-            c.close()
-            if watch is not None:
-                watch.close()
+        h = {"OPEN-SANDBOX-API-KEY": self.api_key} if key and self.api_key else {}
+        h.update(headers or {})
+        # (a caller's own Connection header keeps the connection open: no wait for the server's EOF then)
+        return rest.call(hostport or self.hostport, method, path, body, h, timeout=timeout,
+                         wait_eof="connection" not in {k.lower() for k in h})
 
     def create(self, **over):
         body = dict(CREATE)
@@ -94,7 +63,7 @@ def client(osb):
     return Client(osb.base_url, osb.api_key)
 
 
-def assert_uvicorn_headers(r: Resp, json_body=True):
+def assert_uvicorn_headers(r: rest.Reply, json_body=True):
     assert r.headers["server"] == "uvicorn"
     assert r.headers["vary"] == "Origin"
     assert RID.match(r.headers["x-request-id"])

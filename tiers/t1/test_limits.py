@@ -45,6 +45,7 @@ def api():
 
 @pytest.fixture(scope="module")
 def sid(api):
+    """Overrides the toolkit's ``sid`` (tiers/toolkit/fixtures.py): one sandbox per module, made over HTTP."""
     return api.create()
 
 

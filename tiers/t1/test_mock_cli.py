@@ -12,11 +12,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import pytest
 
 from tiers.toolkit.procs import alive, descendants
+from tiers.toolkit import rest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,17 +43,8 @@ class Cli:
         self.root = re.search(r"Sandbox roots under (.+?)\. Press", text).group(1)
 
     def call(self, method: str, path: str, body=None, key=True):
-        req = urllib.request.Request(self.url + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None)
-        if key and self.key:
-            req.add_header("OPEN-SANDBOX-API-KEY", self.key)
-        if body is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        r = rest.call(self.url, method, path, body, {"OPEN-SANDBOX-API-KEY": self.key} if key and self.key else {})
+        return r.status, r.body
 
     def stop(self, sig=signal.SIGINT, timeout=30) -> tuple[int, str, str]:
         self.proc.send_signal(sig)

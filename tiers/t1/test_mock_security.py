@@ -15,7 +15,6 @@ to the existing test that covers it):
 """
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import pathlib
@@ -34,6 +33,7 @@ from mock_opensandbox import multipart
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import procs
 from tiers.toolkit.epp import EppClient
+from tiers.toolkit import rest
 
 pytestmark = pytest.mark.spec_exempt("hostile requests on purpose")
 
@@ -41,17 +41,10 @@ BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"],
 
 
 def request(port, method, path, body=None, headers=None, timeout=10):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        h = dict(headers or {})
-        if isinstance(body, (dict, list)):
-            h.setdefault("Content-Type", "application/json")
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+    if isinstance(body, str):
+        body = json.dumps(body)  # a JSON string, as before (rest.call sends a str as its UTF-8 bytes)
+    r = rest.call(port, method, path, body, headers, timeout=timeout)
+    return r.status, r.body
 
 
 @pytest.fixture(scope="module")

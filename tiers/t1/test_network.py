@@ -21,6 +21,7 @@ from mock_opensandbox.relay import TCPRelay
 from mock_opensandbox.runtime import SandboxRuntime, probe_isolation
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import rest
 from tiers.toolkit.procs import alive
 
 ISOLATED, NOTE = probe_isolation()
@@ -34,16 +35,8 @@ REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.join(
 
 
 def _call(hostport: str, method: str, path: str, body=None, key: str | None = None) -> tuple[int, bytes]:
-    c = http.client.HTTPConnection(hostport, timeout=30)
-    try:
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["OPEN-SANDBOX-API-KEY"] = key
-        c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+    r = rest.call(hostport, method, path, body, {"OPEN-SANDBOX-API-KEY": key} if key else {})
+    return r.status, r.body
 
 
 class Mock:
@@ -87,6 +80,7 @@ class Mock:
 
 @pytest.fixture
 def mock(opensandbox_mock_factory):
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a factory of mocks, each wrapped in ``Mock``."""
     def make(**kw) -> Mock:
         kw.setdefault("execd_close_delay", 0)
         return Mock(opensandbox_mock_factory(**kw))

@@ -20,6 +20,7 @@ from tiers.toolkit.procs import descendants as _children_tree
 from tiers.toolkit.procs import pids as _proc_entries
 from tiers.toolkit.procs import refers_to as _refers_to
 from tiers.toolkit.waits import wait_until as wait
+from tiers.toolkit import rest
 
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
 
@@ -38,14 +39,8 @@ class C:
         self.key = osb.api_key
 
     def call(self, method, path, body=None, hostport=None):
-        c = http.client.HTTPConnection(hostport or self.hostport, timeout=30)
-        try:
-            c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers={"OPEN-SANDBOX-API-KEY": self.key, "Content-Type": "application/json"})
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
+        r = rest.call(hostport or self.hostport, method, path, body, {"OPEN-SANDBOX-API-KEY": self.key})
+        return r.status, r.body
 
 
 def _exercise(osb: MockOpenSandbox) -> tuple[set[int], set[int]]:

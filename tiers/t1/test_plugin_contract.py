@@ -1,5 +1,6 @@
-"""The twelve contract tests of seed 000 §5.5, driving the plugin (``python3 -S plugin/launch.py``) over EPP/stdio
-against the mock, each in both execd generations (v1.1.0 as recorded, and "latest")."""
+"""The plugin's contract with the host: the twelve checks of seed 000 §5.5 (a test is named by the behaviour it
+checks; the section comments keep the seed's numbers), driving the plugin (``python3 -S plugin/launch.py``) over
+EPP/stdio against the mock, each in both execd generations (v1.1.0 as recorded, and "latest")."""
 from __future__ import annotations
 
 import base64
@@ -22,12 +23,14 @@ MODES = ["v1.1.0", "latest"]
 
 @pytest.fixture(scope="module", params=MODES)
 def mock(request):
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): one per execd generation."""
     with MockOpenSandbox(execd_mode=request.param) as osb:
         yield osb
 
 
 @pytest.fixture
 def sid(epp):
+    """Overrides the toolkit's ``sid``: the create call carries every field the host sends."""
     sb = epp.call("sandbox.create", {"template": "base", "timeout": 300, "metadata": {"suite": "t1"}, "envs": {},
                                      "cpu": None, "memory": None, "disk": None, "gpu": None, "request_timeout": None})
     yield sb["sandbox_id"]
@@ -50,7 +53,7 @@ def b64(data: bytes) -> str:
 
 # (1) exit-code matrix --------------------------------------------------------------------------------------
 
-def test_01_exit_code_matrix(epp, sid, mock):
+def test_exit_codes_timeouts_and_start_failures(epp, sid, mock):
     assert run(epp, sid, "true")["exit_code"] == 0
     res = sh(epp, sid, "echo oops >&2; exit 3")
     assert res["exit_code"] == 3 and "oops" in res["stderr"]
@@ -81,7 +84,7 @@ def test_01_exit_code_matrix(epp, sid, mock):
 
 # (2) both framings give the same stdout for printf 'a\r\nb\n' (v1.1.0 loses "\r", documented) ------------
 
-def test_02_printf_crlf_framing(epp, sid, mock):
+def test_both_execd_framings_give_the_same_stdout_for_crlf(epp, sid, mock):
     _, notes, code = epp.exec_stream(sid, "printf", ["a\\r\\nb\\n"])
     out = EppClient.joined(notes)
     assert code == 0
@@ -97,7 +100,7 @@ def test_02_printf_crlf_framing(epp, sid, mock):
 
 # (3) upload -> download byte-exact -------------------------------------------------------------------------
 
-def test_03_files_byte_exact(epp, sid):
+def test_upload_then_download_is_byte_exact(epp, sid):
     blobs = {"/tmp/t1/bin.dat": bytes(range(256)) * 3 + b"\x00\xff\r\n", "/tmp/t1/big.bin": os.urandom(3 * 1024 * 1024)}
     for path, data in blobs.items():
         epp.call("files.write", {"sandbox_id": sid, "path": path, "content_b64": b64(data)})
@@ -121,7 +124,7 @@ def test_03_files_byte_exact(epp, sid):
     assert info.value.code == -32000
 
 
-def test_03b_empty_file_and_range_past_the_end(epp, sid):
+def test_empty_file_and_a_range_past_the_end(epp, sid):
     epp.call("files.write", {"sandbox_id": sid, "path": "/tmp/t1/empty", "content_b64": ""})
     assert epp.call("files.read", {"sandbox_id": sid, "path": "/tmp/t1/empty"}) == {"content_b64": ""}
     assert epp.call("files.stat", {"sandbox_id": sid, "path": "/tmp/t1/empty"})["size"] == 0
@@ -131,7 +134,7 @@ def test_03b_empty_file_and_range_past_the_end(epp, sid):
 
 # (4) remove file / dir / missing, move onto an existing file, search and list depth -------------------------
 
-def test_04_remove_move_search(epp, sid):
+def test_remove_move_search_and_list_depth(epp, sid):
     def write(path, data=b"x"):
         epp.call("files.write", {"sandbox_id": sid, "path": path, "content_b64": b64(data)})
 
@@ -181,7 +184,7 @@ def _expires(epp, sid) -> dt.datetime:
     return dt.datetime.fromisoformat(rec["expires_at"].replace("Z", "+00:00"))
 
 
-def test_05_set_timeout_matches_server_time(epp, sid):
+def test_set_timeout_takes_expiry_from_the_server_clock(epp, sid):
     epp.call("sandbox.set_timeout", {"sandbox_id": sid, "timeout": 600})
     want = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=600)
     assert abs((_expires(epp, sid) - want).total_seconds()) <= 2
@@ -195,7 +198,7 @@ def test_05_set_timeout_matches_server_time(epp, sid):
 
 @pytest.mark.mock_only
 @pytest.mark.parametrize("hours", [2, -3])
-def test_05b_set_timeout_with_a_skewed_client_clock(tmp_path, hours):
+def test_set_timeout_with_a_skewed_client_clock(tmp_path, hours):
     skew = dt.timedelta(hours=hours)                    # the server's clock differs from this machine's
     with MockOpenSandbox(clock=lambda: dt.datetime.now(dt.timezone.utc) + skew) as osb, \
             EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
@@ -210,7 +213,7 @@ def test_05b_set_timeout_with_a_skewed_client_clock(tmp_path, hours):
 
 # (6) kill is idempotent --------------------------------------------------------------------------------------
 
-def test_06_kill_idempotent(epp, mock):
+def test_kill_is_idempotent(epp, mock):
     sid = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
     assert sid in mock.sandboxes
     for _ in range(2):
@@ -226,7 +229,7 @@ def test_06_kill_idempotent(epp, mock):
 
 # (7) metadata label rejection names the key, before anything is created ------------------------------------
 
-def test_07_metadata_rejection(epp, mock):
+def test_bad_metadata_label_is_rejected_before_anything_is_created(epp, mock):
     before = len(mock.sandboxes)
     for key in ("bad key", "opensandbox.io/x", "a" * 64):
         with pytest.raises(RpcError) as info:
@@ -241,7 +244,7 @@ def test_07_metadata_rejection(epp, mock):
 # (8) no call to execd's code endpoints (POST /code/context hangs on images without the interpreter) --------
 
 @pytest.mark.mock_only
-def test_08_never_touches_code_endpoints(epp, sid):
+def test_never_calls_execd_code_endpoints(epp, sid):
     seen: list[str] = []
     def obs(ex):
         seen.append(ex.path)
@@ -262,7 +265,7 @@ def test_08_never_touches_code_endpoints(epp, sid):
 
 @pytest.mark.mock_only
 @pytest.mark.parametrize("mode", MODES)
-def test_09_gateway_headers_replayed(tmp_path, mode):
+def test_gateway_headers_on_every_execd_request(tmp_path, mode):
     seen: list = []
     def obs(ex):
         seen.append(ex)
@@ -293,7 +296,7 @@ def test_09_gateway_headers_replayed(tmp_path, mode):
 # (10) list pagination beyond 200 --------------------------------------------------------------------------
 
 @pytest.mark.mock_only
-def test_10_list_more_than_200(epp, mock):
+def test_list_pages_beyond_200_sandboxes(epp, mock):
     real = mock.store.provisioner
     mock.store.provisioner = Provisioner()          # model-only sandboxes: no processes, no listeners
     try:
@@ -317,7 +320,7 @@ def test_10_list_more_than_200(epp, mock):
 
 # (11) stream ordering: every exec.output before one exec.exit ---------------------------------------------
 
-def test_11_stream_order_single_exit(epp, sid):
+def test_every_output_comes_before_one_exec_exit(epp, sid):
     script = "echo one; sleep 0.3; echo two >&2; sleep 0.2; echo three; exit 4"
     pid, notes, code = epp.exec_stream(sid, "sh", ["-c", script])
     methods = [n["method"] for n in notes]
@@ -354,7 +357,7 @@ class _Stub(http.server.BaseHTTPRequestHandler):
     (401, "application/json", b'{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}', -32001, "E1001", "X-EXECD-ACCESS-TOKEN"),
     (502, "text/html", b"<html><body><h1>502 Bad Gateway</h1><hr>nginx</body></html>", -32000, None, "502 Bad Gateway nginx"),
 ])
-def test_12_error_shapes(tmp_path, status, ctype, body, code, sdk, text):
+def test_server_error_shapes_map_to_typed_errors(tmp_path, status, ctype, body, code, sdk, text):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     srv.reply = (status, ctype, body)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)

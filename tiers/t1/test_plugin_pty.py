@@ -57,6 +57,7 @@ class Terminal:
 
 @pytest.fixture(scope="module")
 def mock():
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): no close delay on execd's streams."""
     with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.0) as osb:
         yield osb
 

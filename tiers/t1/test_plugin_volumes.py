@@ -17,12 +17,14 @@ pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavaila
 
 @pytest.fixture(scope="module")
 def mock(tmp_path_factory):
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a short close delay on execd's streams."""
     with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.05) as osb:
         yield osb
 
 
 @pytest.fixture
 def epp(mock, tmp_path):
+    """Overrides the toolkit's ``epp`` with the same client (kept here so this module reads on its own)."""
     client = EppClient(str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key})
     yield client
     assert client.violations == []

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -32,6 +33,7 @@ from errors import EppError
 import osb.ws as _ws
 from osb import Http, OpenSandbox
 from tiers.toolkit import procs
+from tiers.toolkit import rest
 
 try:
     from mock_opensandbox.runtime import SandboxRuntime
@@ -368,13 +370,9 @@ def test_execd_without_pty_api_is_feature_not_supported(events):
 
 
 def _req(execd: _Execd, method: str, path: str, body: bytes | None = None):
-    r = urllib.request.Request(execd.base + path, data=body, method=method,
-                               headers={"X-EXECD-ACCESS-TOKEN": TOKEN, **GATEWAY})
-    try:
-        with urllib.request.urlopen(r, timeout=10) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+    r = rest.call(execd.base, method, urllib.parse.urlsplit(execd.base).path + path, body,
+                  {"X-EXECD-ACCESS-TOKEN": TOKEN, **GATEWAY}, timeout=10)
+    return r.status, r.headers, r.body
 
 
 def test_execd_pty_rest_and_upgrade_errors(execd):

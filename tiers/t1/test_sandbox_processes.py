@@ -21,6 +21,7 @@ from mock_opensandbox import sse
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxNotRunning, SandboxRuntime, probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import rest
 from tiers.toolkit.procs import alive as _alive
 from tiers.toolkit.waits import wait_until as _wait
 
@@ -54,14 +55,8 @@ class Api:
         self.hostport = osb.base_url.split("://")[1]
 
     def call(self, method: str, path: str, body=None, hostport: str | None = None) -> tuple[int, bytes]:
-        c = http.client.HTTPConnection(hostport or self.hostport, timeout=30)
-        try:
-            c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers={"OPEN-SANDBOX-API-KEY": self.osb.api_key or "", "Content-Type": "application/json"})
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
+        r = rest.call(hostport or self.hostport, method, path, body, {"OPEN-SANDBOX-API-KEY": self.osb.api_key or ""})
+        return r.status, r.body
 
     def create(self) -> str:
         status, body = self.call("POST", "/v1/sandboxes", BODY)

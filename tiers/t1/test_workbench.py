@@ -13,6 +13,7 @@ import time
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import rest
 
 pytestmark = pytest.mark.spec_exempt("the /__mock__/ workbench routes are mock-only (not in the OpenSandbox spec)")
 pytest_plugins = ["pytester"]
@@ -22,22 +23,9 @@ CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", 
 
 
 def call(osb, method, path, body=None, headers=None, key=True, hostport=None):
-    c = http.client.HTTPConnection(hostport or osb.base_url.split("://", 1)[1], timeout=30)
-    try:
-        h = {"Connection": "close"}
-        if key and osb.api_key:
-            h["OPEN-SANDBOX-API-KEY"] = osb.api_key
-        h.update(headers or {})
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-            h["Content-Type"] = "application/json"
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        ctype = r.getheader("Content-Type") or ""
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, (json.loads(data) if "json" in ctype else data)
-    finally:
-        c.close()
+    h = {"OPEN-SANDBOX-API-KEY": osb.api_key} if key and osb.api_key else {}
+    r = rest.call(hostport or osb.base_url, method, path, body, {**h, **(headers or {})})
+    return r.status, r.headers, (r.json() if "json" in r.headers.get("content-type", "") else r.body)
 
 
 def create(osb, **extra):

@@ -4,7 +4,6 @@ through the API, journals requests with their status, adds a fault rule from its
 sandbox with its button. ``OSB_DASHBOARD_PNG=path`` saves the screenshot (docs/dashboard.png was made so)."""
 from __future__ import annotations
 
-import http.client
 import json
 import os
 
@@ -13,6 +12,7 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 
 from tiers.t1 import cdp
+from tiers.toolkit import rest
 
 pytestmark = [pytest.mark.spec_exempt("the dashboard's /__mock__/ routes are mock-only"),
               pytest.mark.skipif(cdp.find_browser() is None, reason="no chromium: apt-get install -y chromium")]
@@ -22,17 +22,8 @@ CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", 
 
 
 def call(hostport, method, path, body=None, headers=None):
-    c = http.client.HTTPConnection(hostport, timeout=30)
-    try:
-        h = dict(headers or {}, Connection="close")
-        if body is not None:
-            body = json.dumps(body)
-            h["Content-Type"] = "application/json"
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+    r = rest.call(hostport, method, path, body, headers)
+    return r.status, r.body
 
 
 def _browser_scratch_in_tmp() -> set:

@@ -16,6 +16,7 @@ import pytest
 
 from mock_opensandbox.proxy import FaultProxy
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import rest
 
 pytestmark = pytest.mark.spec_exempt("fault proxy: deliberately faulted answers and mock-only /__mock__/ routes")
 
@@ -26,20 +27,8 @@ TOKEN = "exec-token-4711"
 
 
 def call(hostport, method, path, body=None, headers=None):
-    c = http.client.HTTPConnection(hostport, timeout=30)
-    try:
-        h = {"Connection": "close"}
-        h.update(headers or {})
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-            h["Content-Type"] = "application/json"
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        ctype = r.getheader("Content-Type") or ""
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, (json.loads(data) if "json" in ctype else data)
-    finally:
-        c.close()
+    r = rest.call(hostport, method, path, body, headers)
+    return r.status, r.headers, (r.json() if "json" in r.headers.get("content-type", "") else r.body)
 
 
 def hp(url):
@@ -208,10 +197,8 @@ def test_command_line(tmp_path):
 
 def test_terminal_websocket_through_the_proxy(tmp_path):
     """The plugin's terminal (execd /pty + a WebSocket upgrade) through the proxy: the upgrade is tunnelled."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from eppclient import EppClient
-
     from tiers.t1.test_plugin_pty import Terminal
+    from tiers.toolkit.epp import EppClient
 
     with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.0) as mock, \
             FaultProxy(mock.base_url, api_key=mock.api_key) as proxy, \

@@ -20,7 +20,7 @@ import pytest
 
 from record import fixture
 from record.replay import ScenarioResult, replay_fixture
-from tiers.t2 import spec_guard as sg
+from tiers.toolkit import spec_guard as sg
 
 FIXTURES = os.path.join(sg.REPO, "fixtures")
 ALL = fixture.load_dir(FIXTURES) if os.path.isdir(FIXTURES) else {}

@@ -13,12 +13,12 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-import demo  # noqa: E402  (host_env / host / install_plugin helpers)
-from tiers.host_kit import assert_18_of_18  # noqa: E402 - after sys.path.insert(REPO) above
+import demo  # (host_env / host / install_plugin helpers)
+from tiers.host_kit import assert_18_of_18
 
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402 - after sys.path.insert(REPO) above
+from mock_opensandbox.server import MockOpenSandbox
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 

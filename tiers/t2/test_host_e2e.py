@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-import demo  # noqa: E402 - after sys.path.insert(REPO) above
+import demo
 
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402 - after sys.path.insert(REPO) above
+from mock_opensandbox.server import MockOpenSandbox
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FLOW = r'''
 import asyncio, json, os, sys

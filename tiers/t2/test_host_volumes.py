@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-import demo  # noqa: E402 - after sys.path.insert(REPO) above
+import demo
 
-from mock_opensandbox.runtime import probe_isolation  # noqa: E402 - after sys.path.insert(REPO) above
-from mock_opensandbox.server import MockOpenSandbox  # noqa: E402 - after sys.path.insert(REPO) above
+from mock_opensandbox.runtime import probe_isolation
+from mock_opensandbox.server import MockOpenSandbox
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ISOLATED, NOTE = probe_isolation()
 pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)

@@ -21,7 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.t2.clients import REPO, Unavailable, python_env
+from tiers.t2.clients import REPO, Unavailable, python_env, python_too_old
+
+if python_too_old("requirements-server-oracle.txt"):  # one skip line for the module, not one per test
+    pytest.skip("server oracle: " + python_too_old("requirements-server-oracle.txt"), allow_module_level=True)
 
 pytestmark = pytest.mark.spec_exempt("server 1.1.1 behaviours the June OpenAPI spec does not document")
 APP = REPO + "/tiers/t2/clients/server_oracle_app.py"
@@ -91,7 +94,8 @@ def slow_only(request):
 
 @pytest.fixture(scope="module")
 def mock(oracle):
-    # the oracle's storage configuration: the same host prefix and the same named-volume directory
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the oracle's storage configuration, the same
+    host prefix and the same named-volume directory."""
     with MockOpenSandbox(volumes_dir=oracle.root + "/volumes", allowed_host_paths=[oracle.root + "/host"]) as m:
         yield m
 

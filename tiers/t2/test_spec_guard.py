@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from tiers.t2 import spec_guard as sg
+from tiers.toolkit import spec_guard as sg
 
 LIVE = os.path.normpath(os.path.join(sg.REPO, "..", "shared", "live", "exchanges"))
 needs_specs = pytest.mark.skipif(not sg.specs_available(),

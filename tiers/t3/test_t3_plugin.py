@@ -12,7 +12,7 @@ from tiers.t3 import framing
 
 @pytest.fixture(scope="module")
 def mock(execd_bin):
-    """Replaces t1's `mock`: the server under test is the mock with execd processes. Which framing that execd
+    """Overrides t1's ``mock`` (tiers/t1/test_plugin_contract.py): the server under test is the mock with execd processes. Which framing that execd
     speaks (the real v1.0.19 and the stand-alone one: v1.1.0; a newer real one: latest) is learned the way the
     plugin learns it, or given by OSB_EXECD_MODE (tiers/t3/framing.py); t1's assertions read mock.execd_mode."""
     osb = MockOpenSandbox(execd_bin=execd_bin.path, isolate=False, execd_mode=framing.mode_from_env() or "v1.1.0")

@@ -44,6 +44,7 @@ def live(live_server):
 
 @pytest.fixture(scope="module")
 def mock():
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the default execd generation."""
     with MockOpenSandbox() as m:
         yield m
 

@@ -17,13 +17,13 @@ from tiers.t4.live_target import LiveTarget
 
 @pytest.fixture(scope="module")
 def mock(live_server):
-    """Replaces t1's `mock`: the server under test is the live one."""
+    """Overrides t1's ``mock`` (tiers/t1/test_plugin_contract.py): the server under test is the live one."""
     return LiveTarget(live_server)
 
 
 @pytest.fixture
 def epp(mock, tmp_path):
-    """Replaces t1's `epp`: the same plugin, with default_image = OPENSANDBOX_IMAGE."""
+    """Overrides the toolkit's ``epp`` (tiers/toolkit/fixtures.py): the same plugin, with default_image = OPENSANDBOX_IMAGE."""
     client = EppClient(str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key,
                                                  "default_image": mock.image})
     yield client

@@ -17,12 +17,10 @@ connection error (E5001); the lane below therefore makes the probe before the fa
 """
 from __future__ import annotations
 
-import http.client
 import importlib
 import json
 import os
 import posixpath
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -30,11 +28,11 @@ from pathlib import Path
 import pytest
 
 from mock_opensandbox.proxy import FaultProxy
+from tiers.toolkit import rest
+from tiers.toolkit.epp import EppClient
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "t1"))
 faults_plugin = importlib.import_module("tiers.t1.test_faults_plugin")
-from eppclient import EppClient  # noqa: E402 - after sys.path.insert(tiers/t1) above
 
 pytestmark = pytest.mark.spec_exempt("fault injection through the proxy: deliberately broken answers")
 
@@ -44,17 +42,8 @@ SUMMARY: dict[str, dict[str, str]] = {}
 
 
 def _req(hostport: str, method: str, path: str, body=None, headers=None, timeout=30.0):
-    c = http.client.HTTPConnection(hostport, timeout=timeout)
-    try:
-        h = dict(headers or {}, Connection="close")
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-            h["Content-Type"] = "application/json"
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+    r = rest.call(hostport, method, path, body, headers, timeout=timeout)
+    return r.status, r.body
 
 
 class _Live:

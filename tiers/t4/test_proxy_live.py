@@ -17,6 +17,7 @@ import pytest
 
 from mock_opensandbox.proxy import FaultProxy
 from record.compare_dir import compare_dir
+from tiers.toolkit import rest
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import SandboxSync  # noqa: E402 - after the importorskip above
@@ -90,17 +91,8 @@ def test_sdk_flow_through_the_proxy_records_and_compares_clean(live_server, tmp_
 
 
 def _call(hostport, method, path, body=None, headers=None):
-    c = http.client.HTTPConnection(hostport, timeout=60)
-    try:
-        h = dict(headers or {}, Connection="close")
-        if isinstance(body, dict):
-            body = json.dumps(body)
-            h["Content-Type"] = "application/json"
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
-    finally:
-        c.close()
+    r = rest.call(hostport, method, path, body, headers, timeout=60)
+    return r.status, r.headers, r.body
 
 
 def test_faults_are_injected_into_real_traffic(live_server):

@@ -7,4 +7,7 @@
   bench/), both starting the plugin the way the host does;
 * ``tiers.toolkit.waits``: ``wait_until`` (poll a predicate with a deadline);
 * ``tiers.toolkit.procs``: /proc readers (state, parent, cmdline, environment, children).
+* ``tiers.toolkit.rest``: ``call()``, the one HTTP/1.1 request helper of the tests (``Reply``: status,
+  headers, body, json());
+* ``tiers.toolkit.spec_guard``: the OpenAPI spec guard ``tiers/conftest.py`` installs for every tier.
 """

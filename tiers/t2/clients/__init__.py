@@ -3,13 +3,15 @@
 ``python_env(name, requirements)`` returns the interpreter of ``<repo>/.venv-<name>``, creating it from the
 pinned requirements file on first use (reused while the file is unchanged: a stamp holds its hash).
 ``node_modules(name, packages)`` does the same for npm packages under ``<repo>/.cache/npm-<name>``.
-Both raise ``Unavailable`` (the test skips with one line) when the tool or the registry is missing.
+Both raise ``Unavailable`` (the test skips with one line) when the tool or the registry is missing, or when the
+requirements file says ``# requires-python >= X.Y`` (its pins need a newer Python than the running one).
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,12 +40,26 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
+def python_too_old(requirements: str) -> str | None:
+    """Why ``requirements`` (a file in the repo root) cannot be installed on this Python, or None: the file's
+    ``# requires-python >= X.Y`` line."""
+    with open(os.path.join(REPO, requirements)) as fh:
+        floor = re.search(r"^# requires-python >= (\d+)\.(\d+)", fh.read(), re.M)
+    if floor and sys.version_info < (int(floor[1]), int(floor[2])):
+        return "%s needs Python >= %s.%s" % (requirements, floor[1], floor[2])
+    return None
+
+
 def python_env(name: str, requirements: str) -> str:
     """The python of ``.venv-<name>`` with ``requirements`` (a file in the repo root) installed."""
     venv = os.path.join(REPO, ".venv-" + name)
     req = os.path.join(REPO, requirements)
     with open(req) as fh:
-        want = _digest(fh.read(), sys.version)
+        text = fh.read()
+    why = python_too_old(requirements)
+    if why:
+        raise Unavailable(why)
+    want = _digest(text, sys.version)
     py = os.path.join(venv, "bin", "python")
     stamp = os.path.join(venv, ".stamp")
     with _locked(os.path.join(REPO, ".cache", "venv-" + name)):

@@ -30,7 +30,7 @@ from typing import Any, Iterable
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC_FILES = ("sandbox-lifecycle.yml", "execd-api.yaml")
-ALLOW_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ALLOWED_DIFFERENCES")
+ALLOW_FILE = os.path.join(REPO, "tiers", "t2", "ALLOWED_DIFFERENCES")
 SPEC_PIN_FILE = os.path.join(REPO, "tiers", "SPEC_PIN")
 EXECD_PORT = "44772"
 LIFECYCLE_HOST = "http://localhost:8080"   # sandbox-lifecycle.yml servers: http://localhost:8080/v1
