@@ -106,6 +106,9 @@ class TCPRelay:
                     client.close()
                     return
                 self._conns.add(client)
+                # finished threads leave the set here, not in their own finally: close() must still
+                # join a thread that is past its bookkeeping but not yet ended
+                self._threads = {t for t in self._threads if t.is_alive()}
                 t = threading.Thread(target=self._serve, args=(client,), name="%s-%d-conn" % (self.name, self.port),
                                      daemon=True)
                 self._threads.add(t)
@@ -140,9 +143,6 @@ class TCPRelay:
                 for s in (client, backend):
                     if s is not None:
                         self._conns.discard(s)
-                self._threads.discard(threading.current_thread())
-                if back_thread is not None:
-                    self._threads.discard(back_thread)
             for s in (client, backend):
                 if s is not None:
                     s.close()

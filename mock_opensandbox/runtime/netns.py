@@ -153,8 +153,13 @@ try:
             raise OSError(ctypes.get_errno(), "setns %s: %s" % (name, os.strerror(ctypes.get_errno())))
         os.close(fd)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(("127.0.0.1", port))
+    if sys.argv[5:6] == ["listen"]:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port))
+        s.listen(128)
+    else:
+        s.settimeout(timeout)
+        s.connect(("127.0.0.1", port))
     socket.send_fds(back, [b"ok"], [s.fileno()])
 except OSError as e:
     back.sendall(("err %d %s" % (e.errno or 0, e.strerror or e)).encode())
@@ -288,11 +293,46 @@ class SandboxNet:
             return s
         return self._connect_helper(port, timeout)
 
-    def _connect_helper(self, port: int, timeout: float | None) -> socket.socket:
+    def listen(self, port: int) -> socket.socket:
+        """A TCP socket listening on 0.0.0.0:port inside the sandbox (what execd's ``:44772`` is
+        there), owned by the caller: it keeps the namespace alive until closed. Raises OSError
+        (EADDRINUSE when something inside already listens there)."""
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise OSError(22, "invalid port %r" % (port,))
+        if self.netns_fd is not None:
+            from .holder import setns_function
+
+            setns = setns_function()
+            setns(self.netns_fd, CLONE_NEWNET)
+            try:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            finally:
+                setns(own_netns_fd(), CLONE_NEWNET)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("0.0.0.0", port))  # the socket's own namespace: the sandbox's
+                s.listen(128)
+            except BaseException:
+                s.close()
+                raise
+            return s
+        if self.agent is not None:
+            reply, fds = self.agent({"op": "listen", "port": port})
+            if not fds:
+                raise OSError(int((reply or {}).get("errno") or 98), str((reply or {}).get("error") or "cannot listen"))
+            for extra in fds[1:]:
+                os.close(extra)
+            return socket.socket(fileno=fds[0])
+        s = self._connect_helper(port, None, listen=True)
+        s.settimeout(None)
+        return s
+
+    def _connect_helper(self, port: int, timeout: float | None, listen: bool = False) -> socket.socket:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", CONNECT_PY, str(self.pid), str(port),
-                                     str(timeout if timeout is not None else 30.0), str(b.fileno())],
+                                     str(timeout if timeout is not None else 30.0), str(b.fileno())]
+                                    + (["listen"] if listen else []),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     pass_fds=(b.fileno(),), close_fds=True)
             b.close()

@@ -547,6 +547,21 @@ class SandboxRuntime:
             raise ConnectionRefusedError(111, "the sandbox is not running")
         return socket.create_connection(("127.0.0.1", port), timeout=timeout)
 
+    def listen(self, port: int) -> socket.socket:
+        """A TCP socket listening on 0.0.0.0:port inside the sandbox's own network namespace (the
+        mock's in-process execd listens on 44772 there too: execd/inside.py). Only for a running
+        sandbox with a network namespace; never starts its PID 1. Raises OSError (ENOTSUP without a
+        namespace of its own, ECONNREFUSED when it is not running, EADDRINUSE)."""
+        with self._lock:
+            holder = None if self.terminated else self._holder
+            net = holder.net if holder is not None else None
+            netns_wanted = self._netns
+        if net is None:
+            raise OSError(errno.ENOTSUP if not netns_wanted else errno.ECONNREFUSED,
+                          "the sandbox has no network namespace of its own" if not netns_wanted
+                          else "the sandbox is not running")
+        return net.listen(port)
+
     def start_entrypoint(self, argv: Sequence[str], *, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
         """Run the sandbox entrypoint (exec form, no shell), like the container's main process. With a
         PID namespace it is the child of the sandbox's PID 1, and the returned process exits with its

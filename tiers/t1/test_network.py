@@ -366,3 +366,41 @@ def _comm(pid: int) -> str:
             return fh.read().strip()
     except OSError:
         return ""
+
+
+def _netns_of_my_sockets() -> set[str]:
+    """The network namespace of every socket this process holds (SIOCGSKNS)."""
+    import fcntl
+
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink("/proc/self/fd/" + fd).startswith("socket:"):
+                continue
+            ns = fcntl.ioctl(int(fd), 0x894C, 0)  # SIOCGSKNS: an fd of the socket's network namespace
+        except OSError:
+            continue
+        try:
+            out.add(os.readlink("/proc/self/fd/%d" % ns))
+        finally:
+            os.close(ns)
+    return out
+
+
+def test_mock_execd_listens_inside_and_the_listener_dies_with_the_sandbox(mock):
+    """The mock's own execd is at 127.0.0.1:44772 inside too (execd/inside.py, fixture 22 connect_host);
+    after a delete no accept thread and no socket of the mock in the sandbox's namespace is left."""
+    m = mock()
+    sids = [m.create(), m.create()]
+    nets = set()
+    for sid in sids:
+        assert m.run(sid, CONNECT % ("127.0.0.1", 44772)) == "CONNECTED"
+        nets.add(os.readlink("/proc/%d/ns/net" % m.osb.sandboxes[sid].runtime._holder.pid))
+    if os.geteuid() == 0:
+        assert nets <= _netns_of_my_sockets()
+    assert len([t for t in threading.enumerate() if t.name.startswith("execd-inside")]) >= 2
+    for sid in sids:
+        assert m.api("DELETE", "/v1/sandboxes/" + sid)[0] == 204
+    assert _gone(nets, set(), set()) == []
+    assert not nets & _netns_of_my_sockets()
+    assert not [t for t in threading.enumerate() if t.name.startswith("execd-inside")]

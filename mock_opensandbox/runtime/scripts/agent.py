@@ -12,6 +12,8 @@
 #   ID ping               -> ID ok=1 pid=<pid inside>
 #   ID connect port=P     -> ID ok=1 + fd (TCP to 127.0.0.1:P in the sandbox's network namespace)
 #                            or ID ok=0 errno=E
+#   ID listen port=P      -> ID ok=1 + fd (TCP listening on 0.0.0.0:P in the sandbox's network namespace,
+#                            like execd's `:44772`) or ID ok=0 errno=E
 # Once running it sends `0 hello pid=<pid inside>`; it exits when the mock closes the channel. Run as
 # `python3 -IS -c SOURCE` with the channel as stdin, it answers one request and exits (no hello needed).
 # `_socket` and no json: every import costs resident memory in every idle sandbox.
@@ -62,6 +64,22 @@ def serve(fd, once):
                 s.settimeout(float(args.get("timeout", "5")))
                 s.connect((args.get("host", "127.0.0.1"), port))
                 s.setblocking(True)  # the receiver shares this open file: hand it over blocking
+                send("%s ok=1" % rid, s.fileno())
+            except OSError as e:
+                send("%s ok=0 errno=%d" % (rid, e.errno or 5))
+            except (TypeError, ValueError, OverflowError):
+                send("%s ok=0 errno=22" % rid)
+            finally:
+                if s is not None:
+                    s.close()
+        elif op == "listen":
+            s = None
+            try:
+                port = int(args.get("port", ""))
+                s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+                s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+                s.bind(("0.0.0.0", port))
+                s.listen(int(args.get("backlog", "128")))
                 send("%s ok=1" % rid, s.fileno())
             except OSError as e:
                 send("%s ok=0 errno=%d" % (rid, e.errno or 5))
