@@ -1,5 +1,5 @@
 """Run groups of tiers as concurrent pytest processes (``make test``): most tests wait on sockets and
-subprocesses, so two groups on this 2-core machine take little more than the longest one.
+subprocesses, so a few groups on this 2-core machine take little more than the longest one.
 
     python tiers/run_tiers.py "tiers/t1" "tiers/t0 tiers/t2 tiers/t3 tiers/t4" [-- extra pytest args]
 
