@@ -43,6 +43,7 @@ HOLDER_READY_TIMEOUT = 15.0
 BOOTSTRAP_PATH = "/opt/opensandbox/bootstrap.sh"  # the server's container: /opt/opensandbox/bootstrap.sh
 AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # view.py: which inherited fd becomes PID 1's fd 3 (the agent's channel)
 AGENT_PY_ENV = "OSB_MOCK_AGENT_PY"  # view.py: the Python interpreter it binds at /opt/opensandbox/execd
+AGENT_IDLE = "idle"  # AGENT_FD_ENV's value for an idle execd placeholder (no channel): view.py IDLE
 PR_SET_PDEATHSIG = 1
 
 _setns_fn: Any = None
@@ -204,13 +205,16 @@ class Holder:
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
               net: bool = False, volumes: str = "", join: Callable[[], None] | None = None,
               view_env: Mapping[str, str] | None = None, agent_fd: int | None = None,
-              agent_python: str | None = None, execd: bool = False) -> tuple["Holder | None", str]:
+              agent_python: str | None = None, execd: bool = False,
+              idle_execd: str | None = None) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up and PID 1 (bootstrap.sh) has
         started execd (when ``execd``) and the entrypoint, both exec'd. join: a preexec step run
         before the exec (the sandbox's cgroups); view_env: variables only view.py reads (it removes
         them before PID 1 runs). ``agent_fd`` (the agent's end of its channel) becomes fd 3 of PID 1
         and ``agent_python`` is bound at /opt/opensandbox/execd (the agent says hello on its channel
-        a moment later: AgentChannel waits for that on its first call). (holder, "") or (None, why)."""
+        a moment later: AgentChannel waits for that on its first call). ``idle_execd``: instead, a host
+        binary bound there that only blocks (root: nothing needs a resident agent). (holder, "") or
+        (None, why)."""
         try:
             write_bootstrap(root)
         except OSError as exc:
@@ -220,6 +224,9 @@ class Holder:
         if agent_fd is not None and agent_python:
             safe_env[AGENT_FD_ENV] = str(agent_fd)
             safe_env[AGENT_PY_ENV] = agent_python
+        elif idle_execd:
+            safe_env[AGENT_FD_ENV] = AGENT_IDLE
+            safe_env[AGENT_PY_ENV] = idle_execd
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
         # open before the holder starts, so its open for writing never blocks
         tmp = tempfile.gettempdir()

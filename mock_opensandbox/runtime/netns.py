@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 CLONE_NEWNET = 0x40000000
@@ -176,14 +177,18 @@ class SandboxNet:
         self.netns_fd: int | None = None
         self.stack: subprocess.Popen | None = None
         self._exit_w: int | None = None
+        self._pending: tuple[int, Any, float] | None = None  # (ready fd, log, deadline) until await_stack()
+        self._pending_lock = threading.Lock()
         self.note = ""                        # why outbound traffic is not available ("" = it is)
         if mode == "direct":
             self.netns_fd = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY | os.O_CLOEXEC)
             own_netns_fd()
 
     # -- outbound ------------------------------------------------------------------------------
-    def start_stack(self) -> str:
-        """Start slirp4netns for this namespace; "" when eth0 is up, else the reason it is not."""
+    def start_stack(self, wait: bool = True) -> str:
+        """Start slirp4netns for this namespace; "" when eth0 is up, else the reason it is not.
+        wait=False: return once it is started (""), and await_stack() waits for its ready fd later
+        (a sandbox uses eth0 only from a command: SandboxRuntime.spawn awaits it first)."""
         global _stack_failure
         name, path = find_stack()
         if not name:
@@ -210,42 +215,70 @@ class SandboxNet:
             finally:
                 os.close(ready_w)
                 os.close(exit_r)
-            import select
-
-            ok = False
-            ready, _, _ = select.select([ready_r], [], [], STACK_READY_TIMEOUT)
-            if ready:
-                ok = os.read(ready_r, 16).startswith(b"1")
         except OSError as exc:
+            os.close(ready_r)
             os.close(exit_w)
             log.close()
             self.note = "no outbound network (slirp4netns: %s)" % exc
             _stack_failure = self.note
             return self.note
-        finally:
-            os.close(ready_r)
         self.stack, self._exit_w = proc, exit_w
-        if not ok:
-            err = b""
-            os.close(exit_w)
-            self._exit_w, self.stack = None, None
+        self._pending = (ready_r, log, time.monotonic() + STACK_READY_TIMEOUT)
+        return self.await_stack() if wait else ""
+
+    @property
+    def stack_pending(self) -> bool:
+        """slirp4netns was started and await_stack() has not waited for it yet."""
+        return self._pending is not None
+
+    def await_stack(self) -> str:
+        """Wait (bounded) for a started slirp4netns's ready fd; "" when eth0 is up, else why not.
+        Thread-safe; at once when nothing is pending."""
+        global _stack_failure
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                return self.note
+            ready_r, log, deadline = pending
+            ok = False
             try:
-                proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-            try:
-                log.seek(0)
-                err = log.read(4096)
-            except (OSError, ValueError):
-                pass
-            why = "; ".join(err.decode("utf-8", "replace").strip().splitlines()) or "not ready"
-            self.note = "no outbound network (slirp4netns: %s)" % why[:160]
-        log.close()
-        _stack_failure = self.note
-        return self.note
+                import select
+
+                ready, _, _ = select.select([ready_r], [], [], max(0.0, deadline - time.monotonic()))
+                if ready:
+                    ok = os.read(ready_r, 16).startswith(b"1")
+            except OSError:
+                ok = False
+            finally:
+                os.close(ready_r)
+            proc = self.stack
+            if not ok and proc is not None:
+                err = b""
+                if self._exit_w is not None:
+                    os.close(self._exit_w)
+                self._exit_w, self.stack = None, None
+                try:
+                    proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+                try:
+                    log.seek(0)
+                    err = log.read(4096)
+                except (OSError, ValueError):
+                    pass
+                why = "; ".join(err.decode("utf-8", "replace").strip().splitlines()) or "not ready"
+                self.note = "no outbound network (slirp4netns: %s)" % why[:160]
+            log.close()
+            _stack_failure = self.note
+            return self.note
 
     def stop_stack(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:  # never awaited: drop its ready fd and log
+            os.close(pending[0])
+            pending[1].close()
         proc, self.stack = self.stack, None
         if self._exit_w is not None:
             try:
