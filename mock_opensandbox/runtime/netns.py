@@ -16,8 +16,8 @@ docker-proxy, and other ports are reached through execd's ``/proxy/<port>``. Her
   one: ``agent_call({"op": "connect", "port": N}) -> (reply, fds)``);
 * ``slirp4netns --configure --disable-host-loopback --cidr 172.17.0.0/16 PID eth0`` gives the
   namespace ``eth0`` and a default route; the host's loopback stays unreachable. It dies with the
-  sandbox (``--exit-fd``: the mock holds the other end) and with the mock (PR_SET_PDEATHSIG, forked
-  by the lifeline thread).
+  sandbox (``--exit-fd``: the mock holds the other end, close-on-exec) and with the mock (the
+  kernel closes that end when the mock dies, however it dies).
 
 Standard library only.
 """
@@ -134,12 +134,6 @@ def holder_env(hostname: str, with_stack: bool) -> dict[str, str]:
     return {ENV_HOSTS: hosts_file(hostname, GUEST_IP if with_stack else None), ENV_RESOLV: resolv_conf()}
 
 
-def _die_with_lifeline() -> Callable[[], None]:
-    from .holder import _die_with_parent
-
-    return _die_with_parent(os.getpid())
-
-
 # The non-root connector: enter the sandbox's user and network namespaces (a fresh single-threaded
 # process may), connect to 127.0.0.1:PORT and pass the socket back over the inherited fd (SCM_RIGHTS).
 CONNECT_PY = r"""
@@ -194,24 +188,24 @@ class SandboxNet:
         if not name:
             self.note = no_outbound_note()
             return self.note
-        from .holder import lifeline_call
-
         ready_r, ready_w = os.pipe()
         exit_r, exit_w = os.pipe()
         os.set_inheritable(ready_w, True)
         os.set_inheritable(exit_r, True)
         cmd = [path, "--configure", "--mtu=%d" % MTU, "--disable-host-loopback", "--cidr=" + CIDR,
                "--ready-fd=%d" % ready_w, "--exit-fd=%d" % exit_r, str(self.pid), IFNAME]
-        preexec = _die_with_lifeline()
         proc = None
         import tempfile
 
         log = tempfile.TemporaryFile()  # its messages (a pipe nobody reads could fill and block it)
         try:
             try:
-                proc = lifeline_call(lambda: subprocess.Popen(
+                # no preexec_fn (PR_SET_PDEATHSIG): it would force a full fork of the mock (~5 ms)
+                # where Popen otherwise uses vfork; --exit-fd ends it with the mock just as well, as
+                # the kernel closes exit_w (close-on-exec, the mock's only) when the mock dies
+                proc = subprocess.Popen(
                     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                    pass_fds=(ready_w, exit_r), start_new_session=True, preexec_fn=preexec))
+                    pass_fds=(ready_w, exit_r), start_new_session=True)
             finally:
                 os.close(ready_w)
                 os.close(exit_r)
