@@ -51,6 +51,23 @@ def _sandbox_pty(pid1: int) -> tuple[int, int]:
     return master, slave
 
 
+_pdeathsig_ok: dict[str, bool] = {}
+
+
+def _setpriv_pdeathsig(setpriv: str) -> bool:
+    """Does this setpriv have --pdeathsig (util-linux >= 2.33)? Asked once per binary."""
+    ok = _pdeathsig_ok.get(setpriv)
+    if ok is None:
+        try:
+            out = subprocess.run([setpriv, "--help"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, timeout=10).stdout
+            ok = b"--pdeathsig" in out
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        _pdeathsig_ok[setpriv] = ok
+    return ok
+
+
 _netns_lock = threading.Lock()
 _netns_result: tuple[bool, str] | None = None
 
@@ -207,6 +224,16 @@ class SandboxRuntime:
         if prefix is None:
             return cmd, cg.join_preexec(), contextlib.nullcontext()
         return prefix + cmd, None, contextlib.nullcontext()
+
+    def _holder_join(self) -> dict[str, Any]:
+        """How PID 1 joins the cgroup and gets PR_SET_PDEATHSIG (Holder.start): without a preexec_fn
+        where setpriv can set the signal (util-linux >= 2.33) and the join is per thread (v1, or no
+        cgroup), so the fork is a vfork; else the preexec_fn (a full fork of the mock)."""
+        cg = self.cgroup
+        if _setpriv_pdeathsig(self._setpriv) and (cg is None or cg.thread_join):
+            return {"pdeathsig_argv": [self._setpriv, "--pdeathsig", "KILL", "--"],
+                    "joining": cg.thread_inside() if cg is not None else None}
+        return {"join": cg.join_preexec() if cg is not None else None}
 
     def _view_env(self) -> dict[str, str]:
         return {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
@@ -489,9 +516,8 @@ class SandboxRuntime:
             holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
                                        implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
                                        volumes=self.volumes, agent_fd=agent_fd, agent_python=python,
-                                       execd=execd is not None, idle_execd=idle,
-                                       join=self.cgroup.join_preexec() if self.cgroup is not None else None,
-                                       view_env=self._view_env())
+                                       execd=execd is not None, idle_execd=idle, view_env=self._view_env(),
+                                       **self._holder_join())
         finally:
             if agent_fd is not None:
                 os.close(agent_fd)
