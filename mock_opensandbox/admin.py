@@ -30,8 +30,6 @@ import hmac
 import json
 import os
 import secrets
-import select
-import socket
 import threading
 import time
 from datetime import datetime, timezone
@@ -40,21 +38,13 @@ from typing import Any, Callable
 from .faults import FaultError, FaultRegistry
 from .httpcore import Request, host_allowed
 from .journal import Journal
+from .relay import client_gone
 
 PREFIX = "/__mock__"
 COOKIE = "osb_mock_session"
 EVENT_THROTTLE = 0.25        # the event stream sends at most one state document per this many seconds
 EVENT_KEEPALIVE = 15.0
 LIGHT_REQUESTS = 200         # journal entries in a state document
-
-
-def _client_gone(sock: Any) -> bool:
-    """True when the peer closed its side (readable with nothing to read) or the socket broke."""
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
-        return True
 
 
 def _error(req: Request, status: int, code: str, message: str) -> None:
@@ -492,9 +482,9 @@ class AdminAPI:
                     last_send = now
                 seq = self.journal.seq
                 for _ in range(4):                       # a request arrived, or a second passed
-                    if self.journal.wait_for(seq, 0.25) or _client_gone(h.connection):
+                    if self.journal.wait_for(seq, 0.25) or client_gone(h.connection):
                         break
-                if _client_gone(h.connection):           # the page went away: end now, not at the next change
+                if client_gone(h.connection):           # the page went away: end now, not at the next change
                     break
                 time.sleep(EVENT_THROTTLE)
         except (OSError, ValueError):

@@ -47,7 +47,6 @@ import json
 import os
 import random
 import re
-import select
 import socket
 import struct
 import sys
@@ -56,6 +55,8 @@ import time
 from collections import deque
 from http import HTTPStatus
 from typing import Any, Callable, Iterable
+
+from .relay import client_gone
 
 __all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_rule", "inject",
            "proxy_error_page"]
@@ -446,16 +447,6 @@ def proxy_error_page(status: int, extra: str = "") -> str:
             "<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n" % (title, title, extra))
 
 
-def _client_gone(sock: socket.socket) -> bool:
-    try:
-        r, _, _ = select.select([sock], [], [], 0)
-        if not r:
-            return False
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
-        return True
-
-
 def _reset(handler: Any) -> None:
     """Abort the connection with a TCP RST (SO_LINGER 0, then close the descriptor at once). The
     socket object is detached first, so the handler's later clean-up never touches a reused fd."""
@@ -597,7 +588,7 @@ class Injection:
         if kind == "stall":
             self._drain()
             while not self.registry.closed.wait(0.05):
-                if _client_gone(h.connection):
+                if client_gone(h.connection):
                     break
             _fin(h)
             self.done = True

@@ -2,50 +2,54 @@
 
 /health, /version, /v1/sandboxes... (also served without /v1), the server-side proxy
 /v1/sandboxes/{id}/proxy/{port}/{path}, and the unimplemented snapshot/template/egress routes.
-Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the recordings show.
+Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the recordings show
+(pydantic_lite.py, validation.py); the proxy itself is revproxy.py, the diagnostics text diagnostics.py.
 """
 from __future__ import annotations
 
 import email.utils
 import hmac
-import http.client
 import json
 import re
 import socket
 import sys
 import traceback
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterator
+from datetime import datetime
+from typing import Any
 from urllib.parse import parse_qsl
 
+from . import diagnostics
+from . import pydantic_lite as P
 from . import quirks
 from . import validation as V
 from .admin import serve_faults
+from .diagnostics import EXTENSIONS_PREFIX
 from .faults import FaultRegistry
-from .httpcore import OBSERVERS, App, Handler, Request, Router, host_allowed, new_request_id
-from .model import SandboxStore, docker_ts, format_ts, validate_metadata
+from .httpcore import App, Handler, Request, Router, host_allowed, new_request_id
+from .model import SandboxStore, format_ts, validate_metadata
 from .quirks import MockError
+from .revproxy import BackendError, forward
 
 
-# FastAPI/pydantic validation and the server's pre-provisioning checks live in validation.py; these names
-# stay importable from here.
-ValidationFailed = V.ValidationFailed
-_err = V._err
+# FastAPI/pydantic validation lives in pydantic_lite.py, the server's models and pre-provisioning checks
+# in validation.py; these names stay importable from here.
+ValidationFailed = P.ValidationFailed
+_err = P._err
 
 
 def _int(value: Any, loc: list, errors: list) -> int | None:
-    out = V.to_int(value, loc, errors)
-    return None if out is V._MISSING else out
+    out = P.to_int(value, loc, errors)
+    return None if out is P._MISSING else out
 
 
 def _bool(value: Any, loc: list, errors: list) -> bool | None:
-    out = V.to_bool(value, loc, errors)
-    return None if out is V._MISSING else out
+    out = P.to_bool(value, loc, errors)
+    return None if out is P._MISSING else out
 
 
 def parse_datetime(value: Any, loc: list, errors: list) -> datetime | None:
-    out = V.to_datetime(value, loc, errors)
-    return None if out is V._MISSING else out
+    out = P.to_datetime(value, loc, errors)
+    return None if out is P._MISSING else out
 
 
 def _q_last(req: Request, name: str) -> str | None:
@@ -56,223 +60,16 @@ def _q_last(req: Request, name: str) -> str | None:
 
 def validate_create(body: Any) -> dict[str, Any]:
     """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
-    return V.validate_body(V.CreateSandboxRequest, body)
+    return P.validate_body(V.CreateSandboxRequest, body)
 
 
-def _body(req: Request, spec: V.Spec, *, required: bool = True) -> Any:
-    return V.validate_body(spec, V.decode_body(req.body, req.headers.get("Content-Type")), required=required)
-
-
-# =====================================================================================================
-# reverse proxy (server api/proxy.py): any method, filtered headers, streamed body and response
-# =====================================================================================================
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-              "transfer-encoding", "upgrade"}
-SENSITIVE = {"authorization", "cookie", "open-sandbox-api-key", "opensandbox-secure-access"}
-FORWARDED = {"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-port", "x-forwarded-proto",
-             "x-real-ip"}
-
-
-class _BodyReader:
-    """File-like view of the first ``n`` bytes of the client's body stream (for http.client)."""
-
-    def __init__(self, rfile: Any, n: int):
-        self._f, self._left = rfile, n
-
-    def read(self, size: int = -1) -> bytes:
-        if self._left <= 0:
-            return b""
-        size = self._left if size is None or size < 0 else min(size, self._left)
-        data = self._f.read(size)
-        self._left -= len(data)
-        if not data:
-            self._left = 0
-        return data
-
-
-def _chunked_body(rfile: Any) -> Iterator[bytes]:
-    while True:
-        line = rfile.readline(65537)
-        if not line:
-            return
-        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            while rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                pass
-            return
-        yield rfile.read(size)
-        rfile.readline(3)
-
-
-class BackendError(Exception):
-    """The backend (execd or a sandbox app) failed after the connection was made."""
-
-
-def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, str] | None = None,
-            client_facing: bool = True, on_connect_error: Callable[[Exception], None] | None = None,
-            location_prefix: str | None = None, connect: Callable[[], socket.socket] | None = None) -> None:
-    """Forward ``req`` to ``http://<target>/<rest>?<query>`` and stream the answer back.
-
-    ``client_facing`` = the lifecycle server's proxy: strip auth/forwarding headers, add X-Forwarded-*,
-    and answer with uvicorn's headers; otherwise a transparent port mapping (the 8080 listener).
-    ``connect`` opens the backend connection (a port inside the sandbox's network namespace)."""
-    h = req.handler
-    hostport, _, base_path = target.partition("/")
-    host, _, port_s = hostport.rpartition(":")
-    path = "/" + base_path.rstrip("/") if base_path else ""
-    rest = rest.lstrip("/")
-    if rest:
-        path += "/" + rest
-    path = path or "/"
-    query = req.raw_path.partition("?")[2]
-    if query:
-        path += "?" + query
-    conn_tokens = {t.strip().lower() for t in (req.headers.get("Connection") or "").split(",") if t.strip()}
-    headers: list[tuple[str, str]] = []
-    for k, v in req.headers.items():
-        kl = k.lower()
-        if kl in ("host", "content-length") or kl in HOP_BY_HOP or kl in conn_tokens:
-            continue
-        if client_facing and (kl in SENSITIVE or kl in FORWARDED):
-            continue
-        headers.append((k, v))
-    for k, v in (extra_headers or {}).items():
-        headers = [(a, b) for a, b in headers if a.lower() != k.lower()]
-        headers.append((k, v))
-    if client_facing:
-        headers.append(("X-Forwarded-Proto", "http"))
-        if req.headers.get("Host"):
-            headers.append(("X-Forwarded-Host", req.headers["Host"]))
-        headers.append(("X-Forwarded-For", h.client_address[0]))
-    body: Any = None
-    chunked = False
-    if req._body is not None:
-        body = req._body
-        headers.append(("Content-Length", str(len(body))))
-    elif "chunked" in (req.headers.get("Transfer-Encoding") or "").lower():
-        body, chunked = _chunked_body(h.rfile), True
-        headers.append(("Transfer-Encoding", "chunked"))
-        req._body = b""
-    else:
-        n = int(req.headers.get("Content-Length") or 0)
-        if n > 0:
-            body = _BodyReader(h.rfile, n)
-            headers.append(("Content-Length", str(n)))
-        elif req.method in ("POST", "PUT", "PATCH"):
-            headers.append(("Content-Length", "0"))
-        req._body = b""
-    conn = http.client.HTTPConnection(host, int(port_s), timeout=10)
-    try:
-        try:
-            if connect is not None:
-                conn.sock = connect()
-            else:
-                conn.connect()
-        except OSError as e:
-            if on_connect_error is None:
-                raise
-            on_connect_error(e)
-            return
-        conn.sock.settimeout(None)
-        try:
-            conn.putrequest(req.method, path, skip_host=True, skip_accept_encoding=True)
-            # a published port (not client_facing) is transparent: the app sees the client's Host
-            conn.putheader("Host", req.headers.get("Host") or hostport if not client_facing else hostport)
-            for k, v in headers:
-                conn.putheader(k, v)
-            conn.endheaders()
-            if body is not None:
-                if isinstance(body, (bytes, bytearray)):
-                    conn.send(body)
-                elif chunked:
-                    for chunk in body:
-                        if chunk:
-                            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    conn.send(b"0\r\n\r\n")
-                else:
-                    while True:
-                        data = body.read(65536)
-                        if not data:
-                            break
-                        conn.send(data)
-            resp = conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            raise BackendError(str(e)) from e
-        _relay_response(req, resp, client_facing, location_prefix)
-    finally:
-        conn.close()
-
-
-def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing: bool,
-                    location_prefix: str | None) -> None:
-    h = req.handler
-    conn_tokens = {t.strip().lower() for t in (resp.getheader("Connection") or "").split(",") if t.strip()}
-    out: list[tuple[str, str]] = []
-    length: int | None = None
-    for k, v in resp.getheaders():
-        kl = k.lower()
-        if kl in HOP_BY_HOP or kl in conn_tokens:
-            continue
-        if client_facing and kl in ("server", "date"):
-            continue  # uvicorn writes its own (server api/proxy.py SERVER_GENERATED_RESPONSE_HEADERS)
-        if kl == "content-length":
-            try:
-                length = int(v)
-            except ValueError:
-                continue
-        if kl == "location" and location_prefix and v.startswith("/") and not v.startswith("//"):
-            v = location_prefix + v
-        out.append((kl if client_facing else k, v))
-    no_body = req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
-    use_chunked = length is None and not no_body
-    if client_facing:
-        h.send_response(resp.status)  # server: uvicorn + date
-        extra = h.base_headers()
-    else:
-        h.send_response_only(resp.status)
-        extra = {}
-    for k, v in out:
-        h.send_header(k, v)
-    for k, v in extra.items():
-        h.send_header(k, v)
-    if use_chunked:
-        h.send_header("transfer-encoding" if client_facing else "Transfer-Encoding", "chunked")
-    h.end_headers()
-    h.wfile.flush()
-    req.responded = True
-    capture = bool(OBSERVERS)
-    if capture:
-        req.sent_status = resp.status
-        req.sent_headers = dict(out)
-        req.sent_headers.update(extra)
-    if no_body:
-        return
-    while True:
-        try:
-            data = resp.read1(65536)
-        except (OSError, http.client.HTTPException):  # the backend broke off: so does the answer
-            h.close_connection = True
-            return
-        if not data:
-            break
-        if use_chunked:
-            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        else:
-            h.wfile.write(data)
-        h.wfile.flush()
-        if capture:
-            req.sent_body += data
-    if use_chunked:
-        h.wfile.write(b"0\r\n\r\n")
-        h.wfile.flush()
-    elif length is not None and resp.length:  # backend closed early: the client must not wait for more
-        h.close_connection = True
+def _body(req: Request, spec: P.Spec, *, required: bool = True) -> Any:
+    return P.validate_body(spec, P.decode_body(req.body, req.headers.get("Content-Type")), required=required)
 
 
 # =====================================================================================================
 # the application
 # =====================================================================================================
-EXTENSIONS_PREFIX = "opensandbox.extensions."  # server extensions/keys.py: echoed back as labels
 EXEMPT_PREFIXES = ("/health", "/version", "/docs", "/redoc", "/openapi.json")  # server middleware/auth.py
 _PROXY_PATH_RE = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
 
@@ -372,7 +169,7 @@ class LifecycleApp(App):
         except MockError as e:
             if not req.responded:
                 req.send_json(e.status, e.body())
-        except V.DetailError as e:
+        except P.DetailError as e:
             if not req.responded:
                 req.send_json(e.status, {"detail": e.detail})
         except ValidationFailed as e:
@@ -606,12 +403,12 @@ class LifecycleApp(App):
         raw = _q_last(req, name)
         if raw is None:
             return default
-        out = V.Int(ge=ge, le=le).run(raw, ["query", name], errors)
-        return default if out is V._MISSING else out
+        out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
+        return default if out is P._MISSING else out
 
     # -- snapshots (server api/lifecycle.py + services/snapshot_service.py; none are ever kept) -----------
     def snapshot_create(self, req: Request) -> None:
-        V.validate_body(V.CreateSnapshotRequest, V.decode_body(req.body, req.headers.get("Content-Type")),
+        P.validate_body(V.CreateSnapshotRequest, P.decode_body(req.body, req.headers.get("Content-Type")),
                         required=False)
         sb = self.store.get(req.params["sid"])
         if sb.state != "Running":
@@ -664,7 +461,7 @@ class LifecycleApp(App):
 
     # -- egress network policy (server api/network_policy.py): the body, then the sandbox's egress sidecar
     #    on port 18080 through execd's proxy, like every Docker sandbox without a sidecar -----------------
-    def _policy(self, req: Request, spec: V.Spec | None) -> None:
+    def _policy(self, req: Request, spec: P.Spec | None) -> None:
         if spec is not None:
             _body(req, spec)
         sid = req.params["sid"]
@@ -709,32 +506,6 @@ class LifecycleApp(App):
                             supported=", ".join(supported))
         return norm
 
-    @staticmethod
-    def _inline(sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str) -> dict:
-        out: dict[str, Any] = {"sandboxId": sid, "kind": kind, "scope": scope, "delivery": "inline",
-                               "contentType": "text/plain; charset=utf-8", "content": content,
-                               "contentLength": len(content.encode("utf-8")), "truncated": truncated}
-        if scope == "all":
-            out["warnings"] = [warning]
-        return out
-
-    @staticmethod
-    def _limit(content: str, limit: int, keep_tail: bool) -> tuple[str, bool]:
-        lines = content.splitlines(keepends=True)
-        if len(lines) <= limit:
-            return content, False
-        return "".join(lines[-limit:] if keep_tail else lines[:limit]), True
-
-    def _logs_text(self, sb: Any, tail: int, since: str | None = None) -> str:
-        text = sb.log.tail(tail)
-        if since:
-            m = re.fullmatch(r"(\d+)\s*([smhd])", since.strip().lower())
-            secs = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)] if m else 600
-            cutoff = (self.store.clock() - timedelta(seconds=secs)).astimezone(timezone.utc)
-            stamp = cutoff.strftime("%Y-%m-%dT%H:%M:%S")  # Docker's since is whole seconds
-            text = "".join(ln for ln in text.splitlines(keepends=True) if ln[:19] >= stamp)
-        return text or "(no logs)"
-
     def diag_logs(self, req: Request) -> None:
         errors: list = []
         tail = self._q_int(req, "tail", 100, errors, ge=1, le=10000)
@@ -743,10 +514,12 @@ class LifecycleApp(App):
         scope = self._scope(req, "logs", ("container", "all"))
         sid = req.params["sid"]
         if scope is not None:
-            content, truncated = self._limit(self._logs_text(self.store.get(sid), 101), 100, True)
-            req.send_json(200, self._inline(sid, "logs", scope, content, truncated, quirks.DIAG_LOGS_ALL_WARNING))
+            text = diagnostics.logs_text(self.store.get(sid), 101, now=self.store.clock())
+            content, truncated = diagnostics.limit_lines(text, 100, True)
+            req.send_json(200, diagnostics.inline(sid, "logs", scope, content, truncated,
+                                                  quirks.DIAG_LOGS_ALL_WARNING))
             return
-        text = self._logs_text(self.store.get(sid), tail, _q_last(req, "since"))
+        text = diagnostics.logs_text(self.store.get(sid), tail, _q_last(req, "since"), now=self.store.clock())
         req.send_text(200, text, "text/plain; charset=utf-8", headers={"deprecation": "true"})
 
     def diag_events(self, req: Request) -> None:
@@ -757,16 +530,17 @@ class LifecycleApp(App):
         scope = self._scope(req, "events", ("runtime", "all"))
         sid = req.params["sid"]
         if scope is not None:
-            content, truncated = self._limit(self._events_text(self.store.get(sid)), 50, False)
-            req.send_json(200, self._inline(sid, "events", scope, content, truncated,
-                                            quirks.DIAG_EVENTS_ALL_WARNING))
+            content, truncated = diagnostics.limit_lines(diagnostics.events_text(self.store.get(sid)), 50, False)
+            req.send_json(200, diagnostics.inline(sid, "events", scope, content, truncated,
+                                                  quirks.DIAG_EVENTS_ALL_WARNING))
             return
         del limit  # only bounds Docker health-check entries, which a mock sandbox has none of
-        req.send_text(200, self._events_text(self.store.get(sid)), "text/plain; charset=utf-8",
+        req.send_text(200, diagnostics.events_text(self.store.get(sid)), "text/plain; charset=utf-8",
                       headers={"deprecation": "true"})
 
     def diag_inspect(self, req: Request) -> None:
-        req.send_text(200, self._inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8")
+        req.send_text(200, diagnostics.inspect_text(self.store.get(req.params["sid"])),
+                      "text/plain; charset=utf-8")
 
     def diag_summary(self, req: Request) -> None:
         errors: list = []
@@ -775,75 +549,8 @@ class LifecycleApp(App):
         if errors:
             raise ValidationFailed(errors)
         sid = req.params["sid"]
-        sb = self.store.get(sid)
-        bar, sub = "=" * 72, "-" * 40
-        parts = [bar, "SANDBOX DIAGNOSTICS SUMMARY", "Sandbox ID: %s" % sid, bar,
-                 "", sub, "INSPECT", sub, self._inspect_text(sb),
-                 "", sub, "EVENTS", sub, self._events_text(sb),
-                 "", sub, "LOGS (last %d lines)" % tail, sub, self._logs_text(sb, tail)]
-        req.send_text(200, "\n".join(parts) + "\n", "text/plain; charset=utf-8")
-
-    @staticmethod
-    def _docker_state(sb: Any) -> dict[str, Any]:
-        with sb.lock:
-            exited, paused = sb.exit_code is not None, sb.paused
-            started = docker_ts(sb.started_at)
-            finished = docker_ts(sb.finished_at) if exited and sb.finished_at else "0001-01-01T00:00:00Z"
-            return {"Status": "exited" if exited else ("paused" if paused else "running"),
-                    "Running": not exited, "Paused": paused and not exited,
-                    "ExitCode": sb.exit_code if exited else 0, "StartedAt": started, "FinishedAt": finished,
-                    "Created": started}
-
-    def _events_text(self, sb: Any) -> str:
-        st = self._docker_state(sb)
-        lines = ["Container:  %s (sandbox-%s)" % (sb.container_id[:12], sb.id), "Status:     %s" % st["Status"],
-                 "Created:    %s" % st["Created"], "Started:    %s" % st["StartedAt"]]
-        if st["FinishedAt"] != "0001-01-01T00:00:00Z":
-            lines.append("Finished:   %s" % st["FinishedAt"])
-        if st["ExitCode"]:
-            lines.append("Event:      Exited with code %d" % st["ExitCode"])
-        return "\n".join(lines)
-
-    def _labels(self, sb: Any) -> dict[str, str]:
-        labels = dict(sb.metadata or {})
-        labels["opensandbox.io/id"] = sb.id
-        if sb.expires_at is None:
-            labels["opensandbox.io/manual-cleanup"] = "true"
-        else:
-            labels["opensandbox.io/expires-at"] = sb.expires_at.isoformat()
-        if sb.platform:
-            labels["opensandbox.io/platform-os"] = sb.platform["os"]
-            labels["opensandbox.io/platform-arch"] = sb.platform["arch"]
-        for k, v in (sb.extensions or {}).items():
-            labels["opensandbox.io/extensions." + k[len(EXTENSIONS_PREFIX):]] = v
-        if sb.execd_port:
-            labels["opensandbox.io/embedding-proxy-port"] = str(sb.execd_port)
-        return labels
-
-    def _inspect_text(self, sb: Any) -> str:
-        st = self._docker_state(sb)
-        lines = ["Container ID:   %s" % sb.container_id[:12], "Name:           sandbox-%s" % sb.id,
-                 "Image:          %s" % sb.image["uri"], "Status:         %s" % st["Status"],
-                 "Running:        %s" % st["Running"], "Paused:         %s" % st["Paused"],
-                 "OOMKilled:      False", "Exit Code:      %s" % st["ExitCode"],
-                 "Started At:     %s" % st["StartedAt"], "Finished At:    %s" % st["FinishedAt"],
-                 "", "Resources:"]
-        nano, mem = (sb.limits or {}).get("cpu"), (sb.limits or {}).get("memory")
-        if nano:
-            lines.append("  CPU:          %.2f cores" % (nano / 1e9))
-        if mem:
-            lines.append("  Memory:       %d MiB" % (mem // (1024 * 1024)))
-        lines += ["", "Network:", "  bridge: 127.0.0.1"]
-        if sb.execd_port:
-            lines += ["", "Ports:", "  44772/tcp -> 127.0.0.1:%d" % sb.execd_port]
-        lines += ["", "Labels:"] + ["  %s=%s" % kv for kv in sorted(self._labels(sb).items())]
-        env = ["%s=%s" % kv for kv in (sb.env or {}).items()] + ["OPENSANDBOX_ID=%s" % sb.id]
-        lines += ["", "Environment:"]
-        for entry in env:
-            key = entry.split("=", 1)[0]
-            masked = any(w in key.upper() for w in ("SECRET", "TOKEN", "PASSWORD", "KEY"))
-            lines.append("  %s=***" % key if masked else "  %s" % entry)
-        return "\n".join(lines)
+        req.send_text(200, diagnostics.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()),
+                      "text/plain; charset=utf-8")
 
 
 class LifecycleHandler(Handler):
@@ -863,40 +570,3 @@ class LifecycleHandler(Handler):
         if timestamp is None:
             timestamp = self.server.app.store.clock().timestamp()
         return email.utils.formatdate(timestamp, usegmt=True)
-
-
-class PortForwardApp(App):
-    """The per-sandbox listener standing in for Docker's published container port 8080: forwards
-    everything to the sandbox's port 8080 (``connect``: into its network namespace; with the host
-    network, through execd's /proxy/8080 route)."""
-
-    fault_listener = "port"
-
-    def __init__(self, target: Callable[[], tuple[str, dict[str, str]]], verbose: bool = False, *,
-                 faults: Any = None, sandbox_id: str | None = None, journal: Any = None,
-                 connect: Callable[[], socket.socket] | None = None):
-        self.target = target
-        self.connect = connect  # the sandbox's own port 8080 (its network namespace), else target's address
-        self.verbose = verbose
-        self.faults, self.sandbox_id, self.journal = faults, sandbox_id, journal
-
-
-class PortForwardHandler(Handler):
-    flavor = "gin"
-
-    def dispatch(self, req: Request) -> None:
-        app: PortForwardApp = self.server.app
-        try:
-            target, headers = app.target()
-        except Exception:
-            self.close_connection = True
-            return
-
-        def refused(e: Exception) -> None:
-            self.close_connection = True  # like a published port with nothing behind it: the connection drops
-
-        try:
-            forward(req, target, req.raw_path.partition("?")[0], extra_headers=headers, client_facing=False,
-                    on_connect_error=refused, connect=app.connect)
-        except BackendError:
-            self.close_connection = True

@@ -36,13 +36,13 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
+from . import relay
 from .admin import AdminAPI, AdminLayer, WorkbenchMixin
 from .faults import FAULT_ARG_HELP, FaultRegistry, add_cli_rules
 from .httpcore import OBSERVERS, App, Handler, Request, Server, host_allowed
 from .journal import SECRET_HEADERS, Journal, scrub_text
 
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-              "proxy-authenticate", "proxy-authorization"}
+HOP_BY_HOP = relay.HOP_BY_HOP  # this proxy's policy: every hop-by-hop header, proxy-connection included
 _CREATE_RE = re.compile(r"^(?:/v1)?/sandboxes/?$")
 _SANDBOX_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/?$")
 _ENDPOINT_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/endpoints/(\d+)/?$")
@@ -189,7 +189,7 @@ class _Forwarder:
             path = proxy.upstream_prefix + path
         hostport = "%s:%d" % (host, port)
         upgrade = (req.headers.get("Upgrade") or "").lower() == "websocket"
-        conn_tokens = {t.strip().lower() for t in (req.headers.get("Connection") or "").split(",") if t.strip()}
+        conn_tokens = relay.connection_tokens([req.headers.get("Connection")])
         headers: list[tuple[str, str]] = [("Host", hostport)]
         for k, v in req.headers.items():
             kl = k.lower()
@@ -258,7 +258,7 @@ class _Forwarder:
         proxy = self.proxy
         m_ep = _ENDPOINT_RE.match(req.path) if lifecycle else None
         raw_headers = resp.getheaders()
-        conn_tokens = {t.strip().lower() for t in (resp.getheader("Connection") or "").split(",") if t.strip()}
+        conn_tokens = relay.connection_tokens([resp.getheader("Connection")])
         out = [(k, v) for k, v in raw_headers if k.lower() not in HOP_BY_HOP and k.lower() not in conn_tokens]
         no_body = req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
         length = resp.getheader("Content-Length")

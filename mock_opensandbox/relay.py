@@ -10,15 +10,18 @@
   connection).
 * ``HOP_BY_HOP`` and ``connection_tokens()``: the headers a reverse proxy never forwards (RFC 9110
   7.6.1, as Go's httputil.ReverseProxy and the server's proxy drop them), for the HTTP-level
-  proxies (lifecycle.py's server proxy and 8080 listener, execd's /proxy/<port>, proxy.py).
+  proxies (revproxy.py's server proxy and 8080 listener, execd's /proxy/<port>, proxy.py).
+* ``free_port()`` (an ephemeral port nothing listens on yet) and ``client_gone()`` (has the peer of a
+  connection we are holding unanswered gone away?): the mock's one copy of each.
 
 Standard library only.
 """
 from __future__ import annotations
 
+import select
 import socket
 import threading
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "proxy-connection"))
@@ -28,6 +31,22 @@ BUFSIZE = 256 * 1024
 def connection_tokens(values: Iterable[str | None]) -> set[str]:
     """The header names listed in Connection header values (dropped with the hop-by-hop ones)."""
     return {t.strip().lower() for v in values if v for t in v.split(",") if t.strip()}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral TCP port of ``host`` that was free a moment ago (the caller binds it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def client_gone(sock: Any) -> bool:
+    """True when the peer closed its side (readable with nothing to read) or the socket broke."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def pump(src: socket.socket, dst: socket.socket, bufsize: int = BUFSIZE) -> int:

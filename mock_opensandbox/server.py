@@ -27,8 +27,10 @@ from .admin import AdminAPI, AdminLayer, MockBackend, WorkbenchMixin
 from .faults import FaultRegistry
 from .httpcore import Server
 from .journal import Journal
-from .lifecycle import LifecycleApp, LifecycleHandler, PortForwardApp, PortForwardHandler
+from .lifecycle import LifecycleApp, LifecycleHandler
 from .model import Provisioner, Sandbox, SandboxStore
+from .relay import free_port
+from .revproxy import PortForwardApp, PortForwardHandler
 from .runtime.cgroups import DEFAULT_PIDS_LIMIT
 from .runtime.janitor import Janitor, reap_root
 from .runtime.sandbox import SandboxTerminated
@@ -86,12 +88,6 @@ def _wait_stopped(pgids: list[int], timeout: float = 2.0) -> None:
         if not running:
             return
         time.sleep(0.005)
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _is_mock_execd(path: str) -> bool:
@@ -255,7 +251,7 @@ class MockProvisioner(Provisioner):
             # own network namespace it listens on 44772 and .port is the host end of a relay
             return runtime.start_execd(m.execd_bin, port=sb.resources.get("execd_port"),
                                        token=m.execd_token or None)
-        port = _free_port()
+        port = free_port()
         argv = [m.execd_bin, "--port", str(port)]
         if m.execd_token:
             argv += ["-access-token", m.execd_token]

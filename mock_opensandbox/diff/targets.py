@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import time
 from typing import Any
@@ -27,15 +26,6 @@ GRACE_MS = 100  # execd's ApiGracefulShutdownTimeout (default 1 s) shortened on 
 
 class IsolationUnavailable(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
 
 
 class Target:

@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from mock_opensandbox.relay import free_port
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "local-up.sh")
 PY = sys.executable
@@ -218,12 +220,6 @@ def _write(path: str, text: str, stubs: str) -> None:
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _pid_running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -242,7 +238,7 @@ class Env:
         self.workdir = os.path.join(tmp, "work")
         os.makedirs(os.path.join(self.stubs, "pkg"))
         os.makedirs(self.state)
-        self.port = _free_port()
+        self.port = free_port()
         for name, text in {
             "dockerd_impl.py": DOCKERD_IMPL, "python3": PYTHON3, "venv-python": VENV_PYTHON,
             "opensandbox-server": SERVER, "opensandbox-server.py": SERVER_IMPL, "curl": CURL,

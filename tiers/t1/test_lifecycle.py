@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from mock_opensandbox.model import FakeClock
+from mock_opensandbox.relay import free_port
 from tiers.toolkit import rest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -82,12 +83,6 @@ def wait_for(pred, timeout=10.0):
             return v
         time.sleep(0.02)
     return pred()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- static routes and auth -------------------------------------------------------------------------

@@ -4,6 +4,7 @@ differences. A create the live server accepts is deleted at once."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -44,8 +45,11 @@ def live(live_server):
 
 @pytest.fixture(scope="module")
 def mock():
-    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the default execd generation."""
-    with MockOpenSandbox() as m:
+    """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the default execd generation, with the
+    live server's ``[storage] allowed_host_paths`` (``./local-up.sh env`` exports them), which its
+    VOLUME::HOST_PATH_NOT_ALLOWED message lists."""
+    allowed = [p for p in os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS", "").split(",") if p]
+    with MockOpenSandbox(allowed_host_paths=allowed) as m:
         yield m
 
 
