@@ -96,15 +96,32 @@ def rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
+def _umask() -> int | None:
+    """This process's umask, read without changing it (os.umask would race other threads); None
+    when /proc does not say (Linux < 4.7)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def make_image_root(root: str) -> None:
     """The image-like tree (IMAGE_DIRS, IMAGE_LINKS) under a fresh sandbox root; entries that exist stay."""
+    umask = _umask()
     for d, mode in IMAGE_DIRS:
         p = os.path.join(root, d)
         if os.path.lexists(p):
             continue
         try:
             os.mkdir(p, mode)
-            os.chmod(p, mode)  # the umask would clear the sticky/group bits
+            # the umask would clear the sticky/group bits: chmod only then (a chmod costs ~0.2 ms
+            # here, 22 of them were most of a create's tree)
+            if umask is None or mode & 0o7000 or mode & ~umask != mode:
+                os.chmod(p, mode)
         except OSError:
             pass
     for link, target in IMAGE_LINKS:

@@ -200,6 +200,8 @@ class Cgroup:
         # v1 (threads may sit in different cgroups): the sandbox's and the mock's own tasks files
         self._tasks_in = [os.path.join(d, "tasks") for d in dirs] if home_tasks else []
         self._tasks_home = list(home_tasks or [])
+        self._task_fds: tuple[list[int], list[int]] | None = None  # the tasks files, opened once (thread_inside)
+        self._fd_lock = threading.Lock()
         self.removed = False
 
     @property
@@ -212,18 +214,43 @@ class Cgroup:
     def thread_inside(self) -> Iterator[None]:
         """v1: the calling thread sits in the sandbox's cgroups for the block, so a process it forks
         (subprocess's vfork included) is born there, and goes back to the mock's own cgroups after.
-        Two writes per hierarchy, ~0.4 ms for nine; a preexec_fn would cost a full fork (8-19 ms here)."""
-        tid = str(threading.get_native_id()) if hasattr(threading, "get_native_id") else str(os.getpid())
+        Two writes per hierarchy on tasks files opened once (~0.1 ms for nine; opening them each time
+        was ~0.27 ms); a preexec_fn would cost a full fork (8-19 ms here)."""
+        tid = (str(threading.get_native_id()) if hasattr(threading, "get_native_id") else str(os.getpid())).encode()
+        with self._fd_lock:
+            if self._task_fds is None:
+                fds_in: list[int] = []
+                fds_home: list[int] = []
+                try:
+                    for p in self._tasks_in:
+                        fds_in.append(os.open(p, os.O_WRONLY | os.O_CLOEXEC))
+                    for p in self._tasks_home:
+                        fds_home.append(os.open(p, os.O_WRONLY | os.O_CLOEXEC))
+                except OSError:
+                    for fd in fds_in + fds_home:
+                        os.close(fd)
+                    raise
+                self._task_fds = (fds_in, fds_home)
+            fds_in, fds_home = self._task_fds
         try:
-            for p in self._tasks_in:
-                _write(p, tid)
+            for fd in fds_in:
+                os.write(fd, tid)
             yield
         finally:
-            for p in self._tasks_home:
+            for fd in fds_home:
                 try:
-                    _write(p, tid)
+                    os.write(fd, tid)
                 except OSError:  # pragma: no cover - the mock's own cgroup does not go away
                     pass
+
+    def _close_task_fds(self) -> None:
+        with self._fd_lock:
+            fds, self._task_fds = self._task_fds, None
+        for fd in (fds[0] + fds[1]) if fds is not None else []:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def join_argv(self) -> list[str] | None:
         """v2: argv prefix of a /bin/sh stage that moves itself into the cgroup and execs the rest
@@ -263,6 +290,7 @@ class Cgroup:
     def remove(self, timeout: float = 2.0) -> bool:
         """Kill what is left in it and remove the directories (children first). True when all are gone."""
         ok = True
+        self._close_task_fds()
         for d in self.dirs:
             kill_members(d)
         for d in reversed(self.dirs):

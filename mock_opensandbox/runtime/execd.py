@@ -123,6 +123,19 @@ def sandbox_python() -> str | None:
     return None
 
 
+IDLE_EXECD = ("/bin/cat", "/usr/bin/cat")  # reads a pipe nobody closes: blocks, ~1 MB resident
+
+
+def idle_execd() -> str | None:
+    """The host binary bound at /opt/opensandbox/execd when no resident agent is needed (root): a
+    `cat` in the view's read-only /usr or /bin, None when there is none."""
+    for cand in IDLE_EXECD:
+        real = os.path.realpath(cand)
+        if real.startswith(("/usr/", "/bin/")) and os.path.isfile(real) and os.access(real, os.X_OK):
+            return real
+    return None
+
+
 def install_agent(rt: "SandboxRuntime") -> str | None:
     """A placeholder /opt/opensandbox/execd (an empty 0755 file) in the sandbox root, over which
     view.py binds the sandbox's Python for the mock's agent (scripts/agent.py). Returns the

@@ -15,7 +15,8 @@ capability set and no_new_privs. Joining:
   command, drops the capabilities in the child and passes its exit status or fatal signal on.
 
 The holder dies with the mock: it is forked by the lifeline thread (``lifeline_call``) with
-PR_SET_PDEATHSIG = SIGKILL, so when the mock process ends in any way (SIGKILL, a crash, an exit
+PR_SET_PDEATHSIG = SIGKILL (``setpriv --pdeathsig KILL --`` in front of ``unshare`` where it can, so
+Popen may vfork; else a preexec_fn), so when the mock process ends in any way (SIGKILL, a crash, an exit
 without cleanup) the kernel kills ``unshare``, ``--kill-child`` kills PID 1 and with it every process
 of the namespace. The kernel sends that signal when the *thread* that forked exits: a request thread
 of the mock ends with its request, the lifeline thread only with the process.
@@ -43,6 +44,7 @@ HOLDER_READY_TIMEOUT = 15.0
 BOOTSTRAP_PATH = "/opt/opensandbox/bootstrap.sh"  # the server's container: /opt/opensandbox/bootstrap.sh
 AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # view.py: which inherited fd becomes PID 1's fd 3 (the agent's channel)
 AGENT_PY_ENV = "OSB_MOCK_AGENT_PY"  # view.py: the Python interpreter it binds at /opt/opensandbox/execd
+AGENT_IDLE = "idle"  # AGENT_FD_ENV's value for an idle execd placeholder (no channel): view.py IDLE
 PR_SET_PDEATHSIG = 1
 
 _setns_fn: Any = None
@@ -204,13 +206,19 @@ class Holder:
               mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
               net: bool = False, volumes: str = "", join: Callable[[], None] | None = None,
               view_env: Mapping[str, str] | None = None, agent_fd: int | None = None,
-              agent_python: str | None = None, execd: bool = False) -> tuple["Holder | None", str]:
+              agent_python: str | None = None, execd: bool = False,
+              idle_execd: str | None = None, pdeathsig_argv: Sequence[str] | None = None,
+              joining: Any = None) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up and PID 1 (bootstrap.sh) has
         started execd (when ``execd``) and the entrypoint, both exec'd. join: a preexec step run
         before the exec (the sandbox's cgroups); view_env: variables only view.py reads (it removes
         them before PID 1 runs). ``agent_fd`` (the agent's end of its channel) becomes fd 3 of PID 1
         and ``agent_python`` is bound at /opt/opensandbox/execd (the agent says hello on its channel
-        a moment later: AgentChannel waits for that on its first call). (holder, "") or (None, why)."""
+        a moment later: AgentChannel waits for that on its first call). ``idle_execd``: instead, a host
+        binary bound there that only blocks (root: nothing needs a resident agent). (holder, "") or
+        (None, why). ``pdeathsig_argv`` (``setpriv --pdeathsig KILL --``) with ``joining`` (a context
+        the forking thread sits in the sandbox's cgroups in, v1) instead of ``join``: no preexec_fn,
+        so Popen can vfork instead of copying the whole mock (~10-15 ms of a create)."""
         try:
             write_bootstrap(root)
         except OSError as exc:
@@ -220,6 +228,9 @@ class Holder:
         if agent_fd is not None and agent_python:
             safe_env[AGENT_FD_ENV] = str(agent_fd)
             safe_env[AGENT_PY_ENV] = agent_python
+        elif idle_execd:
+            safe_env[AGENT_FD_ENV] = AGENT_IDLE
+            safe_env[AGENT_PY_ENV] = idle_execd
         # readiness: a FIFO (a pipe fd number above 9 cannot be named in POSIX sh); the read end is
         # open before the holder starts, so its open for writing never blocks
         tmp = tempfile.gettempdir()
@@ -233,11 +244,22 @@ class Holder:
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 cmd = scripts.holder_argv(holder_prefix(unshare, net), root, fifo, hostname, argv, volumes)
-                preexec = _die_with_parent(os.getpid(), join)
-                proc = lifeline_call(lambda: subprocess.Popen(
-                    cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
-                    stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec,
-                    pass_fds=(agent_fd,) if agent_fd is not None else ()))
+                pass_fds = (agent_fd,) if agent_fd is not None else ()
+                if pdeathsig_argv and join is None:
+                    cmd = list(pdeathsig_argv) + cmd  # setpriv sets PR_SET_PDEATHSIG, then execs unshare
+
+                    def fork() -> subprocess.Popen:
+                        with joining if joining is not None else contextlib.nullcontext():
+                            return subprocess.Popen(
+                                cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, pass_fds=pass_fds)
+                    proc = lifeline_call(fork)
+                else:
+                    preexec = _die_with_parent(os.getpid(), join)
+                    proc = lifeline_call(lambda: subprocess.Popen(
+                        cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
+                        stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec,
+                        pass_fds=pass_fds))
                 lines = read_lines(r, 1, timeout, proc)
             finally:
                 os.close(r)

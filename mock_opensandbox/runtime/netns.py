@@ -16,8 +16,8 @@ docker-proxy, and other ports are reached through execd's ``/proxy/<port>``. Her
   one: ``agent_call({"op": "connect", "port": N}) -> (reply, fds)``);
 * ``slirp4netns --configure --disable-host-loopback --cidr 172.17.0.0/16 PID eth0`` gives the
   namespace ``eth0`` and a default route; the host's loopback stays unreachable. It dies with the
-  sandbox (``--exit-fd``: the mock holds the other end) and with the mock (PR_SET_PDEATHSIG, forked
-  by the lifeline thread).
+  sandbox (``--exit-fd``: the mock holds the other end, close-on-exec) and with the mock (the
+  kernel closes that end when the mock dies, however it dies).
 
 Standard library only.
 """
@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 CLONE_NEWNET = 0x40000000
@@ -133,12 +134,6 @@ def holder_env(hostname: str, with_stack: bool) -> dict[str, str]:
     return {ENV_HOSTS: hosts_file(hostname, GUEST_IP if with_stack else None), ENV_RESOLV: resolv_conf()}
 
 
-def _die_with_lifeline() -> Callable[[], None]:
-    from .holder import _die_with_parent
-
-    return _die_with_parent(os.getpid())
-
-
 # The non-root connector: enter the sandbox's user and network namespaces (a fresh single-threaded
 # process may), connect to 127.0.0.1:PORT and pass the socket back over the inherited fd (SCM_RIGHTS).
 CONNECT_PY = r"""
@@ -176,76 +171,108 @@ class SandboxNet:
         self.netns_fd: int | None = None
         self.stack: subprocess.Popen | None = None
         self._exit_w: int | None = None
+        self._pending: tuple[int, Any, float] | None = None  # (ready fd, log, deadline) until await_stack()
+        self._pending_lock = threading.Lock()
         self.note = ""                        # why outbound traffic is not available ("" = it is)
         if mode == "direct":
             self.netns_fd = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY | os.O_CLOEXEC)
             own_netns_fd()
 
     # -- outbound ------------------------------------------------------------------------------
-    def start_stack(self) -> str:
-        """Start slirp4netns for this namespace; "" when eth0 is up, else the reason it is not."""
+    def start_stack(self, wait: bool = True) -> str:
+        """Start slirp4netns for this namespace; "" when eth0 is up, else the reason it is not.
+        wait=False: return once it is started (""), and await_stack() waits for its ready fd later
+        (a sandbox uses eth0 only from a command: SandboxRuntime.spawn awaits it first)."""
         global _stack_failure
         name, path = find_stack()
         if not name:
             self.note = no_outbound_note()
             return self.note
-        from .holder import lifeline_call
-
         ready_r, ready_w = os.pipe()
         exit_r, exit_w = os.pipe()
         os.set_inheritable(ready_w, True)
         os.set_inheritable(exit_r, True)
         cmd = [path, "--configure", "--mtu=%d" % MTU, "--disable-host-loopback", "--cidr=" + CIDR,
                "--ready-fd=%d" % ready_w, "--exit-fd=%d" % exit_r, str(self.pid), IFNAME]
-        preexec = _die_with_lifeline()
         proc = None
         import tempfile
 
         log = tempfile.TemporaryFile()  # its messages (a pipe nobody reads could fill and block it)
         try:
             try:
-                proc = lifeline_call(lambda: subprocess.Popen(
+                # no preexec_fn (PR_SET_PDEATHSIG): it would force a full fork of the mock (~5 ms)
+                # where Popen otherwise uses vfork; --exit-fd ends it with the mock just as well, as
+                # the kernel closes exit_w (close-on-exec, the mock's only) when the mock dies
+                proc = subprocess.Popen(
                     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                    pass_fds=(ready_w, exit_r), start_new_session=True, preexec_fn=preexec))
+                    pass_fds=(ready_w, exit_r), start_new_session=True)
             finally:
                 os.close(ready_w)
                 os.close(exit_r)
-            import select
-
-            ok = False
-            ready, _, _ = select.select([ready_r], [], [], STACK_READY_TIMEOUT)
-            if ready:
-                ok = os.read(ready_r, 16).startswith(b"1")
         except OSError as exc:
+            os.close(ready_r)
             os.close(exit_w)
             log.close()
             self.note = "no outbound network (slirp4netns: %s)" % exc
             _stack_failure = self.note
             return self.note
-        finally:
-            os.close(ready_r)
         self.stack, self._exit_w = proc, exit_w
-        if not ok:
-            err = b""
-            os.close(exit_w)
-            self._exit_w, self.stack = None, None
+        self._pending = (ready_r, log, time.monotonic() + STACK_READY_TIMEOUT)
+        return self.await_stack() if wait else ""
+
+    @property
+    def stack_pending(self) -> bool:
+        """slirp4netns was started and await_stack() has not waited for it yet."""
+        return self._pending is not None
+
+    def await_stack(self) -> str:
+        """Wait (bounded) for a started slirp4netns's ready fd; "" when eth0 is up, else why not.
+        Thread-safe; at once when nothing is pending."""
+        global _stack_failure
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                return self.note
+            ready_r, log, deadline = pending
+            ok = False
             try:
-                proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-            try:
-                log.seek(0)
-                err = log.read(4096)
-            except (OSError, ValueError):
-                pass
-            why = "; ".join(err.decode("utf-8", "replace").strip().splitlines()) or "not ready"
-            self.note = "no outbound network (slirp4netns: %s)" % why[:160]
-        log.close()
-        _stack_failure = self.note
-        return self.note
+                import select
+
+                ready, _, _ = select.select([ready_r], [], [], max(0.0, deadline - time.monotonic()))
+                if ready:
+                    ok = os.read(ready_r, 16).startswith(b"1")
+            except OSError:
+                ok = False
+            finally:
+                os.close(ready_r)
+            proc = self.stack
+            if not ok and proc is not None:
+                err = b""
+                if self._exit_w is not None:
+                    os.close(self._exit_w)
+                self._exit_w, self.stack = None, None
+                try:
+                    proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+                try:
+                    log.seek(0)
+                    err = log.read(4096)
+                except (OSError, ValueError):
+                    pass
+                why = "; ".join(err.decode("utf-8", "replace").strip().splitlines()) or "not ready"
+                self.note = "no outbound network (slirp4netns: %s)" % why[:160]
+            log.close()
+            _stack_failure = self.note
+            return self.note
 
     def stop_stack(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:  # never awaited: drop its ready fd and log
+            os.close(pending[0])
+            pending[1].close()
         proc, self.stack = self.stack, None
         if self._exit_w is not None:
             try:

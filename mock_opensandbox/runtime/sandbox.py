@@ -51,6 +51,23 @@ def _sandbox_pty(pid1: int) -> tuple[int, int]:
     return master, slave
 
 
+_pdeathsig_ok: dict[str, bool] = {}
+
+
+def _setpriv_pdeathsig(setpriv: str) -> bool:
+    """Does this setpriv have --pdeathsig (util-linux >= 2.33)? Asked once per binary."""
+    ok = _pdeathsig_ok.get(setpriv)
+    if ok is None:
+        try:
+            out = subprocess.run([setpriv, "--help"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, timeout=10).stdout
+            ok = b"--pdeathsig" in out
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        _pdeathsig_ok[setpriv] = ok
+    return ok
+
+
 _netns_lock = threading.Lock()
 _netns_result: tuple[bool, str] | None = None
 
@@ -207,6 +224,16 @@ class SandboxRuntime:
         if prefix is None:
             return cmd, cg.join_preexec(), contextlib.nullcontext()
         return prefix + cmd, None, contextlib.nullcontext()
+
+    def _holder_join(self) -> dict[str, Any]:
+        """How PID 1 joins the cgroup and gets PR_SET_PDEATHSIG (Holder.start): without a preexec_fn
+        where setpriv can set the signal (util-linux >= 2.33) and the join is per thread (v1, or no
+        cgroup), so the fork is a vfork; else the preexec_fn (a full fork of the mock)."""
+        cg = self.cgroup
+        if _setpriv_pdeathsig(self._setpriv) and (cg is None or cg.thread_join):
+            return {"pdeathsig_argv": [self._setpriv, "--pdeathsig", "KILL", "--"],
+                    "joining": cg.thread_inside() if cg is not None else None}
+        return {"join": cg.join_preexec() if cg is not None else None}
 
     def _view_env(self) -> dict[str, str]:
         return {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
@@ -404,6 +431,7 @@ class SandboxRuntime:
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
+                self._await_net(holder)
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
@@ -473,18 +501,23 @@ class SandboxRuntime:
         env = dict(env)
         if self._netns:
             env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
-        agent = agent_fd = python = None
+        agent = agent_fd = python = idle = None
         try:
             execd = self._install_execd(env)
-            if execd is not None and execd != "binary":
+            if execd is not None and execd != "binary" and self._pid_mode == "direct":
+                # root: connect/listen go through setns, agent_call through a one-shot agent, so
+                # /opt/opensandbox/execd is an idle placeholder (execd.IDLE_EXECD: ~1 MB, not ~9)
+                from .execd import idle_execd
+
+                idle = idle_execd()
+            if execd is not None and execd != "binary" and idle is None:
                 python = execd
                 agent, agent_fd = AgentChannel.pair()
             holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
                                        implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
                                        volumes=self.volumes, agent_fd=agent_fd, agent_python=python,
-                                       execd=execd is not None,
-                                       join=self.cgroup.join_preexec() if self.cgroup is not None else None,
-                                       view_env=self._view_env())
+                                       execd=execd is not None, idle_execd=idle, view_env=self._view_env(),
+                                       **self._holder_join())
         finally:
             if agent_fd is not None:
                 os.close(agent_fd)
@@ -524,9 +557,19 @@ class SandboxRuntime:
             holder.net = netns.SandboxNet(holder.pid, holder.mode, self.agent_call if self._agent is not None else None)
         except OSError:  # PID 1 already ended (a stopped sandbox): nothing to reach
             return
-        note = holder.net.start_stack()
+        # no wait for slirp4netns's readiness here when the mock's execd runs the commands: eth0 is
+        # used from a command, and spawn() awaits it first (a real execd spawns its own: wait now)
+        note = holder.net.start_stack(wait=self._execd_spec is not None)
         if note:
             self.net_note = note
+
+    def _await_net(self, holder: Holder) -> None:
+        """eth0 is up (or known not to come) before a command runs: slirp4netns's ready fd (netns)."""
+        net = holder.net
+        if net is not None and net.stack_pending:
+            note = net.await_stack()
+            if note:
+                self.net_note = note
 
     @property
     def has_netns(self) -> bool:

@@ -18,7 +18,8 @@ if [ -n "$execd_args" ]; then
 	set +f
 elif [ -x "$EXECD" ]; then
 	# the mock's own execd: its agent is a Python interpreter reading its program from fd 4, with
-	# the mock's channel as fd 3 (only execd gets them); no Python setting of the sandbox applies
+	# the mock's channel as fd 3 (only execd gets them); no Python setting of the sandbox applies.
+	# As root it is an idle placeholder (`cat`) reading fd 4, a pipe whose write end (fd 5) it holds
 	(
 		unset PYTHONHOME PYTHONPATH PYTHONSTARTUP PYTHONINSPECT PYTHONUSERBASE PYTHONWARNINGS \
 			PYTHONSAFEPATH PYTHONPLATLIBDIR PYTHONEXECUTABLE PYTHONOPTIMIZE PYTHONVERBOSE PYTHONDEBUG
@@ -26,6 +27,7 @@ elif [ -x "$EXECD" ]; then
 	) &
 fi
 exec 4<&-
+exec 5>&-
 exec 3>&-
 trap 'kill -TERM $child 2>/dev/null; wait $child; exit 0' TERM INT
 "$@" &

@@ -400,6 +400,7 @@ BOOTSTRAP = "/opt/opensandbox/bootstrap.sh"
 AGENT_FD_ENV = "OSB_MOCK_AGENT_FD"  # holder.AGENT_FD_ENV: this inherited fd becomes fd 3 (the agent's channel)
 AGENT_PY_ENV = "OSB_MOCK_AGENT_PY"  # holder.AGENT_PY_ENV: the Python bound at /opt/opensandbox/execd
 AGENT_AT = "/opt/opensandbox/execd"
+IDLE = "idle"  # holder.AGENT_IDLE: AGENT_FD_ENV's value for an execd placeholder without a channel
 
 
 def bind_agent(R, python):
@@ -436,7 +437,9 @@ def main():
             loopback_up()
         build_view(R, H, X, E, fresh_proc=(mode == "holder"))
         mount_volumes(R, V)
-        if mode == "holder" and agent_fd.isdigit() and agent_py:
+        if mode == "holder" and agent_fd == IDLE and agent_py:
+            bind_agent(R, agent_py)  # a small host binary that only blocks (no channel, no program)
+        elif mode == "holder" and agent_fd.isdigit() and agent_py:
             with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py"), "rb") as fh:
                 agent_src = fh.read()
             bind_agent(R, agent_py)
@@ -446,7 +449,17 @@ def main():
     if mode == "holder":
         os.write(fifo, b"pid %d\n" % host_pid)
         os.close(fifo)  # EOF for the mock: the view is built
-        if agent_src is not None:
+        if agent_fd == IDLE and agent_py:
+            # the idle execd (root: `cat`) reads fd 4 of bootstrap.sh as its stdin and keeps the
+            # write end (fd 5) itself: its read blocks for as long as the sandbox lives
+            pipe = os.pipe()
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in pipe]  # never dup2 one onto the other
+            for fd in pipe:
+                os.close(fd)
+            for i, fd in enumerate(high):
+                os.dup2(fd, 4 + i)  # fd 4 the read end, fd 5 the write end; inheritable
+                os.close(fd)
+        elif agent_src is not None:
             if int(agent_fd) != 3:
                 os.dup2(int(agent_fd), 3)
                 os.close(int(agent_fd))
