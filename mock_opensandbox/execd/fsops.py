@@ -358,8 +358,11 @@ def go_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
 
 
 def content_disposition(name: str) -> str:
-    """formatContentDisposition: RFC 5987 form (url.PathEscape) when the name is not ASCII."""
+    """formatContentDisposition: RFC 5987 form (url.PathEscape) when the name is not ASCII. A CR or LF
+    in a name (a file called "a\nb") goes out as a space: net/http writes every header value through
+    headerNewlineToSpace, so no name can split the header block."""
     if all(ord(c) < 128 for c in name):
+        name = name.replace("\r", " ").replace("\n", " ")
         return f'attachment; filename="{name}"'
     from urllib.parse import quote
     enc = quote(name.encode("utf-8", "surrogateescape"), safe="!$&'()*+,;=:@-._~")
