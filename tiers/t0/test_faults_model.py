@@ -1,4 +1,4 @@
-"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb/transport.py):
+"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb_transport.py):
 parsing and validation, matching by method / path / listener / sandbox, count and seeded probability,
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from mock_opensandbox.faults import KINDS, FaultError, FaultRegistry, Rule, pars
 
 from errors import SECRETS, Secrets
 from failures import map_osb_error
-import osb.transport as transport
+import osb_transport as transport
 
 SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import osb.execd as execd
-import osb.multipart as multipart
-import osb.sse as sse
+import osb_execd as execd
+import osb_multipart as multipart
+import osb_sse as sse
 
 # ---- SSE ------------------------------------------------------------------------------------------
 

@@ -107,14 +107,14 @@ def test_plugin_runs_on_python_310(tmp_path):
     assert by_id[1]["result"]["protocol"] == "epp/1"
     assert by_id[2]["error"]["code"] == -32601
     assert by_id[3]["result"] == {}
-    modules = ", ".join(sorted(set(provider.METHODS.values())) + ["osb.lifecycle", "osb.execd", "osb.ws"])
+    modules = ", ".join(sorted(set(provider.METHODS.values())) + ["osb", "osb_lifecycle", "osb_execd", "osb_ws"])
     code = "import sys; sys.path.insert(0, %r); import provider, %s; print('ok')" % (str(PLUGIN), modules)
     assert subprocess.run([PY310, "-c", code], capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
 
 
 def test_startup_is_cheap_nothing_networky_imported(tmp_path):
     """Start and initialize import the loop, the provider, its context and the errors leaf only: the
-    configuration, the client (osb/) and the methods wait for the call that needs them."""
+    configuration, the client (osb*.py) and the methods wait for the call that needs them."""
     init = json.dumps(INIT["params"])
     code = ("import io, json, sys; sys.path.insert(0, %r); before = set(sys.modules); import provider; "
             "ctx = provider.new_context(io.BytesIO(), io.BytesIO()); provider.m_initialize(ctx, json.loads(%r)); "
@@ -135,7 +135,7 @@ def _closed_port() -> int:
 
 
 def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):
-    before = sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*"))   # osb/ too
+    before = sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*"))
     init = json.loads(json.dumps(INIT))
     init["params"]["config"] = {"base_url": f"http://127.0.0.1:{_closed_port()}"}
     got = _run_plugin(sys.executable, [init, {"jsonrpc": "2.0", "id": 2, "method": "sandbox.get",

@@ -19,8 +19,8 @@ import sandbox
 from config import Config
 from epp import MAX_LINE_BYTES, Request
 from errors import EppError
-import osb.execd as execd
-import osb.transport as transport
+import osb_execd as execd
+import osb_transport as transport
 
 HOST_DEFAULTS = {"template": "base", "timeout": 300, "metadata": {}, "envs": {}, "cpu": None, "memory": None,
                  "disk": None, "gpu": None, "request_timeout": None}   # epp-host-reference §3.2

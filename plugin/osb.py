@@ -34,16 +34,16 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from .execd import CommandRun, Execd, TooLarge, shell_join
-    from .lifecycle import OpenSandbox, SandboxCache
-    from .sse import StartFailure, signal_exit_code, terminal_exit_code
-    from .transport import Http, HttpError, NetError, Reply, http_date, retry_after_seconds, safe_url
-    from .ws import OP_BINARY, OP_TEXT, WebSocketClient
+    from osb_execd import CommandRun, Execd, TooLarge, shell_join
+    from osb_lifecycle import OpenSandbox, SandboxCache
+    from osb_sse import StartFailure, signal_exit_code, terminal_exit_code
+    from osb_transport import Http, HttpError, NetError, Reply, http_date, retry_after_seconds, safe_url
+    from osb_ws import OP_BINARY, OP_TEXT, WebSocketClient
 else:
     def __getattr__(name: str) -> object:
         module = _WHERE.get(name)
         if module is None:
             raise AttributeError(f"module 'osb' has no attribute {name!r}")
-        value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
+        value = getattr(__import__("osb_" + module), name)
         globals()[name] = value          # the next lookup is a plain module attribute
         return value

@@ -14,15 +14,15 @@ import socket
 import time
 import urllib.parse
 
-from .sse import SSEDecoder, restore_legacy_text
-from .transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
+from osb_sse import SSEDecoder, restore_legacy_text
+from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Protocol, TypeVar
 
-    from .transport import Http
-    from .ws import WebSocketClient
+    from osb_transport import Http
+    from osb_ws import WebSocketClient
 
     T = TypeVar("T")
 
@@ -220,7 +220,7 @@ class Execd:
         if mode is not None:
             meta["mode"] = mode
         name = path.rstrip("/").rsplit("/", 1)[-1] or "file"
-        from .multipart import encode_multipart
+        from osb_multipart import encode_multipart
         ctype, body = encode_multipart([
             ("metadata", "metadata", "application/json", json.dumps(meta).encode("utf-8")),
             ("file", name, "application/octet-stream", data),
@@ -339,7 +339,7 @@ class Execd:
     def websocket(self, path: str, query: str = "", *, timeout: float, what: str) -> WebSocketClient:
         """A WebSocket (ws.py) to ``path``; a refused upgrade raises HttpError (its body parsed
         and scrubbed like any other), a failed connection NetError."""
-        from . import ws
+        import osb_ws as ws
 
         def once() -> WebSocketClient:
             url = self.base + path + (f"?{query}" if query else "")
