@@ -12,7 +12,6 @@ import http.client
 import json
 import os
 import queue
-import select
 import signal
 import socket
 import threading
@@ -22,6 +21,7 @@ from typing import Any, Callable
 from .. import sse
 from ..gojson import GoJSONError, Struct, decode, errno_text, go_json
 from ..httpcore import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
+from ..relay import client_gone
 from ..runtime import SandboxRuntime, SandboxTerminated
 from . import gin
 from .code import CodeAPI
@@ -293,15 +293,9 @@ class ExecdServer(App):
         """Never answer (a frozen or vanished sandbox): close the connection without a response."""
         req.handler.close_connection = True
 
-    def _client_gone(self, req: Request) -> bool:
-        conn = req.handler.connection
-        try:
-            r, _, _ = select.select([conn], [], [], 0)
-            if not r:
-                return False
-            return conn.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
-            return True
+    @staticmethod
+    def _client_gone(req: Request) -> bool:
+        return client_gone(req.handler.connection)
 
     def _stall(self, req: Request) -> None:
         """Hold the request unanswered until stop() or until the client goes away."""

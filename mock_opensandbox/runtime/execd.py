@@ -23,6 +23,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..relay import free_port
 from ._util import children, kill, kill_and_reap, killpg, open_in_root, read_cmdline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,12 +80,6 @@ class ExecdProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 _open_in_root = open_in_root

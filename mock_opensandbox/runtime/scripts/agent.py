@@ -56,30 +56,21 @@ def serve(fd, once):
         args = dict(w.split("=", 1) for w in words[2:] if "=" in w)
         if op == "ping":
             send("%s ok=1 pid=%d" % (rid, os.getpid()))
-        elif op == "connect":
+        elif op in ("connect", "listen"):
+            # a socket of the agent's network namespace, handed over on the socketpair: connected to
+            # host:port, or listening on 0.0.0.0:port
             s = None
             try:
                 port = int(args.get("port", ""))
                 s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-                s.settimeout(float(args.get("timeout", "5")))
-                s.connect((args.get("host", "127.0.0.1"), port))
-                s.setblocking(True)  # the receiver shares this open file: hand it over blocking
-                send("%s ok=1" % rid, s.fileno())
-            except OSError as e:
-                send("%s ok=0 errno=%d" % (rid, e.errno or 5))
-            except (TypeError, ValueError, OverflowError):
-                send("%s ok=0 errno=22" % rid)
-            finally:
-                if s is not None:
-                    s.close()
-        elif op == "listen":
-            s = None
-            try:
-                port = int(args.get("port", ""))
-                s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-                s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-                s.bind(("0.0.0.0", port))
-                s.listen(int(args.get("backlog", "128")))
+                if op == "connect":
+                    s.settimeout(float(args.get("timeout", "5")))
+                    s.connect((args.get("host", "127.0.0.1"), port))
+                    s.setblocking(True)  # the receiver shares this open file: hand it over blocking
+                else:
+                    s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+                    s.bind(("0.0.0.0", port))
+                    s.listen(int(args.get("backlog", "128")))
                 send("%s ok=1" % rid, s.fileno())
             except OSError as e:
                 send("%s ok=0 errno=%d" % (rid, e.errno or 5))
