@@ -243,6 +243,13 @@ class Cgroup:
                 except OSError:  # pragma: no cover - the mock's own cgroup does not go away
                     pass
 
+    def enter_thread(self) -> None:
+        """v1: the calling thread joins the sandbox's cgroups for good (spawner.py: it forks the sandbox's
+        processes; it leaves them when it ends). Raises OSError."""
+        tid = str(threading.get_native_id())
+        for p in self._tasks_in:
+            _write(p, tid)
+
     def _close_task_fds(self) -> None:
         with self._fd_lock:
             fds, self._task_fds = self._task_fds, None

@@ -26,6 +26,7 @@ from ._util import (DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, k
 from .agent import AgentChannel, oneshot_call
 from .holder import Holder
 from .probe import probe_isolation, probe_result
+from .spawner import Spawner
 
 if TYPE_CHECKING:  # pragma: no cover
     from .execd import ExecdProcess
@@ -112,6 +113,9 @@ class SandboxNotRunning(SandboxTerminated):
 
 class SandboxRuntime:
     """One sandbox: a root directory and the process groups running in it."""
+
+    # cgroup v1: the thread that forks the sandbox's processes, in its cgroups for good (spawner.py)
+    _spawner: Spawner | None = None
 
     def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
                  create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK,
@@ -202,13 +206,18 @@ class SandboxRuntime:
         if self.cgroup is not None and self._janitor is not None:
             for d in self.cgroup.dirs:
                 self._janitor.track("cgroup", d)
+        if self.cgroup is not None and self.cgroup.thread_join:
+            self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % name[-12:])
 
     def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
         """How a new sandbox process joins the cgroup before it execs: (argv, preexec_fn, context for
-        the Popen). A PTY shell forks with a preexec_fn anyway (take_ctty): it joins there too. Else
-        v1: the spawning thread steps into the cgroup for the fork (vfork stays possible); v2: a
-        /bin/sh stage in front moves itself in and execs the rest (cgroups.Cgroup)."""
+        the Popen). v1: the Popen runs in the sandbox's spawner thread, already in the cgroups
+        (spawner.py: the child is born there, nothing moves; ``None`` as the context says so). Else a
+        PTY shell forks with a preexec_fn anyway (take_ctty): it joins there too; v2: a /bin/sh
+        stage in front moves itself in and execs the rest (cgroups.Cgroup)."""
         cg = self.cgroup
+        if cg is not None and cg.thread_join and self._spawner is not None:
+            return cmd, take_ctty if controlling_tty else None, None
         if cg is None:
             return cmd, take_ctty if controlling_tty else None, contextlib.nullcontext()
         if controlling_tty:
@@ -230,9 +239,16 @@ class SandboxRuntime:
         where setpriv can set the signal (util-linux >= 2.33) and the join is per thread (v1, or no
         cgroup), so the fork is a vfork; else the preexec_fn (a full fork of the mock)."""
         cg = self.cgroup
-        if _setpriv_pdeathsig(self._setpriv) and (cg is None or cg.thread_join):
-            return {"pdeathsig_argv": [self._setpriv, "--pdeathsig", "KILL", "--"],
-                    "joining": cg.thread_inside() if cg is not None else None}
+        if cg is not None and cg.thread_join:
+            # v1: view.py moves PID 1 in itself while it builds the view (the move's RCU grace period
+            # overlaps that work), before anything of the sandbox runs (scripts/view.py CgroupJoin);
+            # the outer `unshare` stays in the mock's cgroups, like a container's containerd-shim
+            joins = {"view_env": {"OSB_MOCK_CGROUP_JOIN": "\n".join(cg.procs)}}
+            if _setpriv_pdeathsig(self._setpriv):
+                return {"pdeathsig_argv": [self._setpriv, "--pdeathsig", "KILL", "--"], "joining": None, **joins}
+            return {"join": None, **joins}
+        if _setpriv_pdeathsig(self._setpriv) and cg is None:
+            return {"pdeathsig_argv": [self._setpriv, "--pdeathsig", "KILL", "--"], "joining": None}
         return {"join": cg.join_preexec() if cg is not None else None}
 
     def _view_env(self) -> dict[str, str]:
@@ -242,6 +258,8 @@ class SandboxRuntime:
         cg = self.cgroup
         if cg is None or cg.removed:
             return
+        if self._spawner is not None:
+            self._spawner.stop()  # out of the cgroups first (spawner.py)
         if cg.remove() and self._janitor is not None:
             for d in cg.dirs:
                 self._janitor.untrack("cgroup", d)
@@ -447,12 +465,17 @@ class SandboxRuntime:
             if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
                 stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
             cmd = joined
-            try:
-                with holder.children_inside() if holder is not None else contextlib.nullcontext(), joining:
-                    proc = subprocess.Popen(
+
+            def fork() -> subprocess.Popen:
+                with holder.children_inside() if holder is not None else contextlib.nullcontext(), \
+                        joining if joining is not None else contextlib.nullcontext():
+                    return subprocess.Popen(
                         cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
                         stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
                         preexec_fn=preexec)
+            try:
+                # v1: forked by the spawner thread, in the sandbox's cgroups already (_join)
+                proc = fork() if joining is not None else self._spawner.call(fork)  # type: ignore[union-attr]
             except OSError as exc:
                 # fork() into a PID namespace whose init is gone fails with ENOMEM
                 if holder is not None and exc.errno == errno.ENOMEM:
@@ -502,6 +525,8 @@ class SandboxRuntime:
         if self._netns:
             env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
         agent = agent_fd = python = idle = None
+        holder_join = self._holder_join()
+        view_env = {**self._view_env(), "OSB_MOCK_CGROUP_JOIN": "", **holder_join.pop("view_env", {})}
         try:
             execd = self._install_execd(env)
             if execd is not None and execd != "binary" and self._pid_mode == "direct":
@@ -516,8 +541,8 @@ class SandboxRuntime:
             holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
                                        implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
                                        volumes=self.volumes, agent_fd=agent_fd, agent_python=python,
-                                       execd=execd is not None, idle_execd=idle, view_env=self._view_env(),
-                                       **self._holder_join())
+                                       execd=execd is not None, idle_execd=idle, view_env=view_env,
+                                       **holder_join)
         finally:
             if agent_fd is not None:
                 os.close(agent_fd)
