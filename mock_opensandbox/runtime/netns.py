@@ -291,39 +291,17 @@ class SandboxNet:
     def connect(self, port: int, timeout: float | None = None) -> socket.socket:
         """A TCP connection to 127.0.0.1:port inside the sandbox. Raises OSError (ECONNREFUSED when
         nothing listens there)."""
-        if not isinstance(port, int) or not 0 < port < 65536:
-            raise OSError(22, "invalid port %r" % (port,))
-        if self.netns_fd is not None:
-            from .holder import setns_function
-
-            setns = setns_function()
-            setns(self.netns_fd, CLONE_NEWNET)
-            try:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            finally:
-                setns(own_netns_fd(), CLONE_NEWNET)
-            try:
-                s.settimeout(timeout)
-                s.connect(("127.0.0.1", port))
-            except BaseException:
-                s.close()
-                raise
-            return s
-        if self.agent is not None:
-            reply, fds = self.agent({"op": "connect", "port": port})
-            if not fds:
-                raise OSError(int((reply or {}).get("errno") or 111), str((reply or {}).get("error") or "refused"))
-            for extra in fds[1:]:
-                os.close(extra)
-            s = socket.socket(fileno=fds[0])
-            s.settimeout(timeout)
-            return s
-        return self._connect_helper(port, timeout)
+        return self._socket_inside(port, timeout, listen=False)
 
     def listen(self, port: int) -> socket.socket:
         """A TCP socket listening on 0.0.0.0:port inside the sandbox (what execd's ``:44772`` is
         there), owned by the caller: it keeps the namespace alive until closed. Raises OSError
         (EADDRINUSE when something inside already listens there)."""
+        return self._socket_inside(port, None, listen=True)
+
+    def _socket_inside(self, port: int, timeout: float | None, listen: bool) -> socket.socket:
+        """A TCP socket made in the sandbox's network namespace, connected to 127.0.0.1:port or
+        listening on 0.0.0.0:port: setns as root, else the in-sandbox agent, else the helper."""
         if not isinstance(port, int) or not 0 < port < 65536:
             raise OSError(22, "invalid port %r" % (port,))
         if self.netns_fd is not None:
@@ -332,26 +310,35 @@ class SandboxNet:
             setns = setns_function()
             setns(self.netns_fd, CLONE_NEWNET)
             try:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # it keeps the sandbox's namespace
             finally:
                 setns(own_netns_fd(), CLONE_NEWNET)
             try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("0.0.0.0", port))  # the socket's own namespace: the sandbox's
-                s.listen(128)
+                if listen:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind(("0.0.0.0", port))
+                    s.listen(128)
+                else:
+                    s.settimeout(timeout)
+                    s.connect(("127.0.0.1", port))
             except BaseException:
                 s.close()
                 raise
             return s
         if self.agent is not None:
-            reply, fds = self.agent({"op": "listen", "port": port})
+            reply, fds = self.agent({"op": "listen" if listen else "connect", "port": port})
             if not fds:
-                raise OSError(int((reply or {}).get("errno") or 98), str((reply or {}).get("error") or "cannot listen"))
+                raise OSError(int((reply or {}).get("errno") or (98 if listen else 111)),
+                              str((reply or {}).get("error") or ("cannot listen" if listen else "refused")))
             for extra in fds[1:]:
                 os.close(extra)
-            return socket.socket(fileno=fds[0])
-        s = self._connect_helper(port, None, listen=True)
-        s.settimeout(None)
+            s = socket.socket(fileno=fds[0])
+            if not listen:
+                s.settimeout(timeout)
+            return s
+        s = self._connect_helper(port, timeout, listen=listen)
+        if listen:
+            s.settimeout(None)
         return s
 
     def _connect_helper(self, port: int, timeout: float | None, listen: bool = False) -> socket.socket:
