@@ -20,6 +20,10 @@ def test_shell_follows_bash_coming_and_going(tmp_path):
         pytest.skip("no bash on this host")
     rt = SandboxRuntime(str(tmp_path / "sb"), env={"PATH": "/opt/x"})
     try:
+        # PID 1's entrypoint by its absolute path (PATH has no tail): the view lives as long as it
+        tail = shutil.which("tail")
+        assert tail is not None
+        rt.start_entrypoint([tail, "-f", "/dev/null"])
         own = os.path.join(rt.root, "opt", "x")
         os.makedirs(own)
         assert rt.shell() == ["sh"]  # nothing on PATH yet
@@ -31,5 +35,6 @@ def test_shell_follows_bash_coming_and_going(tmp_path):
         # a link resolved in the sandbox's view (its /usr is the host's, read-only)
         os.symlink(bash, os.path.join(own, "bash"))
         assert rt.shell() == ["bash"]
+        assert rt.view_root() != rt.root  # all of it was looked up in the running sandbox's view
     finally:
         rt.cleanup()
