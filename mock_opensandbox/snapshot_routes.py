@@ -25,7 +25,7 @@ def create(app: Any, req: Request) -> None:
             raise MockError(quirks.SNAPSHOT_SOURCE_NOT_RUNNING)
         raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)
     snap = store.create(req.params["sid"], name)
-    req.send_json(202, snap.to_json(), headers={"location": "/v1/snapshots/%s" % snap.id})
+    req.send_json(202, snap.accepted, headers={"location": "/v1/snapshots/%s" % snap.id})
 
 
 def list_(app: Any, req: Request) -> None:

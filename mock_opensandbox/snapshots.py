@@ -40,6 +40,7 @@ class Snapshot:
         self.env: dict[str, str] = {}     # the source container's env (a commit keeps its Config.Env)
         self.metadata: dict[str, str] = {}  # its labels (a commit keeps them; a restored sandbox shows them)
         self.done = threading.Event()
+        self.accepted: dict[str, Any] = {}
 
     def set_state(self, triple: tuple[str, str, str], at: datetime) -> None:
         self.state, self.reason, self.message = triple
@@ -127,6 +128,7 @@ class SnapshotStore:
         # docker commit pauses the container while it copies (the sandbox reads Paused meanwhile); paused
         # here, before the answer, so that the commit sees what the sandbox had written until now
         paused = self._pause(sb)
+        snap.accepted = snap.to_json()  # the 202 body: the record as stored, before the worker touches it
         t = threading.Thread(target=self._commit, args=(sb, snap, paused), name="mock-osb-snapshot-%s" % snap.id[:8],
                              daemon=True)
         with self._lock:

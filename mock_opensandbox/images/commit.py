@@ -103,11 +103,9 @@ def _same(a: os.stat_result, b: os.stat_result, pa: str, pb: str) -> bool:
         return False
     if stat.S_ISDIR(a.st_mode):
         return True
-    if a.st_size != b.st_size or int(a.st_mtime) != int(b.st_mtime):
-        return False
-    if stat.S_ISLNK(a.st_mode):
+    if stat.S_ISLNK(a.st_mode):  # its target is what counts (a fresh root's links are younger)
         return os.readlink(pa) == os.readlink(pb)
-    return True
+    return a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime)
 
 
 def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, os.stat_result | None]]:
@@ -116,6 +114,7 @@ def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, 
         rel_dir = os.path.relpath(dirpath, path)
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
         keep = []
+        present = set(dirnames) | set(filenames)  # os.walk lists a symlink to a directory under dirnames
         for name in sorted(dirnames) + sorted(filenames):
             rel = rel_dir + "/" + name if rel_dir else name
             if _excluded(rel, kind):
@@ -146,7 +145,7 @@ def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, 
         dirnames[:] = [d for d in dirnames if d in keep]
         if kind != "overlay" and base and _real_dir(base, rel_dir):  # gone since the base: whiteouts
             try:
-                gone = sorted(set(os.listdir(os.path.join(base, rel_dir))) - set(dirnames) - set(filenames))
+                gone = sorted(set(os.listdir(os.path.join(base, rel_dir))) - present)
             except OSError:
                 gone = []
             for name in gone:
