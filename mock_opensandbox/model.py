@@ -208,6 +208,9 @@ class Sandbox:
         self.entrypoint = list(entrypoint)
         self.env = dict(env or {})
         self.metadata = dict(metadata) if metadata is not None else None
+        # the container's labels keep the create's metadata (a PATCH goes to the server's metadata store);
+        # a snapshot's image keeps these labels
+        self.label_metadata = dict(metadata or {})
         self.resource_limits = dict(resource_limits or {})
         self.timeout = timeout
         self.created_at = created_at          # the create request's time (create response)

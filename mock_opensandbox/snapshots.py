@@ -122,7 +122,9 @@ class SnapshotStore:
             raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)
         snap = Snapshot(sandbox_id=sandbox_id, name=name, created_at=self.clock())
         snap.env = {k: v for k, v in (sb.env or {}).items() if v is not None}
-        snap.metadata = dict(getattr(sb, "inherited_metadata", None) or {}, **(sb.metadata or {}))
+        # docker commit keeps the container's labels: its image's, then the create's metadata (not a PATCH's,
+        # which the server keeps in its metadata store)
+        snap.metadata = dict(getattr(sb, "inherited_metadata", None) or {}, **getattr(sb, "label_metadata", {}))
         with self._lock:
             self._items[snap.id] = snap
         # docker commit pauses the container while it copies (the sandbox reads Paused meanwhile); paused

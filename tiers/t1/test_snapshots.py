@@ -119,6 +119,7 @@ def test_delete_while_creating_and_a_second_create_while_paused(model):
     gate = threading.Event()
     store = SnapshotStore(model, lambda sb, snap: gate.wait(10) and object(), lambda img: None)
     sb = _sb(model)
+    sb.metadata = {"patched": "x"}  # a PATCH: the server's metadata store, not the container's labels
     snap = store.create(sb.id, "one")
     assert sb.state == "Paused"  # recording: GET shows Paused while docker commit runs
     with pytest.raises(MockError) as e:
