@@ -21,7 +21,7 @@ import math
 import threading
 import uuid
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Dict, Iterable, List  # List: SnapshotStore.list shadows list
 
 from . import quirks
 from .model import SandboxStore, format_ts, utcnow
@@ -108,7 +108,7 @@ class SnapshotStore:
         return out[start:start + page_size], {"page": page, "pageSize": page_size, "totalItems": total,
                                               "totalPages": pages, "hasNextPage": page < pages}
 
-    def users(self, snapshot_id: str) -> list[str]:
+    def users(self, snapshot_id: str) -> List[str]:
         """Ids of the sandboxes restored from it that still exist (Docker: containers using the image)."""
         return sorted(sid for sid, sb in self.sandboxes.snapshot().items()
                       if getattr(sb, "snapshot_id", None) == snapshot_id and not sb.deleted)
@@ -223,7 +223,7 @@ class SnapshotStore:
                     pass
         return len(items)
 
-    def view(self) -> list[dict[str, Any]]:
+    def view(self) -> List[Dict[str, Any]]:
         """For ``/__mock__/images``: each snapshot, its image and the sandboxes restored from it."""
         out = []
         for s in sorted(self.all(), key=lambda s: (s.created_at, s.id), reverse=True):

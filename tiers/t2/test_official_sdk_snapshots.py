@@ -13,11 +13,11 @@ from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
 
 opensandbox = pytest.importorskip("opensandbox")
-from opensandbox import Sandbox, SandboxManager, SandboxManagerSync, SandboxSync  # noqa: E402
-from opensandbox.config import ConnectionConfig  # noqa: E402
-from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402
-from opensandbox.exceptions import SandboxApiException  # noqa: E402
-from opensandbox.models.sandboxes import SnapshotFilter  # noqa: E402
+from opensandbox import Sandbox, SandboxManager, SandboxManagerSync, SandboxSync  # noqa: E402 - after the importorskip above
+from opensandbox.config import ConnectionConfig  # noqa: E402 - after the importorskip above
+from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402 - after the importorskip above
+from opensandbox.exceptions import SandboxApiException  # noqa: E402 - after the importorskip above
+from opensandbox.models.sandboxes import SnapshotFilter  # noqa: E402 - after the importorskip above
 
 ISOLATED, NOTE = probe_isolation()
 pytestmark = [pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE),
