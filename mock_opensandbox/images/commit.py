@@ -274,7 +274,9 @@ def commit(store: ImageStore, runtime: Any, snapshot_id: str, *, base: Image | N
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     config = dict(base.config) if base is not None else {}
-    config["Env"] = ["%s=%s" % kv for kv in env.items()]
+    merged = dict(e.split("=", 1) for e in (base.env if base is not None else []) if "=" in e)
+    merged.update(env)  # the container's Config.Env: the image's, then the container's own
+    config["Env"] = ["%s=%s" % kv for kv in merged.items()]
     config["Labels"] = dict(config.get("Labels") or {}, **labels, **{LABEL_SNAPSHOT: snapshot_id, LABEL_VIEW: kind,
                                                                    LABEL_LAYER: diff_id})
     layers = parent_layers + [layer]

@@ -194,7 +194,7 @@ def test_commit_an_overlay_upper_dir(base, tmp_path):
     (up / "link").symlink_to("/")
     new = C.commit(store, _rt(str(up), "overlay"), "s1", base=img, env={"E": "1"}, labels={"m": "v"})
     assert [x["diff_id"] for x in new.layers[:-1]] == [x["diff_id"] for x in img.layers]
-    assert new.config["Env"] == ["E=1"] and new.config["Labels"]["m"] == "v" and new.config["Labels"]["a"] == "b"
+    assert new.config["Env"] == ["PATH=/usr/bin:/bin", "HELLO=world", "E=1"] and new.config["Labels"]["m"] == "v" and new.config["Labels"]["a"] == "b"
     top = new.layers[-1]
     assert top["whiteouts"] == ["tmp/old.txt"] and top["opaque"] == ["opt/x"]
     tree = _tree(new.rootfs())
