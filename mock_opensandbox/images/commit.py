@@ -16,8 +16,8 @@ such method):
   as ``runtime/_util.make_image_root`` makes it; the host's directories the view mounts over it
   (``SYSTEM_DIRS``: ``/usr``, ``/bin``, ``/etc``, ...) are not the sandbox's and are left out.
 
-Never in a layer (Docker: bind mounts and the execd the server copies in before every start):
-``/etc/hostname``, ``/etc/hosts``, ``/etc/resolv.conf``, ``/opt/opensandbox``.
+Never in a layer (Docker: bind mounts, its init layer, and the execd the server copies in before every start):
+``/etc/hostname``, ``/etc/hosts``, ``/etc/resolv.conf``, ``/opt/opensandbox``, empty ``/dev``, ``/proc``, ``/sys``.
 
 The change set is written as a plain tar (OCI whiteouts ``.wh.NAME`` / ``.wh..wh..opq``) and unpacked into
 the cache by the store's own unpacker (``unpack.py``): the same path checks, the same owner/mode handling
@@ -42,6 +42,7 @@ from .unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, split_name
 
 KINDS = ("overlay", "full", "host-tools")
 NEVER = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "opt/opensandbox")
+MOUNT_POINTS = ("dev", "proc", "sys")
 SNAPSHOT_REPOSITORY = "opensandbox-snapshots"  # server services/docker/snapshot_runtime.py
 LABEL_SNAPSHOT = "mock-opensandbox.snapshot-id"
 LABEL_VIEW = "mock-opensandbox.view"
@@ -123,6 +124,8 @@ def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, 
             st = _lstat(full)
             if st is None:
                 continue
+            if not rel_dir and name in MOUNT_POINTS and stat.S_ISDIR(st.st_mode) and not os.listdir(full):
+                continue  # an empty mount point the runtime made (Docker's init layer; not committed)
             if kind == "overlay":
                 if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
                     yield rel, "whiteout", None

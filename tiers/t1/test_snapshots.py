@@ -192,6 +192,7 @@ def test_commit_an_overlay_upper_dir(base, tmp_path):
     (up / "etc").mkdir()
     (up / "etc" / "hostname").write_text("never in a layer")
     (up / "link").symlink_to("/")
+    (up / "proc").mkdir()  # an empty mount point the runtime made: not committed
     new = C.commit(store, _rt(str(up), "overlay"), "s1", base=img, env={"E": "1"}, labels={"m": "v"})
     assert [x["diff_id"] for x in new.layers[:-1]] == [x["diff_id"] for x in img.layers]
     assert new.config["Env"] == ["PATH=/usr/bin:/bin", "HELLO=world", "E=1"] and new.config["Labels"]["m"] == "v" and new.config["Labels"]["a"] == "b"
@@ -201,6 +202,7 @@ def test_commit_an_overlay_upper_dir(base, tmp_path):
     assert tree["tmp/new.txt"] == "new" and "tmp/old.txt" not in tree
     assert tree["opt/x/z"] == "z" and "opt/x/y" not in tree and tree["keep"] == "k"
     assert tree["link"] == "-> /" and "opt/opensandbox" not in tree and "etc/hostname" not in tree
+    assert "proc" not in tree
     assert new.ref == "opensandbox-snapshots:s1" and json.load(open(store._image_path(new.id)))["source"] == "snapshot"
     C.remove(new)
     assert not os.path.exists(store._image_path(new.id)) and not os.path.isdir(os.path.dirname(top["path"]))
