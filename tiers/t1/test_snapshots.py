@@ -38,7 +38,9 @@ CREATE = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"
 @pytest.mark.spec_exempt("server 1.1.1 snapshot routes and answers the June OpenAPI spec does not have")
 def test_snapshot_flow_mock():
     with MockOpenSandbox(execd_close_delay=0.05) as osb:
-        snapshot_flow.run(si.Target(osb.base_url, osb.api_key or "", "python:3", execd_token=osb.execd_token))
+        # the host-tools view (no --image-dir): its /etc is the view's, not the sandbox's
+        snapshot_flow.run(si.Target(osb.base_url, osb.api_key or "", "python:3", execd_token=osb.execd_token),
+                          etc_kept=False)
         assert osb.snapshots.all() == []
 
 
@@ -262,3 +264,36 @@ def test_host_tools_commit_and_restore_never_write_through_a_symlink(tmp_path):
         assert not os.path.exists(dest / "srv") and not os.path.exists(dest / "usr" / "host-file")
     finally:
         store.close()
+
+
+def _docker_has(image: str) -> bool:
+    import shutil as _sh
+    if not _sh.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "image", "inspect", image], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+BUSYBOX = "local/busybox:latest"  # what OSB_LOCAL_IMAGES=1 ./local-up.sh up builds
+
+
+@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@pytest.mark.skipif(not _docker_has(BUSYBOX), reason="no local Docker with %s (./local-up.sh up)" % BUSYBOX)
+@pytest.mark.spec_exempt("server 1.1.1 snapshot routes and answers the June OpenAPI spec does not have")
+def test_snapshot_flow_mock_with_an_image_store(tmp_path):
+    """The same flow with an image store (the local Docker's busybox): a sandbox that runs its image commits its
+    writable layer over the image's layers (changes_dir "overlay"/"full") and a restore runs that image."""
+    (tmp_path / "images").mkdir()
+    with MockOpenSandbox(execd_close_delay=0.05, image_dir=str(tmp_path / "images"),
+                         image_cache=str(tmp_path / "cache")) as osb:
+        t = si.Target(osb.base_url, osb.api_key or "", BUSYBOX, execd_token=osb.execd_token)
+        probe = t.create()
+        kind = C.changes_of(osb.sandboxes[probe].runtime)[1]
+        t.delete(probe)
+        snapshot_flow.run(t, etc_kept=kind != "host-tools")
+        snaps = [d for d in os.listdir(tmp_path / "cache" / "images")
+                 if json.load(open(tmp_path / "cache" / "images" / d)).get("source") == "snapshot"]
+        assert snaps == []  # every snapshot image went with its snapshot; the busybox image stays
