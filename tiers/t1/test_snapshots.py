@@ -35,7 +35,6 @@ CREATE = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"
 
 # -- the flow of recording 25 ----------------------------------------------------------------------------------
 @pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
-@pytest.mark.spec_exempt("server 1.1.1 snapshot routes and answers the June OpenAPI spec does not have")
 def test_snapshot_flow_mock():
     with MockOpenSandbox(execd_close_delay=0.05) as osb:
         # the host-tools view (no --image-dir): its /etc is the view's, not the sandbox's
@@ -44,7 +43,7 @@ def test_snapshot_flow_mock():
         assert osb.snapshots.all() == []
 
 
-@pytest.mark.spec_exempt("server 1.1.1 snapshot routes the June OpenAPI spec does not have")
+@pytest.mark.spec_exempt("/__mock__/ admin routes are the mock's own")
 def test_reset_and_stop_remove_snapshots_and_their_images(opensandbox_mock_factory):
     osb = opensandbox_mock_factory(execd_close_delay=0)
     hp = osb.base_url.split("://", 1)[1]
@@ -71,7 +70,6 @@ def test_reset_and_stop_remove_snapshots_and_their_images(opensandbox_mock_facto
     assert not os.path.exists(store_dir)
 
 
-@pytest.mark.spec_exempt("server 1.1.1 snapshot routes the June OpenAPI spec does not have")
 def test_snapshot_of_an_exited_sandbox_is_refused(opensandbox_mock_factory):
     osb = opensandbox_mock_factory(execd_close_delay=0)
     hp = osb.base_url.split("://", 1)[1]
@@ -282,7 +280,6 @@ BUSYBOX = "local/busybox:latest"  # what OSB_LOCAL_IMAGES=1 ./local-up.sh up bui
 
 @pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
 @pytest.mark.skipif(not _docker_has(BUSYBOX), reason="no local Docker with %s (./local-up.sh up)" % BUSYBOX)
-@pytest.mark.spec_exempt("server 1.1.1 snapshot routes and answers the June OpenAPI spec does not have")
 def test_snapshot_flow_mock_with_an_image_store(tmp_path):
     """The same flow with an image store (the local Docker's busybox): a sandbox that runs its image commits its
     writable layer over the image's layers (changes_dir "overlay"/"full") and a restore runs that image."""

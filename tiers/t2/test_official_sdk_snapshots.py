@@ -20,8 +20,7 @@ from opensandbox.exceptions import SandboxApiException  # noqa: E402 - after the
 from opensandbox.models.sandboxes import SnapshotFilter  # noqa: E402 - after the importorskip above
 
 ISOLATED, NOTE = probe_isolation()
-pytestmark = [pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE),
-              pytest.mark.spec_exempt("server 1.1.1 snapshot routes the June OpenAPI spec does not have")]
+pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
 IMAGE = "python:3.12-slim"
 
 

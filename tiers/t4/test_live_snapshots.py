@@ -8,7 +8,6 @@ import pytest
 from tiers import sandbox_inside as si
 from tiers import snapshot_flow
 
-pytestmark = pytest.mark.spec_exempt("server 1.1.1 snapshot routes and answers the June OpenAPI spec does not have")
 
 
 def test_snapshot_flow_live(live_server):
