@@ -3,10 +3,8 @@ scenario 25's requests with their recorded answers asserted); tiers/t1/test_snap
 mock. Every sandbox and snapshot it makes is deleted at the end."""
 from __future__ import annotations
 
-
 from tiers import sandbox_inside as si
 from tiers import snapshot_flow
-
 
 
 def test_snapshot_flow_live(live_server):
