@@ -104,7 +104,8 @@ VOLUMES_UNSUPPORTED = Quirk(400, "SANDBOX::INVALID_PARAMETER",
 SNAPSHOTS_UNSUPPORTED = Quirk(501, "SNAPSHOT::NOT_IMPLEMENTED",
                               "Snapshot creation is not implemented by the mock OpenSandbox.",
                               "[choice] code of server services/snapshot_service.py create_snapshot (runtime "
-                              "without snapshots); the real Docker runtime commits the container")
+                              "without snapshots): a LifecycleApp without a SnapshotStore only; MockOpenSandbox "
+                              "commits like the Docker runtime (snapshots.py)")
 SNAPSHOT_NOT_FOUND = Quirk(404, "SNAPSHOT::NOT_FOUND", "Snapshot {id} not found",
                            "server services/snapshot_service.py get_snapshot/delete_snapshot; oracle")
 SNAPSHOT_SOURCE_NOT_RUNNING = Quirk(409, "SNAPSHOT::INVALID_SOURCE_STATE",
