@@ -134,13 +134,31 @@ def holder_env(hostname: str, with_stack: bool) -> dict[str, str]:
     return {ENV_HOSTS: hosts_file(hostname, GUEST_IP if with_stack else None), ENV_RESOLV: resolv_conf()}
 
 
+# What connect() and listen() do with a TCP socket made in the sandbox's network namespace: one text,
+# run in this process (root: the socket is made after setns) and by the non-root helper (CONNECT_PY)
+SOCKET_STEP_PY = r"""
+def socket_step(s, port, timeout, listen):
+    if listen:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port))
+        s.listen(128)
+    else:
+        s.settimeout(timeout)
+        s.connect(("127.0.0.1", port))
+"""
+_step: dict[str, Any] = {"socket": socket}
+exec(SOCKET_STEP_PY, _step)  # our own text above: socket_step here is the helper's
+socket_step: Callable[[socket.socket, int, "float | None", bool], None] = _step["socket_step"]
+
 # The non-root connector: enter the sandbox's user and network namespaces (a fresh single-threaded
-# process may), connect to 127.0.0.1:PORT and pass the socket back over the inherited fd (SCM_RIGHTS).
+# process may), connect to 127.0.0.1:PORT (or listen on PORT) and pass the socket back over the
+# inherited fd (SCM_RIGHTS).
 CONNECT_PY = r"""
 import os, sys, socket, ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 pid, port, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 back = socket.socket(fileno=int(sys.argv[4]))
+""" + SOCKET_STEP_PY + r"""
 try:
     for name, flag in (("user", 0x10000000), ("net", 0x40000000)):
         fd = os.open("/proc/%d/ns/%s" % (pid, name), os.O_RDONLY | os.O_CLOEXEC)
@@ -148,13 +166,7 @@ try:
             raise OSError(ctypes.get_errno(), "setns %s: %s" % (name, os.strerror(ctypes.get_errno())))
         os.close(fd)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if sys.argv[5:6] == ["listen"]:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", port))
-        s.listen(128)
-    else:
-        s.settimeout(timeout)
-        s.connect(("127.0.0.1", port))
+    socket_step(s, port, timeout, sys.argv[5:6] == ["listen"])
     socket.send_fds(back, [b"ok"], [s.fileno()])
 except OSError as e:
     back.sendall(("err %d %s" % (e.errno or 0, e.strerror or e)).encode())
@@ -314,13 +326,7 @@ class SandboxNet:
             finally:
                 setns(own_netns_fd(), CLONE_NEWNET)
             try:
-                if listen:
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    s.bind(("0.0.0.0", port))
-                    s.listen(128)
-                else:
-                    s.settimeout(timeout)
-                    s.connect(("127.0.0.1", port))
+                socket_step(s, port, timeout, listen)
             except BaseException:
                 s.close()
                 raise
