@@ -319,7 +319,7 @@ def run_case(ctx, make_row) -> list:
                 if i >= 3:
                     cmd[s.label].append(time.perf_counter() - t0)
         sparse: dict[str, list[float]] = {"A": [], "B": []}
-        for i in range(1 + max(1, cmd_n // 3)):
+        for i in range(1 + max(1, cmd_n // 2)):
             for s in (a, b):
                 time.sleep(gap)
                 t0 = time.perf_counter()
