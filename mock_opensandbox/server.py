@@ -162,8 +162,15 @@ class MockProvisioner(Provisioner):
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
         env["OPENSANDBOX_ID"] = sb.id
-        runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
-                                 limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
+        from .runtime.rootfs import RootfsError, UserNotFound
+
+        try:  # issue 21: the image's own tree as the root when the mock has an image store
+            runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
+                                     limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
+                                     janitor=m.janitor, image=sb.rootfs_image)
+        except (RootfsError, UserNotFound) as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            raise start_failed(str(exc)) from None
         sb.runtime = runtime
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
@@ -316,7 +323,7 @@ class MockProvisioner(Provisioner):
         if sb.runtime is not None:
             sb.runtime.cleanup()
             if self.mock._root_given:
-                self.mock.janitor.untrack("dir", sb.runtime.root)
+                self.mock.janitor.untrack("dir", sb.runtime.home)
         if sb.volumes is not None and self.mock.volumes is not None:
             self.mock.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
 

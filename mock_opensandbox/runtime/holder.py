@@ -191,6 +191,10 @@ class Holder:
         self.pidns_fd: int | None = None
         self.pidns_id = ""
         self.net: Any = None      # netns.SandboxNet when the sandbox has a network namespace of its own
+        # an image's view has none of the host's tools (setpriv, env): commands join through nsexec.py
+        # (the host's Python, loaded before it enters) as the image's user ("UID GID G1,G2" or "-")
+        self.via_helper = False
+        self.user = "-"
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
         try:
             if mode == "direct":
@@ -224,6 +228,8 @@ class Holder:
         except OSError as exc:
             return None, f"cannot write the sandbox's bootstrap.sh: {exc}"
         safe_env = scripts.protect_view_env(env)
+        for k in scripts.VIEW_ONLY_ENV:  # set by the mock alone, never by a request's env
+            safe_env.pop(k, None)
         safe_env.update(view_env or {})
         if agent_fd is not None and agent_python:
             safe_env[AGENT_FD_ENV] = str(agent_fd)
@@ -334,7 +340,7 @@ class Holder:
     def children_inside(self) -> Any:
         """Direct mode: processes forked by this thread inside the block are born in the sandbox's PID
         namespace (setns(CLONE_NEWPID) changes only the calling thread's pid_for_children)."""
-        if self.pidns_fd is None:
+        if self.pidns_fd is None or self.via_helper:
             yield
             return
         setns = setns_function()
@@ -348,7 +354,7 @@ class Holder:
                 env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) that enter the holder's namespaces, drop the capabilities and run argv
         in wd; the wrappers see only the sanitized environment."""
-        if self.mode == "direct":
+        if self.mode == "direct" and not self.via_helper:
             safe, unsafe = scripts.split_env(env)
             net = ["--net"] if self.net is not None else []
             return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--", setpriv]
@@ -358,13 +364,13 @@ class Holder:
         keep_lc = "1" if "LC_CTYPE" in env else "0"
         safe = scripts.protect_env(env)  # the helper's child restores them right before exec
         return [sys.executable, "-I", "-S", "-c", scripts.NSEXEC_PY, str(self.pid), wd, keep_lc,
-                "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0"] + list(argv), safe
+                "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0", self.user] + list(argv), safe
 
     def stages(self, cmd: list[str]) -> tuple[bool, set[bytes]]:
         """What the spawned process looks like before it runs the command: (the command is a child
         of the spawned process, the /proc cmdlines of the wrapper stages)."""
         raw = [a.encode("utf-8", "surrogateescape") for a in cmd]
-        if self.mode == "direct":  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
+        if self.mode == "direct" and not self.via_helper:  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
             out = {b"\0".join(raw) + b"\0"}
             cut = raw.index(b"--") + 1
             out.add(b"\0".join(raw[cut:]) + b"\0")

@@ -26,6 +26,7 @@ from ._util import (DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, k
 from .agent import AgentChannel, oneshot_call
 from .holder import Holder
 from .probe import probe_isolation, probe_result
+from .rootfs import ImageRoot, user_word
 
 if TYPE_CHECKING:  # pragma: no cover
     from .execd import ExecdProcess
@@ -115,7 +116,8 @@ class SandboxRuntime:
 
     def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
                  create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK,
-                 limits: "cgroups.Limits | None" = None, cgroup_name: str | None = None, janitor: Any = None):
+                 limits: "cgroups.Limits | None" = None, cgroup_name: str | None = None, janitor: Any = None,
+                 image: Any = None):
         if create:
             os.makedirs(root, exist_ok=True)
         self.root = os.path.realpath(root)
@@ -176,8 +178,18 @@ class SandboxRuntime:
         self._agent: AgentChannel | None = None
         self._root_fd: int | None = None
         self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
-        make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
-        if self.isolated:
+        # -- issue 21: the image's own tree as the root (rootfs.py), else the host-tools view --------
+        self.home = self.root        # the sandbox's own directory (removed by cleanup())
+        self.image_root: ImageRoot | None = None
+        self.view_kind = "host-tools"
+        self._user: tuple[int, int, list[int], str] | None = None
+        if image is not None and self._pid_mode is not None:
+            self._use_image(image)
+        elif image is not None:
+            self.isolation_note += "; the image's tree needs a PID namespace of the sandbox's own: host tools"
+        if self.image_root is None:
+            make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
+        if self.isolated and self.image_root is None:
             self._make_mountpoints()
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
@@ -188,6 +200,23 @@ class SandboxRuntime:
         self._janitor = janitor
         if limits is not None and limits.wanted():
             self._make_cgroup(limits, cgroup_name or "%s%s" % (cgroups.NAME_PREFIX, self._token[:12]))
+
+    def _use_image(self, image: Any) -> None:
+        """The sandbox's root is its image (rootfs.py: an overlay or a copy in the sandbox's directory).
+        Raises rootfs.RootfsError / UserNotFound: the create fails like a container Docker cannot make."""
+        ir = ImageRoot(self.root, image)
+        self._user = ir.user() if os.geteuid() == 0 else None  # a user namespace maps only root
+        ir.prepare()
+        self.image_root, self.root, self.view_kind = ir, ir.root, "image"
+
+    def changes_dir(self) -> tuple[str, str]:
+        """(host path, kind) of what the sandbox wrote over its image, readable while it runs or is
+        paused: "overlay" (an overlayfs upper dir: whiteouts are 0/0 char devices, opaque dirs carry
+        trusted.overlay.opaque=y), "full" (the copied root) or "host-tools" (the root directory of the
+        host-tools view: its own directories; the host's dirs are bound in its namespace, not here)."""
+        if self.image_root is not None:
+            return self.image_root.changes()
+        return self.root, "host-tools"
 
     def _make_cgroup(self, limits: "cgroups.Limits", name: str) -> None:
         host = cgroups.host()
@@ -236,7 +265,10 @@ class SandboxRuntime:
         return {"join": cg.join_preexec() if cg is not None else None}
 
     def _view_env(self) -> dict[str, str]:
-        return {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
+        out = {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
+        if self.image_root is not None:
+            out.update(self.image_root.view_env(self._user[:3] if self._user else None))
+        return out
 
     def _remove_cgroup(self) -> None:
         cg = self.cgroup
@@ -389,7 +421,10 @@ class SandboxRuntime:
         return ["bash"] if self.which("bash") else ["sh"]
 
     def base_env(self) -> dict[str, str]:
-        if self.isolated:
+        if self.image_root is not None:  # the image's Env, PATH and HOME (rootfs.py), + bootstrap.sh's export
+            env = self.image_root.env(self._user[3] if self._user else None)
+            env["EXECD_ENVS"] = "/opt/opensandbox/.env"
+        elif self.isolated:
             # + what bootstrap.sh exports to execd and so to every command (live: identity probe)
             env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp", "EXECD_ENVS": "/opt/opensandbox/.env"}
         else:
@@ -421,7 +456,7 @@ class SandboxRuntime:
         for k, v in list(full_env.items()):
             if "\x00" in k or "\x00" in v or "=" in k or not k:
                 raise ValueError(f"invalid environment variable name or value: {k!r}")
-        wd = cwd or "/"
+        wd = cwd or (self.image_root.working_dir() if self.image_root is not None else "/")
         if not self.isolated:
             full_env[_MARKER_ENV] = self._token
         with self._lock:
@@ -504,12 +539,12 @@ class SandboxRuntime:
         agent = agent_fd = python = idle = None
         try:
             execd = self._install_execd(env)
-            if execd is not None and execd != "binary" and self._pid_mode == "direct":
+            if execd is not None and execd != "binary" and (self._pid_mode == "direct" or self.image_root):
                 # root: connect/listen go through setns, agent_call through a one-shot agent, so
                 # /opt/opensandbox/execd is an idle placeholder (execd.IDLE_EXECD: ~1 MB, not ~9)
                 from .execd import idle_execd
 
-                idle = idle_execd()
+                idle = idle_execd(self.home if self.image_root is not None else None)
             if execd is not None and execd != "binary" and idle is None:
                 python = execd
                 agent, agent_fd = AgentChannel.pair()
@@ -526,6 +561,8 @@ class SandboxRuntime:
                 self._root_fd = os.open("/proc/%d/root" % holder.pid, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
                 self._root_fd = None  # PID 1 already ended: files are the root directory's
+            if self.image_root is not None:  # commands join through scripts/nsexec.py: nothing of the host in the view
+                holder.via_helper, holder.user = True, user_word(self._user) if self._user else "-"
         if agent is not None:
             if holder is not None:
                 self._agent = agent
@@ -729,8 +766,8 @@ class SandboxRuntime:
             fd, self._root_fd = self._root_fd, None
         if fd is not None:
             os.close(fd)
-        if self.root != "/":
-            rmtree(self.root)
+        if self.home != "/":
+            rmtree(self.home)
 
     def _live_pgids(self) -> list[int]:
         return [p.pid for p in self._procs if p.poll() is None]
