@@ -343,7 +343,14 @@ class MockProvisioner(Provisioner):
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
         store; nothing without one (every sandbox gets the host-tools view, as before)."""
         images = self.mock.images
-        return "; " + images.describe() if images is not None else ""
+        if images is None:
+            return ""
+        from .runtime.probe import probe_result
+
+        ok, _, _, pid_mode = probe_result()
+        if self.isolate is False or not ok or pid_mode is None:  # rootfs.py needs a PID 1 of the sandbox's own
+            return "; " + images.describe() + ", pulled only: sandboxes get the host-tools view"
+        return "; " + images.describe()
 
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:

@@ -107,12 +107,11 @@ class ImageRoot:
                 return None
         return None
 
-    def user(self) -> tuple[int, int, list[int], str] | None:
-        """(uid, gid, supplementary gids, home) for the image's User, None for root ("" or "0"/"root"
-        with nothing else to change). Raises UserNotFound like runc ("unable to find user ...")."""
-        spec = self.image.user.strip()
-        if not spec:
-            return None
+    def user(self) -> tuple[int, int, list[int], str]:
+        """(uid, gid, groups, home) for the image's User ("" = uid 0; groups: the primary gid first, then
+        those of /etc/group naming the user, as live `id` shows them: ``groups=0(root)``). Raises
+        UserNotFound like runc ("unable to find user ...")."""
+        spec = self.image.user.strip() or "0"
         name, _, group = spec.partition(":")
         passwd = _table(self.image_file("etc/passwd"))
         groups = _table(self.image_file("etc/group"))
