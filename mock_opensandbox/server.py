@@ -186,7 +186,7 @@ class MockProvisioner(Provisioner):
             try:
                 sb.execd = self._start_execd_process(sb, runtime)
             except SandboxTerminated as exc:  # its holder: view.py could not mount the volumes
-                if sb.volumes is None or sb.deleted:
+                if (sb.volumes is None and sb.rootfs_image is None) or sb.deleted:
                     raise
                 raise start_failed(str(exc)) from None
             except RuntimeError:
@@ -206,7 +206,7 @@ class MockProvisioner(Provisioner):
                 sb.log.pump(proc.stdout)
             return proc
         except SandboxTerminated as exc:
-            if sb.volumes is None or sb.deleted:
+            if (sb.volumes is None and sb.rootfs_image is None) or sb.deleted:
                 raise
             raise start_failed(str(exc)) from None  # view.py could not mount them (fails closed)
         except FileNotFoundError:

@@ -429,11 +429,11 @@ class SandboxRuntime(SandboxPaths):
                 self._agent = agent
             else:
                 agent.close()
-        if holder is None and self.volumes:
-            # the volumes could not be mounted (view.py failed closed): no sandbox, like a container
-            # whose mounts fail (no fallback without them)
+        if holder is None and (self.volumes or self.image_root is not None):
+            # the volumes or the image's root could not be mounted (view.py failed closed): no sandbox,
+            # like a container whose mounts fail (no fallback without them)
             self.terminated = True
-            raise SandboxTerminated("the sandbox's volumes could not be mounted (%s)" % why)
+            raise SandboxTerminated("the sandbox's %s could not be mounted (%s)" % ("volumes" if self.volumes else "root", why))
         if holder is not None and self._netns:
             self._attach_net(holder)
         if holder is None:

@@ -539,6 +539,8 @@ def main():
     try:
         os.execvp(argv[0], argv)
     except OSError as e:
+        if mode == "holder":  # runc's words in the container's log, exit 1 (live: an image without /bin/sh)
+            fail("exec %s: %s" % (argv[0], (e.strerror or "").lower()), 1)
         fail("unshare: failed to execute %s: %s" % (argv[0], e.strerror), 127 if e.errno == 2 else 126)
 
 
