@@ -190,3 +190,22 @@ def test_a_root_that_cannot_be_mounted_fails_the_create_like_the_server(target, 
     assert body["code"] == "DOCKER::SANDBOX_START_FAILED" or "start" in body["code"].lower()
     assert body["message"].startswith("Failed to create or start container: ")
     assert target.life("GET", "/v1/sandboxes").json()["items"] == []
+
+
+def test_copy_mode_never_writes_into_the_cache(target, osb, monkeypatch):
+    """Where overlayfs cannot take the layers (not root: whiteouts not in overlay form), the root is a copy of
+    the flattened image; the sandbox's writes stay in its copy."""
+    from mock_opensandbox.images.store import Image
+
+    monkeypatch.setattr(Image, "lowerdirs", lambda self: None)
+    sid = target.create()
+    rt = osb.sandboxes[sid].runtime
+    assert rt.image_root.mode == "copy" and rt.changes_dir() == (rt.root, "full")
+    img = osb.sandboxes[sid].rootfs_image
+    cached = os.path.join(img.rootfs(), "etc", "os-release")
+    before = open(cached).read()
+    r = _sh(target, sid, "echo changed >> /etc/os-release; cat /etc/os-release; ls /etc")
+    assert r.out.startswith(before) and "changed" in r.out and "motd" not in r.out.split()
+    assert open(cached).read() == before
+    with open(os.path.join(rt.changes_dir()[0], "etc", "os-release")) as fh:
+        assert fh.read().endswith("changed\n")
