@@ -147,19 +147,29 @@ def write_bootstrap(root: str) -> None:
 
 
 def await_children(pid: int, want: int, timeout: float) -> None:
-    """Wait (bounded) until PID 1 has ``want`` children that have exec'd (a fork of bootstrap.sh
-    still shows PID 1's own cmdline), or PID 1 is gone: like Go's cmd.Start, create returns once the
-    entrypoint runs, so a `ps` right after lists it and not a copy of the shell."""
-    own = read_cmdline(pid)
+    """Wait (bounded) until PID 1 runs bootstrap.sh (view.py's exec of it may still be under way when the
+    ready line came) and has ``want`` children that have exec'd (a fork of bootstrap.sh still shows PID 1's
+    own cmdline), or PID 1 is gone: like Go's cmd.Start, create returns once the entrypoint runs, so a
+    `ps` right after lists it and not a copy of the shell."""
+    marker = BOOTSTRAP_PATH.encode() + b"\0"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        now = read_cmdline(pid)
-        if not now or now != own:
-            return
-        lines = [read_cmdline(k) for k in children(pid)]
-        if len([c for c in lines if c and c != own]) >= want:
-            return
+        own = read_cmdline(pid)
+        if own is None or (not own and _state(pid) in (b"Z", b"X", None)):
+            return  # gone, or a zombie (an exec under way shows no cmdline for a moment too)
+        if marker in own:
+            lines = [read_cmdline(k) for k in children(pid)]
+            if len([c for c in lines if c and c != own]) >= want:
+                return
         time.sleep(0.0005)
+
+
+def _state(pid: int) -> bytes | None:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def holder_prefix(unshare: str, net: bool = False) -> list[str]:
@@ -195,6 +205,7 @@ class Holder:
         # (the host's Python, loaded before it enters) as the image's user ("UID GID G1,G2" or "-")
         self.via_helper = False
         self.user = "-"
+        self.ns_fds: list[tuple[int, int]] | None = None  # root + image: forkjoin.py's namespace fds
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
         try:
             if mode == "direct":
@@ -340,7 +351,7 @@ class Holder:
     def children_inside(self) -> Any:
         """Direct mode: processes forked by this thread inside the block are born in the sandbox's PID
         namespace (setns(CLONE_NEWPID) changes only the calling thread's pid_for_children)."""
-        if self.pidns_fd is None or self.via_helper:
+        if self.pidns_fd is None or (self.via_helper and not self.fork_joins):
             yield
             return
         setns = setns_function()
@@ -354,6 +365,8 @@ class Holder:
                 env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) that enter the holder's namespaces, drop the capabilities and run argv
         in wd; the wrappers see only the sanitized environment."""
+        if self.fork_joins:  # the Popen child joins (forkjoin.py): no wrapper sees the environment
+            return list(argv), dict(env)
         if self.mode == "direct" and not self.via_helper:
             safe, unsafe = scripts.split_env(env)
             net = ["--net"] if self.net is not None else []
@@ -370,6 +383,8 @@ class Holder:
         """What the spawned process looks like before it runs the command: (the command is a child
         of the spawned process, the /proc cmdlines of the wrapper stages)."""
         raw = [a.encode("utf-8", "surrogateescape") for a in cmd]
+        if self.fork_joins:
+            return False, set()
         if self.mode == "direct" and not self.via_helper:  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
             out = {b"\0".join(raw) + b"\0"}
             cut = raw.index(b"--") + 1
@@ -379,6 +394,18 @@ class Holder:
                 out.add(b"\0".join(raw[cut2:]) + b"\0")
             return False, out
         return True, {b"\0".join(raw) + b"\0"}  # the helper's forked child, until it execs
+
+    @property
+    def fork_joins(self) -> bool:
+        """Root + an image's view: commands join in the forked child itself (forkjoin.py)."""
+        return self.via_helper and self.mode == "direct"
+
+    def fork_join(self, wd: str, cgroup: Any, controlling_tty: bool) -> tuple[Callable[[], None], Any]:
+        from .forkjoin import fork_join, namespace_fds
+
+        if self.ns_fds is None:
+            self.ns_fds = namespace_fds(self.pid, self.net is not None)
+        return fork_join(self.ns_fds, wd, self.user, cgroup, controlling_tty)
 
     def kill(self) -> None:
         kill_and_reap(self.proc)
@@ -394,6 +421,9 @@ class Holder:
                     f.close()
                 except OSError:
                     pass
+        for fd, _ in self.ns_fds or ():
+            os.close(fd)
+        self.ns_fds = None
         if self.pidns_fd is not None:
             try:
                 os.close(self.pidns_fd)

@@ -170,7 +170,8 @@ class SandboxRuntime(SandboxPaths):
         if self.image_root is None:
             make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
         if self.isolated and self.image_root is None:
-            self._make_mountpoints()
+            for d in SYSTEM_DIRS:
+                make_mountpoint(self.root, d)
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
         # resource limits (cgroups.py): one cgroup per sandbox that every process of it joins
@@ -258,11 +259,6 @@ class SandboxRuntime(SandboxPaths):
             for d in cg.dirs:
                 self._janitor.untrack("cgroup", d)
 
-    # -- paths ----------------------------------------------------------------------------------
-    def _make_mountpoints(self) -> None:
-        for d in SYSTEM_DIRS:
-            make_mountpoint(self.root, d)
-
     @property
     def pid_namespace(self) -> bool:
         """True when the sandbox's processes share one PID namespace of their own (`ps` shows only them)."""
@@ -339,10 +335,13 @@ class SandboxRuntime(SandboxPaths):
                 cmd = list(argv)
                 host_cwd = self.host_cwd(wd)
             stages = holder.stages(cmd) if holder is not None else None
-            joined, preexec, joining = self._join(cmd, controlling_tty)
-            if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
-                stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
-            cmd = joined
+            if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
+                preexec, joining = holder.fork_join(wd, self.cgroup, controlling_tty)
+            else:
+                joined, preexec, joining = self._join(cmd, controlling_tty)
+                if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
+                    stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
+                cmd = joined
             try:
                 with holder.children_inside() if holder is not None else contextlib.nullcontext(), joining:
                     proc = subprocess.Popen(
