@@ -50,6 +50,8 @@ class ImageRoot:
             overlay = os.geteuid() == 0 and lower is not None
         if overlay and lower is not None and len(":".join(lower)) + 2 * len(home) + 64 > OVERLAY_OPTS_MAX:
             lower = [image.rootfs()]  # too many layers for one page of options: the flattened tree
+        if lower is not None and any(c in p for p in lower + [home] for c in ":, \t\n\\"):
+            lower = None  # a cache path overlayfs options cannot carry (scripts.root_is_safe): a copy
         self.mode = "overlay" if overlay and lower is not None else "copy"
         self.lower = lower if self.mode == "overlay" else None
         self.root = os.path.join(home, "upper" if self.mode == "overlay" else "rootfs")
