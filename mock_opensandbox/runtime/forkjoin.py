@@ -58,10 +58,7 @@ def namespace_fds(pid: int, net: bool) -> list[tuple[int, int]]:
 def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
               controlling_tty: bool) -> tuple[Callable[[], None], Any]:
     """(preexec_fn, context the spawning thread forks in) for one command."""
-    from .holder import setns_function
-
     libc, last = _setup()
-    setns = setns_function()
     mask, nnp = caps.SANDBOX_CAP_MASK, caps.NO_NEW_PRIVILEGES
     ids = None if user == "-" else user.split(" ")
     thread = cgroup is not None and cgroup.thread_join
@@ -76,7 +73,8 @@ def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
         if join_cg is not None:
             join_cg()
         for fd, flag in fds:
-            setns(fd, flag)
+            if libc.setns(fd, flag) != 0:
+                os._exit(127)
         try:
             os.chdir(wd)
         except OSError as e:
