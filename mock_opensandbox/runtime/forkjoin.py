@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
+import termios
 from typing import Any, Callable
 
 from . import caps
-from ._util import take_ctty
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWNET = 0x00020000, 0x08000000, 0x04000000, 0x40000000
 _libc: Any = None
@@ -80,8 +81,8 @@ def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
         except OSError as e:
             os.write(2, bad + (e.strerror or "").encode() + b"\n")
             os._exit(1)
-        if controlling_tty:
-            take_ctty()
+        if controlling_tty:  # _util.take_ctty, with its modules imported here: the image has no stdlib
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         for cap in range(last + 1):
             if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
                 os._exit(127)

@@ -211,3 +211,29 @@ def test_copy_mode_never_writes_into_the_cache(target, osb, monkeypatch):
     assert open(cached).read() == before
     with open(os.path.join(rt.changes_dir()[0], "etc", "os-release")) as fh:
         assert fh.read().endswith("changed\n")
+
+
+def test_pty_shell_and_capabilities_in_an_image(target, osb):
+    """A PTY shell (controlling terminal from the sandbox's devpts) and a command's capabilities, as the image's
+    root and as its User (setuid clears the effective set, the bounding set stays: a container process's)."""
+    for image, eff in (("local/osbtest-busybox:1", "00000000800405fb"), ("local/osbtest-user:1", "0000000000000000")):
+        target.image = image
+        sid = target.create()
+        rt = osb.sandboxes[sid].runtime
+        master, slave = rt.openpty()
+        try:
+            p = rt.spawn(["sh", "-c", "tty; grep -E '^Cap(Eff|Bnd)' /proc/self/status"], stdin=slave, stdout=slave,
+                         stderr=slave, controlling_tty=True)
+            os.close(slave)
+            slave = -1
+            assert p.wait(timeout=20) == 0
+            out = b""
+            while b"CapBnd" not in out:
+                out += os.read(master, 4096)
+        finally:
+            os.close(master)
+            if slave >= 0:
+                os.close(slave)
+        lines = out.decode().split()
+        assert lines[0].startswith("/dev/pts/") and lines[lines.index("CapEff:") + 1] == eff
+        assert lines[lines.index("CapBnd:") + 1] == "00000000800405fb"
