@@ -400,12 +400,13 @@ class Holder:
         """Root + an image's view: commands join in the forked child itself (forkjoin.py)."""
         return self.via_helper and self.mode == "direct"
 
-    def fork_join(self, wd: str, cgroup: Any, controlling_tty: bool) -> tuple[Callable[[], None], Any]:
+    def fork_join(self, wd: str, cgroup: Any, controlling_tty: bool,
+                  user: str | None = None) -> tuple[Callable[[], None], Any]:
         from .forkjoin import fork_join, namespace_fds
 
         if self.ns_fds is None:
             self.ns_fds = namespace_fds(self.pid, self.net is not None)
-        return fork_join(self.ns_fds, wd, self.user, cgroup, controlling_tty)
+        return fork_join(self.ns_fds, wd, user or self.user, cgroup, controlling_tty)
 
     def kill(self) -> None:
         kill_and_reap(self.proc)

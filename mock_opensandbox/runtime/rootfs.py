@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from typing import Any
 
@@ -66,6 +67,11 @@ class ImageRoot:
             if self.mode == "overlay":
                 os.mkdir(self.root, 0o755)
                 os.mkdir(self.work, 0o700)
+                # "/" of the merged tree is the upper dir's: the image's own (live local/busybox:latest has
+                # a 0700 "./": a non-root uid gets "fork/exec /bin/sh: permission denied")
+                st = os.stat(self.lower[0] if self.lower else self.root)
+                os.chown(self.root, st.st_uid, st.st_gid)
+                os.chmod(self.root, stat.S_IMODE(st.st_mode))
                 return
             src = self.image.rootfs()
             r = subprocess.run(["cp", "-a", "--reflink=auto", "--", src, self.root], stdin=subprocess.DEVNULL,
@@ -155,6 +161,17 @@ class ImageRoot:
         out.setdefault("PATH", DOCKER_DEFAULT_PATH)
         out.setdefault("HOME", home or "/root")
         return out
+
+
+def lookup_uid(uid: int, passwd: bytes | None, group: bytes | None) -> tuple[int, list[int]]:
+    """execd's buildCredential for a uid: (primary gid, sorted groups) from the sandbox's account files, (0, [])
+    when the uid has no passwd entry."""
+    entry = next((e for e in _table(passwd) if len(e) > 3 and e[2] == str(uid) and e[3].isdigit()), None)
+    if entry is None:
+        return 0, []
+    gid = int(entry[3])
+    return gid, sorted({gid} | {int(e[2]) for e in _table(group) if len(e) > 3 and e[2].isdigit()
+                                and entry[0] in e[3].split(",")})
 
 
 def user_word(user: tuple[int, int, list[int]] | tuple[int, int, list[int], str]) -> str:

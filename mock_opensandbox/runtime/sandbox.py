@@ -299,7 +299,7 @@ class SandboxRuntime(SandboxPaths):
 
     def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: Any = None, stdout: Any = None, stderr: Any = None,
-              controlling_tty: bool = False) -> subprocess.Popen:
+              controlling_tty: bool = False, user: str | None = None) -> subprocess.Popen:
         """Start argv in its own process group (a new session) inside the sandbox. cwd is a sandbox
         path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
         (a terminal) the session's controlling terminal (for PTY sessions).
@@ -336,7 +336,7 @@ class SandboxRuntime(SandboxPaths):
                 host_cwd = self.host_cwd(wd)
             stages = holder.stages(cmd) if holder is not None else None
             if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
-                preexec, joining = holder.fork_join(wd, self.cgroup, controlling_tty)
+                preexec, joining = holder.fork_join(wd, self.cgroup, controlling_tty, user)  # user: "UID GID G,.."
             else:
                 joined, preexec, joining = self._join(cmd, controlling_tty)
                 if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too

@@ -62,6 +62,7 @@ def osb(tmp_path_factory):
     images = {
         "local/osbtest-busybox:1": BuiltImage([layer(_base()), layer(TOP)], config_extra={"config": {}}),
         "local/osbtest-user:1": BuiltImage([layer(_base())], config_extra={"config": USER_CFG}),
+        "local/osbtest-private:1": BuiltImage([layer([("dir", ".", 0o700)] + _base())], config_extra={"config": {}}),
         "local/osbtest-noshell:1": BuiltImage([layer([("file", "hello.txt", "hi\n")])], config_extra={"config": {}}),
         "local/osbtest-dotdot:1": BuiltImage([layer([("file", "../escape", "no")])], config_extra={"config": {}}),
     }
@@ -237,3 +238,29 @@ def test_pty_shell_and_capabilities_in_an_image(target, osb):
         lines = out.decode().split()
         assert lines[0].startswith("/dev/pts/") and lines[lines.index("CapEff:") + 1] == eff
         assert lines[lines.index("CapBnd:") + 1] == "00000000800405fb"
+
+
+def test_command_uid_uses_the_images_accounts(target):
+    """``uid``/``gid`` of POST /command (execd buildCredential) in an image without setpriv: the user's primary
+    gid and groups from the sandbox's own /etc/passwd and /etc/group, gid 0 for a uid without an entry."""
+    from tiers.smoke_flow import output_of, stream_command
+
+    sid = target.create()
+    url, headers = target.endpoint(sid)
+    got = []
+    for extra in ({"uid": 65534}, {"uid": 4242}, {"uid": 65534, "gid": 0}):
+        status, _, events = stream_command(url, {**headers, "Accept": "text/event-stream"},
+                                           {"command": "id -u; id -g; id -G", **extra})
+        assert status == 200
+        got.append(output_of(events, "stdout").split())
+    # an explicit gid replaces the primary gid only; the groups stay the user's (credential_prefix, diff uid_gid)
+    assert got == [["65534", "65534", "65534"], ["4242", "0", "0"], ["65534", "0", "0", "65534"]]
+
+
+def test_the_images_own_root_mode(target):
+    """live local/busybox:latest has a 0700 "./" (its rootfs was a mktemp dir): "/" in the sandbox is 0700 too."""
+    target.image = "local/osbtest-private:1"
+    sid = target.create()
+    assert _sh(target, sid, "stat -c %a /").out == "700\n"
+    target.image = "local/osbtest-busybox:1"
+    assert _sh(target, target.create(), "stat -c %a /").out == "755\n"
