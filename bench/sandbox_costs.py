@@ -67,13 +67,16 @@ def _call(url: str, method: str, path: str, headers: dict, body: bytes | None = 
 class Server:
     """A mock started from ``tree`` in its own process, or a live server (``tree`` None)."""
 
-    def __init__(self, label: str, tree: str | None = None, base_url: str | None = None, api_key: str | None = None):
+    def __init__(self, label: str, tree: str | None = None, base_url: str | None = None, api_key: str | None = None,
+                 *, mock_kwargs: dict | None = None, image: str | None = None):
+        """``mock_kwargs``: MockOpenSandbox's keyword arguments (JSON values; e.g. ``image_dir``);
+        ``image``: the create's ``image.uri`` instead of BODY's (bench/images.py: an image of the store)."""
         self.label, self.tree, self.proc, self.pid, self.token = label, tree, None, None, None
-        self.package = None
+        self.package, self.image = None, image
         if tree is not None:
             env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
-            self.proc = subprocess.Popen([sys.executable, "-c", SERVER, "{}"], cwd=tree, env=env, text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.proc = subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(mock_kwargs or {})], cwd=tree,
+                                         env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"the mock of {tree} did not start (rc={self.proc.poll()})")
@@ -89,6 +92,8 @@ class Server:
         body = dict(BODY)
         if self.tree is None:   # live: an image the server has (./local-up.sh env)
             body["image"] = {"uri": os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim"}
+        if self.image:
+            body["image"] = {"uri": self.image}
         status, data = _call(self.base_url, "POST", "/v1/sandboxes", self.headers, json.dumps(body).encode())
         if status != 202:
             raise RuntimeError(f"{self.label}: create answered {status}: {data[:200]!r}")
