@@ -1,5 +1,6 @@
 """Test images written by the tests themselves: layer tars (any entry, hostile ones included), OCI image
-layouts, ``docker save`` tarballs (legacy manifest.json), and a stdlib pusher for an OCI registry."""
+layouts, ``docker save`` tarballs (legacy manifest.json), a reader of real ``docker save`` tarballs, and a
+stdlib pusher for an OCI registry."""
 from __future__ import annotations
 
 import gzip
@@ -145,14 +146,55 @@ def write_docker_save(path: str, name: str, img: BuiltImage) -> None:
             tf.addfile(ti, io.BytesIO(data))
 
 
+class SavedImage:
+    """An image read back from a ``docker save`` tarball, in the shape ``push`` takes (``config``, ``manifest``,
+    ``layers``, ``digest``, ``blobs()``): the config exactly as Docker saved it (the image id stays), each
+    layer.tar as an uncompressed OCI layer blob (its digest = its diff_id)."""
+
+    def __init__(self, config: bytes, tars: list[bytes]):
+        self.config = config
+        self.layers = [(t, t) for t in tars]
+        self.manifest = json.dumps({
+            "schemaVersion": 2, "mediaType": MT_MANIFEST,
+            "config": {"mediaType": MT_CONFIG, "digest": sha(config), "size": len(config)},
+            "layers": [{"mediaType": MT_LAYER, "digest": sha(t), "size": len(t)} for t in tars]},
+            sort_keys=True).encode()
+
+    @property
+    def digest(self) -> str:
+        return sha(self.manifest)
+
+    def blobs(self) -> dict[str, bytes]:
+        out = {sha(self.config): self.config, sha(self.manifest): self.manifest}
+        for b, _ in self.layers:
+            out[sha(b)] = b
+        return out
+
+
+def read_docker_save(path: str) -> dict[str, SavedImage]:
+    """Every tagged image of a ``docker save`` tarball (manifest.json: Config, RepoTags, Layers), by tag."""
+    out: dict[str, SavedImage] = {}
+    with tarfile.open(path) as tf:
+        def member(name: str) -> bytes:
+            f = tf.extractfile(name)
+            if f is None:
+                raise ValueError("%s: %s is not a file" % (path, name))
+            return f.read()
+        for entry in json.loads(member("manifest.json")):
+            img = SavedImage(member(entry["Config"]), [member(n) for n in entry["Layers"]])
+            for tag in entry.get("RepoTags") or []:
+                out[tag] = img
+    return out
+
+
 # -- pushing to a registry (OCI distribution API) -------------------------------------------------------------
-def push(base: str, repo: str, tag: str, img: BuiltImage | None = None, *, index: list[BuiltImage] | None = None,
+def push(base: str, repo: str, tag: str, img: BuiltImage | SavedImage | None = None, *, index: list[BuiltImage] | None = None,
          authz: str | None = None) -> str:
     """Push img (or an index of images) as repo:tag to http://host:port; returns the manifest digest."""
     u = urllib.parse.urlsplit(base)
 
     def req(method: str, path: str, body: bytes = b"", headers: dict | None = None) -> http.client.HTTPResponse:
-        c = http.client.HTTPConnection(u.netloc, timeout=10)
+        c = http.client.HTTPConnection(u.netloc, timeout=60)
         h = dict(headers or {})
         if authz:
             h["Authorization"] = authz
