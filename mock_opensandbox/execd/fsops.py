@@ -18,10 +18,10 @@ from typing import Any, Iterable, Mapping
 
 from ..gojson import errno_text, go_time
 from .errors import FILE_NOT_FOUND, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR, ExecdError
+from .globmatch import glob_match
 from .paths import PathExpandError, clean, expand_path
 
-__all__ = ["SandboxFS", "GoError", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
-           "content_disposition", "UMASK", "MKDIR_MODE"]
+__all__ = ["SandboxFS", "GoError", "file_info", "UMASK", "MKDIR_MODE"]
 
 UMASK = 0o022  # a container's default umask: Go's MkdirAll/OpenFile(0777) give 0755 (recording 13: data.csv 755)
 MKDIR_MODE = 0o777 & ~UMASK
@@ -137,14 +137,6 @@ class Accounts:
         return None if gid is None else _map_id(self.gid_map, gid, True)
 
 
-def _parse_int(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64): optional sign, digits only, 64-bit range."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        return None
-    v = int(text)
-    return v if -(1 << 63) <= v < (1 << 63) else None
-
-
 def _octal_mode(mode: int) -> int:
     """strconv.ParseUint(strconv.Itoa(mode), 8, 32); Go's os.FileMode then keeps the permission
     bits only (its setuid/sticky flags are other bits), so 4755 chmods to 0755 (tiers/diff)."""
@@ -153,220 +145,6 @@ def _octal_mode(mode: int) -> int:
         raise GoError(f'strconv.ParseUint: parsing "{text}": invalid syntax'
                       if not re.fullmatch(r"[0-7]+", text) else f'strconv.ParseUint: parsing "{text}": value out of range')
     return int(text, 8) & 0o777
-
-
-# ---------------------------------------------------------------------------------------------
-# glob (execd pkg/util/glob.PathMatch, doublestar semantics, matched against the base name)
-
-def _segment_regex(seg: str) -> str:
-    out, i = [], 0
-    while i < len(seg):
-        c = seg[i]
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "\\":
-            i += 1
-            if i >= len(seg):
-                raise ValueError("syntax error in pattern")
-            out.append(re.escape(seg[i]))
-        elif c == "[":
-            j = i + 1
-            neg = False
-            if j < len(seg) and seg[j] in "^!":
-                neg, j = True, j + 1
-            cls = []
-            first = True
-            while j < len(seg) and (seg[j] != "]" or first):
-                ch = seg[j]
-                if ch == "\\":
-                    j += 1
-                    if j >= len(seg):
-                        raise ValueError("syntax error in pattern")
-                    ch = seg[j]
-                cls.append(re.escape(ch) if ch != "-" else "-")
-                first = False
-                j += 1
-            if j >= len(seg) or not cls:
-                raise ValueError("syntax error in pattern")
-            out.append("[" + ("^" if neg else "") + "".join(cls) + "]")
-            i = j
-        elif c == "{":
-            j = seg.find("}", i)
-            if j < 0:
-                raise ValueError("syntax error in pattern")
-            alts = seg[i + 1:j].split(",")
-            out.append("(?:" + "|".join(_segment_regex(a) for a in alts) + ")")
-            i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
-
-
-def _closing(s: str, left: str, right: str) -> int:
-    """findMatchedClosingSymbolsIndex (pkg/util/glob/index.go), depth starting at 0."""
-    depth, i = 0, 0
-    while i < len(s):
-        if s[i] == "\\":
-            i += 2
-            continue
-        if s[i] == left:
-            depth += 1
-        elif s[i] == right:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
-def _negation(pattern: str) -> int:
-    """Index of the first "!" outside a [class] and not escaped, or -1."""
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            j = pattern.find("]", i + 2)
-            i = (j + 1) if j > 0 else len(pattern)
-            continue
-        if c == "!":
-            return i
-        i += 1
-    return -1
-
-
-def glob_match(pattern: str, name: str) -> bool:
-    """doublestar.PathMatch(pattern, name) of execd's pkg/util/glob; raises ValueError("syntax error
-    in pattern"). "!(x)" negates: the pattern with the group spliced in must NOT match (a "!" without
-    its "(...)" is a syntax error; tiers/diff gen.paths.search)."""
-    k = _negation(pattern)
-    if k >= 0:
-        rest = pattern[k + 1:]
-        close = _closing(rest, "(", ")")
-        if close < 0:
-            raise ValueError("syntax error in pattern")
-        spliced = pattern[:k] + rest[1:close] + rest[close + 1:]
-        if k and not re.match(_segment_regex(pattern[:k]), name, re.S):
-            return False
-        return not glob_match(spliced, name)
-    segs = pattern.split("/")
-    regs = [None if s == "**" else re.compile(_segment_regex(s) + r"\Z", re.S) for s in segs]
-    parts = name.split("/")
-
-    def m(i: int, j: int) -> bool:
-        if i == len(regs):
-            return j == len(parts)
-        r = regs[i]
-        if r is None:
-            return any(m(i + 1, k) for k in range(j, len(parts) + 1))
-        return j < len(parts) and bool(r.match(parts[j])) and m(i + 1, j + 1)
-
-    return m(0, 0)
-
-
-# ---------------------------------------------------------------------------------------------
-# byte ranges
-
-def execd_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
-    """execd controller/utils.go ParseRange: None = "invalid range"; [] = nothing satisfiable (then
-    net/http's ServeContent sees the same header)."""
-    if not s.startswith("bytes="):
-        return None
-    out: list[tuple[int, int]] = []
-    for ra in s[6:].split(","):
-        ra = ra.strip()
-        if not ra:
-            continue
-        if "-" not in ra:
-            return None
-        a, b = (x.strip() for x in ra.split("-", 1))
-        if a == "":
-            n = _parse_int(b)
-            if n is None or n < 0:
-                return None
-            n = min(n, size)
-            start, length = size - n, n
-        else:
-            start = _parse_int(a)
-            if start is None or start < 0:
-                return None
-            if b == "":
-                length = size - start
-            else:
-                end = _parse_int(b)
-                if end is None or end < start:
-                    return None
-                length = end - start + 1
-        if start >= size:
-            continue
-        length = min(length, size - start)
-        out.append((start, length))
-    return out
-
-
-class NoOverlap(Exception):
-    pass
-
-
-def go_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
-    """net/http parseRange: None = invalid ("invalid range"); raises NoOverlap; [] = no ranges."""
-    if s == "":
-        return []
-    if not s.startswith("bytes="):
-        return None
-    out: list[tuple[int, int]] = []
-    no_overlap = False
-    for ra in s[6:].split(","):
-        ra = ra.strip(" \t")
-        if ra == "":
-            continue
-        if "-" not in ra:
-            return None
-        a, b = ra.split("-", 1)
-        a, b = a.strip(" \t"), b.strip(" \t")
-        if a == "":
-            if b == "" or b[0] == "-":
-                return None
-            n = _parse_int(b)
-            if n is None or n < 0:
-                return None
-            n = min(n, size)
-            out.append((size - n, n))
-            continue
-        i = _parse_int(a)
-        if i is None or i < 0:
-            return None
-        if i >= size:
-            no_overlap = True
-            continue
-        if b == "":
-            out.append((i, size - i))
-            continue
-        j = _parse_int(b)
-        if j is None or i > j:
-            return None
-        j = min(j, size - 1)
-        out.append((i, j - i + 1))
-    if no_overlap and not out:
-        raise NoOverlap()
-    return out
-
-
-def content_disposition(name: str) -> str:
-    """formatContentDisposition: RFC 5987 form (url.PathEscape) when the name is not ASCII. A CR or LF
-    in a name (a file called "a\nb") goes out as a space: net/http writes every header value through
-    headerNewlineToSpace, so no name can split the header block."""
-    if all(ord(c) < 128 for c in name):
-        name = name.replace("\r", " ").replace("\n", " ")
-        return f'attachment; filename="{name}"'
-    from urllib.parse import quote
-    enc = quote(name.encode("utf-8", "surrogateescape"), safe="!$&'()*+,;=:@-._~")
-    return f"attachment; filename=\"{enc}\"; filename*=UTF-8''{enc}"
 
 
 # ---------------------------------------------------------------------------------------------

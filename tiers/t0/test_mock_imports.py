@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -97,3 +98,20 @@ def test_plugin_modules_are_at_most_700_lines():
              for d, _, files in os.walk(PLUGIN) for f in files if f.endswith(".py")}
     assert "osb_transport" in sizes
     assert {m: n for m, n in sizes.items() if n > MAX_LINES} == {}
+
+
+# the execd model modules (no HTTP by their own docs, docs/ARCHITECTURE.md): no import of the HTTP layer,
+# and none of its text (the Range parsers and Content-Disposition live in execd/files.py)
+EXECD_MODELS = ("execd.fsops", "execd.globmatch", "execd.ptysession", "execd.commands", "execd.sessions")
+HTTP_MODULES = {"mock_opensandbox.httpcore", "mock_opensandbox.execd.gin", "mock_opensandbox.execd.files",
+                "mock_opensandbox.execd.server", "mock_opensandbox.execd.pty", "mock_opensandbox.sse"}
+HTTP_WORDS = re.compile(r"Content-(Disposition|Range|Length|Type)|\bbytes=|\bRange\b|\bstatus_line\b")
+
+
+@pytest.mark.parametrize("mod", EXECD_MODELS)
+def test_execd_model_modules_hold_no_http(mod):
+    graph = _graph(ROOT)
+    name = "mock_opensandbox." + mod
+    assert graph[name] & HTTP_MODULES == set()
+    text = open(os.path.join(ROOT, *mod.split(".")) + ".py", encoding="utf-8").read()
+    assert HTTP_WORDS.findall(text) == []
