@@ -193,7 +193,7 @@ class _Forwarder:
         headers: list[tuple[str, str]] = [("Host", hostport)]
         for k, v in req.headers.items():
             kl = k.lower()
-            if kl in ("host", "content-length") or (not upgrade and (kl in HOP_BY_HOP or kl in conn_tokens)):
+            if kl in relay.FRAMING or (not upgrade and (kl in HOP_BY_HOP or kl in conn_tokens)):
                 continue
             headers.append((k, v))
         body = b"" if upgrade else req.body

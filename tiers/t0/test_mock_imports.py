@@ -115,3 +115,20 @@ def test_execd_model_modules_hold_no_http(mod):
     assert graph[name] & HTTP_MODULES == set()
     text = open(os.path.join(ROOT, *mod.split(".")) + ".py", encoding="utf-8").read()
     assert HTTP_WORDS.findall(text) == []
+
+
+def _trees(root: str = ROOT) -> dict[str, ast.AST]:
+    return {_module(os.path.join(d, f), root): ast.parse(open(os.path.join(d, f), encoding="utf-8").read())
+            for d, _, files in os.walk(root) for f in files if f.endswith(".py")}
+
+
+def test_one_execd_process_class_and_one_hop_by_hop_set():
+    """Issue 22: one ExecdProcess (runtime/execd.py; the stand-alone execd's too) and one hop-by-hop set
+    (relay.HOP_BY_HOP; each proxy passes its policy made of it)."""
+    trees = _trees()
+    classes = sorted(m for m, t in trees.items() for n in ast.walk(t)
+                     if isinstance(n, ast.ClassDef) and "ExecdProcess" in n.name)
+    assert classes == ["mock_opensandbox.runtime.execd"]
+    hop_sets = sorted(m for m, t in trees.items() for n in ast.walk(t)
+                      if isinstance(n, ast.Constant) and n.value == "proxy-authenticate")
+    assert hop_sets == ["mock_opensandbox.relay"]
