@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from . import faults
+from . import faultinject
 
 MAX_BODY = 1 << 31  # a request body above 2 GiB is refused with 413
 
@@ -398,10 +398,10 @@ class Handler(BaseHTTPRequestHandler):
         entry = journal.begin(self, method) if journal is not None else None
         fault = None
         try:
-            # fault injection (faults.py): one hook for every listener; the app exposes its registry
+            # fault injection (faults.py rules, faultinject.py): one hook for every listener; the app exposes its registry
             registry = app.faults
             if registry is not None and registry.armed:
-                fault = faults.inject(self, method, registry)
+                fault = faultinject.inject(self, method, registry)
                 if fault is not None and fault.done:
                     return
             try:

@@ -23,7 +23,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from .faults import classify
+from .faultinject import classify
 
 __all__ = ["Journal", "JournalEntry", "scrub_text", "SECRET_HEADERS", "match_entry"]
 

@@ -2,7 +2,7 @@
 modules - at module level and inside functions alike (the old execd/files.py <-> execd/server.py
 circle was one of function-level imports) - form a DAG. ``if TYPE_CHECKING:`` blocks never run and
 are not counted. plugin/ is a flat root (launch.py runs with that directory as sys.path[0]): its
-modules are named from there (``epp``, ``osb_transport``). No module of plugin/ is over 700 lines."""
+modules are named from there (``epp``, ``osb_transport``). No module of plugin/ or mock_opensandbox/ is over 700 lines."""
 from __future__ import annotations
 
 import ast
@@ -93,11 +93,25 @@ def test_no_import_cycle(root, known):
             visit(n)
 
 
+def _sizes(root: str) -> dict[str, int]:
+    return {_module(os.path.join(d, f), root): sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))
+            for d, _, files in os.walk(root) for f in files if f.endswith(".py")}
+
+
 def test_plugin_modules_are_at_most_700_lines():
-    sizes = {_module(os.path.join(d, f), PLUGIN): sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))
-             for d, _, files in os.walk(PLUGIN) for f in files if f.endswith(".py")}
+    sizes = _sizes(PLUGIN)
     assert "osb_transport" in sizes
     assert {m: n for m, n in sizes.items() if n > MAX_LINES} == {}
+
+
+# issue 22's split of runtime/sandbox.py is under way in another change; drop it from here with that change
+SPLIT_PENDING = {"mock_opensandbox.runtime.sandbox"}
+
+
+def test_mock_modules_are_at_most_700_lines():
+    sizes = _sizes(ROOT)
+    assert "mock_opensandbox.execd.fsops" in sizes
+    assert {m: n for m, n in sizes.items() if n > MAX_LINES and m not in SPLIT_PENDING} == {}
 
 
 # the execd model modules (no HTTP by their own docs, docs/ARCHITECTURE.md): no import of the HTTP layer,
