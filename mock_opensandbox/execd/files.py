@@ -30,6 +30,7 @@ FileOpError = ExecdError  # the files half's old name for it (kept for callers)
 PERMISSION = {"owner": "string", "group": "string", "mode": "int"}
 RENAME_ITEM = Struct("model.RenameFileItem", {"src": "string", "dest": "string"})
 FILE_METADATA = Struct("model.FileMetadata", dict(PERMISSION, path="string"))
+PERMISSIONS = ("map[string]model.Permission", Struct("model.Permission", PERMISSION))
 
 
 def _ptr(key: str) -> str:
@@ -72,26 +73,17 @@ class FilesAPI:
         gin.json_reply(req, 200, self.fs.info(req.query.get("path", [])))
 
     def delete_files(self, req: Request) -> None:
-        for p in req.query.get("path", []):
-            self.fs.delete_file(p)
-        gin.ok(req)
+        _each(req.query.get("path", []), self.fs.delete_file, req)
 
     def delete_dirs(self, req: Request) -> None:
-        for p in req.query.get("path", []):
-            self.fs.remove_dir(p)
-        gin.ok(req)
+        _each(req.query.get("path", []), self.fs.remove_dir, req)
 
     # -- directories ----------------------------------------------------------------------------
     def mkdirs(self, req: Request) -> None:
-        m = _decode_container(req.body, "map[string]model.Permission", Struct("model.Permission", PERMISSION), False)
-        for d, perm in m.items():
-            self.fs.make_dir(d, perm)
-        gin.ok(req)
+        _each(_decode_container(req.body, *PERMISSIONS, False).items(), self.fs.make_dir, req)
 
     def list_dir(self, req: Request) -> None:
-        p = req.q("path") or ""
-        if not p:
-            raise missing_query("path")
+        p = _required_path(req)
         depth = 1
         raw = req.q("depth")
         if raw:
@@ -102,22 +94,15 @@ class FilesAPI:
         gin.json_reply(req, 200, self.fs.list_dir(p, depth))
 
     def search(self, req: Request) -> None:
-        p = req.q("path") or ""
-        if not p:
-            raise missing_query("path")
-        gin.json_reply(req, 200, self.fs.search(p, req.q("pattern") or ""))
+        gin.json_reply(req, 200, self.fs.search(_required_path(req), req.q("pattern") or ""))
 
     # -- mv / permissions / replace -------------------------------------------------------------
     def mv(self, req: Request) -> None:
-        for it in _decode_container(req.body, "[]model.RenameFileItem", RENAME_ITEM, True):
-            self.fs.rename(it.get("src") or "", it.get("dest") or "")
-        gin.ok(req)
+        items = _decode_container(req.body, "[]model.RenameFileItem", RENAME_ITEM, True)
+        _each([(it.get("src") or "", it.get("dest") or "") for it in items], self.fs.rename, req)
 
     def permissions(self, req: Request) -> None:
-        m = _decode_container(req.body, "map[string]model.Permission", Struct("model.Permission", PERMISSION), False)
-        for f, perm in m.items():
-            self.fs.chmod(f, perm)
-        gin.ok(req)
+        _each(_decode_container(req.body, *PERMISSIONS, False).items(), self.fs.chmod, req)
 
     def replace(self, req: Request) -> None:
         verbose = req.q("verbose") == "true"
@@ -160,9 +145,7 @@ class FilesAPI:
 
     # -- download -------------------------------------------------------------------------------
     def download(self, req: Request) -> None:
-        p = req.q("path") or ""
-        if not p:
-            raise missing_query("path")
+        p = _required_path(req)
         raw_offset, raw_limit = req.q("offset") or "", req.q("limit") or ""
         line_mode = bool(raw_offset or raw_limit)
         rng = req.headers.get("Range") or ""
@@ -282,6 +265,22 @@ class FilesAPI:
             if 0 <= limit <= written:
                 break
         gin.send(req, 200, bytes(out), "text/plain; charset=utf-8")
+
+
+def _required_path(req: Request) -> str:
+    """The ``path`` query parameter, which the controller requires (400 MISSING_QUERY without it)."""
+    p = req.q("path") or ""
+    if not p:
+        raise missing_query("path")
+    return p
+
+
+def _each(items: Any, op: Any, req: Request) -> None:
+    """``op`` on every item in order (a tuple item is its arguments), the first error answering; then
+    RespondSuccess(nil)."""
+    for it in items:
+        op(*it) if isinstance(it, tuple) else op(it)
+    gin.ok(req)
 
 
 def _atoi(text: str) -> int | None:

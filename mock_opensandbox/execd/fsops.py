@@ -176,6 +176,33 @@ class SandboxFS:
         e = self.expand(p)
         return clean(e if e.startswith("/") else "/" + e)
 
+    def abs_or(self, p: str, prefix: str) -> str:
+        """expand_abs(p); its error as ``fmt.Errorf(prefix + "%v", err)`` (a new error, not wrapped)."""
+        try:
+            return self.expand_abs(p)
+        except GoError as e:
+            raise GoError(prefix + e.text) from None
+
+    def _expanded_host(self, sp: str) -> tuple[str, str]:
+        """(clean absolute sandbox path, host path) of an expanded path (relative to "/"), its ".."
+        walked first as the kernel walks it; raises OSError / ValueError."""
+        sp = sp if sp.startswith("/") else "/" + sp
+        self.check_dotdot(sp)
+        sabs = clean(sp)
+        return sabs, self.host(sabs)
+
+    def _walk_root(self, p: str, follow: bool) -> tuple[str, os.stat_result]:
+        """ListDirectory / SearchFiles: the absolute path (``path, err := ExpandAbsPath(path)`` shadows the
+        path with "" before the message uses it) and its (l)stat, errors as execd answers them."""
+        try:
+            sabs = self.expand_abs(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
+        try:
+            return sabs, (self.stat if follow else self.lstat)(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
+
     def host(self, spath: str, follow: bool = True) -> str:
         return self.rt.resolve(spath if spath.startswith("/") else "/" + spath, follow_symlinks=follow)
 
@@ -255,24 +282,24 @@ class SandboxFS:
         """SetFileOwnership."""
         if not owner and not group:
             return
-        uid = gid = -1
         names = self.names()
-        if owner:
+
+        def lookup(kind: str, name: str) -> int:
+            """user.Lookup / user.LookupGroup in the sandbox's accounts (else the host's); -1 = keep."""
+            if not name:
+                return -1
             try:
-                found = names.host_uid(owner) if names else pwd.getpwnam(owner).pw_uid
+                if kind == "user":
+                    found = names.host_uid(name) if names else pwd.getpwnam(name).pw_uid
+                else:
+                    found = names.host_gid(name) if names else grp.getgrnam(name).gr_gid
                 if found is None:
-                    raise KeyError(owner)
-                uid = found
+                    raise KeyError(name)
+                return found
             except KeyError:
-                raise GoError(f"failed to lookup user {owner}: user: unknown user {owner}") from None
-        if group:
-            try:
-                found = names.host_gid(group) if names else grp.getgrnam(group).gr_gid
-                if found is None:
-                    raise KeyError(group)
-                gid = found
-            except KeyError:
-                raise GoError(f"failed to lookup group {group}: group: unknown group {group}") from None
+                raise GoError(f"failed to lookup {kind} {name}: {kind}: unknown {kind} {name}") from None
+
+        uid, gid = lookup("user", owner), lookup("group", group)
         try:
             os.chown(self.host(sabs), uid, gid)
         except (OSError, ValueError) as exc:
@@ -293,10 +320,7 @@ class SandboxFS:
         names = self.names()
         for p in paths:
             try:
-                try:
-                    sabs = self.expand_abs(p)
-                except GoError as e:
-                    raise GoError(f"invalid path {p}: {e}") from None
+                sabs = self.abs_or(p, f"invalid path {p}: ")
                 try:
                     st = self.lstat(sabs)
                 except GoError as e:
@@ -312,10 +336,7 @@ class SandboxFS:
     def delete_file(self, p: str) -> None:
         """DeleteFile; raises ExecdError 500 `error removing file <p>. <err>`."""
         try:
-            try:
-                sabs = self.expand_abs(p)
-            except GoError as e:
-                raise GoError(f"invalid path: {e}") from None
+            sabs = self.abs_or(p, "invalid path: ")
             try:
                 st = self.stat(sabs)
             except GoError as e:
@@ -366,15 +387,7 @@ class SandboxFS:
             raise handle_file_error(e) from None
 
     def list_dir(self, p: str, depth: int) -> list[dict[str, Any]]:
-        try:
-            sabs = self.expand_abs(p)
-        except GoError as e:
-            # `path, err := ExpandAbsPath(path)` shadows path with "" before the message uses it
-            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
-        try:
-            st = self.lstat(sabs)
-        except GoError as e:
-            raise handle_file_error(e) from None
+        sabs, st = self._walk_root(p, follow=False)
         if stat.S_ISLNK(st.st_mode):
             raise ExecdError(400, INVALID_REQUEST, f"path is a symbolic link, refusing to traverse: {sabs}")
         if not stat.S_ISDIR(st.st_mode):
@@ -402,14 +415,7 @@ class SandboxFS:
 
     # -- search ---------------------------------------------------------------------------------
     def search(self, p: str, pattern: str) -> list[dict[str, Any]]:
-        try:
-            sabs = self.expand_abs(p)
-        except GoError as e:
-            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
-        try:
-            self.stat(sabs)
-        except GoError as e:
-            raise handle_file_error(e) from None
+        sabs, _ = self._walk_root(p, follow=True)
         pattern = pattern or "**"
         try:
             glob_match(pattern, "x")
@@ -465,14 +471,8 @@ class SandboxFS:
     def rename(self, src_in: str, dest_in: str) -> None:
         """RenameFile; errors go through handleFileError."""
         try:
-            try:
-                src = self.expand_abs(src_in)
-            except GoError as e:
-                raise GoError(f"invalid source path: {e}") from None
-            try:
-                dest = self.expand_abs(dest_in)
-            except GoError as e:
-                raise GoError(f"invalid destination path: {e}") from None
+            src = self.abs_or(src_in, "invalid source path: ")
+            dest = self.abs_or(dest_in, "invalid destination path: ")
             try:
                 self.stat(src)
             except GoError as e:
@@ -541,10 +541,8 @@ class SandboxFS:
             self.mkdir_all(clean(sdir if sdir.startswith("/") else "/" + sdir))
         except GoError as e:
             raise ExecdError(500, RUNTIME_ERROR, f"error creating target directory {sdir}. {e}") from None
-        sabs = clean(spath if spath.startswith("/") else "/" + spath)
         try:
-            self.check_dotdot(spath if spath.startswith("/") else "/" + spath)
-            hp = self.host(sabs)
+            sabs, hp = self._expanded_host(spath)
             created = not os.path.lexists(hp)
             fd = os.open(hp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), MKDIR_MODE)
             with os.fdopen(fd, "wb") as out:
@@ -566,13 +564,11 @@ class SandboxFS:
             rp = self.expand(p)
         except GoError as e:
             raise ExecdError(500, RUNTIME_ERROR, f"error resolving file path: {p}. {e}") from None
-        sabs = clean(rp if rp.startswith("/") else "/" + rp)
         try:
-            self.check_dotdot(rp if rp.startswith("/") else "/" + rp)
-            hp = self.host(sabs)
+            _, hp = self._expanded_host(rp)
             fh = open(hp, "rb")
         except IsADirectoryError:
-            fh = _DirHandle(self.host(sabs))  # Go opens a directory fine; reading it fails later
+            fh = _DirHandle(hp)  # Go opens a directory fine; reading it fails later
         except (OSError, ValueError) as exc:
             raise handle_file_error(GoError.path("open", rp, exc)) from None
         return rp, fh

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ import time
 
 import pytest
 
+from tiers.toolkit.waits import port_closed
 from tiers.toolkit.procs import alive, descendants
 from tiers.toolkit import rest
 
@@ -86,14 +86,6 @@ def cli_factory():
         c.kill()
 
 
-def _port_closed(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        return False
-    except OSError:
-        return True
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_serves_and_stops_cleanly(cli_factory, sig):
     cli = cli_factory()
@@ -123,7 +115,7 @@ def test_cli_serves_and_stops_cleanly(cli_factory, sig):
     assert cli.key not in err
     assert [p for p in kids if alive(p)] == []
     assert not os.path.exists(cli.root)
-    assert _port_closed(cli.port) and _port_closed(execd_port)
+    assert port_closed(cli.port) and port_closed(execd_port)
 
 
 def test_cli_insecure_and_given_key(cli_factory):
