@@ -43,7 +43,6 @@ faultinject.py. Standard library only. Nothing here imports the rest of the mock
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -54,7 +53,7 @@ from collections import deque
 from typing import Any, Callable, Iterable
 
 
-__all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_rule", "add_cli_rules"]
+__all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_rule"]
 
 KINDS = ("delay", "status", "reset", "reset_body", "truncate", "dribble", "stall")
 LISTENERS = ("lifecycle", "execd", "port")
@@ -425,20 +424,3 @@ class FaultRegistry:
                 self._log(msg)
             except Exception:  # pragma: no cover - logging must never break a request
                 pass
-
-
-# -- command line (python -m mock_opensandbox and python -m mock_opensandbox.proxy) -----------------------
-FAULT_ARG_HELP = "a fault rule (JSON object or list; @file reads a file), repeatable; see docs/FAULTS.md"
-
-
-def add_cli_rules(registry: FaultRegistry, texts: Iterable[str]) -> str | None:
-    """Add the ``--fault`` arguments (JSON, or ``@file``); the first problem as a message, else None."""
-    for text in texts:
-        try:
-            if text.startswith("@"):
-                with open(text[1:], encoding="utf-8") as fh:
-                    text = fh.read()
-            registry.add_json(json.loads(text))
-        except (OSError, ValueError) as e:  # FaultError and JSONDecodeError are ValueErrors
-            return "--fault: %s" % e
-    return None

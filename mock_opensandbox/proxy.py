@@ -27,7 +27,6 @@ import os
 import re
 import secrets
 import select
-import signal
 import socket
 import sys
 import threading
@@ -38,7 +37,8 @@ from urllib.parse import urlsplit
 
 from . import fixturefile, relay
 from .admin import AdminAPI, AdminLayer, WorkbenchMixin
-from .faults import FAULT_ARG_HELP, FaultRegistry, add_cli_rules
+from .cli import FAULT_ARG_HELP, parse_args, run_foreground
+from .faults import FaultRegistry
 from .httpcore import OBSERVERS, App, Handler, Request, Server, host_allowed
 from .journal import Journal
 from .scrub import SECRET_HEADERS, scrub_text, strip_secrets
@@ -625,9 +625,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        print("error: --port must be between 0 and 65535", file=sys.stderr)
+    args = parse_args(build_parser(), argv)
+    if args is None:
         return 2
     env_key = os.environ.get("OPENSANDBOX_API_KEY") or None
     try:
@@ -637,33 +636,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    problem = add_cli_rules(proxy.faults, args.fault)
-    if problem:
-        print("error: %s" % problem, file=sys.stderr)
-        return 2
-    stop = threading.Event()
-    old = [signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)]
-    try:
-        try:
-            proxy.start()
-        except OSError as e:
-            print("error: cannot listen on %s:%d: %s" % (args.host, args.port, e.strerror or e), file=sys.stderr)
-            return 2
+    def banner() -> None:
         print("Fault proxy listening on %s -> %s" % (proxy.base_url, proxy.upstream), flush=True)
         if not (args.api_key or env_key):
             print("Admin API key (generated, header OPEN-SANDBOX-API-KEY): %s" % proxy.api_key, flush=True)
         print("Dashboard: %s/__mock__/?key=<admin key>" % proxy.base_url, flush=True)
         if proxy.recorder:
             print("Recording to %s" % proxy.recorder.path, flush=True)
-        while not stop.wait(0.5):
-            pass
-        print("Stopping...", flush=True)
-        return 0
-    finally:
-        proxy.stop()
-        signal.signal(signal.SIGINT, old[0])
-        signal.signal(signal.SIGTERM, old[1])
 
+    return run_foreground(proxy, args.fault, args.host, args.port, banner)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -439,17 +439,9 @@ def _http_date(text: str) -> int | None:
 
 def _send_head(req: Request, status: int, headers: dict[str, str], *, close: bool = False,
                no_length: bool = False) -> None:
-    h = req.handler
-    req.drain()
-    h.send_response(status)
-    for k, v in headers.items():
-        h.send_header(k, v)
-    h.end_headers()
-    req.responded = True
-    if httpcore.OBSERVERS:
-        req.sent_status, req.sent_headers = status, dict(headers)
+    req.send_head(status, headers)
     if close:
-        h.close_connection = True
+        req.handler.close_connection = True
 
 
 def _serve_error(req: Request, headers: dict[str, str], status: int, text: str) -> None:

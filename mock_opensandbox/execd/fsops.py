@@ -12,11 +12,11 @@ import os
 import posixpath
 import pwd
 import re
-import shutil
 import stat
 from typing import Any, Iterable, Mapping
 
 from ..gojson import errno_text, go_time
+from ..fsutil import remove_all
 from .errors import FILE_NOT_FOUND, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR, ExecdError
 from .globmatch import glob_match
 from .paths import PathExpandError, clean, expand_path
@@ -364,9 +364,9 @@ class SandboxFS:
             hp = self.host(sabs, follow=False)
             if hp == self.root_host():
                 for name in os.listdir(hp):
-                    _remove_all(os.path.join(hp, name))
+                    remove_all(os.path.join(hp, name))
             else:
-                _remove_all(hp)
+                remove_all(hp)
         except (OSError, ValueError) as exc:
             raise ExecdError(500, RUNTIME_ERROR, f"error removing directory {p}. {GoError.path('unlinkat', sabs, exc)}") from None
 
@@ -610,15 +610,3 @@ def _write_file(host: str, data: bytes, mode: int) -> None:
     with open(host, "wb") as fh:
         fh.write(data)
     os.chmod(host, mode)
-
-
-def _remove_all(hp: str) -> None:
-    """os.RemoveAll: missing is fine, symlinks are removed not followed."""
-    try:
-        st = os.lstat(hp)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(hp)
-    else:
-        os.unlink(hp)
