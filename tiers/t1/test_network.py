@@ -314,7 +314,7 @@ def test_delete_leaves_no_netns_relay_or_slirp(mock):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
-    from tiers.t1.test_mock_cli import Cli
+    from tiers.toolkit.mockcli import Cli
 
     args = ["--execd-bin", REAL_EXECD] if os.path.isfile(REAL_EXECD) else []
     cli = Cli(*args)
