@@ -164,13 +164,17 @@ class MockBackend:
         """The image store: whether the mock has one, its sources and cache, every cached image (id, refs,
         digest, size, layers, config) with the sandboxes using it."""
         p = self.mock.images
+        snaps = getattr(self.mock, "snapshots", None)
+        snapshots = snaps.view() if snaps is not None else []  # snapshots.py: each one's image and users
         if p is None:
-            return {"available": False, "sources": [], "cache": None, "images": []}
+            return {"available": False, "sources": [], "cache": None, "images": [], "snapshots": snapshots}
         return {"available": True, "sources": p.store.sources(), "cache": p.store.cache_dir,
-                "images": p.images(self.mock.sandboxes)}
+                "images": p.images(self.mock.sandboxes), "snapshots": snapshots}
 
     def clear_images(self) -> None:
         if self.mock.images is not None:
+            if getattr(self.mock, "snapshots", None) is not None:  # their images are in this cache
+                self.mock.snapshots.clear()
             self.mock.images.store.clear()
 
     def kill(self, sid: str) -> bool:
@@ -189,9 +193,12 @@ class MockBackend:
         for one in ids:
             if self.kill(one):
                 removed += 1
+        out = {"sandboxes_removed": removed}
         if sid is None:
             m.execd_mode = m._initial_execd_mode
-        return {"sandboxes_removed": removed}
+            snaps = getattr(m, "snapshots", None)  # after the sandboxes: none uses a snapshot any more
+            out["snapshots_removed"] = snaps.clear() if snaps is not None else 0
+        return out
 
     def volumes(self, limit: int | None = None) -> dict[str, Any]:
         vs = self.mock.volumes

@@ -146,6 +146,9 @@ class MockProvisioner(Provisioner):
         runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
                                  limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
         sb.runtime = runtime
+        if sb.snapshot_image is not None:  # snapshotId: what the snapshot holds (images/commit.py)
+            from .images.commit import restore_into
+            restore_into(sb, runtime)
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
         sb.execd_mode = m.execd_mode
@@ -446,6 +449,7 @@ class MockOpenSandbox(WorkbenchMixin):
         self.image_dir = image_dir
         self.image_cache = image_cache
         self.images: Any = None  # images.mock.ImagePuller while started with an image_dir
+        self.snapshots: Any = None  # snapshots.SnapshotStore while started
         self.store: SandboxStore | None = None
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
@@ -530,10 +534,12 @@ class MockOpenSandbox(WorkbenchMixin):
                     from .images.mock import ImagePuller, default_cache_dir
                     self.images = ImagePuller(ImageStore(self.image_cache or default_cache_dir(), self.image_dir))
                     self.store.images = self.images
+                self.snapshots = self._snapshot_store()
                 self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
                                    verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout,
                                    allowed_host_paths=self.allowed_host_paths, volumes=self.volumes)
+                app.snapshots = self.snapshots
                 app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (admin.py)
                 app.journal = self.journal
                 family_host = self.host
@@ -574,12 +580,32 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.store.close()
             finally:
                 self.store = None
+        if self.snapshots is not None:  # the mock's snapshots go with it (their images too, from any cache)
+            self.snapshots.clear()
+            self.snapshots = None
+            if self.root:  # the store of its own (no --image-dir), also under a --root that stays
+                shutil.rmtree(os.path.join(self.root, "snapshot-images"), ignore_errors=True)
         if self.images is not None:
             self.images.store.close()  # the cache stays on disk for the next run
             self.images = None
         if self.root and not self._root_given:
             shutil.rmtree(self.root, ignore_errors=True)
         self.janitor.close()  # everything is removed: it finds nothing left and exits
+
+    def _snapshot_store(self) -> Any:
+        """Snapshots (snapshots.py) committing into the image store (images/commit.py): the --image-dir
+        store's cache, else a store of this mock's own under its root (docs/IMAGES.md, "Snapshots")."""
+        from .images.commit import Committer
+        from .snapshots import SnapshotStore
+
+        def own_store() -> Any:
+            if self.images is not None:
+                return self.images.store
+            from .images import ImageStore
+            return ImageStore(os.path.join(self.root, "snapshot-images"), local_daemon=False, registry=False)
+
+        c = Committer(own_store)
+        return SnapshotStore(self.store, c, c.remove)
 
     def sandbox_limits(self, sb: Sandbox) -> Any:
         """The sandbox's cgroup limits: resourceLimits (server container_ops.py mem_limit, nano_cpus)
