@@ -31,6 +31,8 @@ import tempfile
 import time
 import urllib.parse
 
+from tiers.toolkit.procs import read_text
+
 DEFAULT_BASELINE_REV = "5f292ba"
 # a mock runs any image name; live: OPENSANDBOX_IMAGE
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 900,
@@ -166,19 +168,11 @@ class Server:
 
 # ------------------------------------------------------------------------------------------- /proc
 
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
 def _ppids() -> dict[int, int]:
     out = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = _read(f"/proc/{name}/stat")
+            stat = read_text(f"/proc/{name}/stat")
             if stat:
                 out[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
     return out
@@ -205,10 +199,10 @@ def _kb(text: str, key: str) -> int | None:
 
 
 def proc_memory(pid: int) -> dict:
-    status = _read(f"/proc/{pid}/status")
-    rollup = _read(f"/proc/{pid}/smaps_rollup")
-    args = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip() or _read(f"/proc/{pid}/comm").strip()
-    stat = _read(f"/proc/{pid}/stat")
+    status = read_text(f"/proc/{pid}/status")
+    rollup = read_text(f"/proc/{pid}/smaps_rollup")
+    args = read_text(f"/proc/{pid}/cmdline").replace("\0", " ").strip() or read_text(f"/proc/{pid}/comm").strip()
+    stat = read_text(f"/proc/{pid}/stat")
     start = int(stat.rsplit(")", 1)[1].split()[19]) if stat else None   # field 22: start time (pids are reused)
     return {"pid": pid, "start": start, "args": args[:100], "rss_kb": _kb(status, "VmRSS") or 0,
             "pss_kb": _kb(rollup, "Pss") if rollup else None}
@@ -230,7 +224,7 @@ def sandbox_processes(server_pid: int | None, sids: list[str]) -> list[int]:
         if any(m in env for m in marks):
             pids.add(pid)
             parent = ppids.get(pid)
-            if parent and _read(f"/proc/{parent}/comm").startswith("containerd-shim"):
+            if parent and read_text(f"/proc/{parent}/comm").startswith("containerd-shim"):
                 pids.add(parent)   # Docker: the shim that holds the container is the sandbox's too
     return sorted(pids)
 

@@ -40,11 +40,12 @@ INNER_PORT = 44772                      # execd's port inside a container (serve
 class ExecdProcess:
     """An execd process inside a sandbox: ``port`` on 127.0.0.1, ``stop()`` ends it (idempotent).
     With a network namespace of the sandbox's own, execd listens on ``inner_port`` inside and
-    ``port`` is the host end of a relay to it (``relay``, like Docker's published port)."""
+    ``port`` is the host end of a relay to it (``relay``, like Docker's published port). The mock's
+    one execd process class: also its stand-alone execd's (server.py, ``grace=0``: SIGKILL at once)."""
 
     def __init__(self, proc: "subprocess.Popen | _HostProcess", port: int, runtime: "SandboxRuntime",
-                 relay: Any = None, inner_port: int | None = None):
-        self.proc = proc
+                 relay: Any = None, inner_port: int | None = None, grace: float = 3.0):
+        self.proc, self.grace = proc, grace
         self.port = port
         self.runtime = runtime
         self.relay = relay
@@ -54,13 +55,14 @@ class ExecdProcess:
     def url(self) -> str:
         return "http://127.0.0.1:%d" % self.port
 
-    def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout, reap
-        it; close the relay."""
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout
+        (``grace`` unless given; 0: at once), reap it; close the relay."""
+        timeout = self.grace if timeout is None else timeout
         if self.relay is not None:
             self.relay.close()
         own_group = isinstance(self.proc, subprocess.Popen)  # bootstrap.sh's child shares PID 1's group
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and timeout > 0:
             (killpg if own_group else kill)(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
@@ -262,11 +264,11 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
         proc = _bootstrap_execd(rt, timeout)
         if proc is None:
             raise RuntimeError("execd did not start (see %s in the sandbox)" % EXECD_LOG)
-        return _published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
+        return published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
     return _spawn_execd(rt, binary, port=port, token=token, env=env, args=args, timeout=timeout)
 
 
-def _published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
+def published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
     """ex once execd accepts connections; in the sandbox's own network namespace its port is
     published through a relay on the host's 127.0.0.1 (docker-proxy's role) and ex.port is that."""
     inside = getattr(rt, "has_netns", False)
@@ -322,4 +324,4 @@ def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: 
         proc = rt.spawn(argv, cwd="/", env=full_env, stdout=log, stderr=log)
     finally:
         os.close(log)
-    return _published(ExecdProcess(proc, port, rt), rt, timeout)
+    return published(ExecdProcess(proc, port, rt), rt, timeout)
