@@ -68,7 +68,10 @@ class BuiltImage:
                "rootfs": {"type": "layers", "diff_ids": [sha(t) for _, t in self.layers]}}
         cfg.update(self.config_extra)
         self.config = json.dumps(cfg, sort_keys=True).encode()
-        self.manifest = json.dumps({
+        self.manifest = self._make_manifest()
+
+    def _make_manifest(self) -> bytes:
+        return json.dumps({
             "schemaVersion": 2, "mediaType": MT_MANIFEST,
             "config": {"mediaType": MT_CONFIG, "digest": sha(self.config), "size": len(self.config)},
             "layers": [{"mediaType": MT_LAYER_GZ if self.gz else MT_LAYER, "digest": sha(b), "size": len(b)}
@@ -146,29 +149,15 @@ def write_docker_save(path: str, name: str, img: BuiltImage) -> None:
             tf.addfile(ti, io.BytesIO(data))
 
 
-class SavedImage:
-    """An image read back from a ``docker save`` tarball, in the shape ``push`` takes (``config``, ``manifest``,
-    ``layers``, ``digest``, ``blobs()``): the config exactly as Docker saved it (the image id stays), each
-    layer.tar as an uncompressed OCI layer blob (its digest = its diff_id)."""
+class SavedImage(BuiltImage):
+    """An image read back from a ``docker save`` tarball, for ``push``: the config exactly as Docker saved it
+    (the image id stays), each layer.tar as an uncompressed OCI layer blob (its digest = its diff_id)."""
 
-    def __init__(self, config: bytes, tars: list[bytes]):
+    def __init__(self, config: bytes, tars: list[bytes]):  # not the dataclass's: the config is given
+        self.layers, self.config_extra, self.gz = [(t, t) for t in tars], {}, False
+        self.arch = json.loads(config).get("architecture", "")
         self.config = config
-        self.layers = [(t, t) for t in tars]
-        self.manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": MT_MANIFEST,
-            "config": {"mediaType": MT_CONFIG, "digest": sha(config), "size": len(config)},
-            "layers": [{"mediaType": MT_LAYER, "digest": sha(t), "size": len(t)} for t in tars]},
-            sort_keys=True).encode()
-
-    @property
-    def digest(self) -> str:
-        return sha(self.manifest)
-
-    def blobs(self) -> dict[str, bytes]:
-        out = {sha(self.config): self.config, sha(self.manifest): self.manifest}
-        for b, _ in self.layers:
-            out[sha(b)] = b
-        return out
+        self.manifest = self._make_manifest()
 
 
 def read_docker_save(path: str) -> dict[str, SavedImage]:
@@ -188,7 +177,7 @@ def read_docker_save(path: str) -> dict[str, SavedImage]:
 
 
 # -- pushing to a registry (OCI distribution API) -------------------------------------------------------------
-def push(base: str, repo: str, tag: str, img: BuiltImage | SavedImage | None = None, *, index: list[BuiltImage] | None = None,
+def push(base: str, repo: str, tag: str, img: BuiltImage | None = None, *, index: list[BuiltImage] | None = None,
          authz: str | None = None) -> str:
     """Push img (or an index of images) as repo:tag to http://host:port; returns the manifest digest."""
     u = urllib.parse.urlsplit(base)
