@@ -34,6 +34,8 @@ import tempfile
 import time
 import urllib.parse
 
+from tiers.toolkit.procs import read_text
+
 DEFAULT_BASELINE_REV = "5f292ba"
 # a mock runs any image name; live: OPENSANDBOX_IMAGE
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 900,
@@ -70,13 +72,16 @@ def _call(url: str, method: str, path: str, headers: dict, body: bytes | None = 
 class Server:
     """A mock started from ``tree`` in its own process, or a live server (``tree`` None)."""
 
-    def __init__(self, label: str, tree: str | None = None, base_url: str | None = None, api_key: str | None = None):
+    def __init__(self, label: str, tree: str | None = None, base_url: str | None = None, api_key: str | None = None,
+                 *, mock_kwargs: dict | None = None, image: str | None = None):
+        """``mock_kwargs``: MockOpenSandbox's keyword arguments (JSON values; e.g. ``image_dir``);
+        ``image``: the create's ``image.uri`` instead of BODY's (bench/images.py: an image of the store)."""
         self.label, self.tree, self.proc, self.pid, self.token = label, tree, None, None, None
-        self.package = None
+        self.package, self.image = None, image
         if tree is not None:
             env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
-            self.proc = subprocess.Popen([sys.executable, "-c", SERVER, "{}"], cwd=tree, env=env, text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.proc = subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(mock_kwargs or {})], cwd=tree,
+                                         env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"the mock of {tree} did not start (rc={self.proc.poll()})")
@@ -92,6 +97,8 @@ class Server:
         body = dict(BODY)
         if self.tree is None:   # live: an image the server has (./local-up.sh env)
             body["image"] = {"uri": os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim"}
+        if self.image:
+            body["image"] = {"uri": self.image}
         status, data = _call(self.base_url, "POST", "/v1/sandboxes", self.headers, json.dumps(body).encode())
         if status != 202:
             raise RuntimeError(f"{self.label}: create answered {status}: {data[:200]!r}")
@@ -164,19 +171,11 @@ class Server:
 
 # ------------------------------------------------------------------------------------------- /proc
 
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return ""
-
-
 def _ppids() -> dict[int, int]:
     out = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = _read(f"/proc/{name}/stat")
+            stat = read_text(f"/proc/{name}/stat")
             if stat:
                 out[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
     return out
@@ -203,10 +202,10 @@ def _kb(text: str, key: str) -> int | None:
 
 
 def proc_memory(pid: int) -> dict:
-    status = _read(f"/proc/{pid}/status")
-    rollup = _read(f"/proc/{pid}/smaps_rollup")
-    args = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip() or _read(f"/proc/{pid}/comm").strip()
-    stat = _read(f"/proc/{pid}/stat")
+    status = read_text(f"/proc/{pid}/status")
+    rollup = read_text(f"/proc/{pid}/smaps_rollup")
+    args = read_text(f"/proc/{pid}/cmdline").replace("\0", " ").strip() or read_text(f"/proc/{pid}/comm").strip()
+    stat = read_text(f"/proc/{pid}/stat")
     start = int(stat.rsplit(")", 1)[1].split()[19]) if stat else None   # field 22: start time (pids are reused)
     return {"pid": pid, "start": start, "args": args[:100], "rss_kb": _kb(status, "VmRSS") or 0,
             "pss_kb": _kb(rollup, "Pss") if rollup else None}
@@ -228,7 +227,7 @@ def sandbox_processes(server_pid: int | None, sids: list[str]) -> list[int]:
         if any(m in env for m in marks):
             pids.add(pid)
             parent = ppids.get(pid)
-            if parent and _read(f"/proc/{parent}/comm").startswith("containerd-shim"):
+            if parent and read_text(f"/proc/{parent}/comm").startswith("containerd-shim"):
                 pids.add(parent)   # Docker: the shim that holds the container is the sandbox's too
     return sorted(pids)
 

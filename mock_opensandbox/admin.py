@@ -61,6 +61,19 @@ def light(entry: dict[str, Any]) -> dict[str, Any]:
                                       "duration_ms", "fault", "error")}
 
 
+def view_of(runtime: Any, sb: Any) -> dict[str, Any]:
+    """Which root the sandbox got (issue 21): "image" (its image's tree: "overlay" or "copy", the image id)
+    or "host-tools" (the host's /usr, /bin, /lib read-only under an image-like tree: no image store, or
+    none could be applied)."""
+    ir = getattr(runtime, "image_root", None)
+    img = getattr(sb, "rootfs_image", None)
+    if ir is not None:
+        return {"kind": "image", "rootfs": ir.mode, "image_id": ir.image.id, "user": ir.image.user or "root",
+                "working_dir": ir.working_dir()}
+    why = "no image store (--image-dir)" if img is None else getattr(runtime, "isolation_note", "")
+    return {"kind": "host-tools", "rootfs": None, "image_id": getattr(img, "id", None), "why": why}
+
+
 def processes_of(pgids: list[int]) -> list[dict[str, Any]]:
     """Every live process in these process groups and their descendants, from /proc (pid, ppid, pgid,
     state, command line cut to 300 characters)."""
@@ -140,6 +153,7 @@ class MockBackend:
                 "expires_at": _iso(sb.expires_at), "ttl_left_s": ttl, "paused": sb.paused,
                 "exit_code": sb.exit_code, "root": getattr(runtime, "root", None),
             }
+        out["view"] = view_of(runtime, sb)
         out["volumes"] = m.volumes.of(sid) if m.volumes is not None else []
         headers = m.provisioner._required_headers(sb) if m.provisioner is not None else None
         out["execd"] = {"mode": sb.execd_mode, "port": sb.execd_port,
@@ -458,9 +472,19 @@ class AdminAPI:
         sandboxes = [s for s in (self.backend.sandbox(i) for i in self.backend.sandbox_ids()) if s]
         # the dashboard's document is rebuilt on every change: sizes counted over at most 5000 entries
         vols = self.backend.volumes(5000) if hasattr(self.backend, "volumes") else None
-        return {"info": self.backend.info(), "sandboxes": sandboxes, "volumes": vols, "faults": self.faults.to_json(),
+        return {"info": self.backend.info(), "sandboxes": sandboxes, "volumes": vols, "images": self._light_images(),
+                "faults": self.faults.to_json(),
                 "requests": [light(e) for e in self.journal.entries(limit=LIGHT_REQUESTS)],
                 "seq": self.journal.seq, "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    def _light_images(self) -> dict[str, Any] | None:
+        """The dashboard's Images panel: ``/__mock__/images`` without each image's layers and config."""
+        if not hasattr(self.backend, "images"):
+            return None
+        doc = self.backend.images()
+        keep = ("id", "ref", "refs", "digest", "size", "source", "sandboxes")
+        return {"available": doc["available"], "sources": doc["sources"], "snapshots": doc["snapshots"],
+                "images": [{k: img.get(k) for k in keep} for img in doc["images"]]}
 
     def _state(self, req: Request) -> bool:
         req.send_json(200, self.state())

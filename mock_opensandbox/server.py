@@ -100,25 +100,6 @@ def _is_mock_execd(path: str) -> bool:
     return head.startswith(b"#!") and b"mock_opensandbox.execd" in head
 
 
-class _ExecdProcess:
-    """A real execd binary (or ``python -m mock_opensandbox.execd``) running as a sandbox process."""
-
-    def __init__(self, proc: subprocess.Popen, port: int):
-        self.proc = proc
-        self.port = port
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
-
-
 class _ExitedExecd:
     """The execd of a sandbox whose main process ended before execd listened (nothing to stop)."""
 
@@ -162,8 +143,15 @@ class MockProvisioner(Provisioner):
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
         env["OPENSANDBOX_ID"] = sb.id
-        runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
-                                 limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
+        from .runtime.rootfs import RootfsError, UserNotFound
+
+        try:  # issue 21: the image's own tree as the root when the mock has an image store
+            runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
+                                     limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
+                                     janitor=m.janitor, image=sb.rootfs_image)
+        except (RootfsError, UserNotFound) as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            raise start_failed(str(exc)) from None
         sb.runtime = runtime
         if sb.snapshot_image is not None:  # snapshotId: what the snapshot holds (images/commit.py)
             from .images.commit import restore_into
@@ -182,7 +170,7 @@ class MockProvisioner(Provisioner):
             try:
                 sb.execd = self._start_execd_process(sb, runtime)
             except SandboxTerminated as exc:  # its holder: view.py could not mount the volumes
-                if sb.volumes is None or sb.deleted:
+                if (sb.volumes is None and sb.rootfs_image is None) or sb.deleted:
                     raise
                 raise start_failed(str(exc)) from None
             except RuntimeError:
@@ -202,7 +190,7 @@ class MockProvisioner(Provisioner):
                 sb.log.pump(proc.stdout)
             return proc
         except SandboxTerminated as exc:
-            if sb.volumes is None or sb.deleted:
+            if (sb.volumes is None and sb.rootfs_image is None) or sb.deleted:
                 raise
             raise start_failed(str(exc)) from None  # view.py could not mount them (fails closed)
         except FileNotFoundError:
@@ -247,6 +235,8 @@ class MockProvisioner(Provisioner):
         return execd
 
     def _start_execd_process(self, sb: Sandbox, runtime: Any) -> Any:
+        from .runtime.execd import ExecdProcess, published
+
         m = self.mock
         if not self.mock_execd:
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
@@ -263,19 +253,8 @@ class MockProvisioner(Provisioner):
             proc = runtime.spawn(argv, cwd="/", stdout=log, stderr=subprocess.STDOUT)
         finally:
             log.close()
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError("execd exited with status %s at start" % proc.returncode)
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            proc.kill()
-            raise RuntimeError("execd did not listen on port %d" % port)
-        return _ExecdProcess(proc, port)
+        # runtime/execd.py's ExecdProcess: once it listens (15 s at most); stop() SIGKILLs its group at once
+        return published(ExecdProcess(proc, port, runtime, grace=0), runtime, 15.0)
 
     def on_exit(self, sb: Sandbox) -> None:
         # the container stopped: execd and every other process in it go away; the root stays until delete
@@ -319,7 +298,7 @@ class MockProvisioner(Provisioner):
         if sb.runtime is not None:
             sb.runtime.cleanup()
             if self.mock._root_given:
-                self.mock.janitor.untrack("dir", sb.runtime.root)
+                self.mock.janitor.untrack("dir", sb.runtime.home)
         if sb.volumes is not None and self.mock.volumes is not None:
             self.mock.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
 
@@ -339,7 +318,14 @@ class MockProvisioner(Provisioner):
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
         store; nothing without one (every sandbox gets the host-tools view, as before)."""
         images = self.mock.images
-        return "; " + images.describe() if images is not None else ""
+        if images is None:
+            return ""
+        from .runtime.probe import probe_result
+
+        ok, _, _, pid_mode = probe_result()
+        if self.isolate is False or not ok or pid_mode is None:  # rootfs.py needs a PID 1 of the sandbox's own
+            return "; " + images.describe() + ", pulled only: sandboxes get the host-tools view"
+        return "; " + images.describe()
 
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:

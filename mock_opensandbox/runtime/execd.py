@@ -40,11 +40,12 @@ INNER_PORT = 44772                      # execd's port inside a container (serve
 class ExecdProcess:
     """An execd process inside a sandbox: ``port`` on 127.0.0.1, ``stop()`` ends it (idempotent).
     With a network namespace of the sandbox's own, execd listens on ``inner_port`` inside and
-    ``port`` is the host end of a relay to it (``relay``, like Docker's published port)."""
+    ``port`` is the host end of a relay to it (``relay``, like Docker's published port). The mock's
+    one execd process class: also its stand-alone execd's (server.py, ``grace=0``: SIGKILL at once)."""
 
     def __init__(self, proc: "subprocess.Popen | _HostProcess", port: int, runtime: "SandboxRuntime",
-                 relay: Any = None, inner_port: int | None = None):
-        self.proc = proc
+                 relay: Any = None, inner_port: int | None = None, grace: float = 3.0):
+        self.proc, self.grace = proc, grace
         self.port = port
         self.runtime = runtime
         self.relay = relay
@@ -54,13 +55,14 @@ class ExecdProcess:
     def url(self) -> str:
         return "http://127.0.0.1:%d" % self.port
 
-    def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout, reap
-        it; close the relay."""
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout
+        (``grace`` unless given; 0: at once), reap it; close the relay."""
+        timeout = self.grace if timeout is None else timeout
         if self.relay is not None:
             self.relay.close()
         own_group = isinstance(self.proc, subprocess.Popen)  # bootstrap.sh's child shares PID 1's group
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and timeout > 0:
             (killpg if own_group else kill)(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
@@ -121,9 +123,41 @@ def sandbox_python() -> str | None:
 IDLE_EXECD = ("/bin/cat", "/usr/bin/cat")  # reads a pipe nobody closes: blocks, ~1 MB resident
 
 
-def idle_execd() -> str | None:
+# An image's view has no host library: the idle execd there is a static program of the mock's own,
+# 150 bytes of x86-64 machine code in an ELF file (read(0, buf, 1) until EOF or an error, then
+# exit(0): what `cat` does with a pipe nobody closes). Other machines keep `cat` (an image whose libc
+# cannot load it then has no execd process to show).
+_IDLE_CODE_X86_64 = bytes.fromhex("31c031ff488d7424f8ba010000000f054885c07feb" "b83c00000031ff0f05")
+
+
+def static_idle_elf() -> bytes | None:
+    import platform
+    import struct
+
+    if platform.machine() not in ("x86_64", "amd64"):
+        return None
+    base, code = 0x400000, _IDLE_CODE_X86_64
+    size = 64 + 56 + len(code)
+    ehdr = struct.pack("<4sBBBBB7xHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 0, 2, 62, 1, base + 120, 64, 0, 0,
+                       64, 56, 1, 0, 0, 0)
+    phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # PT_LOAD, R+X
+    return ehdr + phdr + code
+
+
+def idle_execd(image_home: str | None = None) -> str | None:
     """The host binary bound at /opt/opensandbox/execd when no resident agent is needed (root): a
-    `cat` in the view's read-only /usr or /bin, None when there is none."""
+    `cat` in the view's read-only /usr or /bin, None when there is none. image_home: the sandbox runs
+    its image (rootfs.py), the static idle program is written there (outside its root)."""
+    elf = static_idle_elf() if image_home is not None else None
+    if elf is not None:
+        path = os.path.join(image_home, "execd-idle")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755)
+        try:
+            os.write(fd, elf)
+            os.fchmod(fd, 0o755)
+        finally:
+            os.close(fd)
+        return path
     for cand in IDLE_EXECD:
         real = os.path.realpath(cand)
         if real.startswith(("/usr/", "/bin/")) and os.path.isfile(real) and os.access(real, os.X_OK):
@@ -230,11 +264,11 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
         proc = _bootstrap_execd(rt, timeout)
         if proc is None:
             raise RuntimeError("execd did not start (see %s in the sandbox)" % EXECD_LOG)
-        return _published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
+        return published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
     return _spawn_execd(rt, binary, port=port, token=token, env=env, args=args, timeout=timeout)
 
 
-def _published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
+def published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
     """ex once execd accepts connections; in the sandbox's own network namespace its port is
     published through a relay on the host's 127.0.0.1 (docker-proxy's role) and ex.port is that."""
     inside = getattr(rt, "has_netns", False)
@@ -290,4 +324,4 @@ def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: 
         proc = rt.spawn(argv, cwd="/", env=full_env, stdout=log, stderr=log)
     finally:
         os.close(log)
-    return _published(ExecdProcess(proc, port, rt), rt, timeout)
+    return published(ExecdProcess(proc, port, rt), rt, timeout)
