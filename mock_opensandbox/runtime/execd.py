@@ -21,13 +21,36 @@ import signal
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 from ..relay import free_port
 from ._util import children, kill, kill_and_reap, killpg, open_in_root, read_cmdline
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .sandbox import SandboxRuntime
+from .agent import sandbox_python
+from .holder import Holder
+
+
+class SandboxRuntime(Protocol):
+    """What this module uses of sandbox.SandboxRuntime (which imports this module: no import back)."""
+    root: str
+    isolated: bool
+    isolation_note: str
+    terminated: bool
+    _holder: Holder | None
+    _lock: Any
+    _pid_mode: str | None
+    _execd_spec: dict[str, Any] | None
+
+    def _ensure_holder(self) -> Holder | None: ...
+
+    def connect(self, port: int, timeout: float | None = None) -> socket.socket: ...
+
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin: Any = None, stdout: Any = None, stderr: Any = None,
+              controlling_tty: bool = False, user: str | None = None) -> subprocess.Popen: ...
+
+    def use_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
+                  env: Mapping[str, str] | None = None, args: list[str] | None = None) -> int: ...
 
 EXECD_DIR = "/opt/opensandbox"          # server services/docker/runtime.py OPENSANDBOX_DIR
 EXECD_PATH = EXECD_DIR + "/execd"       # bootstrap.sh: EXECD="${EXECD:=/opt/opensandbox/execd}"
@@ -106,18 +129,6 @@ def install_binary(root: str, binary: str) -> None:
         with os.fdopen(fd, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
             os.fchmod(dst.fileno(), 0o755)
-
-
-AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
-
-
-def sandbox_python() -> str | None:
-    """A Python 3 the sandbox view has at the same path (its /usr, /bin are the host's, read-only)."""
-    for cand in AGENT_PYTHONS:
-        real = os.path.realpath(cand)
-        if real.startswith(("/usr/", "/bin/", "/lib")) and os.path.isfile(real) and os.access(real, os.X_OK):
-            return cand
-    return None
 
 
 IDLE_EXECD = ("/bin/cat", "/usr/bin/cat")  # reads a pipe nobody closes: blocks, ~1 MB resident

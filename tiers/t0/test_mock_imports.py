@@ -28,10 +28,6 @@ def _imports(tree: ast.AST) -> list[ast.stmt]:
 
     def walk(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.dump(child.test):
-                for sub in child.orelse:
-                    walk(sub)
-                continue
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 out.append(child)
             walk(child)
