@@ -296,8 +296,10 @@ def run_case(ctx, make_row) -> list:
             servers.append(live)
         sides = [s for s in (a, b, live) if s is not None]
         times: dict[str, list[float]] = {s.label: [] for s in sides}
+        # the order flips every round (A B, B A, ...): what one side's request leaves behind (a reaped
+        # process, a closing stream) falls on the other side as often as on itself
         for i in range(warm + n):
-            for s in sides:
+            for s in (sides if i % 2 == 0 else sides[::-1]):
                 t0 = time.perf_counter()
                 sid = s.create()
                 s.wait_ready(sid)
@@ -312,14 +314,14 @@ def run_case(ctx, make_row) -> list:
             s.wait_ready(warm_sb[s.label])
             eps[s.label] = s.execd(warm_sb[s.label])
         for i in range(3 + cmd_n):
-            for s in (a, b):
+            for s in ((a, b) if i % 2 == 0 else (b, a)):
                 t0 = time.perf_counter()
                 s.command_true(*eps[s.label])
                 if i >= 3:
                     cmd[s.label].append(time.perf_counter() - t0)
         sparse: dict[str, list[float]] = {"A": [], "B": []}
         for i in range(1 + max(1, cmd_n // 2)):
-            for s in (a, b):
+            for s in ((a, b) if i % 2 == 0 else (b, a)):
                 time.sleep(gap)
                 t0 = time.perf_counter()
                 s.command_true(*eps[s.label])
