@@ -13,6 +13,7 @@ import re
 import socket
 import time
 import urllib.parse
+from collections import deque
 
 from osb_sse import SSEDecoder, restore_legacy_text
 from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
@@ -396,23 +397,24 @@ class CommandRun:
     def __init__(self, execd: Execd, stream: Stream, mode: str):
         self.execd, self.stream, self.mode = execd, stream, mode
         self.decoder = SSEDecoder()
-        self._pending: list[dict[str, Any]] = []
+        self._pending: deque[dict[str, Any]] = deque()
         self.command_id: str | None = None
-        self.done = False
+        self.done = False               # nothing more to read (the stream is closed)
+        self.ended = False              # the terminal event was handed out
         # Read until init (rec 07: the first event, text = 32-hex command id).
+        early: list[dict[str, Any]] = []          # events before init, handed out first
         while self.command_id is None:
             ev = self._next_raw()
             if ev is None:
                 break
             if ev.get("type") == "init":
                 text = ev.get("text")
-                self.command_id = str(text) if text else None
-                if self.command_id is None:
-                    self.command_id = ""
+                self.command_id = str(text) if text else ""
             else:
-                self._pending.append(ev)
+                early.append(ev)
                 if ev.get("type") in ("execution_complete", "error"):
                     break
+        self._pending.extendleft(reversed(early))
         # From here on the stream is read without a socket timeout: callers enforce deadlines and
         # abort() the stream (execd sends a heartbeat every ~3 s, rec 17).
         sock = getattr(stream._conn, "sock", None)
@@ -423,42 +425,86 @@ class CommandRun:
             except OSError:
                 pass
 
+    def _fill(self) -> None:
+        """One read of the stream, decoded into ``_pending``; at its end (or a failed read) the
+        last frame is flushed and the run is done."""
+        try:
+            chunk = self.stream.read_some()
+        except (OSError, ValueError, http.client.HTTPException):
+            chunk = None
+        if chunk is None:
+            self._pending.extend(self.decoder.close())
+            self.done = True
+            self.stream.close()
+        elif chunk:
+            self._pending.extend(self.decoder.feed(chunk))
+
     def _next_raw(self) -> dict[str, Any] | None:
         while not self._pending:
             if self.done:
                 return None
-            try:
-                chunk = self.stream.read1(65536)
-            except (OSError, ValueError, http.client.HTTPException):
-                chunk = b""
-            if not chunk:
-                self._pending.extend(self.decoder.close())
-                self.done = True
-                self.stream.close()
-                break
-            self._pending.extend(self.decoder.feed(chunk))
-        return self._pending.pop(0) if self._pending else None
+            self._fill()
+        return self._pending.popleft() if self._pending else None
+
+    def _output(self, ev: dict[str, Any]) -> dict[str, Any] | None:
+        """A raw event as events() yields it (None: not one the caller sees). The terminal event
+        ends the run: the connection is dropped at once, never waiting out execd's ~1 s close."""
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            text = ev.get("text")
+            if not isinstance(text, str) or text == "":
+                return None
+            if self.mode == LEGACY:
+                text = restore_legacy_text(text)
+            return {"type": kind, "text": text}
+        if kind in ("execution_complete", "error"):
+            self.done, self.ended = True, True
+            self._pending.clear()
+            self.stream.close()
+            return ev
+        return None
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Yield output events (``{"type": "stdout"|"stderr", "text": ...}`` with v1.1.0 line endings
         restored) and finally the terminal event; stops reading as soon as it arrives."""
-        while True:
-            ev = self._next_raw()
-            if ev is None:
+        while not self.ended:
+            raw = self._next_raw()
+            if raw is None:
                 return
-            kind = ev.get("type")
-            if kind in ("stdout", "stderr"):
-                text = ev.get("text")
-                if not isinstance(text, str) or text == "":
-                    continue
-                if self.mode == LEGACY:
-                    text = restore_legacy_text(text)
-                yield {"type": kind, "text": text}
-            elif kind in ("execution_complete", "error"):
-                self.done = True
-                self.stream.close()          # never wait out execd's ~1 s close
+            ev = self._output(raw)
+            if ev is not None:
                 yield ev
-                return
+
+    def next(self, timeout: float | None, wake: int | None = None) -> dict[str, Any] | None:
+        """The next event as events() yields it, read on the caller's thread: waits at most
+        ``timeout`` seconds (None: no limit) and no longer than until the file descriptor ``wake``
+        is readable; None when nothing came in time. EOFError once the stream is over (after the
+        terminal event, or cut short without one)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            while self._pending and not self.ended:
+                ev = self._output(self._pending.popleft())
+                if ev is not None:
+                    return ev
+            if self.done:
+                raise EOFError("the command's event stream is over")
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not self.stream.wait(left, wake):
+                return None
+            self._fill()
+
+    def pending_output(self, kind: str) -> str | None:
+        """The text of the next event when it is already decoded and is output of ``kind``
+        (consumed); None otherwise. Joins v1.1.0's one-event-per-line output without waiting."""
+        while self._pending and not self.ended:
+            raw = self._pending[0]
+            if raw.get("type") != kind:
+                return None
+            self._pending.popleft()
+            ev = self._output(raw)
+            if ev is not None:
+                return str(ev["text"])
+        return None
 
     def abort(self) -> None:
         self.stream.abort()

@@ -158,6 +158,65 @@ class Reply:
         return json_or_none(self.body) if self.body else None
 
 
+class Dechunker:
+    """Incremental decoder of HTTP/1.1 chunked transfer coding (RFC 9112 §7.1): ``feed(raw)`` returns
+    the body bytes completed so far, whatever the split of ``raw``; ``done`` after the last chunk
+    and its trailer. Malformed framing raises http.client.IncompleteRead, as http.client does."""
+
+    MAX_LINE = 4096                     # a chunk-size or trailer line longer than this is malformed
+
+    def __init__(self) -> None:
+        self._buf = b""                 # an incomplete line kept from the last feed
+        self._left = -1                 # bytes of chunk data still to come; -1: a line is next
+        self._crlf = False              # that line is the CRLF closing a chunk's data
+        self._trailer = False           # the last chunk arrived: trailer lines until an empty one
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        if self.done:
+            return b""
+        buf = self._buf + data if self._buf else data
+        out: list[bytes] = []
+        pos, end = 0, len(buf)
+        while pos < end:
+            if self._left > 0:
+                take = min(self._left, end - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self._left, self._crlf = -1, True
+                continue
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if end - pos > self.MAX_LINE:
+                    raise http.client.IncompleteRead(b"")
+                break
+            line = buf[pos:nl].rstrip(b"\r")
+            pos = nl + 1
+            if self._crlf:              # the end of a chunk's data
+                self._crlf = False
+                if line:
+                    raise http.client.IncompleteRead(b"")
+            elif self._trailer:
+                if not line:
+                    self.done = True
+                    break
+            else:
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise http.client.IncompleteRead(b"") from None
+                if size < 0:
+                    raise http.client.IncompleteRead(b"")
+                if size == 0:
+                    self._trailer = True
+                else:
+                    self._left = size
+        self._buf = b"" if self.done else buf[pos:]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
 class Stream:
     """An HTTP reply whose body is read incrementally (SSE, downloads)."""
 
@@ -168,9 +227,60 @@ class Stream:
         self.headers = {k.lower(): v for k, v in resp.getheaders()}
         self.received = received
         self._closed = False
+        self._body: Dechunker | None | bool = None      # read_some()'s decoder (False: not chunked)
+        self._left: int | None = None
+        self._done = False
 
-    def read1(self, n: int = 65536) -> bytes:
-        return self.resp.read1(n)
+    def read_some(self) -> bytes | None:
+        """The next piece of the body as it arrives, for a stream read on the caller's own thread
+        (with wait()): what the reply's reader holds already, else one read of the socket. Chunked
+        coding is decoded here (Dechunker), not by http.client, which returns one chunk per call
+        and may block on the next chunk's header while the bytes it holds say "readable".
+        b"" when only framing arrived; None at the end of the body (or of the connection)."""
+        fp = self.resp.fp
+        if fp is None or self._done:
+            return None
+        if self._body is None:          # the first read: chunked, Content-Length, or until close
+            self._body = Dechunker() if self.resp.chunked else False
+            self._left = None if self.resp.chunked else self.resp.length
+        if self._left == 0:
+            self._done = True
+            return None
+        data = fp.read1(65536 if self._left is None else min(65536, self._left))
+        if not data:
+            self._done = True
+            return None
+        if isinstance(self._body, Dechunker):
+            data = self._body.feed(data)
+            if self._body.done:
+                self._done = True
+                return data or None
+            return data
+        if self._left is not None:
+            self._left -= len(data)
+        return data
+
+    def wait(self, timeout: float | None, wake: int | None = None) -> bool:
+        """Wait until read_some() can go on without blocking: bytes held by the reply's reader, or
+        bytes (or the end) arriving within ``timeout`` seconds (None: no limit). False when the
+        time ran out, or when the file descriptor ``wake`` became readable first."""
+        fp, sock = self.resp.fp, getattr(self._conn, "sock", None)
+        if fp is None or sock is None or self._done:
+            return True                 # closed: the next read says so
+        try:
+            saved = sock.gettimeout()
+            sock.settimeout(0.0)        # peek() must not block: it returns b"" when nothing is there
+            try:
+                if fp.peek(1):
+                    return True
+            except OSError:             # (TLS: nothing decrypted yet) wait on the socket below
+                pass
+            finally:
+                sock.settimeout(saved)
+            ready, _, _ = select.select([sock] if wake is None else [sock, wake], [], [], timeout)
+        except (OSError, ValueError):
+            return True                 # a closed or broken socket: the next read reports it
+        return sock in ready
 
     def read_all(self, limit: int | None = None, deadline: float | None = None) -> bytes:
         """The whole body (or its first ``limit + 1`` bytes), read before ``deadline`` (monotonic).
