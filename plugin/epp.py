@@ -163,24 +163,27 @@ class Server:
         res = msg.get("result")
         if isinstance(res, dict) and len(res) == 1 and isinstance(res.get("content_b64"), bytes):
             # files.read: base64 is JSON-safe ASCII, so it is spliced into the line as it is instead of
-            # json-encoding a multi-MB string (about 1.5x faster reads, measured in bench/)
-            line = b"".join([b'{"jsonrpc":"2.0","id":', json.dumps(msg["id"]).encode(),
-                             b',"result":{"content_b64":"', res["content_b64"], b'"}}'])
+            # json-encoding a multi-MB string (about 1.5x faster reads, measured in bench/), and
+            # written in its parts (joining them would copy megabytes once more)
+            parts = [b'{"jsonrpc":"2.0","id":' + json.dumps(msg["id"]).encode() + b',"result":{"content_b64":"',
+                     res["content_b64"], b'"}}\n']
         else:
             try:
                 line = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             except UnicodeEncodeError:      # lone surrogates: fall back to \u escapes
                 line = json.dumps(msg, separators=(",", ":")).encode("ascii")
-        if len(line) >= MAX_LINE_BYTES:
+            parts = [line, b"\n"]          # not line + b"\n": that copies a multi-MB line
+        size = sum(map(len, parts)) - 1
+        if size >= MAX_LINE_BYTES:
             if "id" not in msg:
-                self.log_stderr(f"dropped a {len(line)}-byte notification (EPP line limit)")
+                self.log_stderr(f"dropped a {size}-byte notification (EPP line limit)")
                 return
-            err = EppError(-32000, f"The answer is {len(line)} bytes, over EPP's 8 MiB line limit.",
+            err = EppError(-32000, f"The answer is {size} bytes, over EPP's 8 MiB line limit.",
                            suggestion="Ask for less data at once (files: use offset/length).")
-            line = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err.to_json()}).encode()
+            parts = [json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err.to_json()}).encode(), b"\n"]
         with self._wlock:
             try:
-                self.wfile.writelines((line, b"\n"))    # not line + b"\n": that copies a multi-MB line
+                self.wfile.writelines(parts)
                 self.wfile.flush()
             except (OSError, ValueError):
                 self.closing.set()

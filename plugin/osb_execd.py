@@ -237,7 +237,7 @@ class Execd:
                          what=f"download {path}")
 
     def read_file(self, path: str, *, offset: int | None = None, length: int | None = None,
-                  limit: int) -> bytes:
+                  limit: int) -> bytearray:
         """Bytes ``[offset, offset + length)`` of a file, or all of it; ``TooLarge`` past ``limit``.
 
         Each try is one download read whole within http_timeout. A body that ends before its
@@ -249,7 +249,7 @@ class Execd:
         end = start + length - 1 if length is not None else None
         timeout = self.client.http.timeout
 
-        def once() -> bytes:
+        def once() -> bytearray:
             deadline = time.monotonic() + timeout
             stream = self.download(path, start=start if ranged else None, end=end)
             try:
@@ -259,7 +259,7 @@ class Execd:
                 if declared.isdigit() and want is None and int(declared) - skip > limit:
                     raise TooLarge(int(declared) - skip)
                 cap = want if want is not None else skip + limit
-                data = stream.read_all(limit=cap, deadline=max(deadline, stream.received + 0.5))
+                data = stream.read_body(limit=cap, deadline=max(deadline, stream.received + 0.5))
                 if want is None and len(data) - skip > limit:
                     raise TooLarge(None)
             except TooLarge:
@@ -270,10 +270,12 @@ class Execd:
                 raise NetError.of(exc, f"download {path}", self.base) from None
             if len(data) > cap:
                 stream.close()
-                data = data[:cap]
+                del data[cap:]
             else:
                 stream.release()
-            return data[skip:want] if want is not None else data[skip:]
+            if skip or (want is not None and len(data) > want):
+                return data[skip:want]
+            return data                 # the whole buffer as read: no copy
 
         return with_retries(once, timeout)
 

@@ -288,35 +288,61 @@ class Stream:
         A body shorter than its Content-Length (a connection closed early) raises IncompleteRead:
         http.client returns such a short read silently. A body that trickles in so slowly that it
         misses the deadline raises socket.timeout, whatever the gaps between its bytes."""
-        out = bytearray()
+        return bytes(self.read_body(limit, deadline))
+
+    def read_body(self, limit: int | None = None, deadline: float | None = None) -> bytearray:
+        """read_all() into the buffer it was read into, not copied (a download of megabytes: one
+        buffer fewer to allocate, fault in and fill)."""
         want = None if limit is None else limit + 1
+        resp, fp = self.resp, self.resp.fp
         sock = getattr(self._conn, "sock", None)
         base = sock.gettimeout() if sock is not None else None
+        # With a Content-Length the body goes straight into one buffer of its size, each socket read
+        # as large as what has arrived (readinto1: never more than one read between two deadline
+        # checks); otherwise (chunked, or until the connection closes) 64 KiB at a time.
+        sized = fp is not None and not resp.chunked and resp.length is not None
+        size = 0
+        if sized:
+            assert resp.length is not None
+            size = resp.length if want is None else min(resp.length, want)
+        out = bytearray(size)
+        view, got = memoryview(out if sized else bytearray()), 0     # (a view of out pins its size)
         try:
-            while want is None or len(out) < want:
+            while (got < size) if sized else (want is None or len(out) < want):
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise socket.timeout("the reply body did not arrive in time")
                     if sock is not None:
                         sock.settimeout(left if base is None else min(base, left))
-                n = 65536 if want is None else min(65536, want - len(out))
-                chunk = self.resp.read1(n)
+                if sized:
+                    assert fp is not None
+                    n = fp.readinto1(view[got:])
+                    if not n:
+                        break
+                    got += n
+                    continue
+                chunk = resp.read1(65536 if want is None else min(65536, want - len(out)))
                 if not chunk:
                     break
                 out += chunk
         finally:
+            view.release()
             if sock is not None and deadline is not None:
                 try:
                     sock.settimeout(base)
                 except OSError:
                     pass
-        missing = self.resp.length
+        if sized:
+            assert resp.length is not None
+            resp.length -= got          # what http.client would have counted, reading it itself
+            del out[got:]
+        missing = resp.length
         if (want is None or len(out) < want) and missing:
             raise http.client.IncompleteRead(bytes(out), missing)
-        if missing == 0 and not self.resp.isclosed():
-            self.resp.read()            # marks a complete Content-Length body done (keep-alive reuse)
-        return bytes(out)
+        if missing == 0 and not resp.isclosed():
+            resp.read()                 # marks a complete Content-Length body done (keep-alive reuse)
+        return out
 
     def reply(self, deadline: float, what: str, url: str) -> Reply:
         """The whole reply: its body read before ``deadline`` (monotonic; never less than 0.5 s after the
