@@ -69,6 +69,58 @@ class Deferred:
         self.result, self.then = result, then
 
 
+class Workers:
+    """Threads for the requests: a call runs on a thread that finished an earlier one and waits
+    for the next (handing a call over costs a lock release), or on a new thread when none is idle.
+    ``spare()`` starts one ahead of need. Idle threads end after IDLE seconds; all are daemons."""
+
+    IDLE = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Slot] = []
+
+    def run(self, fn: Callable[..., object], *args: Any) -> None:
+        with self._lock:
+            slot = self._idle.pop() if self._idle else None
+        if slot is None:
+            slot = _Slot()
+            threading.Thread(target=self._serve, args=(slot,), daemon=True, name="epp-worker").start()
+        slot.job = (fn, args)
+        slot.ready.release()
+
+    def spare(self) -> None:
+        """Start an idle thread now (off the critical path: after initialize was answered)."""
+        slot = _Slot()
+        with self._lock:
+            self._idle.append(slot)
+        threading.Thread(target=self._serve, args=(slot,), daemon=True, name="epp-worker").start()
+
+    def _serve(self, slot: _Slot) -> None:
+        while True:
+            if not slot.ready.acquire(timeout=self.IDLE):
+                with self._lock:
+                    if slot in self._idle:      # nobody picked it: end
+                        self._idle.remove(slot)
+                        return
+                slot.ready.acquire()            # picked as the wait ended: its job is coming
+            job, slot.job = slot.job, None
+            if job is not None:
+                fn, args = job
+                fn(*args)                       # (Server._run answers every failure itself)
+            with self._lock:
+                self._idle.append(slot)
+
+
+class _Slot:
+    """One worker thread's mailbox: ``ready`` is released when ``job`` is set."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Lock()
+        self.ready.acquire()
+        self.job: tuple[Callable[..., object], tuple[Any, ...]] | None = None
+
+
 class Server:
     """The loop and the only writer of stdout; its hooks are described in this module's doc."""
 
@@ -81,6 +133,7 @@ class Server:
         self._wlock = threading.Lock()
         self.requests: dict[int | str | None, Request] = {}
         self.closing = threading.Event()
+        self._workers = Workers()
 
     # ---- the loop
 
@@ -117,13 +170,13 @@ class Server:
                     req.cancel()
         elif method == "initialize":                      # answered inline: cheap, no I/O
             self.respond(rid, self.initialize(params or {}))
+            self._workers.spare()                         # the next call's thread, started meanwhile
         elif method == "shutdown":
             self.closing.set()
             self.respond(rid, {})
         else:
             self.requests[rid] = req = Request(rid)
-            threading.Thread(target=self._run, args=(req, method, params or {}), daemon=True,
-                             name=f"epp-{rid}").start()
+            self._workers.run(self._run, req, method, params or {})
 
     def _run(self, req: Request, method: str, params: dict[str, Any]) -> None:
         then: Callable[[], object] | None = None
