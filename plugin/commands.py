@@ -287,7 +287,8 @@ def m_exec_start(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any
             emit("stderr", f"[opensandbox provider] {problem}; the output may be incomplete\n")
         ctx.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
 
-    return Deferred({"process_id": pid}, stream)
+    # an event in hand (output or the end) is forwarded at once: the answer goes out with it
+    return Deferred({"process_id": pid}, stream, prompt=isinstance(first, dict))
 
 
 def m_exec_run(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:

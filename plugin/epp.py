@@ -63,10 +63,12 @@ class Request:
 
 
 class Deferred:
-    """A result sent now, plus work that continues afterwards (streaming after exec.start)."""
+    """A result sent now, plus work that continues afterwards (streaming after exec.start).
+    ``prompt``: ``then`` writes its first line at once, waiting on nothing; the answer then leaves
+    with that line, in one write (the host is woken once, not twice)."""
 
-    def __init__(self, result: dict[str, Any], then: Callable[[], object]) -> None:
-        self.result, self.then = result, then
+    def __init__(self, result: dict[str, Any], then: Callable[[], object], *, prompt: bool = False) -> None:
+        self.result, self.then, self.prompt = result, then, prompt
 
 
 class Workers:
@@ -180,14 +182,15 @@ class Server:
 
     def _run(self, req: Request, method: str, params: dict[str, Any]) -> None:
         then: Callable[[], object] | None = None
+        held = False
         try:
             fn = self.find(method)
             if fn is None:
                 raise EppError(-32601, f"Method not found: {method}")
             result = fn(req, params)
             if isinstance(result, Deferred):
-                then, result = result.then, result.result
-            self.respond(req.id, result)
+                then, held, result = result.then, result.prompt, result.result
+            self.send({"id": req.id, "result": {} if result is None else result}, flush=not held)
         except EppError as exc:
             self.respond(req.id, error=exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
@@ -199,6 +202,9 @@ class Server:
                 then()
             except Exception as exc:  # noqa: BLE001 - the answer is out; all that is left is to log
                 self.log_stderr(f"{method}: {type(exc).__name__}: {exc}")
+            finally:
+                if held:
+                    self.flush()        # (normally done already by then()'s first line)
 
     def _readline(self) -> bytes:
         try:
@@ -209,7 +215,8 @@ class Server:
 
     # ---- output (the only writer of stdout)
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: dict[str, Any], *, flush: bool = True) -> None:
+        """Write one message; ``flush=False`` leaves it buffered for the next send() (Deferred.prompt)."""
         msg = {"jsonrpc": "2.0", **msg}
         if "error" in msg:
             msg["error"] = SECRETS.redact(msg["error"])
@@ -237,6 +244,14 @@ class Server:
         with self._wlock:
             try:
                 self.wfile.writelines(parts)
+                if flush:
+                    self.wfile.flush()
+            except (OSError, ValueError):
+                self.closing.set()
+
+    def flush(self) -> None:
+        with self._wlock:
+            try:
                 self.wfile.flush()
             except (OSError, ValueError):
                 self.closing.set()

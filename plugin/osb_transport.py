@@ -447,11 +447,11 @@ class Http:
     def open(self, method: str, url: str, headers: dict[str, Any], body: bytes | None = None,
              timeout: float | None = None, what: str = "") -> Stream:
         parts = urllib.parse.urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
+        scheme, host = parts.scheme.lower(), parts.hostname     # (each property parses the netloc again)
+        if scheme not in ("http", "https") or not host:
             raise NetError("network", what, safe_url(url), "unsupported URL (need http:// or https://)")
         port = parts.port or (443 if scheme == "https" else 80)
-        key = (scheme, parts.hostname, port)
+        key = (scheme, host, port)
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query

@@ -5,6 +5,8 @@ Content-Length is read into one buffer (whole, cut short, or over its limit)."""
 from __future__ import annotations
 
 import http.client
+import io
+import json
 import socket
 import threading
 import time
@@ -64,6 +66,53 @@ def test_a_spare_thread_takes_the_first_call():
     done = threading.Event()
     w.run(done.set)
     assert done.wait(5)
+
+
+# ---- the answer of a prompt Deferred leaves with its first notification ----------------------------------
+
+class _Flushes(io.BytesIO):
+    """A stdout that records what each flush() pushed out."""
+
+    def __init__(self):
+        super().__init__()
+        self.flushed: list[bytes] = []
+        self._mark = 0
+
+    def flush(self):
+        data = self.getvalue()[self._mark:]
+        if data:
+            self.flushed.append(data)
+        self._mark += len(data)
+
+
+def _server(out, then, prompt):
+    srv = epp.Server(io.BytesIO(), out, initialize=lambda p: {},
+                     find=lambda name: (lambda req, p: epp.Deferred({"process_id": "p"}, then, prompt=prompt)))
+    return srv
+
+
+def test_a_prompt_answer_is_written_with_the_first_notification():
+    out = _Flushes()
+    srv = _server(out, lambda: srv.notify("exec.exit", {"process_id": "p", "exit_code": 0}), True)
+    srv._run(epp.Request(1), "exec.start", {})
+    assert len(out.flushed) == 1 and out.flushed[0].count(b"\n") == 2
+    assert [json.loads(x).get("id") for x in out.flushed[0].splitlines()] == [1, None]
+
+
+def test_an_answer_is_flushed_at_once_unless_prompt_and_even_when_then_fails():
+    out = _Flushes()
+    srv = _server(out, lambda: srv.notify("exec.exit", {"process_id": "p", "exit_code": 0}), False)
+    srv._run(epp.Request(1), "exec.start", {})
+    assert len(out.flushed) == 2
+    out, during = _Flushes(), []
+
+    def broken():
+        during.append(list(out.flushed))
+        raise RuntimeError("boom")
+    srv = _server(out, broken, True)
+    srv._run(epp.Request(2), "exec.start", {})
+    assert during == [[]]                 # held while then() ran
+    assert len(out.flushed) == 1 and json.loads(out.flushed[0])["id"] == 2
 
 
 # ---- reading a reply on the caller's thread ---------------------------------------------------------------
