@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Protocol, TypeVar
 
-    from osb_transport import Http
+    from osb_transport import Body, Http
     from osb_ws import WebSocketClient
 
     T = TypeVar("T")
@@ -85,7 +85,7 @@ class Execd:
             url += "?" + urllib.parse.urlencode(query, doseq=True, quote_via=urllib.parse.quote)
         return url
 
-    def open(self, method: str, path: str, *, query: Query = None, body: bytes | None = None,
+    def open(self, method: str, path: str, *, query: Query = None, body: Body | None = None,
              headers: dict[str, Any] | None = None, timeout: float | None = None, what: str) -> Stream:
         """Open a request (the caller reads the reply)."""
         return self._fresh(lambda: self._open(method, path, query, body, headers, timeout, what))
@@ -106,7 +106,7 @@ class Execd:
             self.base, self.endpoint_headers = fresh.base, fresh.endpoint_headers
             return attempt()
 
-    def _open(self, method: str, path: str, query: Query, body: bytes | None, headers: dict[str, Any] | None,
+    def _open(self, method: str, path: str, query: Query, body: Body | None, headers: dict[str, Any] | None,
               timeout: float | None, what: str) -> Stream:
         stream = self.client.http.open(method, self.url(path, query), self.headers(headers), body, timeout, what)
         if stream.status >= 400:
@@ -122,7 +122,7 @@ class Execd:
             raise HttpError(stream.status, stream.reason, data, stream.headers, what, "execd")
         return stream
 
-    def call(self, method: str, path: str, *, query: Query = None, json_body: object = None, body: bytes | None = None,
+    def call(self, method: str, path: str, *, query: Query = None, json_body: object = None, body: Body | None = None,
              content_type: str | None = None, timeout: float | None = None, what: str,
              retry: bool | None = None) -> Reply:
         """One execd call whose whole reply must arrive within the timeout. GET is retried
@@ -229,8 +229,8 @@ class Execd:
         if mode is not None:
             meta["mode"] = mode
         name = path.rstrip("/").rsplit("/", 1)[-1] or "file"
-        from osb_multipart import encode_multipart
-        ctype, body = encode_multipart([
+        from osb_multipart import multipart_pieces
+        ctype, body = multipart_pieces([
             ("metadata", "metadata", "application/json", json.dumps(meta).encode("utf-8")),
             ("file", name, "application/octet-stream", data),
         ])

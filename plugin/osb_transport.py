@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
     Key = tuple[str, str, int]              # (scheme, host, port) of a pooled connection
+    Body = bytes | list[bytes]              # a request body, whole or in pieces
 
 USER_AGENT = "abx-opensandbox-provider/0.1.0"
 MAX_ERROR_BODY = 64 * 1024              # bytes of an error body we keep for the message
@@ -444,7 +445,7 @@ class Http:
         for conn, _ in idle.values():
             conn.close()
 
-    def open(self, method: str, url: str, headers: dict[str, Any], body: bytes | None = None,
+    def open(self, method: str, url: str, headers: dict[str, Any], body: Body | None = None,
              timeout: float | None = None, what: str = "") -> Stream:
         parts = urllib.parse.urlsplit(url)
         scheme, host = parts.scheme.lower(), parts.hostname     # (each property parses the netloc again)
@@ -456,8 +457,8 @@ class Http:
         if parts.query:
             target += "?" + parts.query
         hdrs = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
-        if body is not None:
-            hdrs["Content-Length"] = str(len(body))
+        if body is not None:            # (a list of pieces is sent piece by piece, never joined)
+            hdrs["Content-Length"] = str(len(body) if isinstance(body, bytes) else sum(map(len, body)))
         tmo = self.timeout if timeout is None else timeout
         max_age = self.POST_REUSE_AGE if method == "POST" else self.IDLE_MAX_AGE
         for attempt in (0, 1):

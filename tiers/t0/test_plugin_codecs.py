@@ -230,6 +230,15 @@ def test_multipart_round_trip(parts):
     assert parse_multipart(ctype, body) == spec
 
 
+def test_multipart_pieces_keep_large_data_uncopied_and_join_to_the_same_body():
+    big = bytes(range(256)) * 1024                     # 256 KiB: sent as its own piece
+    spec = [("metadata", "metadata", "application/json", b'{"path": "/tmp/x"}'),
+            ("file", "x.bin", "application/octet-stream", big)]
+    ctype, pieces = multipart.multipart_pieces(spec)
+    assert len(pieces) == 3 and pieces[1] is big
+    assert parse_multipart(ctype, b"".join(pieces)) == spec
+
+
 def test_multipart_boundary_never_inside_data_and_email_parser_agrees():
     data = bytes(range(256)) * 4 + b"\r\n--osbprovider\r\n"
     ctype, body = multipart.encode_multipart([

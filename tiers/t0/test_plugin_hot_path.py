@@ -1,9 +1,13 @@
 """What the plugin's hot paths (bench/ cases 2-4) rely on, without a server: the request threads are
-reused (a call handed to an idle thread, none left over), a streamed reply read on the caller's thread
-(``Stream.wait`` + ``read_some``) never blocks while it says it is readable, and a download with a
-Content-Length is read into one buffer (whole, cut short, or over its limit)."""
+reused (a call handed to an idle thread, none left over), files.write's base64 decoding accepts and
+refuses what ``b64decode(validate=True)`` does, a prompt answer leaves with its first notification, a
+streamed reply read on the caller's thread (``Stream.wait`` + ``read_some``) never blocks while it
+says it is readable, and a download with a Content-Length is read into one buffer (whole, cut short,
+or over its limit)."""
 from __future__ import annotations
 
+import base64
+import binascii
 import http.client
 import io
 import json
@@ -12,9 +16,13 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import epp
 import osb_transport as transport
+from errors import EppError
+from params import b64_param
 
 # ---- request threads -------------------------------------------------------------------------------------
 
@@ -66,6 +74,28 @@ def test_a_spare_thread_takes_the_first_call():
     done = threading.Event()
     w.run(done.set)
     assert done.wait(5)
+
+
+# ---- files.write's base64 ---------------------------------------------------------------------------------
+
+b64ish = st.one_of(
+    st.binary(max_size=64).map(lambda b: base64.b64encode(b).decode()),
+    st.text(alphabet="ABCabc+/=\n -_\u00e9", max_size=24),
+    st.sampled_from(["", "=", "==", "Zg", "Zg=", "Zg==", "Zh==", "Zg==Zg==", "=Zg=", "Z g==", "Zm9v\n", "Zm9v\u00e9"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(b64ish)
+def test_b64_param_accepts_and_refuses_what_validate_true_does(text):
+    try:
+        want = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        with pytest.raises(EppError) as info:
+            b64_param({"content_b64": text}, "content_b64")
+        assert info.value.code == -32000 and "base64" in info.value.message
+        return
+    assert b64_param({"content_b64": text}, "content_b64") == want
 
 
 # ---- the answer of a prompt Deferred leaves with its first notification ----------------------------------
