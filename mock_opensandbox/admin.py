@@ -61,6 +61,19 @@ def light(entry: dict[str, Any]) -> dict[str, Any]:
                                       "duration_ms", "fault", "error")}
 
 
+def view_of(runtime: Any, sb: Any) -> dict[str, Any]:
+    """Which root the sandbox got (issue 21): "image" (its image's tree: "overlay" or "copy", the image id)
+    or "host-tools" (the host's /usr, /bin, /lib read-only under an image-like tree: no image store, or
+    none could be applied)."""
+    ir = getattr(runtime, "image_root", None)
+    img = getattr(sb, "rootfs_image", None)
+    if ir is not None:
+        return {"kind": "image", "rootfs": ir.mode, "image_id": ir.image.id, "user": ir.image.user or "root",
+                "working_dir": ir.working_dir()}
+    why = "no image store (--image-dir)" if img is None else getattr(runtime, "isolation_note", "")
+    return {"kind": "host-tools", "rootfs": None, "image_id": getattr(img, "id", None), "why": why}
+
+
 def processes_of(pgids: list[int]) -> list[dict[str, Any]]:
     """Every live process in these process groups and their descendants, from /proc (pid, ppid, pgid,
     state, command line cut to 300 characters)."""
@@ -140,6 +153,7 @@ class MockBackend:
                 "expires_at": _iso(sb.expires_at), "ttl_left_s": ttl, "paused": sb.paused,
                 "exit_code": sb.exit_code, "root": getattr(runtime, "root", None),
             }
+        out["view"] = view_of(runtime, sb)
         out["volumes"] = m.volumes.of(sid) if m.volumes is not None else []
         headers = m.provisioner._required_headers(sb) if m.provisioner is not None else None
         out["execd"] = {"mode": sb.execd_mode, "port": sb.execd_port,
@@ -164,13 +178,17 @@ class MockBackend:
         """The image store: whether the mock has one, its sources and cache, every cached image (id, refs,
         digest, size, layers, config) with the sandboxes using it."""
         p = self.mock.images
+        snaps = getattr(self.mock, "snapshots", None)
+        snapshots = snaps.view() if snaps is not None else []  # snapshots.py: each one's image and users
         if p is None:
-            return {"available": False, "sources": [], "cache": None, "images": []}
+            return {"available": False, "sources": [], "cache": None, "images": [], "snapshots": snapshots}
         return {"available": True, "sources": p.store.sources(), "cache": p.store.cache_dir,
-                "images": p.images(self.mock.sandboxes)}
+                "images": p.images(self.mock.sandboxes), "snapshots": snapshots}
 
     def clear_images(self) -> None:
         if self.mock.images is not None:
+            if getattr(self.mock, "snapshots", None) is not None:  # their images are in this cache
+                self.mock.snapshots.clear()
             self.mock.images.store.clear()
 
     def kill(self, sid: str) -> bool:
@@ -189,9 +207,12 @@ class MockBackend:
         for one in ids:
             if self.kill(one):
                 removed += 1
+        out = {"sandboxes_removed": removed}
         if sid is None:
             m.execd_mode = m._initial_execd_mode
-        return {"sandboxes_removed": removed}
+            snaps = getattr(m, "snapshots", None)  # after the sandboxes: none uses a snapshot any more
+            out["snapshots_removed"] = snaps.clear() if snaps is not None else 0
+        return out
 
     def volumes(self, limit: int | None = None) -> dict[str, Any]:
         vs = self.mock.volumes

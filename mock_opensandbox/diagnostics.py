@@ -99,6 +99,10 @@ def inspect_text(sb: Any) -> str:
         lines += ["", "Ports:", "  44772/tcp -> 127.0.0.1:%d" % sb.execd_port]
     lines += ["", "Labels:"] + ["  %s=%s" % kv for kv in sorted(labels(sb).items())]
     env = ["%s=%s" % kv for kv in (sb.env or {}).items()] + ["OPENSANDBOX_ID=%s" % sb.id]
+    img = getattr(sb, "rootfs_image", None)
+    if img is not None:  # Docker's Config.Env: the container's, then the image's other variables (live)
+        have = {e.split("=", 1)[0] for e in env}
+        env += [e for e in img.env if "=" in e and e.split("=", 1)[0] not in have]
     lines += ["", "Environment:"]
     for entry in env:
         key = entry.split("=", 1)[0]

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl
 from . import diagnostics
 from . import pydantic_lite as P
 from . import quirks
+from . import snapshot_routes
 from . import validation as V
 from .admin import serve_faults
 from .diagnostics import EXTENSIONS_PREFIX
@@ -112,7 +113,7 @@ class LifecycleApp(App):
             r.add("POST", prefix + "/sandboxes/{sid}/snapshots", self.snapshot_create)
             r.add("GET", prefix + "/snapshots", self.snapshot_list)
             r.add("GET", prefix + "/snapshots/{snap}", self.snapshot_get)
-            r.add("DELETE", prefix + "/snapshots/{snap}", self.snapshot_get)
+            r.add("DELETE", prefix + "/snapshots/{snap}", self.snapshot_delete)
             r.add("GET", prefix + "/sandboxes/{sid}/endpoints/{port}", self.endpoint)
             r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/logs", self.diag_logs)
             r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/inspect", self.diag_inspect)
@@ -238,20 +239,23 @@ class LifecycleApp(App):
     def create(self, req: Request) -> None:
         r = _body(req, V.CreateSandboxRequest)
         checks = V.docker_create_checks(r, now=self.store.clock(), max_timeout=self.max_timeout,
-                                        allowed_host_paths=self.allowed_host_paths)
+                                        allowed_host_paths=self.allowed_host_paths, snapshots=self.snapshots)
         vols = None
         if r["volumes"]:
             if self.volumes is None:
                 raise MockError(quirks.VOLUMES_UNSUPPORTED)
             vols = self.volumes.prepare(r["volumes"])  # server _validate_volumes (volumes.py)
         env = {k: v for k, v in checks["env"].items() if v is not None}
+        restore = checks["snapshot"]  # a snapshot's image keeps its container's env under the request's
+        if restore is not None:
+            env = dict(restore.env, **env)
         ext = {k: v for k, v in (r["extensions"] or {}).items() if k.startswith(EXTENSIONS_PREFIX)} or None
         try:
             sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
                                    metadata=r["metadata"], resource_limits=r["resource_limits"],
                                    timeout=r["timeout"], platform=r["platform"], extensions=ext,
                                    limits=checks["limits"], volumes=vols,
-                                   image_auth=r["image"]["auth"])
+                                   image_auth=r["image"]["auth"], snapshot=restore)
         except BaseException:
             if vols is not None:  # the server removes the volumes it auto-created for this create
                 self.volumes.abandon(vols)
@@ -406,26 +410,20 @@ class LifecycleApp(App):
         out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
         return default if out is P._MISSING else out
 
-    # -- snapshots (server api/lifecycle.py + services/snapshot_service.py; none are ever kept) -----------
+    # -- snapshots: snapshot_routes.py over snapshots.py (self.snapshots: a SnapshotStore, or None) ----------
+    snapshots: Any = None
+
     def snapshot_create(self, req: Request) -> None:
-        P.validate_body(V.CreateSnapshotRequest, P.decode_body(req.body, req.headers.get("Content-Type")),
-                        required=False)
-        sb = self.store.get(req.params["sid"])
-        if sb.state != "Running":
-            raise MockError(quirks.SNAPSHOT_SOURCE_NOT_RUNNING)
-        raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)
+        snapshot_routes.create(self, req)
 
     def snapshot_list(self, req: Request) -> None:
-        errors: list = []
-        page = self._q_int(req, "page", 1, errors, ge=1)
-        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-        if errors:
-            raise ValidationFailed(errors)
-        req.send_json(200, {"items": [], "pagination": {"page": page, "pageSize": size, "totalItems": 0,
-                                                        "totalPages": 0, "hasNextPage": False}})
+        snapshot_routes.list_(self, req)
 
     def snapshot_get(self, req: Request) -> None:
-        raise MockError(quirks.SNAPSHOT_NOT_FOUND, id=req.params["snap"])
+        snapshot_routes.get(self, req)
+
+    def snapshot_delete(self, req: Request) -> None:
+        snapshot_routes.delete(self, req)
 
     # -- pools and templates: Kubernetes only (server api/pool.py, api/templates.py); bodies first -------
     def pools_create(self, req: Request) -> None:

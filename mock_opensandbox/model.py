@@ -208,6 +208,9 @@ class Sandbox:
         self.entrypoint = list(entrypoint)
         self.env = dict(env or {})
         self.metadata = dict(metadata) if metadata is not None else None
+        # the container's labels keep the create's metadata (a PATCH goes to the server's metadata store);
+        # a snapshot's image keeps these labels
+        self.label_metadata = dict(metadata or {})
         self.resource_limits = dict(resource_limits or {})
         self.timeout = timeout
         self.created_at = created_at          # the create request's time (create response)
@@ -227,6 +230,9 @@ class Sandbox:
         self.resources: dict[str, Any] = {}
         self.platform: dict[str, str] | None = None
         self.rootfs_image: Any = None  # the image store's Image when the mock has an image store
+        self.snapshot_id: str | None = None  # restored from this snapshot (GET: snapshotId, no image)
+        self.inherited_metadata: dict[str, str] = {}  # the snapshot image's labels (shown under metadata)
+        self.snapshot_image: Any = None
         self.extensions: dict[str, str] | None = None
         self.limits: dict[str, Any] = {}
         self.volumes: Any = None  # volumes.Prepared of the create request (None: no volumes)
@@ -282,12 +288,17 @@ class Sandbox:
     def to_json(self) -> dict[str, Any]:
         """Body of GET /sandboxes/{id} and of list items (recordings 05, 14, 15)."""
         with self.lock:
-            out: dict[str, Any] = {"id": self.id, "image": {"uri": self.image["uri"]}}
+            out: dict[str, Any] = {"id": self.id}
+            if self.snapshot_id is not None:  # server docker_service.py: no image for a restored sandbox
+                out["snapshotId"] = self.snapshot_id
+            else:
+                out["image"] = {"uri": self.image["uri"]}
             if self.platform:  # server: from the opensandbox.io/platform-* labels
                 out["platform"] = dict(self.platform)
             out["status"] = self._status_json(self.status_tuple())
-            if self.metadata:  # labels -> metadata, empty -> omitted
-                out["metadata"] = dict(self.metadata)
+            md = dict(self.inherited_metadata, **(self.metadata or {}))
+            if md:  # labels -> metadata, empty -> omitted
+                out["metadata"] = md
             if self.extensions:
                 out["extensions"] = dict(self.extensions)
             out["entrypoint"] = list(self.entrypoint)
@@ -371,7 +382,7 @@ class SandboxStore:
             if wanted is not None and sb.state.lower() not in wanted:
                 continue
             if metadata:
-                md = sb.metadata or {}
+                md = dict(sb.inherited_metadata, **(sb.metadata or {}))
                 if any(md.get(k) != v for k, v in metadata.items()):
                     continue
             out.append(sb)
@@ -388,15 +399,18 @@ class SandboxStore:
                metadata: dict[str, str] | None = None, resource_limits: dict[str, str] | None = None,
                timeout: int | None = None, platform: dict[str, str] | None = None,
                extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None,
-               volumes: Any = None, image_auth: dict[str, str] | None = None) -> Sandbox:
+               volumes: Any = None, image_auth: dict[str, str] | None = None, snapshot: Any = None) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]
-        if self._pull_fails(uri):
+        if snapshot is not None:  # restore (snapshots.py): the snapshot's committed image, no pull
+            pulled = snapshot.rootfs_image()
+        elif self._pull_fails(uri):
             repo, tag = docker_pull_params(uri)
             raise MockError(quirks.IMAGE_PULL_FAILED, image=uri, tag=quote_plus(tag), repo=quote_plus(repo))
         # the image store (images/mock.py ImagePuller), when the mock has one: the server pulls before it
         # creates the container; image_auth is used for that pull only and never kept
-        pulled = self.images.pull(uri, image_auth, platform) if self.images is not None else None
+        else:
+            pulled = self.images.pull(uri, image_auth, platform) if self.images is not None else None
         now = self.clock()
         expires = None
         if timeout is not None:
@@ -408,6 +422,10 @@ class SandboxStore:
                      resource_limits=resource_limits, timeout=timeout, created_at=now, expires_at=expires)
         sb.platform = dict(platform) if platform else None
         sb.rootfs_image = pulled  # an images.Image (layers, config) or None: the host-tools view
+        if snapshot is not None:
+            sb.snapshot_id = snapshot.id
+            sb.inherited_metadata = dict(snapshot.metadata)
+            sb.snapshot_image = snapshot.image  # what the provisioner restores into a host-tools root
         sb.extensions = dict(extensions) if extensions else None
         sb.limits = dict(limits or {})
         sb.volumes = volumes

@@ -104,12 +104,29 @@ VOLUMES_UNSUPPORTED = Quirk(400, "SANDBOX::INVALID_PARAMETER",
 SNAPSHOTS_UNSUPPORTED = Quirk(501, "SNAPSHOT::NOT_IMPLEMENTED",
                               "Snapshot creation is not implemented by the mock OpenSandbox.",
                               "[choice] code of server services/snapshot_service.py create_snapshot (runtime "
-                              "without snapshots); the real Docker runtime commits the container")
+                              "without snapshots): a LifecycleApp without a SnapshotStore only; MockOpenSandbox "
+                              "commits like the Docker runtime (snapshots.py)")
 SNAPSHOT_NOT_FOUND = Quirk(404, "SNAPSHOT::NOT_FOUND", "Snapshot {id} not found",
                            "server services/snapshot_service.py get_snapshot/delete_snapshot; oracle")
 SNAPSHOT_SOURCE_NOT_RUNNING = Quirk(409, "SNAPSHOT::INVALID_SOURCE_STATE",
                                     "Snapshot can only be created from a Running sandbox.",
-                                    "server services/snapshot_service.py _ensure_source_sandbox_running")
+                                    "server services/snapshot_service.py _ensure_source_sandbox_running; recording 25")
+# snapshots of the Docker runtime (issue 21 step 5; recording 25; server services/snapshot_service.py,
+# services/snapshot_restore.py, services/docker/snapshot_runtime.py)
+SNAPSHOT_CREATING = Quirk(409, "SNAPSHOT::INVALID_STATE",
+                          "Snapshot {id} is still being created and cannot be deleted",
+                          "server services/snapshot_service.py delete_snapshot; seen live")
+SNAPSHOT_DELETE_CONFLICT = Quirk(409, "SNAPSHOT::DELETE_CONFLICT", "snapshot image cannot be deleted due to a conflict",
+                                 "recording 25; server services/docker/snapshot_runtime.py delete_snapshot "
+                                 "(docker rmi answers 409 while a container uses the image)")
+SNAPSHOT_NOT_READY = Quirk(409, "SNAPSHOT::NOT_READY", "Snapshot {id} is not ready for restore.",
+                           "recording 25; server services/snapshot_restore.py")
+# (state, reason, message) of a snapshot record (server services/snapshot_service.py, snapshot_runtime.py)
+SNAPSHOT_ACCEPTED = ("Creating", "snapshot_accepted", "Snapshot creation accepted.")
+SNAPSHOT_READY = ("Ready", "snapshot_runtime_ready", "Docker snapshot image created successfully.")
+SNAPSHOT_FAILED_REASON = "snapshot_runtime_failed"  # message: the runtime's exception text
+SNAPSHOT_DELETING = ("Deleting", "snapshot_delete_requested", "Snapshot deletion requested.")
+SNAPSHOT_RESTORE_ENTRYPOINT = ["tail", "-f", "/dev/null"]  # server services/snapshot_restore.py
 TEMPLATES_UNSUPPORTED = Quirk(501, "FSB::API_NOT_SUPPORTED",
                               "Template management requires the kubernetes runtime.",
                               "server api/templates.py (docker runtime); oracle")

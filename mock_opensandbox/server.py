@@ -162,9 +162,19 @@ class MockProvisioner(Provisioner):
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
         env["OPENSANDBOX_ID"] = sb.id
-        runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
-                                 limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id), janitor=m.janitor)
+        from .runtime.rootfs import RootfsError, UserNotFound
+
+        try:  # issue 21: the image's own tree as the root when the mock has an image store
+            runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
+                                     limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
+                                     janitor=m.janitor, image=sb.rootfs_image)
+        except (RootfsError, UserNotFound) as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            raise start_failed(str(exc)) from None
         sb.runtime = runtime
+        if sb.snapshot_image is not None:  # snapshotId: what the snapshot holds (images/commit.py)
+            from .images.commit import restore_into
+            restore_into(sb, runtime)
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
         sb.execd_mode = m.execd_mode
@@ -179,7 +189,7 @@ class MockProvisioner(Provisioner):
             try:
                 sb.execd = self._start_execd_process(sb, runtime)
             except SandboxTerminated as exc:  # its holder: view.py could not mount the volumes
-                if sb.volumes is None or sb.deleted:
+                if (sb.volumes is None and sb.rootfs_image is None) or sb.deleted:
                     raise
                 raise start_failed(str(exc)) from None
             except RuntimeError:
@@ -199,7 +209,7 @@ class MockProvisioner(Provisioner):
                 sb.log.pump(proc.stdout)
             return proc
         except SandboxTerminated as exc:
-            if sb.volumes is None or sb.deleted:
+            if (sb.volumes is None and sb.rootfs_image is None) or sb.deleted:
                 raise
             raise start_failed(str(exc)) from None  # view.py could not mount them (fails closed)
         except FileNotFoundError:
@@ -316,7 +326,7 @@ class MockProvisioner(Provisioner):
         if sb.runtime is not None:
             sb.runtime.cleanup()
             if self.mock._root_given:
-                self.mock.janitor.untrack("dir", sb.runtime.root)
+                self.mock.janitor.untrack("dir", sb.runtime.home)
         if sb.volumes is not None and self.mock.volumes is not None:
             self.mock.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
 
@@ -336,7 +346,14 @@ class MockProvisioner(Provisioner):
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
         store; nothing without one (every sandbox gets the host-tools view, as before)."""
         images = self.mock.images
-        return "; " + images.describe() if images is not None else ""
+        if images is None:
+            return ""
+        from .runtime.probe import probe_result
+
+        ok, _, _, pid_mode = probe_result()
+        if self.isolate is False or not ok or pid_mode is None:  # rootfs.py needs a PID 1 of the sandbox's own
+            return "; " + images.describe() + ", pulled only: sandboxes get the host-tools view"
+        return "; " + images.describe()
 
     # -- endpoints --------------------------------------------------------------------------------
     def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]:
@@ -474,6 +491,7 @@ class MockOpenSandbox(WorkbenchMixin):
         self.image_dir = image_dir
         self.image_cache = image_cache
         self.images: Any = None  # images.mock.ImagePuller while started with an image_dir
+        self.snapshots: Any = None  # snapshots.SnapshotStore while started
         self.store: SandboxStore | None = None
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
@@ -558,10 +576,12 @@ class MockOpenSandbox(WorkbenchMixin):
                     from .images.mock import ImagePuller, default_cache_dir
                     self.images = ImagePuller(ImageStore(self.image_cache or default_cache_dir(), self.image_dir))
                     self.store.images = self.images
+                self.snapshots = self._snapshot_store()
                 self.faults.reopen()
                 app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
                                    verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout,
                                    allowed_host_paths=self.allowed_host_paths, volumes=self.volumes)
+                app.snapshots = self.snapshots
                 app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (admin.py)
                 app.journal = self.journal
                 family_host = self.host
@@ -602,12 +622,32 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.store.close()
             finally:
                 self.store = None
+        if self.snapshots is not None:  # the mock's snapshots go with it (their images too, from any cache)
+            self.snapshots.clear()
+            self.snapshots = None
+            if self.root:  # the store of its own (no --image-dir), also under a --root that stays
+                shutil.rmtree(os.path.join(self.root, "snapshot-images"), ignore_errors=True)
         if self.images is not None:
             self.images.store.close()  # the cache stays on disk for the next run
             self.images = None
         if self.root and not self._root_given:
             shutil.rmtree(self.root, ignore_errors=True)
         self.janitor.close()  # everything is removed: it finds nothing left and exits
+
+    def _snapshot_store(self) -> Any:
+        """Snapshots (snapshots.py) committing into the image store (images/commit.py): the --image-dir
+        store's cache, else a store of this mock's own under its root (docs/IMAGES.md, "Snapshots")."""
+        from .images.commit import Committer
+        from .snapshots import SnapshotStore
+
+        def own_store() -> Any:
+            if self.images is not None:
+                return self.images.store
+            from .images import ImageStore
+            return ImageStore(os.path.join(self.root, "snapshot-images"), local_daemon=False, registry=False)
+
+        c = Committer(own_store)
+        return SnapshotStore(self.store, c, c.remove)
 
     def sandbox_limits(self, sb: Sandbox) -> Any:
         """The sandbox's cgroup limits: resourceLimits (server container_ops.py mem_limit, nano_cpus)

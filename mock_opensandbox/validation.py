@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from . import quirks
 from .model import validate_metadata
@@ -459,18 +459,27 @@ def timeout_or_raise(now: datetime, timeout: int | None, max_timeout: int | None
 
 
 def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = None,
-                         allowed_host_paths: Iterable[str] | None = ()) -> dict:
+                         allowed_host_paths: Iterable[str] | None = (), snapshots: Any = None) -> dict:
     """Everything the server checks between a valid CreateSandboxRequest and touching Docker, in its order
     (server api/lifecycle.py create_sandbox -> services/docker/docker_service.py create_sandbox). Returns
-    {"env", "limits"}; raises MockError with the server's status/code/message. The expiry itself is the
+    {"env", "limits", "snapshot"}; raises MockError with the server's status/code/message. ``snapshots``
+    (snapshots.SnapshotStore) resolves a ``snapshotId``: the request then names the snapshot's image and,
+    without an entrypoint, gets the server's default one (services/snapshot_restore.py). The expiry itself is the
     store's (SandboxStore.create): the server's second calculate_expiration_or_raise (in
     _prepare_creation_context) cannot fail once ensure_timeout_within_limit passed."""
     validate_extensions(r["extensions"])
     snap = (r["snapshot_id"] or "").strip()
     has_image = r["image"] is not None and bool(r["image"]["uri"].strip())
+    restore = None
     if not (r["template_id"] or "").strip() and snap and not has_image:
-        # server services/snapshot_restore.py: the mock keeps no snapshots, so every id is unknown
-        raise _bad("SNAPSHOT::NOT_FOUND", "Snapshot %s not found" % snap, 404)
+        # server services/snapshot_restore.py: 404 unknown, 409 not Ready; a mock without snapshots knows none
+        if snapshots is None:
+            raise _bad("SNAPSHOT::NOT_FOUND", "Snapshot %s not found" % snap, 404)
+        restore = snapshots.for_restore(snap)
+        r["image"] = {"uri": restore.image.ref, "auth": None}
+        r["snapshot_id"] = snap
+        if not r["entrypoint"]:
+            r["entrypoint"] = list(quirks.SNAPSHOT_RESTORE_ENTRYPOINT)
     if r["lifecycle"] is not None:
         raise _bad(INVALID_PARAMETER, "lifecycle hooks are not supported by the Docker provider.")
     if (r["extensions"] or {}).get("poolRef", "").strip():
@@ -493,4 +502,4 @@ def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = No
     ensure_volumes_valid(r["volumes"], allowed)
     if windows:  # [choice] the server would boot a dockur/windows VM; the mock runs Linux processes only
         raise MockError(WINDOWS_UNSUPPORTED)
-    return {"env": env, "limits": limits}
+    return {"env": env, "limits": limits, "snapshot": restore}

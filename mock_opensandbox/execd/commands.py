@@ -288,6 +288,24 @@ class CommandRegistry:
         return [setpriv, f"--reuid={u}", f"--regid={g}"] + (
             [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]) + ["--"]
 
+    def image_credentials(self, uid: int | None, gid: int | None) -> dict[str, str] | None:
+        """buildCredential for a sandbox running its image as root: the user looked up in the sandbox's own
+        /etc/passwd and /etc/group, set by the forked child (spawn's ``user``); None elsewhere."""
+        holder = getattr(self.runtime, "_holder", None)
+        if (uid is None and gid is None) or holder is None or not getattr(holder, "fork_joins", False):
+            return None
+        from ..runtime.rootfs import lookup_uid
+
+        def read(path: str) -> bytes | None:
+            try:
+                with open(self.runtime.resolve(path), "rb") as fh:
+                    return fh.read(1 << 20)
+            except (OSError, ValueError):
+                return None
+        g, groups = lookup_uid(uid or 0, read("/etc/passwd"), read("/etc/group")) if uid is not None else (0, [])
+        g = gid if gid is not None else g
+        return {"user": "%d %d %s" % (uid or 0, g, ",".join(map(str, groups)) or "-")}
+
     def start(self, *, command: str | None, argv: list[str] | None = None, cwd: str | None = None,
               envs: dict[str, str] | None = None, timeout_ms: int = 0, background: bool = False,
               uid: int | None = None, gid: int | None = None) -> Command:
@@ -319,15 +337,17 @@ class CommandRegistry:
         odd = [f"{k}={v}" for k, v in (envs or {}).items() if k and "=" in k and "\x00" not in k + v]
         if odd:
             full = [self.runtime.which("env") or "/usr/bin/env"] + odd + full
-        full = self.credential_prefix(uid, gid) + full
+        # an image sandbox as root has no setpriv of the host: the fork sets the credentials (runtime/forkjoin.py)
+        creds = self.image_credentials(uid, gid)
+        full = (self.credential_prefix(uid, gid) if creds is None else []) + full
         cmd = Command(uuid.uuid4().hex, content or "", background)
         try:
             if background:
                 cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT)
+                                              stderr=subprocess.STDOUT, **creds or {})
             else:
                 cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE)
+                                              stderr=subprocess.PIPE, **creds or {})
         except SandboxTerminated:
             raise
         except (OSError, ValueError) as exc:

@@ -121,9 +121,41 @@ def sandbox_python() -> str | None:
 IDLE_EXECD = ("/bin/cat", "/usr/bin/cat")  # reads a pipe nobody closes: blocks, ~1 MB resident
 
 
-def idle_execd() -> str | None:
+# An image's view has no host library: the idle execd there is a static program of the mock's own,
+# 150 bytes of x86-64 machine code in an ELF file (read(0, buf, 1) until EOF or an error, then
+# exit(0): what `cat` does with a pipe nobody closes). Other machines keep `cat` (an image whose libc
+# cannot load it then has no execd process to show).
+_IDLE_CODE_X86_64 = bytes.fromhex("31c031ff488d7424f8ba010000000f054885c07feb" "b83c00000031ff0f05")
+
+
+def static_idle_elf() -> bytes | None:
+    import platform
+    import struct
+
+    if platform.machine() not in ("x86_64", "amd64"):
+        return None
+    base, code = 0x400000, _IDLE_CODE_X86_64
+    size = 64 + 56 + len(code)
+    ehdr = struct.pack("<4sBBBBB7xHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 0, 2, 62, 1, base + 120, 64, 0, 0,
+                       64, 56, 1, 0, 0, 0)
+    phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # PT_LOAD, R+X
+    return ehdr + phdr + code
+
+
+def idle_execd(image_home: str | None = None) -> str | None:
     """The host binary bound at /opt/opensandbox/execd when no resident agent is needed (root): a
-    `cat` in the view's read-only /usr or /bin, None when there is none."""
+    `cat` in the view's read-only /usr or /bin, None when there is none. image_home: the sandbox runs
+    its image (rootfs.py), the static idle program is written there (outside its root)."""
+    elf = static_idle_elf() if image_home is not None else None
+    if elf is not None:
+        path = os.path.join(image_home, "execd-idle")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755)
+        try:
+            os.write(fd, elf)
+            os.fchmod(fd, 0o755)
+        finally:
+            os.close(fd)
+        return path
     for cand in IDLE_EXECD:
         real = os.path.realpath(cand)
         if real.startswith(("/usr/", "/bin/")) and os.path.isfile(real) and os.access(real, os.X_OK):

@@ -147,19 +147,29 @@ def write_bootstrap(root: str) -> None:
 
 
 def await_children(pid: int, want: int, timeout: float) -> None:
-    """Wait (bounded) until PID 1 has ``want`` children that have exec'd (a fork of bootstrap.sh
-    still shows PID 1's own cmdline), or PID 1 is gone: like Go's cmd.Start, create returns once the
-    entrypoint runs, so a `ps` right after lists it and not a copy of the shell."""
-    own = read_cmdline(pid)
+    """Wait (bounded) until PID 1 runs bootstrap.sh (view.py's exec of it may still be under way when the
+    ready line came) and has ``want`` children that have exec'd (a fork of bootstrap.sh still shows PID 1's
+    own cmdline), or PID 1 is gone: like Go's cmd.Start, create returns once the entrypoint runs, so a
+    `ps` right after lists it and not a copy of the shell."""
+    marker = BOOTSTRAP_PATH.encode() + b"\0"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        now = read_cmdline(pid)
-        if not now or now != own:
-            return
-        lines = [read_cmdline(k) for k in children(pid)]
-        if len([c for c in lines if c and c != own]) >= want:
-            return
+        own = read_cmdline(pid)
+        if own is None or (not own and _state(pid) in (b"Z", b"X", None)):
+            return  # gone, or a zombie (an exec under way shows no cmdline for a moment too)
+        if marker in own:
+            lines = [read_cmdline(k) for k in children(pid)]
+            if len([c for c in lines if c and c != own]) >= want:
+                return
         time.sleep(0.0005)
+
+
+def _state(pid: int) -> bytes | None:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def holder_prefix(unshare: str, net: bool = False) -> list[str]:
@@ -191,6 +201,11 @@ class Holder:
         self.pidns_fd: int | None = None
         self.pidns_id = ""
         self.net: Any = None      # netns.SandboxNet when the sandbox has a network namespace of its own
+        # an image's view has none of the host's tools (setpriv, env): commands join through nsexec.py
+        # (the host's Python, loaded before it enters) as the image's user ("UID GID G1,G2" or "-")
+        self.via_helper = False
+        self.user = "-"
+        self.ns_fds: list[tuple[int, int]] | None = None  # root + image: forkjoin.py's namespace fds
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
         try:
             if mode == "direct":
@@ -224,6 +239,8 @@ class Holder:
         except OSError as exc:
             return None, f"cannot write the sandbox's bootstrap.sh: {exc}"
         safe_env = scripts.protect_view_env(env)
+        for k in scripts.VIEW_ONLY_ENV:  # set by the mock alone, never by a request's env
+            safe_env.pop(k, None)
         safe_env.update(view_env or {})
         if agent_fd is not None and agent_python:
             safe_env[AGENT_FD_ENV] = str(agent_fd)
@@ -334,7 +351,7 @@ class Holder:
     def children_inside(self) -> Any:
         """Direct mode: processes forked by this thread inside the block are born in the sandbox's PID
         namespace (setns(CLONE_NEWPID) changes only the calling thread's pid_for_children)."""
-        if self.pidns_fd is None:
+        if self.pidns_fd is None or (self.via_helper and not self.fork_joins):
             yield
             return
         setns = setns_function()
@@ -348,7 +365,9 @@ class Holder:
                 env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) that enter the holder's namespaces, drop the capabilities and run argv
         in wd; the wrappers see only the sanitized environment."""
-        if self.mode == "direct":
+        if self.fork_joins:  # the Popen child joins (forkjoin.py): no wrapper sees the environment
+            return list(argv), dict(env)
+        if self.mode == "direct" and not self.via_helper:
             safe, unsafe = scripts.split_env(env)
             net = ["--net"] if self.net is not None else []
             return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--", setpriv]
@@ -358,13 +377,15 @@ class Holder:
         keep_lc = "1" if "LC_CTYPE" in env else "0"
         safe = scripts.protect_env(env)  # the helper's child restores them right before exec
         return [sys.executable, "-I", "-S", "-c", scripts.NSEXEC_PY, str(self.pid), wd, keep_lc,
-                "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0"] + list(argv), safe
+                "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0", self.user] + list(argv), safe
 
     def stages(self, cmd: list[str]) -> tuple[bool, set[bytes]]:
         """What the spawned process looks like before it runs the command: (the command is a child
         of the spawned process, the /proc cmdlines of the wrapper stages)."""
         raw = [a.encode("utf-8", "surrogateescape") for a in cmd]
-        if self.mode == "direct":  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
+        if self.fork_joins:
+            return False, set()
+        if self.mode == "direct" and not self.via_helper:  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
             out = {b"\0".join(raw) + b"\0"}
             cut = raw.index(b"--") + 1
             out.add(b"\0".join(raw[cut:]) + b"\0")
@@ -373,6 +394,19 @@ class Holder:
                 out.add(b"\0".join(raw[cut2:]) + b"\0")
             return False, out
         return True, {b"\0".join(raw) + b"\0"}  # the helper's forked child, until it execs
+
+    @property
+    def fork_joins(self) -> bool:
+        """Root + an image's view: commands join in the forked child itself (forkjoin.py)."""
+        return self.via_helper and self.mode == "direct"
+
+    def fork_join(self, wd: str, cgroup: Any, controlling_tty: bool,
+                  user: str | None = None) -> tuple[Callable[[], None], Any]:
+        from .forkjoin import fork_join, namespace_fds
+
+        if self.ns_fds is None:
+            self.ns_fds = namespace_fds(self.pid, self.net is not None)
+        return fork_join(self.ns_fds, wd, user or self.user, cgroup, controlling_tty)
 
     def kill(self) -> None:
         kill_and_reap(self.proc)
@@ -388,6 +422,9 @@ class Holder:
                     f.close()
                 except OSError:
                     pass
+        for fd, _ in self.ns_fds or ():
+            os.close(fd)
+        self.ns_fds = None
         if self.pidns_fd is not None:
             try:
                 os.close(self.pidns_fd)

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import threading
 import time
@@ -21,11 +20,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import cgroups, scripts
 from . import netns
-from ._util import (DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, await_exec, kill, killpg,
-                    make_image_root, make_mountpoint, readlink, rmtree, take_ctty)
+from ._util import (DEFAULT_PATH, SYSTEM_DIRS, await_exec, kill, killpg,
+                    make_image_root, make_mountpoint, rmtree, take_ctty)
 from .agent import AgentChannel, oneshot_call
 from .holder import Holder
 from .probe import probe_isolation, probe_result
+from .paths import _MARKER_ENV, PathEscape, SandboxPaths, sandbox_pty, stray_pids  # noqa: F401 - PathEscape re-exported
+from .rootfs import ImageRoot, user_word
 
 if TYPE_CHECKING:  # pragma: no cover
     from .execd import ExecdProcess
@@ -33,22 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
 # the usual keep-alive entrypoint of OpenSandbox sandboxes (seed 001).
 IMPLICIT_ENTRYPOINT = ("tail", "-f", "/dev/null")
-_MARKER_ENV = "OPENSANDBOX_MOCK_SANDBOX"  # only used when not isolated, to find escaped processes
-
-
-def _sandbox_pty(pid1: int) -> tuple[int, int]:
-    import fcntl
-    import struct
-
-    tiocsptlck, tiocgptpeer = 0x40045431, 0x5441  # asm-generic/ioctls.h
-    master = os.open("/proc/%d/root/dev/pts/ptmx" % pid1, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        fcntl.ioctl(master, tiocsptlck, struct.pack("i", 0))  # unlockpt
-        slave = fcntl.ioctl(master, tiocgptpeer, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        os.close(master)
-        raise
-    return master, slave
 
 
 _pdeathsig_ok: dict[str, bool] = {}
@@ -97,10 +82,6 @@ def network_note(network: str) -> str:
     return netns.no_outbound_note()
 
 
-class PathEscape(ValueError):
-    """A sandbox path that would resolve outside the sandbox root (never returned, always raised)."""
-
-
 class SandboxTerminated(RuntimeError):
     """spawn() after terminate()."""
 
@@ -110,12 +91,13 @@ class SandboxNotRunning(SandboxTerminated):
     dead like a stopped container and nothing can join its namespaces."""
 
 
-class SandboxRuntime:
+class SandboxRuntime(SandboxPaths):
     """One sandbox: a root directory and the process groups running in it."""
 
     def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
                  create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK,
-                 limits: "cgroups.Limits | None" = None, cgroup_name: str | None = None, janitor: Any = None):
+                 limits: "cgroups.Limits | None" = None, cgroup_name: str | None = None, janitor: Any = None,
+                 image: Any = None):
         if create:
             os.makedirs(root, exist_ok=True)
         self.root = os.path.realpath(root)
@@ -176,9 +158,20 @@ class SandboxRuntime:
         self._agent: AgentChannel | None = None
         self._root_fd: int | None = None
         self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
-        make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
-        if self.isolated:
-            self._make_mountpoints()
+        # -- issue 21: the image's own tree as the root (rootfs.py), else the host-tools view --------
+        self.home = self.root        # the sandbox's own directory (removed by cleanup())
+        self.image_root: ImageRoot | None = None
+        self.view_kind = "host-tools"
+        self._user: tuple[int, int, list[int], str] | None = None
+        if image is not None and self._pid_mode is not None:
+            self._use_image(image)
+        elif image is not None:
+            self.isolation_note += "; the image's tree needs a PID namespace of the sandbox's own: host tools"
+        if self.image_root is None:
+            make_image_root(self.root)  # a Debian image's top-level tree, the sandbox's own
+        if self.isolated and self.image_root is None:
+            for d in SYSTEM_DIRS:
+                make_mountpoint(self.root, d)
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
         # resource limits (cgroups.py): one cgroup per sandbox that every process of it joins
@@ -188,6 +181,23 @@ class SandboxRuntime:
         self._janitor = janitor
         if limits is not None and limits.wanted():
             self._make_cgroup(limits, cgroup_name or "%s%s" % (cgroups.NAME_PREFIX, self._token[:12]))
+
+    def _use_image(self, image: Any) -> None:
+        """The sandbox's root is its image (rootfs.py: an overlay or a copy in the sandbox's directory).
+        Raises rootfs.RootfsError / UserNotFound: the create fails like a container Docker cannot make."""
+        ir = ImageRoot(self.root, image)
+        self._user = ir.user() if os.geteuid() == 0 else None  # a user namespace maps only root
+        ir.prepare()
+        self.image_root, self.root, self.view_kind = ir, ir.root, "image"
+
+    def changes_dir(self) -> tuple[str, str]:
+        """(host path, kind) of what the sandbox wrote over its image, readable while it runs or is
+        paused: "overlay" (an overlayfs upper dir: whiteouts are 0/0 char devices, opaque dirs carry
+        trusted.overlay.opaque=y), "full" (the copied root) or "host-tools" (the root directory of the
+        host-tools view: its own directories; the host's dirs are bound in its namespace, not here)."""
+        if self.image_root is not None:
+            return self.image_root.changes()
+        return self.root, "host-tools"
 
     def _make_cgroup(self, limits: "cgroups.Limits", name: str) -> None:
         host = cgroups.host()
@@ -236,7 +246,10 @@ class SandboxRuntime:
         return {"join": cg.join_preexec() if cg is not None else None}
 
     def _view_env(self) -> dict[str, str]:
-        return {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
+        out = {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
+        if self.image_root is not None:
+            out.update(self.image_root.view_env(self._user[:3] if self._user else None))
+        return out
 
     def _remove_cgroup(self) -> None:
         cg = self.cgroup
@@ -246,79 +259,10 @@ class SandboxRuntime:
             for d in cg.dirs:
                 self._janitor.untrack("cgroup", d)
 
-    # -- paths ----------------------------------------------------------------------------------
-    def _make_mountpoints(self) -> None:
-        for d in SYSTEM_DIRS:
-            make_mountpoint(self.root, d)
-
     @property
     def pid_namespace(self) -> bool:
         """True when the sandbox's processes share one PID namespace of their own (`ps` shows only them)."""
         return self._pid_mode is not None
-
-    def resolve_in_root(self, sandbox_path: str, *, follow_symlinks: bool = True) -> str:
-        """resolve() against the root directory itself, never the view (what view.py mounts into before
-        PID 1 starts: volume targets). Never starts PID 1."""
-        return self.resolve(sandbox_path, follow_symlinks=follow_symlinks, _base=self.root)
-
-    def resolve(self, sandbox_path: str, *, follow_symlinks: bool = True, _base: str | None = None) -> str:
-        """Map a sandbox path to a host path inside the root, resolving symlinks the way a process
-        chrooted into the root would (absolute targets are relative to the root, ".." stops at
-        the root). The final component is left unresolved when follow_symlinks is False.
-        Raises ValueError for NUL bytes / non-strings, OSError(ELOOP) for symlink loops."""
-        if not isinstance(sandbox_path, str):
-            raise ValueError("path must be a string")
-        if "\x00" in sandbox_path:
-            raise ValueError("path contains a NUL byte")
-        root = _base or self.view_root()
-        todo = [p for p in sandbox_path.split("/") if p not in ("", ".")]
-        todo.reverse()  # a stack: next component at the end
-        done: list[str] = []
-        hops = 0
-        while todo:
-            name = todo.pop()
-            if name == ".":
-                continue
-            if name == "..":
-                if done:
-                    done.pop()
-                continue
-            cand = os.path.join(root, *done, name)
-            last = not todo
-            if last and not follow_symlinks:
-                done.append(name)
-                break
-            try:
-                st = os.lstat(cand)
-            except OSError:
-                done.append(name)
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                hops += 1
-                if hops > MAX_SYMLINKS:
-                    raise OSError(errno.ELOOP, "too many levels of symbolic links", "/" + "/".join(done + [name]))
-                target = os.readlink(cand)
-                if "\x00" in target:  # impossible on Linux, but never trust it
-                    raise ValueError("symlink target contains a NUL byte")
-                if target.startswith("/"):
-                    done = []
-                parts = [p for p in target.split("/") if p not in ("", ".")]
-                todo.extend(reversed(parts))
-                continue
-            done.append(name)
-        result = os.path.join(root, *done) if done else root
-        if result != root and not result.startswith(root + os.sep):
-            raise PathEscape(f"path escapes the sandbox: {sandbox_path!r}")
-        return result
-
-    def to_sandbox(self, host_path: str) -> str:
-        """Inverse of resolve() for host paths inside the root."""
-        hp = os.path.abspath(host_path)
-        if hp == self.root:
-            return "/"
-        if not hp.startswith(self.root + os.sep):
-            raise PathEscape(f"not inside the sandbox root: {host_path!r}")
-        return hp[len(self.root):]
 
     # -- processes -----------------------------------------------------------------------------
     def view_root(self) -> str:
@@ -339,57 +283,11 @@ class SandboxRuntime:
                 return "/proc/self/fd/%d/." % self._root_fd  # "/." : lstat sees the directory, not the fd link
         return self.root
 
-    def id_map(self, kind: str = "uid") -> list[tuple[int, int, int]]:
-        """PID 1's user namespace mapping ("uid" or "gid"): (id inside, id outside, count) rows; [] when
-        the sandbox has no user namespace of its own (root) or no PID 1."""
-        holder = self._holder
-        if holder is None or os.geteuid() == 0:
-            return []
-        cached = self._id_maps.get(kind)
-        if cached is None:
-            try:
-                with open("/proc/%d/%s_map" % (holder.pid, kind)) as fh:
-                    rows = [[int(x) for x in line.split()] for line in fh if len(line.split()) == 3]
-            except (OSError, ValueError):
-                return []
-            cached = [(r[0], r[1], r[2]) for r in rows]
-            self._id_maps[kind] = cached
-        return list(cached)
-
-    def view_path(self, sandbox_path: str) -> str:
-        """Host path of what a *command* sees at sandbox_path: the sandbox's view (view_root()), else,
-        isolated without one, the host's own system directories (they are bind-mounted) or the
-        sandbox root's file (resolve())."""
-        if self.isolated and self.view_root() != self.root:
-            return self.resolve(sandbox_path)
-        if self.isolated:
-            norm = os.path.normpath("/" + sandbox_path.lstrip("/"))
-            first = norm.split("/")[1] if norm != "/" else ""
-            if first in SYSTEM_DIRS:
-                return norm
-        return self.resolve(sandbox_path)
-
-    def which(self, name: str, path: str | None = None) -> str | None:
-        """PATH lookup of an executable as a command inside the sandbox would do it."""
-        for d in (path if path is not None else self.base_env().get("PATH", DEFAULT_PATH)).split(":"):
-            if not d.startswith("/"):
-                continue
-            cand = d.rstrip("/") + "/" + name
-            try:
-                host = self.view_path(cand) if self.isolated else cand
-            except (OSError, ValueError):
-                continue
-            if os.path.isfile(host) and os.access(host, os.X_OK):
-                return cand
-        return None
-
-    def shell(self) -> list[str]:
-        """The shell execd would use: "bash" when present in the sandbox view, else "sh" (execd
-        runtime/command.go getShell; recording 11 stderr "bash: line 1: ...")."""
-        return ["bash"] if self.which("bash") else ["sh"]
-
     def base_env(self) -> dict[str, str]:
-        if self.isolated:
+        if self.image_root is not None:  # the image's Env, PATH and HOME (rootfs.py), + bootstrap.sh's export
+            env = self.image_root.env(self._user[3] if self._user else None)
+            env["EXECD_ENVS"] = "/opt/opensandbox/.env"
+        elif self.isolated:
             # + what bootstrap.sh exports to execd and so to every command (live: identity probe)
             env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp", "EXECD_ENVS": "/opt/opensandbox/.env"}
         else:
@@ -399,15 +297,9 @@ class SandboxRuntime:
         env.update(self.env)
         return env
 
-    def host_cwd(self, cwd: str | None) -> str:
-        """Host directory a non-isolated process starts in for a sandbox cwd."""
-        if not cwd:
-            return self.root
-        return self.resolve(cwd)
-
     def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: Any = None, stdout: Any = None, stderr: Any = None,
-              controlling_tty: bool = False) -> subprocess.Popen:
+              controlling_tty: bool = False, user: str | None = None) -> subprocess.Popen:
         """Start argv in its own process group (a new session) inside the sandbox. cwd is a sandbox
         path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
         (a terminal) the session's controlling terminal (for PTY sessions).
@@ -421,7 +313,7 @@ class SandboxRuntime:
         for k, v in list(full_env.items()):
             if "\x00" in k or "\x00" in v or "=" in k or not k:
                 raise ValueError(f"invalid environment variable name or value: {k!r}")
-        wd = cwd or "/"
+        wd = cwd or (self.image_root.working_dir() if self.image_root is not None else "/")
         if not self.isolated:
             full_env[_MARKER_ENV] = self._token
         with self._lock:
@@ -443,10 +335,13 @@ class SandboxRuntime:
                 cmd = list(argv)
                 host_cwd = self.host_cwd(wd)
             stages = holder.stages(cmd) if holder is not None else None
-            joined, preexec, joining = self._join(cmd, controlling_tty)
-            if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
-                stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
-            cmd = joined
+            if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
+                preexec, joining = holder.fork_join(wd, self.cgroup, controlling_tty, user)  # user: "UID GID G,.."
+            else:
+                joined, preexec, joining = self._join(cmd, controlling_tty)
+                if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
+                    stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
+                cmd = joined
             try:
                 with holder.children_inside() if holder is not None else contextlib.nullcontext(), joining:
                     proc = subprocess.Popen(
@@ -476,7 +371,7 @@ class SandboxRuntime:
             holder = self._ensure_holder() if self._pid_mode is not None else None
             if holder is not None and holder.alive():
                 try:
-                    return _sandbox_pty(holder.pid)
+                    return sandbox_pty(holder.pid)
                 except OSError:
                     pass
         return os.openpty()
@@ -504,12 +399,12 @@ class SandboxRuntime:
         agent = agent_fd = python = idle = None
         try:
             execd = self._install_execd(env)
-            if execd is not None and execd != "binary" and self._pid_mode == "direct":
+            if execd is not None and execd != "binary" and (self._pid_mode == "direct" or self.image_root):
                 # root: connect/listen go through setns, agent_call through a one-shot agent, so
                 # /opt/opensandbox/execd is an idle placeholder (execd.IDLE_EXECD: ~1 MB, not ~9)
                 from .execd import idle_execd
 
-                idle = idle_execd()
+                idle = idle_execd(self.home if self.image_root is not None else None)
             if execd is not None and execd != "binary" and idle is None:
                 python = execd
                 agent, agent_fd = AgentChannel.pair()
@@ -526,16 +421,18 @@ class SandboxRuntime:
                 self._root_fd = os.open("/proc/%d/root" % holder.pid, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
                 self._root_fd = None  # PID 1 already ended: files are the root directory's
+            if self.image_root is not None:  # commands join through scripts/nsexec.py: nothing of the host in the view
+                holder.via_helper, holder.user = True, user_word(self._user) if self._user else "-"
         if agent is not None:
             if holder is not None:
                 self._agent = agent
             else:
                 agent.close()
-        if holder is None and self.volumes:
-            # the volumes could not be mounted (view.py failed closed): no sandbox, like a container
-            # whose mounts fail (no fallback without them)
+        if holder is None and (self.volumes or self.image_root is not None):
+            # the volumes or the image's root could not be mounted (view.py failed closed): no sandbox,
+            # like a container whose mounts fail (no fallback without them)
             self.terminated = True
-            raise SandboxTerminated("the sandbox's volumes could not be mounted (%s)" % why)
+            raise SandboxTerminated("the sandbox's %s could not be mounted (%s)" % ("volumes" if self.volumes else "root", why))
         if holder is not None and self._netns:
             self._attach_net(holder)
         if holder is None:
@@ -729,55 +626,14 @@ class SandboxRuntime:
             fd, self._root_fd = self._root_fd, None
         if fd is not None:
             os.close(fd)
-        if self.root != "/":
-            rmtree(self.root)
+        if self.home != "/":
+            rmtree(self.home)
 
     def _live_pgids(self) -> list[int]:
         return [p.pid for p in self._procs if p.poll() is None]
 
     def _stray_pids(self) -> list[int]:
-        """Processes of this sandbox that left our process groups (setsid daemons, `cmd &` + setsid).
-        Isolated: their root is our root or they are in our PID namespace. Not isolated: they carry
-        our marker variable or are chrooted into our root."""
-        out: list[int] = []
-        if self.isolated and self.root == "/":
-            return out  # every process has "/" as its root: nothing identifies ours
-        try:
-            names = os.listdir("/proc")
-        except OSError:
-            return out
-        me = os.getpid()
-        marker = f"{_MARKER_ENV}={self._token}".encode()
-        holder = self._holder
-        pidns = holder.pidns_id if holder is not None else ""
-        for name in names:
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            if pid == me:
-                continue
-            try:
-                if self.isolated:
-                    # its root is our root (pivot_root: readlink says "/", the inode tells) or it
-                    # is anywhere in our PID namespace
-                    if not (pidns and readlink(f"/proc/{pid}/ns/pid") == pidns):
-                        st = os.stat(f"/proc/{pid}/root")
-                        if (st.st_dev, st.st_ino) != self._root_id:
-                            continue
-                elif readlink(f"/proc/{pid}/root") != self.root:
-                    # not chrooted into the root (what an execd *process* started here runs its
-                    # commands in, PID 1 of its own namespace included): it must carry our marker
-                    with open(f"/proc/{pid}/environ", "rb") as fh:
-                        if marker not in fh.read().split(b"\x00"):
-                            continue
-                with open(f"/proc/{pid}/stat", "rb") as fh:
-                    state = fh.read().rsplit(b")", 1)[1].split()[0]
-                if state == b"Z":
-                    continue
-            except OSError:
-                continue
-            out.append(pid)
-        return out
+        return stray_pids(self)
 
     # -- execd ------------------------------------------------------------------------------------
     def use_execd(self, binary: str, *, port: int | None = None, token: str | None = None,

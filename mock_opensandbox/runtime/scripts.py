@@ -40,6 +40,8 @@ _UNSAFE = frozenset(("GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES
                      "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH"))
 ENV_STAGE = "/usr/bin/env"
 HELPER_ENV_PREFIX = "OSB_MOCK_UNSAFE_"
+# view.py's image settings (rootfs.py VIEW_*_ENV): only the mock sets them
+VIEW_ONLY_ENV = ("OSB_MOCK_IMAGE", "OSB_MOCK_USER", "OSB_MOCK_WORKDIR")
 
 
 def unsafe_env_name(name: str) -> bool:

@@ -106,7 +106,7 @@ def test_without_image_dir_nothing_changes(opensandbox_mock_factory):
     st, headers, _ = call(m, "GET", "/health")
     assert "images from" not in headers["x-mock-isolation"]
     st, _, got = call(m, "GET", "/__mock__/images")
-    assert st == 200 and got == {"available": False, "sources": [], "cache": None, "images": []}
+    assert st == 200 and got == {"available": False, "sources": [], "cache": None, "images": [], "snapshots": []}
     st, _, _ = create(m, "no/such-image:1")
     assert st == 202
 

@@ -178,8 +178,8 @@ def test_reset_one_sandbox_then_everything(osb):
     keep_pids = [p["pid"] for p in osb.sandbox_state(keep)["processes"]]
     osb.execd_mode = "latest"
     st, _, out = call(osb, "POST", "/__mock__/reset", {})
-    assert st == 200 and out == {"sandboxes_removed": 1, "volumes_removed": 0, "rules_removed": 1,
-                                 "requests_removed": out["requests_removed"]}
+    assert st == 200 and out == {"sandboxes_removed": 1, "snapshots_removed": 0, "volumes_removed": 0,
+                                 "rules_removed": 1, "requests_removed": out["requests_removed"]}
     assert osb.sandboxes == {} and osb.faults.rules == [] and osb.requests() == [] and osb.execd_mode == "v1.1.0"
     assert not any(alive(p) for p in keep_pids)
     assert sorted(os.listdir(osb.root)) == []
@@ -201,7 +201,8 @@ def test_python_helpers(osb):
     with pytest.raises(AssertionError, match="exactly 1"):
         osb.assert_requested(method="POST", path="/command$", count=1)
     assert [e["listener"] for e in osb.requests(sandbox=sid, method="POST")] == ["lifecycle", "execd", "execd"]
-    assert osb.reset() == {"sandboxes_removed": 1, "volumes_removed": 0, "rules_removed": 0, "requests_removed": 5}
+    assert osb.reset() == {"sandboxes_removed": 1, "snapshots_removed": 0, "volumes_removed": 0, "rules_removed": 0,
+                           "requests_removed": 5}
     assert osb.requests() == []
 
 

@@ -495,6 +495,86 @@ def _create_case(mock, oracle, body):
     compare(mock, oracle, "POST", "/v1/sandboxes", body)
 
 
+
+# =====================================================================================================
+# snapshots (issue 21 step 5): the server's snapshot service + Docker snapshot runtime over the fake daemon's
+# commit/images (server_oracle_app.py), next to the mock; snapshot ids differ per side and are normalised
+# =====================================================================================================
+def _snap_norm(status: int, body: bytes, ids: dict) -> Any:
+    text = body.decode("utf-8", "replace")
+    for real, name in ids.items():
+        text = text.replace(real, name)
+    if not text:
+        return status, ""
+    doc = json.loads(text)
+    if isinstance(doc, dict) and status in (200, 202):
+        st_ = doc.get("status")
+        if isinstance(st_, dict):  # timestamps differ; the state, reason and message must not
+            doc["status"] = {k: v for k, v in st_.items() if k != "lastTransitionAt"}
+        doc.pop("createdAt", None)
+        doc.pop("expiresAt", None)
+        if "items" in doc:
+            doc["items"] = [dict(x, status={k: v for k, v in x["status"].items() if k != "lastTransitionAt"},
+                                 createdAt=None) for x in doc["items"]]
+    return status, doc
+
+
+def test_snapshots_on_sandboxes(mock, oracle, sandboxes):
+    import time
+
+    timed = sandboxes["timed"]
+    hj = {"Content-Type": "application/json"}
+    ids: dict = {}
+
+    def both(method, path_of, body=None):
+        raw = json.dumps(body).encode() if body is not None else None
+        os_, _oh, ob = oracle.request(method, path_of("oracle"), hj if raw else {}, raw)
+        ms, _mh, mb = mock_request(mock, method, path_of("mock"), hj if raw else {}, raw)
+        STATS["compared"] += 1
+        return (os_, ob), (ms, mb)
+
+    def same(pair):
+        (os_, ob), (ms, mb) = pair
+        want, got = _snap_norm(os_, ob, ids), _snap_norm(ms, mb, ids)
+        assert got == want, "\n oracle: %s %s\n mock:   %s %s" % (os_, ob[:600], ms, mb[:600])
+        return want
+
+    o, m = both("POST", lambda side: "/v1/sandboxes/%s/snapshots" % timed, {"name": "o"})
+    snap = {"oracle": json.loads(o[1])["id"], "mock": json.loads(m[1])["id"]}
+    ids.update({snap["oracle"]: "<snap>", snap["mock"]: "<snap>"})
+    assert same((o, m))[1]["status"]["state"] == "Creating"
+    mock.snapshots.wait(30)
+    deadline = time.monotonic() + 30
+    while json.loads(oracle.request("GET", "/v1/snapshots/" + snap["oracle"], {}, None)[2])["status"]["state"] \
+            == "Creating":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert same(both("GET", lambda side: "/v1/snapshots/" + snap[side]))[1]["status"]["state"] == "Ready"
+    same(both("GET", lambda side: "/v1/snapshots?sandboxId=%s&state=Ready&state=Failed&pageSize=5" % timed))
+    same(both("GET", lambda side: "/v1/snapshots?sandboxId=%s&name=other" % timed))
+    # a restore: the same answer shape; then the snapshot is in use
+    def restore_body(side):
+        return json.dumps({"snapshotId": snap[side], "resourceLimits": {"cpu": "500m"}, "timeout": 600}).encode()
+
+    os_, _oh, ob = oracle.request("POST", "/v1/sandboxes", hj, restore_body("oracle"))
+    ms, _mh, mb = mock_request(mock, "POST", "/v1/sandboxes", hj, restore_body("mock"))
+    assert (os_, ms) == (202, 202), (ob, mb)
+    restored = {"oracle": json.loads(ob)["id"], "mock": json.loads(mb)["id"]}
+    ids.update({restored["oracle"]: "<restored>", restored["mock"]: "<restored>"})
+    assert same(((os_, ob), (ms, mb)))[1]["entrypoint"] == ["tail", "-f", "/dev/null"]
+    got = same(both("GET", lambda side: "/v1/sandboxes/" + restored[side]))
+    assert got[1]["snapshotId"] == "<snap>" and "image" not in got[1]
+    assert same(both("DELETE", lambda side: "/v1/snapshots/" + snap[side]))[0] == 409
+    assert same(both("GET", lambda side: "/v1/snapshots/" + snap[side]))[1]["status"]["state"] == "Deleting"
+    o = oracle.request("POST", "/v1/sandboxes", hj, restore_body("oracle"))
+    m = mock_request(mock, "POST", "/v1/sandboxes", hj, restore_body("mock"))
+    assert same(((o[0], o[2]), (m[0], m[2]))) == (409, {"code": "SNAPSHOT::NOT_READY",
+                                                         "message": "Snapshot <snap> is not ready for restore."})
+    assert same(both("DELETE", lambda side: "/v1/sandboxes/" + restored[side]))[0] == 204
+    assert same(both("DELETE", lambda side: "/v1/snapshots/" + snap[side]))[0] == 204
+    assert same(both("GET", lambda side: "/v1/snapshots/" + snap[side]))[0] == 404
+    assert same(both("GET", lambda side: "/v1/sandboxes/%s" % timed))[1]["status"]["state"] == "Running"
+
 @FAST
 @given(create_bodies)
 def test_generated_create_bodies(mock, oracle, body):

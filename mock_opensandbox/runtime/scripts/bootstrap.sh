@@ -6,7 +6,11 @@
 EXECD="${EXECD:-/opt/opensandbox/execd}"
 EXECD_ENVS="${EXECD_ENVS:-/opt/opensandbox/.env}"
 export EXECD_ENVS
-: >>"$EXECD_ENVS" 2>/dev/null
+# `true`, not `:`: a failed redirection of a special built-in ends a POSIX shell (an image's USER
+# cannot write /opt/opensandbox); the server's bootstrap.sh warns the same way and goes on
+if ! true 2>/dev/null >>"$EXECD_ENVS"; then
+	echo "warning: failed to touch EXECD_ENVS=$EXECD_ENVS" >&2
+fi
 # set by the mock for a real execd binary: its flags (--port, -access-token) and its log file
 execd_args="${OSB_EXECD_ARGS-}"
 execd_log="${OSB_EXECD_LOG:-/dev/null}"

@@ -6,7 +6,8 @@
 # job-control and termination signals the mock sends to that group and lets the command decide;
 # it then exits with the command's status or dies of the same signal (SIGKILL included), so Popen
 # sees what it would see for the command itself. Run as `python -I -S -c SOURCE target-pid wd
-# keep-LC_CTYPE-flag capability-mask-hex no_new_privs-flag command...`.
+# keep-LC_CTYPE-flag capability-mask-hex no_new_privs-flag user command...` (user: "UID GID G1,G2" after
+# the drop, "-" to stay root; an image's User, ../rootfs.py). As root the user namespace is our own: not entered.
 import ctypes
 import errno
 import os
@@ -37,7 +38,7 @@ def drop_caps(libc, mask, last, nnp):
         fail("setpriv: PR_SET_NO_NEW_PRIVS failed: %s" % os.strerror(ctypes.get_errno()), 127)
 def main():
     target, wd, keep_lc, mask = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4], 16)
-    nnp, argv = sys.argv[5] == "1", sys.argv[6:]
+    nnp, user, argv = sys.argv[5] == "1", sys.argv[6], sys.argv[7:]
     if not keep_lc:
         os.environ.pop("LC_CTYPE", None)
     with open("/proc/sys/kernel/cap_last_cap") as fh:
@@ -51,6 +52,11 @@ def main():
             spaces.insert(1, ("net", 0x40000000))
     except OSError as e:
         fail("nsenter: cannot open /proc/%d/ns/net: %s" % (target, e.strerror), 1)
+    try:  # root: PID 1 has no user namespace of its own (a setns to our own fails)
+        if os.readlink("/proc/%d/ns/user" % target) == os.readlink("/proc/self/ns/user"):
+            spaces.pop(0)
+    except OSError as e:
+        fail("nsenter: cannot open /proc/%d/ns/user: %s" % (target, e.strerror), 1)
     for name, flag in spaces:
         try:
             fds.append((name, flag, os.open("/proc/%d/ns/%s" % (target, name), os.O_RDONLY | os.O_CLOEXEC)))
@@ -77,6 +83,14 @@ def main():
         except OSError as e:
             fail("unshare: cannot change directory to %s: %s" % (wd, e.strerror), 1)
         drop_caps(libc, mask, last, nnp)
+        if user != "-":
+            uid, gid, groups = user.split(" ")
+            try:
+                os.setgroups([int(g) for g in groups.split(",")] if groups != "-" else [])
+                os.setgid(int(gid))
+                os.setuid(int(uid))
+            except OSError as e:
+                fail("setpriv: cannot become %s: %s" % (uid, e.strerror), 127)
         for k in [k for k in os.environ if k.startswith("OSB_MOCK_UNSAFE_")]:  # scripts.HELPER_ENV_PREFIX
             os.environ[k[16:]] = os.environ.pop(k)
         try:

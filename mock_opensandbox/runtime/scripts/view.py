@@ -260,7 +260,41 @@ def loopback_up():
         s.close()
 
 
-def build_view(R, H, X, E, fresh_proc):
+def image_etc(R, H, F):
+    """An image's /etc stays the image's; Docker binds the container's own resolv.conf, hostname and
+    hosts over it (in that order), written outside the sandbox's layer (F)."""
+    for name, var in (("resolv.conf", "OSB_MOCK_NET_RESOLV"), ("hostname", None), ("hosts", "OSB_MOCK_NET_HOSTS")):
+        text = H + "\n" if var is None else os.environ.pop(var, None)
+        if text is None:
+            try:
+                with open("/etc/" + name) as fh:
+                    text = fh.read()
+            except OSError:
+                text = ""
+        src = F + "/" + name
+        fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        os.write(fd, text.encode())
+        os.fchmod(fd, 0o644)
+        os.close(fd)
+        t = real_dir(R + "/etc") + "/" + name
+        if os.path.lexists(t) and (os.path.islink(t) or not os.path.isfile(t)):
+            os.unlink(t)
+        empty_file(t)
+        mount(src, t, None, MS_BIND)
+
+
+def build_view(R, H, X, E, fresh_proc, image=None):
+    if image is not None:  # the image's tree (../rootfs.py): its own /usr, /bin, /lib and /etc
+        kind, lower, work, files = image
+        if kind == "overlay":
+            mount("overlay", R, "overlay", 0, "lowerdir=%s,upperdir=%s,workdir=%s" % (lower, R, work))
+        else:
+            mount(R, R, None, MS_BIND)
+        image_etc(R, H, files)
+        build_dev(R)
+        build_proc(R, fresh_proc)
+        build_sys(R, cgroup_view())
+        return
     mount(R, R, None, MS_BIND)  # pivot_root wants the new root to be a mount point
     for d in HOST_DIRS:
         hp, t = "/" + d, R + "/" + d
@@ -387,6 +421,18 @@ def drop_caps(mask, last, nnp):
         fail("osb-view: PR_SET_NO_NEW_PRIVS: %s" % os.strerror(ctypes.get_errno()))
 
 
+def drop_user(word):
+    """The image's User (../rootfs.py): supplementary groups, gid, uid; setuid clears the permitted and
+    effective capabilities of a non-root user, as for a container process (the bounding set stays)."""
+    uid, gid, groups = word.split(" ")
+    try:
+        os.setgroups([int(g) for g in groups.split(",")] if groups != "-" else [])
+        os.setgid(int(gid))
+        os.setuid(int(uid))
+    except OSError as e:
+        fail("osb-view: cannot become user %s:%s: %s" % (uid, gid, e.strerror))
+
+
 def restore_env():
     if os.environ.pop("OSB_MOCK_KEEP_LC", "1") == "0":  # scripts.KEEP_LC_ENV
         os.environ.pop("LC_CTYPE", None)  # added by this Python's locale coercion (PEP 538)
@@ -432,10 +478,14 @@ def main():
     agent_fd = os.environ.pop(AGENT_FD_ENV, "")
     agent_py = os.environ.pop(AGENT_PY_ENV, "")
     agent_src = None
+    image = os.environ.pop("OSB_MOCK_IMAGE", "")  # ../rootfs.py VIEW_*_ENV
+    image = tuple(image.split(" ")) if image else None
+    user = os.environ.pop("OSB_MOCK_USER", "")
+    workdir = os.environ.pop("OSB_MOCK_WORKDIR", "")
     try:
         if mode == "holder":
             loopback_up()
-        build_view(R, H, X, E, fresh_proc=(mode == "holder"))
+        build_view(R, H, X, E, fresh_proc=(mode == "holder"), image=image)
         mount_volumes(R, V)
         if mode == "holder" and agent_fd == IDLE and agent_py:
             bind_agent(R, agent_py)  # a small host binary that only blocks (no channel, no program)
@@ -444,6 +494,9 @@ def main():
                 agent_src = fh.read()
             bind_agent(R, agent_py)
         pivot(R)
+        if mode == "holder" and workdir:  # runc makes a missing cwd, owned by root
+            os.makedirs(workdir, 0o755, exist_ok=True)
+            os.chdir(workdir)
     except OSError as e:
         fail("osb-view: %s" % e)
     if mode == "holder":
@@ -471,19 +524,28 @@ def main():
                 os.dup2(r, 4)
                 os.close(r)
             os.set_inheritable(4, True)
-        argv = ["/bin/sh", BOOTSTRAP] + argv
+        argv = [BOOTSTRAP] + argv  # its "#!/bin/sh" line: comm "bootstrap.sh", args "/bin/sh BOOTSTRAP ..." as Docker runs it
     else:
         try:
             os.chdir(arg)
         except OSError as e:
             fail("unshare: cannot change directory to %s: %s" % (arg, e.strerror), 1)
     drop_caps(mask, last, nnp)
+    if user:
+        drop_user(user)
     restore_env()
     for s in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(s, signal.SIG_DFL)
     try:
-        os.execvp(argv[0], argv)
+        try:
+            os.execvp(argv[0], argv)
+        except PermissionError:
+            if mode != "holder":
+                raise
+            os.execv("/bin/sh", ["/bin/sh"] + argv)  # a root on a noexec mount: the shell reads the script
     except OSError as e:
+        if mode == "holder":  # runc's words in the container's log, exit 1 (live: an image without /bin/sh)
+            fail("exec %s: %s" % (argv[0], (e.strerror or "").lower()), 1)
         fail("unshare: failed to execute %s: %s" % (argv[0], e.strerror), 127 if e.errno == 2 else 126)
 
 

@@ -92,6 +92,42 @@ class FakeContainer:
     def logs(self, **kw):
         return b""
 
+    # snapshots (services/docker/snapshot_runtime.py): docker commit tags an image the fake daemon keeps;
+    # delete removes the container (a restored sandbox no longer holds its snapshot's image)
+    def commit(self, repository=None, tag=None, **kw):
+        ref = "%s:%s" % (repository, tag)
+        IMAGES.tags.add(ref)
+        IMAGES.labels[ref] = dict(self.attrs["Config"]["Labels"])  # the image keeps the container's labels
+
+    def kill(self, **kw):
+        return None
+
+    def remove(self, **kw):
+        CONTAINERS.items = {k: c for k, c in CONTAINERS.items.items() if c is not self}
+
+
+class _Images:
+    """docker-py's images API as the snapshot runtime uses it: get, and remove (409 while a container uses it)."""
+
+    def __init__(self):
+        self.tags: set = set()
+        self.labels: dict = {}
+
+    def get(self, ref):
+        import docker.errors
+        if ref not in self.tags:
+            raise docker.errors.ImageNotFound("No such image: %s" % ref)
+        return _Image(ref)
+
+    def remove(self, image=None, **kw):
+        import docker.errors
+        if image not in self.tags:
+            raise docker.errors.ImageNotFound("No such image: %s" % image)
+        if any(c.image.tags == [image] for c in CONTAINERS.items.values()):
+            resp = type("Resp", (), {"status_code": 409, "reason": "Conflict", "url": ""})()
+            raise docker.errors.APIError("409 Client Error: Conflict", response=resp)
+        self.tags.discard(image)
+
 
 class _Containers:
     def __init__(self):
@@ -111,6 +147,9 @@ class _Containers:
             k, _, v = label.partition("=")
             out = [c for c in out if c.attrs["Config"]["Labels"].get(k) == v]
         return out
+
+
+CONTAINERS = _Containers()
 
 
 class _Api:
@@ -139,9 +178,13 @@ class _Api:
         return {"ApiVersion": "1.41", "Version": "20.10.24", "Os": "linux", "Arch": "amd64"}
 
 
+IMAGES = _Images()
+
+
 class FakeDocker:
     def __init__(self, root: str = ""):
-        self.containers = _Containers()
+        self.containers = CONTAINERS
+        self.images = IMAGES
         self.api = _Api(self.containers, root)
 
     def info(self):
@@ -170,6 +213,8 @@ def build():
         from opensandbox_server.extensions import extract_extensions_from_mapping
 
         labels, _env = self._build_labels_and_env(sandbox_id, request, expires_at)
+        # Docker: a container's labels are its image's, then the create's (a snapshot image keeps its source's)
+        labels = {**IMAGES.labels.get(request.image.uri if request.image else "", {}), **labels}
         container = FakeContainer(sandbox_id, labels, list(request.entrypoint or []),
                                   request.image.uri if request.image else "")
         fake.containers.items[sandbox_id] = container

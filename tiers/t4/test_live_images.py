@@ -1,0 +1,88 @@
+"""Live and mock on the same image (issue 21): the live stack's own images (``local/python:3-slim``,
+``local/busybox:latest``) and one built here ``FROM local/python:3-slim`` with ``ENV``/``WORKDIR``/``USER``, saved
+with ``docker save`` into the image dir of a ``MockOpenSandbox``; the same commands give the same answers on both
+(version, OS release, shell, user, working directory, environment). Skips with one line without a Docker that
+has the images."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+from tiers import sandbox_inside as si
+
+IMAGES = ("local/python:3-slim", "local/busybox:latest")
+USER_IMAGE = "local/osbtest-imgroot:1"
+DOCKERFILE = ("FROM local/python:3-slim\nENV IMG_VAR=from-image PATH=/opt/imgbin:/usr/local/sbin:/usr/local/bin:"
+              "/usr/sbin:/usr/bin:/sbin:/bin\nWORKDIR /srv/app\nUSER nobody\n")
+NOISE = ("HOSTNAME=", "OPENSANDBOX_ID=", "SHLVL=")
+
+
+def _docker_has(image: str) -> bool:
+    try:
+        return subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def images_dir(tmp_path_factory):
+    if shutil.which("docker") is None or not all(_docker_has(i) for i in IMAGES):
+        pytest.skip("no docker with %s here" % " and ".join(IMAGES))
+    d = tmp_path_factory.mktemp("live-images")
+    ctx = d / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(DOCKERFILE)
+    subprocess.run(["docker", "build", "-q", "-t", USER_IMAGE, str(ctx)], check=True, capture_output=True, timeout=300)
+    try:
+        for i, name in enumerate(IMAGES + (USER_IMAGE,)):
+            subprocess.run(["docker", "save", "-o", str(d / ("img%d.tar" % i)), name], check=True, timeout=300)
+        yield d
+    finally:
+        subprocess.run(["docker", "rmi", USER_IMAGE], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def pair(live_server, images_dir):
+    osb = MockOpenSandbox(image_dir=str(images_dir), image_cache=str(images_dir / "cache"),
+                          execd_close_delay=0.05).start()
+    live = si.Target(live_server.root, live_server.api_key, IMAGES[0])
+    mock = si.Target(osb.base_url, osb.api_key or "", IMAGES[0], execd_token=osb.execd_token)
+    try:
+        yield live, mock
+    finally:
+        live.delete_all()
+        mock.delete_all()
+        osb.stop()
+
+
+def _answers(t: si.Target, image: str, commands: list[str], **create) -> list[tuple]:
+    t.image = image
+    sid = t.create(**create)
+    try:
+        out = []
+        for c in commands:
+            r = t.command(sid, c)
+            keep = [line for line in r.out.splitlines() if not line.startswith(NOISE)]
+            out.append((c, r.rc, keep, r.err))
+        return out
+    finally:
+        t.delete(sid)
+
+
+@pytest.mark.parametrize("image,commands", [
+    (IMAGES[0], ["python3 --version", "cat /etc/os-release", "id", "pwd", "ls /bin/bash", "echo $0"]),
+    (IMAGES[1], ["cat /etc/os-release", "ls /bin/bash", "id", "pwd", "echo $0", "ls /opt/opensandbox"]),
+])
+def test_same_answers_live_and_mock(pair, image, commands):
+    live, mock = pair
+    assert _answers(mock, image, commands) == _answers(live, image, commands)
+
+
+def test_user_workdir_env_live_and_mock(pair):
+    live, mock = pair
+    commands = ["id", "pwd", "env | sort", "ps -eo user= | sort -u"]
+    env = {"env": {"IMG_VAR": "from-request", "REQ_VAR": "r"}}
+    assert _answers(mock, USER_IMAGE, commands, **env) == _answers(live, USER_IMAGE, commands, **env)
