@@ -230,24 +230,49 @@ class Stream:
         self._closed = False
         self._body: Dechunker | None | bool = None      # read_some()'s decoder (False: not chunked)
         self._left: int | None = None
+        self._carry = b""               # body bytes http.client's reader held when read_some() began
+        self._sock: socket.socket | None = None
         self._done = False
+
+    def _begin(self) -> None:
+        """Before the first read_some(): the body's framing, and the body bytes http.client's reader
+        already holds (taken without waiting); from then on the socket is read directly."""
+        self._body = Dechunker() if self.resp.chunked else False
+        self._left = None if self.resp.chunked else self.resp.length
+        fp, sock = self.resp.fp, getattr(self._conn, "sock", None)
+        if fp is None or sock is None:
+            self._done = True
+            return
+        saved = sock.gettimeout()
+        try:
+            sock.settimeout(0.0)        # peek() must not block: b"" when nothing is there
+            held = fp.peek(65536)
+        except OSError:                 # (TLS: nothing decrypted yet)
+            held = b""
+        finally:
+            sock.settimeout(saved)
+        self._carry = fp.read1(len(held)) if held else b""
+        self._sock = sock
 
     def read_some(self) -> bytes | None:
         """The next piece of the body as it arrives, for a stream read on the caller's own thread
-        (with wait()): what the reply's reader holds already, else one read of the socket. Chunked
-        coding is decoded here (Dechunker), not by http.client, which returns one chunk per call
-        and may block on the next chunk's header while the bytes it holds say "readable".
+        (with wait()): one read of the socket (up to 64 KiB) after what http.client's reader held.
+        Chunked coding is decoded here (Dechunker): http.client returns one chunk per call and may
+        block on the next chunk's header while the bytes it holds say "readable".
         b"" when only framing arrived; None at the end of the body (or of the connection)."""
-        fp = self.resp.fp
-        if fp is None or self._done:
+        if self._body is None:
+            self._begin()
+        if self._done or self._sock is None:
             return None
-        if self._body is None:          # the first read: chunked, Content-Length, or until close
-            self._body = Dechunker() if self.resp.chunked else False
-            self._left = None if self.resp.chunked else self.resp.length
         if self._left == 0:
             self._done = True
             return None
-        data = fp.read1(65536 if self._left is None else min(65536, self._left))
+        if self._carry:
+            data, self._carry = self._carry, b""
+            if self._left is not None and len(data) > self._left:
+                data = data[:self._left]
+        else:
+            data = self._sock.recv(65536 if self._left is None else min(65536, self._left))
         if not data:
             self._done = True
             return None
@@ -262,23 +287,20 @@ class Stream:
         return data
 
     def wait(self, timeout: float | None, wake: int | None = None) -> bool:
-        """Wait until read_some() can go on without blocking: bytes held by the reply's reader, or
-        bytes (or the end) arriving within ``timeout`` seconds (None: no limit). False when the
-        time ran out, or when the file descriptor ``wake`` became readable first."""
-        fp, sock = self.resp.fp, getattr(self._conn, "sock", None)
-        if fp is None or sock is None or self._done:
-            return True                 # closed: the next read says so
+        """Wait until read_some() can go on without blocking: bytes already held, or bytes (or the
+        end) arriving within ``timeout`` seconds (None: no limit). False when the time ran out, or
+        when the file descriptor ``wake`` became readable first."""
+        if self._body is None:
+            self._begin()
+        sock = self._sock
+        if self._done or self._carry or sock is None:
+            return True                 # the next read_some() answers at once
         try:
-            saved = sock.gettimeout()
-            sock.settimeout(0.0)        # peek() must not block: it returns b"" when nothing is there
-            try:
-                if fp.peek(1):
-                    return True
-            except OSError:             # (TLS: nothing decrypted yet) wait on the socket below
-                pass
-            finally:
-                sock.settimeout(saved)
-            ready, _, _ = select.select([sock] if wake is None else [sock, wake], [], [], timeout)
+            pending = getattr(sock, "pending", None)        # TLS: bytes decrypted already
+            if pending is not None and pending() > 0:
+                return True
+            fds: list[Any] = [sock] if wake is None else [sock, wake]
+            ready, _, _ = select.select(fds, [], [], timeout)
         except (OSError, ValueError):
             return True                 # a closed or broken socket: the next read reports it
         return sock in ready
