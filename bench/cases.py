@@ -29,7 +29,7 @@ SIX_MB = 6_000_000
 FULL = {"cold_n": 20, "cold_warmup": 2, "exec_n": 40, "exec_warmup": 3, "exec_shipped_n": 4,
         "stream_bytes": 64 * MiB, "stream_n": 3, "stream_warmup": 1, "files_small_n": 12, "files_big_n": 6,
         "flow_n": 10, "flow_warmup": 1, "flow_shipped_n": 2, "cap_sandboxes": 50, "cap_threads": 8,
-        "cap_seconds": 3.0, "sandbox_n": 30, "sandbox_warmup": 2, "sandbox_idle_n": 5, "sandbox_cmd_n": 100,
+        "cap_seconds": 3.0, "sandbox_n": 30, "sandbox_warmup": 2, "sandbox_idle_n": 5, "sandbox_cmd_n": 100, "sandbox_cmd_gap_ms": 50,
         "sandbox_settle_ms": 1000}
 QUICK = {"cold_n": 5, "cold_warmup": 1, "exec_n": 10, "exec_warmup": 2, "exec_shipped_n": 1,
          "stream_bytes": 4 * MiB, "stream_n": 2, "stream_warmup": 1, "files_small_n": 3, "files_big_n": 2,

@@ -4,10 +4,15 @@ tarball, and, when Debian's docker-registry is installed, pushed to a local regi
 
 Measures: the first resolve (read + digest checks + unpack), the flattened rootfs (once per image), a cache
 hit in the same store, a cache hit in a new store on the same cache (a mock restarted), and the registry pull.
+Then create -> ready (``POST /v1/sandboxes`` until the sandbox's execd answers ``GET /ping``, bench/
+sandbox_costs.py's Server) of a sandbox in the busybox image from the cache (a mock with ``image_dir``) next to
+today's create in the host-tools view (a mock without one), both mocks of this tree in their own processes,
+interleaved A B A B; the ratio of the medians against the issue's target of 1.5x.
 Prints a Markdown table; a measurement, not a test."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -49,7 +54,7 @@ def busybox_layer() -> list[tuple]:
     data = open(bb, "rb").read()
     out: list[tuple] = [("dir", "bin"), ("file", "bin/busybox", data, 0o755), ("dir", "etc"),
                         ("file", "etc/os-release", 'PRETTY_NAME="bench"\n'), ("dir", "tmp", 0o1777)]
-    for applet in ("sh", "ls", "cat", "echo", "ps", "id"):
+    for applet in ("sh", "ls", "cat", "echo", "ps", "id", "tail"):
         out.append(("hardlink", "bin/" + applet, "bin/busybox"))
     return out
 
@@ -60,10 +65,55 @@ def timed(fn) -> float:
     return (time.perf_counter() - t) * 1000
 
 
+def create_ready(images: str, cache: str, n: int, warm: int) -> list[tuple[str, str]]:
+    """Create -> execd /ping of a sandbox in ``local/bench-bb:1`` (images/bench-bb, from the cache after the
+    first create) vs one in the host-tools view, interleaved; medians and their ratio."""
+    from bench.sandbox_costs import Server, _call
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sides = [Server("host-tools view", tree),
+             Server("image (cached)", tree, mock_kwargs={"image_dir": images, "image_cache": cache},
+                    image="local/bench-bb:1")]
+    times: dict[str, list[float]] = {s.label: [] for s in sides}
+    first, views = None, {}
+    try:
+        for i in range(warm + n):
+            for s in sides:
+                t0 = time.perf_counter()
+                sid = s.create()
+                s.wait_ready(sid)
+                dt = (time.perf_counter() - t0) * 1000
+                if i == 0:  # which view it got (the mock's own sandbox document), and the first create's pull
+                    st, data = _call(s.base_url, "GET", "/__mock__/sandboxes/" + sid, s.headers)
+                    v = json.loads(data).get("view") or {} if st == 200 else {}
+                    views[s.label] = "%s%s" % (v.get("kind", "?"), (", " + v["rootfs"]) if v.get("rootfs") else "")
+                    if s.image:
+                        first = dt
+                s.delete(sid)
+                if i >= warm:
+                    times[s.label].append(dt)
+    finally:
+        for s in sides:
+            s.stop()
+    if views.get("image (cached)", "").split(",")[0] != "image":
+        raise SystemExit("the image mock gave its sandbox the view %r, not the image: no image sandboxes here"
+                         % views.get("image (cached)"))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    a, b = med["host-tools view"], med["image (cached)"]
+    return [("create -> ready, first create in the image (pull + unpack + flatten + start)", "%.0f ms" % first),
+            ("create -> ready, host-tools view, median (today's create; view: %s)" % views["host-tools view"],
+             "%.0f ms" % a),
+            ("create -> ready, busybox image from the cache, median (view: %s)" % views["image (cached)"], "%.0f ms" % b),
+            ("ratio image / host-tools view (target <= 1.5x), %d interleaved pairs" % n,
+             "%.2fx %s" % (b / a, "ok" if b / a <= 1.5 else "OVER")),
+            ("load average (1 min) after the run", "%.1f on %d cores" % (os.getloadavg()[0], os.cpu_count() or 0))]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--creates", type=int, default=15, help="create -> ready pairs (0: skip that part)")
+    ap.add_argument("--warmup", type=int, default=2, help="create pairs not counted (the first one pulls)")
     args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="bench-images-")
     rows: list[tuple[str, str]] = []
@@ -110,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                              "%.0f ms" % statistics.median(pulls)))
             finally:
                 r.close()
+        if args.creates > 0:
+            write_oci_layout(os.path.join(images, "bench-bb"), {"local/bench-bb:1": BuiltImage([base])})
+            rows += create_ready(images, os.path.join(work, "ccache"), args.creates, max(1, args.warmup))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("| case | median of %d |\n|---|---|" % args.repeat)

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from typing import Sequence
 
-from .faults import FAULT_ARG_HELP, add_cli_rules
+from .cli import FAULT_ARG_HELP, parse_args, run_foreground
 from .server import EXECD_MODES, MockOpenSandbox
 
 
@@ -30,18 +28,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--execd-bin", default=None,
                    help="run this execd binary as one process per sandbox instead of the in-process execd")
     p.add_argument("--gateway", action="store_true", help="endpoints carry routing headers clients must replay")
-    p.add_argument("--execd-start-delay", type=float, default=0.2, metavar="SECONDS",
-                   help="a new sandbox's execd refuses connections this long although the create already says "
-                        "Running, like a real server (default 0.2; 0 = at once)")
-    p.add_argument("--max-sandbox-timeout", type=int, default=86400, metavar="SECONDS",
-                   help="refuse create timeouts above this (server max_sandbox_timeout_seconds; default 86400 "
-                        "as in the server's example config; 0 = no limit)")
-    p.add_argument("--pids-limit", type=int, default=4096, metavar="N",
-                   help="processes (threads) per sandbox, through the pids cgroup (server [docker] pids_limit; "
-                        "default 4096; 0 = no limit)")
-    p.add_argument("--execd-close-delay", type=float, default=1.0, metavar="SECONDS",
-                   help="execd keeps a finished command's stream open this long, like the real one (~1 s; "
-                        "default 1.0; 0 = close at once)")
+    numbers: tuple[tuple[str, type, float, str, str], ...] = (  # (flag, type, default, metavar, help)
+        ("--execd-start-delay", float, 0.2, "SECONDS", "a new sandbox's execd refuses connections this long although "
+         "the create already says Running, like a real server (default 0.2; 0 = at once)"),
+        ("--max-sandbox-timeout", int, 86400, "SECONDS", "refuse create timeouts above this (server "
+         "max_sandbox_timeout_seconds; default 86400 as in the server's example config; 0 = no limit)"),
+        ("--pids-limit", int, 4096, "N", "processes (threads) per sandbox, through the pids cgroup (server [docker] "
+         "pids_limit; default 4096; 0 = no limit)"),
+        ("--execd-close-delay", float, 1.0, "SECONDS", "execd keeps a finished command's stream open this long, like "
+         "the real one (~1 s; default 1.0; 0 = close at once)"),
+    )
+    for flag, kind, default, metavar, text in numbers:
+        p.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
     p.add_argument("--network", choices=("bridge", "host"), default="bridge",
                    help="bridge (default, the server's example config): each sandbox has its own network "
                         "namespace, ports published through relays on 127.0.0.1, outbound traffic through "
@@ -65,9 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        print("error: --port must be between 0 and 65535", file=sys.stderr)
+    args = parse_args(build_parser(), argv)
+    if args is None:
         return 2
     try:
         osb = MockOpenSandbox(host=args.host, port=args.port, api_key=args.api_key, insecure=args.insecure,
@@ -81,23 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    problem = add_cli_rules(osb.faults, args.fault)
-    if problem:
-        print("error: %s" % problem, file=sys.stderr)
-        return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    old_int = signal.signal(signal.SIGINT, on_signal)
-    old_term = signal.signal(signal.SIGTERM, on_signal)
-    try:
-        try:
-            osb.start()
-        except OSError as e:
-            print("error: cannot listen on %s:%d: %s" % (args.host, args.port, e.strerror or e), file=sys.stderr)
-            return 2
+    def banner() -> None:
         print("Mock OpenSandbox listening on %s" % osb.base_url, flush=True)
         if osb.generated_api_key:
             print("API key (generated for this run, header OPEN-SANDBOX-API-KEY): %s" % osb.api_key, flush=True)
@@ -118,15 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)
-        while not stop.wait(0.5):
-            pass
-        print("Stopping...", flush=True)
-        return 0
-    finally:
-        osb.stop()
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
 
+    return run_foreground(osb, args.fault, args.host, args.port, banner)
 
 if __name__ == "__main__":
     sys.exit(main())

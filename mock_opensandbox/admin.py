@@ -472,9 +472,19 @@ class AdminAPI:
         sandboxes = [s for s in (self.backend.sandbox(i) for i in self.backend.sandbox_ids()) if s]
         # the dashboard's document is rebuilt on every change: sizes counted over at most 5000 entries
         vols = self.backend.volumes(5000) if hasattr(self.backend, "volumes") else None
-        return {"info": self.backend.info(), "sandboxes": sandboxes, "volumes": vols, "faults": self.faults.to_json(),
+        return {"info": self.backend.info(), "sandboxes": sandboxes, "volumes": vols, "images": self._light_images(),
+                "faults": self.faults.to_json(),
                 "requests": [light(e) for e in self.journal.entries(limit=LIGHT_REQUESTS)],
                 "seq": self.journal.seq, "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    def _light_images(self) -> dict[str, Any] | None:
+        """The dashboard's Images panel: ``/__mock__/images`` without each image's layers and config."""
+        if not hasattr(self.backend, "images"):
+            return None
+        doc = self.backend.images()
+        keep = ("id", "ref", "refs", "digest", "size", "source", "sandboxes")
+        return {"available": doc["available"], "sources": doc["sources"], "snapshots": doc["snapshots"],
+                "images": [{k: img.get(k) for k in keep} for img in doc["images"]]}
 
     def _state(self, req: Request) -> bool:
         req.send_json(200, self.state())

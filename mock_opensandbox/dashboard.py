@@ -1,7 +1,8 @@
 """The workbench dashboard: one HTML page served at ``/__mock__/`` (admin.py), no external assets.
 
 It subscribes to ``/__mock__/events`` (server-sent events from the mock itself, one ``state`` document
-per change) and shows the sandboxes (state, TTL, image, processes, a kill button), the request journal
+per change) and shows the sandboxes (state, TTL, image, processes, a kill button), the cached images (refs,
+size, digest, source, the sandboxes using them) and the snapshots, the request journal
 (status colours, durations, faults), the fault rules (add and remove) and the execd mode and isolation.
 Buttons call the admin API with the session cookie the login (``/__mock__/?key=<api key>``) set.
 Everything is built with DOM calls and ``textContent`` (no HTML from data). Standard library only.
@@ -47,6 +48,8 @@ PAGE = r"""<!doctype html>
   .badge { display:inline-block; padding:0 7px; border-radius:9px; font-size:11.5px; font-weight:600; }
   .s-Running { background:rgba(63,185,80,.15); color:var(--ok); }
   .s-Paused { background:rgba(210,153,34,.15); color:var(--warn); }
+  .s-Ready { background:rgba(63,185,80,.15); color:var(--ok); }
+  .s-Creating { background:rgba(88,166,255,.15); color:var(--info); }
   .s-Stopped, .s-Failed, .s-Terminated { background:rgba(248,81,73,.15); color:var(--bad); }
   .st { font-weight:700; font-family:ui-monospace, monospace; }
   .c2 { color:var(--ok); } .c3 { color:var(--info); } .c4 { color:var(--warn); } .c5 { color:var(--bad); }
@@ -86,6 +89,12 @@ PAGE = r"""<!doctype html>
     <h2>Volumes <span class="count" id="vol-count">0</span>
       <span class="tools dim">GET /__mock__/volumes</span></h2>
     <div id="volumes"></div>
+  </section>
+  <section class="wide" id="img-section">
+    <h2>Images <span class="count" id="img-count">0</span> · snapshots <span class="count" id="snap-count">0</span>
+      <span class="tools dim">GET /__mock__/images</span></h2>
+    <div id="images"></div>
+    <div id="snapshots"></div>
   </section>
   <section id="req-section">
     <h2>Request journal <span class="count" id="req-count">0</span>
@@ -203,6 +212,33 @@ function renderVolumes(v) {
   }
   t.appendChild(tb); box.appendChild(t);
 }
+function renderImages(d) {
+  const box = $("images"), sbox = $("snapshots"); box.replaceChildren(); sbox.replaceChildren();
+  const imgs = (d && d.images) || [], snaps = (d && d.snapshots) || [];
+  $("img-count").textContent = imgs.length; $("snap-count").textContent = snaps.length;
+  const users = (ids) => ids && ids.length ? ids.map((s) => s.slice(0, 8)).join(" ") : "—";
+  if (!d || !d.available) box.appendChild(el("div", {class: "empty"}, "No image store: sandboxes get the host-tools view (start the mock with --image-dir DIR)."));
+  else if (!imgs.length) box.appendChild(el("div", {class: "empty"}, "No cached images yet (sources: " + (d.sources.join(", ") || "none") + "). A create pulls its image here."));
+  else {
+    const t = el("table", {id: "image-table"}, el("thead", {}, el("tr", {}, ...["image", "size", "digest", "source", "used by"].map((h) => el("th", {}, h)))));
+    const tb = el("tbody");
+    for (const i of imgs) {
+      tb.appendChild(el("tr", {"data-image": i.id}, el("td", {class: "mono"}, ...(i.refs && i.refs.length ? i.refs : [i.ref]).map((r) => el("div", {}, r))),
+        el("td", {class: "mono"}, size(i.size || 0)), el("td", {class: "mono", title: i.digest || ""}, (i.digest || "—").slice(0, 19)),
+        el("td", {}, i.source || "?"), el("td", {class: "mono"}, users(i.sandboxes))));
+    }
+    t.appendChild(tb); box.appendChild(t);
+  }
+  if (!snaps.length) return;
+  const t = el("table", {id: "snapshot-table"}, el("thead", {}, el("tr", {}, ...["snapshot", "state", "of sandbox", "image", "size", "restored into"].map((h) => el("th", {}, h)))));
+  const tb = el("tbody");
+  for (const s of snaps) {
+    tb.appendChild(el("tr", {"data-snapshot": s.id}, el("td", {class: "mono", title: s.id}, (s.name ? s.name + " " : "") + s.id.slice(0, 8)),
+      el("td", {}, el("span", {class: "badge s-" + s.state}, s.state)), el("td", {class: "mono"}, (s.sandboxId || "").slice(0, 8)),
+      el("td", {class: "mono"}, s.ref || "—"), el("td", {class: "mono"}, size(s.size || 0)), el("td", {class: "mono"}, users(s.sandboxes))));
+  }
+  t.appendChild(tb); sbox.appendChild(t);
+}
 function renderRequests(items) {
   $("req-count").textContent = items.length;
   const box = $("requests"); box.replaceChildren();
@@ -242,7 +278,7 @@ function renderFaults(rules) {
 }
 function render() {
   if (!state) return;
-  renderFacts(state.info); renderSandboxes(state.sandboxes); renderVolumes(state.volumes); renderRequests(state.requests);
+  renderFacts(state.info); renderSandboxes(state.sandboxes); renderVolumes(state.volumes); renderImages(state.images); renderRequests(state.requests);
   renderFaults(state.faults);
 }
 function flash(text) { $("msg").textContent = text; setTimeout(() => { $("msg").textContent = ""; }, 6000); }

@@ -81,48 +81,34 @@ class _Scan:
     def value(self) -> None:
         self.ws()
         c = self.peek()
-        if c == "{":
+        if c == "{" or c == "[":
+            obj = c == "{"
+            close, after = ("}", "after object key:value pair") if obj else ("]", "after array element")
             self.i += 1
             self.ws()
-            if self.peek() == "}":
+            if self.peek() == close:
                 self.i += 1
                 return
             while True:
-                self.ws()
-                if self.peek() != '"':
-                    raise self.err("looking for beginning of object key string")
-                self.string()
-                self.ws()
-                if self.peek() != ":":
-                    raise self.err("after object key")
-                self.i += 1
+                if obj:
+                    self.ws()
+                    if self.peek() != '"':
+                        raise self.err("looking for beginning of object key string")
+                    self.string()
+                    self.ws()
+                    if self.peek() != ":":
+                        raise self.err("after object key")
+                    self.i += 1
                 self.value()
                 self.ws()
                 c = self.peek()
                 if c == ",":
                     self.i += 1
                     continue
-                if c == "}":
+                if c == close:
                     self.i += 1
                     return
-                raise self.err("after object key:value pair")
-        if c == "[":
-            self.i += 1
-            self.ws()
-            if self.peek() == "]":
-                self.i += 1
-                return
-            while True:
-                self.value()
-                self.ws()
-                c = self.peek()
-                if c == ",":
-                    self.i += 1
-                    continue
-                if c == "]":
-                    self.i += 1
-                    return
-                raise self.err("after array element")
+                raise self.err(after)
         if c == '"':
             self.string()
             return
@@ -212,27 +198,28 @@ def _loads(text: str) -> Any:
     return json.loads(text, parse_int=_Num, parse_float=_Num)
 
 
-def decode_value(body: bytes) -> Any:
-    """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
-    "EOF", truncated "unexpected EOF"; invalid UTF-8 becomes U+FFFD). Numbers come back as _Num."""
+def _scan_start(body: bytes, empty: str) -> tuple[str, _Scan, int]:
+    """The body as text (invalid UTF-8 as U+FFFD), a scanner at its first value and where that starts;
+    GoJSONError(empty) when there is none."""
     text = body.decode("utf-8", GO_REPLACE)
     sc = _Scan(text)
     sc.ws()
     if sc.i >= len(text):
-        raise GoJSONError("EOF")
-    start = sc.i
+        raise GoJSONError(empty)
+    return text, sc, sc.i
+
+
+def decode_value(body: bytes) -> Any:
+    """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
+    "EOF", truncated "unexpected EOF"; invalid UTF-8 becomes U+FFFD). Numbers come back as _Num."""
+    text, sc, start = _scan_start(body, "EOF")
     sc.value()
     return _loads(text[start:sc.i])
 
 
 def unmarshal_value(body: bytes) -> Any:
     """json.Unmarshal semantics: the whole input must be one value."""
-    text = body.decode("utf-8", GO_REPLACE)
-    sc = _Scan(text)
-    sc.ws()
-    if sc.i >= len(text):
-        raise GoJSONError("unexpected end of JSON input")
-    start = sc.i
+    text, sc, start = _scan_start(body, "unexpected end of JSON input")
     try:
         sc.value()
     except GoJSONError as exc:

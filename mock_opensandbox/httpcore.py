@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from . import faults
+from . import faultinject
 
 MAX_BODY = 1 << 31  # a request body above 2 GiB is refused with 413
 
@@ -224,19 +224,26 @@ class Request:
                   headers: dict[str, str] | None = None) -> None:
         self.send(status, text.encode("utf-8"), content_type, headers)
 
+    def send_head(self, status: int, headers: dict[str, str]) -> None:
+        """The status line and exactly ``headers`` (the body, if any, is the caller's to write); the
+        request body is drained first, observers get the status and headers."""
+        h = self.handler
+        self.drain()
+        h.send_response(status)
+        for k, v in headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        self.responded = True
+        if OBSERVERS:
+            self.sent_status, self.sent_headers = status, dict(headers)
+
     def start_chunked(self, status: int, headers: dict[str, str]) -> "ChunkedWriter":
         h = self.handler
         all_headers = dict(h.base_headers())
         all_headers.update(headers)
         all_headers[h.header_name("Transfer-Encoding")] = "chunked"
-        self.drain()
-        h.send_response(status)
-        for k, v in all_headers.items():
-            h.send_header(k, v)
-        h.end_headers()
-        self.responded = True
+        self.send_head(status, all_headers)
         if OBSERVERS:
-            self.sent_status, self.sent_headers = status, all_headers
             return ChunkedWriter(h, self.sent_body, self.observe)
         return ChunkedWriter(h)
 
@@ -398,10 +405,10 @@ class Handler(BaseHTTPRequestHandler):
         entry = journal.begin(self, method) if journal is not None else None
         fault = None
         try:
-            # fault injection (faults.py): one hook for every listener; the app exposes its registry
+            # fault injection (faults.py rules, faultinject.py): one hook for every listener; the app exposes its registry
             registry = app.faults
             if registry is not None and registry.armed:
-                fault = faults.inject(self, method, registry)
+                fault = faultinject.inject(self, method, registry)
                 if fault is not None and fault.done:
                     return
             try:

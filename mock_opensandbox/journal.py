@@ -23,31 +23,17 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from .faults import classify
+from .faultinject import classify
+from .scrub import REDACTED, SECRET_HEADERS, scrub_text
 
-__all__ = ["Journal", "JournalEntry", "scrub_text", "SECRET_HEADERS", "match_entry"]
+__all__ = ["Journal", "JournalEntry", "match_entry"]
 
 ADMIN_PREFIX = "/__mock__"
 DEFAULT_MAX_ENTRIES = 1000
 DEFAULT_PREVIEW = 2048
-SECRET_HEADERS = frozenset({"open-sandbox-api-key", "x-execd-access-token", "authorization",
-                            "proxy-authorization", "cookie", "set-cookie", "x-api-key"})
-REDACTED = "<redacted>"
 _RAW = "_raw"   # an entry's unread headers and bodies (JournalEntry._record); Journal.entries() expands them
-# "key": "value" pairs whose key looks like a credential, in JSON or form bodies
-_SECRET_KEY_RE = re.compile(r'(?i)("(?:[\w-]*(?:api[_-]?key|token|secret|password|passwd|authorization)[\w-]*)"'
-                            r'\s*:\s*")([^"\\]*(?:\\.[^"\\]*)*)(")')
 _CREATE_PATH_RE = re.compile(r"^(?:/v1)?/sandboxes/?(?:\?|$)")
 _ID_RE = re.compile(r'^\s*\{\s*"id"\s*:\s*"([^"]+)"')
-_ENV_SECRET_RE = re.compile(r"(?i)\b([A-Z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*=)(\S+)")
-
-
-def scrub_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove known secret values and credential-looking JSON fields / env assignments from a preview."""
-    for s in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(s, REDACTED)
-    text = _SECRET_KEY_RE.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
-    return _ENV_SECRET_RE.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 def _preview(data: bytes, limit: int, secrets: Iterable[str]) -> str:

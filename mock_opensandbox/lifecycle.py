@@ -15,7 +15,7 @@ import socket
 import sys
 import traceback
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qsl
 
 from . import diagnostics
@@ -504,37 +504,35 @@ class LifecycleApp(App):
                             supported=", ".join(supported))
         return norm
 
-    def diag_logs(self, req: Request) -> None:
+    def _diag(self, req: Request, kind: str, knob: tuple[str, int, int], scopes: tuple[str, ...],
+              inline: Callable[[Any], tuple[str, bool]], legacy: Callable[[Any, int], str], warning: str) -> None:
+        """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
+        the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
         errors: list = []
-        tail = self._q_int(req, "tail", 100, errors, ge=1, le=10000)
+        bound = self._q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
         if errors:
             raise ValidationFailed(errors)
-        scope = self._scope(req, "logs", ("container", "all"))
+        scope = self._scope(req, kind, scopes)
         sid = req.params["sid"]
+        sb = self.store.get(sid)
         if scope is not None:
-            text = diagnostics.logs_text(self.store.get(sid), 101, now=self.store.clock())
-            content, truncated = diagnostics.limit_lines(text, 100, True)
-            req.send_json(200, diagnostics.inline(sid, "logs", scope, content, truncated,
-                                                  quirks.DIAG_LOGS_ALL_WARNING))
+            content, truncated = inline(sb)
+            req.send_json(200, diagnostics.inline(sid, kind, scope, content, truncated, warning))
             return
-        text = diagnostics.logs_text(self.store.get(sid), tail, _q_last(req, "since"), now=self.store.clock())
-        req.send_text(200, text, "text/plain; charset=utf-8", headers={"deprecation": "true"})
+        req.send_text(200, legacy(sb, bound), "text/plain; charset=utf-8", headers={"deprecation": "true"})
+
+    def diag_logs(self, req: Request) -> None:
+        now = self.store.clock()
+        self._diag(req, "logs", ("tail", 100, 10000), ("container", "all"),
+                   lambda sb: diagnostics.limit_lines(diagnostics.logs_text(sb, 101, now=now), 100, True),
+                   lambda sb, tail: diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
+                   quirks.DIAG_LOGS_ALL_WARNING)
 
     def diag_events(self, req: Request) -> None:
-        errors: list = []
-        limit = self._q_int(req, "limit", 50, errors, ge=1, le=500)
-        if errors:
-            raise ValidationFailed(errors)
-        scope = self._scope(req, "events", ("runtime", "all"))
-        sid = req.params["sid"]
-        if scope is not None:
-            content, truncated = diagnostics.limit_lines(diagnostics.events_text(self.store.get(sid)), 50, False)
-            req.send_json(200, diagnostics.inline(sid, "events", scope, content, truncated,
-                                                  quirks.DIAG_EVENTS_ALL_WARNING))
-            return
-        del limit  # only bounds Docker health-check entries, which a mock sandbox has none of
-        req.send_text(200, diagnostics.events_text(self.store.get(sid)), "text/plain; charset=utf-8",
-                      headers={"deprecation": "true"})
+        # `limit` only bounds Docker health-check entries, which a mock sandbox has none of
+        self._diag(req, "events", ("limit", 50, 500), ("runtime", "all"),
+                   lambda sb: diagnostics.limit_lines(diagnostics.events_text(sb), 50, False),
+                   lambda sb, _limit: diagnostics.events_text(sb), quirks.DIAG_EVENTS_ALL_WARNING)
 
     def diag_inspect(self, req: Request) -> None:
         req.send_text(200, diagnostics.inspect_text(self.store.get(req.params["sid"])),

@@ -27,20 +27,21 @@ import os
 import re
 import secrets
 import select
-import signal
 import socket
 import sys
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
-from . import relay
+from . import fixturefile, relay
 from .admin import AdminAPI, AdminLayer, WorkbenchMixin
-from .faults import FAULT_ARG_HELP, FaultRegistry, add_cli_rules
+from .cli import FAULT_ARG_HELP, parse_args, run_foreground
+from .faults import FaultRegistry
 from .httpcore import OBSERVERS, App, Handler, Request, Server, host_allowed
-from .journal import SECRET_HEADERS, Journal, scrub_text
+from .journal import Journal
+from .scrub import SECRET_HEADERS, scrub_text, strip_secrets
 
 HOP_BY_HOP = relay.HOP_BY_HOP  # this proxy's policy: every hop-by-hop header, proxy-connection included
 _CREATE_RE = re.compile(r"^(?:/v1)?/sandboxes/?$")
@@ -50,7 +51,6 @@ _ADDR_RE = re.compile(r"^(?P<scheme>https?://)?(?P<host>\[[^\]]+\]|[^/:]+):(?P<p
 MAX_RECORDED_BODY = 8 << 20
 MIN_RECORDED_WAIT = 0.5     # a client pause at least this long before a request is recorded (wait_before_s)
 CONNECT_TIMEOUT = 10.0
-PLACEHOLDERS = {"open-sandbox-api-key": "<api-key>", "x-execd-access-token": "<execd-token>"}
 
 
 class ProxyError(Exception):
@@ -76,20 +76,28 @@ def _text_or_b64(data: bytes | None) -> dict[str, Any]:
 
 
 class Recorder:
-    """Collects upstream exchanges and keeps ``DIR/<name>.json`` up to date (atomically, after each)."""
+    """Scrubs each upstream exchange as it comes and appends it to ``DIR/<name>.json`` (fixturefile.Appender:
+    a whole fixture after every exchange, only the new one written). ``secrets``: values the proxy
+    already knows (its keys, execd tokens) to scrub besides those the requests' credential headers carry."""
 
-    def __init__(self, directory: str, name: str, upstream: str):
+    def __init__(self, directory: str, name: str, upstream: str, secrets: Callable[[], Iterable[str]] = lambda: ()):
         if not re.fullmatch(r"[\w.-]{1,100}", name):
             raise ValueError("the recording name may use letters, digits, '.', '_' and '-' only")
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, name + ".json")
         self.name = name
         self.upstream = upstream
-        self.exchanges: list[dict[str, Any]] = []
         self.secrets: set[str] = set()
+        self._known = secrets
         self._lock = threading.Lock()
         self._last_end: float | None = None
         self.started = datetime.now(timezone.utc)
+        self._file = fixturefile.Appender(self.path, fixturefile.make(
+            name, "recorded by the fault proxy in front of %s" % upstream,
+            {"where": "fault proxy (python -m mock_opensandbox.proxy) in front of %s" % upstream,
+             "when": self.started.strftime("%Y-%m-%d"), "source": "proxy",
+             "tool": "python -m mock_opensandbox.proxy --record", "templated": False},
+            {"replayable": True}, []))
 
     def add(self, request: dict[str, Any], response: dict[str, Any], started: float | None = None) -> None:
         """``started``: time.monotonic() when the request was sent. A client that waited before it (a
@@ -104,56 +112,21 @@ class Recorder:
             if started is not None and self._last_end is not None and started - self._last_end >= MIN_RECORDED_WAIT:
                 ex["wait_before_s"] = round(started - self._last_end, 2)
             self._last_end = now if self._last_end is None else max(self._last_end, now)
-            ex["request"], ex["response"] = request, response
-            self.exchanges.append(ex)
-            self._write()
+            ex["request"], ex["response"] = self._scrub(request, response)
+            self._file.append(ex)
 
-    def _scrub_text(self, text: str | None) -> str | None:
-        if text is None:
-            return None
-        for s in sorted((s for s in self.secrets if len(s) >= 4), key=len, reverse=True):
-            text = text.replace(s, "<api-key>")
-        return text
-
-    def _scrub_headers(self, headers: dict[str, str]) -> dict[str, str]:
-        out = {}
-        for k, v in headers.items():
-            kl = k.lower()
-            if kl in SECRET_HEADERS:
-                out[k] = PLACEHOLDERS.get(kl, "<redacted>")
-            else:
-                out[k] = self._scrub_text(v) or ""
-        return out
-
-    def fixture(self) -> dict[str, Any]:
-        ex_out = []
-        for ex in self.exchanges:
-            req, resp = dict(ex["request"]), dict(ex["response"])
-            req["headers"] = self._scrub_headers(req["headers"])
-            resp["headers"] = self._scrub_headers(resp["headers"])
-            for part in (req, resp):
-                if part.get("body") is not None:   # known secrets, then credential-looking fields (env keys...)
-                    part["body"] = scrub_text(self._scrub_text(part["body"]) or "")
-            req["path"] = self._scrub_text(req["path"])
-            out: dict[str, Any] = {"wait_before_s": ex["wait_before_s"]} if "wait_before_s" in ex else {}
-            out["request"], out["response"] = req, resp
-            ex_out.append(out)
-        return {
-            "fixture_format": 1,
-            "scenario": self.name,
-            "description": "recorded by the fault proxy in front of %s" % self.upstream,
-            "recorded": {"where": "fault proxy (python -m mock_opensandbox.proxy) in front of %s" % self.upstream,
-                         "when": self.started.strftime("%Y-%m-%d"), "source": "proxy",
-                         "tool": "python -m mock_opensandbox.proxy --record", "templated": False},
-            "replay": {"replayable": True},
-            "exchanges": ex_out,
-        }
-
-    def _write(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.write(json.dumps(self.fixture(), indent=2, ensure_ascii=False) + "\n")
-        os.replace(tmp, self.path)
+    def _scrub(self, request: dict[str, Any], response: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Credential headers as their placeholders; known secrets as <api-key>; in bodies also
+        credential-looking fields (env keys...) as <redacted>."""
+        known = self.secrets | {s for s in self._known() if s}
+        req, resp = dict(request), dict(response)
+        for part in (req, resp):
+            part["headers"] = {k: SECRET_HEADERS[k.lower()] if k.lower() in SECRET_HEADERS
+                               else strip_secrets(v, known, "<api-key>") for k, v in part["headers"].items()}
+            if part.get("body") is not None:
+                part["body"] = scrub_text(part["body"], known, "<api-key>")
+        req["path"] = strip_secrets(req["path"], known, "<api-key>")
+        return req, resp
 
 
 # =====================================================================================================
@@ -193,7 +166,7 @@ class _Forwarder:
         headers: list[tuple[str, str]] = [("Host", hostport)]
         for k, v in req.headers.items():
             kl = k.lower()
-            if kl in ("host", "content-length") or (not upgrade and (kl in HOP_BY_HOP or kl in conn_tokens)):
+            if kl in relay.FRAMING or (not upgrade and (kl in HOP_BY_HOP or kl in conn_tokens)):
                 continue
             headers.append((k, v))
         body = b"" if upgrade else req.body
@@ -492,7 +465,7 @@ class FaultProxy(WorkbenchMixin):
         self.journal = Journal(secrets=lambda: [self.api_key, *self._seen_secrets])
         self.admin = AdminAPI(ProxyBackend(self), self.journal, self.faults, api_key=lambda: self.api_key,
                               bind_host=lambda: self.host, serve_faults=True)
-        self.recorder = Recorder(record, record_name, self.upstream) if record else None
+        self.recorder = Recorder(record, record_name, self.upstream, self.journal.secrets) if record else None
         self.forwarder = _Forwarder(self)
         self.known: dict[str, dict[str, Any]] = {}
         self.listeners: dict[tuple[str, str], tuple[Server, EndpointProxyApp]] = {}
@@ -652,9 +625,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        print("error: --port must be between 0 and 65535", file=sys.stderr)
+    args = parse_args(build_parser(), argv)
+    if args is None:
         return 2
     env_key = os.environ.get("OPENSANDBOX_API_KEY") or None
     try:
@@ -664,33 +636,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    problem = add_cli_rules(proxy.faults, args.fault)
-    if problem:
-        print("error: %s" % problem, file=sys.stderr)
-        return 2
-    stop = threading.Event()
-    old = [signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)]
-    try:
-        try:
-            proxy.start()
-        except OSError as e:
-            print("error: cannot listen on %s:%d: %s" % (args.host, args.port, e.strerror or e), file=sys.stderr)
-            return 2
+    def banner() -> None:
         print("Fault proxy listening on %s -> %s" % (proxy.base_url, proxy.upstream), flush=True)
         if not (args.api_key or env_key):
             print("Admin API key (generated, header OPEN-SANDBOX-API-KEY): %s" % proxy.api_key, flush=True)
         print("Dashboard: %s/__mock__/?key=<admin key>" % proxy.base_url, flush=True)
         if proxy.recorder:
             print("Recording to %s" % proxy.recorder.path, flush=True)
-        while not stop.wait(0.5):
-            pass
-        print("Stopping...", flush=True)
-        return 0
-    finally:
-        proxy.stop()
-        signal.signal(signal.SIGINT, old[0])
-        signal.signal(signal.SIGTERM, old[1])
 
+    return run_foreground(proxy, args.fault, args.host, args.port, banner)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,9 @@
   connection).
 * ``HOP_BY_HOP`` and ``connection_tokens()``: the headers a reverse proxy never forwards (RFC 9110
   7.6.1, as Go's httputil.ReverseProxy and the server's proxy drop them), for the HTTP-level
-  proxies (revproxy.py's server proxy and 8080 listener, execd's /proxy/<port>, proxy.py).
+  proxies (revproxy.py's server proxy and 8080 listener, execd's /proxy/<port>, proxy.py); each
+  proxy's policy is this set, or this set with ``FRAMING`` (Host, Content-Length: what the proxy
+  writes itself), or less (the server's proxy passes proxy-connection).
 * ``free_port()`` (an ephemeral port nothing listens on yet) and ``client_gone()`` (has the peer of a
   connection we are holding unanswered gone away?): the mock's one copy of each.
 
@@ -25,6 +27,8 @@ from typing import Any, Callable, Iterable
 
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "proxy-connection"))
+# what an HTTP proxy writes itself for the side it sends to, never copied from what it read
+FRAMING = frozenset(("host", "content-length"))
 BUFSIZE = 256 * 1024
 
 

@@ -82,7 +82,7 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
     headers: list[tuple[str, str]] = []
     for k, v in req.headers.items():
         kl = k.lower()
-        if kl in ("host", "content-length") or kl in hop_by_hop or kl in conn_tokens:
+        if kl in relay.FRAMING or kl in hop_by_hop or kl in conn_tokens:
             continue
         if client_facing and (kl in SENSITIVE or kl in FORWARDED):
             continue

@@ -100,25 +100,6 @@ def _is_mock_execd(path: str) -> bool:
     return head.startswith(b"#!") and b"mock_opensandbox.execd" in head
 
 
-class _ExecdProcess:
-    """A real execd binary (or ``python -m mock_opensandbox.execd``) running as a sandbox process."""
-
-    def __init__(self, proc: subprocess.Popen, port: int):
-        self.proc = proc
-        self.port = port
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
-
-
 class _ExitedExecd:
     """The execd of a sandbox whose main process ended before execd listened (nothing to stop)."""
 
@@ -254,6 +235,8 @@ class MockProvisioner(Provisioner):
         return execd
 
     def _start_execd_process(self, sb: Sandbox, runtime: Any) -> Any:
+        from .runtime.execd import ExecdProcess, published
+
         m = self.mock
         if not self.mock_execd:
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
@@ -270,19 +253,8 @@ class MockProvisioner(Provisioner):
             proc = runtime.spawn(argv, cwd="/", stdout=log, stderr=subprocess.STDOUT)
         finally:
             log.close()
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError("execd exited with status %s at start" % proc.returncode)
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            proc.kill()
-            raise RuntimeError("execd did not listen on port %d" % port)
-        return _ExecdProcess(proc, port)
+        # runtime/execd.py's ExecdProcess: once it listens (15 s at most); stop() SIGKILLs its group at once
+        return published(ExecdProcess(proc, port, runtime, grace=0), runtime, 15.0)
 
     def on_exit(self, sb: Sandbox) -> None:
         # the container stopped: execd and every other process in it go away; the root stays until delete

@@ -24,7 +24,7 @@ import re
 import sys
 from typing import Any, TextIO
 
-from record import fixture
+from mock_opensandbox import fixturefile as fixture
 from record.compare import PH_RE
 from record.replay import ScenarioResult, format_table, replay_fixture
 from record.scrub import scrub_exchanges

@@ -5,8 +5,9 @@ recordings) and the recorder (new recordings), so both produce the same fixture 
 
 Placeholder scheme (see fixtures/README.md):
 
-* secrets: the value of a credential header (``OPEN-SANDBOX-API-KEY``, ``X-EXECD-ACCESS-TOKEN``,
-  ``Authorization``, ``Cookie``) and every occurrence of a known secret -> ``<api-key>`` /
+* secrets (mock_opensandbox/scrub.py, the scrubber the journal and the fault proxy use too): the
+  value of a credential header (``OPEN-SANDBOX-API-KEY``, ``X-EXECD-ACCESS-TOKEN``, ``Authorization``,
+  ``Cookie``, ...) and every occurrence of a known secret -> ``<api-key>`` /
   ``<execd-token>`` / ``<redacted>``. Values listed in ``PUBLIC_WRONG_CREDENTIALS`` (keys sent on
   purpose to provoke a 401) are kept, so a replay can send them again.
 * sandbox ids (UUIDs other than the all-zero UUID) -> ``{{sandbox_id:N}}``
@@ -33,14 +34,11 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-SECRET_HEADERS = {
-    "open-sandbox-api-key": "<api-key>",
-    "x-execd-access-token": "<execd-token>",
-    "authorization": "<redacted>",
-    "proxy-authorization": "<redacted>",
-    "cookie": "<redacted>",
-    "set-cookie": "<redacted>",
-}
+from mock_opensandbox.scrub import MIN_SECRET, SECRET_HEADERS, strip_secrets
+
+__all__ = ["Scrubber", "scrub_exchanges", "find_secret_leaks", "SECRET_HEADERS", "PUBLIC_WRONG_CREDENTIALS",
+           "header", "is_lifecycle_path", "utc_now_iso"]
+
 # Deliberately wrong credentials sent by scenario 02 (not secrets; a replay must send them again).
 PUBLIC_WRONG_CREDENTIALS = frozenset({"wrong-key"})
 DATE_HEADERS = {"date", "last-modified", "expires"}
@@ -94,7 +92,7 @@ class Scrubber:
     """Scrubs one scenario (a list of raw exchanges). Create a new one per scenario."""
 
     def __init__(self, secrets: Iterable[str] = (), hosts: Iterable[str] = ()):
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self.secrets = {s for s in secrets if s}
         self.hosts = set(hosts) | {"127.0.0.1", "localhost"}
         self.sandbox_ids: dict[str, str] = {}
         self.command_ids: dict[str, str] = {}
@@ -167,8 +165,7 @@ class Scrubber:
 
     # -- pass 2: substitute ----------------------------------------------------------------------
     def _sub_ids(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "<api-key>")
+        text = strip_secrets(text, self.secrets, "<api-key>")
         if self.sandbox_ids:
             text = UUID_RE.sub(lambda m: self.sandbox_ids.get(m.group(0), m.group(0)), text)
         if self.command_ids:
@@ -281,7 +278,7 @@ def scrub_exchanges(exchanges: list[dict[str, Any]], *, secrets: Iterable[str] =
 
 def find_secret_leaks(text: str, secrets: Iterable[str]) -> list[str]:
     """Secrets (len >= 4) that still occur in ``text``; used as a last check before writing."""
-    return [s for s in secrets if s and len(s) >= 4 and s in text]
+    return [s for s in secrets if s and len(s) >= MIN_SECRET and s in text]
 
 
 def utc_now_iso() -> str:

@@ -17,7 +17,7 @@ from .client import Response, build_request, raw_request
 from .routes import ROUTES
 from .targets import Target
 
-__all__ = ["Case", "Ctx", "Accepted", "CaseResult", "run_case", "load_accepted", "compare"]
+__all__ = ["Case", "case_collector", "Ctx", "Accepted", "CaseResult", "run_case", "load_accepted", "compare"]
 
 # Headers a client reads (the rest - Date's value, Connection - is transport detail).
 CLIENT_HEADERS = ("Content-Type", "Content-Length", "Transfer-Encoding", "Content-Range", "Accept-Ranges",
@@ -42,6 +42,18 @@ class Case:
     fn: Callable[["Ctx"], None]
     token: bool = False       # run against the access-token targets
     slow: bool = False
+
+
+def case_collector(cases: list[Case]) -> Callable[..., Callable[[Callable[["Ctx"], None]], Callable[["Ctx"], None]]]:
+    """A ``@case(name, *routes, token=False, slow=False)`` decorator that appends each case to ``cases``
+    in the order the module defines them (the corpus modules' registries)."""
+    def case(name: str, *routes: str, token: bool = False,
+             slow: bool = False) -> Callable[[Callable[["Ctx"], None]], Callable[["Ctx"], None]]:
+        def deco(fn: Callable[["Ctx"], None]) -> Callable[["Ctx"], None]:
+            cases.append(Case(name, routes, fn, token=token, slow=slow))
+            return fn
+        return deco
+    return case
 
 
 @dataclass

@@ -52,6 +52,14 @@ class Target:
         os.makedirs(os.path.join(self.root, "opt", "opensandbox"), exist_ok=True)
         return self.root
 
+    def _drop_root(self) -> None:
+        """The end of stop(): the sandbox's processes and its root go."""
+        if self.runtime is not None:
+            self.runtime.cleanup()
+            self.runtime = None
+        if self.root and os.path.isdir(self.root):
+            shutil.rmtree(self.root, ignore_errors=True)
+
     def host(self, sandbox_path: str) -> str:
         """Host path of a sandbox path (for the harness's own setup and snapshots)."""
         return self.runtime.resolve(sandbox_path, follow_symlinks=False)
@@ -123,11 +131,7 @@ class RealExecd(Target):
             if self.proc is not None:
                 self.proc.stop()
         finally:
-            if self.runtime is not None:
-                self.runtime.cleanup()
-                self.runtime = None
-            if self.root and os.path.isdir(self.root):
-                shutil.rmtree(self.root, ignore_errors=True)
+            self._drop_root()
 
 
 class MockExecd(Target):
@@ -160,8 +164,4 @@ class MockExecd(Target):
             if self.runtime is not None:
                 self.runtime.terminate()
         finally:
-            if self.runtime is not None:
-                self.runtime.cleanup()
-                self.runtime = None
-            if self.root and os.path.isdir(self.root):
-                shutil.rmtree(self.root, ignore_errors=True)
+            self._drop_root()

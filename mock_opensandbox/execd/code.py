@@ -26,7 +26,7 @@ NO_RUNTIME = "language runtime server not configured, please check your image ru
 class CodeAPI:
     def __init__(self, run_command: Callable[[Request, dict[str, Any], bool], None],
                  interrupt: Callable[[Request], None], stall: Callable[[Request], None], mode: str = "v1.1.0"):
-        """run_command(req, spec, linger): stream a /command-style run (spec as _parse_command returns).
+        """run_command(req, spec, linger): stream a /command-style run (spec as CommandRoutes.parse returns).
         mode "latest": a code request without a language needs the (absent) runtime (seed 000 §1.4,
         live); the v1.0.19 binary runs it as a command (tiers/diff code.plain_image)."""
         self._run_command, self.interrupt, self._stall = run_command, interrupt, stall

@@ -1,13 +1,17 @@
 """The HTTP side of the mock execd's files and directories API: query/body decoding and Gin's
 replies around the model in execd/fsops.py (which does the file work and raises ExecdError).
 Download follows execd's filesystem_download.go and net/http's ServeContent (conditional requests,
-Range) as the real binary shows them (tiers/diff files.download). See QUIRKS.md (part 2).
+Range) as the real binary shows them (tiers/diff files.download), with the HTTP text fsops leaves out:
+execd's and net/http's Range parsers and the Content-Disposition of a download. See QUIRKS.md (part 2).
 """
 from __future__ import annotations
 
 import email.utils
+import os
 import posixpath
+import re
 from typing import Any
+from urllib.parse import quote
 
 from .. import httpcore, multipart
 from ..gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
@@ -15,16 +19,18 @@ from ..httpcore import Request
 from . import gin
 from .errors import (INVALID_FILE, INVALID_FILE_CONTENT, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR,
                      ExecdError, bad_body, missing_query)
-from .fsops import (NoOverlap, SandboxFS, _DirHandle, content_disposition, execd_parse_range, file_info, glob_match,
-                    go_parse_range)
+from .fsops import SandboxFS, _DirHandle, file_info
+from .globmatch import glob_match
 
-__all__ = ["FilesAPI", "FileOpError", "glob_match", "file_info"]
+__all__ = ["FilesAPI", "FileOpError", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
+           "content_disposition"]
 
 FileOpError = ExecdError  # the files half's old name for it (kept for callers)
 
 PERMISSION = {"owner": "string", "group": "string", "mode": "int"}
 RENAME_ITEM = Struct("model.RenameFileItem", {"src": "string", "dest": "string"})
 FILE_METADATA = Struct("model.FileMetadata", dict(PERMISSION, path="string"))
+PERMISSIONS = ("map[string]model.Permission", Struct("model.Permission", PERMISSION))
 
 
 def _ptr(key: str) -> str:
@@ -67,26 +73,17 @@ class FilesAPI:
         gin.json_reply(req, 200, self.fs.info(req.query.get("path", [])))
 
     def delete_files(self, req: Request) -> None:
-        for p in req.query.get("path", []):
-            self.fs.delete_file(p)
-        gin.ok(req)
+        _each(req.query.get("path", []), self.fs.delete_file, req)
 
     def delete_dirs(self, req: Request) -> None:
-        for p in req.query.get("path", []):
-            self.fs.remove_dir(p)
-        gin.ok(req)
+        _each(req.query.get("path", []), self.fs.remove_dir, req)
 
     # -- directories ----------------------------------------------------------------------------
     def mkdirs(self, req: Request) -> None:
-        m = _decode_container(req.body, "map[string]model.Permission", Struct("model.Permission", PERMISSION), False)
-        for d, perm in m.items():
-            self.fs.make_dir(d, perm)
-        gin.ok(req)
+        _each(_decode_container(req.body, *PERMISSIONS, False).items(), self.fs.make_dir, req)
 
     def list_dir(self, req: Request) -> None:
-        p = req.q("path") or ""
-        if not p:
-            raise missing_query("path")
+        p = _required_path(req)
         depth = 1
         raw = req.q("depth")
         if raw:
@@ -97,22 +94,15 @@ class FilesAPI:
         gin.json_reply(req, 200, self.fs.list_dir(p, depth))
 
     def search(self, req: Request) -> None:
-        p = req.q("path") or ""
-        if not p:
-            raise missing_query("path")
-        gin.json_reply(req, 200, self.fs.search(p, req.q("pattern") or ""))
+        gin.json_reply(req, 200, self.fs.search(_required_path(req), req.q("pattern") or ""))
 
     # -- mv / permissions / replace -------------------------------------------------------------
     def mv(self, req: Request) -> None:
-        for it in _decode_container(req.body, "[]model.RenameFileItem", RENAME_ITEM, True):
-            self.fs.rename(it.get("src") or "", it.get("dest") or "")
-        gin.ok(req)
+        items = _decode_container(req.body, "[]model.RenameFileItem", RENAME_ITEM, True)
+        _each([(it.get("src") or "", it.get("dest") or "") for it in items], self.fs.rename, req)
 
     def permissions(self, req: Request) -> None:
-        m = _decode_container(req.body, "map[string]model.Permission", Struct("model.Permission", PERMISSION), False)
-        for f, perm in m.items():
-            self.fs.chmod(f, perm)
-        gin.ok(req)
+        _each(_decode_container(req.body, *PERMISSIONS, False).items(), self.fs.chmod, req)
 
     def replace(self, req: Request) -> None:
         verbose = req.q("verbose") == "true"
@@ -155,9 +145,7 @@ class FilesAPI:
 
     # -- download -------------------------------------------------------------------------------
     def download(self, req: Request) -> None:
-        p = req.q("path") or ""
-        if not p:
-            raise missing_query("path")
+        p = _required_path(req)
         raw_offset, raw_limit = req.q("offset") or "", req.q("limit") or ""
         line_mode = bool(raw_offset or raw_limit)
         rng = req.headers.get("Range") or ""
@@ -279,13 +267,29 @@ class FilesAPI:
         gin.send(req, 200, bytes(out), "text/plain; charset=utf-8")
 
 
+def _required_path(req: Request) -> str:
+    """The ``path`` query parameter, which the controller requires (400 MISSING_QUERY without it)."""
+    p = req.q("path") or ""
+    if not p:
+        raise missing_query("path")
+    return p
+
+
+def _each(items: Any, op: Any, req: Request) -> None:
+    """``op`` on every item in order (a tuple item is its arguments), the first error answering; then
+    RespondSuccess(nil)."""
+    for it in items:
+        op(*it) if isinstance(it, tuple) else op(it)
+    gin.ok(req)
+
+
 def _atoi(text: str) -> int | None:
     """strconv.Atoi."""
     return _parse_int64(text)
 
 
 def _parse_int64(text: str) -> int | None:
-    import re
+    """strconv.ParseInt(text, 10, 64): optional sign, digits only, 64-bit range."""
     if not re.fullmatch(r"[+-]?[0-9]+", text):
         return None
     v = int(text)
@@ -293,8 +297,106 @@ def _parse_int64(text: str) -> int | None:
 
 
 def _fstat(fh: Any) -> Any:
-    import os
     return os.fstat(fh.fileno())
+
+
+# ---------------------------------------------------------------------------------------------
+# byte ranges and the download's name (HTTP text: execd controller/utils.go, net/http)
+
+def execd_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
+    """execd controller/utils.go ParseRange: None = "invalid range"; [] = nothing satisfiable (then
+    net/http's ServeContent sees the same header)."""
+    if not s.startswith("bytes="):
+        return None
+    out: list[tuple[int, int]] = []
+    for ra in s[6:].split(","):
+        ra = ra.strip()
+        if not ra:
+            continue
+        if "-" not in ra:
+            return None
+        a, b = (x.strip() for x in ra.split("-", 1))
+        if a == "":
+            n = _parse_int64(b)
+            if n is None or n < 0:
+                return None
+            n = min(n, size)
+            start, length = size - n, n
+        else:
+            start = _parse_int64(a)
+            if start is None or start < 0:
+                return None
+            if b == "":
+                length = size - start
+            else:
+                end = _parse_int64(b)
+                if end is None or end < start:
+                    return None
+                length = end - start + 1
+        if start >= size:
+            continue
+        length = min(length, size - start)
+        out.append((start, length))
+    return out
+
+
+class NoOverlap(Exception):
+    pass
+
+
+def go_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
+    """net/http parseRange: None = invalid ("invalid range"); raises NoOverlap; [] = no ranges."""
+    if s == "":
+        return []
+    if not s.startswith("bytes="):
+        return None
+    out: list[tuple[int, int]] = []
+    no_overlap = False
+    for ra in s[6:].split(","):
+        ra = ra.strip(" \t")
+        if ra == "":
+            continue
+        if "-" not in ra:
+            return None
+        a, b = ra.split("-", 1)
+        a, b = a.strip(" \t"), b.strip(" \t")
+        if a == "":
+            if b == "" or b[0] == "-":
+                return None
+            n = _parse_int64(b)
+            if n is None or n < 0:
+                return None
+            n = min(n, size)
+            out.append((size - n, n))
+            continue
+        i = _parse_int64(a)
+        if i is None or i < 0:
+            return None
+        if i >= size:
+            no_overlap = True
+            continue
+        if b == "":
+            out.append((i, size - i))
+            continue
+        j = _parse_int64(b)
+        if j is None or i > j:
+            return None
+        j = min(j, size - 1)
+        out.append((i, j - i + 1))
+    if no_overlap and not out:
+        raise NoOverlap()
+    return out
+
+
+def content_disposition(name: str) -> str:
+    """formatContentDisposition: RFC 5987 form (url.PathEscape) when the name is not ASCII. A CR or LF
+    in a name (a file called "a\nb") goes out as a space: net/http writes every header value through
+    headerNewlineToSpace, so no name can split the header block."""
+    if all(ord(c) < 128 for c in name):
+        name = name.replace("\r", " ").replace("\n", " ")
+        return f'attachment; filename="{name}"'
+    enc = quote(name.encode("utf-8", "surrogateescape"), safe="!$&'()*+,;=:@-._~")
+    return f"attachment; filename=\"{enc}\"; filename*=UTF-8''{enc}"
 
 
 def _preconditions(req: Request, mtime: int) -> str | None:
@@ -337,17 +439,9 @@ def _http_date(text: str) -> int | None:
 
 def _send_head(req: Request, status: int, headers: dict[str, str], *, close: bool = False,
                no_length: bool = False) -> None:
-    h = req.handler
-    req.drain()
-    h.send_response(status)
-    for k, v in headers.items():
-        h.send_header(k, v)
-    h.end_headers()
-    req.responded = True
-    if httpcore.OBSERVERS:
-        req.sent_status, req.sent_headers = status, dict(headers)
+    req.send_head(status, headers)
     if close:
-        h.close_connection = True
+        req.handler.close_connection = True
 
 
 def _serve_error(req: Request, headers: dict[str, str], status: int, text: str) -> None:

@@ -12,16 +12,16 @@ import os
 import posixpath
 import pwd
 import re
-import shutil
 import stat
 from typing import Any, Iterable, Mapping
 
 from ..gojson import errno_text, go_time
+from ..fsutil import remove_all
 from .errors import FILE_NOT_FOUND, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR, ExecdError
+from .globmatch import glob_match
 from .paths import PathExpandError, clean, expand_path
 
-__all__ = ["SandboxFS", "GoError", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
-           "content_disposition", "UMASK", "MKDIR_MODE"]
+__all__ = ["SandboxFS", "GoError", "file_info", "UMASK", "MKDIR_MODE"]
 
 UMASK = 0o022  # a container's default umask: Go's MkdirAll/OpenFile(0777) give 0755 (recording 13: data.csv 755)
 MKDIR_MODE = 0o777 & ~UMASK
@@ -137,14 +137,6 @@ class Accounts:
         return None if gid is None else _map_id(self.gid_map, gid, True)
 
 
-def _parse_int(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64): optional sign, digits only, 64-bit range."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        return None
-    v = int(text)
-    return v if -(1 << 63) <= v < (1 << 63) else None
-
-
 def _octal_mode(mode: int) -> int:
     """strconv.ParseUint(strconv.Itoa(mode), 8, 32); Go's os.FileMode then keeps the permission
     bits only (its setuid/sticky flags are other bits), so 4755 chmods to 0755 (tiers/diff)."""
@@ -153,220 +145,6 @@ def _octal_mode(mode: int) -> int:
         raise GoError(f'strconv.ParseUint: parsing "{text}": invalid syntax'
                       if not re.fullmatch(r"[0-7]+", text) else f'strconv.ParseUint: parsing "{text}": value out of range')
     return int(text, 8) & 0o777
-
-
-# ---------------------------------------------------------------------------------------------
-# glob (execd pkg/util/glob.PathMatch, doublestar semantics, matched against the base name)
-
-def _segment_regex(seg: str) -> str:
-    out, i = [], 0
-    while i < len(seg):
-        c = seg[i]
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "\\":
-            i += 1
-            if i >= len(seg):
-                raise ValueError("syntax error in pattern")
-            out.append(re.escape(seg[i]))
-        elif c == "[":
-            j = i + 1
-            neg = False
-            if j < len(seg) and seg[j] in "^!":
-                neg, j = True, j + 1
-            cls = []
-            first = True
-            while j < len(seg) and (seg[j] != "]" or first):
-                ch = seg[j]
-                if ch == "\\":
-                    j += 1
-                    if j >= len(seg):
-                        raise ValueError("syntax error in pattern")
-                    ch = seg[j]
-                cls.append(re.escape(ch) if ch != "-" else "-")
-                first = False
-                j += 1
-            if j >= len(seg) or not cls:
-                raise ValueError("syntax error in pattern")
-            out.append("[" + ("^" if neg else "") + "".join(cls) + "]")
-            i = j
-        elif c == "{":
-            j = seg.find("}", i)
-            if j < 0:
-                raise ValueError("syntax error in pattern")
-            alts = seg[i + 1:j].split(",")
-            out.append("(?:" + "|".join(_segment_regex(a) for a in alts) + ")")
-            i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
-
-
-def _closing(s: str, left: str, right: str) -> int:
-    """findMatchedClosingSymbolsIndex (pkg/util/glob/index.go), depth starting at 0."""
-    depth, i = 0, 0
-    while i < len(s):
-        if s[i] == "\\":
-            i += 2
-            continue
-        if s[i] == left:
-            depth += 1
-        elif s[i] == right:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
-def _negation(pattern: str) -> int:
-    """Index of the first "!" outside a [class] and not escaped, or -1."""
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            j = pattern.find("]", i + 2)
-            i = (j + 1) if j > 0 else len(pattern)
-            continue
-        if c == "!":
-            return i
-        i += 1
-    return -1
-
-
-def glob_match(pattern: str, name: str) -> bool:
-    """doublestar.PathMatch(pattern, name) of execd's pkg/util/glob; raises ValueError("syntax error
-    in pattern"). "!(x)" negates: the pattern with the group spliced in must NOT match (a "!" without
-    its "(...)" is a syntax error; tiers/diff gen.paths.search)."""
-    k = _negation(pattern)
-    if k >= 0:
-        rest = pattern[k + 1:]
-        close = _closing(rest, "(", ")")
-        if close < 0:
-            raise ValueError("syntax error in pattern")
-        spliced = pattern[:k] + rest[1:close] + rest[close + 1:]
-        if k and not re.match(_segment_regex(pattern[:k]), name, re.S):
-            return False
-        return not glob_match(spliced, name)
-    segs = pattern.split("/")
-    regs = [None if s == "**" else re.compile(_segment_regex(s) + r"\Z", re.S) for s in segs]
-    parts = name.split("/")
-
-    def m(i: int, j: int) -> bool:
-        if i == len(regs):
-            return j == len(parts)
-        r = regs[i]
-        if r is None:
-            return any(m(i + 1, k) for k in range(j, len(parts) + 1))
-        return j < len(parts) and bool(r.match(parts[j])) and m(i + 1, j + 1)
-
-    return m(0, 0)
-
-
-# ---------------------------------------------------------------------------------------------
-# byte ranges
-
-def execd_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
-    """execd controller/utils.go ParseRange: None = "invalid range"; [] = nothing satisfiable (then
-    net/http's ServeContent sees the same header)."""
-    if not s.startswith("bytes="):
-        return None
-    out: list[tuple[int, int]] = []
-    for ra in s[6:].split(","):
-        ra = ra.strip()
-        if not ra:
-            continue
-        if "-" not in ra:
-            return None
-        a, b = (x.strip() for x in ra.split("-", 1))
-        if a == "":
-            n = _parse_int(b)
-            if n is None or n < 0:
-                return None
-            n = min(n, size)
-            start, length = size - n, n
-        else:
-            start = _parse_int(a)
-            if start is None or start < 0:
-                return None
-            if b == "":
-                length = size - start
-            else:
-                end = _parse_int(b)
-                if end is None or end < start:
-                    return None
-                length = end - start + 1
-        if start >= size:
-            continue
-        length = min(length, size - start)
-        out.append((start, length))
-    return out
-
-
-class NoOverlap(Exception):
-    pass
-
-
-def go_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
-    """net/http parseRange: None = invalid ("invalid range"); raises NoOverlap; [] = no ranges."""
-    if s == "":
-        return []
-    if not s.startswith("bytes="):
-        return None
-    out: list[tuple[int, int]] = []
-    no_overlap = False
-    for ra in s[6:].split(","):
-        ra = ra.strip(" \t")
-        if ra == "":
-            continue
-        if "-" not in ra:
-            return None
-        a, b = ra.split("-", 1)
-        a, b = a.strip(" \t"), b.strip(" \t")
-        if a == "":
-            if b == "" or b[0] == "-":
-                return None
-            n = _parse_int(b)
-            if n is None or n < 0:
-                return None
-            n = min(n, size)
-            out.append((size - n, n))
-            continue
-        i = _parse_int(a)
-        if i is None or i < 0:
-            return None
-        if i >= size:
-            no_overlap = True
-            continue
-        if b == "":
-            out.append((i, size - i))
-            continue
-        j = _parse_int(b)
-        if j is None or i > j:
-            return None
-        j = min(j, size - 1)
-        out.append((i, j - i + 1))
-    if no_overlap and not out:
-        raise NoOverlap()
-    return out
-
-
-def content_disposition(name: str) -> str:
-    """formatContentDisposition: RFC 5987 form (url.PathEscape) when the name is not ASCII. A CR or LF
-    in a name (a file called "a\nb") goes out as a space: net/http writes every header value through
-    headerNewlineToSpace, so no name can split the header block."""
-    if all(ord(c) < 128 for c in name):
-        name = name.replace("\r", " ").replace("\n", " ")
-        return f'attachment; filename="{name}"'
-    from urllib.parse import quote
-    enc = quote(name.encode("utf-8", "surrogateescape"), safe="!$&'()*+,;=:@-._~")
-    return f"attachment; filename=\"{enc}\"; filename*=UTF-8''{enc}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,6 +175,33 @@ class SandboxFS:
         """pathutil.ExpandAbsPath (relative to execd's working directory "/")."""
         e = self.expand(p)
         return clean(e if e.startswith("/") else "/" + e)
+
+    def abs_or(self, p: str, prefix: str) -> str:
+        """expand_abs(p); its error as ``fmt.Errorf(prefix + "%v", err)`` (a new error, not wrapped)."""
+        try:
+            return self.expand_abs(p)
+        except GoError as e:
+            raise GoError(prefix + e.text) from None
+
+    def _expanded_host(self, sp: str) -> tuple[str, str]:
+        """(clean absolute sandbox path, host path) of an expanded path (relative to "/"), its ".."
+        walked first as the kernel walks it; raises OSError / ValueError."""
+        sp = sp if sp.startswith("/") else "/" + sp
+        self.check_dotdot(sp)
+        sabs = clean(sp)
+        return sabs, self.host(sabs)
+
+    def _walk_root(self, p: str, follow: bool) -> tuple[str, os.stat_result]:
+        """ListDirectory / SearchFiles: the absolute path (``path, err := ExpandAbsPath(path)`` shadows the
+        path with "" before the message uses it) and its (l)stat, errors as execd answers them."""
+        try:
+            sabs = self.expand_abs(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
+        try:
+            return sabs, (self.stat if follow else self.lstat)(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
 
     def host(self, spath: str, follow: bool = True) -> str:
         return self.rt.resolve(spath if spath.startswith("/") else "/" + spath, follow_symlinks=follow)
@@ -477,24 +282,24 @@ class SandboxFS:
         """SetFileOwnership."""
         if not owner and not group:
             return
-        uid = gid = -1
         names = self.names()
-        if owner:
+
+        def lookup(kind: str, name: str) -> int:
+            """user.Lookup / user.LookupGroup in the sandbox's accounts (else the host's); -1 = keep."""
+            if not name:
+                return -1
             try:
-                found = names.host_uid(owner) if names else pwd.getpwnam(owner).pw_uid
+                if kind == "user":
+                    found = names.host_uid(name) if names else pwd.getpwnam(name).pw_uid
+                else:
+                    found = names.host_gid(name) if names else grp.getgrnam(name).gr_gid
                 if found is None:
-                    raise KeyError(owner)
-                uid = found
+                    raise KeyError(name)
+                return found
             except KeyError:
-                raise GoError(f"failed to lookup user {owner}: user: unknown user {owner}") from None
-        if group:
-            try:
-                found = names.host_gid(group) if names else grp.getgrnam(group).gr_gid
-                if found is None:
-                    raise KeyError(group)
-                gid = found
-            except KeyError:
-                raise GoError(f"failed to lookup group {group}: group: unknown group {group}") from None
+                raise GoError(f"failed to lookup {kind} {name}: {kind}: unknown {kind} {name}") from None
+
+        uid, gid = lookup("user", owner), lookup("group", group)
         try:
             os.chown(self.host(sabs), uid, gid)
         except (OSError, ValueError) as exc:
@@ -515,10 +320,7 @@ class SandboxFS:
         names = self.names()
         for p in paths:
             try:
-                try:
-                    sabs = self.expand_abs(p)
-                except GoError as e:
-                    raise GoError(f"invalid path {p}: {e}") from None
+                sabs = self.abs_or(p, f"invalid path {p}: ")
                 try:
                     st = self.lstat(sabs)
                 except GoError as e:
@@ -534,10 +336,7 @@ class SandboxFS:
     def delete_file(self, p: str) -> None:
         """DeleteFile; raises ExecdError 500 `error removing file <p>. <err>`."""
         try:
-            try:
-                sabs = self.expand_abs(p)
-            except GoError as e:
-                raise GoError(f"invalid path: {e}") from None
+            sabs = self.abs_or(p, "invalid path: ")
             try:
                 st = self.stat(sabs)
             except GoError as e:
@@ -565,9 +364,9 @@ class SandboxFS:
             hp = self.host(sabs, follow=False)
             if hp == self.root_host():
                 for name in os.listdir(hp):
-                    _remove_all(os.path.join(hp, name))
+                    remove_all(os.path.join(hp, name))
             else:
-                _remove_all(hp)
+                remove_all(hp)
         except (OSError, ValueError) as exc:
             raise ExecdError(500, RUNTIME_ERROR, f"error removing directory {p}. {GoError.path('unlinkat', sabs, exc)}") from None
 
@@ -588,15 +387,7 @@ class SandboxFS:
             raise handle_file_error(e) from None
 
     def list_dir(self, p: str, depth: int) -> list[dict[str, Any]]:
-        try:
-            sabs = self.expand_abs(p)
-        except GoError as e:
-            # `path, err := ExpandAbsPath(path)` shadows path with "" before the message uses it
-            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
-        try:
-            st = self.lstat(sabs)
-        except GoError as e:
-            raise handle_file_error(e) from None
+        sabs, st = self._walk_root(p, follow=False)
         if stat.S_ISLNK(st.st_mode):
             raise ExecdError(400, INVALID_REQUEST, f"path is a symbolic link, refusing to traverse: {sabs}")
         if not stat.S_ISDIR(st.st_mode):
@@ -624,14 +415,7 @@ class SandboxFS:
 
     # -- search ---------------------------------------------------------------------------------
     def search(self, p: str, pattern: str) -> list[dict[str, Any]]:
-        try:
-            sabs = self.expand_abs(p)
-        except GoError as e:
-            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
-        try:
-            self.stat(sabs)
-        except GoError as e:
-            raise handle_file_error(e) from None
+        sabs, _ = self._walk_root(p, follow=True)
         pattern = pattern or "**"
         try:
             glob_match(pattern, "x")
@@ -687,14 +471,8 @@ class SandboxFS:
     def rename(self, src_in: str, dest_in: str) -> None:
         """RenameFile; errors go through handleFileError."""
         try:
-            try:
-                src = self.expand_abs(src_in)
-            except GoError as e:
-                raise GoError(f"invalid source path: {e}") from None
-            try:
-                dest = self.expand_abs(dest_in)
-            except GoError as e:
-                raise GoError(f"invalid destination path: {e}") from None
+            src = self.abs_or(src_in, "invalid source path: ")
+            dest = self.abs_or(dest_in, "invalid destination path: ")
             try:
                 self.stat(src)
             except GoError as e:
@@ -763,10 +541,8 @@ class SandboxFS:
             self.mkdir_all(clean(sdir if sdir.startswith("/") else "/" + sdir))
         except GoError as e:
             raise ExecdError(500, RUNTIME_ERROR, f"error creating target directory {sdir}. {e}") from None
-        sabs = clean(spath if spath.startswith("/") else "/" + spath)
         try:
-            self.check_dotdot(spath if spath.startswith("/") else "/" + spath)
-            hp = self.host(sabs)
+            sabs, hp = self._expanded_host(spath)
             created = not os.path.lexists(hp)
             fd = os.open(hp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), MKDIR_MODE)
             with os.fdopen(fd, "wb") as out:
@@ -788,13 +564,11 @@ class SandboxFS:
             rp = self.expand(p)
         except GoError as e:
             raise ExecdError(500, RUNTIME_ERROR, f"error resolving file path: {p}. {e}") from None
-        sabs = clean(rp if rp.startswith("/") else "/" + rp)
         try:
-            self.check_dotdot(rp if rp.startswith("/") else "/" + rp)
-            hp = self.host(sabs)
+            _, hp = self._expanded_host(rp)
             fh = open(hp, "rb")
         except IsADirectoryError:
-            fh = _DirHandle(self.host(sabs))  # Go opens a directory fine; reading it fails later
+            fh = _DirHandle(hp)  # Go opens a directory fine; reading it fails later
         except (OSError, ValueError) as exc:
             raise handle_file_error(GoError.path("open", rp, exc)) from None
         return rp, fh
@@ -836,15 +610,3 @@ def _write_file(host: str, data: bytes, mode: int) -> None:
     with open(host, "wb") as fh:
         fh.write(data)
     os.chmod(host, mode)
-
-
-def _remove_all(hp: str) -> None:
-    """os.RemoveAll: missing is fine, symlinks are removed not followed."""
-    try:
-        st = os.lstat(hp)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(hp)
-    else:
-        os.unlink(hp)

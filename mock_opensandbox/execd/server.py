@@ -6,30 +6,26 @@ are listed in mock_opensandbox/QUIRKS.md (part 2).
 """
 from __future__ import annotations
 
-import errno
 import hmac
 import http.client
-import json
 import os
-import queue
-import signal
 import socket
 import threading
 import time
 from typing import Any, Callable
 
 from .. import sse
-from ..gojson import GoJSONError, Struct, decode, errno_text, go_json
+from ..gojson import GoJSONError, Struct, decode, go_json
 from ..httpcore import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
-from ..relay import client_gone
-from ..runtime import SandboxRuntime, SandboxTerminated
+from ..relay import FRAMING, HOP_BY_HOP, client_gone, connection_tokens
+from ..runtime import SandboxRuntime
 from . import gin
 from .code import CodeAPI
-from .commands import CommandRegistry, StartFailure
-from .errors import INVALID_REQUEST, MSG, RUNTIME_ERROR, ExecdError, bad_body, invalid, missing_query
+from .commandroutes import CommandRoutes
+from .commands import CommandRegistry
+from .errors import MSG, ExecdError
 from .files import FilesAPI
 from .pty import PTYRoutes
-from .paths import PathExpandError, expand_path
 from .sessions import SessionRegistry
 
 __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
@@ -37,8 +33,9 @@ __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
 EXECD_PORT = 44772
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
 HEARTBEAT_S = 3.0  # recording 17: pings 3 s apart; execd controller/sse.go wait.Until(..., 3*time.Second)
-_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-        "transfer-encoding", "upgrade", "proxy-connection", "host", "content-length"}
+# /proxy/<port>'s hop-by-hop policy (httputil.ReverseProxy), both ways: every hop-by-hop header, and the
+# framing it writes itself (Host and Content-Length of the request; Content-Length of the answer)
+PROXY_HOP_BY_HOP = HOP_BY_HOP | FRAMING
 
 
 _CPU_SAMPLE_S = 0.2  # [choice] execd samples CPU for 1 s (gopsutil cpu.Percent(time.Second)); shorter here
@@ -103,10 +100,10 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/session", "_create_session"),
     ("POST", "/session/{sessionId}/run", "_run_in_session"),
     ("DELETE", "/session/{sessionId}", "_delete_session"),
-    ("POST", "/command", "_run_command"),
-    ("DELETE", "/command", "_interrupt"),
-    ("GET", "/command/status/{id}", "_command_status"),
-    ("GET", "/command/{id}/logs", "_command_logs"),
+    ("POST", "/command", "command.run"),
+    ("DELETE", "/command", "command.interrupt"),
+    ("GET", "/command/status/{id}", "command.status"),
+    ("GET", "/command/{id}/logs", "command.logs"),
     ("GET", "/metrics", "_get_metrics"),
     ("GET", "/metrics/watch", "_watch_metrics"),
     ("POST", "/pty", "pty.create"),
@@ -172,9 +169,7 @@ class ExecdServer(App):
         self.mode = mode
         self.access_token = access_token or None
         self.required_headers = dict(required_headers or {})
-        self.close_delay = max(0.0, float(close_delay))
         self.start_delay = max(0.0, float(start_delay))
-        self.heartbeat = max(0.05, float(heartbeat))
         self.verbose = verbose
         self.faults = faults
         self.sandbox_id = sandbox_id
@@ -189,7 +184,10 @@ class ExecdServer(App):
         self.files = FilesAPI(runtime)
         self.pty = PTYRoutes(runtime, mode)
         self.pty_sessions = self.pty.registry
-        self.code = CodeAPI(self._stream_command, self._interrupt, self._stall, mode)
+        # the /command group (execd/commandroutes.py) over the command registry
+        self.command = CommandRoutes(runtime, self.files.fs, self.commands, self._stopping, mode=mode,
+                                     close_delay=max(0.0, float(close_delay)), heartbeat=max(0.05, float(heartbeat)))
+        self.code = CodeAPI(self.command.stream, self.command.interrupt, self._stall, mode)
         self.router = Router()
         for method, pattern, target in ROUTES:
             self.router.add(method, pattern, self._endpoint(target))
@@ -215,7 +213,7 @@ class ExecdServer(App):
         """Switch the execd dialect ("v1.1.0" | "latest") of this sandbox's execd."""
         if mode not in ("v1.1.0", "latest"):
             raise ValueError(f"mode must be 'v1.1.0' or 'latest', not {mode!r}")
-        self.mode = self.commands.mode = self.code.mode = self.pty.mode = mode
+        self.mode = self.commands.mode = self.command.mode = self.code.mode = self.pty.mode = mode
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -274,17 +272,6 @@ class ExecdServer(App):
                 self._conns.discard(conn)
 
     # -- helpers --------------------------------------------------------------------------------
-    @staticmethod
-    def _json(req: Request, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        gin.json_reply(req, status, obj, headers)
-
-    def _err(self, req: Request, status: int, code: str, message: str) -> None:
-        gin.error_reply(req, ExecdError(status, code, message))
-
-    @staticmethod
-    def _ok(req: Request) -> None:
-        gin.ok(req)
-
     def _ping(self, req: Request) -> None:
         gin.ok(req)
 
@@ -330,7 +317,7 @@ class ExecdServer(App):
             got = (req.headers.get(TOKEN_HEADER) or "").strip(" \t")  # Go's textproto trims values
             if not got or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
                                                   self.access_token.encode("utf-8", "surrogateescape")):
-                self._json(req, 401, {"error": MSG["unauthorized"].format(TOKEN_HEADER)})
+                gin.json_reply(req, 401, {"error": MSG["unauthorized"].format(TOKEN_HEADER)})
                 return
         # 4. /proxy/<port>/...: execd's own port is served here, others are reverse-proxied
         path = req.path
@@ -387,7 +374,7 @@ class ExecdServer(App):
             raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format("\n".join(problems)))
         cwd = data.get("cwd") or ""
         if cwd:
-            err = self._validate_cwd(cwd)
+            err = self.command.validate_cwd(cwd)
             if err:
                 raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format(err))
         from .sessions import RunHooks, SessionTimeout
@@ -395,7 +382,7 @@ class ExecdServer(App):
 
         def emit(ev: dict[str, Any]) -> None:
             if state["w"] is None:
-                state["w"] = self._sse_start(req)  # headers go out lazily with the first event
+                state["w"] = gin.sse_start(req)  # headers go out lazily with the first event
                 state["w"].write(sse.encode_event(ev))
                 state["w"].write(sse.encode_event(sse.ping_event()))
                 return
@@ -431,7 +418,7 @@ class ExecdServer(App):
     def _watch_metrics(self, req: Request) -> None:
         """controller/metric.go WatchMetrics: SSE headers, one JSON object + "\n" per second until the
         client leaves."""
-        w = self._sse_start(req)
+        w = gin.sse_start(req)
         try:
             while not self._stopping.wait(1.0 - _CPU_SAMPLE_S):
                 if self._client_gone(req):
@@ -441,262 +428,6 @@ class ExecdServer(App):
             pass
         w.close()
         req.handler.close_connection = True
-
-    # -- /command -------------------------------------------------------------------------------
-    _V1_FIELDS = {"command": "string", "cwd": "string", "background": "bool", "timeout": "int64",
-                  "uid": "uint32", "gid": "uint32", "envs": "map[string]string"}
-    _LATEST_FIELDS = dict(_V1_FIELDS, argv="[]string", operation_id="string")
-    _V1_STRUCT = Struct("model.RunCommandRequest", _V1_FIELDS)
-    # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
-    _LATEST_STRUCT = Struct("model.request", _LATEST_FIELDS)
-
-    def _parse_command(self, req: Request) -> dict[str, Any]:
-        """Decode + validate a RunCommandRequest; raises ExecdError (400) as execd answers it."""
-        latest = self.mode == "latest"
-        try:
-            body = req.body
-        except (OSError, ValueError) as exc:
-            raise bad_body(exc) from exc
-        try:
-            if latest:
-                # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
-                data = decode(body, self._LATEST_STRUCT)
-                raw = json.loads(body.decode("utf-8", "replace") or "null") if body.strip() else {}
-                keys = {k.lower() for k in raw} if isinstance(raw, dict) else set()
-                cmd_set, argv_set = "command" in keys, "argv" in keys
-                if cmd_set == argv_set or (cmd_set and not data.get("command")) or (argv_set and "argv" not in data):
-                    raise GoJSONError("exactly one of non-empty command or argv is required")
-                if argv_set and any(a is None for a in (raw.get("argv") or [])):
-                    raise GoJSONError("argv elements must be strings")
-            else:
-                data = decode(body, self._V1_STRUCT)
-        except ValueError as exc:  # GoJSONError included
-            raise bad_body(exc) from exc
-        struct = "RunCommandRequest"
-        problems: list[str] = []
-        if latest:
-            argv = data.get("argv")
-            if argv is not None:
-                if not argv or not argv[0]:
-                    raise invalid("argv must contain a non-empty executable")
-                if any("\x00" in a for a in argv):
-                    raise invalid("argv must not contain NUL")
-            if data.get("timeout", 0) < 0:
-                problems.append(MSG["gte"].format(struct, "TimeoutMs"))
-        else:
-            if not data.get("command"):
-                problems.append(MSG["required"].format(struct, "Command"))
-            if data.get("timeout", 0) < 0:
-                problems.append(MSG["gte"].format(struct, "TimeoutMs"))
-            data.pop("argv", None)  # v1.x has no argv field: ignored (recording 11)
-        if problems:
-            raise invalid("\n".join(problems))
-        if "gid" in data and "uid" not in data:
-            raise invalid("uid is required when gid is provided")
-        envs = data.get("envs") or {}
-        cwd = data.get("cwd") or ""
-        if cwd:
-            err = self._validate_cwd(cwd)
-            if err:
-                raise invalid(err)
-            try:
-                data["cwd"] = self._expand(cwd, envs)
-            except PathExpandError:
-                data["cwd"] = self._expand(cwd, {})
-        return data
-
-    def _validate_cwd(self, cwd: str) -> str | None:
-        """runtime.ValidateWorkingDir: ExpandPath with execd's own environment (not the request's
-        envs), then stat (tiers/diff command.fg.env_cwd)."""
-        try:
-            expanded = self._expand(cwd, {})
-        except PathExpandError as exc:
-            return f'cannot resolve working directory "{cwd}": {exc}'
-        return self._check_cwd(cwd, expanded)
-
-    def _expand(self, path: str, envs: dict[str, str]) -> str:
-        """pathutil.ExpandPathWithEnv: ${VAR}/$VAR (request envs over execd's environment), then "~".
-        Raises PathExpandError for an undefined variable."""
-        env = self.files.fs.env()
-        env.update(envs)
-        return expand_path(path, env, env.get("HOME", "/root"))
-
-    def _check_cwd(self, cwd: str, expanded: str) -> str | None:
-        try:
-            sp = expanded if expanded.startswith("/") else "/" + expanded
-            self.files.fs.check_dotdot(sp)  # the kernel walks "a/x/.." (tiers/diff gen.env)
-            st = os.stat(self.runtime.resolve(sp))
-        except FileNotFoundError:
-            return f"working directory does not exist: {cwd}: stat {expanded}: no such file or directory"
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return f"working directory does not exist: {cwd}: stat {expanded}: no such file or directory"
-            return f'cannot access working directory "{cwd}": stat {expanded}: {errno_text(exc)}'
-        except ValueError as exc:
-            return f'cannot resolve working directory "{cwd}": {exc}'
-        import stat as _stat
-        if not _stat.S_ISDIR(st.st_mode):
-            return f"working directory path is not a directory: {cwd}"
-        return None
-
-    def _sse_start(self, req: Request):
-        return req.start_chunked(200, {"Cache-Control": "no-cache", "Content-Type": "text/event-stream",
-                                       "X-Accel-Buffering": "no"})
-
-    def _run_command(self, req: Request) -> None:
-        self._stream_command(req, self._parse_command(req), True)
-
-    def _stream_command(self, req: Request, spec: dict[str, Any], linger: bool) -> None:
-        """Start a command and stream it. linger: /command sleeps ApiGracefulShutdownTimeout after
-        the last event; /code returns as soon as the command completed (waitForExecutionComplete)."""
-        background = bool(spec.get("background"))
-        try:
-            cmd = self.commands.start(command=spec.get("command"), argv=spec.get("argv"), cwd=spec.get("cwd") or None,
-                                      envs=spec.get("envs") or {}, timeout_ms=int(spec.get("timeout") or 0),
-                                      background=background, uid=spec.get("uid"), gid=spec.get("gid"))
-        except StartFailure as exc:
-            if exc.command is not None:  # background: init, then the controller's error in the same body
-                self._background_start_failure(req, exc.command.id, str(exc))
-            else:
-                self._start_failure(req, str(exc))
-            return
-        except SandboxTerminated as exc:
-            raise ExecdError(500, RUNTIME_ERROR, MSG["run_commands"].format(exc)) from exc
-        if background:
-            self._background_stream(req, cmd, linger)
-        else:
-            self._foreground_stream(req, cmd, linger)
-
-    def _start_failure(self, req: Request, msg: str) -> None:
-        import uuid as _uuid
-        w = self._sse_start(req)
-        try:
-            w.write(sse.encode_event(sse.init_event(_uuid.uuid4().hex)))
-            w.write(sse.encode_event(sse.ping_event()))
-            w.write(sse.encode_event(sse.error_event(msg, [msg])))
-            self._linger(req)
-        except OSError:
-            pass
-        w.close()
-
-    def _background_start_failure(self, req: Request, cid: str, msg: str) -> None:
-        """runBackgroundCommand: OnExecuteInit, then cmd.Start fails and RunCommand's RespondError
-        JSON lands in the stream, no linger (tiers/diff command.start_failure)."""
-        from ..gojson import go_json
-        w = self._sse_start(req)
-        try:
-            w.write(sse.encode_event(sse.init_event(cid)))
-            w.write(sse.encode_event(sse.ping_event()))
-            w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_commands"].format(
-                "failed to start commands: " + msg)}).encode())
-        except OSError:
-            pass
-        w.close()
-
-    def _linger(self, req: Request) -> None:
-        """execd keeps the stream open ApiGracefulShutdownTimeout (~1 s) after the last event
-        (recordings 07-12; controller/command.go)."""
-        if self.close_delay > 0:
-            self._stopping.wait(self.close_delay)
-
-    def _background_stream(self, req: Request, cmd, linger: bool = True) -> None:
-        w = self._sse_start(req)
-        try:
-            w.write(sse.encode_event(sse.init_event(cmd.id)))
-            w.write(sse.encode_event(sse.ping_event()))
-            w.write(sse.encode_event(sse.complete_event(cmd.execution_ms())))
-            if linger:
-                self._linger(req)
-        except OSError:
-            pass
-        w.close()
-
-    def _foreground_stream(self, req: Request, cmd, linger: bool = True) -> None:
-        w = self._sse_start(req)
-        state = {"gone": False}
-
-        def emit(ev: dict[str, Any]) -> None:
-            if state["gone"]:
-                return
-            try:
-                w.write(sse.encode_event(ev))
-            except OSError:
-                state["gone"] = True
-
-        emit(sse.init_event(cmd.id))
-        emit(sse.ping_event())
-        framers = {"stdout": self.commands.framer(), "stderr": self.commands.framer()}
-        next_ping = time.monotonic() + self.heartbeat
-        rc = None
-        while rc is None:
-            try:
-                kind, val = cmd.events.get(timeout=0.1)
-            except queue.Empty:
-                kind, val = None, None
-            if kind == "exit":
-                rc = val
-                break
-            if kind in framers:
-                for text in framers[kind].feed(val):
-                    emit(sse.output_event(kind, text))
-            now = time.monotonic()
-            if self.runtime.paused:
-                next_ping = now + self.heartbeat  # a frozen execd sends nothing (seed 000 §5.3)
-            elif now >= next_ping:
-                emit(sse.ping_event())
-                next_ping += self.heartbeat
-            if not state["gone"] and self._client_gone(req):
-                # the command outlives its connection: Execute runs it under context.Background()
-                # (runtime/ctrl.go; tiers/diff command.disconnect)
-                state["gone"] = True
-            if self._stopping.is_set() and cmd.proc is not None and cmd.proc.poll() is None:
-                state["gone"] = True
-                cmd.kill(signal.SIGKILL)
-        for name, fr in framers.items():
-            for text in fr.flush():
-                emit(sse.output_event(name, text))
-        code, err = cmd.finish(rc)
-        if rc == 0:
-            emit(sse.complete_event(cmd.execution_ms()))
-        else:
-            emit(sse.error_event(str(code), [err]))
-        if not state["gone"] and linger:
-            self._linger(req)
-        w.close()
-        if state["gone"]:
-            req.handler.close_connection = True
-
-    def _interrupt(self, req: Request) -> None:
-        cid = req.q("id")
-        if not cid:
-            raise missing_query("id")
-        try:
-            self.commands.interrupt(cid)
-        except LookupError as exc:
-            raise ExecdError(500, RUNTIME_ERROR, MSG["interrupt"].format(exc.args[0])) from exc
-        self._ok(req)
-
-    def _command_status(self, req: Request) -> None:
-        cid = req.params.get("id", "")
-        cmd = self.commands.get(cid)
-        if cmd is None:
-            raise ExecdError(404, INVALID_REQUEST, MSG["command_not_found"].format(cid))
-        self._json(req, 200, cmd.status())
-
-    def _command_logs(self, req: Request) -> None:
-        cid = req.params.get("id", "")
-        raw = req.q("cursor")
-        cursor = 0
-        if raw:
-            try:
-                cursor = int(raw)  # controller QueryInt64: unparsable -> default 0
-            except ValueError:
-                cursor = 0
-        try:
-            data, tail = self.commands.logs(cid, cursor)
-        except (LookupError, ValueError) as exc:
-            raise ExecdError(400, INVALID_REQUEST, str(exc.args[0])) from exc
-        gin.send(req, 200, data, "text/plain; charset=utf-8", {"Execd-Commands-Tail-Cursor": str(tail)})
 
     # -- reverse proxy ---------------------------------------------------------------------------
     def _proxy(self, req: Request, port: str, path: str) -> None:
@@ -715,7 +446,7 @@ class ExecdServer(App):
             or req.handler.client_address[0]
         # Director: Header.Set X-Forwarded-For / X-Forwarded-Proto, Header.Del X-Forwarded-Host
         # (src pkg/web/proxy.go; the server proxy's X-Forwarded-Host therefore never reaches the app)
-        skip = _HOP | _connection_tokens(req.headers.get_all("Connection") or []) | {
+        skip = PROXY_HOP_BY_HOP | connection_tokens(req.headers.get_all("Connection") or []) | {
             "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"}
         out = [(k, v) for k, v in req.headers.items() if k.lower() not in skip]
         out += [("X-Forwarded-For", client_ip), ("X-Forwarded-Proto", "http")]
@@ -738,7 +469,7 @@ class ExecdServer(App):
             req.send_text(502, "Bad Gateway\n", "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"})
             return
         try:
-            drop = _HOP | _connection_tokens(resp.headers.get_all("Connection") or [])
+            drop = PROXY_HOP_BY_HOP | connection_tokens(resp.headers.get_all("Connection") or [])
             pairs = [(k, v) for k, v in resp.getheaders() if k.lower() not in drop]
             length = resp.getheader("Content-Length")
             if length is not None or resp.status in (204, 304) or req.method == "HEAD":
@@ -767,10 +498,6 @@ class ExecdServer(App):
             w.close()
         finally:
             conn.close()
-
-
-def _connection_tokens(values: list[str]) -> set[str]:
-    return {t.strip().lower() for v in values for t in v.split(",") if t.strip()}
 
 
 def _relay_head(req: Request, status: int, pairs: list[tuple[str, str]], *, content_length: str | None = None,

@@ -27,6 +27,7 @@ import tarfile
 import zlib
 from typing import IO, Any
 
+from ..fsutil import remove_all
 from .errors import CorruptImage, DigestMismatch, UnsafeLayer, UnsupportedImage
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -345,17 +346,6 @@ def _real_dir_chain(top: str, comps: list[str]) -> bool:
     return True
 
 
-def _clear(path: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
-
-
 def flatten(layers: list[tuple[str, dict[str, Any]]], dest: str) -> None:
     """Apply the layers (bottom first: (layer root dir, layer.json dict)) into the empty directory dest.
     Files are hard links into the layer cache (dest is a read-only tree like the layers)."""
@@ -366,12 +356,12 @@ def flatten(layers: list[tuple[str, dict[str, Any]]], dest: str) -> None:
             if _real_dir_chain(dest, comps):
                 top = os.path.join(dest, *comps)
                 for name in os.listdir(top):
-                    _clear(os.path.join(top, name))
+                    remove_all(os.path.join(top, name))
         wh = set(info.get("whiteouts", []))
         for w in wh:
             comps = split_name(w)
             if _real_dir_chain(dest, comps[:-1]):
-                _clear(os.path.join(dest, *comps))
+                remove_all(os.path.join(dest, *comps))
         for dirpath, dirnames, filenames in os.walk(lroot):
             rel = os.path.relpath(dirpath, lroot)
             rcomps = [] if rel == "." else rel.split(os.sep)
@@ -386,12 +376,12 @@ def flatten(layers: list[tuple[str, dict[str, Any]]], dest: str) -> None:
                 if stat.S_ISDIR(st.st_mode):
                     try:
                         if not stat.S_ISDIR(os.lstat(dst).st_mode):
-                            _clear(dst)
+                            remove_all(dst)
                             os.mkdir(dst, 0o700)
                     except FileNotFoundError:
                         os.mkdir(dst, 0o700)
                     continue  # mode after its children (below)
-                _clear(dst)
+                remove_all(dst)
                 if stat.S_ISLNK(st.st_mode):
                     os.symlink(os.readlink(src), dst)
                     if as_root:

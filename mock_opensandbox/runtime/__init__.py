@@ -5,7 +5,8 @@ pause/resume), ``holder`` (a sandbox's PID 1 - the mock's bootstrap.sh: execd, t
 and how commands join its namespaces), ``agent`` (the in-sandbox agent's channel: ``agent_call``),
 ``probe`` (can this OS contain a sandbox? once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
 ``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox), ``netns`` (its
-own network namespace).
+own network namespace), ``cgroups`` (its resource limits), ``spawner`` (cgroup v1: the thread that
+forks its processes inside its cgroups).
 
 Containment, where the OS allows it (QUIRKS.md "Containment" has the sources). Every sandbox
 process - the entrypoint and PID 1, foreground and background commands, PTY shells, an execd

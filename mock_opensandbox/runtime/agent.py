@@ -21,6 +21,18 @@ from typing import Any, Mapping
 
 from . import scripts
 
+AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
+
+
+def sandbox_python() -> str | None:
+    """A Python 3 the sandbox view has at the same path (its /usr, /bin are the host's, read-only)."""
+    for cand in AGENT_PYTHONS:
+        real = os.path.realpath(cand)
+        if real.startswith(("/usr/", "/bin/", "/lib")) and os.path.isfile(real) and os.access(real, os.X_OK):
+            return cand
+    return None
+
+
 AGENT_PATH = "/opt/opensandbox/execd"
 CHANNEL_FD = 3  # the fd number the agent and bootstrap.sh expect
 HELLO_TIMEOUT = 10.0
@@ -149,7 +161,6 @@ class AgentChannel:
 def oneshot_call(rt: Any, request: Mapping[str, Any], timeout: float) -> tuple[dict[str, Any], list[int]]:
     """agent_call without a resident agent: ``python3 -IS -c <agent>`` as a sandbox command (the
     same namespaces and capabilities), its channel as stdin; it answers one request and exits."""
-    from .execd import sandbox_python
 
     python = sandbox_python() if getattr(rt, "isolated", False) else None
     if python is None:

@@ -15,8 +15,10 @@ Each sandbox gets one cgroup per hierarchy (v1) or one cgroup (v2), named ``osb-
 so that a janitor or a later mock finds what a dead one left. They are created under the mock's own
 cgroup (v1: it may hold processes and children at once) or, on v2, under the nearest ancestor of it
 that has the controllers enabled for its children and that this user may write (a delegated subtree,
-such as the user's systemd slice). PID 1 of the sandbox joins before it forks anything; every later
-process joins in the child between fork and exec (``join_preexec``), so the whole sandbox is covered.
+such as the user's systemd slice). PID 1 of the sandbox joins before it forks anything (v1: by itself,
+scripts/view.py; v2: ``join_preexec``); every later process is born inside (v1: forked by the sandbox's
+spawner thread, which ``enter_thread`` put there once, spawner.py) or joins between fork and exec (v2:
+``join_argv``, ``join_preexec``), so the whole sandbox is covered.
 Only the standard library.
 """
 from __future__ import annotations
@@ -242,6 +244,13 @@ class Cgroup:
                     os.write(fd, tid)
                 except OSError:  # pragma: no cover - the mock's own cgroup does not go away
                     pass
+
+    def enter_thread(self) -> None:
+        """v1: the calling thread joins the sandbox's cgroups for good (spawner.py: it forks the sandbox's
+        processes; it leaves them when it ends). Raises OSError."""
+        tid = str(threading.get_native_id())
+        for p in self._tasks_in:
+            _write(p, tid)
 
     def _close_task_fds(self) -> None:
         with self._fd_lock:

@@ -21,13 +21,36 @@ import signal
 import socket
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 from ..relay import free_port
 from ._util import children, kill, kill_and_reap, killpg, open_in_root, read_cmdline
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .sandbox import SandboxRuntime
+from .agent import sandbox_python
+from .holder import Holder
+
+
+class SandboxRuntime(Protocol):
+    """What this module uses of sandbox.SandboxRuntime (which imports this module: no import back)."""
+    root: str
+    isolated: bool
+    isolation_note: str
+    terminated: bool
+    _holder: Holder | None
+    _lock: Any
+    _pid_mode: str | None
+    _execd_spec: dict[str, Any] | None
+
+    def _ensure_holder(self) -> Holder | None: ...
+
+    def connect(self, port: int, timeout: float | None = None) -> socket.socket: ...
+
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin: Any = None, stdout: Any = None, stderr: Any = None,
+              controlling_tty: bool = False, user: str | None = None) -> subprocess.Popen: ...
+
+    def use_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
+                  env: Mapping[str, str] | None = None, args: list[str] | None = None) -> int: ...
 
 EXECD_DIR = "/opt/opensandbox"          # server services/docker/runtime.py OPENSANDBOX_DIR
 EXECD_PATH = EXECD_DIR + "/execd"       # bootstrap.sh: EXECD="${EXECD:=/opt/opensandbox/execd}"
@@ -40,11 +63,12 @@ INNER_PORT = 44772                      # execd's port inside a container (serve
 class ExecdProcess:
     """An execd process inside a sandbox: ``port`` on 127.0.0.1, ``stop()`` ends it (idempotent).
     With a network namespace of the sandbox's own, execd listens on ``inner_port`` inside and
-    ``port`` is the host end of a relay to it (``relay``, like Docker's published port)."""
+    ``port`` is the host end of a relay to it (``relay``, like Docker's published port). The mock's
+    one execd process class: also its stand-alone execd's (server.py, ``grace=0``: SIGKILL at once)."""
 
     def __init__(self, proc: "subprocess.Popen | _HostProcess", port: int, runtime: "SandboxRuntime",
-                 relay: Any = None, inner_port: int | None = None):
-        self.proc = proc
+                 relay: Any = None, inner_port: int | None = None, grace: float = 3.0):
+        self.proc, self.grace = proc, grace
         self.port = port
         self.runtime = runtime
         self.relay = relay
@@ -54,13 +78,14 @@ class ExecdProcess:
     def url(self) -> str:
         return "http://127.0.0.1:%d" % self.port
 
-    def stop(self, timeout: float = 3.0) -> None:
-        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout, reap
-        it; close the relay."""
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM the execd (its process group when the mock started it), SIGKILL after timeout
+        (``grace`` unless given; 0: at once), reap it; close the relay."""
+        timeout = self.grace if timeout is None else timeout
         if self.relay is not None:
             self.relay.close()
         own_group = isinstance(self.proc, subprocess.Popen)  # bootstrap.sh's child shares PID 1's group
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and timeout > 0:
             (killpg if own_group else kill)(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
@@ -104,18 +129,6 @@ def install_binary(root: str, binary: str) -> None:
         with os.fdopen(fd, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
             os.fchmod(dst.fileno(), 0o755)
-
-
-AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
-
-
-def sandbox_python() -> str | None:
-    """A Python 3 the sandbox view has at the same path (its /usr, /bin are the host's, read-only)."""
-    for cand in AGENT_PYTHONS:
-        real = os.path.realpath(cand)
-        if real.startswith(("/usr/", "/bin/", "/lib")) and os.path.isfile(real) and os.access(real, os.X_OK):
-            return cand
-    return None
 
 
 IDLE_EXECD = ("/bin/cat", "/usr/bin/cat")  # reads a pipe nobody closes: blocks, ~1 MB resident
@@ -262,11 +275,11 @@ def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, t
         proc = _bootstrap_execd(rt, timeout)
         if proc is None:
             raise RuntimeError("execd did not start (see %s in the sandbox)" % EXECD_LOG)
-        return _published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
+        return published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
     return _spawn_execd(rt, binary, port=port, token=token, env=env, args=args, timeout=timeout)
 
 
-def _published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
+def published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdProcess:
     """ex once execd accepts connections; in the sandbox's own network namespace its port is
     published through a relay on the host's 127.0.0.1 (docker-proxy's role) and ex.port is that."""
     inside = getattr(rt, "has_netns", False)
@@ -322,4 +335,4 @@ def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: 
         proc = rt.spawn(argv, cwd="/", env=full_env, stdout=log, stderr=log)
     finally:
         os.close(log)
-    return _published(ExecdProcess(proc, port, rt), rt, timeout)
+    return published(ExecdProcess(proc, port, rt), rt, timeout)

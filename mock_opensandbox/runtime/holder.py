@@ -232,8 +232,9 @@ class Holder:
         a moment later: AgentChannel waits for that on its first call). ``idle_execd``: instead, a host
         binary bound there that only blocks (root: nothing needs a resident agent). (holder, "") or
         (None, why). ``pdeathsig_argv`` (``setpriv --pdeathsig KILL --``) with ``joining`` (a context
-        the forking thread sits in the sandbox's cgroups in, v1) instead of ``join``: no preexec_fn,
-        so Popen can vfork instead of copying the whole mock (~10-15 ms of a create)."""
+        the forking thread sits in for the fork, or None) instead of ``join``: no preexec_fn, so Popen
+        can vfork instead of copying the whole mock (~10-15 ms of a create). On cgroup v1 the runtime
+        passes neither: PID 1 moves itself in (OSB_MOCK_CGROUP_JOIN in view_env, view.py CgroupJoin)."""
         try:
             write_bootstrap(root)
         except OSError as exc:

@@ -134,13 +134,31 @@ def holder_env(hostname: str, with_stack: bool) -> dict[str, str]:
     return {ENV_HOSTS: hosts_file(hostname, GUEST_IP if with_stack else None), ENV_RESOLV: resolv_conf()}
 
 
+# What connect() and listen() do with a TCP socket made in the sandbox's network namespace: one text,
+# run in this process (root: the socket is made after setns) and by the non-root helper (CONNECT_PY)
+SOCKET_STEP_PY = r"""
+def socket_step(s, port, timeout, listen):
+    if listen:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port))
+        s.listen(128)
+    else:
+        s.settimeout(timeout)
+        s.connect(("127.0.0.1", port))
+"""
+_step: dict[str, Any] = {"socket": socket}
+exec(SOCKET_STEP_PY, _step)  # our own text above: socket_step here is the helper's
+socket_step: Callable[[socket.socket, int, "float | None", bool], None] = _step["socket_step"]
+
 # The non-root connector: enter the sandbox's user and network namespaces (a fresh single-threaded
-# process may), connect to 127.0.0.1:PORT and pass the socket back over the inherited fd (SCM_RIGHTS).
+# process may), connect to 127.0.0.1:PORT (or listen on PORT) and pass the socket back over the
+# inherited fd (SCM_RIGHTS).
 CONNECT_PY = r"""
 import os, sys, socket, ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 pid, port, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 back = socket.socket(fileno=int(sys.argv[4]))
+""" + SOCKET_STEP_PY + r"""
 try:
     for name, flag in (("user", 0x10000000), ("net", 0x40000000)):
         fd = os.open("/proc/%d/ns/%s" % (pid, name), os.O_RDONLY | os.O_CLOEXEC)
@@ -148,13 +166,7 @@ try:
             raise OSError(ctypes.get_errno(), "setns %s: %s" % (name, os.strerror(ctypes.get_errno())))
         os.close(fd)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if sys.argv[5:6] == ["listen"]:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", port))
-        s.listen(128)
-    else:
-        s.settimeout(timeout)
-        s.connect(("127.0.0.1", port))
+    socket_step(s, port, timeout, sys.argv[5:6] == ["listen"])
     socket.send_fds(back, [b"ok"], [s.fileno()])
 except OSError as e:
     back.sendall(("err %d %s" % (e.errno or 0, e.strerror or e)).encode())
@@ -291,39 +303,17 @@ class SandboxNet:
     def connect(self, port: int, timeout: float | None = None) -> socket.socket:
         """A TCP connection to 127.0.0.1:port inside the sandbox. Raises OSError (ECONNREFUSED when
         nothing listens there)."""
-        if not isinstance(port, int) or not 0 < port < 65536:
-            raise OSError(22, "invalid port %r" % (port,))
-        if self.netns_fd is not None:
-            from .holder import setns_function
-
-            setns = setns_function()
-            setns(self.netns_fd, CLONE_NEWNET)
-            try:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            finally:
-                setns(own_netns_fd(), CLONE_NEWNET)
-            try:
-                s.settimeout(timeout)
-                s.connect(("127.0.0.1", port))
-            except BaseException:
-                s.close()
-                raise
-            return s
-        if self.agent is not None:
-            reply, fds = self.agent({"op": "connect", "port": port})
-            if not fds:
-                raise OSError(int((reply or {}).get("errno") or 111), str((reply or {}).get("error") or "refused"))
-            for extra in fds[1:]:
-                os.close(extra)
-            s = socket.socket(fileno=fds[0])
-            s.settimeout(timeout)
-            return s
-        return self._connect_helper(port, timeout)
+        return self._socket_inside(port, timeout, listen=False)
 
     def listen(self, port: int) -> socket.socket:
         """A TCP socket listening on 0.0.0.0:port inside the sandbox (what execd's ``:44772`` is
         there), owned by the caller: it keeps the namespace alive until closed. Raises OSError
         (EADDRINUSE when something inside already listens there)."""
+        return self._socket_inside(port, None, listen=True)
+
+    def _socket_inside(self, port: int, timeout: float | None, listen: bool) -> socket.socket:
+        """A TCP socket made in the sandbox's network namespace, connected to 127.0.0.1:port or
+        listening on 0.0.0.0:port: setns as root, else the in-sandbox agent, else the helper."""
         if not isinstance(port, int) or not 0 < port < 65536:
             raise OSError(22, "invalid port %r" % (port,))
         if self.netns_fd is not None:
@@ -332,26 +322,29 @@ class SandboxNet:
             setns = setns_function()
             setns(self.netns_fd, CLONE_NEWNET)
             try:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # it keeps the sandbox's namespace
             finally:
                 setns(own_netns_fd(), CLONE_NEWNET)
             try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("0.0.0.0", port))  # the socket's own namespace: the sandbox's
-                s.listen(128)
+                socket_step(s, port, timeout, listen)
             except BaseException:
                 s.close()
                 raise
             return s
         if self.agent is not None:
-            reply, fds = self.agent({"op": "listen", "port": port})
+            reply, fds = self.agent({"op": "listen" if listen else "connect", "port": port})
             if not fds:
-                raise OSError(int((reply or {}).get("errno") or 98), str((reply or {}).get("error") or "cannot listen"))
+                raise OSError(int((reply or {}).get("errno") or (98 if listen else 111)),
+                              str((reply or {}).get("error") or ("cannot listen" if listen else "refused")))
             for extra in fds[1:]:
                 os.close(extra)
-            return socket.socket(fileno=fds[0])
-        s = self._connect_helper(port, None, listen=True)
-        s.settimeout(None)
+            s = socket.socket(fileno=fds[0])
+            if not listen:
+                s.settimeout(timeout)
+            return s
+        s = self._connect_helper(port, timeout, listen=listen)
+        if listen:
+            s.settimeout(None)
         return s
 
     def _connect_helper(self, port: int, timeout: float | None, listen: bool = False) -> socket.socket:

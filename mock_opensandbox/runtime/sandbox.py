@@ -18,15 +18,16 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from . import cgroups, scripts
+from . import cgjoin, cgroups, scripts
 from . import netns
 from ._util import (DEFAULT_PATH, SYSTEM_DIRS, await_exec, kill, killpg,
-                    make_image_root, make_mountpoint, rmtree, take_ctty)
+                    make_image_root, make_mountpoint, rmtree)
 from .agent import AgentChannel, oneshot_call
 from .holder import Holder
 from .probe import probe_isolation, probe_result
 from .paths import _MARKER_ENV, PathEscape, SandboxPaths, sandbox_pty, stray_pids  # noqa: F401 - PathEscape re-exported
 from .rootfs import ImageRoot, user_word
+from .spawner import Spawner
 
 if TYPE_CHECKING:  # pragma: no cover
     from .execd import ExecdProcess
@@ -34,23 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
 # the usual keep-alive entrypoint of OpenSandbox sandboxes (seed 001).
 IMPLICIT_ENTRYPOINT = ("tail", "-f", "/dev/null")
-
-
-_pdeathsig_ok: dict[str, bool] = {}
-
-
-def _setpriv_pdeathsig(setpriv: str) -> bool:
-    """Does this setpriv have --pdeathsig (util-linux >= 2.33)? Asked once per binary."""
-    ok = _pdeathsig_ok.get(setpriv)
-    if ok is None:
-        try:
-            out = subprocess.run([setpriv, "--help"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, timeout=10).stdout
-            ok = b"--pdeathsig" in out
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        _pdeathsig_ok[setpriv] = ok
-    return ok
 
 
 _netns_lock = threading.Lock()
@@ -93,6 +77,9 @@ class SandboxNotRunning(SandboxTerminated):
 
 class SandboxRuntime(SandboxPaths):
     """One sandbox: a root directory and the process groups running in it."""
+
+    # cgroup v1: the thread that forks the sandbox's processes, in its cgroups for good (spawner.py)
+    _spawner: Spawner | None = None
 
     def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
                  create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK,
@@ -212,38 +199,14 @@ class SandboxRuntime(SandboxPaths):
         if self.cgroup is not None and self._janitor is not None:
             for d in self.cgroup.dirs:
                 self._janitor.track("cgroup", d)
+        if self.cgroup is not None and self.cgroup.thread_join:
+            self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % name[-12:])
 
     def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
-        """How a new sandbox process joins the cgroup before it execs: (argv, preexec_fn, context for
-        the Popen). A PTY shell forks with a preexec_fn anyway (take_ctty): it joins there too. Else
-        v1: the spawning thread steps into the cgroup for the fork (vfork stays possible); v2: a
-        /bin/sh stage in front moves itself in and execs the rest (cgroups.Cgroup)."""
-        cg = self.cgroup
-        if cg is None:
-            return cmd, take_ctty if controlling_tty else None, contextlib.nullcontext()
-        if controlling_tty:
-            join = cg.join_preexec()
-
-            def both() -> None:
-                join()
-                take_ctty()
-            return cmd, both, contextlib.nullcontext()
-        if cg.thread_join:
-            return cmd, None, cg.thread_inside()
-        prefix = cg.join_argv()
-        if prefix is None:
-            return cmd, cg.join_preexec(), contextlib.nullcontext()
-        return prefix + cmd, None, contextlib.nullcontext()
+        return cgjoin.command_join(self.cgroup, self._spawner, cmd, controlling_tty)
 
     def _holder_join(self) -> dict[str, Any]:
-        """How PID 1 joins the cgroup and gets PR_SET_PDEATHSIG (Holder.start): without a preexec_fn
-        where setpriv can set the signal (util-linux >= 2.33) and the join is per thread (v1, or no
-        cgroup), so the fork is a vfork; else the preexec_fn (a full fork of the mock)."""
-        cg = self.cgroup
-        if _setpriv_pdeathsig(self._setpriv) and (cg is None or cg.thread_join):
-            return {"pdeathsig_argv": [self._setpriv, "--pdeathsig", "KILL", "--"],
-                    "joining": cg.thread_inside() if cg is not None else None}
-        return {"join": cg.join_preexec() if cg is not None else None}
+        return cgjoin.holder_join(self.cgroup, self._setpriv)
 
     def _view_env(self) -> dict[str, str]:
         out = {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
@@ -255,6 +218,8 @@ class SandboxRuntime(SandboxPaths):
         cg = self.cgroup
         if cg is None or cg.removed:
             return
+        if self._spawner is not None:
+            self._spawner.stop()  # out of the cgroups first (spawner.py)
         if cg.remove() and self._janitor is not None:
             for d in cg.dirs:
                 self._janitor.untrack("cgroup", d)
@@ -335,19 +300,26 @@ class SandboxRuntime(SandboxPaths):
                 cmd = list(argv)
                 host_cwd = self.host_cwd(wd)
             stages = holder.stages(cmd) if holder is not None else None
+            # cgroup v1: forked by the sandbox's spawner thread, in its cgroups already (spawner.py)
+            spawner = self._spawner if self.cgroup is not None and self.cgroup.thread_join else None
             if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
-                preexec, joining = holder.fork_join(wd, self.cgroup, controlling_tty, user)  # user: "UID GID G,.."
+                preexec, joining = holder.fork_join(wd, self.cgroup if spawner is None else None, controlling_tty,
+                                                    user)  # user: "UID GID G,.."
             else:
                 joined, preexec, joining = self._join(cmd, controlling_tty)
                 if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
                     stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
                 cmd = joined
-            try:
-                with holder.children_inside() if holder is not None else contextlib.nullcontext(), joining:
-                    proc = subprocess.Popen(
+
+            def fork() -> subprocess.Popen:
+                with holder.children_inside() if holder is not None else contextlib.nullcontext(), \
+                        joining if joining is not None else contextlib.nullcontext():
+                    return subprocess.Popen(
                         cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
                         stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
                         preexec_fn=preexec)
+            try:
+                proc = spawner.call(fork) if spawner is not None else fork()
             except OSError as exc:
                 # fork() into a PID namespace whose init is gone fails with ENOMEM
                 if holder is not None and exc.errno == errno.ENOMEM:
@@ -397,6 +369,8 @@ class SandboxRuntime(SandboxPaths):
         if self._netns:
             env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
         agent = agent_fd = python = idle = None
+        holder_join = self._holder_join()
+        view_env = {**self._view_env(), "OSB_MOCK_CGROUP_JOIN": "", **holder_join.pop("view_env", {})}
         try:
             execd = self._install_execd(env)
             if execd is not None and execd != "binary" and (self._pid_mode == "direct" or self.image_root):
@@ -411,8 +385,8 @@ class SandboxRuntime(SandboxPaths):
             holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
                                        implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
                                        volumes=self.volumes, agent_fd=agent_fd, agent_python=python,
-                                       execd=execd is not None, idle_execd=idle, view_env=self._view_env(),
-                                       **self._holder_join())
+                                       execd=execd is not None, idle_execd=idle, view_env=view_env,
+                                       **holder_join)
         finally:
             if agent_fd is not None:
                 os.close(agent_fd)

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule, proxy_error_page
+from mock_opensandbox.faultinject import proxy_error_page
+from mock_opensandbox.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule
 
 from errors import SECRETS, Secrets
 from failures import map_osb_error

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from record import fixture
+from mock_opensandbox import fixturefile as fixture
 from record.compare import Bindings, Comparer, materialize
 from record.convert import ConvertError, convert_dir, parse_versions
 from record.recorder import drift, record_one, run
@@ -468,3 +468,60 @@ def test_drift_noise_blanks_per_sandbox_values_but_not_real_changes():
     c = probe("515 479 0:55 / / ro master:23 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/XYZ:"
               "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64))
     assert drift(a, c, PROBE_NOISE)  # rw -> ro is a real change
+
+
+def test_the_fault_proxy_appends_each_exchange_and_the_file_stays_a_whole_fixture(tmp_path):
+    """Issue 22: the proxy's recording grows in place, one exchange at a time (no rewrite of what is
+    already there), and after every exchange it is the fixture fixturefile.dumps writes, readable by
+    fixturefile.load (record compare, replay), credentials scrubbed as before."""
+    from mock_opensandbox.proxy import Recorder
+
+    rec = Recorder(str(tmp_path), "rec", "http://127.0.0.1:1")
+    assert not os.path.exists(rec.path)  # nothing before the first exchange
+    inode = None
+    for i in range(3):
+        rec.add({"method": "POST", "path": "/v1/sandboxes?k=" + KEY, "body": '{"env": {"API_TOKEN": "t0ps3cret"}}',
+                 "headers": {"OPEN-SANDBOX-API-KEY": KEY, "X-EXECD-ACCESS-TOKEN": "tok-" + KEY}},
+                {"status": 200, "headers": {"X-Echo": KEY}, "body": "échange %d %s" % (i, KEY)})
+        st = os.stat(rec.path)
+        assert inode in (None, st.st_ino), "the recording was rewritten, not appended to"
+        inode = st.st_ino
+        fx = fixture.load(rec.path)
+        assert len(fx["exchanges"]) == i + 1
+        with open(rec.path, encoding="utf-8") as f:
+            assert f.read() == fixture.dumps(fx)
+    text = open(rec.path, encoding="utf-8").read()
+    assert KEY not in text and "t0ps3cret" not in text
+    ex = fx["exchanges"][0]
+    assert ex["request"]["headers"] == {"OPEN-SANDBOX-API-KEY": "<api-key>", "X-EXECD-ACCESS-TOKEN": "<execd-token>"}
+    assert ex["request"]["path"] == "/v1/sandboxes?k=<api-key>"
+    assert ex["request"]["body"] == '{"env": {"API_TOKEN": "<redacted>"}}'
+    assert ex["response"] == {"status": 200, "headers": {"X-Echo": "<api-key>"}, "body": "échange 0 <api-key>"}
+
+
+def test_one_secret_scrubber_and_one_fixture_writer():
+    """Issue 22: record/, the journal and the proxy scrub with mock_opensandbox/scrub.py and write
+    fixtures with mock_opensandbox/fixturefile.py; none keeps a table of credential headers, a
+    credential pattern or a JSON fixture writer of its own."""
+    import ast
+
+    own = {os.path.join("mock_opensandbox", "scrub.py"), os.path.join("mock_opensandbox", "fixturefile.py")}
+    offenders = []
+    for top in ("mock_opensandbox", "record"):
+        for d, _, files in os.walk(os.path.join(REPO, top)):
+            for f in files:
+                path = os.path.join(d, f)
+                rel = os.path.relpath(path, REPO)
+                if not f.endswith(".py") or rel in own:
+                    continue
+                tree = ast.parse(open(path, encoding="utf-8").read())
+                for n in ast.walk(tree):
+                    if isinstance(n, ast.Constant) and n.value in ("x-execd-access-token", "set-cookie"):
+                        offenders.append((rel, n.value))
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and "api[_-]?key" in n.value:
+                        offenders.append((rel, "credential pattern"))
+                    if isinstance(n, ast.Constant) and n.value == "fixture_format":
+                        offenders.append((rel, "fixture writer"))
+    # lower-case header names sent on purpose by the differential corpus are requests, not tables
+    offenders = [o for o in offenders if not o[0].startswith(os.path.join("mock_opensandbox", "diff"))]
+    assert offenders == []

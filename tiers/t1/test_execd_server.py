@@ -6,6 +6,7 @@ import http.client
 import http.server
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -233,9 +234,11 @@ def test_standalone_process(tmp_path):
         port = int(line.split("127.0.0.1:")[1].split()[0])
         c = Client(port, headers={"X-EXECD-ACCESS-TOKEN": "t0k"})
         assert c.get("/ping").status == 200
-        cid = c.run("sleep 400", background=True).events()[0]["text"]
+        # a sleep no other test on the machine runs: pgrep must find this execd's command only
+        sleeper = "sleep 400.%06d" % random.randrange(10**6)
+        cid = c.run(sleeper, background=True).events()[0]["text"]
         assert c.get(f"/command/status/{cid}").json()["running"] is True
-        before = subprocess.run(["pgrep", "-f", "sleep 400"], capture_output=True, text=True).stdout.split()
+        before = subprocess.run(["pgrep", "-f", sleeper], capture_output=True, text=True).stdout.split()
         assert before
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0

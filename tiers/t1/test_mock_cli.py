@@ -4,94 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
+from tiers.toolkit.waits import port_closed
 from tiers.toolkit.procs import alive, descendants
-from tiers.toolkit import rest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class Cli:
-    def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "mock_opensandbox", "--port", "0", *args], cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line.rstrip("\n"))
-            if line.startswith("Sandbox roots under"):
-                break
-        text = "\n".join(self.lines)
-        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", text)
-        assert m, (text, self.proc.stderr.read() if self.proc.poll() is not None else "")
-        self.url, self.port = m.group(1), int(m.group(2))
-        k = re.search(r"API key \(generated for this run, header OPEN-SANDBOX-API-KEY\): (\S+)", text)
-        self.key = k.group(1) if k else None
-        self.root = re.search(r"Sandbox roots under (.+?)\. Press", text).group(1)
-
-    def call(self, method: str, path: str, body=None, key=True):
-        r = rest.call(self.url, method, path, body, {"OPEN-SANDBOX-API-KEY": self.key} if key and self.key else {})
-        return r.status, r.body
-
-    def stop(self, sig=signal.SIGINT, timeout=30) -> tuple[int, str, str]:
-        self.proc.send_signal(sig)
-        out, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, out, err
-
-    def kill(self) -> None:
-        """Teardown, also after a failed test: a graceful stop first (the CLI removes its temp root and
-        ends its sandboxes), then SIGKILL for what is left, then the root itself."""
-        if self.proc.poll() is None:
-            kids = descendants(self.proc.pid)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.communicate()
-            for pid in kids:
-                if alive(pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-        if self.root.startswith(tempfile.gettempdir()) and os.path.isdir(self.root):
-            shutil.rmtree(self.root, ignore_errors=True)
-
-
-@pytest.fixture
-def cli_factory():
-    made: list[Cli] = []
-
-    def make(*args: str) -> Cli:
-        c = Cli(*args)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.kill()
-
-
-def _port_closed(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        return False
-    except OSError:
-        return True
+from tiers.toolkit.mockcli import REPO
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -123,7 +45,7 @@ def test_cli_serves_and_stops_cleanly(cli_factory, sig):
     assert cli.key not in err
     assert [p for p in kids if alive(p)] == []
     assert not os.path.exists(cli.root)
-    assert _port_closed(cli.port) and _port_closed(execd_port)
+    assert port_closed(cli.port) and port_closed(execd_port)
 
 
 def test_cli_insecure_and_given_key(cli_factory):

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from mock_opensandbox.runtime import cgroups, probe_isolation
-from tiers.t1.test_mock_cli import Cli
+from tiers.toolkit.mockcli import Cli
 from tiers.toolkit.procs import alive, cmdline, descendants
 
 ISOLATED, NOTE = probe_isolation()
@@ -26,17 +26,9 @@ BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
 
 
 @pytest.fixture
-def clis():
-    made: list[Cli] = []
-
-    def make(*args: str) -> Cli:
-        c = Cli("--insecure", "--execd-start-delay", "0", "--execd-close-delay", "0", *args)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.kill()
+def clis(cli_factory):
+    """t1's ``cli_factory`` with no key and no execd delays."""
+    return lambda *args: cli_factory("--insecure", "--execd-start-delay", "0", "--execd-close-delay", "0", *args)
 
 
 def _sandbox_with_processes(cli: Cli) -> str:
@@ -118,12 +110,17 @@ def test_nothing_is_left_after_a_signal(clis, sig):
     assert after == {"processes": 0, "cgroups": 0, "mounts": 0, "temp dirs": 0}, after
 
 
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
-def test_sigkill_with_a_given_root_leaves_only_the_root(clis, tmp_path):
+def _rooted(clis, tmp_path) -> tuple[str, Cli, str, list[str]]:
+    """A mock with a --root of the test's and one sandbox with processes: (root, cli, sandbox id, its cgroups)."""
     root = str(tmp_path / "roots")
     cli = clis("--root", root)
     sid = _sandbox_with_processes(cli)
-    cgs = _cgroups_of([sid])
+    return root, cli, sid, _cgroups_of([sid])
+
+
+@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+def test_sigkill_with_a_given_root_leaves_only_the_root(clis, tmp_path):
+    root, cli, _, cgs = _rooted(clis, tmp_path)
     pids = descendants(cli.proc.pid) | _members(cgs)
     cli.proc.send_signal(signal.SIGKILL)
     cli.proc.communicate(timeout=30)
@@ -142,10 +139,7 @@ def _janitor(mock_pid: int) -> int:
 
 @pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
 def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path):
-    root = str(tmp_path / "roots")
-    cli = clis("--root", root)
-    sid = _sandbox_with_processes(cli)
-    cgs = _cgroups_of([sid])
+    root, cli, sid, cgs = _rooted(clis, tmp_path)
     janitor = _janitor(cli.proc.pid)
     pids = descendants(cli.proc.pid) | _members(cgs)
     # the janitor dies first (an OOM kill of both, a killed process group): the dead mock's
@@ -170,36 +164,19 @@ def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path
 def test_sigkill_as_an_unprivileged_user_leaves_nothing():
     """As non-root (a user namespace per sandbox; no cgroups on v1) the janitor still removes the temp
     root after a SIGKILL, and the sandboxes' processes die with the mock."""
-    import re
     import shutil
-    import subprocess
 
     from tiers.t1.test_containment import NOBODY, _interpreter, _nobody_can_run
-    from tiers.t1.test_mock_cli import REPO
 
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
-    proc = subprocess.Popen([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
-                             "--", _interpreter(True), "-m", "mock_opensandbox", "--port", "0", "--insecure",
-                             "--execd-start-delay", "0", "--execd-close-delay", "0"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
-    cli = Cli.__new__(Cli)
-    cli.proc, cli.lines, cli.key = proc, [], None
+    cli = Cli("--insecure", "--execd-start-delay", "0", "--execd-close-delay", "0",
+              launcher=[shutil.which("setpriv") or "setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                        "--clear-groups", "--", _interpreter(True)],
+              env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    proc = cli.proc
     try:
-        while True:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            cli.lines.append(line.rstrip("\n"))
-            if line.startswith("Sandbox roots under"):
-                break
-        text = "\n".join(cli.lines)
-        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", text)
-        assert m, (text, proc.stderr.read() if proc.poll() is not None else "")
-        cli.url, cli.port = m.group(1), int(m.group(2))
-        cli.root = re.search(r"Sandbox roots under (.+?)\. Press", text).group(1)
         sids = [_sandbox_with_processes(cli), _sandbox_with_processes(cli)]
         cgs = _cgroups_of(sids)
         pids = descendants(proc.pid) | _members(cgs)

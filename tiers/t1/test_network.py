@@ -21,6 +21,7 @@ from mock_opensandbox.relay import TCPRelay
 from mock_opensandbox.runtime import SandboxRuntime, probe_isolation
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.waits import port_closed
 from tiers.toolkit import rest
 from tiers.toolkit.procs import alive
 
@@ -282,20 +283,12 @@ def _sandbox_parts(m: Mock, sids: list[str]) -> tuple[set[str], set[int], set[in
     return nets, slirps, ports
 
 
-def _closed(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        return False
-    except OSError:
-        return True
-
-
 def _gone(nets: set[str], slirps: set[int], ports: set[int], timeout: float = 5.0) -> list[str]:
     deadline = time.monotonic() + timeout
     while True:
         left = ["netns %s" % n for n in nets & _netns_ids_in_use()]
         left += ["slirp4netns %d" % p for p in slirps if alive(p)]
-        left += ["port %d" % p for p in ports if not _closed(p)]
+        left += ["port %d" % p for p in ports if not port_closed(p)]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
@@ -321,7 +314,7 @@ def test_delete_leaves_no_netns_relay_or_slirp(mock):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
-    from tiers.t1.test_mock_cli import Cli
+    from tiers.toolkit.mockcli import Cli
 
     args = ["--execd-bin", REAL_EXECD] if os.path.isfile(REAL_EXECD) else []
     cli = Cli(*args)

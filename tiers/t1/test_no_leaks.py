@@ -6,7 +6,6 @@ import http.client
 import importlib.util
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -19,18 +18,10 @@ from tiers.toolkit.procs import alive as _alive
 from tiers.toolkit.procs import descendants as _children_tree
 from tiers.toolkit.procs import pids as _proc_entries
 from tiers.toolkit.procs import refers_to as _refers_to
-from tiers.toolkit.waits import wait_until as wait
+from tiers.toolkit.waits import port_closed, wait_until as wait
 from tiers.toolkit import rest
 
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
-
-
-def _closed(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        return False
-    except OSError:
-        return True
 
 
 class C:
@@ -83,7 +74,7 @@ def _assert_clean(osb_root: str, pids: set[int], ports: set[int], before_threads
     assert not os.path.exists(osb_root)
     leaked = [p for p in _proc_entries() if _alive(p) and _refers_to(p, osb_root)]
     assert leaked == []
-    assert all(_closed(p) for p in ports), [p for p in ports if not _closed(p)]
+    assert all(port_closed(p) for p in ports), [p for p in ports if not port_closed(p)]
     listener_prefixes = ("mock-osb-", "execd-")
     assert wait(lambda: not [t.name for t in threading.enumerate()
                              if t.name.startswith(listener_prefixes) and t.name not in before_threads])
@@ -122,7 +113,7 @@ def test_context_manager_and_delete_clean_up_per_sandbox():
         assert c.call("DELETE", "/v1/sandboxes/" + sid)[0] == 204
         assert wait(lambda: not [p for p in pids if _alive(p)])
         assert not os.path.exists(sb.runtime.root)
-        assert _closed(int(hostport.rsplit(":", 1)[1]))
+        assert port_closed(int(hostport.rsplit(":", 1)[1]))
         root = osb.root
     assert not os.path.exists(root)
 

@@ -9,7 +9,7 @@ import pytest
 
 from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.toolkit.epp import EppClient, RpcError
+from tiers.toolkit.epp import RpcError
 
 ISOLATED, NOTE = probe_isolation()
 pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
@@ -20,15 +20,6 @@ def mock(tmp_path_factory):
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a short close delay on execd's streams."""
     with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.05) as osb:
         yield osb
-
-
-@pytest.fixture
-def epp(mock, tmp_path):
-    """Overrides the toolkit's ``epp`` with the same client (kept here so this module reads on its own)."""
-    client = EppClient(str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key})
-    yield client
-    assert client.violations == []
-    client.close()
 
 
 def _run(epp, sid, script):

@@ -128,7 +128,7 @@ def test_execd_answers_inside_as_non_root_through_the_agent():
     import subprocess
 
     from tiers.t1.test_containment import NOBODY, _interpreter, _nobody_can_run
-    from tiers.t1.test_mock_cli import REPO
+    from tiers.toolkit.mockcli import REPO
 
     why = _nobody_can_run()
     if why:

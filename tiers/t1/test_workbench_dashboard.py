@@ -1,7 +1,8 @@
 """t1: the workbench dashboard in a real browser (Debian's headless chromium over the DevTools
 Protocol, tiers/t1/cdp.py). The page logs in with the key, goes live over SSE, shows a sandbox created
 through the API, journals requests with their status, adds a fault rule from its form and kills a
-sandbox with its button. ``OSB_DASHBOARD_PNG=path`` saves the screenshot (docs/dashboard.png was made so)."""
+sandbox with its button, lists a snapshot; with an image store, its Images panel shows the cached image (refs,
+size, digest, the sandboxes using it) and a snapshot restored into a sandbox. ``OSB_DASHBOARD_PNG=path`` saves the screenshot (docs/dashboard.png was made so)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from mock_opensandbox.server import MockOpenSandbox
 
 from tiers.t1 import cdp
 from tiers.toolkit import rest
+from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
 
 pytestmark = [pytest.mark.spec_exempt("the dashboard's /__mock__/ routes are mock-only"),
               pytest.mark.skipif(cdp.find_browser() is None, reason="no chromium: apt-get install -y chromium")]
@@ -89,6 +91,14 @@ def _dashboard_flow(tmp_path):
             assert call(hp, "POST", f"/v1/sandboxes/{second}/pause", headers=key)[0] == 202
             b.wait_for(f"document.querySelector(\"#sandbox-table tr[data-sandbox='{second}'] .badge\").textContent"
                        " === 'Paused'")
+            # a snapshot of the first (host-tools view: no image store, the panel says so)
+            st, body = call(hp, "POST", f"/v1/sandboxes/{sid}/snapshots", {"name": "dash-snap"}, key)
+            assert st == 202
+            snap = json.loads(body)["id"]
+            b.wait_for(f"document.querySelector(\"#snapshot-table tr[data-snapshot='{snap}'] .badge\")?.textContent"
+                       " === 'Ready'")
+            assert sid[:8] in b.eval(f"document.querySelector(\"#snapshot-table tr[data-snapshot='{snap}']\").textContent")
+            assert "--image-dir" in b.eval("document.querySelector('#images .empty').textContent")
             b.wait_for("document.querySelectorAll('#request-table tbody tr').length >= 8")
             png = b.screenshot()
             assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
@@ -99,3 +109,57 @@ def _dashboard_flow(tmp_path):
             b.eval(f"document.querySelector(\"{row} button.kill\").click()")
             b.wait_for(f"document.querySelector(\"{row}\") === null")
             assert sid not in osb.sandboxes and second in osb.sandboxes
+
+
+BUSYBOX = "/bin/busybox"
+
+
+def _image_sandboxes() -> bool:
+    """A static busybox to build the image with, and a PID namespace per sandbox (else: host-tools view)."""
+    import subprocess
+    from mock_opensandbox.runtime.probe import probe_result
+    if not os.path.isfile(BUSYBOX):
+        return False
+    r = subprocess.run(["ldd", BUSYBOX], capture_output=True, text=True)
+    ok, _, _, pid_mode = probe_result()
+    return "not a dynamic executable" in (r.stdout + r.stderr) and ok and pid_mode is not None
+
+
+@pytest.mark.skipif(not _image_sandboxes(), reason="no static /bin/busybox or no PID namespace per sandbox")
+def test_dashboard_images_panel(tmp_path):
+    with open(BUSYBOX, "rb") as f:
+        entries = [("dir", "bin"), ("file", "bin/busybox", f.read(), 0o755), ("dir", "tmp", 0o1777)]
+    entries += [("hardlink", "bin/" + a, "bin/busybox") for a in ("sh", "tail", "echo")]
+    img = BuiltImage([layer(entries)], config_extra={"config": {}})
+    write_oci_layout(str(tmp_path / "dir" / "dash"), {"local/dash-busybox:1": img})
+    with MockOpenSandbox(image_dir=str(tmp_path / "dir"), image_cache=str(tmp_path / "cache"),
+                         execd_close_delay=0.0) as osb, cdp.Browser(str(tmp_path / "profile")) as b:
+        hp = osb.base_url.split("://", 1)[1]
+        key = {"OPEN-SANDBOX-API-KEY": osb.api_key}
+        b.navigate(f"{osb.base_url}/__mock__/?key={osb.api_key}")
+        b.wait_for("document.querySelector('#live.on') !== null")
+        assert "No cached images yet" in b.eval("document.querySelector('#images .empty').textContent")
+        st, body = call(hp, "POST", "/v1/sandboxes", dict(CREATE, image={"uri": "local/dash-busybox:1"}), key)
+        assert st == 202, body
+        sid = json.loads(body)["id"]
+        (cached,) = json.loads(call(hp, "GET", "/__mock__/images", headers=key)[1])["images"]
+        row = f"#image-table tr[data-image='{cached['id']}']"
+        b.wait_for(f"document.querySelector(\"{row}\")?.textContent.includes('{sid[:8]}')")
+        cells = b.eval(f"[...document.querySelectorAll(\"{row} td\")].map(td => td.textContent)")
+        assert cells[0] == "local/dash-busybox:1" and cells[2] == img.digest[:19] and cells[3] == "image-dir"
+        assert cells[1].endswith("MiB") and float(cells[1].split()[0]) > 0.5  # busybox itself: over 1 MiB
+        assert b.eval("document.getElementById('img-count').textContent") == "1"
+        # a snapshot of it, restored into a second sandbox: the snapshot's row names that sandbox
+        snap = json.loads(call(hp, "POST", f"/v1/sandboxes/{sid}/snapshots", None, key)[1])["id"]
+        osb.snapshots.wait(30)
+        body = {"snapshotId": snap, "timeout": 600, "resourceLimits": CREATE["resourceLimits"]}
+        st, out = call(hp, "POST", "/v1/sandboxes", body, key)
+        assert st == 202, out
+        restored = json.loads(out)["id"]
+        srow = f"#snapshot-table tr[data-snapshot='{snap}']"
+        b.wait_for(f"document.querySelector(\"{srow}\")?.textContent.includes('{restored[:8]}')")
+        assert "opensandbox-snapshots:" + snap in b.eval(f"document.querySelector(\"{srow}\").textContent")
+        assert b.eval("document.getElementById('snap-count').textContent") == "1"
+        # the kill button: the image no longer lists the sandbox
+        b.eval(f"document.querySelector(\"#sandbox-table tr[data-sandbox='{sid}'] button.kill\").click()")
+        b.wait_for(f"!document.querySelector(\"{row}\").textContent.includes('{sid[:8]}')")

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tiers.toolkit.waits import port_closed
 from tiers.smoke_flow import STEPS, request, run_smoke_flow, stream_command, output_of
 
 UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}  # seed 000 §1.4
@@ -49,12 +50,6 @@ def _wait(cond, what: str, timeout: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def test_smoke_flow_with_an_execd_process_per_sandbox(t3_mock):
     passed = run_smoke_flow(t3_mock.base_url, t3_mock.api_key)
     assert len(passed) == STEPS, passed
@@ -74,7 +69,7 @@ def test_execd_is_a_process_that_kill_stops(t3_mock):
 
     r = request("DELETE", t3_mock.base_url, f"/v1/sandboxes/{sid}", headers={"OPEN-SANDBOX-API-KEY": t3_mock.api_key})
     assert r.status == 204, r
-    _wait(lambda: not _port_open(port), "closed: the execd port", 10)  # the execd process is gone with its sandbox
+    _wait(lambda: port_closed(port, 1), "closed: the execd port", 10)  # the execd process is gone with its sandbox
     if pid is not None:
         assert not os.path.exists(f"/proc/{pid}") or _proc_state(pid) == "Z"
 

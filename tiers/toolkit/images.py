@@ -1,5 +1,6 @@
 """Test images written by the tests themselves: layer tars (any entry, hostile ones included), OCI image
-layouts, ``docker save`` tarballs (legacy manifest.json), and a stdlib pusher for an OCI registry."""
+layouts, ``docker save`` tarballs (legacy manifest.json), a reader of real ``docker save`` tarballs, and a
+stdlib pusher for an OCI registry."""
 from __future__ import annotations
 
 import gzip
@@ -67,7 +68,10 @@ class BuiltImage:
                "rootfs": {"type": "layers", "diff_ids": [sha(t) for _, t in self.layers]}}
         cfg.update(self.config_extra)
         self.config = json.dumps(cfg, sort_keys=True).encode()
-        self.manifest = json.dumps({
+        self.manifest = self._make_manifest()
+
+    def _make_manifest(self) -> bytes:
+        return json.dumps({
             "schemaVersion": 2, "mediaType": MT_MANIFEST,
             "config": {"mediaType": MT_CONFIG, "digest": sha(self.config), "size": len(self.config)},
             "layers": [{"mediaType": MT_LAYER_GZ if self.gz else MT_LAYER, "digest": sha(b), "size": len(b)}
@@ -145,6 +149,33 @@ def write_docker_save(path: str, name: str, img: BuiltImage) -> None:
             tf.addfile(ti, io.BytesIO(data))
 
 
+class SavedImage(BuiltImage):
+    """An image read back from a ``docker save`` tarball, for ``push``: the config exactly as Docker saved it
+    (the image id stays), each layer.tar as an uncompressed OCI layer blob (its digest = its diff_id)."""
+
+    def __init__(self, config: bytes, tars: list[bytes]):  # not the dataclass's: the config is given
+        self.layers, self.config_extra, self.gz = [(t, t) for t in tars], {}, False
+        self.arch = json.loads(config).get("architecture", "")
+        self.config = config
+        self.manifest = self._make_manifest()
+
+
+def read_docker_save(path: str) -> dict[str, SavedImage]:
+    """Every tagged image of a ``docker save`` tarball (manifest.json: Config, RepoTags, Layers), by tag."""
+    out: dict[str, SavedImage] = {}
+    with tarfile.open(path) as tf:
+        def member(name: str) -> bytes:
+            f = tf.extractfile(name)
+            if f is None:
+                raise ValueError("%s: %s is not a file" % (path, name))
+            return f.read()
+        for entry in json.loads(member("manifest.json")):
+            img = SavedImage(member(entry["Config"]), [member(n) for n in entry["Layers"]])
+            for tag in entry.get("RepoTags") or []:
+                out[tag] = img
+    return out
+
+
 # -- pushing to a registry (OCI distribution API) -------------------------------------------------------------
 def push(base: str, repo: str, tag: str, img: BuiltImage | None = None, *, index: list[BuiltImage] | None = None,
          authz: str | None = None) -> str:
@@ -152,7 +183,7 @@ def push(base: str, repo: str, tag: str, img: BuiltImage | None = None, *, index
     u = urllib.parse.urlsplit(base)
 
     def req(method: str, path: str, body: bytes = b"", headers: dict | None = None) -> http.client.HTTPResponse:
-        c = http.client.HTTPConnection(u.netloc, timeout=10)
+        c = http.client.HTTPConnection(u.netloc, timeout=60)
         h = dict(headers or {})
         if authz:
             h["Authorization"] = authz

@@ -2,6 +2,15 @@
 from __future__ import annotations
 
 import os
+import pathlib
+
+
+def read_text(path: str) -> str:
+    """A /proc (or /sys) file as text, "" when it cannot be read (the process is gone)."""
+    try:
+        return pathlib.Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def stat(pid: int | str) -> tuple[str, int] | None:

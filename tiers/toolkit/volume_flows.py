@@ -173,6 +173,28 @@ def symlink_inside_volume(t: Target) -> Dict[str, Any]:
     return out
 
 
+def check_symlinks_stay_inside(seen: Dict[str, Any]) -> None:
+    """What symlink_inside_volume must show on the mock and live alike: the link inside the volume works,
+    the links out of it are refused, and a link read from inside resolves in the sandbox's own view."""
+    assert seen["inlink"] == 202 and seen["inlink_read"] == (0, "inside\n")
+    for name in ("root", "up"):
+        status, body = seen[name]
+        assert (status, body["code"]) == (400, "VOLUME::INVALID_SUB_PATH"), seen
+        assert body["message"] == ("Volume 'data': resolved subPath escapes the volume mountpoint after symlink "
+                                   "resolution.")
+    assert seen["pw_is_own"] == (0, "root\n/etc/passwd\n")
+
+
+def check_refusal(case: Tuple[str, List[dict], int, str, Optional[str]], got_status: int, body: Any) -> None:
+    """One refusals() case against a create's answer: status, code, message (or the start-failure prefix)."""
+    _, _, status, code, message = case
+    assert (got_status, body.get("code")) == (status, code), body
+    if message is not None:
+        assert body["message"] == message
+    if code == "DOCKER::SANDBOX_START_FAILED":
+        assert body["message"].startswith("Failed to create or start container: ")
+
+
 # refusals before anything is mounted: (name, volumes, status, code, message or None)
 def refusals(claim: str) -> List[Tuple[str, List[dict], int, str, Optional[str]]]:
     return [

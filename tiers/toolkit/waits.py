@@ -1,6 +1,7 @@
-"""Polling with a deadline (no fixed sleeps in tests: a predicate and a bound)."""
+"""Polling with a deadline (no fixed sleeps in tests: a predicate and a bound), and the predicates tests poll."""
 from __future__ import annotations
 
+import socket
 import time
 
 
@@ -12,3 +13,12 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def port_closed(port: int, timeout: float = 2.0) -> bool:
+    """Nothing accepts a TCP connection on 127.0.0.1:``port`` (a listener the mock should have closed)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=timeout).close()
+        return False
+    except OSError:
+        return True
