@@ -19,7 +19,6 @@ from params import check_envs, is_number, sandbox_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import queue
     from typing import Any, Callable
 
     from osb import CommandRun, Execd
@@ -95,54 +94,77 @@ _END, _WAKE = object(), object()
 
 
 class Pump:
-    """Reads a CommandRun on its own thread so the caller can wait with deadlines and cancel. The
-    queue is bounded: a slow reader of our stdout slows the SSE read, and so execd, down."""
+    """Reads a CommandRun on the caller's own thread: ``get(timeout)`` waits for the next event
+    with a deadline, and ``wake()`` (another thread: $/cancel) ends such a wait early. No reader
+    thread: starting one, and handing every event over a queue, was most of what a short command
+    cost on top of its HTTP round trip. A slow reader of our stdout still slows the SSE read, and
+    so execd, down (nothing is read ahead)."""
 
     def __init__(self, run: CommandRun) -> None:
-        import queue
-        self.q: queue.Queue[object] = queue.Queue(maxsize=4096)
-        self.run, self.queue_empty = run, queue.Empty
-        self._held: object = None
-        threading.Thread(target=self._read, daemon=True, name="execd-sse").start()
-
-    def _read(self) -> None:
-        try:
-            for event in self.run.events():
-                self.q.put(event)
-        except Exception as exc:  # noqa: BLE001 - handed to the reader, which reports the lost stream
-            self.q.put(exc)
-        self.q.put(_END)
+        self.run = run
+        self._lock = threading.Lock()
+        self._pipe: tuple[int, int] | None = None     # what wake() writes to; made by the first get()
+        self._woken = self._unread = self._closed = False
 
     def get(self, timeout: float | None) -> object:
-        if self._held is not None:
-            item, self._held = self._held, None
-            return item
+        """The next event dict, ``_END`` (the stream is over), the read's exception, ``_WAKE``, or
+        None when nothing came within ``timeout`` seconds."""
+        if self._take_wake():
+            return _WAKE
+        with self._lock:
+            if self._pipe is None and not self._closed:
+                self._pipe = os.pipe()
+            wake = self._pipe[0] if self._pipe is not None else None
         try:
-            return self.q.get(timeout=timeout)
-        except self.queue_empty:
-            return None
+            ev = self.run.next(timeout, wake)
+        except EOFError:
+            return _END
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which reports the lost stream
+            return exc
+        if ev is None and self._take_wake():
+            return _WAKE
+        return ev
+
+    def _take_wake(self) -> bool:
+        with self._lock:
+            if not self._woken:
+                return False
+            self._woken = False
+            if self._unread and self._pipe is not None:
+                os.read(self._pipe[0], 1)
+            self._unread = False
+            return True
 
     def more_of(self, kind: str, text: str, limit: int = OUTPUT_CHUNK_CHARS) -> str:
-        """Join output of the same stream that is already queued (v1.1.0 sends one event per line)."""
+        """Join output of the same stream that is already read (v1.1.0 sends one event per line)."""
         parts, size = [text], len(text)
         while size < limit:
-            try:
-                item = self.q.get_nowait()
-            except self.queue_empty:
+            more = self.run.pending_output(kind)
+            if more is None:
                 break
-            if isinstance(item, dict) and item.get("type") == kind:
-                parts.append(item["text"])
-                size += len(item["text"])
-            else:
-                self._held = item
-                break
+            parts.append(more)
+            size += len(more)
         return "".join(parts)
 
     def wake(self) -> None:
-        try:
-            self.q.put_nowait(_WAKE)
-        except Exception:  # noqa: BLE001 - full: the reader is about to be woken anyway
-            pass
+        with self._lock:
+            if self._closed or self._woken:
+                return
+            self._woken = True
+            if self._pipe is not None:
+                try:
+                    self._unread = os.write(self._pipe[1], b"w") == 1
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        """Release the wake pipe (a late wake() is then a no-op, never a write to a reused fd)."""
+        with self._lock:
+            self._closed = True
+            pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            for fd in pipe:
+                os.close(fd)
 
 
 def drive(ctx: Context, req: Request, run: CommandRun, pump: Pump, spec: ExecSpec, started: float,
@@ -150,8 +172,16 @@ def drive(ctx: Context, req: Request, run: CommandRun, pump: Pump, spec: ExecSpe
     """Forward output until the terminal event; returns (exit_code, problem or None).
 
     Timeout: at the deadline the command is interrupted (DELETE /command?id=); if execd has not
-    ended the stream STOP_GRACE later we stop reading. A timed-out command exits 124.
+    ended the stream STOP_GRACE later we stop reading. A timed-out command exits 124. Closes ``pump``.
     """
+    try:
+        return _drive(req, run, pump, spec, started, on_output, first)
+    finally:
+        pump.close()
+
+
+def _drive(req: Request, run: CommandRun, pump: Pump, spec: ExecSpec, started: float,
+           on_output: Callable[[str, str], object], first: object) -> tuple[int, str | None]:
     from osb import StartFailure, terminal_exit_code
     deadline = started + spec.timeout if spec.timeout > 0 else None
     stop_at, timed_out = None, False
@@ -227,6 +257,7 @@ def _await_start(ctx: Context, spec: ExecSpec, run: CommandRun, pump: Pump) -> o
         try:
             terminal_exit_code(first)
         except StartFailure as exc:
+            pump.close()
             raise EppError(-32000, f"The command could not be started: {exc}",
                            suggestion="Check the command name, cwd and user.") from None
     return None if first is _WAKE else first
@@ -256,7 +287,8 @@ def m_exec_start(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any
             emit("stderr", f"[opensandbox provider] {problem}; the output may be incomplete\n")
         ctx.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
 
-    return Deferred({"process_id": pid}, stream)
+    # an event in hand (output or the end) is forwarded at once: the answer goes out with it
+    return Deferred({"process_id": pid}, stream, prompt=isinstance(first, dict))
 
 
 def m_exec_run(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +297,7 @@ def m_exec_run(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
         raise bad_input("exec.run cannot run a detached command; use exec.start with detached: true.")
     started = time.monotonic()
     run = _start(ctx, spec)
-    pump = Pump(run)        # $/cancel: drive() wakes and interrupts the command from its own thread
+    pump = Pump(run)        # $/cancel: drive() wakes and interrupts the command
     first = _await_start(ctx, spec, run, pump)
     out: dict[str, Any] = {"stdout": [], "stderr": []}
     ctx.runs.add(run)

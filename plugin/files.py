@@ -4,7 +4,7 @@ files API (rec 13, 18: ``rec NN`` = the recorded exchanges in ../shared/live/exc
 from __future__ import annotations
 
 from context import Context
-from epp import Request
+from epp import Base64, Request
 from errors import EppError, bad_input, unsupported
 from failures import is_http
 from params import b64_param, path_param, sandbox_id
@@ -86,8 +86,7 @@ def m_files_read(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any
         if is_http(exc, 416):
             return {"content_b64": ""}
         raise ctx.error(exc, "files", target=path) from None
-    import base64
-    return {"content_b64": base64.b64encode(data)}     # bytes: Server.send splices them into the line
+    return {"content_b64": Base64(data)}    # Server.send writes it as base64, encoding as it writes
 
 
 def _too_big(path: str, size: int | None) -> EppError:

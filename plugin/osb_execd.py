@@ -13,6 +13,7 @@ import re
 import socket
 import time
 import urllib.parse
+from collections import deque
 
 from osb_sse import SSEDecoder, restore_legacy_text
 from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url, with_retries
@@ -21,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Protocol, TypeVar
 
-    from osb_transport import Http
+    from osb_transport import Body, Http
     from osb_ws import WebSocketClient
 
     T = TypeVar("T")
@@ -57,6 +58,7 @@ class Execd:
 
     def __init__(self, client: Client, sandbox_id: str, base_url: str, headers: dict[str, Any]) -> None:
         self.client, self.sandbox_id, self.base, self.endpoint_headers = client, sandbox_id, base_url, headers
+        self._origin_of, self._same_origin = "", False
 
     def headers(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         h = dict(self.endpoint_headers)
@@ -64,11 +66,18 @@ class Execd:
             h["X-EXECD-ACCESS-TOKEN"] = self.client.execd_token
         # Through the server proxy, execd sits behind the lifecycle server: send its API key there
         # and nowhere else.
-        if self.client.api_key and _origin(self.base) == _origin(self.client.server):
+        if self.client.api_key and self._behind_server():
             h["OPEN-SANDBOX-API-KEY"] = self.client.api_key
         if extra:
             h.update(extra)
         return h
+
+    def _behind_server(self) -> bool:
+        """Whether ``base`` is on the lifecycle server's origin (worked out once per base)."""
+        if self._origin_of != self.base:
+            self._same_origin = _origin(self.base) == _origin(self.client.server)
+            self._origin_of = self.base
+        return self._same_origin
 
     def url(self, path: str, query: Query = None) -> str:
         url = self.base + path
@@ -76,7 +85,7 @@ class Execd:
             url += "?" + urllib.parse.urlencode(query, doseq=True, quote_via=urllib.parse.quote)
         return url
 
-    def open(self, method: str, path: str, *, query: Query = None, body: bytes | None = None,
+    def open(self, method: str, path: str, *, query: Query = None, body: Body | None = None,
              headers: dict[str, Any] | None = None, timeout: float | None = None, what: str) -> Stream:
         """Open a request (the caller reads the reply)."""
         return self._fresh(lambda: self._open(method, path, query, body, headers, timeout, what))
@@ -97,7 +106,7 @@ class Execd:
             self.base, self.endpoint_headers = fresh.base, fresh.endpoint_headers
             return attempt()
 
-    def _open(self, method: str, path: str, query: Query, body: bytes | None, headers: dict[str, Any] | None,
+    def _open(self, method: str, path: str, query: Query, body: Body | None, headers: dict[str, Any] | None,
               timeout: float | None, what: str) -> Stream:
         stream = self.client.http.open(method, self.url(path, query), self.headers(headers), body, timeout, what)
         if stream.status >= 400:
@@ -113,7 +122,7 @@ class Execd:
             raise HttpError(stream.status, stream.reason, data, stream.headers, what, "execd")
         return stream
 
-    def call(self, method: str, path: str, *, query: Query = None, json_body: object = None, body: bytes | None = None,
+    def call(self, method: str, path: str, *, query: Query = None, json_body: object = None, body: Body | None = None,
              content_type: str | None = None, timeout: float | None = None, what: str,
              retry: bool | None = None) -> Reply:
         """One execd call whose whole reply must arrive within the timeout. GET is retried
@@ -220,8 +229,8 @@ class Execd:
         if mode is not None:
             meta["mode"] = mode
         name = path.rstrip("/").rsplit("/", 1)[-1] or "file"
-        from osb_multipart import encode_multipart
-        ctype, body = encode_multipart([
+        from osb_multipart import multipart_pieces
+        ctype, body = multipart_pieces([
             ("metadata", "metadata", "application/json", json.dumps(meta).encode("utf-8")),
             ("file", name, "application/octet-stream", data),
         ])
@@ -236,7 +245,7 @@ class Execd:
                          what=f"download {path}")
 
     def read_file(self, path: str, *, offset: int | None = None, length: int | None = None,
-                  limit: int) -> bytes:
+                  limit: int) -> bytearray:
         """Bytes ``[offset, offset + length)`` of a file, or all of it; ``TooLarge`` past ``limit``.
 
         Each try is one download read whole within http_timeout. A body that ends before its
@@ -248,7 +257,7 @@ class Execd:
         end = start + length - 1 if length is not None else None
         timeout = self.client.http.timeout
 
-        def once() -> bytes:
+        def once() -> bytearray:
             deadline = time.monotonic() + timeout
             stream = self.download(path, start=start if ranged else None, end=end)
             try:
@@ -258,7 +267,7 @@ class Execd:
                 if declared.isdigit() and want is None and int(declared) - skip > limit:
                     raise TooLarge(int(declared) - skip)
                 cap = want if want is not None else skip + limit
-                data = stream.read_all(limit=cap, deadline=max(deadline, stream.received + 0.5))
+                data = stream.read_body(limit=cap, deadline=max(deadline, stream.received + 0.5))
                 if want is None and len(data) - skip > limit:
                     raise TooLarge(None)
             except TooLarge:
@@ -269,10 +278,12 @@ class Execd:
                 raise NetError.of(exc, f"download {path}", self.base) from None
             if len(data) > cap:
                 stream.close()
-                data = data[:cap]
+                del data[cap:]
             else:
                 stream.release()
-            return data[skip:want] if want is not None else data[skip:]
+            if skip or (want is not None and len(data) > want):
+                return data[skip:want]
+            return data                 # the whole buffer as read: no copy
 
         return with_retries(once, timeout)
 
@@ -396,23 +407,24 @@ class CommandRun:
     def __init__(self, execd: Execd, stream: Stream, mode: str):
         self.execd, self.stream, self.mode = execd, stream, mode
         self.decoder = SSEDecoder()
-        self._pending: list[dict[str, Any]] = []
+        self._pending: deque[dict[str, Any]] = deque()
         self.command_id: str | None = None
-        self.done = False
+        self.done = False               # nothing more to read (the stream is closed)
+        self.ended = False              # the terminal event was handed out
         # Read until init (rec 07: the first event, text = 32-hex command id).
+        early: list[dict[str, Any]] = []          # events before init, handed out first
         while self.command_id is None:
             ev = self._next_raw()
             if ev is None:
                 break
             if ev.get("type") == "init":
                 text = ev.get("text")
-                self.command_id = str(text) if text else None
-                if self.command_id is None:
-                    self.command_id = ""
+                self.command_id = str(text) if text else ""
             else:
-                self._pending.append(ev)
+                early.append(ev)
                 if ev.get("type") in ("execution_complete", "error"):
                     break
+        self._pending.extendleft(reversed(early))
         # From here on the stream is read without a socket timeout: callers enforce deadlines and
         # abort() the stream (execd sends a heartbeat every ~3 s, rec 17).
         sock = getattr(stream._conn, "sock", None)
@@ -423,42 +435,86 @@ class CommandRun:
             except OSError:
                 pass
 
+    def _fill(self) -> None:
+        """One read of the stream, decoded into ``_pending``; at its end (or a failed read) the
+        last frame is flushed and the run is done."""
+        try:
+            chunk = self.stream.read_some()
+        except (OSError, ValueError, http.client.HTTPException):
+            chunk = None
+        if chunk is None:
+            self._pending.extend(self.decoder.close())
+            self.done = True
+            self.stream.close()
+        elif chunk:
+            self._pending.extend(self.decoder.feed(chunk))
+
     def _next_raw(self) -> dict[str, Any] | None:
         while not self._pending:
             if self.done:
                 return None
-            try:
-                chunk = self.stream.read1(65536)
-            except (OSError, ValueError, http.client.HTTPException):
-                chunk = b""
-            if not chunk:
-                self._pending.extend(self.decoder.close())
-                self.done = True
-                self.stream.close()
-                break
-            self._pending.extend(self.decoder.feed(chunk))
-        return self._pending.pop(0) if self._pending else None
+            self._fill()
+        return self._pending.popleft() if self._pending else None
+
+    def _output(self, ev: dict[str, Any]) -> dict[str, Any] | None:
+        """A raw event as events() yields it (None: not one the caller sees). The terminal event
+        ends the run: the connection is dropped at once, never waiting out execd's ~1 s close."""
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            text = ev.get("text")
+            if not isinstance(text, str) or text == "":
+                return None
+            if self.mode == LEGACY:
+                text = restore_legacy_text(text)
+            return {"type": kind, "text": text}
+        if kind in ("execution_complete", "error"):
+            self.done, self.ended = True, True
+            self._pending.clear()
+            self.stream.close()
+            return ev
+        return None
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Yield output events (``{"type": "stdout"|"stderr", "text": ...}`` with v1.1.0 line endings
         restored) and finally the terminal event; stops reading as soon as it arrives."""
-        while True:
-            ev = self._next_raw()
-            if ev is None:
+        while not self.ended:
+            raw = self._next_raw()
+            if raw is None:
                 return
-            kind = ev.get("type")
-            if kind in ("stdout", "stderr"):
-                text = ev.get("text")
-                if not isinstance(text, str) or text == "":
-                    continue
-                if self.mode == LEGACY:
-                    text = restore_legacy_text(text)
-                yield {"type": kind, "text": text}
-            elif kind in ("execution_complete", "error"):
-                self.done = True
-                self.stream.close()          # never wait out execd's ~1 s close
+            ev = self._output(raw)
+            if ev is not None:
                 yield ev
-                return
+
+    def next(self, timeout: float | None, wake: int | None = None) -> dict[str, Any] | None:
+        """The next event as events() yields it, read on the caller's thread: waits at most
+        ``timeout`` seconds (None: no limit) and no longer than until the file descriptor ``wake``
+        is readable; None when nothing came in time. EOFError once the stream is over (after the
+        terminal event, or cut short without one)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            while self._pending and not self.ended:
+                ev = self._output(self._pending.popleft())
+                if ev is not None:
+                    return ev
+            if self.done:
+                raise EOFError("the command's event stream is over")
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not self.stream.wait(left, wake):
+                return None
+            self._fill()
+
+    def pending_output(self, kind: str) -> str | None:
+        """The text of the next event when it is already decoded and is output of ``kind``
+        (consumed); None otherwise. Joins v1.1.0's one-event-per-line output without waiting."""
+        while self._pending and not self.ended:
+            raw = self._pending[0]
+            if raw.get("type") != kind:
+                return None
+            self._pending.popleft()
+            ev = self._output(raw)
+            if ev is not None:
+                return str(ev["text"])
+        return None
 
     def abort(self) -> None:
         self.stream.abort()

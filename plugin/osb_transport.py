@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
     Key = tuple[str, str, int]              # (scheme, host, port) of a pooled connection
+    Body = bytes | list[bytes]              # a request body, whole or in pieces
 
 USER_AGENT = "abx-opensandbox-provider/0.1.0"
 MAX_ERROR_BODY = 64 * 1024              # bytes of an error body we keep for the message
@@ -158,6 +159,65 @@ class Reply:
         return json_or_none(self.body) if self.body else None
 
 
+class Dechunker:
+    """Incremental decoder of HTTP/1.1 chunked transfer coding (RFC 9112 §7.1): ``feed(raw)`` returns
+    the body bytes completed so far, whatever the split of ``raw``; ``done`` after the last chunk
+    and its trailer. Malformed framing raises http.client.IncompleteRead, as http.client does."""
+
+    MAX_LINE = 4096                     # a chunk-size or trailer line longer than this is malformed
+
+    def __init__(self) -> None:
+        self._buf = b""                 # an incomplete line kept from the last feed
+        self._left = -1                 # bytes of chunk data still to come; -1: a line is next
+        self._crlf = False              # that line is the CRLF closing a chunk's data
+        self._trailer = False           # the last chunk arrived: trailer lines until an empty one
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        if self.done:
+            return b""
+        buf = self._buf + data if self._buf else data
+        out: list[bytes] = []
+        pos, end = 0, len(buf)
+        while pos < end:
+            if self._left > 0:
+                take = min(self._left, end - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self._left, self._crlf = -1, True
+                continue
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if end - pos > self.MAX_LINE:
+                    raise http.client.IncompleteRead(b"")
+                break
+            line = buf[pos:nl].rstrip(b"\r")
+            pos = nl + 1
+            if self._crlf:              # the end of a chunk's data
+                self._crlf = False
+                if line:
+                    raise http.client.IncompleteRead(b"")
+            elif self._trailer:
+                if not line:
+                    self.done = True
+                    break
+            else:
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise http.client.IncompleteRead(b"") from None
+                if size < 0:
+                    raise http.client.IncompleteRead(b"")
+                if size == 0:
+                    self._trailer = True
+                else:
+                    self._left = size
+        self._buf = b"" if self.done else buf[pos:]
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
 class Stream:
     """An HTTP reply whose body is read incrementally (SSE, downloads)."""
 
@@ -168,9 +228,82 @@ class Stream:
         self.headers = {k.lower(): v for k, v in resp.getheaders()}
         self.received = received
         self._closed = False
+        self._body: Dechunker | None | bool = None      # read_some()'s decoder (False: not chunked)
+        self._left: int | None = None
+        self._carry = b""               # body bytes http.client's reader held when read_some() began
+        self._sock: socket.socket | None = None
+        self._done = False
 
-    def read1(self, n: int = 65536) -> bytes:
-        return self.resp.read1(n)
+    def _begin(self) -> None:
+        """Before the first read_some(): the body's framing, and the body bytes http.client's reader
+        already holds (taken without waiting); from then on the socket is read directly."""
+        self._body = Dechunker() if self.resp.chunked else False
+        self._left = None if self.resp.chunked else self.resp.length
+        fp, sock = self.resp.fp, getattr(self._conn, "sock", None)
+        if fp is None or sock is None:
+            self._done = True
+            return
+        saved = sock.gettimeout()
+        try:
+            sock.settimeout(0.0)        # peek() must not block: b"" when nothing is there
+            held = fp.peek(65536)
+        except OSError:                 # (TLS: nothing decrypted yet)
+            held = b""
+        finally:
+            sock.settimeout(saved)
+        self._carry = fp.read1(len(held)) if held else b""
+        self._sock = sock
+
+    def read_some(self) -> bytes | None:
+        """The next piece of the body as it arrives, for a stream read on the caller's own thread
+        (with wait()): one read of the socket (up to 64 KiB) after what http.client's reader held.
+        Chunked coding is decoded here (Dechunker): http.client returns one chunk per call and may
+        block on the next chunk's header while the bytes it holds say "readable".
+        b"" when only framing arrived; None at the end of the body (or of the connection)."""
+        if self._body is None:
+            self._begin()
+        if self._done or self._sock is None:
+            return None
+        if self._left == 0:
+            self._done = True
+            return None
+        if self._carry:
+            data, self._carry = self._carry, b""
+            if self._left is not None and len(data) > self._left:
+                data = data[:self._left]
+        else:
+            data = self._sock.recv(65536 if self._left is None else min(65536, self._left))
+        if not data:
+            self._done = True
+            return None
+        if isinstance(self._body, Dechunker):
+            data = self._body.feed(data)
+            if self._body.done:
+                self._done = True
+                return data or None
+            return data
+        if self._left is not None:
+            self._left -= len(data)
+        return data
+
+    def wait(self, timeout: float | None, wake: int | None = None) -> bool:
+        """Wait until read_some() can go on without blocking: bytes already held, or bytes (or the
+        end) arriving within ``timeout`` seconds (None: no limit). False when the time ran out, or
+        when the file descriptor ``wake`` became readable first."""
+        if self._body is None:
+            self._begin()
+        sock = self._sock
+        if self._done or self._carry or sock is None:
+            return True                 # the next read_some() answers at once
+        try:
+            pending = getattr(sock, "pending", None)        # TLS: bytes decrypted already
+            if pending is not None and pending() > 0:
+                return True
+            fds: list[Any] = [sock] if wake is None else [sock, wake]
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except (OSError, ValueError):
+            return True                 # a closed or broken socket: the next read reports it
+        return sock in ready
 
     def read_all(self, limit: int | None = None, deadline: float | None = None) -> bytes:
         """The whole body (or its first ``limit + 1`` bytes), read before ``deadline`` (monotonic).
@@ -178,35 +311,61 @@ class Stream:
         A body shorter than its Content-Length (a connection closed early) raises IncompleteRead:
         http.client returns such a short read silently. A body that trickles in so slowly that it
         misses the deadline raises socket.timeout, whatever the gaps between its bytes."""
-        out = bytearray()
+        return bytes(self.read_body(limit, deadline))
+
+    def read_body(self, limit: int | None = None, deadline: float | None = None) -> bytearray:
+        """read_all() into the buffer it was read into, not copied (a download of megabytes: one
+        buffer fewer to allocate, fault in and fill)."""
         want = None if limit is None else limit + 1
+        resp, fp = self.resp, self.resp.fp
         sock = getattr(self._conn, "sock", None)
         base = sock.gettimeout() if sock is not None else None
+        # With a Content-Length the body goes straight into one buffer of its size, each socket read
+        # as large as what has arrived (readinto1: never more than one read between two deadline
+        # checks); otherwise (chunked, or until the connection closes) 64 KiB at a time.
+        sized = fp is not None and not resp.chunked and resp.length is not None
+        size = 0
+        if sized:
+            assert resp.length is not None
+            size = resp.length if want is None else min(resp.length, want)
+        out = bytearray(size)
+        view, got = memoryview(out if sized else bytearray()), 0     # (a view of out pins its size)
         try:
-            while want is None or len(out) < want:
+            while (got < size) if sized else (want is None or len(out) < want):
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise socket.timeout("the reply body did not arrive in time")
                     if sock is not None:
                         sock.settimeout(left if base is None else min(base, left))
-                n = 65536 if want is None else min(65536, want - len(out))
-                chunk = self.resp.read1(n)
+                if sized:
+                    assert fp is not None
+                    n = fp.readinto1(view[got:])
+                    if not n:
+                        break
+                    got += n
+                    continue
+                chunk = resp.read1(65536 if want is None else min(65536, want - len(out)))
                 if not chunk:
                     break
                 out += chunk
         finally:
+            view.release()
             if sock is not None and deadline is not None:
                 try:
                     sock.settimeout(base)
                 except OSError:
                     pass
-        missing = self.resp.length
+        if sized:
+            assert resp.length is not None
+            resp.length -= got          # what http.client would have counted, reading it itself
+            del out[got:]
+        missing = resp.length
         if (want is None or len(out) < want) and missing:
             raise http.client.IncompleteRead(bytes(out), missing)
-        if missing == 0 and not self.resp.isclosed():
-            self.resp.read()            # marks a complete Content-Length body done (keep-alive reuse)
-        return bytes(out)
+        if missing == 0 and not resp.isclosed():
+            resp.read()                 # marks a complete Content-Length body done (keep-alive reuse)
+        return out
 
     def reply(self, deadline: float, what: str, url: str) -> Reply:
         """The whole reply: its body read before ``deadline`` (monotonic; never less than 0.5 s after the
@@ -308,20 +467,20 @@ class Http:
         for conn, _ in idle.values():
             conn.close()
 
-    def open(self, method: str, url: str, headers: dict[str, Any], body: bytes | None = None,
+    def open(self, method: str, url: str, headers: dict[str, Any], body: Body | None = None,
              timeout: float | None = None, what: str = "") -> Stream:
         parts = urllib.parse.urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
+        scheme, host = parts.scheme.lower(), parts.hostname     # (each property parses the netloc again)
+        if scheme not in ("http", "https") or not host:
             raise NetError("network", what, safe_url(url), "unsupported URL (need http:// or https://)")
         port = parts.port or (443 if scheme == "https" else 80)
-        key = (scheme, parts.hostname, port)
+        key = (scheme, host, port)
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
         hdrs = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
-        if body is not None:
-            hdrs["Content-Length"] = str(len(body))
+        if body is not None:            # (a list of pieces is sent piece by piece, never joined)
+            hdrs["Content-Length"] = str(len(body) if isinstance(body, bytes) else sum(map(len, body)))
         tmo = self.timeout if timeout is None else timeout
         max_age = self.POST_REUSE_AGE if method == "POST" else self.IDLE_MAX_AGE
         for attempt in (0, 1):

@@ -5,6 +5,7 @@ returns the clean value or raises the EPP error the host expects (-32602 for a m
 from __future__ import annotations
 
 import json
+import sys
 
 from errors import EppError, bad_input
 
@@ -45,6 +46,10 @@ def b64_param(p: Mapping[str, Any], key: str, bad_code: int = -32000) -> bytes:
     if not isinstance(raw, str):
         raise EppError(-32602, f"Invalid params: {key} must be a base64 string.")
     try:
+        if sys.version_info >= (3, 11):
+            # what b64decode(validate=True) does on 3.11+, without first copying the str into bytes
+            # (8 MB for a full files.write)
+            return binascii.a2b_base64(raw, strict_mode=True)
         return base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         raise EppError(bad_code, f"{key} is not valid base64.") from None

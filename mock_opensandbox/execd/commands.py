@@ -20,6 +20,7 @@ from typing import Any
 
 from ..gojson import GO_REPLACE, go_time
 from ..runtime import SandboxRuntime, SandboxTerminated
+from .deadlines import DEADLINES, Deadline
 
 __all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text",
            "StartFailure"]
@@ -127,7 +128,7 @@ class Command:
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.killed_by_timeout = False
-        self._timer: threading.Timer | None = None
+        self._timer: Deadline | None = None
 
     # status JSON (model.CommandStatusResponse field order, omitempty as in recording 10)
     def status(self) -> dict[str, Any]:
@@ -358,9 +359,7 @@ class CommandRegistry:
             def on_timeout() -> None:
                 cmd.killed_by_timeout = True
                 cmd.kill(signal.SIGKILL)
-            cmd._timer = threading.Timer(timeout_ms / 1000.0, on_timeout)
-            cmd._timer.daemon = True
-            cmd._timer.start()
+            cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)     # (one thread for all: deadlines.py)
         if background:
             threading.Thread(target=self._pump_background, args=(cmd,), daemon=True,
                              name=f"bg-out-{cmd.id[:8]}").start()

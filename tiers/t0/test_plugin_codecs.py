@@ -1,5 +1,6 @@
-"""Plugin codecs without I/O: SSE decoding of both execd framings at any chunking, v1.1.0 output
-restoration, exit codes of terminal events, shell quoting, the multipart writer."""
+"""Plugin codecs without I/O: SSE decoding of both execd framings at any chunking, HTTP chunked
+transfer coding at any split, v1.1.0 output restoration, exit codes of terminal events, shell
+quoting, the multipart writer."""
 from __future__ import annotations
 
 import email.parser
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 import osb_execd as execd
 import osb_multipart as multipart
 import osb_sse as sse
+import osb_transport as transport
 
 # ---- SSE ------------------------------------------------------------------------------------------
 
@@ -64,6 +66,34 @@ def test_sse_bare_json_any_chunking(evs, cuts):
 @given(events, st.lists(st.integers(0, 10**6), max_size=30), st.booleans(), st.booleans())
 def test_sse_data_frames_any_chunking(evs, cuts, crlf, extras):
     assert _decode(_sse(evs, crlf, extras), cuts) == evs
+
+
+# ---- HTTP chunked transfer coding (Stream.read_some decodes it itself) ------------------------------
+
+def _chunked(pieces: list[bytes], ext: bool, trailer: bool) -> bytes:
+    out = b"".join(b"%x%s\r\n%s\r\n" % (len(p), b";x=y" if ext else b"", p) for p in pieces if p)
+    return out + b"0\r\n" + (b"X-Trailer: 1\r\n" if trailer else b"") + b"\r\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=10), st.lists(st.integers(0, 10**6), max_size=30),
+       st.booleans(), st.booleans())
+def test_dechunker_any_split(pieces, cuts, ext, trailer):
+    blob = _chunked(pieces, ext, trailer) + b"after the body"
+    dec, got, last = transport.Dechunker(), [], 0
+    for cut in sorted({c % (len(blob) + 1) for c in cuts}) + [len(blob)]:
+        got.append(dec.feed(blob[last:cut]))
+        last = cut
+    assert b"".join(got) == b"".join(pieces) and dec.done
+
+
+def test_dechunker_stops_at_a_partial_chunk_and_refuses_bad_framing():
+    dec = transport.Dechunker()
+    assert dec.feed(b"5\r\nab") == b"ab" and dec.feed(b"") == b"" and not dec.done
+    assert dec.feed(b"cde\r") == b"cde" and dec.feed(b"\n3\r\nxyz\r\n0\r\n\r\n") == b"xyz" and dec.done
+    for bad in (b"zz\r\n", b"3\r\nabcX\r\n", b"-1\r\n", b"1" * 5000):
+        with pytest.raises(transport.http.client.IncompleteRead):
+            transport.Dechunker().feed(bad)
 
 
 @given(events)
@@ -198,6 +228,15 @@ def test_multipart_round_trip(parts):
     spec = [(n, f, "application/octet-stream", d) for n, f, d in parts]
     ctype, body = multipart.encode_multipart(spec)
     assert parse_multipart(ctype, body) == spec
+
+
+def test_multipart_pieces_keep_large_data_uncopied_and_join_to_the_same_body():
+    big = bytes(range(256)) * 1024                     # 256 KiB: sent as its own piece
+    spec = [("metadata", "metadata", "application/json", b'{"path": "/tmp/x"}'),
+            ("file", "x.bin", "application/octet-stream", big)]
+    ctype, pieces = multipart.multipart_pieces(spec)
+    assert len(pieces) == 3 and pieces[1] is big
+    assert parse_multipart(ctype, b"".join(pieces)) == spec
 
 
 def test_multipart_boundary_never_inside_data_and_email_parser_agrees():

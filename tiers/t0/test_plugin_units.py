@@ -2,10 +2,12 @@
 set_timeout from the server clock, list paging, result size limits, file entries, modes."""
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import email.utils
 import io
 import json
+import os
 import time
 
 import pytest
@@ -13,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import commands
+import epp
 import files
 import provider
 import sandbox
@@ -193,12 +196,15 @@ def test_oversized_answers_become_errors_not_violations():
     srv = provider.new_context(io.BytesIO(), out).server
     srv.respond(5, {"content_b64": "A" * MAX_LINE_BYTES})
     srv.notify("exec.output", {"process_id": "p", "stream": "stdout", "data": "B" * MAX_LINE_BYTES})
-    srv.respond(6, {"content_b64": b"C" * MAX_LINE_BYTES})     # files.read's bytes, spliced into the line
-    srv.respond(7, {"content_b64": b"QUJD"})
+    srv.respond(6, {"content_b64": epp.Base64(b"C" * (MAX_LINE_BYTES // 4 * 3))})    # files.read's bytes
+    srv.respond(7, {"content_b64": epp.Base64(b"ABC")})
+    data = os.urandom(3 * epp.Base64.PIECE + 7)               # written as base64 piece by piece
+    srv.respond(8, {"content_b64": epp.Base64(bytearray(data))})
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [m["id"] for m in lines] == [5, 6, 7]
+    assert [m["id"] for m in lines] == [5, 6, 7, 8]
     assert lines[0]["error"]["code"] == -32000 and lines[1]["error"]["code"] == -32000    # never an empty {}
     assert lines[2]["result"] == {"content_b64": "QUJD"}
+    assert base64.b64decode(lines[3]["result"]["content_b64"], validate=True) == data
 
 
 def test_file_entry_and_modes():

@@ -102,7 +102,9 @@ def test_sse_read_stops_at_the_terminal_event(server):
     dec, events = sse.SSEDecoder(), []
     started = time.monotonic()
     while not events or events[-1]["type"] != "execution_complete":
-        events += dec.feed(stream.read1())
+        chunk = stream.read_some()
+        assert chunk is not None, "the stream ended before the terminal event"
+        events += dec.feed(chunk)
     stream.close()
     assert [e["type"] for e in events] == ["init", "stdout", "execution_complete"]
     assert time.monotonic() - started < 10
