@@ -490,7 +490,7 @@ def case_files(ctx: Context) -> list:
                 id=f"files_{op}_{fmt_bytes(size).replace(' ', '')}", case=4,
                 title=f"File {op} {fmt_bytes(size)} vs the protocol floor", unit="ms",
                 ours_name=f"files.{op} (base64 in one JSON line)", ours_s=s["epp"],
-                base_name="protocol floor (direct transfer + EPP's base64/JSON on both ends, one process)",
+                base_name="protocol floor (direct transfer + EPP's base64/JSON line through one pipe, parsed and decoded)",
                 base_s=s["floor"], target=1.10, nbytes=size,
                 note="EPP side includes the host's base64 encode/decode of the content; the floor is what even "
                      "a perfect plugin could not avoid"))

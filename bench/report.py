@@ -101,8 +101,9 @@ def markdown(results: dict) -> str:
         out.append("")
     if "files_floor" in d:
         out += ["Files detail (case 4), median ms per operation. The protocol floor is the direct transfer plus "
-                "the base64 + JSON work EPP needs on both ends (host and plugin), in one process without a pipe: "
-                "what even a perfect plugin could not avoid.", "",
+                "the base64 + JSON line EPP needs, carried through one pipe to a warm process that parses and decodes "
+                "it (as case 2's floor carries one EPP echo hop), done serially: what even a perfect plugin "
+                "could not avoid.", "",
                 "| operation | plugin over EPP | protocol floor | direct | EPP above floor (plugin + pipe) | "
                 "files-to-floor (goal <= 1.10x) |",
                 "|---|---:|---:|---:|---:|---:|"]
