@@ -32,6 +32,7 @@ from .model import Provisioner, Sandbox, SandboxStore
 from .relay import free_port
 from .revproxy import PortForwardApp, PortForwardHandler
 from .runtime.cgroups import DEFAULT_PIDS_LIMIT
+from .runtime._util import default_signals_for_children, inherited_signals_back
 from .runtime.janitor import Janitor, reap_root
 from .runtime.sandbox import SandboxTerminated
 from .volumes import VolumeStore, start_failed
@@ -530,6 +531,8 @@ class MockOpenSandbox(WorkbenchMixin):
                            % self.host)
             if self.janitor.closed:
                 self.janitor = Janitor()
+            default_signals_for_children()  # a container's processes never inherit ignored signals
+            self._signals_taken = True
             if self._root_given:
                 os.makedirs(self._root_given, exist_ok=True)
                 self.root = os.path.realpath(self._root_given)
@@ -578,6 +581,9 @@ class MockOpenSandbox(WorkbenchMixin):
             self._started = False
             self.faults.close()      # stalled, delayed and dribbling requests end now
             self._teardown()
+            if getattr(self, "_signals_taken", False):
+                self._signals_taken = False
+                inherited_signals_back()
             try:
                 atexit.unregister(self.stop)
             except Exception:  # pragma: no cover

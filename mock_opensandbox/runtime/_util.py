@@ -7,6 +7,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import threading
 import time
 
 # Host directories bound read-only into every isolated sandbox view, and the directories the
@@ -291,3 +292,56 @@ def is_child_init(pid: int, parent: int) -> bool:
     ppid = fields.get("PPid", "").strip()
     nspid = fields.get("NSpid", "").split()
     return ppid == str(parent) and (not nspid or nspid[-1] == "1")
+
+
+# -- signal dispositions -----------------------------------------------------------------------------
+# A container's processes start with every signal at its default action, whatever the API caller's were:
+# containerd and runc start them, not the process that asked the server. exec(2) keeps a signal that is
+# ignored (SIG_IGN) but resets one that has a handler. A mock started with signals ignored (`nohup`, `cmd &`
+# in a script without job control: SIGHUP, SIGINT, SIGQUIT) would hand that on to every sandbox process, and
+# Ctrl-C in a sandbox's terminal would not stop a command. So while a mock runs, each signal the process
+# inherited as ignored gets a handler that does nothing: the mock still ignores it, its children do not.
+_SIG_LOCK = threading.Lock()
+_SIG_USERS = 0
+_SIG_CHANGED: list[int] = []
+# Python's own choice (SIGPIPE, SIGXFSZ ignored), which subprocess resets in children (restore_signals)
+_SIG_KEEP = {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP", "SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signal, n)}
+
+
+def _nothing(signum: int, frame: object) -> None:
+    return None
+
+
+def default_signals_for_children() -> None:
+    """Call when a mock starts (main thread only; elsewhere nothing changes: signal.signal refuses)."""
+    global _SIG_USERS
+    with _SIG_LOCK:
+        _SIG_USERS += 1
+        if _SIG_USERS > 1 or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in signal.valid_signals():
+            if sig in _SIG_KEEP:
+                continue
+            try:
+                if signal.getsignal(sig) == signal.SIG_IGN:
+                    signal.signal(sig, _nothing)
+                    _SIG_CHANGED.append(sig)
+            except (OSError, ValueError, RuntimeError):
+                pass
+
+
+def inherited_signals_back() -> None:
+    """Call when a mock stops: the last one puts back the ignored signals it found."""
+    global _SIG_USERS
+    with _SIG_LOCK:
+        _SIG_USERS = max(0, _SIG_USERS - 1)
+        if _SIG_USERS or threading.current_thread() is not threading.main_thread():
+            return
+        while _SIG_CHANGED:
+            sig = _SIG_CHANGED.pop()
+            try:
+                if signal.getsignal(sig) is _nothing:
+                    signal.signal(sig, signal.SIG_IGN)
+            except (OSError, ValueError, RuntimeError):
+                pass
+
