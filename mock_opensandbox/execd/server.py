@@ -192,6 +192,16 @@ class ExecdServer(App):
         for method, pattern, target in ROUTES:
             self.router.add(method, pattern, self._endpoint(target))
 
+    @property
+    def close_delay(self) -> float:
+        """How long an SSE stream stays open after its last event (seconds; execd's ~1 s linger). Settable per
+        sandbox while it runs (bench case 2 gives the official SDK's sandbox 0)."""
+        return self.command.close_delay
+
+    @close_delay.setter
+    def close_delay(self, value: float) -> None:
+        self.command.close_delay = max(0.0, float(value))
+
     def _endpoint(self, target: str) -> Callable[[Request], None]:
         """A ROUTES target ("files.info", "_ping") as a handler; an ExecdError it raises becomes
         Gin's JSON error answer."""
