@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.sdk import sdk_config
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxSync  # noqa: E402 - after the importorskip above
-from opensandbox.config import ConnectionConfig  # noqa: E402 - after the importorskip above
 from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402 - after the importorskip above
 from opensandbox.models.execd import RunCommandOpts  # noqa: E402 - after the importorskip above
 from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry  # noqa: E402 - after the importorskip above
@@ -40,8 +40,7 @@ def osb(request):
 
 
 def test_sync_sdk_end_to_end(osb):
-    cfg = ConnectionConfigSync(api_key=osb.api_key, domain=_domain(osb), protocol="http",
-                               request_timeout=timedelta(seconds=30))
+    cfg = sdk_config(osb, sync=True)
     sb = SandboxSync.create(IMAGE, connection_config=cfg, timeout=timedelta(minutes=10),
                             metadata={"via": "sdk"}, env={"GREETING": "hi"},
                             entrypoint=["tail", "-f", "/dev/null"])
@@ -98,8 +97,7 @@ def test_sync_sdk_end_to_end(osb):
 
 def test_async_sdk_end_to_end(osb):
     async def flow() -> None:
-        cfg = ConnectionConfig(api_key=osb.api_key, domain=_domain(osb), protocol="http",
-                               request_timeout=timedelta(seconds=30))
+        cfg = sdk_config(osb, sync=False)
         sb = await Sandbox.create(IMAGE, connection_config=cfg, timeout=timedelta(minutes=10),
                                   entrypoint=["tail", "-f", "/dev/null"])
         try:

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
 
 import pytest
 
 from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.sdk import sdk_config
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxManager, SandboxManagerSync, SandboxSync  # noqa: E402 - after the importorskip above
-from opensandbox.config import ConnectionConfig  # noqa: E402 - after the importorskip above
-from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402 - after the importorskip above
 from opensandbox.exceptions import SandboxApiException  # noqa: E402 - after the importorskip above
 from opensandbox.models.sandboxes import SnapshotFilter  # noqa: E402 - after the importorskip above
 
@@ -35,8 +33,7 @@ def osb():
 
 
 def test_sync_sdk_snapshot_and_restore(osb):
-    cfg = ConnectionConfigSync(api_key=osb.api_key, domain=osb.base_url.split("://", 1)[1], protocol="http",
-                               request_timeout=timedelta(seconds=30))
+    cfg = sdk_config(osb, sync=True)
     manager = SandboxManagerSync.create(cfg)
     src = SandboxSync.create(IMAGE, connection_config=cfg)
     restored = None
@@ -77,8 +74,7 @@ def test_sync_sdk_snapshot_and_restore(osb):
 
 def test_async_sdk_snapshot_errors(osb):
     async def flow() -> None:
-        cfg = ConnectionConfig(api_key=osb.api_key, domain=osb.base_url.split("://", 1)[1], protocol="http",
-                               request_timeout=timedelta(seconds=30))
+        cfg = sdk_config(osb, sync=False)
         manager = await SandboxManager.create(cfg)
         try:
             with pytest.raises(SandboxApiException) as e:

@@ -6,17 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from datetime import timedelta
 
 import pytest
 
 from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.sdk import sdk_config
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxSync  # noqa: E402 - after the importorskip above
-from opensandbox.config import ConnectionConfig  # noqa: E402 - after the importorskip above
-from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E402 - after the importorskip above
 from opensandbox.exceptions import SandboxApiException  # noqa: E402 - after the importorskip above
 from opensandbox.models.sandboxes import PVC, Host, Volume  # noqa: E402 - after the importorskip above
 
@@ -40,8 +38,7 @@ def osb(tmp_path_factory):
 
 
 def test_sync_sdk_volumes(osb):
-    cfg = ConnectionConfigSync(api_key=osb.api_key, domain=osb.base_url.split("://", 1)[1], protocol="http",
-                               request_timeout=timedelta(seconds=30))
+    cfg = sdk_config(osb, sync=True)
     host_dir = os.path.join(osb.allowed, "proj")
     writer = SandboxSync.create(IMAGE, connection_config=cfg, entrypoint=["tail", "-f", "/dev/null"], volumes=[
         Volume(name="work", pvc=PVC(claim_name="sdk-work"), mount_path="/workspace/work"),
@@ -68,8 +65,7 @@ def test_sync_sdk_volumes(osb):
 
 def test_async_sdk_volumes_and_typed_errors(osb):
     async def flow() -> None:
-        cfg = ConnectionConfig(api_key=osb.api_key, domain=osb.base_url.split("://", 1)[1], protocol="http",
-                               request_timeout=timedelta(seconds=30))
+        cfg = sdk_config(osb, sync=False)
         sb = await Sandbox.create(IMAGE, connection_config=cfg, entrypoint=["tail", "-f", "/dev/null"], volumes=[
             Volume(name="w", pvc=PVC(claim_name="sdk-async"), mount_path="/w")])
         try:
