@@ -8,6 +8,9 @@ from mock_opensandbox.execd.deadlines import Deadlines
 
 
 def test_deadlines_fire_in_order_and_cancelled_ones_never():
+    def threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "execd-deadlines"}
+    before = threads()
     d = Deadlines()
     fired: list[str] = []
     done = threading.Event()
@@ -17,7 +20,7 @@ def test_deadlines_fire_in_order_and_cancelled_ones_never():
     gone.cancel()
     assert done.wait(5)
     assert fired == ["early", "late"]
-    assert len([t for t in threading.enumerate() if t.name == "execd-deadlines"]) >= 1
+    assert len(threads() - before) == 1  # three deadlines, one thread
 
 
 def test_many_cancelled_deadlines_do_not_pile_up():

@@ -110,7 +110,7 @@ def test_busybox_image_is_the_root_like_live(target, osb):
     assert _sh(target, sid, "ls /usr").rc == 1
     view = si.request("GET", osb.base_url.rsplit("/v1", 1)[0], "/__mock__/sandboxes/" + sid,
                       headers={"OPEN-SANDBOX-API-KEY": osb.api_key or ""}).json()["view"]
-    assert view["kind"] == "image" and view["rootfs"] in ("overlay", "copy")
+    assert view["kind"] == "image" and view["rootfs"] == ("overlay" if os.geteuid() == 0 else "copy")
 
 
 def test_whiteouts_and_opaque_dirs_of_an_upper_layer(target):
@@ -170,7 +170,7 @@ def test_changes_dir_holds_what_the_sandbox_wrote(target, osb):
     sid = target.create()
     assert _sh(target, sid, "echo new > /etc/written; rm /etc/os-release").rc == 0
     path, kind = osb.sandboxes[sid].runtime.changes_dir()
-    assert kind in ("overlay", "full")
+    assert kind == ("overlay" if os.geteuid() == 0 else "full")  # overlayfs as root, a copy otherwise
     with open(os.path.join(path, "etc", "written")) as fh:
         assert fh.read() == "new\n"
     if kind == "overlay":  # a whiteout: a 0/0 character device
@@ -190,7 +190,7 @@ def test_a_root_that_cannot_be_mounted_fails_the_create_like_the_server(target, 
     r = target.life("POST", "/v1/sandboxes", json_body=_body(target.image))
     assert r.status == 500, r
     body = r.json()
-    assert body["code"] == "DOCKER::SANDBOX_START_FAILED" or "start" in body["code"].lower()
+    assert body["code"] == "DOCKER::SANDBOX_START_FAILED"
     assert body["message"].startswith("Failed to create or start container: ")
     assert target.life("GET", "/v1/sandboxes").json()["items"] == []
 

@@ -246,7 +246,8 @@ def test_host_tools_commit_and_restore_never_write_through_a_symlink(tmp_path):
         os.rmdir(src / "srv")
         (src / "usr").mkdir()  # a view directory (the host's /usr): never in a layer
         (src / "usr" / "host-file").write_text("h")
-        img = C.commit(store, types.SimpleNamespace(root=str(src)), "h1", base=None, env={}, labels={})
+        runtime = types.SimpleNamespace(root=str(src), changes_dir=lambda: (str(src), "host-tools"))
+        img = C.commit(store, runtime, "h1", base=None, env={}, labels={})
         lay = C.restore_layer(img)
         assert lay is not None and lay["whiteouts"] == ["srv"] and len(img.layers) == 1
         outside = tmp_path / "outside"
