@@ -39,7 +39,6 @@ class Snapshot:
         self.image: Any = None            # images.Image once Ready
         self.env: dict[str, str] = {}     # the source container's env (a commit keeps its Config.Env)
         self.metadata: dict[str, str] = {}  # its labels (a commit keeps them; a restored sandbox shows them)
-        self.done = threading.Event()
         self.accepted: dict[str, Any] = {}
 
     def set_state(self, triple: tuple[str, str, str], at: datetime) -> None:
@@ -160,27 +159,24 @@ class SnapshotStore:
 
     def _commit(self, sb: Any, snap: Snapshot, paused: bool) -> None:
         try:
-            try:
-                assert self.committer is not None
-                image = self.committer(sb, snap)
-                failure = None
-            except Exception as exc:  # the runtime's failure becomes the record's message
-                image, failure = None, str(exc) or type(exc).__name__
-            finally:
-                if paused:
-                    self._resume(sb)
-            with self._lock:
-                gone = self._items.get(snap.id) is not snap
-                if not gone:
-                    snap.image = image
-                    if failure is None:
-                        snap.set_state(quirks.SNAPSHOT_READY, self.clock())
-                    else:
-                        snap.set_state(("Failed", quirks.SNAPSHOT_FAILED_REASON, failure), self.clock())
-            if gone and image is not None and self.remover is not None:  # reset while it committed
-                self.remover(image)
+            assert self.committer is not None
+            image = self.committer(sb, snap)
+            failure = None
+        except Exception as exc:  # the runtime's failure becomes the record's message
+            image, failure = None, str(exc) or type(exc).__name__
         finally:
-            snap.done.set()
+            if paused:
+                self._resume(sb)
+        with self._lock:
+            gone = self._items.get(snap.id) is not snap
+            if not gone:
+                snap.image = image
+                if failure is None:
+                    snap.set_state(quirks.SNAPSHOT_READY, self.clock())
+                else:
+                    snap.set_state(("Failed", quirks.SNAPSHOT_FAILED_REASON, failure), self.clock())
+        if gone and image is not None and self.remover is not None:  # reset while it committed
+            self.remover(image)
 
     def delete(self, snapshot_id: str) -> None:
         with self._lock:

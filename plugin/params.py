@@ -40,7 +40,6 @@ def path_param(p: dict[str, Any], key: str = "path") -> str:
 
 def b64_param(p: Mapping[str, Any], key: str, bad_code: int = -32000) -> bytes:
     """The bytes of a base64 string parameter; ``bad_code`` when it is a string but not base64."""
-    import base64
     import binascii
     raw = p.get(key, "")
     if not isinstance(raw, str):
@@ -50,6 +49,7 @@ def b64_param(p: Mapping[str, Any], key: str, bad_code: int = -32000) -> bytes:
             # what b64decode(validate=True) does on 3.11+, without first copying the str into bytes
             # (8 MB for a full files.write)
             return binascii.a2b_base64(raw, strict_mode=True)
+        import base64  # Python 3.10 only
         return base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         raise EppError(bad_code, f"{key} is not valid base64.") from None

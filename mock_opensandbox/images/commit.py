@@ -37,6 +37,7 @@ import tempfile
 import time
 from typing import Any, Iterator
 
+from ..fsutil import remove_all
 from .store import Image, ImageStore, _read_json, _write_json
 from .unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, split_name
 
@@ -55,12 +56,8 @@ class CommitError(RuntimeError):
 
 
 def changes_of(runtime: Any) -> tuple[str, str]:
-    """``runtime.changes_dir()`` when the runtime has it, else the host-tools view's root."""
-    fn = getattr(runtime, "changes_dir", None)
-    if callable(fn):
-        path, kind = fn()
-    else:
-        path, kind = runtime.root, "host-tools"
+    """``runtime.changes_dir()``, checked."""
+    path, kind = runtime.changes_dir()
     if kind not in KINDS:
         raise CommitError("unknown kind of changes directory: %r" % (kind,))
     return path, kind
@@ -387,13 +384,8 @@ def apply_layer(layer: dict[str, Any], dest: str) -> None:
 
 
 def _clear(path: str) -> None:
-    st = _lstat(path)
-    if st is None:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+    if _lstat(path) is not None:  # also nothing under a non-directory
+        remove_all(path)
 
 
 # -- the mock's glue (server.py) -----------------------------------------------------------------------------

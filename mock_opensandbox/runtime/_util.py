@@ -232,21 +232,8 @@ def open_in_root(root: str, rel: str, flags: int, mode: int = 0o644) -> int:
 
 
 def first_child(pid: int) -> int | None:
-    try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
-            kids = fh.read().split()
-        return int(kids[0]) if kids else None
-    except (OSError, ValueError):
-        pass
-    for name in os.listdir("/proc"):  # kernels without CONFIG_PROC_CHILDREN
-        if name.isdigit():
-            try:
-                with open("/proc/%s/stat" % name, "rb") as fh:
-                    if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                        return int(name)
-            except (OSError, IndexError, ValueError):
-                continue
-    return None
+    kids = children(pid)
+    return kids[0] if kids else None
 
 
 def await_exec(proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None,

@@ -167,10 +167,8 @@ def oneshot_call(rt: Any, request: Mapping[str, Any], timeout: float) -> tuple[d
         raise AgentError(errno.ENOTSUP, "this sandbox has no agent (no isolated view with a Python 3)")
     chan, fd = AgentChannel.pair()
     try:
-        with open(os.path.join(scripts.SCRIPTS_DIR, "agent.py"), encoding="utf-8") as fh:
-            src = fh.read()
         try:
-            proc = rt.spawn([python, "-IS", "-c", src], stdin=fd)
+            proc = rt.spawn([python, "-IS", "-c", scripts.resource("agent.py")], stdin=fd)
         finally:
             os.close(fd)
         try:

@@ -107,7 +107,6 @@ class ExecdProcess:
         self.stop()
 
 
-_open_in_root = open_in_root
 
 
 def install_binary(root: str, binary: str) -> None:
@@ -115,17 +114,17 @@ def install_binary(root: str, binary: str) -> None:
     rel = EXECD_PATH.lstrip("/")
     with open(binary, "rb") as src:
         try:
-            fd = _open_in_root(root, rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+            fd = open_in_root(root, rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
         except OSError as exc:
             if exc.errno != errno.ETXTBSY:
                 raise
             # a running copy (a second execd in this sandbox): replace the name, not the file
-            dfd = _open_in_root(root, os.path.dirname(rel), os.O_RDONLY | os.O_DIRECTORY)
+            dfd = open_in_root(root, os.path.dirname(rel), os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.unlink(os.path.basename(rel), dir_fd=dfd)
             finally:
                 os.close(dfd)
-            fd = _open_in_root(root, rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+            fd = open_in_root(root, rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
         with os.fdopen(fd, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
             os.fchmod(dst.fileno(), 0o755)
@@ -185,7 +184,7 @@ def install_agent(rt: "SandboxRuntime") -> str | None:
     if python is None:
         return None
     try:
-        fd = _open_in_root(rt.root, EXECD_PATH.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+        fd = open_in_root(rt.root, EXECD_PATH.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
     except (OSError, ValueError):
         return None
     try:
@@ -323,14 +322,14 @@ def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: 
     if port is None:  # in a network namespace of its own, the port the server's containers use
         port = INNER_PORT if inside else free_port()
     install_binary(rt.root, binary)
-    os.close(_open_in_root(rt.root, EXECD_ENVS.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_APPEND))
+    os.close(open_in_root(rt.root, EXECD_ENVS.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_APPEND))
     argv = [EXECD_PATH, "--port", str(port)]
     if token:
         argv += ["-access-token", token]
     argv += list(args or [])
     full_env = {"EXECD": EXECD_PATH, "EXECD_ENVS": EXECD_ENVS}
     full_env.update(env or {})
-    log = _open_in_root(rt.root, EXECD_LOG.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    log = open_in_root(rt.root, EXECD_LOG.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         proc = rt.spawn(argv, cwd="/", env=full_env, stdout=log, stderr=log)
     finally:

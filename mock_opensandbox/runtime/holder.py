@@ -136,8 +136,7 @@ def own_pidns_fd() -> int:
 def write_bootstrap(root: str) -> None:
     """The mock's bootstrap.sh at /opt/opensandbox/bootstrap.sh of the sandbox root (0755), never
     through a symlink a sandbox process planted."""
-    with open(os.path.join(scripts.SCRIPTS_DIR, "bootstrap.sh"), "rb") as fh:
-        data = fh.read()
+    data = scripts.resource("bootstrap.sh").encode("utf-8")
     fd = open_in_root(root, BOOTSTRAP_PATH.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
     try:
         os.write(fd, data)

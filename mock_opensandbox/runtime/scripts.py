@@ -9,6 +9,7 @@ environment (see ``split_env``).
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import sys
@@ -22,9 +23,16 @@ SCRIPTS_DIR = os.path.join(_HERE, "scripts")
 ETC_DIR = os.path.join(_HERE, "etc")
 
 
+@functools.lru_cache(maxsize=None)
 def _read(name: str) -> str:
+    """A resource file of scripts/ (read once per process)."""
     with open(os.path.join(SCRIPTS_DIR, name), encoding="utf-8") as fh:
         return fh.read()
+
+
+def resource(name: str) -> str:
+    """scripts/<name> as text, read on first use and kept (agent.py, bootstrap.sh)."""
+    return _read(name)
 
 
 VIEW_PY = os.path.join(SCRIPTS_DIR, "view.py")   # run as a file: `ps` stays readable
