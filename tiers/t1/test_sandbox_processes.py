@@ -272,11 +272,17 @@ def test_runtime_without_entrypoint_gets_a_main_process(tmp_path):
         import subprocess
 
         a = rt.spawn(["sleep", "30"])
-        p = rt.spawn(["ps", "-e", "-o", "pid=,args="], stdout=subprocess.PIPE)
-        out = p.communicate(timeout=10)[0].decode().splitlines()
-        args = sorted(line.split(None, 1)[1] for line in out)
-        assert args == sorted(["/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null", "tail -f /dev/null",
-                               "/opt/opensandbox/execd", "sleep 30", "ps -e -o pid=,args="]), out
+        want = sorted(["/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null", "tail -f /dev/null",
+                       "/opt/opensandbox/execd", "sleep 30", "ps -e -o pid=,args="])
+        seen: list[list[str]] = []
+
+        def listing() -> bool:  # spawn returns before the nsenter/setpriv stages have exec'd `sleep`
+            p = rt.spawn(["ps", "-e", "-o", "pid=,args="], stdout=subprocess.PIPE)
+            out = p.communicate(timeout=10)[0].decode().splitlines()
+            seen.append(sorted(line.split(None, 1)[1] for line in out))
+            return seen[-1] == want
+
+        assert _wait(listing), seen[-1]
         assert rt.process_groups() == [a.pid]  # the implicit main process is the runtime's own
     finally:
         rt.cleanup()
