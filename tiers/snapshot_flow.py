@@ -22,10 +22,10 @@ What it asserts (every value is what the recording shows):
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Dict, Optional
 
 from tiers.sandbox_inside import Target
+from tiers.toolkit.waits import poll, wait_until
 
 NIL = "00000000-0000-0000-0000-000000000000"
 SMALL = {"cpu": "250m", "memory": "128Mi"}
@@ -70,20 +70,18 @@ class Flow:
         return body["id"]
 
     def settled(self, snap: str, timeout: float = 60.0) -> Dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
+        def get() -> Dict[str, Any]:
             r = self.life("GET", f"/v1/snapshots/{snap}")
             assert r.status == 200, r
-            if r.json()["status"]["state"] != "Creating":
-                return r.json()
-            assert time.monotonic() < deadline, f"snapshot {snap} still Creating after {timeout} s"
-            time.sleep(0.1)
+            return r.json()
+
+        body = poll(get, lambda b: b["status"]["state"] != "Creating", timeout, 0.1)
+        assert body["status"]["state"] != "Creating", f"snapshot {snap} still Creating after {timeout} s"
+        return body
 
     def running(self, sid: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.life("GET", f"/v1/sandboxes/{sid}").json()["status"]["state"] != "Running":
-            assert time.monotonic() < deadline, f"sandbox {sid} not Running again after its snapshot"
-            time.sleep(0.1)
+        assert wait_until(lambda: self.life("GET", f"/v1/sandboxes/{sid}").json()["status"]["state"] == "Running",
+                          timeout, 0.1), f"sandbox {sid} not Running again after its snapshot"
 
     def restore(self, snap: str, **extra: Any) -> str:
         body = {"snapshotId": snap, "timeout": 600, "resourceLimits": dict(SMALL)}

@@ -23,15 +23,9 @@ import epp
 import osb_transport as transport
 from errors import EppError
 from params import b64_param
+from tiers.toolkit.waits import wait_until
 
 # ---- request threads -------------------------------------------------------------------------------------
-
-
-def _wait(cond, budget=5.0):
-    end = time.monotonic() + budget
-    while not cond():
-        assert time.monotonic() < end, "condition not reached"
-        time.sleep(0.005)
 
 
 def test_a_call_runs_on_a_thread_an_earlier_call_left_idle():
@@ -40,7 +34,7 @@ def test_a_call_runs_on_a_thread_an_earlier_call_left_idle():
     done = threading.Event()
     w.run(lambda: (seen.append(threading.get_ident()), done.set()))
     assert done.wait(5)
-    _wait(lambda: len(w._idle) == 1)
+    assert wait_until(lambda: len(w._idle) == 1, 5.0)
     done.clear()
     w.run(lambda: (seen.append(threading.get_ident()), done.set()))
     assert done.wait(5)
@@ -63,7 +57,7 @@ def test_concurrent_calls_get_their_own_threads_and_idle_ones_end(monkeypatch):
         assert started.acquire(timeout=5)
     assert len(idents) == 3
     gate.set()
-    _wait(lambda: threading.active_count() <= before)      # all three ended after IDLE
+    assert wait_until(lambda: threading.active_count() <= before, 5.0)  # all three ended after IDLE
     assert w._idle == []
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import sandbox_inside as si
 from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
+from tiers.toolkit.waits import poll
 
 BUSYBOX = "/bin/busybox"
 APPLETS = ("sh", "cat", "ls", "id", "echo", "ps", "tail", "env", "pwd", "touch", "rm", "stat", "tr", "readlink")
@@ -154,12 +154,8 @@ def test_an_image_without_a_shell_ends_like_live(target):
     assert r.status == 202
     sid = r.json()["id"]
     target.created.append(sid)
-    deadline = time.monotonic() + 20
-    while True:
-        st = target.life("GET", "/v1/sandboxes/" + sid).json()["status"]
-        if st["state"] != "Running" or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    st = poll(lambda: target.life("GET", "/v1/sandboxes/" + sid).json()["status"], lambda st: st["state"] != "Running",
+              20)
     assert (st["state"], st["reason"], st["message"]) == (
         "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 1.")
     log = target.life("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid).json()["content"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 
 import pytest
 
 from mock_opensandbox.runtime import SandboxRuntime, cgroups, probe_isolation
+from tiers.toolkit.waits import wait_until
 
 ISOLATED, NOTE = probe_isolation()
 HOST = cgroups.host()
@@ -34,15 +34,6 @@ def _children(pid: int) -> list[int]:
         return [int(x) for x in fh.read().split()]
 
 
-def _wait(cond, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
 def test_pid1_entrypoint_commands_and_the_spawner_are_in_the_sandbox_cgroups(tmp_path):
     name = "osb-mock-t1-spawner-%d" % os.getpid()
     rt = SandboxRuntime(str(tmp_path / "sb"), limits=cgroups.Limits(pids=64), cgroup_name=name)
@@ -53,7 +44,7 @@ def test_pid1_entrypoint_commands_and_the_spawner_are_in_the_sandbox_cgroups(tmp
         holder = rt._holder
         assert holder is not None
         assert _cgroup_names("/proc/%d/cgroup" % holder.pid) == {name}  # PID 1 (view.py joined)
-        assert _wait(lambda: len(_children(holder.pid)) >= 1)
+        assert wait_until(lambda: len(_children(holder.pid)) >= 1, 10.0)
         for pid in _children(holder.pid):  # execd placeholder / entrypoint: born inside
             assert _cgroup_names("/proc/%d/cgroup" % pid) == {name}, pid
         p = rt.spawn(["cat", "/proc/self/cgroup"], stdout=subprocess.PIPE)

@@ -4,13 +4,13 @@ snapshot_id restoring the files, and the server's typed errors as SandboxApiExce
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.sdk import sdk_config
+from tiers.toolkit.waits import wait_until
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxManager, SandboxManagerSync, SandboxSync  # noqa: E402 - after the importorskip above
@@ -42,10 +42,7 @@ def test_sync_sdk_snapshot_and_restore(osb):
         info = src.create_snapshot(name="sdk")
         assert (info.status.state, info.status.reason, info.name, info.sandbox_id) == (
             "Creating", "snapshot_accepted", "sdk", src.id)
-        deadline = time.monotonic() + 30
-        while manager.get_snapshot(info.id).status.state == "Creating":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        assert wait_until(lambda: manager.get_snapshot(info.id).status.state != "Creating", 30, 0.1)
         got = manager.get_snapshot(info.id)
         assert (got.status.state, got.status.reason) == ("Ready", "snapshot_runtime_ready")
         page = manager.list_snapshots(SnapshotFilter(sandbox_id=src.id, states=["Ready"], page_size=5))

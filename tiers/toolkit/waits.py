@@ -15,6 +15,18 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool
     return bool(predicate())
 
 
+def poll(get, until, timeout: float = 10.0, interval: float = 0.05):
+    """``wait_until`` for a value: the first ``get()`` that ``until`` accepts; the last one got after ``timeout``."""
+    last = [None]
+
+    def ready() -> bool:
+        last[0] = get()
+        return bool(until(last[0]))
+
+    wait_until(ready, timeout, interval)
+    return last[0]
+
+
 def port_closed(port: int, timeout: float = 2.0) -> bool:
     """Nothing accepts a TCP connection on 127.0.0.1:``port`` (a listener the mock should have closed)."""
     try:
