@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import urllib.parse
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from record.scenarios import (INSIDE_CWDS, INSIDE_FILES, INSIDE_PROBES, RESOURCES, SAME_PORT, inside_command,
                               serve_command)
 from tiers.smoke_flow import Reply, output_of, request, server_root, stream_command
+from tiers.toolkit.waits import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "fixtures", "22_sandbox_inside.json")
@@ -123,15 +123,14 @@ class Target:
     def wait_ready(self, sid: str, timeout: float = 60.0) -> None:
         """GET /ping until 200, through refused and dropped connections (Docker's window before execd listens)."""
         url, headers = self.endpoint(sid)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def answers() -> bool:
             try:
-                if request("GET", url, "/ping", headers=headers, timeout=5).status == 200:
-                    return
+                return request("GET", url, "/ping", headers=headers, timeout=5).status == 200
             except OSError:
-                pass
-            assert time.monotonic() < deadline, f"execd of {sid} never answered /ping"
-            time.sleep(0.1)
+                return False
+
+        assert wait_until(answers, timeout, 0.1), f"execd of {sid} never answered /ping"
 
     def command(self, sid: str, cmd: str, cwd: Optional[str] = None, timeout: float = 90.0) -> Result:
         url, headers = self.endpoint(sid)

@@ -19,10 +19,11 @@ import datetime as _dt
 import http.client
 import json
 import re
-import time
 import urllib.parse
 import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from tiers.toolkit.waits import poll
 
 EXECD_PORT = 44772
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -174,14 +175,10 @@ def _iso(ts: str) -> _dt.datetime:
 
 
 def _poll(what: str, fn: Callable[[], Any], ok: Callable[[Any], bool], timeout: float, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise SmokeFailure(f"{what}: still {value!r} after {timeout:.0f} s")
-        time.sleep(interval)
+    value = poll(fn, ok, timeout, interval)
+    if not ok(value):
+        raise SmokeFailure(f"{what}: still {value!r} after {timeout:.0f} s")
+    return value
 
 
 # ------------------------------------------------------------------------------------------------ the flow

@@ -10,17 +10,16 @@ import os
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 import pytest
 
 from mock_opensandbox.relay import free_port
+from tiers.toolkit.waits import port_closed, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "local-up.sh")
@@ -403,10 +402,8 @@ def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
     assert d.returncode == 0, d.stderr + d.stdout
     assert [line for line in world.argv() if line.startswith("docker rm")] == ["docker rm -f ccc333"]
     assert world.lines("containers") == ["aaa111 sandbox-old", "bbb222 web"]
-    for _ in range(50):  # the stopped processes are reaped by init asynchronously
-        if not (_pid_running(server_pid) or _pid_running(dockerd_pid)):
-            break
-        time.sleep(0.1)
+    # the stopped processes are reaped by init asynchronously
+    wait_until(lambda: not (_pid_running(server_pid) or _pid_running(dockerd_pid)), 5.0, 0.1)
     assert not _pid_running(server_pid) and not _pid_running(dockerd_pid)
     assert world.pid("server.pid") is None and world.pid("dockerd.pid") is None
     assert not os.path.exists(os.path.join(world.state, "daemon_up"))
@@ -435,10 +432,7 @@ def test_existing_daemon_and_images_are_used_and_left_alone(world):
     d = world.run("down")
     assert d.returncode == 0, d.stderr
     assert os.path.exists(os.path.join(world.state, "daemon_up"))  # not ours: still running
-    for _ in range(50):
-        if not _pid_running(server_pid):
-            break
-        time.sleep(0.1)
+    wait_until(lambda: not _pid_running(server_pid), 5.0, 0.1)
     assert not _pid_running(server_pid)
 
 
@@ -512,11 +506,7 @@ def test_foreign_server_on_the_port_is_refused(world):
         fh.write(f"port = {world.port}\n")
     other = subprocess.Popen([PY, os.path.join(world.stubs, "opensandbox-server.py"), "--config", config])
     try:
-        for _ in range(100):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", world.port)) == 0:
-                    break
-            time.sleep(0.05)
+        wait_until(lambda: not port_closed(world.port), 5.0)
         r = world.run("up")
         assert r.returncode == 1
         assert 'local-up: step "server" failed' in r.stderr

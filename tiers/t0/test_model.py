@@ -3,7 +3,6 @@ pagination, filters, metadata label rules."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -15,6 +14,7 @@ from mock_opensandbox import quirks
 from mock_opensandbox.model import (FakeClock, Provisioner, SandboxStore, docker_pull_params, format_ts,
                                     is_valid_label_key, is_valid_label_value, validate_metadata)
 from mock_opensandbox.quirks import MockError
+from tiers.toolkit.waits import wait_until
 
 T0 = datetime(2026, 11, 29, 7, 46, 42, 558200, tzinfo=timezone.utc)
 IMG = {"uri": "local/python:3-slim"}
@@ -67,15 +67,6 @@ def make_store(**kw):
     prov = kw.pop("provisioner", None) or RecordingProvisioner()
     store = SandboxStore(clock=clock, provisioner=prov, start_reaper=kw.pop("start_reaper", False), **kw)
     return store, clock, prov
-
-
-def wait_for(pred, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 # -- timestamps ---------------------------------------------------------------------------------------
@@ -193,7 +184,7 @@ def test_reaper_thread_enforces_ttl_with_a_moved_clock():
         keep = store.create(image=IMG, entrypoint=EP, timeout=3600)
         gone = store.create(image=IMG, entrypoint=EP, timeout=60)
         clock.advance(61)
-        assert wait_for(lambda: ("stop", gone.id) in prov.calls)
+        assert wait_until(lambda: ("stop", gone.id) in prov.calls, 5.0)
         assert store.get(keep.id) is keep
     finally:
         store.close()
@@ -267,7 +258,7 @@ def test_entrypoint_exit_sets_the_status(rc, state, reason, message):
     sb = store.create(image=IMG, entrypoint=["sh", "-c", "exit 1"], timeout=600)
     clock.advance(0.5)
     prov.procs[sb.id].exit(rc)
-    assert wait_for(lambda: sb.exited)
+    assert wait_until(lambda: sb.exited, 5.0)
     st_ = sb.to_json()["status"]
     assert (st_["state"], st_["reason"], st_["message"]) == (state, reason, message)
     assert st_["lastTransitionAt"] == format_ts(T0 + timedelta(seconds=0.5))

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+from tiers.toolkit.waits import poll
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,10 +43,7 @@ def test_sandbox_case_ab_smoke(tmp_path):
     assert "Sandbox create -> execd /ping answers" in md
     # the case starts two mocks of its own and stops them: none of the sandbox processes it counted is left
     assert idle["one_sandbox"], idle
-    deadline = time.monotonic() + 2.0   # a killed sandbox's PID 1 goes with its holder, asynchronously
-    while True:
-        left = [p for p in idle["one_sandbox"] if _start_time(p["pid"]) == p["start"]]
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    # a killed sandbox's PID 1 goes with its holder, asynchronously
+    left = poll(lambda: [p for p in idle["one_sandbox"] if _start_time(p["pid"]) == p["start"]],
+                lambda got: not got, 2.0)
     assert not left, left

@@ -19,6 +19,7 @@ import pytest
 from mock_opensandbox.runtime import SANDBOX_CAP_MASK, SandboxRuntime, probe_isolation
 from mock_opensandbox.runtime import caps as caps_data
 from tiers.t1 import containment_probes as cp
+from tiers.toolkit.waits import wait_until
 
 ISOLATED, NOTE = probe_isolation()
 pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
@@ -93,10 +94,7 @@ def test_entrypoint_and_its_children_are_contained(tmp_path):
                                              "(grep -E '^(Cap|NoNewPrivs)' /proc/self/status > /tmp/bg) & "
                                              "exec sleep 30"])
         ep, bg = tmp_path / "root" / "tmp" / "ep", tmp_path / "root" / "tmp" / "bg"
-        for _ in range(500):
-            if ep.exists() and bg.exists() and bg.read_text().count("\n") >= 6:
-                break
-            subprocess.run(["sleep", "0.02"])
+        wait_until(lambda: ep.exists() and bg.exists() and bg.read_text().count("\n") >= 6, 10.0, 0.02)
         cp._check_caps(0, ep.read_text())
         cp._check_caps(0, bg.read_text())
         if r.pid_namespace:

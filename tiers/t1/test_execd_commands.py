@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tiers.t1.conftest_execd import Client, outputs
+from tiers.toolkit.waits import wait_until
 
 MODES = ["v1.1.0", "latest"]
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -176,9 +177,7 @@ def test_background_status_logs_cursor_recording_10(client):
                     background=True).events()
     assert [e["type"] for e in ev] == ["init", "ping", "execution_complete"]
     cid = ev[0]["text"]
-    deadline = time.monotonic() + 10
-    while client.get(f"/command/status/{cid}").json()["running"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not client.get(f"/command/status/{cid}").json()["running"], 10)
     st = client.get(f"/command/status/{cid}").json()
     assert st["exit_code"] == 5 and st["error"] == "exit status 5" and "finished_at" in st
     logs = client.get(f"/command/{cid}/logs")
@@ -263,9 +262,7 @@ def test_client_disconnect_leaves_foreground_command_running(make_execd, runtime
     assert b'"text":"go"' in buf, buf
     sock.close()
     marker = runtime.resolve("/tmp/after-disconnect")
-    deadline = time.monotonic() + 10
-    while not os.path.exists(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: os.path.exists(marker), 10)
     with open(marker) as fh:
         assert fh.read() == "done\n"
 

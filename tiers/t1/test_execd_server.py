@@ -19,6 +19,7 @@ import pytest
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxRuntime
 from tiers.t1.conftest_execd import Client, live_pids, outputs
+from tiers.toolkit.waits import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -203,19 +204,16 @@ def test_terminate_leaves_no_process(sandbox_root):
     assert not os.path.exists(sandbox_root)
 
 
+def _proc_state(pid: int) -> bytes:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return fh.read().rsplit(b")", 1)[1].split()[0]
+
+
 def test_pause_stops_processes(runtime):
     p = runtime.spawn(["sleep", "30"])
     try:
         runtime.pause()
-        deadline = time.monotonic() + 3
-        state = b""
-        while time.monotonic() < deadline:
-            with open(f"/proc/{p.pid}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-            if state == b"T":
-                break
-            time.sleep(0.02)
-        assert state == b"T"
+        assert wait_until(lambda: _proc_state(p.pid) == b"T", 3)
         runtime.resume()
         assert runtime.wait_unpaused(1)
     finally:

@@ -16,6 +16,7 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import rest
+from tiers.toolkit.waits import wait_until
 
 pytestmark = pytest.mark.spec_exempt("fault injection: deliberately broken answers and the mock-only admin API")
 
@@ -220,17 +221,13 @@ def test_stop_ends_stalls_delays_and_dribbles():
     threads = [threading.Thread(target=client, args=(p,)) for p in ("/v1/sandboxes", "/version", "/health")]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 5
-    while m.faults.active < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: m.faults.active >= 3, 5)
     assert m.faults.active == 3
     m.stop()
     for t in threads:
         t.join(10)
     assert sorted(ends) == ["eof", "eof", "eof"] and m.faults.active == 0
-    deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: threading.active_count() <= before, 5)
     assert threading.active_count() <= before
 
 

@@ -28,6 +28,7 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.epp import EppClient, RpcError
+from tiers.toolkit.waits import wait_until
 
 pytestmark = pytest.mark.spec_exempt("fault injection: deliberately broken answers")
 
@@ -295,9 +296,7 @@ def check_ok(lane: Lane, case: Case, ctx: dict, result, notes) -> None:
     elif n == "interrupt":
         assert result == {}
         cmd = lane.sb(n).execd.commands.get(ctx["cid"])
-        deadline = time.monotonic() + 5
-        while cmd.status().get("running") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not cmd.status().get("running"), 5)
         assert cmd.status().get("running") is False
     elif n == "files.stat":
         assert result["size"] == len(PAYLOAD) and result["type"] == "file"

@@ -8,7 +8,6 @@ import os
 import re
 import socket
 import threading
-import time
 import uuid
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from mock_opensandbox.model import FakeClock
 from mock_opensandbox.relay import free_port
 from tiers.toolkit import rest
+from tiers.toolkit.waits import poll, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXCHANGES = os.path.normpath(os.path.join(REPO, "..", "shared", "live", "exchanges"))
@@ -75,14 +75,8 @@ def assert_uvicorn_headers(r: rest.Reply, json_body=True):
         assert k == k.lower(), k  # uvicorn writes lower-case names (recording 01)
 
 
-def wait_for(pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    return pred()
+def _status(client, sid: str) -> dict:
+    return client.call("GET", "/v1/sandboxes/" + sid).json()["status"]
 
 
 # -- static routes and auth -------------------------------------------------------------------------
@@ -409,8 +403,8 @@ def test_ttl_expiry_removes_the_sandbox(opensandbox_mock_factory):
     keep = c.create(timeout=3600)
     root = m.sandboxes[sid].runtime.root
     clock.advance(61)
-    assert wait_for(lambda: c.call("GET", "/v1/sandboxes/" + sid).status == 404)
-    assert wait_for(lambda: not os.path.exists(root))  # removed right after it disappears from the table
+    assert wait_until(lambda: c.call("GET", "/v1/sandboxes/" + sid).status == 404)
+    assert wait_until(lambda: not os.path.exists(root))  # removed right after it disappears from the table
     assert c.call("GET", "/v1/sandboxes/" + keep).status == 200
 
 
@@ -419,9 +413,9 @@ def test_failed_entrypoint(client):
     r = client.call("POST", "/v1/sandboxes", dict(CREATE, entrypoint=["sh", "-c", "exit 1"], timeout=600))
     assert r.status == 202 and r.json()["status"]["state"] == "Running"  # recording 15
     sid = r.json()["id"]
-    st = wait_for(lambda: (lambda s: s if s["state"] == "Failed" else None)(
-        client.call("GET", "/v1/sandboxes/" + sid).json()["status"]))
-    assert st["reason"] == "CONTAINER_EXITED_ERROR" and st["message"] == "Sandbox container exited with code 1."
+    st = poll(lambda: _status(client, sid), lambda s: s["state"] == "Failed")
+    assert (st["state"], st["reason"], st["message"]) == (
+        "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 1.")
     assert client.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid).status == 200
     r = client.call("GET", "/v1/sandboxes/%s/proxy/44772/ping" % sid)
     assert r.status == 502 and r.json()["code"] == "BACKEND_CONNECTION_FAILED"
@@ -431,15 +425,13 @@ def test_failed_entrypoint(client):
 
 def test_entrypoint_not_found_fails_with_127(client):
     sid = client.create(entrypoint=["/no/such/binary"])
-    st = wait_for(lambda: (lambda s: s if s["state"] == "Failed" else None)(
-        client.call("GET", "/v1/sandboxes/" + sid).json()["status"]))
-    assert st["message"] in ("Sandbox container exited with code 127.", "Sandbox container exited with code 126.")
+    st = poll(lambda: _status(client, sid), lambda s: s["state"] == "Failed")
+    assert st["state"] == "Failed" and st["message"] in ("Sandbox container exited with code 127.", "Sandbox container exited with code 126.")
 
 
 def test_clean_exit_is_terminated(client):
     sid = client.create(entrypoint=["true"])
-    st = wait_for(lambda: (lambda s: s if s["state"] != "Running" else None)(
-        client.call("GET", "/v1/sandboxes/" + sid).json()["status"]))
+    st = poll(lambda: _status(client, sid), lambda s: s["state"] != "Running")
     assert (st["state"], st["reason"]) == ("Terminated", "CONTAINER_EXITED")
 
 
@@ -514,7 +506,7 @@ HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 def test_server_proxy_forwards_method_headers_body_and_query(client, osb):
     port = free_port()
     sid = client.create(entrypoint=["python3", "-c", ECHO_APP, str(port)])
-    assert wait_for(lambda: client.call("GET", "/v1/sandboxes/%s/proxy/%d/" % (sid, port)).status == 201, 20)
+    assert wait_until(lambda: client.call("GET", "/v1/sandboxes/%s/proxy/%d/" % (sid, port)).status == 201, 20)
     r = client.call("PUT", "/v1/sandboxes/%s/proxy/%d/a/b?x=1&x=2&y=%%20" % (sid, port), b"payload",
                     headers={"X-Custom": "v", "Authorization": "Bearer s", "Cookie": "c=1",
                              "X-Forwarded-For": "6.6.6.6", "Content-Type": "text/plain"})
@@ -599,12 +591,8 @@ def test_snapshot_template_and_egress_routes(client):
 @pytest.mark.spec_exempt("diagnostics and metrics routes of server 1.1.1 are not in the June spec")
 def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
     sid = client.create(entrypoint=["sh", "-c", "echo out-line; echo err-line >&2; exec sleep 600"])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid)
-        if "err-line" in r.json()["content"]:
-            break
-        time.sleep(0.05)
+    r = poll(lambda: client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid),
+             lambda r: "err-line" in r.json()["content"], 10)
     doc = r.json()
     assert (r.status, doc["kind"], doc["scope"], doc["delivery"], doc["truncated"]) == (200, "logs", "container",
                                                                                          "inline", False)
@@ -631,10 +619,7 @@ def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
     assert summary.startswith("=" * 72 + "\nSANDBOX DIAGNOSTICS SUMMARY\nSandbox ID: %s" % sid) and "out-line" in summary
     # the entrypoint exits: events say how
     sid2 = client.create(entrypoint=["sh", "-c", "exit 3"])
-    deadline = time.monotonic() + 10
-    while client.call("GET", "/v1/sandboxes/%s" % sid2).json()["status"]["state"] != "Failed":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    assert wait_until(lambda: _status(client, sid2)["state"] == "Failed", 10)
     ev = client.call("GET", "/v1/sandboxes/%s/diagnostics/events?scope=runtime" % sid2).json()["content"]
     assert "Status:     exited" in ev and "Event:      Exited with code 3" in ev and "Finished:   " in ev
 

@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tiers.toolkit.waits import port_closed
+from tiers.toolkit.waits import port_closed, wait_until
 from tiers.toolkit.procs import alive, descendants
 from tiers.toolkit.mockcli import REPO
 
@@ -28,10 +27,8 @@ def test_cli_serves_and_stops_cleanly(cli_factory, sig):
     assert status == 202
     sid = json.loads(body)["id"]
     # the CLI's execd comes up --execd-start-delay (0.2 s) after the create says Running, like a real server's
-    deadline = time.monotonic() + 10
-    while cli.call("GET", "/v1/sandboxes/%s/proxy/44772/ping" % sid)[0] != 200:
-        assert time.monotonic() < deadline, "execd never answered /ping"
-        time.sleep(0.05)
+    assert wait_until(lambda: cli.call("GET", "/v1/sandboxes/%s/proxy/44772/ping" % sid)[0] == 200, 10), \
+        "execd never answered /ping"
     status, body = cli.call("POST", "/v1/sandboxes/%s/proxy/44772/command" % sid,
                             {"command": "sleep 300 & echo started", "background": True})
     assert status == 200

@@ -34,6 +34,7 @@ from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import procs
 from tiers.toolkit.epp import EppClient
 from tiers.toolkit import rest
+from tiers.toolkit.waits import wait_until
 
 pytestmark = pytest.mark.spec_exempt("hostile requests on purpose")
 
@@ -274,14 +275,10 @@ def test_no_process_outlives_stop(tmp_path):
             running = _procs_under(root)
             assert len(running) >= 2 * 5, f"only {len(running)} sandbox processes seen"
             mock.stop()
-        deadline = time.monotonic() + 10
-        while _procs_under(root) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not _procs_under(root), 10)
         assert _procs_under(root) == set()
         assert not os.path.exists(root)
-        deadline = time.monotonic() + 10
-        while procs.children() - my_children and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not procs.children() - my_children, 10)
         assert procs.children() - my_children == set()
     finally:
         mock.stop()

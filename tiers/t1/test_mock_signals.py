@@ -18,6 +18,7 @@ import pytest
 from mock_opensandbox.runtime import cgroups, probe_isolation
 from tiers.toolkit.mockcli import Cli
 from tiers.toolkit.procs import alive, cmdline, descendants
+from tiers.toolkit.waits import poll, wait_until
 
 ISOLATED, NOTE = probe_isolation()
 HOST = cgroups.host()
@@ -83,11 +84,8 @@ def _leftovers(pids: set[int], cgs: list[str], root: str, keep_root: bool) -> di
 
 def _wait_clean(pids, cgs, root, keep_root, timeout=10.0) -> tuple[dict[str, int], float]:
     t0 = time.monotonic()
-    while True:
-        left = _leftovers(pids, cgs, root, keep_root)
-        if not any(left.values()) or time.monotonic() - t0 > timeout:
-            return left, time.monotonic() - t0
-        time.sleep(0.02)
+    left = poll(lambda: _leftovers(pids, cgs, root, keep_root), lambda got: not any(got.values()), timeout, 0.02)
+    return left, time.monotonic() - t0
 
 
 @pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
@@ -147,9 +145,7 @@ def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path
     os.kill(janitor, signal.SIGKILL)
     cli.proc.send_signal(signal.SIGKILL)
     cli.proc.communicate(timeout=30)
-    deadline = time.monotonic() + 10
-    while [p for p in pids if alive(p)] and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: not [p for p in pids if alive(p)], 10)
     assert os.path.isdir(os.path.join(root, sid))
     assert len([d for d in cgs if os.path.exists(d)]) == len(cgs)
     again = clis("--root", root)

@@ -21,7 +21,7 @@ from mock_opensandbox.relay import TCPRelay
 from mock_opensandbox.runtime import SandboxRuntime, probe_isolation
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.toolkit.waits import port_closed
+from tiers.toolkit.waits import poll, port_closed
 from tiers.toolkit import rest
 from tiers.toolkit.procs import alive
 
@@ -284,14 +284,13 @@ def _sandbox_parts(m: Mock, sids: list[str]) -> tuple[set[str], set[int], set[in
 
 
 def _gone(nets: set[str], slirps: set[int], ports: set[int], timeout: float = 5.0) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = ["netns %s" % n for n in nets & _netns_ids_in_use()]
-        left += ["slirp4netns %d" % p for p in slirps if alive(p)]
-        left += ["port %d" % p for p in ports if not port_closed(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
+    """What is still there of the given namespaces, slirp4netns processes and ports after up to ``timeout`` s."""
+    def left() -> list[str]:
+        return (["netns %s" % n for n in nets & _netns_ids_in_use()]
+                + ["slirp4netns %d" % p for p in slirps if alive(p)]
+                + ["port %d" % p for p in ports if not port_closed(p)])
+
+    return poll(left, lambda got: not got, timeout)
 
 
 def test_delete_leaves_no_netns_relay_or_slirp(mock):

@@ -34,6 +34,7 @@ import osb_ws as _ws
 from osb import Http, OpenSandbox
 from tiers.toolkit import procs
 from tiers.toolkit import rest
+from tiers.toolkit.waits import wait_until
 
 try:
     from mock_opensandbox.runtime import SandboxRuntime
@@ -197,9 +198,7 @@ def execd():
     assert not os.path.exists(srv.root), "sandbox root left behind"
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    deadline = time.monotonic() + 5
-    while procs.children() - before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not procs.children() - before, 5)
     assert not (procs.children() - before), "processes left behind"
 
 
@@ -309,9 +308,7 @@ def test_close_kills_the_shell_and_ends_with_one_exit(execd, events, terms):
     # SIGKILL of the process group: execd reports exit_code -1 for a signal death
     assert events.exits(pid) == [{"process_id": pid, "exit_code": -1}]
     assert execd.registry.get(pid) is None  # DELETE /pty/{id} removed the session
-    deadline = time.monotonic() + 5
-    while os.path.exists(f"/proc/{shell}") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not os.path.exists(f"/proc/{shell}"), 5)
     assert not os.path.exists(f"/proc/{shell}") or open(f"/proc/{shell}/stat").read().split()[2] == "Z"
     assert terms.open_terminals() == []
 

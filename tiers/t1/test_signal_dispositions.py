@@ -20,9 +20,10 @@ pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavaila
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = r"""
-import json, signal, subprocess, time
+import json, signal, subprocess
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import rest
+from tiers.toolkit.waits import wait_until
 
 IGNORED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
 for s in IGNORED:
@@ -33,10 +34,8 @@ with MockOpenSandbox() as m:
     r = rest.call(m.base_url, "POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "timeout": 120,
                   "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": {"cpu": "500m", "memory": "512Mi"}}, h)
     sid = json.loads(r.body)["id"]
-    deadline = time.monotonic() + 30
-    while json.loads(rest.call(m.base_url, "GET", "/v1/sandboxes/" + sid, None, h).body)["status"]["state"] != "Running":
-        assert time.monotonic() < deadline, "never Running"
-        time.sleep(0.05)
+    assert wait_until(lambda: json.loads(rest.call(m.base_url, "GET", "/v1/sandboxes/" + sid, None, h).body)
+                      ["status"]["state"] == "Running", 30), "never Running"
     rt = m.store.get(sid).runtime
     for name, path in (("command", "/proc/self/status"), ("pid1", "/proc/1/status")):
         p = rt.spawn(["grep", "^SigIgn", path], stdout=subprocess.PIPE)

@@ -26,6 +26,7 @@ from tiers import sandbox_inside as si
 from tiers import snapshot_flow
 from tiers.toolkit import rest
 from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
+from tiers.toolkit.waits import wait_until
 
 ISOLATED, NOTE = probe_isolation()
 ROOT = os.geteuid() == 0
@@ -76,10 +77,7 @@ def test_snapshot_of_an_exited_sandbox_is_refused(opensandbox_mock_factory):
     key = {"OPEN-SANDBOX-API-KEY": osb.api_key}
     sid = rest.call(hp, "POST", "/v1/sandboxes", dict(CREATE, entrypoint=["true"]), key).json()["id"]
     osb.sandboxes[sid].entry_proc.wait(10)
-    for _ in range(100):
-        if osb.sandboxes[sid].exited:
-            break
-        threading.Event().wait(0.05)
+    wait_until(lambda: osb.sandboxes[sid].exited, 5.0)
     r = rest.call(hp, "POST", "/v1/sandboxes/%s/snapshots" % sid, None, key)
     assert (r.status, r.json()["code"]) == (409, "SNAPSHOT::INVALID_SOURCE_STATE")
 

@@ -14,6 +14,7 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import rest
+from tiers.toolkit.waits import wait_until
 
 pytestmark = pytest.mark.spec_exempt("the /__mock__/ workbench routes are mock-only (not in the OpenSandbox spec)")
 pytest_plugins = ["pytester"]
@@ -116,9 +117,7 @@ def test_journal_shows_faults_resets_and_is_bounded():
         assert call(osb, "GET", "/v1/sandboxes")[0] == 503
         with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
             call(osb, "GET", "/version")
-        deadline = time.monotonic() + 5
-        while len(osb.requests()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(osb.requests()) >= 2, 5)
         a, b = osb.requests()
         assert (a["status"], a["fault"]) == (503, {"id": "five-oh-three", "kind": "status"})
         assert "nginx" in a["response"]["body_preview"] or "503" in a["response"]["body_preview"]

@@ -4,13 +4,13 @@ real server for these calls, neither can a client built like it."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.sdk import sdk_config
+from tiers.toolkit.waits import wait_until
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxSync  # noqa: E402 - after the importorskip above
@@ -58,9 +58,7 @@ def test_sync_sdk_end_to_end(osb):
 
         bg = sb.commands.run("echo started; sleep 0.3; echo done", opts=RunCommandOpts(background=True))
         assert bg.id
-        deadline = time.monotonic() + 10
-        while sb.commands.get_command_status(bg.id).running and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: not sb.commands.get_command_status(bg.id).running, 10, 0.1)
         status = sb.commands.get_command_status(bg.id)
         assert status.running is False and status.exit_code == 0
         logs = sb.commands.get_background_command_logs(bg.id)

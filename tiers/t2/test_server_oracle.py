@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2.clients import REPO, Unavailable, python_env, python_too_old
+from tiers.toolkit.waits import wait_until
 
 if python_too_old("requirements-server-oracle.txt"):  # one skip line for the module, not one per test
     pytest.skip("server oracle: " + python_too_old("requirements-server-oracle.txt"), allow_module_level=True)
@@ -520,8 +521,6 @@ def _snap_norm(status: int, body: bytes, ids: dict) -> Any:
 
 
 def test_snapshots_on_sandboxes(mock, oracle, sandboxes):
-    import time
-
     timed = sandboxes["timed"]
     hj = {"Content-Type": "application/json"}
     ids: dict = {}
@@ -544,11 +543,8 @@ def test_snapshots_on_sandboxes(mock, oracle, sandboxes):
     ids.update({snap["oracle"]: "<snap>", snap["mock"]: "<snap>"})
     assert same((o, m))[1]["status"]["state"] == "Creating"
     mock.snapshots.wait(30)
-    deadline = time.monotonic() + 30
-    while json.loads(oracle.request("GET", "/v1/snapshots/" + snap["oracle"], {}, None)[2])["status"]["state"] \
-            == "Creating":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    assert wait_until(lambda: json.loads(oracle.request("GET", "/v1/snapshots/" + snap["oracle"], {}, None)[2])
+                      ["status"]["state"] != "Creating", 30)
     assert same(both("GET", lambda side: "/v1/snapshots/" + snap[side]))[1]["status"]["state"] == "Ready"
     same(both("GET", lambda side: "/v1/snapshots?sandboxId=%s&state=Ready&state=Failed&pageSize=5" % timed))
     same(both("GET", lambda side: "/v1/snapshots?sandboxId=%s&name=other" % timed))

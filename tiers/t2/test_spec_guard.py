@@ -18,22 +18,11 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from tiers.toolkit import spec_guard as sg
+from tiers.toolkit.waits import wait_until
 
 LIVE = os.path.normpath(os.path.join(sg.REPO, "..", "shared", "live", "exchanges"))
 needs_specs = pytest.mark.skipif(not sg.specs_available(),
                                  reason=f"OpenAPI specs not found in {sg.spec_dir()} (<repo>/../shared/specs)")
-
-
-def _wait_for(cond, timeout: float = 5.0) -> bool:
-    """Observers run in the mock's handler thread after the reply is on the wire: poll briefly."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @needs_specs
@@ -181,7 +170,7 @@ def test_observer_never_raises_into_the_mock(opensandbox_mock):
         for _ in range(2):  # the mock keeps answering after the observer blew up
             with urllib.request.urlopen(opensandbox_mock.base_url + "/health", timeout=10) as r:
                 assert r.status == 200
-        assert _wait_for(lambda: boom.checked >= 2)
+        assert wait_until(lambda: boom.checked >= 2, 5.0)  # observers run after the reply is on the wire
     finally:
         httpcore.OBSERVERS.remove(boom.observe)
     assert {v.error for v in boom.violations} == {"GuardCrash"}
@@ -197,7 +186,7 @@ def test_observer_sees_mock_traffic(opensandbox_mock):
                                  headers={"OPEN-SANDBOX-API-KEY": opensandbox_mock.api_key})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200
-    assert _wait_for(lambda: guard.checked > before)
+    assert wait_until(lambda: guard.checked > before, 5.0)
 
 
 @needs_specs

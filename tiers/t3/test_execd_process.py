@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tiers.toolkit.waits import port_closed
+from tiers.toolkit.waits import port_closed, wait_until
 from tiers.smoke_flow import STEPS, request, run_smoke_flow, stream_command, output_of
 
 UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}  # seed 000 §1.4
@@ -43,13 +43,6 @@ def _proc_state(pid: int) -> str:
         return fh.read().rsplit(")", 1)[1].split()[0]
 
 
-def _wait(cond, what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"not {what} after {timeout} s"
-        time.sleep(0.02)
-
-
 def test_smoke_flow_with_an_execd_process_per_sandbox(t3_mock):
     passed = run_smoke_flow(t3_mock.base_url, t3_mock.api_key)
     assert len(passed) == STEPS, passed
@@ -69,7 +62,7 @@ def test_execd_is_a_process_that_kill_stops(t3_mock):
 
     r = request("DELETE", t3_mock.base_url, f"/v1/sandboxes/{sid}", headers={"OPEN-SANDBOX-API-KEY": t3_mock.api_key})
     assert r.status == 204, r
-    _wait(lambda: port_closed(port, 1), "closed: the execd port", 10)  # the execd process is gone with its sandbox
+    assert wait_until(lambda: port_closed(port, 1), 10), "the execd port still open after 10 s"  # the execd process is gone with its sandbox
     if pid is not None:
         assert not os.path.exists(f"/proc/{pid}") or _proc_state(pid) == "Z"
 
@@ -81,7 +74,7 @@ def test_pause_freezes_the_execd_process(t3_mock):
     hdr = {"OPEN-SANDBOX-API-KEY": t3_mock.api_key}
     assert request("POST", t3_mock.base_url, f"/v1/sandboxes/{sid}/pause", headers=hdr).status == 202
     if pid is not None:  # SIGSTOP of the sandbox's process groups (seed 000 §5.3); the stop lands asynchronously
-        _wait(lambda: _proc_state(pid) == "T", "execd process stopped")
+        assert wait_until(lambda: _proc_state(pid) == "T", 5.0), "execd process not stopped after 5 s"
     # a frozen execd accepts the connection but never answers (retry only while the stop is still landing)
     deadline = time.monotonic() + 5
     while True:

@@ -21,7 +21,6 @@ import importlib
 import json
 import os
 import posixpath
-import time
 import uuid
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import pytest
 from mock_opensandbox.proxy import FaultProxy
 from tiers.toolkit import rest
 from tiers.toolkit.epp import EppClient
+from tiers.toolkit.waits import wait_until
 
 HERE = Path(__file__).resolve().parent
 faults_plugin = importlib.import_module("tiers.t1.test_faults_plugin")
@@ -160,10 +160,8 @@ class _Store:
     def _to(self, sid, action, want):
         st, body = self.live.lc("POST", f"/v1/sandboxes/{sid}/{action}")
         assert st in (200, 202, 204), body
-        deadline = time.monotonic() + 30
-        while (self.live.state(sid) or {}).get("status", {}).get("state") != want:
-            assert time.monotonic() < deadline, f"{sid} never became {want}"
-            time.sleep(0.2)
+        assert wait_until(lambda: (self.live.state(sid) or {}).get("status", {}).get("state") == want, 30, 0.2), \
+            f"{sid} never became {want}"
 
     def pause(self, sid):
         self._to(sid, "pause", "Paused")

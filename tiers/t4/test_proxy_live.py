@@ -18,6 +18,7 @@ import pytest
 from mock_opensandbox.proxy import FaultProxy
 from record.compare_dir import compare_dir
 from tiers.toolkit import rest
+from tiers.toolkit.waits import wait_until
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import SandboxSync  # noqa: E402 - after the importorskip above
@@ -108,10 +109,8 @@ def test_faults_are_injected_into_real_traffic(live_server):
             ep = json.loads(_call(px, "GET", f"/v1/sandboxes/{sid}/endpoints/44772", headers=key)[2])
             local = ep["endpoint"].partition("/")[0]
             hdrs = ep.get("headers") or {}
-            deadline = time.monotonic() + 30
-            while _call(local, "GET", "/proxy/44772/ping", headers=hdrs)[0] != 200:
-                assert time.monotonic() < deadline, "execd never answered through the proxy"
-                time.sleep(0.3)
+            assert wait_until(lambda: _call(local, "GET", "/proxy/44772/ping", headers=hdrs)[0] == 200, 30, 0.3), \
+                "execd never answered through the proxy"
             proxy.faults.add(kind="status", status=429, retry_after=1, listener="execd", path="^/command$",
                              sandbox=sid, count=1, id="rate")
             proxy.faults.add(kind="truncate", after_bytes=40, listener="execd", path="^/command$", sandbox=sid,

@@ -10,11 +10,11 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from . import python_env
+from tiers.toolkit.waits import wait_until
 
 
 @dataclass
@@ -128,23 +128,19 @@ def _flow(c: Cli, sid: str, home: str) -> None:
                                               "echo started; sleep 60"],
                 lambda r: _json(r)["execution_id"] and _json(r)["mode"] == "background")
     eid = _json(bg)["execution_id"] if bg.returncode == 0 else "none"
-    deadline = time.monotonic() + 20
-    while True:  # the background command prints before it sleeps
-        lg = c.run("command", "logs", sid, eid, "-o", "json")
-        if "started" in lg.stdout or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    # the background command prints before it sleeps
+    wait_until(lambda: "started" in c.run("command", "logs", sid, eid, "-o", "json").stdout, 20, 0.2)
     c.step("command status (running)", ["command", "status", sid, eid, "-o", "json"],
            lambda r: _json(r)["running"] is True and _json(r)["id"] == eid)
     c.step("command logs", ["command", "logs", sid, eid, "-o", "json"],
            lambda r: "started" in _json(r)["content"])
     c.step("command interrupt", ["command", "interrupt", sid, eid], lambda r: r.returncode == 0)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def stopped() -> bool:
         st = c.run("command", "status", sid, eid, "-o", "json")
-        if st.returncode == 0 and json.loads(st.stdout)["running"] is False:
-            break
-        time.sleep(0.2)
+        return st.returncode == 0 and json.loads(st.stdout)["running"] is False
+
+    wait_until(stopped, 20, 0.2)
     c.step("command status (interrupted)", ["command", "status", sid, eid, "-o", "json"],
            lambda r: _json(r)["running"] is False and _json(r)["finished_at"])
     ses = c.step("command session create", ["command", "session", "create", sid, "-o", "json"],
