@@ -25,7 +25,7 @@ from mock_opensandbox.snapshots import SnapshotStore
 from tiers import sandbox_inside as si
 from tiers import snapshot_flow
 from tiers.toolkit import rest
-from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
+from tiers.toolkit.images import BuiltImage, docker_has, layer, write_oci_layout
 from tiers.toolkit.waits import wait_until
 
 ISOLATED, NOTE = probe_isolation()
@@ -263,22 +263,11 @@ def test_host_tools_commit_and_restore_never_write_through_a_symlink(tmp_path):
         store.close()
 
 
-def _docker_has(image: str) -> bool:
-    import shutil as _sh
-    if not _sh.which("docker"):
-        return False
-    try:
-        return subprocess.run(["docker", "image", "inspect", image], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
 BUSYBOX = "local/busybox:latest"  # what OSB_LOCAL_IMAGES=1 ./local-up.sh up builds
 
 
 @pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
-@pytest.mark.skipif(not _docker_has(BUSYBOX), reason="no local Docker with %s (./local-up.sh up)" % BUSYBOX)
+@pytest.mark.skipif(not docker_has(BUSYBOX), reason="no local Docker with %s (./local-up.sh up)" % BUSYBOX)
 def test_snapshot_flow_mock_with_an_image_store(tmp_path):
     """The same flow with an image store (the local Docker's busybox): a sandbox that runs its image commits its
     writable layer over the image's layers (changes_dir "overlay"/"full") and a restore runs that image."""

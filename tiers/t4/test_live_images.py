@@ -8,7 +8,6 @@ the same answers again. Skips with one line without a Docker that has the images
 for the registry part)."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import sandbox_inside as si
 from tiers.toolkit import registry as reg
-from tiers.toolkit.images import push, read_docker_save
+from tiers.toolkit.images import docker_has, push, read_docker_save
 
 IMAGES = ("local/python:3-slim", "local/busybox:latest")
 USER_IMAGE = "local/osbtest-imgroot:1"
@@ -25,16 +24,9 @@ DOCKERFILE = ("FROM local/python:3-slim\nENV IMG_VAR=from-image PATH=/opt/imgbin
 NOISE = ("HOSTNAME=", "OPENSANDBOX_ID=", "SHLVL=")
 
 
-def _docker_has(image: str) -> bool:
-    try:
-        return subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def images_dir(tmp_path_factory):
-    if shutil.which("docker") is None or not all(_docker_has(i) for i in IMAGES):
+    if not all(docker_has(i) for i in IMAGES):
         pytest.skip("no docker with %s here" % " and ".join(IMAGES))
     d = tmp_path_factory.mktemp("live-images")
     ctx = d / "ctx"

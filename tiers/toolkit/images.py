@@ -1,6 +1,6 @@
 """Test images written by the tests themselves: layer tars (any entry, hostile ones included), OCI image
 layouts, ``docker save`` tarballs (legacy manifest.json), a reader of real ``docker save`` tarballs, and a
-stdlib pusher for an OCI registry."""
+stdlib pusher for an OCI registry; ``docker_has`` says whether the local Docker holds an image."""
 from __future__ import annotations
 
 import gzip
@@ -9,6 +9,8 @@ import http.client
 import io
 import json
 import os
+import shutil
+import subprocess
 import tarfile
 import urllib.parse
 from dataclasses import dataclass, field
@@ -129,6 +131,17 @@ def write_oci_layout(path: str, images: dict[str, BuiltImage], *, index_for: dic
         data[len(data) // 2] ^= 0xFF
         with open(p, "wb") as f:
             f.write(bytes(data))
+
+
+def docker_has(image: str) -> bool:
+    """The local Docker answers ``docker image inspect IMAGE`` with success (False without a docker CLI or daemon)."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "image", "inspect", image], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def write_docker_save(path: str, name: str, img: BuiltImage) -> None:
