@@ -607,6 +607,17 @@ def _snapshot_settled(s: Session, snap: str, timeout: float = 60.0) -> None:
     raise RecorderError(f"GET /v1/snapshots/{snap}: still Creating after {timeout:g} s")
 
 
+def _snapshot_and_settle(s: Session, src: str, snaps: list[str], **body: Any) -> str:
+    """POST a snapshot of ``src`` (``body``: the request's ``json=``, or none), wait (unrecorded) until it leaves
+    Creating, then the recorded GET of it. Its id, also appended to ``snaps`` for the scenario's cleanup."""
+    r = s.lc("POST", f"/v1/sandboxes/{src}/snapshots", **body)
+    snap = created_id(r, "POST /v1/sandboxes/{id}/snapshots")
+    snaps.append(snap)
+    _snapshot_settled(s, snap)
+    s.lc("GET", f"/v1/snapshots/{snap}")
+    return snap
+
+
 def s25(s: Session, ctx: Ctx) -> None:
     snaps: list[str] = []
     try:
@@ -626,11 +637,7 @@ def _s25(s: Session, ctx: Ctx, snaps: list[str]) -> None:
     ex = execd_from(s, s.lc("GET", f"/v1/sandboxes/{src}/endpoints/44772"))
     s.wait_ready(ex)
     ex.command({"command": SNAP_WRITE})
-    r = s.lc("POST", f"/v1/sandboxes/{src}/snapshots", json={"name": SNAP_NAME})
-    snap = created_id(r, "POST /v1/sandboxes/{id}/snapshots")
-    snaps.append(snap)
-    _snapshot_settled(s, snap)
-    s.lc("GET", f"/v1/snapshots/{snap}")
+    snap = _snapshot_and_settle(s, src, snaps, json={"name": SNAP_NAME})
     s.lc("GET", f"/v1/snapshots?sandboxId={src}")
     s.lc("GET", f"/v1/snapshots?sandboxId={src}&name={SNAP_NAME}")
     s.lc("GET", f"/v1/snapshots?sandboxId={src}&name=other")
@@ -661,11 +668,7 @@ def _s25(s: Session, ctx: Ctx, snaps: list[str]) -> None:
     s.lc("DELETE", f"/v1/sandboxes/{restored}")
     s.lc("DELETE", f"/v1/snapshots/{snap}")
     s.lc("GET", f"/v1/snapshots/{snap}")
-    r = s.lc("POST", f"/v1/sandboxes/{src}/snapshots")
-    snap2 = created_id(r, "POST /v1/sandboxes/{id}/snapshots")
-    snaps.append(snap2)
-    _snapshot_settled(s, snap2)
-    s.lc("GET", f"/v1/snapshots/{snap2}")
+    snap2 = _snapshot_and_settle(s, src, snaps)
     s.lc("DELETE", f"/v1/sandboxes/{src}")
     s.lc("GET", f"/v1/snapshots?sandboxId={src}")
     s.lc("DELETE", f"/v1/snapshots/{snap2}")
