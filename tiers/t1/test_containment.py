@@ -16,13 +16,13 @@ import sys
 
 import pytest
 
-from mock_opensandbox.runtime import SANDBOX_CAP_MASK, SandboxRuntime, probe_isolation
+from mock_opensandbox.runtime import SANDBOX_CAP_MASK, SandboxRuntime
 from mock_opensandbox.runtime import caps as caps_data
 from tiers.t1 import containment_probes as cp
+from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
 
-ISOLATED, NOTE = probe_isolation()
-pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+pytestmark = needs_isolation
 NOBODY = 65534
 
 

@@ -12,12 +12,11 @@ import urllib.parse
 
 import pytest
 
-from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t1 import containment_probes as cp
+from tiers.toolkit.marks import needs_isolation
 
-ISOLATED, NOTE = probe_isolation()
-pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+pytestmark = needs_isolation
 REAL_EXECD = os.path.join(cp.REPO, "..", "shared", "opensandbox", "execd")
 Api = cp.Api
 API_PROBES = cp.API_PROBES

@@ -13,14 +13,14 @@ import os
 
 import pytest
 
-from mock_opensandbox.runtime import cgroups, probe_isolation
+from mock_opensandbox.runtime import cgroups
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t1 import containment_probes as cp
+from tiers.toolkit.marks import needs_isolation
 
-ISOLATED, NOTE = probe_isolation()
 HOST = cgroups.host()
 pytestmark = [
-    pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE),
+    needs_isolation,
     pytest.mark.skipif(HOST.missing != {}, reason="cgroup limits unavailable here: " + HOST.note()),
 ]
 LIMITS = {"cpu": "500m", "memory": "512Mi"}

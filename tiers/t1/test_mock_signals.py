@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from mock_opensandbox.runtime import cgroups, probe_isolation
+from mock_opensandbox.runtime import cgroups
 from tiers.toolkit.mockcli import Cli
 from tiers.toolkit.procs import alive, cmdline, descendants
+from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import poll, wait_until
 
-ISOLATED, NOTE = probe_isolation()
 HOST = cgroups.host()
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
         "resourceLimits": {"cpu": "500m", "memory": "256Mi"}}
@@ -88,7 +88,7 @@ def _wait_clean(pids, cgs, root, keep_root, timeout=10.0) -> tuple[dict[str, int
     return left, time.monotonic() - t0
 
 
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@needs_isolation
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
 def test_nothing_is_left_after_a_signal(clis, sig):
     cli = clis()
@@ -116,7 +116,7 @@ def _rooted(clis, tmp_path) -> tuple[str, Cli, str, list[str]]:
     return root, cli, sid, _cgroups_of([sid])
 
 
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@needs_isolation
 def test_sigkill_with_a_given_root_leaves_only_the_root(clis, tmp_path):
     root, cli, _, cgs = _rooted(clis, tmp_path)
     pids = descendants(cli.proc.pid) | _members(cgs)
@@ -135,7 +135,7 @@ def _janitor(mock_pid: int) -> int:
     raise AssertionError("no janitor process")
 
 
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@needs_isolation
 def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path):
     root, cli, sid, cgs = _rooted(clis, tmp_path)
     janitor = _janitor(cli.proc.pid)
@@ -156,7 +156,7 @@ def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path
     assert os.listdir(root) == []
 
 
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@needs_isolation
 def test_sigkill_as_an_unprivileged_user_leaves_nothing():
     """As non-root (a user namespace per sandbox; no cgroups on v1) the janitor still removes the temp
     root after a SIGKILL, and the sandboxes' processes die with the mock."""

@@ -8,13 +8,12 @@ import socket
 
 import pytest
 
-from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import sandbox_inside as si
+from tiers.toolkit.marks import needs_isolation
 
-ISOLATED, NOTE = probe_isolation()
 # the probes allocate 1 GiB and spin for 2 s: only inside an isolated sandbox
-pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+pytestmark = needs_isolation
 
 NOT_YET: dict = {}
 

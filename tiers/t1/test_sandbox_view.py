@@ -14,14 +14,15 @@ import subprocess
 
 import pytest
 
-from mock_opensandbox.runtime import SandboxRuntime, probe_isolation
+from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t1 import view_probes as vp
+from tiers.toolkit.marks import needs_isolation
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(not probe_isolation()[0], reason="no sandbox isolation on this host")
+pytestmark = needs_isolation
 
 
 def _nobody_skip() -> str | None:

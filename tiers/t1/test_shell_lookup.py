@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 
-from mock_opensandbox.runtime import SandboxRuntime, probe_isolation
+from mock_opensandbox.runtime import SandboxRuntime
+from tiers.toolkit.marks import needs_isolation
 
-ISOLATED, NOTE = probe_isolation()
 
 
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@needs_isolation
 def test_shell_follows_bash_coming_and_going(tmp_path):
     bash = shutil.which("bash")
     if bash is None:

@@ -11,12 +11,9 @@ import os
 import subprocess
 import sys
 
-import pytest
+from tiers.toolkit.marks import needs_isolation
 
-from mock_opensandbox.runtime import probe_isolation
-
-ISOLATED, NOTE = probe_isolation()
-pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+pytestmark = needs_isolation
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = r"""

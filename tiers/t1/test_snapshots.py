@@ -19,23 +19,22 @@ from mock_opensandbox.images import ImageStore
 from mock_opensandbox.images import commit as C
 from mock_opensandbox.model import SandboxStore
 from mock_opensandbox.quirks import MockError
-from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
 from mock_opensandbox.snapshots import SnapshotStore
 from tiers import sandbox_inside as si
 from tiers import snapshot_flow
 from tiers.toolkit import rest
 from tiers.toolkit.images import BuiltImage, docker_has, layer, write_oci_layout
+from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
 
-ISOLATED, NOTE = probe_isolation()
 ROOT = os.geteuid() == 0
 CREATE = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
           "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
 
 
 # -- the flow of recording 25 ----------------------------------------------------------------------------------
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@needs_isolation
 def test_snapshot_flow_mock():
     with MockOpenSandbox(execd_close_delay=0.05) as osb:
         # the host-tools view (no --image-dir): its /etc is the view's, not the sandbox's
@@ -266,7 +265,7 @@ def test_host_tools_commit_and_restore_never_write_through_a_symlink(tmp_path):
 BUSYBOX = "local/busybox:latest"  # what OSB_LOCAL_IMAGES=1 ./local-up.sh up builds
 
 
-@pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+@needs_isolation
 @pytest.mark.skipif(not docker_has(BUSYBOX), reason="no local Docker with %s (./local-up.sh up)" % BUSYBOX)
 def test_snapshot_flow_mock_with_an_image_store(tmp_path):
     """The same flow with an image store (the local Docker's busybox): a sandbox that runs its image commits its

@@ -12,13 +12,13 @@ import threading
 
 import pytest
 
-from mock_opensandbox.runtime import SandboxRuntime, cgroups, probe_isolation
+from mock_opensandbox.runtime import SandboxRuntime, cgroups
+from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
 
-ISOLATED, NOTE = probe_isolation()
 HOST = cgroups.host()
 pytestmark = [
-    pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE),
+    needs_isolation,
     pytest.mark.skipif(HOST.version != 1 or not HOST.bases, reason="cgroup v1 limits unavailable here: " + HOST.note()),
 ]
 

@@ -10,14 +10,14 @@ import os
 
 import pytest
 
-from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated, probe_isolation
+from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.runtime.mounts import encode
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import rest
 from tiers.toolkit import volume_flows as vf
+from tiers.toolkit.marks import needs_isolation
 
-ISOLATED, NOTE = probe_isolation()
-pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+pytestmark = needs_isolation
 
 
 @pytest.fixture(scope="module")

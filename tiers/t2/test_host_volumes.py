@@ -7,17 +7,15 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 import demo
 
-from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.marks import needs_isolation
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ISOLATED, NOTE = probe_isolation()
-pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+pytestmark = needs_isolation
 
 FLOW = r'''
 import asyncio, json, os

@@ -7,18 +7,17 @@ import asyncio
 
 import pytest
 
-from mock_opensandbox.runtime import probe_isolation
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.sdk import sdk_config
 from tiers.toolkit.waits import wait_until
+from tiers.toolkit.marks import needs_isolation
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxManager, SandboxManagerSync, SandboxSync  # noqa: E402 - after the importorskip above
 from opensandbox.exceptions import SandboxApiException  # noqa: E402 - after the importorskip above
 from opensandbox.models.sandboxes import SnapshotFilter  # noqa: E402 - after the importorskip above
 
-ISOLATED, NOTE = probe_isolation()
-pytestmark = pytest.mark.skipif(not ISOLATED, reason="sandbox isolation unavailable here: " + NOTE)
+pytestmark = needs_isolation
 IMAGE = "python:3.12-slim"
 
 
