@@ -120,14 +120,11 @@ def test_entrypoint_that_exits_at_once_is_a_stopped_sandbox(tmp_path):
             r.cleanup()
 
 
-def test_pty_shell_with_controlling_tty_is_contained(rt):
-    """PTY sessions (controlling_tty=True) take the same path."""
-    import pty as ptymod
-
-    master, slave = ptymod.openpty()
+def _on_pty(rt: SandboxRuntime, argv: list[str], master: int, slave: int) -> bytes:
+    """``argv`` run with the pty's ``slave`` as its controlling terminal: all it wrote, read from ``master`` until
+    the command ends (EOF or EIO). Both ends are closed on return."""
     try:
-        p = rt.spawn(["/bin/sh", "-c", "grep -E '^(Cap|NoNewPrivs)' /proc/self/status; test -t 0 && echo tty=yes"],
-                     stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
+        p = rt.spawn(argv, stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
         os.close(slave)
         slave = -1
         buf = b""
@@ -140,10 +137,19 @@ def test_pty_shell_with_controlling_tty_is_contained(rt):
                 break
             buf += chunk
         p.wait(timeout=30)
+        return buf
     finally:
         os.close(master)
         if slave >= 0:
             os.close(slave)
+
+
+def test_pty_shell_with_controlling_tty_is_contained(rt):
+    """PTY sessions (controlling_tty=True) take the same path."""
+    import pty as ptymod
+
+    buf = _on_pty(rt, ["/bin/sh", "-c", "grep -E '^(Cap|NoNewPrivs)' /proc/self/status; test -t 0 && echo tty=yes"],
+                  *ptymod.openpty())
     out = buf.decode().replace("\r\n", "\n")
     cp._check_caps(0, out)
     assert "tty=yes" in out
@@ -154,25 +160,7 @@ def test_pty_comes_from_the_sandbox_devpts(rt):
     container), so `tty` names it; the host's pty would be "not a tty" inside the fresh devpts."""
     if not rt.pid_namespace:
         pytest.skip("the per-command fallback has no devpts to allocate from in advance")
-    master, slave = rt.openpty()
-    try:
-        p = rt.spawn(["/bin/sh", "-c", "tty"], stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
-        os.close(slave)
-        slave = -1
-        buf = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            buf += chunk
-        p.wait(timeout=30)
-    finally:
-        os.close(master)
-        if slave >= 0:
-            os.close(slave)
+    buf = _on_pty(rt, ["/bin/sh", "-c", "tty"], *rt.openpty())
     assert re.fullmatch(r"/dev/pts/\d+", buf.decode().strip()), buf
 
 
