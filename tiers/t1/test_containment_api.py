@@ -30,15 +30,19 @@ def host_marker(tmp_path_factory):
     yield str(marker)
 
 
-@pytest.fixture(scope="module")
-def mock_sandbox():
-    osb = MockOpenSandbox(execd_close_delay=0.05).start()  # streams end right after the last event
+def _one_sandbox(osb: MockOpenSandbox):
+    """(Api, sandbox id) of one sandbox on the started ``osb``; stops it and cleans the host after."""
     try:
         api = Api(osb)
         yield api, api.create()
     finally:
         osb.stop()
         cp.cleanup_host_leftovers()
+
+
+@pytest.fixture(scope="module")
+def mock_sandbox():
+    yield from _one_sandbox(MockOpenSandbox(execd_close_delay=0.05).start())  # streams end right after the last event
 
 
 @pytest.mark.parametrize("name", API_PROBES)
@@ -70,13 +74,7 @@ def test_health_says_isolated(mock_sandbox):
 def real_execd_sandbox():
     if not (os.path.isfile(REAL_EXECD) and os.access(REAL_EXECD, os.X_OK)):
         pytest.skip("the real execd binary (../shared/opensandbox/execd) is not here")
-    osb = MockOpenSandbox(execd_bin=os.path.realpath(REAL_EXECD), execd_token="contain-t1").start()
-    try:
-        api = Api(osb)
-        yield api, api.create()
-    finally:
-        osb.stop()
-        cp.cleanup_host_leftovers()
+    yield from _one_sandbox(MockOpenSandbox(execd_bin=os.path.realpath(REAL_EXECD), execd_token="contain-t1").start())
 
 
 def test_real_execd_runs_inside_the_sandbox(real_execd_sandbox):
