@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2.clients import REPO, Unavailable, python_env, python_too_old
+from tiers.toolkit.procs import close_and_wait
 from tiers.toolkit.waits import wait_until
 
 if python_too_old("requirements-server-oracle.txt"):  # one skip line for the module, not one per test
@@ -64,15 +65,7 @@ class Oracle:
         return r["status"], {k.lower(): v for k, v in r["headers"].items()}, r["body"].encode("latin-1")
 
     def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            self.proc.kill()
-            self.proc.wait()
+        close_and_wait(self.proc, 10)
 
 
 @pytest.fixture(scope="module")

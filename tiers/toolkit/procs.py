@@ -1,8 +1,10 @@
-"""/proc readers (Linux): what tests check about processes left behind or started."""
+"""/proc readers (Linux): what tests check about processes left behind or started; and ``close_and_wait``, the end
+of a helper process that stops at EOF on its stdin."""
 from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
 
 
 def read_text(path: str) -> str:
@@ -97,3 +99,16 @@ def refers_to(pid: int, root: str) -> bool:
             return root.encode() in fh.read()
     except OSError:
         return False
+
+
+def close_and_wait(proc: subprocess.Popen, timeout: float) -> None:
+    """Close ``proc``'s stdin (its cue to exit) and wait up to ``timeout`` seconds; then kill it and reap it."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import python_env
+from tiers.toolkit.procs import close_and_wait
 from tiers.toolkit.waits import wait_until
 
 
@@ -41,15 +42,7 @@ class Cli:
             raise RuntimeError("the CLI runner did not start")
 
     def close(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        close_and_wait(self.proc, 30)
 
     def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         argv = ["--no-color", "--api-key", self.api_key, "--domain", self.domain, "--protocol", "http",
