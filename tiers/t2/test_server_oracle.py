@@ -94,17 +94,23 @@ def mock(oracle):
         yield m
 
 
-def mock_request(m: MockOpenSandbox, method: str, path: str, headers: dict, body: bytes | None):
-    h = dict(headers)
-    h.setdefault("OPEN-SANDBOX-API-KEY", m.api_key)
-    req = urllib.request.Request(m.base_url + path, data=body, method=method, headers=h)
+def urllib_exchange(url: str, method: str, headers: dict, body: bytes | None, timeout: float):
+    """(status, lower-cased headers, body) of one request through urllib, error statuses included: how the corpus
+    reaches the mock here and the live server in tiers/t4/test_live_oracle.py."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
     if body is None and method in ("POST", "PUT", "PATCH"):
         req.add_header("Content-Length", "0")
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
     except urllib.error.HTTPError as e:
         return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+def mock_request(m: MockOpenSandbox, method: str, path: str, headers: dict, body: bytes | None):
+    h = dict(headers)
+    h.setdefault("OPEN-SANDBOX-API-KEY", m.api_key)
+    return urllib_exchange(m.base_url + path, method, h, body, 30)
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -23,14 +21,7 @@ class Live:
     def request(self, method, path, headers, body, keep=False):
         h = {k: v for k, v in dict(headers).items() if v is not None}
         h.setdefault("OPEN-SANDBOX-API-KEY", self.api_key)
-        req = urllib.request.Request(self.root + path, data=body, method=method, headers=h)
-        if body is None and method in ("POST", "PUT", "PATCH"):
-            req.add_header("Content-Length", "0")
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                out = r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
-        except urllib.error.HTTPError as e:
-            out = e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+        out = corpus.urllib_exchange(self.root + path, method, h, body, 60)
         if not keep and method == "POST" and path.rstrip("/").endswith("/sandboxes") and out[0] == 202:
             sid = json.loads(out[2]).get("id")
             if sid:  # never leave a sandbox behind on the shared stack
