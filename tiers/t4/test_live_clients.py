@@ -15,14 +15,20 @@ def _domain(live_server) -> str:
     return live_server.root.split("://", 1)[1].rstrip("/")
 
 
+def _flow(client, what: str, live_server) -> list:
+    """The steps of ``client.run_flow`` against the live server (a skip when ``what`` is unavailable here)."""
+    try:
+        steps = client.run_flow(_domain(live_server), live_server.api_key, live_server.image)
+    except Unavailable as e:
+        pytest.skip("%s unavailable: %s" % (what, e))
+    print("\n" + client.summary(steps).splitlines()[0])
+    return steps
+
+
 def test_cli_flow_live(live_server):
     from tiers.t2.clients import cli_flow
 
-    try:
-        steps = cli_flow.run_flow(_domain(live_server), live_server.api_key, live_server.image)
-    except Unavailable as e:
-        pytest.skip("opensandbox-cli unavailable: %s" % e)
-    print("\n" + cli_flow.summary(steps).splitlines()[0])
+    steps = _flow(cli_flow, "opensandbox-cli", live_server)
     assert all(s.ok for s in steps), cli_flow.summary(steps)
 
 
@@ -30,11 +36,7 @@ def test_cli_flow_live(live_server):
 def test_js_sdk_flow_live(live_server):
     from tiers.t2.clients import js
 
-    try:
-        steps = js.run_flow(_domain(live_server), live_server.api_key, live_server.image)
-    except Unavailable as e:
-        pytest.skip("JS SDK unavailable: %s" % e)
-    print("\n" + js.summary(steps).splitlines()[0])
+    steps = _flow(js, "JS SDK", live_server)
     assert steps and all(s["ok"] for s in steps), js.summary(steps)
 
 
