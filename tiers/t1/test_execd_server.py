@@ -19,6 +19,7 @@ import pytest
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxRuntime
 from tiers.t1.conftest_execd import Client, live_pids, outputs
+from tiers.toolkit import procs
 from tiers.toolkit.waits import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -204,16 +205,11 @@ def test_terminate_leaves_no_process(sandbox_root):
     assert not os.path.exists(sandbox_root)
 
 
-def _proc_state(pid: int) -> bytes:
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        return fh.read().rsplit(b")", 1)[1].split()[0]
-
-
 def test_pause_stops_processes(runtime):
     p = runtime.spawn(["sleep", "30"])
     try:
         runtime.pause()
-        assert wait_until(lambda: _proc_state(p.pid) == b"T", 3)
+        assert wait_until(lambda: (procs.stat(p.pid) or ("",))[0] == "T", 3)
         runtime.resume()
         assert runtime.wait_unpaused(1)
     finally:
