@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from tiers.toolkit.plugin import LAUNCH
+from tiers.toolkit.procs import close_and_wait
 from tiers.toolkit.waits import wait_until  # noqa: F401 - re-exported: tests import it from here
 
 PLUGIN = LAUNCH                         # what the manifest runs
@@ -95,20 +96,7 @@ def stop(proc: subprocess.Popen, shutdown, timeout: float = 5.0) -> int | None:
             shutdown()
         except Exception:  # noqa: BLE001 - a plugin that cannot take the request is killed below
             pass
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait(timeout=5)
+        close_and_wait(proc, timeout, kill=lambda: os.killpg(proc.pid, signal.SIGKILL))  # the plugin's whole session
     for stream in (proc.stdin, proc.stdout):
         try:
             stream.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
+from typing import Callable
 
 
 def read_text(path: str) -> str:
@@ -101,8 +102,9 @@ def refers_to(pid: int, root: str) -> bool:
         return False
 
 
-def close_and_wait(proc: subprocess.Popen, timeout: float) -> None:
-    """Close ``proc``'s stdin (its cue to exit) and wait up to ``timeout`` seconds; then kill it and reap it."""
+def close_and_wait(proc: subprocess.Popen, timeout: float, kill: Callable[[], None] | None = None) -> None:
+    """Close ``proc``'s stdin (its cue to exit) and wait up to ``timeout`` seconds; then ``kill()`` it (default: SIGKILL
+    to ``proc`` alone) and reap it (5 s)."""
     try:
         proc.stdin.close()
     except OSError:
@@ -110,5 +112,8 @@ def close_and_wait(proc: subprocess.Popen, timeout: float) -> None:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        try:
+            (kill or proc.kill)()
+        except OSError:
+            pass
+        proc.wait(timeout=5)
