@@ -263,13 +263,9 @@ class LifecycleApp(App):
         req.send_json(202, sb.create_json())
 
     def list(self, req: Request) -> None:
-        errors: list = []
         states = req.query.get("state") or None
         md_raw = _q_last(req, "metadata")
-        page = self._q_int(req, "page", 1, errors, ge=1)
-        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-        if errors:
-            raise ValidationFailed(errors)
+        page, size = self._q_page(req)
         md = None
         if md_raw:
             try:
@@ -410,6 +406,16 @@ class LifecycleApp(App):
         out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
         return default if out is P._MISSING else out
 
+    def _q_page(self, req: Request) -> tuple[int, int]:
+        """``page`` (>= 1, default 1) and ``pageSize`` (1..MAX_PAGE_SIZE, default DEFAULT_PAGE_SIZE) of a list
+        route (sandboxes, snapshots, templates); 422 with both errors when either is bad."""
+        errors: list = []
+        page = self._q_int(req, "page", 1, errors, ge=1)
+        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
+        if errors:
+            raise ValidationFailed(errors)
+        return page, size
+
     # -- snapshots: snapshot_routes.py over snapshots.py (self.snapshots: a SnapshotStore, or None) ----------
     snapshots: Any = None
 
@@ -442,11 +448,7 @@ class LifecycleApp(App):
         raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
     def templates_list(self, req: Request) -> None:
-        errors: list = []
-        self._q_int(req, "page", 1, errors, ge=1)
-        self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-        if errors:
-            raise ValidationFailed(errors)
+        self._q_page(req)
         raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
     def templates_unsupported(self, req: Request) -> None:

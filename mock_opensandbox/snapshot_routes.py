@@ -10,6 +10,7 @@ from . import pydantic_lite as P
 from . import quirks
 from . import validation as V
 from .httpcore import Request
+from .model import paginate
 from .quirks import MockError
 
 
@@ -30,17 +31,12 @@ def create(app: Any, req: Request) -> None:
 
 def list_(app: Any, req: Request) -> None:
     """GET /snapshots?sandboxId&name&state*&page&pageSize (FastAPI Query: the last of a repeated scalar)."""
-    errors: list = []
-    page = app._q_int(req, "page", 1, errors, ge=1)
-    size = app._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-    if errors:
-        raise P.ValidationFailed(errors)
+    page, size = app._q_page(req)
     sandbox_ids = req.query.get("sandboxId")
     names = req.query.get("name")
     states = req.query.get("state") or None
     if app.snapshots is None:
-        items, pagination = [], {"page": page, "pageSize": size, "totalItems": 0, "totalPages": 0,
-                                 "hasNextPage": False}
+        items, pagination = paginate([], page, size)
     else:
         items, pagination = app.snapshots.list(sandbox_id=sandbox_ids[-1] if sandbox_ids else None,
                                                name=names[-1] if names else None, states=states,

@@ -17,14 +17,13 @@ layers + one layer of what it wrote; ``committer`` does it and ``remover`` forge
 """
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List  # List: SnapshotStore.list shadows list
 
 from . import quirks
-from .model import SandboxStore, format_ts, utcnow
+from .model import SandboxStore, format_ts, paginate, utcnow
 from .quirks import MockError
 
 
@@ -101,11 +100,7 @@ class SnapshotStore:
         out = [s for s in items if (not sandbox_id or s.sandbox_id == sandbox_id)
                and (name is None or s.name == name) and (wanted is None or s.state in wanted)]
         out.sort(key=lambda s: (s.created_at, s.id), reverse=True)
-        total = len(out)
-        pages = math.ceil(total / page_size) if total else 0
-        start = (page - 1) * page_size
-        return out[start:start + page_size], {"page": page, "pageSize": page_size, "totalItems": total,
-                                              "totalPages": pages, "hasNextPage": page < pages}
+        return paginate(out, page, page_size)
 
     def users(self, snapshot_id: str) -> List[str]:
         """Ids of the sandboxes restored from it that still exist (Docker: containers using the image)."""
