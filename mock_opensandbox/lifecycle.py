@@ -30,6 +30,7 @@ from .httpcore import App, Handler, Request, Router, host_allowed, new_request_i
 from .model import SandboxStore, format_ts, validate_metadata
 from .quirks import MockError
 from .revproxy import BackendError, forward
+from .snapshots import SnapshotStore
 
 
 # FastAPI/pydantic validation lives in pydantic_lite.py, the server's models and pre-provisioning checks
@@ -89,6 +90,9 @@ class LifecycleApp(App):
         self.max_timeout = max_timeout
         self.allowed_host_paths = list(allowed_host_paths or [])
         self.volumes = volumes  # volumes.VolumeStore (None: a mock without a runtime refuses volumes)
+        # snapshots.SnapshotStore; MockOpenSandbox sets one that commits. Without a committer a create answers
+        # 501 SNAPSHOT::NOT_IMPLEMENTED and no snapshot exists (snapshot_routes.py)
+        self.snapshots: Any = SnapshotStore(store)
         self.faults = faults  # fault injection rules (faults.py); the admin API below edits them
         self.provisioner = provisioner
         self.api_key = api_key
@@ -416,9 +420,7 @@ class LifecycleApp(App):
             raise ValidationFailed(errors)
         return page, size
 
-    # -- snapshots: snapshot_routes.py over snapshots.py (self.snapshots: a SnapshotStore, or None) ----------
-    snapshots: Any = None
-
+    # -- snapshots: snapshot_routes.py over snapshots.py (self.snapshots: a SnapshotStore) ------------------
     def snapshot_create(self, req: Request) -> None:
         snapshot_routes.create(self, req)
 
