@@ -36,7 +36,7 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-from .store import Image, ImageStore, _read_json, _write_json
+from .store import Image, ImageStore, _read_json
 from . import unpack
 from .unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, real_dir_chain
 
@@ -288,10 +288,7 @@ def commit(store: ImageStore, runtime: Any, snapshot_id: str, *, base: Image | N
     ref = snapshot_ref(snapshot_id)
     img = Image(id=image_id, ref=ref, refs=[ref], source="snapshot", origin=snapshot_id, digest=None,
                 os=doc["os"], architecture=doc["architecture"], config=config, layers=layers, store=store)
-    rec = img.as_dict()
-    rec["config"] = config
-    rec["layer_ids"] = [x["diff_id"] for x in layers]
-    _write_json(store._image_path(image_id), rec)
+    store.put_image(img)
     return img
 
 
@@ -301,10 +298,7 @@ def remove(img: Image) -> None:
     store = img.store
     if store is None:
         return
-    try:
-        os.unlink(store._image_path(img.id))
-    except OSError:
-        pass
+    store.drop_image(img.id)
     chain = img.chain_id.split(":", 1)[-1]
     shutil.rmtree(os.path.join(store.cache_dir, "rootfs", chain), ignore_errors=True)
     own = (img.config.get("Labels") or {}).get(LABEL_LAYER)

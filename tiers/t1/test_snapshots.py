@@ -181,6 +181,21 @@ def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
         srv.stop()
 
 
+def test_view_lists_each_snapshots_live_users(model):
+    store = SnapshotStore(model, lambda sb, snap: None, lambda img: None)
+    src = _sb(model)
+    a = store.create(src.id, "a")
+    store.wait(10)
+    b = store.create(src.id, "b")
+    store.wait(10)
+    users = [_sb(model) for _ in range(3)]
+    for sb, snap in zip(users, (a, a, b)):
+        sb.snapshot_id = snap.id
+    model.delete(users[1].id)
+    assert [(row["name"], row["sandboxes"]) for row in store.view()] == [("b", [users[2].id]), ("a", [users[0].id])]
+    assert store.users(a.id) == [users[0].id] and store.users("none") == []
+
+
 # -- the content side (images/commit.py) ------------------------------------------------------------------------
 @pytest.fixture
 def base(tmp_path):
