@@ -152,7 +152,11 @@ def test_canaries_never_leave_through_any_error_path(tmp_path, capfd):
             assert sum(isinstance(r, RpcError) for _, r in wrong_results) >= len(ops) - 2
             assert errors >= len(ROUNDS) * (len(ops) - 4), "the faults reached the plugin"
             assert redacted >= 20, "echoed secrets reached the plugin and were masked (***) in its messages"
-            epp.call("sandbox.kill", {"sandbox_id": sid})
+            try:
+                epp.call("sandbox.kill", {"sandbox_id": sid})
+            except RpcError as exc:  # http_timeout is 1 s (the rounds need it short); a loaded machine's delete
+                assert exc.sdk_code == "E3001", exc.message     # can take longer: a timeout, leak-checked below
+                mock.store.delete(sid)
             time.sleep(0.3)                         # let detached followers write their last lines
         finally:
             epp.close()
