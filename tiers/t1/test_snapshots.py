@@ -189,7 +189,7 @@ def test_view_lists_each_snapshots_live_users(model):
     b = store.create(src.id, "b")
     store.wait(10)
     users = [_sb(model) for _ in range(3)]
-    for sb, snap in zip(users, (a, a, b)):
+    for sb, snap in zip(users, (a, a, b), strict=True):
         sb.snapshot_id = snap.id
     model.delete(users[1].id)
     assert [(row["name"], row["sandboxes"]) for row in store.view()] == [("b", [users[2].id]), ("a", [users[0].id])]
