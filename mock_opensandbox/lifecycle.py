@@ -30,6 +30,7 @@ from .httpcore import App, Handler, Request, Router, host_allowed, new_request_i
 from .model import SandboxStore, format_ts, validate_metadata
 from .quirks import MockError
 from .revproxy import BackendError, forward
+from .snapshots import SnapshotStore
 
 
 # FastAPI/pydantic validation lives in pydantic_lite.py, the server's models and pre-provisioning checks
@@ -89,6 +90,9 @@ class LifecycleApp(App):
         self.max_timeout = max_timeout
         self.allowed_host_paths = list(allowed_host_paths or [])
         self.volumes = volumes  # volumes.VolumeStore (None: a mock without a runtime refuses volumes)
+        # snapshots.SnapshotStore; MockOpenSandbox sets one that commits. Without a committer a create answers
+        # 501 SNAPSHOT::NOT_IMPLEMENTED and no snapshot exists (snapshot_routes.py)
+        self.snapshots: Any = SnapshotStore(store)
         self.faults = faults  # fault injection rules (faults.py); the admin API below edits them
         self.provisioner = provisioner
         self.api_key = api_key
@@ -263,13 +267,9 @@ class LifecycleApp(App):
         req.send_json(202, sb.create_json())
 
     def list(self, req: Request) -> None:
-        errors: list = []
         states = req.query.get("state") or None
         md_raw = _q_last(req, "metadata")
-        page = self._q_int(req, "page", 1, errors, ge=1)
-        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-        if errors:
-            raise ValidationFailed(errors)
+        page, size = self._q_page(req)
         md = None
         if md_raw:
             try:
@@ -410,9 +410,17 @@ class LifecycleApp(App):
         out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
         return default if out is P._MISSING else out
 
-    # -- snapshots: snapshot_routes.py over snapshots.py (self.snapshots: a SnapshotStore, or None) ----------
-    snapshots: Any = None
+    def _q_page(self, req: Request) -> tuple[int, int]:
+        """``page`` (>= 1, default 1) and ``pageSize`` (1..MAX_PAGE_SIZE, default DEFAULT_PAGE_SIZE) of a list
+        route (sandboxes, snapshots, templates); 422 with both errors when either is bad."""
+        errors: list = []
+        page = self._q_int(req, "page", 1, errors, ge=1)
+        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
+        if errors:
+            raise ValidationFailed(errors)
+        return page, size
 
+    # -- snapshots: snapshot_routes.py over snapshots.py (self.snapshots: a SnapshotStore) ------------------
     def snapshot_create(self, req: Request) -> None:
         snapshot_routes.create(self, req)
 
@@ -442,11 +450,7 @@ class LifecycleApp(App):
         raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
     def templates_list(self, req: Request) -> None:
-        errors: list = []
-        self._q_int(req, "page", 1, errors, ge=1)
-        self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-        if errors:
-            raise ValidationFailed(errors)
+        self._q_page(req)
         raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
     def templates_unsupported(self, req: Request) -> None:

@@ -43,7 +43,6 @@ from .httpcore import OBSERVERS, App, Handler, Request, Server, host_allowed
 from .journal import Journal
 from .scrub import SECRET_HEADERS, scrub_text, strip_secrets
 
-HOP_BY_HOP = relay.HOP_BY_HOP  # this proxy's policy: every hop-by-hop header, proxy-connection included
 _CREATE_RE = re.compile(r"^(?:/v1)?/sandboxes/?$")
 _SANDBOX_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/?$")
 _ENDPOINT_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/endpoints/(\d+)/?$")
@@ -162,13 +161,11 @@ class _Forwarder:
             path = proxy.upstream_prefix + path
         hostport = "%s:%d" % (host, port)
         upgrade = (req.headers.get("Upgrade") or "").lower() == "websocket"
-        conn_tokens = relay.connection_tokens([req.headers.get("Connection")])
-        headers: list[tuple[str, str]] = [("Host", hostport)]
-        for k, v in req.headers.items():
-            kl = k.lower()
-            if kl in relay.FRAMING or (not upgrade and (kl in HOP_BY_HOP or kl in conn_tokens)):
-                continue
-            headers.append((k, v))
+        # an upgrade keeps its Connection/Upgrade (the tunnel is the client's own); else every hop-by-hop header
+        # goes, with those any Connection header names
+        headers: list[tuple[str, str]] = [("Host", hostport)] + (
+            relay.forwardable(req.headers.items(), relay.FRAMING, connection=()) if upgrade
+            else relay.forwardable(req.headers.items(), relay.HOP_BY_HOP | relay.FRAMING))
         body = b"" if upgrade else req.body
         if body or req.method in ("POST", "PUT", "PATCH"):
             headers.append(("Content-Length", str(len(body))))
@@ -231,8 +228,7 @@ class _Forwarder:
         proxy = self.proxy
         m_ep = _ENDPOINT_RE.match(req.path) if lifecycle else None
         raw_headers = resp.getheaders()
-        conn_tokens = relay.connection_tokens([resp.getheader("Connection")])
-        out = [(k, v) for k, v in raw_headers if k.lower() not in HOP_BY_HOP and k.lower() not in conn_tokens]
+        out = relay.forwardable(raw_headers)
         no_body = req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
         length = resp.getheader("Content-Length")
         whole = no_body or (length is not None and length.isdigit() and int(length) <= MAX_RECORDED_BODY)

@@ -104,7 +104,7 @@ VOLUMES_UNSUPPORTED = Quirk(400, "SANDBOX::INVALID_PARAMETER",
 SNAPSHOTS_UNSUPPORTED = Quirk(501, "SNAPSHOT::NOT_IMPLEMENTED",
                               "Snapshot creation is not implemented by the mock OpenSandbox.",
                               "[choice] code of server services/snapshot_service.py create_snapshot (runtime "
-                              "without snapshots): a LifecycleApp without a SnapshotStore only; MockOpenSandbox "
+                              "without snapshots): a LifecycleApp whose SnapshotStore has no committer only; MockOpenSandbox "
                               "commits like the Docker runtime (snapshots.py)")
 SNAPSHOT_NOT_FOUND = Quirk(404, "SNAPSHOT::NOT_FOUND", "Snapshot {id} not found",
                            "server services/snapshot_service.py get_snapshot/delete_snapshot; oracle")

@@ -8,11 +8,12 @@
   and then dropped, as through Docker's published port.
 * ``pump()``: one direction of such a join (also usable by an HTTP proxy for an upgraded
   connection).
-* ``HOP_BY_HOP`` and ``connection_tokens()``: the headers a reverse proxy never forwards (RFC 9110
-  7.6.1, as Go's httputil.ReverseProxy and the server's proxy drop them), for the HTTP-level
-  proxies (revproxy.py's server proxy and 8080 listener, execd's /proxy/<port>, proxy.py); each
-  proxy's policy is this set, or this set with ``FRAMING`` (Host, Content-Length: what the proxy
-  writes itself), or less (the server's proxy passes proxy-connection).
+* ``HOP_BY_HOP``, ``connection_tokens()`` and ``forwardable()``: the headers a reverse proxy never
+  forwards (RFC 9110 7.6.1, as Go's httputil.ReverseProxy and the server's proxy drop them) and the
+  one filter that drops them, for the HTTP-level proxies (revproxy.py's server proxy and 8080
+  listener, execd's /proxy/<port>, proxy.py), both ways; each proxy's policy (``drop=``) is this
+  set, or this set with ``FRAMING`` (Host, Content-Length: what the proxy writes itself), or less
+  (the server's proxy passes proxy-connection), plus what else it strips.
 * ``free_port()`` (an ephemeral port nothing listens on yet) and ``client_gone()`` (has the peer of a
   connection we are holding unanswered gone away?): the mock's one copy of each.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
-from typing import Any, Callable, Iterable
+from typing import AbstractSet, Any, Callable, Iterable
 
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "proxy-connection"))
@@ -35,6 +36,20 @@ BUFSIZE = 256 * 1024
 def connection_tokens(values: Iterable[str | None]) -> set[str]:
     """The header names listed in Connection header values (dropped with the hop-by-hop ones)."""
     return {t.strip().lower() for v in values if v for t in v.split(",") if t.strip()}
+
+
+def forwardable(headers: Iterable[tuple[str, str]], drop: AbstractSet[str] = HOP_BY_HOP, *,
+                connection: Iterable[str | None] | None = None) -> list[tuple[str, str]]:
+    """The ``(name, value)`` pairs of ``headers`` a proxy passes on, in order, repeats kept: all but those
+    named in ``drop`` (lower case) and those listed in *every* Connection header of ``headers``, as Go's
+    httputil.ReverseProxy removeHopByHopHeaders does (and httpx's joined response header). ``connection``:
+    the Connection values to honour instead (the server's proxy reads only the request's first one:
+    Starlette ``headers.get``)."""
+    pairs = list(headers)
+    if connection is None:
+        connection = [v for k, v in pairs if k.lower() == "connection"]
+    skip = set(drop) | connection_tokens(connection)
+    return [(k, v) for k, v in pairs if k.lower() not in skip]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

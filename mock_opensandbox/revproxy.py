@@ -78,15 +78,11 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
     query = req.raw_path.partition("?")[2]
     if query:
         path += "?" + query
-    conn_tokens = relay.connection_tokens([req.headers.get("Connection")])
-    headers: list[tuple[str, str]] = []
-    for k, v in req.headers.items():
-        kl = k.lower()
-        if kl in relay.FRAMING or kl in hop_by_hop or kl in conn_tokens:
-            continue
-        if client_facing and (kl in SENSITIVE or kl in FORWARDED):
-            continue
-        headers.append((k, v))
+    # the server's proxy honours only the first Connection header of a request (server api/proxy.py passes
+    # Starlette's request.headers.get("connection")); the 8080 listener honours every one, as relay does
+    headers = relay.forwardable(req.headers.items(), hop_by_hop | relay.FRAMING | (
+        SENSITIVE | FORWARDED if client_facing else frozenset()),
+        connection=[req.headers.get("Connection")] if client_facing else None)
     for k, v in (extra_headers or {}).items():
         headers = [(a, b) for a, b in headers if a.lower() != k.lower()]
         headers.append((k, v))
@@ -157,13 +153,10 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
 def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing: bool,
                     location_prefix: str | None, hop_by_hop: frozenset[str]) -> None:
     h = req.handler
-    conn_tokens = relay.connection_tokens([resp.getheader("Connection")])
     out: list[tuple[str, str]] = []
     length: int | None = None
-    for k, v in resp.getheaders():
+    for k, v in relay.forwardable(resp.getheaders(), hop_by_hop):  # every Connection header (httpx joins them)
         kl = k.lower()
-        if kl in hop_by_hop or kl in conn_tokens:
-            continue
         if client_facing and kl in ("server", "date"):
             continue  # uvicorn writes its own (server api/proxy.py SERVER_GENERATED_RESPONSE_HEADERS)
         if kl == "content-length":

@@ -1,16 +1,14 @@
 """The snapshot routes of the lifecycle listener (server api/lifecycle.py "Snapshot Operations"), over the
-model in ``snapshots.py``. ``LifecycleApp`` routes here; ``app.snapshots`` is the ``SnapshotStore`` (None: a
-lifecycle app without one answers a create with 501 ``SNAPSHOT::NOT_IMPLEMENTED``, as a runtime without
-snapshots does, and knows no snapshot)."""
+model in ``snapshots.py``. ``LifecycleApp`` routes here; ``app.snapshots`` is its ``SnapshotStore`` (by default
+one without a committer: a create then answers 501 ``SNAPSHOT::NOT_IMPLEMENTED`` after the sandbox checks, as a
+runtime without snapshots does, and no snapshot is ever known)."""
 from __future__ import annotations
 
 from typing import Any
 
 from . import pydantic_lite as P
-from . import quirks
 from . import validation as V
 from .httpcore import Request
-from .quirks import MockError
 
 
 def create(app: Any, req: Request) -> None:
@@ -18,44 +16,26 @@ def create(app: Any, req: Request) -> None:
     r = P.validate_body(V.CreateSnapshotRequest, P.decode_body(req.body, req.headers.get("Content-Type")),
                         required=False)
     name = r["name"] if isinstance(r, dict) else None
-    store = app.snapshots
-    if store is None:
-        sb = app.store.get(req.params["sid"])
-        if sb.state != "Running":
-            raise MockError(quirks.SNAPSHOT_SOURCE_NOT_RUNNING)
-        raise MockError(quirks.SNAPSHOTS_UNSUPPORTED)
-    snap = store.create(req.params["sid"], name)
+    snap = app.snapshots.create(req.params["sid"], name)
     req.send_json(202, snap.accepted, headers={"location": "/v1/snapshots/%s" % snap.id})
 
 
 def list_(app: Any, req: Request) -> None:
     """GET /snapshots?sandboxId&name&state*&page&pageSize (FastAPI Query: the last of a repeated scalar)."""
-    errors: list = []
-    page = app._q_int(req, "page", 1, errors, ge=1)
-    size = app._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-    if errors:
-        raise P.ValidationFailed(errors)
+    page, size = app._q_page(req)
     sandbox_ids = req.query.get("sandboxId")
     names = req.query.get("name")
     states = req.query.get("state") or None
-    if app.snapshots is None:
-        items, pagination = [], {"page": page, "pageSize": size, "totalItems": 0, "totalPages": 0,
-                                 "hasNextPage": False}
-    else:
-        items, pagination = app.snapshots.list(sandbox_id=sandbox_ids[-1] if sandbox_ids else None,
-                                               name=names[-1] if names else None, states=states,
-                                               page=page, page_size=size)
+    items, pagination = app.snapshots.list(sandbox_id=sandbox_ids[-1] if sandbox_ids else None,
+                                           name=names[-1] if names else None, states=states,
+                                           page=page, page_size=size)
     req.send_json(200, {"items": [s.to_json() for s in items], "pagination": pagination})
 
 
 def get(app: Any, req: Request) -> None:
-    if app.snapshots is None:
-        raise MockError(quirks.SNAPSHOT_NOT_FOUND, id=req.params["snap"])
     req.send_json(200, app.snapshots.get(req.params["snap"]).to_json())
 
 
 def delete(app: Any, req: Request) -> None:
-    if app.snapshots is None:
-        raise MockError(quirks.SNAPSHOT_NOT_FOUND, id=req.params["snap"])
     app.snapshots.delete(req.params["snap"])
     req.send(204)

@@ -17,14 +17,13 @@ layers + one layer of what it wrote; ``committer`` does it and ``remover`` forge
 """
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List  # List: SnapshotStore.list shadows list
 
 from . import quirks
-from .model import SandboxStore, format_ts, utcnow
+from .model import SandboxStore, format_ts, paginate, utcnow
 from .quirks import MockError
 
 
@@ -101,16 +100,22 @@ class SnapshotStore:
         out = [s for s in items if (not sandbox_id or s.sandbox_id == sandbox_id)
                and (name is None or s.name == name) and (wanted is None or s.state in wanted)]
         out.sort(key=lambda s: (s.created_at, s.id), reverse=True)
-        total = len(out)
-        pages = math.ceil(total / page_size) if total else 0
-        start = (page - 1) * page_size
-        return out[start:start + page_size], {"page": page, "pageSize": page_size, "totalItems": total,
-                                              "totalPages": pages, "hasNextPage": page < pages}
+        return paginate(out, page, page_size)
 
     def users(self, snapshot_id: str) -> List[str]:
         """Ids of the sandboxes restored from it that still exist (Docker: containers using the image)."""
-        return sorted(sid for sid, sb in self.sandboxes.snapshot().items()
-                      if getattr(sb, "snapshot_id", None) == snapshot_id and not sb.deleted)
+        return self._users().get(snapshot_id, [])
+
+    def _users(self) -> Dict[str, List[str]]:
+        """snapshot id -> the sorted ids of the existing sandboxes restored from it (one walk of the table)."""
+        out: Dict[str, List[str]] = {}
+        for sid, sb in self.sandboxes.snapshot().items():
+            snap_id = getattr(sb, "snapshot_id", None)
+            if snap_id is not None and not sb.deleted:
+                out.setdefault(snap_id, []).append(sid)
+        for ids in out.values():
+            ids.sort()
+        return out
 
     # -- commands -----------------------------------------------------------------------------------------
     def create(self, sandbox_id: str, name: str | None) -> Snapshot:
@@ -222,11 +227,12 @@ class SnapshotStore:
     def view(self) -> List[Dict[str, Any]]:
         """For ``/__mock__/images``: each snapshot, its image and the sandboxes restored from it."""
         out = []
+        users = self._users()
         for s in sorted(self.all(), key=lambda s: (s.created_at, s.id), reverse=True):
             img = s.image
             out.append({"id": s.id, "sandboxId": s.sandbox_id, "name": s.name, "state": s.state,
                         "image": img.id if img is not None else None,
                         "ref": img.ref if img is not None else None,
                         "size": img.layers[-1].get("size", 0) if img is not None and img.layers else 0,
-                        "sandboxes": self.users(s.id)})
+                        "sandboxes": users.get(s.id, [])})
         return out

@@ -1,18 +1,19 @@
 """The OpenSandbox client: the plugin's only way to the lifecycle server and to execd.
 
-Its public surface is the names below (``from osb import OpenSandbox, HttpError``); the modules
-behind them import each other relatively (``from .transport import ...``) and, outside this package,
-only the standard library and the leaf ``errors.py`` (``SECRETS`` scrubs the error bodies read here).
-Every failure of a call is an ``HttpError`` (the server answered >= 400) or a ``NetError`` (no usable
-answer: refused, reset, timeout, an answer cut short, a WebSocket that broke).
+Its public surface is the names below (``from osb import OpenSandbox, HttpError``); method modules
+import nothing else of the client. The modules behind them sit next to it (plugin/ is flat: launch.py
+runs with it as sys.path[0]), import each other by name (``from osb_transport import ...``) and,
+outside the client, only the standard library and the leaf ``errors.py`` (``SECRETS`` scrubs the
+error bodies read here). Every failure of a call is an ``HttpError`` (the server answered >= 400) or
+a ``NetError`` (no usable answer: refused, reset, timeout, an answer cut short, a WebSocket that broke).
 
-    transport.py   keep-alive HTTP, deadlines, retries, HttpError / NetError, error-body parser
-    lifecycle.py   OpenSandbox (/v1/sandboxes...) and SandboxCache (per-sandbox state on disk)
-    execd.py       Execd (commands, files, the PTY API) and CommandRun
-    sse.py · multipart.py · ws.py   execd's event stream, uploads, the WebSocket client
+    osb_transport.py   keep-alive HTTP, deadlines, retries, HttpError / NetError, error-body parser
+    osb_lifecycle.py   OpenSandbox (/v1/sandboxes...) and SandboxCache (per-sandbox state on disk)
+    osb_execd.py       Execd (commands, files, the PTY API) and CommandRun
+    osb_sse.py · osb_multipart.py · osb_ws.py   execd's event stream, uploads, the WebSocket client
 
 A name is imported on first use (PEP 562): the host starts a new plugin process for most calls,
-and a call pays only for the modules it needs (sandbox.get never loads execd.py or ws.py).
+and a call pays only for the modules it needs (sandbox.get never loads osb_execd.py or osb_ws.py).
 """
 from __future__ import annotations
 

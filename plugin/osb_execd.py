@@ -58,7 +58,6 @@ class Execd:
 
     def __init__(self, client: Client, sandbox_id: str, base_url: str, headers: dict[str, Any]) -> None:
         self.client, self.sandbox_id, self.base, self.endpoint_headers = client, sandbox_id, base_url, headers
-        self._origin_of, self._same_origin = "", False
 
     def headers(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         h = dict(self.endpoint_headers)
@@ -66,18 +65,11 @@ class Execd:
             h["X-EXECD-ACCESS-TOKEN"] = self.client.execd_token
         # Through the server proxy, execd sits behind the lifecycle server: send its API key there
         # and nowhere else.
-        if self.client.api_key and self._behind_server():
+        if self.client.api_key and _origin(self.base) == _origin(self.client.server):
             h["OPEN-SANDBOX-API-KEY"] = self.client.api_key
         if extra:
             h.update(extra)
         return h
-
-    def _behind_server(self) -> bool:
-        """Whether ``base`` is on the lifecycle server's origin (worked out once per base)."""
-        if self._origin_of != self.base:
-            self._same_origin = _origin(self.base) == _origin(self.client.server)
-            self._origin_of = self.base
-        return self._same_origin
 
     def url(self, path: str, query: Query = None) -> str:
         url = self.base + path

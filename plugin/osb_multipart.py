@@ -4,18 +4,11 @@ from __future__ import annotations
 import os
 
 
-def encode_multipart(parts: list[tuple[str, str, str, bytes]]) -> tuple[str, bytes]:
-    """multipart/form-data body for ``[(field, filename, content_type, data), ...]``.
-
-    Returns ``(content_type_header, body)``. The boundary never occurs inside any part.
-    """
-    ctype, pieces = multipart_pieces(parts)
-    return ctype, b"".join(pieces)
-
-
 def multipart_pieces(parts: list[tuple[str, str, str, bytes]]) -> tuple[str, list[bytes]]:
-    """encode_multipart() as the list of its pieces (the data parts as they are: a large upload is
-    sent without being copied into one body first)."""
+    """multipart/form-data for ``[(field, filename, content_type, data), ...]``: ``(content_type_header,
+    pieces)``, the body as a list of pieces to send in turn (a data part over 64 KiB is its own piece, as it is:
+    a large upload is sent without being copied into one body first). The boundary never occurs inside any
+    part."""
     while True:
         boundary = "osbprovider" + os.urandom(12).hex()
         marker = boundary.encode("ascii")

@@ -10,9 +10,11 @@ Used by the plugin for execd's PTY socket (``GET /pty/{id}/ws``). What it does:
 * masked client frames, fragmented messages in both directions, automatic pong for every ping,
   close handshake with codes, size limits, UTF-8 check of text messages.
 
-One thread may read while others write: every write is serialised by a lock. Every error raised
-here is a ``transport.NetError`` (kind ``"websocket"``), the client's one word for "no usable answer",
-so a caller of the OpenSandbox client catches ``HttpError`` / ``NetError`` and nothing else.
+One thread may read while others write: every write is serialised by a lock. Every error of an
+open connection (``recv``, ``send*``, ``settimeout``) is a ``transport.NetError`` (kind ``"websocket"``;
+``"timeout"`` for a read that timed out), the client's one word for "no usable answer"; ``connect``'s
+socket and URL errors become one in ``Execd.websocket``, and a refused upgrade an ``HttpError``. So a
+caller of the OpenSandbox client catches ``HttpError`` / ``NetError`` and nothing else.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from urllib.parse import urlsplit
 from osb_transport import NetError
 
 __all__ = ["connect", "WebSocketClient", "WebSocketError", "HandshakeError", "ProtocolError",
-           "ConnectionClosed", "encode_frame", "apply_mask", "FrameReader", "MessageAssembler",
+           "ConnectionClosed", "TimedOut", "encode_frame", "apply_mask", "FrameReader", "MessageAssembler",
            "encode_close", "decode_close", "OP_CONT", "OP_TEXT", "OP_BINARY", "OP_CLOSE", "OP_PING",
            "OP_PONG"]
 
@@ -79,6 +81,15 @@ class ConnectionClosed(WebSocketError):
         super().__init__(message)
         self.code = code
         self.reason = reason
+
+
+class TimedOut(ConnectionClosed):
+    """Nothing arrived within the timeout set with ``settimeout``: the connection was dropped (a socket
+    file that timed out cannot be read again). A NetError of kind ``timeout``, as an HTTP read's is."""
+
+    def __init__(self, message: str = "no message within the timeout"):
+        super().__init__(message)
+        self.kind = "timeout"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -391,7 +402,11 @@ class WebSocketClient:
         self.close_reason = ""
 
     def settimeout(self, timeout: float | None) -> None:
-        self.sock.settimeout(timeout)
+        """Bound each later read (``recv`` raises TimedOut); ConnectionClosed when the socket is gone."""
+        try:
+            self.sock.settimeout(timeout)
+        except OSError as exc:
+            raise ConnectionClosed(f"connection is closed ({exc})", self.close_code or CLOSE_ABNORMAL) from None
 
     # -- writing ----------------------------------------------------------------------------------
     def _send_frame(self, opcode: int, payload: bytes, fin: bool = True) -> None:
@@ -505,7 +520,7 @@ class WebSocketClient:
 
     def recv(self) -> tuple[int, bytes]:
         """Next data message as (opcode, payload). Raises ConnectionClosed at the end (also after a
-        protocol error, which is answered with a close frame first), socket.timeout when a timeout
+        protocol error, which is answered with a close frame first), and its TimedOut when a timeout
         set with settimeout() expires; the connection is dropped then (a socket file that timed
         out cannot be read again)."""
         while True:
@@ -525,7 +540,7 @@ class WebSocketClient:
                 # a timed-out socket file cannot be read again: the connection is over
                 self.close_code = self.close_code or CLOSE_ABNORMAL
                 self.shutdown()
-                raise
+                raise TimedOut() from None
             except ConnectionClosed as exc:
                 self.close_code = self.close_code or exc.code
                 self.shutdown()

@@ -153,7 +153,7 @@ class _Terminal:
         while True:
             try:
                 op, data = ws.recv()
-            except (NetError, OSError):     # the end (a WebSocket error is a NetError), or silence
+            except NetError:                # the end, or silence (every WebSocket error is a NetError)
                 return
             if op == OP_BINARY:
                 self.handle_binary(data)
@@ -297,7 +297,7 @@ class PtyManager:
         except EppError:
             ws.shutdown()
             raise
-        except (NetError, OSError) as exc:
+        except NetError as exc:
             ws.shutdown()
             raise EppError(-32000, f"{what}: the terminal socket closed before it was ready ({exc})") from None
         return ws, early

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from .. import sse
 from ..gojson import GoJSONError, Struct, decode, go_json
 from ..httpcore import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
-from ..relay import FRAMING, HOP_BY_HOP, client_gone, connection_tokens
+from ..relay import FRAMING, HOP_BY_HOP, client_gone, forwardable
 from ..runtime import SandboxRuntime
 from . import gin
 from .code import CodeAPI
@@ -290,14 +290,10 @@ class ExecdServer(App):
         """Never answer (a frozen or vanished sandbox): close the connection without a response."""
         req.handler.close_connection = True
 
-    @staticmethod
-    def _client_gone(req: Request) -> bool:
-        return client_gone(req.handler.connection)
-
     def _stall(self, req: Request) -> None:
         """Hold the request unanswered until stop() or until the client goes away."""
         while not self._stopping.wait(0.2):
-            if self._client_gone(req):
+            if client_gone(req.handler.connection):
                 break
         self._drop(req)
 
@@ -409,7 +405,7 @@ class ExecdServer(App):
                          on_complete=lambda ms: emit(sse.complete_event(ms)))
         try:
             self.sessions.run(sid, data["command"], cwd, int(data.get("timeout") or 0), hooks,
-                              gone=lambda: state["gone"] or self._client_gone(req))
+                              gone=lambda: state["gone"] or client_gone(req.handler.connection))
         except (LookupError, RuntimeError, SessionTimeout, OSError, ValueError) as exc:
             msg = MSG["run_in_session"].format(exc.args[0] if exc.args else exc)
             if state["w"] is None:
@@ -431,7 +427,7 @@ class ExecdServer(App):
         w = gin.sse_start(req)
         try:
             while not self._stopping.wait(1.0 - _CPU_SAMPLE_S):
-                if self._client_gone(req):
+                if client_gone(req.handler.connection):
                     break
                 w.write((go_json(_metrics()) + "\n").encode())
         except OSError:
@@ -456,9 +452,8 @@ class ExecdServer(App):
             or req.handler.client_address[0]
         # Director: Header.Set X-Forwarded-For / X-Forwarded-Proto, Header.Del X-Forwarded-Host
         # (src pkg/web/proxy.go; the server proxy's X-Forwarded-Host therefore never reaches the app)
-        skip = PROXY_HOP_BY_HOP | connection_tokens(req.headers.get_all("Connection") or []) | {
-            "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"}
-        out = [(k, v) for k, v in req.headers.items() if k.lower() not in skip]
+        out = forwardable(req.headers.items(), PROXY_HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto",
+                                                                   "x-forwarded-host"})
         out += [("X-Forwarded-For", client_ip), ("X-Forwarded-Proto", "http")]
         send_body = body if body or req.method in ("POST", "PUT", "PATCH") else None
         try:
@@ -479,8 +474,7 @@ class ExecdServer(App):
             req.send_text(502, "Bad Gateway\n", "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"})
             return
         try:
-            drop = PROXY_HOP_BY_HOP | connection_tokens(resp.headers.get_all("Connection") or [])
-            pairs = [(k, v) for k, v in resp.getheaders() if k.lower() not in drop]
+            pairs = forwardable(resp.getheaders(), PROXY_HOP_BY_HOP)
             length = resp.getheader("Content-Length")
             if length is not None or resp.status in (204, 304) or req.method == "HEAD":
                 data = resp.read()

@@ -27,7 +27,6 @@ this runs (a commit pauses the container), and every file is opened with ``O_NOF
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -37,9 +36,9 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-from ..fsutil import remove_all
-from .store import Image, ImageStore, _read_json, _write_json
-from .unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, split_name
+from .store import Image, ImageStore, _read_json
+from . import unpack
+from .unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, real_dir_chain
 
 KINDS = ("overlay", "full", "host-tools")
 NEVER = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "opt/opensandbox")
@@ -84,16 +83,6 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def _real_dir(top: str, rel: str) -> bool:
-    p = top
-    for c in rel.split("/") if rel else []:
-        p = os.path.join(p, c)
-        st = _lstat(p)
-        if st is None or not stat.S_ISDIR(st.st_mode):
-            return False
-    return True
-
-
 def _same(a: os.stat_result, b: os.stat_result, pa: str, pb: str) -> bool:
     if stat.S_IFMT(a.st_mode) != stat.S_IFMT(b.st_mode):
         return False
@@ -111,6 +100,7 @@ def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, 
     for dirpath, dirnames, filenames in os.walk(path):
         rel_dir = os.path.relpath(dirpath, path)
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+        base_dir = base is not None and real_dir_chain(base, rel_dir.split("/") if rel_dir else [])
         keep = []
         present = set(dirnames) | set(filenames)  # os.walk lists a symlink to a directory under dirnames
         for name in sorted(dirnames) + sorted(filenames):
@@ -137,13 +127,13 @@ def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, 
                         pass
                 continue
             bfull = os.path.join(base, rel) if base else None
-            bst = _lstat(bfull) if bfull and _real_dir(base, rel_dir) else None
+            bst = _lstat(bfull) if bfull and base_dir else None
             if bst is None or not _same(st, bst, full, bfull):
                 yield rel, "entry", st
             if stat.S_ISDIR(st.st_mode):
                 keep.append(name)
         dirnames[:] = [d for d in dirnames if d in keep]
-        if kind != "overlay" and base and _real_dir(base, rel_dir):  # gone since the base: whiteouts
+        if kind != "overlay" and base_dir:  # gone since the base: whiteouts
             try:
                 gone = sorted(set(os.listdir(os.path.join(base, rel_dir))) - present)
             except OSError:
@@ -154,8 +144,9 @@ def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, 
                     yield rel, "whiteout", None
 
 
-def write_tar(path: str, kind: str, base: str | None, out: io.BufferedIOBase) -> int:
-    """The change set of path as an uncompressed tar on out; returns how many entries."""
+def write_tar(path: str, kind: str, base: str | None, out: Any) -> int:
+    """The change set of path as an uncompressed tar on out (a binary stream tarfile only writes to); returns how
+    many entries."""
     n = 0
     links: dict[tuple[int, int], str] = {}
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tf:
@@ -228,6 +219,19 @@ class _Exact:
         return data
 
 
+class _HashingWriter:
+    """A write-only stream that hashes (sha256) what passes through it on its way to ``f``: the layer's
+    diff_id in the same pass that writes it (tarfile's stream mode only writes)."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self.sha = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+
 # -- the store side ------------------------------------------------------------------------------------------
 class _TarLayer:
     def __init__(self, path: str, diff_id: str):
@@ -261,13 +265,10 @@ def commit(store: ImageStore, runtime: Any, snapshot_id: str, *, base: Image | N
             base_tree = base.rootfs() if kind == "full" else None
             parent_layers = list(base.layers)
         tar_path = os.path.join(tmp, "layer.tar")
-        h = hashlib.sha256()
-        with open(tar_path, "w+b") as out:
+        with open(tar_path, "wb") as f:
+            out = _HashingWriter(f)
             write_tar(path, kind, base_tree, out)
-            out.seek(0)
-            for chunk in iter(lambda: out.read(1 << 20), b""):
-                h.update(chunk)
-        diff_id = "sha256:" + h.hexdigest()
+        diff_id = "sha256:" + out.sha.hexdigest()
         layer = store._layer(_TarLayer(tar_path, diff_id), snapshot_ref(snapshot_id))
     except (OSError, ValueError, tarfile.TarError) as e:
         raise CommitError("cannot commit the sandbox's file system: %s" % e) from None
@@ -287,10 +288,7 @@ def commit(store: ImageStore, runtime: Any, snapshot_id: str, *, base: Image | N
     ref = snapshot_ref(snapshot_id)
     img = Image(id=image_id, ref=ref, refs=[ref], source="snapshot", origin=snapshot_id, digest=None,
                 os=doc["os"], architecture=doc["architecture"], config=config, layers=layers, store=store)
-    rec = img.as_dict()
-    rec["config"] = config
-    rec["layer_ids"] = [x["diff_id"] for x in layers]
-    _write_json(store._image_path(image_id), rec)
+    store.put_image(img)
     return img
 
 
@@ -300,10 +298,7 @@ def remove(img: Image) -> None:
     store = img.store
     if store is None:
         return
-    try:
-        os.unlink(store._image_path(img.id))
-    except OSError:
-        pass
+    store.drop_image(img.id)
     chain = img.chain_id.split(":", 1)[-1]
     shutil.rmtree(os.path.join(store.cache_dir, "rootfs", chain), ignore_errors=True)
     own = (img.config.get("Labels") or {}).get(LABEL_LAYER)
@@ -330,62 +325,9 @@ def restore_layer(img: Image) -> dict[str, Any] | None:
 
 def apply_layer(layer: dict[str, Any], dest: str) -> None:
     """Copy a cached layer into the sandbox root dest (copies, never hard links into the cache): whiteouts
-    and opaque directories first, then every entry; nothing is written through a symlink of dest."""
-    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    src_root = layer["path"]
-    for d in layer.get("opaque", []):
-        if _real_dir(dest, d):
-            top = os.path.join(dest, *split_name(d)) if d else dest
-            for name in os.listdir(top):
-                _clear(os.path.join(top, name))
-    wh = set(layer.get("whiteouts", []))
-    for w in wh:
-        comps = split_name(w)
-        if _real_dir(dest, "/".join(comps[:-1])):
-            _clear(os.path.join(dest, *comps))
-    dirs: list[tuple[str, os.stat_result]] = []
-    for dirpath, dirnames, filenames in os.walk(src_root):
-        rel_dir = os.path.relpath(dirpath, src_root)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-        if not _real_dir(dest, rel_dir):
-            dirnames[:] = []
-            continue
-        for name in sorted(dirnames) + sorted(filenames):
-            rel = rel_dir + "/" + name if rel_dir else name
-            if rel in wh:
-                continue
-            src, dst = os.path.join(dirpath, name), os.path.join(dest, rel)
-            st = os.lstat(src)
-            if stat.S_ISDIR(st.st_mode):
-                dst_st = _lstat(dst)
-                if dst_st is None or not stat.S_ISDIR(dst_st.st_mode):
-                    _clear(dst)
-                    os.mkdir(dst, 0o700)
-                dirs.append((dst, st))
-                continue
-            _clear(dst)
-            if stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(src), dst)
-            elif stat.S_ISFIFO(st.st_mode):
-                os.mkfifo(dst, 0o600)
-            elif stat.S_ISREG(st.st_mode):
-                shutil.copyfile(src, dst, follow_symlinks=False)
-            else:
-                continue
-            if as_root:
-                os.lchown(dst, st.st_uid, st.st_gid)
-            if not stat.S_ISLNK(st.st_mode):
-                os.chmod(dst, stat.S_IMODE(st.st_mode))
-                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-    for dst, st in reversed(dirs):  # deepest last in walk order: reversed sets children before parents
-        if as_root:
-            os.chown(dst, st.st_uid, st.st_gid)
-        os.chmod(dst, stat.S_IMODE(st.st_mode) | (0 if as_root else 0o700))
-
-
-def _clear(path: str) -> None:
-    if _lstat(path) is not None:  # also nothing under a non-directory
-        remove_all(path)
+    and opaque directories first, then every entry; nothing is written through a symlink of dest
+    (unpack.apply_layer, the loop flatten uses too)."""
+    unpack.apply_layer(layer["path"], layer, dest, copy=True)
 
 
 # -- the mock's glue (server.py) -----------------------------------------------------------------------------

@@ -138,6 +138,10 @@ class ImageStore:
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._refs: dict[str, dict[str, Any]] = self._load_refs()
+        # images() is read on every change of the dashboard's state: its listing is kept until this process
+        # adds or removes an image (the generation) or another process's store changes a record
+        self._generation = 0
+        self._listing: tuple[Any, list[dict[str, Any]]] | None = None
 
     # -- sources ------------------------------------------------------------------------------------
     def sources(self) -> list[str]:
@@ -240,10 +244,7 @@ class ImageStore:
         if old is not None:
             img.refs = sorted(set(old.refs) | {found.ref})
             img.created = old.created
-        rec = img.as_dict()
-        rec["config"] = img.config
-        rec["layer_ids"] = [x["diff_id"] for x in layers]
-        _write_json(self._image_path(img.id), rec)
+        self.put_image(img)
         return img
 
     def _layer(self, lr: Any, uri: str) -> dict[str, Any]:
@@ -293,15 +294,45 @@ class ImageStore:
 
     # -- admin ----------------------------------------------------------------------------------------
     def images(self) -> list[dict[str, Any]]:
-        """Every image in the cache (newest first): id, refs, digest, size, source, layers."""
-        out = []
-        for n in sorted(os.listdir(os.path.join(self.cache_dir, "images"))):
-            if n.endswith(".json"):
+        """Every image in the cache (newest first): id, refs, digest, size, source, layers. Read from the
+        image records again only after a change (``put_image``/``drop_image``/``clear`` here, or a record
+        added, replaced or removed by another process sharing the cache); each call gets its own dicts."""
+        # the key is taken before the records are read (a change meanwhile makes the next call read again):
+        # this store's generation, and each record's name and inode (a record is replaced, never rewritten
+        # in place, so another process's add, remove or update shows as a new name or inode; no stat needed)
+        with os.scandir(os.path.join(self.cache_dir, "images")) as it:
+            records = tuple(sorted((e.name, e.inode()) for e in it if e.name.endswith(".json")))
+        key = (self._generation, records)
+        listing = self._listing
+        if listing is None or listing[0] != key:
+            out = []
+            for n, _ino in records:
                 img = self._load_image("sha256:" + n[:-5])
                 if img is not None:
                     out.append(img.as_dict())
-        out.sort(key=lambda d: d["created"], reverse=True)
-        return out
+            out.sort(key=lambda d: d["created"], reverse=True)
+            listing = self._listing = (key, out)
+        return [dict(d) for d in listing[1]]
+
+    def put_image(self, img: Image) -> None:
+        """Write the image's record (its config and layer ids with it): the image is in the cache."""
+        rec = img.as_dict()
+        rec["config"] = img.config
+        rec["layer_ids"] = [x["diff_id"] for x in img.layers]
+        _write_json(self._image_path(img.id), rec)
+        self._bump()
+
+    def drop_image(self, image_id: str) -> None:
+        """Remove the image's record (its layers and tree are the caller's: commit.remove)."""
+        try:
+            os.unlink(self._image_path(image_id))
+        except OSError:
+            pass
+        self._bump()
+
+    def _bump(self) -> None:
+        with self._lock:
+            self._generation += 1
 
     def clear(self) -> None:
         """Forget every image and layer (for ``/__mock__/reset`` when asked to drop the cache)."""
@@ -312,6 +343,7 @@ class ImageStore:
                 os.makedirs(p, exist_ok=True)
             self._refs = {}
             self._save_refs()
+            self._generation += 1
 
     def close(self) -> None:
         if self.image_dir:

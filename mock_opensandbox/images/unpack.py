@@ -1,4 +1,5 @@
-"""Unpack one image layer (a tar, gzip or plain) into a directory, safely; flatten layers into one tree.
+"""Unpack one image layer (a tar, gzip or plain) into a directory, safely; apply unpacked layers onto a tree
+(``flatten``: an image's one tree; commit.py: a snapshot's layer copied into a sandbox root).
 
 Safety: every entry is created through directory file descriptors opened with ``O_NOFOLLOW`` from the layer
 root, so nothing is ever written through a symlink. Refused (``UnsafeLayer``, and the caller removes the
@@ -332,8 +333,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-# -- flatten ------------------------------------------------------------------------------------------------
-def _real_dir_chain(top: str, comps: list[str]) -> bool:
+# -- applying unpacked layers onto a tree (flatten; a snapshot's restore: commit.py) -------------------------
+def real_dir_chain(top: str, comps: list[str]) -> bool:
     """Is every component of comps (under top) a real directory (no symlink)?"""
     p = top
     for c in comps:
@@ -341,64 +342,89 @@ def _real_dir_chain(top: str, comps: list[str]) -> bool:
         try:
             if not stat.S_ISDIR(os.lstat(p).st_mode):
                 return False
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
     return True
 
 
+def _dir_meta(dst: str, st: os.stat_result, as_root: bool) -> None:
+    if as_root:
+        os.chown(dst, st.st_uid, st.st_gid)
+    # non-root keeps its own write bit, or the next layer could not write into a 0555 directory
+    os.chmod(dst, stat.S_IMODE(st.st_mode) | (0 if as_root else 0o700))
+
+
+def apply_layer(lroot: str, info: dict[str, Any], dest: str, *, copy: bool = False) -> None:
+    """Apply one unpacked layer (its root directory ``lroot`` and its layer.json ``info``) onto the tree dest:
+    opaque directories and whiteouts first, then every entry, directory owners and modes after their children
+    (dest's own are left alone). Nothing is written through a symlink of dest: only real directory chains of
+    dest are entered or cleared, and whatever stands where an entry goes is removed first.
+
+    ``copy`` false (flatten): regular files are hard links into the layer cache (the tree is read-only like
+    the layers). ``copy`` true (a sandbox root restored from a snapshot, commit.py): regular files are copies,
+    and files and FIFOs take the layer's mtime too."""
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    for d in info.get("opaque", []):
+        comps = split_name(d) if d else []
+        if real_dir_chain(dest, comps):
+            top = os.path.join(dest, *comps)
+            for name in os.listdir(top):
+                remove_all(os.path.join(top, name))
+    wh = set(info.get("whiteouts", []))
+    for w in wh:
+        comps = split_name(w)
+        if real_dir_chain(dest, comps[:-1]):
+            remove_all(os.path.join(dest, *comps))
+    dirs: list[tuple[str, os.stat_result]] = []
+    for dirpath, dirnames, filenames in os.walk(lroot):
+        rel = os.path.relpath(dirpath, lroot)
+        rcomps = [] if rel == "." else rel.split(os.sep)
+        if not real_dir_chain(dest, rcomps):
+            dirnames[:] = []
+            continue
+        out_dir = os.path.join(dest, *rcomps)
+        for name in sorted(dirnames) + sorted(filenames):
+            if "/".join(rcomps + [name]) in wh:
+                continue  # the overlay representation of a whiteout
+            src = os.path.join(dirpath, name)
+            dst = os.path.join(out_dir, name)
+            st = os.lstat(src)
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    if not stat.S_ISDIR(os.lstat(dst).st_mode):
+                        remove_all(dst)
+                        os.mkdir(dst, 0o700)
+                except FileNotFoundError:
+                    os.mkdir(dst, 0o700)
+                dirs.append((dst, st))
+                continue  # its owner and mode after its children (below)
+            remove_all(dst)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            elif stat.S_ISFIFO(st.st_mode):
+                os.mkfifo(dst, 0o600)
+            elif stat.S_ISREG(st.st_mode):
+                if not copy:
+                    os.link(src, dst, follow_symlinks=False)
+                    continue  # the cache's inode, with its owner, mode and times
+                shutil.copyfile(src, dst, follow_symlinks=False)
+            else:
+                continue
+            if as_root:
+                os.lchown(dst, st.st_uid, st.st_gid)
+            if not stat.S_ISLNK(st.st_mode):
+                os.chmod(dst, stat.S_IMODE(st.st_mode))
+                if copy:
+                    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for dst, st in reversed(dirs):  # reversed walk order: every directory after all of its descendants
+        _dir_meta(dst, st, as_root)
+
+
 def flatten(layers: list[tuple[str, dict[str, Any]]], dest: str) -> None:
-    """Apply the layers (bottom first: (layer root dir, layer.json dict)) into the empty directory dest.
-    Files are hard links into the layer cache (dest is a read-only tree like the layers)."""
+    """Apply the layers (bottom first: (layer root dir, layer.json dict)) into the empty directory dest, which
+    takes each layer root's owner and mode as the image's "/". Files are hard links into the layer cache (dest
+    is a read-only tree like the layers)."""
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     for lroot, info in layers:
-        for d in info.get("opaque", []):
-            comps = split_name(d) if d else []
-            if _real_dir_chain(dest, comps):
-                top = os.path.join(dest, *comps)
-                for name in os.listdir(top):
-                    remove_all(os.path.join(top, name))
-        wh = set(info.get("whiteouts", []))
-        for w in wh:
-            comps = split_name(w)
-            if _real_dir_chain(dest, comps[:-1]):
-                remove_all(os.path.join(dest, *comps))
-        for dirpath, dirnames, filenames in os.walk(lroot):
-            rel = os.path.relpath(dirpath, lroot)
-            rcomps = [] if rel == "." else rel.split(os.sep)
-            out_dir = os.path.join(dest, *rcomps)
-            for name in dirnames + filenames:
-                rp = "/".join(rcomps + [name])
-                if rp in wh:
-                    continue  # the overlay representation of a whiteout
-                src = os.path.join(dirpath, name)
-                dst = os.path.join(out_dir, name)
-                st = os.lstat(src)
-                if stat.S_ISDIR(st.st_mode):
-                    try:
-                        if not stat.S_ISDIR(os.lstat(dst).st_mode):
-                            remove_all(dst)
-                            os.mkdir(dst, 0o700)
-                    except FileNotFoundError:
-                        os.mkdir(dst, 0o700)
-                    continue  # mode after its children (below)
-                remove_all(dst)
-                if stat.S_ISLNK(st.st_mode):
-                    os.symlink(os.readlink(src), dst)
-                    if as_root:
-                        os.lchown(dst, st.st_uid, st.st_gid)
-                elif stat.S_ISFIFO(st.st_mode):
-                    os.mkfifo(dst, 0o600)
-                    if as_root:
-                        os.chown(dst, st.st_uid, st.st_gid)
-                    os.chmod(dst, stat.S_IMODE(st.st_mode))
-                elif stat.S_ISREG(st.st_mode):
-                    os.link(src, dst, follow_symlinks=False)
-        # directory metadata, deepest first (a 0555 directory must not block its children above)
-        for dirpath, _dirnames, _files in sorted(os.walk(lroot), key=lambda t: -t[0].count(os.sep)):
-            rel = os.path.relpath(dirpath, lroot)
-            dst = dest if rel == "." else os.path.join(dest, rel)
-            st = os.lstat(dirpath)
-            if as_root:
-                os.chown(dst, st.st_uid, st.st_gid)
-            # non-root keeps its own write bit, or the next layer could not write into a 0555 directory
-            os.chmod(dst, stat.S_IMODE(st.st_mode) | (0 if as_root else 0o700))
+        apply_layer(lroot, info, dest)
+        _dir_meta(dest, os.lstat(lroot), as_root)

@@ -152,6 +152,31 @@ def test_cache_hit_needs_no_source_and_layers_are_shared(tmp_path):
     assert all(i["size"] > 0 and i["digest"] for i in s2.images())
 
 
+def test_the_image_listing_is_read_again_only_after_a_change(tmp_path, monkeypatch):
+    """images() (the dashboard reads it on every state change) keeps its listing until an image is added or
+    removed, here or by another store on the same cache; each caller gets dicts of its own."""
+    write_oci_layout(str(tmp_path / "images" / "ab"), {"local/a:1": BuiltImage([layer(BASE)]),
+                                                      "local/b:1": BuiltImage([layer([("file", "b", "b")])])})
+    s, other = store(tmp_path), store(tmp_path)
+    reads = []
+    real = ImageStore._load_image
+    monkeypatch.setattr(ImageStore, "_load_image", lambda self, i: reads.append(i) or real(self, i))
+    ia = s.resolve("local/a:1")
+    assert [i["id"] for i in s.images()] == [ia.id]
+    reads.clear()
+    first = s.images()
+    first[0]["sandboxes"] = ["x"]
+    assert "sandboxes" not in s.images()[0]             # a caller's key stays in the caller's dict
+    assert reads == []                                   # nothing changed: no record read
+    ib = other.resolve("local/b:1")                      # another process's store on the same cache
+    assert {i["id"] for i in s.images()} == {ia.id, ib.id} and reads
+    reads.clear()
+    s.drop_image(ib.id)
+    assert [i["id"] for i in s.images()] == [ia.id] and reads
+    s.clear()
+    assert s.images() == []
+
+
 # -- corrupt and hostile images -------------------------------------------------------------------------------
 def test_layer_digest_mismatch_refused_and_nothing_cached(tmp_path):
     img = BuiltImage([layer(BASE)])

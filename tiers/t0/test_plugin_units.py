@@ -244,6 +244,23 @@ def test_argv_rejection_detection_matches_the_recording():
     assert not execd._is_argv_rejection("invalid request, validation error working directory does not exist: /x")
 
 
+class _Lifecycle:
+    server, api_key, execd_token = "http://osb.test:8080", "k", ""
+
+
+@pytest.mark.parametrize("base,sent", [
+    ("http://osb.test:8080/sandboxes/s1/proxy/44772", True),     # use_server_proxy: the server's origin
+    ("HTTP://OSB.test/x", False),                                 # port 80, not 8080
+    ("http://10.0.0.7:44772", False),                             # the sandbox's own endpoint
+])
+def test_the_api_key_goes_to_execd_only_through_the_server(base, sent):
+    ex = execd.Execd(_Lifecycle(), "s1", base, {"X-Gw": "1"})
+    assert ("OPEN-SANDBOX-API-KEY" in ex.headers()) is sent
+    ex.base = "http://osb.test:8080/p" if not sent else "http://10.0.0.8:44772"   # re-resolved (Execd._fresh)
+    assert ("OPEN-SANDBOX-API-KEY" in ex.headers()) is not sent
+    assert ex.headers()["X-Gw"] == "1"
+
+
 label_chars = st.text(st.sampled_from("aZ09-_./é "), max_size=70)
 
 

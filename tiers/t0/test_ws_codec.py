@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mock_opensandbox import wsproto as srv
+import osb_transport as transport
 import osb_ws as cli
 
 MIB = 1 << 20
@@ -296,6 +297,25 @@ def test_server_close_reaches_the_client_with_its_code():
         with pytest.raises(cli.ConnectionClosed) as err:
             client.recv()
         assert (err.value.code, err.value.reason) == (1000, "process exited")
+    finally:
+        server.abort()
+        client.shutdown()
+
+
+def test_every_failure_of_an_open_connection_is_a_net_error():
+    """The client's one vocabulary (issue 22): silence, and a read or a send after the end, are the
+    transport's NetError (what terminal.py catches), a read that timed out of kind "timeout"."""
+    server, client = _pair()
+    try:
+        client.settimeout(0.05)
+        with pytest.raises(cli.TimedOut) as err:
+            client.recv()
+        assert isinstance(err.value, transport.NetError) and err.value.kind == "timeout"
+        assert client.closed                       # a timed-out socket file cannot be read again
+        for fail in (client.recv, lambda: client.send_text("x")):
+            with pytest.raises(cli.ConnectionClosed) as err:
+                fail()
+            assert isinstance(err.value, transport.NetError) and err.value.kind == "websocket"
     finally:
         server.abort()
         client.shutdown()

@@ -146,6 +146,53 @@ def test_list_filters_states_exactly_newest_first(model):
     assert store.clear() == 3 and store.list()[0] == []
 
 
+@pytest.mark.spec_exempt("server 1.1.1 snapshot routes (the June spec has none)")
+def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
+    """LifecycleApp's default SnapshotStore has no committer: the sandbox checks, then 501; no id is known."""
+    from mock_opensandbox.httpcore import Server
+    from mock_opensandbox.lifecycle import LifecycleApp, LifecycleHandler
+    app = LifecycleApp(model, None, api_key=None)
+    srv = Server(("127.0.0.1", 0), LifecycleHandler, app)
+    srv.start(name="t-lifecycle-alone")
+    try:
+        sb = _sb(model)
+        hp = "127.0.0.1:%d" % srv.port
+
+        def answer(method, path, body=None):
+            r = rest.call(hp, method, path, body)
+            return r.status, r.json()
+        assert answer("POST", "/v1/sandboxes/nope/snapshots")[1]["code"] == "DOCKER::SANDBOX_NOT_FOUND"
+        assert answer("POST", "/v1/sandboxes/%s/snapshots" % sb.id, {"name": "n"}) == (501, {
+            "code": "SNAPSHOT::NOT_IMPLEMENTED",
+            "message": "Snapshot creation is not implemented by the mock OpenSandbox."})
+        model.pause(sb.id)
+        assert answer("POST", "/v1/sandboxes/%s/snapshots" % sb.id)[:2] == (409, {
+            "code": "SNAPSHOT::INVALID_SOURCE_STATE", "message": "Snapshot can only be created from a Running sandbox."})
+        assert answer("GET", "/v1/snapshots?page=3&pageSize=7") == (200, {"items": [], "pagination": {
+            "page": 3, "pageSize": 7, "totalItems": 0, "totalPages": 0, "hasNextPage": False}})
+        assert answer("GET", "/v1/snapshots?page=0")[0] == 422
+        for method in ("GET", "DELETE"):
+            assert answer(method, "/v1/snapshots/s-1") == (404, {"code": "SNAPSHOT::NOT_FOUND",
+                                                                 "message": "Snapshot s-1 not found"})
+    finally:
+        srv.stop()
+
+
+def test_view_lists_each_snapshots_live_users(model):
+    store = SnapshotStore(model, lambda sb, snap: None, lambda img: None)
+    src = _sb(model)
+    a = store.create(src.id, "a")
+    store.wait(10)
+    b = store.create(src.id, "b")
+    store.wait(10)
+    users = [_sb(model) for _ in range(3)]
+    for sb, snap in zip(users, (a, a, b), strict=True):
+        sb.snapshot_id = snap.id
+    model.delete(users[1].id)
+    assert [(row["name"], row["sandboxes"]) for row in store.view()] == [("b", [users[2].id]), ("a", [users[0].id])]
+    assert store.users(a.id) == [users[0].id] and store.users("none") == []
+
+
 # -- the content side (images/commit.py) ------------------------------------------------------------------------
 @pytest.fixture
 def base(tmp_path):
