@@ -115,7 +115,7 @@ def test_the_thread_that_reads_a_call_runs_it_and_the_next_line_is_read_meanwhil
     send({"jsonrpc": "2.0", "id": 2, "method": "x", "params": {}})
     assert running.wait(5)
     send({"jsonrpc": "2.0", "method": "$/cancel", "params": {"id": 2}})
-    _wait(lambda: b'"cancelled"' in out.getvalue())
+    assert wait_until(lambda: b'"cancelled"' in out.getvalue(), 5.0)
     wfile.close()
     t.join(10)
     assert not t.is_alive(), "serve() did not end at the end of input"
@@ -131,7 +131,7 @@ def test_a_failing_hook_is_answered_and_the_reading_goes_on():
     send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
     send({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"bad": 1}})   # read by a worker now
     send({"jsonrpc": "2.0", "id": 3, "method": "x", "params": {"n": 3}})
-    _wait(lambda: out.getvalue().count(b"\n") >= 3)
+    assert wait_until(lambda: out.getvalue().count(b"\n") >= 3, 5.0)
     answers = {m["id"]: m for m in map(json.loads, out.getvalue().splitlines())}
     assert answers[2]["error"]["code"] == -32603 and answers[3]["result"] == {"n": 3}
     wfile.close()
