@@ -450,6 +450,10 @@ class SandboxStore:
             if self._closed:
                 raise MockError(quirks.INTERNAL_ERROR, error="the mock is shutting down")
             self._items[sb.id] = sb
+        # the container's own creation time comes a little after the request (recording 05): Docker stamps
+        # Created when it makes the container, before the start (moby daemon/container.go newContainer), so it is
+        # taken before the provisioner builds and starts the sandbox, whatever that takes on a busy host
+        sb.started_at = max(self.clock(), now)
         try:
             proc = self.provisioner.start(sb)
         except BaseException:
@@ -464,8 +468,6 @@ class SandboxStore:
             # runtime existed, so stop again now that everything is there (stop is idempotent)
             self.provisioner.stop(sb)
             raise MockError(quirks.INTERNAL_ERROR, error="the sandbox was deleted while it started")
-        # the container's own creation time comes a little after the request (recording 05)
-        sb.started_at = max(self.clock(), now)
         sb.entry_proc = proc
         if isinstance(proc, int):  # the entrypoint could not even start: exit status right away
             self._mark_exited(sb, proc)

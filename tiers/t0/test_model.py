@@ -449,3 +449,19 @@ def test_arbitrary_keys_and_values_never_crash_and_agree_with_the_rules(key, val
 def test_value_rule_is_length_and_alnum_ends(value):
     expected = value == "" or (len(value) <= 63 and value[0].isalnum() and value[-1].isalnum())
     assert is_valid_label_value(value) is expected
+
+
+def test_get_created_at_is_stamped_before_a_slow_start():
+    """Docker stamps a container's Created before it starts it: a sandbox whose start takes long (a busy
+    host) still has GET expiresAt - createdAt = its timeout, as the host computes its lifetime from them."""
+    clock = FakeClock(T0)
+
+    class SlowStart(RecordingProvisioner):
+        def start(self, sb):
+            clock.advance(2.0)
+            return super().start(sb)
+    store, _, _ = make_store(clock=clock, provisioner=SlowStart())
+    sb = store.create(image=IMG, entrypoint=EP, timeout=600)
+    got = store.get(sb.id).to_json()
+    assert got["createdAt"] == "2026-11-29T07:46:42.558200Z"       # not 2 s later, when the start ended
+    assert got["expiresAt"] == "2026-11-29T07:56:42.558200Z"
