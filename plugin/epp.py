@@ -4,9 +4,9 @@ A pure protocol loop: it knows nothing of OpenSandbox. ``Server.serve`` reads re
 the hooks it was given (provider.py wires them):
 
 * ``initialize(params) -> result``, answered inline (cheap, no I/O); ``shutdown`` is answered here;
-* ``find(method) -> fn(request, params)`` or None (-32601); every such call runs on a worker thread
-  (the one that read it, see ``serve``) with a ``Request`` (its id and its ``$/cancel``) and returns
-  its result, raises ``EppError``, or returns ``Deferred`` (answer now, stream afterwards: exec.start);
+* ``find(method) -> fn(request, params)`` or None (-32601); every such call runs on its own thread
+  with a ``Request`` (its id and its ``$/cancel``) and returns its result, raises ``EppError``, or
+  returns ``Deferred`` (answer now, stream afterwards: exec.start);
 * ``map_error(exc, method) -> EppError`` for any other exception a method raised;
 * ``on_exit(deadline)`` when input ends: it stops what answers in flight wait on, calls
   ``drain(deadline)`` and releases what it holds (without it the loop just drains).
@@ -156,30 +156,10 @@ class Server:
         self.requests: dict[int | str | None, Request] = {}
         self.closing = threading.Event()
         self._workers = Workers()
-        self._done = threading.Event()                    # input ended and finish() returned
 
     # ---- the loop
 
     def serve(self) -> None:
-        """Read stdin to its end, then ``finish()``.
-
-        The thread that reads a call runs it (leader/follower): it first hands the reading to an
-        idle worker, which wakes while the call already runs, instead of every call waiting for a
-        worker to wake. The main thread reads until ``initialize``, hands the reading over the same
-        way and waits for the end of input: it never runs a call, so the process still ends when
-        ``finish()`` returns, whatever calls are still running."""
-        if self._read(main=True):
-            self._done.wait()
-
-    def _lead(self) -> None:
-        try:
-            self._read(main=False)
-        except BaseException:
-            self._done.set()                              # nobody reads any more: end, never hang
-            raise
-
-    def _read(self, *, main: bool) -> bool:
-        """Returns True when the reading was handed to a worker, False at the end of input."""
         for line in iter(self._readline, b""):
             if line.isspace():                            # (not strip(): that copies a multi-MB line)
                 continue
@@ -188,36 +168,22 @@ class Server:
             except (ValueError, RecursionError):          # RecursionError: absurdly deep nesting
                 self.log_stderr("ignored a line that is not JSON")
                 continue
-            if not isinstance(msg, dict):
+            if isinstance(msg, dict):
+                try:
+                    self.dispatch(msg)
+                except Exception as exc:  # noqa: BLE001 - a hook failed (initialize): answer, keep reading
+                    rid = msg.get("id")
+                    if isinstance(rid, (int, str)) and not isinstance(rid, bool):
+                        err = exc if isinstance(exc, EppError) else self.internal_error(exc, str(msg.get("method")))
+                        self.respond(rid, error=err)
+            else:
                 self.log_stderr("ignored a line that is not a JSON object")
-                continue
-            try:
-                call = self.dispatch(msg)
-            except Exception as exc:  # noqa: BLE001 - a hook failed (initialize): answer, keep reading
-                rid = msg.get("id")
-                if isinstance(rid, (int, str)) and not isinstance(rid, bool):
-                    err = exc if isinstance(exc, EppError) else self.internal_error(exc, str(msg.get("method")))
-                    self.respond(rid, error=err)
-                continue
-            if call is not None and not main:
-                self._workers.run(self._lead)             # the next line is another thread's
-                self._run(*call)
-                return True
-            if call is not None:                          # a call before initialize: a worker runs it
-                self._workers.run(self._run, *call)
-            elif main and msg.get("method") == "initialize" and "id" in msg:
-                self._workers.run(self._lead)             # a worker reads from now on
-                self._workers.spare()                     # and the one after it starts meanwhile
-                return True
         self.finish()
-        self._done.set()
-        return False
 
-    def dispatch(self, msg: dict[str, Any]) -> tuple[Request, str, dict[str, Any]] | None:
-        """Answer what is answered inline; a call is returned (request, method, params) to be run."""
+    def dispatch(self, msg: dict[str, Any]) -> None:
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params")
         if isinstance(rid, (bool, float, list, dict)):
-            return None                                   # not a JSON-RPC id: there is nobody to answer
+            return                                        # not a JSON-RPC id: there is nobody to answer
         if not isinstance(method, str):
             if rid is not None and "result" not in msg and "error" not in msg:
                 self.respond(rid, error=EppError(-32600, "Invalid Request: method must be a string."))
@@ -232,13 +198,13 @@ class Server:
                     req.cancel()
         elif method == "initialize":                      # answered inline: cheap, no I/O
             self.respond(rid, self.initialize(params or {}))
+            self._workers.spare()                         # the next call's thread, started meanwhile
         elif method == "shutdown":
             self.closing.set()
             self.respond(rid, {})
         else:
             self.requests[rid] = req = Request(rid)
-            return req, method, params or {}
-        return None
+            self._workers.run(self._run, req, method, params or {})
 
     def _run(self, req: Request, method: str, params: dict[str, Any]) -> None:
         then: Callable[[], object] | None = None
