@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -50,15 +51,21 @@ def proc_cpu(pid: int) -> float:
 
 
 def interleave(sides: dict, n: int, warmup: int, cpu: dict | None = None, pids: dict | None = None) -> dict:
-    """Run each side's callable ``warmup`` times, then n times round-robin. Returns seconds per side.
+    """Run each side's callable ``warmup`` times, then n rounds of one run each, in an order shuffled every
+    round (seeded: the same order in every bench run): what one side's run leaves behind (a command's
+    reaping, the server's close of its stream) falls on whichever side runs next, so in a fixed order one
+    side would always pay for the same other side. Returns seconds per side.
     With ``cpu`` (a dict to fill), also the CPU seconds each run cost: this worker process (the driver or
     the direct client / SDK) and, for sides in ``pids``, the plugin process."""
     for _ in range(warmup):
         for fn in sides.values():
             fn()
     out = {name: [] for name in sides}
+    names, order = list(sides), random.Random(len(sides) * 1000 + n)
     for _ in range(n):
-        for name, fn in sides.items():
+        order.shuffle(names)
+        for name in names:
+            fn = sides[name]
             pid = (pids or {}).get(name)
             c0, p0 = time.process_time(), (proc_cpu(pid) if pid else 0.0)
             out[name].append(_timed(fn))
