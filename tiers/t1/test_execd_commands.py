@@ -262,9 +262,15 @@ def test_client_disconnect_leaves_foreground_command_running(make_execd, runtime
     assert b'"text":"go"' in buf, buf
     sock.close()
     marker = runtime.resolve("/tmp/after-disconnect")
-    wait_until(lambda: os.path.exists(marker), 10)
-    with open(marker) as fh:
-        assert fh.read() == "done\n"
+
+    def written() -> str:  # the shell creates the file (`>`) before echo writes into it
+        try:
+            with open(marker) as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return ""
+    wait_until(lambda: written() == "done\n", 10)
+    assert written() == "done\n"
 
 
 def test_status_of_foreground_command_after_finish(client):
