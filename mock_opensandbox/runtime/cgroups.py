@@ -319,18 +319,24 @@ def kill_members(d: str) -> None:
                     pass
 
 
+def rmdir_tree(d: str) -> None:
+    """rmdir a cgroup and the cgroups below it, deepest first (a cgroup holds no files to remove).
+    The janitor's script carries this function's own source (janitor.script())."""
+    for dirpath, dirnames, _ in os.walk(d, topdown=False):
+        for sub in dirnames:
+            try:
+                os.rmdir(os.path.join(dirpath, sub))
+            except FileNotFoundError:
+                pass
+    os.rmdir(d)
+
+
 def _rmdir(d: str, timeout: float) -> bool:
     """rmdir a cgroup (and its children), retrying while its last tasks finish exiting (EBUSY)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            for dirpath, dirnames, _ in os.walk(d, topdown=False):
-                for sub in dirnames:
-                    try:
-                        os.rmdir(os.path.join(dirpath, sub))
-                    except FileNotFoundError:
-                        pass
-            os.rmdir(d)
+            rmdir_tree(d)
             return True
         except FileNotFoundError:
             return True

@@ -24,7 +24,9 @@ from typing import Any
 
 KINDS = ("pid", "cgroup", "umount", "dir")
 
-# The janitor itself: `python -I -S -c SOURCE`, reads its stdin until EOF.
+# The janitor itself: `python -I -S -c "$(script())"`, reads its stdin until EOF. It imports nothing of
+# the mock (it outlives it, and -I keeps the mock's tree off its path): script() puts the source of
+# cgroups.rmdir_tree in front of SOURCE.
 SOURCE = r'''
 import os, signal, sys, time, errno, shutil, ctypes
 held = {k: [] for k in ("pid", "cgroup", "umount", "dir")}
@@ -82,13 +84,7 @@ while left and time.monotonic() < deadline:
             except OSError:
                 pass
         try:
-            for dp, dn, fn in os.walk(d, topdown=False):
-                for n in dn:
-                    try:
-                        os.rmdir(os.path.join(dp, n))
-                    except FileNotFoundError:
-                        pass
-            os.rmdir(d)
+            rmdir_tree(d)
         except FileNotFoundError:
             pass
         except OSError:
@@ -111,6 +107,14 @@ for d in reversed(held["dir"]):
         except OSError:
             pass
 '''
+
+
+def script() -> str:
+    """SOURCE with the one function it shares with the mock, cgroups.rmdir_tree, defined first."""
+    import inspect
+
+    from . import cgroups
+    return "import os\n" + inspect.getsource(cgroups.rmdir_tree) + SOURCE
 
 
 class Janitor:
@@ -136,7 +140,7 @@ class Janitor:
                 # no preexec_fn, no parent-death signal: it must outlive the mock; close_fds keeps
                 # every other descriptor (sockets, other pipes) out of it
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", SOURCE], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                    [sys.executable, "-I", "-S", "-c", script()], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True, cwd="/",
                     env={"PATH": "/usr/bin:/bin"})
             except OSError:
