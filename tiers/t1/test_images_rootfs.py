@@ -11,21 +11,14 @@ import subprocess
 import pytest
 
 from mock_opensandbox.images import ImageStore
-from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
-
-BUSYBOX = "/bin/busybox"
+from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout
 
 
-def _static_busybox() -> bool:
-    if not os.path.isfile(BUSYBOX):
-        return False
-    r = subprocess.run(["ldd", BUSYBOX], capture_output=True, text=True)
-    return "not a dynamic executable" in (r.stdout + r.stderr)
 
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="chroot and overlay mounts need root"),
-    pytest.mark.skipif(not _static_busybox(), reason="no static /bin/busybox (Debian busybox-static)"),
+    pytest.mark.skipif(not static_busybox(), reason="no static /bin/busybox (Debian busybox-static)"),
     pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1)"),
 ]
 

@@ -10,27 +10,19 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 
 import pytest
 
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import sandbox_inside as si
-from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
+from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout
 from tiers.toolkit.waits import poll
 
-BUSYBOX = "/bin/busybox"
 APPLETS = ("sh", "cat", "ls", "id", "echo", "ps", "tail", "env", "pwd", "touch", "rm", "stat", "tr", "readlink")
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 
-
-def _static_busybox() -> bool:
-    if not os.path.isfile(BUSYBOX):
-        return False
-    r = subprocess.run(["ldd", BUSYBOX], capture_output=True, text=True)
-    return "not a dynamic executable" in (r.stdout + r.stderr)
 
 
 def _pid_namespaces() -> bool:
@@ -39,7 +31,7 @@ def _pid_namespaces() -> bool:
 
 
 pytestmark = [
-    pytest.mark.skipif(not _static_busybox(), reason="no static /bin/busybox (Debian busybox-static) to build images"),
+    pytest.mark.skipif(not static_busybox(), reason="no static /bin/busybox (Debian busybox-static) to build images"),
     pytest.mark.skipif(not _pid_namespaces(), reason="no PID namespace per sandbox here: sandboxes get host tools"),
 ]
 

@@ -14,7 +14,7 @@ from mock_opensandbox.server import MockOpenSandbox
 
 from tiers.t1 import cdp
 from tiers.toolkit import rest
-from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
+from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout
 
 pytestmark = [pytest.mark.spec_exempt("the dashboard's /__mock__/ routes are mock-only"),
               pytest.mark.skipif(cdp.find_browser() is None, reason="no chromium: apt-get install -y chromium")]
@@ -111,18 +111,11 @@ def _dashboard_flow(tmp_path):
             assert sid not in osb.sandboxes and second in osb.sandboxes
 
 
-BUSYBOX = "/bin/busybox"
-
-
 def _image_sandboxes() -> bool:
     """A static busybox to build the image with, and a PID namespace per sandbox (else: host-tools view)."""
-    import subprocess
     from mock_opensandbox.runtime.probe import probe_result
-    if not os.path.isfile(BUSYBOX):
-        return False
-    r = subprocess.run(["ldd", BUSYBOX], capture_output=True, text=True)
     ok, _, _, pid_mode = probe_result()
-    return "not a dynamic executable" in (r.stdout + r.stderr) and ok and pid_mode is not None
+    return static_busybox() and ok and pid_mode is not None
 
 
 @pytest.mark.skipif(not _image_sandboxes(), reason="no static /bin/busybox or no PID namespace per sandbox")

@@ -133,6 +133,17 @@ def write_oci_layout(path: str, images: dict[str, BuiltImage], *, index_for: dic
             f.write(bytes(data))
 
 
+BUSYBOX = "/bin/busybox"                # Debian busybox-static: what image tests build their images from
+
+
+def static_busybox() -> bool:
+    """/bin/busybox is there and statically linked (it runs in an image with no libc)."""
+    if not os.path.isfile(BUSYBOX):
+        return False
+    r = subprocess.run(["ldd", BUSYBOX], capture_output=True, text=True)
+    return "not a dynamic executable" in (r.stdout + r.stderr)
+
+
 def docker_has(image: str) -> bool:
     """The local Docker answers ``docker image inspect IMAGE`` with success (False without a docker CLI or daemon)."""
     if shutil.which("docker") is None:
