@@ -26,17 +26,12 @@ def utcnow() -> datetime:
 T = TypeVar("T")
 
 
-def check_page(page: int, page_size: int) -> None:
-    """A page request the store can answer (the routes' query checks answer 422 before this is reached)."""
-    if page < 1 or page_size < 1:
-        raise ValueError("page and page_size must be >= 1")
-
-
 def paginate(items: Sequence[T], page: int, page_size: int) -> tuple[list[T], dict[str, Any]]:
     """One page of ``items`` (already filtered and sorted) and the server's ``pagination`` block (server
     docker_service.py list_sandboxes and snapshot_service.py list: totalPages is ceil(total / pageSize), 0
     when empty; a page past the last is an empty list). The one copy for the sandbox and snapshot lists."""
-    check_page(page, page_size)
+    if page < 1 or page_size < 1:          # (the routes' query checks answer 422 before this is reached)
+        raise ValueError("page and page_size must be >= 1")
     total = len(items)
     pages = math.ceil(total / page_size) if total else 0
     start = (page - 1) * page_size
@@ -393,7 +388,6 @@ class SandboxStore:
              page: int = 1, page_size: int = quirks.DEFAULT_PAGE_SIZE) -> tuple[list[Sandbox], dict[str, Any]]:
         """Filter (state OR within, case-insensitive; metadata equality AND), newest first, then paginate
         (server services/helpers.py matches_filter, docker_service.py list_sandboxes)."""
-        check_page(page, page_size)
         wanted = {s.lower() for s in states} if states else None
         with self._lock:
             items = [sb for sb in self._items.values() if not sb.deleted]

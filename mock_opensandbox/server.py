@@ -151,7 +151,8 @@ class MockProvisioner(Provisioner):
                                      limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
                                      janitor=m.janitor, image=sb.rootfs_image)
         except (RootfsError, UserNotFound) as exc:
-            shutil.rmtree(root, ignore_errors=True)
+            from .runtime._util import rmtree
+            rmtree(root)       # (a partial copy made as non-root may hold 0555 directories)
             raise start_failed(str(exc)) from None
         sb.runtime = runtime
         if sb.snapshot_image is not None:  # snapshotId: what the snapshot holds (images/commit.py)

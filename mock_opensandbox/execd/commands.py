@@ -294,7 +294,7 @@ class CommandRegistry:
         holder = getattr(self.runtime, "_holder", None)
         if (uid is None and gid is None) or holder is None or not getattr(holder, "fork_joins", False):
             return None
-        from ..runtime.rootfs import lookup_uid
+        from ..runtime.rootfs import lookup_uid, user_word
 
         def read(path: str) -> bytes | None:
             try:
@@ -304,7 +304,7 @@ class CommandRegistry:
                 return None
         g, groups = lookup_uid(uid or 0, read("/etc/passwd"), read("/etc/group")) if uid is not None else (0, [])
         g = gid if gid is not None else g
-        return {"user": "%d %d %s" % (uid or 0, g, ",".join(map(str, groups)) or "-")}
+        return {"user": user_word((uid or 0, g, groups))}
 
     def start(self, *, command: str | None, argv: list[str] | None = None, cwd: str | None = None,
               envs: dict[str, str] | None = None, timeout_ms: int = 0, background: bool = False,

@@ -22,10 +22,9 @@ from .errors import (INVALID_FILE, INVALID_FILE_CONTENT, INVALID_FILE_METADATA, 
 from .fsops import SandboxFS, _DirHandle, file_info
 from .globmatch import glob_match
 
-__all__ = ["FilesAPI", "FileOpError", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
+__all__ = ["FilesAPI", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
            "content_disposition"]
 
-FileOpError = ExecdError  # the files half's old name for it (kept for callers)
 
 PERMISSION = {"owner": "string", "group": "string", "mode": "int"}
 RENAME_ITEM = Struct("model.RenameFileItem", {"src": "string", "dest": "string"})
@@ -197,7 +196,7 @@ class FilesAPI:
         if cond == "not-modified":
             for k in ("Content-Type", "Content-Length", "Content-Encoding"):
                 headers.pop(k, None)
-            _send_head(req, 304, headers, no_length=True)
+            _send_head(req, 304, headers)
             return
         if cond == "precondition-failed":
             _serve_error(req, headers, 412, "Precondition Failed\n")
@@ -437,8 +436,7 @@ def _http_date(text: str) -> int | None:
     return int(dt.timestamp())
 
 
-def _send_head(req: Request, status: int, headers: dict[str, str], *, close: bool = False,
-               no_length: bool = False) -> None:
+def _send_head(req: Request, status: int, headers: dict[str, str], *, close: bool = False) -> None:
     req.send_head(status, headers)
     if close:
         req.handler.close_connection = True

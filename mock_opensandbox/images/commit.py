@@ -4,8 +4,7 @@ a committed layer back into a sandbox root that does not run on an image (issue 
 What Docker's ``container.commit`` does (server ``services/docker/snapshot_runtime.py``): the container's
 writable layer becomes one new layer on top of the image's layers, its config (``Env``, ``Labels``, ...)
 becomes the new image's config. Here the writable layer comes from ``SandboxRuntime.changes_dir()`` ->
-``(path, kind)`` (``changes_of()`` below supplies ``(runtime.root, "host-tools")`` where the runtime has no
-such method):
+``(path, kind)``:
 
 * ``overlay``: an overlayfs upper dir; a 0/0 character device is a whiteout, a directory with
   ``trusted.overlay.opaque=y`` is opaque. Everything in it is a change.
@@ -37,8 +36,7 @@ import time
 from typing import Any, Iterator
 
 from .store import Image, ImageStore, _read_json
-from . import unpack
-from .unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, real_dir_chain
+from .unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, apply_layer, real_dir_chain
 
 KINDS = ("overlay", "full", "host-tools")
 NEVER = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "opt/opensandbox")
@@ -323,13 +321,6 @@ def restore_layer(img: Image) -> dict[str, Any] | None:
     return next((x for x in img.layers if x["diff_id"] == own), None)
 
 
-def apply_layer(layer: dict[str, Any], dest: str) -> None:
-    """Copy a cached layer into the sandbox root dest (copies, never hard links into the cache): whiteouts
-    and opaque directories first, then every entry; nothing is written through a symlink of dest
-    (unpack.apply_layer, the loop flatten uses too)."""
-    unpack.apply_layer(layer["path"], layer, dest, copy=True)
-
-
 # -- the mock's glue (server.py) -----------------------------------------------------------------------------
 class Committer:
     """``snapshots.SnapshotStore``'s committer and remover over an image store: the mock's own (its
@@ -366,4 +357,5 @@ def restore_into(sb: Any, runtime: Any) -> None:
         return
     layer = restore_layer(img)
     if layer is not None:
-        apply_layer(layer, runtime.root)
+        # copies, never hard links into the cache; nothing written through a symlink of the root
+        apply_layer(layer["path"], layer, runtime.root, copy=True)

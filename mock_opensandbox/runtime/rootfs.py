@@ -18,7 +18,6 @@ entry when neither the image nor the request sets it (moby oci defaults / runc).
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 from typing import Any
@@ -146,8 +145,7 @@ class ImageRoot:
                 if g is None:
                     raise UserNotFound("unable to find group %s: no matching entries in group file" % group)
                 gid = int(g[2])
-        extra = sorted({int(e[2]) for e in groups if uname and len(e) > 3 and e[2].isdigit()
-                        and uname in e[3].split(",")} - {gid}) if not group else []
+        extra = sorted(_member_gids(groups, uname) - {gid}) if uname and not group else []
         return uid, gid, [gid] + extra, home
 
     def env(self, home: str | None) -> dict[str, str]:
@@ -170,8 +168,12 @@ def lookup_uid(uid: int, passwd: bytes | None, group: bytes | None) -> tuple[int
     if entry is None:
         return 0, []
     gid = int(entry[3])
-    return gid, sorted({gid} | {int(e[2]) for e in _table(group) if len(e) > 3 and e[2].isdigit()
-                                and entry[0] in e[3].split(",")})
+    return gid, sorted({gid} | _member_gids(_table(group), entry[0]))
+
+
+def _member_gids(groups: list[list[str]], name: str) -> set[int]:
+    """The gids of the /etc/group rows whose member list names ``name``."""
+    return {int(e[2]) for e in groups if len(e) > 3 and e[2].isdigit() and name in e[3].split(",")}
 
 
 def user_word(user: tuple[int, int, list[int]] | tuple[int, int, list[int], str]) -> str:
@@ -184,7 +186,3 @@ def _table(data: bytes | None) -> list[list[str]]:
     return [line.split(":") for line in data.decode("utf-8", "replace").splitlines()
             if line and not line.startswith("#")]
 
-
-def remove(home: str) -> None:
-    """The sandbox directory with its layer (the overlay is gone with the sandbox's mount namespace)."""
-    shutil.rmtree(home, ignore_errors=True)

@@ -301,7 +301,7 @@ def test_host_tools_commit_and_restore_never_write_through_a_symlink(tmp_path):
         make_image_root(str(dest))
         os.unlink(dest / "var" / "run")
         os.symlink(str(outside), dest / "var" / "run")  # a symlink where the layer has a directory
-        C.apply_layer(lay, str(dest))
+        C.apply_layer(lay["path"], lay, str(dest), copy=True)   # what restore_into does
         assert os.listdir(outside) == []
         assert not os.path.islink(dest / "var" / "run") and (dest / "var" / "run" / "x").read_text() == "x"
         assert not os.path.exists(dest / "srv") and not os.path.exists(dest / "usr" / "host-file")
