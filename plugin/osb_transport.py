@@ -399,7 +399,7 @@ class Stream:
             pass
 
     def abort(self) -> None:
-        """Unblock a reader thread stuck in read1() (called from another thread)."""
+        """Unblock a read of this stream (wait / read_some / read_body) from another thread."""
         sock = getattr(self._conn, "sock", None)
         if sock is not None:
             try:

@@ -506,7 +506,7 @@ def test_foreign_server_on_the_port_is_refused(world):
         fh.write(f"port = {world.port}\n")
     other = subprocess.Popen([PY, os.path.join(world.stubs, "opensandbox-server.py"), "--config", config])
     try:
-        wait_until(lambda: not port_closed(world.port), 5.0)
+        assert wait_until(lambda: not port_closed(world.port), 5.0)
         r = world.run("up")
         assert r.returncode == 1
         assert 'local-up: step "server" failed' in r.stderr

@@ -1,7 +1,7 @@
 """mock_opensandbox/ and plugin/ have no import circle (issues 13, 22): the imports between their
 modules - at module level and inside functions alike (the old execd/files.py <-> execd/server.py
-circle was one of function-level imports) - form a DAG. ``if TYPE_CHECKING:`` blocks never run and
-are not counted. plugin/ is a flat root (launch.py runs with that directory as sys.path[0]): its
+circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_CHECKING:`` count
+too (a circle of type names is still a circle for a reader). plugin/ is a flat root (launch.py runs with that directory as sys.path[0]): its
 modules are named from there (``epp``, ``osb_transport``). No module of plugin/ or mock_opensandbox/ is over 700 lines."""
 from __future__ import annotations
 

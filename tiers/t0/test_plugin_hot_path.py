@@ -66,10 +66,11 @@ def test_concurrent_calls_get_their_own_threads_and_idle_ones_end(monkeypatch):
 def test_a_spare_thread_takes_the_first_call():
     w = epp.Workers()
     w.spare()
-    assert len(w._idle) == 1
-    done = threading.Event()
-    w.run(done.set)
+    assert wait_until(lambda: len(w._idle) == 1, 5.0)
+    n, seen, done = threading.active_count(), [], threading.Event()
+    w.run(lambda: (seen.append(threading.active_count()), done.set()))
     assert done.wait(5)
+    assert seen == [n]                    # no new thread: the spare ran it
 
 
 def _serving(initialize=lambda p: {}, find=lambda name: None):
@@ -225,7 +226,6 @@ def test_chunked_stream_is_never_reported_readable_while_a_read_would_block():
 
 
 def test_wait_ends_early_on_the_wake_descriptor():
-    import os
     server, stream = _reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
     r, w = os.pipe()
     try:

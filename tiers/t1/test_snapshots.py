@@ -76,7 +76,7 @@ def test_snapshot_of_an_exited_sandbox_is_refused(opensandbox_mock_factory):
     key = {"OPEN-SANDBOX-API-KEY": osb.api_key}
     sid = rest.call(hp, "POST", "/v1/sandboxes", dict(CREATE, entrypoint=["true"]), key).json()["id"]
     osb.sandboxes[sid].entry_proc.wait(10)
-    wait_until(lambda: osb.sandboxes[sid].exited, 5.0)
+    assert wait_until(lambda: osb.sandboxes[sid].exited, 5.0)
     r = rest.call(hp, "POST", "/v1/sandboxes/%s/snapshots" % sid, None, key)
     assert (r.status, r.json()["code"]) == (409, "SNAPSHOT::INVALID_SOURCE_STATE")
 
