@@ -17,7 +17,7 @@ import os
 import termios
 from typing import Any, Callable
 
-from . import caps
+from . import caps, scripts
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWNET = 0x00020000, 0x08000000, 0x04000000, 0x40000000
 _libc: Any = None
@@ -26,6 +26,10 @@ _last_cap: int | None = None
 
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 class _CapData(ctypes.Structure):
@@ -68,6 +72,9 @@ def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
     data = (_CapData * 2)()
     for i in (0, 1):
         data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
+    prog = scripts.SECCOMP["seccomp_program"](os.uname().machine)  # built here: the child only installs
+    fbuf = ctypes.create_string_buffer(prog, len(prog)) if prog else None
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(fbuf, ctypes.c_void_p)) if prog else None
     bad = (b"unshare: cannot change directory to " + wd.encode("utf-8", "surrogateescape") + b": ")
 
     def preexec() -> None:
@@ -83,6 +90,9 @@ def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
             os._exit(1)
         if controlling_tty:  # _util.take_ctty, with its modules imported here: the image has no stdlib
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        if fprog is not None and fbuf is not None and libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0 \
+                and ctypes.get_errno() != 22:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER (scripts/seccomp.py)
+            os._exit(127)
         for cap in range(last + 1):
             if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
                 os._exit(127)

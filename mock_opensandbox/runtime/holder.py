@@ -370,7 +370,7 @@ class Holder:
         if self.mode == "direct" and not self.via_helper:
             safe, unsafe = scripts.split_env(env)
             net = ["--net"] if self.net is not None else []
-            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--", setpriv]
+            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--"] + scripts.seccomp_stage() + [setpriv]
                     + caps.setpriv_options() + ["--"] + scripts.env_stage(unsafe) + list(argv)), safe
         # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
         # it again when the command's environment did not have it
@@ -388,7 +388,8 @@ class Holder:
         if self.mode == "direct" and not self.via_helper:  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
             out = {b"\0".join(raw) + b"\0"}
             cut = raw.index(b"--") + 1
-            out.add(b"\0".join(raw[cut:]) + b"\0")
+            out.add(b"\0".join(raw[cut:]) + b"\0")  # the seccomp stage, then setpriv
+            out.add(b"\0".join(raw[cut + len(scripts.seccomp_stage()):]) + b"\0")
             cut2 = raw.index(b"--", cut) + 1
             if raw[cut2:cut2 + 1] == [scripts.ENV_STAGE.encode()]:
                 out.add(b"\0".join(raw[cut2:]) + b"\0")

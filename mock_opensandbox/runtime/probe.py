@@ -95,6 +95,7 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
     view = ("commands see the sandbox root as / (pivot_root; /usr /bin /lib* read-only from the host, a "
             "container /dev, read-only /sys and /proc/sys, a per-sandbox /etc) and run with the server's "
             "capability set %#x and no_new_privs" % caps.SANDBOX_CAP_MASK)
+    view += "; " + seccomp_note()
     pid_mode, why = _probe_pidns(unshare, setpriv)
     if pid_mode is not None:
         how = ("setns + nsenter" if pid_mode == "direct" else "a setns helper")
@@ -162,12 +163,28 @@ def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
         rmtree(tmp)
 
 
+def seccomp_note() -> str:
+    """Docker's default seccomp profile (scripts/seccomp.py): installed in every sandbox process, or why not."""
+    if scripts.SECCOMP["seccomp_program"](os.uname().machine) is None:
+        return "NO seccomp filter (no system call table for %s)" % os.uname().machine
+    try:
+        with open("/proc/self/status") as fh:
+            has = any(line.startswith("Seccomp:") for line in fh)
+    except OSError:
+        has = False
+    if not has:
+        return "NO seccomp filter (the kernel has no CONFIG_SECCOMP)"
+    return "the system calls Docker's default seccomp profile closes answer EPERM"
+
+
 def isolation_header() -> str:
     """The x-mock-isolation value: "isolated" (contained like the real sandbox), "isolated; not
     contained: ..." without a PID namespace, "host; <why>" (the network part: sandbox.network_note)."""
     ok, note = probe_isolation()
     if not ok:
         return "host; " + " ".join(note.split())
+    if not seccomp_note().startswith("the "):
+        return "isolated; not contained: " + seccomp_note() + _limits(", ")
     if probe_result()[3] is None:
         return "isolated; not contained: the host's processes (no PID namespace of the sandbox's own)" + _limits(", ")
     return "isolated" + _limits("; not contained: ")

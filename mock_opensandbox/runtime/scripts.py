@@ -36,7 +36,33 @@ def resource(name: str) -> str:
 
 
 VIEW_PY = os.path.join(SCRIPTS_DIR, "view.py")   # run as a file: `ps` stays readable
-NSEXEC_PY = _read("nsexec.py")                    # run with -c (one per command, non-root)
+SECCOMP_PY = _read("seccomp.py")                  # Docker's default profile's closed calls (BPF)
+NSEXEC_PY = SECCOMP_PY + _read("nsexec.py")       # run with -c (one per command, non-root)
+SECCOMP: dict = {}
+exec(compile(SECCOMP_PY, os.path.join(SCRIPTS_DIR, "seccomp.py"), "exec"), SECCOMP)
+# a root join's stage in front of setpriv (CAP_SYS_ADMIN still held): the filter, then exec
+SECCOMP_STAGE = SECCOMP_PY + """
+import ctypes, os, sys
+e = seccomp_install(ctypes.CDLL(None, use_errno=True))
+if e not in (0, 22):
+    os.write(2, b"nsenter: seccomp: " + os.strerror(e).encode() + b"\\n")
+    os._exit(127)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def stage_python() -> str:
+    """A Python the sandbox's view shows (/usr and /bin are the host's): the interpreter's real path."""
+    import shutil
+    real = os.path.realpath(sys.executable)
+    if real.startswith(("/usr/", "/bin/")):
+        return real
+    return shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or real
+
+
+def seccomp_stage() -> list[str]:
+    return [stage_python(), "-I", "-S", "-c", SECCOMP_STAGE]
 
 # The wrapper programs (unshare, sh, mount, nsenter, setpriv, the helper's Python) run with full
 # capabilities before the drop; a caller-controlled variable must not load code into them or

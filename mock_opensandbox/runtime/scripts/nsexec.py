@@ -82,6 +82,9 @@ def main():
             os.chdir(wd)
         except OSError as e:
             fail("unshare: cannot change directory to %s: %s" % (wd, e.strerror), 1)
+        err = seccomp_install(libc)  # noqa: F821 - seccomp.py, prepended (scripts.NSEXEC_PY)
+        if err not in (0, 22):
+            fail("setpriv: seccomp: %s" % os.strerror(err), 127)
         drop_caps(libc, mask, last, nnp)
         if user != "-":
             uid, gid, groups = user.split(" ")
