@@ -91,6 +91,40 @@ def test_paused_requests_wait_for_resume(make_execd, runtime):
     assert result == {"status": 200}
 
 
+def test_upload_in_flight_stalls_while_paused(make_execd, runtime):
+    """docker pause freezes the real execd: an upload whose body is still arriving gets no answer and
+    writes nothing until resume, then completes (QUIRKS.md, "Pause")."""
+    from mock_opensandbox import multipart
+    s = make_execd()
+    data = os.urandom(1024 * 1024)
+    body, ctype = multipart.encode([("metadata", "metadata", "application/json", b'{"path":"/tmp/paused.bin"}'),
+                                    ("file", "paused.bin", "application/octet-stream", data)], None)
+    head = ("POST /files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+            % (ctype, len(body))).encode()
+    target = os.path.join(runtime.root, "tmp", "paused.bin")
+    with socket.create_connection(("127.0.0.1", s.port), timeout=20) as sock:
+        sock.sendall(head + body[:1000])
+        time.sleep(0.2)  # the handler is reading the body
+        runtime.pause()
+        try:
+            sock.sendall(body[1000:])
+            sock.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                sock.recv(1)  # no answer while paused
+            assert not os.path.exists(target) or os.path.getsize(target) < len(data)
+        finally:
+            runtime.resume()
+        sock.settimeout(20)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = sock.recv(4096)
+            assert chunk, reply
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    with open(target, "rb") as fh:
+        assert fh.read() == data
+
+
 def test_stop_unblocks_paused_and_stalled_requests(runtime):
     s = ExecdServer(runtime, close_delay=0)
     s.start()
