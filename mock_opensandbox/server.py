@@ -33,6 +33,7 @@ from .relay import free_port
 from .revproxy import PortForwardApp, PortForwardHandler
 from .runtime.cgroups import DEFAULT_PIDS_LIMIT
 from .runtime._util import default_signals_for_children, inherited_signals_back
+from .runtime.janitor import LEDGER as JANITOR_LEDGER
 from .runtime.janitor import Janitor, reap_root
 from .runtime.sandbox import SandboxTerminated
 from .volumes import VolumeStore, start_failed
@@ -538,6 +539,8 @@ class MockOpenSandbox(WorkbenchMixin):
                 os.makedirs(self._root_given, exist_ok=True)
                 self.root = os.path.realpath(self._root_given)
                 reap_root(self.root, _is_sandbox_id)  # what a dead mock (and its janitor) left in it
+                self.janitor.ledger = os.path.join(self.root, JANITOR_LEDGER)  # what this one is about to make
+                self.janitor.track("dir", self.janitor.ledger)  # gone with this mock's end, like what it lists
             else:
                 self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
                 self.janitor.track("dir", self.root)

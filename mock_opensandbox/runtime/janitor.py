@@ -23,6 +23,9 @@ import threading
 from typing import Any
 
 KINDS = ("pid", "cgroup", "umount", "dir")
+LEDGER = ".osb-ledger"  # in a --root: what this mock is about to make (Janitor.intend)
+LEDGER_KINDS = ("cgroup-name", "holder-dir")
+HOLDER_PREFIX = "osb-holder-"  # holder.py's readiness FIFO directories
 
 # The janitor itself: `python -I -S -c "$(script())"`, reads its stdin until EOF. It imports nothing of
 # the mock (it outlives it, and -I keeps the mock's tree off its path): script() puts the source of
@@ -125,6 +128,7 @@ class Janitor:
         self._proc: subprocess.Popen | None = None
         self._closed = False
         self._failed = False
+        self.ledger: str | None = None  # <root>/LEDGER under a --root given (reap_root reads it)
 
     @property
     def closed(self) -> bool:
@@ -163,6 +167,20 @@ class Janitor:
         if kind not in KINDS or "\n" in value or not value:
             raise ValueError("bad janitor entry %r %r" % (kind, value))
         self._send("+%s %s" % (kind, value))
+
+    def intend(self, kind: str, value: str) -> None:
+        """Write "+kind value" to the ledger BEFORE the resource is made: a SIGKILL at any point after
+        leaves a record that a restart with the same --root reaps (reap_root). Kinds: LEDGER_KINDS."""
+        if self.ledger is None or kind not in LEDGER_KINDS or "\n" in value or not value:
+            return
+        try:
+            fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, ("+%s %s\n" % (kind, value)).encode("utf-8", "surrogateescape"))
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
 
     def untrack(self, kind: str, value: str) -> None:
         if self._proc is None:
@@ -210,6 +228,22 @@ def reap_root(root: str, is_sandbox_dir: Any) -> list[str]:
 
     host = cgroups.host()
     reaped: list[str] = []
+    for kind, value in _ledger_entries(os.path.join(root, LEDGER)):
+        if kind == "cgroup-name" and value.startswith(cgroups.NAME_PREFIX) and "/" not in value:
+            for base in host.bases.values():
+                d = os.path.join(base, value)
+                if os.path.isdir(d) and not os.path.islink(d):
+                    cgroups.kill_members(d)
+                    if cgroups._rmdir(d, 2.0):
+                        reaped.append(d)
+        elif (kind == "holder-dir" and os.path.basename(value).startswith(HOLDER_PREFIX)
+              and os.path.isdir(value) and not os.path.islink(value)):
+            shutil.rmtree(value, ignore_errors=True)
+            reaped.append(value)
+    snap = os.path.join(root, "snapshot-images")  # the mock's own snapshot store goes with it (server.stop)
+    if os.path.isdir(snap) and not os.path.islink(snap):
+        shutil.rmtree(snap, ignore_errors=True)
+        reaped.append(snap)
     for name in sorted(os.listdir(root)):
         full = os.path.join(root, name)
         if not (is_sandbox_dir(name) and os.path.isdir(full) and not os.path.islink(full)):
@@ -220,4 +254,22 @@ def reap_root(root: str, is_sandbox_dir: Any) -> list[str]:
                 reaped.append(d)
         shutil.rmtree(full, ignore_errors=True)
         reaped.append(full)
+    try:
+        os.unlink(os.path.join(root, LEDGER))
+    except FileNotFoundError:
+        pass
     return reaped
+
+
+def _ledger_entries(path: str) -> list[tuple[str, str]]:
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().decode("utf-8", "surrogateescape").split("\n")
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        kind, _, value = line[1:].partition(" ")
+        if line.startswith("+") and kind in LEDGER_KINDS and value:
+            out.append((kind, value))
+    return out

@@ -191,6 +191,8 @@ class SandboxRuntime(SandboxPaths):
         self.limits_note = host.note()
         if not host.bases:
             return
+        if self._janitor is not None:
+            self._janitor.intend("cgroup-name", name)  # before it exists: a restart reaps it (janitor.reap_root)
         try:
             self.cgroup = host.create(name, limits)
         except OSError as exc:
@@ -386,6 +388,7 @@ class SandboxRuntime(SandboxPaths):
                                        implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
                                        volumes=self.volumes, agent_fd=agent_fd, agent_python=python,
                                        execd=execd is not None, idle_execd=idle, view_env=view_env,
+                                       intend=self._janitor.intend if self._janitor is not None else None,
                                        **holder_join)
         finally:
             if agent_fd is not None:
