@@ -3,11 +3,12 @@ with that profile (moby/profiles seccomp/default.json: SCMP_ACT_ERRNO, errno 1; 
 Each probe is one bounded call inside a mock sandbox."""
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
 
-from mock_opensandbox.runtime import SandboxRuntime, isolation_note
+from mock_opensandbox.runtime import SandboxRuntime, forkjoin, isolation_note
 from tiers.t1 import containment_probes as cp
 from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
@@ -80,3 +81,16 @@ def test_the_entrypoint_pid1_tree_has_the_filter(tmp_path):
     finally:
         r.cleanup()
         cp.cleanup_host_leftovers()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the fork-join path is root's (an image's view)")
+def test_the_fork_join_preexec_installs_the_filter():
+    """forkjoin.py (root + an image's view: the Popen child joins itself) installs it before the exec;
+    here without namespaces to join, so the child stays on the host."""
+    preexec, ctx = forkjoin.fork_join([], "/", "-", None, False)
+    with ctx:
+        p = subprocess.Popen(["/bin/sh", "-c", "grep Seccomp: /proc/self/status; unshare -U true"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=preexec)
+    out, _ = p.communicate(timeout=60)
+    assert (p.returncode, out.decode().splitlines()) == (
+        1, ["Seccomp:\t2", "unshare: unshare failed: Operation not permitted"])
