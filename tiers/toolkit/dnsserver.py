@@ -8,7 +8,7 @@ import struct
 import threading
 
 
-class TestResolver:
+class StubResolver:
     def __init__(self, records: dict[str, str]):
         self.records = {k.lower().rstrip("."): v for k, v in records.items()}
         self.asked: list[str] = []
@@ -22,7 +22,7 @@ class TestResolver:
     def address(self) -> str:
         return "127.0.0.1:%d" % self.port
 
-    def __enter__(self) -> "TestResolver":
+    def __enter__(self) -> "StubResolver":
         self._thread.start()
         return self
 
