@@ -27,6 +27,7 @@ class Filter:
         self.nft: str = nft
         self.nsenter = shutil.which("nsenter") or "nsenter"
         self.lock = threading.Lock()
+        self.resolved: set[str] = set()  # kept across a policy change (the table is made anew)
 
     def _run(self, script: str) -> None:
         out = subprocess.run([self.nsenter, "--net=/proc/%d/ns/net" % self.pid, self.nft, "-f", "-"],
@@ -43,12 +44,13 @@ class Filter:
             "table inet %(t)s {\n"
             " set allow_v4 { type ipv4_addr; flags interval; %(a)s }\n"
             " set deny_v4 { type ipv4_addr; flags interval; %(d)s }\n"
-            " set dyn_allow_v4 { type ipv4_addr; flags timeout; }\n"
+            " set dyn_allow_v4 { type ipv4_addr; flags timeout; %(r)s }\n"
             " chain output { type filter hook output priority 0; policy accept;\n"
             "  oifname \"lo\" accept\n  ct state established,related accept\n"
             "  ip daddr @deny_v4 drop\n  ip daddr @allow_v4 accept\n  ip daddr @dyn_allow_v4 accept\n"
             "  meta nfproto ipv6 drop\n  %(def)s\n }\n}\n"
-        ) % {"t": TABLE, "a": _elements(allow), "d": _elements(deny), "def": default}
+        ) % {"t": TABLE, "a": _elements(allow), "d": _elements(deny), "def": default,
+                                   "r": _elements(["%s timeout 300s" % ip for ip in sorted(self.resolved)])}
         with self.lock:
             self._run(script)
 
@@ -57,4 +59,5 @@ class Filter:
         if not ips:
             return
         with self.lock:
+            self.resolved.update(ips)
             self._run("add element inet %s dyn_allow_v4 { %s }\n" % (TABLE, ", ".join("%s timeout 300s" % ip for ip in ips)))

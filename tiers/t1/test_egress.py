@@ -192,3 +192,40 @@ def test_dns_nft_without_nft_is_refused_at_start():
         m.start()
     m.stop()
     assert json.dumps(mode_problem("dns+nft", "bridge"))
+
+
+def _ruleset(pid: int) -> str:
+    import subprocess
+
+    return subprocess.run(["nsenter", "--net=/proc/%d/ns/net" % pid, "nft", "list", "table", "inet", "opensandbox"],
+                          capture_output=True, text=True, timeout=30).stdout
+
+
+@pytest.mark.skipif(bool(mode_problem("dns+nft", "bridge")), reason=mode_problem("dns+nft", "bridge") or "-")
+def test_dns_nft_accepts_only_allowed_names_addresses_and_literal_rules(dns):
+    """The sandbox's own nftables: literal allow/deny sets, the A records of names the resolver let
+    through (and only those), default drop, re-applied on a policy change. (This host's sandboxes have
+    no eth0 without slirp4netns, so the drop itself is checked live, not here.)"""
+    pytest.importorskip("opensandbox")
+    from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule
+    from opensandbox.sync.sandbox import SandboxSync
+
+    with MockOpenSandbox(egress_mode="dns+nft", egress_dns_upstream=dns.address, execd_close_delay=0) as m:
+        pol = NetworkPolicy(default_action="deny", egress=[NetworkRule(action="allow", target="allowed.test"),
+                                                           NetworkRule(action="allow", target="10.9.0.0/16"),
+                                                           NetworkRule(action="deny", target="10.9.9.9")])
+        sb = SandboxSync.create("python:3", connection_config=sdk_config(m, sync=True), network_policy=pol)
+        try:
+            pid = m.store.get(sb.id).runtime._holder.pid
+            rules = _ruleset(pid)
+            assert "elements = { 10.9.0.0/16 }" in rules and "elements = { 10.9.9.9 }" in rules
+            assert rules.rstrip().splitlines()[-3].strip() == "drop"  # defaultAction deny: the chain's last rule
+            assert resolves(sb, "allowed.test") == "10.1.2.3" and resolves(sb, "other.test") is None
+            rules = _ruleset(pid)
+            assert "10.1.2.3" in rules and "10.1.2.5" not in rules  # only the allowed name's address
+            sb.patch_egress_rules([NetworkRule(action="allow", target="10.7.0.1")])
+            rules = _ruleset(pid)
+            assert "10.7.0.1" in rules and "10.1.2.3" in rules  # resolved addresses survive a change
+            assert m.store.get(sb.id).resources["egress"].status("x")["enforcementMode"] == "dns+nft"
+        finally:
+            sb.kill()
