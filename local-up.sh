@@ -38,7 +38,9 @@ OSB_DEBIAN_SUITE="${OSB_DEBIAN_SUITE:-}"
 OSB_DEBIAN_MIRROR="${OSB_DEBIAN_MIRROR:-}"
 OSB_APT_SOURCES="${OSB_APT_SOURCES:-/etc/apt}"
 OSB_WITH_EGRESS="${OSB_WITH_EGRESS:-0}"
-OSB_EGRESS_IMAGE="${OSB_EGRESS_IMAGE:-opensandbox/egress:v1.1.7}"
+OSB_EGRESS_IMAGE="${OSB_EGRESS_IMAGE:-}"  # default: see the egress block below
+OSB_EGRESS_MODE="${OSB_EGRESS_MODE:-dns}"
+OSB_EGRESS_BIN="${OSB_EGRESS_BIN:-$SCRIPT_DIR/../shared/opensandbox/egress}"
 OSB_WITH_CODE_INTERPRETER="${OSB_WITH_CODE_INTERPRETER:-0}"
 OSB_CODE_INTERPRETER_IMAGE="${OSB_CODE_INTERPRETER_IMAGE:-opensandbox/code-interpreter:v1.1.0}"
 OSB_PYTHON="${OSB_PYTHON:-python3}"
@@ -97,7 +99,9 @@ No image registry? OSB_LOCAL_IMAGES=1 ./local-up.sh up builds the images on this
 
 knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OSB_API_KEY (generated,
        kept in $OSB_WORKDIR/api-key)  OSB_SERVER_VERSION (1.1.1)  OSB_EXECD_IMAGE (opensandbox/execd:latest)
-       OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_IMAGE (opensandbox/egress:v1.1.7)
+       OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_MODE (dns; or dns+nft)
+       OSB_EGRESS_IMAGE (local/egress:src3bb6fad with OSB_LOCAL_IMAGES=1, else opensandbox/egress:v1.1.7)
+       OSB_EGRESS_BIN (../shared/opensandbox/egress: egress, opensandbox-supervisor, cleanup.sh)
        OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (opensandbox/code-interpreter:v1.1.0)
        OSB_PYTHON (python3)  OSB_DOCKERD_ARGS ()  OSB_DOCKERD_TIMEOUT (30)  OSB_HEALTH_TIMEOUT (60)
        OSB_LOCAL_IMAGES (0; 1 = build, defaults become OSB_EXECD_IMAGE=local/execd:from-binary
@@ -214,6 +218,7 @@ check_knobs() {
                 die knobs "OSB_ALLOWED_HOST_PATHS=$OSB_ALLOWED_HOST_PATHS" "use one normalized absolute path without quotes, backslashes, '..' or a trailing slash" ;;
         esac
     fi
+    egress_defaults
     local img
     for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE" "$OSB_BUSYBOX_IMAGE" "$OSB_EGRESS_IMAGE" "$OSB_CODE_INTERPRETER_IMAGE"; do
         case "$img" in
@@ -569,7 +574,86 @@ step_local_images() {
     build_execd_image
     build_busybox_image
     build_base_image
+    if [ "$OSB_WITH_EGRESS" = 1 ]; then build_egress_image; fi
 }
+
+# ---------------------------------------------------------------- egress sidecar image (networkPolicy)
+# OSB_WITH_EGRESS=1: the server gets [egress] image + mode (OSB_EGRESS_MODE: dns, the server's example config,
+# or dns+nft). With OSB_LOCAL_IMAGES=1 the image is built registry-free from OSB_EGRESS_BIN (a directory with
+# egress, opensandbox-supervisor and cleanup.sh: ../shared/opensandbox/egress, built from components/egress at
+# 3bb6fad) after the recipe in ../shared/opensandbox/README.md; else OSB_EGRESS_IMAGE is pulled. `down` removes
+# the sidecars with the sandboxes (sandbox-egress-<id> containers).
+egress_defaults() {
+    if [ -z "$OSB_EGRESS_IMAGE" ]; then
+        if [ "$OSB_LOCAL_IMAGES" = 1 ]; then OSB_EGRESS_IMAGE="local/egress:src3bb6fad"
+        else OSB_EGRESS_IMAGE="opensandbox/egress:v1.1.7"; fi
+    fi
+    case "$OSB_WITH_EGRESS" in
+        0 | 1) ;;
+        *) die knobs "OSB_WITH_EGRESS=$OSB_WITH_EGRESS" "set OSB_WITH_EGRESS=1 (an egress image for networkPolicy) or 0" ;;
+    esac
+    case "$OSB_EGRESS_MODE" in
+        dns | dns+nft) ;;
+        *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft" ;;
+    esac
+}
+
+build_egress_image() {
+    local img="$OSB_EGRESS_IMAGE" bin="$OSB_EGRESS_BIN" dir="$BUILD_DIR/egress-rootfs" log="$BUILD_DIR/debootstrap-egress.log"
+    local sum f suite mirror ok=1 have
+    for f in egress opensandbox-supervisor cleanup.sh; do
+        [ -f "$bin/$f" ] || die local-images "test -f $bin/$f" \
+            "point OSB_EGRESS_BIN at a directory with egress, opensandbox-supervisor and cleanup.sh (../shared/opensandbox/egress)" \
+            "no $f in $bin"
+    done
+    sum="egress $(cat "$bin/egress" "$bin/opensandbox-supervisor" "$bin/cleanup.sh" | sha256sum | cut -c1-16)"
+    if image_present "$img"; then
+        have="$(image_label "$img")"
+        if [ "$have" = "$LABEL: $sum" ] || [ -z "$have" ]; then
+            say "images: $img present (reused)"
+            return 0
+        fi
+        say "images: $img was built from other egress binaries; rebuilding"
+    fi
+    command -v debootstrap >/dev/null 2>&1 || apt_install "debootstrap (builds the egress image)" debootstrap
+    suite="$(debian_suite)"
+    mirror="$(debian_mirror)"
+    rm -rf "$dir"
+    mkdir -p "$BUILD_DIR"
+    say "images: building $img with debootstrap ($suite; iptables, iproute2, nftables; log: $log)"
+    debootstrap --variant=minbase --include=iptables,iproute2,nftables,ca-certificates,procps \
+        "$suite" "$dir" "$mirror" 2>&1 | tee "$log" | debootstrap_progress || ok=0
+    if [ "$ok" != 1 ] || [ ! -x "$dir/usr/sbin/nft" ]; then
+        die local-images "debootstrap --variant=minbase --include=iptables,iproute2,nftables $suite $dir" \
+            "read $log; check OSB_DEBIAN_MIRROR / OSB_DEBIAN_SUITE, or point OSB_EGRESS_IMAGE at an image that is present" \
+            "$(tail -n 1 "$log" 2>/dev/null || true)"
+    fi
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* 2>/dev/null || true
+    mkdir -p "$dir/opt/opensandbox-egress"
+    cp "$bin/egress" "$dir/opt/opensandbox-egress/egress"
+    cp "$bin/opensandbox-supervisor" "$dir/opt/opensandbox-egress/supervisor"
+    cp "$bin/cleanup.sh" "$dir/opt/opensandbox-egress/cleanup.sh"
+    chmod 755 "$dir/opt/opensandbox-egress/"*
+    import_rootfs "$dir" "$img" "$sum" --change 'ENTRYPOINT ["/opt/opensandbox-egress/supervisor","--pre-start=/opt/opensandbox-egress/cleanup.sh","--name=egress","--grace-period=20s","--","/opt/opensandbox-egress/egress"]'
+    rm -rf "$dir"
+    say "images: built $img"
+}
+
+egress_config() {
+    if [ "$OSB_WITH_EGRESS" = 1 ]; then
+        printf '\n[egress]\nimage = "%s"\nmode = "%s"\n' "$OSB_EGRESS_IMAGE" "$OSB_EGRESS_MODE"
+    fi
+}
+
+egress_env() {
+    # what the live tier compares against: the mock's --egress-mode for the same stack (off = no egress image)
+    if [ "$OSB_WITH_EGRESS" = 1 ]; then
+        printf 'export OSB_EGRESS_MODE=%s\nexport OPENSANDBOX_EGRESS_IMAGE=%s\n' "$OSB_EGRESS_MODE" "$OSB_EGRESS_IMAGE"
+    else
+        printf 'export OSB_EGRESS_MODE=off\n'
+    fi
+}
+# ---------------------------------------------------------------- end of the egress block
 
 render_config() {
     local key="$1"
@@ -605,9 +689,7 @@ EOF
         # host binds (volumes[].host) only under this prefix, checked by the server lexically and after realpath
         printf '\n[storage]\nallowed_host_paths = ["%s"]\n' "$OSB_ALLOWED_HOST_PATHS"
     fi
-    if [ "$OSB_WITH_EGRESS" = 1 ]; then
-        printf '\n[egress]\nimage = "%s"\nmode = "dns"\n' "$OSB_EGRESS_IMAGE"
-    fi
+    egress_config
 }
 
 step_config() {
@@ -649,6 +731,7 @@ print_env() {
     if [ "$OSB_LOCAL_IMAGES" = 1 ]; then
         printf 'export OPENSANDBOX_BUSYBOX_IMAGE=%s\n' "$OSB_BUSYBOX_IMAGE"
     fi
+    egress_env
     local dv
     dv="$(docker info --format '{{.ServerVersion}}' 2>/dev/null || true)"
     case "$dv" in '' | *[!A-Za-z0-9.+~_-]*) ;; *) printf 'export OPENSANDBOX_RUNTIME=docker/%s\n' "$dv" ;; esac

@@ -8,6 +8,7 @@ package, and through ``pytest_plugins`` in this repository's conftest.py.
 
     def test_token(opensandbox_mock_factory):
         osb = opensandbox_mock_factory(execd_token="secret", execd_mode="latest")
+        osb = opensandbox_mock_factory(egress_mode="dns", egress_dns_upstream="127.0.0.1:5353")  # networkPolicy
 
     def test_fork_bomb(opensandbox_mock_factory):   # the server's options: pids_limit (4096),
         osb = opensandbox_mock_factory(pids_limit=64, execd_close_delay=0)   # max_sandbox_timeout (86400)
@@ -24,20 +25,32 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 
 
+def pytest_addoption(parser: Any) -> None:
+    parser.addini("opensandbox_egress_mode", "networkPolicy in the opensandbox_mock fixtures: off | dns | dns+nft "
+                  "(MockOpenSandbox egress_mode; default: dns where the host can run it)", default="")
+    parser.addini("opensandbox_egress_dns_upstream", "IP[:PORT] the fixtures' policy resolvers forward to", default="")
+
+
+def _egress_kwargs(config: Any) -> dict[str, Any]:
+    mode = config.getini("opensandbox_egress_mode") or None
+    upstream = config.getini("opensandbox_egress_dns_upstream") or None
+    return {"egress_mode": mode, "egress_dns_upstream": upstream}
+
+
 @pytest.fixture
-def opensandbox_mock() -> Iterator[MockOpenSandbox]:
+def opensandbox_mock(pytestconfig: Any) -> Iterator[MockOpenSandbox]:
     """A started MockOpenSandbox (127.0.0.1, ephemeral port, generated API key), stopped afterwards."""
-    with MockOpenSandbox() as osb:
+    with MockOpenSandbox(**_egress_kwargs(pytestconfig)) as osb:
         yield osb
 
 
 @pytest.fixture
-def opensandbox_mock_factory() -> Iterator[Callable[..., MockOpenSandbox]]:
+def opensandbox_mock_factory(pytestconfig: Any) -> Iterator[Callable[..., MockOpenSandbox]]:
     """Call with MockOpenSandbox keyword arguments to get started instances; all are stopped at teardown."""
     made: list[MockOpenSandbox] = []
 
     def make(**kwargs: Any) -> MockOpenSandbox:
-        osb = MockOpenSandbox(**kwargs)
+        osb = MockOpenSandbox(**dict(_egress_kwargs(pytestconfig), **kwargs))
         made.append(osb)
         osb.start()
         return osb
@@ -56,8 +69,8 @@ def opensandbox_mock_factory() -> Iterator[Callable[..., MockOpenSandbox]]:
 
 
 @pytest.fixture(scope="session")
-def _opensandbox_mock_session() -> Iterator[MockOpenSandbox]:
-    with MockOpenSandbox() as osb:
+def _opensandbox_mock_session(pytestconfig: Any) -> Iterator[MockOpenSandbox]:
+    with MockOpenSandbox(**_egress_kwargs(pytestconfig)) as osb:
         yield osb
 
 

@@ -44,6 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bridge (default, the server's example config): each sandbox has its own network "
                         "namespace, ports published through relays on 127.0.0.1, outbound traffic through "
                         "slirp4netns when installed; host: sandboxes share the host's network")
+    p.add_argument("--egress-mode", choices=("off", "dns", "dns+nft"), default=None,
+                   help="networkPolicy as a server with an egress image runs it (egress/): dns (default, the "
+                        "server's example config; off with the reason in the banner where this host cannot), "
+                        "dns+nft (also drops connections to addresses the policy does not allow; needs nft "
+                        "or iptables), off (no egress image: 400 to every networkPolicy)")
+    p.add_argument("--egress-dns-upstream", default=None, metavar="IP[:PORT]",
+                   help="where the sandboxes' policy resolvers forward allowed names (default: the host's "
+                        "first non-loopback nameserver)")
+    p.add_argument("--egress-ready-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long a create waits for a sidecar that refuses its policy before the server's 500 "
+                        "(default 30, as the server; tests may shorten it)")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
     p.add_argument("--volumes-dir", default=None, metavar="DIR",
                    help="where named volumes (pvc) live; they outlive sandboxes and go at POST /__mock__/reset "
@@ -74,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               max_sandbox_timeout=args.max_sandbox_timeout, network=args.network,
                               volumes_dir=args.volumes_dir, allowed_host_paths=args.allowed_host_path,
                               pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay,
-                              image_dir=args.image_dir, image_cache=args.image_cache)
+                              image_dir=args.image_dir, image_cache=args.image_cache,
+                              egress_mode=args.egress_mode, egress_dns_upstream=args.egress_dns_upstream,
+                              egress_ready_timeout=args.egress_ready_timeout)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
@@ -96,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cg = cgroup_host()
             print("Resource limits: %s" % (cg.note() or "memory, cpu and pids through cgroup v%d" % cg.version),
                   flush=True)
+        print("Egress (networkPolicy): %s" % (
+            "off: %s" % (osb.egress_note or "no egress image (--egress-mode off)") if osb.egress_mode == "off"
+            else "%s, DNS upstream %s:%d" % (osb.egress_mode, osb.egress_upstream[0], osb.egress_upstream[1])),
+            flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)

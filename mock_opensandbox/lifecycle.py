@@ -242,8 +242,11 @@ class LifecycleApp(App):
 
     def create(self, req: Request) -> None:
         r = _body(req, V.CreateSandboxRequest)
+        # the provisioner's [egress] image/mode and docker network_mode (egress/: "off" = no egress image)
+        egress_mode, network = getattr(self.provisioner, "egress_settings", ("off", "bridge"))
         checks = V.docker_create_checks(r, now=self.store.clock(), max_timeout=self.max_timeout,
-                                        allowed_host_paths=self.allowed_host_paths, snapshots=self.snapshots)
+                                        allowed_host_paths=self.allowed_host_paths, snapshots=self.snapshots,
+                                        egress_mode=egress_mode, network=network)
         vols = None
         if r["volumes"]:
             if self.volumes is None:
@@ -259,7 +262,8 @@ class LifecycleApp(App):
                                    metadata=r["metadata"], resource_limits=r["resource_limits"],
                                    timeout=r["timeout"], platform=r["platform"], extensions=ext,
                                    limits=checks["limits"], volumes=vols,
-                                   image_auth=r["image"]["auth"], snapshot=restore)
+                                   image_auth=r["image"]["auth"], snapshot=restore,
+                                   network_policy=r["network_policy"])
         except BaseException:
             if vols is not None:  # the server removes the volumes it auto-created for this create
                 self.volumes.abandon(vols)

@@ -252,6 +252,7 @@ class Sandbox:
         self.extensions: dict[str, str] | None = None
         self.limits: dict[str, Any] = {}
         self.volumes: Any = None  # volumes.Prepared of the create request (None: no volumes)
+        self.network_policy: dict | None = None  # the create request's networkPolicy (egress/ sidecar)
         self.log = ContainerLog()
         self.container_id = uuid.uuid5(uuid.NAMESPACE_URL, "mock-opensandbox/" + self.id).hex * 2
 
@@ -408,7 +409,8 @@ class SandboxStore:
                metadata: dict[str, str] | None = None, resource_limits: dict[str, str] | None = None,
                timeout: int | None = None, platform: dict[str, str] | None = None,
                extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None,
-               volumes: Any = None, image_auth: dict[str, str] | None = None, snapshot: Any = None) -> Sandbox:
+               volumes: Any = None, image_auth: dict[str, str] | None = None, snapshot: Any = None,
+               network_policy: dict | None = None) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]
         if snapshot is not None:  # restore (snapshots.py): the snapshot's committed image, no pull
@@ -438,6 +440,7 @@ class SandboxStore:
         sb.extensions = dict(extensions) if extensions else None
         sb.limits = dict(limits or {})
         sb.volumes = volumes
+        sb.network_policy = network_policy  # the provisioner starts its egress sidecar (egress/)
         sb.log = ContainerLog(self.clock)
         sb.log.feed(boot_log(now))
         with self._lock:

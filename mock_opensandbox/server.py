@@ -183,7 +183,15 @@ class MockProvisioner(Provisioner):
         else:
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
+        if sb.network_policy is not None and m.egress_mode != "off":
+            from .egress import start_for
+            start_for(sb, runtime, m)  # raises the server's 500 (a policy the sidecar refuses)
         return entry
+
+    @property
+    def egress_settings(self) -> tuple[str, str]:
+        """([egress] mode or "off" without an egress image, docker network_mode) for create's checks."""
+        return self.mock.egress_mode, self.mock.network
 
     def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
@@ -261,6 +269,8 @@ class MockProvisioner(Provisioner):
 
     def on_exit(self, sb: Sandbox) -> None:
         # the container stopped: execd and every other process in it go away; the root stays until delete
+        from .egress import stop_for
+        stop_for(sb)  # its egress sidecar shares the namespace: it goes with it
         self._stop_execd(sb)
         if sb.runtime is not None:
             sb.runtime.terminate()
@@ -295,6 +305,8 @@ class MockProvisioner(Provisioner):
                 http = sb.resources.pop("http", None)
         if http is not None:
             http.stop()
+        from .egress import stop_for
+        stop_for(sb)
         if sb.runtime is not None and sb.runtime.paused:
             sb.runtime.resume()  # let a frozen in-process execd's waiters finish before closing
         self._stop_execd(sb)
@@ -315,7 +327,14 @@ class MockProvisioner(Provisioner):
 
         head = isolation_header()
         net = network_note(self.mock.network) if head.startswith("isolated") else ""
-        return (head + "; " + net if net else head) + self._images_note()
+        return (head + "; " + net if net else head) + self._images_note() + self._egress_note()
+
+    def _egress_note(self) -> str:
+        """x-mock-isolation's egress part: nothing when sidecars run, else why networkPolicy is refused."""
+        m = self.mock
+        if m.egress_note:
+            return "; egress off (%s)" % m.egress_note
+        return ""
 
     def _images_note(self) -> str:
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
@@ -339,6 +358,11 @@ class MockProvisioner(Provisioner):
             # [choice] gateway (header route mode) keeps the direct address but requires the routing
             # header on every execd request (seed 000 §5.4 "gateway mode")
             headers = {quirks.INGRESS_HEADER: "%s-%d" % (sb.id, quirks.EXECD_PORT)}
+        sidecar = sb.resources.get("egress")
+        if port == quirks.EGRESS_PORT and sidecar is not None:
+            # networking.py _attach_egress_auth_headers: the sidecar's token on the endpoint of 18080
+            from .egress import AUTH_HEADER
+            headers = dict(headers or {}, **{AUTH_HEADER: sidecar.token})
         if port == quirks.HTTP_PORT:
             return "127.0.0.1:%d" % self._http_listener(sb), headers
         if port == quirks.EXECD_PORT and self.mock.execd_bin:
@@ -391,7 +415,9 @@ class MockOpenSandbox(WorkbenchMixin):
                  execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT,
                  network: str = "bridge", volumes_dir: str | None = None,
                  allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT,
-                 image_dir: str | None = None, image_cache: str | None = None):
+                 image_dir: str | None = None, image_cache: str | None = None,
+                 egress_mode: str | None = None, egress_dns_upstream: str | None = None,
+                 egress_ready_timeout: float = 30.0):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -446,6 +472,11 @@ class MockOpenSandbox(WorkbenchMixin):
         if network not in NETWORK_MODES:
             raise ValueError("network must be one of %s, not %r" % (", ".join(NETWORK_MODES), network))
         self.network = network
+        from .egress import configure  # networkPolicy: a server with an egress image (egress/)
+        self.egress_mode_given: str | None = egress_mode
+        self.egress_mode, self.egress_upstream, self.egress_ready_timeout = configure(
+            egress_mode, egress_dns_upstream, egress_ready_timeout)
+        self.egress_note = ""  # why networkPolicy is refused on this host (set at start)
         self.clock = clock
         self.verbose = verbose
         self.pull_fails = pull_fails
@@ -533,6 +564,8 @@ class MockOpenSandbox(WorkbenchMixin):
                            % self.host)
             if self.janitor.closed:
                 self.janitor = Janitor()
+            from .egress import check_host
+            check_host(self)
             default_signals_for_children()  # a container's processes never inherit ignored signals
             self._signals_taken = True
             if self._root_given:

@@ -459,7 +459,8 @@ def timeout_or_raise(now: datetime, timeout: int | None, max_timeout: int | None
 
 
 def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = None,
-                         allowed_host_paths: Iterable[str] | None = (), snapshots: Any = None) -> dict:
+                         allowed_host_paths: Iterable[str] | None = (), snapshots: Any = None,
+                         egress_mode: str = "off", network: str = "bridge") -> dict:
     """Everything the server checks between a valid CreateSandboxRequest and touching Docker, in its order
     (server api/lifecycle.py create_sandbox -> services/docker/docker_service.py create_sandbox). Returns
     {"env", "limits", "snapshot"}; raises MockError with the server's status/code/message. ``snapshots``
@@ -492,8 +493,11 @@ def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = No
     timeout_or_raise(now, r["timeout"], max_timeout)
     if r["secure_access"]:
         raise MockError(quirks.SECURE_ACCESS_UNSUPPORTED)
-    if r["network_policy"] is not None:  # the mock has no egress sidecar image ([egress] image unset)
-        raise MockError(quirks.NETWORK_POLICY_UNSUPPORTED)
+    if r["network_policy"] is not None:  # services/docker/networking.py validate_network_policy
+        if network == "host":
+            raise _bad(INVALID_PARAMETER, "networkPolicy is not supported when docker network_mode=host.")
+        if egress_mode == "off":  # a server without an egress sidecar image ([egress] image unset)
+            raise MockError(quirks.NETWORK_POLICY_UNSUPPORTED)
     plat = r["platform"]
     windows = plat is not None and plat["os"] == "windows"
     limits = {} if windows else resolve_resource_limits(r["resource_limits"])

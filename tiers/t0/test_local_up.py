@@ -394,6 +394,7 @@ def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
         f"export OPEN_SANDBOX_API_KEY={key}",
         f"export ABX_OPENSANDBOX_DEFAULT_IMAGE={BASE}",
         f"export OPENSANDBOX_ALLOWED_HOST_PATHS={world.workdir}/host-volumes",  # t4's host binds
+        "export OSB_EGRESS_MODE=off",  # no egress image (OSB_WITH_EGRESS=0): the mock's --egress-mode for this stack
         "export OPENSANDBOX_RUNTIME=docker/99.0.0",  # the daemon's version, for the recorder's fixture headers
     ]
 

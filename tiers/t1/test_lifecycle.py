@@ -274,7 +274,6 @@ def test_invalid_metadata_label(client, metadata, needle):
 
 @pytest.mark.parametrize("extra,code", [
     ({"secureAccess": True}, "SANDBOX::INVALID_PARAMETER"),
-    ({"networkPolicy": {"defaultAction": "deny"}}, "SANDBOX::INVALID_PARAMETER"),
     ({"volumes": [{"name": "v", "mountPath": "/v", "host": {"path": "/data"}}]}, "VOLUME::HOST_PATH_NOT_ALLOWED"),
     ({"volumes": [{"name": "v", "mountPath": "/v", "pvc": {"claimName": "c", "createIfNotExists": False}}]},
      "VOLUME::PVC_NOT_FOUND"),

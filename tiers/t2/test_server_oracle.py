@@ -90,7 +90,7 @@ def slow_only(request):
 def mock(oracle):
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the oracle's storage configuration, the same
     host prefix and the same named-volume directory."""
-    with MockOpenSandbox(volumes_dir=oracle.root + "/volumes", allowed_host_paths=[oracle.root + "/host"]) as m:
+    with MockOpenSandbox(egress_mode="off", volumes_dir=oracle.root + "/volumes", allowed_host_paths=[oracle.root + "/host"]) as m:
         yield m
 
 

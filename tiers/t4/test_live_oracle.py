@@ -40,7 +40,8 @@ def mock():
     live server's ``[storage] allowed_host_paths`` (``./local-up.sh env`` exports them), which its
     VOLUME::HOST_PATH_NOT_ALLOWED message lists."""
     allowed = [p for p in os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS", "").split(",") if p]
-    with MockOpenSandbox(allowed_host_paths=allowed) as m:
+    # the live stack's [egress] (./local-up.sh env: OSB_EGRESS_MODE; off = no egress image, as before)
+    with MockOpenSandbox(allowed_host_paths=allowed, egress_mode=os.environ.get("OSB_EGRESS_MODE") or "off") as m:
         yield m
 
 
