@@ -99,22 +99,31 @@ def test_the_host_loopback_is_out_of_reach(mock):
     assert m.run(sid, CONNECT % ("127.0.0.1", m.osb.port)) == "REFUSED 111"
 
 
-def test_interfaces_hosts_and_hostname_are_a_containers(mock):
+# slirp4netns on and off (OSB_MOCK_NO, mock_opensandbox/optional.py) where it is installed; off everywhere
+STACKS = (["slirp4netns"] if SLIRP else []) + ["none"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_interfaces_hosts_and_hostname_are_a_containers(mock, monkeypatch, stack):
+    """The hostname maps to the sandbox's own address, bound inside its namespace, with or without
+    outbound traffic (eth0 from slirp4netns, else the address on lo), as in a container on Docker's bridge."""
+    if stack == "none":
+        monkeypatch.setenv("OSB_MOCK_NO", "slirp4netns")
+    else:
+        monkeypatch.delenv("OSB_MOCK_NO", raising=False)
     m = mock()
     sid = m.create()
     out = m.run(sid, "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort | tr '\\n' ' '; echo; "
                      "cat /etc/hosts; echo ===; hostname; python3 -c 'import socket; "
-                     "print(socket.gethostbyname(socket.gethostname()))'")
+                     "ip = socket.gethostbyname(socket.gethostname()); s = socket.socket(); s.bind((ip, 0)); "
+                     "s.listen(); c = socket.create_connection(s.getsockname(), 3); print(ip, c.getpeername()[0])'")
     ifaces, _, rest = out.partition("\n")
-    assert ifaces.split() == (["eth0", "lo"] if SLIRP else ["lo"])
+    assert ifaces.split() == (["eth0", "lo"] if stack == "slirp4netns" else ["lo"])
     hosts, _, tail = rest.partition("\n===\n")
     lines = hosts.splitlines()
     assert lines[:2] == ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-    hostname, ip = tail.split()
-    if SLIRP:
-        assert lines[-1] == "172.17.0.100\t%s" % hostname and ip == "172.17.0.100"
-    else:
-        assert not any(hostname in line for line in lines)
+    hostname, ip, peer = tail.split()
+    assert lines[-1] == "172.17.0.100\t%s" % hostname and ip == peer == "172.17.0.100"
 
 
 def _serve(m: Mock, sid: str, port: int, text: str) -> None:
