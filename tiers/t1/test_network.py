@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import threading
@@ -17,6 +16,7 @@ import time
 
 import pytest
 
+from mock_opensandbox import optional
 from mock_opensandbox.relay import TCPRelay
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.runtime.probe import probe_result
@@ -28,7 +28,7 @@ from tiers.toolkit.procs import alive
 
 pytestmark = pytest.mark.skipif(not (ISOLATED and probe_result()[3] is not None),
                                 reason="no per-sandbox namespaces here: " + " ".join(NOTE.split()))
-SLIRP = shutil.which("slirp4netns")
+SLIRP = optional.which("slirp4netns")
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
 REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "opensandbox",
@@ -303,7 +303,7 @@ def _gone(nets: set[str], slirps: set[int], ports: set[int], timeout: float = 5.
 
 
 def test_delete_leaves_no_netns_relay_or_slirp(mock):
-    kw = {"execd_bin": REAL_EXECD} if os.path.isfile(REAL_EXECD) else {}
+    kw = {"execd_bin": REAL_EXECD} if os.path.isfile(REAL_EXECD) and not optional.off("execd") else {}
     m = mock(**kw)
     sids = [m.create(), m.create()]
     for sid in sids:
@@ -324,7 +324,7 @@ def test_delete_leaves_no_netns_relay_or_slirp(mock):
 def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
     from tiers.toolkit.mockcli import Cli
 
-    args = ["--execd-bin", REAL_EXECD] if os.path.isfile(REAL_EXECD) else []
+    args = ["--execd-bin", REAL_EXECD] if os.path.isfile(REAL_EXECD) and not optional.off("execd") else []
     cli = Cli(*args)
     try:
         sids = []
