@@ -185,3 +185,15 @@ def test_sigkill_as_an_unprivileged_user_leaves_nothing():
         assert after == {"processes": 0, "cgroups": 0, "mounts": 0, "temp dirs": 0}, after
     finally:
         cli.kill()
+
+
+@needs_isolation
+def test_banner_names_the_install_command_of_a_missing_tool(clis):
+    """--no slirp4netns (mock_opensandbox/optional.py): the banner says what is missing, what it adds
+    and how to install it."""
+    cli = clis("--no", "slirp4netns")
+    lines = [line for line in cli.lines if line.startswith("Optional tool slirp4netns: ")]
+    assert lines == ["Optional tool slirp4netns: switched off by OSB_MOCK_NO; it adds outbound traffic from a "
+                     "sandbox (eth0 and a default route)"], cli.lines
+    assert any("no outbound network (slirp4netns switched off by OSB_MOCK_NO; apt-get install slirp4netns)" in line
+               for line in cli.lines), cli.lines
