@@ -4,12 +4,12 @@ differences. A create the live server accepts is deleted at once."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2 import test_server_oracle as corpus
+from tiers.t4.liveconfig import allowed_host_paths
 
 pytestmark = pytest.mark.spec_exempt("server 1.1.1 behaviours the June OpenAPI spec does not document")
 
@@ -39,8 +39,7 @@ def mock():
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the default execd generation, with the
     live server's ``[storage] allowed_host_paths`` (``./local-up.sh env`` exports them), which its
     VOLUME::HOST_PATH_NOT_ALLOWED message lists."""
-    allowed = [p for p in os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS", "").split(",") if p]
-    with MockOpenSandbox(allowed_host_paths=allowed) as m:
+    with MockOpenSandbox(allowed_host_paths=allowed_host_paths()) as m:
         yield m
 
 
