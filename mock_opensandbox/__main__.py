@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Sequence
 
+from . import optional
 from .cli import FAULT_ARG_HELP, parse_args, run_foreground
 from .server import EXECD_MODES, MockOpenSandbox
 
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-host-path", action="append", default=[], metavar="PREFIX",
                    help="allow host binds (volumes[].host) under this absolute path; repeatable (server "
                         "[storage] allowed_host_paths; default: none, host binds are refused)")
+    p.add_argument("--no", action="append", default=[], metavar="TOOL",
+                   help="behave as without this optional tool (slirp4netns, cgroups, userns, ...: "
+                        "mock_opensandbox/optional.py); repeatable; adds to $OSB_MOCK_NO")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
     p.add_argument("--image-dir", default=None, metavar="DIR",
@@ -77,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     if args is None:
         return 2
+    if args.no:
+        import os
+
+        os.environ[optional.ENV] = ",".join([os.environ.get(optional.ENV, "")] + args.no).strip(",")
     try:
         osb = MockOpenSandbox(host=args.host, port=args.port, api_key=args.api_key, insecure=args.insecure,
                               execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
@@ -109,6 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             cg = cgroup_host()
             print("Resource limits: %s" % (cg.note() or "memory, cpu and pids through cgroup v%d" % cg.version),
                   flush=True)
+            from .runtime import netns
+
+            if osb.network != "host" and not netns.find_stack()[0]:  # what each missing tool would add
+                print("Optional tool slirp4netns: %s; it adds %s" % (
+                    optional.why_absent("slirp4netns"), optional.TOOLS["slirp4netns"][0]), flush=True)
+            if cg.note():
+                print("Optional: cgroup delegation (%s) adds %s" % (
+                    optional.install_hint("cgroups"), optional.TOOLS["cgroups"][0]), flush=True)
         print("Egress (networkPolicy): %s" % (
             "off: %s" % (osb.egress_note or "no egress image (--egress-mode off)") if osb.egress_mode == "off"
             else "%s, DNS upstream %s:%d" % (osb.egress_mode, osb.egress_upstream[0], osb.egress_upstream[1])),

@@ -313,6 +313,11 @@ class CommandRegistry:
         import json as _json
         content = command if argv is None else _json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
         full = self.build_argv(command, argv, cwd, envs)
+        if any("\x00" in a for a in full):
+            # Go's exec refuses a NUL in argv (syscall.ByteSliceFromString: EINVAL) before the fork
+            # (QUIRKS, "NUL byte in a command")
+            exe = full[0] if full[0].startswith("/") else (self.runtime.which(full[0]) or full[0])
+            raise StartFailure(f"fork/exec {exe}: invalid argument")
         if argv is not None:
             self._check_exec_target(full)
         if self._chdir_denied(cwd or "/", uid, gid):

@@ -33,6 +33,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import optional
+
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 NETWORK_MODES = ("bridge", "host")
@@ -56,6 +58,7 @@ DEFAULT_NAMESERVERS = ("8.8.8.8", "8.8.4.4")
 # The environment variables scripts/view.py reads (and drops) in the holder
 ENV_HOSTS = "OSB_MOCK_NET_HOSTS"
 ENV_RESOLV = "OSB_MOCK_NET_RESOLV"
+ENV_ADDR = "OSB_MOCK_NET_ADDR"  # without slirp4netns: GUEST_IP, bound on lo (view.py loopback_up)
 
 _own_lock = threading.Lock()
 _own_netns: int | None = None
@@ -73,17 +76,19 @@ def own_netns_fd() -> int:
 
 
 def find_stack() -> tuple[str, str]:
-    """(name, path) of the user-mode network stack to use, or ("", why there is none). Cached.
-    OSB_MOCK_NETSTACK=none turns it off; pasta is not used (Debian's 2023 pasta would not join a
-    namespace made by root without a user namespace)."""
+    """(name, path) of the user-mode network stack to use, or ("", why there is none). The lookup is
+    cached; the switches (OSB_MOCK_NETSTACK=none, OSB_MOCK_NO=slirp4netns, ../optional.py) are read
+    at each call, so one mock of a process can run without it. pasta is not used (Debian's 2023
+    pasta would not join a namespace made by root without a user namespace)."""
     global _stack
+    if os.environ.get("OSB_MOCK_NETSTACK", "").lower() in _OFF:
+        return ("", "disabled by OSB_MOCK_NETSTACK")
+    if optional.off("slirp4netns"):
+        return ("", "slirp4netns switched off by " + optional.ENV)
     with _stack_lock:
         if _stack is None:
-            if os.environ.get("OSB_MOCK_NETSTACK", "").lower() in _OFF:
-                _stack = ("", "disabled by OSB_MOCK_NETSTACK")
-            else:
-                path = shutil.which("slirp4netns")
-                _stack = ("slirp4netns", path) if path else ("", "no slirp4netns installed")
+            path = shutil.which("slirp4netns")
+            _stack = ("slirp4netns", path) if path else ("", "no slirp4netns installed")
         return _stack
 
 
@@ -93,7 +98,7 @@ _stack_failure = ""  # the last reason slirp4netns could not start for a sandbox
 def no_outbound_note() -> str:
     name, why = find_stack()
     if not name:
-        return "no outbound network (%s; install slirp4netns)" % why
+        return "no outbound network (%s; %s)" % (why, optional.install_hint("slirp4netns"))
     return _stack_failure
 
 
@@ -130,8 +135,13 @@ def resolv_conf(host_text: str | None = None) -> str:
 
 def holder_env(hostname: str, with_stack: bool) -> dict[str, str]:
     """The variables view.py turns into /etc/hosts and /etc/resolv.conf of a sandbox with its own
-    network namespace."""
-    return {ENV_HOSTS: hosts_file(hostname, GUEST_IP if with_stack else None), ENV_RESOLV: resolv_conf()}
+    network namespace. The hostname maps to GUEST_IP with or without outbound traffic (a container's
+    hostname resolves whatever its network): slirp4netns puts GUEST_IP on eth0, else view.py binds
+    it on lo (ENV_ADDR)."""
+    env = {ENV_HOSTS: hosts_file(hostname, GUEST_IP), ENV_RESOLV: resolv_conf()}
+    if not with_stack:
+        env[ENV_ADDR] = GUEST_IP
+    return env
 
 
 # What connect() and listen() do with a TCP socket made in the sandbox's network namespace: one text,

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 
+from .. import optional
 from . import caps, scripts
 from ._util import DEFAULT_PATH, SYSTEM_DIRS, killpg, make_image_root, make_mountpoint, rmtree
 from .holder import Holder, own_pidns_fd, setns_function
@@ -60,6 +61,8 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
                 "absolute paths such as /tmp are NOT shared with the files API and nothing is contained")
     if os.environ.get("OSB_MOCK_ISOLATION", "").lower() in _OFF:
         return False, f"sandbox isolation disabled by OSB_MOCK_ISOLATION: {fallback}", [], None
+    if os.geteuid() != 0 and optional.off("userns"):
+        return False, f"sandbox isolation needs a user namespace (switched off by {optional.ENV}): {fallback}", [], None
     if not sys.platform.startswith("linux"):
         return False, f"sandbox isolation needs Linux namespaces ({sys.platform}): {fallback}", [], None
     unshare = shutil.which("unshare")

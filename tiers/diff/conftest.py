@@ -16,6 +16,10 @@ DEFAULT_BIN = os.path.join(os.path.dirname(REPO), "shared", "opensandbox", "exec
 
 
 def binary() -> str | None:
+    from mock_opensandbox import optional
+
+    if optional.off("execd"):  # OSB_MOCK_NO=execd: as without the binary
+        return None
     path = os.environ.get("OSB_DIFF_EXECD_BIN") or DEFAULT_BIN
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 

@@ -19,6 +19,7 @@ import textwrap
 import pytest
 
 from mock_opensandbox.relay import free_port
+from tiers.t4 import liveconfig
 from tiers.toolkit.waits import port_closed, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -692,6 +693,9 @@ def test_host_binds_are_allowed_under_one_prefix_in_the_work_dir_by_default(worl
     assert f'[storage]\nallowed_host_paths = ["{prefix}"]\n' in config
     assert os.path.isdir(prefix)  # made by up, so the live tier can put files there
     assert f"export OPENSANDBOX_ALLOWED_HOST_PATHS={prefix}\n" in world.run("env").stdout
+    # t4 reads the same prefixes from this config when the variable is not exported (tiers/t4/liveconfig.py)
+    assert liveconfig.from_config(config, world.port) == [prefix]
+    assert liveconfig.from_config(config, world.port + 1) is None  # another server's config
     world.run("down")
 
 
@@ -707,6 +711,7 @@ def test_host_binds_prefix_knob_and_none(world, tmp_path):
     assert r.returncode == 0, r.stderr
     config = open(os.path.join(world.workdir, "server.toml")).read()
     assert "[storage]" not in config and "allowed_host_paths" not in config  # the server's default: []
+    assert liveconfig.from_config(config, world.port) == []
     assert "OPENSANDBOX_ALLOWED_HOST_PATHS" not in world.run("env", OSB_ALLOWED_HOST_PATHS="none").stdout
     world.run("down", OSB_ALLOWED_HOST_PATHS="none")
 

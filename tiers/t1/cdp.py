@@ -22,6 +22,10 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
 def find_browser() -> str | None:
+    from mock_opensandbox import optional
+
+    if optional.off("chromium"):  # OSB_MOCK_NO=chromium: as without one
+        return None
     for name in BROWSERS:
         path = shutil.which(name)
         if path:

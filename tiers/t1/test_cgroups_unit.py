@@ -58,6 +58,7 @@ def writable_files(monkeypatch):
     monkeypatch.setattr(cgroups, "_write", write)
     monkeypatch.setattr(cgroups, "_rmdir", lambda d, timeout: True)
     monkeypatch.delenv("OSB_MOCK_CGROUPS", raising=False)
+    monkeypatch.delenv("OSB_MOCK_NO", raising=False)  # these probe fake trees: the switch off is its own test
 
 
 def test_v2_uses_the_nearest_delegated_ancestor(tmp_path, writable_files):
@@ -94,6 +95,7 @@ def test_v2_names_what_is_not_delegated(tmp_path, writable_files):
 
 
 def test_no_cgroupfs_and_switched_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("OSB_MOCK_NO", raising=False)
     proc = tmp_path / "proc" / "self"
     proc.mkdir(parents=True)
     (proc / "mountinfo").write_text("")
@@ -103,3 +105,6 @@ def test_no_cgroupfs_and_switched_off(tmp_path, monkeypatch):
     assert host.note().startswith("resource limits memory/cpu/pids (no cgroup file system")
     monkeypatch.setenv("OSB_MOCK_CGROUPS", "0")
     assert cgroups.probe().note() == "resource limits memory/cpu/pids (disabled by OSB_MOCK_CGROUPS)"
+    monkeypatch.setenv("OSB_MOCK_CGROUPS", "1")
+    monkeypatch.setenv("OSB_MOCK_NO", "slirp4netns,cgroups")
+    assert cgroups.probe().note() == "resource limits memory/cpu/pids (switched off by OSB_MOCK_NO)"

@@ -117,6 +117,16 @@ def test_missing_binary_uses_bash_message(client, runtime):
         assert outputs(ev, "stderr")[0].rstrip("\n") == "bash: line 1: /no/such/binary: No such file or directory"
 
 
+def test_nul_byte_in_a_command_is_execs_einval(client, runtime):
+    """QUIRKS "NUL byte in a command": the real execd's answer (Go's exec: EINVAL before the fork)."""
+    ev = client.run("echo a\x00b").events()
+    errs = [e["error"] for e in ev if e.get("type") == "error"]
+    exe = runtime.which("bash") or "bash"
+    assert errs == [{"ename": "CommandExecError", "evalue": "fork/exec %s: invalid argument" % exe,
+                     "traceback": ["fork/exec %s: invalid argument" % exe]}], ev
+    assert not outputs(ev, "stdout"), ev
+
+
 REQUIRED = ("invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
             "'Command' failed on the 'required' tag")
 

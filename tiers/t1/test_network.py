@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import threading
@@ -17,6 +16,7 @@ import time
 
 import pytest
 
+from mock_opensandbox import optional
 from mock_opensandbox.relay import TCPRelay
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.runtime.probe import probe_result
@@ -28,7 +28,7 @@ from tiers.toolkit.procs import alive
 
 pytestmark = pytest.mark.skipif(not (ISOLATED and probe_result()[3] is not None),
                                 reason="no per-sandbox namespaces here: " + " ".join(NOTE.split()))
-SLIRP = shutil.which("slirp4netns")
+SLIRP = optional.which("slirp4netns")
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
 REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "opensandbox",
@@ -99,22 +99,31 @@ def test_the_host_loopback_is_out_of_reach(mock):
     assert m.run(sid, CONNECT % ("127.0.0.1", m.osb.port)) == "REFUSED 111"
 
 
-def test_interfaces_hosts_and_hostname_are_a_containers(mock):
+# slirp4netns on and off (OSB_MOCK_NO, mock_opensandbox/optional.py) where it is installed; off everywhere
+STACKS = (["slirp4netns"] if SLIRP else []) + ["none"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_interfaces_hosts_and_hostname_are_a_containers(mock, monkeypatch, stack):
+    """The hostname maps to the sandbox's own address, bound inside its namespace, with or without
+    outbound traffic (eth0 from slirp4netns, else the address on lo), as in a container on Docker's bridge."""
+    if stack == "none":
+        monkeypatch.setenv("OSB_MOCK_NO", "slirp4netns")
+    else:
+        monkeypatch.delenv("OSB_MOCK_NO", raising=False)
     m = mock()
     sid = m.create()
     out = m.run(sid, "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort | tr '\\n' ' '; echo; "
                      "cat /etc/hosts; echo ===; hostname; python3 -c 'import socket; "
-                     "print(socket.gethostbyname(socket.gethostname()))'")
+                     "ip = socket.gethostbyname(socket.gethostname()); s = socket.socket(); s.bind((ip, 0)); "
+                     "s.listen(); c = socket.create_connection(s.getsockname(), 3); print(ip, c.getpeername()[0])'")
     ifaces, _, rest = out.partition("\n")
-    assert ifaces.split() == (["eth0", "lo"] if SLIRP else ["lo"])
+    assert ifaces.split() == (["eth0", "lo"] if stack == "slirp4netns" else ["lo"])
     hosts, _, tail = rest.partition("\n===\n")
     lines = hosts.splitlines()
     assert lines[:2] == ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-    hostname, ip = tail.split()
-    if SLIRP:
-        assert lines[-1] == "172.17.0.100\t%s" % hostname and ip == "172.17.0.100"
-    else:
-        assert not any(hostname in line for line in lines)
+    hostname, ip, peer = tail.split()
+    assert lines[-1] == "172.17.0.100\t%s" % hostname and ip == peer == "172.17.0.100"
 
 
 def _serve(m: Mock, sid: str, port: int, text: str) -> None:
@@ -294,7 +303,7 @@ def _gone(nets: set[str], slirps: set[int], ports: set[int], timeout: float = 5.
 
 
 def test_delete_leaves_no_netns_relay_or_slirp(mock):
-    kw = {"execd_bin": REAL_EXECD} if os.path.isfile(REAL_EXECD) else {}
+    kw = {"execd_bin": REAL_EXECD} if os.path.isfile(REAL_EXECD) and not optional.off("execd") else {}
     m = mock(**kw)
     sids = [m.create(), m.create()]
     for sid in sids:
@@ -315,7 +324,7 @@ def test_delete_leaves_no_netns_relay_or_slirp(mock):
 def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
     from tiers.toolkit.mockcli import Cli
 
-    args = ["--execd-bin", REAL_EXECD] if os.path.isfile(REAL_EXECD) else []
+    args = ["--execd-bin", REAL_EXECD] if os.path.isfile(REAL_EXECD) and not optional.off("execd") else []
     cli = Cli(*args)
     try:
         sids = []

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from mock_opensandbox import optional
 from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.runtime.mounts import encode
 from mock_opensandbox.server import MockOpenSandbox
@@ -262,8 +263,8 @@ REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.realpath(
 def test_the_real_execd_inside_the_sandbox_sees_the_volume(tmp_path):
     """execd_bin: the real execd runs inside the sandbox (bootstrap.sh's place): its commands and its files API
     work in the view with the volume mounted."""
-    if not (os.path.isfile(REAL_EXECD) and os.access(REAL_EXECD, os.X_OK)):
-        pytest.skip("the real execd binary (../shared/opensandbox/execd) is not here")
+    if optional.off("execd") or not (os.path.isfile(REAL_EXECD) and os.access(REAL_EXECD, os.X_OK)):
+        pytest.skip("the real execd binary (../shared/opensandbox/execd) is not here (or OSB_MOCK_NO=execd)")
     from tiers.smoke_flow import request
 
     with MockOpenSandbox(execd_bin=REAL_EXECD, volumes_dir=str(tmp_path / "v")) as m:

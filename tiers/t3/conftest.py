@@ -63,7 +63,9 @@ def execd_bin(pytestconfig) -> Iterator[ExecdBin]:
 
 
 def _execd_bin() -> Iterator[ExecdBin]:
-    given = os.environ.get("OSB_EXECD_BIN")
+    from mock_opensandbox import optional
+
+    given = "mock" if optional.off("execd") else os.environ.get("OSB_EXECD_BIN")  # OSB_MOCK_NO=execd: the stand-in
     if given and given != "mock":  # OSB_EXECD_BIN=mock: the stand-in even when the real binary is there
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
             pytest.fail(f"OSB_EXECD_BIN={given!r} is not an executable file", pytrace=False)

@@ -10,6 +10,7 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2 import test_server_oracle as corpus
+from tiers.t4.liveconfig import allowed_host_paths
 
 pytestmark = pytest.mark.spec_exempt("server 1.1.1 behaviours the June OpenAPI spec does not document")
 
@@ -39,9 +40,9 @@ def mock():
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the default execd generation, with the
     live server's ``[storage] allowed_host_paths`` (``./local-up.sh env`` exports them), which its
     VOLUME::HOST_PATH_NOT_ALLOWED message lists."""
-    allowed = [p for p in os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS", "").split(",") if p]
     # the live stack's [egress] (./local-up.sh env: OSB_EGRESS_MODE; off = no egress image, as before)
-    with MockOpenSandbox(allowed_host_paths=allowed, egress_mode=os.environ.get("OSB_EGRESS_MODE") or "off") as m:
+    with MockOpenSandbox(allowed_host_paths=allowed_host_paths(),
+                         egress_mode=os.environ.get("OSB_EGRESS_MODE") or "off") as m:
         yield m
 
 

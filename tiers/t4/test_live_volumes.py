@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from tiers.t4.liveconfig import allowed_host_paths
 from tiers.toolkit import volume_flows as vf
 
 pytestmark = pytest.mark.live
@@ -73,9 +74,9 @@ def test_live_refusals(t, case):
 
 
 def _allowed():
-    prefix = os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS")
+    prefix = (allowed_host_paths() or [""])[0]
     if not prefix:
-        pytest.skip("host binds: the live config allows none (OPENSANDBOX_ALLOWED_HOST_PATHS unset)")
+        pytest.skip("host binds: the live config allows none (OPENSANDBOX_ALLOWED_HOST_PATHS, tiers/t4/liveconfig.py)")
     if not os.path.isdir(prefix):
         pytest.skip("host binds: %s is not on this machine" % prefix)
     return prefix
@@ -111,7 +112,7 @@ def test_live_host_bind_refusals(t):
 
 
 def test_live_host_binds_refused_when_none_allowed(t):
-    if os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS"):
+    if allowed_host_paths():
         pytest.skip("host binds: the live config allows some (test_live_host_bind_refusals covers it)")
     status, body = t.create([vf.host("h", "/tmp", "/h")])
     assert (status, body["code"], body["message"]) == vf.host_not_allowed("/tmp", [])

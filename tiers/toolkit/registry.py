@@ -16,7 +16,9 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-BINARY = shutil.which("docker-registry") or shutil.which("registry")
+from mock_opensandbox import optional
+
+BINARY = optional.which("docker-registry", "docker-registry", "registry")  # None with OSB_MOCK_NO=docker-registry
 SERVICE = "test-registry"
 ISSUER = "test-issuer"
 

@@ -297,9 +297,12 @@ def build_sys(R, own):
             mount("tmpfs", p + "/" + name, "tmpfs", MS_RDONLY)
 
 
-def loopback_up():
+def loopback_up(addr=""):
     """A fresh network namespace has lo down: bring it up (SIOCGIFFLAGS, SIOCSIFFLAGS | IFF_UP), no
-    iproute2 needed. In the host's namespace lo is up already and nothing changes."""
+    iproute2 needed. In the host's namespace lo is up already and nothing changes. addr (../netns.py
+    ENV_ADDR, set when no slirp4netns gives the namespace eth0): the sandbox's own address, bound as
+    addr/32 on lo (label lo:0; SIOCSIFADDR, SIOCSIFNETMASK), so its hostname resolves to an address
+    of its own, as in a container on Docker's bridge."""
     s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
     try:
         req = b"lo".ljust(16, b"\0") + bytes(16)
@@ -307,6 +310,11 @@ def loopback_up():
         if not flags & 1:
             fcntl.ioctl(s.fileno(), 0x8914, b"lo".ljust(16, b"\0") + (flags | 1).to_bytes(2, sys.byteorder)
                         + bytes(14))
+        if addr:
+            name = b"lo:0".ljust(16, b"\0")
+            for req, ip in ((0x8916, addr), (0x891C, "255.255.255.255")):  # sockaddr_in: family, port 0, addr
+                fcntl.ioctl(s.fileno(), req, name + _socket.AF_INET.to_bytes(2, sys.byteorder) + bytes(2)
+                            + _socket.inet_aton(ip) + bytes(8))
     finally:
         s.close()
 
@@ -539,7 +547,7 @@ def main():
     workdir = os.environ.pop("OSB_MOCK_WORKDIR", "")
     try:
         if mode == "holder":
-            loopback_up()
+            loopback_up(os.environ.pop("OSB_MOCK_NET_ADDR", ""))
         build_view(R, H, X, E, fresh_proc=(mode == "holder"), image=image)
         mount_volumes(R, V)
         if mode == "holder" and agent_fd == IDLE and agent_py:
