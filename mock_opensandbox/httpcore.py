@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import select
 import socket
 import threading
 import time
@@ -19,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from . import faultinject
+from . import faultinject, pollio
 
 MAX_BODY = 1 << 31  # a request body above 2 GiB is refused with 413
 
@@ -113,7 +112,7 @@ class Server(ThreadingHTTPServer):
         if self._listen_delay:
             deadline = time.monotonic() + self._listen_delay
             while not self._cancel.is_set() and time.monotonic() < deadline:
-                ready, _, _ = select.select([self.socket], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
+                ready = pollio.readable([self.socket], min(0.05, max(0.0, deadline - time.monotonic())))
                 if ready:
                     try:
                         conn, _ = self.socket.accept()

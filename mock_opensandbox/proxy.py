@@ -26,7 +26,6 @@ import json
 import os
 import re
 import secrets
-import select
 import socket
 import sys
 import threading
@@ -35,7 +34,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
-from . import fixturefile, relay
+from . import fixturefile, pollio, relay
 from .admin import AdminAPI, AdminLayer, WorkbenchMixin
 from .cli import FAULT_ARG_HELP, parse_args, run_foreground
 from .faults import FaultRegistry
@@ -136,7 +135,7 @@ def _tunnel(client: socket.socket, upstream: socket.socket, stop: threading.Even
     socks = [client, upstream]
     try:
         while not stop.is_set():
-            r, _, _ = select.select(socks, [], [], 0.2)
+            r = pollio.readable(socks, 0.2)
             for s in r:
                 data = s.recv(65536)
                 if not data:
