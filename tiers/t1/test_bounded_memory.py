@@ -82,3 +82,67 @@ def test_line_mode_download_of_dev_zero(execd_proc):
         time.sleep(0.1)
     assert open_count(proc.pid, "/dev/zero") == 0  # the client left: the read stopped
     assert proc.poll() is None
+
+
+def test_fault_proxy_streams_a_large_request_body(tmp_path):
+    """The fault proxy forwards a 200 MB body as it arrives: its RSS grows by far less than the body."""
+    import http.server
+    import threading
+
+    got = []
+
+    class Sink(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            left, n = int(self.headers["Content-Length"]), 0
+            while left:
+                data = self.rfile.read(min(left, 1 << 16))
+                if not data:
+                    break
+                left -= len(data)
+                n += len(data)
+            got.append(n)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *a):
+            pass
+
+    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    t = threading.Thread(target=sink.serve_forever, daemon=True)
+    t.start()
+    env = dict(os.environ, OPENSANDBOX_API_KEY="k", PYTHONPATH=REPO)
+    p = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.proxy", "--upstream",
+                          f"http://127.0.0.1:{sink.server_address[1]}", "--port", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path),
+                         preexec_fn=_limit_as)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("Fault proxy listening on http://127.0.0.1:"), line + p.stderr.read()
+        port = int(line.split()[4].rsplit(":", 1)[1].strip("/"))
+        base = rss_kb(p.pid)
+        size = 200 << 20
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        peak = base
+        try:
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % size)
+            block = b"\0" * (1 << 20)
+            for i in range(size >> 20):
+                s.sendall(block)
+                if i % 16 == 0:
+                    peak = max(peak, rss_kb(p.pid))
+            head = s.recv(4096)
+            peak = max(peak, rss_kb(p.pid))
+        finally:
+            s.close()
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert got == [size]
+        assert peak - base < 100_000, (base, peak)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        p.stdout.close()
+        p.stderr.close()
+        sink.shutdown()
+        sink.server_close()
