@@ -256,8 +256,17 @@ def _rev_of(tree: str) -> str:
         return "?"
 
 
+def fd_count(pid: int | None) -> int | None:
+    """How many fds the process holds (/proc/PID/fd), None when it cannot be read."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd")) if pid else None
+    except OSError:
+        return None
+
+
 def measure_idle(server: Server, n: int, settle: float) -> dict:
     base_rss = proc_memory(server.pid)["rss_kb"] if server.pid else None
+    base_fds = fd_count(server.pid)
     sids = []
     for _ in range(n):
         sid = server.create()
@@ -266,12 +275,14 @@ def measure_idle(server: Server, n: int, settle: float) -> dict:
     time.sleep(settle)
     procs = [proc_memory(pid) for pid in sandbox_processes(server.pid, sids)]
     grown = (proc_memory(server.pid)["rss_kb"] - base_rss) if server.pid else None
+    fds = fd_count(server.pid)
+    fds_grown = fds - base_fds if fds is not None and base_fds is not None else None
     for sid in sids:
         server.delete(sid)
     pss = [p["pss_kb"] for p in procs if p["pss_kb"] is not None]
     return {"sandboxes": n, "processes": len(procs), "rss_kb": sum(p["rss_kb"] for p in procs),
             "pss_kb": sum(pss) if len(pss) == len(procs) and procs else None,
-            "server_rss_growth_kb": grown, "one_sandbox": procs[: len(procs) // n] if n else []}
+            "server_rss_growth_kb": grown, "server_fds": fds_grown, "one_sandbox": procs[: len(procs) // n] if n else []}
 
 
 def run_case(ctx, make_row) -> list:
@@ -356,13 +367,14 @@ def run_case(ctx, make_row) -> list:
                              unit="ms", ours_name="live server", ours_s=times["live"], base_name=a_name,
                              base_s=times["A"], note="context: Docker container start vs the mock"))
     for what, key, unit in (("RSS", "rss_kb", "MiB"), ("PSS", "pss_kb", "MiB"), ("processes", "processes", "count"),
-                            ("mock process RSS growth", "server_rss_growth_kb", "MiB")):
-        va, vb = idle["A"][key], idle["B"][key]
+                            ("mock process RSS growth", "server_rss_growth_kb", "MiB"),
+                            ("fds held by the mock process", "server_fds", "count")):
+        va, vb = idle["A"].get(key), idle["B"].get(key)
         if va is None or vb is None:
             continue
         scale = 1024.0 if unit == "MiB" else 1.0
-        vl = idle["live"][key] if live is not None else None
-        if vl is not None and key != "server_rss_growth_kb":
+        vl = idle["live"].get(key) if live is not None else None
+        if vl is not None and key not in ("server_rss_growth_kb", "server_fds"):
             rows.append(make_row(id=f"sandbox_idle_{key}_live", case=7, title=f"Per idle sandbox, live: {what}",
                                  unit=unit, ours_name="live server (container processes + containerd-shim)",
                                  ours_s=[vl / scale / idle_n], base_name=a_name, base_s=[va / scale / idle_n],

@@ -77,6 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def raise_nofile() -> int:
+    """RLIMIT_NOFILE's soft limit raised to its hard limit (each sandbox holds a few fds in the mock:
+    pipes, its execd listener, relay sockets; the common soft default 1024 ends a few hundred
+    sandboxes early); the soft limit in force after."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     if args is None:
@@ -85,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import os
 
         os.environ[optional.ENV] = ",".join([os.environ.get(optional.ENV, "")] + args.no).strip(",")
+    nofile = raise_nofile()
     try:
         osb = MockOpenSandbox(host=args.host, port=args.port, api_key=args.api_key, insecure=args.insecure,
                               execd_mode=args.execd_mode, execd_token=args.execd_token, gateway=args.gateway,
@@ -131,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
+        print("Open files: up to %d (RLIMIT_NOFILE)." % nofile, flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)
 
     return run_foreground(osb, args.fault, args.host, args.port, banner)

@@ -11,6 +11,7 @@ import codecs
 import datetime as _dt
 import json
 import os
+import sys
 from decimal import Decimal
 from typing import Any, Mapping, Union
 
@@ -56,11 +57,29 @@ def quote_rune(c: str) -> str:
     return "'" + c + "'"
 
 
+# encoding/json scanner.go maxNestingDepth: a value nested deeper is a SyntaxError "exceeded max
+# depth" (real execd on /command, /files/mv: `error parsing request, MAYBE invalid body format.
+# exceeded max depth`). The scanner below, json.loads and check_struct recurse once per level, so
+# the interpreter's limit is raised to fit where Python frames stay off the C stack (>= 3.11); on 3.10 a
+# value past the default limit gets the same error early (_deep).
+MAX_DEPTH = 10000
+if sys.version_info >= (3, 11) and sys.getrecursionlimit() < 3 * MAX_DEPTH:
+    sys.setrecursionlimit(3 * MAX_DEPTH)
+
+
+def _deep(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except RecursionError:
+        raise GoJSONError("exceeded max depth") from None
+
+
 class _Scan:
     """Finds the first syntax error of the first JSON value, worded as execd's decoder words it."""
 
     def __init__(self, s: str):
         self.s, self.i = s, 0
+        self.depth = 0
 
     def err(self, ctx: str) -> GoJSONError:
         if self.i >= len(self.s):
@@ -83,11 +102,15 @@ class _Scan:
         c = self.peek()
         if c == "{" or c == "[":
             obj = c == "{"
+            self.depth += 1
+            if self.depth > MAX_DEPTH:  # encoding/json scanner.go pushParseState
+                raise GoJSONError("exceeded max depth")
             close, after = ("}", "after object key:value pair") if obj else ("]", "after array element")
             self.i += 1
             self.ws()
             if self.peek() == close:
                 self.i += 1
+                self.depth -= 1
                 return
             while True:
                 if obj:
@@ -107,6 +130,7 @@ class _Scan:
                     continue
                 if c == close:
                     self.i += 1
+                    self.depth -= 1
                     return
                 raise self.err(after)
         if c == '"':
@@ -213,15 +237,15 @@ def decode_value(body: bytes) -> Any:
     """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
     "EOF", truncated "unexpected EOF"; invalid UTF-8 becomes U+FFFD). Numbers come back as _Num."""
     text, sc, start = _scan_start(body, "EOF")
-    sc.value()
-    return _loads(text[start:sc.i])
+    _deep(sc.value)
+    return _deep(_loads, text[start:sc.i])
 
 
 def unmarshal_value(body: bytes) -> Any:
     """json.Unmarshal semantics: the whole input must be one value."""
     text, sc, start = _scan_start(body, "unexpected end of JSON input")
     try:
-        sc.value()
+        _deep(sc.value)
     except GoJSONError as exc:
         if str(exc) == "unexpected EOF":
             raise GoJSONError("unexpected end of JSON input") from None
@@ -230,7 +254,7 @@ def unmarshal_value(body: bytes) -> Any:
     sc.ws()
     if sc.i < len(text):
         raise sc.err("after top-level value")
-    return _loads(text[start:end])
+    return _deep(_loads, text[start:end])
 
 
 def kind_of(v: Any) -> str:
@@ -351,7 +375,7 @@ def check_struct(obj: Any, struct: Struct, _path: str = "") -> dict[str, Any]:
 
 def decode(body: bytes, struct: Struct) -> dict[str, Any]:
     """bindJSON (json.NewDecoder(body).Decode) into struct."""
-    return check_struct(decode_value(body), struct)
+    return _deep(check_struct, decode_value(body), struct)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import select
 import socket
 import threading
 import time
@@ -19,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
-from . import faultinject
+from . import faultinject, framing, pollio
 
-MAX_BODY = 1 << 31  # a request body above 2 GiB is refused with 413
+MAX_BODY = framing.MAX_BODY  # a request body above 2 GiB is refused with 413
 
 # Traffic observers: callables taking one Exchange, called after every answered request on every
 # mock listener (lifecycle and execd). Used by the spec guard and the recorder; empty by default.
@@ -113,7 +112,7 @@ class Server(ThreadingHTTPServer):
         if self._listen_delay:
             deadline = time.monotonic() + self._listen_delay
             while not self._cancel.is_set() and time.monotonic() < deadline:
-                ready, _, _ = select.select([self.socket], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
+                ready = pollio.readable([self.socket], min(0.05, max(0.0, deadline - time.monotonic())))
                 if ready:
                     try:
                         conn, _ = self.socket.accept()
@@ -184,7 +183,11 @@ class Request:
     @property
     def body(self) -> bytes:
         if self._body is None:
-            self._body = self.handler.read_body()
+            pre = getattr(self.handler, "prefetched", None)
+            if pre is not None:
+                self._body, self.handler.prefetched = pre, None
+            else:
+                self._body = self.handler.read_body()
         return self._body
 
     def json(self) -> Any:
@@ -202,6 +205,8 @@ class Request:
         if status != 204:
             all_headers[h.header_name("Content-Length")] = str(len(body))
         self.drain()
+        if getattr(h, "framing_broken", False):
+            all_headers["Connection"] = "close"
         if OBSERVERS:
             # observers run before the client can see the answer, so a test's last exchange is
             # always counted against that test (never the next one)
@@ -346,6 +351,8 @@ class Handler(BaseHTTPRequestHandler):
     # loopback name or the bound address. The lifecycle listener does its own check (ErrorResponse body).
     browser_guard = True
     server: Server
+    prefetched: bytes | None = None  # a chunked lifecycle body read before dispatch (framing.py)
+    framing_broken = False           # a malformed chunked body: the answer carries Connection: close
 
     # quiet: the mock never writes access logs to stderr unless asked
     def log_message(self, format: str, *args: Any) -> None:
@@ -377,21 +384,16 @@ class Handler(BaseHTTPRequestHandler):
         te = (self.headers.get("Transfer-Encoding") or "").lower()
         if "chunked" in te:
             out = bytearray()
-            while True:
-                line = self.rfile.readline(65537)
-                if not line:
-                    break
-                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                        pass
-                    break
-                if len(out) + size > MAX_BODY:
-                    raise ValueError("request body too large")
-                out += self.rfile.read(size)
-                self.rfile.readline(3)
+            try:
+                framing.read_chunked(self.rfile, out.extend)
+            except framing.ChunkError:
+                self.close_connection = self.framing_broken = True  # Go answers with Connection: close
+                raise
             return bytes(out)
-        n = int(self.headers.get("Content-Length") or 0)
+        try:
+            n = int((self.headers.get("Content-Length") or "0").strip(" \t") or 0)
+        except ValueError:
+            n = -1  # framing.check refused it before any handler; a handler called directly gets this
         if n < 0 or n > MAX_BODY:
             raise ValueError("request body too large")
         return self.rfile.read(n) if n else b""
@@ -421,6 +423,19 @@ class Handler(BaseHTTPRequestHandler):
                 entry.end(fault)
 
     def _serve(self, method: str) -> None:
+        self.prefetched, self.framing_broken = None, False
+        refused = framing.check(self.headers, self.flavor)
+        if refused is None and self.flavor == "uvicorn" and "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            try:  # httptools parses the chunk sizes as the body arrives, before the app reads it
+                self.prefetched = self.read_body()
+            except framing.ChunkError:
+                refused = 400
+            except ValueError:
+                refused = 413
+        if refused is not None:  # the server's own answer (gin: the same as for a bad header below)
+            self.wfile.write(framing.refusal(refused, self.flavor))
+            self.close_connection = True
+            return
         if self.flavor == "gin" and not _headers_valid(self.headers):
             # Go's net/http refuses a control character in a header value (or a non-token name)
             # before any handler runs (tiers/diff gen.range: "Range: \r")

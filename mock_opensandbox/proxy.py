@@ -26,7 +26,6 @@ import json
 import os
 import re
 import secrets
-import select
 import socket
 import sys
 import threading
@@ -35,7 +34,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
-from . import fixturefile, relay
+from . import fixturefile, pollio, relay
 from .admin import AdminAPI, AdminLayer, WorkbenchMixin
 from .cli import FAULT_ARG_HELP, parse_args, run_foreground
 from .faults import FaultRegistry
@@ -63,6 +62,26 @@ def _json_error(req: Request, status: int, code: str, message: str) -> None:
 # =====================================================================================================
 # recording (fixtures/ format; the placeholders for ids/ports/times are added by `python -m record`)
 # =====================================================================================================
+STREAM_ABOVE = 1 << 20
+
+
+def _stream_request(req: Request, conn: http.client.HTTPConnection, length: int) -> bytes:
+    """Copy ``length`` body bytes from the client to ``conn``; the first MAX_RECORDED_BODY of them."""
+    kept = bytearray()
+    left = length
+    req._body = b""  # read here, never again (drain)
+    while left:
+        data = req.handler.rfile.read(min(left, 1 << 16))
+        if not data:
+            req.handler.close_connection = True
+            raise OSError("the client closed before its body ended")
+        if len(kept) < MAX_RECORDED_BODY:
+            kept += data[:MAX_RECORDED_BODY - len(kept)]
+        conn.send(data)
+        left -= len(data)
+    return bytes(kept)
+
+
 def _text_or_b64(data: bytes | None) -> dict[str, Any]:
     if data is None:
         return {"body": None}
@@ -136,7 +155,7 @@ def _tunnel(client: socket.socket, upstream: socket.socket, stop: threading.Even
     socks = [client, upstream]
     try:
         while not stop.is_set():
-            r, _, _ = select.select(socks, [], [], 0.2)
+            r = pollio.readable(socks, 0.2)
             for s in r:
                 data = s.recv(65536)
                 if not data:
@@ -166,8 +185,15 @@ class _Forwarder:
         headers: list[tuple[str, str]] = [("Host", hostport)] + (
             relay.forwardable(req.headers.items(), relay.FRAMING, connection=()) if upgrade
             else relay.forwardable(req.headers.items(), relay.HOP_BY_HOP | relay.FRAMING))
-        body = b"" if upgrade else req.body
-        if body or req.method in ("POST", "PUT", "PATCH"):
+        # a large Content-Length body is streamed upstream as it arrives (memory independent of its size);
+        # the recording keeps its first MAX_RECORDED_BODY bytes. Chunked and small bodies are read first.
+        length = (req.headers.get("Content-Length") or "").strip(" \t")
+        stream = (not upgrade and req._body is None and length.isdigit() and int(length) > STREAM_ABOVE
+                  and "chunked" not in (req.headers.get("Transfer-Encoding") or "").lower())
+        body = b"" if upgrade or stream else req.body
+        if stream:
+            headers.append(("Content-Length", length))
+        elif body or req.method in ("POST", "PUT", "PATCH"):
             headers.append(("Content-Length", str(len(body))))
         if lifecycle and req.headers.get("OPEN-SANDBOX-API-KEY"):
             proxy.note_key(req.headers["OPEN-SANDBOX-API-KEY"])
@@ -189,6 +215,8 @@ class _Forwarder:
                 for k, v in headers:
                     conn.putheader(k, v)
                 conn.endheaders(body if body else None)
+                if stream:
+                    body = _stream_request(req, conn, int(length))
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 _json_error(req, 502, "PROXY::UPSTREAM_FAILED", "The upstream %s failed: %s" % (hostport, e))

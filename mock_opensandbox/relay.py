@@ -21,10 +21,11 @@ Standard library only.
 """
 from __future__ import annotations
 
-import select
 import socket
 import threading
 from typing import AbstractSet, Any, Callable, Iterable
+
+from . import pollio
 
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "transfer-encoding", "upgrade", "proxy-connection"))
@@ -62,7 +63,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def client_gone(sock: Any) -> bool:
     """True when the peer closed its side (readable with nothing to read) or the socket broke."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        readable = pollio.readable([sock], 0)
         return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True

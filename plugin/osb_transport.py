@@ -100,6 +100,22 @@ def parse_error_body(status: int, body: bytes | None, reason: str = "") -> tuple
         return None, f"HTTP {status}"
 
 
+def _readable(objs: list[Any], timeout: float | None) -> list[Any]:
+    """``select.select(objs, [], [], timeout)[0]`` through ``select.poll``: select refuses fd numbers at
+    or above 1024, which a process holding many connections passes. A hang-up or error counts as
+    readable (the next read reports it); a closed socket (fileno -1) raises ValueError, as select does."""
+    poller = select.poll()
+    by_fd: dict[int, Any] = {}
+    for obj in objs:
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        if fd < 0:
+            raise ValueError("file descriptor cannot be a negative integer")
+        by_fd[fd] = obj
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+    ms = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+    return [by_fd[fd] for fd, _ in poller.poll(ms) if fd in by_fd]
+
+
 def _clip(text: str, limit: int = 400) -> str:
     text = "".join(c if c.isprintable() or c == " " else " " for c in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -300,7 +316,7 @@ class Stream:
             if pending is not None and pending() > 0:
                 return True
             fds: list[Any] = [sock] if wake is None else [sock, wake]
-            ready, _, _ = select.select(fds, [], [], timeout)
+            ready = _readable(fds, timeout)
         except (OSError, ValueError):
             return True                 # a closed or broken socket: the next read reports it
         return sock in ready
@@ -449,7 +465,7 @@ class Http:
         if sock is None:
             return True
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
+            readable = _readable([sock], 0)
         except (OSError, ValueError):
             return True
         return bool(readable)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import codecs
 import os
 import queue
-import select
 import signal
 import stat
 import subprocess
@@ -18,6 +17,7 @@ import time
 import uuid
 from typing import Any
 
+from .. import pollio
 from ..gojson import GO_REPLACE, go_time
 from ..runtime import SandboxRuntime, SandboxTerminated
 from .deadlines import DEADLINES, Deadline
@@ -387,7 +387,7 @@ class CommandRegistry:
         try:
             while fds:
                 try:
-                    ready, _, _ = select.select(list(fds), [], [], 0.05)
+                    ready = pollio.readable(list(fds), 0.05)
                 except (OSError, ValueError):
                     break
                 if not ready:

@@ -10,13 +10,14 @@ import email.utils
 import os
 import posixpath
 import re
+import threading
 from typing import Any
 from urllib.parse import quote
 
 from .. import httpcore, multipart
 from ..gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
 from ..httpcore import Request
-from . import gin
+from . import gin, linerange
 from .errors import (INVALID_FILE, INVALID_FILE_CONTENT, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR,
                      ExecdError, bad_body, missing_query)
 from .fsops import SandboxFS, _DirHandle, file_info
@@ -63,9 +64,10 @@ def _decode_container(body: bytes, gotype: str, elem: Struct, as_list: bool) -> 
 
 
 class FilesAPI:
-    def __init__(self, runtime: Any):
+    def __init__(self, runtime: Any, stopping: threading.Event | None = None):
         self.rt = runtime
         self.fs = SandboxFS(runtime)
+        self._stopping = stopping or threading.Event()  # set when the sandbox's execd goes
 
     # -- info / delete --------------------------------------------------------------------------
     def info(self, req: Request) -> None:
@@ -245,25 +247,11 @@ class FilesAPI:
             if v is None or v < 1:
                 raise ExecdError(400, INVALID_REQUEST, f"invalid query parameter 'limit': {raw_limit}")
             limit = v
-        out = bytearray()
-        written = 0
-        try:
-            data = fh.read()
-        except OSError:
-            data = b""
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
-        for n, line in enumerate(lines, start=1):
-            if n < offset:
-                continue
-            if written:
-                out += b"\n"
-            out += line.rstrip(b"\r\n")
-            written += 1
-            if 0 <= limit <= written:
-                break
-        gin.send(req, 200, bytes(out), "text/plain; charset=utf-8")
+        out = linerange.GoWriter(req, "text/plain; charset=utf-8")
+        if linerange.line_range(fh, offset, limit, out, linerange.Gone(req, self._stopping)):
+            out.close()
+        else:
+            req.handler.close_connection = True  # the client left or the sandbox went: nothing more is sent
 
 
 def _required_path(req: Request) -> str:

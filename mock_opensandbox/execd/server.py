@@ -241,7 +241,7 @@ class ExecdServer(App):
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         self.sessions = SessionRegistry(runtime)
-        self.files = FilesAPI(runtime)
+        self.files = FilesAPI(runtime, self._stopping)
         self.pty = PTYRoutes(runtime, mode)
         self.pty_sessions = self.pty.registry
         # the /command group (execd/commandroutes.py) over the command registry

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
 import stat
 import subprocess
 import threading
 import time
+
+from ..pollio import readable
 
 # Host directories bound read-only into every isolated sandbox view, and the directories the
 # view builds itself (container /dev, procfs, read-only /sys, the per-sandbox /etc overlay).
@@ -157,7 +158,7 @@ def read_lines(fd: int, n: int, timeout: float, proc: subprocess.Popen) -> list[
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+        ready = readable([fd], min(left, 0.2))
         if not ready:
             if proc.poll() is not None:
                 break

@@ -34,6 +34,7 @@ import time
 from typing import Any, Callable
 
 from .. import optional
+from ..pollio import readable
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
@@ -258,9 +259,7 @@ class SandboxNet:
             ready_r, log, deadline = pending
             ok = False
             try:
-                import select
-
-                ready, _, _ = select.select([ready_r], [], [], max(0.0, deadline - time.monotonic()))
+                ready = readable([ready_r], max(0.0, deadline - time.monotonic()))
                 if ready:
                     ok = os.read(ready_r, 16).startswith(b"1")
             except OSError:

@@ -30,7 +30,7 @@ def test_sandbox_case_ab_smoke(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     rows = {r["id"]: r for r in results["cases"]}
     assert {"sandbox_create_ready", "sandbox_command_true", "sandbox_idle_rss_kb",
-            "sandbox_idle_processes"} <= set(rows), sorted(rows)
+            "sandbox_idle_processes", "sandbox_idle_server_fds"} <= set(rows), sorted(rows)
     for row in rows.values():
         assert row["case"] == 7 and "error" not in row, row
         assert row["median"] is not None and row["baseline"]["median"] is not None, row
@@ -38,6 +38,7 @@ def test_sandbox_case_ab_smoke(tmp_path):
     assert detail["A"]["package"] == detail["B"]["package"] == os.path.join(REPO, "mock_opensandbox")
     idle = detail["idle"]["B"]
     assert idle["processes"] >= 1 and idle["rss_kb"] > 0, idle   # the sandbox's own processes were found
+    assert idle["server_fds"] is not None and idle["server_fds"] >= 1, idle   # the mock's fds per sandbox
     assert rows["sandbox_create_ready"]["target"] == "<= 1.5x"
     md = (tmp_path / "results.md").read_text()
     assert "Sandbox create -> execd /ping answers" in md

@@ -223,3 +223,29 @@ def test_files_visible_to_commands(c, runtime):
     ev = c.run("cat /tmp/v.txt; echo; cat /home/u/v.txt; echo; cat /workspace/v.txt; echo; echo made > /tmp/from-cmd").events()
     assert outputs(ev) == ["in-tmp", "in-home", "in-ws"]
     assert c.get("/files/download?path=/tmp/from-cmd").body == b"made\n"
+
+
+def test_line_mode_memory_is_bounded(make_execd, sandbox_root):
+    """serveLineRange reads line by line (filesystem_download.go, 3bb6fad): a 64 MiB file without a
+    newline is scanned, never held; a line longer than the hold (1 MiB) comes out whole and trimmed."""
+    import tracemalloc
+
+    c = Client(make_execd().port)
+    tmp = pathlib.Path(sandbox_root) / "tmp"
+    tmp.mkdir(exist_ok=True)
+    with open(tmp / "flat", "wb") as fh:
+        fh.truncate(64 << 20)  # 64 MiB of zeros, no newline
+    long = b"x" * (3 << 20)
+    (tmp / "long").write_bytes(b"a\r\n" + long + b"\r\r\n" + b"tail")
+    tracemalloc.start()
+    try:
+        r = c.get("/files/download?path=/tmp/flat&offset=2&limit=1")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (r.status, r.body) == (200, b"")
+    assert peak < 8 << 20, peak  # the old code read the file whole: > 64 MiB
+    r = c.get("/files/download?path=/tmp/long&offset=2&limit=1")
+    assert r.status == 200 and r.body == long
+    r = c.get("/files/download?path=/tmp/long&offset=1")
+    assert r.status == 200 and r.body == b"a\n" + long + b"\ntail"
