@@ -187,7 +187,6 @@ def test_sigkill_as_an_unprivileged_user_leaves_nothing():
         cli.kill()
 
 
-<<<<<<< HEAD
 def _owned_by(mock_id: str, root: str) -> set[str]:
     """The dead mock's osb-mock-<mock_id>-* cgroups and the /tmp/osb-holder-* dirs its ledger names
     (other mocks on this host - parallel runs - are not counted)."""
@@ -244,7 +243,8 @@ def test_a_restart_reaps_what_a_sigkill_in_mid_burst_left(clis, tmp_path):
     assert not os.path.exists(os.path.join(root, "snapshot-images"))
     assert again.stop(signal.SIGTERM)[0] == 0
     assert os.listdir(root) == []
-=======
+
+
 @needs_isolation
 def test_banner_names_the_install_command_of_a_missing_tool(clis):
     """--no slirp4netns (mock_opensandbox/optional.py): the banner says what is missing, what it adds
@@ -255,4 +255,3 @@ def test_banner_names_the_install_command_of_a_missing_tool(clis):
                      "sandbox (eth0 and a default route)"], cli.lines
     assert any("no outbound network (slirp4netns switched off by OSB_MOCK_NO; apt-get install slirp4netns)" in line
                for line in cli.lines), cli.lines
->>>>>>> wt-fresh
