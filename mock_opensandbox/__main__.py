@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "has fails the create like the server (500 DOCKER::SANDBOX_IMAGE_PULL_FAILED)")
     p.add_argument("--image-cache", default=None, metavar="DIR",
                    help="where unpacked layers are kept across runs (default ~/.cache/mock-opensandbox/images)")
+    p.add_argument("--jupyter-env", default=None, metavar="DIR",
+                   help="a virtualenv with Jupyter and kernels (make one: python -m mock_opensandbox.jupyterenv DIR): "
+                        "bound read-only into every sandbox of a code-interpreter image, Jupyter started inside it "
+                        "on 44771 like the image's entrypoint, so /code runs code (mock_opensandbox/jupyterenv.py)")
     return p
 
 
@@ -74,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               max_sandbox_timeout=args.max_sandbox_timeout, network=args.network,
                               volumes_dir=args.volumes_dir, allowed_host_paths=args.allowed_host_path,
                               pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay,
-                              image_dir=args.image_dir, image_cache=args.image_cache)
+                              image_dir=args.image_dir, image_cache=args.image_cache,
+                              jupyter_env=args.jupyter_env)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
@@ -96,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             cg = cgroup_host()
             print("Resource limits: %s" % (cg.note() or "memory, cpu and pids through cgroup v%d" % cg.version),
                   flush=True)
+        if osb.jupyter_env:
+            print("Code interpreter: Jupyter from %s in every code-interpreter sandbox" % osb.jupyter_env, flush=True)
+        else:
+            from .jupyterenv import HINT
+            print(HINT[0].upper() + HINT[1:], flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)

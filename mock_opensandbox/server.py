@@ -143,6 +143,10 @@ class MockProvisioner(Provisioner):
         # server services/docker/container_ops.py: [docker] sandbox_env, the request's env, then
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
+        jenv = self._jupyter_env(sb)
+        if jenv:  # the code-interpreter image's ENV (jupyterenv.py); the request's env wins
+            from .jupyterenv import sandbox_env
+            env = dict(sandbox_env(jenv), **env)
         env["OPENSANDBOX_ID"] = sb.id
         from .runtime.rootfs import RootfsError, UserNotFound
 
@@ -160,6 +164,11 @@ class MockProvisioner(Provisioner):
             restore_into(sb, runtime)
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
+        if jenv and runtime.isolated:  # the env bound read-only at its own path, with the volumes (before PID 1)
+            from .jupyterenv import BindMount
+            from .runtime.mounts import plan as plan_mounts
+            runtime.volumes = plan_mounts(runtime.root, runtime.resolve_in_root,
+                                          list(sb.volumes.mounts if sb.volumes is not None else []) + [BindMount(jenv)])
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
         if m.execd_bin and not self.mock_execd:
@@ -168,6 +177,12 @@ class MockProvisioner(Provisioner):
             sb.resources["execd_port"] = runtime.use_execd(m.execd_bin, token=m.execd_token or None)
         # server services/docker: the container runs bootstrap.sh -> execd &, then "$@" &
         entry = self._start_entrypoint(sb, runtime)
+        if jenv:  # the entrypoint's Jupyter, inside the sandbox (jupyterenv.py)
+            from .jupyterenv import start_in
+            try:
+                start_in(runtime, jenv, os.path.join(runtime.root, "tmp", "jupyter.log"))
+            except (OSError, ValueError, SandboxTerminated) as exc:
+                sb.log.feed(("code-interpreter: jupyter did not start: %s\n" % exc).encode())
         if m.execd_bin:
             try:
                 sb.execd = self._start_execd_process(sb, runtime)
@@ -183,6 +198,11 @@ class MockProvisioner(Provisioner):
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
         return entry
+
+    def _jupyter_env(self, sb: Sandbox) -> str | None:
+        """--jupyter-env for a code-interpreter image ("code-interpreter" in its name) [choice, QUIRKS.md]."""
+        uri = str((sb.image or {}).get("uri", ""))
+        return self.mock.jupyter_env if self.mock.jupyter_env and "code-interpreter" in uri else None
 
     def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
@@ -390,7 +410,7 @@ class MockOpenSandbox(WorkbenchMixin):
                  execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT,
                  network: str = "bridge", volumes_dir: str | None = None,
                  allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT,
-                 image_dir: str | None = None, image_cache: str | None = None):
+                 image_dir: str | None = None, image_cache: str | None = None, jupyter_env: str | None = None):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -464,6 +484,13 @@ class MockOpenSandbox(WorkbenchMixin):
             raise ValueError("image_dir %r is not a directory" % image_dir)
         self.image_dir = image_dir
         self.image_cache = image_cache
+        # a pip-made Jupyter env for code-interpreter images (jupyterenv.py, docs: --jupyter-env)
+        if jupyter_env is not None:
+            from .jupyterenv import check as check_jupyter_env
+            problem = check_jupyter_env(jupyter_env)
+            if problem:
+                raise ValueError(problem)
+        self.jupyter_env = jupyter_env
         self.images: Any = None  # images.mock.ImagePuller while started with an image_dir
         self.snapshots: Any = None  # snapshots.SnapshotStore while started
         self.store: SandboxStore | None = None
