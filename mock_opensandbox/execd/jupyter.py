@@ -19,6 +19,12 @@ import uuid
 from typing import Any, Callable
 
 from .. import wsproto
+from ..gojson import errno_text
+
+
+def _dial(host: str, port: int, exc: OSError) -> str:
+    """Go's net.Dial error text."""
+    return "dial tcp %s:%d: connect: %s" % (host, port, errno_text(exc))
 
 __all__ = ["JupyterClient", "JupyterError", "KernelChannel"]
 
@@ -43,7 +49,8 @@ class JupyterClient:
             try:
                 conn.sock = self._connect(self.host, self.port, timeout)
             except OSError as exc:
-                raise JupyterError("%s %s: %s" % (method, path, exc)) from exc
+                raise JupyterError('%s "http://%s%s%s": %s' % (method.capitalize(), self.netloc, self.prefix, path,
+                                                              _dial(self.host, self.port, exc))) from exc
             data = None if body is None else json.dumps(body).encode()
             headers = {"Authorization": "token " + self.token, "Host": self.netloc}
             if data is not None:
@@ -80,7 +87,7 @@ class JupyterClient:
         try:
             sock = self._connect(self.host, self.port, timeout)
         except OSError as exc:
-            raise JupyterError("failed to connect to kernel: %s" % exc) from exc
+            raise JupyterError("failed to connect to kernel: %s" % _dial(self.host, self.port, exc)) from exc
         return KernelChannel(sock, "%s/api/kernels/%s/channels?token=%s" % (
             self.prefix, kernel_id, urllib.parse.quote(self.token)), self.netloc)
 
