@@ -163,9 +163,11 @@ def _real_or_skip() -> None:
 
 
 @pytest.mark.slow
-def test_the_real_execd_passes_the_same_sdk_flow(osb):
+def test_the_real_execd_passes_the_same_sdk_flow(osb, request):
     """Differential: the real execd binary (--execd-bin) in the same kind of sandbox with the same Jupyter env
-    (about 40 s: `make test-slow`)."""
+    (about 30 s: `make test-slow`)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("code interpreter: the SDK flow on the real execd runs with `make test-slow` (-m slow)")
     _real_or_skip()
     with MockOpenSandbox(execd_close_delay=0.05, jupyter_env=osb.jupyter_env, execd_bin=REAL_EXECD) as real:
         table = run_code_flow(real.base_url, real.api_key, IMAGE)
