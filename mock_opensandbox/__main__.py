@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "has fails the create like the server (500 DOCKER::SANDBOX_IMAGE_PULL_FAILED)")
     p.add_argument("--image-cache", default=None, metavar="DIR",
                    help="where unpacked layers are kept across runs (default ~/.cache/mock-opensandbox/images)")
+    p.add_argument("--jupyter-env", default=None, metavar="DIR",
+                   help="a virtualenv with Jupyter and kernels (make one: python -m mock_opensandbox.jupyterenv DIR): "
+                        "bound read-only into every sandbox of a code-interpreter image, Jupyter started inside it "
+                        "on 44771 like the image's entrypoint, so /code runs code (mock_opensandbox/jupyterenv.py)")
     return p
 
 
@@ -113,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay,
                               image_dir=args.image_dir, image_cache=args.image_cache,
                               egress_mode=args.egress_mode, egress_dns_upstream=args.egress_dns_upstream,
-                              egress_ready_timeout=args.egress_ready_timeout)
+                              egress_ready_timeout=args.egress_ready_timeout, jupyter_env=args.jupyter_env)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
@@ -147,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "off: %s" % (osb.egress_note or "no egress image (--egress-mode off)") if osb.egress_mode == "off"
             else "%s, DNS upstream %s:%d" % (osb.egress_mode, osb.egress_upstream[0], osb.egress_upstream[1])),
             flush=True)
+        if osb.jupyter_env:
+            print("Code interpreter: Jupyter from %s in every code-interpreter sandbox" % osb.jupyter_env, flush=True)
+        else:
+            from .jupyterenv import HINT
+            print(HINT[0].upper() + HINT[1:], flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         print("Open files: up to %d (RLIMIT_NOFILE)." % nofile, flush=True)

@@ -33,6 +33,7 @@ from .relay import free_port
 from .revproxy import PortForwardApp, PortForwardHandler
 from .runtime.cgroups import DEFAULT_PIDS_LIMIT
 from .runtime._util import default_signals_for_children, inherited_signals_back
+from .jupyterenv import check as check_jupyter_env
 from .runtime.janitor import LEDGER as JANITOR_LEDGER
 from .runtime.janitor import Janitor, reap_root
 from .runtime.sandbox import SandboxTerminated
@@ -144,6 +145,10 @@ class MockProvisioner(Provisioner):
         # server services/docker/container_ops.py: [docker] sandbox_env, the request's env, then
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
+        from . import jupyterenv  # a code-interpreter image's Jupyter (--jupyter-env)
+        jenv = jupyterenv.for_image(m.jupyter_env, sb.image)
+        if jenv:  # the code-interpreter image's ENV; the request's env wins
+            env = dict(jupyterenv.sandbox_env(jenv), **env)
         env["OPENSANDBOX_ID"] = sb.id
         from .runtime.rootfs import RootfsError, UserNotFound
 
@@ -161,6 +166,8 @@ class MockProvisioner(Provisioner):
             restore_into(sb, runtime)
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
+        if jenv and runtime.isolated:  # the env bound read-only at its own path, with the volumes (before PID 1)
+            jupyterenv.bind_into(runtime, sb.volumes, jenv)
         sb.execd_mode = m.execd_mode
         sb.resources["lock"] = threading.Lock()
         if m.execd_bin and not self.mock_execd:
@@ -169,6 +176,8 @@ class MockProvisioner(Provisioner):
             sb.resources["execd_port"] = runtime.use_execd(m.execd_bin, token=m.execd_token or None)
         # server services/docker: the container runs bootstrap.sh -> execd &, then "$@" &
         entry = self._start_entrypoint(sb, runtime)
+        if jenv:  # the entrypoint's Jupyter, inside the sandbox
+            jupyterenv.start_logged(runtime, jenv, sb.log, (OSError, ValueError, SandboxTerminated))
         if m.execd_bin:
             try:
                 sb.execd = self._start_execd_process(sb, runtime)
@@ -417,7 +426,7 @@ class MockOpenSandbox(WorkbenchMixin):
                  allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT,
                  image_dir: str | None = None, image_cache: str | None = None,
                  egress_mode: str | None = None, egress_dns_upstream: str | None = None,
-                 egress_ready_timeout: float = 30.0):
+                 egress_ready_timeout: float = 30.0, jupyter_env: str | None = None):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -496,6 +505,10 @@ class MockOpenSandbox(WorkbenchMixin):
             raise ValueError("image_dir %r is not a directory" % image_dir)
         self.image_dir = image_dir
         self.image_cache = image_cache
+        # a pip-made Jupyter env for code-interpreter images (jupyterenv.py, docs: --jupyter-env)
+        if jupyter_env is not None and check_jupyter_env(jupyter_env):
+            raise ValueError(check_jupyter_env(jupyter_env))
+        self.jupyter_env = jupyter_env
         self.images: Any = None  # images.mock.ImagePuller while started with an image_dir
         self.snapshots: Any = None  # snapshots.SnapshotStore while started
         self.store: SandboxStore | None = None

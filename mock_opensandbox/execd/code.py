@@ -3,9 +3,11 @@
 contexts are never created (the Jupyter retry loop never ends: POST /code/context hangs), listing
 is empty, a "" or "command" language runs the code as a foreground command, "background-command"
 as a background one, "sql" fails to reach MySQL at 127.0.0.1:3306, every other known language
-fails because no language runtime is configured."""
+fails because no language runtime is configured. With JUPYTER_HOST + JUPYTER_TOKEN in the sandbox's
+environment the Jupyter languages and contexts go to that server (execd/code_jupyter.py)."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from ..gojson import GoJSONError, Struct, decode
@@ -25,12 +27,33 @@ NO_RUNTIME = "language runtime server not configured, please check your image ru
 
 class CodeAPI:
     def __init__(self, run_command: Callable[[Request, dict[str, Any], bool], None],
-                 interrupt: Callable[[Request], None], stall: Callable[[Request], None], mode: str = "v1.1.0"):
+                 interrupt: Callable[[Request], None], stall: Callable[[Request], None], mode: str = "v1.1.0",
+                 jupyter: Callable[[], Any] | None = None):
         """run_command(req, spec, linger): stream a /command-style run (spec as CommandRoutes.parse returns).
         mode "latest": a code request without a language needs the (absent) runtime (seed 000 §1.4,
         live); the v1.0.19 binary runs it as a command (tiers/diff code.plain_image)."""
-        self._run_command, self.interrupt, self._stall = run_command, interrupt, stall
+        self._run_command, self._interrupt, self._stall = run_command, interrupt, stall
         self.mode = mode
+        self._jupyter_factory = jupyter  # () -> code_jupyter.JupyterCode | None (the sandbox names no server)
+        self._jupyter: Any = None
+        self._jlock = threading.Lock()
+
+    def jupyter(self) -> Any:
+        """The sandbox's Jupyter server (JUPYTER_HOST + JUPYTER_TOKEN), or None: read once, as execd
+        reads its flags once at start (pkg/flag/parser.go)."""
+        with self._jlock:
+            if self._jupyter is None and self._jupyter_factory is not None:
+                self._jupyter = self._jupyter_factory() or False
+            return self._jupyter or None
+
+    def interrupt(self, req: Request) -> None:
+        """interrupt.go: a Jupyter context's kernel first, then commands and bash sessions."""
+        j = self.jupyter()
+        cid = req.q("id")
+        if j is not None and cid and j.interrupt(cid):
+            gin.ok(req)
+            return
+        self._interrupt(req)
 
     def run(self, req: Request) -> None:
         try:
@@ -47,6 +70,10 @@ class CodeAPI:
             self._sql_unreachable(req)
             return
         if lang in JUPYTER_LANGUAGES:
+            j = self.jupyter()
+            if j is not None:
+                j.run(req, lang, (data.get("context") or {}).get("id") or "", data["code"])
+                return
             raise ExecdError(500, RUNTIME_ERROR, MSG["run_codes"].format(NO_RUNTIME))
         raise ExecdError(500, RUNTIME_ERROR, MSG["run_codes"].format(MSG["unknown_language"].format(lang)))
 
@@ -72,24 +99,41 @@ class CodeAPI:
 
     def create_context(self, req: Request) -> None:
         try:
-            decode(req.body, CONTEXT_REQUEST)
+            data = decode(req.body, CONTEXT_REQUEST)
         except GoJSONError as exc:
             raise bad_body(exc) from exc
+        j = self.jupyter()
+        if j is not None:
+            j.create_context(req, data.get("language") or "", data.get("cwd") or "")
+            return
         self._stall(req)  # kernelWaitingBackoff retries the absent Jupyter server for minutes
 
     def list_contexts(self, req: Request) -> None:
         lang = req.q("language") or ""
         if lang in NO_CONTEXT_OPS:
             raise ExecdError(500, RUNTIME_ERROR, MSG["unsupported_language"].format(lang))
-        gin.json_reply(req, 200, [])
+        j = self.jupyter()
+        gin.json_reply(req, 200, j.list(lang) if j is not None else [])
 
     def delete_by_language(self, req: Request) -> None:
         if not req.q("language"):
             raise missing_query("language")
-        gin.ok(req)  # no context of any language exists
+        j = self.jupyter()
+        if j is not None:
+            j.delete_language(req.q("language"))
+        gin.ok(req)  # without Jupyter no context of any language exists
 
     def get_context(self, req: Request) -> None:
+        j = self.jupyter()
+        if j is not None:
+            gin.json_reply(req, 200, j.get(req.params.get("contextId", "")))
+            return
         raise ExecdError(404, CONTEXT_NOT_FOUND, MSG["context_not_found"].format(req.params.get("contextId", "")))
 
     def delete_context(self, req: Request) -> None:
+        j = self.jupyter()
+        if j is not None:
+            j.delete(req.params.get("contextId", ""))
+            gin.ok(req)
+            return
         raise ExecdError(404, CONTEXT_NOT_FOUND, MSG["context_not_found"].format(req.params.get("contextId", "")))

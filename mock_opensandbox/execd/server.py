@@ -247,7 +247,7 @@ class ExecdServer(App):
         # the /command group (execd/commandroutes.py) over the command registry
         self.command = CommandRoutes(runtime, self.files.fs, self.commands, self._stopping, mode=mode,
                                      close_delay=max(0.0, float(close_delay)), heartbeat=max(0.05, float(heartbeat)))
-        self.code = CodeAPI(self.command.stream, self.command.interrupt, self._stall, mode)
+        self.code = CodeAPI(self.command.stream, self.command.interrupt, self._stall, mode, jupyter=self._jupyter)
         self.router = Router()
         for method, pattern, target in ROUTES:
             self.router.add(method, pattern, self._endpoint(target))
@@ -349,6 +349,31 @@ class ExecdServer(App):
     def _drop(req: Request) -> None:
         """Never answer (a frozen or vanished sandbox): close the connection without a response."""
         req.handler.close_connection = True
+
+    def _jupyter(self) -> Any:
+        """The sandbox's Jupyter server (execd/code_jupyter.py), reached from inside its network
+        namespace; None when JUPYTER_HOST or JUPYTER_TOKEN is unset (runtime/jupyter.go)."""
+        from .code_jupyter import JupyterCode
+        try:
+            env = self.runtime.base_env()
+        except Exception:  # noqa: BLE001 - a runtime without an environment names no server
+            return None
+        host, token = env.get("JUPYTER_HOST", ""), env.get("JUPYTER_TOKEN", "")
+        if not host or not token:
+            return None
+        rt = self.runtime
+
+        def connect(h: str, port: int, timeout: float) -> socket.socket:
+            if h in ("127.0.0.1", "localhost", "::1"):
+                return rt.connect(port, timeout=timeout)
+            return socket.create_connection((h, port), timeout=timeout)
+
+        def mkdir(path: str) -> None:
+            try:
+                os.makedirs(rt.resolve(path), exist_ok=True)
+            except (OSError, ValueError):
+                pass
+        return JupyterCode(host, token, connect, self._stopping, mkdir)
 
     def _stall(self, req: Request) -> None:
         """Hold the request unanswered until stop() or until the client goes away."""

@@ -1,0 +1,171 @@
+"""The official code-interpreter SDK's flow (opensandbox-code-interpreter, unchanged), step by step, for
+any server: the mock (tiers/t1/test_code_interpreter_mock.py) or a live stack with a code-interpreter
+image. ``run_code_flow`` returns {step: "ok" | "FAIL: <why>"}; every step runs even after a failure so
+the table compares step by step."""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Callable
+
+from code_interpreter.sync import CodeInterpreterSync
+from opensandbox.config.connection_sync import ConnectionConfigSync
+from opensandbox.sync import SandboxSync
+
+__all__ = ["STEPS", "run_code_flow"]
+
+
+def _text(ex: Any) -> str:
+    return "".join(m.text for m in ex.logs.stdout)
+
+
+def _err(ex: Any) -> str:
+    return "".join(m.text for m in ex.logs.stderr)
+
+
+def _steps(ci: CodeInterpreterSync) -> list[tuple[str, Callable[[], Any]]]:
+    codes = ci.codes
+    st: dict[str, Any] = {}
+
+    def check(cond: bool, why: Any) -> None:
+        if not cond:
+            raise AssertionError(repr(why))
+
+    def print_stdout() -> None:
+        ex = codes.run("print('hello')")
+        check(_text(ex) == "hello\n" and ex.error is None, (_text(ex), ex.error))
+
+    def expression() -> None:
+        ex = codes.run("6 * 7")
+        check([r.text for r in ex.result] == ["42"] and (ex.execution_count or 0) > 0,
+              (ex.result, ex.execution_count))
+
+    def state_set() -> None:
+        check(codes.run("kept = 41").error is None, "error")
+
+    def state_kept() -> None:
+        ex = codes.run("kept + 1")
+        check([r.text for r in ex.result] == ["42"], ex.result)
+
+    def stderr() -> None:
+        ex = codes.run("import sys; sys.stderr.write('oops\\n')")
+        check("oops" in _err(ex), (_text(ex), _err(ex)))
+
+    def exception() -> None:
+        ex = codes.run("1/0")
+        check(ex.error is not None and ex.error.name == "ZeroDivisionError"
+              and "division by zero" in ex.error.value, ex.error)
+
+    def syntax_error() -> None:
+        ex = codes.run("def (:")
+        check(ex.error is not None and ex.error.name == "SyntaxError", ex.error)
+
+    def cwd() -> None:
+        ex = codes.run("import os; print(os.getcwd())")
+        check(_text(ex) == "/workspace\n", _text(ex))
+
+    def create_context() -> None:
+        st["py"] = codes.create_context("python")
+        check(bool(st["py"].id) and st["py"].language == "python", st["py"])
+
+    def context_run() -> None:
+        ex = codes.run("ctx_var = 'in ctx'; print(ctx_var)", context=st["py"])
+        check(_text(ex) == "in ctx\n", _text(ex))
+
+    def context_state() -> None:
+        ex = codes.run("ctx_var", context=st["py"])
+        check([r.text for r in ex.result] == ["'in ctx'"], ex.result)
+
+    def context_isolated() -> None:
+        ex = codes.run("ctx_var")
+        check(ex.error is not None and ex.error.name == "NameError", ex.error)
+
+    def bash_context() -> None:
+        st["sh"] = codes.create_context("bash")
+        check(st["sh"].language == "bash", st["sh"])
+
+    def bash_run() -> None:
+        ex = codes.run("echo $((20 + 22))", context=st["sh"])
+        check(_text(ex).strip() == "42", _text(ex))
+
+    def bash_state() -> None:
+        codes.run("export FLOW_VAR=kept", context=st["sh"])
+        ex = codes.run("echo $FLOW_VAR", context=st["sh"])
+        check(_text(ex).strip() == "kept", _text(ex))
+
+    def list_python() -> None:
+        ids = {c.id for c in codes.list_contexts("python")}
+        check(st["py"].id in ids and len(ids) >= 2, ids)  # the default context and the explicit one
+
+    def get_context() -> None:
+        c = codes.get_context(st["py"].id)
+        check(c.id == st["py"].id and c.language == "python", c)
+
+    def delete_context() -> None:
+        codes.delete_context(st["py"].id)
+        check(st["py"].id not in {c.id for c in codes.list_contexts("python")}, "still listed")
+
+    def get_deleted() -> None:
+        try:
+            codes.get_context(st["py"].id)
+        except Exception as exc:  # noqa: BLE001 - the SDK's typed error for a 404
+            check("not found" in str(exc), exc)
+            return
+        raise AssertionError("no error")
+
+    def delete_all() -> None:
+        codes.delete_contexts("python")
+        check(codes.list_contexts("python") == [], codes.list_contexts("python"))
+
+    def bash_survives() -> None:
+        check([c.id for c in codes.list_contexts("bash")] == [st["sh"].id], codes.list_contexts("bash"))
+
+    def default_again() -> None:  # a new default context after delete-all
+        ex = codes.run("print('again')")
+        check(_text(ex) == "again\n", _text(ex))
+
+    def run_in_deleted() -> None:
+        ex = None
+        try:
+            ex = codes.run("1", context=st["py"])
+        except Exception as exc:  # noqa: BLE001 - the SDK raises for the 500
+            check("context not found" in str(exc), exc)
+            return
+        check(ex is not None and ex.error is not None, ex)
+
+    return [("print stdout", print_stdout), ("expression result + execution_count", expression),
+            ("state set", state_set), ("state kept", state_kept), ("stderr", stderr),
+            ("exception name", exception), ("syntax error name", syntax_error), ("cwd /workspace", cwd),
+            ("create python context", create_context), ("run in context", context_run),
+            ("context keeps state", context_state), ("contexts are isolated", context_isolated),
+            ("create bash context", bash_context), ("bash run", bash_run), ("bash keeps state", bash_state),
+            ("list python contexts", list_python), ("get context", get_context),
+            ("delete context", delete_context), ("get deleted context", get_deleted),
+            ("run in deleted context", run_in_deleted), ("delete all python", delete_all),
+            ("bash context survives", bash_survives), ("new default context", default_again)]
+
+
+STEPS = 2 + 23  # sandbox create + interpreter ready, then _steps
+
+
+def run_code_flow(base_url: str, api_key: str, image: str, *, ready_timeout: float = 60) -> dict[str, str]:
+    domain = base_url.split("://", 1)[-1].rstrip("/")
+    cfg = ConnectionConfigSync(api_key=api_key, domain=domain, protocol="http", request_timeout=timedelta(seconds=60))
+    out: dict[str, str] = {}
+    sb = SandboxSync.create(image, connection_config=cfg, timeout=timedelta(minutes=10))
+    out["sandbox create"] = "ok"
+    try:
+        try:
+            ci = CodeInterpreterSync.create(sb, ready_timeout=timedelta(seconds=ready_timeout))
+            out["interpreter ready"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - the table records why
+            out["interpreter ready"] = "FAIL: %s" % exc
+            return out
+        for name, step in _steps(ci):
+            try:
+                step()
+                out[name] = "ok"
+            except Exception as exc:  # noqa: BLE001 - every step runs; the table records why
+                out[name] = "FAIL: %s" % str(exc)[:200]
+    finally:
+        sb.kill()
+    return out
