@@ -312,9 +312,12 @@ class MockProvisioner(Provisioner):
         from .runtime.probe import isolation_header
         from .runtime.sandbox import network_note
 
+        from .openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines the files API
+
         head = isolation_header()
         net = network_note(self.mock.network) if head.startswith("isolated") else ""
-        return (head + "; " + net if net else head) + self._images_note()
+        return ((head + "; " + net if net else head) + ("; " + files_note if files_note else "")
+                + self._images_note())
 
     def _images_note(self) -> str:
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
