@@ -333,17 +333,13 @@ class MockProvisioner(Provisioner):
                     + self._images_note())
         from .runtime.probe import isolation_header
         from .runtime.sandbox import network_note
+        from .openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines the files API
 
         head = isolation_header()
         net = network_note(self.mock.network) if head.startswith("isolated") else ""
-        return (head + "; " + net if net else head) + self._images_note() + self._egress_note()
-
-    def _egress_note(self) -> str:
-        """x-mock-isolation's egress part: nothing when sidecars run, else why networkPolicy is refused."""
-        m = self.mock
-        if m.egress_note:
-            return "; egress off (%s)" % m.egress_note
-        return ""
+        egress = "; egress off (%s)" % self.mock.egress_note if self.mock.egress_note else ""
+        return ((head + "; " + net if net else head) + ("; " + files_note if files_note else "")
+                + self._images_note() + egress)
 
     def _images_note(self) -> str:
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image

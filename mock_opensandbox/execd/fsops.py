@@ -16,8 +16,10 @@ import stat
 from typing import Any, Iterable, Mapping
 
 from ..gojson import errno_text, go_time
-from ..fsutil import remove_all
+from .. import openat2
 from .errors import FILE_NOT_FOUND, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR, ExecdError
+from .fsat import mkdir_at as _mkdir_at, proc_fd as _proc_fd, read_fd as _read_fd
+from .fsat import remove_all_at as _remove_all_at, unlink_at as _unlink_at, write_fd as _write_fd
 from .globmatch import glob_match
 from .paths import PathExpandError, clean, expand_path
 
@@ -183,13 +185,14 @@ class SandboxFS:
         except GoError as e:
             raise GoError(prefix + e.text) from None
 
-    def _expanded_host(self, sp: str) -> tuple[str, str]:
-        """(clean absolute sandbox path, host path) of an expanded path (relative to "/"), its ".."
-        walked first as the kernel walks it; raises OSError / ValueError."""
+    def _expanded(self, sp: str) -> str:
+        """The clean absolute sandbox path of an expanded path (relative to "/"), its ".." walked first
+        as the kernel walks it; raises OSError / ValueError."""
         sp = sp if sp.startswith("/") else "/" + sp
+        if "\x00" in sp:
+            raise ValueError("path contains a NUL byte")
         self.check_dotdot(sp)
-        sabs = clean(sp)
-        return sabs, self.host(sabs)
+        return clean(sp)
 
     def _walk_root(self, p: str, follow: bool) -> tuple[str, os.stat_result]:
         """ListDirectory / SearchFiles: the absolute path (``path, err := ExpandAbsPath(path)`` shadows the
@@ -215,16 +218,13 @@ class SandboxFS:
         view = getattr(self.rt, "view_root", None)
         if view is None or not getattr(self.rt, "isolated", False) or view() == self.rt.root:
             return None
-        try:
-            with open(self.host("/etc/passwd"), "rb") as fh:
-                passwd = fh.read(1 << 20)
-        except (OSError, ValueError):
-            passwd = b""
-        try:
-            with open(self.host("/etc/group"), "rb") as fh:
-                group = fh.read(1 << 20)
-        except (OSError, ValueError):
-            group = b""
+        def read(sp: str) -> bytes:
+            try:
+                with os.fdopen(self.fd(sp, os.O_RDONLY), "rb") as fh:
+                    return fh.read(1 << 20)
+            except (OSError, ValueError):
+                return b""
+        passwd, group = read("/etc/passwd"), read("/etc/group")
         return Accounts(passwd, group, self.rt.id_map("uid"), self.rt.id_map("gid"))
 
     def check_dotdot(self, spath: str) -> None:
@@ -234,23 +234,63 @@ class SandboxFS:
         for i, comp in enumerate(parts):
             if comp == ".." and "".join(parts[:i]).strip("/"):
                 prefix = "/".join(parts[:i]) or "/"
-                hp = self.host(prefix)
-                if not os.path.exists(hp):
-                    raise OSError(errno.ENOENT, "no such file or directory")
-                if not os.path.isdir(hp):
+                try:
+                    st = self.stat(prefix)
+                except GoError:
+                    raise OSError(errno.ENOENT, "no such file or directory") from None
+                if not stat.S_ISDIR(st.st_mode):
                     raise OSError(errno.ENOTDIR, "not a directory")
 
-    def _call(self, op: str, spath: str, fn: Any, *, follow: bool = True) -> Any:
+    def fd(self, spath: str, flags: int, mode: int = 0) -> int:
+        """An fd of a sandbox path, opened by openat2(RESOLVE_IN_ROOT) on the sandbox's "/" (openat2.py:
+        the kernel's one walk never leaves the root, whatever runs inside concurrently); without
+        openat2, open(2) of the checked host path (racy: the start-up note and x-mock-isolation say so)."""
+        if openat2.AVAILABLE:
+            return openat2.open_in(self.root_host(), spath, flags, mode)
+        return os.open(self.host(spath, not flags & os.O_NOFOLLOW), flags | os.O_CLOEXEC, mode)
+
+    def parent(self, spath: str) -> tuple[int, str]:
+        """(O_PATH fd of the parent directory, last name) of a sandbox path; name "" for "/"."""
+        sabs = clean("/" + spath.lstrip("/"))
+        if openat2.AVAILABLE:
+            return openat2.parent_in(self.root_host(), sabs)
+        hp, root = self.host(sabs, follow=False), self.root_host()
+        if hp == root:
+            return os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ""
+        head, name = os.path.split(hp)
+        return os.open(head, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), name
+
+    def _fdcall(self, op: str, spath: str, flags: int, fn: Any) -> Any:
+        """fn(fd) on the sandbox path opened with flags; errors as Go's *PathError."""
         try:
-            return fn(self.host(spath, follow))
+            fd = self.fd(spath, flags)
         except (OSError, ValueError) as exc:
             raise GoError.path(op, spath, exc) from None
+        try:
+            return fn(fd)
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+        finally:
+            os.close(fd)
+
+    def _atcall(self, op: str, spath: str, fn: Any) -> Any:
+        """fn(parent fd, name) on a sandbox path's parent directory; errors as Go's *PathError."""
+        try:
+            pfd, name = self.parent(spath)
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+        try:
+            return fn(pfd, name)
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+        finally:
+            os.close(pfd)
 
     def stat(self, spath: str) -> os.stat_result:
-        return self._call("stat", spath, os.stat)
+        return self._fdcall("stat", spath, os.O_PATH, os.fstat)
 
     def lstat(self, spath: str) -> os.stat_result:
-        return self._call("lstat", spath, os.lstat, follow=False)
+        return self._fdcall("lstat", spath, os.O_PATH | os.O_NOFOLLOW, os.fstat)
 
     def mkdir_all(self, spath: str) -> list[str]:
         """os.MkdirAll(path, 0777) with a 022 umask: the dirs it created; raises GoError (the
@@ -260,20 +300,18 @@ class SandboxFS:
         for comp in [c for c in clean("/" + spath).split("/") if c]:
             cur = cur + "/" + comp
             try:
-                hp = self.host(cur)
-                st = os.stat(hp)
-            except FileNotFoundError:
+                st = self.stat(cur)
+            except GoError as e:
+                if not e.not_exist:
+                    raise GoError("mkdir" + e.text[4:]) from None
                 try:
-                    os.mkdir(hp, MKDIR_MODE)
-                except FileExistsError:
-                    continue  # made meanwhile by someone else: fine, like MkdirAll
-                except OSError as exc:
-                    raise GoError.path("mkdir", cur, exc) from None
-                os.chmod(hp, MKDIR_MODE)
+                    self._atcall("mkdir", cur, _mkdir_at)
+                except GoError as e2:
+                    if "file exists" in e2.text:
+                        continue  # made meanwhile by someone else: fine, like MkdirAll
+                    raise
                 created.append(cur)
                 continue
-            except (OSError, ValueError) as exc:
-                raise GoError.path("mkdir", cur, exc) from None
             if not stat.S_ISDIR(st.st_mode):
                 raise GoError(f"mkdir {cur}: not a directory")
         return created
@@ -301,9 +339,9 @@ class SandboxFS:
 
         uid, gid = lookup("user", owner), lookup("group", group)
         try:
-            os.chown(self.host(sabs), uid, gid)
-        except (OSError, ValueError) as exc:
-            raise GoError(f"failed to set owner/group for {sabs}: {GoError.path('chown', sabs, exc)}") from None
+            self._fdcall("chown", sabs, os.O_PATH, lambda fd: os.chown(_proc_fd(fd), uid, gid))
+        except GoError as exc:
+            raise GoError(f"failed to set owner/group for {sabs}: {exc}") from None
 
     def chmod_file(self, p: str, perm: Mapping[str, Any]) -> None:
         """ChmodFile: mode 0 leaves the mode; digits are octal; then owner/group."""
@@ -311,7 +349,7 @@ class SandboxFS:
         mode = int(perm.get("mode") or 0)
         if mode:
             m = _octal_mode(mode)
-            self._call("chmod", sabs, lambda h: os.chmod(h, m))
+            self._fdcall("chmod", sabs, os.O_PATH, lambda fd: os.chmod(_proc_fd(fd), m))
         self.chown(sabs, perm.get("owner") or "", perm.get("group") or "")
 
     # -- info -------------------------------------------------------------------------------------
@@ -343,10 +381,10 @@ class SandboxFS:
                 if e.not_exist:
                     return  # missing is fine (recording 13: second delete 200)
                 raise
-            if stat.S_ISDIR(st.st_mode) or self.host(sabs, follow=False) == self.root_host():
+            if stat.S_ISDIR(st.st_mode) or sabs == "/":
                 raise GoError(f"path is a directory: {p}")
             try:
-                self._call("remove", sabs, os.remove, follow=False)
+                self._atcall("remove", sabs, _unlink_at)
             except GoError as e:
                 raise GoError(f"failed to remove file: {e}") from None
         except GoError as e:
@@ -361,14 +399,9 @@ class SandboxFS:
             raise ExecdError(500, RUNTIME_ERROR, f"error resolving directory {p}. {e}") from None
         sabs = clean("/" + resolved if not resolved.startswith("/") else resolved)
         try:
-            hp = self.host(sabs, follow=False)
-            if hp == self.root_host():
-                for name in os.listdir(hp):
-                    remove_all(os.path.join(hp, name))
-            else:
-                remove_all(hp)
-        except (OSError, ValueError) as exc:
-            raise ExecdError(500, RUNTIME_ERROR, f"error removing directory {p}. {GoError.path('unlinkat', sabs, exc)}") from None
+            self._atcall("unlinkat", sabs, _remove_all_at)
+        except GoError as exc:
+            raise ExecdError(500, RUNTIME_ERROR, f"error removing directory {p}. {exc}") from None
 
     # -- directories ----------------------------------------------------------------------------
     def make_dir(self, d: str, perm: Mapping[str, Any]) -> None:
@@ -401,14 +434,21 @@ class SandboxFS:
         return entries
 
     def _walk(self, sdir: str, cur: int, maxd: int, out: list[dict[str, Any]], accounts: Accounts | None) -> None:
-        names = self._call("open", sdir, os.listdir, follow=False)
-        hdir = self.host(sdir, follow=False)
-        for name in sorted(names):
+        try:
+            dfd = self.fd(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except (OSError, ValueError) as exc:
+            raise GoError.path("open", sdir, exc) from None
+        try:
+            rows = []
+            for name in sorted(os.listdir(dfd)):
+                try:
+                    rows.append((name, os.stat(name, dir_fd=dfd, follow_symlinks=False)))
+                except FileNotFoundError:
+                    continue
+        finally:
+            os.close(dfd)
+        for name, st in rows:
             sp = posixpath.join(sdir, name)
-            try:
-                st = os.lstat(os.path.join(hdir, name))
-            except FileNotFoundError:
-                continue
             out.append(file_info(sp, st, accounts))
             if stat.S_ISDIR(st.st_mode) and cur + 1 < maxd:
                 self._walk(sp, cur + 1, maxd, out, accounts)
@@ -437,34 +477,50 @@ class SandboxFS:
         # filepath.Walk: lexical order, directories descended (never through a symlink), everything
         # else matched against the pattern; scandir's d_type spares a stat per entry (a search of "/"
         # walks the whole view: /usr, /proc, /sys)
-        root_host = self.host(sabs, follow=False)
-        st0 = os.lstat(root_host)
+        try:
+            st0 = self.lstat(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
         if not stat.S_ISDIR(st0.st_mode):
             visit_file(sabs, st0)
             return found
-        def listing(sp: str, hp: str) -> Any:
+
+        def listing(sp: str) -> Any:
+            """(sandbox path, its entries, the fd they stat through): every directory opened through
+            the root (fd()), never by a host path a swap could redirect."""
             try:
-                with os.scandir(hp) as it:
+                dfd = self.fd(sp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            except (OSError, ValueError):
+                return sp, iter(()), -1
+            try:
+                with os.scandir(dfd) as it:
                     entries = sorted(it, key=lambda e: e.name)
             except OSError:
                 entries = []
-            return sp, iter(entries)
+            return sp, iter(entries), dfd
 
-        stack = [listing(sabs, root_host)]
-        while stack:
-            sp, it = stack[-1]
-            ent = next(it, None)
-            if ent is None:
-                stack.pop()
-                continue
-            child = posixpath.join(sp, ent.name)
-            try:
-                if ent.is_dir(follow_symlinks=False):
-                    stack.append(listing(child, ent.path))  # descended before the next name
-                else:
-                    visit_file(child, ent)
-            except FileNotFoundError:
-                continue
+        stack = [listing(sabs)]
+        try:
+            while stack:
+                sp, it, _ = stack[-1]
+                ent = next(it, None)
+                if ent is None:
+                    dfd = stack.pop()[2]
+                    if dfd >= 0:
+                        os.close(dfd)
+                    continue
+                child = posixpath.join(sp, ent.name)
+                try:
+                    if ent.is_dir(follow_symlinks=False):
+                        stack.append(listing(child))  # descended before the next name
+                    else:
+                        visit_file(child, ent)
+                except FileNotFoundError:
+                    continue
+        finally:
+            for _, _, dfd in stack:
+                if dfd >= 0:
+                    os.close(dfd)
         return found
 
     # -- rename ---------------------------------------------------------------------------------
@@ -488,16 +544,22 @@ class SandboxFS:
             except GoError as e:
                 if e.text.startswith("destination path already exists"):
                     raise
+            ps = pd = -1
             try:
-                hs, hd = self.host(src, follow=False), self.host(dest, follow=False)
-                if hs == self.root_host():
+                ps, ns = self.parent(src)
+                pd, nd = self.parent(dest)
+                if not ns:
                     raise OSError(errno.EBUSY, "device or resource busy")
-                os.rename(hs, hd)
+                os.rename(ns, nd or ".", src_dir_fd=ps, dst_dir_fd=pd)
             except (OSError, ValueError) as exc:
                 if isinstance(exc, ValueError):
                     exc = OSError(errno.EINVAL, "invalid argument")
                 raise GoError(f"failed to rename file: rename {src} {dest}: {errno_text(exc)}",
                               exc.errno == errno.ENOENT) from None
+            finally:
+                for fd in (ps, pd):
+                    if fd >= 0:
+                        os.close(fd)
         except GoError as e:
             raise handle_file_error(e) from None
 
@@ -513,7 +575,7 @@ class SandboxFS:
         try:
             sabs = self.expand_abs(p)
             self.stat(sabs)
-            content = self._call("read", sabs, _read_file)
+            content = self._fdcall("read", sabs, os.O_RDONLY, _read_fd)
             st = self.stat(sabs)
         except GoError as e:
             raise handle_file_error(e) from None
@@ -521,7 +583,8 @@ class SandboxFS:
             raise ExecdError(400, INVALID_REQUEST, "old content must not be empty")
         ob, nb = old.encode("utf-8", "surrogateescape"), new.encode("utf-8", "surrogateescape")
         try:
-            self._call("open", sabs, lambda h: _write_file(h, content.replace(ob, nb), stat.S_IMODE(st.st_mode)))
+            self._fdcall("open", sabs, os.O_WRONLY | os.O_TRUNC,
+                         lambda fd: _write_fd(fd, content.replace(ob, nb), stat.S_IMODE(st.st_mode)))
         except GoError as e:
             raise handle_file_error(e) from None
         return content.count(ob)
@@ -542,13 +605,17 @@ class SandboxFS:
         except GoError as e:
             raise ExecdError(500, RUNTIME_ERROR, f"error creating target directory {sdir}. {e}") from None
         try:
-            sabs, hp = self._expanded_host(spath)
-            created = not os.path.lexists(hp)
-            fd = os.open(hp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), MKDIR_MODE)
+            sabs = self._expanded(spath)
+            try:
+                fd = self.fd(sabs, os.O_WRONLY | os.O_CREAT | os.O_EXCL, MKDIR_MODE)
+                created = True
+            except FileExistsError:
+                fd = self.fd(sabs, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MKDIR_MODE)
+                created = False
             with os.fdopen(fd, "wb") as out:
+                if created:
+                    os.fchmod(out.fileno(), MKDIR_MODE)
                 out.write(data)
-            if created:
-                os.chmod(hp, MKDIR_MODE)
         except (OSError, ValueError) as exc:
             raise ExecdError(500, RUNTIME_ERROR,
                              f"error opening destination file {spath}. {GoError.path('open', spath, exc)}") from None
@@ -565,48 +632,42 @@ class SandboxFS:
         except GoError as e:
             raise ExecdError(500, RUNTIME_ERROR, f"error resolving file path: {p}. {e}") from None
         try:
-            _, hp = self._expanded_host(rp)
-            fh = open(hp, "rb")
-        except IsADirectoryError:
-            fh = _DirHandle(hp)  # Go opens a directory fine; reading it fails later
+            sabs = self._expanded(rp)
+            fd = self.fd(sabs, os.O_RDONLY)
         except (OSError, ValueError) as exc:
             raise handle_file_error(GoError.path("open", rp, exc)) from None
+        try:
+            st = os.fstat(fd)
+        except OSError:  # pragma: no cover - fstat of an open fd
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            return rp, _DirHandle(fd)  # Go opens a directory fine; reading it fails later
+        fh = os.fdopen(fd, "rb")
         return rp, fh
 
 
 class _DirHandle:
     """os.Open of a directory: Stat works, Seek(0, end) gives a huge size, Read fails."""
 
-    def __init__(self, host: str):
-        self.host = host
+    def __init__(self, fd: int):
+        self._fd = fd
 
     def fileno(self) -> int:  # pragma: no cover - not used
         raise OSError(errno.EISDIR, "is a directory")
 
     def stat(self) -> os.stat_result:
-        return os.stat(self.host)
+        return os.fstat(self._fd)
 
     def read(self, n: int = -1) -> bytes:
         raise IsADirectoryError(errno.EISDIR, "is a directory")
 
     def close(self) -> None:
-        pass
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> "_DirHandle":
         return self
 
     def __exit__(self, *a: Any) -> None:
-        pass
-
-
-def _read_file(host: str) -> bytes:
-    if os.path.isdir(host):
-        raise IsADirectoryError(errno.EISDIR, "is a directory")
-    with open(host, "rb") as fh:
-        return fh.read()
-
-
-def _write_file(host: str, data: bytes, mode: int) -> None:
-    with open(host, "wb") as fh:
-        fh.write(data)
-    os.chmod(host, mode)
+        self.close()
