@@ -376,7 +376,8 @@ class Holder:
         if self.mode == "direct" and not self.via_helper:
             safe, unsafe = scripts.split_env(env)
             net = ["--net"] if self.net is not None else []
-            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--"] + scripts.seccomp_stage() + [setpriv]
+            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--"]
+                    + scripts.seccomp_stage("LC_CTYPE" in env) + [setpriv]
                     + caps.setpriv_options() + ["--"] + scripts.env_stage(unsafe) + list(argv)), safe
         # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
         # it again when the command's environment did not have it

@@ -40,14 +40,17 @@ SECCOMP_PY = _read("seccomp.py")                  # Docker's default profile's c
 NSEXEC_PY = SECCOMP_PY + _read("nsexec.py")       # run with -c (one per command, non-root)
 SECCOMP: dict = {}
 exec(compile(SECCOMP_PY, os.path.join(SCRIPTS_DIR, "seccomp.py"), "exec"), SECCOMP)
-# a root join's stage in front of setpriv (CAP_SYS_ADMIN still held): the filter, then exec
+# a root join's stage in front of setpriv (CAP_SYS_ADMIN still held): the filter, then exec; argv[1]
+# "0" drops the LC_CTYPE this Python's locale coercion added (PEP 538), as view.py and nsexec.py do
 SECCOMP_STAGE = SECCOMP_PY + """
 import ctypes, os, sys
 e = seccomp_install(ctypes.CDLL(None, use_errno=True))
 if e not in (0, 22):
     os.write(2, b"nsenter: seccomp: " + os.strerror(e).encode() + b"\\n")
     os._exit(127)
-os.execv(sys.argv[1], sys.argv[1:])
+if sys.argv[1] == "0":
+    os.environ.pop("LC_CTYPE", None)
+os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
@@ -61,8 +64,9 @@ def stage_python() -> str:
     return shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or real
 
 
-def seccomp_stage() -> list[str]:
-    return [stage_python(), "-I", "-S", "-c", SECCOMP_STAGE]
+def seccomp_stage(keep_lc: bool = False) -> list[str]:
+    """The stage's argv; keep_lc when the command's own environment has LC_CTYPE."""
+    return [stage_python(), "-I", "-S", "-c", SECCOMP_STAGE, "1" if keep_lc else "0"]
 
 # The wrapper programs (unshare, sh, mount, nsenter, setpriv, the helper's Python) run with full
 # capabilities before the drop; a caller-controlled variable must not load code into them or
