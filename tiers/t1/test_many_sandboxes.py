@@ -72,7 +72,9 @@ def test_sandboxes_work_past_fd_1024(record_property):
 
 
 @pytest.mark.slow
-def test_500_sandboxes_from_20_threads(record_property):
+def test_500_sandboxes_from_20_threads(record_property, request):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("500 sandboxes (about 90 s): run with `make test-slow` (-m slow)")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard < 8192:
         pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is too low for 500 sandboxes")
