@@ -27,7 +27,7 @@ def _inside(root: str, p: str) -> bool:
     return p == root or p.startswith(root + os.sep)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(layouts, st.lists(paths, min_size=1, max_size=5))
 def test_resolve_never_escapes(layout, queries):
     d = tempfile.mkdtemp(prefix="osb-t0-")
@@ -83,7 +83,7 @@ def test_loops_and_bad_input(rt):
     assert rt.to_sandbox(rt.resolve("/tmp/q")) == "/tmp/q"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.text(max_size=60))
 def test_arbitrary_strings(s):
     d = tempfile.mkdtemp(prefix="osb-t0-")
