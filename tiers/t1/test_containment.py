@@ -235,7 +235,10 @@ def test_nonroot_without_user_namespaces_is_not_isolated():
     and its note says why and what that means (commands on the host)."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to run the mock as an unprivileged user")
-    out = _nobody_probe({optional.ENV: "userns"}).stdout.decode()
+    p = _nobody_probe({optional.ENV: "userns"})
+    if p.returncode != 0:
+        pytest.skip("uid 65534 cannot run the mock here (the repo or the interpreter is unreadable)")
+    out = p.stdout.decode()
     assert out.startswith("False\nsandbox isolation needs a user namespace (switched off by OSB_MOCK_NO): "
                           "commands run ON THE HOST"), out
 
