@@ -172,6 +172,17 @@ stop_pidfile() {
     rm -f "$1"
 }
 
+# exec "$@" holding none of this shell's files but stdin, stdout and stderr: a daemon that `up` leaves running must
+# not keep the caller's open files (a flock(1) lock taken without -o, a pipe) after `up` returns
+without_open_fds() {
+    local fd
+    for fd in /proc/self/fd/*; do
+        fd=${fd##*/}
+        if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec "$@"
+}
+
 docker_answers() { docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; }
 
 health_ok() { curl -fsS --max-time 2 "http://127.0.0.1:$OSB_PORT/health" >/dev/null 2>&1; }
@@ -290,9 +301,9 @@ step_docker_daemon() {
     if [ -n "$OSB_DOCKERD_ARGS" ]; then read -r -a extra <<<"$OSB_DOCKERD_ARGS"; fi
     say "docker: no daemon answers; starting dockerd${extra[*]:+ ${extra[*]}} (log: $DOCKERD_LOG)"
     if [ "$(id -u)" = "0" ]; then
-        nohup dockerd "${extra[@]}" </dev/null >"$DOCKERD_LOG" 2>&1 &
+        (without_open_fds nohup dockerd "${extra[@]}") </dev/null >"$DOCKERD_LOG" 2>&1 &
     else
-        nohup sudo -n dockerd "${extra[@]}" </dev/null >"$DOCKERD_LOG" 2>&1 &
+        (without_open_fds nohup sudo -n dockerd "${extra[@]}") </dev/null >"$DOCKERD_LOG" 2>&1 &
     fi
     echo "$!" >"$DOCKERD_PID"
     local waited=0
@@ -771,7 +782,7 @@ step_server() {
             mv -f "$BEFORE.tmp" "$BEFORE"
         fi
         say "server: starting opensandbox-server --config $CONFIG (log: $SERVER_LOG)"
-        nohup "$VENV/bin/opensandbox-server" --config "$CONFIG" </dev/null >"$SERVER_LOG" 2>&1 &
+        (without_open_fds nohup "$VENV/bin/opensandbox-server" --config "$CONFIG") </dev/null >"$SERVER_LOG" 2>&1 &
         echo "$!" >"$SERVER_PID"
     fi
     local waited=0

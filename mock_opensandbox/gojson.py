@@ -219,7 +219,18 @@ class _Num(float):
 
 
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_int=_Num, parse_float=_Num)
+    try:
+        return json.loads(text, parse_int=_Num, parse_float=_Num)
+    except RecursionError:
+        if sys.version_info < (3, 11):
+            raise
+    # CPython >= 3.12 bounds the C decoder by its own C recursion limit (below MAX_DEPTH, whatever
+    # sys.setrecursionlimit says); json's pure-Python scanner recurses in Python frames, off the C stack
+    from json.scanner import py_make_scanner  # type: ignore[attr-defined]  # not in typeshed
+
+    dec = json.JSONDecoder(parse_int=_Num, parse_float=_Num)
+    dec.scan_once = py_make_scanner(dec)  # type: ignore[attr-defined]
+    return dec.decode(text)
 
 
 def _scan_start(body: bytes, empty: str) -> tuple[str, _Scan, int]:

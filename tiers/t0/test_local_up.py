@@ -418,6 +418,26 @@ def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
     assert world.run("down").returncode == 0
 
 
+def test_daemons_keep_none_of_the_callers_open_files(world, tmpdir_clean):
+    """`flock LOCK ./local-up.sh up` (flock without -o): the lock's fd must not live on in the server and dockerd
+    that `up` leaves running, or the lock stays held by them after the session ends."""
+    world.set_lines("pullable", [EXECD, BASE])
+    lock = os.path.join(tmpdir_clean, "live.lock")
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR)
+    try:
+        r = subprocess.run(["bash", SCRIPT, "up"], env=world.env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60, pass_fds=(fd,))
+    finally:
+        os.close(fd)
+    assert r.returncode == 0, r.stderr + r.stdout
+    for name in ("server.pid", "dockerd.pid"):
+        pid = world.pid(name)
+        assert pid and _pid_running(pid), name
+        held = {os.path.realpath(os.path.join("/proc/%d/fd" % pid, f)) for f in os.listdir("/proc/%d/fd" % pid)}
+        assert lock not in held, (name, held)
+    assert world.run("down").returncode == 0
+
+
 def test_existing_daemon_and_images_are_used_and_left_alone(world):
     open(os.path.join(world.state, "daemon_up"), "w").close()
     world.set_lines("images", [EXECD, BASE])

@@ -8,13 +8,15 @@ Every probe fails on a mock that hands the host to the sandbox (full capabilitie
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import re
+import subprocess
 import sys
 import uuid
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(REPO, "fixtures", "21_containment_probes.json")
@@ -70,6 +72,7 @@ class Probe(NamedTuple):
     check: Callable[[int, str], None]   # (exit status, stdout+stderr) -> raises AssertionError
     pidns_only: bool = False            # PID 1 is the sandbox's init only with a PID namespace
     python: bool = False                # needs python3 inside the sandbox view
+    argv: tuple[str, ...] = ()          # run this argv as it is instead of /bin/sh -c cmd
 
 
 def _lines(out: str) -> list[str]:
@@ -215,6 +218,76 @@ def probes(host_marker: str) -> list[Probe]:
     ]
 
 
+# The calls Docker's default seccomp profile closes (moby/profiles seccomp/default.json: SCMP_ACT_ERRNO,
+# errno 1; QUIRKS.md "seccomp"): add_key(2) of a "user" key into the session keyring
+# (KEY_SPEC_SESSION_KEYRING = -3), keyctl(2) KEYCTL_GET_KEYRING_ID, bpf(2), perf_event_open(2), mount(2)
+SECCOMP_CALLS = ("add_key", "keyctl", "bpf", "perf_event_open", "mount")
+_SECCOMP_SCRIPT = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": (248, 250, 321, 298, 165), "aarch64": (217, 219, 280, 241, 40)}[os.uname().machine]
+calls = [("add_key", nr[0], (b"user", b"osb-probe", b"v", 1, -3)), ("keyctl", nr[1], (0, -3, 0)),
+         ("bpf", nr[2], (0, 0, 0)), ("perf_event_open", nr[3], (0, 0, -1, -1, 0)),
+         ("mount", nr[4], (b"none", b"/tmp", b"tmpfs", 0, 0))]
+for name, n, args in calls:
+    r = libc.syscall(n, *args)
+    print(name, r, ctypes.get_errno())
+"""
+UNSHARE_REFUSED = "unshare: unshare failed: Operation not permitted"
+# the filter's mark in /proc/self/status (2 = SECCOMP_MODE_FILTER) and what it does to unshare -U
+SECCOMP_STATUS_CMD = "grep Seccomp: /proc/self/status; unshare -U true"
+SECCOMP_STATUS_LINES = ["Seccomp:\t2", UNSHARE_REFUSED]
+
+
+def _check_unshare_refused(rc: int, out: str) -> None:
+    assert (rc, out.strip()) == (1, UNSHARE_REFUSED)
+
+
+def _check_seccomp_eperm(rc: int, out: str) -> None:
+    assert rc == 0, out
+    got = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert got == {n: ["-1", "1"] for n in SECCOMP_CALLS}
+
+
+def _check_ordinary_calls(rc: int, out: str) -> None:
+    assert (rc, out.split()) == (0, ["t", "ok"])
+
+
+def seccomp_probes() -> list[Probe]:
+    """Closed calls answer EPERM; threads (clone3 ENOSYS -> clone), fork and a plain socket still work,
+    as in a container."""
+    return [
+        Probe("unshare_user", "unshare -U true", _check_unshare_refused, argv=("unshare", "-U", "true")),
+        Probe("keyring_bpf_perf_mount", "", _check_seccomp_eperm, python=True,
+              argv=("python3", "-I", "-S", "-c", _SECCOMP_SCRIPT)),
+        Probe("ordinary_calls", "", _check_ordinary_calls, python=True,
+              argv=("python3", "-I", "-c", "import socket, subprocess, threading; "
+                    "t = threading.Thread(target=print, args=('t',)); t.start(); t.join(); socket.socket().close(); "
+                    "subprocess.run(['true'], check=True); print('ok')")),
+    ]
+
+
+@contextlib.contextmanager
+def isolated_runtime(root: str) -> Iterator[Any]:
+    """A SandboxRuntime(root, isolate=True) for probes; cleaned up with what a probe could leave on the host."""
+    from mock_opensandbox.runtime import SandboxRuntime  # lazily: run as a script, the repo joins sys.path first
+
+    r = SandboxRuntime(root, isolate=True)
+    try:
+        yield r
+    finally:
+        r.cleanup()
+        cleanup_host_leftovers()
+
+
+def run_probe(rt: Any, pr: Probe) -> tuple[int, str]:
+    """(exit status, stdout + stderr) of one probe spawned in the runtime, cwd /."""
+    argv = list(pr.argv) or ["/bin/sh", "-c", pr.cmd]
+    p = rt.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/")
+    out, _ = p.communicate(timeout=60)
+    return p.returncode, out.decode("utf-8", "replace")
+
+
 API_PROBES = ("caps", "pid1_caps", "dev", "no_block_devices", "remount_usr_rw", "write_etc_dev", "proc_sys_write",
               "cgroup_write", "host_secrets", "hostname", "mountinfo_ro", "privileged_ops", "chroot_escape")
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": {}}
@@ -286,7 +359,6 @@ def cleanup_host_leftovers() -> None:
 
 if __name__ == "__main__":  # run the battery in a fresh process (non-root, OSB_MOCK_PIDNS=0): JSON on stdout
     sys.path.insert(0, REPO)
-    import subprocess
     import tempfile
 
     from mock_opensandbox.runtime import SandboxRuntime

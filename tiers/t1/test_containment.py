@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from mock_opensandbox import optional
 from mock_opensandbox.runtime import SANDBOX_CAP_MASK, SandboxRuntime
 from mock_opensandbox.runtime import caps as caps_data
 from tiers.t1 import containment_probes as cp
@@ -188,7 +189,7 @@ def _interpreter(as_nobody: bool) -> str:
 def _battery(host_marker: str, *, env: dict[str, str], as_nobody: bool, http: bool = False) -> dict:
     cmd = [_interpreter(as_nobody), os.path.join(cp.REPO, "tiers", "t1", "containment_probes.py"), host_marker]
     cmd += ["--http"] if http else []
-    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "TMPDIR": "/tmp"}
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", "TMPDIR": "/tmp", **_switches()}
     full_env.update(env)
     if as_nobody:
         setpriv = shutil.which("setpriv")
@@ -196,6 +197,21 @@ def _battery(host_marker: str, *, env: dict[str, str], as_nobody: bool, http: bo
     p = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=240, cwd="/tmp")
     assert p.returncode == 0, p.stderr.decode("utf-8", "replace")[-2000:]
     return json.loads(p.stdout)
+
+
+def _switches() -> dict[str, str]:
+    """OSB_MOCK_NO reaches the mocks these tests start in clean environments."""
+    return {optional.ENV: os.environ[optional.ENV]} if optional.ENV in os.environ else {}
+
+
+def _nobody_probe(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """probe_isolation() of the mock run as uid 65534: its (isolated, note) on stdout, one per line."""
+    return subprocess.run([shutil.which("setpriv") or "setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                           "--clear-groups", "--", _interpreter(True), "-c",
+                           "import sys; sys.path.insert(0, %r); import mock_opensandbox.runtime as r; "
+                           "print(*r.probe_isolation()[:2], sep=chr(10))" % cp.REPO],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60, cwd="/tmp",
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", **env})
 
 
 def _nobody_can_run() -> str | None:
@@ -207,15 +223,24 @@ def _nobody_can_run() -> str | None:
         pwd.getpwuid(NOBODY)
     except KeyError:
         return "no uid 65534"
-    probe = subprocess.run([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
-                            "--", _interpreter(True), "-c",
-                            "import sys; sys.path.insert(0, %r); import mock_opensandbox.runtime as r; "
-                            "print(r.probe_isolation()[0])" % cp.REPO],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60, cwd="/tmp",
-                           env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
-    if probe.stdout.strip() != b"True":
+    if optional.off("userns"):
+        return "user namespaces switched off by " + optional.ENV
+    if _nobody_probe({}).stdout.split(b"\n")[0] != b"True":
         return "an unprivileged user cannot isolate here (user namespaces off, or the repo/interpreter unreadable)"
     return None
+
+
+def test_nonroot_without_user_namespaces_is_not_isolated():
+    """OSB_MOCK_NO=userns: a non-root mock takes the path of a host without user namespaces: no isolation,
+    and its note says why and what that means (commands on the host)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run the mock as an unprivileged user")
+    p = _nobody_probe({optional.ENV: "userns"})
+    if p.returncode != 0:
+        pytest.skip("uid 65534 cannot run the mock here (the repo or the interpreter is unreadable)")
+    out = p.stdout.decode()
+    assert out.startswith("False\nsandbox isolation needs a user namespace (switched off by OSB_MOCK_NO): "
+                          "commands run ON THE HOST"), out
 
 
 PATHS = {

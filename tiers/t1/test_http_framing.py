@@ -4,6 +4,7 @@ httptools (opensandbox-server's install), and JSON nested past Go's 10000 levels
 from __future__ import annotations
 
 import socket
+import sys
 from urllib.parse import urlsplit
 
 import pytest
@@ -84,10 +85,14 @@ def test_execd_json_too_deep_is_gos_error(execd_port, path):
     deep = b'{"command":' + b"[" * 100_001 + b"]" * 100_001 + b"}"
     out = exchange(execd_port, post(path, b"Content-Length: %d\r\n" % len(deep), deep))
     assert out.startswith(b"HTTP/1.1 400 Bad Request") and out.endswith(b'"message":"' + DEPTH + b'"}'), out[:300]
-    # 10000 levels are still a value (Go: a type error, not a depth error)
+    # 10000 levels are still a value (Go: a type error, not a depth error); Python 3.10 cannot recurse that
+    # deep safely, so there the mock gives the depth error early (gojson.py MAX_DEPTH, QUIRKS.md "Framing, execd")
     ok = b"[" * 10_000 + b"]" * 10_000
     out = exchange(execd_port, post(b"/command", b"Content-Length: %d\r\n" % len(ok), ok))
-    assert out.endswith(b"json: cannot unmarshal array into Go value of type model.RunCommandRequest\"}"), out[-200:]
+    if sys.version_info >= (3, 11):
+        assert out.endswith(b"json: cannot unmarshal array into Go value of type model.RunCommandRequest\"}"), out[-200:]
+    else:
+        assert out.endswith(b'"message":"' + DEPTH + b'"}'), out[-200:]
 
 
 def test_execd_upload_metadata_too_deep(execd_port):

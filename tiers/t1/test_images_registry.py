@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from mock_opensandbox import optional
 from mock_opensandbox.images import (CorruptImage, DigestMismatch, ImageAuthError, ImageNotFound, ImageStore,
                                      RegistryUnreachable)
 from tiers.toolkit import registry as reg
@@ -18,7 +19,7 @@ from tiers.toolkit.images import MT_MANIFEST, BuiltImage, layer, push, sha
 
 def need_registry() -> None:
     if reg.BINARY is None:
-        pytest.skip("docker-registry not installed (apt-get install docker-registry): registry tests skipped")
+        pytest.skip("docker-registry %s: registry tests skipped" % optional.why_absent("docker-registry"))
 
 USER, PASSWORD = "alice", "pw-Canary-7d1e"
 CREDS = {"username": USER, "password": PASSWORD}

@@ -39,6 +39,8 @@ def image(tmp_path):
     s.close()
 
 
+# the image's own PATH inside the chroot (moby oci.DefaultPathEnv), not the host's
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 PROBE = "cat /etc/os-release; ls /etc; ls /var/cache; cat /work/hello.txt; ls /bin/bash 2>&1; echo rc=$?"
 
 
@@ -51,7 +53,7 @@ def _check(out: str) -> None:
 
 def test_flattened_rootfs_runs_busybox(image):
     r = subprocess.run(["unshare", "-m", "--propagation", "private", "chroot", image.rootfs(), "/bin/sh", "-c",
-                        PROBE], capture_output=True, text=True, timeout=30)
+                        PROBE], capture_output=True, text=True, timeout=30, env=ENV)
     assert r.returncode == 0, r.stderr
     _check(r.stdout)
 
@@ -66,7 +68,7 @@ def test_layers_as_overlay_lowerdirs(image, tmp_path):
               % (":".join(lower), tmp_path / "upper", tmp_path / "work", tmp_path / "merged",
                  tmp_path / "merged", PROBE.replace("$", "\\$")))
     r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                       capture_output=True, text=True, timeout=30)
+                       capture_output=True, text=True, timeout=30, env=ENV)
     if r.returncode != 0 and "mount" in r.stderr and "chroot" not in r.stderr:
         pytest.skip("overlayfs mount refused here: " + r.stderr.strip()[:200])
     assert r.returncode == 0, r.stderr

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from mock_opensandbox.runtime import cgroups
+from tiers.toolkit import rest
 from tiers.toolkit.mockcli import Cli
 from tiers.toolkit.procs import alive, cmdline, descendants
 from tiers.toolkit.marks import needs_isolation
@@ -255,3 +256,21 @@ def test_banner_names_the_install_command_of_a_missing_tool(clis):
                      "sandbox (eth0 and a default route)"], cli.lines
     assert any("no outbound network (slirp4netns switched off by OSB_MOCK_NO; apt-get install slirp4netns)" in line
                for line in cli.lines), cli.lines
+
+
+@needs_isolation
+def test_no_cgroups_runs_sandboxes_without_limits(clis):
+    """--no cgroups: the path of a host without cgroup delegation, where it has one. The banner names what
+    is missing and how to get it; a create with resourceLimits still runs, and /health says "no limits"."""
+    cli = clis("--no", "cgroups")
+    assert "Resource limits: resource limits memory/cpu/pids (switched off by OSB_MOCK_NO)" in cli.lines, cli.lines
+    assert any(line.startswith("Optional: cgroup delegation (run as root, or in a delegated cgroup v2 subtree")
+               for line in cli.lines), cli.lines
+    status, body = cli.call("POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f",
+                            "/dev/null"], "resourceLimits": {"cpu": "500m", "memory": "512Mi"}})
+    assert status == 202, body
+    sid = json.loads(body)["id"]
+    iso = rest.call(cli.url, "GET", "/health").headers.get("x-mock-isolation", "")
+    assert "not contained: resource limits memory/cpu/pids (switched off by OSB_MOCK_NO)" in iso, iso
+    assert not cgroups.stale(cgroups.host(), "*", sid)  # no cgroup was made for it
+    assert cli.call("DELETE", "/v1/sandboxes/" + sid)[0] == 204

@@ -149,7 +149,7 @@ def test_two_sandboxes_listen_on_the_same_port(mock):
                 200, b"sandbox%d-%d\n" % (i, port))
 
 
-@pytest.mark.skipif(not SLIRP, reason="slirp4netns is not installed: no outbound traffic from a sandbox")
+@pytest.mark.skipif(not SLIRP, reason="slirp4netns %s: no outbound traffic from a sandbox" % optional.why_absent("slirp4netns"))
 def test_outbound_traffic_goes_through_slirp4netns(mock):
     """A sandbox reaches the host's own (non-loopback) address, as a container reaches its host."""
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

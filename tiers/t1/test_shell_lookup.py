@@ -15,7 +15,8 @@ from tiers.toolkit.marks import needs_isolation
 
 @needs_isolation
 def test_shell_follows_bash_coming_and_going(tmp_path):
-    bash = shutil.which("bash")
+    bash = shutil.which("bash")  # its real path: the sandbox's view has the host's /usr, not the host's PATH dirs
+    bash = bash and os.path.realpath(bash)
     if bash is None:
         pytest.skip("no bash on this host")
     rt = SandboxRuntime(str(tmp_path / "sb"), env={"PATH": "/opt/x"})
@@ -23,7 +24,7 @@ def test_shell_follows_bash_coming_and_going(tmp_path):
         # PID 1's entrypoint by its absolute path (PATH has no tail): the view lives as long as it
         tail = shutil.which("tail")
         assert tail is not None
-        rt.start_entrypoint([tail, "-f", "/dev/null"])
+        rt.start_entrypoint([os.path.realpath(tail), "-f", "/dev/null"])
         own = os.path.join(rt.root, "opt", "x")
         os.makedirs(own)
         assert rt.shell() == ["sh"]  # nothing on PATH yet

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from mock_opensandbox import optional
 from mock_opensandbox.server import MockOpenSandbox
 
 from tiers.t1 import cdp
@@ -17,7 +18,7 @@ from tiers.toolkit import rest
 from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout
 
 pytestmark = [pytest.mark.spec_exempt("the dashboard's /__mock__/ routes are mock-only"),
-              pytest.mark.skipif(cdp.find_browser() is None, reason="no chromium: apt-get install -y chromium")]
+              pytest.mark.skipif(cdp.find_browser() is None, reason="chromium " + optional.why_absent("chromium"))]
 
 CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 900,
           "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "metadata": {"team": "workbench"}}
