@@ -255,3 +255,27 @@ def test_banner_names_the_install_command_of_a_missing_tool(clis):
                      "sandbox (eth0 and a default route)"], cli.lines
     assert any("no outbound network (slirp4netns switched off by OSB_MOCK_NO; apt-get install slirp4netns)" in line
                for line in cli.lines), cli.lines
+
+
+def test_without_a_root_the_janitor_process_holds_the_holder_dirs(tmp_path):
+    """No --root, so no ledger and no restart to reap: a holder dir is tracked by the janitor process from
+    before it is made until it is removed (Janitor.intend's release), so a SIGKILL of the mock in the
+    meantime leaves none (the janitor removes what it still tracks when its pipe closes)."""
+    from mock_opensandbox.runtime.janitor import Janitor
+
+    j = Janitor()
+    kept, done = str(tmp_path / "osb-holder-kept"), str(tmp_path / "osb-holder-done")
+    release = j.intend("holder-dir", kept)
+    os.mkdir(kept)
+    release2 = j.intend("holder-dir", done)
+    assert release is not None and release2 is not None
+    os.mkdir(done)
+    os.rmdir(done)
+    release2()
+    os.mkdir(done)  # made again after its release: no longer the janitor's
+    assert j.intend("cgroup-name", "x") is None  # cgroups are tracked once made
+    janitor_pid = j.pid
+    j.close()  # the pipe closes, as when the mock dies
+    assert not alive(janitor_pid)
+    assert not os.path.exists(kept)
+    assert os.path.isdir(done)
