@@ -478,7 +478,7 @@ class Handler(BaseHTTPRequestHandler):
         if refused is None and self.flavor == "uvicorn" and "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             # httptools parses the chunk sizes as the body arrives, before the app reads it; the body
             # waits in a spool file (1 MiB in memory, the rest on disk), never whole in memory
-            spool = tempfile.SpooledTemporaryFile(max_size=1 << 20, prefix="osb-body-")
+            spool: Any = tempfile.SpooledTemporaryFile(max_size=1 << 20, prefix="osb-body-")
             try:
                 framing.read_chunked(self.rfile, spool.write)
                 spool.seek(0)

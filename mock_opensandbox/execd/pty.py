@@ -23,7 +23,6 @@ execd/ptysession.py; this module is the HTTP side: request decoding, the four ro
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 import threading
@@ -191,8 +190,8 @@ class PTYRoutes:
             why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
             # CreatePTYSession (pty_controller.go) has no return after RespondError: Gin writes the
             # error, then the 201's JSON after it (status 500 kept); the session is not stored
-            err = go_json_bytes({"code": "RUNTIME_ERROR", "message": f"error creating pty session: {why}"})
-            req.send(500, err + go_json_bytes({"session_id": str(uuid.uuid4())}), GIN_JSON)
+            head = go_json_bytes({"code": "RUNTIME_ERROR", "message": f"error creating pty session: {why}"})
+            req.send(500, head + go_json_bytes({"session_id": str(uuid.uuid4())}), GIN_JSON)
             return
         _send_json(req, 201, {"session_id": s.id})
 

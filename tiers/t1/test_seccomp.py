@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from mock_opensandbox.runtime import SandboxRuntime, forkjoin, isolation_note
+from tiers import kernel_probes as kp
 from tiers.t1 import containment_probes as cp
 from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
@@ -60,6 +61,14 @@ def test_keyring_bpf_perf_mount_answer_eperm(rt):
     assert rc == 0, out
     got = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert got == {n: ["-1", "1"] for n in ("add_key", "keyctl", "bpf", "perf_event_open", "mount")}
+
+
+def test_the_kernel_probe_answers_as_a_docker_container(rt):
+    """tiers/kernel_probes.py, the probe tiers/t4/test_live_kernel.py runs in a real container: every
+    answer (errno, exit status, stderr) is the container's."""
+    rc, out = _run(rt, ["bash", "-c", kp.COMMAND])
+    assert rc == 0, out
+    kp.check(out)
 
 
 def test_ordinary_calls_still_work(rt):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
 
 from mock_opensandbox.quirks import MockError
 from mock_opensandbox.server import MockOpenSandbox
