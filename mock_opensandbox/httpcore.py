@@ -11,6 +11,7 @@ import ipaddress
 import json
 import re
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -168,6 +169,7 @@ class Request:
         self.headers = handler.headers
         self.params: dict[str, str] = {}
         self._body: bytes | None = None
+        self._body_streamed = False  # stream_body() consumed it
         self.responded = False
         # what was sent, for OBSERVERS
         self.sent_status = 0
@@ -185,10 +187,31 @@ class Request:
         if self._body is None:
             pre = getattr(self.handler, "prefetched", None)
             if pre is not None:
-                self._body, self.handler.prefetched = pre, None
+                self.handler.prefetched = None
+                with pre:
+                    self._body = pre.read()
             else:
                 self._body = self.handler.read_body()
         return self._body
+
+    def stream_body(self, sink: Callable[[bytes], Any]) -> int:
+        """The request body into ``sink(bytes)`` as it arrives, 64 KiB at a time (memory independent of
+        its size), instead of ``body``; its length. Observers see no body (``None``). Raises like
+        ``body``; a body cut short by the client just ends."""
+        pre = getattr(self.handler, "prefetched", None)
+        if pre is not None:
+            self.handler.prefetched, self._body_streamed, n = None, True, 0
+            with pre:
+                for data in iter(lambda: pre.read(1 << 16), b""):
+                    sink(data)
+                    n += len(data)
+            return n
+        if self._body is not None:
+            if self._body:
+                sink(self._body)
+            return len(self._body)
+        self._body_streamed = True
+        return self.handler.read_body_into(sink)
 
     def json(self) -> Any:
         """Parse the body as JSON; raises ValueError (json.JSONDecodeError) on bad input."""
@@ -254,7 +277,7 @@ class Request:
 
     def drain(self) -> None:
         """Read an unread request body so keep-alive stays in sync (and observers see it)."""
-        if self._body is None:
+        if self._body is None and not self._body_streamed:
             try:
                 self.body  # noqa: B018 - the property reads the body
             except (OSError, ValueError):
@@ -351,7 +374,7 @@ class Handler(BaseHTTPRequestHandler):
     # loopback name or the bound address. The lifecycle listener does its own check (ErrorResponse body).
     browser_guard = True
     server: Server
-    prefetched: bytes | None = None  # a chunked lifecycle body read before dispatch (framing.py)
+    prefetched: Any = None  # a chunked lifecycle body read before dispatch (framing.py): a spool file
     framing_broken = False           # a malformed chunked body: the answer carries Connection: close
 
     # quiet: the mock never writes access logs to stderr unless asked
@@ -379,6 +402,31 @@ class Handler(BaseHTTPRequestHandler):
 
     def base_headers(self) -> dict[str, str]:
         return {}
+
+    def read_body_into(self, sink: Callable[[bytes], Any]) -> int:
+        """read_body() 64 KiB at a time into ``sink``; the byte count."""
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            try:
+                return framing.read_chunked(self.rfile, sink)
+            except framing.ChunkError:
+                self.close_connection = self.framing_broken = True
+                raise
+        try:
+            n = int((self.headers.get("Content-Length") or "0").strip(" \t") or 0)
+        except ValueError:
+            n = -1
+        if n < 0 or n > MAX_BODY:
+            raise ValueError("request body too large")
+        left = n
+        while left:
+            data = self.rfile.read(min(left, 1 << 16))
+            if not data:  # the client went away mid-body
+                self.close_connection = True
+                break
+            sink(data)
+            left -= len(data)
+        return n - left
 
     def read_body(self) -> bytes:
         te = (self.headers.get("Transfer-Encoding") or "").lower()
@@ -423,15 +471,25 @@ class Handler(BaseHTTPRequestHandler):
                 entry.end(fault)
 
     def _serve(self, method: str) -> None:
+        if self.prefetched is not None:  # the last request's body, never read
+            self.prefetched.close()
         self.prefetched, self.framing_broken = None, False
         refused = framing.check(self.headers, self.flavor)
         if refused is None and self.flavor == "uvicorn" and "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            try:  # httptools parses the chunk sizes as the body arrives, before the app reads it
-                self.prefetched = self.read_body()
+            # httptools parses the chunk sizes as the body arrives, before the app reads it; the body
+            # waits in a spool file (1 MiB in memory, the rest on disk), never whole in memory
+            spool: Any = tempfile.SpooledTemporaryFile(max_size=1 << 20, prefix="osb-body-")
+            try:
+                framing.read_chunked(self.rfile, spool.write)
+                spool.seek(0)
+                self.prefetched, spool = spool, None
             except framing.ChunkError:
                 refused = 400
             except ValueError:
                 refused = 413
+            finally:
+                if spool is not None:
+                    spool.close()
         if refused is not None:  # the server's own answer (gin: the same as for a bad header below)
             self.wfile.write(framing.refusal(refused, self.flavor))
             self.close_connection = True

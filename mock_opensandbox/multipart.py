@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable, Iterator
+import tempfile
+from typing import BinaryIO, Iterable, Iterator
 
 __all__ = ["Part", "MultipartError", "MultipartParser", "parse", "boundary_from_content_type",
            "encode", "new_boundary"]
@@ -23,14 +24,17 @@ class MultipartError(ValueError):
 
 
 class Part:
-    __slots__ = ("headers", "name", "filename", "content_type", "data")
+    __slots__ = ("headers", "name", "filename", "content_type", "data", "size", "spool", "spool_at")
 
-    def __init__(self, headers: list[tuple[str, str]]):
+    def __init__(self, headers: list[tuple[str, str]], spool_at: int | None = None):
         self.headers = headers
         self.name: str | None = None
         self.filename: str | None = None
         self.content_type: str | None = None
         self.data = bytearray()
+        self.size = 0
+        self.spool: BinaryIO | None = None  # an unnamed temporary file once the data passed spool_at
+        self.spool_at = spool_at
         for k, v in headers:
             lk = k.lower()
             if lk == "content-disposition":
@@ -40,13 +44,44 @@ class Part:
             elif lk == "content-type":
                 self.content_type = v.strip()
 
+    def add(self, b: bytes | bytearray) -> None:
+        """Append data; past ``spool_at`` bytes it goes to disk (Go's ParseMultipartForm writes a file
+        part above its memory limit to a temporary file), so memory stays bounded."""
+        self.size += len(b)
+        if self.spool is not None:
+            self.spool.write(b)
+            return
+        self.data += b
+        if self.spool_at is not None and len(self.data) > self.spool_at:
+            self.spool = tempfile.TemporaryFile(prefix="osb-multipart-")
+            self.spool.write(self.data)
+            self.data = bytearray()
+
+    def chunks(self, n: int = 1 << 20) -> Iterator[bytes]:
+        """The data, in pieces of at most n bytes (read back from the spool file when there is one)."""
+        if self.spool is None:
+            if self.data:
+                yield bytes(self.data)
+            return
+        self.spool.seek(0)
+        while True:
+            b = self.spool.read(n)
+            if not b:
+                return
+            yield b
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+
     @property
     def is_file(self) -> bool:
         """Go's mime/multipart puts a part in form.File only when it has a non-empty filename."""
         return bool(self.filename)
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"Part(name={self.name!r}, filename={self.filename!r}, ct={self.content_type!r}, {len(self.data)} bytes)"
+        return f"Part(name={self.name!r}, filename={self.filename!r}, ct={self.content_type!r}, {self.size} bytes)"
 
 
 def _parse_header_value(value: str) -> tuple[str, dict[str, str]]:
@@ -108,7 +143,8 @@ class MultipartParser:
     """Incremental parser. feed(chunk) returns the parts completed so far; close() checks the final
     boundary was seen and returns any remaining part. Raises MultipartError on malformed input."""
 
-    def __init__(self, boundary: str | bytes, *, max_header_bytes: int = MAX_HEADER_BYTES):
+    def __init__(self, boundary: str | bytes, *, max_header_bytes: int = MAX_HEADER_BYTES,
+                 spool_at: int | None = None):
         b = boundary.encode("latin-1") if isinstance(boundary, str) else bytes(boundary)
         if not b:
             raise MultipartError("empty boundary")
@@ -118,6 +154,7 @@ class MultipartParser:
         self._state = "preamble"      # preamble -> headers -> data -> ... -> done
         self._part: Part | None = None
         self._max_header = max_header_bytes
+        self._spool_at = spool_at  # a part's data above this many bytes goes to a temporary file
         self.done = False
 
     def feed(self, chunk: bytes) -> list[Part]:
@@ -169,7 +206,7 @@ class MultipartParser:
                     return out
                 raw = bytes(self._buf[:end])
                 del self._buf[:end + sep_len]
-                self._part = Part(self._parse_headers(raw))
+                self._part = Part(self._parse_headers(raw), self._spool_at)
                 self._state = "data"
             elif self._state == "data":
                 assert self._part is not None
@@ -180,18 +217,18 @@ class MultipartParser:
                     # keep enough bytes to recognise a delimiter split across chunks
                     safe = len(self._buf) - len(self._delim)
                     if safe > 0:
-                        self._part.data += self._buf[:safe]
+                        self._part.add(self._buf[:safe])
                         del self._buf[:safe]
                     return out
                 if len(self._buf) < cut + skip + 2:
                     # need the two bytes after the boundary to decide
                     if cut > 0:
-                        self._part.data += self._buf[:cut]
+                        self._part.add(self._buf[:cut])
                         del self._buf[:cut]
                     return out
                 closing = bytes(self._buf[cut + skip:cut + skip + 2])
                 if closing == b"--":
-                    self._part.data += self._buf[:cut]
+                    self._part.add(self._buf[:cut])
                     out.append(self._part)
                     self._part = None
                     self.done = True
@@ -202,15 +239,15 @@ class MultipartParser:
                     if len(self._buf) - (cut + skip) > 1024:
                         raise MultipartError("boundary line too long")
                     if cut > 0:
-                        self._part.data += self._buf[:cut]
+                        self._part.add(self._buf[:cut])
                         del self._buf[:cut]
                     return out
                 if self._buf[cut + skip:eol].strip(b" \t\r"):
                     # looked like a boundary but is not one (e.g. "--Bxyz" in the payload): it is data
-                    self._part.data += self._buf[:cut + 1]
+                    self._part.add(self._buf[:cut + 1])
                     del self._buf[:cut + 1]
                     continue
-                self._part.data += self._buf[:cut]
+                self._part.add(self._buf[:cut])
                 out.append(self._part)
                 self._part = None
                 del self._buf[:eol + 1]

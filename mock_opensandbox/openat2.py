@@ -12,9 +12,10 @@ import os
 import platform
 from typing import Any
 
-__all__ = ["AVAILABLE", "NOTE", "open_in", "parent_in"]
+__all__ = ["AVAILABLE", "NOTE", "open_beneath", "open_in", "parent_in"]
 
 RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
 RESOLVE_IN_ROOT = 0x10
 _NR = {"x86_64": 437, "aarch64": 437, "amd64": 437, "arm64": 437}.get(platform.machine().lower())
 _RETRIES = 64  # EAGAIN: a rename raced with the walk (RESOLVE_IN_ROOT refuses to guess)
@@ -32,10 +33,10 @@ except (OSError, AttributeError):  # pragma: no cover - no libc
     _syscall = None
 
 
-def _openat2(dirfd: int, path: str, flags: int, mode: int = 0) -> int:
+def _openat2(dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = RESOLVE_IN_ROOT) -> int:
     if _syscall is None or _NR is None:
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
-    how = _How(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    how = _How(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve | RESOLVE_NO_MAGICLINKS)
     raw = path.encode("utf-8", "surrogateescape")
     if b"\x00" in raw:
         raise ValueError("path contains a NUL byte")
@@ -79,3 +80,9 @@ def parent_in(root: str, spath: str) -> tuple[int, str]:
     if name in ("", ".", ".."):
         return open_in(root, "/", os.O_PATH | os.O_DIRECTORY), ""
     return open_in(root, head or "/", os.O_PATH | os.O_DIRECTORY), name
+
+
+def open_beneath(dirfd: int, rel: str, flags: int) -> int:
+    """An fd of ``rel`` beneath the directory fd ``dirfd`` (RESOLVE_BENEATH: a walk that would leave it,
+    by "..", an absolute symlink or one pointing out, fails with EXDEV). Raises OSError."""
+    return _openat2(dirfd, rel.lstrip("/") or ".", flags, 0, RESOLVE_BENEATH)

@@ -12,7 +12,7 @@ import http.client
 import socket
 from typing import Any, Callable, Iterator
 
-from . import relay
+from . import framing, relay
 from .httpcore import OBSERVERS, App, Handler, Request
 
 # server api/proxy.py: the hop-by-hop headers it drops (relay.HOP_BY_HOP has proxy-connection too)
@@ -40,17 +40,22 @@ class _BodyReader:
 
 
 def _chunked_body(rfile: Any) -> Iterator[bytes]:
+    """A chunked request body as it arrives, at most 64 KiB at a time whatever a chunk's size (a chunk
+    announced as 2 GiB is never read whole). framing.ChunkError when it is malformed."""
     while True:
-        line = rfile.readline(65537)
-        if not line:
-            return
-        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+        size = framing.chunk_size(rfile.readline(4096))
         if size == 0:
             while rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                 pass
             return
-        yield rfile.read(size)
-        rfile.readline(3)
+        while size:
+            data = rfile.read(min(size, 1 << 16))
+            if not data:
+                raise framing.ChunkError("unexpected EOF")
+            size -= len(data)
+            yield data
+        if rfile.readline(3) not in (b"\r\n", b"\n"):
+            raise framing.ChunkError("malformed chunked encoding")
 
 
 class BackendError(Exception):
@@ -93,7 +98,13 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
         headers.append(("X-Forwarded-For", h.client_address[0]))
     body: Any = None
     chunked = False
-    if req._body is not None:
+    pre = getattr(h, "prefetched", None)  # a chunked lifecycle body, read into a spool file (httpcore)
+    if pre is not None and req._body is None:
+        h.prefetched = None
+        body, chunked = iter(lambda: pre.read(1 << 16), b""), True
+        headers.append(("Transfer-Encoding", "chunked"))
+        req._body = b""
+    elif req._body is not None:
         body = req._body
         headers.append(("Content-Length", str(len(body))))
     elif "chunked" in (req.headers.get("Transfer-Encoding") or "").lower():
@@ -145,9 +156,14 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
             resp = conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             raise BackendError(str(e)) from e
+        except framing.ChunkError:  # the client's chunked body broke off or is malformed: so does this
+            h.close_connection = True
+            return
         _relay_response(req, resp, client_facing, location_prefix, hop_by_hop)
     finally:
         conn.close()
+        if pre is not None:
+            pre.close()
 
 
 def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing: bool,

@@ -6,7 +6,8 @@ services/docker/ossfs_mixin.py; QUIRKS.md "Volumes").
   default) and outlives the sandbox; every sandbox naming it shares it. ``deleteOnSandboxTermination``
   removes a volume this create made when the sandbox is deleted or expires (unless another sandbox
   still mounts it: Docker refuses to remove a volume in use). ``subPath`` is the local driver's:
-  checked lexically and after realpath; a missing one is created (Docker creates a missing bind source).
+  checked lexically and after symlink resolution (openat2 RESOLVE_BENEATH on the volume's fd, race-free);
+  a missing one is created (Docker creates a missing bind source).
 * ``host``: a bind of ``host.path`` (+ ``subPath``) under ``allowed_host_paths`` only, checked
   lexically and again after realpath; a missing directory is created.
 * ``ossfs``: fails as on a server without ossfs installed (500 VOLUME::OSSFS_MOUNT_FAILED).
@@ -28,6 +29,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+from . import openat2
 from .quirks import MockError, Quirk
 
 O_PATH = getattr(os, "O_PATH", 0o10000000)
@@ -78,6 +80,62 @@ def walk_beneath(top: str, rel: str, *, create: bool) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _realpath(path: str) -> str:
+    """os.path.realpath, again when a link it saw went away before its readlink (Python 3.11 raises
+    EINVAL then: a sandbox swapping entries of a bound directory); OSError after a few tries."""
+    for _ in range(7):
+        try:
+            return os.path.realpath(path)
+        except OSError:
+            continue
+    return os.path.realpath(path)
+
+
+def sub_path_beneath(top: str, rel: str) -> str:
+    """The canonical ``rel`` of top/rel (symlinks inside resolved, as realpath would) with missing
+    directories created, every prefix opened by openat2(RESOLVE_BENEATH) on an fd of ``top`` (a link
+    out, absolute or by "..", fails with EXDEV whatever is swapped meanwhile); without openat2,
+    realpath then walk_beneath (links refused). Raises OSError."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not openat2.AVAILABLE:
+        canonical = os.path.realpath(os.path.join(top, *parts))
+        if not _under(canonical, top):
+            raise OSError(errno.EXDEV, "outside", rel)
+        crel = os.path.relpath(canonical, top) if canonical != top else ""
+        if not os.path.isfile(canonical):
+            os.close(walk_beneath(top, crel, create=True))
+        return crel
+    tfd = os.open(top, O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = -1
+    try:
+        for i in range(1, len(parts) + 1):
+            try:
+                fd = openat2.open_beneath(tfd, "/".join(parts[:i]), O_PATH)
+            except FileNotFoundError:
+                pfd = openat2.open_beneath(tfd, "/".join(parts[:i - 1]), O_PATH | os.O_DIRECTORY)
+                try:
+                    os.mkdir(parts[i - 1], 0o755, dir_fd=pfd)
+                except FileExistsError:
+                    pass
+                finally:
+                    os.close(pfd)
+                fd = openat2.open_beneath(tfd, "/".join(parts[:i]), O_PATH)
+            if i < len(parts):
+                os.close(fd)
+                fd = -1
+        if fd < 0:
+            return ""
+        canonical = os.readlink("/proc/self/fd/%d" % fd)  # where the kernel's walk ended: no link left
+        ctop = os.readlink("/proc/self/fd/%d" % tfd)
+    finally:
+        os.close(tfd)
+        if fd >= 0:
+            os.close(fd)
+    if not _under(canonical, ctop):
+        raise OSError(errno.EXDEV, "outside", rel)
+    return os.path.relpath(canonical, ctop) if canonical != ctop else ""
 
 
 def tree_size(path: str, limit: int = SIZE_WALK_LIMIT) -> tuple[int, int, bool]:
@@ -180,8 +238,12 @@ class VolumeStore:
         resolved = os.path.normpath(os.path.join(path, v["sub_path"])) if v.get("sub_path") else path
         if allowed and resolved != path:
             _host_path_errors(resolved, allowed)
-        canonical = os.path.realpath(resolved)
-        cprefixes = [os.path.realpath(a) for a in allowed]
+        try:
+            canonical = _realpath(resolved)
+            cprefixes = [_realpath(a) for a in allowed]
+        except OSError as e:
+            raise _bad("VOLUME::HOST_PATH_CREATE_FAILED", "Volume '%s': could not ensure host path directory "
+                       "exists at '%s': %s" % (v["name"], resolved, type(e).__name__), 500) from None
         if canonical != resolved or cprefixes != allowed:
             _host_path_errors(canonical, cprefixes)
         anchors = [c for c in cprefixes if _under(canonical, c)]
@@ -224,19 +286,15 @@ class VolumeStore:
         if not _under(resolved, mountpoint):
             raise _bad("VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved subPath escapes the volume mountpoint."
                        % name)
-        # the server's realpath(strict=True) check; the mock also checks a path whose tail is missing
-        # (the server skips it, and Docker would then create the missing tail wherever a link points)
-        canonical = os.path.realpath(resolved)
-        if not _under(canonical, mountpoint):
-            raise _bad("VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved subPath escapes the volume mountpoint "
-                       "after symlink resolution." % name)
-        rel = os.path.relpath(canonical, mountpoint) if canonical != mountpoint else ""
-        if not os.path.isfile(canonical):
-            try:  # Docker creates a missing bind source (legacy Binds)
-                os.close(walk_beneath(mountpoint, rel, create=True))
-            except OSError:
-                raise _bad("VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved subPath escapes the volume "
-                           "mountpoint after symlink resolution." % name) from None
+        # the server's realpath(strict=True) check, done by the kernel in one walk per prefix
+        # (sub_path_beneath): code inside a sandbox swapping a directory of the volume for a link
+        # meanwhile gets the same 400, never a readlink EINVAL 500; a missing tail is created
+        # beneath the mountpoint (Docker creates a missing bind source: legacy Binds)
+        try:
+            rel = sub_path_beneath(mountpoint, os.path.relpath(resolved, mountpoint))
+        except OSError:
+            raise _bad("VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved subPath escapes the volume "
+                       "mountpoint after symlink resolution." % name) from None
         return Mount(v, "pvc", mountpoint, rel)
 
     @staticmethod

@@ -441,6 +441,9 @@ def _pty(c: Ctx) -> None:
     if _sid(r):
         c.delete(f"/pty/{_sid(r)}", record=False)
     c.post("/pty", {"cwd": c.p("missing")}, label="create cwd missing")
+    c.write("afile", "x")
+    c.post("/pty", {"cwd": c.p("afile")}, label="create cwd is a file")
+    c.post("/pty", {"cwd": c.p("afile/sub")}, label="create cwd under a file")
 
 
 # ---------------------------------------------------------------------------------------------

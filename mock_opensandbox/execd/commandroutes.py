@@ -124,7 +124,11 @@ class CommandRoutes:
         try:
             sp = expanded if expanded.startswith("/") else "/" + expanded
             self.fs.check_dotdot(sp)  # the kernel walks "a/x/.." (tiers/diff gen.env)
-            st = os.stat(self.runtime.resolve(sp))
+            fd = self.fs.fd(sp, os.O_PATH)  # openat2 on the sandbox's "/": never a host path
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return f"working directory does not exist: {cwd}: stat {expanded}: no such file or directory"
         except OSError as exc:

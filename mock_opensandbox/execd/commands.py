@@ -214,6 +214,19 @@ class CommandRegistry:
             raise StartFailure(f'exec: "{name}": executable file not found in $PATH')
         return [found] + list(argv[1:])
 
+    def _fs(self) -> Any:
+        """The sandbox's files by fds on its "/" (fsops.SandboxFS: openat2 RESOLVE_IN_ROOT), so a
+        symlink swapped in by code inside never sends a lookup to the host's files."""
+        from .fsops import SandboxFS
+        return SandboxFS(self.runtime)
+
+    def _stat(self, spath: str) -> os.stat_result:
+        fd = self._fs().fd(spath, os.O_PATH)
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
     def _check_exec_target(self, full: list[str]) -> None:
         """Native argv with a path: Go's fork/exec fails before anything runs."""
         path = full[0]
@@ -239,7 +252,7 @@ class CommandRegistry:
         cur = ""
         for comp in [c for c in cwd.split("/") if c] + [""]:
             try:
-                st = os.stat(rt.resolve(cur or "/"))
+                st = self._stat(cur or "/")
             except (OSError, ValueError):
                 return False  # execd's own checks answer for a missing directory
             if not stat.S_ISDIR(st.st_mode):
@@ -255,7 +268,7 @@ class CommandRegistry:
     def _primary_gid(self, uid: int) -> int:
         """buildCredential: the user's primary group from the sandbox's /etc/passwd, else 0."""
         try:
-            with open(self.runtime.resolve("/etc/passwd"), "rb") as fh:
+            with os.fdopen(self._fs().fd("/etc/passwd", os.O_RDONLY), "rb") as fh:
                 for line in fh.read(1 << 20).decode("utf-8", "replace").splitlines():
                     f = line.split(":")
                     if len(f) >= 4 and f[2] == str(uid) and f[3].isdigit():
@@ -298,7 +311,7 @@ class CommandRegistry:
 
         def read(path: str) -> bytes | None:
             try:
-                with open(self.runtime.resolve(path), "rb") as fh:
+                with os.fdopen(self._fs().fd(path, os.O_RDONLY), "rb") as fh:
                     return fh.read(1 << 20)
             except (OSError, ValueError):
                 return None

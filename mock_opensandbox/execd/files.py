@@ -27,6 +27,7 @@ __all__ = ["FilesAPI", "glob_match", "file_info", "execd_parse_range", "go_parse
            "content_disposition"]
 
 
+SPOOL_BYTES = 1 << 20  # an upload part's data above this goes to an unnamed temporary file
 PERMISSION = {"owner": "string", "group": "string", "mode": "int"}
 RENAME_ITEM = Struct("model.RenameFileItem", {"src": "string", "dest": "string"})
 FILE_METADATA = Struct("model.FileMetadata", dict(PERMISSION, path="string"))
@@ -121,13 +122,29 @@ class FilesAPI:
 
     # -- upload ---------------------------------------------------------------------------------
     def upload(self, req: Request) -> None:
+        """The form is read as it arrives, each part's data past SPOOL_BYTES in an unnamed temporary
+        file (Gin's ParseMultipartForm keeps 32 MiB in memory, the rest on disk), so memory does not
+        grow with the upload; the targets are written once the whole form parsed (execd pairs the
+        metadata and file parts by index first)."""
         boundary = multipart.boundary_from_content_type(req.headers.get("Content-Type"))
+        parts: list[multipart.Part] = []
         try:
-            if boundary is None:
-                raise multipart.MultipartError("not multipart")
-            parts = multipart.parse(req.body, boundary)
-        except (multipart.MultipartError, ValueError, OSError):
-            raise ExecdError(400, INVALID_FILE, "multipart form is empty") from None
+            try:
+                if boundary is None:
+                    raise multipart.MultipartError("not multipart")
+                parser = multipart.MultipartParser(boundary, spool_at=SPOOL_BYTES)
+                req.stream_body(lambda chunk: parts.extend(parser.feed(chunk)))
+                parts += parser.close()
+            except (multipart.MultipartError, ValueError, OSError):
+                req.handler.close_connection = True  # the rest of the body is left unread
+                raise ExecdError(400, INVALID_FILE, "multipart form is empty") from None
+            self._store(parts)
+        finally:
+            for p in parts:
+                p.close()
+        gin.ok(req)
+
+    def _store(self, parts: list[multipart.Part]) -> None:
         metas = [p for p in parts if p.is_file and p.name == "metadata"]
         files = [p for p in parts if p.is_file and p.name == "file"]
         if not metas:
@@ -138,11 +155,10 @@ class FilesAPI:
             raise ExecdError(400, INVALID_FILE, f"metadata and file count mismatch: {len(metas)} vs {len(files)}")
         for meta_part, file_part in zip(metas, files, strict=True):
             try:
-                meta = check_struct(unmarshal_value(bytes(meta_part.data)), FILE_METADATA)
+                meta = check_struct(unmarshal_value(b"".join(meta_part.chunks())), FILE_METADATA)
             except GoJSONError as exc:
                 raise ExecdError(400, INVALID_FILE_METADATA, f"invalid metadata format. {exc}") from exc
-            self.fs.upload(meta.get("path") or "", bytes(file_part.data), meta)
-        gin.ok(req)
+            self.fs.upload(meta.get("path") or "", file_part.chunks(), meta)
 
     # -- download -------------------------------------------------------------------------------
     def download(self, req: Request) -> None:

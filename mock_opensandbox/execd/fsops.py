@@ -590,7 +590,7 @@ class SandboxFS:
         return content.count(ob)
 
     # -- upload ---------------------------------------------------------------------------------
-    def upload(self, target: str, data: bytes, perm: Mapping[str, Any]) -> None:
+    def upload(self, target: str, data: bytes | Iterable[bytes], perm: Mapping[str, Any]) -> None:
         """processUploadPair after the metadata was parsed: resolve, MkdirAll the parent, write
         (O_TRUNC, 0777 &^ umask for a new file), ChmodFile."""
         if not target:
@@ -615,7 +615,8 @@ class SandboxFS:
             with os.fdopen(fd, "wb") as out:
                 if created:
                     os.fchmod(out.fileno(), MKDIR_MODE)
-                out.write(data)
+                for piece in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+                    out.write(piece)
         except (OSError, ValueError) as exc:
             raise ExecdError(500, RUNTIME_ERROR,
                              f"error opening destination file {spath}. {GoError.path('open', spath, exc)}") from None

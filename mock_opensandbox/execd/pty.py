@@ -23,14 +23,15 @@ execd/ptysession.py; this module is the HTTP side: request decoding, the four ro
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 import threading
+import uuid
 from typing import Any
 
 from .. import wsproto
 from ..gojson import GIN_JSON, go_json_bytes
+from .fsops import GoError, SandboxFS
 from .ptysession import OutputPipe, PtyRegistry, PtySession, ReplayBuffer
 
 __all__ = ["PtySession", "PtyRegistry", "ReplayBuffer", "PTYRoutes", "register_pty_routes"]
@@ -170,17 +171,27 @@ class PTYRoutes:
             _send_error(req, 400, "INVALID_REQUEST_BODY", f"error parsing request: {err}")
             return
         cwd = fields.get("cwd", "")
-        rt = self.runtime
+        fs = SandboxFS(self.runtime)
         try:
             if cwd:
-                sandbox_cwd = cwd if cwd.startswith("/") else "/" + cwd
-                os.makedirs(rt.resolve(sandbox_cwd), exist_ok=True)  # pty_session.go MkdirAll
-                cwd = sandbox_cwd
+                try:
+                    cwd = fs.expand(cwd)  # pty_session.go: pathutil.ExpandPath, then MkdirAll
+                except GoError as e:
+                    raise GoError("error resolving PTY session work directory: " + e.text) from None
+                cwd = cwd if cwd.startswith("/") else "/" + cwd
+                try:
+                    # by fds on the sandbox's "/" (openat2 RESOLVE_IN_ROOT): a symlink swapped in
+                    # meanwhile by code inside never makes the walk leave the sandbox
+                    fs.mkdir_all(cwd)
+                except GoError as e:
+                    raise GoError("error creating PTY session work directory: " + e.text) from None
             s = self.registry.create(cwd, fields.get("command", ""))
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (GoError, OSError, ValueError, RuntimeError) as exc:
             why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
-            _send_error(req, 500, "RUNTIME_ERROR",
-                        f"error creating pty session: error creating PTY session work directory: mkdir {cwd}: {why}")
+            # CreatePTYSession (pty_controller.go) has no return after RespondError: Gin writes the
+            # error, then the 201's JSON after it (status 500 kept); the session is not stored
+            head = go_json_bytes({"code": "RUNTIME_ERROR", "message": f"error creating pty session: {why}"})
+            req.send(500, head + go_json_bytes({"session_id": str(uuid.uuid4())}), GIN_JSON)
             return
         _send_json(req, 201, {"session_id": s.id})
 

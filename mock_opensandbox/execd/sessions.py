@@ -19,6 +19,7 @@ from typing import Callable
 from ..gojson import GO_REPLACE
 from ..runtime import SandboxRuntime
 from .errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError
+from .fsops import GoError, SandboxFS
 from .paths import PathExpandError, expand_path, go_duration
 
 __all__ = ["BashSession", "SessionRegistry", "RunHooks", "SessionTimeout"]
@@ -142,26 +143,12 @@ class SessionRegistry:
         return s.id
 
     def _mkdir_all(self, spath: str) -> str | None:
-        """os.MkdirAll(path, 0777) with a 022 umask; returns Go's error text or None."""
-        p = spath if spath.startswith("/") else "/" + spath
-        parts = [x for x in p.split("/") if x]
-        cur = ""
-        for name in parts:
-            cur += "/" + name
-            try:
-                host = self.runtime.resolve(cur)
-            except (OSError, ValueError) as exc:
-                return f"mkdir {cur}: {exc}"
-            if os.path.isdir(host):
-                continue
-            if os.path.lexists(host):
-                return f"mkdir {cur}: not a directory"
-            try:
-                os.mkdir(host, 0o755)
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                return f"mkdir {cur}: {os.strerror(exc.errno or 0).lower()}"
+        """os.MkdirAll(path, 0777) with a 022 umask, by fds on the sandbox's "/" (fsops.mkdir_all:
+        openat2 RESOLVE_IN_ROOT, never a host path code inside could redirect); Go's error text or None."""
+        try:
+            SandboxFS(self.runtime).mkdir_all(spath if spath.startswith("/") else "/" + spath)
+        except GoError as e:
+            return e.text
         return None
 
     def get(self, sid: str) -> BashSession | None:
@@ -213,9 +200,12 @@ class SessionRegistry:
         rt = self.runtime
         name = f"execd_bash_{random.randrange(1 << 32)}.sh"
         script_sandbox = "/tmp/" + name
-        host_script = rt.resolve(script_sandbox)
+        host_script = script_sandbox if rt.isolated else rt.resolve(script_sandbox)
         cd = wd if (rt.isolated or not wd) else rt.resolve(wd)
-        with open(host_script, "w", encoding="utf-8", errors="surrogateescape") as fh:
+        # created by an fd openat2 found in the sandbox's /tmp (a /tmp swapped for a symlink to "/"
+        # by code inside stays inside); O_EXCL: never an existing file or link
+        fd = SandboxFS(rt).fd(script_sandbox, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
             os.fchmod(fh.fileno(), 0o600)
             fh.write(s.script(command, env, cd))
         proc = rt.spawn(["bash", "--noprofile", "--norc", script_sandbox if rt.isolated else host_script],

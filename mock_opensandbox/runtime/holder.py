@@ -223,7 +223,7 @@ class Holder:
               view_env: Mapping[str, str] | None = None, agent_fd: int | None = None,
               agent_python: str | None = None, execd: bool = False,
               idle_execd: str | None = None, pdeathsig_argv: Sequence[str] | None = None,
-              joining: Any = None, intend: Callable[[str, str], None] | None = None) -> tuple["Holder | None", str]:
+              joining: Any = None, intend: Callable[[str, str], Any] | None = None) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up and PID 1 (bootstrap.sh) has
         started execd (when ``execd``) and the entrypoint, both exec'd. join: a preexec step run
         before the exec (the sandbox's cgroups); view_env: variables only view.py reads (it removes
@@ -254,11 +254,13 @@ class Holder:
         tmp = tempfile.gettempdir()
         if os.path.realpath(tmp).startswith(root.rstrip("/") + "/") and os.access("/tmp", os.W_OK):
             tmp = "/tmp"  # a stand-alone execd whose TMPDIR is the sandbox's: keep the FIFO out of it
+        release = None
         if intend is None:
             fifo_dir = tempfile.mkdtemp(prefix="osb-holder-", dir=tmp)
-        else:  # named and recorded first (janitor.Janitor.intend), then made: a restart finds it
+        else:  # named and recorded first (janitor.Janitor.intend), then made: a restart (or the
+            # janitor process, without a --root) finds it
             fifo_dir = os.path.join(tmp, "osb-holder-" + secrets.token_hex(8))
-            intend("holder-dir", fifo_dir)
+            release = intend("holder-dir", fifo_dir)
             os.mkdir(fifo_dir, 0o700)
         fifo = os.path.join(fifo_dir, "ready")
         proc = None
@@ -292,6 +294,8 @@ class Holder:
             return None, f"the sandbox's PID namespace could not be set up: {exc}"
         finally:
             shutil.rmtree(fifo_dir, ignore_errors=True)
+            if release is not None:
+                release()
         pid = 0
         if len(lines) == 1 and lines[0].startswith("pid "):
             try:

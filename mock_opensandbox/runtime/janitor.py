@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 KINDS = ("pid", "cgroup", "umount", "dir")
 LEDGER = ".osb-ledger"  # in a --root: what this mock is about to make (Janitor.intend)
@@ -168,11 +168,18 @@ class Janitor:
             raise ValueError("bad janitor entry %r %r" % (kind, value))
         self._send("+%s %s" % (kind, value))
 
-    def intend(self, kind: str, value: str) -> None:
+    def intend(self, kind: str, value: str) -> Callable[[], None] | None:
         """Write "+kind value" to the ledger BEFORE the resource is made: a SIGKILL at any point after
-        leaves a record that a restart with the same --root reaps (reap_root). Kinds: LEDGER_KINDS."""
-        if self.ledger is None or kind not in LEDGER_KINDS or "\n" in value or not value:
-            return
+        leaves a record that a restart with the same --root reaps (reap_root). Kinds: LEDGER_KINDS.
+        Without a --root (no ledger, no restart to reap it) a holder dir is tracked by the janitor
+        process instead: the returned function (call it once the dir is gone) untracks it."""
+        if kind not in LEDGER_KINDS or "\n" in value or not value:
+            return None
+        if self.ledger is None:
+            if kind != "holder-dir":
+                return None  # cgroups: tracked by name once made (SandboxRuntime), like any cgroup
+            self.track("dir", value)
+            return lambda: self.untrack("dir", value)
         try:
             fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
@@ -181,6 +188,7 @@ class Janitor:
                 os.close(fd)
         except OSError:
             pass
+        return None
 
     def untrack(self, kind: str, value: str) -> None:
         if self._proc is None:

@@ -146,3 +146,58 @@ def test_fault_proxy_streams_a_large_request_body(tmp_path):
         p.stderr.close()
         sink.shutdown()
         sink.server_close()
+
+
+def _upload_rss(proc: subprocess.Popen, port: int, root: str, size: int) -> tuple[int, int, bytes]:
+    """A multipart upload of ``size`` zero bytes to /big, sent 1 MiB at a time: (base RSS, peak RSS, the
+    answer's head), both in kB."""
+    bnd = b"osbbound"
+    head = (b"--" + bnd + b'\r\nContent-Disposition: form-data; name="metadata"; filename="m"\r\n\r\n'
+            b'{"path":"/big"}\r\n--' + bnd + b'\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n")
+    tail = b"\r\n--" + bnd + b"--\r\n"
+    base = peak = rss_kb(proc.pid)
+    s = socket.create_connection(("127.0.0.1", port), timeout=120)
+    try:
+        s.sendall(b"POST /files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
+                  b"boundary=%s\r\nContent-Length: %d\r\n\r\n" % (bnd, len(head) + size + len(tail)) + head)
+        block = b"\0" * (1 << 20)
+        for i in range(size >> 20):
+            s.sendall(block)
+            if i % 16 == 0:
+                peak = max(peak, rss_kb(proc.pid))
+        s.sendall(tail)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            peak = max(peak, rss_kb(proc.pid))
+            data = s.recv(4096)
+            if not data:
+                break
+            answer += data
+        peak = max(peak, rss_kb(proc.pid))
+    finally:
+        s.close()
+    return base, peak, answer
+
+
+def test_a_large_upload_is_streamed_to_disk(execd_proc, tmp_path):
+    """A 200 MB upload (the allowed maximum is 2 GiB): the form is parsed as it arrives and each part's
+    data spooled to a temporary file (Gin's ParseMultipartForm keeps 32 MiB in memory, the rest on
+    disk), so the mock's RSS grows by far less than the body (it was about 4x the body, read whole)."""
+    proc, port = execd_proc
+    size = 200 << 20
+    base, peak, answer = _upload_rss(proc, port, str(tmp_path / "root"), size)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert os.path.getsize(tmp_path / "root" / "big") == size
+    assert peak - base < 60_000, (base, peak)
+
+
+@pytest.mark.slow
+def test_a_1_gib_upload_keeps_the_rss_under_300_mb(execd_proc, tmp_path):
+    proc, port = execd_proc
+    size = 1 << 30
+    base, peak, answer = _upload_rss(proc, port, str(tmp_path / "root"), size)
+    print(f"1 GiB upload: RSS {base // 1024} MB before, peak {peak // 1024} MB")
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert os.path.getsize(tmp_path / "root" / "big") == size
+    assert peak < 300_000, (base, peak)

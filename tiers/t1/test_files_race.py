@@ -1,7 +1,8 @@
 """The files API against a swap race (hostile, inside a mock sandbox, bounded by a count and a
 deadline): code in the sandbox swaps a directory ``a`` (holding the host path of a canary directory)
 with a symlink ``b -> /`` in a loop (renameat2 RENAME_EXCHANGE), while the test hammers download,
-upload, chmod, mv and delete under ``/tmp/race/a/<canary>/``. A path check done before the kernel's
+upload, chmod, mv and delete, and sessions, PTYs and commands with a ``cwd``, under
+``/tmp/race/a/<canary>/``. A path check done before the kernel's
 own walk (lstat by lstat, then open(2) of the string) lets the swapped-in link take the walk to the
 host's "/"; openat2(RESOLVE_IN_ROOT) on the sandbox's root (mock_opensandbox/openat2.py) never leaves
 it. The canary must stay untouched (names, contents, modes), no download may return its content, and
@@ -82,9 +83,10 @@ def test_swap_race_never_reaches_the_host(make_execd, runtime, tmp_path):
             if r.status > 500:
                 counts["bad"] += 1
                 bad.append(f"{what}: {r.status}")
-            elif r.status != 200:
+            elif r.status >= 300:
                 try:
-                    body = json.loads(r.body)
+                    # the first JSON value: a failed POST /pty writes its 201 JSON after the error
+                    body = json.JSONDecoder().raw_decode(r.body.decode())[0]
                     assert isinstance(body, dict) and set(body) <= {"code", "message"} and body.get("code")
                 except Exception:  # noqa: BLE001 - any malformed answer is a finding
                     counts["bad"] += 1
@@ -94,7 +96,7 @@ def test_swap_race_never_reaches_the_host(make_execd, runtime, tmp_path):
 
     def hammer(i: int) -> None:
         try:
-            loop(i)
+            (loop if i else cwd_loop)(i)
         except Exception as exc:  # noqa: BLE001 - a dropped request or a broken answer is a finding
             with lock:
                 counts["bad"] += 1
@@ -111,7 +113,22 @@ def test_swap_race_never_reaches_the_host(make_execd, runtime, tmp_path):
             check(c.delete(f"/files?path={base}/secret"), "delete")
             check(c.delete(f"/directories?path={base}"), "rmdir")
 
-    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(4)]
+    def cwd_loop(i: int) -> None:
+        # the working directories of sessions, PTYs and commands: MkdirAll / stat by the mock
+        k = 0
+        while time.monotonic() < deadline and counts["requests"] < MAX_REQUESTS:
+            k += 1
+            r = c.post("/session", {"cwd": f"{base}/sess-{k}"})
+            check(r, "session cwd")
+            if r.status == 200:
+                c.delete("/session/" + json.loads(r.body)["session_id"])
+            r = c.post("/pty", {"cwd": f"{base}/pty-{k}"})
+            check(r, "pty cwd")
+            if r.status == 201:
+                c.delete("/pty/" + json.loads(r.body)["session_id"])
+            check(c.run("true", cwd=base), "command cwd")
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(5)]
     for t in threads:
         t.start()
     for t in threads:

@@ -118,3 +118,36 @@ def test_lifecycle_framing_is_uvicorn_httptools():
         assert out.endswith(UVICORN_400_TAIL)
         out = exchange(port, post(b"/v1/sandboxes", b"Content-Length: 3000000000\r\n"))
         assert out.startswith(b"HTTP/1.1 413 ") and b"connection: close" in out
+
+
+def test_lifecycle_proxy_streams_a_chunked_upload():
+    """A chunked body through the server's proxy (/sandboxes/{id}/proxy/{port}/...): uvicorn reads the
+    chunk sizes first (a spool file here, 1 MiB in memory), then the proxy forwards it chunked, 64 KiB
+    at a time, and execd stores it whole; a chunk announced bigger than what follows breaks it off."""
+    from mock_opensandbox import multipart
+    from tiers.toolkit import volume_flows as vf
+
+    with MockOpenSandbox(execd_close_delay=0.05) as osb:
+        t = vf.Target(osb.base_url, osb.api_key)
+        try:
+            sid = t.sandbox([])
+            port = urlsplit(osb.base_url).port
+            body, ctype = multipart.encode([("metadata", "m", "application/json", b'{"path":"/tmp/big"}'),
+                                            ("file", "f", "application/octet-stream", b"\x07" * (6 << 20))])
+            pieces = [body[i:i + (3 << 20)] for i in range(0, len(body), 3 << 20)]
+            chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+            path = b"/v1/sandboxes/%s/proxy/44772" % sid.encode()
+            head = (b"POST " + path + b"/files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nOPEN-SANDBOX-API-KEY: "
+                    + osb.api_key.encode() + b"\r\nContent-Type: " + ctype.encode()
+                    + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            try:
+                s.sendall(head + chunked)
+                out = s.recv(65536)
+            finally:
+                s.close()
+            assert out.startswith(b"HTTP/1.1 200 OK"), out[:300]
+            rc, text = t.run(sid, "stat -c %s /tmp/big; tr -d '\\007' < /tmp/big | wc -c")
+            assert (rc, text.split()) == (0, [str(6 << 20), "0"]), text
+        finally:
+            t.close()

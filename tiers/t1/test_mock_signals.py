@@ -274,3 +274,27 @@ def test_no_cgroups_runs_sandboxes_without_limits(clis):
     assert "not contained: resource limits memory/cpu/pids (switched off by OSB_MOCK_NO)" in iso, iso
     assert not cgroups.stale(cgroups.host(), "*", sid)  # no cgroup was made for it
     assert cli.call("DELETE", "/v1/sandboxes/" + sid)[0] == 204
+
+
+def test_without_a_root_the_janitor_process_holds_the_holder_dirs(tmp_path):
+    """No --root, so no ledger and no restart to reap: a holder dir is tracked by the janitor process from
+    before it is made until it is removed (Janitor.intend's release), so a SIGKILL of the mock in the
+    meantime leaves none (the janitor removes what it still tracks when its pipe closes)."""
+    from mock_opensandbox.runtime.janitor import Janitor
+
+    j = Janitor()
+    kept, done = str(tmp_path / "osb-holder-kept"), str(tmp_path / "osb-holder-done")
+    release = j.intend("holder-dir", kept)
+    os.mkdir(kept)
+    release2 = j.intend("holder-dir", done)
+    assert release is not None and release2 is not None
+    os.mkdir(done)
+    os.rmdir(done)
+    release2()
+    os.mkdir(done)  # made again after its release: no longer the janitor's
+    assert j.intend("cgroup-name", "x") is None  # cgroups are tracked once made
+    janitor_pid = j.pid
+    j.close()  # the pipe closes, as when the mock dies
+    assert not alive(janitor_pid)
+    assert not os.path.exists(kept)
+    assert os.path.isdir(done)

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from mock_opensandbox.runtime import forkjoin, isolation_note
+from tiers import kernel_probes as kp
 from tiers.t1 import containment_probes as cp
 from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
@@ -40,6 +41,14 @@ def test_unshare_user_namespace_is_refused(rt):
 
 def test_keyring_bpf_perf_mount_answer_eperm(rt):
     _probe(rt, "keyring_bpf_perf_mount")
+
+
+def test_the_kernel_probe_answers_as_a_docker_container(rt):
+    """tiers/kernel_probes.py, the probe tiers/t4/test_live_kernel.py runs in a real container: every
+    answer (errno, exit status, stderr) is the container's."""
+    rc, out = cp.run_probe(rt, cp.Probe("kernel", kp.COMMAND, lambda rc, out: None))
+    assert rc == 0, out
+    kp.check(out)
 
 
 def test_ordinary_calls_still_work(rt):
