@@ -152,18 +152,20 @@ class Archive:
         return self._tf
 
     def close(self) -> None:
-        if self._tf is not None:
-            self._tf.close()
-            self._tf = None
+        with self._lock:
+            if self._tf is not None:
+                self._tf.close()
+                self._tf = None
 
     def has(self, name: str) -> bool:
         if self.is_dir:
             return os.path.isfile(os.path.join(self.path, name))
-        try:
-            self._tar().getmember(name)
-            return True
-        except KeyError:
-            return False
+        with self._lock:  # the first getmember reads the whole member list through the shared tarfile
+            try:
+                self._tar().getmember(name)
+                return True
+            except KeyError:
+                return False
 
     def open(self, name: str) -> IO[bytes]:
         comps = reference_path(name)
