@@ -99,7 +99,7 @@ No image registry? OSB_LOCAL_IMAGES=1 ./local-up.sh up builds the images on this
 
 knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OSB_API_KEY (generated,
        kept in $OSB_WORKDIR/api-key)  OSB_SERVER_VERSION (1.1.1)  OSB_EXECD_IMAGE (opensandbox/execd:latest)
-       OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_MODE (dns; or dns+nft)
+       OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_MODE (dns; or dns+nft; off = no egress image)
        OSB_EGRESS_IMAGE (local/egress:src3bb6fad with OSB_LOCAL_IMAGES=1, else opensandbox/egress:v1.1.7)
        OSB_EGRESS_BIN (../shared/opensandbox/egress: egress, opensandbox-supervisor, cleanup.sh)
        OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (opensandbox/code-interpreter:v1.1.0)
@@ -604,7 +604,10 @@ egress_defaults() {
     esac
     case "$OSB_EGRESS_MODE" in
         dns | dns+nft) ;;
-        *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft" ;;
+        # off: what `env` exports for a stack without an egress image, so `eval "$(./local-up.sh env)"` then
+        # `./local-up.sh down` (or up) works: no egress image, as OSB_WITH_EGRESS=0
+        off) OSB_WITH_EGRESS=0 ;;
+        *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft (or off: no egress image)" ;;
     esac
 }
 

@@ -710,6 +710,22 @@ def test_local_egress_image_shares_the_debootstrap_cache_and_mode(world):
     world.run("down")
 
 
+def test_down_after_eval_env_of_a_stack_without_egress(world):
+    # `env` exports OSB_EGRESS_MODE=off (the mock's --egress-mode for this stack); `down` with it must work
+    open(os.path.join(world.state, "daemon_up"), "w").close()
+    world.set_lines("images", [EXECD, BASE])
+    assert world.run("up").returncode == 0
+    env = dict(line[len("export "):].split("=", 1) for line in world.run("env").stdout.splitlines()
+               if line.startswith("export OSB_EGRESS_MODE="))
+    assert env == {"OSB_EGRESS_MODE": "off"}
+    r = world.run("down", OSB_WITH_EGRESS="1", **env)
+    assert r.returncode == 0, r.stderr
+    assert world.pid("server.pid") is None
+    r = world.run("up", OSB_EGRESS_MODE="nft")
+    assert r.returncode == 1 and "set OSB_EGRESS_MODE to dns or dns+nft (or off: no egress image)" in r.stderr
+    world.run("down")
+
+
 def test_local_images_knob_must_be_0_or_1(world):
     r = world.run("up", OSB_LOCAL_IMAGES="yes")
     assert r.returncode == 1 and "set OSB_LOCAL_IMAGES=1" in r.stderr and world.argv() == []
