@@ -47,6 +47,23 @@ def parse_upstream(addr: str | None) -> tuple[str, int]:
     return host, n
 
 
+def nameservers() -> tuple[str, ...]:
+    """The IPv4 nameservers of a container's resolv.conf (Docker's copy of the host's), at most 10
+    (constants.ResolvNameserverCap): what the real sidecar lets through in dns+nft."""
+    from ..runtime.netns import resolv_conf
+
+    out = []
+    for line in resolv_conf().splitlines():
+        w = line.split()
+        if w[:1] == ["nameserver"] and len(w) > 1:
+            try:
+                ipaddress.IPv4Address(w[1])
+            except ValueError:
+                continue
+            out.append(w[1])
+    return tuple(dict.fromkeys(out))[:10]
+
+
 def mode_problem(mode: str, network: str) -> str:
     """Why this mock cannot run sidecars in `mode` ("" = it can). dns+nft needs nft."""
     if mode == "off":
@@ -124,7 +141,7 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
         if mock.egress_mode == "dns+nft":
             from .nat import Filter
 
-            filt = Filter(holder.pid)
+            filt = Filter(holder.pid, ("127.0.0.1",) + nameservers())
             filt.apply_static(pol)
             sc.on_policy, sc.on_resolved = filt.apply_static, filt.add_resolved
         sc.start(netns_fd, runtime.listen)

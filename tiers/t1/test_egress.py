@@ -218,7 +218,12 @@ def test_dns_nft_accepts_only_allowed_names_addresses_and_literal_rules(dns):
         try:
             pid = m.store.get(sb.id).runtime._holder.pid
             rules = _ruleset(pid)
-            assert "elements = { 10.9.0.0/16 }" in rules and "elements = { 10.9.9.9 }" in rules
+            from mock_opensandbox.egress import nameservers
+
+            allow_set = rules.split("set allow_v4", 1)[1].split("}", 1)[0]
+            elements = set(allow_set.split("elements = {", 1)[1].replace(",", " ").split())
+            assert elements == {"10.9.0.0/16", "127.0.0.1", *nameservers()}  # + main.go's nameservers
+            assert "elements = { 10.9.9.9 }" in rules
             assert rules.rstrip().splitlines()[-3].strip() == "drop"  # defaultAction deny: the chain's last rule
             assert resolves(sb, "allowed.test") == "10.1.2.3" and resolves(sb, "other.test") is None
             rules = _ruleset(pid)
