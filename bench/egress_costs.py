@@ -12,6 +12,7 @@ policy resolver adds its hop to. Prints one Markdown table of medians and ratios
 """
 from __future__ import annotations
 
+import os
 import random
 import socket
 import sys
@@ -22,8 +23,10 @@ from bench.stats import median, p90
 
 NAME = "pypi.org"
 PER_CMD = 50
-LOOKUP = ("python3 -c \"import socket,time\nt=time.perf_counter()\nfor _ in range(%d): socket.gethostbyname('%s')\n"
-          "print((time.perf_counter()-t)/%d)\"" % (PER_CMD, NAME, PER_CMD))
+LOOKUP_OF = ("python3 -c \"import socket,time\nt=time.perf_counter()\nfor _ in range(%d): socket.gethostbyname('%%s')\n"
+             "print((time.perf_counter()-t)/%d)\"" % (PER_CMD, PER_CMD))
+LOOKUP = LOOKUP_OF % NAME
+FLOOR = LOOKUP_OF % "localhost"  # /etc/hosts: the same call without any DNS query (glibc's own cost)
 
 
 def _sdk(url: str, key: str) -> Any:
@@ -43,8 +46,8 @@ def _create(conn: Any, image: str, policy: bool) -> tuple[float, Any]:
     return time.perf_counter() - t0, sb
 
 
-def _lookup_inside(sb: Any) -> Optional[float]:
-    out = "".join(m.text for m in sb.commands.run(LOOKUP).logs.stdout).strip()
+def _lookup_inside(sb: Any, cmd: str = LOOKUP) -> Optional[float]:
+    out = "".join(m.text for m in sb.commands.run(cmd).logs.stdout).strip()
     try:
         return float(out)
     except ValueError:
@@ -63,8 +66,9 @@ def _lookup_host(resolver: tuple[str, int]) -> float:
 def measure(url: str, key: str, image: str, n: int, host_floor: Optional[Callable[[], float]] = None) -> Dict[str, Any]:
     conn = _sdk(url, key)
     rng = random.Random(28)
-    create = {True: [], False: []}
-    lookup = {True: [], False: []}
+    create: Dict[bool, List[float]] = {True: [], False: []}
+    lookup: Dict[bool, List[float]] = {True: [], False: []}
+    floor: List[float] = []
     for _ in range(n):
         sides = [True, False]
         rng.shuffle(sides)
@@ -76,11 +80,15 @@ def measure(url: str, key: str, image: str, n: int, host_floor: Optional[Callabl
                     v = _lookup_inside(sb)
                     if v is not None:
                         lookup[pol].append(v)
+                if pol:
+                    v = _lookup_inside(sb, FLOOR)
+                    if v is not None:
+                        floor.append(v)
             finally:
                 sb.kill()
             if not pol and host_floor is not None:
                 lookup[False].append(host_floor())
-    return {"create": create, "lookup": lookup}
+    return {"create": create, "lookup": lookup, "floor": floor}
 
 
 def table(res: Dict[str, Any], where: str, baseline: str) -> str:
@@ -93,7 +101,8 @@ def table(res: Dict[str, Any], where: str, baseline: str) -> str:
     return "\n".join([
         "| %s | with a policy, ms | %s, ms | ratio |" % (where, baseline), "|---|---:|---:|---:|",
         "| create -> ready | %s | %s | %s |" % (ms(c[True]), ms(c[False]), ratio(c[True], c[False])),
-        "| one DNS lookup inside | %s | %s | %s |" % (ms(lk[True]), ms(lk[False]), ratio(lk[True], lk[False]))])
+        "| one DNS lookup inside | %s | %s | %s |" % (ms(lk[True]), ms(lk[False]), ratio(lk[True], lk[False])),
+        "| `localhost` (/etc/hosts, no query) inside the policy sandbox | %s | | |" % ms(res["floor"])])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -109,10 +118,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     from mock_opensandbox.server import MockOpenSandbox
     from tiers.toolkit.dnsserver import StubResolver
-    with StubResolver({NAME: "203.0.113.80"}) as dns:
-        with MockOpenSandbox(egress_mode="dns", egress_dns_upstream=dns.address, execd_close_delay=0) as m:
-            res = measure(m.base_url, m.api_key, "python:3", n, host_floor=lambda: _lookup_host(("127.0.0.1", dns.port)))
-    print(table(res, "mock", "without (create) / host -> resolver (lookup)"))
+    real = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared",
+                        "opensandbox", "egress", "egress")
+    for label, binary in (("mock, its own sidecar", None), ("mock, the real sidecar (--egress-bin)", real)):
+        if binary and not os.access(binary, os.X_OK):
+            continue
+        with StubResolver({NAME: "203.0.113.80"}) as dns:
+            with MockOpenSandbox(egress_mode="dns", egress_dns_upstream=dns.address, execd_close_delay=0,
+                                 egress_bin=binary) as m:
+                res = measure(m.base_url, m.api_key, "python:3", n,
+                              host_floor=lambda: _lookup_host(("127.0.0.1", dns.port)))
+        print(table(res, label, "without (create) / host -> resolver (lookup)") + "\n")
     return 0
 
 

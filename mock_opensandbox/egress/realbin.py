@@ -117,7 +117,7 @@ class RealSidecar:
                "OPENSANDBOX_EGRESS_RULES": self.rules_json, "OPENSANDBOX_EGRESS_MODE": self.mode,
                "OPENSANDBOX_EGRESS_TOKEN": self.token,
                "OPENSANDBOX_EGRESS_DNS_UPSTREAM": "127.0.0.1:%d" % self.relay.port}
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        out: Any = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen([shutil.which("nsenter") or "nsenter", "--net=/proc/%d/ns/net" % holder_pid,
                                           "--", self.binary], env=env, stdin=subprocess.DEVNULL, stdout=out,

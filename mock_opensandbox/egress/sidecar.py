@@ -243,7 +243,9 @@ class PolicyHandler(httpcore.Handler):
     server: _ApiServer
 
     def dispatch(self, req: httpcore.Request) -> None:
-        sc: EgressSidecar = self.server.app.sidecar
+        app = self.server.app
+        assert isinstance(app, PolicyApp)
+        sc: EgressSidecar = app.sidecar
 
         def error(code: int, msg: str, extra: dict | None = None) -> None:  # net/http http.Error
             req.send(code, (msg + "\n").encode(), "text/plain; charset=utf-8",

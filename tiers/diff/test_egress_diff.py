@@ -105,7 +105,7 @@ def _policy_answers(m):
 
 def test_the_policy_api_answers_as_the_real_sidecar(mocks):
     ours, real = _policy_answers(mocks["mock"]), _policy_answers(mocks["real"])
-    diffs = [(a["call"], a, b) for a, b in zip(ours, real) if a != b]
+    diffs = [(a["call"], a, b) for a, b in zip(ours, real, strict=True) if a != b]
     assert diffs == []
 
 
@@ -129,4 +129,4 @@ def _quote(s: str) -> str:
 def test_the_dns_answers_agree_with_the_real_sidecar(mocks):
     pytest.importorskip("opensandbox")
     ours, real = _dns_answers(mocks["mock"]), _dns_answers(mocks["real"])
-    assert [a for a, b in zip(ours, real) if a != b] == [], (ours, real)
+    assert [a for a, b in zip(ours, real, strict=True) if a != b] == [], (ours, real)
