@@ -9,13 +9,13 @@ import pytest
 from mock_opensandbox.egress import mode_problem
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import host_network_policy as H
-from tiers.egress_steps import ALLOWED, OTHER, RECORDS
+from tiers.egress_steps import RECORDS
 from tiers.toolkit.dnsserver import StubResolver
 from tiers.toolkit.marks import needs_isolation
 
 pytestmark = [needs_isolation, pytest.mark.skipif(bool(mode_problem("dns", "bridge")),
                                                   reason=mode_problem("dns", "bridge") or "-")]
-EXPECTED = {"from_config": {ALLOWED: True, OTHER: False}, "per_create": {ALLOWED: False, OTHER: True}}
+EXPECTED = H.EXPECTED
 
 
 def test_network_policy_from_config_and_per_create_through_the_host(tmp_path):

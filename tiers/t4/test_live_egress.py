@@ -35,3 +35,12 @@ def test_a_policy_the_sidecar_refuses_fails_after_the_ready_wait(live_server):
     assert got["status"] == 500 and got["code"] == "DOCKER::SANDBOX_START_FAILED", got
     assert got["message"].startswith("Egress sidecar did not become ready within 30s"), got
     assert 29 <= got["s"] <= 40
+
+
+def test_the_plugins_network_policy_through_the_host(live_server, tmp_path):
+    from tiers import host_network_policy as H
+
+    seen = H.run(H.install(str(tmp_path)), live_server.root, live_server.api_key, live_server.image, slow=False)
+    assert {k: seen[k] for k in H.EXPECTED} == H.EXPECTED, seen
+    assert seen["empty_target"]["code"] == "E8000" and "HTTP 422" in seen["empty_target"]["message"], seen
+    assert seen["not_json"]["code"] == "E8002", seen
