@@ -20,6 +20,9 @@ EGRESS_MODES = ("off", "dns", "dns+nft")
 DEFAULT_EGRESS_MODE = "dns"     # the server's example config: [egress] mode = "dns"
 READY_TIMEOUT = 30.0            # networking.py _wait_for_egress_sidecar_ready(timeout_seconds=30.0)
 STATE_KEY = "egress"            # Sandbox.resources key
+# the server's last urllib error polling the exited sidecar's published /healthz (docker-proxy resets the
+# connection): fixtures/26_network_policy.json, live with local/egress:src3bb6fad
+NOT_READY_CAUSE = "[Errno 104] Connection reset by peer"
 
 __all__ = ["AUTH_HEADER", "DEFAULT_EGRESS_MODE", "EGRESS_MODES", "EgressSidecar", "mode_problem",
            "parse_upstream", "start_for", "stop_for"]
@@ -129,8 +132,7 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
         # the sidecar exits at start-up (main.go: policy.ParsePolicy of OPENSANDBOX_EGRESS_RULES), so
         # /healthz never answers; the server polls it for its whole ready wait
         time.sleep(mock.egress_ready_timeout)
-        raise _bad(START_FAILED, "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
-                   % (mock.egress_ready_timeout, sb.id, "<urlopen error [Errno 111] Connection refused>"), 500) from None
+        raise _not_ready(mock, sb) from None
     holder = getattr(runtime, "_holder", None)
     net = getattr(holder, "net", None)
     netns_fd = getattr(net, "netns_fd", None)
@@ -158,7 +160,7 @@ def _not_ready(mock: Any, sb: Any) -> Exception:
     from ..volumes import _bad, START_FAILED
 
     return _bad(START_FAILED, "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
-                % (mock.egress_ready_timeout, sb.id, "<urlopen error [Errno 111] Connection refused>"), 500)
+                % (mock.egress_ready_timeout, sb.id, NOT_READY_CAUSE), 500)
 
 
 def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:

@@ -160,6 +160,7 @@ def test_a_policy_the_sidecar_refuses_fails_the_create_after_the_ready_wait(osb)
     r = api(osb, "POST", "/v1/sandboxes", dict(BODY, networkPolicy={"egress": [{"action": "maybe", "target": "x.test"}]}))
     assert r.status == 500 and r.json()["code"] == "DOCKER::SANDBOX_START_FAILED"
     assert r.json()["message"].startswith("Egress sidecar did not become ready within 1s for sandbox ")
+    assert r.json()["message"].endswith(": [Errno 104] Connection reset by peer")  # live (fixtures/26)
     assert set(osb.sandboxes) == before  # nothing left behind
 
 
