@@ -3,7 +3,7 @@ route out without slirp4netns, so the test gives it one of its own: a veth pair 
 network namespace whose other end is in a throw-away namespace of the test (nothing in the host's), with a
 listener there on 10.199.0.2 (the "host address" of a Docker bridge, as live: a listener on the bridge
 address). The stub resolver names it ``peer.test``. Checked with the mock's sidecar and, when it can run here,
-the real one (--egress-bin); ``dns`` mode is the control (addresses are not filtered).
+the real one (--egress-bin, -m slow: tiers/diff compares it by default); ``dns`` mode is the control (addresses are not filtered).
 Everything made here dies with the peer process and the sandbox."""
 from __future__ import annotations
 
@@ -94,9 +94,11 @@ def reach(sb) -> str:
 
 
 @pytest.mark.parametrize("mode,real", [("dns", False), ("dns+nft", False),
-                                       pytest.param("dns+nft", True, marks=pytest.mark.skipif(
-                                           bool(REAL_WHY), reason=REAL_WHY or "-"))])
-def test_an_address_is_reachable_only_when_the_policy_allows_it(mode, real):
+                                       pytest.param("dns+nft", True, marks=[pytest.mark.slow, pytest.mark.skipif(
+                                           bool(REAL_WHY), reason=REAL_WHY or "-")])])
+def test_an_address_is_reachable_only_when_the_policy_allows_it(mode, real, request):
+    if real and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the real sidecar's drop: run with `make test-slow` (-m slow)")
     pytest.importorskip("opensandbox")
     from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule
     from opensandbox.sync.sandbox import SandboxSync
