@@ -99,7 +99,7 @@ No image registry? OSB_LOCAL_IMAGES=1 ./local-up.sh up builds the images on this
 
 knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OSB_API_KEY (generated,
        kept in $OSB_WORKDIR/api-key)  OSB_SERVER_VERSION (1.1.1)  OSB_EXECD_IMAGE (opensandbox/execd:latest)
-       OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_MODE (dns; or dns+nft)
+       OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_MODE (dns; or dns+nft; off = no egress image)
        OSB_EGRESS_IMAGE (local/egress:src3bb6fad with OSB_LOCAL_IMAGES=1, else opensandbox/egress:v1.1.7)
        OSB_EGRESS_BIN (../shared/opensandbox/egress: egress, opensandbox-supervisor, cleanup.sh)
        OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (opensandbox/code-interpreter:v1.1.0)
@@ -454,8 +454,9 @@ import_rootfs() {
 }
 
 debootstrap_progress() {
-    # Collapse debootstrap's per-package lines into one line per phase, with a package count at each phase change.
-    local line verb last="" n=0
+    # debootstrap_progress TAG — collapse debootstrap's per-package lines into one line per phase, with a package
+    # count at each phase change.
+    local tag="${1:-base}" line verb last="" n=0
     while IFS= read -r line; do
         case "$line" in
             I:\ Validating\ *) ;;
@@ -463,46 +464,55 @@ debootstrap_progress() {
                 verb="${line#I: }"
                 verb="${verb%% *}"
                 if [ "$verb" != "$last" ]; then
-                    if [ "$n" -gt 1 ]; then say "base:   ... $n x $last"; fi
-                    say "base: ${line#I: }"
+                    if [ "$n" -gt 1 ]; then say "$tag:   ... $n x $last"; fi
+                    say "$tag: ${line#I: }"
                     last="$verb"
                     n=1
                 else
                     n=$((n + 1))
                 fi
                 ;;
-            W:\ * | E:\ *) say "base: $line" ;;
+            W:\ * | E:\ *) say "$tag: $line" ;;
         esac
     done
-    if [ "$n" -gt 1 ]; then say "base:   ... $n x $last"; fi
+    if [ "$n" -gt 1 ]; then say "$tag:   ... $n x $last"; fi
+}
+
+debootstrap_rootfs() {
+    # debootstrap_rootfs TAG DIR INCLUDE CHECK... — a minbase root file system of this machine's Debian suite and
+    # mirror with the packages INCLUDE (comma list) in DIR, or die naming the log. Every image shares one download
+    # cache ($BUILD_DIR/debs, --cache-dir), so a second rootfs fetches only the packages the first did not have.
+    local tag="$1" dir="$2" include="$3" suite mirror log ok=1 f
+    shift 3
+    command -v debootstrap >/dev/null 2>&1 || apt_install "debootstrap (builds the $tag image)" debootstrap
+    suite="$(debian_suite)"
+    mirror="$(debian_mirror)"
+    log="$BUILD_DIR/debootstrap-$tag.log"
+    rm -rf "$dir"
+    mkdir -p "$BUILD_DIR/debs"
+    say "images: debootstrap of the $tag rootfs ($suite from $mirror; +$include; log: $log)"
+    debootstrap --variant=minbase --include="$include" --cache-dir="$BUILD_DIR/debs" \
+        "$suite" "$dir" "$mirror" 2>&1 | tee "$log" | debootstrap_progress "$tag" || ok=0
+    for f in "$@"; do [ -x "$dir/$f" ] || ok=0; done
+    if [ "$ok" != 1 ]; then
+        die local-images "debootstrap --variant=minbase $suite $dir $mirror (--include=$include)" \
+            "read $log; check the mirror (OSB_DEBIAN_MIRROR) and suite (OSB_DEBIAN_SUITE), or point the image knob at an image that is present" \
+            "$(tail -n 1 "$log" 2>/dev/null || true)"
+    fi
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* 2>/dev/null || true
 }
 
 build_base_image() {
-    local img="$OSB_BASE_IMAGE" suite mirror dir log start
+    local img="$OSB_BASE_IMAGE" dir="$BUILD_DIR/base-rootfs" start
     if image_present "$img"; then
         say "images: $img present (reused; ./local-up.sh clean removes it if up built it)"
         return 0
     fi
-    command -v debootstrap >/dev/null 2>&1 || apt_install "debootstrap (builds the base image)" debootstrap
-    suite="$(debian_suite)"
-    mirror="$(debian_mirror)"
-    dir="$BUILD_DIR/base-rootfs"
-    log="$BUILD_DIR/debootstrap.log"
-    rm -rf "$dir"
-    mkdir -p "$BUILD_DIR"
-    say "images: building $img with debootstrap ($suite from $mirror; takes a few minutes; log: $log)"
+    say "images: building $img (takes a few minutes)"
     start="$(date +%s)"
-    local ok=1
-    debootstrap --variant=minbase --include=python3,bash,coreutils,procps,ca-certificates \
-        "$suite" "$dir" "$mirror" 2>&1 | tee "$log" | debootstrap_progress || ok=0
-    if [ "$ok" != 1 ] || [ ! -x "$dir/usr/bin/python3" ] || [ ! -x "$dir/bin/bash" ]; then
-        die local-images "debootstrap --variant=minbase $suite $dir $mirror" \
-            "read $log; check the mirror (OSB_DEBIAN_MIRROR) and suite (OSB_DEBIAN_SUITE), or point OSB_BASE_IMAGE at an image that is present" \
-            "$(tail -n 1 "$log" 2>/dev/null || true)"
-    fi
-    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* 2>/dev/null || true
+    debootstrap_rootfs base "$dir" python3,bash,coreutils,procps,ca-certificates usr/bin/python3 bin/bash
     say "images: importing $img"
-    import_rootfs "$dir" "$img" "base $suite" --change 'CMD ["/bin/bash"]'
+    import_rootfs "$dir" "$img" "base $(debian_suite)" --change 'CMD ["/bin/bash"]'
     rm -rf "$dir"
     say "images: built $img in $(($(date +%s) - start)) s"
 }
@@ -605,13 +615,15 @@ egress_defaults() {
     esac
     case "$OSB_EGRESS_MODE" in
         dns | dns+nft) ;;
-        *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft" ;;
+        # off: what `env` exports for a stack without an egress image, so `eval "$(./local-up.sh env)"` then
+        # `./local-up.sh down` (or up) works: no egress image, as OSB_WITH_EGRESS=0
+        off) OSB_WITH_EGRESS=0 ;;
+        *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft (or off: no egress image)" ;;
     esac
 }
 
 build_egress_image() {
-    local img="$OSB_EGRESS_IMAGE" bin="$OSB_EGRESS_BIN" dir="$BUILD_DIR/egress-rootfs" log="$BUILD_DIR/debootstrap-egress.log"
-    local sum f suite mirror ok=1 have
+    local img="$OSB_EGRESS_IMAGE" bin="$OSB_EGRESS_BIN" dir="$BUILD_DIR/egress-rootfs" sum f have start
     for f in egress opensandbox-supervisor cleanup.sh; do
         [ -f "$bin/$f" ] || die local-images "test -f $bin/$f" \
             "point OSB_EGRESS_BIN at a directory with egress, opensandbox-supervisor and cleanup.sh (../shared/opensandbox/egress)" \
@@ -626,20 +638,9 @@ build_egress_image() {
         fi
         say "images: $img was built from other egress binaries; rebuilding"
     fi
-    command -v debootstrap >/dev/null 2>&1 || apt_install "debootstrap (builds the egress image)" debootstrap
-    suite="$(debian_suite)"
-    mirror="$(debian_mirror)"
-    rm -rf "$dir"
-    mkdir -p "$BUILD_DIR"
-    say "images: building $img with debootstrap ($suite; iptables, iproute2, nftables; log: $log)"
-    debootstrap --variant=minbase --include=iptables,iproute2,nftables,ca-certificates,procps \
-        "$suite" "$dir" "$mirror" 2>&1 | tee "$log" | debootstrap_progress || ok=0
-    if [ "$ok" != 1 ] || [ ! -x "$dir/usr/sbin/nft" ]; then
-        die local-images "debootstrap --variant=minbase --include=iptables,iproute2,nftables $suite $dir" \
-            "read $log; check OSB_DEBIAN_MIRROR / OSB_DEBIAN_SUITE, or point OSB_EGRESS_IMAGE at an image that is present" \
-            "$(tail -n 1 "$log" 2>/dev/null || true)"
-    fi
-    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* 2>/dev/null || true
+    say "images: building $img from $bin"
+    start="$(date +%s)"
+    debootstrap_rootfs egress "$dir" iptables,iproute2,nftables,ca-certificates,procps usr/sbin/nft usr/sbin/ip
     mkdir -p "$dir/opt/opensandbox-egress"
     cp "$bin/egress" "$dir/opt/opensandbox-egress/egress"
     cp "$bin/opensandbox-supervisor" "$dir/opt/opensandbox-egress/supervisor"
@@ -647,7 +648,7 @@ build_egress_image() {
     chmod 755 "$dir/opt/opensandbox-egress/"*
     import_rootfs "$dir" "$img" "$sum" --change 'ENTRYPOINT ["/opt/opensandbox-egress/supervisor","--pre-start=/opt/opensandbox-egress/cleanup.sh","--name=egress","--grace-period=20s","--","/opt/opensandbox-egress/egress"]'
     rm -rf "$dir"
-    say "images: built $img"
+    say "images: built $img in $(($(date +%s) - start)) s"
 }
 
 egress_config() {

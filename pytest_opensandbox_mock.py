@@ -29,12 +29,15 @@ def pytest_addoption(parser: Any) -> None:
     parser.addini("opensandbox_egress_mode", "networkPolicy in the opensandbox_mock fixtures: off | dns | dns+nft "
                   "(MockOpenSandbox egress_mode; default: dns where the host can run it)", default="")
     parser.addini("opensandbox_egress_dns_upstream", "IP[:PORT] the fixtures' policy resolvers forward to", default="")
+    parser.addini("opensandbox_egress_bin", "a real egress sidecar binary the fixtures run instead of the mock's "
+                  "(MockOpenSandbox egress_bin; root, iptables)", default="")
 
 
 def _egress_kwargs(config: Any) -> dict[str, Any]:
     mode = config.getini("opensandbox_egress_mode") or None
     upstream = config.getini("opensandbox_egress_dns_upstream") or None
-    return {"egress_mode": mode, "egress_dns_upstream": upstream}
+    return {"egress_mode": mode, "egress_dns_upstream": upstream,
+            "egress_bin": config.getini("opensandbox_egress_bin") or None}
 
 
 @pytest.fixture

@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--egress-ready-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long a create waits for a sidecar that refuses its policy before the server's 500 "
                         "(default 30, as the server; tests may shorten it)")
+    p.add_argument("--egress-bin", default=None, metavar="PATH",
+                   help="run this real egress sidecar binary (e.g. ../shared/opensandbox/egress/egress) in each "
+                        "policy sandbox's network namespace instead of the mock's resolver and policy API (root, "
+                        "iptables; nft for dns+nft)")
     p.add_argument("--root", default=None, help="directory for sandbox roots (default: a temp dir removed at exit)")
     p.add_argument("--volumes-dir", default=None, metavar="DIR",
                    help="where named volumes (pvc) live; they outlive sandboxes and go at POST /__mock__/reset "
@@ -117,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               pids_limit=args.pids_limit, execd_close_delay=args.execd_close_delay,
                               image_dir=args.image_dir, image_cache=args.image_cache,
                               egress_mode=args.egress_mode, egress_dns_upstream=args.egress_dns_upstream,
-                              egress_ready_timeout=args.egress_ready_timeout, jupyter_env=args.jupyter_env)
+                              egress_ready_timeout=args.egress_ready_timeout, jupyter_env=args.jupyter_env,
+                              egress_bin=args.egress_bin)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
@@ -149,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     optional.install_hint("cgroups"), optional.TOOLS["cgroups"][0]), flush=True)
         print("Egress (networkPolicy): %s" % (
             "off: %s" % (osb.egress_note or "no egress image (--egress-mode off)") if osb.egress_mode == "off"
-            else "%s, DNS upstream %s:%d" % (osb.egress_mode, osb.egress_upstream[0], osb.egress_upstream[1])),
+            else "%s, DNS upstream %s:%d%s" % (osb.egress_mode, osb.egress_upstream[0], osb.egress_upstream[1],
+                                                ", the real sidecar %s" % osb.egress_bin if osb.egress_bin else "")),
             flush=True)
         if osb.jupyter_env:
             print("Code interpreter: Jupyter from %s in every code-interpreter sandbox" % osb.jupyter_env, flush=True)

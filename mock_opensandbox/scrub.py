@@ -20,6 +20,7 @@ REDACTED = "<redacted>"
 SECRET_HEADERS = {
     "open-sandbox-api-key": "<api-key>",
     "x-execd-access-token": "<execd-token>",
+    "opensandbox-egress-auth": "<egress-token>",
     "authorization": REDACTED,
     "proxy-authorization": REDACTED,
     "cookie": REDACTED,

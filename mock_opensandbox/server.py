@@ -422,7 +422,7 @@ class MockOpenSandbox(WorkbenchMixin):
                  allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT,
                  image_dir: str | None = None, image_cache: str | None = None,
                  egress_mode: str | None = None, egress_dns_upstream: str | None = None,
-                 egress_ready_timeout: float = 30.0, jupyter_env: str | None = None):
+                 egress_ready_timeout: float = 30.0, jupyter_env: str | None = None, egress_bin: str | None = None):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -479,8 +479,8 @@ class MockOpenSandbox(WorkbenchMixin):
         self.network = network
         from .egress import configure  # networkPolicy: a server with an egress image (egress/)
         self.egress_mode_given: str | None = egress_mode
-        self.egress_mode, self.egress_upstream, self.egress_ready_timeout = configure(
-            egress_mode, egress_dns_upstream, egress_ready_timeout)
+        self.egress_mode, self.egress_upstream, self.egress_ready_timeout, self.egress_bin = configure(
+            egress_mode, egress_dns_upstream, egress_ready_timeout, egress_bin)
         self.egress_note = ""  # why networkPolicy is refused on this host (set at start)
         self.clock = clock
         self.verbose = verbose

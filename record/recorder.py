@@ -88,6 +88,7 @@ def record_one(session: Session, sc: Scenario, *, image: str, busybox_image: str
             session.wait_ready(ctx.execd)
         sc.run(session, ctx)
     finally:
+        secrets.extend(ctx.secrets)
         for sid in ctx.created:
             session.delete_sandbox(sid)
     hosts = {urlsplit(session.base_url).hostname or ""}

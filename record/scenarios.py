@@ -31,6 +31,7 @@ class Ctx:
     sandbox_id: str | None = None
     execd: Execd | None = None
     created: list[str] = dataclasses.field(default_factory=list)
+    secrets: list[str] = dataclasses.field(default_factory=list)  # learnt by a scenario (an egress token)
 
     def default_create(self, **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {"image": {"uri": self.image}, "entrypoint": ["tail", "-f", "/dev/null"],
@@ -675,6 +676,40 @@ def _s25(s: Session, ctx: Ctx, snaps: list[str]) -> None:
     s.lc("GET", f"/v1/snapshots?sandboxId={src}")
 
 
+
+EGRESS_AUTH = "OPENSANDBOX-EGRESS-AUTH"
+
+
+def s26(s: Session, ctx: Ctx) -> None:
+    """networkPolicy with the egress image: creates with a policy and the validation answers, the endpoint of
+    18080 and its header, the sidecar's /policy API (401 without the header, GET, PATCH, DELETE, POST, reset)."""
+    pol = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"}]}
+    r = _create(s, ctx, ctx.default_create(networkPolicy=pol))
+    sid = created_id(r)
+    s.lc("GET", f"/v1/sandboxes/{sid}")
+    ep = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/18080")
+    side = execd_from(s, ep)
+    ctx.secrets.extend(side.headers.values())
+    s.wait_ready(s.execd_endpoint(sid))  # unrecorded: the published ports' readiness window
+    s.request("GET", side.origin + side.prefix + "/policy")
+    side.get("/healthz")
+    side.get("/policy")
+    side.request("PATCH", "/policy", json=[])
+    side.request("PATCH", "/policy", json=[{"action": "allow", "target": "files.pythonhosted.org"}])
+    side.request("PATCH", "/policy", json=[{"action": "deny", "target": "FILES.pythonhosted.org"}])
+    side.request("DELETE", "/policy", json=["pypi.org", "unknown.invalid"])
+    side.request("DELETE", "/policy", json=["nothing.invalid"])
+    side.request("POST", "/policy", json={"defaultAction": "allow", "egress": [{"action": "maybe", "target": "x"}]})
+    side.request("PUT", "/policy", json={"defaultAction": "allow", "egress": [{"action": "deny", "target": "pypi.org"}]})
+    side.get("/policy")
+    side.request("POST", "/policy", content=b"")
+    side.request("OPTIONS", "/policy")
+    side.get("/nothing")
+    for bad in ({"defaultAction": "whatever"}, {"defaultAction": "deny"},
+                {"egress": [{"action": "allow", "target": ""}]}, "deny"):
+        r = _create(s, ctx, ctx.default_create(networkPolicy=bad))
+    _create(s, ctx, ctx.default_create(networkPolicy={"egress": [{"action": "maybe", "target": "x.test"}]}))
+
 SCENARIOS: list[Scenario] = [
     Scenario("01_health_version", "GET /health and /version, with and without the API key", s01),
     Scenario("02_auth_failures", "missing and wrong API key on list/create/get", s02),
@@ -732,6 +767,11 @@ SCENARIOS: list[Scenario] = [
              "Deleting), delete after", s25, drift_noise=INSIDE_NOISE,
              replay_skip="the snapshot leaves Creating by itself (polled unrecorded); asserted by "
                          "tiers/t1/test_snapshots.py (mock) and tiers/t4/test_live_snapshots.py (live)"),
+    Scenario("26_network_policy", "networkPolicy with the egress image (local/egress:src3bb6fad, [egress] mode dns): "
+             "create, the endpoint of 18080, the sidecar's /policy API, the validation answers (an invalid action: "
+             "500 after the 30 s ready wait)", s26,
+             replay_skip="needs a server with an egress image and the sidecar's token; asserted by "
+                         "tiers/t1/test_egress*.py (mock) and tiers/t4/test_live_egress.py (live)"),
 ]
 
 BY_NAME = {sc.name: sc for sc in SCENARIOS}

@@ -20,6 +20,9 @@ EGRESS_MODES = ("off", "dns", "dns+nft")
 DEFAULT_EGRESS_MODE = "dns"     # the server's example config: [egress] mode = "dns"
 READY_TIMEOUT = 30.0            # networking.py _wait_for_egress_sidecar_ready(timeout_seconds=30.0)
 STATE_KEY = "egress"            # Sandbox.resources key
+# the server's last urllib error polling the exited sidecar's published /healthz (docker-proxy resets the
+# connection): fixtures/26_network_policy.json, live with local/egress:src3bb6fad
+NOT_READY_CAUSE = "[Errno 104] Connection reset by peer"
 
 __all__ = ["AUTH_HEADER", "DEFAULT_EGRESS_MODE", "EGRESS_MODES", "EgressSidecar", "mode_problem",
            "parse_upstream", "start_for", "stop_for"]
@@ -47,6 +50,23 @@ def parse_upstream(addr: str | None) -> tuple[str, int]:
     return host, n
 
 
+def nameservers() -> tuple[str, ...]:
+    """The IPv4 nameservers of a container's resolv.conf (Docker's copy of the host's), at most 10
+    (constants.ResolvNameserverCap): what the real sidecar lets through in dns+nft."""
+    from ..runtime.netns import resolv_conf
+
+    out = []
+    for line in resolv_conf().splitlines():
+        w = line.split()
+        if w[:1] == ["nameserver"] and len(w) > 1:
+            try:
+                ipaddress.IPv4Address(w[1])
+            except ValueError:
+                continue
+            out.append(w[1])
+    return tuple(dict.fromkeys(out))[:10]
+
+
 def mode_problem(mode: str, network: str) -> str:
     """Why this mock cannot run sidecars in `mode` ("" = it can). dns+nft needs nft."""
     if mode == "off":
@@ -60,23 +80,31 @@ def mode_problem(mode: str, network: str) -> str:
     return ""
 
 
-def configure(mode: str | None, upstream: str | None, ready_timeout: float) -> tuple[str, tuple[str, int], float]:
+def configure(mode: str | None, upstream: str | None, ready_timeout: float,
+              binary: str | None = None) -> tuple[str, tuple[str, int], float, str | None]:
     """MockOpenSandbox's egress settings -> (mode, upstream, ready wait): [egress] mode "dns" (the server's
     example config) unless given, "off" = no egress image (400 to every networkPolicy); None = "dns" where
     this host can run it, else "off" with the reason in egress_note (check_host: the banner and
     x-mock-isolation). The server waits 30 s for a sidecar's /healthz (networking.py): a shorter wait
-    only by this option."""
+    only by this option. ``binary``: --egress-bin, the real sidecar (realbin.py) in place of sidecar.py."""
+    if binary is not None and (not isinstance(binary, str) or not binary):
+        raise ValueError("egress_bin must be the path of an egress binary")
     if mode is not None and mode not in EGRESS_MODES:
         raise ValueError("egress_mode must be one of %s, not %r" % (", ".join(EGRESS_MODES), mode))
     if isinstance(ready_timeout, bool) or not isinstance(ready_timeout, (int, float)) or not 0 <= ready_timeout <= 600:
         raise ValueError("egress_ready_timeout must be a number of seconds between 0 and 600")
-    return mode or DEFAULT_EGRESS_MODE, parse_upstream(upstream), float(ready_timeout)
+    return mode or DEFAULT_EGRESS_MODE, parse_upstream(upstream), float(ready_timeout), binary
 
 
 def check_host(mock: Any) -> None:
     """At start(): a mode this host cannot run is refused when asked for; the default turns off."""
+    from .realbin import binary_problem
+
     why = mode_problem(mock.egress_mode_given or DEFAULT_EGRESS_MODE, mock.network)
-    if why and mock.egress_mode_given is not None:
+    bin_why = "" if why else binary_problem(mock.egress_bin, mock.egress_mode_given or DEFAULT_EGRESS_MODE)
+    if bin_why:
+        raise RuntimeError("cannot start: %s" % bin_why)
+    if why and (mock.egress_mode_given is not None or mock.egress_bin):
         raise RuntimeError("cannot start: %s (use --egress-mode off)" % why)
     mock.egress_mode = "off" if why else (mock.egress_mode_given or DEFAULT_EGRESS_MODE)
     mock.egress_note = why
@@ -96,14 +124,15 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
     server's MockError: a policy the sidecar refuses -> after the ready wait, 500 'did not become ready'."""
     from ..volumes import _bad, START_FAILED
 
+    if mock.egress_bin:
+        return _start_real(sb, runtime, mock)
     try:
         pol = P.parse_policy(payload(sb.network_policy))
     except P.PolicyError:
         # the sidecar exits at start-up (main.go: policy.ParsePolicy of OPENSANDBOX_EGRESS_RULES), so
         # /healthz never answers; the server polls it for its whole ready wait
         time.sleep(mock.egress_ready_timeout)
-        raise _bad(START_FAILED, "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
-                   % (mock.egress_ready_timeout, sb.id, "<urlopen error [Errno 111] Connection refused>"), 500) from None
+        raise _not_ready(mock, sb) from None
     holder = getattr(runtime, "_holder", None)
     net = getattr(holder, "net", None)
     netns_fd = getattr(net, "netns_fd", None)
@@ -114,7 +143,7 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
         if mock.egress_mode == "dns+nft":
             from .nat import Filter
 
-            filt = Filter(holder.pid)
+            filt = Filter(holder.pid, ("127.0.0.1",) + nameservers())
             filt.apply_static(pol)
             sc.on_policy, sc.on_resolved = filt.apply_static, filt.add_resolved
         sc.start(netns_fd, runtime.listen)
@@ -123,6 +152,41 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
     except OSError as exc:
         sc.close()
         raise _bad(START_FAILED, "Egress sidecar container failed to start. (%s)" % exc, 500) from None
+    sb.resources[STATE_KEY] = sc
+    return sc
+
+
+def _not_ready(mock: Any, sb: Any) -> Exception:
+    from ..volumes import _bad, START_FAILED
+
+    return _bad(START_FAILED, "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
+                % (mock.egress_ready_timeout, sb.id, NOT_READY_CAUSE), 500)
+
+
+def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
+    """--egress-bin: the real sidecar in the sandbox's namespace; a policy it refuses (it exits at start-up)
+    gives the server's 500 after the ready wait, as the server's /healthz poll does."""
+    from ..volumes import _bad, START_FAILED
+    from .realbin import RealSidecar
+
+    holder = getattr(runtime, "_holder", None)
+    netns_fd = getattr(getattr(holder, "net", None), "netns_fd", None)
+    if holder is None or netns_fd is None:
+        raise _bad(START_FAILED, "Egress sidecar container failed to start.", 500)
+    sc = RealSidecar(mock.egress_bin, payload(sb.network_policy), mode=mock.egress_mode, token=token(),
+                     upstream=mock.egress_upstream, janitor=getattr(mock, "janitor", None))
+    try:
+        sc.start(holder.pid, netns_fd)
+        ready = sc.wait_ready(mock.egress_ready_timeout, runtime.connect)
+        if ready:
+            with open("/proc/%d/root/etc/resolv.conf" % holder.pid, "w") as fh:
+                fh.write("nameserver 127.0.0.1\n")
+    except OSError as exc:
+        sc.close()
+        raise _bad(START_FAILED, "Egress sidecar container failed to start. (%s)" % exc, 500) from None
+    if not ready:
+        sc.close()
+        raise _not_ready(mock, sb)
     sb.resources[STATE_KEY] = sc
     return sc
 

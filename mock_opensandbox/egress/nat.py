@@ -6,6 +6,7 @@ allow/deny sets, the DNS answers' addresses added as the resolver forwards them)
 there). Standard library only."""
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import subprocess
 import threading
@@ -18,9 +19,17 @@ def _elements(xs: list[str]) -> str:
     return ("elements = { %s }" % ", ".join(xs)) if xs else ""
 
 
+def _covered(ip: str, nets: list[str]) -> bool:
+    a = ipaddress.ip_network(ip, strict=False)
+    return any(a.subnet_of(ipaddress.ip_network(n, strict=False)) for n in nets)  # type: ignore[arg-type]
+
+
 class Filter:
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, always_allow: tuple[str, ...] = ()):
         self.pid = pid
+        # main.go: "whitelisting proxy listen + N nameserver(s) for nft" (127.0.0.1 and the container's
+        # resolv.conf nameservers) are merged into the allow set
+        self.always_allow = always_allow
         nft = shutil.which("nft")
         if not nft:
             raise OSError(95, "nft is not installed (dns+nft needs it in this mock)")
@@ -38,6 +47,7 @@ class Filter:
     def apply_static(self, pol: Any) -> None:
         """ApplyStatic: the table anew with the policy's IP/CIDR sets and its default."""
         allow, deny = pol.static_ips()
+        allow = allow + [ip for ip in self.always_allow if not _covered(ip, allow)]
         default = "accept" if pol.default_action == "allow" else "drop"
         script = (
             "table inet %(t)s\ndelete table inet %(t)s\n"

@@ -7,6 +7,8 @@ import ipaddress
 import json
 from typing import Any
 
+from ..gojson import unmarshal_value  # Go encoding/json: the texts of its decoding errors
+
 ALLOW, DENY = "allow", "deny"
 
 
@@ -131,7 +133,7 @@ def parse_policy(raw: str) -> Policy:
     if text in ("", "null", "{}"):
         return Policy(DENY, None, egress_null=True)
     try:
-        doc = json.loads(text)
+        doc = unmarshal_value(text.encode("utf-8"))
     except ValueError as e:
         raise PolicyError(str(e)) from None
     if doc is None:
@@ -150,7 +152,7 @@ def patch(base: Policy, raw: str) -> Policy:
     """handlePatch + patchMergedPolicy: the patch's rules first (first per target wins), then the base's
     rules for other targets; defaultAction kept."""
     try:
-        rules = json.loads(raw)
+        rules = unmarshal_value(raw.encode("utf-8"))
     except ValueError as e:
         raise PolicyError("invalid patch rules: %s" % e) from None
     if not isinstance(rules, list):
@@ -180,7 +182,7 @@ def patch(base: Policy, raw: str) -> Policy:
 def delete(base: Policy, raw: str) -> tuple[Policy, int]:
     """handleDelete + removeRulesByTarget: case-insensitive, unknown targets ignored."""
     try:
-        targets = json.loads(raw)
+        targets = unmarshal_value(raw.encode("utf-8"))
     except ValueError as e:
         raise PolicyError("invalid delete targets: %s" % e) from None
     if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):

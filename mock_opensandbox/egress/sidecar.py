@@ -14,13 +14,13 @@ Sockets made in the namespace and threads of the mock: nothing in the sandbox's 
 from __future__ import annotations
 
 import json
-
 import socket
+import socketserver
 import struct
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+from .. import httpcore
 from . import policy as P
 
 AUTH_HEADER = "OPENSANDBOX-EGRESS-AUTH"  # server services/constants.py OPEN_SANDBOX_EGRESS_AUTH_HEADER
@@ -113,7 +113,7 @@ class EgressSidecar:
         self.on_policy = on_policy
         self.lock = threading.Lock()
         self.dns: socket.socket | None = None
-        self.http: ThreadingHTTPServer | None = None
+        self.http: _ApiServer | None = None
         self._threads: list[threading.Thread] = []
         self._closed = False
 
@@ -124,16 +124,8 @@ class EgressSidecar:
         t = threading.Thread(target=self._serve_dns, name="mock-osb-egress-dns", daemon=True)
         t.start()
         self._threads.append(t)
-        lsock = listen(API_PORT)
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self), bind_and_activate=False)
-        srv.socket.close()
-        srv.socket = lsock
-        srv.daemon_threads = True
-        self.http = srv
-        t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, name="mock-osb-egress-api",
-                             daemon=True)
-        t.start()
-        self._threads.append(t)
+        self.http = _ApiServer(listen(API_PORT), PolicyApp(self))
+        self.http.start("mock-osb-egress-api")
 
     def close(self) -> None:
         with self.lock:
@@ -141,8 +133,7 @@ class EgressSidecar:
                 return
             self._closed = True
         if self.http is not None:
-            self.http.shutdown()
-            self.http.server_close()
+            self.http.stop()
         if self.dns is not None:
             try:
                 self.dns.shutdown(socket.SHUT_RDWR)
@@ -217,101 +208,108 @@ class EgressSidecar:
         return out
 
 
-def _make_handler(sc: EgressSidecar) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = ""
-        sys_version = ""
-        protocol_version = "HTTP/1.1"
+class PolicyApp(httpcore.App):
+    """The policy API's httpcore application: one sidecar's policy (no faults, no journal)."""
 
-        def log_message(self, *a: Any) -> None:  # quiet
-            pass
+    def __init__(self, sc: "EgressSidecar"):
+        self.sidecar = sc
 
-        def version_string(self) -> str:
-            return ""
 
-        def _send(self, code: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
-            self.send_response_only(code)
-            self.send_header("Content-Type", ctype)
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.send_header("Date", self.date_time_string())
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+class _ApiServer(httpcore.Server):
+    """An httpcore Server on a socket made in the sandbox's namespace (never binds on the host)."""
 
-        def _json(self, code: int, doc: dict) -> None:  # writeJSON: json.Encoder, a trailing newline
-            self._send(code, (json.dumps(doc, separators=(",", ":")) + "\n").encode(), "application/json")
+    def __init__(self, sock: socket.socket, app: PolicyApp):
+        self.app = app
+        self._thread = None
+        self._listen_delay = 0.0
+        self._cancel = threading.Event()
+        self._serving = threading.Event()
+        socketserver.BaseServer.__init__(self, sock.getsockname(), PolicyHandler)
+        self.socket = sock
 
-        def _error(self, code: int, msg: str, extra: dict | None = None) -> None:  # net/http http.Error
-            self._send(code, (msg + "\n").encode(), "text/plain; charset=utf-8",
-                       dict({"X-Content-Type-Options": "nosniff"}, **(extra or {})))
+    def stop(self) -> None:  # no wake-up connection: the address is inside the sandbox's namespace
+        self._cancel.set()
+        if self._thread is not None:
+            self.shutdown()  # serve_forever notices within its poll interval (0.1 s)
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.server_close()
 
-        def _body(self) -> str:
-            n = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(n) if n > 0 else b""
-            return raw[:MAX_BODY].decode("utf-8", "replace").strip()
 
-        def _route(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/healthz":
-                self._send(200, b"ok", "text/plain; charset=utf-8")
-                return
-            if path != "/policy":
-                self._error(404, "404 page not found")
-                return
-            if sc.token and self.headers.get(AUTH_HEADER, "") != sc.token:
-                self._error(401, "unauthorized")
-                return
-            m = self.command
-            if m == "GET":
-                with sc.lock:
-                    self._json(200, sc.status(sc.policy.mode(), with_policy=True))
-                return
-            if m not in ("POST", "PUT", "PATCH", "DELETE"):
-                self._error(405, "method not allowed", {"Allow": "GET, POST, PUT, PATCH, DELETE"})
-                return
-            raw = self._body()
-            with sc.lock:
-                base = sc.policy
-            try:
-                if m in ("POST", "PUT"):
-                    if raw == "":
-                        new = P.Policy(P.DENY, None, egress_null=True)
-                        if not self._commit(new):
-                            return
-                        self._json(200, {"status": "ok", "mode": "deny_all",
-                                         "reason": "policy reset to default deny-all"})
-                        return
-                    try:
-                        new = P.parse_policy(raw)
-                    except P.PolicyError as e:
-                        raise P.PolicyError("invalid policy: %s" % e) from None
-                elif raw == "":
-                    raise P.PolicyError("empty body")
-                elif m == "PATCH":
-                    new = P.patch(base, raw)
-                else:
-                    new, removed = P.delete(base, raw)
-                    if not removed:
-                        self._json(200, sc.status(base.mode(), "no matching targets found"))
-                        return
-            except P.PolicyError as e:
-                self._error(400, str(e))
-                return
-            if self._commit(new):
-                self._json(200, sc.status(new.mode()))
+class PolicyHandler(httpcore.Handler):
+    """policy_server.go: Go net/http (no Server header), http.Error texts with a newline, writeJSON."""
 
-        def _commit(self, new: P.Policy) -> bool:
+    flavor = "gin"  # Go's header style: canonical names, no Server header
+    server: _ApiServer
+
+    def dispatch(self, req: httpcore.Request) -> None:
+        app = self.server.app
+        assert isinstance(app, PolicyApp)
+        sc: EgressSidecar = app.sidecar
+
+        def error(code: int, msg: str, extra: dict | None = None) -> None:  # net/http http.Error
+            req.send(code, (msg + "\n").encode(), "text/plain; charset=utf-8",
+                     dict({"X-Content-Type-Options": "nosniff"}, **(extra or {})))
+
+        def send_json(code: int, doc: dict) -> None:  # writeJSON: json.Encoder, a trailing newline
+            req.send(code, (json.dumps(doc, separators=(",", ":")) + "\n").encode(), "application/json")
+
+        def commit(new: P.Policy) -> bool:
             try:
                 sc.commit(new)
                 return True
             except OSError as e:  # commitPolicy: the nftables apply failed
-                self._error(500, "failed to apply nftables policy: %s" % e)
+                error(500, "failed to apply nftables policy: %s" % e)
                 return False
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _route
-
-    return Handler
+        if req.path == "/healthz":
+            req.send(200, b"ok", "text/plain; charset=utf-8")
+            return
+        if req.path != "/policy":
+            error(404, "404 page not found")
+            return
+        if sc.token and req.headers.get(AUTH_HEADER, "") != sc.token:
+            error(401, "unauthorized")
+            return
+        m = req.method
+        if m == "GET":
+            with sc.lock:
+                send_json(200, sc.status(sc.policy.mode(), with_policy=True))
+            return
+        if m not in ("POST", "PUT", "PATCH", "DELETE"):
+            error(405, "method not allowed", {"Allow": "GET, POST, PUT, PATCH, DELETE"})
+            return
+        try:
+            raw = req.body[:MAX_BODY].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            error(400, "failed to read body")
+            return
+        with sc.lock:
+            base = sc.policy
+        try:
+            if m in ("POST", "PUT"):
+                if raw == "":
+                    if commit(P.Policy(P.DENY, None, egress_null=True)):
+                        send_json(200, {"status": "ok", "mode": "deny_all", "reason": "policy reset to default deny-all"})
+                    return
+                try:
+                    new = P.parse_policy(raw)
+                except P.PolicyError as e:
+                    raise P.PolicyError("invalid policy: %s" % e) from None
+            elif raw == "":
+                raise P.PolicyError("empty body")
+            elif m == "PATCH":
+                new = P.patch(base, raw)
+            else:
+                new, removed = P.delete(base, raw)
+                if not removed:
+                    send_json(200, sc.status(base.mode(), "no matching targets found"))
+                    return
+        except P.PolicyError as e:
+            error(400, str(e))
+            return
+        if commit(new):
+            send_json(200, sc.status(new.mode()))
 
 
 def token() -> str:

@@ -193,11 +193,14 @@ echo "I: Retrieving bash 5.2"
 echo "I: Validating bash 5.2"
 echo "I: Retrieving python3 3.11"
 echo "I: Validating python3 3.11"
-if [ -e "$OSB_STUB_STATE/debootstrap_fails" ]; then echo "E: Failed getting release file $5/dists/$3/InRelease"; exit 1; fi
-dir="$4"
-mkdir -p "$dir/usr/bin" "$dir/bin" "$dir/var/cache/apt/archives"
-printf '#!/bin/sh\n' >"$dir/usr/bin/python3"; printf '#!/bin/sh\n' >"$dir/bin/bash"
-chmod 755 "$dir/usr/bin/python3" "$dir/bin/bash"
+while [ $# -gt 3 ]; do case "$1" in --include=*) inc="${1#--include=}" ;; esac; shift; done
+if [ -e "$OSB_STUB_STATE/debootstrap_fails" ]; then echo "E: Failed getting release file $3/dists/$1/InRelease"; exit 1; fi
+dir="$2"
+mkdir -p "$dir/usr/bin" "$dir/bin" "$dir/usr/sbin" "$dir/var/cache/apt/archives"
+case ",$inc," in *,python3,*) printf '#!/bin/sh\n' >"$dir/usr/bin/python3"; printf '#!/bin/sh\n' >"$dir/bin/bash";
+  chmod 755 "$dir/usr/bin/python3" "$dir/bin/bash" ;; esac
+case ",$inc," in *,nftables,*) printf '#!/bin/sh\n' >"$dir/usr/sbin/nft"; printf '#!/bin/sh\n' >"$dir/usr/sbin/ip";
+  chmod 755 "$dir/usr/sbin/nft" "$dir/usr/sbin/ip" ;; esac
 echo "I: Base system installed successfully."
 """
 
@@ -693,6 +696,53 @@ def test_local_images_failed_debootstrap_says_where_to_look(world):
     assert "debootstrap --variant=minbase bookworm" in r.stderr
     assert "OSB_DEBIAN_MIRROR" in r.stderr and "E: Failed getting release file" in r.stderr
     assert world.pid("server.pid") is None
+    world.run("down")
+
+
+def test_local_egress_image_shares_the_debootstrap_cache_and_mode(world):
+    knobs = _local_knobs(world)
+    eb = os.path.join(world.tmp, "egress-bin")
+    os.makedirs(eb)
+    for f in ("egress", "opensandbox-supervisor", "cleanup.sh"):
+        with open(os.path.join(eb, f), "w") as fh:
+            fh.write("fake %s\n" % f)
+    knobs.update(OSB_WITH_EGRESS="1", OSB_EGRESS_BIN=eb, OSB_EGRESS_MODE="dns+nft")
+    r = world.run("up", **knobs)
+    assert r.returncode == 0, r.stderr + r.stdout
+    argv = world.argv()
+    deb = [a for a in argv if a.startswith("debootstrap ")]
+    cache = "--cache-dir=" + os.path.join(world.workdir, "build", "debs")
+    assert len(deb) == 2 and all(cache in a for a in deb)  # one download cache for both rootfs
+    assert "--include=iptables,iproute2,nftables,ca-certificates,procps" in deb[1]
+    imp = [a for a in argv if a.startswith("docker import")]
+    assert imp[-1].endswith(" local/egress:src3bb6fad") and "/opt/opensandbox-egress/supervisor" in imp[-1]
+    config = open(os.path.join(world.workdir, "server.toml")).read()
+    assert '[egress]\nimage = "local/egress:src3bb6fad"\nmode = "dns+nft"' in config
+    env = world.run("env", **knobs).stdout
+    assert "export OSB_EGRESS_MODE=dns+nft\n" in env and "export OPENSANDBOX_EGRESS_IMAGE=local/egress:src3bb6fad\n" in env
+    world.clear_argv()
+    assert world.run("up", **knobs).returncode == 0
+    assert not [a for a in world.argv() if a.startswith(("docker import", "debootstrap"))]  # reused
+    os.unlink(os.path.join(eb, "cleanup.sh"))
+    world.run("down")
+    r = world.run("up", **{**knobs, "OSB_EGRESS_IMAGE": "local/egress:other"})
+    assert r.returncode == 1 and "no cleanup.sh in" in r.stderr and "OSB_EGRESS_BIN" in r.stderr
+    world.run("down")
+
+
+def test_down_after_eval_env_of_a_stack_without_egress(world):
+    # `env` exports OSB_EGRESS_MODE=off (the mock's --egress-mode for this stack); `down` with it must work
+    open(os.path.join(world.state, "daemon_up"), "w").close()
+    world.set_lines("images", [EXECD, BASE])
+    assert world.run("up").returncode == 0
+    env = dict(line[len("export "):].split("=", 1) for line in world.run("env").stdout.splitlines()
+               if line.startswith("export OSB_EGRESS_MODE="))
+    assert env == {"OSB_EGRESS_MODE": "off"}
+    r = world.run("down", OSB_WITH_EGRESS="1", **env)
+    assert r.returncode == 0, r.stderr
+    assert world.pid("server.pid") is None
+    r = world.run("up", OSB_EGRESS_MODE="nft")
+    assert r.returncode == 1 and "set OSB_EGRESS_MODE to dns or dns+nft (or off: no egress image)" in r.stderr
     world.run("down")
 
 

@@ -160,6 +160,7 @@ def test_a_policy_the_sidecar_refuses_fails_the_create_after_the_ready_wait(osb)
     r = api(osb, "POST", "/v1/sandboxes", dict(BODY, networkPolicy={"egress": [{"action": "maybe", "target": "x.test"}]}))
     assert r.status == 500 and r.json()["code"] == "DOCKER::SANDBOX_START_FAILED"
     assert r.json()["message"].startswith("Egress sidecar did not become ready within 1s for sandbox ")
+    assert r.json()["message"].endswith(": [Errno 104] Connection reset by peer")  # live (fixtures/26)
     assert set(osb.sandboxes) == before  # nothing left behind
 
 
@@ -218,7 +219,12 @@ def test_dns_nft_accepts_only_allowed_names_addresses_and_literal_rules(dns):
         try:
             pid = m.store.get(sb.id).runtime._holder.pid
             rules = _ruleset(pid)
-            assert "elements = { 10.9.0.0/16 }" in rules and "elements = { 10.9.9.9 }" in rules
+            from mock_opensandbox.egress import nameservers
+
+            allow_set = rules.split("set allow_v4", 1)[1].split("}", 1)[0]
+            elements = set(allow_set.split("elements = {", 1)[1].replace(",", " ").split())
+            assert elements == {"10.9.0.0/16", "127.0.0.1", *nameservers()}  # + main.go's nameservers
+            assert "elements = { 10.9.9.9 }" in rules
             assert rules.rstrip().splitlines()[-3].strip() == "drop"  # defaultAction deny: the chain's last rule
             assert resolves(sb, "allowed.test") == "10.1.2.3" and resolves(sb, "other.test") is None
             rules = _ruleset(pid)

@@ -44,3 +44,25 @@ def allowed_host_paths() -> List[str]:
     except (OSError, ValueError):
         found = None
     return found or []
+
+
+def egress_config() -> Optional[dict]:
+    """The live server's ``[egress]`` (image, mode) when the local-up server.toml at OPENSANDBOX_BASE_URL's port
+    configures one (OPENSANDBOX_EGRESS_IMAGE / OSB_EGRESS_MODE from ``./local-up.sh env`` first), else None: the
+    networkPolicy tests skip against a server without an egress image."""
+    if os.environ.get("OPENSANDBOX_EGRESS_IMAGE"):
+        return {"image": os.environ["OPENSANDBOX_EGRESS_IMAGE"], "mode": os.environ.get("OSB_EGRESS_MODE") or "dns"}
+    port = urllib.parse.urlsplit(os.environ.get("OPENSANDBOX_BASE_URL", "")).port
+    try:
+        with open(local_up_config(), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    if from_config(text, port) is None:
+        return None  # another server
+    m = re.search(r"^\[egress\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    if not m:
+        return None
+    image = re.search(r'^image\s*=\s*"([^"]*)"', m.group(1), re.M)
+    mode = re.search(r'^mode\s*=\s*"([^"]*)"', m.group(1), re.M)
+    return {"image": image.group(1), "mode": mode.group(1) if mode else "dns"} if image else None

@@ -3,6 +3,7 @@ table, NXDOMAIN for any other name, and a log of the names asked (to see what a 
 forwarded). Standard library only; stop() ends its thread and closes the port."""
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -64,3 +65,20 @@ class StubResolver:
             rcode = 0 if ip is not None else 3
             head = struct.pack("!HHHHHH", qid, 0x8400 | (flags & 0x0100) | rcode, 1, 1 if answer else 0, 0, 0)
             self.sock.sendto(head + pkt[12:qend] + answer, peer)
+
+
+def query(server: tuple[str, int], name: str, timeout: float = 5.0) -> bytes:
+    """One A query over UDP to server, the raw answer (for the bench's floor and the differential case)."""
+    qid = struct.unpack("!H", os.urandom(2))[0]
+    q = struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + b"".join(
+        bytes([len(p)]) + p.encode("ascii") for p in name.rstrip(".").split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.settimeout(timeout)
+        s.sendto(q, server)
+        while True:
+            resp, _ = s.recvfrom(65535)
+            if resp[:2] == q[:2]:
+                return resp
+    finally:
+        s.close()
