@@ -594,6 +594,8 @@ egress_defaults() {
     esac
     case "$OSB_EGRESS_MODE" in
         dns | dns+nft) ;;
+        off) [ "$OSB_WITH_EGRESS" = 0 ] || die knobs "OSB_EGRESS_MODE=off with OSB_WITH_EGRESS=1" \
+                 "set OSB_EGRESS_MODE to dns or dns+nft" ;;  # what `env` exports without egress
         *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft" ;;
     esac
 }
