@@ -193,8 +193,10 @@ def test_a_large_upload_is_streamed_to_disk(execd_proc, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_1_gib_upload_keeps_the_rss_under_300_mb(execd_proc, tmp_path):
-    proc, port = execd_proc
+def test_a_1_gib_upload_keeps_the_rss_under_300_mb(request, tmp_path):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a 1 GiB upload (about 20 s): run with `make test-slow` (-m slow)")
+    proc, port = request.getfixturevalue("execd_proc")
     size = 1 << 30
     base, peak, answer = _upload_rss(proc, port, str(tmp_path / "root"), size)
     print(f"1 GiB upload: RSS {base // 1024} MB before, peak {peak // 1024} MB")
