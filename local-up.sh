@@ -605,6 +605,9 @@ egress_defaults() {
     esac
     case "$OSB_EGRESS_MODE" in
         dns | dns+nft) ;;
+        off)  # what `env` exports without an egress image: `eval "$(./local-up.sh env)"; ./local-up.sh down` works
+            [ "$OSB_WITH_EGRESS" = 0 ] ||
+                die knobs "OSB_EGRESS_MODE=off OSB_WITH_EGRESS=1" "set OSB_EGRESS_MODE to dns or dns+nft" ;;
         *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft" ;;
     esac
 }
