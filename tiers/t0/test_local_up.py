@@ -563,6 +563,20 @@ def test_bad_knob_is_reported_before_anything_runs(world):
     assert world.argv() == []
 
 
+def test_the_values_env_exports_are_valid_knobs(world):
+    """`eval "$(./local-up.sh env)"` then `./local-up.sh down` (the live session's shape): env's
+    OSB_EGRESS_MODE=off (no egress image) is accepted; with OSB_WITH_EGRESS=1 it is refused."""
+    world.set_lines("pullable", [EXECD, BASE])
+    assert world.run("up").returncode == 0
+    exported = dict(line[len("export "):].split("=", 1) for line in world.run("env").stdout.splitlines()
+                    if line.startswith("export "))
+    assert exported["OSB_EGRESS_MODE"] == "off"
+    d = world.run("down", **exported)
+    assert d.returncode == 0, d.stderr + d.stdout
+    r = world.run("up", OSB_EGRESS_MODE="off", OSB_WITH_EGRESS="1")
+    assert r.returncode == 1 and "command: OSB_EGRESS_MODE=off OSB_WITH_EGRESS=1" in r.stderr
+
+
 def test_env_before_up_says_so(world):
     r = world.run("env")
     assert r.returncode == 1 and "run ./local-up.sh up first" in r.stderr and r.stdout == ""
