@@ -38,6 +38,7 @@ OSB_DEBIAN_SUITE="${OSB_DEBIAN_SUITE:-}"
 OSB_DEBIAN_MIRROR="${OSB_DEBIAN_MIRROR:-}"
 OSB_APT_SOURCES="${OSB_APT_SOURCES:-/etc/apt}"
 OSB_WITH_EGRESS="${OSB_WITH_EGRESS:-0}"
+ACTION=""  # the command (main): up, down, ...
 OSB_EGRESS_IMAGE="${OSB_EGRESS_IMAGE:-}"  # default: see the egress block below
 OSB_EGRESS_MODE="${OSB_EGRESS_MODE:-dns}"
 OSB_EGRESS_BIN="${OSB_EGRESS_BIN:-$SCRIPT_DIR/../shared/opensandbox/egress}"
@@ -615,9 +616,12 @@ egress_defaults() {
     esac
     case "$OSB_EGRESS_MODE" in
         dns | dns+nft) ;;
-        # off: what `env` exports for a stack without an egress image, so `eval "$(./local-up.sh env)"` then
-        # `./local-up.sh down` (or up) works: no egress image, as OSB_WITH_EGRESS=0
-        off) OSB_WITH_EGRESS=0 ;;
+        off)  # what `env` exports without an egress image: `eval "$(./local-up.sh env)"; ./local-up.sh down` works;
+              # only `up` refuses it beside OSB_WITH_EGRESS=1 (a stack is always taken down)
+            if [ "$OSB_WITH_EGRESS" = 1 ] && [ "$ACTION" = up ]; then
+                die knobs "OSB_EGRESS_MODE=off OSB_WITH_EGRESS=1" "set OSB_EGRESS_MODE to dns or dns+nft"
+            fi
+            OSB_WITH_EGRESS=0 ;;
         *) die knobs "OSB_EGRESS_MODE=$OSB_EGRESS_MODE" "set OSB_EGRESS_MODE to dns or dns+nft (or off: no egress image)" ;;
     esac
 }
@@ -944,6 +948,7 @@ main() {
             *) echo "$PROG: unknown argument: $arg" >&2; usage >&2; exit 2 ;;
         esac
     done
+    ACTION="$action"
     case "$action" in
         up) cmd_up ;;
         down) cmd_down ;;
