@@ -175,8 +175,9 @@ class MockProvisioner(Provisioner):
             # the entrypoint (raises when the sandbox is not isolated)
             sb.resources["execd_port"] = runtime.use_execd(m.execd_bin, token=m.execd_token or None)
         # server services/docker: the container runs bootstrap.sh -> execd &, then "$@" &
+        sb.resources["argv"], own = jupyterenv.entrypoint_for(sb.entrypoint, runtime) if jenv else (sb.entrypoint, 0)
         entry = self._start_entrypoint(sb, runtime)
-        if jenv:  # the entrypoint's Jupyter, inside the sandbox
+        if jenv and own:  # the entrypoint's Jupyter, inside the sandbox
             jupyterenv.start_logged(runtime, jenv, sb.log, (OSError, ValueError, SandboxTerminated))
         if m.execd_bin:
             try:
@@ -205,7 +206,8 @@ class MockProvisioner(Provisioner):
     def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
             # the container's stdout+stderr feed the diagnostics logs (docker logs)
-            proc = runtime.start_entrypoint(sb.entrypoint, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            proc = runtime.start_entrypoint(sb.resources.get("argv", sb.entrypoint), stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT)
             if getattr(proc, "stdout", None) is not None:
                 sb.log.pump(proc.stdout)
             return proc
