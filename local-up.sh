@@ -704,7 +704,7 @@ code_interpreter_requirements() {
 
 build_code_interpreter_image() {
     local img="$OSB_CODE_INTERPRETER_IMAGE" dir="$BUILD_DIR/code-interpreter-rootfs" wheels="$BUILD_DIR/pip-wheel"
-    local reqs sum have cid whl log="$BUILD_DIR/code-interpreter-pip.log" start
+    local reqs sum have cid whl log="$BUILD_DIR/code-interpreter-pip.log" start ca ca_arg=""
     reqs="$(code_interpreter_requirements)" ||
         die local-images "$OSB_PYTHON -c 'from mock_opensandbox.jupyterenv import REQUIREMENTS'" "run local-up.sh from the project's checkout (it reads the pins there)"
     sum="code-interpreter $( (printf '%s\n' "$reqs"; code_interpreter_entrypoint; docker image inspect --format '{{.Id}}' "$OSB_BASE_IMAGE") | sha256sum | cut -c1-16)"
@@ -731,15 +731,18 @@ build_code_interpreter_image() {
     whl="$(cd "$wheels" && ls pip-*.whl | head -n 1)"
     cp "$wheels/$whl" "$dir/tmp/$whl"
     cp -L /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
+    # the CA bundle this machine's pip trusts (a TLS-intercepting proxy's CA is in it, not in the base image's)
+    ca="${PIP_CERT:-${REQUESTS_CA_BUNDLE:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}}"
+    if [ -r "$ca" ]; then cp -L "$ca" "$dir/tmp/local-up-ca.crt"; ca_arg="--cert=/tmp/local-up-ca.crt"; fi
     # shellcheck disable=SC2086 # $reqs is a list of pins
     if ! sudo_cmd chroot "$dir" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
         ${PIP_INDEX_URL:+PIP_INDEX_URL=$PIP_INDEX_URL} python3 "/tmp/$whl/pip" install --no-cache-dir \
-        --disable-pip-version-check --break-system-packages --root-user-action=ignore -q $reqs >>"$log" 2>&1; then
+        --disable-pip-version-check --break-system-packages --root-user-action=ignore -q $ca_arg $reqs >>"$log" 2>&1; then
         die local-images "chroot $dir python3 pip.whl/pip install $reqs" "read $log; check access to PyPI (or set PIP_INDEX_URL)" "$(tail -n 1 "$log")"
     fi
     [ -x "$dir/usr/local/bin/jupyter-notebook" ] ||
         die local-images "test -x $dir/usr/local/bin/jupyter-notebook" "read $log" "pip did not install jupyter-notebook"
-    rm -f "$dir/tmp/$whl"
+    rm -f "$dir/tmp/$whl" "$dir/tmp/local-up-ca.crt"
     : >"$dir/etc/resolv.conf"
     mkdir -p "$dir/opt/code-interpreter" "$dir/workspace" "$dir/root/.jupyter"
     code_interpreter_entrypoint >"$dir/opt/code-interpreter/code-interpreter.sh"
