@@ -761,6 +761,8 @@ build_code_interpreter_image() {
 code_interpreter_env() {
     if [ "$OSB_WITH_CODE_INTERPRETER" = 1 ]; then
         printf 'export OPENSANDBOX_CODE_INTERPRETER_IMAGE=%s\n' "$OSB_CODE_INTERPRETER_IMAGE"
+        # the plugin's `code` template (image_aliases; its other aliases are replaced)
+        printf 'export ABX_OPENSANDBOX_IMAGE_ALIASES=code=%s\n' "$OSB_CODE_INTERPRETER_IMAGE"
     fi
 }
 # ---------------------------------------------------------------- end of the code-interpreter block
