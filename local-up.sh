@@ -728,7 +728,7 @@ build_code_interpreter_image() {
     # pip itself is run from its wheel (python3 pip.whl/pip): the base image has python3 without pip or ensurepip
     "$OSB_PYTHON" -m pip download -q --no-deps -d "$wheels" pip >"$log" 2>&1 ||
         die local-images "$OSB_PYTHON -m pip download pip" "check access to PyPI (or set PIP_INDEX_URL); read $log" "$(tail -n 1 "$log")"
-    whl="$(cd "$wheels" && ls pip-*.whl | head -n 1)"
+    for whl in "$wheels"/pip-*.whl; do whl="${whl##*/}"; break; done
     cp "$wheels/$whl" "$dir/tmp/$whl"
     cp -L /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
     # the CA bundle this machine's pip trusts (a TLS-intercepting proxy's CA is in it, not in the base image's)
