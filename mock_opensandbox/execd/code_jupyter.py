@@ -33,6 +33,7 @@ CREATE_WAIT_S = 30.0
 # comes before the run's output), execution_complete is sent at once; then every JupyterIdlePollInterval
 # (default 100 ms) until the reply's count or an error, and the stream ends. So on the real execd
 # execution_complete mostly comes first (fixture 26_code_interpreter) [upstream 3bb6fad, recording].
+FIRST_CHECK_S = 0.002  # [choice] the goroutine's head start, in which messages already sent are still taken
 IDLE_POLL_S = 0.1  # EXECD_JUPYTER_IDLE_POLL_INTERVAL (a Go duration > 0) in the sandbox's environment sets it
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h)")
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -313,7 +314,9 @@ class JupyterCode:
                 if content.get("ename"):
                     errored = True
             elif mtype == "status" and content.get("execution_state") == "idle" and not finished:
-                finished, next_check = True, time.monotonic()
+                # finalizeExecution runs in its own goroutine: by its first check the receiver has mostly taken
+                # the reply that came with the idle (live: the run ends at once, ~50 ms for print(1))
+                finished, next_check = True, time.monotonic() + FIRST_CHECK_S
                 ms = int((time.monotonic() - start) * 1000)
                 ev: dict[str, Any] = {"type": "execution_complete"}
                 if ms > 0:
