@@ -43,7 +43,7 @@ OSB_EGRESS_IMAGE="${OSB_EGRESS_IMAGE:-}"  # default: see the egress block below
 OSB_EGRESS_MODE="${OSB_EGRESS_MODE:-dns}"
 OSB_EGRESS_BIN="${OSB_EGRESS_BIN:-$SCRIPT_DIR/../shared/opensandbox/egress}"
 OSB_WITH_CODE_INTERPRETER="${OSB_WITH_CODE_INTERPRETER:-0}"
-OSB_CODE_INTERPRETER_IMAGE="${OSB_CODE_INTERPRETER_IMAGE:-opensandbox/code-interpreter:v1.1.0}"
+OSB_CODE_INTERPRETER_IMAGE="${OSB_CODE_INTERPRETER_IMAGE:-}"  # default: see the code-interpreter block below
 OSB_PYTHON="${OSB_PYTHON:-python3}"
 OSB_DOCKERD_ARGS="${OSB_DOCKERD_ARGS:-}"
 OSB_DOCKERD_TIMEOUT="${OSB_DOCKERD_TIMEOUT:-30}"
@@ -103,7 +103,8 @@ knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OS
        OSB_BASE_IMAGE (python:3.12-slim)  OSB_WITH_EGRESS (0)  OSB_EGRESS_MODE (dns; or dns+nft; off = no egress image)
        OSB_EGRESS_IMAGE (local/egress:src3bb6fad with OSB_LOCAL_IMAGES=1, else opensandbox/egress:v1.1.7)
        OSB_EGRESS_BIN (../shared/opensandbox/egress: egress, opensandbox-supervisor, cleanup.sh)
-       OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (opensandbox/code-interpreter:v1.1.0)
+       OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (local/code-interpreter:py-bash with
+       OSB_LOCAL_IMAGES=1, else opensandbox/code-interpreter:v1.1.0)
        OSB_PYTHON (python3)  OSB_DOCKERD_ARGS ()  OSB_DOCKERD_TIMEOUT (30)  OSB_HEALTH_TIMEOUT (60)
        OSB_LOCAL_IMAGES (0; 1 = build, defaults become OSB_EXECD_IMAGE=local/execd:from-binary
        OSB_BASE_IMAGE=local/python:3-slim)  OSB_BUSYBOX_IMAGE (local/busybox:latest)
@@ -231,6 +232,7 @@ check_knobs() {
         esac
     fi
     egress_defaults
+    code_interpreter_defaults
     local img
     for img in "$OSB_EXECD_IMAGE" "$OSB_BASE_IMAGE" "$OSB_BUSYBOX_IMAGE" "$OSB_EGRESS_IMAGE" "$OSB_CODE_INTERPRETER_IMAGE"; do
         case "$img" in
@@ -370,7 +372,7 @@ step_images() {
         images=()
     fi
     if [ "$OSB_WITH_EGRESS" = 1 ]; then images+=("$OSB_EGRESS_IMAGE"); fi
-    if [ "$OSB_WITH_CODE_INTERPRETER" = 1 ]; then images+=("$OSB_CODE_INTERPRETER_IMAGE"); fi
+    if [ "$OSB_WITH_CODE_INTERPRETER" = 1 ] && [ "$OSB_LOCAL_IMAGES" != 1 ]; then images+=("$OSB_CODE_INTERPRETER_IMAGE"); fi
     for img in ${images[@]+"${images[@]}"}; do
         if docker image inspect "$img" >/dev/null 2>&1; then
             say "images: $img present"
@@ -597,6 +599,7 @@ step_local_images() {
     build_busybox_image
     build_base_image
     if [ "$OSB_WITH_EGRESS" = 1 ]; then build_egress_image; fi
+    if [ "$OSB_WITH_CODE_INTERPRETER" = 1 ]; then build_code_interpreter_image; fi
 }
 
 # ---------------------------------------------------------------- egress sidecar image (networkPolicy)
@@ -670,6 +673,116 @@ egress_env() {
     fi
 }
 # ---------------------------------------------------------------- end of the egress block
+
+# ---------------------------------------------------------------- code-interpreter image (/code, Jupyter)
+# OSB_WITH_CODE_INTERPRETER=1: a code-interpreter image for the live tier. With OSB_LOCAL_IMAGES=1 it is built
+# registry-free FROM the local base image: Jupyter and kernels from PyPI (the pins of mock_opensandbox/
+# jupyterenv.py REQUIREMENTS) installed by pip in a chroot of the base image's root file system (a `docker build`
+# RUN needs the build's network, which a fresh dockerd here may not have), then `docker import` with the
+# upstream image's ENV/WORKDIR/ENTRYPOINT (sandboxes/code-interpreter/Dockerfile at 3bb6fad). Its entrypoint is
+# upstream's scripts/code-interpreter.sh reduced to the kernels it has: python and bash (no Java, Go or
+# TypeScript kernel: docs/LOCAL_UP.md). Else OSB_CODE_INTERPRETER_IMAGE is pulled.
+code_interpreter_defaults() {
+    if [ -z "$OSB_CODE_INTERPRETER_IMAGE" ]; then
+        if [ "$OSB_LOCAL_IMAGES" = 1 ]; then OSB_CODE_INTERPRETER_IMAGE="local/code-interpreter:py-bash"
+        else OSB_CODE_INTERPRETER_IMAGE="opensandbox/code-interpreter:v1.1.0"; fi
+    fi
+    case "$OSB_WITH_CODE_INTERPRETER" in
+        0 | 1) ;;
+        *) die knobs "OSB_WITH_CODE_INTERPRETER=$OSB_WITH_CODE_INTERPRETER" "set OSB_WITH_CODE_INTERPRETER=1 (a code-interpreter image) or 0" ;;
+    esac
+}
+
+code_interpreter_entrypoint() {
+    # upstream 3bb6fad sandboxes/code-interpreter/scripts/code-interpreter.sh, python and bash kernels only
+    cat <<'SCRIPT'
+#!/bin/bash
+# Written by local-up.sh: upstream's sandboxes/code-interpreter/scripts/code-interpreter.sh (3bb6fad) reduced
+# to this image's kernels. Kernels are registered at start, in parallel with Jupyter, as upstream does.
+declare -a pids=()
+setup_python() { python3 --version; python3 -m ipykernel install --name python --display-name "Python"; }
+setup_bash() { python3 -m bash_kernel.install; }
+if [ -n "${EXECD_ENVS:-}" ]; then
+	mkdir -p "$(dirname "$EXECD_ENVS")" 2>/dev/null || true
+	printf 'PATH=%s\n' "$PATH" >>"$EXECD_ENVS" 2>/dev/null || true
+fi
+setup_python &
+pids+=($!)
+setup_bash &
+pids+=($!)
+jupyter notebook --ip=127.0.0.1 --port="${JUPYTER_PORT:-44771}" --allow-root --no-browser --NotebookApp.token="${JUPYTER_TOKEN:-opensandboxcodeinterpreterjupyter}" >/opt/code-interpreter/jupyter.log
+SCRIPT
+}
+
+code_interpreter_requirements() {
+    PYTHONPATH="$SCRIPT_DIR" "$OSB_PYTHON" -c 'from mock_opensandbox.jupyterenv import REQUIREMENTS; print(" ".join(REQUIREMENTS))'
+}
+
+build_code_interpreter_image() {
+    local img="$OSB_CODE_INTERPRETER_IMAGE" dir="$BUILD_DIR/code-interpreter-rootfs" wheels="$BUILD_DIR/pip-wheel"
+    local reqs sum have cid whl log="$BUILD_DIR/code-interpreter-pip.log" start ca ca_arg=""
+    reqs="$(code_interpreter_requirements)" ||
+        die local-images "$OSB_PYTHON -c 'from mock_opensandbox.jupyterenv import REQUIREMENTS'" "run local-up.sh from the project's checkout (it reads the pins there)"
+    sum="code-interpreter $( (printf '%s\n' "$reqs"; code_interpreter_entrypoint; docker image inspect --format '{{.Id}}' "$OSB_BASE_IMAGE") | sha256sum | cut -c1-16)"
+    if image_present "$img"; then
+        have="$(image_label "$img")"
+        if [ "$have" = "$LABEL: $sum" ] || [ -z "$have" ]; then
+            say "images: $img present (reused)"
+            return 0
+        fi
+        say "images: $img was built from other pins, entrypoint or base image; rebuilding"
+    fi
+    start="$(date +%s)"
+    say "images: building $img from $OSB_BASE_IMAGE + pip ($reqs; log: $log)"
+    rm -rf "$dir" "$wheels"
+    mkdir -p "$dir" "$wheels"
+    cid="$(docker create "$OSB_BASE_IMAGE" /bin/true)" ||
+        die local-images "docker create $OSB_BASE_IMAGE" "check that $OSB_BASE_IMAGE is present (docker image ls)"
+    docker export "$cid" | tar -C "$dir" -xf - ||
+        { docker rm "$cid" >/dev/null 2>&1; die local-images "docker export $cid | tar -x" "check disk space under $BUILD_DIR"; }
+    docker rm "$cid" >/dev/null 2>&1 || true
+    # pip itself is run from its wheel (python3 pip.whl/pip): the base image has python3 without pip or ensurepip
+    "$OSB_PYTHON" -m pip download -q --no-deps -d "$wheels" pip >"$log" 2>&1 ||
+        die local-images "$OSB_PYTHON -m pip download pip" "check access to PyPI (or set PIP_INDEX_URL); read $log" "$(tail -n 1 "$log")"
+    for whl in "$wheels"/pip-*.whl; do whl="${whl##*/}"; break; done
+    cp "$wheels/$whl" "$dir/tmp/$whl"
+    cp -L /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
+    # the CA bundle this machine's pip trusts (a TLS-intercepting proxy's CA is in it, not in the base image's)
+    ca="${PIP_CERT:-${REQUESTS_CA_BUNDLE:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}}"
+    if [ -r "$ca" ]; then cp -L "$ca" "$dir/tmp/local-up-ca.crt"; ca_arg="--cert=/tmp/local-up-ca.crt"; fi
+    # shellcheck disable=SC2086 # $reqs is a list of pins
+    if ! sudo_cmd chroot "$dir" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        ${PIP_INDEX_URL:+PIP_INDEX_URL=$PIP_INDEX_URL} python3 "/tmp/$whl/pip" install --no-cache-dir \
+        --disable-pip-version-check --break-system-packages --root-user-action=ignore -q $ca_arg $reqs >>"$log" 2>&1; then
+        die local-images "chroot $dir python3 pip.whl/pip install $reqs" "read $log; check access to PyPI (or set PIP_INDEX_URL)" "$(tail -n 1 "$log")"
+    fi
+    [ -x "$dir/usr/local/bin/jupyter-notebook" ] ||
+        die local-images "test -x $dir/usr/local/bin/jupyter-notebook" "read $log" "pip did not install jupyter-notebook"
+    rm -f "$dir/tmp/$whl" "$dir/tmp/local-up-ca.crt"
+    : >"$dir/etc/resolv.conf"
+    mkdir -p "$dir/opt/code-interpreter" "$dir/workspace" "$dir/root/.jupyter"
+    code_interpreter_entrypoint >"$dir/opt/code-interpreter/code-interpreter.sh"
+    chmod 755 "$dir/opt/code-interpreter/code-interpreter.sh"
+    printf 'c = get_config()  #noqa\n' >"$dir/root/.jupyter/jupyter_notebook_config.py"
+    say "images: importing $img"
+    import_rootfs "$dir" "$img" "$sum" \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'ENV JUPYTER_HOST=http://127.0.0.1:44771' --change 'ENV JUPYTER_PORT=44771' \
+        --change 'ENV JUPYTER_TOKEN=opensandboxcodeinterpreterjupyter' \
+        --change 'WORKDIR /workspace' --change 'ENTRYPOINT ["/opt/code-interpreter/code-interpreter.sh"]'
+    rm -rf "$dir" "$wheels"
+    say "images: built $img in $(($(date +%s) - start)) s"
+}
+
+code_interpreter_env() {
+    if [ "$OSB_WITH_CODE_INTERPRETER" = 1 ]; then
+        printf 'export OPENSANDBOX_CODE_INTERPRETER_IMAGE=%s\n' "$OSB_CODE_INTERPRETER_IMAGE"
+        # the plugin's `code` template (image_aliases; its other aliases are replaced)
+        printf 'export ABX_OPENSANDBOX_IMAGE_ALIASES=code=%s\n' "$OSB_CODE_INTERPRETER_IMAGE"
+    fi
+}
+# ---------------------------------------------------------------- end of the code-interpreter block
+
 
 render_config() {
     local key="$1"
@@ -748,6 +861,7 @@ print_env() {
         printf 'export OPENSANDBOX_BUSYBOX_IMAGE=%s\n' "$OSB_BUSYBOX_IMAGE"
     fi
     egress_env
+    code_interpreter_env
     local dv
     dv="$(docker info --format '{{.ServerVersion}}' 2>/dev/null || true)"
     case "$dv" in '' | *[!A-Za-z0-9.+~_-]*) ;; *) printf 'export OPENSANDBOX_RUNTIME=docker/%s\n' "$dv" ;; esac

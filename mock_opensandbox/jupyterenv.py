@@ -16,7 +16,8 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
-__all__ = ["JUPYTER_PORT", "JUPYTER_TOKEN", "REQUIREMENTS", "check", "make", "sandbox_env", "start_in"]
+__all__ = ["ENTRYPOINT", "JUPYTER_PORT", "JUPYTER_TOKEN", "REQUIREMENTS", "check", "entrypoint_for", "make",
+           "sandbox_env", "start_in"]
 
 JUPYTER_PORT = 44771                              # code-interpreter.sh: ${JUPYTER_PORT:-44771}
 JUPYTER_TOKEN = "opensandboxcodeinterpreterjupyter"  # code-interpreter.sh: ${JUPYTER_TOKEN:-...}
@@ -77,6 +78,23 @@ def bind_into(runtime: Any, volumes: Any, path: str) -> None:
     from .runtime.mounts import plan as plan_mounts
     runtime.volumes = plan_mounts(runtime.root, runtime.resolve_in_root,
                                   list(volumes.mounts if volumes is not None else []) + [BindMount(path)])
+
+
+ENTRYPOINT = "/opt/code-interpreter/code-interpreter.sh"  # the image's ENTRYPOINT (Dockerfile at 3bb6fad)
+
+
+def entrypoint_for(entrypoint: Any, runtime: Any) -> tuple[Any, bool]:
+    """(what PID 1's entrypoint runs, whether the mock starts Jupyter itself). The code-interpreter
+    image's own entrypoint (which upstream's e2e names) starts Jupyter: in a view without it (host
+    tools), the env's Jupyter plays its part and the entrypoint waits, as the script does in the
+    foreground [choice, QUIRKS.md]; in the image's own tree the script runs and the mock starts none."""
+    if list(entrypoint or []) != [ENTRYPOINT]:
+        return entrypoint, True
+    try:
+        present = os.path.exists(runtime.resolve(ENTRYPOINT))
+    except (OSError, ValueError):
+        present = False
+    return (entrypoint, False) if present else (["tail", "-f", "/dev/null"], True)
 
 
 def start_logged(runtime: Any, path: str, log: Any, errors: tuple[type[BaseException], ...]) -> None:

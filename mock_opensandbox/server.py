@@ -175,8 +175,9 @@ class MockProvisioner(Provisioner):
             # the entrypoint (raises when the sandbox is not isolated)
             sb.resources["execd_port"] = runtime.use_execd(m.execd_bin, token=m.execd_token or None)
         # server services/docker: the container runs bootstrap.sh -> execd &, then "$@" &
+        sb.resources["argv"], own = jupyterenv.entrypoint_for(sb.entrypoint, runtime) if jenv else (sb.entrypoint, 0)
         entry = self._start_entrypoint(sb, runtime)
-        if jenv:  # the entrypoint's Jupyter, inside the sandbox
+        if jenv and own:  # the entrypoint's Jupyter, inside the sandbox
             jupyterenv.start_logged(runtime, jenv, sb.log, (OSError, ValueError, SandboxTerminated))
         if m.execd_bin:
             try:
@@ -205,7 +206,8 @@ class MockProvisioner(Provisioner):
     def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
             # the container's stdout+stderr feed the diagnostics logs (docker logs)
-            proc = runtime.start_entrypoint(sb.entrypoint, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            proc = runtime.start_entrypoint(sb.resources.get("argv", sb.entrypoint), stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT)
             if getattr(proc, "stdout", None) is not None:
                 sb.log.pump(proc.stdout)
             return proc
@@ -504,7 +506,7 @@ class MockOpenSandbox(WorkbenchMixin):
         # a pip-made Jupyter env for code-interpreter images (jupyterenv.py, docs: --jupyter-env)
         if jupyter_env is not None and check_jupyter_env(jupyter_env):
             raise ValueError(check_jupyter_env(jupyter_env))
-        self.jupyter_env = jupyter_env
+        self.jupyter_env = os.path.realpath(jupyter_env) if jupyter_env else None  # bound at its real path
         self.images: Any = None  # images.mock.ImagePuller while started with an image_dir
         self.snapshots: Any = None  # snapshots.SnapshotStore while started
         self.store: SandboxStore | None = None

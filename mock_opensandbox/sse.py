@@ -7,16 +7,18 @@ Writer key order follows the recordings:
   error:                 {"type", "timestamp", "error": {"ename", "evalue", "traceback"}}
 JSON is compact (Go's encoding/json) with "<", ">", "&" escaped as \\u003c etc. like Go does
 (recording 07 shows the same escaping in JSON bodies; text events with those characters behave alike).
+``SSEWriter`` is the one writer of an event-stream response (execd's /command and /code routes).
 """
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any, Iterable, Iterator
 
 from .gojson import go_json
 
-__all__ = ["now_ms", "encode_event", "init_event", "ping_event", "output_event", "complete_event",
+__all__ = ["SSEWriter", "now_ms", "encode_event", "init_event", "ping_event", "output_event", "complete_event",
            "error_event", "go_json", "SSEReader", "parse_stream"]
 
 
@@ -27,6 +29,39 @@ def now_ms() -> int:
 def encode_event(event: dict[str, Any]) -> bytes:
     """One frame: the JSON object then a blank line."""
     return (go_json(event) + "\n\n").encode("utf-8")
+
+
+class SSEWriter:
+    """Writes one event-stream response's frames to ``w`` (the chunked writer of gin.sse_start). Threads may
+    share it (a heartbeat beside the stream): each write holds a lock. The first write that fails marks the
+    client ``gone``; later events are dropped (and a caller may set ``gone`` itself when it sees the client
+    leave)."""
+
+    def __init__(self, w: Any):
+        self.w = w
+        self.gone = False
+        self._lock = threading.Lock()
+
+    def emit(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            if self.gone:
+                return
+            try:
+                self.w.write(encode_event(event))
+            except OSError:
+                self.gone = True
+
+    def raw(self, data: bytes) -> None:
+        """Bytes that are not an event (execd's RespondError JSON once the stream has begun); a failed write
+        is ignored, as the response is over either way."""
+        with self._lock:
+            try:
+                self.w.write(data)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.w.close()
 
 
 def init_event(command_id: str, ts: int | None = None) -> dict[str, Any]:

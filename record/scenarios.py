@@ -774,4 +774,7 @@ SCENARIOS: list[Scenario] = [
                          "tiers/t1/test_egress*.py (mock) and tiers/t4/test_live_egress.py (live)"),
 ]
 
+from record.scenarios_code import SCENARIOS as _CODE  # noqa: E402 (needs Scenario, Ctx above)
+
+SCENARIOS += _CODE
 BY_NAME = {sc.name: sc for sc in SCENARIOS}

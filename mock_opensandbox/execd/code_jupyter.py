@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import threading
 import time
 import uuid
@@ -27,6 +28,25 @@ __all__ = ["JupyterCode", "CREATE_WAIT_S"]
 # [choice] kernelWaitingBackoff (runtime/ctrl.go: 60 steps from 0.5 s, factor 1.5, no cap) retries for
 # longer than any client waits; the mock retries this long, then answers the last error (QUIRKS.md)
 CREATE_WAIT_S = 30.0
+# execute.go finalizeExecution: on the first idle status, of any parent (handleExecutionStatus does not look at
+# parent_header: the notebook server's own kernel_info requests on a new channel end in an idle that often
+# comes before the run's output), execution_complete is sent at once; then every JupyterIdlePollInterval
+# (default 100 ms) until the reply's count or an error, and the stream ends. So on the real execd
+# execution_complete mostly comes first (fixture 27_code_interpreter) [upstream 3bb6fad, recording].
+FIRST_CHECK_S = 0.002  # [choice] the goroutine's head start, in which messages already sent are still taken
+IDLE_POLL_S = 0.1  # EXECD_JUPYTER_IDLE_POLL_INTERVAL (a Go duration > 0) in the sandbox's environment sets it
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def idle_poll_s(value: str | None) -> float:
+    """flag/parser.go: time.ParseDuration of the env; <= 0 falls back to 100 ms. [choice] A value Go cannot
+    parse (the real execd panics at start) falls back too."""
+    value = (value or "").strip()
+    if not value or _GO_DURATION.sub("", value) != "":
+        return IDLE_POLL_S
+    total = sum(float(n) * _GO_UNITS[u] for n, u in _GO_DURATION.findall(value))
+    return total if total > 0 else IDLE_POLL_S
 HEARTBEAT_S = 3.0  # controller/sse.go ping: wait.Until(..., 3*time.Second)
 
 
@@ -50,7 +70,8 @@ class JupyterCode:
     connection as the sandbox sees it; ``stopping`` is the execd server's stop event."""
 
     def __init__(self, base_url: str, token: str, connect: Callable[..., Any], stopping: threading.Event,
-                 mkdir: Callable[[str], None], heartbeat: float = HEARTBEAT_S):
+                 mkdir: Callable[[str], None], heartbeat: float = HEARTBEAT_S, idle_poll: float = IDLE_POLL_S):
+        self.idle_poll = idle_poll
         self.client = JupyterClient(base_url, token, connect)
         self.stopping = stopping
         self._mkdir = mkdir
@@ -186,26 +207,12 @@ class JupyterCode:
         kernel = self.kernels.get(context_id)
         if kernel is None:
             raise ExecdError(500, RUNTIME_ERROR, MSG["run_codes"].format("context not found"))
-        w = gin.sse_start(req)
-        wlock = threading.Lock()
+        out = sse.SSEWriter(gin.sse_start(req))
+        emit = out.emit
         done = threading.Event()
-        state = {"gone": False}
-
-        def emit(ev: dict[str, Any]) -> None:
-            with wlock:
-                if state["gone"]:
-                    return
-                try:
-                    w.write(sse.encode_event(ev))
-                except OSError:
-                    state["gone"] = True
 
         def fail(why: str) -> None:  # RespondError after the stream began: the JSON lands in the body
-            with wlock:
-                try:
-                    w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_codes"].format(why)}).encode())
-                except OSError:
-                    pass
+            out.raw(go_json({"code": RUNTIME_ERROR, "message": MSG["run_codes"].format(why)}).encode())
 
         def pinger() -> None:  # OnExecuteInit starts the heartbeat: one at once, then every 3 s
             while True:
@@ -231,10 +238,10 @@ class JupyterCode:
                 ch.close()
         finally:
             done.set()
-            w.close()
+            out.close()
             if locked:
                 kernel.lock.release()  # after the stream ended (defer kernel.mu.Unlock)
-            if state["gone"]:
+            if out.gone:
                 req.handler.close_connection = True
 
     def _stream(self, req: Request, ch: Any, kernel: _Kernel, code: str, emit: Callable[[dict[str, Any]], None],
@@ -255,12 +262,14 @@ class JupyterCode:
             fail(str(exc))
             return
         threading.Thread(target=reader, name="osb-code-ws", daemon=True).start()
-        count, errored, finished, dead = 0, False, False, False
+        count, errored, finished, dead, next_check = 0, False, False, False, 0.0
         while True:
-            if finished and (count > 0 or errored):
-                return  # finalizeExecution: idle seen, and the reply's count or an error
+            if finished and time.monotonic() >= next_check:
+                if count > 0 or errored:
+                    return  # finalizeExecution: idle seen, then polled until the reply's count or an error
+                next_check += self.idle_poll
             try:
-                m = msgs.get(timeout=0.2)
+                m = msgs.get(timeout=max(0.0, next_check - time.monotonic()) if finished else 0.2)
             except queue.Empty:
                 m = False
             if m is None:
@@ -278,9 +287,9 @@ class JupyterCode:
                 if dead:
                     time.sleep(0.2)
                 continue
-            if (m.get("parent_header") or {}).get("msg_id") != msg_id:
-                continue
             mtype = (m.get("header") or {}).get("msg_type") or m.get("msg_type")
+            if mtype != "status" and (m.get("parent_header") or {}).get("msg_id") != msg_id:
+                continue  # (execd's status handler takes an idle of any parent: see IDLE_POLL_S)
             content = m.get("content") or {}
             if mtype == "stream":
                 name, text = content.get("name"), content.get("text") or ""
@@ -305,7 +314,9 @@ class JupyterCode:
                 if content.get("ename"):
                     errored = True
             elif mtype == "status" and content.get("execution_state") == "idle" and not finished:
-                finished = True
+                # finalizeExecution runs in its own goroutine: by its first check the receiver has mostly taken
+                # the reply that came with the idle (live: the run ends at once, ~50 ms for print(1))
+                finished, next_check = True, time.monotonic() + FIRST_CHECK_S
                 ms = int((time.monotonic() - start) * 1000)
                 ev: dict[str, Any] = {"type": "execution_complete"}
                 if ms > 0:

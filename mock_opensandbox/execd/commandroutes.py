@@ -208,17 +208,8 @@ class CommandRoutes:
         w.close()
 
     def _foreground_stream(self, req: Request, cmd, linger: bool = True) -> None:
-        w = gin.sse_start(req)
-        state = {"gone": False}
-
-        def emit(ev: dict[str, Any]) -> None:
-            if state["gone"]:
-                return
-            try:
-                w.write(sse.encode_event(ev))
-            except OSError:
-                state["gone"] = True
-
+        out = sse.SSEWriter(gin.sse_start(req))
+        emit = out.emit
         emit(sse.init_event(cmd.id))
         emit(sse.ping_event())
         framers = {"stdout": self.commands.framer(), "stderr": self.commands.framer()}
@@ -241,12 +232,12 @@ class CommandRoutes:
             elif now >= next_ping:
                 emit(sse.ping_event())
                 next_ping += self.heartbeat
-            if not state["gone"] and client_gone(req.handler.connection):
+            if not out.gone and client_gone(req.handler.connection):
                 # the command outlives its connection: Execute runs it under context.Background()
                 # (runtime/ctrl.go; tiers/diff command.disconnect)
-                state["gone"] = True
+                out.gone = True
             if self.stopping.is_set() and cmd.proc is not None and cmd.proc.poll() is None:
-                state["gone"] = True
+                out.gone = True
                 cmd.kill(signal.SIGKILL)
         for name, fr in framers.items():
             for text in fr.flush():
@@ -256,10 +247,10 @@ class CommandRoutes:
             emit(sse.complete_event(cmd.execution_ms()))
         else:
             emit(sse.error_event(str(code), [err]))
-        if not state["gone"] and linger:
+        if not out.gone and linger:
             self._linger(req)
-        w.close()
-        if state["gone"]:
+        out.close()
+        if out.gone:
             req.handler.close_connection = True
 
     def interrupt(self, req: Request) -> None:

@@ -353,7 +353,7 @@ class ExecdServer(App):
     def _jupyter(self) -> Any:
         """The sandbox's Jupyter server (execd/code_jupyter.py), reached from inside its network
         namespace; None when JUPYTER_HOST or JUPYTER_TOKEN is unset (runtime/jupyter.go)."""
-        from .code_jupyter import JupyterCode
+        from .code_jupyter import JupyterCode, idle_poll_s
         try:
             env = self.runtime.base_env()
         except Exception:  # noqa: BLE001 - a runtime without an environment names no server
@@ -373,7 +373,8 @@ class ExecdServer(App):
                 os.makedirs(rt.resolve(path), exist_ok=True)
             except (OSError, ValueError):
                 pass
-        return JupyterCode(host, token, connect, self._stopping, mkdir)
+        return JupyterCode(host, token, connect, self._stopping, mkdir,
+                           idle_poll=idle_poll_s(env.get("EXECD_JUPYTER_IDLE_POLL_INTERVAL")))
 
     def _stall(self, req: Request) -> None:
         """Hold the request unanswered until stop() or until the client goes away."""

@@ -64,12 +64,15 @@ def test_the_event_stream_is_execds(osb, ci):
     url = _execd(osb, ci.id)
     status, evs, _ = _events(url, {"code": "print('a'); 6*7", "context": {"language": "python"}})
     kinds = [e["type"] for e in evs if e["type"] != "ping"]
-    assert status == 200 and kinds == ["init", "stdout", "execution_count", "result", "execution_complete"], evs
+    # execution_complete at the first idle of any parent (mostly before the output, as in fixture
+    # 27_code_interpreter), the rest in the kernel's order
+    assert status == 200 and kinds[0] == "init" and kinds.count("execution_complete") == 1, evs
+    assert [k for k in kinds if k != "execution_complete"] == ["init", "stdout", "execution_count", "result"], evs
     res = next(e for e in evs if e["type"] == "result")
     assert res["results"] == {"text": "42"} and list(res) == ["type", "timestamp", "results"]
     assert next(e for e in evs if e["type"] == "execution_count")["execution_count"] > 0
     status, evs, _ = _events(url, {"code": "raise KeyError('k')", "context": {"language": "python"}})
-    kinds = [e["type"] for e in evs if e["type"] != "ping"]
+    kinds = [e["type"] for e in evs if e["type"] not in ("ping", "execution_complete")]
     assert kinds[:3] == ["init", "status", "error"], evs
     err = next(e for e in evs if e["type"] == "error")["error"]
     assert err["ename"] == "KeyError" and err["evalue"] == "'k'" and isinstance(err["traceback"], list)
@@ -188,8 +191,8 @@ def test_the_real_execd_gives_the_same_events(osb, ci):
             sb.kill()
     ours = _shapes(_execd(osb, ci.id))
     # execd finalizes on any idle status, also one of another parent (the server's kernel_info on connect):
-    # then its execution_complete comes first, without execution_time (< 1 ms; seen in 2 of 6 runs); the
-    # mock waits for the idle status of its own execute_request (QUIRKS.md)
+    # then its execution_complete comes first; the mock does the same (QUIRKS.md), so where it lands is a race
+    # on both sides and only the sorted events are compared
     assert [(st, sorted(evs)) for st, evs in ours] == [(st, sorted(evs)) for st, evs in theirs]
     assert all(evs[0][0] == "init" for _, evs in ours + theirs)
 
@@ -232,7 +235,8 @@ def test_jupyter_dying_mid_run_keeps_the_stream_open_until_the_client_leaves(osb
                 if b"".join(got).count(b'"ping"') >= 3:
                     break
         evs = list(parse_stream([b"".join(got)]))
-        assert "execution_complete" not in [e["type"] for e in evs], evs
+        kinds = [e["type"] for e in evs]  # (an execution_complete may come first: the early idle, QUIRKS.md)
+        assert "error" not in kinds and kinds[-2:] == ["ping", "ping"] and kinds.count("execution_complete") <= 1, evs
         for _ in range(50):  # the lock is released once the mock saw the client leave (ctx.Done in execd)
             r = httpx.post(url + "/code", json={"code": "1", "context": {"language": "python"}}, timeout=30)
             if "session is busy" not in r.text:

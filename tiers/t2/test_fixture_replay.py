@@ -26,6 +26,7 @@ FIXTURES = os.path.join(sg.REPO, "fixtures")
 ALL = fixture.load_dir(FIXTURES) if os.path.isdir(FIXTURES) else {}
 REPLAY_ALLOW = sg.load_allow_list()[1]
 MOCK_KW = {"execd_close_delay": 0.0}  # the real server keeps streams open ~1 s; nothing here depends on it
+CODE_FIXTURES = ("27_code_interpreter",)  # record/scenarios_code.py
 
 
 def _report(config: pytest.Config, result: ScenarioResult, explained: int = 0) -> None:
@@ -73,7 +74,11 @@ def test_replay(name, opensandbox_mock_factory, request):
     if not fx["replay"].get("replayable", True):
         _report(request.config, ScenarioResult(name, [], len(fx["exchanges"]), fx["replay"].get("reason", "")))
         pytest.skip(fx["replay"].get("reason", "not replayable"))
-    mock = opensandbox_mock_factory(**MOCK_KW)
+    kw = dict(MOCK_KW)
+    if name in CODE_FIXTURES:  # a code-interpreter image: the mock's sandboxes get a pip-made Jupyter env
+        from tiers.toolkit.jupyter import jupyter_env_or_skip
+        kw["jupyter_env"] = jupyter_env_or_skip()
+    mock = opensandbox_mock_factory(**kw)
     result = replay_fixture(fx, mock.base_url, mock.api_key)
     unexplained, explained = [], 0
     used = request.config.__dict__.setdefault("_osb_replay_allow_used", set())
@@ -95,7 +100,8 @@ def test_replay_allow_list_has_no_stale_entries(request):
     if ran != set(ALL):
         pytest.skip("only meaningful when every fixture scenario was replayed in this session")
     used = request.config.__dict__.get("_osb_replay_allow_used", set())
-    stale = [f"ALLOWED_DIFFERENCES:{e.line} ({e.reason})" for e in REPLAY_ALLOW if e.line not in used]
+    stale = [f"ALLOWED_DIFFERENCES:{e.line} ({e.reason})" for e in REPLAY_ALLOW
+             if e.line not in used and not e.reason.startswith("(race)")]  # a race may go either way in a run
     assert not stale, "replay allow-list entries that no longer match any difference:\n  " + "\n  ".join(stale)
 
 

@@ -74,3 +74,46 @@ def test_config_from_env_and_aliases(home, tmp_path):
                               timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["python:3.11-slim", "env-configured"]
+
+
+def test_code_alias_from_local_up_env_and_run_code(home, tmp_path):
+    """The `code` template through the host with local-up's env line (OSB_WITH_CODE_INTERPRETER=1 prints
+    ABX_OPENSANDBOX_IMAGE_ALIASES=code=<its image>): the sandbox gets that image with its entrypoint (its
+    Jupyter answers; the mock plays it with a pip-made env), commands run in it, and the
+    host's run_code stops at the host for an exec provider (E8004 code.execute; epp-host-reference §4)."""
+    script = (
+        "import asyncio\n"
+        "from agent_sandbox import ProviderSandbox as S\n"
+        "async def main():\n"
+        "    sb = await S.create(provider='opensandbox', template='code', timeout=120)\n"
+        "    try:\n"
+        "        r = await sb.commands.run('for i in $(seq 100); do c=$(curl -s -o /dev/null -w %{http_code} '\n"
+        "                                  '\"$JUPYTER_HOST/api\"); [ $c = 200 ] && break; sleep 0.1; done; echo in-code $c')\n"
+        "        print(sb.info.template, r.stdout.strip())\n"
+        "        try:\n"
+        "            await sb.run_code('print(1)')\n"
+        "        except Exception as exc:\n"
+        "            print(type(exc).__name__, getattr(exc, 'code', ''), 'code.execute' in str(exc))\n"
+        "    finally:\n"
+        "        await sb.kill()\n"
+        "asyncio.run(main())\n")
+    import subprocess
+    work = tmp_path / "local-up"
+    work.mkdir()
+    (work / "api-key").write_text("k\n")
+    line = subprocess.run(["./local-up.sh", "env"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "OSB_WORKDIR": str(work),
+                               "OSB_LOCAL_IMAGES": "1", "OSB_WITH_CODE_INTERPRETER": "1"}).stdout
+    aliases = next(ln.split("=", 1)[1] for ln in line.splitlines() if ln.startswith("export ABX_OPENSANDBOX_IMAGE_ALIASES="))
+    assert aliases == "code=local/code-interpreter:py-bash", line
+    from tiers.toolkit.jupyter import jupyter_env_or_skip
+    # the plugin creates a code-interpreter image with its entrypoint (plugin/sandbox.py): the env plays it here
+    with MockOpenSandbox(jupyter_env=jupyter_env_or_skip()) as osb:
+        env = {**demo.host_env(home), "OPEN_SANDBOX_API_KEY": osb.api_key, "ABX_OPENSANDBOX_BASE_URL": osb.base_url,
+               "ABX_OPENSANDBOX_IMAGE_ALIASES": aliases}
+        proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=home, capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = proc.stdout.strip().splitlines()
+    assert first.split() == ["local/code-interpreter:py-bash", "in-code", "200"]  # the image's Jupyter answers
+    assert second.split()[1:] == ["E8004", "True"], second

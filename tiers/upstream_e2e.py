@@ -1,0 +1,159 @@
+"""OpenSandbox's own Python e2e suites, unchanged, against a live stack or a mock.
+
+    python -m tiers.upstream_e2e --target live [--files test_code_interpreter_e2e*.py] [--json OUT]
+    python -m tiers.upstream_e2e --target mock --jupyter-env DIR | --image-dir DIR [--execd-bin BIN]
+
+The tests and the SDKs they import come from the upstream mirror at 3bb6fad (``tests/python`` with
+``sdks/sandbox/python`` and ``sdks/code-interpreter/python``, as its pyproject's uv sources name them),
+``git archive``d into a work dir with their own venv (pytest-asyncio, pytest-timeout, pytest-order: the
+suite's pyproject). The suite reads OPENSANDBOX_TEST_DOMAIN / OPENSANDBOX_TEST_API_KEY /
+OPENSANDBOX_SANDBOX_DEFAULT_IMAGE (tests/python/tests/base_e2e_test.py). Prints one line per test and the
+counts per language (from the test's name: python, java, go, typescript, multi for mixed ones)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from typing import Any
+
+COMMIT = "3bb6fad"
+MIRROR = os.environ.get("OSB_UPSTREAM_MIRROR", "/work/.mirror/opensandbox-group+OpenSandbox/repo")
+WORK = os.environ.get("OSB_E2E_WORK") or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                                                    "opensandbox-provider", "upstream-e2e-" + COMMIT)
+PATHS = ("tests/python", "sdks/sandbox/python", "sdks/code-interpreter/python")
+DEPS = ("pytest==9.0.3", "pytest-asyncio", "pytest-timeout", "pytest-order", "pydantic", "redis>=5.0,<6.0")
+HOST_VOLUME_DIR = "/tmp/opensandbox-e2e"  # the suite binds /tmp/opensandbox-e2e/logs (execd-log volume)
+LANGS = ("java", "python", "go", "typescript", "javascript", "bash")
+
+
+def prepare(work: str = WORK, mirror: str = MIRROR) -> str:
+    """The work dir with the suite and its venv (made once). Returns the venv's python."""
+    py = os.path.join(work, "venv", "bin", "python")
+    if os.path.exists(os.path.join(work, ".ready")):
+        return py
+    os.makedirs(work, exist_ok=True)
+    arch = subprocess.run(["git", "-C", mirror, "archive", COMMIT, *PATHS], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-C", work, "-xf", "-"], input=arch, check=True)
+    subprocess.run([sys.executable, "-m", "venv", os.path.join(work, "venv")], check=True)
+    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    os.path.join(work, PATHS[1]), os.path.join(work, PATHS[2]), *DEPS], check=True)
+    open(os.path.join(work, ".ready"), "w").close()
+    return py
+
+
+def language(name: str) -> str:
+    if "multi_language" in name or "concurrent" in name:
+        return "multi"
+    return next((lang for lang in LANGS if "_%s_" % lang in name), "python")  # creation, interrupt, contexts
+
+
+def _collect(py: str, files: list[str], cwd: str, env: dict[str, str]) -> list[str]:
+    out = subprocess.run([py, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-qq",
+                          *["tests/" + f for f in files]], cwd=cwd, env=env, capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def _one(py: str, ids: list[str], cwd: str, env: dict[str, str], timeout: float) -> dict[str, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = os.path.join(tmp, "junit.xml")
+        log = open(os.path.join(tmp, "log"), "w") if os.environ.get("E2E_QUIET") else None
+        try:
+            subprocess.run([py, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_cli=false", "--junitxml", xml,
+                            *ids], cwd=cwd, env=env, stdout=log, stderr=log, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {i.split("::", 1)[1]: "timeout" for i in ids}
+        finally:
+            if log is not None:
+                log.close()
+        out: dict[str, str] = {}
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            kinds = [c.tag for c in case]
+            verdict = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
+            out["%s::%s" % (case.get("classname", "").rsplit(".", 1)[-1], case.get("name"))] = \
+                {"failure": "failed"}.get(verdict, verdict)
+        return out
+
+
+def run(py: str, domain: str, api_key: str, image: str, files: list[str], work: str = WORK,
+        timeout: float = 3000, jobs: int = 1) -> dict[str, str]:
+    """{test id: passed | failed | error | skipped | timeout}, from the suite's own junit reports. jobs > 1:
+    each test in its own pytest process, that many at a time (a test of a language the image lacks waits
+    for the SDK's 3-minute request timeout on the real execd)."""
+    os.makedirs(os.path.join(HOST_VOLUME_DIR, "logs"), exist_ok=True)
+    env = dict(os.environ, OPENSANDBOX_TEST_DOMAIN=domain, OPENSANDBOX_TEST_API_KEY=api_key,
+               OPENSANDBOX_SANDBOX_DEFAULT_IMAGE=image, OPENSANDBOX_TEST_PROTOCOL="http")
+    cwd = os.path.join(work, PATHS[0])
+    if jobs <= 1:
+        return _one(py, ["tests/" + f for f in files], cwd, env, timeout)
+    from concurrent.futures import ThreadPoolExecutor
+    out: dict[str, str] = {}
+    with ThreadPoolExecutor(jobs) as pool:
+        for part in pool.map(lambda i: _one(py, [i], cwd, env, timeout), _collect(py, files, cwd, env)):
+            out.update(part)
+    return out
+
+
+def counts(results: dict[str, str]) -> dict[str, dict[str, int]]:
+    table: dict[str, dict[str, int]] = {}
+    for test, verdict in results.items():
+        row = table.setdefault(language(test), {})
+        row[verdict] = row.get(verdict, 0) + 1
+    return table
+
+
+def _mock(args: argparse.Namespace) -> Any:
+    from mock_opensandbox.server import MockOpenSandbox
+    kw: dict[str, Any] = {"allowed_host_paths": [HOST_VOLUME_DIR], "execd_close_delay": 0.05}
+    if args.jupyter_env:
+        kw["jupyter_env"] = args.jupyter_env
+    if args.image_dir:
+        kw.update(image_dir=args.image_dir, image_cache=os.path.join(args.image_dir, "cache"))
+    if args.execd_bin:
+        kw["execd_bin"] = args.execd_bin
+    return MockOpenSandbox(**kw).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tiers.upstream_e2e")
+    p.add_argument("--target", choices=("live", "mock"), required=True)
+    p.add_argument("--files", nargs="+", default=["test_code_interpreter_e2e.py", "test_code_interpreter_e2e_sync.py"])
+    p.add_argument("--image", default=os.environ.get("OPENSANDBOX_CODE_INTERPRETER_IMAGE",
+                                                     "local/code-interpreter:py-bash"))
+    p.add_argument("--jupyter-env")
+    p.add_argument("--image-dir")
+    p.add_argument("--execd-bin")
+    p.add_argument("--json")
+    p.add_argument("--jobs", type=int, default=1, help="tests run in parallel, one pytest process each")
+    p.add_argument("--timeout", type=float, default=3000, help="seconds for one pytest process")
+    args = p.parse_args(argv)
+    py = prepare()
+    osb = None
+    if args.target == "live":
+        base, key = os.environ["OPENSANDBOX_BASE_URL"], os.environ["OPENSANDBOX_API_KEY"]
+    else:
+        osb = _mock(args)
+        base, key = osb.base_url, osb.api_key or ""
+    domain = re.sub(r"/v1/?$", "", base.split("://", 1)[-1]).rstrip("/")
+    try:
+        results = run(py, domain, key, args.image, args.files, timeout=args.timeout, jobs=args.jobs)
+    finally:
+        if osb is not None:
+            osb.stop()
+    for test, verdict in sorted(results.items()):
+        print("%-8s %s" % (verdict, test))
+    table = counts(results)
+    for lang, row in sorted(table.items()):
+        print("%-10s %s" % (lang, " ".join("%s=%d" % kv for kv in sorted(row.items()))))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"target": args.target, "results": results, "counts": table}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
