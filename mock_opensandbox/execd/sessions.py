@@ -6,6 +6,7 @@ the pwd and the exit code between markers) to $TMPDIR/execd_bash_<n>.sh and runs
 Behaviour checked against the real binary by tiers/diff (session.* cases)."""
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -21,6 +22,8 @@ from ..runtime import SandboxRuntime
 from .errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError
 from .fsops import GoError, SandboxFS
 from .paths import PathExpandError, expand_path, go_duration
+
+_RANDOM = random.SystemRandom()  # names apart from the seeded global random (hypothesis seeds it)
 
 __all__ = ["BashSession", "SessionRegistry", "RunHooks", "SessionTimeout"]
 
@@ -198,13 +201,20 @@ class SessionRegistry:
         hooks.on_init(s.id)
         wait_ms = timeout_ms if timeout_ms > 0 else DEFAULT_WAIT_MS
         rt = self.runtime
-        name = f"execd_bash_{random.randrange(1 << 32)}.sh"
-        script_sandbox = "/tmp/" + name
-        host_script = script_sandbox if rt.isolated else rt.resolve(script_sandbox)
         cd = wd if (rt.isolated or not wd) else rt.resolve(wd)
-        # created by an fd openat2 found in the sandbox's /tmp (a /tmp swapped for a symlink to "/"
-        # by code inside stays inside); O_EXCL: never an existing file or link
-        fd = SandboxFS(rt).fd(script_sandbox, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        # os.CreateTemp("", "execd_bash_*.sh") (pkg/runtime/bash_session.go at 3bb6fad): O_EXCL, a new
+        # random name on EEXIST (Go tries 10000). Created by an fd openat2 found in the sandbox's /tmp (a
+        # /tmp swapped for a symlink to "/" by code inside stays inside); never an existing file or link.
+        for _ in range(10000):
+            script_sandbox = "/tmp/execd_bash_%d.sh" % _RANDOM.randrange(1 << 32)
+            try:
+                fd = SandboxFS(rt).fd(script_sandbox, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(errno.EEXIST, "create script file: too many temp names taken")
+        host_script = script_sandbox if rt.isolated else rt.resolve(script_sandbox)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
             os.fchmod(fh.fileno(), 0o600)
             fh.write(s.script(command, env, cd))
