@@ -186,7 +186,10 @@ def run_code_flow(base_url: str, api_key: str, image: str, *, ready_timeout: flo
             return out
         _table(ci, out)
     finally:
-        sb.kill()
+        try:
+            sb.kill()
+        except Exception as exc:  # noqa: BLE001 - a sandbox gone before the end (expired) still shows its table
+            out["sandbox kill"] = "FAIL: %s" % exc
     return out
 
 
