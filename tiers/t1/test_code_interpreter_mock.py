@@ -62,8 +62,11 @@ def test_the_sdk_flow_passes_every_step(osb):
 
 def test_the_event_stream_is_execds(osb, ci):
     url = _execd(osb, ci.id)
-    status, evs, _ = _events(url, {"code": "print('a'); 6*7", "context": {"language": "python"}})
-    kinds = [e["type"] for e in evs if e["type"] != "ping"]
+    for _ in range(3):  # a reply's count can end the stream before the kernel's output, as on the real execd
+        status, evs, _ = _events(url, {"code": "print('a'); 6*7", "context": {"language": "python"}})
+        kinds = [e["type"] for e in evs if e["type"] != "ping"]
+        if status != 200 or kinds != ["init", "execution_complete"]:  # (QUIRKS.md "/code run with Jupyter")
+            break
     # execution_complete at the first idle of any parent (mostly before the output, as in fixture
     # 27_code_interpreter), the rest in the kernel's order
     assert status == 200 and kinds[0] == "init" and kinds.count("execution_complete") == 1, evs
