@@ -404,6 +404,11 @@ class ExecdServer(App):
         if self._stopping.is_set():
             self._drop(req)
             return
+        # the real execd listens on :44772 once, for the sandbox and the host alike: as non-root the inside
+        # socket comes from the agent a little later, so a request waits for it (bounded; ready is set on give-up)
+        inside = self._inside
+        if inside is not None and not inside.ready.is_set():
+            inside.ready.wait(10.0)
         # 3. access token (execd router.go accessTokenMiddleware; seed 000 §1.4)
         if self.access_token is not None:
             got = (req.headers.get(TOKEN_HEADER) or "").strip(" \t")  # Go's textproto trims values

@@ -143,6 +143,7 @@ def test_a_restart_with_the_same_root_reaps_what_a_dead_mock_left(clis, tmp_path
     pids = descendants(cli.proc.pid) | _members(cgs)
     # the janitor dies first (an OOM kill of both, a killed process group): the dead mock's
     # sandbox dir and cgroups stay behind until the next mock with this root
+    cli.proc.send_signal(signal.SIGSTOP)  # both die at once: the mock cannot see its janitor go first
     os.kill(janitor, signal.SIGKILL)
     cli.proc.send_signal(signal.SIGKILL)
     cli.proc.communicate(timeout=30)
@@ -228,6 +229,7 @@ def test_a_restart_reaps_what_a_sigkill_in_mid_burst_left(clis, tmp_path):
         t.start()
     wait_until(lambda: len(answered) >= 3, 60)  # mid-burst: some answered, others being created
     pids = descendants(cli.proc.pid)
+    cli.proc.send_signal(signal.SIGSTOP)  # both die at once: the mock cannot see its janitor go first
     os.kill(janitor, signal.SIGKILL)
     cli.proc.send_signal(signal.SIGKILL)
     cli.proc.communicate(timeout=30)
