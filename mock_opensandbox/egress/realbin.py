@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .sidecar import API_PORT, UPSTREAM_TIMEOUT, reply_rcode, udp_socket_in
+from .sidecar import API_PORT, forward_udp, reply_rcode, udp_socket_in
 
 GRACE = 10.0  # SIGTERM -> SIGKILL (the supervisor's --grace-period is 20 s; the sidecar is done in < 1 s)
 
@@ -70,18 +70,9 @@ class UpstreamRelay:
                 threading.Thread(target=self._one, args=(pkt, peer), daemon=True).start()
 
     def _one(self, pkt: bytes, peer: Any) -> None:
-        up = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            up.settimeout(UPSTREAM_TIMEOUT)
-            up.sendto(pkt, self.upstream)
-            while True:
-                resp, _ = up.recvfrom(65535)
-                if resp[:2] == pkt[:2]:
-                    break
-        except OSError:
+        resp = forward_udp(pkt, self.upstream)
+        if resp is None:
             resp = reply_rcode(pkt, 2) if len(pkt) > 12 else b""
-        finally:
-            up.close()
         try:
             if resp:
                 self.sock.sendto(resp, peer)

@@ -31,6 +31,23 @@ UPSTREAM_TIMEOUT = 5.0                   # DefaultDNSUpstreamTimeoutSec
 CLONE_NEWNET = 0x40000000
 
 
+def forward_udp(pkt: bytes, upstream: Any) -> bytes | None:
+    """One DNS query to ``upstream`` from the mock's own namespace: the answer with the query's id, or
+    None when none came within UPSTREAM_TIMEOUT (or the socket failed)."""
+    up = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        up.settimeout(UPSTREAM_TIMEOUT)
+        up.sendto(pkt, upstream)
+        while True:
+            resp, _ = up.recvfrom(65535)
+            if resp[:2] == pkt[:2]:
+                return resp
+    except OSError:
+        return None
+    finally:
+        up.close()
+
+
 def udp_socket_in(netns_fd: int) -> socket.socket:
     """A UDP socket made in the given network namespace (root: setns around socket())."""
     from ..runtime.holder import setns_function
@@ -178,18 +195,8 @@ class EgressSidecar:
             pass
 
     def _forward(self, pkt: bytes) -> bytes:
-        up = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # in the mock's own namespace
-        try:
-            up.settimeout(UPSTREAM_TIMEOUT)
-            up.sendto(pkt, self.upstream)
-            while True:
-                resp, _ = up.recvfrom(65535)
-                if resp[:2] == pkt[:2]:
-                    return resp
-        except OSError:
-            return reply_rcode(pkt, 2)  # SERVFAIL
-        finally:
-            up.close()
+        resp = forward_udp(pkt, self.upstream)
+        return reply_rcode(pkt, 2) if resp is None else resp  # SERVFAIL
 
     # -- the policy API -------------------------------------------------------------------------
     def commit(self, pol: P.Policy) -> None:
