@@ -16,6 +16,7 @@ import time
 import pytest
 
 from mock_opensandbox.runtime import cgroups
+from mock_opensandbox.runtime.janitor import script as janitor_script
 from tiers.toolkit import rest
 from tiers.toolkit.mockcli import Cli
 from tiers.toolkit.procs import alive, cmdline, descendants
@@ -129,11 +130,12 @@ def test_sigkill_with_a_given_root_leaves_only_the_root(clis, tmp_path):
 
 
 def _janitor(mock_pid: int) -> int:
-    for pid in descendants(mock_pid):
-        argv = cmdline(pid) or []
-        if len(argv) > 3 and argv[1:4] == [b"-I", b"-S", b"-c"] and b"held" in argv[4]:
-            return pid
-    raise AssertionError("no janitor process")
+    """The janitor by its exact script: other `python -I -S -c` children (the seccomp stage of every
+    command, scripts.SECCOMP_STAGE) come and go, and one of them once stood in for it."""
+    source = janitor_script().encode()
+    found = [pid for pid in descendants(mock_pid) if (cmdline(pid) or [])[1:5] == [b"-I", b"-S", b"-c", source]]
+    assert len(found) == 1, "janitor processes: %r" % found
+    return found[0]
 
 
 @needs_isolation
