@@ -677,7 +677,7 @@ egress_env() {
 # ---------------------------------------------------------------- code-interpreter image (/code, Jupyter)
 # OSB_WITH_CODE_INTERPRETER=1: a code-interpreter image for the live tier. With OSB_LOCAL_IMAGES=1 it is built
 # registry-free FROM the local base image: Jupyter and kernels from PyPI (the pins of mock_opensandbox/
-# jupyterenv.py REQUIREMENTS) installed by pip in a chroot of the base image's root file system (a `docker build`
+# runtime/jupyterenv.py REQUIREMENTS) installed by pip in a chroot of the base image's root file system (a `docker build`
 # RUN needs the build's network, which a fresh dockerd here may not have), then `docker import` with the
 # upstream image's ENV/WORKDIR/ENTRYPOINT (sandboxes/code-interpreter/Dockerfile at 3bb6fad). Its entrypoint is
 # upstream's scripts/code-interpreter.sh reduced to the kernels it has: python and bash (no Java, Go or
@@ -715,14 +715,14 @@ SCRIPT
 }
 
 code_interpreter_requirements() {
-    PYTHONPATH="$SCRIPT_DIR" "$OSB_PYTHON" -c 'from mock_opensandbox.jupyterenv import REQUIREMENTS; print(" ".join(REQUIREMENTS))'
+    PYTHONPATH="$SCRIPT_DIR" "$OSB_PYTHON" -c 'from mock_opensandbox.runtime.jupyterenv import REQUIREMENTS; print(" ".join(REQUIREMENTS))'
 }
 
 build_code_interpreter_image() {
     local img="$OSB_CODE_INTERPRETER_IMAGE" dir="$BUILD_DIR/code-interpreter-rootfs" wheels="$BUILD_DIR/pip-wheel"
     local reqs sum have cid whl log="$BUILD_DIR/code-interpreter-pip.log" start ca ca_arg=""
     reqs="$(code_interpreter_requirements)" ||
-        die local-images "$OSB_PYTHON -c 'from mock_opensandbox.jupyterenv import REQUIREMENTS'" "run local-up.sh from the project's checkout (it reads the pins there)"
+        die local-images "$OSB_PYTHON -c 'from mock_opensandbox.runtime.jupyterenv import REQUIREMENTS'" "run local-up.sh from the project's checkout (it reads the pins there)"
     sum="code-interpreter $( (printf '%s\n' "$reqs"; code_interpreter_entrypoint; docker image inspect --format '{{.Id}}' "$OSB_BASE_IMAGE") | sha256sum | cut -c1-16)"
     if image_present "$img"; then
         have="$(image_label "$img")"

@@ -14,7 +14,7 @@ __all__ = ["MockOpenSandbox", "__version__"]
 
 def __getattr__(name: str):  # lazy: importing the package must not start or import the servers
     if name == "MockOpenSandbox":
-        from .server import MockOpenSandbox
+        from mock_opensandbox.server import MockOpenSandbox
 
         return MockOpenSandbox
     raise AttributeError(name)

@@ -10,9 +10,9 @@ import json
 import sys
 from typing import Sequence
 
-from . import optional
-from .cli import FAULT_ARG_HELP, parse_args, run_foreground
-from .server import EXECD_MODES, MockOpenSandbox
+from mock_opensandbox.runtime import optional
+from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
+from mock_opensandbox.server import EXECD_MODES, MockOpenSandbox
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "[storage] allowed_host_paths; default: none, host binds are refused)")
     p.add_argument("--no", action="append", default=[], metavar="TOOL",
                    help="behave as without this optional tool (slirp4netns, cgroups, userns, ...: "
-                        "mock_opensandbox/optional.py); repeatable; adds to $OSB_MOCK_NO")
+                        "mock_opensandbox/runtime/optional.py); repeatable; adds to $OSB_MOCK_NO")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
     p.add_argument("--image-dir", default=None, metavar="DIR",
@@ -79,9 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-cache", default=None, metavar="DIR",
                    help="where unpacked layers are kept across runs (default ~/.cache/mock-opensandbox/images)")
     p.add_argument("--jupyter-env", default=None, metavar="DIR",
-                   help="a virtualenv with Jupyter and kernels (make one: python -m mock_opensandbox.jupyterenv DIR): "
+                   help="a virtualenv with Jupyter and kernels (make one: python -m mock_opensandbox.runtime.jupyterenv DIR): "
                         "bound read-only into every sandbox of a code-interpreter image, Jupyter started inside it "
-                        "on 44771 like the image's entrypoint, so /code runs code (mock_opensandbox/jupyterenv.py)")
+                        "on 44771 like the image's entrypoint, so /code runs code (mock_opensandbox/runtime/jupyterenv.py)")
     return p
 
 
@@ -136,15 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             iso = osb.provisioner.isolation()
             print("Sandbox isolation: %s" % iso, flush=True)
             if iso.startswith("isolated"):  # what is and is not contained (README, "Isolation")
-                from .runtime import isolation_note
+                from mock_opensandbox.runtime import isolation_note
 
                 print("  " + isolation_note(), flush=True)
-            from .runtime.cgroups import host as cgroup_host
+            from mock_opensandbox.runtime.cgroups import host as cgroup_host
 
             cg = cgroup_host()
             print("Resource limits: %s" % (cg.note() or "memory, cpu and pids through cgroup v%d" % cg.version),
                   flush=True)
-            from .runtime import netns
+            from mock_opensandbox.runtime import netns
 
             if osb.network != "host" and not netns.find_stack()[0]:  # what each missing tool would add
                 print("Optional tool slirp4netns: %s; it adds %s" % (
@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if osb.jupyter_env:
             print("Code interpreter: Jupyter from %s in every code-interpreter sandbox" % osb.jupyter_env, flush=True)
         else:
-            from .jupyterenv import HINT
+            from mock_opensandbox.runtime.jupyterenv import HINT
             print(HINT[0].upper() + HINT[1:], flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)

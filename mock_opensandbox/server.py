@@ -22,22 +22,22 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from . import quirks
-from .admin import AdminAPI, AdminLayer, MockBackend, WorkbenchMixin
-from .faults import FaultRegistry
-from .httpcore import Server
-from .journal import Journal
-from .lifecycle import LifecycleApp, LifecycleHandler
-from .model import Provisioner, Sandbox, SandboxStore
-from .relay import free_port
-from .revproxy import PortForwardApp, PortForwardHandler
-from .runtime.cgroups import DEFAULT_PIDS_LIMIT
-from .runtime._util import default_signals_for_children, inherited_signals_back
-from .jupyterenv import check as check_jupyter_env
-from .runtime.janitor import LEDGER as JANITOR_LEDGER
-from .runtime.janitor import Janitor, reap_root
-from .runtime.sandbox import SandboxTerminated
-from .volumes import VolumeStore, start_failed
+from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer, MockBackend, WorkbenchMixin
+from mock_opensandbox.workbench.faults import FaultRegistry
+from mock_opensandbox.wire.http1 import Server
+from mock_opensandbox.workbench.journal import Journal
+from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
+from mock_opensandbox.lifecycle.model import Provisioner, Sandbox, SandboxStore
+from mock_opensandbox.wire.relay import free_port
+from mock_opensandbox.lifecycle.proxy import PortForwardApp, PortForwardHandler
+from mock_opensandbox.runtime.cgroups import DEFAULT_PIDS_LIMIT
+from mock_opensandbox.runtime._util import default_signals_for_children, inherited_signals_back
+from mock_opensandbox.runtime.jupyterenv import check as check_jupyter_env
+from mock_opensandbox.runtime.janitor import LEDGER as JANITOR_LEDGER
+from mock_opensandbox.runtime.janitor import Janitor, reap_root
+from mock_opensandbox.runtime.sandbox import SandboxTerminated
+from mock_opensandbox.docker.volumes import VolumeStore, start_failed
 
 EXECD_MODES = ("v1.1.0", "latest")
 NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
@@ -45,7 +45,7 @@ DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [serv
 
 
 def _is_sandbox_id(name: str) -> bool:
-    """A sandbox directory's name in the root (model.py: str(uuid4()))."""
+    """A sandbox directory's name in the root (lifecycle/model.py: str(uuid4()))."""
     import uuid
 
     try:
@@ -130,13 +130,13 @@ class MockProvisioner(Provisioner):
                 isolate = False
         elif mock.execd_bin and isolate is False:
             # any other execd (the real binary) runs only inside an isolated sandbox view, like the
-            # server's container (runtime/execd.py); without one the sandbox fails to start
+            # server's container (runtime/execdproc.py); without one the sandbox fails to start
             isolate = None
         self.isolate: bool | None = isolate  # what every SandboxRuntime of this mock gets
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, sb: Sandbox) -> Any:
-        from .runtime import SandboxRuntime
+        from mock_opensandbox.runtime import SandboxRuntime
 
         m = self.mock
         root = os.path.join(m.root, sb.id)
@@ -145,24 +145,24 @@ class MockProvisioner(Provisioner):
         # server services/docker/container_ops.py: [docker] sandbox_env, the request's env, then
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
-        from . import jupyterenv  # a code-interpreter image's Jupyter (--jupyter-env)
+        from mock_opensandbox.runtime import jupyterenv  # a code-interpreter image's Jupyter (--jupyter-env)
         jenv = jupyterenv.for_image(m.jupyter_env, sb.image)
         if jenv:  # the code-interpreter image's ENV; the request's env wins
             env = dict(jupyterenv.sandbox_env(jenv), **env)
         env["OPENSANDBOX_ID"] = sb.id
-        from .runtime.rootfs import RootfsError, UserNotFound
+        from mock_opensandbox.runtime.rootfs import RootfsError, UserNotFound
 
         try:  # issue 21: the image's own tree as the root when the mock has an image store
             runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
                                      limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
                                      janitor=m.janitor, image=sb.rootfs_image)
         except (RootfsError, UserNotFound) as exc:
-            from .runtime._util import rmtree
+            from mock_opensandbox.runtime._util import rmtree
             rmtree(root)       # (a partial copy made as non-root may hold 0555 directories)
             raise start_failed(str(exc)) from None
         sb.runtime = runtime
         if sb.snapshot_image is not None:  # snapshotId: what the snapshot holds (images/commit.py)
-            from .images.commit import restore_into
+            from mock_opensandbox.images.commit import restore_into
             restore_into(sb, runtime)
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
@@ -194,7 +194,7 @@ class MockProvisioner(Provisioner):
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
         if sb.network_policy is not None and m.egress_mode != "off":
-            from .egress import start_for
+            from mock_opensandbox.docker.egress import start_for
             start_for(sb, runtime, m)  # raises the server's 500 (a policy the sidecar refuses)
         return entry
 
@@ -223,8 +223,8 @@ class MockProvisioner(Provisioner):
             return 127
 
     def _plan_volumes(self, sb: Sandbox, runtime: Any) -> None:
-        """server _provision_sandbox: ossfs mounts, then the container's binds (volumes.py, runtime/mounts.py)."""
-        from .runtime.mounts import VolumeTargetError, plan
+        """server _provision_sandbox: ossfs mounts, then the container's binds (docker/volumes.py, runtime/mounts.py)."""
+        from mock_opensandbox.runtime.mounts import VolumeTargetError, plan
 
         vs = self.mock.volumes
         vs.mount_ossfs(sb.volumes)
@@ -245,19 +245,19 @@ class MockProvisioner(Provisioner):
         return {quirks.INGRESS_HEADER: "%s-%d" % (sb.id, quirks.EXECD_PORT)}
 
     def _start_execd_server(self, sb: Sandbox, runtime: Any) -> Any:
-        from .execd.server import ExecdServer
+        from mock_opensandbox.execd.server import ExecdServer
 
         execd = ExecdServer(runtime, host="127.0.0.1", port=0, mode=sb.execd_mode,
                             access_token=self.mock.execd_token, required_headers=self._required_headers(sb),
                             close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose,
                             start_delay=self.mock.execd_start_delay,
-                            # fault rules and the request journal (admin.py) reach its listener too
+                            # fault rules and the request journal (workbench/admin.py) reach its listener too
                             faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal)
         execd.start()
         return execd
 
     def _start_execd_process(self, sb: Sandbox, runtime: Any) -> Any:
-        from .runtime.execd import ExecdProcess, published
+        from mock_opensandbox.runtime.execdproc import ExecdProcess, published
 
         m = self.mock
         if not self.mock_execd:
@@ -275,12 +275,12 @@ class MockProvisioner(Provisioner):
             proc = runtime.spawn(argv, cwd="/", stdout=log, stderr=subprocess.STDOUT)
         finally:
             log.close()
-        # runtime/execd.py's ExecdProcess: once it listens (15 s at most); stop() SIGKILLs its group at once
+        # runtime/execdproc.py's ExecdProcess: once it listens (15 s at most); stop() SIGKILLs its group at once
         return published(ExecdProcess(proc, port, runtime, grace=0), runtime, 15.0)
 
     def on_exit(self, sb: Sandbox) -> None:
         # the container stopped: execd and every other process in it go away; the root stays until delete
-        from .egress import stop_for
+        from mock_opensandbox.docker.egress import stop_for
         stop_for(sb)  # its egress sidecar shares the namespace: it goes with it
         self._stop_execd(sb)
         if sb.runtime is not None:
@@ -316,7 +316,7 @@ class MockProvisioner(Provisioner):
                 http = sb.resources.pop("http", None)
         if http is not None:
             http.stop()
-        from .egress import stop_for
+        from mock_opensandbox.docker.egress import stop_for
         stop_for(sb)
         if sb.runtime is not None and sb.runtime.paused:
             sb.runtime.resume()  # let a frozen in-process execd's waiters finish before closing
@@ -333,9 +333,9 @@ class MockProvisioner(Provisioner):
         if self.isolate is False:
             return ("host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
                     + self._images_note())
-        from .runtime.probe import isolation_header
-        from .runtime.sandbox import network_note
-        from .openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines the files API
+        from mock_opensandbox.runtime.probe import isolation_header
+        from mock_opensandbox.runtime.sandbox import network_note
+        from mock_opensandbox.runtime.openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines the files API
 
         head = isolation_header()
         net = network_note(self.mock.network) if head.startswith("isolated") else ""
@@ -349,7 +349,7 @@ class MockProvisioner(Provisioner):
         images = self.mock.images
         if images is None:
             return ""
-        from .runtime.probe import probe_result
+        from mock_opensandbox.runtime.probe import probe_result
 
         ok, _, _, pid_mode = probe_result()
         if self.isolate is False or not ok or pid_mode is None:  # rootfs.py needs a PID 1 of the sandbox's own
@@ -368,7 +368,7 @@ class MockProvisioner(Provisioner):
         sidecar = sb.resources.get("egress")
         if port == quirks.EGRESS_PORT and sidecar is not None:
             # networking.py _attach_egress_auth_headers: the sidecar's token on the endpoint of 18080
-            from .egress import AUTH_HEADER
+            from mock_opensandbox.docker.egress import AUTH_HEADER
             headers = dict(headers or {}, **{AUTH_HEADER: sidecar.token})
         if port == quirks.HTTP_PORT:
             return "127.0.0.1:%d" % self._http_listener(sb), headers
@@ -465,7 +465,7 @@ class MockOpenSandbox(WorkbenchMixin):
         # the janitor process (runtime/janitor.py)
         self.mock_id = secrets.token_hex(4)
         self.janitor = Janitor()
-        # volumes (volumes.py): named volumes under volumes_dir (default <root>/volumes, gone with a temp
+        # volumes (docker/volumes.py): named volumes under volumes_dir (default <root>/volumes, gone with a temp
         # root); host binds only under allowed_host_paths (server [storage] allowed_host_paths, [] = none)
         self.allowed_host_paths = [str(p) for p in allowed_host_paths]
         for p in self.allowed_host_paths:
@@ -479,7 +479,7 @@ class MockOpenSandbox(WorkbenchMixin):
         if network not in NETWORK_MODES:
             raise ValueError("network must be one of %s, not %r" % (", ".join(NETWORK_MODES), network))
         self.network = network
-        from .egress import configure  # networkPolicy: a server with an egress image (egress/)
+        from mock_opensandbox.docker.egress import configure  # networkPolicy: a server with an egress image (egress/)
         self.egress_mode_given: str | None = egress_mode
         self.egress_mode, self.egress_upstream, self.egress_ready_timeout, self.egress_bin = configure(
             egress_mode, egress_dns_upstream, egress_ready_timeout, egress_bin)
@@ -490,10 +490,10 @@ class MockOpenSandbox(WorkbenchMixin):
         self.isolate = isolate
         self.reap_interval = reap_interval
         self._warn = warn or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        # fault injection rules for every listener of this mock (faults.py, docs/FAULTS.md); rules may be
+        # fault injection rules for every listener of this mock (workbench/faults.py, docs/FAULTS.md); rules may be
         # added before start()
         self.faults = FaultRegistry(verbose=verbose)
-        # the workbench (admin.py, journal.py): request journal + /__mock__/ admin API and dashboard
+        # the workbench (workbench/admin.py, workbench/journal.py): request journal + /__mock__/ admin API and dashboard
         self._initial_execd_mode = execd_mode
         self.journal = Journal(secrets=lambda: (self._api_key or "", self.execd_token or ""))
         self.admin = AdminAPI(MockBackend(self), self.journal, self.faults, api_key=lambda: self._api_key,
@@ -503,7 +503,7 @@ class MockOpenSandbox(WorkbenchMixin):
             raise ValueError("image_dir %r is not a directory" % image_dir)
         self.image_dir = image_dir
         self.image_cache = image_cache
-        # a pip-made Jupyter env for code-interpreter images (jupyterenv.py, docs: --jupyter-env)
+        # a pip-made Jupyter env for code-interpreter images (runtime/jupyterenv.py, docs: --jupyter-env)
         if jupyter_env is not None and check_jupyter_env(jupyter_env):
             raise ValueError(check_jupyter_env(jupyter_env))
         self.jupyter_env = os.path.realpath(jupyter_env) if jupyter_env else None  # bound at its real path
@@ -575,7 +575,7 @@ class MockOpenSandbox(WorkbenchMixin):
                            % self.host)
             if self.janitor.closed:
                 self.janitor = Janitor()
-            from .egress import check_host
+            from mock_opensandbox.docker.egress import check_host
             check_host(self)
             default_signals_for_children()  # a container's processes never inherit ignored signals
             self._signals_taken = True
@@ -595,8 +595,8 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.store = SandboxStore(clock=self.clock, provisioner=self.provisioner,
                                           pull_fails=self.pull_fails, reap_interval=self.reap_interval)
                 if self.image_dir:
-                    from .images import ImageStore
-                    from .images.mock import ImagePuller, default_cache_dir
+                    from mock_opensandbox.images import ImageStore
+                    from mock_opensandbox.docker.images import ImagePuller, default_cache_dir
                     self.images = ImagePuller(ImageStore(self.image_cache or default_cache_dir(), self.image_dir))
                     self.store.images = self.images
                 self.snapshots = self._snapshot_store()
@@ -605,7 +605,7 @@ class MockOpenSandbox(WorkbenchMixin):
                                    verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout,
                                    allowed_host_paths=self.allowed_host_paths, volumes=self.volumes)
                 app.snapshots = self.snapshots
-                app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (admin.py)
+                app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (workbench/admin.py)
                 app.journal = self.journal
                 family_host = self.host
                 if ":" in family_host:
@@ -661,15 +661,15 @@ class MockOpenSandbox(WorkbenchMixin):
         self.janitor.close()  # everything is removed: it finds nothing left and exits
 
     def _snapshot_store(self) -> Any:
-        """Snapshots (snapshots.py) committing into the image store (images/commit.py): the --image-dir
+        """Snapshots (docker/snapshots.py) committing into the image store (images/commit.py): the --image-dir
         store's cache, else a store of this mock's own under its root (docs/IMAGES.md, "Snapshots")."""
-        from .images.commit import Committer
-        from .snapshots import SnapshotStore
+        from mock_opensandbox.images.commit import Committer
+        from mock_opensandbox.docker.snapshots import SnapshotStore
 
         def own_store() -> Any:
             if self.images is not None:
                 return self.images.store
-            from .images import ImageStore
+            from mock_opensandbox.images import ImageStore
             return ImageStore(os.path.join(self.root, "snapshot-images"), local_daemon=False, registry=False)
 
         c = Committer(own_store)
@@ -678,8 +678,8 @@ class MockOpenSandbox(WorkbenchMixin):
     def sandbox_limits(self, sb: Sandbox) -> Any:
         """The sandbox's cgroup limits: resourceLimits (server container_ops.py mem_limit, nano_cpus)
         and [docker] pids_limit (runtime/cgroups.py)."""
-        from .runtime.cgroups import Limits
-        from .validation import resolve_resource_limits
+        from mock_opensandbox.runtime.cgroups import Limits
+        from mock_opensandbox.lifecycle.validation import resolve_resource_limits
 
         try:
             r = resolve_resource_limits(sb.resource_limits)

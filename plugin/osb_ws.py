@@ -93,7 +93,7 @@ class TimedOut(ConnectionClosed):
 
 
 # ------------------------------------------------------------------------------------------------
-# codec (same wire rules as mock_opensandbox/wsproto.py; the two products share no code)
+# codec (same wire rules as mock_opensandbox/wire/websocket.py; the two products share no code)
 
 
 def apply_mask(data: bytes, key: bytes) -> bytes:

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _replay(a: argparse.Namespace) -> int:
-    from mock_opensandbox import fixturefile as fixture
+    from mock_opensandbox.workbench import fixturefile as fixture
     from record.replay import ScenarioResult, format_table, replay_fixture
     if not a.base_url:
         print("error: --base-url is required", file=sys.stderr)

@@ -1,7 +1,7 @@
 """``python -m record compare DIR``: replay your own recordings against the mock and list every difference.
 
 VCR's idea with a model underneath: record your client's traffic once through the fault proxy
-(``python -m mock_opensandbox.proxy --upstream URL --record DIR``), then check how faithfully the
+(``python -m mock_opensandbox.workbench.proxy --upstream URL --record DIR``), then check how faithfully the
 mock answers the same requests. Each ``DIR/*.json`` (fixtures/ format) is
 
 1. given placeholders (``record.scrub``: ids, ports, dates, request ids) unless it already has them
@@ -24,7 +24,7 @@ import re
 import sys
 from typing import Any, TextIO
 
-from mock_opensandbox import fixturefile as fixture
+from mock_opensandbox.workbench import fixturefile as fixture
 from record.compare import PH_RE
 from record.replay import ScenarioResult, format_table, replay_fixture
 from record.scrub import scrub_exchanges

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from mock_opensandbox import fixturefile as fixture
+from mock_opensandbox.workbench import fixturefile as fixture
 from record.scenarios import BY_NAME
 from record.scrub import PUBLIC_WRONG_CREDENTIALS, SECRET_HEADERS, scrub_exchanges
 

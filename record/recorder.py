@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from mock_opensandbox import fixturefile as fixture
+from mock_opensandbox.workbench import fixturefile as fixture
 from record.client import RecorderError, Session
 from record.compare import Bindings, Check, Comparer, materialize
 from record.scenarios import SCENARIOS, Ctx, Scenario

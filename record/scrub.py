@@ -5,7 +5,7 @@ recordings) and the recorder (new recordings), so both produce the same fixture 
 
 Placeholder scheme (see fixtures/README.md):
 
-* secrets (mock_opensandbox/scrub.py, the scrubber the journal and the fault proxy use too): the
+* secrets (mock_opensandbox/workbench/scrub.py, the scrubber the journal and the fault proxy use too): the
   value of a credential header (``OPEN-SANDBOX-API-KEY``, ``X-EXECD-ACCESS-TOKEN``, ``Authorization``,
   ``Cookie``, ...) and every occurrence of a known secret -> ``<api-key>`` /
   ``<execd-token>`` / ``<redacted>``. Values listed in ``PUBLIC_WRONG_CREDENTIALS`` (keys sent on
@@ -34,7 +34,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from mock_opensandbox.scrub import MIN_SECRET, SECRET_HEADERS, strip_secrets
+from mock_opensandbox.workbench.scrub import MIN_SECRET, SECRET_HEADERS, strip_secrets
 
 __all__ = ["Scrubber", "scrub_exchanges", "find_secret_leaks", "SECRET_HEADERS", "PUBLIC_WRONG_CREDENTIALS",
            "header", "is_lifecycle_path", "utc_now_iso"]

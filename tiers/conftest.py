@@ -1,7 +1,7 @@
 """Session-level hooks for every tier: the spec guard and the fidelity report.
 
 * The spec guard (tiers/toolkit/spec_guard.py) is installed ONCE per session into
-  ``mock_opensandbox.httpcore.OBSERVERS``: every exchange any test has with any mock listener is
+  ``mock_opensandbox.wire.http1.OBSERVERS``: every exchange any test has with any mock listener is
   validated against the OpenAPI specs in ``<repo>/../shared/specs`` (or ``$OSB_SPECS_DIR``).
   The observer never raises into the mock; violations not covered by tiers/t2/ALLOWED_DIFFERENCES
   are printed in the terminal summary and turn a passing session into a failing one (exit 1), so a
@@ -34,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not sg.specs_available():
         _STATE["skip_reason"] = f"OpenAPI specs not found in {sg.spec_dir()} (expected <repo>/../shared/specs)"
         return
-    from mock_opensandbox import httpcore
+    from mock_opensandbox.wire import http1 as httpcore
 
     guard = sg.SpecGuard()
     _STATE["guard"] = guard
@@ -45,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     obs = _STATE.get("observer")
     if obs is not None:
-        from mock_opensandbox import httpcore
+        from mock_opensandbox.wire import http1 as httpcore
 
         try:
             httpcore.OBSERVERS.remove(obs)

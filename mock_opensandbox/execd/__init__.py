@@ -12,7 +12,7 @@ __all__ = ["ExecdServer", "EXECD_PORT"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import server
+        from mock_opensandbox.execd import server
 
         return getattr(server, name)
     raise AttributeError(name)

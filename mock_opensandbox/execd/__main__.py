@@ -14,8 +14,8 @@ import signal
 import sys
 import threading
 
-from ..runtime import SandboxRuntime
-from .server import ExecdServer
+from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.execd.server import ExecdServer
 
 
 def _parser() -> argparse.ArgumentParser:

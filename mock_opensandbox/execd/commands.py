@@ -17,10 +17,10 @@ import time
 import uuid
 from typing import Any
 
-from .. import pollio
-from ..gojson import GO_REPLACE, go_time
-from ..runtime import SandboxRuntime, SandboxTerminated
-from .deadlines import DEADLINES, Deadline
+from mock_opensandbox.wire import pollio
+from mock_opensandbox.wire.gojson import GO_REPLACE, go_time
+from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
+from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
 
 __all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text",
            "StartFailure"]
@@ -217,7 +217,7 @@ class CommandRegistry:
     def _fs(self) -> Any:
         """The sandbox's files by fds on its "/" (fsops.SandboxFS: openat2 RESOLVE_IN_ROOT), so a
         symlink swapped in by code inside never sends a lookup to the host's files."""
-        from .fsops import SandboxFS
+        from mock_opensandbox.execd.files import SandboxFS
         return SandboxFS(self.runtime)
 
     def _stat(self, spath: str) -> os.stat_result:
@@ -245,7 +245,7 @@ class CommandRegistry:
         uid, by the view's modes and owners (ids through the sandbox's user namespace map)."""
         if not uid or not cwd:
             return False
-        from .fsops import _map_id
+        from mock_opensandbox.execd.files import _map_id
         rt = self.runtime
         groups = {gid if gid is not None else self._primary_gid(uid)}
         umap, gmap = rt.id_map("uid"), rt.id_map("gid")
@@ -307,7 +307,7 @@ class CommandRegistry:
         holder = getattr(self.runtime, "_holder", None)
         if (uid is None and gid is None) or holder is None or not getattr(holder, "fork_joins", False):
             return None
-        from ..runtime.rootfs import lookup_uid, user_word
+        from mock_opensandbox.runtime.rootfs import lookup_uid, user_word
 
         def read(path: str) -> bytes | None:
             try:

@@ -1,4 +1,4 @@
-"""execd's error answers as data (like quirks.py for the lifecycle): one typed exception, the
+"""execd's error answers as data (like lifecycle/quirks.py for the lifecycle): one typed exception, the
 codes of pkg/web/model/error.go and the message templates of the controllers. Model code raises
 ExecdError; the HTTP layer (execd/gin.py) turns it into Gin's JSON reply. Texts are the binary's
 (tiers/diff cases named in QUIRKS.md part 2)."""

@@ -1,487 +1,674 @@
-"""The HTTP side of the mock execd's files and directories API: query/body decoding and Gin's
-replies around the model in execd/fsops.py (which does the file work and raises ExecdError).
-Download follows execd's filesystem_download.go and net/http's ServeContent (conditional requests,
-Range) as the real binary shows them (tiers/diff files.download), with the HTTP text fsops leaves out:
-execd's and net/http's Range parsers and the Content-Disposition of a download. See QUIRKS.md (part 2).
-"""
+"""The files and directories API of the mock execd as plain model code: every operation of execd's
+controller/{filesystem.go,filesystem_upload.go,filesystem_download.go,utils.go} on sandbox paths,
+raising ExecdError with the binary's status, code and text. No HTTP here (execd/files_routes.py is the
+HTTP side). Paths are sandbox paths; SandboxRuntime.resolve() maps them into the root (never out of
+it). Go's *PathError texts use the sandbox path. Texts checked against the real binary by the
+differential tier (tiers/diff files.* / directories.* cases)."""
 from __future__ import annotations
 
-import email.utils
+import errno
+import grp
 import os
 import posixpath
+import pwd
 import re
-import threading
-from typing import Any
-from urllib.parse import quote
+import stat
+from typing import Any, Iterable, Mapping
 
-from .. import httpcore, multipart
-from ..gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
-from ..httpcore import Request
-from . import gin, linerange
-from .errors import (INVALID_FILE, INVALID_FILE_CONTENT, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR,
-                     ExecdError, bad_body, missing_query)
-from .fsops import SandboxFS, _DirHandle, file_info
-from .globmatch import glob_match
+from mock_opensandbox.wire.gojson import errno_text, go_time
+from mock_opensandbox.runtime import openat2
+from mock_opensandbox.execd.errors import FILE_NOT_FOUND, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR, ExecdError
+from mock_opensandbox.execd.fsat import mkdir_at as _mkdir_at, proc_fd as _proc_fd, read_fd as _read_fd
+from mock_opensandbox.execd.fsat import remove_all_at as _remove_all_at, unlink_at as _unlink_at, write_fd as _write_fd
+from mock_opensandbox.execd.globmatch import glob_match
+from mock_opensandbox.execd.paths import PathExpandError, clean, expand_path
 
-__all__ = ["FilesAPI", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
-           "content_disposition"]
+__all__ = ["SandboxFS", "GoError", "file_info", "UMASK", "MKDIR_MODE"]
 
-
-SPOOL_BYTES = 1 << 20  # an upload part's data above this goes to an unnamed temporary file
-PERMISSION = {"owner": "string", "group": "string", "mode": "int"}
-RENAME_ITEM = Struct("model.RenameFileItem", {"src": "string", "dest": "string"})
-FILE_METADATA = Struct("model.FileMetadata", dict(PERMISSION, path="string"))
-PERMISSIONS = ("map[string]model.Permission", Struct("model.Permission", PERMISSION))
+UMASK = 0o022  # a container's default umask: Go's MkdirAll/OpenFile(0777) give 0755 (recording 13: data.csv 755)
+MKDIR_MODE = 0o777 & ~UMASK
 
 
-def _ptr(key: str) -> str:
-    """One JSON-pointer token as Go's v2-based errors print a map key or index (~0, ~1)."""
-    return key.replace("~", "~0").replace("/", "~1")
+class GoError(Exception):
+    """A Go error value: its text, and whether errors.Is(err, fs.ErrNotExist)."""
+
+    def __init__(self, text: str, not_exist: bool = False):
+        super().__init__(text)
+        self.text, self.not_exist = text, not_exist
+
+    def __str__(self) -> str:
+        return self.text
+
+    @classmethod
+    def path(cls, op: str, spath: str, exc: BaseException) -> "GoError":
+        """*PathError{op, path, errno}: "lstat /x: no such file or directory"."""
+        if isinstance(exc, ValueError):  # NUL byte (the syscall's EINVAL) or a refused mapping
+            exc = OSError(errno.EINVAL, "invalid argument")
+        return cls(f"{op} {spath}: {errno_text(exc)}", isinstance(exc, OSError) and exc.errno == errno.ENOENT)
+
+    def wrap(self, prefix: str) -> "GoError":
+        """fmt.Errorf(prefix + "%w", err): the text grows, errors.Is still sees through."""
+        return GoError(prefix + self.text, self.not_exist)
 
 
-def _decode_container(body: bytes, gotype: str, elem: Struct, as_list: bool) -> Any:
-    """bindJSON into []model.X or map[string]model.X; errors name the element by pointer path
-    (`Go struct field .~1tmp~1a.mode of type int`, `.0.src`; tiers/diff directories.make, files.mv)."""
+def handle_file_error(err: GoError) -> ExecdError:
+    """controller handleFileError: ErrNotExist -> 404 FILE_NOT_FOUND, else 500 RUNTIME_ERROR."""
+    if err.not_exist:
+        return ExecdError(404, FILE_NOT_FOUND, f"file not found. {err}")
+    return ExecdError(500, RUNTIME_ERROR, f"error accessing file: {err}")
+
+
+def _owner(uid: int) -> str:
     try:
-        v = decode_value(body)
-    except GoJSONError as exc:
-        raise bad_body(exc) from exc
-    if v is None:
-        return [] if as_list else {}
-    if not isinstance(v, list if as_list else dict):
-        raise bad_body(f"json: cannot unmarshal {kind_of(v)} into Go value of type {gotype}")
-    items = enumerate(v) if as_list else v.items()
-    out: Any = [] if as_list else {}
-    for k, el in items:
-        try:
-            val = {} if el is None else check_struct(el, elem, "." + _ptr(str(k)))
-        except GoJSONError as exc:
-            raise bad_body(exc) from exc
-        if as_list:
-            out.append(val)
-        else:
-            out[k] = val
-    return out
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
-class FilesAPI:
-    def __init__(self, runtime: Any, stopping: threading.Event | None = None):
-        self.rt = runtime
-        self.fs = SandboxFS(runtime)
-        self._stopping = stopping or threading.Event()  # set when the sandbox's execd goes
-
-    # -- info / delete --------------------------------------------------------------------------
-    def info(self, req: Request) -> None:
-        gin.json_reply(req, 200, self.fs.info(req.query.get("path", [])))
-
-    def delete_files(self, req: Request) -> None:
-        _each(req.query.get("path", []), self.fs.delete_file, req)
-
-    def delete_dirs(self, req: Request) -> None:
-        _each(req.query.get("path", []), self.fs.remove_dir, req)
-
-    # -- directories ----------------------------------------------------------------------------
-    def mkdirs(self, req: Request) -> None:
-        _each(_decode_container(req.body, *PERMISSIONS, False).items(), self.fs.make_dir, req)
-
-    def list_dir(self, req: Request) -> None:
-        p = _required_path(req)
-        depth = 1
-        raw = req.q("depth")
-        if raw:
-            v = _atoi(raw)
-            if v is None or v < 0:
-                raise ExecdError(400, INVALID_REQUEST, f"invalid query parameter 'depth': {raw}")
-            depth = v
-        gin.json_reply(req, 200, self.fs.list_dir(p, depth))
-
-    def search(self, req: Request) -> None:
-        gin.json_reply(req, 200, self.fs.search(_required_path(req), req.q("pattern") or ""))
-
-    # -- mv / permissions / replace -------------------------------------------------------------
-    def mv(self, req: Request) -> None:
-        items = _decode_container(req.body, "[]model.RenameFileItem", RENAME_ITEM, True)
-        _each([(it.get("src") or "", it.get("dest") or "") for it in items], self.fs.rename, req)
-
-    def permissions(self, req: Request) -> None:
-        _each(_decode_container(req.body, *PERMISSIONS, False).items(), self.fs.chmod, req)
-
-    def replace(self, req: Request) -> None:
-        verbose = req.q("verbose") == "true"
-        m = _decode_container(req.body, "map[string]model.ReplaceFileContentItem",
-                              Struct("model.ReplaceFileContentItem", {"old": "string", "new": "string"}), False)
-        results: dict[str, Any] = {}
-        for f, item in m.items():
-            n = self.fs.replace(f, item.get("old") or "", item.get("new") or "")
-            if verbose:
-                results[f] = {"replacedCount": n}
-        if verbose:
-            gin.json_reply(req, 200, results)
-        else:
-            gin.ok(req)
-
-    # -- upload ---------------------------------------------------------------------------------
-    def upload(self, req: Request) -> None:
-        """The form is read as it arrives, each part's data past SPOOL_BYTES in an unnamed temporary
-        file (Gin's ParseMultipartForm keeps 32 MiB in memory, the rest on disk), so memory does not
-        grow with the upload; the targets are written once the whole form parsed (execd pairs the
-        metadata and file parts by index first)."""
-        boundary = multipart.boundary_from_content_type(req.headers.get("Content-Type"))
-        parts: list[multipart.Part] = []
-        try:
-            try:
-                if boundary is None:
-                    raise multipart.MultipartError("not multipart")
-                parser = multipart.MultipartParser(boundary, spool_at=SPOOL_BYTES)
-                req.stream_body(lambda chunk: parts.extend(parser.feed(chunk)))
-                parts += parser.close()
-            except (multipart.MultipartError, ValueError, OSError):
-                req.handler.close_connection = True  # the rest of the body is left unread
-                raise ExecdError(400, INVALID_FILE, "multipart form is empty") from None
-            self._store(parts)
-        finally:
-            for p in parts:
-                p.close()
-        gin.ok(req)
-
-    def _store(self, parts: list[multipart.Part]) -> None:
-        metas = [p for p in parts if p.is_file and p.name == "metadata"]
-        files = [p for p in parts if p.is_file and p.name == "file"]
-        if not metas:
-            raise ExecdError(400, INVALID_FILE_METADATA, "metadata file is missing")
-        if not files:
-            raise ExecdError(400, INVALID_FILE_CONTENT, "file is missing")
-        if len(metas) != len(files):
-            raise ExecdError(400, INVALID_FILE, f"metadata and file count mismatch: {len(metas)} vs {len(files)}")
-        for meta_part, file_part in zip(metas, files, strict=True):
-            try:
-                meta = check_struct(unmarshal_value(b"".join(meta_part.chunks())), FILE_METADATA)
-            except GoJSONError as exc:
-                raise ExecdError(400, INVALID_FILE_METADATA, f"invalid metadata format. {exc}") from exc
-            self.fs.upload(meta.get("path") or "", file_part.chunks(), meta)
-
-    # -- download -------------------------------------------------------------------------------
-    def download(self, req: Request) -> None:
-        p = _required_path(req)
-        raw_offset, raw_limit = req.q("offset") or "", req.q("limit") or ""
-        line_mode = bool(raw_offset or raw_limit)
-        rng = req.headers.get("Range") or ""
-        if line_mode and rng:
-            raise ExecdError(400, INVALID_REQUEST,
-                             "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive")
-        rp, fh = self.fs.open_for_download(p)
-        with fh:
-            if line_mode:
-                self._lines(req, fh, raw_offset, raw_limit)
-                return
-            if isinstance(fh, _DirHandle):
-                # the binary answers 200 with Content-Length 9223372036854775807 (Seek to the end of a
-                # directory) and no body; Python's http.client overflows on that. Accepted difference
-                # (QUIRKS.md, diff files.download "directory"): a typed error instead.
-                raise ExecdError(500, RUNTIME_ERROR, f"error accessing file: read {rp}: is a directory")
-            st = _fstat(fh)
-            is_dir = False
-            size = st.st_size
-            headers = {"Content-Type": "application/octet-stream",
-                       "Content-Disposition": content_disposition(posixpath.basename(rp.rstrip("/")) or "/"),
-                       "Content-Length": str(size)}
-            if rng:
-                ranges = execd_parse_range(rng, size)
-                if ranges is None:
-                    # RespondError(416, UNKNOWN) with the download headers already set: Content-Type and
-                    # Content-Length (the file size) stay; Go writes the JSON only if it fits in that
-                    # length, and the short body ends with the connection (tiers/diff gen.range)
-                    _send_head(req, 416, headers, close=True)
-                    body = b'{"code":"UNKNOWN"}'
-                    if len(body) <= size and req.method != "HEAD":
-                        req.handler.wfile.write(body)
-                    return
-                if ranges:
-                    start, length = ranges[0]
-                    headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
-                    headers["Content-Length"] = str(length)
-                    _send_file(req, 206, headers, fh, start, length)
-                    return
-            self._serve_content(req, fh, headers, size, st.st_mtime, is_dir)
-
-    def _serve_content(self, req: Request, fh: Any, headers: dict[str, str], size: int, mtime: float,
-                       is_dir: bool) -> None:
-        """net/http ServeContent (Go 1.27) for what execd leaves to it."""
-        last_mod = email.utils.formatdate(int(mtime), usegmt=True)
-        headers["Last-Modified"] = last_mod
-        rng = req.headers.get("Range") or ""
-        cond = _preconditions(req, int(mtime))
-        if cond == "not-modified":
-            for k in ("Content-Type", "Content-Length", "Content-Encoding"):
-                headers.pop(k, None)
-            _send_head(req, 304, headers)
-            return
-        if cond == "precondition-failed":
-            _serve_error(req, headers, 412, "Precondition Failed\n")
-            return
-        if cond == "ignore-range" or "," in rng:
-            # a Range with several parts (even empty ones, "-0,,") is ignored by the binary's
-            # ServeContent: 200 with the whole file, never multipart/byteranges (tiers/diff gen.range)
-            rng = ""
-        try:
-            ranges = go_parse_range(rng, size)
-        except NoOverlap:
-            if size == 0:
-                ranges = []
-            else:
-                headers["Content-Range"] = f"bytes */{size}"
-                _serve_error(req, headers, 416, "invalid range: failed to overlap\n")
-                return
-        if ranges is None:
-            _serve_error(req, headers, 416, "invalid range\n")
-            return
-        if sum(n for _, n in ranges) > size:
-            ranges = []
-        status, start, length = 200, 0, size
-        if len(ranges) == 1:
-            start, length = ranges[0]
-            status = 206
-            headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{size}"
-        headers["Accept-Ranges"] = "bytes"
-        headers["Content-Length"] = str(length)
-        if is_dir:  # the headers go out, the copy fails at once: an empty, cut-off body
-            _send_head(req, status, headers, close=True)
-            return
-        _send_file(req, status, headers, fh, start, length)
-
-    def _lines(self, req: Request, fh: Any, raw_offset: str, raw_limit: str) -> None:
-        """serveLineRange: 1-based offset (default 1), limit (default all), lines without their
-        "\\r\\n" joined by "\\n"; text/plain; charset=utf-8, Go's buffering decides the framing."""
-        offset, limit = 1, -1
-        if raw_offset:
-            v = _parse_int64(raw_offset)
-            if v is None or v < 1:
-                raise ExecdError(400, INVALID_REQUEST, f"invalid query parameter 'offset': {raw_offset}")
-            offset = v
-        if raw_limit:
-            v = _parse_int64(raw_limit)
-            if v is None or v < 1:
-                raise ExecdError(400, INVALID_REQUEST, f"invalid query parameter 'limit': {raw_limit}")
-            limit = v
-        out = linerange.GoWriter(req, "text/plain; charset=utf-8")
-        if linerange.line_range(fh, offset, limit, out, linerange.Gone(req, self._stopping)):
-            out.close()
-        else:
-            req.handler.close_connection = True  # the client left or the sandbox went: nothing more is sent
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
-def _required_path(req: Request) -> str:
-    """The ``path`` query parameter, which the controller requires (400 MISSING_QUERY without it)."""
-    p = req.q("path") or ""
-    if not p:
-        raise missing_query("path")
-    return p
+def _ftype(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    if stat.S_ISDIR(st.st_mode):
+        return "directory"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    return "other"
 
 
-def _each(items: Any, op: Any, req: Request) -> None:
-    """``op`` on every item in order (a tuple item is its arguments), the first error answering; then
-    RespondSuccess(nil)."""
-    for it in items:
-        op(*it) if isinstance(it, tuple) else op(it)
-    gin.ok(req)
+def file_info(spath: str, st: os.stat_result, names: "Accounts | None" = None) -> dict[str, Any]:
+    """model.FileInfo (recording 13): mode is the permission bits written as octal digits, created_at
+    is the ctime (syscall_linux.go getFileCreateTime). Owner and group are named by the sandbox's
+    accounts (``names``) or, without a view of the sandbox's own, the host's."""
+    return {"path": spath, "type": _ftype(st), "size": st.st_size,
+            "modified_at": go_time(st.st_mtime_ns), "created_at": go_time(st.st_ctime_ns),
+            "owner": names.owner(st.st_uid) if names else _owner(st.st_uid),
+            "group": names.group(st.st_gid) if names else _group(st.st_gid),
+            "mode": int(oct(stat.S_IMODE(st.st_mode) & 0o777)[2:])}
 
 
-def _atoi(text: str) -> int | None:
-    """strconv.Atoi."""
-    return _parse_int64(text)
+def _map_id(rows: list[tuple[int, int, int]], ident: int, outward: bool) -> int:
+    """An id through a user namespace's map (inside -> outside when outward); 65534 (the overflow
+    id) when unmapped; unchanged without a map."""
+    if not rows:
+        return ident
+    for inside, outside, count in rows:
+        a, b = (inside, outside) if outward else (outside, inside)
+        if a <= ident < a + count:
+            return b + ident - a
+    return 65534
 
 
-def _parse_int64(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64): optional sign, digits only, 64-bit range."""
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
-        return None
-    v = int(text)
-    return v if -(1 << 63) <= v < (1 << 63) else None
+class Accounts:
+    """The sandbox's own users and groups, as execd inside the container sees them (Go's os/user reads
+    the container's /etc/passwd and /etc/group), with the user namespace's id mapping applied."""
+
+    def __init__(self, passwd: bytes, group: bytes, uid_map: list, gid_map: list):
+        def table(text: bytes) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for line in text.decode("utf-8", "replace").splitlines():
+                f = line.split(":")
+                if len(f) >= 3 and f[2].isdigit() and f[0] not in out:
+                    out[f[0]] = int(f[2])
+            return out
+        self.users, self.groups = table(passwd), table(group)
+        self._uid_names = {v: k for k, v in reversed(list(self.users.items()))}
+        self._gid_names = {v: k for k, v in reversed(list(self.groups.items()))}
+        self.uid_map, self.gid_map = uid_map, gid_map
+
+    def owner(self, host_uid: int) -> str:
+        uid = _map_id(self.uid_map, host_uid, False)
+        return self._uid_names.get(uid, str(uid))
+
+    def group(self, host_gid: int) -> str:
+        gid = _map_id(self.gid_map, host_gid, False)
+        return self._gid_names.get(gid, str(gid))
+
+    def host_uid(self, name: str) -> int | None:
+        uid = self.users.get(name)
+        return None if uid is None else _map_id(self.uid_map, uid, True)
+
+    def host_gid(self, name: str) -> int | None:
+        gid = self.groups.get(name)
+        return None if gid is None else _map_id(self.gid_map, gid, True)
 
 
-def _fstat(fh: Any) -> Any:
-    return os.fstat(fh.fileno())
+def _octal_mode(mode: int) -> int:
+    """strconv.ParseUint(strconv.Itoa(mode), 8, 32); Go's os.FileMode then keeps the permission
+    bits only (its setuid/sticky flags are other bits), so 4755 chmods to 0755 (tiers/diff)."""
+    text = str(mode)
+    if not re.fullmatch(r"[0-7]+", text) or int(text, 8) >= 1 << 32:
+        raise GoError(f'strconv.ParseUint: parsing "{text}": invalid syntax'
+                      if not re.fullmatch(r"[0-7]+", text) else f'strconv.ParseUint: parsing "{text}": value out of range')
+    return int(text, 8) & 0o777
 
 
 # ---------------------------------------------------------------------------------------------
-# byte ranges and the download's name (HTTP text: execd controller/utils.go, net/http)
 
-def execd_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
-    """execd controller/utils.go ParseRange: None = "invalid range"; [] = nothing satisfiable (then
-    net/http's ServeContent sees the same header)."""
-    if not s.startswith("bytes="):
-        return None
-    out: list[tuple[int, int]] = []
-    for ra in s[6:].split(","):
-        ra = ra.strip()
-        if not ra:
-            continue
-        if "-" not in ra:
+
+class SandboxFS:
+    """execd's file operations on one sandbox."""
+
+    def __init__(self, runtime: Any):
+        self.rt = runtime
+
+    # -- paths ----------------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """execd's own environment (os.Environ) as the sandbox sees it: what $VAR expands to."""
+        env = dict(self.rt.base_env())
+        if not getattr(self.rt, "isolated", True):
+            env.update(HOME="/root", TMPDIR="/tmp")
+        return env
+
+    def expand(self, p: str) -> str:
+        """pathutil.ExpandPath; raises GoError."""
+        try:
+            return expand_path(p, self.env(), self.env().get("HOME", "/root"))
+        except PathExpandError as exc:
+            raise GoError(str(exc)) from None
+
+    def expand_abs(self, p: str) -> str:
+        """pathutil.ExpandAbsPath (relative to execd's working directory "/")."""
+        e = self.expand(p)
+        return clean(e if e.startswith("/") else "/" + e)
+
+    def abs_or(self, p: str, prefix: str) -> str:
+        """expand_abs(p); its error as ``fmt.Errorf(prefix + "%v", err)`` (a new error, not wrapped)."""
+        try:
+            return self.expand_abs(p)
+        except GoError as e:
+            raise GoError(prefix + e.text) from None
+
+    def _expanded(self, sp: str) -> str:
+        """The clean absolute sandbox path of an expanded path (relative to "/"), its ".." walked first
+        as the kernel walks it; raises OSError / ValueError."""
+        sp = sp if sp.startswith("/") else "/" + sp
+        if "\x00" in sp:
+            raise ValueError("path contains a NUL byte")
+        self.check_dotdot(sp)
+        return clean(sp)
+
+    def _walk_root(self, p: str, follow: bool) -> tuple[str, os.stat_result]:
+        """ListDirectory / SearchFiles: the absolute path (``path, err := ExpandAbsPath(path)`` shadows the
+        path with "" before the message uses it) and its (l)stat, errors as execd answers them."""
+        try:
+            sabs = self.expand_abs(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error converting path  to absolute. {e}") from None
+        try:
+            return sabs, (self.stat if follow else self.lstat)(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
+
+    def host(self, spath: str, follow: bool = True) -> str:
+        return self.rt.resolve(spath if spath.startswith("/") else "/" + spath, follow_symlinks=follow)
+
+    def root_host(self) -> str:
+        """The host path that is the sandbox's "/" (never removed or renamed)."""
+        return self.host("/", follow=False)
+
+    def names(self) -> Accounts | None:
+        """The sandbox's accounts when execd works on the sandbox's own view, else None (the host's)."""
+        view = getattr(self.rt, "view_root", None)
+        if view is None or not getattr(self.rt, "isolated", False) or view() == self.rt.root:
             return None
-        a, b = (x.strip() for x in ra.split("-", 1))
-        if a == "":
-            n = _parse_int64(b)
-            if n is None or n < 0:
-                return None
-            n = min(n, size)
-            start, length = size - n, n
+        def read(sp: str) -> bytes:
+            try:
+                with os.fdopen(self.fd(sp, os.O_RDONLY), "rb") as fh:
+                    return fh.read(1 << 20)
+            except (OSError, ValueError):
+                return b""
+        passwd, group = read("/etc/passwd"), read("/etc/group")
+        return Accounts(passwd, group, self.rt.id_map("uid"), self.rt.id_map("gid"))
+
+    def check_dotdot(self, spath: str) -> None:
+        """The kernel walks an uncleaned path: "a/x/../b" needs a/x to exist and be a directory
+        (resolve() cleans lexically). Raises OSError like open(2) would (tiers/diff gen.paths.upload)."""
+        parts = spath.split("/")
+        for i, comp in enumerate(parts):
+            if comp == ".." and "".join(parts[:i]).strip("/"):
+                prefix = "/".join(parts[:i]) or "/"
+                try:
+                    st = self.stat(prefix)
+                except GoError:
+                    raise OSError(errno.ENOENT, "no such file or directory") from None
+                if not stat.S_ISDIR(st.st_mode):
+                    raise OSError(errno.ENOTDIR, "not a directory")
+
+    def fd(self, spath: str, flags: int, mode: int = 0) -> int:
+        """An fd of a sandbox path, opened by openat2(RESOLVE_IN_ROOT) on the sandbox's "/" (runtime/openat2.py:
+        the kernel's one walk never leaves the root, whatever runs inside concurrently); without
+        openat2, open(2) of the checked host path (racy: the start-up note and x-mock-isolation say so)."""
+        if openat2.AVAILABLE:
+            return openat2.open_in(self.root_host(), spath, flags, mode)
+        return os.open(self.host(spath, not flags & os.O_NOFOLLOW), flags | os.O_CLOEXEC, mode)
+
+    def parent(self, spath: str) -> tuple[int, str]:
+        """(O_PATH fd of the parent directory, last name) of a sandbox path; name "" for "/"."""
+        sabs = clean("/" + spath.lstrip("/"))
+        if openat2.AVAILABLE:
+            return openat2.parent_in(self.root_host(), sabs)
+        hp, root = self.host(sabs, follow=False), self.root_host()
+        if hp == root:
+            return os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), ""
+        head, name = os.path.split(hp)
+        return os.open(head, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), name
+
+    def _fdcall(self, op: str, spath: str, flags: int, fn: Any) -> Any:
+        """fn(fd) on the sandbox path opened with flags; errors as Go's *PathError."""
+        try:
+            fd = self.fd(spath, flags)
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+        try:
+            return fn(fd)
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+        finally:
+            os.close(fd)
+
+    def _atcall(self, op: str, spath: str, fn: Any) -> Any:
+        """fn(parent fd, name) on a sandbox path's parent directory; errors as Go's *PathError."""
+        try:
+            pfd, name = self.parent(spath)
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+        try:
+            return fn(pfd, name)
+        except (OSError, ValueError) as exc:
+            raise GoError.path(op, spath, exc) from None
+        finally:
+            os.close(pfd)
+
+    def stat(self, spath: str) -> os.stat_result:
+        return self._fdcall("stat", spath, os.O_PATH, os.fstat)
+
+    def lstat(self, spath: str) -> os.stat_result:
+        return self._fdcall("lstat", spath, os.O_PATH | os.O_NOFOLLOW, os.fstat)
+
+    def mkdir_all(self, spath: str) -> list[str]:
+        """os.MkdirAll(path, 0777) with a 022 umask: the dirs it created; raises GoError (the
+        component that is not a directory: "mkdir /a/file: not a directory")."""
+        created: list[str] = []
+        cur = ""
+        for comp in [c for c in clean("/" + spath).split("/") if c]:
+            cur = cur + "/" + comp
+            try:
+                st = self.stat(cur)
+            except GoError as e:
+                if not e.not_exist:
+                    raise GoError("mkdir" + e.text[4:]) from None
+                try:
+                    self._atcall("mkdir", cur, _mkdir_at)
+                except GoError as e2:
+                    if "file exists" in e2.text:
+                        continue  # made meanwhile by someone else: fine, like MkdirAll
+                    raise
+                created.append(cur)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise GoError(f"mkdir {cur}: not a directory")
+        return created
+
+    def chown(self, sabs: str, owner: str, group: str) -> None:
+        """SetFileOwnership."""
+        if not owner and not group:
+            return
+        names = self.names()
+
+        def lookup(kind: str, name: str) -> int:
+            """user.Lookup / user.LookupGroup in the sandbox's accounts (else the host's); -1 = keep."""
+            if not name:
+                return -1
+            try:
+                if kind == "user":
+                    found = names.host_uid(name) if names else pwd.getpwnam(name).pw_uid
+                else:
+                    found = names.host_gid(name) if names else grp.getgrnam(name).gr_gid
+                if found is None:
+                    raise KeyError(name)
+                return found
+            except KeyError:
+                raise GoError(f"failed to lookup {kind} {name}: {kind}: unknown {kind} {name}") from None
+
+        uid, gid = lookup("user", owner), lookup("group", group)
+        try:
+            self._fdcall("chown", sabs, os.O_PATH, lambda fd: os.chown(_proc_fd(fd), uid, gid))
+        except GoError as exc:
+            raise GoError(f"failed to set owner/group for {sabs}: {exc}") from None
+
+    def chmod_file(self, p: str, perm: Mapping[str, Any]) -> None:
+        """ChmodFile: mode 0 leaves the mode; digits are octal; then owner/group."""
+        sabs = self.expand_abs(p)
+        mode = int(perm.get("mode") or 0)
+        if mode:
+            m = _octal_mode(mode)
+            self._fdcall("chmod", sabs, os.O_PATH, lambda fd: os.chmod(_proc_fd(fd), m))
+        self.chown(sabs, perm.get("owner") or "", perm.get("group") or "")
+
+    # -- info -------------------------------------------------------------------------------------
+    def info(self, paths: Iterable[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        names = self.names()
+        for p in paths:
+            try:
+                sabs = self.abs_or(p, f"invalid path {p}: ")
+                try:
+                    st = self.lstat(sabs)
+                except GoError as e:
+                    if e.not_exist:
+                        raise e.wrap(f"file not found: {p}: ") from None
+                    raise GoError(f"error accessing file {p}: {e}") from None
+            except GoError as e:
+                raise handle_file_error(e) from None
+            out[p] = file_info(sabs, st, names)
+        return out
+
+    # -- delete ---------------------------------------------------------------------------------
+    def delete_file(self, p: str) -> None:
+        """DeleteFile; raises ExecdError 500 `error removing file <p>. <err>`."""
+        try:
+            sabs = self.abs_or(p, "invalid path: ")
+            try:
+                st = self.stat(sabs)
+            except GoError as e:
+                if e.not_exist:
+                    return  # missing is fine (recording 13: second delete 200)
+                raise
+            if stat.S_ISDIR(st.st_mode) or sabs == "/":
+                raise GoError(f"path is a directory: {p}")
+            try:
+                self._atcall("remove", sabs, _unlink_at)
+            except GoError as e:
+                raise GoError(f"failed to remove file: {e}") from None
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error removing file {p}. {e}") from None
+
+    def remove_dir(self, p: str) -> None:
+        """RemoveDirs: ExpandPath then os.RemoveAll (missing is fine, symlinks removed, not followed).
+        The sandbox root itself is emptied, never removed."""
+        try:
+            resolved = self.expand(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error resolving directory {p}. {e}") from None
+        sabs = clean("/" + resolved if not resolved.startswith("/") else resolved)
+        try:
+            self._atcall("unlinkat", sabs, _remove_all_at)
+        except GoError as exc:
+            raise ExecdError(500, RUNTIME_ERROR, f"error removing directory {p}. {exc}") from None
+
+    # -- directories ----------------------------------------------------------------------------
+    def make_dir(self, d: str, perm: Mapping[str, Any]) -> None:
+        """MakeDir: MkdirAll(0777), then ChmodFile only for a directory that did not exist."""
+        try:
+            sabs = self.expand_abs(d)
+            try:
+                self.stat(sabs)
+                existed = True
+            except GoError:
+                existed = False
+            self.mkdir_all(sabs)
+            if not existed:
+                self.chmod_file(sabs, perm)
+        except GoError as e:
+            raise handle_file_error(e) from None
+
+    def list_dir(self, p: str, depth: int) -> list[dict[str, Any]]:
+        sabs, st = self._walk_root(p, follow=False)
+        if stat.S_ISLNK(st.st_mode):
+            raise ExecdError(400, INVALID_REQUEST, f"path is a symbolic link, refusing to traverse: {sabs}")
+        if not stat.S_ISDIR(st.st_mode):
+            raise ExecdError(400, INVALID_REQUEST, f"path is not a directory: {sabs}")
+        entries: list[dict[str, Any]] = []
+        if depth > 0:
+            try:
+                self._walk(sabs, 0, depth, entries, self.names())
+            except GoError as e:
+                raise ExecdError(500, RUNTIME_ERROR, f"error listing directory {sabs}. {e}") from None
+        return entries
+
+    def _walk(self, sdir: str, cur: int, maxd: int, out: list[dict[str, Any]], accounts: Accounts | None) -> None:
+        try:
+            dfd = self.fd(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except (OSError, ValueError) as exc:
+            raise GoError.path("open", sdir, exc) from None
+        try:
+            rows = []
+            for name in sorted(os.listdir(dfd)):
+                try:
+                    rows.append((name, os.stat(name, dir_fd=dfd, follow_symlinks=False)))
+                except FileNotFoundError:
+                    continue
+        finally:
+            os.close(dfd)
+        for name, st in rows:
+            sp = posixpath.join(sdir, name)
+            out.append(file_info(sp, st, accounts))
+            if stat.S_ISDIR(st.st_mode) and cur + 1 < maxd:
+                self._walk(sp, cur + 1, maxd, out, accounts)
+
+    # -- search ---------------------------------------------------------------------------------
+    def search(self, p: str, pattern: str) -> list[dict[str, Any]]:
+        sabs, _ = self._walk_root(p, follow=True)
+        pattern = pattern or "**"
+        try:
+            glob_match(pattern, "x")
+        except ValueError:
+            bad = True
         else:
-            start = _parse_int64(a)
-            if start is None or start < 0:
-                return None
-            if b == "":
-                length = size - start
-            else:
-                end = _parse_int64(b)
-                if end is None or end < start:
-                    return None
-                length = end - start + 1
-        if start >= size:
-            continue
-        length = min(length, size - start)
-        out.append((start, length))
-    return out
+            bad = False
+        found: list[dict[str, Any]] = []
+        accounts = self.names()
+
+        def visit_file(sp: str, st_or_entry: Any) -> None:
+            if bad:
+                raise ExecdError(500, RUNTIME_ERROR,
+                                 f"error searching files. invalid pattern {pattern}: syntax error in pattern")
+            if glob_match(pattern, posixpath.basename(sp) or sp):
+                st1 = st_or_entry if isinstance(st_or_entry, os.stat_result) else st_or_entry.stat(follow_symlinks=False)
+                found.append(file_info(sp, st1, accounts))
+
+        # filepath.Walk: lexical order, directories descended (never through a symlink), everything
+        # else matched against the pattern; scandir's d_type spares a stat per entry (a search of "/"
+        # walks the whole view: /usr, /proc, /sys)
+        try:
+            st0 = self.lstat(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
+        if not stat.S_ISDIR(st0.st_mode):
+            visit_file(sabs, st0)
+            return found
+
+        def listing(sp: str) -> Any:
+            """(sandbox path, its entries, the fd they stat through): every directory opened through
+            the root (fd()), never by a host path a swap could redirect."""
+            try:
+                dfd = self.fd(sp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            except (OSError, ValueError):
+                return sp, iter(()), -1
+            try:
+                with os.scandir(dfd) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                entries = []
+            return sp, iter(entries), dfd
+
+        stack = [listing(sabs)]
+        try:
+            while stack:
+                sp, it, _ = stack[-1]
+                ent = next(it, None)
+                if ent is None:
+                    dfd = stack.pop()[2]
+                    if dfd >= 0:
+                        os.close(dfd)
+                    continue
+                child = posixpath.join(sp, ent.name)
+                try:
+                    if ent.is_dir(follow_symlinks=False):
+                        stack.append(listing(child))  # descended before the next name
+                    else:
+                        visit_file(child, ent)
+                except FileNotFoundError:
+                    continue
+        finally:
+            for _, _, dfd in stack:
+                if dfd >= 0:
+                    os.close(dfd)
+        return found
+
+    # -- rename ---------------------------------------------------------------------------------
+    def rename(self, src_in: str, dest_in: str) -> None:
+        """RenameFile; errors go through handleFileError."""
+        try:
+            src = self.abs_or(src_in, "invalid source path: ")
+            dest = self.abs_or(dest_in, "invalid destination path: ")
+            try:
+                self.stat(src)
+            except GoError as e:
+                if e.not_exist:
+                    raise e.wrap(f"source path not found: {src_in}: ") from None
+            try:
+                self.mkdir_all(posixpath.dirname(dest))
+            except GoError as e:
+                raise GoError(f"failed to create destination directory: {e}") from None
+            try:
+                self.stat(dest)
+                raise GoError(f"destination path already exists: {dest_in}")
+            except GoError as e:
+                if e.text.startswith("destination path already exists"):
+                    raise
+            ps = pd = -1
+            try:
+                ps, ns = self.parent(src)
+                pd, nd = self.parent(dest)
+                if not ns:
+                    raise OSError(errno.EBUSY, "device or resource busy")
+                os.rename(ns, nd or ".", src_dir_fd=ps, dst_dir_fd=pd)
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, ValueError):
+                    exc = OSError(errno.EINVAL, "invalid argument")
+                raise GoError(f"failed to rename file: rename {src} {dest}: {errno_text(exc)}",
+                              exc.errno == errno.ENOENT) from None
+            finally:
+                for fd in (ps, pd):
+                    if fd >= 0:
+                        os.close(fd)
+        except GoError as e:
+            raise handle_file_error(e) from None
+
+    # -- permissions / replace ------------------------------------------------------------------
+    def chmod(self, p: str, perm: Mapping[str, Any]) -> None:
+        try:
+            self.chmod_file(p, perm)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error changing permissions for {p}. {e}") from None
+
+    def replace(self, p: str, old: str, new: str) -> int:
+        """ReplaceContent for one file: returns the replaced count."""
+        try:
+            sabs = self.expand_abs(p)
+            self.stat(sabs)
+            content = self._fdcall("read", sabs, os.O_RDONLY, _read_fd)
+            st = self.stat(sabs)
+        except GoError as e:
+            raise handle_file_error(e) from None
+        if not old:
+            raise ExecdError(400, INVALID_REQUEST, "old content must not be empty")
+        ob, nb = old.encode("utf-8", "surrogateescape"), new.encode("utf-8", "surrogateescape")
+        try:
+            self._fdcall("open", sabs, os.O_WRONLY | os.O_TRUNC,
+                         lambda fd: _write_fd(fd, content.replace(ob, nb), stat.S_IMODE(st.st_mode)))
+        except GoError as e:
+            raise handle_file_error(e) from None
+        return content.count(ob)
+
+    # -- upload ---------------------------------------------------------------------------------
+    def upload(self, target: str, data: bytes | Iterable[bytes], perm: Mapping[str, Any]) -> None:
+        """processUploadPair after the metadata was parsed: resolve, MkdirAll the parent, write
+        (O_TRUNC, 0777 &^ umask for a new file), ChmodFile."""
+        if not target:
+            raise ExecdError(400, INVALID_FILE_METADATA, "metadata path is empty")
+        try:
+            spath = self.expand(target)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error resolving target path {target}. {e}") from None
+        sdir = posixpath.dirname(spath) or "."
+        try:
+            self.mkdir_all(clean(sdir if sdir.startswith("/") else "/" + sdir))
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error creating target directory {sdir}. {e}") from None
+        try:
+            sabs = self._expanded(spath)
+            try:
+                fd = self.fd(sabs, os.O_WRONLY | os.O_CREAT | os.O_EXCL, MKDIR_MODE)
+                created = True
+            except FileExistsError:
+                fd = self.fd(sabs, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MKDIR_MODE)
+                created = False
+            with os.fdopen(fd, "wb") as out:
+                if created:
+                    os.fchmod(out.fileno(), MKDIR_MODE)
+                for piece in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+                    out.write(piece)
+        except (OSError, ValueError) as exc:
+            raise ExecdError(500, RUNTIME_ERROR,
+                             f"error opening destination file {spath}. {GoError.path('open', spath, exc)}") from None
+        try:
+            self.chmod_file(sabs, perm)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error chmoding file {spath}. {e}") from None
+
+    # -- download -------------------------------------------------------------------------------
+    def open_for_download(self, p: str) -> tuple[str, Any]:
+        """ExpandPath + os.Open: (resolved sandbox path, open binary file)."""
+        try:
+            rp = self.expand(p)
+        except GoError as e:
+            raise ExecdError(500, RUNTIME_ERROR, f"error resolving file path: {p}. {e}") from None
+        try:
+            sabs = self._expanded(rp)
+            fd = self.fd(sabs, os.O_RDONLY)
+        except (OSError, ValueError) as exc:
+            raise handle_file_error(GoError.path("open", rp, exc)) from None
+        try:
+            st = os.fstat(fd)
+        except OSError:  # pragma: no cover - fstat of an open fd
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            return rp, _DirHandle(fd)  # Go opens a directory fine; reading it fails later
+        fh = os.fdopen(fd, "rb")
+        return rp, fh
 
 
-class NoOverlap(Exception):
-    pass
+class _DirHandle:
+    """os.Open of a directory: Stat works, Seek(0, end) gives a huge size, Read fails."""
 
+    def __init__(self, fd: int):
+        self._fd = fd
 
-def go_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
-    """net/http parseRange: None = invalid ("invalid range"); raises NoOverlap; [] = no ranges."""
-    if s == "":
-        return []
-    if not s.startswith("bytes="):
-        return None
-    out: list[tuple[int, int]] = []
-    no_overlap = False
-    for ra in s[6:].split(","):
-        ra = ra.strip(" \t")
-        if ra == "":
-            continue
-        if "-" not in ra:
-            return None
-        a, b = ra.split("-", 1)
-        a, b = a.strip(" \t"), b.strip(" \t")
-        if a == "":
-            if b == "" or b[0] == "-":
-                return None
-            n = _parse_int64(b)
-            if n is None or n < 0:
-                return None
-            n = min(n, size)
-            out.append((size - n, n))
-            continue
-        i = _parse_int64(a)
-        if i is None or i < 0:
-            return None
-        if i >= size:
-            no_overlap = True
-            continue
-        if b == "":
-            out.append((i, size - i))
-            continue
-        j = _parse_int64(b)
-        if j is None or i > j:
-            return None
-        j = min(j, size - 1)
-        out.append((i, j - i + 1))
-    if no_overlap and not out:
-        raise NoOverlap()
-    return out
+    def fileno(self) -> int:  # pragma: no cover - not used
+        raise OSError(errno.EISDIR, "is a directory")
 
+    def stat(self) -> os.stat_result:
+        return os.fstat(self._fd)
 
-def content_disposition(name: str) -> str:
-    """formatContentDisposition: RFC 5987 form (url.PathEscape) when the name is not ASCII. A CR or LF
-    in a name (a file called "a\nb") goes out as a space: net/http writes every header value through
-    headerNewlineToSpace, so no name can split the header block."""
-    if all(ord(c) < 128 for c in name):
-        name = name.replace("\r", " ").replace("\n", " ")
-        return f'attachment; filename="{name}"'
-    enc = quote(name.encode("utf-8", "surrogateescape"), safe="!$&'()*+,;=:@-._~")
-    return f"attachment; filename=\"{enc}\"; filename*=UTF-8''{enc}"
+    def read(self, n: int = -1) -> bytes:
+        raise IsADirectoryError(errno.EISDIR, "is a directory")
 
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
-def _preconditions(req: Request, mtime: int) -> str | None:
-    """checkPreconditions (If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since, If-Range)
-    for a response without an ETag: "not-modified", "precondition-failed", "ignore-range" or None."""
-    h = req.headers
-    im = h.get("If-Match")
-    if im is not None:
-        if im.strip() != "*":  # no ETag: only "*" could match an existing file
-            return "precondition-failed"
-    elif h.get("If-Unmodified-Since"):
-        t = _http_date(h.get("If-Unmodified-Since") or "")
-        if t is not None and mtime > t:
-            return "precondition-failed"
-    inm = h.get("If-None-Match")
-    if inm is not None:
-        if inm.strip() == "*":
-            return "not-modified" if req.method in ("GET", "HEAD") else "precondition-failed"
-    elif req.method in ("GET", "HEAD") and h.get("If-Modified-Since"):
-        t = _http_date(h.get("If-Modified-Since") or "")
-        if t is not None and mtime <= t:
-            return "not-modified"
-    ir = h.get("If-Range")
-    if ir and h.get("Range") and req.method in ("GET", "HEAD"):
-        t = _http_date(ir)
-        if t is None or mtime != t:
-            return "ignore-range"
-    return None
+    def __enter__(self) -> "_DirHandle":
+        return self
 
-
-def _http_date(text: str) -> int | None:
-    try:
-        dt = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if dt is None:
-        return None
-    return int(dt.timestamp())
-
-
-def _send_head(req: Request, status: int, headers: dict[str, str], *, close: bool = False) -> None:
-    req.send_head(status, headers)
-    if close:
-        req.handler.close_connection = True
-
-
-def _serve_error(req: Request, headers: dict[str, str], status: int, text: str) -> None:
-    """net/http serveError/Error: drops Content-Length, Last-Modified (and ETag, Cache-Control,
-    Content-Encoding), text/plain + nosniff; other headers (Content-Disposition) stay."""
-    for k in ("Content-Length", "Last-Modified", "Etag", "Cache-Control", "Content-Encoding"):
-        headers.pop(k, None)
-    headers["Content-Type"] = "text/plain; charset=utf-8"
-    headers["X-Content-Type-Options"] = "nosniff"
-    body = text.encode()
-    headers["Content-Length"] = str(len(body))
-    _send_head(req, status, headers)
-    if req.method != "HEAD":
-        req.handler.wfile.write(body)
-        if httpcore.OBSERVERS:
-            req.sent_body += body
-
-
-def _send_file(req: Request, status: int, headers: dict[str, str], fh: Any, start: int, length: int) -> None:
-    _send_head(req, status, headers)
-    if req.method == "HEAD":
-        return
-    h = req.handler
-    try:
-        fh.seek(start)
-    except OSError:
-        h.close_connection = True
-        return
-    left = length
-    capture = bool(httpcore.OBSERVERS)
-    while left > 0:
-        chunk = fh.read(min(left, 1 << 16))
-        if not chunk:
-            break
-        h.wfile.write(chunk)
-        if capture:
-            req.sent_body += chunk
-        left -= len(chunk)
-    if left:  # the file shrank while we sent it: the framing is broken, drop the connection
-        h.close_connection = True
-
+    def __exit__(self, *a: Any) -> None:
+        self.close()

@@ -1,5 +1,5 @@
-"""The fd-based halves of execd's file operations (execd/fsops.py): every call works on an fd that
-openat2 (mock_opensandbox/openat2.py) found inside the sandbox's root, or by a single name in such a
+"""The fd-based halves of execd's file operations (execd/files.py): every call works on an fd that
+openat2 (mock_opensandbox/runtime/openat2.py) found inside the sandbox's root, or by a single name in such a
 directory fd, never by a host path that code inside the sandbox could redirect mid-walk."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """execd's pkg/util/glob.PathMatch (doublestar semantics; search matches it against the base name),
-for `GET /files/search` in execd/fsops.py. Pure: no files, no HTTP."""
+for `GET /files/search` in execd/files.py. Pure: no files, no HTTP."""
 from __future__ import annotations
 
 import re

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from ..httpcore import Server
+from mock_opensandbox.wire.http1 import Server
 
 EXECD_PORT = 44772
 

@@ -18,8 +18,8 @@ import urllib.parse
 import uuid
 from typing import Any, Callable
 
-from .. import wsproto
-from ..gojson import errno_text
+from mock_opensandbox.wire import websocket as wsproto
+from mock_opensandbox.wire.gojson import errno_text
 
 
 def _dial(host: str, port: int, exc: OSError) -> str:

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from ..relay import client_gone
-from . import gin
+from mock_opensandbox.wire.relay import client_gone
+from mock_opensandbox.execd import gin
 
 __all__ = ["GoWriter", "Gone", "line_range"]
 

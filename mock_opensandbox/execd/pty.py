@@ -1,413 +1,475 @@
-"""execd's interactive PTY sessions for the mock: ``POST /pty``, ``GET /pty/{id}``,
-``DELETE /pty/{id}`` and the WebSocket ``GET /pty/{id}/ws`` (standard library only, Python >= 3.10).
+"""execd's interactive PTY sessions, the model (standard library only, Python >= 3.10): ``PtySession``
+(the shell on a real pseudo-terminal or on pipes, the replay buffer, attach/detach, stdin, signals,
+resize, close) and ``PtyRegistry`` (the sessions of one execd). No HTTP: execd/pty_routes.py is the routes.
 
 Behaviour follows execd's source (opensandbox-group/OpenSandbox, components/execd):
+pkg/runtime/pty_session.go - bash (``--noprofile --norc``) else sh, 80x24 start size, process group
+signals, SIGKILL of the group on delete, exit code -1 after a signal; replay_buffer.go - 1 MiB ring
+with a monotonic byte offset.
 
-* PTY.md - usage notes: the shell starts on the first WebSocket, ``pty=0`` pipe mode, ``since=``
-  replay, ``takeover=1``, one WebSocket per session (409), ``exit`` frame then close.
-* pkg/web/router.go - the four routes; the access-token middleware runs before them.
-* pkg/web/controller/pty_controller.go - create (201 ``{"session_id"}``), status, delete (200, empty
-  body), 404 ``CONTEXT_NOT_FOUND`` "pty session <id> not found", 400 ``INVALID_REQUEST_BODY``.
-* pkg/web/controller/pty_ws.go - the WebSocket flow: 404/409 before the upgrade, start the shell if
-  it is not running, replay frame, ``connected`` frame, 30 s pings, 60 s read deadline, binary
-  stdin (0x00 + bytes), JSON text frames stdin/signal/resize/ping, ``exit`` frame + close 1000
-  "process exited", takeover closes the old holder with 4001 "TAKEN_OVER".
-* pkg/web/model/pty.go, pkg/web/model/pty_ws.go - JSON field names, frame type bytes, error codes.
-* pkg/runtime/pty_session.go - bash (``--noprofile --norc``) else sh, 80x24 start size, process
-  group signals, SIGKILL of the group on delete, exit code -1 after a signal; replay_buffer.go -
-  1 MiB ring with a monotonic byte offset.
-
-The session model (``PtySession``, ``PtyRegistry``: the shell, its terminal, replay, signals) is in
-execd/ptysession.py; this module is the HTTP side: request decoding, the four routes, the WebSocket loop.
+The shell is a real pseudo-terminal started through ``SandboxRuntime.spawn`` (so it runs in the
+sandbox root, in its own session, and dies with the sandbox). ``spawn`` gives every child a new
+session (``start_new_session=True``); a session leader acquires a controlling terminal by opening
+one, so a two-line ``/bin/sh`` wrapper reopens the slave by path and then execs the shell. If the
+runtime grows a ``controlling_tty=`` keyword (see docs/PTY.md) it is used instead.
 """
 from __future__ import annotations
 
-import json
-import re
+import errno
+import fcntl
+import inspect
+import os
+import queue
+import select
+import signal
 import struct
+import subprocess
+import termios
 import threading
+import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
-from .. import wsproto
-from ..gojson import GIN_JSON, go_json_bytes
-from .fsops import GoError, SandboxFS
-from .ptysession import OutputPipe, PtyRegistry, PtySession, ReplayBuffer
+from mock_opensandbox.wire import websocket as wsproto
 
-__all__ = ["PtySession", "PtyRegistry", "ReplayBuffer", "PTYRoutes", "register_pty_routes"]
+__all__ = ["PtySession", "PtyRegistry", "ReplayBuffer", "OutputPipe"]
 
-# pkg/web/model/pty_ws.go
-BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03
-WS_ERR_START_FAILED = "START_FAILED"
-WS_ERR_STDIN_WRITE_FAILED = "STDIN_WRITE_FAILED"
-WS_ERR_INVALID_FRAME = "INVALID_FRAME"
-WS_ERR_ALREADY_CONNECTED = "ALREADY_CONNECTED"
-WS_ERR_TAKEN_OVER = "TAKEN_OVER"
-WS_CLOSE_TAKEN_OVER = 4001
-# pkg/web/controller/pty_ws.go
-WS_PING_INTERVAL = 30.0
-WS_READ_DEADLINE = 60.0
-WS_TAKEOVER_TIMEOUT = 5.0
+# pkg/runtime/replay_buffer.go
+REPLAY_BUFFER_SIZE = 1 << 20
+# pkg/runtime/pty_session.go: 32 KiB reads, 80x24 initial size
+READ_CHUNK = 32 * 1024
+INITIAL_COLS, INITIAL_ROWS = 80, 24
+# pkg/runtime/pty_session.go parseSignalName
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL,
+           "SIGQUIT": signal.SIGQUIT, "SIGHUP": signal.SIGHUP}
+
+# Reopen the slave by path so the session leader gets it as controlling terminal, then run the shell.
+_CTTY_WRAPPER = 'exec 0<>"$1" 1>&0 2>&0 || exit 126; shift; exec "$@"'
 
 
-# ------------------------------------------------------------------------------------------------
-# HTTP side
+class ReplayBuffer:
+    """Last 1 MiB of output plus the total number of bytes ever written (replay_buffer.go)."""
 
+    def __init__(self, size: int = REPLAY_BUFFER_SIZE):
+        self.size = size
+        self._buf = bytearray()
+        self.total = 0
+        self._lock = threading.Lock()
 
-def _send_json(req: Any, status: int, obj: Any) -> None:
-    # Gin c.JSON: Go encoding/json (HTML-safe), no trailing newline, "application/json; charset=utf-8"
-    req.send(status, go_json_bytes(obj), GIN_JSON)
-
-
-def _send_error(req: Any, status: int, code: str, message: str) -> None:
-    _send_json(req, status, {"code": code, "message": message})  # model/error.go ErrorResponse
-
-
-_JSON_KIND = {str: "string", bool: "bool", int: "number", float: "number", list: "array", dict: "object"}
-
-
-def _go_decode_create(body: bytes) -> tuple[dict[str, str], str | None]:
-    """Decode POST /pty's body like Go's json.Decoder.Decode into CreatePTYSessionRequest:
-    empty body is fine (io.EOF), only the first JSON value is read, keys match case-insensitively,
-    unknown keys are ignored, null leaves a field unset. Returns (fields, error message)."""
-    text = body.decode("utf-8", "replace")
-    stripped = text.lstrip(" \t\r\n")
-    if not stripped:
-        return {}, None
-    try:
-        def _no_const(name: str) -> Any:
-            raise ValueError(f"invalid character '{name[0]}' looking for beginning of value")
-        value, _end = json.JSONDecoder(parse_constant=_no_const).raw_decode(stripped)
-    except ValueError as exc:
-        msg = str(exc)
-        if msg.startswith("invalid character"):
-            return {}, msg
-        if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(stripped.rstrip()):
-            return {}, "unexpected EOF"
-        bad = stripped[exc.pos] if isinstance(exc, json.JSONDecodeError) and exc.pos < len(stripped) else "?"
-        return {}, f"invalid character {bad!r} looking for beginning of value"  # Go-style, approximate
-    if value is None:
-        return {}, None
-    if not isinstance(value, dict):
-        return {}, (f"json: cannot unmarshal {_JSON_KIND.get(type(value), 'value')} into Go value of type "
-                    "model.CreatePTYSessionRequest")
-    out: dict[str, str] = {}
-    for field in ("operation_id", "cwd", "command"):
-        hit = field if field in value else next((k for k in value if k.lower() == field), None)
-        if hit is None or value[hit] is None:
-            continue
-        v = value[hit]
-        if not isinstance(v, str):
-            return {}, (f"json: cannot unmarshal {_JSON_KIND.get(type(v), 'value')} into Go struct field "
-                        f"CreatePTYSessionRequest.{field} of type string")
-        out[field] = v
-    return out, None
-
-
-def _parse_since(raw: str | None) -> int:
-    # pty_ws.go queryInt64: fmt.Sscanf("%d"), default 0 on error
-    if not raw:
-        return 0
-    m = re.match(r"\s*([+-]?\d+)", raw)
-    if not m:
-        return 0
-    n = int(m.group(1))
-    return n if -(1 << 63) <= n < (1 << 63) else 0
-
-
-def _is_ws_upgrade(headers: Any) -> bool:
-    conn = [t.strip().lower() for t in (headers.get("Connection") or "").split(",")]
-    upg = [t.strip().lower() for t in (headers.get("Upgrade") or "").split(",")]
-    return "upgrade" in conn and "websocket" in upg
-
-
-def _go_field(frame: dict, name: str) -> Any:
-    if name in frame:
-        return frame[name]
-    for k in frame:
-        if k.lower() == name:
-            return frame[k]
-    return None
-
-
-def _parse_client_frame(data: bytes) -> dict[str, Any] | None:
-    """json.Unmarshal into model.ClientFrame; None when Go would fail (the frame is then ignored)."""
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if obj is None:
-        obj = {}
-    if not isinstance(obj, dict):
-        return None
-    out: dict[str, Any] = {}
-    for name in ("type", "data", "signal"):
-        v = _go_field(obj, name)
-        if v is not None and not isinstance(v, str):
-            return None
-        out[name] = v or ""
-    for name in ("cols", "rows"):
-        v = _go_field(obj, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not -(1 << 63) <= v < (1 << 63)):
-            return None
-        out[name] = v or 0
-    return out
-
-
-class PTYRoutes:
-    """The HTTP side of execd's PTY routes (pty_controller.go): handlers take an httpcore.Request
-    whose ``params`` the dispatcher filled in; ``registry`` holds the sessions (``close_all()`` when
-    the sandbox ends). ``mode``: "v1.1.0" status answers carry session_id/running/output_offset only
-    (model/pty.go at 3bb6fad, tiers/diff pty.lifecycle); "latest" adds launch_attempted/launch_failed."""
-
-    def __init__(self, runtime: Any, mode: str = "v1.1.0", registry: "PtyRegistry | None" = None):
-        self.runtime = runtime
-        self.mode = mode
-        self.registry = registry if registry is not None else PtyRegistry(runtime)
-
-    def create(self, req: Any) -> None:
-        fields, err = _go_decode_create(req.body)
-        if err is not None:
-            _send_error(req, 400, "INVALID_REQUEST_BODY", f"error parsing request: {err}")
+    def write(self, data: bytes) -> None:
+        if not data:
             return
-        cwd = fields.get("cwd", "")
-        fs = SandboxFS(self.runtime)
+        with self._lock:
+            self.total += len(data)
+            self._buf += data
+            if len(self._buf) > self.size:
+                del self._buf[:len(self._buf) - self.size]
+
+    def read_from(self, offset: int) -> tuple[bytes, int]:
+        """Bytes from absolute ``offset`` (clamped to the oldest byte kept) and the offset of the
+        first returned byte; (b"", total) when the caller is caught up."""
+        with self._lock:
+            if offset >= self.total:
+                return b"", self.total
+            oldest = self.total - len(self._buf)
+            if offset < oldest:
+                offset = oldest
+            return bytes(self._buf[offset - oldest:]), offset
+
+
+class OutputPipe:
+    """Per-connection hand-off between the session's reader thread and the connection's pump
+    (execd uses an io.Pipe: the reader blocks while the client is slow; nothing is buffered
+    without bound). ``put`` never blocks once the pipe is closed."""
+
+    _CLOSE = object()
+
+    def __init__(self) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=64)
+        self.closed = False
+
+    def put(self, item: Any) -> bool:
+        while not self.closed:
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def get(self) -> Any:
+        return self._q.get()
+
+    def close(self) -> None:
+        """No more puts; wakes the pump (after what is queued) with the end marker."""
+        if self.closed:
+            return
+        self.closed = True
+        while True:
+            try:
+                self._q.put_nowait(self._CLOSE)
+                return
+            except queue.Full:
+                try:
+                    self._q.get_nowait()  # the pump is gone or stuck; drop the oldest chunk
+                except queue.Empty:
+                    pass
+
+
+class PtySession:
+    """One execd PTY session: created by POST /pty, its shell started by the first WebSocket."""
+
+    def __init__(self, registry: "PtyRegistry", sid: str, cwd: str, command: str):
+        self.registry = registry
+        self.id = sid
+        self.cwd = cwd
+        self.command = command
+        self.lock = threading.RLock()
+        self.closing = False
+        self.start_attempted = False
+        self.launch_failed = False
+        self.pid = 0
+        self.proc: subprocess.Popen | None = None
+        self.exit_code = -1
+        self.done: threading.Event | None = None
+        self.is_pty = False
+        self._master: int | None = None
+        self._stdin_fd: int | None = None
+        self._fds: list[int] = []  # fds the waiter closes once the readers are finished
+        self._readers: list[threading.Thread] = []
+        self._waiter: threading.Thread | None = None
+        self._stop_readers = threading.Event()
+        self.replay = ReplayBuffer()
+        self._out_lock = threading.Lock()
+        self._sink_out: OutputPipe | None = None
+        self._sink_err: OutputPipe | None = None
+        self._io_lock = threading.Lock()
+        self._ws_lock = threading.Lock()
+        self._ws_held = False
+        self._evict_lock = threading.Lock()
+        self._evict: Callable[[], None] | None = None
+        self._evict_gen = 0
+
+    # -- exclusive WebSocket holder (pty_session.go LockWS / TakeoverWS) ------------------------
+    def lock_ws(self) -> bool:
+        with self._ws_lock:
+            if self._ws_held:
+                return False
+            self._ws_held = True
+            return True
+
+    def unlock_ws(self) -> None:
+        with self._ws_lock:
+            self._ws_held = False
+
+    def set_evict_handler(self, fn: Callable[[], None]) -> int:
+        with self._evict_lock:
+            self._evict_gen += 1
+            self._evict = fn
+            return self._evict_gen
+
+    def clear_evict_handler(self, gen: int) -> None:
+        with self._evict_lock:
+            if self._evict_gen == gen:
+                self._evict = None
+
+    def takeover_ws(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.lock_ws():
+                return True
+            with self._evict_lock:
+                fn = self._evict
+            if fn is not None:
+                fn()
+            if time.monotonic() > deadline:
+                return self.lock_ws()
+            time.sleep(0.01)
+
+    # -- process ------------------------------------------------------------------------------
+    def is_running(self) -> bool:
+        with self.lock:
+            return self.pid != 0
+
+    def _shell_argv(self) -> list[str]:
+        shell = self.registry.runtime.shell()[0]
+        argv = [shell]
+        if os.path.basename(shell) == "bash":  # runtime/command.go shellCommand: bash only
+            argv += ["--noprofile", "--norc"]
+        if self.command:
+            argv += ["-c", self.command]
+        return argv
+
+    def start(self, pipe_mode: bool) -> None:
+        with self.lock:
+            if self.pid != 0:
+                raise RuntimeError("pty session already started")
+            if self.closing:
+                raise RuntimeError("pty session is closing")
+            self.start_attempted = True
+            try:
+                if pipe_mode:
+                    self._start_pipe()
+                else:
+                    self._start_pty()
+                self.launch_failed = False
+            except BaseException:
+                self.launch_failed = True
+                raise
+
+    def _begin(self, proc: subprocess.Popen, streams: list[tuple[int, bool]]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.exit_code = -1
+        self.done = threading.Event()
+        self._stop_readers = threading.Event()
+        self._readers = []
+        for fd, is_stdout in streams:
+            t = threading.Thread(target=self._read_loop, args=(fd, is_stdout), daemon=True,
+                                 name=f"pty-read-{self.id[:8]}")
+            self._readers.append(t)
+            t.start()
+        self._waiter = threading.Thread(target=self._wait_loop, args=(proc, self.done), daemon=True,
+                                        name=f"pty-wait-{self.id[:8]}")
+        self._waiter.start()
+
+    def _start_pty(self) -> None:
+        rt = self.registry.runtime
+        # the sandbox's own devpts when the runtime has one (`tty` inside then names the terminal)
+        master, slave = rt.openpty() if hasattr(rt, "openpty") else os.openpty()
         try:
-            if cwd:
-                try:
-                    cwd = fs.expand(cwd)  # pty_session.go: pathutil.ExpandPath, then MkdirAll
-                except GoError as e:
-                    raise GoError("error resolving PTY session work directory: " + e.text) from None
-                cwd = cwd if cwd.startswith("/") else "/" + cwd
-                try:
-                    # by fds on the sandbox's "/" (openat2 RESOLVE_IN_ROOT): a symlink swapped in
-                    # meanwhile by code inside never makes the walk leave the sandbox
-                    fs.mkdir_all(cwd)
-                except GoError as e:
-                    raise GoError("error creating PTY session work directory: " + e.text) from None
-            s = self.registry.create(cwd, fields.get("command", ""))
-        except (GoError, OSError, ValueError, RuntimeError) as exc:
-            why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
-            # CreatePTYSession (pty_controller.go) has no return after RespondError: Gin writes the
-            # error, then the 201's JSON after it (status 500 kept); the session is not stored
-            head = go_json_bytes({"code": "RUNTIME_ERROR", "message": f"error creating pty session: {why}"})
-            req.send(500, head + go_json_bytes({"session_id": str(uuid.uuid4())}), GIN_JSON)
-            return
-        _send_json(req, 201, {"session_id": s.id})
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", INITIAL_ROWS, INITIAL_COLS, 0, 0))
+            argv = self._shell_argv()
+            if "controlling_tty" in _spawn_params(rt):
+                proc = rt.spawn(argv, cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave,
+                                controlling_tty=True)
+            else:
+                tty_path = os.ttyname(slave)
+                proc = rt.spawn(["/bin/sh", "-c", _CTTY_WRAPPER, "osb-pty", tty_path] + argv,
+                                cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave)
+        except BaseException:
+            os.close(master)
+            os.close(slave)
+            raise
+        os.close(slave)
+        self.is_pty = True
+        self._master = master
+        self._stdin_fd = master
+        self._fds = [master]
+        self._begin(proc, [(master, True)])
 
-    def status(self, req: Any) -> None:
-        sid = req.params.get("sessionId", "")
-        s = self.registry.get(sid)
+    def _start_pipe(self) -> None:
+        rt = self.registry.runtime
+        proc = rt.spawn(self._shell_argv(), cwd=self.cwd or None, stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.is_pty = False
+        self._master = None
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self._stdin_fd = proc.stdin.fileno()
+        self._fds = []  # Popen owns them; runtime.terminate / _wait_loop close the files
+        self._begin(proc, [(proc.stdout.fileno(), True), (proc.stderr.fileno(), False)])
+
+    def _read_loop(self, fd: int, is_stdout: bool) -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        grace_until: float | None = None
+        while True:
+            try:
+                ready = poller.poll(100)
+            except InterruptedError:  # pragma: no cover - PEP 475 retries
+                continue
+            if not ready:
+                if self._stop_readers.is_set():
+                    break
+                continue
+            if self._stop_readers.is_set():
+                # the shell is gone; keep draining what is buffered, but not for ever (a
+                # background job may still hold the terminal open)
+                if grace_until is None:
+                    grace_until = time.monotonic() + 0.5
+                elif time.monotonic() > grace_until:
+                    break
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EINTR):
+                    continue
+                break  # EIO: every slave fd is closed (pty_session.go broadcastPTY)
+            if not chunk:
+                break
+            self._fanout(chunk, is_stdout)
+
+    def _fanout(self, chunk: bytes, is_stdout: bool) -> None:
+        # replay write and sink lookup under one lock, as writeAndFanout (no loss, no duplicate)
+        with self._out_lock:
+            self.replay.write(chunk)
+            sink = self._sink_out if is_stdout else self._sink_err
+        if sink is not None:
+            sink.put(chunk)
+
+    def _wait_loop(self, proc: subprocess.Popen, done: threading.Event) -> None:
+        rc = proc.wait()
+        self._stop_readers.set()
+        for t in self._readers:
+            t.join(timeout=5)
+        with self._io_lock:
+            with self.lock:
+                self._master = None
+                self._stdin_fd = None
+            for fd in self._fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._fds = []
+            if not self.is_pty:
+                for f in (proc.stdin, proc.stdout, proc.stderr):
+                    try:
+                        if f is not None:
+                            f.close()
+                    except OSError:
+                        pass
+        with self.lock:
+            # managed_command_linux.go: exit status, or -1 when killed by a signal
+            self.exit_code = rc if rc >= 0 else -1
+            self.pid = 0
+        done.set()
+
+    def write_stdin(self, data: bytes) -> None:
+        # _io_lock keeps the waiter from closing (and the OS from reusing) the fd mid-write; a
+        # write only blocks while the shell is alive, and its exit turns the write into EIO/EPIPE
+        with self._io_lock:
+            fd = self._stdin_fd
+            if fd is None:
+                raise OSError(errno.EBADF, "session not started")
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+
+    def send_signal(self, name: str) -> None:
+        with self.lock:
+            pid = self.pid
+        sig = SIGNALS.get(name)
+        if pid == 0 or sig is None:
+            return
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def resize(self, cols: int, rows: int) -> None:
+        with self._io_lock:
+            fd = self._master
+            if fd is None:
+                return  # pipe mode or not started: no-op (pty_session.go ResizePTY)
+            # Go: uint16(frame.Cols) truncates
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows & 0xFFFF, cols & 0xFFFF, 0, 0))
+
+    def attach(self, since: int) -> tuple[OutputPipe, OutputPipe | None, bytes, int]:
+        """Snapshot the replay buffer from ``since`` and attach fresh output pipes atomically."""
+        out = OutputPipe()
+        err = None if self.is_pty else OutputPipe()
+        with self._out_lock:
+            snap, off = self.replay.read_from(since)
+            self._sink_out = out
+            if err is not None:
+                self._sink_err = err
+        return out, err, snap, off
+
+    def detach(self, out: OutputPipe, err: OutputPipe | None) -> None:
+        with self._out_lock:
+            if self._sink_out is out:
+                self._sink_out = None
+            if err is not None and self._sink_err is err:
+                self._sink_err = None
+        out.close()
+        if err is not None:
+            err.close()
+
+    def close(self, wait: float = 0.0) -> None:
+        """DELETE /pty/{id}: SIGKILL the process group, detach the client (pty_session.go close).
+        ``wait`` > 0 also waits for the waiter thread (fds closed) - used at sandbox teardown."""
+        with self.lock:
+            if self.closing:
+                pid = 0
+            else:
+                self.closing = True
+                pid = self.pid
+            waiter = self._waiter
+        if pid:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        with self._out_lock:
+            sinks = [s for s in (self._sink_out, self._sink_err) if s is not None]
+            self._sink_out = self._sink_err = None
+        for s in sinks:
+            s.close()
+        if wait and waiter is not None:
+            waiter.join(timeout=wait)
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            return {"session_id": self.id, "running": self.pid != 0, "output_offset": self.replay.total,
+                    "launch_attempted": self.start_attempted, "launch_failed": self.launch_failed}
+
+
+def _spawn_params(runtime: Any) -> set[str]:
+    try:
+        return set(inspect.signature(runtime.spawn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+class PtyRegistry:
+    """All PTY sessions of one execd (the ``ptySessionMap`` of runtime/ctrl.go)."""
+
+    def __init__(self, runtime: Any):
+        self.runtime = runtime
+        self._lock = threading.Lock()
+        self.sessions: dict[str, PtySession] = {}
+        self._sockets: set[wsproto.WebSocket] = set()
+
+    def create(self, cwd: str, command: str) -> PtySession:
+        sid = str(uuid.uuid4())  # runtime.NewPTYSessionID: uuid.New().String() (tiers/diff pty.lifecycle)
+        s = PtySession(self, sid, cwd, command)
+        with self._lock:
+            self.sessions[sid] = s
+        return s
+
+    def get(self, sid: str) -> PtySession | None:
+        with self._lock:
+            return self.sessions.get(sid)
+
+    def delete(self, sid: str) -> bool:
+        with self._lock:
+            s = self.sessions.pop(sid, None)
         if s is None:
-            _send_error(req, 404, "CONTEXT_NOT_FOUND", f"pty session {sid} not found")
-            return
-        st = s.status()
-        if self.mode != "latest":
-            st = {k: st[k] for k in ("session_id", "running", "output_offset")}
-        _send_json(req, 200, st)
+            return False
+        s.close()
+        return True
 
-    def delete(self, req: Any) -> None:
-        sid = req.params.get("sessionId", "")
-        if not self.registry.delete(sid):
-            _send_error(req, 404, "CONTEXT_NOT_FOUND", f"pty session {sid} not found")
-            return
-        req.send(200, b"")  # RespondSuccess(nil): c.Status(200), empty body
+    def _track(self, ws: wsproto.WebSocket) -> bool:
+        with self._lock:
+            self._sockets.add(ws)
+            return True
 
-    def websocket(self, req: Any) -> None:
-        _serve_ws(req, self.registry)
+    def _untrack(self, ws: wsproto.WebSocket) -> None:
+        with self._lock:
+            self._sockets.discard(ws)
 
     def close_all(self) -> None:
-        self.registry.close_all()
-
-
-def register_pty_routes(router: Any, execd_server: Any, *, prefixes: tuple[str, ...] = ("",)) -> PtyRegistry:
-    """Add execd's PTY routes to an httpcore.Router (for callers outside ExecdServer, whose own route
-    table lists them). Returns the session registry."""
-    routes = PTYRoutes(execd_server.runtime, getattr(execd_server, "mode", "v1.1.0"))
-    for p in prefixes:
-        router.add("POST", p + "/pty", routes.create)
-        router.add("GET", p + "/pty/{sessionId}", routes.status)
-        router.add("DELETE", p + "/pty/{sessionId}", routes.delete)
-        router.add("GET", p + "/pty/{sessionId}/ws", routes.websocket)
-    return routes.registry
-
-
-def _serve_ws(req: Any, registry: PtyRegistry) -> None:
-    """PTYSessionWebSocket (pty_ws.go), step by step."""
-    sid = req.params.get("sessionId", "")
-    s = registry.get(sid)
-    if s is None:  # 1. before the upgrade so the client gets an HTTP error
-        _send_error(req, 404, "CONTEXT_NOT_FOUND", f"pty session {sid} not found")
-        return
-    locked = s.lock_ws()  # 2.
-    wants_takeover = not locked and req.q("takeover") == "1" and _is_ws_upgrade(req.headers)
-    if not locked and not wants_takeover:
-        _send_error(req, 409, WS_ERR_ALREADY_CONNECTED, f"another client is already connected to pty session {sid}")
-        return
-    problem = wsproto.handshake_problem(req.method, req.headers)  # 3. gorilla Upgrade
-    if problem is not None:
-        if locked:
-            s.unlock_ws()
-        wsproto.send_handshake_error(req, problem)
-        return
-    ws = wsproto.upgrade(req, read_timeout=WS_READ_DEADLINE)
-    if not registry._track(ws):  # the sandbox ended meanwhile
-        ws.abort()
-        if locked:
-            s.unlock_ws()
-        return
-    try:
-        _run_ws(ws, s, registry, req, locked)
-    finally:
-        registry._untrack(ws)
-        ws.abort()
-
-
-def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: Any, locked: bool) -> None:
-    rt = registry.runtime
-    if not locked and not s.takeover_ws(WS_TAKEOVER_TIMEOUT):  # 3b.
-        ws.send_json({"type": "error", "error": f"takeover timed out for pty session {s.id}",
-                      "code": WS_ERR_ALREADY_CONNECTED})
-        return
-    pipe_mode = req.q("pty") == "0"
-    since = _parse_since(req.q("since"))
-    if not s.is_running():  # 4. (a finished shell is started again, as in execd)
-        # 5+6 first: execd attaches microseconds after the start, before the shell has printed
-        # anything; attaching first keeps that order whatever the GIL does in between
-        s.is_pty = not pipe_mode
-        out, err, snap, snap_off = s.attach(since)
-        try:
-            s.start(pipe_mode)
-        except Exception as exc:  # noqa: BLE001 - reported to the client as START_FAILED
-            s.detach(out, err)
-            ws.send_json({"type": "error", "error": str(exc) or exc.__class__.__name__,
-                          "code": WS_ERR_START_FAILED})
-            s.unlock_ws()
-            return
-    else:
-        out, err, snap, snap_off = s.attach(since)  # 5+6.
-    cancel = threading.Event()
-    pumps: list[threading.Thread] = []
-    gen = 0
-    try:
-        # close-only eviction hook while the first frames are written
-        gen = s.set_evict_handler(lambda: (cancel.set(), ws.abort()))
-        if snap:  # 8. replay frame: 0x03 + 8-byte big-endian offset + bytes
-            if not ws.send_binary(bytes([BIN_REPLAY]) + struct.pack(">Q", snap_off) + snap):
-                return
-        if not ws.send_json({"type": "connected", "session_id": s.id, "mode": "pty" if s.is_pty else "pipe"}):
-            return  # 9.
-
-        def evict() -> None:
-            ws.close(WS_CLOSE_TAKEN_OVER, WS_ERR_TAKEN_OVER)
-            cancel.set()
-        gen = s.set_evict_handler(evict)
-
-        done = s.done
-        exit_mark = object()
-
-        def send_exit() -> None:
-            with s.lock:
-                code = s.exit_code
-            ws.send_json({"type": "exit", "exit_code": code})
-            ws.close(wsproto.CLOSE_NORMAL, "process exited")
-            cancel.set()
-
-        def pump(pipe: OutputPipe, type_byte: int) -> None:  # 10b/10c.
-            while True:
-                item = pipe.get()
-                if item is OutputPipe._CLOSE:
-                    return
-                if item is exit_mark:  # 10d, sent after all output queued before it
-                    send_exit()
-                    return
-                if not ws.send_binary(bytes([type_byte]) + item):
-                    cancel.set()
-                    pipe.close()
-                    return
-
-        pumps.append(threading.Thread(target=pump, args=(out, BIN_STDOUT), daemon=True, name="pty-pump-out"))
-        if err is not None:
-            pumps.append(threading.Thread(target=pump, args=(err, BIN_STDERR), daemon=True, name="pty-pump-err"))
-        for t in pumps:
-            t.start()
-
-        def exit_watcher() -> None:
-            while not cancel.is_set():
-                if done is not None and done.wait(0.05):
-                    break
-            else:
-                return
-            if err is not None:  # stderr drained before the exit frame goes out on stdout's pump
-                err.close()
-                if len(pumps) > 1:
-                    pumps[1].join(timeout=5)
-            if not out.put(exit_mark):
-                # output was detached (DELETE /pty/{id}): execd's exit watcher still reports
-                pumps[0].join(timeout=5)
-                if not cancel.is_set():
-                    send_exit()
-
-        def ping_loop() -> None:  # 10a. RFC 6455 pings every 30 s
-            while not cancel.wait(WS_PING_INTERVAL):
-                if getattr(rt, "paused", False):
-                    continue  # a frozen execd sends nothing
-                if not ws.ping():
-                    cancel.set()
-                    return
-
-        threading.Thread(target=exit_watcher, daemon=True, name="pty-exit").start()
-        threading.Thread(target=ping_loop, daemon=True, name="pty-ping").start()
-
-        while not cancel.is_set():  # 11. client read loop
-            msg = ws.recv()
-            if msg is None:
-                break
-            if getattr(rt, "paused", False) and hasattr(rt, "wait_unpaused"):
-                if not rt.wait_unpaused():  # a frozen execd reads nothing until resume
-                    break
-            if cancel.is_set():
-                break
-            opcode, data = msg
-            if opcode == wsproto.OP_BINARY:
-                if not data or data[0] != BIN_STDIN:
-                    continue  # only stdin is expected from the client
-                try:
-                    s.write_stdin(data[1:])
-                except OSError as exc:
-                    ws.send_json({"type": "error", "code": WS_ERR_STDIN_WRITE_FAILED,
-                                  "error": exc.strerror or str(exc)})
-                    break
-            elif opcode == wsproto.OP_TEXT:
-                frame = _parse_client_frame(data)
-                if frame is None:
-                    continue
-                ftype = frame["type"]
-                if ftype == "stdin":  # wscat / debug fallback: plain UTF-8, no base64
-                    try:
-                        s.write_stdin(frame["data"].encode("utf-8"))
-                    except OSError as exc:
-                        ws.send_json({"type": "error", "code": WS_ERR_STDIN_WRITE_FAILED,
-                                      "error": exc.strerror or str(exc)})
-                        break
-                elif ftype == "signal":
-                    s.send_signal(frame["signal"])
-                elif ftype == "resize":
-                    if frame["cols"] > 0 and frame["rows"] > 0:
-                        try:
-                            s.resize(frame["cols"], frame["rows"])
-                        except OSError:
-                            pass  # execd only logs a failed resize
-                elif ftype == "ping":
-                    ws.send_json({"type": "pong"})
-                else:
-                    # Go %q of the type; json quoting is the same for printable text
-                    ws.send_json({"type": "error", "error": "unknown frame type " +
-                                  json.dumps(ftype, ensure_ascii=False), "code": WS_ERR_INVALID_FRAME})
-    finally:
-        cancel.set()
-        s.detach(out, err)  # 7. deferred: detach -> wait for pumps -> unlock -> clear hook
-        for t in pumps:
-            t.join(timeout=5)
-        s.unlock_ws()
-        s.clear_evict_handler(gen)
+        """The sandbox is going away: kill every shell, drop every socket (a dying container sends
+        no close frame), wait for the reader threads so no fd is left open. Idempotent; a session
+        created afterwards cannot start once the runtime is terminated (spawn refuses)."""
+        with self._lock:
+            sessions = list(self.sessions.values())
+            self.sessions.clear()
+            sockets = list(self._sockets)
+            self._sockets.clear()
+        for ws in sockets:
+            ws.abort()
+        for s in sessions:
+            s.close(wait=5.0)

@@ -15,19 +15,19 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import sse
-from ..gojson import GoJSONError, Struct, decode, go_json
-from ..httpcore import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
-from ..relay import FRAMING, HOP_BY_HOP, client_gone, forwardable
-from ..runtime import SandboxRuntime
-from . import gin
-from .code import CodeAPI
-from .commandroutes import CommandRoutes
-from .commands import CommandRegistry
-from .errors import MSG, ExecdError
-from .files import FilesAPI
-from .pty import PTYRoutes
-from .sessions import SessionRegistry
+from mock_opensandbox.wire import sse
+from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, go_json
+from mock_opensandbox.wire.http1 import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
+from mock_opensandbox.wire.relay import FRAMING, HOP_BY_HOP, client_gone, forwardable
+from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.execd import gin
+from mock_opensandbox.execd.code_routes import CodeAPI
+from mock_opensandbox.execd.commands_routes import CommandRoutes
+from mock_opensandbox.execd.commands import CommandRegistry
+from mock_opensandbox.execd.errors import MSG, ExecdError
+from mock_opensandbox.execd.files_routes import FilesAPI
+from mock_opensandbox.execd.pty_routes import PTYRoutes
+from mock_opensandbox.execd.sessions import SessionRegistry
 
 __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
 
@@ -244,7 +244,7 @@ class ExecdServer(App):
         self.files = FilesAPI(runtime, self._stopping)
         self.pty = PTYRoutes(runtime, mode)
         self.pty_sessions = self.pty.registry
-        # the /command group (execd/commandroutes.py) over the command registry
+        # the /command group (execd/commands_routes.py) over the command registry
         self.command = CommandRoutes(runtime, self.files.fs, self.commands, self._stopping, mode=mode,
                                      close_delay=max(0.0, float(close_delay)), heartbeat=max(0.05, float(heartbeat)))
         self.code = CodeAPI(self.command.stream, self.command.interrupt, self._stall, mode, jupyter=self._jupyter)
@@ -301,7 +301,7 @@ class ExecdServer(App):
         self._server = Server((self.host, self._want_port), _ExecdHandler, self, listen_delay=self.start_delay)
         self._server.start(name=f"execd-{self._server.port}")
         if self.runtime.has_netns:  # execd's :44772 as the sandbox sees it (inside.py)
-            from .inside import InsideListener
+            from mock_opensandbox.execd.inside import InsideListener
 
             self._inside = InsideListener(self, _ExecdHandler, self.runtime, EXECD_PORT, delay=self.start_delay)
             self._inside.start()
@@ -351,9 +351,9 @@ class ExecdServer(App):
         req.handler.close_connection = True
 
     def _jupyter(self) -> Any:
-        """The sandbox's Jupyter server (execd/code_jupyter.py), reached from inside its network
+        """The sandbox's Jupyter server (execd/code_jupyter_routes.py), reached from inside its network
         namespace; None when JUPYTER_HOST or JUPYTER_TOKEN is unset (runtime/jupyter.go)."""
-        from .code_jupyter import JupyterCode, idle_poll_s
+        from mock_opensandbox.execd.code_jupyter_routes import JupyterCode, idle_poll_s
         try:
             env = self.runtime.base_env()
         except Exception:  # noqa: BLE001 - a runtime without an environment names no server
@@ -474,7 +474,7 @@ class ExecdServer(App):
             err = self.command.validate_cwd(cwd)
             if err:
                 raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format(err))
-        from .sessions import RunHooks, SessionTimeout
+        from mock_opensandbox.execd.sessions import RunHooks, SessionTimeout
         state: dict[str, Any] = {"w": None, "gone": False}
 
         def emit(ev: dict[str, Any]) -> None:

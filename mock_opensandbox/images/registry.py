@@ -23,9 +23,9 @@ import threading
 import urllib.parse
 from typing import IO, Any
 
-from . import reference
-from .errors import CorruptImage, ImageAuthError, ImageNotFound, RegistryUnreachable, UnsupportedImage
-from .sources import (INDEX_TYPES, MANIFEST_TYPES, MT_DOCKER_LIST, MT_DOCKER_MANIFEST, MT_OCI_INDEX,
+from mock_opensandbox.images import reference
+from mock_opensandbox.images.errors import CorruptImage, ImageAuthError, ImageNotFound, RegistryUnreachable, UnsupportedImage
+from mock_opensandbox.images.sources import (INDEX_TYPES, MANIFEST_TYPES, MT_DOCKER_LIST, MT_DOCKER_MANIFEST, MT_OCI_INDEX,
                       MT_OCI_MANIFEST, Found, check_digest, layers_from_manifest, load_json, pick_platform,
                       want_platform)
 
@@ -290,7 +290,7 @@ class _Session:
                 mtype = json.loads(data).get("mediaType") or mtype
             except (ValueError, AttributeError):
                 pass
-        from .sources import sha256
+        from mock_opensandbox.images.sources import sha256
         return data, mtype, sha256(data)
 
     def blob_bytes(self, digest: str, what: str) -> bytes:

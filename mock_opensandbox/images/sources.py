@@ -19,8 +19,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
-from . import reference
-from .errors import CorruptImage, DigestMismatch, ImageError, ImageNotFound, UnsupportedImage
+from mock_opensandbox.images import reference
+from mock_opensandbox.images.errors import CorruptImage, DigestMismatch, ImageError, ImageNotFound, UnsupportedImage
 
 MT_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MT_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

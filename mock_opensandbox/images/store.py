@@ -27,11 +27,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import reference
-from .errors import CorruptImage, ImageError, ImageNotFound
-from .registry import Registry
-from .sources import Found, ImageDir, LocalDaemon, want_platform
-from .unpack import flatten, unpack_layer
+from mock_opensandbox.images import reference
+from mock_opensandbox.images.errors import CorruptImage, ImageError, ImageNotFound
+from mock_opensandbox.images.registry import Registry
+from mock_opensandbox.images.sources import Found, ImageDir, LocalDaemon, want_platform
+from mock_opensandbox.images.unpack import flatten, unpack_layer
 
 CONFIG_KEYS = ("Env", "WorkingDir", "User", "Entrypoint", "Cmd", "Labels", "ExposedPorts", "StopSignal")
 

@@ -42,13 +42,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import probe as _probe_mod
-from ._util import BASE_DIRS, DEFAULT_PATH, HOST_DIRS, SYSTEM_DIRS, VIEW_DIRS
-from ._util import rmtree as _rmtree  # noqa: F401 - used by tiers/t1/conftest_execd.py
-from .caps import SANDBOX_CAP_MASK, SANDBOX_CAPS
-from .execd import EXECD_PATH, ExecdProcess
-from .probe import isolation_note, probe_isolation
-from .sandbox import (IMPLICIT_ENTRYPOINT, PathEscape, SandboxNotRunning, SandboxRuntime,
+from mock_opensandbox.runtime import probe as _probe_mod
+from mock_opensandbox.runtime._util import BASE_DIRS, DEFAULT_PATH, HOST_DIRS, SYSTEM_DIRS, VIEW_DIRS
+from mock_opensandbox.runtime._util import rmtree as _rmtree  # noqa: F401 - used by tiers/t1/conftest_execd.py
+from mock_opensandbox.runtime.caps import SANDBOX_CAP_MASK, SANDBOX_CAPS
+from mock_opensandbox.runtime.execdproc import EXECD_PATH, ExecdProcess
+from mock_opensandbox.runtime.probe import isolation_note, probe_isolation
+from mock_opensandbox.runtime.sandbox import (IMPLICIT_ENTRYPOINT, PathEscape, SandboxNotRunning, SandboxRuntime,
                       SandboxTerminated)
 
 __all__ = ["SandboxRuntime", "PathEscape", "SandboxTerminated", "SandboxNotRunning", "probe_isolation",

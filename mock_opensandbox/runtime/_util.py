@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-from ..pollio import readable
+from mock_opensandbox.wire.pollio import readable
 
 # Host directories bound read-only into every isolated sandbox view, and the directories the
 # view builds itself (container /dev, procfs, read-only /sys, the per-sandbox /etc overlay).

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Mapping
 
-from . import scripts
+from mock_opensandbox.runtime import stages as scripts
 
 AGENT_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
 

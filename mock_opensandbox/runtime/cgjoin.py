@@ -13,7 +13,7 @@ import contextlib
 import subprocess
 from typing import Any
 
-from ._util import take_ctty
+from mock_opensandbox.runtime._util import take_ctty
 
 _pdeathsig_ok: dict[str, bool] = {}
 

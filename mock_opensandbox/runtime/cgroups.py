@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Callable, Iterable, Iterator
 
-from .. import optional
+from mock_opensandbox.runtime import optional
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 NAME_PREFIX = "osb-mock-"

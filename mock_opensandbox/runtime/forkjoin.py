@@ -17,7 +17,8 @@ import os
 import termios
 from typing import Any, Callable
 
-from . import caps, scripts
+from mock_opensandbox.runtime import caps
+from mock_opensandbox.runtime import stages as scripts
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWNET = 0x00020000, 0x08000000, 0x04000000, 0x40000000
 _libc: Any = None

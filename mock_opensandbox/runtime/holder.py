@@ -36,8 +36,9 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from . import caps, scripts
-from ._util import (CLONE_NEWPID, children, is_child_init, kill_and_reap, open_in_root, read_cmdline,
+from mock_opensandbox.runtime import caps
+from mock_opensandbox.runtime import stages as scripts
+from mock_opensandbox.runtime._util import (CLONE_NEWPID, children, is_child_init, kill_and_reap, open_in_root, read_cmdline,
                     read_lines, start_time)
 
 
@@ -414,7 +415,7 @@ class Holder:
 
     def fork_join(self, wd: str, cgroup: Any, controlling_tty: bool,
                   user: str | None = None) -> tuple[Callable[[], None], Any]:
-        from .forkjoin import fork_join, namespace_fds
+        from mock_opensandbox.runtime.forkjoin import fork_join, namespace_fds
 
         if self.ns_fds is None:
             self.ns_fds = namespace_fds(self.pid, self.net is not None)

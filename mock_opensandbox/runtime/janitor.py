@@ -116,7 +116,7 @@ def script() -> str:
     """SOURCE with the one function it shares with the mock, cgroups.rmdir_tree, defined first."""
     import inspect
 
-    from . import cgroups
+    from mock_opensandbox.runtime import cgroups
     return "import os\n" + inspect.getsource(cgroups.rmdir_tree) + SOURCE
 
 
@@ -232,7 +232,7 @@ def reap_root(root: str, is_sandbox_dir: Any) -> list[str]:
     Needed when the dead mock's janitor died too (both killed at once, a reboot)."""
     import shutil
 
-    from . import cgroups
+    from mock_opensandbox.runtime import cgroups
 
     host = cgroups.host()
     reaped: list[str] = []

@@ -13,7 +13,7 @@ import os
 import posixpath
 from typing import Callable, Iterable
 
-from ._util import HOST_DIRS
+from mock_opensandbox.runtime._util import HOST_DIRS
 
 BOOTSTRAP = "/opt/opensandbox/bootstrap.sh"
 RUNTIME_DIR = "/opt/opensandbox"

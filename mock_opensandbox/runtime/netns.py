@@ -33,8 +33,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import optional
-from ..pollio import readable
+from mock_opensandbox.runtime import optional
+from mock_opensandbox.wire.pollio import readable
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
@@ -326,7 +326,7 @@ class SandboxNet:
         if not isinstance(port, int) or not 0 < port < 65536:
             raise OSError(22, "invalid port %r" % (port,))
         if self.netns_fd is not None:
-            from .holder import setns_function
+            from mock_opensandbox.runtime.holder import setns_function
 
             setns = setns_function()
             setns(self.netns_fd, CLONE_NEWNET)

@@ -10,7 +10,7 @@ import os
 import stat
 from typing import Any
 
-from ._util import DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, readlink
+from mock_opensandbox.runtime._util import DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, readlink
 
 _MARKER_ENV = "OPENSANDBOX_MOCK_SANDBOX"  # only used when not isolated, to find escaped processes (sandbox.py sets it)
 

@@ -18,19 +18,21 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from . import cgjoin, cgroups, scripts
-from . import netns
-from ._util import (DEFAULT_PATH, SYSTEM_DIRS, await_exec, kill, killpg,
+from mock_opensandbox.runtime import cgjoin
+from mock_opensandbox.runtime import cgroups
+from mock_opensandbox.runtime import stages as scripts
+from mock_opensandbox.runtime import netns
+from mock_opensandbox.runtime._util import (DEFAULT_PATH, SYSTEM_DIRS, await_exec, kill, killpg,
                     make_image_root, make_mountpoint, rmtree)
-from .agent import AgentChannel, oneshot_call
-from .holder import Holder
-from .probe import probe_isolation, probe_result
-from .paths import _MARKER_ENV, PathEscape, SandboxPaths, sandbox_pty, stray_pids  # noqa: F401 - PathEscape re-exported
-from .rootfs import ImageRoot, user_word
-from .spawner import Spawner
+from mock_opensandbox.runtime.agent import AgentChannel, oneshot_call
+from mock_opensandbox.runtime.holder import Holder
+from mock_opensandbox.runtime.probe import probe_isolation, probe_result
+from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, SandboxPaths, sandbox_pty, stray_pids  # noqa: F401 - PathEscape re-exported
+from mock_opensandbox.runtime.rootfs import ImageRoot, user_word
+from mock_opensandbox.runtime.spawner import Spawner
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .execd import ExecdProcess
+    from mock_opensandbox.runtime.execdproc import ExecdProcess
 
 # A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
 # the usual keep-alive entrypoint of OpenSandbox sandboxes (seed 001).
@@ -378,7 +380,7 @@ class SandboxRuntime(SandboxPaths):
             if execd is not None and execd != "binary" and (self._pid_mode == "direct" or self.image_root):
                 # root: connect/listen go through setns, agent_call through a one-shot agent, so
                 # /opt/opensandbox/execd is an idle placeholder (execd.IDLE_EXECD: ~1 MB, not ~9)
-                from .execd import idle_execd
+                from mock_opensandbox.runtime.execdproc import idle_execd
 
                 idle = idle_execd(self.home if self.image_root is not None else None)
             if execd is not None and execd != "binary" and idle is None:
@@ -619,7 +621,7 @@ class SandboxRuntime(SandboxPaths):
         bootstrap.sh as ``/opt/opensandbox/execd --port PORT [-access-token TOKEN] ARGS...`` when
         the sandbox starts (call before start_entrypoint(); start_execd() waits for it). Returns the
         port (a free one when None). Raises RuntimeError (not isolated), ValueError (bad binary)."""
-        from .execd import prepare_execd
+        from mock_opensandbox.runtime.execdproc import prepare_execd
 
         with self._lock:
             self._execd_spec = prepare_execd(self, binary, port=port, token=token, env=env, args=args)
@@ -629,7 +631,7 @@ class SandboxRuntime(SandboxPaths):
         """Put PID 1's execd in place: "binary" (a real execd, env gets its flags for bootstrap.sh),
         the host path of the Python interpreter to bind there for the mock's agent, or None (no
         Python 3 in the view: no execd process)."""
-        from .execd import install_agent, install_binary
+        from mock_opensandbox.runtime.execdproc import install_agent, install_binary
 
         spec = self._execd_spec
         if spec is not None:
@@ -649,7 +651,7 @@ class SandboxRuntime(SandboxPaths):
         nothing did yet; after use_execd() + start_entrypoint() it only waits. Returns once execd
         accepts connections on 127.0.0.1:PORT. Raises RuntimeError when the sandbox is not isolated
         (a real execd never runs on the host) or execd does not come up, ValueError for a bad binary."""
-        from .execd import start_execd
+        from mock_opensandbox.runtime.execdproc import start_execd
 
         return start_execd(self, binary, port=port, token=token, env=env, args=args, timeout=timeout)
 

@@ -1,7 +1,7 @@
 """Differential tier: the real execd binary (``../shared/opensandbox/execd``, or ``$OSB_DIFF_EXECD_BIN``)
-against the mock's execd in ``v1.1.0`` mode, on the corpus of mock_opensandbox/diff/corpus.py.
+against the mock's execd in ``v1.1.0`` mode, on the corpus of differential/corpus.py.
 
-The binary runs ONLY inside an isolated throw-away sandbox view (mock_opensandbox/diff/targets.py).
+The binary runs ONLY inside an isolated throw-away sandbox view (differential/targets.py).
 Without the binary, or without isolation, the tier skips with one line.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ DEFAULT_BIN = os.path.join(os.path.dirname(REPO), "shared", "opensandbox", "exec
 
 
 def binary() -> str | None:
-    from mock_opensandbox import optional
+    from mock_opensandbox.runtime import optional
 
     if optional.off("execd"):  # OSB_MOCK_NO=execd: as without the binary
         return None
@@ -45,20 +45,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[Any]:
-    from mock_opensandbox.diff import Pair
+    from differential import Pair
     with Pair(binary()) as p:  # both stopped in __exit__ (finally)
         yield p
 
 
 @pytest.fixture(scope="module")
 def accepted() -> list[Any]:
-    from mock_opensandbox.diff import load_accepted
-    from mock_opensandbox.diff.runner import QUIRKS_MD
+    from differential import load_accepted
+    from differential.runner import QUIRKS_MD
     return load_accepted(QUIRKS_MD)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    from mock_opensandbox.diff.runner import REPORTS  # a stable module (conftests load under importlib names)
+    from differential.runner import REPORTS  # a stable module (conftests load under importlib names)
     for text in REPORTS:
         terminalreporter.write_line("")
         for line in text.rstrip().splitlines():

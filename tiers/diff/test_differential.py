@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from mock_opensandbox.diff import report, run_corpus
-from mock_opensandbox.diff.corpus import CASES, ROUTES
+from differential import report, run_corpus
+from differential.corpus import CASES, ROUTES
 from mock_opensandbox.execd.server import ROUTES as MOCK_ROUTES
-from mock_opensandbox.diff.runner import REPORTS
+from differential.runner import REPORTS
 from tiers.diff.conftest import binary
 
 

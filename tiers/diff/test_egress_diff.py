@@ -1,4 +1,4 @@
-"""Differential case: the mock's egress sidecar (mock_opensandbox/egress/sidecar.py) against the real one
+"""Differential case: the mock's egress sidecar (mock_opensandbox/docker/egress/sidecar.py) against the real one
 (``../shared/opensandbox/egress/egress``, or $OSB_DIFF_EGRESS_BIN, run by the mock's ``--egress-bin`` in the
 sandbox's network namespace). The same /policy requests through the endpoint of 18080 and the same DNS
 queries from inside a sandbox, on two mocks sharing one stub resolver: status, content type and body of
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from mock_opensandbox.egress.realbin import binary_problem
+from mock_opensandbox.docker.egress.realbin import binary_problem
 from tiers.toolkit import rest
 from tiers.toolkit.dnsserver import StubResolver
 

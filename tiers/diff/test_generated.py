@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox.diff import Case, Ctx, run_case
-from mock_opensandbox.diff.corpus import _init_id, _wait_done
-from mock_opensandbox.diff.corpus_files import _multipart
+from differential import Case, Ctx, run_case
+from differential.corpus import _init_id, _wait_done
+from differential.corpus_files import _multipart
 
 QUICK = settings(max_examples=int(os.environ.get("OSB_DIFF_EXAMPLES", "6")), deadline=None, derandomize=True,
                  suppress_health_check=list(HealthCheck), database=None)

@@ -1,4 +1,4 @@
-"""Fault rules as data (mock_opensandbox/faults.py) and the plugin's retry policy (plugin/osb_transport.py):
+"""Fault rules as data (mock_opensandbox/workbench/faults.py) and the plugin's retry policy (plugin/osb_transport.py):
 parsing and validation, matching by method / path / listener / sandbox, count and seeded probability,
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox.faultinject import proxy_error_page
-from mock_opensandbox.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule
+from mock_opensandbox.workbench.faultinject import proxy_error_page
+from mock_opensandbox.workbench.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule
 
 from errors import SECRETS, Secrets
 from failures import map_osb_error

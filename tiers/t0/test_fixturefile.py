@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
-from mock_opensandbox import fixturefile as F
+from mock_opensandbox.workbench import fixturefile as F
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHILD = r"""
 import os, resource, signal, sys
-from mock_opensandbox import fixturefile as F
+from mock_opensandbox.workbench import fixturefile as F
 path, mode = sys.argv[1:3]
 a = F.Appender(path, F.make("crash", "d", {"where": "here"}, {}, []))
 for i in range(2):

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from mock_opensandbox.relay import free_port
+from mock_opensandbox.wire.relay import free_port
 from tiers.t4 import liveconfig
 from tiers.toolkit.waits import port_closed, wait_until
 

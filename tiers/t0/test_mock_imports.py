@@ -1,5 +1,5 @@
 """mock_opensandbox/ and plugin/ have no import circle (issues 13, 22): the imports between their
-modules - at module level and inside functions alike (the old execd/files.py <-> execd/server.py
+modules - at module level and inside functions alike (the old execd/files_routes.py <-> execd/server.py
 circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_CHECKING:`` count
 too (a circle of type names is still a circle for a reader). plugin/ is a flat root (launch.py runs with that directory as sys.path[0]): its
 modules are named from there (``epp``, ``osb_transport``). No module of plugin/ or mock_opensandbox/ is over 700 lines."""
@@ -64,7 +64,7 @@ def _graph(root: str = ROOT) -> dict[str, set[str]]:
     return graph
 
 
-@pytest.mark.parametrize("root,known", [(ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.gojson")),
+@pytest.mark.parametrize("root,known", [(ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.wire.gojson")),
                                         (PLUGIN, ("epp", "osb_transport"))], ids=["mock_opensandbox", "plugin"])
 def test_no_import_cycle(root, known):
     graph = _graph(root)
@@ -102,15 +102,15 @@ def test_plugin_modules_are_at_most_700_lines():
 
 def test_mock_modules_are_at_most_700_lines():
     sizes = _sizes(ROOT)
-    assert "mock_opensandbox.execd.fsops" in sizes
+    assert "mock_opensandbox.execd.files" in sizes
     assert {m: n for m, n in sizes.items() if n > MAX_LINES} == {}
 
 
 # the execd model modules (no HTTP by their own docs, docs/ARCHITECTURE.md): no import of the HTTP layer,
-# and none of its text (the Range parsers and Content-Disposition live in execd/files.py)
-EXECD_MODELS = ("execd.fsops", "execd.globmatch", "execd.ptysession", "execd.commands", "execd.sessions")
-HTTP_MODULES = {"mock_opensandbox.httpcore", "mock_opensandbox.execd.gin", "mock_opensandbox.execd.files",
-                "mock_opensandbox.execd.server", "mock_opensandbox.execd.pty", "mock_opensandbox.sse"}
+# and none of its text (the Range parsers and Content-Disposition live in execd/files_routes.py)
+EXECD_MODELS = ("execd.files", "execd.globmatch", "execd.pty", "execd.commands", "execd.sessions")
+HTTP_MODULES = {"mock_opensandbox.wire.http1", "mock_opensandbox.execd.gin", "mock_opensandbox.execd.files_routes",
+                "mock_opensandbox.execd.server", "mock_opensandbox.execd.pty_routes", "mock_opensandbox.wire.sse"}
 HTTP_WORDS = re.compile(r"Content-(Disposition|Range|Length|Type)|\bbytes=|\bRange\b|\bstatus_line\b")
 
 
@@ -129,12 +129,41 @@ def _trees(root: str = ROOT) -> dict[str, ast.AST]:
 
 
 def test_one_execd_process_class_and_one_hop_by_hop_set():
-    """Issue 22: one ExecdProcess (runtime/execd.py; the stand-alone execd's too) and one hop-by-hop set
+    """Issue 22: one ExecdProcess (runtime/execdproc.py; the stand-alone execd's too) and one hop-by-hop set
     (relay.HOP_BY_HOP; each proxy passes its policy made of it)."""
     trees = _trees()
     classes = sorted(m for m, t in trees.items() for n in ast.walk(t)
                      if isinstance(n, ast.ClassDef) and "ExecdProcess" in n.name)
-    assert classes == ["mock_opensandbox.runtime.execd"]
+    assert classes == ["mock_opensandbox.runtime.execdproc"]
     hop_sets = sorted(m for m, t in trees.items() for n in ast.walk(t)
                       if isinstance(n, ast.Constant) and n.value == "proxy-authenticate")
-    assert hop_sets == ["mock_opensandbox.relay"]
+    assert hop_sets == ["mock_opensandbox.wire.relay"]
+
+
+# The mock's layers, bottom first: a package imports only packages before it in this order. The top level
+# (the facade server.py, __main__) may import any. The workbench plugs into the product through hooks
+# (wire/http1.py FAULT_HOOK, the apps' journal/faults attributes) and is imported by no product layer.
+LAYERS = ("wire", "runtime", "images", "execd", "lifecycle", "docker", "workbench")
+# crossings still to remove (lifecycle/routes.py serves /__mock__/faults and calls docker's diagnostics and
+# snapshot store itself); a new crossing fails this test
+KNOWN_CROSSINGS = {("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.diagnostics"),
+                   ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.snapshots"),
+                   ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.admin"),
+                   ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.faults")}
+
+
+def _layer(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_layers_import_only_downward():
+    graph = _graph(ROOT)
+    assert {_layer(m) for m in graph} >= set(LAYERS)
+    up = sorted((m, d) for m, deps in graph.items() for d in deps
+                if _layer(m) and _layer(d) and LAYERS.index(_layer(d)) > LAYERS.index(_layer(m)))
+    assert [c for c in up if c not in KNOWN_CROSSINGS] == []
+    assert [c for c in KNOWN_CROSSINGS if c not in up] == [], "a crossing is gone: drop it from KNOWN_CROSSINGS"
+    product = ("wire", "runtime", "images", "execd")
+    assert sorted((m, d) for m, deps in graph.items() for d in deps
+                  if _layer(m) in product and _layer(d) == "workbench") == []

@@ -1,4 +1,4 @@
-"""t0: the sandbox table (mock_opensandbox.model) without HTTP: ids, states, TTL with a fake clock,
+"""t0: the sandbox table (mock_opensandbox.lifecycle.model) without HTTP: ids, states, TTL with a fake clock,
 pagination, filters, metadata label rules."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox import quirks
-from mock_opensandbox.model import (FakeClock, Provisioner, SandboxStore, docker_pull_params, format_ts,
+from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle.model import (FakeClock, Provisioner, SandboxStore, docker_pull_params, format_ts,
                                     is_valid_label_key, is_valid_label_value, validate_metadata)
-from mock_opensandbox.quirks import MockError
+from mock_opensandbox.lifecycle.quirks import MockError
 from tiers.toolkit.waits import wait_until
 
 T0 = datetime(2026, 11, 29, 7, 46, 42, 558200, tzinfo=timezone.utc)

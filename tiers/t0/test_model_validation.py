@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, RootModel, TypeAdapter, ValidationError, model_validator
 
-from mock_opensandbox.lifecycle import ValidationFailed, _bool, _int, parse_datetime, validate_create
+from mock_opensandbox.lifecycle.routes import ValidationFailed, _bool, _int, parse_datetime, validate_create
 
 
 # -- oracle: the server's models (field names/aliases/constraints as in server api/schema.py) ------------

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox import multipart
+from mock_opensandbox.wire import formdata as multipart
 
 SHARED = pathlib.Path(__file__).resolve().parents[3] / "shared" / "live" / "exchanges"
 

@@ -1,10 +1,10 @@
-"""The optional-tool switches (mock_opensandbox/optional.py): OSB_MOCK_NO's words, and the README's quick start
+"""The optional-tool switches (mock_opensandbox/runtime/optional.py): OSB_MOCK_NO's words, and the README's quick start
 lists every tool with its switch word."""
 from __future__ import annotations
 
 import os
 
-from mock_opensandbox import optional
+from mock_opensandbox.runtime import optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

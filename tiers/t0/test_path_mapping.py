@@ -102,7 +102,7 @@ def test_arbitrary_strings(s):
 def test_a_download_name_never_splits_the_header_block():
     """net/http's headerNewlineToSpace: CR/LF in a Content-Disposition filename go out as spaces (found by
     test_epp_fuzz: a file named "a\\nb" made the mock write a raw newline into its header block)."""
-    from mock_opensandbox.execd.files import content_disposition
+    from mock_opensandbox.execd.files_routes import content_disposition
 
     assert content_disposition("a\nb\rc.txt") == 'attachment; filename="a b c.txt"'
     assert "\n" not in content_disposition("é\n") and "%0A" in content_disposition("é\n")

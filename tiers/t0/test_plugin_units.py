@@ -267,7 +267,7 @@ label_chars = st.text(st.sampled_from("aZ09-_./é "), max_size=70)
 @given(label_chars, label_chars)
 def test_metadata_check_agrees_with_the_mock_server_validator(key, value):
     """The plugin refuses exactly what the server would refuse (mock model = server validators.py)."""
-    from mock_opensandbox import model
+    from mock_opensandbox.lifecycle import model
     try:
         model.validate_metadata({key: value})
         server_ok = True

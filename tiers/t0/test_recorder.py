@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from mock_opensandbox import fixturefile as fixture
+from mock_opensandbox.workbench import fixturefile as fixture
 from record.compare import Bindings, Comparer, materialize
 from record.convert import ConvertError, convert_dir, parse_versions
 from record.recorder import drift, record_one, run
@@ -474,7 +474,7 @@ def test_the_fault_proxy_appends_each_exchange_and_the_file_stays_a_whole_fixtur
     """Issue 22: the proxy's recording grows in place, one exchange at a time (no rewrite of what is
     already there), and after every exchange it is the fixture fixturefile.dumps writes, readable by
     fixturefile.load (record compare, replay), credentials scrubbed as before."""
-    from mock_opensandbox.proxy import Recorder
+    from mock_opensandbox.workbench.proxy import Recorder
 
     rec = Recorder(str(tmp_path), "rec", "http://127.0.0.1:1")
     assert not os.path.exists(rec.path)  # nothing before the first exchange
@@ -500,12 +500,12 @@ def test_the_fault_proxy_appends_each_exchange_and_the_file_stays_a_whole_fixtur
 
 
 def test_one_secret_scrubber_and_one_fixture_writer():
-    """Issue 22: record/, the journal and the proxy scrub with mock_opensandbox/scrub.py and write
-    fixtures with mock_opensandbox/fixturefile.py; none keeps a table of credential headers, a
+    """Issue 22: record/, the journal and the proxy scrub with mock_opensandbox/workbench/scrub.py and write
+    fixtures with mock_opensandbox/workbench/fixturefile.py; none keeps a table of credential headers, a
     credential pattern or a JSON fixture writer of its own."""
     import ast
 
-    own = {os.path.join("mock_opensandbox", "scrub.py"), os.path.join("mock_opensandbox", "fixturefile.py")}
+    own = {os.path.join("mock_opensandbox", "workbench/scrub.py"), os.path.join("mock_opensandbox", "workbench/fixturefile.py")}
     offenders = []
     for top in ("mock_opensandbox", "record"):
         for d, _, files in os.walk(os.path.join(REPO, top)):
@@ -523,5 +523,5 @@ def test_one_secret_scrubber_and_one_fixture_writer():
                     if isinstance(n, ast.Constant) and n.value == "fixture_format":
                         offenders.append((rel, "fixture writer"))
     # lower-case header names sent on purpose by the differential corpus are requests, not tables
-    offenders = [o for o in offenders if not o[0].startswith(os.path.join("mock_opensandbox", "diff"))]
+    offenders = [o for o in offenders if not o[0].startswith("differential")]
     assert offenders == []

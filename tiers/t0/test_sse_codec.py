@@ -6,7 +6,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox import sse
+from mock_opensandbox.wire import sse
 from mock_opensandbox.execd.commands import ChunkDecoder, LineSplitter
 
 texts = st.text(max_size=40)

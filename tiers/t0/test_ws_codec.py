@@ -1,4 +1,4 @@
-"""Properties of the two WebSocket codecs: the mock's server side (mock_opensandbox/wsproto.py) and the
+"""Properties of the two WebSocket codecs: the mock's server side (mock_opensandbox/wire/websocket.py) and the
 plugin's client (plugin/osb_ws.py). They share no code, so each direction is checked across them:
 client encoder -> server decoder and server encoder -> client decoder, for payloads of 0 to 1 MiB,
 text and binary, whole or fragmented, with control frames between the fragments.
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox import wsproto as srv
+from mock_opensandbox.wire import websocket as srv
 import osb_transport as transport
 import osb_ws as cli
 

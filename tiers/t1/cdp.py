@@ -1,6 +1,6 @@
 """A very small Chrome DevTools Protocol client for the dashboard test: starts Debian's headless
 chromium (no browser download), attaches to its page over the DevTools WebSocket (frames from
-mock_opensandbox.wsproto) and evaluates JavaScript / takes screenshots. Test-only; stdlib only."""
+mock_opensandbox.wire.websocket) and evaluates JavaScript / takes screenshots. Test-only; stdlib only."""
 from __future__ import annotations
 
 import base64
@@ -16,13 +16,13 @@ import time
 import urllib.request
 from typing import Any
 
-from mock_opensandbox.wsproto import OP_CLOSE, OP_TEXT, FrameReader, encode_frame
+from mock_opensandbox.wire.websocket import OP_CLOSE, OP_TEXT, FrameReader, encode_frame
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
 def find_browser() -> str | None:
-    from mock_opensandbox import optional
+    from mock_opensandbox.runtime import optional
 
     if optional.off("chromium"):  # OSB_MOCK_NO=chromium: as without one
         return None

@@ -328,7 +328,7 @@ class Api:
         status, body = self.call("POST", prefix + "/command", {"command": command}, hostport=hostport,
                                  headers=headers)
         assert status == 200, body
-        from mock_opensandbox import sse  # lazily: run as a script, the repo joins sys.path in __main__
+        from mock_opensandbox.wire import sse  # lazily: run as a script, the repo joins sys.path in __main__
 
         rc, lines = 0, []
         for ev in sse.parse_stream([body]):

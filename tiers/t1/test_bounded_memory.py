@@ -113,7 +113,7 @@ def test_fault_proxy_streams_a_large_request_body(tmp_path):
     t = threading.Thread(target=sink.serve_forever, daemon=True)
     t.start()
     env = dict(os.environ, OPENSANDBOX_API_KEY="k", PYTHONPATH=REPO)
-    p = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.proxy", "--upstream",
+    p = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.workbench.proxy", "--upstream",
                           f"http://127.0.0.1:{sink.server_address[1]}", "--port", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path),
                          preexec_fn=_limit_as)

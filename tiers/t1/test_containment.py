@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from mock_opensandbox import optional
+from mock_opensandbox.runtime import optional
 from mock_opensandbox.runtime import SANDBOX_CAP_MASK, SandboxRuntime
 from mock_opensandbox.runtime import caps as caps_data
 from tiers.t1 import containment_probes as cp

@@ -12,7 +12,7 @@ import urllib.parse
 
 import pytest
 
-from mock_opensandbox import optional
+from mock_opensandbox.runtime import optional
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t1 import containment_probes as cp
 from tiers.toolkit.marks import needs_isolation

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from mock_opensandbox.egress import mode_problem
+from mock_opensandbox.docker.egress import mode_problem
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import rest
@@ -219,7 +219,7 @@ def test_dns_nft_accepts_only_allowed_names_addresses_and_literal_rules(dns):
         try:
             pid = m.store.get(sb.id).runtime._holder.pid
             rules = _ruleset(pid)
-            from mock_opensandbox.egress import nameservers
+            from mock_opensandbox.docker.egress import nameservers
 
             allow_set = rules.split("set allow_v4", 1)[1].split("}", 1)[0]
             elements = set(allow_set.split("elements = {", 1)[1].replace(",", " ").split())

@@ -15,8 +15,8 @@ import threading
 
 import pytest
 
-from mock_opensandbox.egress import mode_problem
-from mock_opensandbox.egress.realbin import binary_problem
+from mock_opensandbox.docker.egress import mode_problem
+from mock_opensandbox.docker.egress.realbin import binary_problem
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.dnsserver import StubResolver

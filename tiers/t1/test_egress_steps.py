@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mock_opensandbox.egress import mode_problem
+from mock_opensandbox.docker.egress import mode_problem
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import egress_steps as E

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from mock_opensandbox import multipart
+from mock_opensandbox.wire import formdata as multipart
 from tiers.t1.conftest_execd import Client, outputs
 
 SHARED = pathlib.Path(__file__).resolve().parents[3] / "shared" / "live" / "exchanges"

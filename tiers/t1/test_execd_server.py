@@ -94,7 +94,7 @@ def test_paused_requests_wait_for_resume(make_execd, runtime):
 def test_upload_in_flight_stalls_while_paused(make_execd, runtime):
     """docker pause freezes the real execd: an upload whose body is still arriving gets no answer and
     writes nothing until resume, then completes (QUIRKS.md, "Pause")."""
-    from mock_opensandbox import multipart
+    from mock_opensandbox.wire import formdata as multipart
     s = make_execd()
     data = os.urandom(1024 * 1024)
     body, ctype = multipart.encode([("metadata", "metadata", "application/json", b'{"path":"/tmp/paused.bin"}'),

@@ -4,7 +4,7 @@ with a symlink ``b -> /`` in a loop (renameat2 RENAME_EXCHANGE), while the test 
 upload, chmod, mv and delete, and sessions, PTYs and commands with a ``cwd``, under
 ``/tmp/race/a/<canary>/``. A path check done before the kernel's
 own walk (lstat by lstat, then open(2) of the string) lets the swapped-in link take the walk to the
-host's "/"; openat2(RESOLVE_IN_ROOT) on the sandbox's root (mock_opensandbox/openat2.py) never leaves
+host's "/"; openat2(RESOLVE_IN_ROOT) on the sandbox's root (mock_opensandbox/runtime/openat2.py) never leaves
 it. The canary must stay untouched (names, contents, modes), no download may return its content, and
 every request gets an HTTP answer with execd's own error shapes."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from mock_opensandbox import openat2
+from mock_opensandbox.runtime import openat2
 from tiers.t1.conftest_execd import Client
 from tiers.t1.test_execd_files import upload
 

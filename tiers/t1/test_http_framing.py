@@ -1,4 +1,4 @@
-"""Request framing refused as the real servers refuse it (mock_opensandbox/framing.py; QUIRKS.md
+"""Request framing refused as the real servers refuse it (mock_opensandbox/wire/framing.py; QUIRKS.md
 "Framing"): the execd as Go net/http (the real binary v1.0.19), the lifecycle port as uvicorn with
 httptools (opensandbox-server's install), and JSON nested past Go's 10000 levels."""
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_execd_json_too_deep_is_gos_error(execd_port, path):
     out = exchange(execd_port, post(path, b"Content-Length: %d\r\n" % len(deep), deep))
     assert out.startswith(b"HTTP/1.1 400 Bad Request") and out.endswith(b'"message":"' + DEPTH + b'"}'), out[:300]
     # 10000 levels are still a value (Go: a type error, not a depth error); Python 3.10 cannot recurse that
-    # deep safely, so there the mock gives the depth error early (gojson.py MAX_DEPTH, QUIRKS.md "Framing, execd")
+    # deep safely, so there the mock gives the depth error early (wire/gojson.py MAX_DEPTH, QUIRKS.md "Framing, execd")
     ok = b"[" * 10_000 + b"]" * 10_000
     out = exchange(execd_port, post(b"/command", b"Content-Length: %d\r\n" % len(ok), ok))
     if sys.version_info >= (3, 11):
@@ -96,7 +96,7 @@ def test_execd_json_too_deep_is_gos_error(execd_port, path):
 
 
 def test_execd_upload_metadata_too_deep(execd_port):
-    from mock_opensandbox import multipart
+    from mock_opensandbox.wire import formdata as multipart
 
     meta = b"[" * 20_000 + b"]" * 20_000
     body, ctype = multipart.encode([("metadata", "metadata", "application/json", meta),
@@ -124,7 +124,7 @@ def test_lifecycle_proxy_streams_a_chunked_upload():
     """A chunked body through the server's proxy (/sandboxes/{id}/proxy/{port}/...): uvicorn reads the
     chunk sizes first (a spool file here, 1 MiB in memory), then the proxy forwards it chunked, 64 KiB
     at a time, and execd stores it whole; a chunk announced bigger than what follows breaks it off."""
-    from mock_opensandbox import multipart
+    from mock_opensandbox.wire import formdata as multipart
     from tiers.toolkit import volume_flows as vf
 
     with MockOpenSandbox(execd_close_delay=0.05) as osb:

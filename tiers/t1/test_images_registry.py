@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from mock_opensandbox import optional
+from mock_opensandbox.runtime import optional
 from mock_opensandbox.images import (CorruptImage, DigestMismatch, ImageAuthError, ImageNotFound, ImageStore,
                                      RegistryUnreachable)
 from tiers.toolkit import registry as reg

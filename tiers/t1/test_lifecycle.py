@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from mock_opensandbox.model import FakeClock
-from mock_opensandbox.relay import free_port
+from mock_opensandbox.lifecycle.model import FakeClock
+from mock_opensandbox.wire.relay import free_port
 from tiers.toolkit import rest
 from tiers.toolkit.waits import poll, wait_until
 

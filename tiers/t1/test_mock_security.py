@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 
-from mock_opensandbox import multipart
+from mock_opensandbox.wire import formdata as multipart
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import procs
 from tiers.toolkit.epp import EppClient

@@ -252,7 +252,7 @@ def test_a_restart_reaps_what_a_sigkill_in_mid_burst_left(clis, tmp_path):
 
 @needs_isolation
 def test_banner_names_the_install_command_of_a_missing_tool(clis):
-    """--no slirp4netns (mock_opensandbox/optional.py): the banner says what is missing, what it adds
+    """--no slirp4netns (mock_opensandbox/runtime/optional.py): the banner says what is missing, what it adds
     and how to install it."""
     cli = clis("--no", "slirp4netns")
     lines = [line for line in cli.lines if line.startswith("Optional tool slirp4netns: ")]

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from mock_opensandbox import optional
-from mock_opensandbox.relay import TCPRelay
+from mock_opensandbox.runtime import optional
+from mock_opensandbox.wire.relay import TCPRelay
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
@@ -99,7 +99,7 @@ def test_the_host_loopback_is_out_of_reach(mock):
     assert m.run(sid, CONNECT % ("127.0.0.1", m.osb.port)) == "REFUSED 111"
 
 
-# slirp4netns on and off (OSB_MOCK_NO, mock_opensandbox/optional.py) where it is installed; off everywhere
+# slirp4netns on and off (OSB_MOCK_NO, mock_opensandbox/runtime/optional.py) where it is installed; off everywhere
 STACKS = (["slirp4netns"] if SLIRP else []) + ["none"]
 
 

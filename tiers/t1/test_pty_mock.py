@@ -1,4 +1,4 @@
-"""Terminals end to end at the HTTP level: the mock's execd PTY routes (mock_opensandbox/execd/pty.py)
+"""Terminals end to end at the HTTP level: the mock's execd PTY routes (mock_opensandbox/execd/pty_routes.py)
 on a small httpcore server with a real SandboxRuntime, driven by the plugin's terminal manager
 (plugin/terminal.py) through the plugin's OpenSandbox client (plugin/osb_execd.py, osb_ws.py).
 
@@ -25,8 +25,8 @@ import urllib.request
 
 import pytest
 
-from mock_opensandbox import httpcore
-from mock_opensandbox.execd.pty import register_pty_routes
+from mock_opensandbox.wire import http1 as httpcore
+from mock_opensandbox.execd.pty_routes import register_pty_routes
 # plugin modules: importable through tiers/t1/conftest.py
 import terminal
 from errors import EppError

@@ -1,6 +1,6 @@
 """t1: the hop-by-hop filter of the mock's HTTP proxies (relay.forwardable): every Connection header counts, as in
 Go's httputil.ReverseProxy (removeHopByHopHeaders reads them all), except where the real server reads only the
-first (its proxy's request side: Starlette ``headers.get``). Through the fault proxy (proxy.py) in front of a
+first (its proxy's request side: Starlette ``headers.get``). Through the fault proxy (workbench/proxy.py) in front of a
 small upstream that shows what it received and answers with Connection headers of its own."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mock_opensandbox import relay
-from mock_opensandbox.proxy import FaultProxy
+from mock_opensandbox.wire import relay
+from mock_opensandbox.workbench.proxy import FaultProxy
 
 pytestmark = pytest.mark.spec_exempt("the fault proxy in front of a test upstream (not an OpenSandbox server)")
 

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mock_opensandbox import sse
+from mock_opensandbox.wire import sse
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime.janitor import LEDGER
 from mock_opensandbox.runtime import SandboxNotRunning, SandboxRuntime, probe_isolation

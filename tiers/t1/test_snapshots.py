@@ -1,6 +1,6 @@
 """t1: snapshots on the mock (issue 21 step 5). The shared flow of tiers/snapshot_flow.py (recorder scenario 25's
 requests and recorded answers; tiers/t4/test_live_snapshots.py runs it live), the model's own states
-(snapshots.py: a failed commit, a delete while it commits, reset), and the content side (images/commit.py): an
+(docker/snapshots.py: a failed commit, a delete while it commits, reset), and the content side (images/commit.py): an
 overlayfs upper dir, a whole copied root and a host-tools root turned into a layer of the image store, whiteouts
 kept across layers, nothing written through a symlink of the sandbox root on restore."""
 from __future__ import annotations
@@ -14,13 +14,13 @@ import types
 
 import pytest
 
-from mock_opensandbox import quirks
+from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.images import ImageStore
 from mock_opensandbox.images import commit as C
-from mock_opensandbox.model import SandboxStore
-from mock_opensandbox.quirks import MockError
+from mock_opensandbox.lifecycle.model import SandboxStore
+from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.server import MockOpenSandbox
-from mock_opensandbox.snapshots import SnapshotStore
+from mock_opensandbox.docker.snapshots import SnapshotStore
 from tiers import sandbox_inside as si
 from tiers import snapshot_flow
 from tiers.toolkit import rest
@@ -81,7 +81,7 @@ def test_snapshot_of_an_exited_sandbox_is_refused(opensandbox_mock_factory):
     assert (r.status, r.json()["code"]) == (409, "SNAPSHOT::INVALID_SOURCE_STATE")
 
 
-# -- the model (snapshots.py) over a model-only sandbox store ----------------------------------------------------
+# -- the model (docker/snapshots.py) over a model-only sandbox store ----------------------------------------------------
 @pytest.fixture
 def model():
     sandboxes = SandboxStore(start_reaper=False)
@@ -149,8 +149,8 @@ def test_list_filters_states_exactly_newest_first(model):
 @pytest.mark.spec_exempt("server 1.1.1 snapshot routes (the June spec has none)")
 def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
     """LifecycleApp's default SnapshotStore has no committer: the sandbox checks, then 501; no id is known."""
-    from mock_opensandbox.httpcore import Server
-    from mock_opensandbox.lifecycle import LifecycleApp, LifecycleHandler
+    from mock_opensandbox.wire.http1 import Server
+    from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
     app = LifecycleApp(model, None, api_key=None)
     srv = Server(("127.0.0.1", 0), LifecycleHandler, app)
     srv.start(name="t-lifecycle-alone")

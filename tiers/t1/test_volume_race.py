@@ -12,7 +12,7 @@ import os
 import time
 
 
-from mock_opensandbox.quirks import MockError
+from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import volume_flows as vf
 from tiers.toolkit.marks import needs_isolation

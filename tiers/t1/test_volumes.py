@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from mock_opensandbox import optional
+from mock_opensandbox.runtime import optional
 from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.runtime.mounts import encode
 from mock_opensandbox.server import MockOpenSandbox

@@ -1,4 +1,4 @@
-"""t1: the workbench admin API (admin.py, journal.py) over HTTP, in Python and through the fixture:
+"""t1: the workbench admin API (workbench/admin.py, workbench/journal.py) over HTTP, in Python and through the fixture:
 reset (everything or one sandbox, no process left), the request journal (every listener, filters,
 timing, faults, scrubbed previews), the internal sandbox state, the dashboard's session login and
 its event stream."""

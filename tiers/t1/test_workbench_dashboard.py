@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from mock_opensandbox import optional
+from mock_opensandbox.runtime import optional
 from mock_opensandbox.server import MockOpenSandbox
 
 from tiers.t1 import cdp

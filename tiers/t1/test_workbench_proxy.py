@@ -1,4 +1,4 @@
-"""t1: the fault proxy (mock_opensandbox/proxy.py) in front of the mock: forwarding, endpoint rewriting
+"""t1: the fault proxy (mock_opensandbox/workbench/proxy.py) in front of the mock: forwarding, endpoint rewriting
 (endpoint headers and execd token kept), fault rules on lifecycle and execd traffic, the journal and
 admin API, recording and ``python -m record compare``, and the command line."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from mock_opensandbox.proxy import FaultProxy
+from mock_opensandbox.workbench.proxy import FaultProxy
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import rest
 
@@ -174,7 +174,7 @@ def test_unreachable_upstream_is_a_typed_502():
 def test_command_line(tmp_path):
     with MockOpenSandbox() as mock:
         env = dict(os.environ, OPENSANDBOX_API_KEY=mock.api_key, PYTHONPATH=REPO)
-        p = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.proxy", "--upstream", mock.base_url + "/v1",
+        p = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.workbench.proxy", "--upstream", mock.base_url + "/v1",
                               "--port", "0", "--fault", '{"kind": "status", "status": 418, "path": "^/version$"}'],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
         try:
@@ -190,7 +190,7 @@ def test_command_line(tmp_path):
             assert p.wait(timeout=10) == 0
             p.stdout.close()
             p.stderr.close()
-    bad = subprocess.run([sys.executable, "-m", "mock_opensandbox.proxy", "--upstream", "ftp://x"], cwd=REPO,
+    bad = subprocess.run([sys.executable, "-m", "mock_opensandbox.workbench.proxy", "--upstream", "ftp://x"], cwd=REPO,
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "--upstream must be an http:// URL" in bad.stderr and "Traceback" not in bad.stderr
 

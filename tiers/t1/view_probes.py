@@ -56,7 +56,7 @@ class Execd:
 
     def run(self, command: str, cwd: str | None = None) -> tuple[str, str]:
         """(stdout, error evalue or "") of POST /command."""
-        from mock_opensandbox import sse
+        from mock_opensandbox.wire import sse
         body: dict[str, Any] = {"command": command}
         if cwd is not None:
             body["cwd"] = cwd
@@ -72,7 +72,7 @@ class Execd:
         return "\n".join(out), err
 
     def upload(self, path: str, data: bytes) -> tuple[int, Any]:
-        from mock_opensandbox.multipart import encode
+        from mock_opensandbox.wire.formdata import encode
         body, ctype = encode([("metadata", "metadata", "application/json", json.dumps({"path": path}).encode()),
                               ("file", "file", "application/octet-stream", data)])
         st, raw = self.call("POST", "/files/upload", body=body, ctype=ctype)

@@ -18,7 +18,7 @@ import types
 
 import pytest
 
-from mock_opensandbox import fixturefile as fixture
+from mock_opensandbox.workbench import fixturefile as fixture
 from record.replay import ScenarioResult, replay_fixture
 from tiers.toolkit import spec_guard as sg
 

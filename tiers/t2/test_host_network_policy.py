@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mock_opensandbox.egress import mode_problem
+from mock_opensandbox.docker.egress import mode_problem
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import host_network_policy as H
 from tiers.egress_steps import RECORDS

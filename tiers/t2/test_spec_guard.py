@@ -58,7 +58,7 @@ def test_allow_list_rejects_malformed_lines(tmp_path):
 
 @needs_specs
 def test_guard_is_installed_for_the_session():
-    from mock_opensandbox import httpcore
+    from mock_opensandbox.wire import http1 as httpcore
 
     guard = sg.SESSION.get("guard")
     if guard is None:
@@ -158,7 +158,7 @@ def test_routing_of_traffic_to_the_specs():
 
 @needs_specs
 def test_observer_never_raises_into_the_mock(opensandbox_mock):
-    from mock_opensandbox import httpcore
+    from mock_opensandbox.wire import http1 as httpcore
 
     class Boom(sg.SpecGuard):
         def check(self, *a, **kw):
@@ -194,7 +194,7 @@ def test_an_unexplained_violation_fails_the_session(tmp_path):
     """The session hook turns a green run red when the observer saw an unexplained violation."""
     test = tmp_path / "test_violation.py"
     test.write_text(textwrap.dedent("""
-        from mock_opensandbox import httpcore
+        from mock_opensandbox.wire import http1 as httpcore
 
         def test_mock_sends_an_off_spec_body():
             ex = httpcore.Exchange("uvicorn", "GET", "/v1/sandboxes", {}, {"OPEN-SANDBOX-API-KEY": "k"}, None,
@@ -218,7 +218,7 @@ def test_observers_do_not_change_keep_alive_behaviour(opensandbox_mock):
     the body is read) must not desynchronise the keep-alive connection."""
     import http.client
 
-    from mock_opensandbox import httpcore
+    from mock_opensandbox.wire import http1 as httpcore
 
     def noop(ex):
         return None

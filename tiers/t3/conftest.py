@@ -63,7 +63,7 @@ def execd_bin(pytestconfig) -> Iterator[ExecdBin]:
 
 
 def _execd_bin() -> Iterator[ExecdBin]:
-    from mock_opensandbox import optional
+    from mock_opensandbox.runtime import optional
 
     given = "mock" if optional.off("execd") else os.environ.get("OSB_EXECD_BIN")  # OSB_MOCK_NO=execd: the stand-in
     if given and given != "mock":  # OSB_EXECD_BIN=mock: the stand-in even when the real binary is there

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from mock_opensandbox.proxy import FaultProxy
+from mock_opensandbox.workbench.proxy import FaultProxy
 from tiers.toolkit import rest
 from tiers.toolkit.epp import EppClient
 from tiers.toolkit.waits import wait_until

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import pytest
 
-from mock_opensandbox.proxy import FaultProxy
+from mock_opensandbox.workbench.proxy import FaultProxy
 from record.compare_dir import compare_dir
 from tiers.toolkit import rest
 from tiers.toolkit.waits import wait_until

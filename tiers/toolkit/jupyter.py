@@ -1,4 +1,4 @@
-"""A Jupyter env for code-interpreter tests (mock_opensandbox/jupyterenv.py), made once from the pinned
+"""A Jupyter env for code-interpreter tests (mock_opensandbox/runtime/jupyterenv.py), made once from the pinned
 requirements and cached under the project's .venv (keyed by the pins); a test that needs it skips with
 one line when pip cannot install it here (no index reachable)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from mock_opensandbox import jupyterenv
+from mock_opensandbox.runtime import jupyterenv
 
 __all__ = ["jupyter_env_or_skip"]
 

@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from mock_opensandbox import optional
+from mock_opensandbox.runtime import optional
 
 BINARY = optional.which("docker-registry", "docker-registry", "registry")  # None with OSB_MOCK_NO=docker-registry
 SERVICE = "test-registry"

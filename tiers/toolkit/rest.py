@@ -18,7 +18,7 @@ import http.client
 import json
 from typing import Any, Iterator, Mapping, Optional, Union
 
-from mock_opensandbox import sse
+from mock_opensandbox.wire import sse
 
 
 class Headers(dict):

@@ -1,6 +1,6 @@
 """Spec guard: validate mock traffic against the OpenAPI specs (openapi-core 0.23.1).
 
-``tiers/conftest.py`` installs ``SpecGuard.observe`` into ``mock_opensandbox.httpcore.OBSERVERS`` once
+``tiers/conftest.py`` installs ``SpecGuard.observe`` into ``mock_opensandbox.wire.http1.OBSERVERS`` once
 per test session, so every request a test sends to any mock listener and every response the mock
 produces is checked against ``sandbox-lifecycle.yml`` / ``execd-api.yaml`` without per-test code.
 The observer never raises into the mock: it records violations, and the session fails at the end if
@@ -381,7 +381,7 @@ class SpecGuard:
 
     # -- the observer ------------------------------------------------------------------------------
     def observe(self, ex: Any) -> None:
-        """``mock_opensandbox.httpcore.OBSERVERS`` entry. Never raises."""
+        """``mock_opensandbox.wire.http1.OBSERVERS`` entry. Never raises."""
         if not ex.status:
             key = f"{ex.server_kind} {ex.method} {normalize_path(ex.path)}"
             with self._lock:

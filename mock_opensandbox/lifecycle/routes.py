@@ -1,0 +1,576 @@
+"""Lifecycle routes of the mock OpenSandbox server (FastAPI/uvicorn in reality).
+
+/health, /version, /v1/sandboxes... (also served without /v1), the server-side proxy
+/v1/sandboxes/{id}/proxy/{port}/{path}, and the unimplemented snapshot/template/egress routes.
+Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the recordings show
+(lifecycle/pydantic_lite.py, lifecycle/validation.py); the proxy itself is lifecycle/proxy.py, the diagnostics text docker/diagnostics.py.
+"""
+from __future__ import annotations
+
+import email.utils
+import hmac
+import json
+import re
+import socket
+import sys
+import traceback
+from datetime import datetime
+from typing import Any, Callable
+from urllib.parse import parse_qsl
+
+from mock_opensandbox.docker import diagnostics
+from mock_opensandbox.lifecycle import pydantic_lite as P
+from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle import snapshot_routes
+from mock_opensandbox.lifecycle import validation as V
+from mock_opensandbox.workbench.admin import serve_faults
+from mock_opensandbox.docker.diagnostics import EXTENSIONS_PREFIX
+from mock_opensandbox.workbench.faults import FaultRegistry
+from mock_opensandbox.wire.http1 import App, Handler, Request, Router, host_allowed, new_request_id
+from mock_opensandbox.lifecycle.model import SandboxStore, format_ts, validate_metadata
+from mock_opensandbox.lifecycle.quirks import MockError
+from mock_opensandbox.lifecycle.proxy import BackendError, forward
+from mock_opensandbox.docker.snapshots import SnapshotStore
+
+
+# FastAPI/pydantic validation lives in lifecycle/pydantic_lite.py, the server's models and pre-provisioning checks
+# in lifecycle/validation.py; these names stay importable from here.
+ValidationFailed = P.ValidationFailed
+_err = P._err
+
+
+def _int(value: Any, loc: list, errors: list) -> int | None:
+    out = P.to_int(value, loc, errors)
+    return None if out is P._MISSING else out
+
+
+def _bool(value: Any, loc: list, errors: list) -> bool | None:
+    out = P.to_bool(value, loc, errors)
+    return None if out is P._MISSING else out
+
+
+def parse_datetime(value: Any, loc: list, errors: list) -> datetime | None:
+    out = P.to_datetime(value, loc, errors)
+    return None if out is P._MISSING else out
+
+
+def _q_last(req: Request, name: str) -> str | None:
+    """A scalar query parameter as FastAPI reads it: the last of repeated values (Starlette QueryParams)."""
+    vals = req.query.get(name)
+    return vals[-1] if vals else None
+
+
+def validate_create(body: Any) -> dict[str, Any]:
+    """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
+    return P.validate_body(V.CreateSandboxRequest, body)
+
+
+def _body(req: Request, spec: P.Spec, *, required: bool = True) -> Any:
+    return P.validate_body(spec, P.decode_body(req.body, req.headers.get("Content-Type")), required=required)
+
+
+# =====================================================================================================
+# the application
+# =====================================================================================================
+EXEMPT_PREFIXES = ("/health", "/version", "/docs", "/redoc", "/openapi.json")  # server middleware/auth.py
+_PROXY_PATH_RE = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
+
+
+class LifecycleApp(App):
+    """Routes + policy of the lifecycle listener. ``provisioner`` answers endpoint questions
+    (``endpoint(sb, port) -> (endpoint, headers|None)``)."""
+
+    def __init__(self, store: SandboxStore, provisioner: Any, *, api_key: str | None,
+                 bind_host: str = "127.0.0.1", verbose: bool = False, check_host: bool = True,
+                 reject_origin: bool = True, faults: FaultRegistry | None = None,
+                 max_timeout: int | None = None, allowed_host_paths: list[str] | None = None,
+                 volumes: Any = None):
+        self.store = store
+        # server config: [server] max_sandbox_timeout_seconds (unset), [storage] allowed_host_paths ([])
+        self.max_timeout = max_timeout
+        self.allowed_host_paths = list(allowed_host_paths or [])
+        self.volumes = volumes  # volumes.VolumeStore (None: a mock without a runtime refuses volumes)
+        # snapshots.SnapshotStore; MockOpenSandbox sets one that commits. Without a committer a create answers
+        # 501 SNAPSHOT::NOT_IMPLEMENTED and no snapshot exists (lifecycle/snapshot_routes.py)
+        self.snapshots: Any = SnapshotStore(store)
+        self.faults = faults  # fault injection rules (workbench/faults.py); the admin API below edits them
+        self.provisioner = provisioner
+        self.api_key = api_key
+        self.bind_host = bind_host
+        self.verbose = verbose
+        self.check_host = check_host
+        self.reject_origin = reject_origin
+        self.router = Router()
+        r = self.router
+        # server main.py: lifecycle, devops, pool, templates, proxy and policy routers at the root and under
+        # /v1 (in that order); the metrics router only under /v1; /health and /version at the root only
+        any_method = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+        for prefix in ("", "/v1"):
+            r.add("POST", prefix + "/sandboxes", self.create)
+            r.add("GET", prefix + "/sandboxes", self.list)
+            r.add("GET", prefix + "/sandboxes/{sid}", self.get)
+            r.add("PATCH", prefix + "/sandboxes/{sid}/metadata", self.patch_metadata)
+            r.add("DELETE", prefix + "/sandboxes/{sid}", self.delete)
+            r.add("POST", prefix + "/sandboxes/{sid}/pause", self.pause)
+            r.add("POST", prefix + "/sandboxes/{sid}/resume", self.resume)
+            r.add("POST", prefix + "/sandboxes/{sid}/renew-expiration", self.renew)
+            r.add("POST", prefix + "/sandboxes/{sid}/snapshots", self.snapshot_create)
+            r.add("GET", prefix + "/snapshots", self.snapshot_list)
+            r.add("GET", prefix + "/snapshots/{snap}", self.snapshot_get)
+            r.add("DELETE", prefix + "/snapshots/{snap}", self.snapshot_delete)
+            r.add("GET", prefix + "/sandboxes/{sid}/endpoints/{port}", self.endpoint)
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/logs", self.diag_logs)
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/inspect", self.diag_inspect)
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/events", self.diag_events)
+            r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/summary", self.diag_summary)
+            r.add("POST", prefix + "/pools", self.pools_create)
+            r.add("GET", prefix + "/pools", self.pools_unsupported)
+            r.add("GET", prefix + "/pools/{pool}", self.pools_unsupported)
+            r.add("PUT", prefix + "/pools/{pool}", self.pools_update)
+            r.add("DELETE", prefix + "/pools/{pool}", self.pools_unsupported)
+            r.add("POST", prefix + "/templates", self.templates_create)
+            r.add("GET", prefix + "/templates", self.templates_list)
+            r.add("GET", prefix + "/templates/{tid}", self.templates_unsupported)
+            r.add("DELETE", prefix + "/templates/{tid}", self.templates_unsupported)
+            if prefix:
+                r.add("POST", prefix + "/metrics/events", self.metrics_event)
+            r.add(any_method, prefix + "/sandboxes/{sid}/proxy/{port}", self.proxy)
+            r.add(any_method, prefix + "/sandboxes/{sid}/proxy/{port}/{rest:path}", self.proxy)
+            r.add("GET", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_get)
+            r.add("PUT", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_put)
+            r.add("PATCH", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_patch)
+            r.add("DELETE", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_delete)
+        r.add("GET", "/health", self.health)
+        r.add("GET", "/version", self.version)
+        if faults is not None:
+            # mock-only admin API [choice, docs/FAULTS.md]: behind the API key like every other route
+            r.add("GET", "/__mock__/faults", self.faults_list)
+            r.add("POST", "/__mock__/faults", self.faults_add)
+            r.add("DELETE", "/__mock__/faults", self.faults_clear)
+            r.add("GET", "/__mock__/faults/{fid}", self.faults_get)
+            r.add("DELETE", "/__mock__/faults/{fid}", self.faults_remove)
+
+    # -- dispatch -------------------------------------------------------------------------------------
+    def handle(self, req: Request) -> None:
+        h = req.handler
+        raw_rid = req.headers.get("X-Request-ID")
+        h.request_id = (raw_rid and raw_rid.strip()) or new_request_id()  # server middleware/request_id.py
+        try:
+            if self.check_host and not self._host_allowed(req.headers.get("Host")):
+                raise MockError(quirks.HOST_NOT_ALLOWED, host=(req.headers.get("Host") or "")[:200])
+            if self.reject_origin and req.headers.get("Origin") is not None:
+                raise MockError(quirks.ORIGIN_NOT_ALLOWED)
+            self._authenticate(req)
+            fn, params, path_seen = self.router.match(req.method, req.path)
+            if fn is None:
+                if path_seen:
+                    req.send_json(405, quirks.FASTAPI_METHOD_NOT_ALLOWED,
+                                  headers={"allow": self._allowed(req.path)})
+                else:
+                    req.send_json(404, quirks.FASTAPI_NOT_FOUND)
+                return
+            req.params = params
+            fn(req)
+        except MockError as e:
+            if not req.responded:
+                req.send_json(e.status, e.body())
+        except P.DetailError as e:
+            if not req.responded:
+                req.send_json(e.status, {"detail": e.detail})
+        except ValidationFailed as e:
+            if not req.responded:
+                try:  # Starlette's JSONResponse uses allow_nan=False: a NaN input in an error -> 500
+                    json.dumps(e.errors, allow_nan=False)
+                except ValueError:
+                    req.send_text(500, "Internal Server Error", "text/plain; charset=utf-8")
+                else:
+                    req.send_json(422, {"detail": e.errors})
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            raise
+        except Exception:  # FastAPI's answer to an unhandled exception
+            if self.verbose:
+                traceback.print_exc(file=sys.stderr)
+            if not req.responded:
+                req.send_text(500, "Internal Server Error")
+            else:
+                h.close_connection = True
+
+    def _allowed(self, path: str) -> str:
+        """Starlette's Allow header: the methods of the first route whose path matches (FastAPI's APIRoute
+        adds no HEAD to GET routes; oracle)."""
+        first = None
+        methods: list[str] = []
+        for m, rx, fn in self.router.routes:
+            if rx.match(path):
+                if first is None:
+                    first = (rx.pattern, fn)
+                if (rx.pattern, fn) == first:
+                    methods.append(m)
+        return ", ".join(methods)
+
+    def _host_allowed(self, host: str | None) -> bool:
+        return host_allowed(host, self.bind_host)
+
+    def _authenticate(self, req: Request) -> None:
+        path = req.path
+        if path.startswith(EXEMPT_PREFIXES):
+            return
+        if ".." not in path and _PROXY_PATH_RE.match(path):
+            return
+        if self.api_key is None:
+            return
+        key = req.headers.get("OPEN-SANDBOX-API-KEY")
+        if not key:
+            raise MockError(quirks.MISSING_API_KEY)
+        if not hmac.compare_digest(key.encode("utf-8", "surrogateescape"), self.api_key.encode("utf-8")):
+            raise MockError(quirks.INVALID_API_KEY)
+
+    # -- routes ---------------------------------------------------------------------------------------
+    def health(self, req: Request) -> None:
+        # body exactly as recorded (rec 01); the mock-only isolation detail rides in a header [choice]
+        req.send_json(200, quirks.HEALTH_BODY, headers={"x-mock-isolation": self.isolation()})
+
+    def isolation(self) -> str:
+        note = getattr(self.provisioner, "isolation", None)
+        try:
+            return note() if callable(note) else "unknown"
+        except Exception:  # pragma: no cover
+            return "unknown"
+
+    def version(self, req: Request) -> None:
+        req.send_json(200, quirks.VERSION_BODY)
+
+    def create(self, req: Request) -> None:
+        r = _body(req, V.CreateSandboxRequest)
+        # the provisioner's [egress] image/mode and docker network_mode (egress/: "off" = no egress image)
+        egress_mode, network = getattr(self.provisioner, "egress_settings", ("off", "bridge"))
+        checks = V.docker_create_checks(r, now=self.store.clock(), max_timeout=self.max_timeout,
+                                        allowed_host_paths=self.allowed_host_paths, snapshots=self.snapshots,
+                                        egress_mode=egress_mode, network=network)
+        vols = None
+        if r["volumes"]:
+            if self.volumes is None:
+                raise MockError(quirks.VOLUMES_UNSUPPORTED)
+            vols = self.volumes.prepare(r["volumes"])  # server _validate_volumes (docker/volumes.py)
+        env = {k: v for k, v in checks["env"].items() if v is not None}
+        restore = checks["snapshot"]  # a snapshot's image keeps its container's env under the request's
+        if restore is not None:
+            env = dict(restore.env, **env)
+        ext = {k: v for k, v in (r["extensions"] or {}).items() if k.startswith(EXTENSIONS_PREFIX)} or None
+        try:
+            sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
+                                   metadata=r["metadata"], resource_limits=r["resource_limits"],
+                                   timeout=r["timeout"], platform=r["platform"], extensions=ext,
+                                   limits=checks["limits"], volumes=vols,
+                                   image_auth=r["image"]["auth"], snapshot=restore,
+                                   network_policy=r["network_policy"])
+        except BaseException:
+            if vols is not None:  # the server removes the volumes it auto-created for this create
+                self.volumes.abandon(vols)
+            raise
+        req.send_json(202, sb.create_json())
+
+    def list(self, req: Request) -> None:
+        states = req.query.get("state") or None
+        md_raw = _q_last(req, "metadata")
+        page, size = self._q_page(req)
+        md = None
+        if md_raw:
+            try:
+                md = dict(parse_qsl(md_raw, keep_blank_values=True, strict_parsing=True))
+            except ValueError as e:
+                raise MockError(quirks.INVALID_METADATA_FORMAT, error=str(e)) from None
+        items, pagination = self.store.list(states=states, metadata=md or None, page=page, page_size=size)
+        req.send_json(200, {"items": [sb.to_json() for sb in items], "pagination": pagination})
+
+    def get(self, req: Request) -> None:
+        req.send_json(200, self.store.get(req.params["sid"]).to_json())
+
+    def delete(self, req: Request) -> None:
+        self.store.delete(req.params["sid"])
+        req.send(204)
+
+    def pause(self, req: Request) -> None:
+        self.store.pause(req.params["sid"])
+        req.send(202)
+
+    def resume(self, req: Request) -> None:
+        self.store.resume(req.params["sid"])
+        req.send(202)
+
+    def renew(self, req: Request) -> None:
+        r = _body(req, V.RenewSandboxExpirationRequest)
+        new = self.store.renew(req.params["sid"], r["expires_at"])
+        req.send_json(200, {"expiresAt": format_ts(new)})
+
+    def patch_metadata(self, req: Request) -> None:
+        """JSON Merge Patch of metadata (server api/lifecycle.py, services/docker/docker_service.py
+        patch_sandbox_metadata): the sandbox first, then reserved keys (null ones too), then label syntax."""
+        patch = _body(req, V.PatchSandboxMetadataRequest)
+        sb = self.store.get(req.params["sid"])
+        for key in patch:
+            if key.startswith(quirks.RESERVED_PREFIX):
+                raise MockError(quirks.PATCH_RESERVED_KEY, key=key)
+        validate_metadata({k: v for k, v in patch.items() if v is not None})
+        with sb.lock:
+            merged = dict(sb.metadata or {})
+            for k, v in patch.items():
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
+            sb.metadata = merged
+        req.send_json(200, sb.to_json())
+
+    def _port_param(self, req: Request, errors: list) -> int | None:
+        return _int(req.params["port"], ["path", "port"], errors)
+
+    def endpoint(self, req: Request) -> None:
+        errors: list = []
+        port = self._port_param(req, errors)
+        usp_raw = _q_last(req, "use_server_proxy")
+        use_proxy = _bool(usp_raw, ["query", "use_server_proxy"], errors) if usp_raw is not None else False
+        exp_raw = _q_last(req, "expires")
+        expires = _int(exp_raw, ["query", "expires"], errors) if exp_raw is not None else None
+        if errors:
+            raise ValidationFailed(errors)
+        assert port is not None
+        if use_proxy and expires is not None:
+            raise MockError(quirks.SERVER_PROXY_WITH_EXPIRES)
+        if expires is not None:
+            raise MockError(quirks.SIGNED_ROUTES_UNSUPPORTED)
+        if not 1 <= port <= 65535:
+            raise MockError(quirks.INVALID_PORT)
+        sid = req.params["sid"]
+        sb = self.store.get(sid)
+        endpoint, headers = self.provisioner.endpoint(sb, port)
+        if use_proxy:
+            # server api/lifecycle.py: same host and mount prefix the client used, no scheme
+            mount = req.path.split("/sandboxes/", 1)[0]
+            endpoint = "%s%s/sandboxes/%s/proxy/%d" % (req.headers.get("Host") or "", mount, sid, port)
+            if headers:
+                headers = {k: v for k, v in headers.items() if k.lower() != quirks.INGRESS_HEADER.lower()} or None
+        out: dict[str, Any] = {"endpoint": endpoint}
+        if headers:
+            out["headers"] = headers
+        req.send_json(200, out)
+
+    def proxy(self, req: Request) -> None:
+        errors: list = []
+        port = self._port_param(req, errors)
+        if errors:
+            raise ValidationFailed(errors)
+        assert port is not None
+        if (req.headers.get("Upgrade") or "").lower() == "websocket":
+            req.send_json(400, {"detail": quirks.WEBSOCKET_UNSUPPORTED_DETAIL})
+            return
+        if not 1 <= port <= 65535:
+            raise MockError(quirks.INVALID_PORT)
+        sid = req.params["sid"]
+        sb = self.store.get(sid)
+        endpoint, headers = self.provisioner.endpoint(sb, port)
+        proxy_suffix = "/sandboxes/%s/proxy/%s" % (sid, req.params["port"])
+        idx = req.path.find(proxy_suffix)
+        location_prefix = req.path[: idx + len(proxy_suffix)] if idx >= 0 else None
+
+        def connect_failed(e: Exception) -> None:
+            req.send_json(502, quirks.BACKEND_CONNECTION_FAILED.body(endpoint=endpoint,
+                                                                     error="All connection attempts failed"))
+
+        hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "opensandbox-secure-access"}
+        try:
+            forward(req, endpoint, req.params.get("rest", ""), extra_headers=hdrs, client_facing=True,
+                    on_connect_error=connect_failed, location_prefix=location_prefix)
+        except BackendError as e:
+            if req.responded:  # the answer was already streaming: cut it, the client sees a short body
+                req.handler.close_connection = True
+                return
+            # server api/proxy.py: any other httpx error -> 500 {"detail": "An internal error occurred ..."}
+            req.send_json(500, {"detail": "An internal error occurred in the proxy: %s" % (e.__cause__ or e)})
+
+    # -- fault injection admin API (mock only, docs/FAULTS.md): one route each, so a 405's allow header
+    #    names the methods of the first matching route, like every other route here ----------------------
+    def faults_list(self, req: Request) -> None:
+        serve_faults(req, self.faults)
+
+    def faults_add(self, req: Request) -> None:
+        serve_faults(req, self.faults)
+
+    def faults_clear(self, req: Request) -> None:
+        serve_faults(req, self.faults)
+
+    def faults_get(self, req: Request) -> None:
+        serve_faults(req, self.faults, req.params["fid"])
+
+    def faults_remove(self, req: Request) -> None:
+        serve_faults(req, self.faults, req.params["fid"])
+
+    # -- query parameters (FastAPI Query(...) validation, loc ["query", name]) ---------------------------
+    def _q_int(self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None,
+               le: int | None = None) -> int:
+        raw = _q_last(req, name)
+        if raw is None:
+            return default
+        out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
+        return default if out is P._MISSING else out
+
+    def _q_page(self, req: Request) -> tuple[int, int]:
+        """``page`` (>= 1, default 1) and ``pageSize`` (1..MAX_PAGE_SIZE, default DEFAULT_PAGE_SIZE) of a list
+        route (sandboxes, snapshots, templates); 422 with both errors when either is bad."""
+        errors: list = []
+        page = self._q_int(req, "page", 1, errors, ge=1)
+        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
+        if errors:
+            raise ValidationFailed(errors)
+        return page, size
+
+    # -- snapshots: lifecycle/snapshot_routes.py over docker/snapshots.py (self.snapshots: a SnapshotStore) ------------------
+    def snapshot_create(self, req: Request) -> None:
+        snapshot_routes.create(self, req)
+
+    def snapshot_list(self, req: Request) -> None:
+        snapshot_routes.list_(self, req)
+
+    def snapshot_get(self, req: Request) -> None:
+        snapshot_routes.get(self, req)
+
+    def snapshot_delete(self, req: Request) -> None:
+        snapshot_routes.delete(self, req)
+
+    # -- pools and templates: Kubernetes only (server api/pool.py, api/templates.py); bodies first -------
+    def pools_create(self, req: Request) -> None:
+        _body(req, V.CreatePoolRequest)
+        raise MockError(quirks.POOLS_UNSUPPORTED)
+
+    def pools_update(self, req: Request) -> None:
+        _body(req, V.UpdatePoolRequest)
+        raise MockError(quirks.POOLS_UNSUPPORTED)
+
+    def pools_unsupported(self, req: Request) -> None:
+        raise MockError(quirks.POOLS_UNSUPPORTED)
+
+    def templates_create(self, req: Request) -> None:
+        _body(req, V.CreateFsbTemplateRequest)
+        raise MockError(quirks.TEMPLATES_UNSUPPORTED)
+
+    def templates_list(self, req: Request) -> None:
+        self._q_page(req)
+        raise MockError(quirks.TEMPLATES_UNSUPPORTED)
+
+    def templates_unsupported(self, req: Request) -> None:
+        raise MockError(quirks.TEMPLATES_UNSUPPORTED)
+
+    # -- SDK metrics (server api/metrics.py, /v1 only): accepted, recorded nowhere ---------------------------
+    def metrics_event(self, req: Request) -> None:
+        _body(req, V.MetricsEvent)
+        req.send(204)
+
+    # -- egress network policy (server api/network_policy.py): the body, then the sandbox's egress sidecar
+    #    on port 18080 through execd's proxy, like every Docker sandbox without a sidecar -----------------
+    def _policy(self, req: Request, spec: P.Spec | None) -> None:
+        if spec is not None:
+            _body(req, spec)
+        sid = req.params["sid"]
+        if sid.startswith("fsb-"):
+            raise MockError(quirks.FSB_SANDBOX_NOT_FOUND)
+        sb = self.store.get(sid)
+        endpoint, headers = self.provisioner.endpoint(sb, quirks.EGRESS_PORT)
+        hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "opensandbox-secure-access"}
+
+        def connect_failed(e: Exception) -> None:
+            req.send_json(502, quirks.BACKEND_CONNECTION_FAILED.body(endpoint=endpoint,
+                                                                     error="All connection attempts failed"))
+        try:
+            forward(req, endpoint, "policy", extra_headers=hdrs, client_facing=True,
+                    on_connect_error=connect_failed)
+        except BackendError as e:
+            if req.responded:
+                req.handler.close_connection = True
+                return
+            raise MockError(quirks.BACKEND_RESPONSE_FAILED, endpoint=endpoint, error=e.__cause__ or e) from None
+
+    def policy_get(self, req: Request) -> None:
+        self._policy(req, None)
+
+    def policy_put(self, req: Request) -> None:
+        self._policy(req, V.NetworkPolicy)
+
+    def policy_patch(self, req: Request) -> None:
+        self._policy(req, V.NetworkRuleList)
+
+    def policy_delete(self, req: Request) -> None:
+        self._policy(req, V.TargetList)
+
+    # -- diagnostics (server api/devops.py + services/docker/docker_diagnostics.py) ------------------------
+    def _scope(self, req: Request, kind: str, supported: tuple[str, ...]) -> str | None:
+        scope = _q_last(req, "scope")
+        if scope is None:
+            return None
+        norm = scope.strip().lower()
+        if norm not in supported:
+            raise MockError(quirks.DIAGNOSTICS_SCOPE_UNSUPPORTED, kind=kind, scope=repr(scope),
+                            supported=", ".join(supported))
+        return norm
+
+    def _diag(self, req: Request, kind: str, knob: tuple[str, int, int], scopes: tuple[str, ...],
+              inline: Callable[[Any], tuple[str, bool]], legacy: Callable[[Any, int], str], warning: str) -> None:
+        """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
+        the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
+        errors: list = []
+        bound = self._q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
+        if errors:
+            raise ValidationFailed(errors)
+        scope = self._scope(req, kind, scopes)
+        sid = req.params["sid"]
+        sb = self.store.get(sid)
+        if scope is not None:
+            content, truncated = inline(sb)
+            req.send_json(200, diagnostics.inline(sid, kind, scope, content, truncated, warning))
+            return
+        req.send_text(200, legacy(sb, bound), "text/plain; charset=utf-8", headers={"deprecation": "true"})
+
+    def diag_logs(self, req: Request) -> None:
+        now = self.store.clock()
+        self._diag(req, "logs", ("tail", 100, 10000), ("container", "all"),
+                   lambda sb: diagnostics.limit_lines(diagnostics.logs_text(sb, 101, now=now), 100, True),
+                   lambda sb, tail: diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
+                   quirks.DIAG_LOGS_ALL_WARNING)
+
+    def diag_events(self, req: Request) -> None:
+        # `limit` only bounds Docker health-check entries, which a mock sandbox has none of
+        self._diag(req, "events", ("limit", 50, 500), ("runtime", "all"),
+                   lambda sb: diagnostics.limit_lines(diagnostics.events_text(sb), 50, False),
+                   lambda sb, _limit: diagnostics.events_text(sb), quirks.DIAG_EVENTS_ALL_WARNING)
+
+    def diag_inspect(self, req: Request) -> None:
+        req.send_text(200, diagnostics.inspect_text(self.store.get(req.params["sid"])),
+                      "text/plain; charset=utf-8")
+
+    def diag_summary(self, req: Request) -> None:
+        errors: list = []
+        tail = self._q_int(req, "tail", 50, errors, ge=1, le=10000)
+        self._q_int(req, "event_limit", 20, errors, ge=1, le=500)
+        if errors:
+            raise ValidationFailed(errors)
+        sid = req.params["sid"]
+        req.send_text(200, diagnostics.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()),
+                      "text/plain; charset=utf-8")
+
+
+class LifecycleHandler(Handler):
+    flavor = "uvicorn"
+    browser_guard = False  # LifecycleApp.handle answers these with ErrorResponse bodies (lifecycle/quirks.py)
+    request_id = ""
+
+    def base_headers(self) -> dict[str, str]:
+        # CORS middleware adds vary: Origin; request-id middleware adds x-request-id (recording 01)
+        return {"vary": "Origin", "x-request-id": self.request_id or new_request_id()}
+
+    def dispatch(self, req: Request) -> None:
+        self.server.app.handle(req)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        # the Date header is the server's clock: with MockOpenSandbox(clock=) it follows that clock
+        if timestamp is None:
+            timestamp = self.server.app.store.clock().timestamp()
+        return email.utils.formatdate(timestamp, usegmt=True)

@@ -1,0 +1,583 @@
+"""Shared HTTP plumbing for the mock's listeners: a threaded server, a small router, reply helpers.
+
+No sandbox state lives here. Both the lifecycle server (FastAPI/uvicorn in reality) and each execd
+(Go/Gin in reality) build on it; the ``flavor`` of a handler decides the header style each real
+server shows in the recordings (uvicorn: lower-case ``server: uvicorn`` + ``x-request-id``; Gin: no
+``Server`` header, ``application/json; charset=utf-8``).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qs, urlsplit
+
+from mock_opensandbox.wire import framing
+from mock_opensandbox.wire import pollio
+
+MAX_BODY = framing.MAX_BODY  # a request body above 2 GiB is refused with 413
+
+# Traffic observers: callables taking one Exchange, called after every answered request on every
+# mock listener (lifecycle and execd). Used by the spec guard and the recorder; empty by default.
+OBSERVERS: list[Callable[["Exchange"], None]] = []
+
+
+# The fault hook: the workbench plugs in here (workbench/faultinject.py sets it when the workbench package is
+# imported); the wire never imports the workbench. ``FAULT_HOOK(handler, method, registry) -> fault | None``.
+FAULT_HOOK: Callable[..., Any] | None = None
+
+class Exchange:
+    """One request/response pair as a mock listener saw it (the response body of a stream is the
+    concatenation of its chunks)."""
+
+    __slots__ = ("server_kind", "method", "path", "query", "request_headers", "request_body",
+                 "status", "response_headers", "response_body")
+
+    def __init__(self, server_kind: str, method: str, path: str, query: dict[str, list[str]],
+                 request_headers: dict[str, str], request_body: bytes | None, status: int,
+                 response_headers: dict[str, str], response_body: bytes):
+        self.server_kind = server_kind
+        self.method = method
+        self.path = path
+        self.query = query
+        self.request_headers = request_headers
+        self.request_body = request_body
+        self.status = status
+        self.response_headers = response_headers
+        self.response_body = response_body
+
+
+class App:
+    """What every listener's application offers httpcore: the explicit interface (subclass it and
+    set these in the constructor; nothing is attached from outside).
+
+    * ``faults``: the fault registry (workbench/faults.py) whose rules apply to this listener, or None.
+    * ``sandbox_id``: the sandbox this listener belongs to (an execd, a published port), or None
+      (the lifecycle listener: the sandbox comes from the request path).
+    * ``fault_listener``: the listener kind fault rules match ("lifecycle", "execd", "port"); None
+      derives it from the handler flavor (uvicorn -> lifecycle, gin -> execd).
+    * ``verbose``: write access logs to stderr.
+    * ``journal``: the request journal (workbench/journal.py, the workbench) or None: ``journal.begin(handler,
+      method) -> entry`` before anything is read or faulted, ``entry.end(fault)`` once it is over.
+    """
+
+    faults: Any = None
+    sandbox_id: str | None = None
+    fault_listener: str | None = None
+    verbose: bool = False
+    journal: Any = None
+
+
+class Server(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that never blocks interpreter exit and can be stopped from any thread."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: App,
+                 listen_delay: float = 0.0):
+        """``app``: an App (the explicit interface above: subclass it, or delegate every member to
+        one, as admin.AdminLayer does). ``listen_delay``: the port is bound at once (so it can be
+        announced) but only serves that many seconds after start(). Until then it is Docker's
+        readiness window: the published port (docker-proxy) accepts a connection and closes it
+        without an answer - a client sees EOF, or a reset when it had already sent its request - it
+        is never refused (QUIRKS.md)."""
+        self.app = app
+        self._thread: threading.Thread | None = None
+        self._listen_delay = max(0.0, float(listen_delay))
+        self._cancel = threading.Event()
+        self._serving = threading.Event()
+        super().__init__(address, handler, bind_and_activate=self._listen_delay == 0)
+        if self._listen_delay:
+            try:
+                self.server_bind()
+            except BaseException:
+                self.server_close()
+                raise
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self, name: str = "mock-http") -> None:
+        if self._listen_delay:
+            self.server_activate()  # the port accepts from now on; _run drops what arrives before the delay ends
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        if self._listen_delay:
+            deadline = time.monotonic() + self._listen_delay
+            while not self._cancel.is_set() and time.monotonic() < deadline:
+                ready = pollio.readable([self.socket], min(0.05, max(0.0, deadline - time.monotonic())))
+                if ready:
+                    try:
+                        conn, _ = self.socket.accept()
+                    except OSError:
+                        continue
+                    conn.close()  # accepted, then dropped unanswered: nothing listens behind the proxy yet
+            if self._cancel.is_set():
+                return
+        self._serving.set()
+        self.serve_forever(poll_interval=0.1)
+
+    def stop(self) -> None:
+        self._cancel.set()
+        if self._thread is not None and not self._serving.is_set():
+            self._thread.join(timeout=5)            # cancelled before it listened
+            if not self._serving.is_set():
+                self._thread = None
+        if self._thread is not None:
+            # shutdown() waits for serve_forever to notice the request, up to a poll interval; poking
+            # the listener wakes its selector at once (the wake-up connection is never accepted)
+            stopper = threading.Thread(target=self.shutdown, daemon=True)
+            stopper.start()
+            while stopper.is_alive():
+                try:
+                    socket.create_connection(self.server_address[:2], timeout=0.2).close()
+                except OSError:
+                    pass
+                stopper.join(0.01)
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.server_close()
+
+
+class Request:
+    """What a route handler sees: method, path, query, headers, body and the reply helpers."""
+
+    def __init__(self, handler: "Handler", method: str):
+        self.handler = handler
+        self.method = method
+        # http.server collapses a leading "//" of handler.path (an open-redirect guard of its own);
+        # the request line still has what the client sent
+        words = (getattr(handler, "requestline", "") or "").split()
+        target = words[1] if len(words) >= 2 and words[1].startswith("//") else handler.path
+        self.raw_path = target
+        if target.startswith(("http://", "https://")):  # absolute-form request target
+            parts = urlsplit(target)
+            path, query = parts.path, parts.query
+        else:  # origin-form: "//ping" is the path "//ping", not a network location
+            path, _, query = target.partition("?")
+            path = path.partition("#")[0]
+        self.path = path
+        self.query: dict[str, list[str]] = parse_qs(query, keep_blank_values=True)
+        self.headers = handler.headers
+        self.params: dict[str, str] = {}
+        self._body: bytes | None = None
+        self._body_streamed = False  # stream_body() consumed it
+        self.responded = False
+        # what was sent, for OBSERVERS
+        self.sent_status = 0
+        self.sent_headers: dict[str, str] = {}
+        self.sent_body = bytearray()
+        self._observed = False
+
+    # -- input -------------------------------------------------------------------------------------
+    def q(self, name: str, default: str | None = None) -> str | None:
+        vals = self.query.get(name)
+        return vals[0] if vals else default
+
+    @property
+    def body(self) -> bytes:
+        if self._body is None:
+            pre = getattr(self.handler, "prefetched", None)
+            if pre is not None:
+                self.handler.prefetched = None
+                with pre:
+                    self._body = pre.read()
+            else:
+                self._body = self.handler.read_body()
+        return self._body
+
+    def stream_body(self, sink: Callable[[bytes], Any]) -> int:
+        """The request body into ``sink(bytes)`` as it arrives, 64 KiB at a time (memory independent of
+        its size), instead of ``body``; its length. Observers see no body (``None``). Raises like
+        ``body``; a body cut short by the client just ends."""
+        pre = getattr(self.handler, "prefetched", None)
+        if pre is not None:
+            self.handler.prefetched, self._body_streamed, n = None, True, 0
+            with pre:
+                for data in iter(lambda: pre.read(1 << 16), b""):
+                    sink(data)
+                    n += len(data)
+            return n
+        if self._body is not None:
+            if self._body:
+                sink(self._body)
+            return len(self._body)
+        self._body_streamed = True
+        return self.handler.read_body_into(sink)
+
+    def json(self) -> Any:
+        """Parse the body as JSON; raises ValueError (json.JSONDecodeError) on bad input."""
+        return json.loads(self.body.decode("utf-8"))
+
+    # -- output ------------------------------------------------------------------------------------
+    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
+             headers: dict[str, str] | None = None) -> None:
+        h = self.handler
+        all_headers = dict(h.base_headers())
+        if content_type:
+            all_headers[h.header_name("Content-Type")] = content_type
+        all_headers.update(headers or {})
+        if status != 204:
+            all_headers[h.header_name("Content-Length")] = str(len(body))
+        self.drain()
+        if getattr(h, "framing_broken", False):
+            all_headers["Connection"] = "close"
+        if OBSERVERS:
+            # observers run before the client can see the answer, so a test's last exchange is
+            # always counted against that test (never the next one)
+            self.sent_status, self.sent_headers = status, all_headers
+            self.sent_body += body
+            self.observe()
+        h.send_response(status)
+        for k, v in all_headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        if body and self.method != "HEAD":
+            h.wfile.write(body)
+        self.responded = True
+
+    def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self.send(status, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+                  self.handler.json_content_type, headers)
+
+    def send_text(self, status: int, text: str, content_type: str = "text/plain",
+                  headers: dict[str, str] | None = None) -> None:
+        self.send(status, text.encode("utf-8"), content_type, headers)
+
+    def send_head(self, status: int, headers: dict[str, str]) -> None:
+        """The status line and exactly ``headers`` (the body, if any, is the caller's to write); the
+        request body is drained first, observers get the status and headers."""
+        h = self.handler
+        self.drain()
+        h.send_response(status)
+        for k, v in headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        self.responded = True
+        if OBSERVERS:
+            self.sent_status, self.sent_headers = status, dict(headers)
+
+    def start_chunked(self, status: int, headers: dict[str, str]) -> "ChunkedWriter":
+        h = self.handler
+        all_headers = dict(h.base_headers())
+        all_headers.update(headers)
+        all_headers[h.header_name("Transfer-Encoding")] = "chunked"
+        self.send_head(status, all_headers)
+        if OBSERVERS:
+            return ChunkedWriter(h, self.sent_body, self.observe)
+        return ChunkedWriter(h)
+
+    def drain(self) -> None:
+        """Read an unread request body so keep-alive stays in sync (and observers see it)."""
+        if self._body is None and not self._body_streamed:
+            try:
+                self.body  # noqa: B018 - the property reads the body
+            except (OSError, ValueError):
+                self._body = b""
+                self.handler.close_connection = True
+
+    def observe(self) -> None:
+        """Hand this exchange to the OBSERVERS, once."""
+        if self._observed:
+            return
+        self._observed = True
+        ex = Exchange(self.handler.flavor, self.method, self.path, self.query, dict(self.headers.items()),
+                      self._body, self.sent_status, dict(self.sent_headers), bytes(self.sent_body))
+        for fn in list(OBSERVERS):
+            try:
+                fn(ex)
+            except Exception:  # an observer must never break the mock
+                pass
+
+
+class ChunkedWriter:
+    """Writes an HTTP/1.1 chunked body; every write is flushed at once (SSE needs that)."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler, capture: bytearray | None = None,
+                 on_end: Callable[[], None] | None = None):
+        self._h = handler
+        self._lock = threading.Lock()
+        self._capture = capture
+        self._on_end = on_end
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        with self._lock:
+            if self.closed:
+                return
+            self._h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self._h.wfile.flush()
+            if self._capture is not None:
+                self._capture += data
+
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self._on_end is not None:
+                self._on_end()
+            try:
+                self._h.wfile.write(b"0\r\n\r\n")
+                self._h.wfile.flush()
+            except OSError:
+                pass
+
+
+Route = tuple[str, "re.Pattern[str]", Callable[[Request], None]]
+
+
+class Router:
+    """Method + regex routes. Patterns use ``{name}`` for one path segment and ``{name:path}`` for the rest."""
+
+    def __init__(self) -> None:
+        self.routes: list[Route] = []
+
+    def add(self, methods: str | Iterable[str], pattern: str, fn: Callable[[Request], None]) -> None:
+        regex = re.sub(r"\{(\w+):path\}", r"(?P<\1>.*)", pattern)
+        regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
+        for m in ([methods] if isinstance(methods, str) else methods):
+            self.routes.append((m.upper(), re.compile("^" + regex + "$"), fn))
+
+    def match(self, method: str, path: str) -> tuple[Callable[[Request], None] | None, dict[str, str], bool]:
+        """Returns (handler, params, path_matched_any_method)."""
+        path_seen = False
+        for m, rx, fn in self.routes:
+            mo = rx.match(path)
+            if mo:
+                path_seen = True
+                if m == method:
+                    return fn, mo.groupdict(), True
+        return None, {}, path_seen
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Base request handler. Subclasses set ``flavor`` and implement ``dispatch(req)``."""
+
+    protocol_version = "HTTP/1.1"
+    flavor = "gin"  # or "uvicorn"
+    # small answers on a kept-alive connection must not wait for delayed ACKs (uvicorn and Go's
+    # net/http both set TCP_NODELAY; without it a 4 KiB read took ~40 ms instead of ~1.5 ms)
+    disable_nagle_algorithm = True
+    # mock-only safety [choice, QUIRKS.md]: a web page must not reach a sandbox's execd (which runs
+    # commands) through the browser: refuse any request with an Origin header or a Host that is not a
+    # loopback name or the bound address. The lifecycle listener does its own check (ErrorResponse body).
+    browser_guard = True
+    server: Server
+    prefetched: Any = None  # a chunked lifecycle body read before dispatch (wire/framing.py): a spool file
+    framing_broken = False           # a malformed chunked body: the answer carries Connection: close
+
+    # quiet: the mock never writes access logs to stderr unless asked
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.app.verbose:
+            super().log_message(format, *args)
+
+    def version_string(self) -> str:
+        return "uvicorn" if self.flavor == "uvicorn" else ""
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # Gin sends no Server header; uvicorn sends "server: uvicorn" (recordings 01 and 06).
+        self.log_request(code)
+        self.send_response_only(code, message)
+        if self.flavor == "uvicorn":
+            self.send_header("server", "uvicorn")
+        self.send_header(self.header_name("Date"), self.date_time_string())
+
+    def header_name(self, name: str) -> str:
+        return name.lower() if self.flavor == "uvicorn" else name
+
+    @property
+    def json_content_type(self) -> str:
+        return "application/json" if self.flavor == "uvicorn" else "application/json; charset=utf-8"
+
+    def base_headers(self) -> dict[str, str]:
+        return {}
+
+    def read_body_into(self, sink: Callable[[bytes], Any]) -> int:
+        """read_body() 64 KiB at a time into ``sink``; the byte count."""
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            try:
+                return framing.read_chunked(self.rfile, sink)
+            except framing.ChunkError:
+                self.close_connection = self.framing_broken = True
+                raise
+        try:
+            n = int((self.headers.get("Content-Length") or "0").strip(" \t") or 0)
+        except ValueError:
+            n = -1
+        if n < 0 or n > MAX_BODY:
+            raise ValueError("request body too large")
+        left = n
+        while left:
+            data = self.rfile.read(min(left, 1 << 16))
+            if not data:  # the client went away mid-body
+                self.close_connection = True
+                break
+            sink(data)
+            left -= len(data)
+        return n - left
+
+    def read_body(self) -> bytes:
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            out = bytearray()
+            try:
+                framing.read_chunked(self.rfile, out.extend)
+            except framing.ChunkError:
+                self.close_connection = self.framing_broken = True  # Go answers with Connection: close
+                raise
+            return bytes(out)
+        try:
+            n = int((self.headers.get("Content-Length") or "0").strip(" \t") or 0)
+        except ValueError:
+            n = -1  # framing.check refused it before any handler; a handler called directly gets this
+        if n < 0 or n > MAX_BODY:
+            raise ValueError("request body too large")
+        return self.rfile.read(n) if n else b""
+
+    def _handle(self, method: str) -> None:
+        # request journal (workbench/journal.py, the workbench; coord NEEDS-httpcore.md): an app with a ``journal``
+        # gets ``journal.begin(handler, method) -> entry`` before anything is read or faulted, and
+        # ``entry.end(fault)`` once the request is over (answered, faulted, reset or broken off)
+        app: App = self.server.app
+        journal = app.journal
+        entry = journal.begin(self, method) if journal is not None else None
+        fault = None
+        try:
+            # fault injection (workbench/faults.py rules, workbench/faultinject.py): one hook for every listener; the app exposes its registry
+            registry = app.faults
+            if registry is not None and registry.armed:
+                fault = FAULT_HOOK(self, method, registry) if FAULT_HOOK is not None else None
+                if fault is not None and fault.done:
+                    return
+            try:
+                self._serve(method)
+            finally:
+                if fault is not None:
+                    fault.finish()
+        finally:
+            if entry is not None:
+                entry.end(fault)
+
+    def _serve(self, method: str) -> None:
+        if self.prefetched is not None:  # the last request's body, never read
+            self.prefetched.close()
+        self.prefetched, self.framing_broken = None, False
+        refused = framing.check(self.headers, self.flavor)
+        if refused is None and self.flavor == "uvicorn" and "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            # httptools parses the chunk sizes as the body arrives, before the app reads it; the body
+            # waits in a spool file (1 MiB in memory, the rest on disk), never whole in memory
+            spool: Any = tempfile.SpooledTemporaryFile(max_size=1 << 20, prefix="osb-body-")
+            try:
+                framing.read_chunked(self.rfile, spool.write)
+                spool.seek(0)
+                self.prefetched, spool = spool, None
+            except framing.ChunkError:
+                refused = 400
+            except ValueError:
+                refused = 413
+            finally:
+                if spool is not None:
+                    spool.close()
+        if refused is not None:  # the server's own answer (gin: the same as for a bad header below)
+            self.wfile.write(framing.refusal(refused, self.flavor))
+            self.close_connection = True
+            return
+        if self.flavor == "gin" and not _headers_valid(self.headers):
+            # Go's net/http refuses a control character in a header value (or a non-token name)
+            # before any handler runs (tiers/diff gen.range: "Range: \r")
+            self.wfile.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                             b"Connection: close\r\n\r\n400 Bad Request")
+            self.close_connection = True
+            return
+        req = Request(self, method)
+        if self.browser_guard and (self.headers.get("Origin") is not None
+                                   or not host_allowed(self.headers.get("Host"), self.server.server_address[0])):
+            req.send_json(403, {"code": "MOCK::ORIGIN_NOT_ALLOWED",
+                                "message": "browser requests (an Origin header) and foreign Host names are refused "
+                                           "by the mock (DNS-rebinding protection)"})
+            self.close_connection = True
+            return
+        try:
+            self.dispatch(req)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            self.close_connection = True
+            return
+        if not req.responded:
+            self.close_connection = True
+            return
+        req.drain()
+        if OBSERVERS:  # routes that wrote their answer themselves (proxy, download) are observed here
+            req.observe()
+
+    def dispatch(self, req: Request) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def do_GET(self) -> None: self._handle("GET")  # noqa: E704 - one line per method: a table
+    def do_POST(self) -> None: self._handle("POST")  # noqa: E704 - one line per method: a table
+    def do_PUT(self) -> None: self._handle("PUT")  # noqa: E704 - one line per method: a table
+    def do_PATCH(self) -> None: self._handle("PATCH")  # noqa: E704 - one line per method: a table
+    def do_DELETE(self) -> None: self._handle("DELETE")  # noqa: E704 - one line per method: a table
+    def do_HEAD(self) -> None: self._handle("HEAD")  # noqa: E704 - one line per method: a table
+    def do_OPTIONS(self) -> None: self._handle("OPTIONS")  # noqa: E704 - one line per method: a table
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+
+
+def _headers_valid(headers: Any) -> bool:
+    """net/http's header checks: token names, values without control characters but HTAB."""
+    from email.errors import MissingHeaderBodySeparatorDefect
+    if any(isinstance(d, MissingHeaderBodySeparatorDefect) for d in getattr(headers, "defects", ())):
+        return False  # a line without a colon ("malformed MIME header line")
+    for k, v in headers.items():
+        v = re.sub(r"\r?\n[ \t]+", " ", v)  # obs-fold continuation lines are joined, not refused
+        if not _TOKEN.match(k) or any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in v):
+            return False
+    return True
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def split_host(host: str) -> str:
+    """The name part of a Host header value, lower-cased (``[::1]:80`` -> ``[::1]``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def host_allowed(host: str | None, bound: str) -> bool:
+    """DNS-rebinding protection: only loopback names or the address the listener is bound to."""
+    if not host:
+        return False
+    name = split_host(host)
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    if name.strip("[]") == bound.lower().strip("[]"):
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,648 @@
+"""The workbench admin API under ``/__mock__/`` (moto's reset, WireMock's journal and verify).
+
+Routes (behind the API key like every other route; a browser on the dashboard authenticates with a
+session cookie it gets from ``GET /__mock__/?key=<api key>``):
+
+* ``GET  /__mock__/``                  the dashboard (workbench/dashboard.py)
+* ``POST /__mock__/reset``             everything (sandboxes, their processes, named volumes, fault rules,
+                                       journal; ``{"keep_volumes": true}`` / ``?keep_volumes=1`` keeps the
+                                       volumes), or one sandbox with ``{"sandbox": "<id>"}`` / ``?sandbox=<id>``
+* ``GET  /__mock__/requests``          the journal (workbench/journal.py); filters: method, path (regex), sandbox,
+                                       listener, status (404 or 4xx), fault (rule id or *), since (seq),
+                                       limit; ``DELETE`` clears it
+* ``GET  /__mock__/sandboxes``         internal state of every sandbox; ``GET .../{id}`` one of them;
+                                       ``DELETE .../{id}`` kills it (like the lifecycle DELETE)
+* ``GET  /__mock__/images``            the image store's cache: images, size, digest, sandboxes using them;
+  ``DELETE`` empties it (``reset`` leaves it)
+* ``GET  /__mock__/volumes``           named volumes (size, who mounts them) and host binds in use
+* ``GET  /__mock__/state``             everything the dashboard shows, in one document
+* ``GET  /__mock__/events``            the same document as a server-sent event stream, on every change
+* ``/__mock__/faults``                 the fault rules (workbench/faults.py; served by the lifecycle app, or here
+                                       for the proxy and for the dashboard's session)
+
+The API is served by ``AdminLayer``, which sits in front of an app's ``handle(req)``; the backend
+(``MockBackend`` here, ``proxy.ProxyBackend`` for the fault proxy) says what the sandboxes are.
+Standard library only.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from mock_opensandbox.workbench.faults import FaultError, FaultRegistry
+from mock_opensandbox.wire.http1 import Request, host_allowed
+from mock_opensandbox.workbench.journal import Journal
+from mock_opensandbox.wire.relay import client_gone
+
+PREFIX = "/__mock__"
+COOKIE = "osb_mock_session"
+EVENT_THROTTLE = 0.25        # the event stream sends at most one state document per this many seconds
+EVENT_KEEPALIVE = 15.0
+LIGHT_REQUESTS = 200         # journal entries in a state document
+
+
+def _error(req: Request, status: int, code: str, message: str) -> None:
+    req.send_json(status, {"code": code, "message": message})
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return None if dt is None else dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def light(entry: dict[str, Any]) -> dict[str, Any]:
+    """A journal entry without headers and bodies (the dashboard's table row)."""
+    return {k: entry.get(k) for k in ("seq", "time", "method", "path", "listener", "sandbox", "status",
+                                      "duration_ms", "fault", "error")}
+
+
+def view_of(runtime: Any, sb: Any) -> dict[str, Any]:
+    """Which root the sandbox got (issue 21): "image" (its image's tree: "overlay" or "copy", the image id)
+    or "host-tools" (the host's /usr, /bin, /lib read-only under an image-like tree: no image store, or
+    none could be applied)."""
+    ir = getattr(runtime, "image_root", None)
+    img = getattr(sb, "rootfs_image", None)
+    if ir is not None:
+        return {"kind": "image", "rootfs": ir.mode, "image_id": ir.image.id, "user": ir.image.user or "root",
+                "working_dir": ir.working_dir()}
+    why = "no image store (--image-dir)" if img is None else getattr(runtime, "isolation_note", "")
+    return {"kind": "host-tools", "rootfs": None, "image_id": getattr(img, "id", None), "why": why}
+
+
+def processes_of(pgids: list[int]) -> list[dict[str, Any]]:
+    """Every live process in these process groups and their descendants, from /proc (pid, ppid, pgid,
+    state, command line cut to 300 characters)."""
+    wanted = set(pgids)
+    if not wanted:
+        return []
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+    table: dict[int, tuple[int, int, str]] = {}
+    for name in names:
+        try:
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            table[int(name)] = (int(fields[1]), int(fields[2]), fields[0].decode())
+        except (OSError, IndexError, ValueError):
+            continue
+    keep = {pid for pid, (_, pgid, _) in table.items() if pgid in wanted}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, _, _) in table.items():
+            if ppid in keep and pid not in keep:
+                keep.add(pid)
+                grew = True
+    out = []
+    for pid in sorted(keep):
+        ppid, pgid, state = table[pid]
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as fh:
+                cmd = " ".join(a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a)
+        except OSError:
+            continue
+        cmd = " ".join(cmd.split())
+        out.append({"pid": pid, "ppid": ppid, "pgid": pgid, "state": state,
+                    "cmdline": cmd if len(cmd) <= 300 else cmd[:297] + "..."})
+    return out
+
+
+# =====================================================================================================
+# the backend: what the sandboxes are
+# =====================================================================================================
+class MockBackend:
+    """The admin view of a MockOpenSandbox."""
+
+    kind = "mock"
+
+    def __init__(self, mock: Any):
+        self.mock = mock
+
+    def info(self) -> dict[str, Any]:
+        m = self.mock
+        prov = m.provisioner
+        return {"kind": "mock", "base_url": m.base_url if m._server is not None else None,
+                "execd_mode": m.execd_mode, "execd": "process %s" % m.execd_bin if m.execd_bin else "in-process",
+                "isolation": prov.isolation() if prov is not None else "unknown",
+                "gateway": bool(m.gateway), "execd_token": m.execd_token is not None,
+                "auth": m.api_key is not None}
+
+    def sandbox_ids(self) -> list[str]:
+        return list(self.mock.sandboxes)
+
+    def sandbox(self, sid: str, *, processes: bool = True) -> dict[str, Any] | None:
+        sb = self.mock.sandboxes.get(sid)
+        if sb is None:
+            return None
+        m = self.mock
+        now = m.store.clock() if m.store is not None else datetime.now(timezone.utc)
+        with sb.lock:
+            state = sb.state
+            ttl = None if sb.expires_at is None else round((sb.expires_at - now).total_seconds(), 1)
+            runtime, execd = sb.runtime, sb.execd
+            out: dict[str, Any] = {
+                "id": sb.id, "state": state, "image": sb.image.get("uri"), "entrypoint": list(sb.entrypoint),
+                "metadata": dict(sb.metadata or {}), "created_at": _iso(sb.started_at),
+                "expires_at": _iso(sb.expires_at), "ttl_left_s": ttl, "paused": sb.paused,
+                "exit_code": sb.exit_code, "root": getattr(runtime, "root", None),
+            }
+        out["view"] = view_of(runtime, sb)
+        out["volumes"] = m.volumes.of(sid) if m.volumes is not None else []
+        headers = m.provisioner._required_headers(sb) if m.provisioner is not None else None
+        out["execd"] = {"mode": sb.execd_mode, "port": sb.execd_port,
+                        "kind": "process" if m.execd_bin else "in-process",
+                        "access_token": "<set>" if m.execd_token else None,
+                        "gateway": bool(m.gateway), "required_headers": headers or {}}
+        cmds = getattr(getattr(execd, "commands", None), "_cmds", None)
+        if isinstance(cmds, dict):
+            out["commands"] = [{"id": c.id, "content": c.content[:200], "background": c.background,
+                                "running": c.running} for c in list(cmds.values())[-50:]]
+        if processes:
+            try:
+                pgids = runtime.process_groups() if runtime is not None else []
+            except Exception:
+                pgids = []
+            if execd is not None and hasattr(execd, "proc"):
+                pgids = list(pgids) + [execd.proc.pid]
+            out["processes"] = processes_of(pgids)
+        return out
+
+    def images(self) -> dict[str, Any]:
+        """The image store: whether the mock has one, its sources and cache, every cached image (id, refs,
+        digest, size, layers, config) with the sandboxes using it."""
+        p = self.mock.images
+        snaps = getattr(self.mock, "snapshots", None)
+        snapshots = snaps.view() if snaps is not None else []  # docker/snapshots.py: each one's image and users
+        if p is None:
+            return {"available": False, "sources": [], "cache": None, "images": [], "snapshots": snapshots}
+        return {"available": True, "sources": p.store.sources(), "cache": p.store.cache_dir,
+                "images": p.images(self.mock.sandboxes), "snapshots": snapshots}
+
+    def clear_images(self) -> None:
+        if self.mock.images is not None:
+            if getattr(self.mock, "snapshots", None) is not None:  # their images are in this cache
+                self.mock.snapshots.clear()
+            self.mock.images.store.clear()
+
+    def kill(self, sid: str) -> bool:
+        if self.mock.store is None:
+            return False
+        try:
+            self.mock.store.delete(sid)
+        except Exception:
+            return False
+        return True
+
+    def reset(self, sid: str | None) -> dict[str, Any]:
+        m = self.mock
+        removed = 0
+        ids = [sid] if sid is not None else self.sandbox_ids()
+        for one in ids:
+            if self.kill(one):
+                removed += 1
+        out = {"sandboxes_removed": removed}
+        if sid is None:
+            m.execd_mode = m._initial_execd_mode
+            snaps = getattr(m, "snapshots", None)  # after the sandboxes: none uses a snapshot any more
+            out["snapshots_removed"] = snaps.clear() if snaps is not None else 0
+        return out
+
+    def volumes(self, limit: int | None = None) -> dict[str, Any]:
+        vs = self.mock.volumes
+        if vs is None:
+            return {"named": [], "hostBinds": []}
+        return vs.view() if limit is None else vs.view(limit)
+
+    def reset_volumes(self, keep: bool) -> int:
+        vs = self.mock.volumes
+        return vs.reset(keep) if vs is not None else 0
+
+
+# =====================================================================================================
+# the admin layer
+# =====================================================================================================
+class AdminAPI:
+    """The /__mock__/ routes for one backend. ``serve_faults``: answer /__mock__/faults here (the proxy);
+    otherwise they fall through to the app, except for the dashboard's cookie session."""
+
+    def __init__(self, backend: Any, journal: Journal, faults: FaultRegistry, *,
+                 api_key: Callable[[], str | None], bind_host: Callable[[], str], serve_faults: bool = False):
+        self.backend = backend
+        self.journal = journal
+        self.faults = faults
+        self._api_key = api_key
+        self._bind_host = bind_host
+        self.serve_faults = serve_faults
+        self.session = secrets.token_urlsafe(24)   # the dashboard's cookie value (never the API key)
+        self._lock = threading.Lock()
+
+    # -- auth -----------------------------------------------------------------------------------------
+    def _cookie_ok(self, req: Request) -> bool:
+        raw = req.headers.get("Cookie") or ""
+        for part in raw.split(";"):
+            k, _, v = part.strip().partition("=")
+            if k == COOKIE and hmac.compare_digest(v.encode(), self.session.encode()):
+                return True
+        return False
+
+    def _key_ok(self, key: str | None) -> bool:
+        want = self._api_key()
+        if want is None:
+            return True
+        if not key:
+            return False
+        return hmac.compare_digest(key.encode("utf-8", "surrogateescape"), want.encode("utf-8"))
+
+    def _guard(self, req: Request) -> str | None:
+        """None when the request may use the admin API, else why not (403/401 already sent)."""
+        host = req.headers.get("Host")
+        if not host_allowed(host, self._bind_host()):
+            _error(req, 403, "MOCK::HOST_NOT_ALLOWED", "Host header is not allowed: the admin API only answers "
+                   "loopback names or the bound address (DNS-rebinding protection).")
+            return "host"
+        origin = req.headers.get("Origin")
+        cookie = self._cookie_ok(req)
+        if origin is not None and not (cookie and origin.lower() in ("http://" + (host or "").lower(),)):
+            _error(req, 403, "MOCK::ORIGIN_NOT_ALLOWED", "Cross-origin requests to the admin API are refused.")
+            return "origin"
+        if cookie or self._key_ok(req.headers.get("OPEN-SANDBOX-API-KEY")):
+            return None
+        key = req.headers.get("OPEN-SANDBOX-API-KEY")
+        if not key:
+            _error(req, 401, "MISSING_API_KEY", "Authentication credentials are missing. Provide API key via "
+                   "OPEN-SANDBOX-API-KEY header (the dashboard: open /__mock__/?key=<api key>).")
+        else:
+            _error(req, 401, "INVALID_API_KEY", "Authentication credentials are invalid. Check your API key "
+                   "and try again.")
+        return "auth"
+
+    # -- dispatch ---------------------------------------------------------------------------------------
+    def handle(self, req: Request) -> bool:
+        """Serve an admin request; False = not ours (the app answers it)."""
+        path = req.path.rstrip("/") or "/"
+        if path == PREFIX and req.method == "GET" and req.q("key") is not None:
+            return self._login(req)
+        is_faults = path == PREFIX + "/faults" or path.startswith(PREFIX + "/faults/")
+        if is_faults and not self.serve_faults and not self._cookie_ok(req):
+            return False
+        if self._guard(req) is not None:
+            return True
+        parts = path[len(PREFIX):].strip("/").split("/") if path != PREFIX else []
+        m = req.method
+        try:
+            if not parts:
+                if m not in ("GET", "HEAD"):
+                    return self._method(req)
+                from mock_opensandbox.workbench.dashboard import page
+                req.send(200, page(), "text/html; charset=utf-8",
+                         {"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                          "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline' 'self'; "
+                                                     "style-src 'unsafe-inline'; img-src data:"})
+                return True
+            head = parts[0]
+            if head == "reset" and len(parts) == 1:
+                return self._reset(req) if m == "POST" else self._method(req)
+            if head == "requests" and len(parts) == 1:
+                if m == "GET":
+                    return self._requests(req)
+                if m == "DELETE":
+                    self.journal.clear()
+                    req.send(204)
+                    return True
+                return self._method(req)
+            if head == "sandboxes" and len(parts) == 1:
+                if m != "GET":
+                    return self._method(req)
+                items = [s for s in (self.backend.sandbox(i) for i in self.backend.sandbox_ids()) if s]
+                req.send_json(200, {"sandboxes": items})
+                return True
+            if head == "sandboxes" and len(parts) == 2:
+                sid = parts[1]
+                if m == "GET":
+                    st = self.backend.sandbox(sid)
+                    if st is None:
+                        _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
+                    else:
+                        req.send_json(200, st)
+                    return True
+                if m == "DELETE":
+                    if self.backend.kill(sid):
+                        req.send(204)
+                    else:
+                        _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
+                    return True
+                return self._method(req)
+            if head == "images" and len(parts) == 1 and hasattr(self.backend, "images"):
+                if m == "GET":
+                    return self._images(req)
+                return self._clear_images(req) if m == "DELETE" else self._method(req)
+            if head == "volumes" and len(parts) == 1 and hasattr(self.backend, "volumes"):
+                if m != "GET":
+                    return self._method(req)
+                req.send_json(200, self.backend.volumes())
+                return True
+            if head == "state" and len(parts) == 1:
+                return self._state(req) if m == "GET" else self._method(req)
+            if head == "events" and len(parts) == 1:
+                return self._events(req) if m == "GET" else self._method(req)
+            if head == "faults":
+                return self._faults(req, parts[1:])
+        except ValueError as e:           # a bad filter, rule, body...
+            _error(req, 400, "MOCK::INVALID_REQUEST", str(e))
+            return True
+        _error(req, 404, "MOCK::NOT_FOUND", "No admin route %s %s." % (m, path[:200]))
+        return True
+
+    def _images(self, req: Request) -> bool:
+        """``GET /__mock__/images``: the image store's cache (docs/IMAGES.md)."""
+        req.send_json(200, self.backend.images())
+        return True
+
+    def _clear_images(self, req: Request) -> bool:
+        """``DELETE /__mock__/images``: empty the image cache (``/__mock__/reset`` leaves it); 409 while a
+        live sandbox was created from a cached image."""
+        state = self.backend.images()
+        users = sorted(sid for img in state["images"] for sid in img.get("sandboxes", []))
+        if users:
+            _error(req, 409, "MOCK::IMAGES_IN_USE", "Images are in use by sandboxes %s." % ", ".join(users[:20]))
+        elif not state["available"]:
+            _error(req, 404, "MOCK::NO_IMAGE_STORE", "The mock has no image store (start it with --image-dir).")
+        else:
+            self.backend.clear_images()
+            req.send(204)
+        return True
+
+    @staticmethod
+    def _method(req: Request) -> bool:
+        _error(req, 405, "MOCK::METHOD_NOT_ALLOWED", "Method %s is not allowed here." % req.method)
+        return True
+
+    def _login(self, req: Request) -> bool:
+        if not host_allowed(req.headers.get("Host"), self._bind_host()) or req.headers.get("Origin") is not None:
+            _error(req, 403, "MOCK::ORIGIN_NOT_ALLOWED", "Not allowed.")
+            return True
+        if not self._key_ok(req.q("key")):
+            _error(req, 401, "INVALID_API_KEY", "Authentication credentials are invalid. Check your API key "
+                   "and try again.")
+            return True
+        # the key leaves the address bar at once; the browser keeps a session cookie instead
+        req.send(303, b"", None, {"Location": PREFIX + "/", "Cache-Control": "no-store",
+                                  "Set-Cookie": "%s=%s; Path=%s/; HttpOnly; SameSite=Strict"
+                                                % (COOKIE, self.session, PREFIX)})
+        return True
+
+    # -- routes ----------------------------------------------------------------------------------------
+    def _body_json(self, req: Request) -> Any:
+        raw = req.body
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise ValueError("the body must be JSON") from None
+
+    def _reset(self, req: Request) -> bool:
+        body = self._body_json(req)
+        sid = req.q("sandbox")
+        keep = req.q("keep_volumes")
+        if keep is not None:
+            if keep.lower() not in ("1", "true", "0", "false"):
+                raise ValueError("keep_volumes must be true or false")
+            keep = keep.lower() in ("1", "true")
+        if isinstance(body, dict) and body.get("sandbox") is not None:
+            sid = body["sandbox"]
+        elif body is not None and not isinstance(body, dict):
+            raise ValueError('the body must be {} or {"sandbox": "<id>"}')
+        if isinstance(body, dict) and body.get("keep_volumes") is not None:
+            keep = body["keep_volumes"]
+            if not isinstance(keep, bool):
+                raise ValueError("keep_volumes must be true or false")
+        if sid is not None and (not isinstance(sid, str) or not sid):
+            raise ValueError("sandbox must be a sandbox id")
+        if sid is not None and self.backend.sandbox(sid, processes=False) is None:
+            _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
+            return True
+        req.send_json(200, self.reset(sid, keep_volumes=bool(keep)))
+        return True
+
+    def reset(self, sid: str | None = None, *, keep_volumes: bool = False) -> dict[str, Any]:
+        with self._lock:
+            out = self.backend.reset(sid)
+            if sid is None and hasattr(self.backend, "reset_volumes"):
+                # moto-style: the named volumes go with everything else unless asked to keep them
+                out["volumes_removed"] = self.backend.reset_volumes(keep_volumes)
+            if sid is None:
+                rules = len(self.faults.rules)
+                self.faults.clear()
+                out["rules_removed"] = rules
+                out["requests_removed"] = self.journal.clear()
+            else:
+                gone = [r.id for r in self.faults.rules if r.sandbox == sid]
+                for rid in gone:
+                    self.faults.remove(rid)
+                out["rules_removed"] = len(gone)
+                out["requests_removed"] = self.journal.clear(sid)
+            return out
+
+    def _requests(self, req: Request) -> bool:
+        filters: dict[str, Any] = {}
+        for name in ("method", "path", "sandbox", "listener", "status", "fault"):
+            v = req.q(name)
+            if v:
+                filters[name] = v
+        for name in ("since", "limit"):
+            v = req.q(name)
+            if v is not None:
+                if not v.isdigit():
+                    raise ValueError("%s must be a non-negative integer" % name)
+                filters[name] = int(v)
+        items = self.journal.entries(**filters)
+        req.send_json(200, {"requests": items, "count": len(items), "seq": self.journal.seq,
+                            "dropped": self.journal.dropped})
+        return True
+
+    def state(self) -> dict[str, Any]:
+        sandboxes = [s for s in (self.backend.sandbox(i) for i in self.backend.sandbox_ids()) if s]
+        # the dashboard's document is rebuilt on every change: sizes counted over at most 5000 entries
+        vols = self.backend.volumes(5000) if hasattr(self.backend, "volumes") else None
+        return {"info": self.backend.info(), "sandboxes": sandboxes, "volumes": vols, "images": self._light_images(),
+                "faults": self.faults.to_json(),
+                "requests": [light(e) for e in self.journal.entries(limit=LIGHT_REQUESTS)],
+                "seq": self.journal.seq, "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    def _light_images(self) -> dict[str, Any] | None:
+        """The dashboard's Images panel: ``/__mock__/images`` without each image's layers and config."""
+        if not hasattr(self.backend, "images"):
+            return None
+        doc = self.backend.images()
+        keep = ("id", "ref", "refs", "digest", "size", "source", "sandboxes")
+        return {"available": doc["available"], "sources": doc["sources"], "snapshots": doc["snapshots"],
+                "images": [{k: img.get(k) for k in keep} for img in doc["images"]]}
+
+    def _state(self, req: Request) -> bool:
+        req.send_json(200, self.state())
+        return True
+
+    def _events(self, req: Request) -> bool:
+        """Server-sent events: ``event: state`` with the state document whenever it changed (TTL
+        counters are compared at one-second resolution), a comment line as keep-alive."""
+        h = req.handler
+        w = req.start_chunked(200, {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store",
+                                    "X-Accel-Buffering": "no"})
+        last_doc = None
+        last_send = 0.0
+        seq = -1
+        try:
+            while h.server.socket.fileno() != -1:
+                doc = self.state()
+                doc_cmp = json.dumps({k: v for k, v in doc.items() if k != "time"}, sort_keys=True,
+                                     default=str)
+                now = time.monotonic()
+                if doc_cmp != last_doc:
+                    w.write(b"event: state\ndata: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n")
+                    last_doc, last_send = doc_cmp, now
+                elif now - last_send > EVENT_KEEPALIVE:
+                    w.write(b": keep-alive\n\n")
+                    last_send = now
+                seq = self.journal.seq
+                for _ in range(4):                       # a request arrived, or a second passed
+                    if self.journal.wait_for(seq, 0.25) or client_gone(h.connection):
+                        break
+                if client_gone(h.connection):           # the page went away: end now, not at the next change
+                    break
+                time.sleep(EVENT_THROTTLE)
+        except (OSError, ValueError):
+            h.close_connection = True
+            return True
+        w.close()
+        h.close_connection = True
+        return True
+
+    def _faults(self, req: Request, rest: list[str]) -> bool:
+        if len(rest) > 1:
+            _error(req, 404, "MOCK::NOT_FOUND", "No admin route.")
+            return True
+        return serve_faults(req, self.faults, rest[0] if rest else None) or self._method(req)
+
+
+def serve_faults(req: Request, registry: FaultRegistry, fid: str | None = None) -> bool:
+    """``/__mock__/faults`` (GET lists, POST adds a rule or a list, DELETE clears) and ``/__mock__/faults/{fid}``
+    (GET, DELETE), for the admin layer and the lifecycle app alike (docs/FAULTS.md). False: a method not
+    served here (the caller answers 405 its own way)."""
+    m = req.method
+    if fid is None:
+        if m == "GET":
+            req.send_json(200, {"rules": registry.to_json()})
+        elif m == "POST":
+            try:
+                payload = json.loads(req.body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                _error(req, 400, "MOCK::INVALID_FAULT", "The body must be a JSON fault rule or a list of them.")
+                return True
+            try:
+                added = registry.add_json(payload)
+            except FaultError as e:
+                _error(req, 400, "MOCK::INVALID_FAULT", str(e))
+                return True
+            req.send_json(201, {"rules": [r.to_json() for r in added]})
+        elif m == "DELETE":
+            registry.clear()
+            req.send(204)
+        else:
+            return False
+        return True
+    if m not in ("GET", "DELETE"):
+        return False
+    rule = registry.get(fid)
+    if rule is None:
+        _error(req, 404, "MOCK::FAULT_NOT_FOUND", "No fault rule %s." % fid[:64])
+    elif m == "GET":
+        req.send_json(200, rule.to_json())
+    else:
+        registry.remove(fid)
+        req.send(204)
+    return True
+
+
+class AdminLayer:
+    """Puts the admin API in front of an app: ``handle(req)`` serves /__mock__/ routes it owns and
+    passes everything else on. Every other attribute is the wrapped app's (faults, store, ...)."""
+
+    def __init__(self, app: Any, admin: AdminAPI):
+        self.__dict__["_app"] = app
+        self.__dict__["admin"] = admin
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_app"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.__dict__["_app"], name, value)
+
+    def handle(self, req: Request) -> None:
+        if req.path == PREFIX or req.path.startswith(PREFIX + "/"):
+            if self.admin.handle(req):
+                return
+        self._app.handle(req)
+
+
+# =====================================================================================================
+# Python helpers (MockOpenSandbox and the proxy get them through WorkbenchMixin)
+# =====================================================================================================
+def assert_requested(journal: Journal, *, count: int | None = None, at_least: int | None = None,
+                     **filters: Any) -> list[dict[str, Any]]:
+    """WireMock's verify: the journal holds requests matching ``filters`` (exactly ``count`` of them,
+    or at least ``at_least``, default 1). Returns the matches; raises AssertionError saying what was seen."""
+    found = journal.entries(**filters)
+    if count is not None:
+        ok = len(found) == count
+        want = "exactly %d" % count
+    else:
+        n = 1 if at_least is None else at_least
+        ok = len(found) >= n
+        want = "at least %d" % n
+    if ok:
+        return found
+    recent = journal.entries(limit=15)
+    seen = "\n".join("  #%d %s %s -> %s [%s%s]" % (e["seq"], e["method"], e["path"][:120], e["status"] or e["error"],
+                                                  e["listener"], (" " + e["sandbox"][:8]) if e["sandbox"] else "")
+                     for e in recent) or "  (the journal is empty)"
+    crit = ", ".join("%s=%r" % kv for kv in filters.items()) or "any request"
+    raise AssertionError("expected %s request(s) matching %s, found %d. Most recent requests:\n%s"
+                         % (want, crit, len(found), seen))
+
+
+class WorkbenchMixin:
+    """``requests``, ``assert_requested``, ``reset``, ``sandbox_state`` for an object with ``journal``
+    and ``admin`` attributes."""
+
+    journal: Journal
+    admin: AdminAPI
+
+    def requests(self, method: Any = None, path: Any = None, sandbox: str | None = None, **filters: Any
+                 ) -> list[dict[str, Any]]:
+        """Journal entries, oldest first. Filters: method ("GET", "GET|POST"), path (regex), sandbox,
+        listener ("lifecycle", "execd", "port"), status (404, "4xx"), fault (rule id or "*"), since, limit."""
+        return self.journal.entries(method=method, path=path, sandbox=sandbox, **filters)
+
+    def assert_requested(self, method: Any = None, path: Any = None, sandbox: str | None = None, *,
+                         count: int | None = None, at_least: int | None = None, **filters: Any
+                         ) -> list[dict[str, Any]]:
+        return assert_requested(self.journal, count=count, at_least=at_least, method=method, path=path,
+                                sandbox=sandbox, **filters)
+
+    def reset(self, sandbox: str | None = None, *, keep_volumes: bool = False) -> dict[str, Any]:
+        """Remove every sandbox (processes killed, roots removed), named volume (unless keep_volumes), fault
+        rule and journal entry; or only one sandbox with its scoped rules and its journal entries."""
+        return self.admin.reset(sandbox, keep_volumes=keep_volumes)
+
+    def sandbox_state(self, sandbox_id: str) -> dict[str, Any] | None:
+        """Internal state of one sandbox (processes, root, TTL left, paused, execd mode...), None if unknown."""
+        return self.admin.backend.sandbox(sandbox_id)
+

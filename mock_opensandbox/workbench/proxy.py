@@ -1,0 +1,676 @@
+"""A fault proxy in front of any OpenSandbox server (the mock or a real one).
+
+    python -m mock_opensandbox.workbench.proxy --upstream http://127.0.0.1:8080 --port 9090 [--record DIR]
+
+Clients talk to the proxy as if it were the server. Lifecycle traffic is forwarded to the upstream
+as is (API key included). Endpoint answers (``GET /sandboxes/{id}/endpoints/{port}``) are rewritten so
+the data plane passes through the proxy too: every upstream endpoint address (``host:port``) gets a
+listener of its own on 127.0.0.1 that forwards to it, so paths stay exactly as the upstream's
+(``/proxy/44772/command``); the endpoint's ``headers`` (gateway routing headers) and the execd
+access token the client sends are passed through untouched. A ``use_server_proxy`` endpoint (the
+upstream's own address) is rewritten to the proxy's address.
+
+On every listener the proxy applies the same fault rules as the mock (workbench/faults.py, docs/FAULTS.md:
+``listener`` "lifecycle" or "execd", ``sandbox`` scoping), keeps the same request journal and serves
+the same admin API and dashboard under ``/__mock__/`` (workbench/admin.py). ``--record DIR`` writes every
+upstream exchange (as the upstream saw and answered it, before any fault or rewrite) into
+``DIR/<name>.json`` in the fixtures/ format with credentials scrubbed; ``python -m record compare
+DIR`` replays it against the mock and reports every difference. WebSocket upgrades (execd PTY) are
+tunnelled byte for byte. Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import secrets
+import socket
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Sequence
+from urllib.parse import urlsplit
+
+from mock_opensandbox.workbench import fixturefile
+from mock_opensandbox.wire import pollio
+from mock_opensandbox.wire import relay
+from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer, WorkbenchMixin
+from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
+from mock_opensandbox.workbench.faults import FaultRegistry
+from mock_opensandbox.wire.http1 import OBSERVERS, App, Handler, Request, Server, host_allowed
+from mock_opensandbox.workbench.journal import Journal
+from mock_opensandbox.workbench.scrub import SECRET_HEADERS, scrub_text, strip_secrets
+
+_CREATE_RE = re.compile(r"^(?:/v1)?/sandboxes/?$")
+_SANDBOX_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/?$")
+_ENDPOINT_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/endpoints/(\d+)/?$")
+_ADDR_RE = re.compile(r"^(?P<scheme>https?://)?(?P<host>\[[^\]]+\]|[^/:]+):(?P<port>\d{1,5})(?P<rest>/.*)?$")
+MAX_RECORDED_BODY = 8 << 20
+MIN_RECORDED_WAIT = 0.5     # a client pause at least this long before a request is recorded (wait_before_s)
+CONNECT_TIMEOUT = 10.0
+
+
+class ProxyError(Exception):
+    pass
+
+
+def _json_error(req: Request, status: int, code: str, message: str) -> None:
+    req.send_json(status, {"code": code, "message": message})
+
+
+# =====================================================================================================
+# recording (fixtures/ format; the placeholders for ids/ports/times are added by `python -m record`)
+# =====================================================================================================
+STREAM_ABOVE = 1 << 20
+
+
+def _stream_request(req: Request, conn: http.client.HTTPConnection, length: int) -> bytes:
+    """Copy ``length`` body bytes from the client to ``conn``; the first MAX_RECORDED_BODY of them."""
+    kept = bytearray()
+    left = length
+    req._body = b""  # read here, never again (drain)
+    while left:
+        data = req.handler.rfile.read(min(left, 1 << 16))
+        if not data:
+            req.handler.close_connection = True
+            raise OSError("the client closed before its body ended")
+        if len(kept) < MAX_RECORDED_BODY:
+            kept += data[:MAX_RECORDED_BODY - len(kept)]
+        conn.send(data)
+        left -= len(data)
+    return bytes(kept)
+
+
+def _text_or_b64(data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        return {"body": None}
+    try:
+        return {"body": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64
+
+        return {"body_b64": base64.b64encode(data).decode("ascii")}
+
+
+class Recorder:
+    """Scrubs each upstream exchange as it comes and appends it to ``DIR/<name>.json`` (fixturefile.Appender:
+    a whole fixture after every exchange, only the new one written). ``secrets``: values the proxy
+    already knows (its keys, execd tokens) to scrub besides those the requests' credential headers carry."""
+
+    def __init__(self, directory: str, name: str, upstream: str, secrets: Callable[[], Iterable[str]] = lambda: ()):
+        if not re.fullmatch(r"[\w.-]{1,100}", name):
+            raise ValueError("the recording name may use letters, digits, '.', '_' and '-' only")
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(directory, name + ".json")
+        self.name = name
+        self.upstream = upstream
+        self.secrets: set[str] = set()
+        self._known = secrets
+        self._lock = threading.Lock()
+        self._last_end: float | None = None
+        self.started = datetime.now(timezone.utc)
+        self._file = fixturefile.Appender(self.path, fixturefile.make(
+            name, "recorded by the fault proxy in front of %s" % upstream,
+            {"where": "fault proxy (python -m mock_opensandbox.workbench.proxy) in front of %s" % upstream,
+             "when": self.started.strftime("%Y-%m-%d"), "source": "proxy",
+             "tool": "python -m mock_opensandbox.workbench.proxy --record", "templated": False},
+            {"replayable": True}, []))
+
+    def add(self, request: dict[str, Any], response: dict[str, Any], started: float | None = None) -> None:
+        """``started``: time.monotonic() when the request was sent. A client that waited before it (a
+        background command left to finish, a sleep) gets the same pause noted as ``wait_before_s``,
+        so a replay waits too (record.replay caps it at 5 s)."""
+        with self._lock:
+            for k, v in request["headers"].items():
+                if k.lower() in SECRET_HEADERS and v and not v.startswith("<"):
+                    self.secrets.add(v)
+            ex: dict[str, Any] = {}
+            now = time.monotonic()
+            if started is not None and self._last_end is not None and started - self._last_end >= MIN_RECORDED_WAIT:
+                ex["wait_before_s"] = round(started - self._last_end, 2)
+            self._last_end = now if self._last_end is None else max(self._last_end, now)
+            ex["request"], ex["response"] = self._scrub(request, response)
+            self._file.append(ex)
+
+    def _scrub(self, request: dict[str, Any], response: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Credential headers as their placeholders; known secrets as <api-key>; in bodies also
+        credential-looking fields (env keys...) as <redacted>."""
+        known = self.secrets | {s for s in self._known() if s}
+        req, resp = dict(request), dict(response)
+        for part in (req, resp):
+            part["headers"] = {k: SECRET_HEADERS[k.lower()] if k.lower() in SECRET_HEADERS
+                               else strip_secrets(v, known, "<api-key>") for k, v in part["headers"].items()}
+            if part.get("body") is not None:
+                part["body"] = scrub_text(part["body"], known, "<api-key>")
+        req["path"] = strip_secrets(req["path"], known, "<api-key>")
+        return req, resp
+
+
+# =====================================================================================================
+# forwarding
+# =====================================================================================================
+def _tunnel(client: socket.socket, upstream: socket.socket, stop: threading.Event) -> None:
+    """Copy bytes both ways until one side closes (a WebSocket after its 101)."""
+    socks = [client, upstream]
+    try:
+        while not stop.is_set():
+            r = pollio.readable(socks, 0.2)
+            for s in r:
+                data = s.recv(65536)
+                if not data:
+                    return
+                (upstream if s is client else client).sendall(data)
+    except OSError:
+        return
+
+
+class _Forwarder:
+    """Forwards one request to ``host:port`` and relays the answer (streaming), optionally rewriting
+    an endpoint document. Shared by the lifecycle app and the per-endpoint apps."""
+
+    def __init__(self, proxy: "FaultProxy"):
+        self.proxy = proxy
+
+    def forward(self, req: Request, host: str, port: int, *, sandbox: str | None = None,
+                lifecycle: bool = False) -> None:
+        proxy = self.proxy
+        path = req.raw_path
+        if lifecycle and proxy.upstream_prefix:
+            path = proxy.upstream_prefix + path
+        hostport = "%s:%d" % (host, port)
+        upgrade = (req.headers.get("Upgrade") or "").lower() == "websocket"
+        # an upgrade keeps its Connection/Upgrade (the tunnel is the client's own); else every hop-by-hop header
+        # goes, with those any Connection header names
+        headers: list[tuple[str, str]] = [("Host", hostport)] + (
+            relay.forwardable(req.headers.items(), relay.FRAMING, connection=()) if upgrade
+            else relay.forwardable(req.headers.items(), relay.HOP_BY_HOP | relay.FRAMING))
+        # a large Content-Length body is streamed upstream as it arrives (memory independent of its size);
+        # the recording keeps its first MAX_RECORDED_BODY bytes. Chunked and small bodies are read first.
+        length = (req.headers.get("Content-Length") or "").strip(" \t")
+        stream = (not upgrade and req._body is None and length.isdigit() and int(length) > STREAM_ABOVE
+                  and "chunked" not in (req.headers.get("Transfer-Encoding") or "").lower())
+        body = b"" if upgrade or stream else req.body
+        if stream:
+            headers.append(("Content-Length", length))
+        elif body or req.method in ("POST", "PUT", "PATCH"):
+            headers.append(("Content-Length", str(len(body))))
+        if lifecycle and req.headers.get("OPEN-SANDBOX-API-KEY"):
+            proxy.note_key(req.headers["OPEN-SANDBOX-API-KEY"])
+        started = time.monotonic()
+        conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
+        try:
+            try:
+                conn.connect()
+            except OSError as e:
+                _json_error(req, 502, "PROXY::UPSTREAM_UNREACHABLE",
+                            "The fault proxy cannot reach %s: %s" % (hostport, e.strerror or e))
+                return
+            conn.sock.settimeout(None)
+            if upgrade:
+                self._upgrade(req, conn, path, headers)
+                return
+            try:
+                conn.putrequest(req.method, path, skip_host=True, skip_accept_encoding=True)
+                for k, v in headers:
+                    conn.putheader(k, v)
+                conn.endheaders(body if body else None)
+                if stream:
+                    body = _stream_request(req, conn, int(length))
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                _json_error(req, 502, "PROXY::UPSTREAM_FAILED", "The upstream %s failed: %s" % (hostport, e))
+                return
+            rec_req = None
+            if proxy.recorder is not None:
+                rec_req = {"method": req.method, "path": path, "headers": dict(headers), "_started": started}
+                rec_req.update(_text_or_b64(body if body or req.method in ("POST", "PUT", "PATCH") else None))
+            self._relay(req, resp, rec_req, sandbox=sandbox, lifecycle=lifecycle)
+        finally:
+            conn.close()
+
+    def _upgrade(self, req: Request, conn: http.client.HTTPConnection, path: str,
+                 headers: list[tuple[str, str]]) -> None:
+        h = req.handler
+        sock = conn.sock
+        head = "%s %s HTTP/1.1\r\n%s\r\n" % (req.method, path, "".join("%s: %s\r\n" % kv for kv in headers))
+        sock.sendall(head.encode("latin-1"))
+        h.wfile.flush()
+        # the handshake answer (and everything after it) is copied through as is
+        req.responded = True
+        h.close_connection = True
+        first = sock.recv(65536)
+        if not first:
+            return
+        h.wfile.write(first)
+        h.wfile.flush()
+        _tunnel(h.connection, sock, self.proxy.stopping)
+
+    def _relay(self, req: Request, resp: http.client.HTTPResponse, rec_req: dict[str, Any] | None, *,
+               sandbox: str | None, lifecycle: bool) -> None:
+        """Relay the upstream's answer. Whole answers (a Content-Length up to MAX_RECORDED_BODY, or no
+        body) are read first, so bookkeeping and recording are done before the client has the answer;
+        streams (chunked, SSE, large downloads) are relayed as they come and finished off before their
+        last bytes."""
+        h = req.handler
+        proxy = self.proxy
+        m_ep = _ENDPOINT_RE.match(req.path) if lifecycle else None
+        raw_headers = resp.getheaders()
+        out = relay.forwardable(raw_headers)
+        no_body = req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
+        length = resp.getheader("Content-Length")
+        whole = no_body or (length is not None and length.isdigit() and int(length) <= MAX_RECORDED_BODY)
+        captured = bytearray()
+        observe = bool(OBSERVERS)
+        if observe:
+            req.sent_status, req.sent_headers = resp.status, dict(out)
+
+        def finish() -> None:
+            body = bytes(captured)
+            if lifecycle:
+                proxy.observe_lifecycle(req, resp.status, body)
+            if rec_req is not None and proxy.recorder is not None:
+                rec_resp: dict[str, Any] = {"status": resp.status, "headers": dict(raw_headers)}
+                rec_resp.update(_text_or_b64(None if no_body else body))
+                started = rec_req.pop("_started", None)
+                proxy.recorder.add(rec_req, rec_resp, started)
+            if observe:
+                req.sent_body += body
+
+        if whole:
+            try:
+                data = b"" if no_body else resp.read()
+            except (OSError, http.client.HTTPException):
+                _json_error(req, 502, "PROXY::UPSTREAM_FAILED", "The upstream broke off its answer.")
+                return
+            captured += data
+            if m_ep and resp.status == 200 and data:
+                data = proxy.rewrite_endpoint(data, m_ep.group(1), int(m_ep.group(2)), req.headers.get("Host"))
+                out = [(k, v) for k, v in out if k.lower() != "content-length"] + [("Content-Length", str(len(data)))]
+            finish()
+            self._head(h, resp, out)
+            if data:
+                h.wfile.write(data)
+            h.wfile.flush()
+            req.responded = True
+            return
+        chunked = length is None
+        if chunked:
+            out = [(k, v) for k, v in out if k.lower() != "content-length"] + [("Transfer-Encoding", "chunked")]
+        self._head(h, resp, out)
+        req.responded = True
+        h.wfile.flush()
+        pending = b""                    # held back so the bookkeeping happens before the last bytes
+        broken = False
+        while True:
+            try:
+                data = resp.read1(65536)
+            except (OSError, http.client.HTTPException):
+                h.close_connection = broken = True     # the upstream broke off: so does the answer
+                break
+            if not data:
+                break
+            if len(captured) < MAX_RECORDED_BODY:
+                captured += data
+            if pending:
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(pending), pending) if chunked else pending)
+                h.wfile.flush()
+            pending = data
+        finish()
+        if pending:
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(pending), pending) if chunked else pending)
+        if chunked and not broken:
+            h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
+    @staticmethod
+    def _head(h: Any, resp: http.client.HTTPResponse, headers: list[tuple[str, str]]) -> None:
+        h.log_request(resp.status)
+        h.send_response_only(resp.status, resp.reason)
+        for k, v in headers:
+            h.send_header(k, v)
+        h.end_headers()
+
+
+# =====================================================================================================
+# the apps (one lifecycle-facing listener, one listener per upstream endpoint address)
+# =====================================================================================================
+class _ProxyHandler(Handler):
+    flavor = "uvicorn"
+    browser_guard = False       # checked below (the admin API allows its own dashboard's requests)
+
+    def dispatch(self, req: Request) -> None:
+        self.server.app.handle(req)
+
+
+class _EndpointHandler(_ProxyHandler):
+    flavor = "gin"
+
+
+class LifecycleProxyApp(App):
+    fault_listener = "lifecycle"
+    sandbox_id = None
+
+    def __init__(self, proxy: "FaultProxy"):
+        self.proxy = proxy
+        self.faults = proxy.faults
+        self.journal = proxy.journal
+        self.verbose = proxy.verbose
+
+    def handle(self, req: Request) -> None:  # behind an AdminLayer: /__mock__/ routes never get here
+        p = self.proxy
+        if not host_allowed(req.headers.get("Host"), p.host) or req.headers.get("Origin") is not None:
+            _json_error(req, 403, "PROXY::ORIGIN_NOT_ALLOWED", "Browser requests (an Origin header) and foreign "
+                        "Host names are refused by the fault proxy (DNS-rebinding protection).")
+            return
+        p.forwarder.forward(req, p.upstream_host, p.upstream_port, lifecycle=True)
+
+
+class EndpointProxyApp(App):
+    fault_listener = "execd"
+
+    def __init__(self, proxy: "FaultProxy", sandbox: str, host: str, port: int, container_port: int):
+        self.proxy = proxy
+        self.faults = proxy.faults
+        self.journal = proxy.journal
+        self.verbose = proxy.verbose
+        self.sandbox_id = sandbox
+        self.target = (host, port)
+        self.container_port = container_port
+        if container_port != 44772 and container_port:
+            self.fault_listener = "port"
+
+    def handle(self, req: Request) -> None:
+        if not host_allowed(req.headers.get("Host"), "127.0.0.1") or req.headers.get("Origin") is not None:
+            _json_error(req, 403, "PROXY::ORIGIN_NOT_ALLOWED", "Browser requests and foreign Host names are refused.")
+            return
+        self.proxy.forwarder.forward(req, self.target[0], self.target[1], sandbox=self.sandbox_id)
+
+
+# =====================================================================================================
+# admin backend
+# =====================================================================================================
+class ProxyBackend:
+    """The admin view of the proxy: sandboxes seen through it, their state asked from the upstream."""
+
+    kind = "proxy"
+
+    def __init__(self, proxy: "FaultProxy"):
+        self.proxy = proxy
+
+    def info(self) -> dict[str, Any]:
+        p = self.proxy
+        return {"kind": "proxy", "upstream": p.upstream, "base_url": p.base_url if p._server else None,
+                "execd_mode": "upstream's", "execd": "upstream's (through the proxy)",
+                "isolation": "upstream's", "recording": p.recorder.path if p.recorder else None,
+                "auth": p.api_key is not None}
+
+    def sandbox_ids(self) -> list[str]:
+        with self.proxy._lock:
+            return list(self.proxy.known)
+
+    def sandbox(self, sid: str, *, processes: bool = True) -> dict[str, Any] | None:
+        p = self.proxy
+        with p._lock:
+            if sid not in p.known:
+                return None
+            eps = [{"upstream": "%s:%d" % app.target, "local": "127.0.0.1:%d" % srv.port,
+                    "listener": app.fault_listener}
+                   for (hp, sb), (srv, app) in p.listeners.items() if sb == sid]
+            meta = dict(p.known[sid])
+        doc: dict[str, Any] = {"id": sid, "state": "unknown", "image": meta.get("image"), "endpoints": eps,
+                               "created_through_proxy": meta.get("created", False),
+                               "processes": None, "root": None,
+                               "execd": {"mode": "upstream's", "headers": meta.get("headers") or {},
+                                         "access_token": "<sent by the client>" if meta.get("token") else None,
+                                         "gateway": bool(meta.get("headers"))}}
+        st, body = p.upstream_call("GET", "/v1/sandboxes/%s" % sid)
+        if st == 200 and isinstance(body, dict):
+            status = body.get("status") or {}
+            doc["state"] = status.get("state", "unknown")
+            doc["paused"] = doc["state"] == "Paused"
+            doc["image"] = (body.get("image") or {}).get("uri", doc["image"])
+            doc["expires_at"] = body.get("expiresAt")
+            doc["metadata"] = body.get("metadata") or {}
+            try:
+                exp = datetime.fromisoformat(str(body.get("expiresAt")).replace("Z", "+00:00"))
+                doc["ttl_left_s"] = round((exp - datetime.now(timezone.utc)).total_seconds(), 1)
+            except ValueError:
+                doc["ttl_left_s"] = None
+        elif st == 404:
+            doc["state"] = "Deleted"
+        return doc
+
+    def kill(self, sid: str) -> bool:
+        p = self.proxy
+        st, _ = p.upstream_call("DELETE", "/v1/sandboxes/%s" % sid)
+        p.forget(sid)
+        return st in (200, 202, 204, 404) and st != 0
+
+    def reset(self, sid: str | None) -> dict[str, Any]:
+        """Deletes the sandboxes created through the proxy (all of them, or the one) on the upstream."""
+        p = self.proxy
+        with p._lock:
+            ids = [sid] if sid is not None else [s for s, m in p.known.items() if m.get("created")]
+        removed = sum(1 for s in ids if self.kill(s))
+        if sid is None:
+            for s in list(p.known):
+                p.forget(s)
+        return {"sandboxes_removed": removed}
+
+
+# =====================================================================================================
+# the proxy
+# =====================================================================================================
+class FaultProxy(WorkbenchMixin):
+    """The fault proxy as an in-process object (``start()``/``stop()``/context manager)."""
+
+    def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
+                 upstream_api_key: str | None = None, record: str | None = None, record_name: str = "proxy_recording",
+                 verbose: bool = False):
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError("--upstream must be an http:// URL, e.g. http://127.0.0.1:8080")
+        self.upstream = upstream.rstrip("/")
+        self.upstream_host = parts.hostname
+        self.upstream_port = parts.port or 80
+        prefix = parts.path.rstrip("/")
+        if prefix.endswith("/v1"):
+            prefix = prefix[:-3]
+        self.upstream_prefix = prefix
+        self.upstream_hostport = "%s:%d" % (self.upstream_host, self.upstream_port)
+        self.host = host
+        self.requested_port = port
+        self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
+        self._upstream_key = upstream_api_key
+        self.verbose = verbose
+        self.faults = FaultRegistry(verbose=verbose)
+        self._seen_secrets: set[str] = set()
+        self.journal = Journal(secrets=lambda: [self.api_key, *self._seen_secrets])
+        self.admin = AdminAPI(ProxyBackend(self), self.journal, self.faults, api_key=lambda: self.api_key,
+                              bind_host=lambda: self.host, serve_faults=True)
+        self.recorder = Recorder(record, record_name, self.upstream, self.journal.secrets) if record else None
+        self.forwarder = _Forwarder(self)
+        self.known: dict[str, dict[str, Any]] = {}
+        self.listeners: dict[tuple[str, str], tuple[Server, EndpointProxyApp]] = {}
+        self.stopping = threading.Event()
+        self._lock = threading.RLock()
+        self._server: Server | None = None
+
+    # -- properties -------------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the proxy is not started")
+        return self._server.port
+
+    @property
+    def base_url(self) -> str:
+        return "http://%s:%d" % (self.host, self.port)
+
+    # -- start / stop -----------------------------------------------------------------------------
+    def start(self) -> "FaultProxy":
+        if self._server is None:
+            self.stopping.clear()
+            self.faults.reopen()
+            app = AdminLayer(LifecycleProxyApp(self), self.admin)  # /__mock__/ workbench routes in front
+            self._server = Server((self.host, self.requested_port), _ProxyHandler, app)
+            self._server.start(name="osb-fault-proxy")
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.faults.close()
+        with self._lock:
+            listeners = list(self.listeners.values())
+            self.listeners.clear()
+        for srv, _ in listeners:
+            srv.stop()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> "FaultProxy":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def note_key(self, key: str) -> None:
+        if key and key not in self._seen_secrets:
+            self._seen_secrets.add(key)
+        self._upstream_key = self._upstream_key or key
+
+    def observe_lifecycle(self, req: Request, status: int, body: bytes) -> None:
+        tok = req.headers.get("X-EXECD-ACCESS-TOKEN")
+        if tok:
+            self._seen_secrets.add(tok)
+        if req.method == "POST" and _CREATE_RE.match(req.path) and status in (200, 201, 202):
+            try:
+                doc = json.loads(body.decode("utf-8"))
+                sid = doc["id"]
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                return
+            try:
+                image = json.loads(req.body.decode("utf-8")).get("image", {}).get("uri")
+            except (ValueError, AttributeError, UnicodeDecodeError):
+                image = None
+            with self._lock:
+                self.known[sid] = {"created": True, "image": image}
+        m = _SANDBOX_RE.match(req.path)
+        if m and req.method == "DELETE" and status in (200, 204):
+            self.forget(m.group(1))
+
+    def forget(self, sid: str) -> None:
+        with self._lock:
+            self.known.pop(sid, None)
+            gone = [k for k in self.listeners if k[1] == sid]
+            servers = [self.listeners.pop(k)[0] for k in gone]
+        for srv in servers:
+            threading.Thread(target=srv.stop, daemon=True).start()   # never from a request thread's own server
+
+    def _listener_for(self, sid: str, host: str, port: int, container_port: int) -> int:
+        key = ("%s:%d" % (host, port), sid)
+        with self._lock:
+            have = self.listeners.get(key)
+            if have is not None:
+                return have[0].port
+            app = EndpointProxyApp(self, sid, host, port, container_port)
+            srv = Server(("127.0.0.1", 0), _EndpointHandler, app)
+            srv.start(name="osb-fault-proxy-%s" % sid[:8])
+            self.listeners[key] = (srv, app)
+            self.known.setdefault(sid, {"created": False})
+            return srv.port
+
+    def rewrite_endpoint(self, data: bytes, sid: str, container_port: int, client_host: str | None) -> bytes:
+        """Point an endpoint document at the proxy; unknown shapes pass unchanged."""
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return data
+        if not isinstance(doc, dict) or not isinstance(doc.get("endpoint"), str):
+            return data
+        m = _ADDR_RE.match(doc["endpoint"])
+        if not m:
+            return data
+        host, port, rest = m.group("host").strip("[]"), int(m.group("port")), m.group("rest") or ""
+        scheme = m.group("scheme") or ""
+        if "%s:%d" % (host, port) == self.upstream_hostport and ("/sandboxes/" in rest):
+            new = "%s%s:%d%s" % (scheme, self.host, self.port, rest)      # use_server_proxy: the lifecycle
+        else:
+            local = self._listener_for(sid, host, port, container_port)
+            new = "%s127.0.0.1:%d%s" % (scheme, local, rest)
+        with self._lock:
+            meta = self.known.setdefault(sid, {"created": False})
+            if isinstance(doc.get("headers"), dict):
+                meta["headers"] = {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v)
+                                   for k, v in doc["headers"].items()}
+        doc["endpoint"] = new
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    def upstream_call(self, method: str, path: str) -> tuple[int, Any]:
+        """A request of the proxy's own to the upstream lifecycle (admin state, reset); (0, None) if unreachable."""
+        conn = http.client.HTTPConnection(self.upstream_host, self.upstream_port, timeout=15)
+        try:
+            headers = {"Accept": "application/json"}
+            if self._upstream_key:
+                headers["OPEN-SANDBOX-API-KEY"] = self._upstream_key
+            conn.request(method, self.upstream_prefix + path, headers=headers)
+            r = conn.getresponse()
+            data = r.read()
+            try:
+                return r.status, json.loads(data) if data else None
+            except ValueError:
+                return r.status, None
+        except (OSError, http.client.HTTPException):
+            return 0, None
+        finally:
+            conn.close()
+
+
+# =====================================================================================================
+# command line
+# =====================================================================================================
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mock_opensandbox.workbench.proxy",
+                                description="Fault proxy in front of an OpenSandbox server: forwards lifecycle and "
+                                            "execd traffic, applies fault rules, journals, records.")
+    p.add_argument("--upstream", required=True, help="the OpenSandbox lifecycle URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port of the proxy (default: any free port)")
+    p.add_argument("--api-key", default=None,
+                   help="key of the /__mock__/ admin API (default: $OPENSANDBOX_API_KEY, else generated and printed)")
+    p.add_argument("--record", default=None, metavar="DIR", help="write the upstream exchanges to DIR/<name>.json")
+    p.add_argument("--record-name", default="proxy_recording", help="scenario/file name of the recording")
+    p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
+    p.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(build_parser(), argv)
+    if args is None:
+        return 2
+    env_key = os.environ.get("OPENSANDBOX_API_KEY") or None
+    try:
+        proxy = FaultProxy(args.upstream, host=args.host, port=args.port, api_key=args.api_key or env_key,
+                           upstream_api_key=env_key, record=args.record, record_name=args.record_name,
+                           verbose=args.verbose)
+    except (ValueError, OSError) as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    def banner() -> None:
+        print("Fault proxy listening on %s -> %s" % (proxy.base_url, proxy.upstream), flush=True)
+        if not (args.api_key or env_key):
+            print("Admin API key (generated, header OPEN-SANDBOX-API-KEY): %s" % proxy.api_key, flush=True)
+        print("Dashboard: %s/__mock__/?key=<admin key>" % proxy.base_url, flush=True)
+        if proxy.recorder:
+            print("Recording to %s" % proxy.recorder.path, flush=True)
+
+    return run_foreground(proxy, args.fault, args.host, args.port, banner)
+
+if __name__ == "__main__":
+    sys.exit(main())
