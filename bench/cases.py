@@ -22,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1024 * 1024
 
 # One EPP line is at most 8 MiB, so one files.read answers at most 6,000,000 bytes
-# (plugin/files.py MAX_READ_BYTES); "6 MB" below is that maximum. A 6 MiB (6,291,456 B) read is
+# (plugin/methods/files.py MAX_READ_BYTES); "6 MB" below is that maximum. A 6 MiB (6,291,456 B) read is
 # refused with a typed error: recorded as a finding (details.files_limit), not timed.
 SIX_MB = 6_000_000
 

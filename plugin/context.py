@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
     class Terminals(Protocol):
-        """terminal.PtyManager as the context sees it (the methods' layer is above this one)."""
+        """methods/pty.py's PtyManager as the context sees it (the methods' layer is above this one)."""
 
         def close_sandbox(self, sandbox_id: str, *, delete: bool = False) -> None: ...
 

@@ -3,7 +3,8 @@
 
 This file, the top layer: the initialize contract (must equal abx-provider.toml), the method table,
 and the wiring of the protocol loop (epp.py) to this process's ``Context`` (context.py), which every
-method receives. Each layer imports only the ones below it; plugin/README.md has the map.
+method (methods/: a module per EPP namespace) receives. Each layer imports only the ones below it;
+plugin/README.md has the map.
 
 A method's module is imported on its first call: the host starts a new plugin process for most
 calls, and initialize needs none of them. Standard library only, Python >= 3.10. Only protocol
@@ -64,20 +65,21 @@ def m_initialize(ctx: Context, p: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- method table
-# EPP method -> the module that serves it; the function is m_<method> with "." as "_".
+# EPP method -> the module of methods/ that serves it, named by the method's namespace (methods/pty.py
+# serves pty.*); the function is m_<method> with "." as "_".
 
 METHODS = {
     "sandbox.create": "sandbox", "sandbox.get": "sandbox", "sandbox.connect": "sandbox",
     "sandbox.list": "sandbox", "sandbox.kill": "sandbox", "sandbox.set_timeout": "sandbox",
     "sandbox.pause": "sandbox", "sandbox.resume": "sandbox",
-    "exec.run": "commands", "exec.start": "commands",
-    "process.list": "processes", "process.signal": "processes", "process.kill": "processes",
-    "process.stdin": "processes",
+    "exec.run": "exec", "exec.start": "exec",
+    "process.list": "process", "process.signal": "process", "process.kill": "process",
+    "process.stdin": "process",
     "files.read": "files", "files.write": "files", "files.list": "files", "files.stat": "files",
     "files.mkdir": "files", "files.remove": "files", "files.move": "files", "files.search": "files",
     "files.chmod": "files",
     "ports.url": "ports",
-    "pty.open": "terminal", "pty.write": "terminal", "pty.resize": "terminal", "pty.close": "terminal",
+    "pty.open": "pty", "pty.write": "pty", "pty.resize": "pty", "pty.close": "pty",
 }
 
 
@@ -86,7 +88,8 @@ def method(name: str) -> Callable[[Context, Request, dict[str, Any]], Any] | Non
     module = METHODS.get(name)
     if module is None:
         return None
-    fn: Callable[[Context, Request, dict[str, Any]], Any] = getattr(__import__(module), "m_" + name.replace(".", "_"))
+    served = __import__("methods." + module, None, None, ("m_",))     # the submodule, not the package
+    fn: Callable[[Context, Request, dict[str, Any]], Any] = getattr(served, "m_" + name.replace(".", "_"))
     return fn
 
 

@@ -1,4 +1,4 @@
-"""Fault rules as data (mock_opensandbox/workbench/faults.py) and the plugin's retry policy (plugin/osb_transport.py):
+"""Fault rules as data (mock_opensandbox/workbench/faults.py) and the plugin's retry policy (plugin/osb/retries.py):
 parsing and validation, matching by method / path / listener / sandbox, count and seeded probability,
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from mock_opensandbox.workbench.faults import KINDS, FaultError, FaultRegistry, 
 
 from errors import SECRETS, Secrets
 from failures import map_osb_error
-import osb_transport as transport
+import osb.retries as retries
+import osb.transport as transport
 
 SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"
 
@@ -150,38 +151,38 @@ def http_error(status, headers=None):
 
 
 @pytest.mark.parametrize("exc,wait", [
-    (http_error(503), transport.RETRY_WAITS[0]),
-    (http_error(502), transport.RETRY_WAITS[0]),
-    (http_error(504), transport.RETRY_WAITS[0]),
+    (http_error(503), retries.RETRY_WAITS[0]),
+    (http_error(502), retries.RETRY_WAITS[0]),
+    (http_error(504), retries.RETRY_WAITS[0]),
     (http_error(429, {"retry-after": "2"}), 2.0),
-    (http_error(429, {"retry-after": "0"}), transport.RETRY_WAITS[0]),          # never faster than the backoff
+    (http_error(429, {"retry-after": "0"}), retries.RETRY_WAITS[0]),          # never faster than the backoff
     (http_error(429, {"retry-after": "3600"}), None),                      # too long: answer at once
     (http_error(500), None),
     (http_error(404), None),
     (http_error(409), None),
-    (transport.NetError("reset", "get", "http://x", "reset"), transport.RETRY_WAITS[0]),
+    (transport.NetError("reset", "get", "http://x", "reset"), retries.RETRY_WAITS[0]),
     (transport.NetError("incomplete", "get", "http://x", "IncompleteRead(5 bytes read, 9 more expected)"),
-     transport.RETRY_WAITS[0]),
+     retries.RETRY_WAITS[0]),
     (transport.NetError("timeout", "get", "http://x", "timed out"), None),
     (transport.NetError("refused", "get", "http://x", "refused"), None),
     (transport.NetError("dns", "get", "http://x", "no host"), None),
 ])
 def test_what_is_retried(exc, wait):
-    assert transport.retry_wait(exc, 0) == wait
+    assert retries.retry_wait(exc, 0) == wait
 
 
 def test_retry_after_forms():
-    assert transport.retry_after_seconds(None) is None and transport.retry_after_seconds("soon") is None
-    assert transport.retry_after_seconds(" 7 ") == 7.0
+    assert retries.retry_after_seconds(None) is None and retries.retry_after_seconds("soon") is None
+    assert retries.retry_after_seconds(" 7 ") == 7.0
     import email.utils
     future = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 25 <= transport.retry_after_seconds(future) <= 31
-    assert transport.retry_after_seconds(email.utils.formatdate(time.time() - 30, usegmt=True)) == 0.0
+    assert 25 <= retries.retry_after_seconds(future) <= 31
+    assert retries.retry_after_seconds(email.utils.formatdate(time.time() - 30, usegmt=True)) == 0.0
 
 
 def test_with_retries_is_bounded(monkeypatch):
     sleeps = []
-    monkeypatch.setattr(transport.time, "sleep", sleeps.append)
+    monkeypatch.setattr(retries.time, "sleep", sleeps.append)
     calls = []
 
     def always_503():
@@ -189,8 +190,8 @@ def test_with_retries_is_bounded(monkeypatch):
         raise http_error(503)
 
     with pytest.raises(transport.HttpError):
-        transport.with_retries(always_503, budget=30)
-    assert len(calls) == 1 + len(transport.RETRY_WAITS) and sleeps == list(transport.RETRY_WAITS)
+        retries.with_retries(always_503, budget=30)
+    assert len(calls) == 1 + len(retries.RETRY_WAITS) and sleeps == list(retries.RETRY_WAITS)
 
     results = iter([http_error(429, {"retry-after": "1"}), "ok"])
 
@@ -201,13 +202,13 @@ def test_with_retries_is_bounded(monkeypatch):
         return item
 
     sleeps.clear()
-    assert transport.with_retries(once_429, budget=30) == "ok" and sleeps == [1.0]
+    assert retries.with_retries(once_429, budget=30) == "ok" and sleeps == [1.0]
 
 
 def test_with_retries_starts_no_try_after_the_budget(monkeypatch):
-    monkeypatch.setattr(transport.time, "sleep", lambda s: None)
+    monkeypatch.setattr(retries.time, "sleep", lambda s: None)
     clock = iter([0.0, 100.0, 200.0])
-    monkeypatch.setattr(transport.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(retries.time, "monotonic", lambda: next(clock))
     calls = []
 
     def fail():
@@ -215,7 +216,7 @@ def test_with_retries_starts_no_try_after_the_budget(monkeypatch):
         raise http_error(503)
 
     with pytest.raises(transport.HttpError):
-        transport.with_retries(fail, budget=30)
+        retries.with_retries(fail, budget=30)
     assert len(calls) == 1
 
 

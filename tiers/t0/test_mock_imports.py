@@ -1,8 +1,9 @@
 """mock_opensandbox/ and plugin/ have no import circle (issues 13, 22): the imports between their
 modules - at module level and inside functions alike (the old execd/files_routes.py <-> execd/server.py
 circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_CHECKING:`` count
-too (a circle of type names is still a circle for a reader). plugin/ is a flat root (launch.py runs with that directory as sys.path[0]): its
-modules are named from there (``epp``, ``osb_transport``). No module of plugin/ or mock_opensandbox/ is over 700 lines."""
+too (a circle of type names is still a circle for a reader). plugin/ is a root, not a package (launch.py runs
+with that directory as sys.path[0]): its modules and packages are named from there (``epp``, ``osb.transport``,
+``methods.pty``). No module of mock_opensandbox/ is over 700 lines, none of plugin/ over 600."""
 from __future__ import annotations
 
 import ast
@@ -15,6 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ROOT = os.path.join(REPO, "mock_opensandbox")
 PLUGIN = os.path.join(REPO, "plugin")
 MAX_LINES = 700
+PLUGIN_MAX_LINES = 600
 
 
 def _module(path: str, root: str = ROOT) -> str:
@@ -65,11 +67,12 @@ def _graph(root: str = ROOT) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("root,known", [(ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.wire.gojson")),
-                                        (PLUGIN, ("epp", "osb_transport"))], ids=["mock_opensandbox", "plugin"])
+                                        (PLUGIN, ("epp", "osb.transport", "methods.pty"))],
+                         ids=["mock_opensandbox", "plugin"])
 def test_no_import_cycle(root, known):
     graph = _graph(root)
     assert all(k in graph for k in known)
-    assert root != PLUGIN or graph["osb_ws"] == {"osb_transport"}
+    assert root != PLUGIN or (graph["osb.ws"] == {"osb.transport"} and "osb" in graph["methods.pty"])
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -94,10 +97,28 @@ def _sizes(root: str) -> dict[str, int]:
             for d, _, files in os.walk(root) for f in files if f.endswith(".py")}
 
 
-def test_plugin_modules_are_at_most_700_lines():
+def test_plugin_modules_are_at_most_600_lines():
     sizes = _sizes(PLUGIN)
-    assert "osb_transport" in sizes
-    assert {m: n for m, n in sizes.items() if n > MAX_LINES} == {}
+    assert "osb.transport" in sizes and "methods.exec" in sizes
+    assert {m: n for m, n in sizes.items() if n > PLUGIN_MAX_LINES} == {}
+
+
+def test_plugin_layers():
+    """The client (osb/) imports only itself and the errors leaf, and the rest of the plugin only its
+    public surface (``from osb import ...``, osb/__init__.py); the methods (methods/) are imported by
+    no module below them (provider.py imports them by name, on a method's first call), and by each
+    other only within the package."""
+    graph = _graph(PLUGIN)
+    client = {m for m in graph if m == "osb" or m.startswith("osb.")}
+    methods = {m for m in graph if m.startswith("methods.")}
+    assert {"osb.transport", "osb.retries", "osb.execd", "osb.ws"} <= client
+    assert {"methods." + n for n in ("sandbox", "exec", "process", "files", "ports", "pty")} <= methods
+    for m in sorted(client):
+        assert graph[m] - client <= {"errors"}, (m, graph[m] - client)
+    for m in sorted(set(graph) - client):
+        assert graph[m] & client <= {"osb"}, (m, graph[m] & client)
+    for m in sorted(set(graph) - methods):
+        assert graph[m] & methods == set(), (m, graph[m] & methods)
 
 
 def test_mock_modules_are_at_most_700_lines():

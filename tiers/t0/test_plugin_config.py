@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import sandbox
+import methods.sandbox as sandbox
 from config import Config
 from errors import EppError
 

@@ -13,7 +13,7 @@ import epp
 import errors
 import failures
 from config import Config
-import osb_transport as transport
+import osb.transport as transport
 
 CANARY = "abx-canary-0123456789abcdef"
 
@@ -163,8 +163,8 @@ def test_redaction_covers_escaped_forms():
     (500, b'{"error":"boom"}', -32000),
 ])
 def test_terminal_errors_come_from_the_client(status, body, code):
-    """terminal.py maps the client's HttpError/NetError like every method, plus execd's missing PTY API."""
-    import terminal
+    """methods/pty.py maps the client's HttpError/NetError like every method, plus execd's missing PTY API."""
+    import methods.pty as terminal
     err = terminal._error(http_error(status, body.decode(), plane="execd", what="POST /pty"), "pty.open",
                           no_pty_api=True)
     assert err.code == code and err.message.startswith("pty.open: ")

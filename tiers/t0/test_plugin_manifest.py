@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli (a dependency of agent-sandbox
 import pytest
 
 import config
-import ports
+import methods.ports as ports
 import provider
 
 PLUGIN = pathlib.Path(provider.__file__).resolve().parent
@@ -40,7 +40,7 @@ def test_contract_constants_equal_the_manifest():
 def test_every_method_is_served_by_its_module():
     for name, module in provider.METHODS.items():
         assert callable(provider.method(name)), name
-        assert provider.method(name).__module__ == module
+        assert provider.method(name).__module__ == "methods." + module == "methods." + name.split(".")[0]
     assert provider.method("nope.nope") is None
 
 
@@ -107,14 +107,15 @@ def test_plugin_runs_on_python_310(tmp_path):
     assert by_id[1]["result"]["protocol"] == "epp/1"
     assert by_id[2]["error"]["code"] == -32601
     assert by_id[3]["result"] == {}
-    modules = ", ".join(sorted(set(provider.METHODS.values())) + ["osb", "osb_lifecycle", "osb_execd", "osb_ws"])
+    modules = ", ".join(["methods." + m for m in sorted(set(provider.METHODS.values()))]
+                        + ["osb", "osb.transport", "osb.retries", "osb.lifecycle", "osb.execd", "osb.ws"])
     code = "import sys; sys.path.insert(0, %r); import provider, %s; print('ok')" % (str(PLUGIN), modules)
     assert subprocess.run([PY310, "-c", code], capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
 
 
 def test_startup_is_cheap_nothing_networky_imported(tmp_path):
     """Start and initialize import the loop, the provider, its context and the errors leaf only: the
-    configuration, the client (osb*.py) and the methods wait for the call that needs them."""
+    configuration, the client (osb/) and the methods (methods/) wait for the call that needs them."""
     init = json.dumps(INIT["params"])
     code = ("import io, json, sys; sys.path.insert(0, %r); before = set(sys.modules); import provider; "
             "ctx = provider.new_context(io.BytesIO(), io.BytesIO()); provider.m_initialize(ctx, json.loads(%r)); "

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import commands
+import methods.exec as commands
 import epp
-import files
+import methods.files as files
 import provider
-import sandbox
+import methods.sandbox as sandbox
 from config import Config
 from epp import MAX_LINE_BYTES, Request
 from errors import EppError
-import osb_execd as execd
-import osb_transport as transport
+import osb.execd as execd
+import osb.transport as transport
 
 HOST_DEFAULTS = {"template": "base", "timeout": 300, "metadata": {}, "envs": {}, "cpu": None, "memory": None,
                  "disk": None, "gpu": None, "request_timeout": None}   # epp-host-reference §3.2

@@ -107,7 +107,7 @@ def test_code_alias_from_local_up_env_and_run_code(home, tmp_path):
     aliases = next(ln.split("=", 1)[1] for ln in line.splitlines() if ln.startswith("export ABX_OPENSANDBOX_IMAGE_ALIASES="))
     assert aliases == "code=local/code-interpreter:py-bash", line
     from tiers.toolkit.jupyter import jupyter_env_or_skip
-    # the plugin creates a code-interpreter image with its entrypoint (plugin/sandbox.py): the env plays it here
+    # the plugin creates a code-interpreter image with its entrypoint (plugin/methods/sandbox.py): the env plays it here
     with MockOpenSandbox(jupyter_env=jupyter_env_or_skip()) as osb:
         env = {**demo.host_env(home), "OPEN_SANDBOX_API_KEY": osb.api_key, "ABX_OPENSANDBOX_BASE_URL": osb.base_url,
                "ABX_OPENSANDBOX_IMAGE_ALIASES": aliases}

@@ -15,13 +15,14 @@ import urllib.parse
 
 from errors import SECRETS
 
-from osb_transport import Http, HttpError, Reply, with_retries
+from .retries import with_retries
+from .transport import Http, HttpError, Reply
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-    from osb_execd import Execd
+    from .execd import Execd
 
     Query = dict[str, Any] | list[tuple[str, str]] | None   # urlencode() takes either
 
@@ -239,7 +240,7 @@ class OpenSandbox:
             url, headers = self.endpoint(sandbox_id, EXECD_PORT)
             ep = {"url": url, "headers": headers}
             self.cache.update(sandbox_id, **{key: ep})
-        from osb_execd import Execd
+        from .execd import Execd
         ex = Execd(self, sandbox_id, ep["url"], ep["headers"])
         with self._lock:
             self._execd[sandbox_id] = ex

@@ -4,7 +4,7 @@ process.stdin (not offered by execd).
 """
 from __future__ import annotations
 
-from commands import run_internal
+from .exec import run_internal
 from context import Context
 from epp import Request
 from errors import EppError, bad_input, unsupported

@@ -28,7 +28,7 @@ import threading
 from typing import Any, BinaryIO, Callable, Mapping
 from urllib.parse import urlsplit
 
-from osb_transport import NetError
+from .transport import NetError
 
 __all__ = ["connect", "WebSocketClient", "WebSocketError", "HandshakeError", "ProtocolError",
            "ConnectionClosed", "TimedOut", "encode_frame", "apply_mask", "FrameReader", "MessageAssembler",
