@@ -82,7 +82,7 @@ def _sandbox(base: str, key: str, image: str, env: dict[str, str]) -> tuple[Any,
 
 def measure(base: str, key: str, image: str, python: str, rounds: int, per: int, poll: str | None) -> dict:
     env = {"EXECD_JUPYTER_IDLE_POLL_INTERVAL": poll} if poll else {}
-    sb, ci, ready = _sandbox(base, key, image, env)
+    sb, _ci, ready = _sandbox(base, key, image, env)
     try:
         url = "http://" + sb.get_endpoint(44772).endpoint
         hdrs = dict(sb.get_endpoint(44772).headers or {})

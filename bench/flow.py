@@ -186,7 +186,6 @@ def integrity_times(n: int = 10) -> list:
 
 
 def main() -> int:
-    global _OUT
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)

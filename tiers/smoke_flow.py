@@ -498,7 +498,7 @@ class _Flow:
             _poll("state after resume", lambda: self.sandbox()["status"]["state"], lambda s: s == "Running", 30)
             r = self.life("POST", f"/v1/sandboxes/{sid}/resume")
             assert r.status == 409 and r.json().get("code") == "DOCKER::SANDBOX_NOT_PAUSED", r
-            status, events = self.run({"command": "echo after-resume"})
+            _status, events = self.run({"command": "echo after-resume"})
             assert output_of(events, "stdout") == "after-resume\n" and events[-1]["type"] == "execution_complete", events
 
     def kill(self) -> None:

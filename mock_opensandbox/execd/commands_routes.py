@@ -14,7 +14,7 @@ import stat
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from mock_opensandbox.wire import sse
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, errno_text, go_json
@@ -42,9 +42,9 @@ class CommandRoutes:
         self.close_delay = close_delay
         self.heartbeat = heartbeat
 
-    _V1_FIELDS = {"command": "string", "cwd": "string", "background": "bool", "timeout": "int64",
+    _V1_FIELDS: ClassVar[dict[str, str]] = {"command": "string", "cwd": "string", "background": "bool", "timeout": "int64",
                   "uid": "uint32", "gid": "uint32", "envs": "map[string]string"}
-    _LATEST_FIELDS = dict(_V1_FIELDS, argv="[]string", operation_id="string")
+    _LATEST_FIELDS: ClassVar[dict[str, str]] = dict(_V1_FIELDS, argv="[]string", operation_id="string")
     _V1_STRUCT = Struct("model.RunCommandRequest", _V1_FIELDS)
     # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
     _LATEST_STRUCT = Struct("model.request", _LATEST_FIELDS)

@@ -94,7 +94,7 @@ def _sandbox(m):
 
 
 def _policy_answers(m):
-    sid, hostport, prefix, auth = _sandbox(m)
+    _sid, hostport, prefix, auth = _sandbox(m)
     out = []
     for method, path, body, with_auth in POLICY_CALLS:
         r = rest.call(hostport, method, prefix + path, body, auth if with_auth else {})

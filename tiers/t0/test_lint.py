@@ -1,5 +1,6 @@
 """The linter is part of the suite: ruff (pinned in requirements-test.txt, rules in pyproject.toml) finds
-nothing in the repository, and every noqa comment says why it is there (the codes, then a reason)."""
+nothing in the repository, `ruff format --check` would change nothing, and every noqa comment says why it
+is there (the codes, then a reason)."""
 from __future__ import annotations
 
 import io
@@ -25,6 +26,15 @@ def test_ruff_finds_nothing():
     out = subprocess.run([_ruff(), "check", "--no-cache", "--output-format", "concise", str(REPO)],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, f"ruff check (most is fixed by `.venv/bin/ruff check --fix .`):\n{out.stdout}{out.stderr}"
+
+
+def test_ruff_format_changes_nothing():
+    # the same files `ruff check` reads (pyproject.toml's [tool.ruff]: bench/out excluded)
+    out = subprocess.run([_ruff(), "format", "--check", "--no-cache", "--output-format", "concise", str(REPO)],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    would = [line for line in out.stdout.splitlines() if "unformatted:" in line]
+    assert out.returncode == 0, (f"`ruff format` would reformat {len(would)} file(s); run `.venv/bin/ruff format .` "
+                                 f"and commit the result:\n" + "\n".join(would[:40]) + f"\n{out.stderr}")
 
 
 def test_ruff_is_the_pinned_version():

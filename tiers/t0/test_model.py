@@ -79,7 +79,7 @@ def test_format_ts_matches_recorded_shapes():
 
 # -- create / get / json shapes -----------------------------------------------------------------------
 def test_create_json_and_get_json_keys_follow_the_recordings():
-    store, clock, prov = make_store()
+    store, _clock, prov = make_store()
     sb = store.create(image=IMG, entrypoint=EP, metadata={"purpose": "live-recording"}, timeout=1800,
                       resource_limits={"cpu": "500m"})
     uuid.UUID(sb.id, version=4)

@@ -167,7 +167,7 @@ def test_pty_comes_from_the_sandbox_devpts(rt):
 
 def test_privileged_wrappers_never_see_loader_variables(rt, tmp_path):
     """LD_PRELOAD & co. reach the command, not the privileged wrappers that run before the drop."""
-    rc, out = _run(rt, "true")
+    _rc, out = _run(rt, "true")
     p = rt.spawn(["/bin/sh", "-c", 'echo "$LD_PRELOAD|$GCONV_PATH"'], env={"LD_PRELOAD": "/nonexistent/x.so",
                                                                            "GCONV_PATH": "/nonexistent"},
                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)

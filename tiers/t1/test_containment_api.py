@@ -81,7 +81,7 @@ def real_execd_sandbox():
 
 def test_real_execd_runs_inside_the_sandbox(real_execd_sandbox):
     api, sid = real_execd_sandbox
-    rc, out = api.run(sid, "ps -e -o pid=,ppid=,args=; true")
+    _rc, out = api.run(sid, "ps -e -o pid=,ppid=,args=; true")
     execd = [line.split(None, 2) for line in out.splitlines() if "/opt/opensandbox/execd" in line]
     assert execd and execd[0][2].startswith("/opt/opensandbox/execd --port "), out
     rt = api.osb.sandboxes[sid].runtime

@@ -135,7 +135,7 @@ def test_reset_after_k_body_bytes(osb):
     got, end = raw_get(osb.port, "/v1/sandboxes?pageSize=5", osb.api_key)
     assert end == "reset"
     if got:                                   # an RST may discard what was in flight: at most 10 bytes
-        line, headers, body = split(got)
+        line, _headers, body = split(got)
         assert line.startswith(b"HTTP/1.1 200") and len(body) <= 10 and full.startswith(body)
 
 

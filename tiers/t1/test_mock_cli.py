@@ -62,7 +62,7 @@ def test_cli_insecure_and_given_key(cli_factory):
 def test_cli_keeps_a_given_root_but_removes_sandbox_dirs(cli_factory, tmp_path):
     root = tmp_path / "roots"
     cli = cli_factory("--root", str(root), "--execd-mode", "latest")
-    status, body = cli.call("POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
+    _status, body = cli.call("POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
                                                       "resourceLimits": {}})
     sid = json.loads(body)["id"]
     assert (root / sid).is_dir()

@@ -76,9 +76,9 @@ def test_exit_codes_timeouts_and_start_failures(epp, sid, mock):
         run(epp, sid, "true", user="no-such-user-x")
     assert info.value.code == -32000 and "no-such-user-x" in info.value.message
     # the stream variant: the same codes as exec.exit
-    _, notes, code = epp.exec_stream(sid, "sh", ["-c", "exit 5"])
+    _, _notes, code = epp.exec_stream(sid, "sh", ["-c", "exit 5"])
     assert code == 5
-    _, notes, code = epp.exec_stream(sid, "sleep", ["30"], timeout=1)
+    _, _notes, code = epp.exec_stream(sid, "sleep", ["30"], timeout=1)
     assert code == 124
 
 

@@ -258,7 +258,7 @@ def test_terminal_event_ends_the_read_without_waiting_for_execd_to_close(tmp_pat
         started = time.monotonic()
         for i in range(5):
             assert run(epp, sid, "echo", [str(i)])["stdout"] == f"{i}\n"
-        _, notes, code = epp.exec_stream(sid, "sh", ["-c", "exit 2"])
+        _, _notes, code = epp.exec_stream(sid, "sh", ["-c", "exit 2"])
         assert code == 2
         assert time.monotonic() - started < 25
         epp.call("sandbox.resume", {"sandbox_id": sid})          # resuming a running sandbox is fine too

@@ -95,7 +95,7 @@ def test_root_is_image_like(seen):
 
 
 def test_ps_shows_bootstrap_execd_and_the_entrypoint(seen):
-    out, err = seen["ps"]
+    out, _err = seen["ps"]
     rows = [line.split(None, 2) for line in out.splitlines()]
     by_args = {args: (int(pid), int(ppid)) for pid, ppid, args in rows}
     assert by_args["/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null"] == (1, 0), out

@@ -98,7 +98,7 @@ def test_refusals_carry_the_servers_code_and_message(t, case):
 
 @pytest.mark.parametrize("case", vf.MOCK_ONLY_REFUSALS, ids=lambda c: c[0])
 def test_the_mock_keeps_dev_and_its_runtime_directory(t, case):
-    name, volumes, status, code = case
+    _name, volumes, status, code = case
     got_status, body = t.create(volumes("osbvt-runtime"))
     assert (got_status, body.get("code")) == (status, code), body
 

@@ -217,7 +217,7 @@ def test_dashboard_login_cookie_and_origin_rules(osb):
     assert st == 200 and h["content-type"].startswith("text/html") and b"<html" in page.lower()
     assert call(osb, "GET", "/__mock__/", key=False)[0] == 401
     own = "http://" + osb.base_url.split("://", 1)[1]
-    st, _, body = call(osb, "POST", "/__mock__/faults", {"kind": "delay", "delay": 0, "id": "from-ui"},
+    st, _, _body = call(osb, "POST", "/__mock__/faults", {"kind": "delay", "delay": 0, "id": "from-ui"},
                        headers={"Cookie": cookie, "Origin": own}, key=False)
     assert st == 201 and osb.faults.get("from-ui") is not None
     assert call(osb, "DELETE", "/__mock__/faults/from-ui", headers={"Cookie": cookie, "Origin": own}, key=False)[0] == 204

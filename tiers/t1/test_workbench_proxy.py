@@ -164,7 +164,7 @@ def test_unreachable_upstream_is_a_typed_502():
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]            # bound, never listening: connections are refused
         with FaultProxy(f"http://127.0.0.1:{dead}", api_key="k") as proxy:
-            st, h, body = call(hp(proxy.base_url), "GET", "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": "k"})
+            st, _h, body = call(hp(proxy.base_url), "GET", "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": "k"})
             assert st == 502 and body["code"] == "PROXY::UPSTREAM_UNREACHABLE" and str(dead) in body["message"]
             assert proxy.requests()[0]["status"] == 502
     with pytest.raises(ValueError, match="http:// URL"):

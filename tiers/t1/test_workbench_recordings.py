@@ -17,7 +17,7 @@ REC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 
 def test_sdk_flow_recording_compares_clean():
     out = io.StringIO()
-    unexplained, explained, results = compare_dir(REC, out=out)
+    unexplained, _explained, results = compare_dir(REC, out=out)
     report = out.getvalue()
     assert unexplained == 0, report
     assert [r.scenario for r in results] == ["sdk_sync_flow_proxy"] and results[0].exchanges == 26

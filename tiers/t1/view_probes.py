@@ -136,7 +136,7 @@ def main() -> None:
     from mock_opensandbox.server import MockOpenSandbox
     osb = MockOpenSandbox(execd_close_delay=0).start()
     try:
-        st, sid = create(osb)
+        _st, sid = create(osb)
         print(json.dumps(probe(osb, sid)))
     finally:
         osb.stop()

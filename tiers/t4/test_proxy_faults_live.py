@@ -178,7 +178,7 @@ class _ProxyAsMock:
 
     @property
     def sandboxes(self):
-        st, body = self.live.lc("GET", "/v1/sandboxes?pageSize=200")
+        _st, body = self.live.lc("GET", "/v1/sandboxes?pageSize=200")
         return {i["id"]: i for i in json.loads(body)["items"]}
 
 

@@ -86,7 +86,7 @@ def test_sdk_flow_through_the_proxy_records_and_compares_clean(live_server, tmp_
         os.makedirs(keep, exist_ok=True)
         shutil.copy(rec / "sdk_sync_flow_proxy.json", os.path.join(keep, "sdk_sync_flow_proxy.json"))
     allow = [os.path.join(HERE, "recordings", "ALLOWED_DIFFERENCES")]
-    unexplained, explained, results = compare_dir(str(rec), allow_files=[a for a in allow if os.path.isfile(a)])
+    unexplained, _explained, results = compare_dir(str(rec), allow_files=[a for a in allow if os.path.isfile(a)])
     assert results and results[0].exchanges >= 10
     assert unexplained == 0
 
