@@ -11,6 +11,7 @@
 The host reads ~ once, at import time, so step 3 runs in a child process whose HOME is the
 temporary one (`python demo.py --flow`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,8 +36,14 @@ def host_env(home: str) -> dict:
 
 def host(home: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m agent_sandbox.providers <args>` as a user with this HOME would."""
-    proc = subprocess.run([sys.executable, "-m", "agent_sandbox.providers", *args], env=host_env(home), cwd=home,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_sandbox.providers", *args],
+        env=host_env(home),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if check and proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(args[:2])}` failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
     return proc
@@ -45,8 +52,7 @@ def host(home: str, *args: str, check: bool = True) -> subprocess.CompletedProce
 def install_plugin(home: str) -> str:
     """Install a copy of ./plugin (the installer refuses symlinks and a top-level data/)."""
     src = os.path.join(home, "opensandbox-plugin")
-    shutil.copytree(os.path.join(REPO, "plugin"), src,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "data"))
+    shutil.copytree(os.path.join(REPO, "plugin"), src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "data"))
     return host(home, "install", src, "--yes").stdout.strip()
 
 
@@ -59,8 +65,10 @@ async def flow(base_url: str, api_key: str | None, say=print) -> None:
     started = time.monotonic()
     sb = await Sandbox.create(provider=PROVIDER, provider_options=options, metadata={"demo": "make-demo"})
     try:
-        say(f"create    {sb.id}  status={sb.status.value}  template={sb.info.template}  "
-            f"({time.monotonic() - started:.2f}s)")
+        say(
+            f"create    {sb.id}  status={sb.status.value}  template={sb.info.template}  "
+            f"({time.monotonic() - started:.2f}s)"
+        )
         res = await sb.commands.run("echo hello from OpenSandbox")
         say(f"run       exit={res.exit_code}  stdout={res.stdout!r}")
         res = await sb.commands.run("echo oops >&2; exit 3", shell=True)
@@ -87,7 +95,7 @@ async def flow(base_url: str, api_key: str | None, say=print) -> None:
         say(f"resume    status={sb.status.value}  run: {res.stdout.strip()!r}")
         url = await sb.network.resolve_url(8080)
         say(f"ports     port 8080 -> {url}")
-        term = await sb.get_terminal(cols=100, rows=30)          # execd's PTY over its WebSocket
+        term = await sb.get_terminal(cols=100, rows=30)  # execd's PTY over its WebSocket
         await term.send("stty size; echo answer=$((6*7))\n")
         seen = b""
         loop = asyncio.get_running_loop()
@@ -121,8 +129,9 @@ def main() -> int:
             print("doctor    " + " | ".join(line.strip() for line in doctor))
             env = {**host_env(home), "DEMO_BASE_URL": osb.base_url, "DEMO_API_KEY": osb.api_key or ""}
             sys.stdout.flush()
-            rc = subprocess.run([sys.executable, os.path.abspath(__file__), "--flow"], env=env, cwd=home,
-                                timeout=600).returncode
+            rc = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--flow"], env=env, cwd=home, timeout=600
+            ).returncode
             if rc != 0:
                 print(f"demo      FAILED (exit {rc})", file=sys.stderr)
                 return rc

@@ -16,6 +16,7 @@ package, and through ``pytest_plugins`` in this repository's conftest.py.
     def test_fast(opensandbox_mock_shared):   # one mock per session, reset() after every test
         opensandbox_mock_shared.assert_requested(method="POST", path="^/v1/sandboxes$", count=0)
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
@@ -26,18 +27,29 @@ from mock_opensandbox.server import MockOpenSandbox
 
 
 def pytest_addoption(parser: Any) -> None:
-    parser.addini("opensandbox_egress_mode", "networkPolicy in the opensandbox_mock fixtures: off | dns | dns+nft "
-                  "(MockOpenSandbox egress_mode; default: dns where the host can run it)", default="")
+    parser.addini(
+        "opensandbox_egress_mode",
+        "networkPolicy in the opensandbox_mock fixtures: off | dns | dns+nft "
+        "(MockOpenSandbox egress_mode; default: dns where the host can run it)",
+        default="",
+    )
     parser.addini("opensandbox_egress_dns_upstream", "IP[:PORT] the fixtures' policy resolvers forward to", default="")
-    parser.addini("opensandbox_egress_bin", "a real egress sidecar binary the fixtures run instead of the mock's "
-                  "(MockOpenSandbox egress_bin; root, iptables)", default="")
+    parser.addini(
+        "opensandbox_egress_bin",
+        "a real egress sidecar binary the fixtures run instead of the mock's "
+        "(MockOpenSandbox egress_bin; root, iptables)",
+        default="",
+    )
 
 
 def _egress_kwargs(config: Any) -> dict[str, Any]:
     mode = config.getini("opensandbox_egress_mode") or None
     upstream = config.getini("opensandbox_egress_dns_upstream") or None
-    return {"egress_mode": mode, "egress_dns_upstream": upstream,
-            "egress_bin": config.getini("opensandbox_egress_bin") or None}
+    return {
+        "egress_mode": mode,
+        "egress_dns_upstream": upstream,
+        "egress_bin": config.getini("opensandbox_egress_bin") or None,
+    }
 
 
 @pytest.fixture

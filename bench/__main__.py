@@ -7,6 +7,7 @@ and writes results.json, results.md and chart.png (when matplotlib is installed)
 Exit status: 0 when every selected case ran (targets met or not: this is a measurement, not a test),
 1 when a case failed to run, 2 on bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,8 @@ def parse_cases(text: str | None) -> list[str]:
         name = C.CASE_NUMBERS.get(item, item)
         if name not in C.CASES:
             raise argparse.ArgumentTypeError(
-                f"unknown case {item!r}; choose from {', '.join(C.CASES)} (or 1-{len(C.CASES)})")
+                f"unknown case {item!r}; choose from {', '.join(C.CASES)} (or 1-{len(C.CASES)})"
+            )
         if name not in out:
             out.append(name)
     return out
@@ -66,42 +68,85 @@ def cpu_model() -> str:
 
 def machine_info(python: str) -> dict:
     try:
-        pv = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
-                            capture_output=True, text=True, timeout=30).stdout.strip()
+        pv = subprocess.run(
+            [python, "-c", "import platform; print(platform.python_version())"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         pv = "?"
-    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
-            "python_executable": sys.executable, "plugin_python": python, "plugin_python_version": pv,
-            "platform": platform.platform()}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "plugin_python": python,
+        "plugin_python_version": pv,
+        "platform": platform.platform(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1])
     ap.add_argument("--quick", action="store_true", help="small sizes and few repetitions (well under a minute)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="one repetition per side and tiny sizes: checks the harness, the numbers mean nothing")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one repetition per side and tiny sizes: checks the harness, the numbers mean nothing",
+    )
     ap.add_argument("--out", default=DEFAULT_OUT, help="output directory (default: bench/out)")
-    ap.add_argument("--cases", default=None,
-                    help="comma-separated subset: " + ",".join(C.CASES) + " (or numbers 1-7); default 1-6 "
-                         "(7, sandbox: what one sandbox costs the mock, A/B; see bench/sandbox_costs.py)")
-    ap.add_argument("--sandbox-baseline-rev", default=None, metavar="REV",
-                    help="case 7: the baseline mock A, checked out at REV into a temporary git worktree that is "
-                         "removed afterwards (default 5f292ba, the mock before issue 19)")
-    ap.add_argument("--sandbox-baseline-tree", default=None, metavar="DIR",
-                    help="case 7: use this tree as the baseline mock A instead of a checkout")
-    ap.add_argument("--mock-as-is", action="store_true",
-                    help="do not give the in-process mock TCP_NODELAY (see bench/README.md, 'TCP_NODELAY')")
-    ap.add_argument("--plugin", default=None, metavar="DIR",
-                    help="benchmark this plugin tree instead of the repository's plugin/ (e.g. a patched copy)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=INT",
-                    help="override one repetition/size parameter, e.g. --set stream_bytes=16777216 --set exec_n=80 "
-                         "(keys: see FULL in bench/cases.py)")
-    ap.add_argument("--compare", default=None, metavar="DIR",
-                    help="also measure this candidate plugin tree in the same interleaved jobs (cases 1-5) and "
-                         "report candidate / current ratios: A/B evidence for a proposed change")
-    ap.add_argument("--profile", action="store_true",
-                    help="attach py-spy to the plugin in cases 2-4; collapsed stacks go to <out>/profiles/ "
-                         "and a summary into results.json (numbers taken under a profiler are slower)")
+    ap.add_argument(
+        "--cases",
+        default=None,
+        help="comma-separated subset: " + ",".join(C.CASES) + " (or numbers 1-7); default 1-6 "
+        "(7, sandbox: what one sandbox costs the mock, A/B; see bench/sandbox_costs.py)",
+    )
+    ap.add_argument(
+        "--sandbox-baseline-rev",
+        default=None,
+        metavar="REV",
+        help="case 7: the baseline mock A, checked out at REV into a temporary git worktree that is "
+        "removed afterwards (default 5f292ba, the mock before issue 19)",
+    )
+    ap.add_argument(
+        "--sandbox-baseline-tree",
+        default=None,
+        metavar="DIR",
+        help="case 7: use this tree as the baseline mock A instead of a checkout",
+    )
+    ap.add_argument(
+        "--mock-as-is",
+        action="store_true",
+        help="do not give the in-process mock TCP_NODELAY (see bench/README.md, 'TCP_NODELAY')",
+    )
+    ap.add_argument(
+        "--plugin",
+        default=None,
+        metavar="DIR",
+        help="benchmark this plugin tree instead of the repository's plugin/ (e.g. a patched copy)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=INT",
+        help="override one repetition/size parameter, e.g. --set stream_bytes=16777216 --set exec_n=80 "
+        "(keys: see FULL in bench/cases.py)",
+    )
+    ap.add_argument(
+        "--compare",
+        default=None,
+        metavar="DIR",
+        help="also measure this candidate plugin tree in the same interleaved jobs (cases 1-5) and "
+        "report candidate / current ratios: A/B evidence for a proposed change",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="attach py-spy to the plugin in cases 2-4; collapsed stacks go to <out>/profiles/ "
+        "and a summary into results.json (numbers taken under a profiler are slower)",
+    )
     args = ap.parse_args(argv)
     try:
         selected = parse_cases(args.cases)
@@ -123,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = uptime()
     base_url = os.environ.get("OPENSANDBOX_BASE_URL", "").strip()
-    target = C.Target(base_url or None, os.environ.get("OPENSANDBOX_API_KEY") or None,
-                      nodelay=not args.mock_as_is)
+    target = C.Target(base_url or None, os.environ.get("OPENSANDBOX_API_KEY") or None, nodelay=not args.mock_as_is)
     log(f"server: {target.kind} ({target.base_url if target.kind == 'mock' else 'OPENSANDBOX_BASE_URL'})")
     tmp = tempfile.mkdtemp(prefix="bench-")
     worker = C.Worker()
@@ -162,8 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "smoke" if args.smoke else "quick" if args.quick else "full",
         "cases_selected": selected,
         "params": params,
-        "machine": {**machine_info(ctx.python if ctx else sys.executable), "load_before": load_before,
-                    "load_after": uptime()},
+        "machine": {
+            **machine_info(ctx.python if ctx else sys.executable),
+            "load_before": load_before,
+            "load_after": uptime(),
+        },
         "server": target.info(),
         "plugin": ctx.plugin_info if ctx else {},
         "candidate": ctx.candidate_info if ctx else None,

@@ -5,6 +5,7 @@ A row: id, case, title, unit ("ms" or "MB/s"), better ("lower"/"higher"), ours {
 n, samples_s}, baseline {...} or None, median, p90 (ours), ratio (ours / baseline, in the row's
 unit), target (text), target_ratio, met (True / False / None when the row has no target), note.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,24 +27,79 @@ MiB = 1024 * 1024
 # refused with a typed error: recorded as a finding (details.files_limit), not timed.
 SIX_MB = 6_000_000
 
-FULL = {"cold_n": 20, "cold_warmup": 2, "exec_n": 40, "exec_warmup": 3, "exec_shipped_n": 4,
-        "stream_bytes": 64 * MiB, "stream_n": 3, "stream_warmup": 1, "files_small_n": 12, "files_big_n": 6,
-        "flow_n": 10, "flow_warmup": 1, "flow_shipped_n": 2, "cap_sandboxes": 50, "cap_threads": 8,
-        "cap_seconds": 3.0, "sandbox_n": 30, "sandbox_warmup": 2, "sandbox_idle_n": 5, "sandbox_cmd_n": 100, "sandbox_cmd_gap_ms": 50,
-        "sandbox_settle_ms": 1000}
-QUICK = {"cold_n": 5, "cold_warmup": 1, "exec_n": 10, "exec_warmup": 2, "exec_shipped_n": 1,
-         "stream_bytes": 4 * MiB, "stream_n": 2, "stream_warmup": 1, "files_small_n": 3, "files_big_n": 2,
-         "flow_n": 2, "flow_warmup": 1, "flow_shipped_n": 0, "cap_sandboxes": 10, "cap_threads": 8,
-         "cap_seconds": 1.0, "sandbox_n": 5, "sandbox_warmup": 1, "sandbox_idle_n": 3, "sandbox_cmd_n": 10,
-         "sandbox_settle_ms": 1000}
+FULL = {
+    "cold_n": 20,
+    "cold_warmup": 2,
+    "exec_n": 40,
+    "exec_warmup": 3,
+    "exec_shipped_n": 4,
+    "stream_bytes": 64 * MiB,
+    "stream_n": 3,
+    "stream_warmup": 1,
+    "files_small_n": 12,
+    "files_big_n": 6,
+    "flow_n": 10,
+    "flow_warmup": 1,
+    "flow_shipped_n": 2,
+    "cap_sandboxes": 50,
+    "cap_threads": 8,
+    "cap_seconds": 3.0,
+    "sandbox_n": 30,
+    "sandbox_warmup": 2,
+    "sandbox_idle_n": 5,
+    "sandbox_cmd_n": 100,
+    "sandbox_cmd_gap_ms": 50,
+    "sandbox_settle_ms": 1000,
+}
+QUICK = {
+    "cold_n": 5,
+    "cold_warmup": 1,
+    "exec_n": 10,
+    "exec_warmup": 2,
+    "exec_shipped_n": 1,
+    "stream_bytes": 4 * MiB,
+    "stream_n": 2,
+    "stream_warmup": 1,
+    "files_small_n": 3,
+    "files_big_n": 2,
+    "flow_n": 2,
+    "flow_warmup": 1,
+    "flow_shipped_n": 0,
+    "cap_sandboxes": 10,
+    "cap_threads": 8,
+    "cap_seconds": 1.0,
+    "sandbox_n": 5,
+    "sandbox_warmup": 1,
+    "sandbox_idle_n": 3,
+    "sandbox_cmd_n": 10,
+    "sandbox_settle_ms": 1000,
+}
 
 # --smoke (for tests of the harness itself): one repetition per side, tiny sizes. Numbers from a smoke
 # run mean nothing; it only proves every case runs end to end and the results are well formed.
-SMOKE = {"cold_n": 1, "cold_warmup": 0, "exec_n": 1, "exec_warmup": 0, "exec_shipped_n": 0,
-         "stream_bytes": 256 * 1024, "stream_n": 1, "stream_warmup": 0, "files_small_n": 1, "files_big_n": 1,
-         "flow_n": 1, "flow_warmup": 0, "flow_shipped_n": 0, "cap_sandboxes": 3, "cap_threads": 2,
-         "cap_seconds": 0.3, "sandbox_n": 1, "sandbox_warmup": 0, "sandbox_idle_n": 1, "sandbox_cmd_n": 1,
-         "sandbox_settle_ms": 100}
+SMOKE = {
+    "cold_n": 1,
+    "cold_warmup": 0,
+    "exec_n": 1,
+    "exec_warmup": 0,
+    "exec_shipped_n": 0,
+    "stream_bytes": 256 * 1024,
+    "stream_n": 1,
+    "stream_warmup": 0,
+    "files_small_n": 1,
+    "files_big_n": 1,
+    "flow_n": 1,
+    "flow_warmup": 0,
+    "flow_shipped_n": 0,
+    "cap_sandboxes": 3,
+    "cap_threads": 2,
+    "cap_seconds": 0.3,
+    "sandbox_n": 1,
+    "sandbox_warmup": 0,
+    "sandbox_idle_n": 1,
+    "sandbox_cmd_n": 1,
+    "sandbox_settle_ms": 100,
+}
 
 # Case 7 "sandbox" (bench/sandbox_costs.py: what one sandbox costs the mock, A/B against another mock tree) runs
 # only when asked for (--cases sandbox): it checks out a second tree and starts two more mocks.
@@ -64,9 +120,21 @@ def fmt_bytes(n: int) -> str:
 
 # --------------------------------------------------------------------------- rows
 
-def make_row(*, id: str, case: int, title: str, unit: str, ours_name: str, ours_s: list,
-             base_name: str | None = None, base_s: list | None = None, target: float | None = None,
-             nbytes: int | None = None, note: str = "") -> dict:
+
+def make_row(
+    *,
+    id: str,
+    case: int,
+    title: str,
+    unit: str,
+    ours_name: str,
+    ours_s: list,
+    base_name: str | None = None,
+    base_s: list | None = None,
+    target: float | None = None,
+    nbytes: int | None = None,
+    note: str = "",
+) -> dict:
     better = "higher" if unit == "MB/s" else "lower"
     ours = {"name": ours_name, **summary(ours_s, unit=unit, nbytes=nbytes)}
     base = {"name": base_name, **summary(base_s, unit=unit, nbytes=nbytes)} if base_name else None
@@ -76,23 +144,50 @@ def make_row(*, id: str, case: int, title: str, unit: str, ours_name: str, ours_
     met = None
     target_text = None
     if target is not None:
-        target_text = (f"<= {target:g}x" if better == "lower" else f">= {target:g}x")
+        target_text = f"<= {target:g}x" if better == "lower" else f">= {target:g}x"
         if ratio is not None:
             met = ratio <= target if better == "lower" else ratio >= target
-    return {"id": id, "case": case, "title": title, "unit": unit, "better": better, "bytes": nbytes,
-            "ours": ours, "baseline": base, "median": ours.get("median"), "p90": ours.get("p90"),
-            "ratio": ratio, "target": target_text, "target_ratio": target, "met": met, "note": note}
+    return {
+        "id": id,
+        "case": case,
+        "title": title,
+        "unit": unit,
+        "better": better,
+        "bytes": nbytes,
+        "ours": ours,
+        "baseline": base,
+        "median": ours.get("median"),
+        "p90": ours.get("p90"),
+        "ratio": ratio,
+        "target": target_text,
+        "target_ratio": target,
+        "met": met,
+        "note": note,
+    }
 
 
 def error_row(case_name: str, exc: BaseException) -> dict:
     number = CASES.index(case_name) + 1 if case_name in CASES else 0
-    return {"id": f"{case_name}_error", "case": number, "title": f"{case_name}: FAILED", "unit": None,
-            "better": None, "ours": None, "baseline": None, "median": None, "p90": None, "ratio": None,
-            "target": None, "target_ratio": None, "met": None,
-            "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    return {
+        "id": f"{case_name}_error",
+        "case": number,
+        "title": f"{case_name}: FAILED",
+        "unit": None,
+        "better": None,
+        "ours": None,
+        "baseline": None,
+        "median": None,
+        "p90": None,
+        "ratio": None,
+        "target": None,
+        "target_ratio": None,
+        "met": None,
+        "error": f"{type(exc).__name__}: {exc}"[:2000],
+    }
 
 
 # --------------------------------------------------------------------------- the server
+
 
 class Target:
     """The OpenSandbox under test: the in-process mock, or a live server from the environment."""
@@ -107,6 +202,7 @@ class Target:
         else:
             from mock_opensandbox.wire import http1 as httpcore
             from mock_opensandbox.server import MockOpenSandbox
+
             if nodelay:
                 # Real servers answer with TCP_NODELAY (Go's net/http sets it on every connection,
                 # uvicorn's asyncio transports too); the mock's http.server does not, so a small reply
@@ -116,7 +212,7 @@ class Target:
                 # real servers. `--mock-as-is` measures the mock unchanged.
                 httpcore.Handler.disable_nagle_algorithm = True
             self.nodelay = bool(nodelay)
-            self.mock = MockOpenSandbox().start()       # execd_close_delay 1.0, like the real server
+            self.mock = MockOpenSandbox().start()  # execd_close_delay 1.0, like the real server
             self.base_url, self.api_key, self.kind = self.mock.base_url, self.mock.api_key, "mock"
         self._lc = direct.Lifecycle(self.base_url, self.api_key)
         self._lock = threading.Lock()
@@ -162,10 +258,13 @@ class Target:
         return True
 
     def info(self) -> dict:
-        return {"kind": self.kind, "base_url": self.base_url if self.kind == "mock" else "(from OPENSANDBOX_BASE_URL)",
-                "execd_mode": getattr(self.mock, "execd_mode", None),
-                "execd_close_delay_default": getattr(self.mock, "execd_close_delay", None),
-                "tcp_nodelay": self.nodelay}
+        return {
+            "kind": self.kind,
+            "base_url": self.base_url if self.kind == "mock" else "(from OPENSANDBOX_BASE_URL)",
+            "execd_mode": getattr(self.mock, "execd_mode", None),
+            "execd_close_delay_default": getattr(self.mock, "execd_close_delay", None),
+            "tcp_nodelay": self.nodelay,
+        }
 
     def stop(self) -> None:
         for sid in list(self.sandboxes):
@@ -186,8 +285,14 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["OPENSANDBOX_DISABLE_METRICS"] = "1"
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.worker"], cwd=REPO, env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.worker"],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
 
     def run(self, job: dict, target: dict) -> dict:
         self.proc.stdin.write(json.dumps({**job, "target": target}) + "\n")
@@ -211,8 +316,16 @@ class Worker:
 
 
 class Context:
-    def __init__(self, target: Target, worker: Worker, params: dict, tmp: str, log=print,
-                 plugin_src: str | None = None, compare_src: str | None = None):
+    def __init__(
+        self,
+        target: Target,
+        worker: Worker,
+        params: dict,
+        tmp: str,
+        log=print,
+        plugin_src: str | None = None,
+        compare_src: str | None = None,
+    ):
         self.target, self.worker, self.p, self.tmp, self.log = target, worker, params, tmp, log
         self.details: dict = {}
         self.plugin_src = os.path.abspath(plugin_src or os.path.join(REPO, "plugin"))
@@ -220,10 +333,9 @@ class Context:
             raise FileNotFoundError(f"no provider.py in {self.plugin_src}")
         self.plugin_dir = os.path.join(tmp, "plugin")
         # the installed form: no __pycache__ (a fresh install has none and the host forbids writes)
-        shutil.copytree(self.plugin_src, self.plugin_dir,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(self.plugin_src, self.plugin_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         self.plugin = os.path.join(self.plugin_dir, "provider.py")
-        self.plugin_info = plugin_info(self.plugin_src, self.plugin_dir)     # at copy time, not at the end
+        self.plugin_info = plugin_info(self.plugin_src, self.plugin_dir)  # at copy time, not at the end
         # --compare: a candidate plugin tree measured in the same jobs (side "epp_b"), for A/B evidence
         self.compare_src = os.path.abspath(compare_src) if compare_src else None
         self.plugin_b_dir = self.plugin_b = None
@@ -237,7 +349,7 @@ class Context:
         self.candidate_info = plugin_info(self.compare_src, self.plugin_b_dir) if self.compare_src else None
         self.python, self.python_on_path = resolve_python3()
         self._shared: dict = {}
-        self.profile_dir: str | None = None        # --profile: py-spy the plugin in cases 2-4
+        self.profile_dir: str | None = None  # --profile: py-spy the plugin in cases 2-4
 
     def profile(self, job: dict, name: str) -> dict:
         if self.profile_dir:
@@ -252,11 +364,14 @@ class Context:
 
         def mean(xs):
             return sum(xs) / len(xs) if xs else None
+
         for side, rec in (res.get("cpu") or {}).items():
             client = mean(rec["client_s"])
             plugin = mean(rec["plugin_s"]) if rec["plugin_s"] else None
-            out[side] = {"client_ms": round(client * 1000 / scale, 3) if client is not None else None,
-                         "plugin_ms": round(plugin * 1000 / scale, 3) if plugin is not None else None}
+            out[side] = {
+                "client_ms": round(client * 1000 / scale, 3) if client is not None else None,
+                "plugin_ms": round(plugin * 1000 / scale, 3) if plugin is not None else None,
+            }
         if out:
             self.details.setdefault("cpu", {})[name] = {"per": per, **out}
 
@@ -265,8 +380,13 @@ class Context:
             self.details.setdefault("profiles", {})[name] = prof
 
     def job_target(self) -> dict:
-        return {"base_url": self.target.base_url, "api_key": self.target.api_key, "python": self.python,
-                "plugin": self.plugin, "plugin_b": self.plugin_b}
+        return {
+            "base_url": self.target.base_url,
+            "api_key": self.target.api_key,
+            "python": self.python,
+            "plugin": self.plugin,
+            "plugin_b": self.plugin_b,
+        }
 
     def epp_sides(self, *others: str) -> list:
         return ["epp"] + (["epp_b"] if self.plugin_b else []) + list(others)
@@ -275,11 +395,20 @@ class Context:
         """candidate (--compare) vs the plugin under test, from the same interleaved job."""
         if not self.plugin_b or not s_b:
             return
-        self.compare_rows.append(make_row(
-            id=base_row["id"] + "__candidate", case=base_row["case"], title=base_row["title"],
-            unit=base_row["unit"], ours_name=f"candidate {self.compare_src}", ours_s=s_b,
-            base_name="plugin under test", base_s=s_a, nbytes=base_row.get("bytes"),
-            note="same job, interleaved; ratio < 1 (ms) or > 1 (MB/s) means the candidate is faster"))
+        self.compare_rows.append(
+            make_row(
+                id=base_row["id"] + "__candidate",
+                case=base_row["case"],
+                title=base_row["title"],
+                unit=base_row["unit"],
+                ours_name=f"candidate {self.compare_src}",
+                ours_s=s_b,
+                base_name="plugin under test",
+                base_s=s_a,
+                nbytes=base_row.get("bytes"),
+                note="same job, interleaved; ratio < 1 (ms) or > 1 (MB/s) means the candidate is faster",
+            )
+        )
 
     def run(self, job: dict) -> dict:
         return self.worker.run({"plugin": self.plugin, **job}, self.job_target())
@@ -294,6 +423,7 @@ class Context:
 def tree_digest(root: str) -> str:
     """sha256 over the relative paths and contents of a tree (what exactly was measured)."""
     import hashlib
+
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
@@ -314,10 +444,12 @@ def plugin_info(src: str, copy: str | None = None) -> dict:
     if copy:
         info["tree_sha256_16"] = tree_digest(copy)
     try:
-        head = subprocess.run(["git", "log", "-1", "--format=%h %cI", "--", "."], cwd=src, capture_output=True,
-                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=src, capture_output=True,
-                               text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "log", "-1", "--format=%h %cI", "--", "."], cwd=src, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "."], cwd=src, capture_output=True, text=True, timeout=10
+        )
         if head.returncode == 0 and head.stdout.strip():
             info["commit"] = head.stdout.strip()
             info["uncommitted_changes"] = bool(dirty.stdout.strip())
@@ -332,8 +464,12 @@ def resolve_python3() -> tuple[str, str]:
     itself is measured and the shim is reported separately."""
     on_path = shutil.which("python3") or sys.executable
     try:
-        out = subprocess.run([on_path, "-c", "import sys; print(sys.executable); print(sys.version_info >= (3, 10))"],
-                             capture_output=True, text=True, timeout=30).stdout.split()
+        out = subprocess.run(
+            [on_path, "-c", "import sys; print(sys.executable); print(sys.version_info >= (3, 10))"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.split()
         if len(out) == 2 and out[1] == "True" and os.path.exists(out[0]):
             return out[0], on_path
     except (OSError, subprocess.TimeoutExpired):
@@ -343,38 +479,64 @@ def resolve_python3() -> tuple[str, str]:
 
 # --------------------------------------------------------------------------- case 1: cold start
 
+
 def case_cold(ctx: Context) -> list:
     p = ctx.p
     rows = []
     res = ctx.run({"job": "cold_start", "python": ctx.python, "n": p["cold_n"], "warmup": p["cold_warmup"]})
     s = res["samples"]
     flags = " ".join(res.get("flags") or [])
-    shown = " ".join(["python3"] + [os.path.relpath(a, ctx.plugin_dir) if a.startswith(ctx.plugin_dir) else a
-                                    for a in res.get("argv", [])[1:]])
-    rows.append(make_row(
-        id="cold_start", case=1, title="Cold start: spawn + initialize answered", unit="ms",
-        ours_name=f"`{shown}`, initialize -> result", ours_s=s["plugin"],
-        base_name="python3 -c pass", base_s=s["floor"], target=1.5,
-        note=f"the manifest's command `{shown}` with python3 = {ctx.python}; host-like env "
-             "(PYTHONDONTWRITEBYTECODE=1, new session, scrubbed env); the floor includes the interpreter's exit, "
-             "the plugin side stops at the answer"))
+    shown = " ".join(
+        ["python3"]
+        + [os.path.relpath(a, ctx.plugin_dir) if a.startswith(ctx.plugin_dir) else a for a in res.get("argv", [])[1:]]
+    )
+    rows.append(
+        make_row(
+            id="cold_start",
+            case=1,
+            title="Cold start: spawn + initialize answered",
+            unit="ms",
+            ours_name=f"`{shown}`, initialize -> result",
+            ours_s=s["plugin"],
+            base_name="python3 -c pass",
+            base_s=s["floor"],
+            target=1.5,
+            note=f"the manifest's command `{shown}` with python3 = {ctx.python}; host-like env "
+            "(PYTHONDONTWRITEBYTECODE=1, new session, scrubbed env); the floor includes the interpreter's exit, "
+            "the plugin side stops at the answer",
+        )
+    )
     ctx.add_compare(rows[0], s.get("plugin_b"), s["plugin"])
-    rows.append(make_row(
-        id="cold_start_vs_first_line", case=1, title="Cold start vs the interpreter's first output line",
-        unit="ms", ours_name=f"`{shown}`, initialize -> result", ours_s=s["plugin"],
-        base_name=f"python3 {flags + ' ' if flags else ''}-c 'write a line' (stops at the line, no exit)",
-        base_s=s["floor_line"],
-        note="stricter floor: the manifest's interpreter flags, both sides stop at their first line; the "
-             "difference is the plugin's own start-up; informational"))
+    rows.append(
+        make_row(
+            id="cold_start_vs_first_line",
+            case=1,
+            title="Cold start vs the interpreter's first output line",
+            unit="ms",
+            ours_name=f"`{shown}`, initialize -> result",
+            ours_s=s["plugin"],
+            base_name=f"python3 {flags + ' ' if flags else ''}-c 'write a line' (stops at the line, no exit)",
+            base_s=s["floor_line"],
+            note="stricter floor: the manifest's interpreter flags, both sides stop at their first line; the "
+            "difference is the plugin's own start-up; informational",
+        )
+    )
     if os.path.realpath(ctx.python_on_path) != os.path.realpath(ctx.python):
-        res2 = ctx.run({"job": "cold_start", "python": ctx.python_on_path, "n": max(3, p["cold_n"] // 4),
-                        "warmup": 1})
+        res2 = ctx.run({"job": "cold_start", "python": ctx.python_on_path, "n": max(3, p["cold_n"] // 4), "warmup": 1})
         s2 = res2["samples"]
-        rows.append(make_row(
-            id="cold_start_path", case=1, title="Cold start via `python3` on PATH (what the host spawns here)",
-            unit="ms", ours_name=f"`{shown}` via PATH python3", ours_s=s2["plugin"],
-            base_name="PATH python3 -c pass", base_s=s2["floor"],
-            note=f"`python3` on PATH is {ctx.python_on_path} (a shim in front of {ctx.python}); informational"))
+        rows.append(
+            make_row(
+                id="cold_start_path",
+                case=1,
+                title="Cold start via `python3` on PATH (what the host spawns here)",
+                unit="ms",
+                ours_name=f"`{shown}` via PATH python3",
+                ours_s=s2["plugin"],
+                base_name="PATH python3 -c pass",
+                base_s=s2["floor"],
+                note=f"`python3` on PATH is {ctx.python_on_path} (a shim in front of {ctx.python}); informational",
+            )
+        )
     imp = ctx.run({"job": "importtime", "python": ctx.python})
     ctx.details["importtime"] = summarise_importtime(imp)
     return rows
@@ -385,20 +547,24 @@ def summarise_importtime(imp: dict) -> dict:
     floor, plugin = imp.get("floor_same_flags") or plain, imp["plugin"]
     extra = {name: m for name, m in plugin.items() if name not in floor}
     top = sorted(((name, m) for name, m in extra.items()), key=lambda kv: -kv[1]["cum_us"])
-    roots = [(n, m) for n, m in top if m.get("depth", 0) == 0]   # imported by the plugin itself
+    roots = [(n, m) for n, m in top if m.get("depth", 0) == 0]  # imported by the plugin itself
     return {
-        "floor_modules": len(floor), "plugin_modules": len(plugin),
+        "floor_modules": len(floor),
+        "plugin_modules": len(plugin),
         "extra_modules": len(extra),
         "extra_self_ms": round(sum(m["self_us"] for m in extra.values()) / 1000, 2),
         "site_cum_ms": round(plain.get("site", {}).get("cum_us", 0) / 1000, 2),
         "plugin_imports_site": "site" in plugin,
-        "top_extra": [{"module": n, "cum_ms": round(m["cum_us"] / 1000, 2), "self_ms": round(m["self_us"] / 1000, 2)}
-                      for n, m in roots[:12]],
+        "top_extra": [
+            {"module": n, "cum_ms": round(m["cum_us"] / 1000, 2), "self_ms": round(m["self_us"] / 1000, 2)}
+            for n, m in roots[:12]
+        ],
         "compile_ms": {k: round(v, 2) for k, v in imp.get("compile_ms", {}).items()},
     }
 
 
 # --------------------------------------------------------------------------- case 2: round trip
+
 
 def case_exec(ctx: Context) -> list:
     p = ctx.p
@@ -415,61 +581,125 @@ def case_exec(ctx: Context) -> list:
     ctx.keep_cpu("exec_roundtrip", res, "command")
     s = res["samples"]
     delay = ctx.target.close_delay(a)
-    rows = [make_row(
-        id="exec_roundtrip", case=2, title="Command round trip: `true`, exec.start -> exec.exit", unit="ms",
-        ours_name="plugin over EPP (warm process)", ours_s=s["epp"],
-        base_name="direct stdlib client + one EPP echo hop (its floor)", base_s=s["floor"], target=1.10,
-        note="the floor: the direct client's round trip, then one exec.start line answered with the answer and "
-             "exec.exit by a warm `python -S` echo process (pipe + JSON both ways, no work); "
-             f"execd close delay {delay if delay is not None else 'server default'} s")]
+    rows = [
+        make_row(
+            id="exec_roundtrip",
+            case=2,
+            title="Command round trip: `true`, exec.start -> exec.exit",
+            unit="ms",
+            ours_name="plugin over EPP (warm process)",
+            ours_s=s["epp"],
+            base_name="direct stdlib client + one EPP echo hop (its floor)",
+            base_s=s["floor"],
+            target=1.10,
+            note="the floor: the direct client's round trip, then one exec.start line answered with the answer and "
+            "exec.exit by a warm `python -S` echo process (pipe + JSON both ways, no work); "
+            f"execd close delay {delay if delay is not None else 'server default'} s",
+        )
+    ]
     ctx.add_compare(rows[0], s.get("epp_b"), s["epp"])
-    rows.append(make_row(
-        id="exec_roundtrip_vs_direct", case=2, title="Command round trip vs the direct client alone", unit="ms",
-        ours_name="plugin over EPP (warm process)", ours_s=s["epp"],
-        base_name="direct stdlib client (POST /command, stops at the terminal event)", base_s=s["direct"],
-        note="both stop at the terminal event; the difference includes the EPP hop itself; informational"))
-    rows.append(make_row(
-        id="exec_roundtrip_vs_sdk", case=2, title="Command round trip vs the official SDK (commands.run)",
-        unit="ms", ours_name="plugin over EPP (warm process)", ours_s=s["epp"],
-        base_name="opensandbox SDK SandboxSync.commands.run" + (" (its sandbox's close delay 0)" if fair else ""),
-        base_s=s["sdk"],
-        note=("the SDK reads the SSE body to its end; on its own sandbox the mock's close delay is 0 so it "
-              "does not wait the ~1 s a real execd lingers" if fair else
-              "the SDK reads the SSE body to its end, so it waits out the server's close delay")))
+    rows.append(
+        make_row(
+            id="exec_roundtrip_vs_direct",
+            case=2,
+            title="Command round trip vs the direct client alone",
+            unit="ms",
+            ours_name="plugin over EPP (warm process)",
+            ours_s=s["epp"],
+            base_name="direct stdlib client (POST /command, stops at the terminal event)",
+            base_s=s["direct"],
+            note="both stop at the terminal event; the difference includes the EPP hop itself; informational",
+        )
+    )
+    rows.append(
+        make_row(
+            id="exec_roundtrip_vs_sdk",
+            case=2,
+            title="Command round trip vs the official SDK (commands.run)",
+            unit="ms",
+            ours_name="plugin over EPP (warm process)",
+            ours_s=s["epp"],
+            base_name="opensandbox SDK SandboxSync.commands.run" + (" (its sandbox's close delay 0)" if fair else ""),
+            base_s=s["sdk"],
+            note=(
+                "the SDK reads the SSE body to its end; on its own sandbox the mock's close delay is 0 so it "
+                "does not wait the ~1 s a real execd lingers"
+                if fair
+                else "the SDK reads the SSE body to its end, so it waits out the server's close delay"
+            ),
+        )
+    )
     if fair and p["exec_shipped_n"]:
-        s2 = ctx.run({"job": "exec_rt", "sandbox_id": a, "n": p["exec_shipped_n"], "warmup": 1,
-                      "sides": ["epp", "sdk_shipped"], "sdk_sandbox_id": {"sdk_shipped": a}})["samples"]
-        rows.append(make_row(
-            id="exec_roundtrip_vs_sdk_shipped", case=2,
-            title="Command round trip vs the SDK at the server's default close delay", unit="ms",
-            ours_name="plugin over EPP (warm process)", ours_s=s2["epp"],
-            base_name=f"opensandbox SDK commands.run, close delay {delay} s", base_s=s2["sdk_shipped"],
-            note="what an SDK user waits against a real execd (1.1.x lingers ~1 s); informational"))
+        s2 = ctx.run(
+            {
+                "job": "exec_rt",
+                "sandbox_id": a,
+                "n": p["exec_shipped_n"],
+                "warmup": 1,
+                "sides": ["epp", "sdk_shipped"],
+                "sdk_sandbox_id": {"sdk_shipped": a},
+            }
+        )["samples"]
+        rows.append(
+            make_row(
+                id="exec_roundtrip_vs_sdk_shipped",
+                case=2,
+                title="Command round trip vs the SDK at the server's default close delay",
+                unit="ms",
+                ours_name="plugin over EPP (warm process)",
+                ours_s=s2["epp"],
+                base_name=f"opensandbox SDK commands.run, close delay {delay} s",
+                base_s=s2["sdk_shipped"],
+                note="what an SDK user waits against a real execd (1.1.x lingers ~1 s); informational",
+            )
+        )
     return rows
 
 
 # --------------------------------------------------------------------------- case 3: streaming
 
+
 def case_stream(ctx: Context) -> list:
     p = ctx.p
     a = ctx.sandbox("a")
     nbytes = p["stream_bytes"]
-    res = ctx.run(ctx.profile({"job": "stream", "sandbox_id": a, "bytes": nbytes, "n": p["stream_n"],
-                               "warmup": p["stream_warmup"], "sides": ctx.epp_sides("direct")}, "stream"))
+    res = ctx.run(
+        ctx.profile(
+            {
+                "job": "stream",
+                "sandbox_id": a,
+                "bytes": nbytes,
+                "n": p["stream_n"],
+                "warmup": p["stream_warmup"],
+                "sides": ctx.epp_sides("direct"),
+            },
+            "stream",
+        )
+    )
     ctx.keep_profiles("stream", res)
     ctx.keep_cpu("stream", res, "MB", nbytes / 1e6)
     s = res["samples"]
-    rows = [make_row(
-        id=f"stream_{fmt_bytes(nbytes).replace(' ', '')}", case=3,
-        title=f"Streaming {fmt_bytes(nbytes)} of output (fold -w 100: one event per 100-byte line)",
-        unit="MB/s", ours_name="exec.output notifications", ours_s=s["epp"],
-        base_name="direct SSE client", base_s=s["direct"], target=0.8, nbytes=nbytes,
-        note=f"MB/s of command output (10^6 B/s); execd framing {ctx.target.info().get('execd_mode') or 'server'}")]
+    rows = [
+        make_row(
+            id=f"stream_{fmt_bytes(nbytes).replace(' ', '')}",
+            case=3,
+            title=f"Streaming {fmt_bytes(nbytes)} of output (fold -w 100: one event per 100-byte line)",
+            unit="MB/s",
+            ours_name="exec.output notifications",
+            ours_s=s["epp"],
+            base_name="direct SSE client",
+            base_s=s["direct"],
+            target=0.8,
+            nbytes=nbytes,
+            note=f"MB/s of command output (10^6 B/s); execd framing {ctx.target.info().get('execd_mode') or 'server'}",
+        )
+    ]
     ctx.add_compare(rows[0], s.get("epp_b"), s["epp"])
     return rows
 
 
 # --------------------------------------------------------------------------- case 4: files
+
 
 def case_files(ctx: Context) -> list:
     p = ctx.p
@@ -478,29 +708,59 @@ def case_files(ctx: Context) -> list:
     for size, n in ((MiB, p["files_small_n"]), (SIX_MB, p["files_big_n"])):
         for op in ("write", "read"):
             name = f"files_{op}_{fmt_bytes(size).replace(' ', '')}"
-            res = ctx.run(ctx.profile({"job": "files", "sandbox_id": a, "bytes": size, "op": op, "n": n,
-                                       "warmup": 1, "sides": ctx.epp_sides("direct", "floor")}, name))
+            res = ctx.run(
+                ctx.profile(
+                    {
+                        "job": "files",
+                        "sandbox_id": a,
+                        "bytes": size,
+                        "op": op,
+                        "n": n,
+                        "warmup": 1,
+                        "sides": ctx.epp_sides("direct", "floor"),
+                    },
+                    name,
+                )
+            )
             ctx.keep_profiles(name, res)
             ctx.keep_cpu(name, res, "MB", size / 1e6)
             s = res["samples"]
             ctx.details.setdefault("files_floor", {})[name] = {
-                "epp_ms": median(s["epp"]) * 1000, "floor_ms": median(s["floor"]) * 1000,
-                "direct_ms": median(s["direct"]) * 1000}
-            rows.append(make_row(
-                id=f"files_{op}_{fmt_bytes(size).replace(' ', '')}", case=4,
-                title=f"File {op} {fmt_bytes(size)} vs the protocol floor", unit="ms",
-                ours_name=f"files.{op} (base64 in one JSON line)", ours_s=s["epp"],
-                base_name="protocol floor (direct transfer + EPP's base64/JSON line through one pipe, parsed and decoded)",
-                base_s=s["floor"], target=1.10, nbytes=size,
-                note="EPP side includes the host's base64 encode/decode of the content; the floor is what even "
-                     "a perfect plugin could not avoid"))
+                "epp_ms": median(s["epp"]) * 1000,
+                "floor_ms": median(s["floor"]) * 1000,
+                "direct_ms": median(s["direct"]) * 1000,
+            }
+            rows.append(
+                make_row(
+                    id=f"files_{op}_{fmt_bytes(size).replace(' ', '')}",
+                    case=4,
+                    title=f"File {op} {fmt_bytes(size)} vs the protocol floor",
+                    unit="ms",
+                    ours_name=f"files.{op} (base64 in one JSON line)",
+                    ours_s=s["epp"],
+                    base_name="protocol floor (direct transfer + EPP's base64/JSON line through one pipe, parsed and decoded)",
+                    base_s=s["floor"],
+                    target=1.10,
+                    nbytes=size,
+                    note="EPP side includes the host's base64 encode/decode of the content; the floor is what even "
+                    "a perfect plugin could not avoid",
+                )
+            )
             ctx.add_compare(rows[-1], s.get("epp_b"), s["epp"])
-            rows.append(make_row(
-                id=f"files_{op}_{fmt_bytes(size).replace(' ', '')}_vs_direct", case=4,
-                title=f"File {op} {fmt_bytes(size)} vs a direct transfer", unit="MB/s",
-                ours_name=f"files.{op} (base64 in one JSON line)", ours_s=s["epp"],
-                base_name="direct " + ("multipart upload" if op == "write" else "download"), base_s=s["direct"],
-                nbytes=size, note="bounded by EPP's base64 lines (see the floor row); informational"))
+            rows.append(
+                make_row(
+                    id=f"files_{op}_{fmt_bytes(size).replace(' ', '')}_vs_direct",
+                    case=4,
+                    title=f"File {op} {fmt_bytes(size)} vs a direct transfer",
+                    unit="MB/s",
+                    ours_name=f"files.{op} (base64 in one JSON line)",
+                    ours_s=s["epp"],
+                    base_name="direct " + ("multipart upload" if op == "write" else "download"),
+                    base_s=s["direct"],
+                    nbytes=size,
+                    note="bounded by EPP's base64 lines (see the floor row); informational",
+                )
+            )
     lim = ctx.run({"job": "files_limit", "sandbox_id": a, "bytes": 6 * MiB})
     ctx.details["files_limit"] = {"bytes": 6 * MiB, **{k: v for k, v in lim.items() if k != "ok"}}
     return rows
@@ -508,12 +768,19 @@ def case_files(ctx: Context) -> list:
 
 # --------------------------------------------------------------------------- case 5: whole flow
 
+
 def install_plugin(ctx: Context, home: str, source: str | None = None) -> dict:
     env = {**os.environ, "HOME": home}
     env.pop("ABX_PROVIDER", None)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "agent_sandbox.providers", "install", source or ctx.plugin_dir, "--yes"],
-                       env=env, cwd=home, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "agent_sandbox.providers", "install", source or ctx.plugin_dir, "--yes"],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     took = time.perf_counter() - t
     if r.returncode != 0:
         raise RuntimeError(f"plugin install failed (rc={r.returncode}): {r.stdout[-800:]} {r.stderr[-800:]}")
@@ -526,16 +793,30 @@ def case_flow(ctx: Context) -> list:
     os.makedirs(home, exist_ok=True)
     inst = install_plugin(ctx, home)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ABX_", "OPEN_SANDBOX_"))}
-    env.update({"HOME": home, "ABX_OPENSANDBOX_BASE_URL": ctx.target.base_url,
-                "OPENSANDBOX_DISABLE_METRICS": "1",
-                "PYTHONPATH": REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
+    env.update(
+        {
+            "HOME": home,
+            "ABX_OPENSANDBOX_BASE_URL": ctx.target.base_url,
+            "OPENSANDBOX_DISABLE_METRICS": "1",
+            "PYTHONPATH": REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+        }
+    )
     if ctx.target.api_key:
         env["ABX_OPENSANDBOX_API_KEY"] = ctx.target.api_key
     if os.environ.get("OPENSANDBOX_IMAGE"):  # the image knob: the host's "base" template -> the server's image
         env["ABX_OPENSANDBOX_DEFAULT_IMAGE"] = os.environ["OPENSANDBOX_IMAGE"]
     shipped = p["flow_shipped_n"] if ctx.target.mock is not None else 0
-    argv = [sys.executable, "-m", "bench.flow", "--n", str(p["flow_n"]), "--warmup", str(p["flow_warmup"]),
-            "--sdk-shipped", str(shipped)]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.flow",
+        "--n",
+        str(p["flow_n"]),
+        "--warmup",
+        str(p["flow_warmup"]),
+        "--sdk-shipped",
+        str(shipped),
+    ]
     if ctx.plugin_b_dir:
         home_b = os.path.join(ctx.tmp, "home_b")
         os.makedirs(home_b, exist_ok=True)
@@ -548,8 +829,9 @@ def case_flow(ctx: Context) -> list:
         # directory first on PATH, and a few extra flows show the cost of the shim.
         argv += ["--shim-n", str(p["flow_shipped_n"]), "--shim-path", env.get("PATH", "")]
         env["PATH"] = os.path.dirname(ctx.python) + os.pathsep + env.get("PATH", "")
-    proc = subprocess.Popen(argv, cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, cwd=home, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     err_tail: list = []
     t_err = threading.Thread(target=lambda: err_tail.extend(proc.stderr), daemon=True)
     t_err.start()
@@ -576,67 +858,119 @@ def case_flow(ctx: Context) -> list:
         raise RuntimeError(f"the flow failed (rc={proc.returncode}): {''.join(err_tail)[-1500:]}")
     runs = result["runs"]
     total = {k: [r["total"] for r in v] for k, v in runs.items()}
-    steps = {k: {step: median([r["steps"][step] for r in v]) * 1000 for step in v[0]["steps"]}
-             for k, v in runs.items() if v}
+    steps = {
+        k: {step: median([r["steps"][step] for r in v]) * 1000 for step in v[0]["steps"]} for k, v in runs.items() if v
+    }
     epp_calls = {}
     for r in runs.get("host", []):
         for label, took in (r.get("epp_calls") or {}).items():
             epp_calls.setdefault(label, []).append(took)
-    ctx.details["flow"] = {"install_s": round(inst["seconds"], 3), "steps_median_ms": steps,
-                           "host_epp_calls_median_ms": {k: round(median(v) * 1000, 2) for k, v in epp_calls.items()},
-                           "import_s": result["imports"],
-                           "integrity_check_ms": {"median": median(result["integrity"]) * 1000,
-                                                  "p90": p90(result["integrity"]) * 1000},
-                           "sdk_close_delay_0": fair,
-                           "path_python3": ctx.python_on_path if not shim else
-                           f"{ctx.python} (PATH python3 {ctx.python_on_path} is a shim)"}
-    rows = [make_row(
-        id="host_flow", case=5, title="Whole flow through the host: create -> run -> write -> read -> kill",
-        unit="ms", ours_name="agent_sandbox.ProviderSandbox (provider opensandbox)", ours_s=total["host"],
-        base_name="opensandbox SDK SandboxSync" + (" (its sandbox's close delay 0)" if fair else ""),
-        base_s=total["sdk"], target=1.5,
-        note=("library imports excluded (see details); the SDK's commands.run would otherwise wait the "
-              "server's ~1 s close" if fair else "library imports excluded; SDK waits the server's close delay"))]
+    ctx.details["flow"] = {
+        "install_s": round(inst["seconds"], 3),
+        "steps_median_ms": steps,
+        "host_epp_calls_median_ms": {k: round(median(v) * 1000, 2) for k, v in epp_calls.items()},
+        "import_s": result["imports"],
+        "integrity_check_ms": {"median": median(result["integrity"]) * 1000, "p90": p90(result["integrity"]) * 1000},
+        "sdk_close_delay_0": fair,
+        "path_python3": ctx.python_on_path
+        if not shim
+        else f"{ctx.python} (PATH python3 {ctx.python_on_path} is a shim)",
+    }
+    rows = [
+        make_row(
+            id="host_flow",
+            case=5,
+            title="Whole flow through the host: create -> run -> write -> read -> kill",
+            unit="ms",
+            ours_name="agent_sandbox.ProviderSandbox (provider opensandbox)",
+            ours_s=total["host"],
+            base_name="opensandbox SDK SandboxSync" + (" (its sandbox's close delay 0)" if fair else ""),
+            base_s=total["sdk"],
+            target=1.5,
+            note=(
+                "library imports excluded (see details); the SDK's commands.run would otherwise wait the "
+                "server's ~1 s close"
+                if fair
+                else "library imports excluded; SDK waits the server's close delay"
+            ),
+        )
+    ]
     ctx.add_compare(rows[0], total.get("host_b"), total["host"])
     if total.get("host_shim"):
-        rows.append(make_row(
-            id="host_flow_path_shim", case=5, title="Whole flow through the host with `python3` = PATH shim",
-            unit="ms", ours_name=f"ProviderSandbox, python3 -> {ctx.python_on_path}", ours_s=total["host_shim"],
-            base_name="opensandbox SDK SandboxSync (close delay 0)", base_s=total["sdk"],
-            note="environment cost, not the plugin's: the shim runs before the interpreter at every plugin "
-                 "start; informational"))
+        rows.append(
+            make_row(
+                id="host_flow_path_shim",
+                case=5,
+                title="Whole flow through the host with `python3` = PATH shim",
+                unit="ms",
+                ours_name=f"ProviderSandbox, python3 -> {ctx.python_on_path}",
+                ours_s=total["host_shim"],
+                base_name="opensandbox SDK SandboxSync (close delay 0)",
+                base_s=total["sdk"],
+                note="environment cost, not the plugin's: the shim runs before the interpreter at every plugin "
+                "start; informational",
+            )
+        )
     if total.get("sdk_shipped"):
-        rows.append(make_row(
-            id="host_flow_vs_sdk_shipped", case=5, title="Whole flow vs the SDK at the server's default close delay",
-            unit="ms", ours_name="agent_sandbox.ProviderSandbox", ours_s=total["host"],
-            base_name="opensandbox SDK SandboxSync, close delay 1 s", base_s=total["sdk_shipped"],
-            note="what an SDK user waits against a real execd; informational"))
+        rows.append(
+            make_row(
+                id="host_flow_vs_sdk_shipped",
+                case=5,
+                title="Whole flow vs the SDK at the server's default close delay",
+                unit="ms",
+                ours_name="agent_sandbox.ProviderSandbox",
+                ours_s=total["host"],
+                base_name="opensandbox SDK SandboxSync, close delay 1 s",
+                base_s=total["sdk_shipped"],
+                note="what an SDK user waits against a real execd; informational",
+            )
+        )
     return rows
 
 
 # --------------------------------------------------------------------------- case 6: capacity
 
+
 def case_capacity(ctx: Context) -> list:
     p = ctx.p
-    res = ctx.run({"job": "capacity", "sandboxes": p["cap_sandboxes"], "threads": p["cap_threads"],
-                   "seconds": p["cap_seconds"]})
+    res = ctx.run(
+        {"job": "capacity", "sandboxes": p["cap_sandboxes"], "threads": p["cap_threads"], "seconds": p["cap_seconds"]}
+    )
     n, t = res["created"], p["cap_threads"]
     ctx.details["capacity"] = {k: v for k, v in res.items() if k not in ("ok", "create_latencies")}
     for k in ("ping", "command"):
         ctx.details["capacity"][k] = {kk: vv for kk, vv in res[k].items() if kk != "latencies"}
     rows = [
-        make_row(id="capacity_create", case=6, title=f"Capacity: {p['cap_sandboxes']} sandboxes created concurrently",
-                 unit="ms", ours_name="POST /v1/sandboxes latency", ours_s=res["create_latencies"],
-                 note=f"{n} created in {res['create_wall']:.2f} s wall ({n / res['create_wall']:.1f}/s); "
-                      f"deleted in {res['delete_wall']:.2f} s"),
-        make_row(id="capacity_ping", case=6, title=f"Capacity: execd /ping from {t} threads", unit="ms",
-                 ours_name="GET /ping latency", ours_s=res["ping"]["latencies"],
-                 note=f"{res['ping']['per_s']:.0f} requests/s over {res['ping']['seconds']:.1f} s "
-                      f"(keep-alive; each thread on its own sandbox's execd)"),
-        make_row(id="capacity_command", case=6, title=f"Capacity: POST /command `true` from {t} threads", unit="ms",
-                 ours_name="POST /command to the terminal event", ours_s=res["command"]["latencies"],
-                 note=f"{res['command']['per_s']:.0f} commands/s over {res['command']['seconds']:.1f} s "
-                      f"(round robin over the {n} sandboxes; each stops at the terminal event)"),
+        make_row(
+            id="capacity_create",
+            case=6,
+            title=f"Capacity: {p['cap_sandboxes']} sandboxes created concurrently",
+            unit="ms",
+            ours_name="POST /v1/sandboxes latency",
+            ours_s=res["create_latencies"],
+            note=f"{n} created in {res['create_wall']:.2f} s wall ({n / res['create_wall']:.1f}/s); "
+            f"deleted in {res['delete_wall']:.2f} s",
+        ),
+        make_row(
+            id="capacity_ping",
+            case=6,
+            title=f"Capacity: execd /ping from {t} threads",
+            unit="ms",
+            ours_name="GET /ping latency",
+            ours_s=res["ping"]["latencies"],
+            note=f"{res['ping']['per_s']:.0f} requests/s over {res['ping']['seconds']:.1f} s "
+            f"(keep-alive; each thread on its own sandbox's execd)",
+        ),
+        make_row(
+            id="capacity_command",
+            case=6,
+            title=f"Capacity: POST /command `true` from {t} threads",
+            unit="ms",
+            ours_name="POST /command to the terminal event",
+            ours_s=res["command"]["latencies"],
+            note=f"{res['command']['per_s']:.0f} commands/s over {res['command']['seconds']:.1f} s "
+            f"(round robin over the {n} sandboxes; each stops at the terminal event)",
+        ),
     ]
     for r in rows:
         r["throughput"] = None
@@ -648,8 +982,16 @@ def case_capacity(ctx: Context) -> list:
 
 def case_sandbox(ctx: Context) -> list:
     from bench import sandbox_costs
+
     return sandbox_costs.run_case(ctx, make_row)
 
 
-FUNCS = {"cold": case_cold, "exec": case_exec, "stream": case_stream, "files": case_files, "flow": case_flow,
-         "capacity": case_capacity, "sandbox": case_sandbox}
+FUNCS = {
+    "cold": case_cold,
+    "exec": case_exec,
+    "stream": case_stream,
+    "files": case_files,
+    "flow": case_flow,
+    "capacity": case_capacity,
+    "sandbox": case_sandbox,
+}

@@ -15,6 +15,7 @@ OPENSANDBOX_BASE_URL / OPENSANDBOX_API_KEY and OPENSANDBOX_CODE_INTERPRETER_IMAG
   QUIRKS.md "/code with Jupyter"). ``stdout_lost`` counts runs whose stream ended before the kernel's
   ``1\n`` came (the reply's count can arrive first; a short poll makes that likelier, on execd too).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ from typing import Any
 
 import httpx
 
-FLOOR = r'''
+FLOOR = r"""
 import asyncio, json, sys, time, urllib.request, uuid
 from tornado.websocket import websocket_connect
 TOKEN, SID, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -56,7 +57,7 @@ async def one():
 async def main():
     print(json.dumps([await one() for _ in range(N)]))
 asyncio.run(main())
-'''
+"""
 ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]
 TOKEN = "opensandboxcodeinterpreterjupyter"
 
@@ -69,11 +70,12 @@ def _sandbox(base: str, key: str, image: str, env: dict[str, str]) -> tuple[Any,
     from code_interpreter.sync import CodeInterpreterSync
     from opensandbox.config.connection_sync import ConnectionConfigSync
     from opensandbox.sync import SandboxSync
-    cfg = ConnectionConfigSync(api_key=key, domain=base.split("://", 1)[-1].rstrip("/"), protocol="http",
-                               request_timeout=timedelta(seconds=60))
+
+    cfg = ConnectionConfigSync(
+        api_key=key, domain=base.split("://", 1)[-1].rstrip("/"), protocol="http", request_timeout=timedelta(seconds=60)
+    )
     t = time.perf_counter()
-    sb = SandboxSync.create(image, connection_config=cfg, entrypoint=ENTRYPOINT, env=env,
-                            timeout=timedelta(minutes=10))
+    sb = SandboxSync.create(image, connection_config=cfg, entrypoint=ENTRYPOINT, env=env, timeout=timedelta(minutes=10))
     ci = CodeInterpreterSync.create(sb, ready_timeout=timedelta(seconds=60))
     ex = ci.codes.run("print(1)")
     assert "".join(m.text for m in ex.logs.stdout) == "1\n", ex
@@ -109,10 +111,16 @@ def measure(base: str, key: str, image: str, python: str, rounds: int, per: int,
                         raw = b"".join(r.iter_bytes())
                     ours.append(time.perf_counter() - t)
                     lost += b'"text":"1\\n"' not in raw  # the stream ended before the kernel's stream message
-        return {"idle_poll": poll or "100ms (default)", "ready_s": round(ready, 2), "context_create_ms": _ms(creates),
-                "code_ms": _ms(ours), "floor_ms": _ms(floor) if floor else None,
-                "ratio": round(_ms(ours) / _ms(floor), 2) if floor else None, "n": len(ours),
-                "stdout_lost": lost}
+        return {
+            "idle_poll": poll or "100ms (default)",
+            "ready_s": round(ready, 2),
+            "context_create_ms": _ms(creates),
+            "code_ms": _ms(ours),
+            "floor_ms": _ms(floor) if floor else None,
+            "ratio": round(_ms(ours) / _ms(floor), 2) if floor else None,
+            "n": len(ours),
+            "stdout_lost": lost,
+        }
     finally:
         sb.kill()
 
@@ -133,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from mock_opensandbox import MockOpenSandbox
         from tiers.toolkit.jupyter import jupyter_env_or_skip
+
         env = jupyter_env_or_skip()
         osb = MockOpenSandbox(jupyter_env=env, execd_close_delay=0.0).start()
         base, key, target, python = osb.base_url, osb.api_key or "", "mock", os.path.join(env, "bin", "python")
@@ -141,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if osb is not None:
             osb.stop()
-    res = {"target": target, "image": image, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "rows": rows}
+    res = {"target": target, "image": image, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     print(json.dumps(res, indent=1))
     if a.out:
         with open(a.out, "w") as f:

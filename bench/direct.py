@@ -5,6 +5,7 @@ host, POST /command read until the terminal SSE event (then the connection is dr
 the plugin does, so neither side waits out execd's ~1 s close), multipart upload, download. No
 validation, no error mapping, no cache: the floor any client pays on this server.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -58,8 +59,9 @@ class Conn:
                     raise
         raise AssertionError("unreachable")
 
-    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-                ok=(200, 201, 202, 204)) -> tuple[int, dict, bytes]:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict | None = None, ok=(200, 201, 202, 204)
+    ) -> tuple[int, dict, bytes]:
         resp = self.open(method, path, body, headers)
         data = resp.read()
         if resp.will_close:
@@ -87,8 +89,12 @@ class Lifecycle:
         self.base_url = base
 
     def create(self, image: str = "", timeout: int = 900) -> str:
-        body = {"image": {"uri": image or IMAGE}, "entrypoint": ["tail", "-f", "/dev/null"],
-                "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "timeout": timeout}
+        body = {
+            "image": {"uri": image or IMAGE},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+            "timeout": timeout,
+        }
         return str(self.conn.json("POST", "/sandboxes", body)["id"])
 
     def get(self, sid: str) -> dict:
@@ -121,7 +127,7 @@ def iter_sse(resp, chunk: int = 65536):
             cut = buf.find(b"\n\n")
             if cut < 0:
                 break
-            frame, buf = buf[:cut], buf[cut + 2:]
+            frame, buf = buf[:cut], buf[cut + 2 :]
             frame = frame.strip()
             if not frame:
                 continue
@@ -142,8 +148,9 @@ class Execd:
         """POST /command; stop at the terminal event and drop the connection (like the plugin).
         ``on_output(kind, text)`` sees each stdout/stderr event. Returns the exit code."""
         body = json.dumps({"command": command}).encode()
-        resp = self.conn.open("POST", "/command", body, {"Content-Type": "application/json",
-                                                          "Accept": "text/event-stream"})
+        resp = self.conn.open(
+            "POST", "/command", body, {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        )
         try:
             if resp.status != 200:
                 raise HttpFailure(f"POST /command: HTTP {resp.status}: {resp.read()[:300]!r}")
@@ -161,23 +168,28 @@ class Execd:
                         return -1
             raise HttpFailure("the SSE stream ended without a terminal event")
         finally:
-            self.conn.drop()                # the body is not finished: never reuse this connection
+            self.conn.drop()  # the body is not finished: never reuse this connection
 
     def upload(self, path: str, data: bytes) -> None:
         boundary = "bench" + os.urandom(12).hex()
         meta = json.dumps({"path": path}).encode()
         name = path.rsplit("/", 1)[-1] or "file"
-        body = b"".join([
-            b"--%s\r\n" % boundary.encode(),
-            b'Content-Disposition: form-data; name="metadata"; filename="metadata"\r\n',
-            b"Content-Type: application/json\r\n\r\n", meta, b"\r\n",
-            b"--%s\r\n" % boundary.encode(),
-            b'Content-Disposition: form-data; name="file"; filename="%s"\r\n' % name.encode(),
-            b"Content-Type: application/octet-stream\r\n\r\n", data, b"\r\n",
-            b"--%s--\r\n" % boundary.encode(),
-        ])
-        self.conn.request("POST", "/files/upload", body,
-                          {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        body = b"".join(
+            [
+                b"--%s\r\n" % boundary.encode(),
+                b'Content-Disposition: form-data; name="metadata"; filename="metadata"\r\n',
+                b"Content-Type: application/json\r\n\r\n",
+                meta,
+                b"\r\n",
+                b"--%s\r\n" % boundary.encode(),
+                b'Content-Disposition: form-data; name="file"; filename="%s"\r\n' % name.encode(),
+                b"Content-Type: application/octet-stream\r\n\r\n",
+                data,
+                b"\r\n",
+                b"--%s--\r\n" % boundary.encode(),
+            ]
+        )
+        self.conn.request("POST", "/files/upload", body, {"Content-Type": f"multipart/form-data; boundary={boundary}"})
 
     def download(self, path: str) -> bytes:
         _, _, data = self.conn.request("GET", "/files/download?" + urllib.parse.urlencode({"path": path}))

@@ -10,6 +10,7 @@ no outbound network without slirp4netns, so a sandbox without a policy cannot lo
 baseline of the lookup is then the same lookup from the host straight to that resolver, the floor the
 policy resolver adds its hop to. Prints one Markdown table of medians and ratios.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,14 +24,17 @@ from bench.stats import median, p90
 
 NAME = "pypi.org"
 PER_CMD = 50
-LOOKUP_OF = ("python3 -c \"import socket,time\nt=time.perf_counter()\nfor _ in range(%d): socket.gethostbyname('%%s')\n"
-             "print((time.perf_counter()-t)/%d)\"" % (PER_CMD, PER_CMD))
+LOOKUP_OF = (
+    "python3 -c \"import socket,time\nt=time.perf_counter()\nfor _ in range(%d): socket.gethostbyname('%%s')\n"
+    'print((time.perf_counter()-t)/%d)"' % (PER_CMD, PER_CMD)
+)
 LOOKUP = LOOKUP_OF % NAME
 FLOOR = LOOKUP_OF % "localhost"  # /etc/hosts: the same call without any DNS query (glibc's own cost)
 
 
 def _sdk(url: str, key: str) -> Any:
     from tiers.egress_steps import sdk_conn
+
     return sdk_conn(url, key)
 
 
@@ -57,6 +61,7 @@ def _lookup_inside(sb: Any, cmd: str = LOOKUP) -> Optional[float]:
 def _lookup_host(resolver: tuple[str, int]) -> float:
     """The floor on the mock: one A query from the host to the stub resolver, as the policy resolver forwards it."""
     from tiers.toolkit.dnsserver import query
+
     t0 = time.perf_counter()
     for _ in range(PER_CMD):
         query(resolver, NAME)
@@ -97,12 +102,17 @@ def table(res: Dict[str, Any], where: str, baseline: str) -> str:
 
     def ratio(a: List[float], b: List[float]) -> str:
         return "%.2fx" % (median(a) / median(b)) if a and b else "-"
+
     c, lk = res["create"], res["lookup"]
-    return "\n".join([
-        "| %s | with a policy, ms | %s, ms | ratio |" % (where, baseline), "|---|---:|---:|---:|",
-        "| create -> ready | %s | %s | %s |" % (ms(c[True]), ms(c[False]), ratio(c[True], c[False])),
-        "| one DNS lookup inside | %s | %s | %s |" % (ms(lk[True]), ms(lk[False]), ratio(lk[True], lk[False])),
-        "| `localhost` (/etc/hosts, no query) inside the policy sandbox | %s | | |" % ms(res["floor"])])
+    return "\n".join(
+        [
+            "| %s | with a policy, ms | %s, ms | ratio |" % (where, baseline),
+            "|---|---:|---:|---:|",
+            "| create -> ready | %s | %s | %s |" % (ms(c[True]), ms(c[False]), ratio(c[True], c[False])),
+            "| one DNS lookup inside | %s | %s | %s |" % (ms(lk[True]), ms(lk[False]), ratio(lk[True], lk[False])),
+            "| `localhost` (/etc/hosts, no query) inside the policy sandbox | %s | | |" % ms(res["floor"]),
+        ]
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -111,23 +121,31 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "--n" in args:
         i = args.index("--n")
         n = int(args[i + 1])
-        del args[i:i + 2]
+        del args[i : i + 2]
     if args:
         url, key, image = args
         print(table(measure(url, key, image, n), "live", "without a policy"))
         return 0
     from mock_opensandbox.server import MockOpenSandbox
     from tiers.toolkit.dnsserver import StubResolver
-    real = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared",
-                        "opensandbox", "egress", "egress")
+
+    real = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        "shared",
+        "opensandbox",
+        "egress",
+        "egress",
+    )
     for label, binary in (("mock, its own sidecar", None), ("mock, the real sidecar (--egress-bin)", real)):
         if binary and not os.access(binary, os.X_OK):
             continue
         with StubResolver({NAME: "203.0.113.80"}) as dns:
-            with MockOpenSandbox(egress_mode="dns", egress_dns_upstream=dns.address, execd_close_delay=0,
-                                 egress_bin=binary) as m:
-                res = measure(m.base_url, m.api_key, "python:3", n,
-                              host_floor=lambda: _lookup_host(("127.0.0.1", dns.port)))
+            with MockOpenSandbox(
+                egress_mode="dns", egress_dns_upstream=dns.address, execd_close_delay=0, egress_bin=binary
+            ) as m:
+                res = measure(
+                    m.base_url, m.api_key, "python:3", n, host_floor=lambda: _lookup_host(("127.0.0.1", dns.port))
+                )
         print(table(res, label, "without (create) / host -> resolver (lookup)") + "\n")
     return 0
 

@@ -20,6 +20,7 @@ Sides, interleaved round by round:
 
 Prints JSON lines on stdout: control requests ``{"control": ...}`` and finally ``{"result": ...}``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,6 +81,7 @@ def instrument_host() -> None:
 
     def timed(label_of, fn, is_async=True):
         if is_async:
+
             async def wrapper(*a, **k):
                 t = time.perf_counter()
                 try:
@@ -87,12 +89,14 @@ def instrument_host() -> None:
                 finally:
                     EPP_CALLS.append((label_of(a, k), time.perf_counter() - t))
         else:
+
             def wrapper(*a, **k):
                 t = time.perf_counter()
                 try:
                     return fn(*a, **k)
                 finally:
                     EPP_CALLS.append((label_of(a, k), time.perf_counter() - t))
+
         return wrapper
 
     epp.EppClient.start = timed(lambda a, k: "spawn+initialize", epp.EppClient.start)
@@ -103,6 +107,7 @@ def instrument_host() -> None:
 
 async def host_flow() -> dict:
     from agent_sandbox import ProviderSandbox
+
     EPP_CALLS.clear()
     s = Steps()
     sbx = await ProviderSandbox.create(provider="opensandbox", timeout=600)
@@ -124,7 +129,7 @@ async def host_flow() -> dict:
     calls: dict = {}
     for label, took in EPP_CALLS:
         if label in ("initialize", "shutdown"):
-            continue                    # inside spawn+initialize / close
+            continue  # inside spawn+initialize / close
         calls[label] = calls.get(label, 0.0) + took
     return {"total": s.total(), "steps": s.steps, "epp_calls": calls}
 
@@ -132,15 +137,21 @@ async def host_flow() -> dict:
 def sdk_config():
     os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")
     from opensandbox.config.connection_sync import ConnectionConfigSync
+
     scheme, rest = os.environ["ABX_OPENSANDBOX_BASE_URL"].split("://", 1)
-    return ConnectionConfigSync(domain=rest.rstrip("/"), protocol=scheme,
-                                api_key=os.environ.get("ABX_OPENSANDBOX_API_KEY") or None, disable_metrics=True)
+    return ConnectionConfigSync(
+        domain=rest.rstrip("/"),
+        protocol=scheme,
+        api_key=os.environ.get("ABX_OPENSANDBOX_API_KEY") or None,
+        disable_metrics=True,
+    )
 
 
 def sdk_flow(fair: bool) -> dict:
     from datetime import timedelta
 
     from opensandbox.sync.sandbox import SandboxSync
+
     s = Steps()
     sb = SandboxSync.create(IMAGE, connection_config=sdk_config(), timeout=timedelta(minutes=10))
     s.mark("create")
@@ -168,15 +179,18 @@ def import_times() -> dict:
     import agent_sandbox  # noqa: F401 - imported to time the import
     from agent_sandbox import ProviderSandbox  # noqa: F401 - imported to time the import
     from agent_sandbox.providers import registry  # noqa: F401 - imported to time the import
+
     host = time.perf_counter() - t
     t = time.perf_counter()
     from opensandbox.sync.sandbox import SandboxSync  # noqa: F401 - imported to time the import
+
     sdk = time.perf_counter() - t
     return {"host": host, "sdk": sdk}
 
 
 def integrity_times(n: int = 10) -> list:
     from agent_sandbox.providers import store
+
     out = []
     for _ in range(n):
         t = time.perf_counter()
@@ -190,8 +204,12 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--sdk-shipped", type=int, default=0)
-    ap.add_argument("--shim-n", type=int, default=0,
-                    help="extra host flows with PATH set to --shim-path (python3 there is e.g. a pyenv shim)")
+    ap.add_argument(
+        "--shim-n",
+        type=int,
+        default=0,
+        help="extra host flows with PATH set to --shim-path (python3 there is e.g. a pyenv shim)",
+    )
     ap.add_argument("--shim-path", default="")
     ap.add_argument("--home-b", default="", help="HOME with a candidate plugin installed (bench --compare)")
     args = ap.parse_args()
@@ -200,6 +218,7 @@ def main() -> int:
     instrument_host()
     sides = {"host": lambda: asyncio.run(host_flow()), "sdk": lambda: sdk_flow(True)}
     if args.home_b:
+
         def host_b() -> dict:
             # the host finds installed providers under $HOME at every call (nothing is cached)
             os.environ["HOME"], saved = args.home_b, os.environ["HOME"]
@@ -207,6 +226,7 @@ def main() -> int:
                 return asyncio.run(host_flow())
             finally:
                 os.environ["HOME"] = saved
+
         sides["host_b"] = host_b
     for _ in range(args.warmup):
         for fn in sides.values():

@@ -9,6 +9,7 @@ sandbox_costs.py's Server) of a sandbox in the busybox image from the cache (a m
 today's create in the host-tools view (a mock without one), both mocks of this tree in their own processes,
 interleaved A B A B; the ratio of the medians against the issue's target of 1.5x.
 Prints a Markdown table; a measurement, not a test."""
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,13 @@ def host_slice(limit: int) -> list[tuple]:
 def busybox_layer() -> list[tuple]:
     bb = shutil.which("busybox") or "/bin/busybox"
     data = open(bb, "rb").read()
-    out: list[tuple] = [("dir", "bin"), ("file", "bin/busybox", data, 0o755), ("dir", "etc"),
-                        ("file", "etc/os-release", 'PRETTY_NAME="bench"\n'), ("dir", "tmp", 0o1777)]
+    out: list[tuple] = [
+        ("dir", "bin"),
+        ("file", "bin/busybox", data, 0o755),
+        ("dir", "etc"),
+        ("file", "etc/os-release", 'PRETTY_NAME="bench"\n'),
+        ("dir", "tmp", 0o1777),
+    ]
     for applet in ("sh", "ls", "cat", "echo", "ps", "id", "tail"):
         out.append(("hardlink", "bin/" + applet, "bin/busybox"))
     return out
@@ -69,10 +75,14 @@ def create_ready(images: str, cache: str, n: int, warm: int) -> list[tuple[str, 
     """Create -> execd /ping of a sandbox in ``local/bench-bb:1`` (images/bench-bb, from the cache after the
     first create) vs one in the host-tools view, interleaved; medians and their ratio."""
     from bench.sandbox_costs import Server, _call
+
     tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sides = [Server("host-tools view", tree),
-             Server("image (cached)", tree, mock_kwargs={"image_dir": images, "image_cache": cache},
-                    image="local/bench-bb:1")]
+    sides = [
+        Server("host-tools view", tree),
+        Server(
+            "image (cached)", tree, mock_kwargs={"image_dir": images, "image_cache": cache}, image="local/bench-bb:1"
+        ),
+    ]
     times: dict[str, list[float]] = {s.label: [] for s in sides}
     first, views = None, {}
     try:
@@ -95,17 +105,25 @@ def create_ready(images: str, cache: str, n: int, warm: int) -> list[tuple[str, 
         for s in sides:
             s.stop()
     if views.get("image (cached)", "").split(",")[0] != "image":
-        raise SystemExit("the image mock gave its sandbox the view %r, not the image: no image sandboxes here"
-                         % views.get("image (cached)"))
+        raise SystemExit(
+            "the image mock gave its sandbox the view %r, not the image: no image sandboxes here"
+            % views.get("image (cached)")
+        )
     med = {k: statistics.median(v) for k, v in times.items()}
     a, b = med["host-tools view"], med["image (cached)"]
-    return [("create -> ready, first create in the image (pull + unpack + flatten + start)", "%.0f ms" % first),
-            ("create -> ready, host-tools view, median (today's create; view: %s)" % views["host-tools view"],
-             "%.0f ms" % a),
-            ("create -> ready, busybox image from the cache, median (view: %s)" % views["image (cached)"], "%.0f ms" % b),
-            ("ratio image / host-tools view (target <= 1.5x), %d interleaved pairs" % n,
-             "%.2fx %s" % (b / a, "ok" if b / a <= 1.5 else "OVER")),
-            ("load average (1 min) after the run", "%.1f on %d cores" % (os.getloadavg()[0], os.cpu_count() or 0))]
+    return [
+        ("create -> ready, first create in the image (pull + unpack + flatten + start)", "%.0f ms" % first),
+        (
+            "create -> ready, host-tools view, median (today's create; view: %s)" % views["host-tools view"],
+            "%.0f ms" % a,
+        ),
+        ("create -> ready, busybox image from the cache, median (view: %s)" % views["image (cached)"], "%.0f ms" % b),
+        (
+            "ratio image / host-tools view (target <= 1.5x), %d interleaved pairs" % n,
+            "%.2fx %s" % (b / a, "ok" if b / a <= 1.5 else "OVER"),
+        ),
+        ("load average (1 min) after the run", "%.1f on %d cores" % (os.getloadavg()[0], os.cpu_count() or 0)),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         write_oci_layout(os.path.join(images, "bench"), {"local/bench:1": img})
         write_docker_save(os.path.join(images, "bench-save.tar"), "local/bench-save:1", img)
         files = sum(1 for e in busybox_layer() + host_slice(args.mb << 20) if e[0] == "file")
-        rows.append(("image", "%.1f MB uncompressed (%.1f MB gzip), 2 layers, %d files"
-                     % (size / 1e6, blob / 1e6, files)))
+        rows.append(
+            ("image", "%.1f MB uncompressed (%.1f MB gzip), 2 layers, %d files" % (size / 1e6, blob / 1e6, files))
+        )
         for ref, label in (("local/bench:1", "OCI layout (gzip)"), ("local/bench-save:1", "docker-save tar")):
             first, flat, hit, restart = [], [], [], []
             for i in range(args.repeat):
@@ -147,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("%s: cache hit (same store)" % label, "%.2f ms" % statistics.median(hit)))
             rows.append(("%s: cache hit (new store, same cache)" % label, "%.2f ms" % statistics.median(restart)))
         from tiers.toolkit import registry as reg
+
         if reg.BINARY:
             r = reg.Registry("token", {"u": "p"})
             try:
@@ -154,10 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                 pulls = []
                 for i in range(args.repeat):
                     s = ImageStore(os.path.join(work, "rcache-%d" % i), local_daemon=False)
-                    pulls.append(timed(lambda s=s: s.resolve(r.host + "/bench/img:1",
-                                                             auth={"username": "u", "password": "p"})))
-                rows.append(("registry (127.0.0.1, token auth): first pull + unpack",
-                             "%.0f ms" % statistics.median(pulls)))
+                    pulls.append(
+                        timed(lambda s=s: s.resolve(r.host + "/bench/img:1", auth={"username": "u", "password": "p"}))
+                    )
+                rows.append(
+                    ("registry (127.0.0.1, token auth): first pull + unpack", "%.0f ms" % statistics.median(pulls))
+                )
             finally:
                 r.close()
         if args.creates > 0:

@@ -22,6 +22,7 @@ interleaved (A B A B ...) so that the machine's load hits both alike:
 Against a live server (``OPENSANDBOX_BASE_URL``) the live server's create -> ready is measured too, as
 context (not a target).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -38,8 +39,13 @@ from tiers.toolkit.procs import read_text
 
 DEFAULT_BASELINE_REV = "5f292ba"
 # a mock runs any image name; live: OPENSANDBOX_IMAGE
-BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 900,
-        "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "metadata": {"purpose": "bench-sandbox-costs"}}
+BODY = {
+    "image": {"uri": "python:3"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "timeout": 900,
+    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+    "metadata": {"purpose": "bench-sandbox-costs"},
+}
 EXECD_PORT = 44772
 
 # Started in the tree under test (cwd + PYTHONPATH = the tree): a mock with the defaults of that tree.
@@ -57,8 +63,10 @@ m.stop()
 
 # ------------------------------------------------------------------------------------------- HTTP
 
-def _call(url: str, method: str, path: str, headers: dict, body: bytes | None = None,
-          timeout: float = 60.0) -> tuple[int, bytes]:
+
+def _call(
+    url: str, method: str, path: str, headers: dict, body: bytes | None = None, timeout: float = 60.0
+) -> tuple[int, bytes]:
     p = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
     c = http.client.HTTPConnection(p.hostname, p.port or 80, timeout=timeout)
     try:
@@ -72,22 +80,41 @@ def _call(url: str, method: str, path: str, headers: dict, body: bytes | None = 
 class Server:
     """A mock started from ``tree`` in its own process, or a live server (``tree`` None)."""
 
-    def __init__(self, label: str, tree: str | None = None, base_url: str | None = None, api_key: str | None = None,
-                 *, mock_kwargs: dict | None = None, image: str | None = None):
+    def __init__(
+        self,
+        label: str,
+        tree: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        mock_kwargs: dict | None = None,
+        image: str | None = None,
+    ):
         """``mock_kwargs``: MockOpenSandbox's keyword arguments (JSON values; e.g. ``image_dir``);
         ``image``: the create's ``image.uri`` instead of BODY's (bench/images.py: an image of the store)."""
         self.label, self.tree, self.proc, self.pid, self.token = label, tree, None, None, None
         self.package, self.image = None, image
         if tree is not None:
             env = {**os.environ, "PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"}
-            self.proc = subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(mock_kwargs or {})], cwd=tree,
-                                         env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", SERVER, json.dumps(mock_kwargs or {})],
+                cwd=tree,
+                env=env,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError(f"the mock of {tree} did not start (rc={self.proc.poll()})")
             info = json.loads(line)
-            base_url, api_key, self.token, self.pid = info["base_url"], info["api_key"], info["execd_token"], info["pid"]
-            self.package = info["package"]   # which mock_opensandbox the process imported (the tree's own)
+            base_url, api_key, self.token, self.pid = (
+                info["base_url"],
+                info["api_key"],
+                info["execd_token"],
+                info["pid"],
+            )
+            self.package = info["package"]  # which mock_opensandbox the process imported (the tree's own)
         base = (base_url or "").rstrip("/")
         self.base_url = base[:-3] if base.endswith("/v1") else base
         self.headers = {"OPEN-SANDBOX-API-KEY": api_key or "", "Content-Type": "application/json"}
@@ -95,7 +122,7 @@ class Server:
 
     def create(self) -> str:
         body = dict(BODY)
-        if self.tree is None:   # live: an image the server has (./local-up.sh env)
+        if self.tree is None:  # live: an image the server has (./local-up.sh env)
             body["image"] = {"uri": os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim"}
         if self.image:
             body["image"] = {"uri": self.image}
@@ -134,8 +161,12 @@ class Server:
         p = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
         c = http.client.HTTPConnection(p.hostname, p.port or 80, timeout=60)
         try:
-            c.request("POST", p.path.rstrip("/") + "/command", body=b'{"command": "true"}',
-                      headers={**headers, "Content-Type": "application/json", "Accept": "text/event-stream"})
+            c.request(
+                "POST",
+                p.path.rstrip("/") + "/command",
+                body=b'{"command": "true"}',
+                headers={**headers, "Content-Type": "application/json", "Accept": "text/event-stream"},
+            )
             r = c.getresponse()
             buf = b""
             while b"execution_complete" not in buf and b'"error"' not in buf:
@@ -170,6 +201,7 @@ class Server:
 
 
 # ------------------------------------------------------------------------------------------- /proc
+
 
 def _ppids() -> dict[int, int]:
     out = {}
@@ -206,9 +238,14 @@ def proc_memory(pid: int) -> dict:
     rollup = read_text(f"/proc/{pid}/smaps_rollup")
     args = read_text(f"/proc/{pid}/cmdline").replace("\0", " ").strip() or read_text(f"/proc/{pid}/comm").strip()
     stat = read_text(f"/proc/{pid}/stat")
-    start = int(stat.rsplit(")", 1)[1].split()[19]) if stat else None   # field 22: start time (pids are reused)
-    return {"pid": pid, "start": start, "args": args[:100], "rss_kb": _kb(status, "VmRSS") or 0,
-            "pss_kb": _kb(rollup, "Pss") if rollup else None}
+    start = int(stat.rsplit(")", 1)[1].split()[19]) if stat else None  # field 22: start time (pids are reused)
+    return {
+        "pid": pid,
+        "start": start,
+        "args": args[:100],
+        "rss_kb": _kb(status, "VmRSS") or 0,
+        "pss_kb": _kb(rollup, "Pss") if rollup else None,
+    }
 
 
 def sandbox_processes(server_pid: int | None, sids: list[str]) -> list[int]:
@@ -228,30 +265,40 @@ def sandbox_processes(server_pid: int | None, sids: list[str]) -> list[int]:
             pids.add(pid)
             parent = ppids.get(pid)
             if parent and read_text(f"/proc/{parent}/comm").startswith("containerd-shim"):
-                pids.add(parent)   # Docker: the shim that holds the container is the sandbox's too
+                pids.add(parent)  # Docker: the shim that holds the container is the sandbox's too
     return sorted(pids)
 
 
 # ------------------------------------------------------------------------------------------- the case
 
+
 def baseline_tree(rev: str, repo: str, tmp: str, log) -> tuple[str, callable]:
     """``git worktree add --detach`` of ``rev`` under ``tmp``; returns (path, remove)."""
     path = os.path.join(tmp, "osb-bench-a")
-    subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", "--quiet", path, rev], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        ["git", "-C", repo, "worktree", "add", "--detach", "--quiet", path, rev],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     log(f"case sandbox: baseline A = {rev} in {path}")
 
     def remove() -> None:
         subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", path], capture_output=True, text=True)
         shutil.rmtree(path, ignore_errors=True)
         subprocess.run(["git", "-C", repo, "worktree", "prune"], capture_output=True, text=True)
+
     return path, remove
 
 
 def _rev_of(tree: str) -> str:
     try:
-        return subprocess.run(["git", "-C", tree, "log", "-1", "--format=%h %cI"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "?"
+        return (
+            subprocess.run(
+                ["git", "-C", tree, "log", "-1", "--format=%h %cI"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "?"
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "?"
 
@@ -280,9 +327,15 @@ def measure_idle(server: Server, n: int, settle: float) -> dict:
     for sid in sids:
         server.delete(sid)
     pss = [p["pss_kb"] for p in procs if p["pss_kb"] is not None]
-    return {"sandboxes": n, "processes": len(procs), "rss_kb": sum(p["rss_kb"] for p in procs),
-            "pss_kb": sum(pss) if len(pss) == len(procs) and procs else None,
-            "server_rss_growth_kb": grown, "server_fds": fds_grown, "one_sandbox": procs[: len(procs) // n] if n else []}
+    return {
+        "sandboxes": n,
+        "processes": len(procs),
+        "rss_kb": sum(p["rss_kb"] for p in procs),
+        "pss_kb": sum(pss) if len(pss) == len(procs) and procs else None,
+        "server_rss_growth_kb": grown,
+        "server_fds": fds_grown,
+        "one_sandbox": procs[: len(procs) // n] if n else [],
+    }
 
 
 def run_case(ctx, make_row) -> list:
@@ -297,8 +350,9 @@ def run_case(ctx, make_row) -> list:
     try:
         tree_a = getattr(ctx, "sandbox_baseline_tree", None)
         if not tree_a:
-            tree_a, remove = baseline_tree(getattr(ctx, "sandbox_baseline_rev", None) or DEFAULT_BASELINE_REV,
-                                           repo, tmp, ctx.log)
+            tree_a, remove = baseline_tree(
+                getattr(ctx, "sandbox_baseline_rev", None) or DEFAULT_BASELINE_REV, repo, tmp, ctx.log
+            )
         a, b = Server("A", tree_a), Server("B", repo)
         servers += [a, b]
         live = None
@@ -310,7 +364,7 @@ def run_case(ctx, make_row) -> list:
         # the order flips every round (A B, B A, ...): what one side's request leaves behind (a reaped
         # process, a closing stream) falls on the other side as often as on itself
         for i in range(warm + n):
-            for s in (sides if i % 2 == 0 else sides[::-1]):
+            for s in sides if i % 2 == 0 else sides[::-1]:
                 t0 = time.perf_counter()
                 sid = s.create()
                 s.wait_ready(sid)
@@ -325,14 +379,14 @@ def run_case(ctx, make_row) -> list:
             s.wait_ready(warm_sb[s.label])
             eps[s.label] = s.execd(warm_sb[s.label])
         for i in range(3 + cmd_n):
-            for s in ((a, b) if i % 2 == 0 else (b, a)):
+            for s in (a, b) if i % 2 == 0 else (b, a):
                 t0 = time.perf_counter()
                 s.command_true(*eps[s.label])
                 if i >= 3:
                     cmd[s.label].append(time.perf_counter() - t0)
         sparse: dict[str, list[float]] = {"A": [], "B": []}
         for i in range(1 + max(1, cmd_n // 2)):
-            for s in ((a, b) if i % 2 == 0 else (b, a)):
+            for s in (a, b) if i % 2 == 0 else (b, a):
                 time.sleep(gap)
                 t0 = time.perf_counter()
                 s.command_true(*eps[s.label])
@@ -341,9 +395,12 @@ def run_case(ctx, make_row) -> list:
         for s in (a, b):
             s.delete(warm_sb[s.label])
         idle = {s.label: measure_idle(s, idle_n, p.get("sandbox_settle_ms", 1000) / 1000) for s in sides}
-        ctx.details["sandbox"] = {"A": {"tree": tree_a, "rev": _rev_of(tree_a), "package": a.package},
-                                  "B": {"tree": repo, "rev": _rev_of(repo), "package": b.package},
-                                  "idle": idle, "body": BODY}
+        ctx.details["sandbox"] = {
+            "A": {"tree": tree_a, "rev": _rev_of(tree_a), "package": a.package},
+            "B": {"tree": repo, "rev": _rev_of(repo), "package": b.package},
+            "idle": idle,
+            "body": BODY,
+        }
     finally:
         for s in servers:
             s.stop()
@@ -351,39 +408,96 @@ def run_case(ctx, make_row) -> list:
             remove()
         shutil.rmtree(tmp, ignore_errors=True)
     a_name = f"A: mock at {ctx.details['sandbox']['A']['rev'].split()[0]}"
-    rows = [make_row(id="sandbox_create_ready", case=7, title="Sandbox create -> execd /ping answers", unit="ms",
-                     ours_name="B: mock of this tree", ours_s=times["B"], base_name=a_name, base_s=times["A"],
-                     target=1.5, note="resourceLimits 500m/512Mi; A and B interleaved, each in its own process"),
-            make_row(id="sandbox_command_true", case=7, title="Command round trip on the mock: `true` to the terminal "
-                     "event", unit="ms", ours_name="B: mock of this tree", ours_s=cmd["B"], base_name=a_name,
-                     base_s=cmd["A"], target=1.05, note="direct POST /command, fresh connection"),
-            make_row(id="sandbox_command_true_sparse", case=7, title="Command round trip on the mock, one every "
-                     "%d ms" % round(gap * 1000), unit="ms", ours_name="B: mock of this tree", ours_s=sparse["B"],
-                     base_name=a_name, base_s=sparse["A"], target=1.05,
-                     note="as above, after %d ms idle: a cost the first command of a burst pays shows here"
-                          % round(gap * 1000))]
+    rows = [
+        make_row(
+            id="sandbox_create_ready",
+            case=7,
+            title="Sandbox create -> execd /ping answers",
+            unit="ms",
+            ours_name="B: mock of this tree",
+            ours_s=times["B"],
+            base_name=a_name,
+            base_s=times["A"],
+            target=1.5,
+            note="resourceLimits 500m/512Mi; A and B interleaved, each in its own process",
+        ),
+        make_row(
+            id="sandbox_command_true",
+            case=7,
+            title="Command round trip on the mock: `true` to the terminal event",
+            unit="ms",
+            ours_name="B: mock of this tree",
+            ours_s=cmd["B"],
+            base_name=a_name,
+            base_s=cmd["A"],
+            target=1.05,
+            note="direct POST /command, fresh connection",
+        ),
+        make_row(
+            id="sandbox_command_true_sparse",
+            case=7,
+            title="Command round trip on the mock, one every %d ms" % round(gap * 1000),
+            unit="ms",
+            ours_name="B: mock of this tree",
+            ours_s=sparse["B"],
+            base_name=a_name,
+            base_s=sparse["A"],
+            target=1.05,
+            note="as above, after %d ms idle: a cost the first command of a burst pays shows here" % round(gap * 1000),
+        ),
+    ]
     if live is not None:
-        rows.append(make_row(id="sandbox_create_ready_live", case=7, title="Sandbox create -> ready, live server",
-                             unit="ms", ours_name="live server", ours_s=times["live"], base_name=a_name,
-                             base_s=times["A"], note="context: Docker container start vs the mock"))
-    for what, key, unit in (("RSS", "rss_kb", "MiB"), ("PSS", "pss_kb", "MiB"), ("processes", "processes", "count"),
-                            ("mock process RSS growth", "server_rss_growth_kb", "MiB"),
-                            ("fds held by the mock process", "server_fds", "count")):
+        rows.append(
+            make_row(
+                id="sandbox_create_ready_live",
+                case=7,
+                title="Sandbox create -> ready, live server",
+                unit="ms",
+                ours_name="live server",
+                ours_s=times["live"],
+                base_name=a_name,
+                base_s=times["A"],
+                note="context: Docker container start vs the mock",
+            )
+        )
+    for what, key, unit in (
+        ("RSS", "rss_kb", "MiB"),
+        ("PSS", "pss_kb", "MiB"),
+        ("processes", "processes", "count"),
+        ("mock process RSS growth", "server_rss_growth_kb", "MiB"),
+        ("fds held by the mock process", "server_fds", "count"),
+    ):
         va, vb = idle["A"].get(key), idle["B"].get(key)
         if va is None or vb is None:
             continue
         scale = 1024.0 if unit == "MiB" else 1.0
         vl = idle["live"].get(key) if live is not None else None
         if vl is not None and key not in ("server_rss_growth_kb", "server_fds"):
-            rows.append(make_row(id=f"sandbox_idle_{key}_live", case=7, title=f"Per idle sandbox, live: {what}",
-                                 unit=unit, ours_name="live server (container processes + containerd-shim)",
-                                 ours_s=[vl / scale / idle_n], base_name=a_name, base_s=[va / scale / idle_n],
-                                 note="context: the processes whose environment names the sandbox, and their shim"))
-        row = make_row(id=f"sandbox_idle_{key}", case=7, title=f"Per idle sandbox: {what}", unit=unit,
-                       ours_name="B: mock of this tree", ours_s=[vb / scale / idle_n],
-                       base_name=a_name, base_s=[va / scale / idle_n],
-                       note=f"{idle_n} idle sandboxes, total / {idle_n}" +
-                            ("; target <= 15 MB per idle sandbox (issue 19)" if key == "rss_kb" else ""))
+            rows.append(
+                make_row(
+                    id=f"sandbox_idle_{key}_live",
+                    case=7,
+                    title=f"Per idle sandbox, live: {what}",
+                    unit=unit,
+                    ours_name="live server (container processes + containerd-shim)",
+                    ours_s=[vl / scale / idle_n],
+                    base_name=a_name,
+                    base_s=[va / scale / idle_n],
+                    note="context: the processes whose environment names the sandbox, and their shim",
+                )
+            )
+        row = make_row(
+            id=f"sandbox_idle_{key}",
+            case=7,
+            title=f"Per idle sandbox: {what}",
+            unit=unit,
+            ours_name="B: mock of this tree",
+            ours_s=[vb / scale / idle_n],
+            base_name=a_name,
+            base_s=[va / scale / idle_n],
+            note=f"{idle_n} idle sandboxes, total / {idle_n}"
+            + ("; target <= 15 MB per idle sandbox (issue 19)" if key == "rss_kb" else ""),
+        )
         rows.append(row)
     return rows
 

@@ -1,4 +1,5 @@
 """Small statistics helpers (no numpy: the bench core is standard library only)."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,7 @@ def summary(seconds: list, *, unit: str = "ms", nbytes: int | None = None) -> di
         return out
     if unit == "MB/s":
         mb = (nbytes or 0) / 1e6
-        out.update(median=mb / med_s if med_s else None, p90=mb / p90_s if p90_s else None,
-                   median_s=med_s, p90_s=p90_s)
+        out.update(median=mb / med_s if med_s else None, p90=mb / p90_s if p90_s else None, median_s=med_s, p90_s=p90_s)
     elif unit == "ms":
         out.update(median=med_s * 1000, p90=p90_s * 1000)
     else:

@@ -8,6 +8,7 @@ results leave as JSON lines on stdout (nothing else is printed there).
 Within a job the sides are interleaved (A B C A B C ...), so a change in machine load hits every
 side alike.
 """
+
 from __future__ import annotations
 
 import base64
@@ -33,6 +34,7 @@ def stream_command(nbytes: int) -> str:
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def _timed(fn) -> float:
     t = time.perf_counter()
@@ -80,13 +82,16 @@ def interleave(sides: dict, n: int, warmup: int, cpu: dict | None = None, pids: 
 def _sdk_config(target: dict):
     os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")
     from opensandbox.config.connection_sync import ConnectionConfigSync
+
     base = target["base_url"].split("://", 1)
-    return ConnectionConfigSync(domain=base[1].rstrip("/"), protocol=base[0], api_key=target.get("api_key"),
-                                disable_metrics=True)
+    return ConnectionConfigSync(
+        domain=base[1].rstrip("/"), protocol=base[0], api_key=target.get("api_key"), disable_metrics=True
+    )
 
 
 def _sdk_connect(target: dict, sid: str):
     from opensandbox.sync.sandbox import SandboxSync
+
     return SandboxSync.connect(sid, connection_config=_sdk_config(target))
 
 
@@ -107,13 +112,17 @@ class Clients:
         self._plugins: list[Plugin] = []
         self._closers: list = []
         self._profilers: list = []
-        self.pids: dict = {}                # side -> plugin pid (for CPU accounting)
+        self.pids: dict = {}  # side -> plugin pid (for CPU accounting)
 
     def plugin(self, profile: str | None = None, side: str = "epp") -> Plugin:
         """side "epp": the plugin under test; "epp_b": the --compare candidate."""
         path = self.target.get("plugin_b") if side == "epp_b" else self.target.get("plugin")
-        p = Plugin(self.target["python"], os.path.join(self.tmp, f"data{len(self._plugins)}"),
-                   _plugin_config(self.target), plugin=path or PLUGIN)
+        p = Plugin(
+            self.target["python"],
+            os.path.join(self.tmp, f"data{len(self._plugins)}"),
+            _plugin_config(self.target),
+            plugin=path or PLUGIN,
+        )
         self._plugins.append(p)
         self.pids[side] = p.proc.pid
         if profile:
@@ -180,15 +189,32 @@ class EchoHop:
     """One EPP exchange with an echo process (``python -S``, warm): the pipe + JSON cost of EPP."""
 
     def __init__(self, python: str):
-        self.proc = subprocess.Popen([python, "-S", "-c", ECHO_SRC], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     bufsize=1 << 16)
+        self.proc = subprocess.Popen(
+            [python, "-S", "-c", ECHO_SRC], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1 << 16
+        )
         self._id = 0
 
     def exchange(self, sandbox_id: str) -> None:
         self._id += 1
-        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self._id, "method": "exec.start", "params": {
-            "sandbox_id": sandbox_id, "cmd": TRUE_CMD, "args": [], "env": {}, "cwd": "", "user": "",
-            "timeout": 300}}).encode() + b"\n")
+        self.proc.stdin.write(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": self._id,
+                    "method": "exec.start",
+                    "params": {
+                        "sandbox_id": sandbox_id,
+                        "cmd": TRUE_CMD,
+                        "args": [],
+                        "env": {},
+                        "cwd": "",
+                        "user": "",
+                        "timeout": 300,
+                    },
+                }
+            ).encode()
+            + b"\n"
+        )
         self.proc.stdin.flush()
         for _ in range(2):
             json.loads(self.proc.stdout.readline())
@@ -211,13 +237,30 @@ class Profiler:
     def __init__(self, pid: int, path: str, rate: int = 250):
         self.path = path
         exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-        self.proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--nolineno",
-                                      "--rate", str(rate), "--nonblocking", "--threads", "-o", path],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(0.3)             # let it attach before the measured work starts
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "record",
+                "--pid",
+                str(pid),
+                "--format",
+                "raw",
+                "--nolineno",
+                "--rate",
+                str(rate),
+                "--nonblocking",
+                "--threads",
+                "-o",
+                path,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(0.3)  # let it attach before the measured work starts
 
     def stop(self) -> dict:
         import signal
+
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
@@ -250,12 +293,16 @@ def summarise_stacks(path: str, top: int = 25) -> dict:
                 incl[f] = incl.get(f, 0) + n
 
     def pick(d):
-        return [{"frame": k, "samples": v, "share": round(v / total, 4) if total else 0}
-                for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
+        return [
+            {"frame": k, "samples": v, "share": round(v / total, 4) if total else 0}
+            for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]
+        ]
+
     return {"samples": total, "top_self": pick(self_c), "top_inclusive": pick(incl)}
 
 
 # --------------------------------------------------------------------------- jobs
+
 
 def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
     """Spawn the plugin + initialize -> answer, versus `python -c pass`, same interpreter and env."""
@@ -263,21 +310,31 @@ def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
     data_dir = os.path.join(tmp, "cold")
     os.makedirs(data_dir, exist_ok=True)
     env = host_env(data_dir)
-    init = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                        "params": init_params(data_dir, _plugin_config(target))}) + "\n").encode()
+    init = (
+        json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_params(data_dir, _plugin_config(target))}
+        )
+        + "\n"
+    ).encode()
 
     flags = interpreter_flags(job.get("plugin") or PLUGIN)
 
     def plugin(path=None) -> None:
-        p = subprocess.Popen(plugin_argv(python, path or job.get("plugin") or PLUGIN), cwd=data_dir, env=env,
-                             stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(
+            plugin_argv(python, path or job.get("plugin") or PLUGIN),
+            cwd=data_dir,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         p.stdin.write(init)
         p.stdin.flush()
         line = p.stdout.readline()
         if b'"protocol"' not in line:
             raise RuntimeError(f"no initialize answer: {line[:200]!r}")
-        p.stdin.close()             # the process exits on EOF; reaping is not part of the cold start
+        p.stdin.close()  # the process exits on EOF; reaping is not part of the cold start
         p.stdout.close()
         _reap.append(p)
 
@@ -286,10 +343,14 @@ def job_cold_start(job: dict, target: dict, tmp: str) -> dict:
 
     def floor_line() -> None:
         # stricter floor: the interpreter's first output line, without its exit (like the plugin side)
-        p = subprocess.Popen([python, *flags, "-c",
-                              "import sys; sys.stdout.write('x\\n'); sys.stdout.flush(); sys.stdin.read()"],
-                             cwd=data_dir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            [python, *flags, "-c", "import sys; sys.stdout.write('x\\n'); sys.stdout.flush(); sys.stdin.read()"],
+            cwd=data_dir,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
         p.stdout.readline()
         p.stdin.close()
         p.stdout.close()
@@ -312,12 +373,17 @@ def job_importtime(job: dict, target: dict, tmp: str) -> dict:
     data_dir = os.path.join(tmp, "imp")
     os.makedirs(data_dir, exist_ok=True)
     env = host_env(data_dir)
-    init = (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                        "params": init_params(data_dir, _plugin_config(target))}) + "\n").encode()
+    init = (
+        json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_params(data_dir, _plugin_config(target))}
+        )
+        + "\n"
+    ).encode()
 
     def run(argv, stdin=b""):
-        r = subprocess.run([python, "-X", "importtime", *argv], input=stdin, cwd=data_dir, env=env,
-                           capture_output=True, timeout=60)
+        r = subprocess.run(
+            [python, "-X", "importtime", *argv], input=stdin, cwd=data_dir, env=env, capture_output=True, timeout=60
+        )
         return parse_importtime(r.stderr.decode(errors="replace"))
 
     plugin = job.get("plugin") or PLUGIN
@@ -325,19 +391,25 @@ def job_importtime(job: dict, target: dict, tmp: str) -> dict:
     # compile() cost of the plugin's own sources: the host sets PYTHONDONTWRITEBYTECODE and the
     # installed tree has no __pycache__, so every module the plugin imports is compiled from source
     # at every start (provider.py, being __main__, never has a cached form anyway).
-    code = ("import json,os,sys,time\nout={}\nroot=sys.argv[1]\n"
-            "for d,_,files in sorted(os.walk(root)):\n"
-            "  for f in sorted(files):\n"
-            "    if not f.endswith('.py'): continue\n"
-            "    p=os.path.join(d,f); src=open(p).read(); v=[]\n"
-            "    for _ in range(5):\n"
-            "        t=time.perf_counter(); compile(src,f,'exec'); v.append((time.perf_counter()-t)*1000)\n"
-            "    out[os.path.relpath(p,root)]=sorted(v)[2]\n"
-            "print(json.dumps(out))")
+    code = (
+        "import json,os,sys,time\nout={}\nroot=sys.argv[1]\n"
+        "for d,_,files in sorted(os.walk(root)):\n"
+        "  for f in sorted(files):\n"
+        "    if not f.endswith('.py'): continue\n"
+        "    p=os.path.join(d,f); src=open(p).read(); v=[]\n"
+        "    for _ in range(5):\n"
+        "        t=time.perf_counter(); compile(src,f,'exec'); v.append((time.perf_counter()-t)*1000)\n"
+        "    out[os.path.relpath(p,root)]=sorted(v)[2]\n"
+        "print(json.dumps(out))"
+    )
     r = subprocess.run([python, "-c", code, os.path.dirname(plugin)], capture_output=True, text=True, timeout=120)
     compile_ms = json.loads(r.stdout) if r.returncode == 0 else {}
-    return {"floor": run(["-c", "pass"]), "plugin": run(plugin_args, init), "compile_ms": compile_ms,
-            "floor_same_flags": run([*interpreter_flags(plugin), "-c", "pass"])}
+    return {
+        "floor": run(["-c", "pass"]),
+        "plugin": run(plugin_args, init),
+        "compile_ms": compile_ms,
+        "floor_same_flags": run([*interpreter_flags(plugin), "-c", "pass"]),
+    }
 
 
 def parse_importtime(text: str) -> dict:
@@ -346,7 +418,7 @@ def parse_importtime(text: str) -> dict:
     for line in text.splitlines():
         if not line.startswith("import time:"):
             continue
-        parts = line[len("import time:"):].split("|")
+        parts = line[len("import time:") :].split("|")
         if len(parts) != 3 or not parts[0].strip().isdigit():
             continue
         name = parts[2].rstrip()
@@ -367,7 +439,7 @@ def job_exec_rt(job: dict, target: dict, tmp: str) -> dict:
             elif side == "direct":
                 ex = cl.direct(sid)
                 sides[side] = lambda ex=ex: _check(ex.run(TRUE_CMD), 0)
-            elif side == "floor":       # the direct client plus one EPP exchange at its floor
+            elif side == "floor":  # the direct client plus one EPP exchange at its floor
                 ex, hop = cl.direct(sid), cl.echo()
                 sides[side] = lambda ex=ex, hop=hop: (_check(ex.run(TRUE_CMD), 0), hop.exchange(sid))
             elif side.startswith("sdk"):
@@ -394,11 +466,12 @@ def job_stream(job: dict, target: dict, tmp: str) -> dict:
     def counter(name):
         def on_output(kind, text):
             counts[name] += len(text) - text.count("\n")
+
         return on_output
 
     def make_sides(size: int) -> dict:
         cmd = stream_command(size)
-        command = "sh -c '" + cmd.replace("'", "'\"'\"'") + "'"     # what the plugin sends (v1.1.0 execd)
+        command = "sh -c '" + cmd.replace("'", "'\"'\"'") + "'"  # what the plugin sends (v1.1.0 execd)
         sides = {}
         for side in job["sides"]:
             if side in ("epp", "epp_b"):
@@ -408,12 +481,15 @@ def job_stream(job: dict, target: dict, tmp: str) -> dict:
                     counts[side] = 0
                     _check(p.exec(sid, "sh", ["-c", cmd], on_output=counter(side)), 0)
                     _check(counts[side], size)
+
                 sides[side] = run_epp
             elif side == "direct":
+
                 def run_direct(ex=ex):
                     counts["direct"] = 0
                     _check(ex.run(command, on_output=counter("direct")), 0)
                     _check(counts["direct"], size)
+
                 sides[side] = run_direct
         return sides
 
@@ -422,7 +498,7 @@ def job_stream(job: dict, target: dict, tmp: str) -> dict:
         for side in job["sides"]:
             if side in ("epp", "epp_b"):
                 plugins[side] = cl.plugin(job.get("profile") if side == "epp" else None, side)
-                plugins[side].exec(sid, "true")     # endpoint resolved, execd framing known
+                plugins[side].exec(sid, "true")  # endpoint resolved, execd framing known
         ex = cl.direct(sid)
         interleave(make_sides(min(nbytes, 1 << 20)), 0, warmup)
         cpu: dict = {}
@@ -446,15 +522,25 @@ def job_files(job: dict, target: dict, tmp: str) -> dict:
             if side in ("epp", "epp_b"):
                 p = cl.plugin(job.get("profile") if side == "epp" else None, side)
                 if op == "write":
+
                     def w_epp(p=p, side=side):
                         # the host base64-encodes the whole file into one JSON line (EPP files.write)
-                        p.call("files.write", {"sandbox_id": sid, "path": f"/tmp/bench-w-{side}-{size}.bin",
-                                               "content_b64": base64.b64encode(data).decode()})
+                        p.call(
+                            "files.write",
+                            {
+                                "sandbox_id": sid,
+                                "path": f"/tmp/bench-w-{side}-{size}.bin",
+                                "content_b64": base64.b64encode(data).decode(),
+                            },
+                        )
+
                     sides[side] = w_epp
                 else:
+
                     def r_epp(p=p):
                         got = base64.b64decode(p.call("files.read", {"sandbox_id": sid, "path": src})["content_b64"])
                         _check(len(got), size)
+
                     sides[side] = r_epp
             elif side == "direct":
                 ex = cl.direct(sid)
@@ -468,23 +554,39 @@ def job_files(job: dict, target: dict, tmp: str) -> dict:
                 # side of a write, the host's side of a read), as case 2's floor carries one EPP echo hop.
                 ex, hop = cl.direct(sid), cl.echo()
                 if op == "write":
+
                     def w_floor(ex=ex, hop=hop):
-                        hop.carry(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "files.write", "params": {
-                            "sandbox_id": sid, "path": f"/tmp/bench-w-floor-{size}.bin",
-                            "content_b64": base64.b64encode(data).decode()}}).encode())          # host -> plugin
+                        hop.carry(
+                            json.dumps(
+                                {
+                                    "jsonrpc": "2.0",
+                                    "id": 1,
+                                    "method": "files.write",
+                                    "params": {
+                                        "sandbox_id": sid,
+                                        "path": f"/tmp/bench-w-floor-{size}.bin",
+                                        "content_b64": base64.b64encode(data).decode(),
+                                    },
+                                }
+                            ).encode()
+                        )  # host -> plugin
                         ex.upload(f"/tmp/bench-w-floor-{size}.bin", data)
+
                     sides[side] = w_floor
                 else:
+
                     def r_floor(ex=ex, hop=hop):
                         raw = ex.download(src)
                         _check(len(raw), size)
-                        hop.carry(b'{"jsonrpc":"2.0","id":1,"result":{"content_b64":"' + base64.b64encode(raw)
-                                  + b'"}}')                                                      # plugin -> host
+                        hop.carry(
+                            b'{"jsonrpc":"2.0","id":1,"result":{"content_b64":"' + base64.b64encode(raw) + b'"}}'
+                        )  # plugin -> host
+
                     sides[side] = r_floor
         cpu: dict = {}
         res = interleave(sides, n, warmup, cpu, cl.pids)
         profiles = cl.stop_profilers()
-        if op == "write":       # what was written is what was sent
+        if op == "write":  # what was written is what was sent
             for side in job["sides"]:
                 if side == "floor":
                     continue
@@ -566,7 +668,7 @@ def job_capacity(job: dict, target: dict, tmp: str) -> dict:
                 ex = direct.Execd(url, headers)
                 i = k
                 while time.perf_counter() < stop:
-                    if op == "command":   # spread commands over the sandboxes
+                    if op == "command":  # spread commands over the sandboxes
                         url, headers = endpoints[i % len(endpoints)]
                         ex = direct.Execd(url, headers)
                         i += threads
@@ -586,8 +688,12 @@ def job_capacity(job: dict, target: dict, tmp: str) -> dict:
             for t in tt:
                 t.join()
             wall = time.perf_counter() - t1
-            return {"requests": sum(counts), "seconds": wall, "per_s": sum(counts) / wall,
-                    "latencies": [x for each in lats for x in each]}
+            return {
+                "requests": sum(counts),
+                "seconds": wall,
+                "per_s": sum(counts) / wall,
+                "latencies": [x for each in lats for x in each],
+            }
 
         ping = load("ping")
         command = load("command")
@@ -600,8 +706,15 @@ def job_capacity(job: dict, target: dict, tmp: str) -> dict:
                 errors.append(f"delete: {exc}")
         delete_wall = time.perf_counter() - t2
         lc.close()
-    return {"created": len(sids), "create_wall": create_wall, "create_latencies": [x for x in lat if x],
-            "delete_wall": delete_wall, "ping": ping, "command": command, "errors": errors[:5]}
+    return {
+        "created": len(sids),
+        "create_wall": create_wall,
+        "create_latencies": [x for x in lat if x],
+        "delete_wall": delete_wall,
+        "ping": ping,
+        "command": command,
+        "errors": errors[:5],
+    }
 
 
 JOBS = {
@@ -627,8 +740,11 @@ def main() -> int:
             try:
                 result = {"ok": True, **JOBS[msg["job"]](msg, msg["target"], tmp)}
             except Exception as exc:  # noqa: BLE001 - a failing job is reported, the worker goes on
-                result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                          "traceback": traceback.format_exc()[-3000:]}
+                result = {
+                    "ok": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-3000:],
+                }
             out.write(json.dumps(result) + "\n")
             out.flush()
     finally:

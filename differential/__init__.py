@@ -6,6 +6,7 @@ isolated throw-away sandbox view - and against the mock's execd in ``v1.1.0`` mo
 coverage report: routes x cases, agreement, the differences QUIRKS.md accepts and the ones it
 does not. Standard library only.
 """
+
 from differential.harness import Accepted, Case, CaseResult, Ctx, load_accepted, run_case
 from differential.runner import Pair, report, run_corpus
 

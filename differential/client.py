@@ -1,6 +1,7 @@
 """A raw HTTP/1.1 client for the differential check: it sends exactly the bytes a case asks for
 (odd methods, bad framing, truncated bodies) and keeps everything a client could read: status,
 headers in order, body framing, the chunk boundaries of a stream. Standard library only."""
+
 from __future__ import annotations
 
 import socket
@@ -17,9 +18,9 @@ class Response:
     reason: str = ""
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
-    framing: str = "none"          # length | chunked | close | none
+    framing: str = "none"  # length | chunked | close | none
     chunks: list[bytes] | None = None
-    error: str | None = None       # "no response", "timeout", ...
+    error: str | None = None  # "no response", "timeout", ...
     elapsed: float = 0.0
 
     def header(self, name: str) -> str | None:
@@ -30,8 +31,15 @@ class Response:
         return None
 
 
-def build_request(method: str, target: str, host: str, headers: list[tuple[str, str]] | None = None,
-                  body: bytes | None = None, *, content_length: bool = True) -> bytes:
+def build_request(
+    method: str,
+    target: str,
+    host: str,
+    headers: list[tuple[str, str]] | None = None,
+    body: bytes | None = None,
+    *,
+    content_length: bool = True,
+) -> bytes:
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     names = set()
     for k, v in headers or []:
@@ -68,8 +76,8 @@ class _Reader:
         while True:
             i = self.buf.find(b"\n")
             if i >= 0:
-                out = bytes(self.buf[:i + 1])
-                del self.buf[:i + 1]
+                out = bytes(self.buf[: i + 1])
+                del self.buf[: i + 1]
                 return out
             if self.eof or not self._fill():
                 return None
@@ -90,8 +98,15 @@ class _Reader:
         return out
 
 
-def raw_request(port: int, data: bytes, *, method: str = "GET", timeout: float = 20.0,
-                stop: Callable[[list[bytes]], bool] | None = None, half_close: bool = False) -> Response:
+def raw_request(
+    port: int,
+    data: bytes,
+    *,
+    method: str = "GET",
+    timeout: float = 20.0,
+    stop: Callable[[list[bytes]], bool] | None = None,
+    half_close: bool = False,
+) -> Response:
     """Send data to 127.0.0.1:port, read one response. ``stop(chunks)`` is asked after every chunk of
     a chunked body: True closes the connection there (a client that goes away)."""
     t0 = time.monotonic()

@@ -2,6 +2,7 @@
 (components/execd/pkg/web/router.go at 3bb6fad) and its controllers. Every case runs unchanged
 against the real binary and the mock; every path it generates lives under the case's own
 directory (``ctx.dir``, /diff/<case>). The /files and /directories cases are corpus_files.py's."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ case = case_collector(CASES)
 
 def _concrete(route: str) -> tuple[str, str]:
     method, path = route.split(" ", 1)
-    return method, (path.replace(":contextId", "nosuchctx").replace(":sessionId", "nosuchsession")
-                    .replace(":id", "nosuchcmd"))
+    return method, (
+        path.replace(":contextId", "nosuchctx").replace(":sessionId", "nosuchsession").replace(":id", "nosuchcmd")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -34,6 +36,7 @@ for _r in ROUTES:
     _PATHS.setdefault(_p, []).append(_r)
 
 for _p, _rs in _PATHS.items():
+
     def _methods(c: Ctx, p: str = _p, rs: list[str] = _rs) -> None:
         accepted = {r.split(" ", 1)[0] for r in rs}
         for m in ("HEAD", "OPTIONS", "PATCH", "PUT"):
@@ -43,14 +46,31 @@ for _p, _rs in _PATHS.items():
             c.req("GET", p, label=f"GET {p}")
         if "POST" not in accepted and "GET" in accepted:
             c.req("POST", p, body=b"{}", label=f"POST {p}")
+
     CASES.append(Case("methods" + _p.replace("/", "."), tuple(_rs), _methods))
 
 
 @case("unknown.paths", "* unknown path")
 def _unknown(c: Ctx) -> None:
-    for p in ("/", "/nope", "/ping/", "/files/", "/command/", "/command/status", "/command/status/",
-              "/code/contexts/", "/session/", "/session/x/run/", "/pty/", "/metrics/", "//ping", "/PING",
-              "/files/info/extra", "/directories/", "/session/x"):
+    for p in (
+        "/",
+        "/nope",
+        "/ping/",
+        "/files/",
+        "/command/",
+        "/command/status",
+        "/command/status/",
+        "/code/contexts/",
+        "/session/",
+        "/session/x/run/",
+        "/pty/",
+        "/metrics/",
+        "//ping",
+        "/PING",
+        "/files/info/extra",
+        "/directories/",
+        "/session/x",
+    ):
         c.get(p, label=f"GET {p}")
     c.req("POST", "/session/x", body=b"{}", label="POST /session/x")
     c.req("POST", "/command/", body=b"{}", label="POST /command/ (trailing slash)")
@@ -62,6 +82,7 @@ def _unknown(c: Ctx) -> None:
 # ---------------------------------------------------------------------------------------------
 # /ping
 
+
 @case("ping", "GET /ping")
 def _ping(c: Ctx) -> None:
     c.get("/ping")
@@ -71,6 +92,7 @@ def _ping(c: Ctx) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # access token
+
 
 @case("token.checks", "* accessToken", "GET /ping", "POST /command", "GET /files/info", token=True)
 def _token(c: Ctx) -> None:
@@ -91,6 +113,7 @@ def _token(c: Ctx) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # /command
+
 
 def run(c: Ctx, body: Any, label: str | None = None, **kw: Any):
     return c.post("/command", body, label=label or "POST /command", **kw)
@@ -161,10 +184,17 @@ def _env_empty(c: Ctx) -> None:
 @case("command.validation", "POST /command")
 def _cmd_validation(c: Ctx) -> None:
     for label, body in [
-        ("empty body", b""), ("not json", b"nope"), ("truncated", b'{"command": "ec'),
-        ("array", b"[1,2]"), ("string", b'"echo"'), ("null", b"null"), ("number", b"42"),
-        ("empty object", b"{}"), ("empty command", b'{"command": ""}'),
-        ("command number", b'{"command": 5}'), ("command null", b'{"command": null}'),
+        ("empty body", b""),
+        ("not json", b"nope"),
+        ("truncated", b'{"command": "ec'),
+        ("array", b"[1,2]"),
+        ("string", b'"echo"'),
+        ("null", b"null"),
+        ("number", b"42"),
+        ("empty object", b"{}"),
+        ("empty command", b'{"command": ""}'),
+        ("command number", b'{"command": 5}'),
+        ("command null", b'{"command": null}'),
         ("background string", b'{"command": "true", "background": "yes"}'),
         ("timeout negative", b'{"command": "true", "timeout": -1}'),
         ("timeout float", b'{"command": "true", "timeout": 1.5}'),
@@ -189,8 +219,13 @@ def _cmd_validation(c: Ctx) -> None:
     ]:
         c.req("POST", "/command", body=body, headers=[("Content-Type", "application/json")], label=label)
     c.req("POST", "/command", body=b'{"command": "echo no ctype"}', label="no content type")
-    c.req("POST", "/command", body=b'{"command": "echo form"}', headers=[("Content-Type", "text/plain")],
-          label="text content type")
+    c.req(
+        "POST",
+        "/command",
+        body=b'{"command": "echo form"}',
+        headers=[("Content-Type", "text/plain")],
+        label="text content type",
+    )
 
 
 @case("command.uid_gid", "POST /command")
@@ -265,8 +300,9 @@ def _wait_done(c: Ctx, cid: str | None, running: bool = False, limit: float = 10
         time.sleep(0.05)
 
 
-@case("command.background_running", "POST /command", "GET /command/status/:id", "GET /command/:id/logs",
-      "DELETE /command")
+@case(
+    "command.background_running", "POST /command", "GET /command/status/:id", "GET /command/:id/logs", "DELETE /command"
+)
 def _bg_running(c: Ctx) -> None:
     r = run(c, {"command": "echo started; exec sleep 30", "background": True}, "start")
     cid = _init_id(r)
@@ -294,8 +330,12 @@ def _wait_logs(c: Ctx, cid: str | None, want: bytes, limit: float = 10.0) -> Non
 @case("command.disconnect", "POST /command", "GET /command/status/:id")
 def _disconnect(c: Ctx) -> None:
     marker = c.p("alive")
-    r = c.post("/command", {"command": f"echo go; sleep 1; touch {marker}; echo late"}, label="stream closed early",
-               stop=lambda chunks: any(b'"stdout"' in ch for ch in chunks))
+    r = c.post(
+        "/command",
+        {"command": f"echo go; sleep 1; touch {marker}; echo late"},
+        label="stream closed early",
+        stop=lambda chunks: any(b'"stdout"' in ch for ch in chunks),
+    )
     cid = _init_id(r)
     _wait_done(c, cid, limit=5)
     c.get(f"/command/status/{cid}", label="status after disconnect")
@@ -311,6 +351,7 @@ def _long(c: Ctx) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # /session (bash sessions)
+
 
 def _sid(resp) -> str | None:
     try:
@@ -337,9 +378,15 @@ def _session(c: Ctx) -> None:
 
 @case("session.create_variants", "POST /session", "DELETE /session/:sessionId")
 def _session_create(c: Ctx) -> None:
-    for label, body in [("empty body", b""), ("null", b"null"), ("not json", b"x"), ("array", b"[]"),
-                        ("cwd number", b'{"cwd": 1}'), ("unknown field", b'{"zzz": 1}'),
-                        ("truncated", b'{"cwd": "/t')]:
+    for label, body in [
+        ("empty body", b""),
+        ("null", b"null"),
+        ("not json", b"x"),
+        ("array", b"[]"),
+        ("cwd number", b'{"cwd": 1}'),
+        ("unknown field", b'{"zzz": 1}'),
+        ("truncated", b'{"cwd": "/t'),
+    ]:
         r = c.req("POST", "/session", body=body, headers=[("Content-Type", "application/json")], label=label)
         sid = _sid(r)
         if sid:
@@ -357,11 +404,17 @@ def _session_create(c: Ctx) -> None:
 @case("session.run_validation", "POST /session/:sessionId/run")
 def _session_validation(c: Ctx) -> None:
     sid = _sid(c.post("/session", {}, record=False))
-    for label, body in [("empty body", b""), ("not json", b"x"), ("empty object", b"{}"),
-                        ("empty command", b'{"command": ""}'), ("timeout negative", b'{"command": "true", "timeout": -5}'),
-                        ("timeout string", b'{"command": "true", "timeout": "1"}'),
-                        ("cwd missing", json.dumps({"command": "pwd", "cwd": c.p("missing")}).encode()),
-                        ("array", b"[]"), ("null", b"null")]:
+    for label, body in [
+        ("empty body", b""),
+        ("not json", b"x"),
+        ("empty object", b"{}"),
+        ("empty command", b'{"command": ""}'),
+        ("timeout negative", b'{"command": "true", "timeout": -5}'),
+        ("timeout string", b'{"command": "true", "timeout": "1"}'),
+        ("cwd missing", json.dumps({"command": "pwd", "cwd": c.p("missing")}).encode()),
+        ("array", b"[]"),
+        ("null", b"null"),
+    ]:
         c.req("POST", f"/session/{sid}/run", body=body, headers=[("Content-Type", "application/json")], label=label)
     c.post("/session/nosuch/run", {"command": "echo"}, label="unknown session")
     c.post("/session/nosuch/run", {}, label="unknown session invalid body")
@@ -372,8 +425,16 @@ def _session_validation(c: Ctx) -> None:
 # ---------------------------------------------------------------------------------------------
 # /code on a plain image (no Jupyter)
 
-@case("code.plain_image", "POST /code", "DELETE /code", "GET /code/contexts", "DELETE /code/contexts",
-      "DELETE /code/contexts/:contextId", "GET /code/contexts/:contextId")
+
+@case(
+    "code.plain_image",
+    "POST /code",
+    "DELETE /code",
+    "GET /code/contexts",
+    "DELETE /code/contexts",
+    "DELETE /code/contexts/:contextId",
+    "GET /code/contexts/:contextId",
+)
 def _code(c: Ctx) -> None:
     c.get("/code/contexts", label="list")
     c.get("/code/contexts", query={"language": "python"}, label="list python")
@@ -404,23 +465,31 @@ def _code(c: Ctx) -> None:
 @case("code.context_create", "POST /code/context")
 def _code_ctx(c: Ctx) -> None:
     c.req("POST", "/code/context", body=b"x", headers=[("Content-Type", "application/json")], label="not json")
-    c.req("POST", "/code/context", body=b'{"language": 1}', headers=[("Content-Type", "application/json")],
-          label="language number")
+    c.req(
+        "POST",
+        "/code/context",
+        body=b'{"language": 1}',
+        headers=[("Content-Type", "application/json")],
+        label="language number",
+    )
     c.post("/code/context", {"language": "python"}, label="create python (no jupyter)", timeout=1.5)
 
 
 # ---------------------------------------------------------------------------------------------
 # /metrics
 
+
 @case("metrics", "GET /metrics", "GET /metrics/watch")
 def _metrics(c: Ctx) -> None:
     c.get("/metrics")
-    c.get("/metrics/watch", label="watch two samples", stop=lambda chunks: b"".join(chunks).count(b"\n") >= 2,
-          timeout=10)
+    c.get(
+        "/metrics/watch", label="watch two samples", stop=lambda chunks: b"".join(chunks).count(b"\n") >= 2, timeout=10
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # /pty
+
 
 @case("pty.lifecycle", "POST /pty", "GET /pty/:sessionId", "DELETE /pty/:sessionId", "GET /pty/:sessionId/ws")
 def _pty(c: Ctx) -> None:
@@ -449,6 +518,7 @@ def _pty(c: Ctx) -> None:
 # ---------------------------------------------------------------------------------------------
 # /proxy
 
+
 @case("proxy", "* /proxy/:port")
 def _proxy(c: Ctx) -> None:
     c.get("/proxy/", label="no port")
@@ -460,7 +530,6 @@ def _proxy(c: Ctx) -> None:
 # /files and /directories: corpus_files.py (here, so that the cases keep their order)
 
 CASES.extend(corpus_files.CASES)
-
 
 
 @case("pty.websocket", "GET /pty/:sessionId/ws", "POST /pty", "GET /pty/:sessionId", "DELETE /pty/:sessionId")

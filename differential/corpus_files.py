@@ -1,5 +1,6 @@
 """The differential corpus's /files and /directories cases (execd controller/filesystem*.go; every
 path under the case's own ``ctx.dir``); diff/corpus.py puts them into ``CASES`` in their place."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,17 @@ def _info(c: Ctx) -> None:
     c.get("/files/info", query=[("path", c.p("t/" + "x" * 300))], label="name too long")
 
 
-@case("files.view", "GET /files/info", "GET /files/download", "GET /files/search", "POST /files/upload",
-      "POST /directories", "DELETE /files", "POST /files/permissions", "POST /command")
+@case(
+    "files.view",
+    "GET /files/info",
+    "GET /files/download",
+    "GET /files/search",
+    "POST /files/upload",
+    "POST /directories",
+    "DELETE /files",
+    "POST /files/permissions",
+    "POST /command",
+)
 def _view(c: Ctx) -> None:
     """The sandbox's own view (issue 19): the image's /etc and the read-only system directories."""
     c.get("/files/info", query=[("path", "/etc/os-release")], label="info /etc/os-release (a symlink)")
@@ -59,8 +69,11 @@ def _view(c: Ctx) -> None:
     c.get("/files/download", query={"path": "/etc/os-release"}, label="download /etc/os-release")
     c.get("/files/download", query={"path": "/etc/passwd"}, label="download /etc/passwd")
     c.get("/files/search", query={"path": "/usr/lib", "pattern": "os-release"}, label="search /usr/lib")
-    _upload(c, "upload into read-only /usr", [("metadata", "m", _meta("/usr/osb-diff-upload"), None),
-                                              ("file", "f", b"x", None)])
+    _upload(
+        c,
+        "upload into read-only /usr",
+        [("metadata", "m", _meta("/usr/osb-diff-upload"), None), ("file", "f", b"x", None)],
+    )
     c.post("/directories", {"/usr/osb-diff-dir": {"mode": 755}}, label="mkdir in read-only /usr")
     c.req("DELETE", "/files", query={"path": "/usr/lib/os-release"}, label="delete in read-only /usr")
     c.post("/files/permissions", {"/usr/lib/os-release": {"mode": 600}}, label="chmod in read-only /usr")
@@ -74,36 +87,80 @@ def _download(c: Ctx) -> None:
     c.write("f/empty", b"")
     c.write("f/lines.txt", b"one\ntwo\r\nthree\n\nfive")
     c.write("f/ünï.txt", b"u")
-    c.write("f/sp ace\"q.txt", b"q")
+    c.write('f/sp ace"q.txt', b"q")
     c.mkdir("f/dir")
     ten = c.p("f/ten.bin")
     c.get("/files/download", label="no path")
     c.get("/files/download", query={"path": ten}, label="whole")
     c.get("/files/download", query={"path": c.p("f/empty")}, label="empty file")
     c.get("/files/download", query={"path": c.p("f/ünï.txt")}, label="unicode name")
-    c.get("/files/download", query={"path": c.p("f/sp ace\"q.txt")}, label="quote in name")
+    c.get("/files/download", query={"path": c.p('f/sp ace"q.txt')}, label="quote in name")
     c.get("/files/download", query={"path": c.p("f/missing")}, label="missing")
     c.get("/files/download", query={"path": c.p("f/dir")}, label="directory", timeout=5)
     c.get("/files/download", query={"path": c.p("f/$NOPE")}, label="undefined env var")
-    for rng in ("bytes=0-3", "bytes=5-", "bytes=-3", "bytes=-0", "bytes=0-0", "bytes=9-9", "bytes=10-", "bytes=8-100",
-                "bytes=3-1", "bytes=0-1,4-5", "bytes=,", "bytes=", "bytes=x-y", "bytes=1", "items=0-1", "bytes= 2 - 4 ",
-                "bytes=-", "bytes=-100", "bytes=100-200", "bytes=100-200,1-2", "bytes=+1-2", "bytes=01-02"):
+    for rng in (
+        "bytes=0-3",
+        "bytes=5-",
+        "bytes=-3",
+        "bytes=-0",
+        "bytes=0-0",
+        "bytes=9-9",
+        "bytes=10-",
+        "bytes=8-100",
+        "bytes=3-1",
+        "bytes=0-1,4-5",
+        "bytes=,",
+        "bytes=",
+        "bytes=x-y",
+        "bytes=1",
+        "items=0-1",
+        "bytes= 2 - 4 ",
+        "bytes=-",
+        "bytes=-100",
+        "bytes=100-200",
+        "bytes=100-200,1-2",
+        "bytes=+1-2",
+        "bytes=01-02",
+    ):
         c.get("/files/download", query={"path": ten}, headers=[("Range", rng)], label=f"range {rng}")
     c.get("/files/download", query={"path": c.p("f/empty")}, headers=[("Range", "bytes=0-")], label="range empty file")
     c.get("/files/download", query={"path": c.p("f/empty")}, headers=[("Range", "bytes=-1")], label="suffix empty file")
-    c.get("/files/download", query={"path": ten}, headers=[("If-Modified-Since", "Mon, 01 Jan 2livro")],
-          label="bad if-modified-since")
-    c.get("/files/download", query={"path": ten}, headers=[("If-Modified-Since", "Tue, 01 Dec 2099 00:00:00 GMT")],
-          label="if-modified-since future")
+    c.get(
+        "/files/download",
+        query={"path": ten},
+        headers=[("If-Modified-Since", "Mon, 01 Jan 2livro")],
+        label="bad if-modified-since",
+    )
+    c.get(
+        "/files/download",
+        query={"path": ten},
+        headers=[("If-Modified-Since", "Tue, 01 Dec 2099 00:00:00 GMT")],
+        label="if-modified-since future",
+    )
     c.get("/files/download", query={"path": ten}, headers=[("If-None-Match", "*")], label="if-none-match")
     c.get("/files/download", query={"path": ten}, headers=[("If-Range", "x"), ("Range", "bytes=0-1")], label="if-range")
     lines = c.p("f/lines.txt")
-    for q in ({"offset": "1", "limit": "2"}, {"offset": "2"}, {"limit": "1"}, {"offset": "3", "limit": "100"},
-              {"offset": "0", "limit": "1"}, {"offset": "x"}, {"limit": "-1"}, {"limit": "0"}, {"offset": "9", "limit": "1"},
-              {"offset": "+2"}, {"offset": " 1"}, {"offset": "1", "limit": "1.5"}):
+    for q in (
+        {"offset": "1", "limit": "2"},
+        {"offset": "2"},
+        {"limit": "1"},
+        {"offset": "3", "limit": "100"},
+        {"offset": "0", "limit": "1"},
+        {"offset": "x"},
+        {"limit": "-1"},
+        {"limit": "0"},
+        {"offset": "9", "limit": "1"},
+        {"offset": "+2"},
+        {"offset": " 1"},
+        {"offset": "1", "limit": "1.5"},
+    ):
         c.get("/files/download", query=dict(q, path=lines), label="lines " + "&".join(f"{k}={v}" for k, v in q.items()))
-    c.get("/files/download", query={"path": lines, "offset": "1"}, headers=[("Range", "bytes=0-1")],
-          label="lines and range")
+    c.get(
+        "/files/download",
+        query={"path": lines, "offset": "1"},
+        headers=[("Range", "bytes=0-1")],
+        label="lines and range",
+    )
     c.get("/files/download", query={"path": c.p("f/missing"), "offset": "1"}, label="lines missing file")
     c.req("HEAD", "/files/download", query={"path": ten}, label="HEAD")
 
@@ -117,8 +174,11 @@ def _delete_files(c: Ctx) -> None:
     c.delete("/files", query=[("path", c.p("t/sub"))], label="directory")
     c.delete("/files", query=[("path", c.p("t/link"))], label="dangling after delete")
     c.delete("/files", query=[("path", c.p("t/dirlink"))], label="symlink to dir")
-    c.delete("/files", query=[("path", c.p("t/b.csv")), ("path", c.p("t/sub")), ("path", c.p("t/sub/c.csv"))],
-             label="second of three fails")
+    c.delete(
+        "/files",
+        query=[("path", c.p("t/b.csv")), ("path", c.p("t/sub")), ("path", c.p("t/sub/c.csv"))],
+        label="second of three fails",
+    )
     c.delete("/files", query=[("path", c.p("t/$NOPE"))], label="undefined env var")
     c.delete("/files", query=[("path", c.p("t/sub/c.csv/x"))], label="under a file")
     c.snapshot("t", "fs after deletes")
@@ -195,9 +255,33 @@ def _search(c: Ctx) -> None:
     t = c.p("t")
     c.get("/files/search", label="no path")
     c.get("/files/search", query={"path": t}, label="default pattern")
-    for pat in ("*.csv", "**/*.csv", "*.txt", "?.txt", "[ab].*", "[!a]*", "{a,b}.*", "*", "**", "sub", "c.csv",
-                "[", "\\", "*.{csv", "ü*", "D.TXT", "link", "dangling", "!", "!x", "!(a).txt", "*.!(csv)",
-                "!(*.csv)", "a!b", "[!a]*.txt"):
+    for pat in (
+        "*.csv",
+        "**/*.csv",
+        "*.txt",
+        "?.txt",
+        "[ab].*",
+        "[!a]*",
+        "{a,b}.*",
+        "*",
+        "**",
+        "sub",
+        "c.csv",
+        "[",
+        "\\",
+        "*.{csv",
+        "ü*",
+        "D.TXT",
+        "link",
+        "dangling",
+        "!",
+        "!x",
+        "!(a).txt",
+        "*.!(csv)",
+        "!(*.csv)",
+        "a!b",
+        "[!a]*.txt",
+    ):
         c.get("/files/search", query={"path": t, "pattern": pat}, label=f"pattern {pat}")
     c.get("/files/search", query={"path": c.p("t/a.txt")}, label="path is a file")
     c.get("/files/search", query={"path": c.p("t/missing")}, label="missing")
@@ -279,11 +363,23 @@ def _multipart(parts: list[tuple[str, str | None, bytes, str | None]], boundary:
     return out + f"--{boundary}--\r\n".encode()
 
 
-def _upload(c: Ctx, label: str, parts: list[tuple[str, str | None, bytes, str | None]], *,
-            boundary: str = "XyZbOuNdArY", ctype: str | None = None, body: bytes | None = None) -> None:
+def _upload(
+    c: Ctx,
+    label: str,
+    parts: list[tuple[str, str | None, bytes, str | None]],
+    *,
+    boundary: str = "XyZbOuNdArY",
+    ctype: str | None = None,
+    body: bytes | None = None,
+) -> None:
     data = body if body is not None else _multipart(parts, boundary)
-    c.req("POST", "/files/upload", body=data,
-          headers=[("Content-Type", ctype or f"multipart/form-data; boundary={boundary}")], label=label)
+    c.req(
+        "POST",
+        "/files/upload",
+        body=data,
+        headers=[("Content-Type", ctype or f"multipart/form-data; boundary={boundary}")],
+        label=label,
+    )
 
 
 def _meta(path: str, **kw: Any) -> bytes:
@@ -294,20 +390,43 @@ def _meta(path: str, **kw: Any) -> bytes:
 def _upload_cases(c: Ctx) -> None:
     c.write("u/afile", "x")
     P = c.p
-    _upload(c, "one file", [("metadata", "m", _meta(P("u/one.txt")), "application/json"), ("file", "f", b"hello", None)])
+    _upload(
+        c, "one file", [("metadata", "m", _meta(P("u/one.txt")), "application/json"), ("file", "f", b"hello", None)]
+    )
     _upload(c, "nested dirs", [("metadata", "m", _meta(P("u/x/y/z.bin")), None), ("file", "f", b"\x00\xff", None)])
     _upload(c, "mode 600", [("metadata", "m", _meta(P("u/m600"), mode=600), None), ("file", "f", b"m", None)])
     _upload(c, "mode 0", [("metadata", "m", _meta(P("u/m0"), mode=0), None), ("file", "f", b"m", None)])
     _upload(c, "mode 999", [("metadata", "m", _meta(P("u/m999"), mode=999), None), ("file", "f", b"m", None)])
-    _upload(c, "owner nobody", [("metadata", "m", _meta(P("u/own"), owner="nobody", group="nogroup"), None),
-                                ("file", "f", b"o", None)])
-    _upload(c, "unknown owner", [("metadata", "m", _meta(P("u/own2"), owner="no-such-user-x"), None),
-                                 ("file", "f", b"o", None)])
+    _upload(
+        c,
+        "owner nobody",
+        [("metadata", "m", _meta(P("u/own"), owner="nobody", group="nogroup"), None), ("file", "f", b"o", None)],
+    )
+    _upload(
+        c,
+        "unknown owner",
+        [("metadata", "m", _meta(P("u/own2"), owner="no-such-user-x"), None), ("file", "f", b"o", None)],
+    )
     _upload(c, "overwrite", [("metadata", "m", _meta(P("u/one.txt")), None), ("file", "f", b"again", None)])
-    _upload(c, "two pairs", [("metadata", "m1", _meta(P("u/p1")), None), ("metadata", "m2", _meta(P("u/p2")), None),
-                             ("file", "f1", b"1", None), ("file", "f2", b"2", None)])
-    _upload(c, "count mismatch", [("metadata", "m1", _meta(P("u/q1")), None), ("metadata", "m2", _meta(P("u/q2")), None),
-                                  ("file", "f1", b"1", None)])
+    _upload(
+        c,
+        "two pairs",
+        [
+            ("metadata", "m1", _meta(P("u/p1")), None),
+            ("metadata", "m2", _meta(P("u/p2")), None),
+            ("file", "f1", b"1", None),
+            ("file", "f2", b"2", None),
+        ],
+    )
+    _upload(
+        c,
+        "count mismatch",
+        [
+            ("metadata", "m1", _meta(P("u/q1")), None),
+            ("metadata", "m2", _meta(P("u/q2")), None),
+            ("file", "f1", b"1", None),
+        ],
+    )
     _upload(c, "no metadata", [("file", "f", b"1", None)])
     _upload(c, "no file", [("metadata", "m", _meta(P("u/nf")), None)])
     _upload(c, "metadata not a file part", [("metadata", None, _meta(P("u/nofn")), None), ("file", "f", b"1", None)])
@@ -317,26 +436,64 @@ def _upload_cases(c: Ctx) -> None:
     _upload(c, "metadata empty", [("metadata", "m", b"", None), ("file", "f", b"1", None)])
     _upload(c, "metadata no path", [("metadata", "m", b"{}", None), ("file", "f", b"1", None)])
     _upload(c, "metadata array", [("metadata", "m", b"[]", None), ("file", "f", b"1", None)])
-    _upload(c, "metadata mode string", [("metadata", "m", b'{"path": "/x", "mode": "644"}', None), ("file", "f", b"1", None)])
+    _upload(
+        c,
+        "metadata mode string",
+        [("metadata", "m", b'{"path": "/x", "mode": "644"}', None), ("file", "f", b"1", None)],
+    )
     _upload(c, "target under a file", [("metadata", "m", _meta(P("u/afile/x")), None), ("file", "f", b"1", None)])
     _upload(c, "target is a dir", [("metadata", "m", _meta(P("u/x")), None), ("file", "f", b"1", None)])
     _upload(c, "undefined env var", [("metadata", "m", _meta(P("u/$NOPE")), None), ("file", "f", b"1", None)])
-    _upload(c, "other parts ignored", [("note", None, b"hi", None), ("metadata", "m", _meta(P("u/other")), None),
-                                       ("extra", "e", b"e", None), ("file", "f", b"1", None)])
+    _upload(
+        c,
+        "other parts ignored",
+        [
+            ("note", None, b"hi", None),
+            ("metadata", "m", _meta(P("u/other")), None),
+            ("extra", "e", b"e", None),
+            ("file", "f", b"1", None),
+        ],
+    )
     _upload(c, "not multipart", [], ctype="application/json", body=b"{}")
     _upload(c, "no boundary", [], ctype="multipart/form-data", body=b"--x\r\n")
     _upload(c, "empty body", [], body=b"")
-    _upload(c, "truncated", [], body=_multipart([("metadata", "m", _meta(P("u/tr")), None), ("file", "f", b"1", None)])[:-20])
-    _upload(c, "no closing boundary", [], body=_multipart([("metadata", "m", _meta(P("u/nc")), None),
-                                                           ("file", "f", b"1", None)]).rsplit(b"--XyZ", 1)[0])
-    _upload(c, "wrong boundary", [("metadata", "m", _meta(P("u/wb")), None), ("file", "f", b"1", None)],
-            ctype="multipart/form-data; boundary=other")
-    _upload(c, "quoted boundary", [("metadata", "m", _meta(P("u/qb")), None), ("file", "f", b"qb", None)],
-            ctype='multipart/form-data; boundary="XyZbOuNdArY"')
-    _upload(c, "relative target", [("metadata", "m", _meta("diff/" + c.dir.split("/")[-1] + "/u/rel"), None),
-                                   ("file", "f", b"r", None)])
-    _upload(c, "lf only", [], body=_multipart([("metadata", "m", _meta(P("u/lf")), None),
-                                               ("file", "f", b"lf", None)]).replace(b"\r\n", b"\n"))
+    _upload(
+        c,
+        "truncated",
+        [],
+        body=_multipart([("metadata", "m", _meta(P("u/tr")), None), ("file", "f", b"1", None)])[:-20],
+    )
+    _upload(
+        c,
+        "no closing boundary",
+        [],
+        body=_multipart([("metadata", "m", _meta(P("u/nc")), None), ("file", "f", b"1", None)]).rsplit(b"--XyZ", 1)[0],
+    )
+    _upload(
+        c,
+        "wrong boundary",
+        [("metadata", "m", _meta(P("u/wb")), None), ("file", "f", b"1", None)],
+        ctype="multipart/form-data; boundary=other",
+    )
+    _upload(
+        c,
+        "quoted boundary",
+        [("metadata", "m", _meta(P("u/qb")), None), ("file", "f", b"qb", None)],
+        ctype='multipart/form-data; boundary="XyZbOuNdArY"',
+    )
+    _upload(
+        c,
+        "relative target",
+        [("metadata", "m", _meta("diff/" + c.dir.split("/")[-1] + "/u/rel"), None), ("file", "f", b"r", None)],
+    )
+    _upload(
+        c,
+        "lf only",
+        [],
+        body=_multipart([("metadata", "m", _meta(P("u/lf")), None), ("file", "f", b"lf", None)]).replace(
+            b"\r\n", b"\n"
+        ),
+    )
     c.snapshot("u", "fs after uploads")
 
 

@@ -1,5 +1,6 @@
 """Runs a corpus case against two execd targets, normalises what each answered and lists the
 differences field by field. Standard library only."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -20,10 +21,25 @@ from differential.targets import Target
 __all__ = ["Case", "case_collector", "Ctx", "Accepted", "CaseResult", "run_case", "load_accepted", "compare"]
 
 # Headers a client reads (the rest - Date's value, Connection - is transport detail).
-CLIENT_HEADERS = ("Content-Type", "Content-Length", "Transfer-Encoding", "Content-Range", "Accept-Ranges",
-                  "Content-Disposition", "Cache-Control", "X-Accel-Buffering", "Last-Modified",
-                  "Execd-Commands-Tail-Cursor", "X-Content-Type-Options", "Allow", "Location",
-                  "Content-Encoding", "Etag", "Server", "Date")
+CLIENT_HEADERS = (
+    "Content-Type",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Content-Range",
+    "Accept-Ranges",
+    "Content-Disposition",
+    "Cache-Control",
+    "X-Accel-Buffering",
+    "Last-Modified",
+    "Execd-Commands-Tail-Cursor",
+    "X-Content-Type-Options",
+    "Allow",
+    "Location",
+    "Content-Encoding",
+    "Etag",
+    "Server",
+    "Date",
+)
 _PRESENCE_ONLY = {"Date", "Last-Modified"}
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -40,19 +56,23 @@ class Case:
     name: str
     routes: tuple[str, ...]
     fn: Callable[["Ctx"], None]
-    token: bool = False       # run against the access-token targets
+    token: bool = False  # run against the access-token targets
     slow: bool = False
 
 
 def case_collector(cases: list[Case]) -> Callable[..., Callable[[Callable[["Ctx"], None]], Callable[["Ctx"], None]]]:
     """A ``@case(name, *routes, token=False, slow=False)`` decorator that appends each case to ``cases``
     in the order the module defines them (the corpus modules' registries)."""
-    def case(name: str, *routes: str, token: bool = False,
-             slow: bool = False) -> Callable[[Callable[["Ctx"], None]], Callable[["Ctx"], None]]:
+
+    def case(
+        name: str, *routes: str, token: bool = False, slow: bool = False
+    ) -> Callable[[Callable[["Ctx"], None]], Callable[["Ctx"], None]]:
         def deco(fn: Callable[["Ctx"], None]) -> Callable[["Ctx"], None]:
             cases.append(Case(name, routes, fn, token=token, slow=slow))
             return fn
+
         return deco
+
     return case
 
 
@@ -183,7 +203,9 @@ def observe_http(resp: Response, norm: Normalizer, method: str) -> dict[str, Any
     o["headers"] = heads
     if kind == "sse":
         o.update(_sse_fields(parsed, norm))
-        o["frames_per_chunk"] = "one" if all(c.endswith(b"\n\n") and c.count(b"\n\n") == 1 for c in resp.chunks or []) else "mixed"
+        o["frames_per_chunk"] = (
+            "one" if all(c.endswith(b"\n\n") and c.count(b"\n\n") == 1 for c in resp.chunks or []) else "mixed"
+        )
     elif kind == "json":
         o["body"] = norm.value(parsed)
     elif kind == "bytes":
@@ -211,8 +233,12 @@ def _sse_fields(events: list[dict[str, Any]], norm: Normalizer) -> dict[str, Any
             continue
         seq.append(t)
         other.append(norm.value(ev))
-    return {"event_sequence": seq, "events": other, "stdout": [norm.text(x) if isinstance(x, str) else x for x in out],
-            "stderr": [norm.text(x) if isinstance(x, str) else x for x in err]}
+    return {
+        "event_sequence": seq,
+        "events": other,
+        "stdout": [norm.text(x) if isinstance(x, str) else x for x in out],
+        "stderr": [norm.text(x) if isinstance(x, str) else x for x in err],
+    }
 
 
 def snapshot(host_dir: str, norm: Normalizer) -> dict[str, Any]:
@@ -274,7 +300,7 @@ class Ctx:
         self.obs: list[tuple[str, dict[str, Any]]] = []
         self._labels: dict[str, int] = {}
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", case.name + tag)
-        self.dir = f"/diff/{safe}"       # every generated path lives under here
+        self.dir = f"/diff/{safe}"  # every generated path lives under here
         os.makedirs(target.host(self.dir), exist_ok=True)
         self.token = target.access_token
         self.vars: dict[str, Any] = {}
@@ -295,10 +321,23 @@ class Ctx:
         self.routes[lab] = route or (self.case.routes[0] if self.case.routes else "")
 
     # -- requests ------------------------------------------------------------------------------
-    def req(self, method: str, path: str, *, query: Iterable[tuple[str, str]] | dict | None = None,
-            headers: list[tuple[str, str]] | None = None, body: bytes | str | None = None, json_body: Any = None,
-            label: str | None = None, record: bool = True, stop: Callable[[list[bytes]], bool] | None = None,
-            timeout: float = 20.0, token: bool = True, raw: bytes | None = None, half_close: bool = False) -> Response:
+    def req(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Iterable[tuple[str, str]] | dict | None = None,
+        headers: list[tuple[str, str]] | None = None,
+        body: bytes | str | None = None,
+        json_body: Any = None,
+        label: str | None = None,
+        record: bool = True,
+        stop: Callable[[list[bytes]], bool] | None = None,
+        timeout: float = 20.0,
+        token: bool = True,
+        raw: bytes | None = None,
+        half_close: bool = False,
+    ) -> Response:
         target = path
         if query:
             items = list(query.items()) if isinstance(query, dict) else list(query)
@@ -328,9 +367,16 @@ class Ctx:
     def delete(self, path: str, **kw: Any) -> Response:
         return self.req("DELETE", path, **kw)
 
-    def ws(self, path: str, *, label: str, headers: list[tuple[str, str]] | None = None,
-           send: list[dict[str, Any]] | None = None, key: str = "dGhlIHNhbXBsZSBub25jZQ==",
-           timeout: float = 10.0) -> dict[str, Any]:
+    def ws(
+        self,
+        path: str,
+        *,
+        label: str,
+        headers: list[tuple[str, str]] | None = None,
+        send: list[dict[str, Any]] | None = None,
+        key: str = "dGhlIHNhbXBsZSBub25jZQ==",
+        timeout: float = 10.0,
+    ) -> dict[str, Any]:
         """A WebSocket handshake on path; after a 101 the text frames up to "connected", then each
         frame of ``send`` (a JSON text frame) and the next text frame it draws. Binary frames (shell
         output, replay: timing dependent) are not compared. Returns and records the observation."""
@@ -338,6 +384,7 @@ class Ctx:
         import os as _os
         import socket
         import struct
+
         hdrs = [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Version", "13")]
         if key:
             hdrs.append(("Sec-WebSocket-Key", key))
@@ -363,9 +410,11 @@ class Ctx:
                 k, _, v = ln.partition(":")
                 hv[k.strip().lower()] = v.strip()
             obs["status"] = status
-            obs["headers"] = {k: self.norm.text(hv[k.lower()]) for k in (
-                "Upgrade", "Connection", "Sec-WebSocket-Accept", "Content-Type", "Sec-WebSocket-Version")
-                if k.lower() in hv}
+            obs["headers"] = {
+                k: self.norm.text(hv[k.lower()])
+                for k in ("Upgrade", "Connection", "Sec-WebSocket-Accept", "Content-Type", "Sec-WebSocket-Version")
+                if k.lower() in hv
+            }
             if status != 101:
                 n = int(hv.get("content-length", "0") or 0)
                 while len(rest) < n:
@@ -389,6 +438,7 @@ class Ctx:
                         state["buf"] += chunk
                     out, state["buf"] = state["buf"][:n], state["buf"][n:]
                     return out
+
                 try:
                     b0, b1 = need(2)
                     ln = b1 & 0x7F
@@ -428,8 +478,11 @@ class Ctx:
             for msg in send or []:
                 payload = json.dumps(msg).encode()
                 mask = _os.urandom(4)
-                hdr = bytes([0x81]) + (bytes([0x80 | len(payload)]) if len(payload) < 126 else
-                                      bytes([0x80 | 126]) + struct.pack(">H", len(payload)))
+                hdr = bytes([0x81]) + (
+                    bytes([0x80 | len(payload)])
+                    if len(payload) < 126
+                    else bytes([0x80 | 126]) + struct.pack(">H", len(payload))
+                )
                 sock.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
                 replies.append(text_frame())
             if send:
@@ -477,6 +530,7 @@ class Ctx:
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 def compare(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     if isinstance(a, dict) and isinstance(b, dict):
@@ -531,8 +585,10 @@ def _run_side(case: Case, target: Target, out: dict[str, Any], tag: str) -> None
 
 def run_case(case: Case, real: Target, mock: Target, accepted: list[Accepted], tag: str = "") -> CaseResult:
     sides: dict[str, dict[str, Any]] = {"real": {}, "mock": {}}
-    threads = [threading.Thread(target=_run_side, args=(case, t, sides[n], tag), daemon=True)
-               for n, t in (("real", real), ("mock", mock))]
+    threads = [
+        threading.Thread(target=_run_side, args=(case, t, sides[n], tag), daemon=True)
+        for n, t in (("real", real), ("mock", mock))
+    ]
     for t in threads:
         t.start()
     for t in threads:

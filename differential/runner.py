@@ -1,4 +1,5 @@
 """Runs the corpus against a real execd binary and the mock, and writes the coverage report."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,9 @@ class Pair:
         self.stop()
 
 
-def run_corpus(binary: str, cases: Iterable[Case] | None = None, accepted: list[Accepted] | None = None,
-               progress: Any = None) -> list[CaseResult]:
+def run_corpus(
+    binary: str, cases: Iterable[Case] | None = None, accepted: list[Accepted] | None = None, progress: Any = None
+) -> list[CaseResult]:
     cases = list(CASES if cases is None else cases)
     accepted = load_accepted(QUIRKS_MD) if accepted is None else accepted
     results: list[CaseResult] = []
@@ -86,7 +88,7 @@ def coverage(results: list[CaseResult]) -> dict[str, dict[str, int]]:
 
 def _fmt(v: Any, n: int = 90) -> str:
     s = json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else repr(v)
-    return s if len(s) <= n else s[:n - 3] + "..."
+    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def report(results: list[CaseResult], *, markdown: bool = True, binary: str = "") -> str:
@@ -98,17 +100,21 @@ def report(results: list[CaseResult], *, markdown: bool = True, binary: str = ""
     differ = sum(1 for r in results for s in r.obs_status.values() if s == "differ")
     errors = sum(1 for r in results if r.error)
     pct = (100.0 * agree / total) if total else 0.0
-    lines.append(f"Differential check: {len(results)} cases, {total} observations: {agree} agree ({pct:.1f} %), "
-                 f"{acc} differ only in accepted ways, {differ} differ unexplained, {errors} case errors"
-                 + (f" (real execd: {binary})" if binary else ""))
+    lines.append(
+        f"Differential check: {len(results)} cases, {total} observations: {agree} agree ({pct:.1f} %), "
+        f"{acc} differ only in accepted ways, {differ} differ unexplained, {errors} case errors"
+        + (f" (real execd: {binary})" if binary else "")
+    )
     lines.append("")
     lines.append("| route (router.go) | cases | observations | agree | accepted | unexplained | agreement |")
     lines.append("|---|---:|---:|---:|---:|---:|---:|")
     for route, row in table.items():
         obs = row.get("observations", 0)
         a = row.get("agree", 0)
-        lines.append(f"| `{route}` | {row.get('cases', 0)} | {obs} | {a} | {row.get('accepted', 0)} | "
-                     f"{row.get('differ', 0)} | {(100.0 * a / obs) if obs else 0:.1f} % |")
+        lines.append(
+            f"| `{route}` | {row.get('cases', 0)} | {obs} | {a} | {row.get('accepted', 0)} | "
+            f"{row.get('differ', 0)} | {(100.0 * a / obs) if obs else 0:.1f} % |"
+        )
     uncovered = [r for r, row in table.items() if not row.get("cases")]
     if uncovered:
         lines.append("")
@@ -154,7 +160,10 @@ def write_doc(path: str, text: str) -> None:
     i = head.find(DOC_MARK)
     head = (head[:i] if i >= 0 else head.rstrip() + "\n\n") + DOC_MARK + "\n\n"
     import datetime
+
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(head + f"Written by `python -m differential --execd-bin ../shared/opensandbox/execd "
-                 f"--write-doc docs/DIFFERENTIAL.md` ({stamp}).\n\n" + text)
+        fh.write(
+            head + f"Written by `python -m differential --execd-bin ../shared/opensandbox/execd "
+            f"--write-doc docs/DIFFERENTIAL.md` ({stamp}).\n\n" + text
+        )

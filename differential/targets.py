@@ -8,6 +8,7 @@ own mount + PID namespace whose "/" is the throw-away root (the binary is copied
 available the real side refuses to start. Its listener (all interfaces, execd's ``net.Listen(":P")``)
 uses an ephemeral port and is stopped in ``stop()`` (callers use ``with`` / ``finally``).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,6 +42,7 @@ class Target:
 
     def _make_root(self, env: dict[str, str] | None = None) -> str:
         from mock_opensandbox.runtime import SandboxRuntime
+
         root = tempfile.mkdtemp(prefix=f"osb-diff-{self.name}-")
         os.chmod(root, 0o755)
         try:
@@ -118,8 +120,10 @@ class RealExecd(Target):
         # bootstrap.sh in the sandbox's own namespaces with its capability set; never on the host
         try:
             self.proc = self.runtime.start_execd(
-                self.binary, token=self.access_token,
-                args=["--graceful-shutdown-timeout", f"{GRACE_MS}ms", "--log-level", "3"])
+                self.binary,
+                token=self.access_token,
+                args=["--graceful-shutdown-timeout", f"{GRACE_MS}ms", "--log-level", "3"],
+            )
         except RuntimeError as exc:
             raise IsolationUnavailable(str(exc)) from exc
         self.port = self.proc.port
@@ -146,11 +150,13 @@ class MockExecd(Target):
 
     def start(self) -> "MockExecd":
         from mock_opensandbox.execd.server import ExecdServer
+
         # the environment bootstrap.sh gives the real execd (and so its commands)
         self._make_root({"EXECD_ENVS": "/opt/opensandbox/.env"})
         open(os.path.join(self.root, "opt", "opensandbox", ".env"), "a").close()
-        self.server = ExecdServer(self.runtime, mode=self.mode, access_token=self.access_token,
-                                  close_delay=GRACE_MS / 1000.0)
+        self.server = ExecdServer(
+            self.runtime, mode=self.mode, access_token=self.access_token, close_delay=GRACE_MS / 1000.0
+        )
         self.server.start()
         self.port = self.server.port
         self.wait_ready()

@@ -3,6 +3,7 @@ bad setting gets. Values arrive raw from initialize.config (provider options are
 "true", "60"); the host's core settings (http_timeout) from initialize.core. Every secret field is
 registered with ``errors.SECRETS`` as soon as it is seen.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,19 +17,40 @@ if TYPE_CHECKING:
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 DEFAULT_ENTRYPOINT = "tail -f /dev/null"
-CODE_INTERPRETER_ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]   # seed 000 §1.4
+CODE_INTERPRETER_ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]  # seed 000 §1.4
 DEFAULTS: dict[str, Any] = {
-    "base_url": DEFAULT_BASE_URL, "api_key": "", "domain": "", "protocol": "",
-    "use_server_proxy": False, "default_image": "python:3.12-slim",
-    "image_aliases": "code=opensandbox/code-interpreter:v1.1.0", "entrypoint": DEFAULT_ENTRYPOINT,
-    "ready_timeout": 60, "registry_username": "", "registry_password": "", "network_policy": "",
-    "platform": "", "secure_access": False, "execd_access_token": "", "volumes": "",
+    "base_url": DEFAULT_BASE_URL,
+    "api_key": "",
+    "domain": "",
+    "protocol": "",
+    "use_server_proxy": False,
+    "default_image": "python:3.12-slim",
+    "image_aliases": "code=opensandbox/code-interpreter:v1.1.0",
+    "entrypoint": DEFAULT_ENTRYPOINT,
+    "ready_timeout": 60,
+    "registry_username": "",
+    "registry_password": "",
+    "network_policy": "",
+    "platform": "",
+    "secure_access": False,
+    "execd_access_token": "",
+    "volumes": "",
 }
 SECRET_FIELDS = ("api_key", "registry_password", "execd_access_token")
 # Per-create `options` that may override the configuration for one sandbox (seed 002). Other keys
 # (base_url, api_key, ...) already reached this process through initialize.config and are ignored.
-CREATE_OPTIONS = ("default_image", "image_aliases", "entrypoint", "ready_timeout", "registry_username",
-                  "registry_password", "network_policy", "platform", "secure_access", "volumes")
+CREATE_OPTIONS = (
+    "default_image",
+    "image_aliases",
+    "entrypoint",
+    "ready_timeout",
+    "registry_username",
+    "registry_password",
+    "network_policy",
+    "platform",
+    "secure_access",
+    "volumes",
+)
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
@@ -37,7 +59,7 @@ class Config:
 
     def __init__(self, raw: dict[str, Any], core: dict[str, Any] | None = None):
         self.raw = {k: v for k, v in (raw or {}).items() if v is not None}
-        SECRETS.add(*(str(self.raw.get(k) or "") for k in SECRET_FIELDS))   # before anything can fail
+        SECRETS.add(*(str(self.raw.get(k) or "") for k in SECRET_FIELDS))  # before anything can fail
         merged = {**DEFAULTS, **self.raw}
         core = core or {}
         self.api_key = as_text(merged["api_key"])
@@ -106,6 +128,7 @@ def _int(field: str, value: Any, lo: int, hi: int) -> int:
 def _server_url(base_url: str, domain: str, protocol: str) -> str:
     """Server root without /v1. ``domain`` (host[:port]) is used when base_url is left at its default."""
     import urllib.parse
+
     url = base_url or DEFAULT_BASE_URL
     if domain and url.rstrip("/") in (DEFAULT_BASE_URL, DEFAULT_BASE_URL + "/v1"):
         url = domain if "://" in domain else f"{protocol or 'http'}://{domain}"
@@ -154,6 +177,7 @@ def _entrypoint(value: object) -> list[str]:
                 raise config_error("entrypoint", "must be a list of strings")
         else:
             import shlex
+
             try:
                 argv = shlex.split(text)
             except ValueError:
@@ -188,8 +212,10 @@ def _volumes(value: object) -> list[dict[str, Any]] | None:
         except ValueError:
             raise config_error("volumes", "is not valid JSON") from None
     if not isinstance(vols, list) or not all(isinstance(v, dict) for v in vols):
-        raise config_error("volumes", 'must be a JSON list like [{"name": "work", "pvc": {"claimName": "work"}, '
-                                      '"mountPath": "/workspace/work"}]')
+        raise config_error(
+            "volumes",
+            'must be a JSON list like [{"name": "work", "pvc": {"claimName": "work"}, "mountPath": "/workspace/work"}]',
+        )
     return vols or None
 
 
@@ -208,7 +234,10 @@ def _platform(value: object) -> dict[str, Any] | None:
 
 
 def config_error(field: str, problem: str) -> EppError:
-    return EppError(-32006, f"Invalid opensandbox setting {field}: {problem}.",
-                    suggestion=f"Fix ABX_OPENSANDBOX_{field.upper()} (or [providers.opensandbox] {field} "
-                               "in ~/.abx/config.toml, or the provider option of the same name).",
-                    field=field)
+    return EppError(
+        -32006,
+        f"Invalid opensandbox setting {field}: {problem}.",
+        suggestion=f"Fix ABX_OPENSANDBOX_{field.upper()} (or [providers.opensandbox] {field} "
+        "in ~/.abx/config.toml, or the provider option of the same name).",
+        field=field,
+    )

@@ -5,6 +5,7 @@ commands it runs and its terminals. provider.py builds it and wires it to the pr
 Imported at start-up, so it imports nothing heavy at module level: ``config`` and the client
 arrive with the first call that needs them.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ import time
 
 from errors import EppError
 
-TYPE_CHECKING = False                   # (typing is not imported at start-up: it costs milliseconds)
+TYPE_CHECKING = False  # (typing is not imported at start-up: it costs milliseconds)
 if TYPE_CHECKING:
     from typing import Any, Callable, Protocol, TypeVar
 
@@ -60,6 +61,7 @@ class Context:
         with self.lock:
             if self.cfg is None and self.cfg_error is None:
                 from config import Config
+
                 try:
                     self.cfg = Config(self.raw_config, self.core)
                 except EppError as exc:
@@ -75,10 +77,16 @@ class Context:
         with self.lock:
             if self.osb is None:
                 from osb import Http, OpenSandbox
+
                 self.osb = OpenSandbox(
-                    cfg.server, api_key=cfg.api_key, http=Http(cfg.http_timeout), data_dir=self.data_dir,
-                    use_server_proxy=cfg.use_server_proxy, execd_token=cfg.execd_access_token,
-                    scheme=cfg.protocol)
+                    cfg.server,
+                    api_key=cfg.api_key,
+                    http=Http(cfg.http_timeout),
+                    data_dir=self.data_dir,
+                    use_server_proxy=cfg.use_server_proxy,
+                    execd_token=cfg.execd_access_token,
+                    scheme=cfg.protocol,
+                )
             return self.osb
 
     # ---- failures
@@ -86,6 +94,7 @@ class Context:
     def error(self, exc: Exception, op: str, target: str = "") -> EppError:
         """A client failure as the EPP error of a call of kind ``op`` (failures.map_osb_error)."""
         from failures import map_osb_error
+
         return map_osb_error(exc, op=op, cfg=self.cfg, target=target)
 
     def guard(self, fn: Callable[[], T], *, op: str, target: str = "") -> T:
@@ -100,6 +109,7 @@ class Context:
     def map_error(self, exc: Exception, method: str) -> EppError:
         """The loop's hook: an exception a method let through."""
         from failures import op_kind
+
         return self.error(exc, op_kind(method))
 
     # ---- end of input

@@ -15,6 +15,7 @@ the hooks it was given (provider.py wires them):
 stderr, passes ``errors.SECRETS``. Standard library only, Python >= 3.10. Imports here are what
 every plugin start pays for.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,15 @@ import time
 
 from errors import SECRETS, EppError
 
-TYPE_CHECKING = False                   # (typing is not imported at start-up: it costs milliseconds)
+TYPE_CHECKING = False  # (typing is not imported at start-up: it costs milliseconds)
 if TYPE_CHECKING:
     from typing import Any, Callable
 
     Method = Callable[["Request", dict[str, Any]], Any]
 
-MAX_LINE_BYTES = 8 * 1024 * 1024        # the host kills a plugin that writes a longer line
-EXIT_GRACE = 2.0                        # seconds answers in flight get once input ends (the host
-                                        # waits 3 s before SIGTERM)
+MAX_LINE_BYTES = 8 * 1024 * 1024  # the host kills a plugin that writes a longer line
+EXIT_GRACE = 2.0  # seconds answers in flight get once input ends (the host
+# waits 3 s before SIGTERM)
 
 
 class Request:
@@ -76,7 +77,7 @@ class Base64:
     them piece by piece as it writes the line: the host reads a piece from the pipe while the next
     one is encoded, instead of waiting for all of it to be encoded first."""
 
-    PIECE = 3 * 16384                   # 48 KiB in, 64 KiB out: one default pipe buffer
+    PIECE = 3 * 16384  # 48 KiB in, 64 KiB out: one default pipe buffer
 
     def __init__(self, data: bytes | bytearray) -> None:
         self.data = data
@@ -86,9 +87,10 @@ class Base64:
 
     def write_to(self, out: Any) -> None:
         from binascii import b2a_base64
+
         with memoryview(self.data) as view:
             for i in range(0, len(view), self.PIECE):
-                out.write(b2a_base64(view[i:i + self.PIECE], newline=False))
+                out.write(b2a_base64(view[i : i + self.PIECE], newline=False))
 
 
 class Workers:
@@ -122,14 +124,14 @@ class Workers:
         while True:
             if not slot.ready.acquire(timeout=self.IDLE):
                 with self._lock:
-                    if slot in self._idle:      # nobody picked it: end
+                    if slot in self._idle:  # nobody picked it: end
                         self._idle.remove(slot)
                         return
-                slot.ready.acquire()            # picked as the wait ended: its job is coming
+                slot.ready.acquire()  # picked as the wait ended: its job is coming
             job, slot.job = slot.job, None
             if job is not None:
                 fn, args = job
-                fn(*args)                       # (Server._run answers every failure itself)
+                fn(*args)  # (Server._run answers every failure itself)
             with self._lock:
                 self._idle.append(slot)
 
@@ -146,11 +148,18 @@ class _Slot:
 class Server:
     """The loop and the only writer of stdout; its hooks are described in this module's doc."""
 
-    def __init__(self, rfile: Any, wfile: Any, *, initialize: Callable[[dict[str, Any]], dict[str, Any]],
-                 find: Callable[[str], Method | None],
-                 map_error: Callable[[Exception, str], EppError] | None = None,
-                 on_exit: Callable[[float], None] | None = None, name: str = "plugin") -> None:
-        self.rfile, self.wfile, self.name = rfile, wfile, name   # name: the prefix of stderr lines
+    def __init__(
+        self,
+        rfile: Any,
+        wfile: Any,
+        *,
+        initialize: Callable[[dict[str, Any]], dict[str, Any]],
+        find: Callable[[str], Method | None],
+        map_error: Callable[[Exception, str], EppError] | None = None,
+        on_exit: Callable[[float], None] | None = None,
+        name: str = "plugin",
+    ) -> None:
+        self.rfile, self.wfile, self.name = rfile, wfile, name  # name: the prefix of stderr lines
         self.initialize, self.find, self.map_error, self.on_exit = initialize, find, map_error, on_exit
         self._wlock = threading.Lock()
         self.requests: dict[int | str | None, Request] = {}
@@ -161,11 +170,11 @@ class Server:
 
     def serve(self) -> None:
         for line in iter(self._readline, b""):
-            if line.isspace():                            # (not strip(): that copies a multi-MB line)
+            if line.isspace():  # (not strip(): that copies a multi-MB line)
                 continue
             try:
                 msg = json.loads(line)
-            except (ValueError, RecursionError):          # RecursionError: absurdly deep nesting
+            except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
                 self.log_stderr("ignored a line that is not JSON")
                 continue
             if isinstance(msg, dict):
@@ -183,22 +192,22 @@ class Server:
     def dispatch(self, msg: dict[str, Any]) -> None:
         method, rid, params = msg.get("method"), msg.get("id"), msg.get("params")
         if isinstance(rid, (bool, float, list, dict)):
-            return                                        # not a JSON-RPC id: there is nobody to answer
+            return  # not a JSON-RPC id: there is nobody to answer
         if not isinstance(method, str):
             if rid is not None and "result" not in msg and "error" not in msg:
                 self.respond(rid, error=EppError(-32600, "Invalid Request: method must be a string."))
         elif params is not None and not isinstance(params, dict):
             if rid is not None:
                 self.respond(rid, error=EppError(-32602, "Invalid params: params must be an object."))
-        elif rid is None:                                 # a notification: only $/cancel means something
+        elif rid is None:  # a notification: only $/cancel means something
             target = (params or {}).get("id")
             if method == "$/cancel" and isinstance(target, (int, str)) and not isinstance(target, bool):
                 req = self.requests.get(target)
                 if req is not None:
                     req.cancel()
-        elif method == "initialize":                      # answered inline: cheap, no I/O
+        elif method == "initialize":  # answered inline: cheap, no I/O
             self.respond(rid, self.initialize(params or {}))
-            self._workers.spare()                         # the next call's thread, started meanwhile
+            self._workers.spare()  # the next call's thread, started meanwhile
         elif method == "shutdown":
             self.closing.set()
             self.respond(rid, {})
@@ -230,7 +239,7 @@ class Server:
                 self.log_stderr(f"{method}: {type(exc).__name__}: {exc}")
             finally:
                 if held:
-                    self.flush()        # (normally done already by then()'s first line)
+                    self.flush()  # (normally done already by then()'s first line)
 
     def _readline(self) -> bytes:
         try:
@@ -251,21 +260,27 @@ class Server:
         if isinstance(res, dict) and len(res) == 1 and isinstance(res.get("content_b64"), Base64):
             # files.read: base64 is JSON-safe ASCII, so it goes into the line as it is instead of
             # json-encoding a multi-MB string (about 1.5x faster reads, measured in bench/)
-            parts = [b'{"jsonrpc":"2.0","id":' + json.dumps(msg["id"]).encode() + b',"result":{"content_b64":"',
-                     res["content_b64"], b'"}}\n']
+            parts = [
+                b'{"jsonrpc":"2.0","id":' + json.dumps(msg["id"]).encode() + b',"result":{"content_b64":"',
+                res["content_b64"],
+                b'"}}\n',
+            ]
         else:
             try:
                 line = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-            except UnicodeEncodeError:      # lone surrogates: fall back to \u escapes
+            except UnicodeEncodeError:  # lone surrogates: fall back to \u escapes
                 line = json.dumps(msg, separators=(",", ":")).encode("ascii")
-            parts = [line, b"\n"]          # not line + b"\n": that copies a multi-MB line
+            parts = [line, b"\n"]  # not line + b"\n": that copies a multi-MB line
         size = sum(map(len, parts)) - 1
         if size >= MAX_LINE_BYTES:
             if "id" not in msg:
                 self.log_stderr(f"dropped a {size}-byte notification (EPP line limit)")
                 return
-            err = EppError(-32000, f"The answer is {size} bytes, over EPP's 8 MiB line limit.",
-                           suggestion="Ask for less data at once (files: use offset/length).")
+            err = EppError(
+                -32000,
+                f"The answer is {size} bytes, over EPP's 8 MiB line limit.",
+                suggestion="Ask for less data at once (files: use offset/length).",
+            )
             parts = [json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": err.to_json()}).encode(), b"\n"]
         with self._wlock:
             try:

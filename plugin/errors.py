@@ -7,6 +7,7 @@ forms: ``epp.py`` passes every error answer and every stderr line through it, an
 client (``osb/transport.py``) scrubs the error bodies it reads with it. (Not named secrets.py: the
 plugin's directory is sys.path[0], where that name would hide the standard library's module.)
 """
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ class Secrets:
         if not new:
             return
         import urllib.parse
+
         with self._lock:
             forms = set(self._forms)
             for v in new:
@@ -68,8 +70,9 @@ SECRETS = Secrets()
 class EppError(Exception):
     """A JSON-RPC error answer. ``sdk_code`` picks the host's exception class (epp-host-ref §4.1)."""
 
-    def __init__(self, code: int, message: str, *, sdk_code: str | None = None,
-                 suggestion: str | None = None, **data: Any) -> None:
+    def __init__(
+        self, code: int, message: str, *, sdk_code: str | None = None, suggestion: str | None = None, **data: Any
+    ) -> None:
         super().__init__(message)
         self.code, self.message = code, message
         self.data = {k: v for k, v in data.items() if v not in (None, "")}

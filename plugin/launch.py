@@ -4,6 +4,7 @@ cached under ABX_PROVIDER_DATA_DIR. The host sets PYTHONDONTWRITEBYTECODE and re
 at every start, so nothing may be written there; a script is never cached by Python, so without this
 launcher provider.py and the modules it imports would be compiled again at every one of the host's many
 plugin starts."""
+
 import os
 import sys
 

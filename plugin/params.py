@@ -2,6 +2,7 @@
 returns the clean value or raises the EPP error the host expects (-32602 for a malformed parameter,
 -32000 for a value OpenSandbox could not take).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,12 @@ if TYPE_CHECKING:
 
 def is_number(value: object) -> TypeGuard[int | float]:
     """A real, finite JSON number (not a bool, not NaN/Infinity, which Python's json accepts)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
         and value not in (float("inf"), float("-inf"))
+    )
 
 
 def as_text(value: object) -> str:
@@ -41,6 +46,7 @@ def path_param(p: dict[str, Any], key: str = "path") -> str:
 def b64_param(p: Mapping[str, Any], key: str, bad_code: int = -32000) -> bytes:
     """The bytes of a base64 string parameter; ``bad_code`` when it is a string but not base64."""
     import binascii
+
     raw = p.get(key, "")
     if not isinstance(raw, str):
         raise EppError(-32602, f"Invalid params: {key} must be a base64 string.")
@@ -50,6 +56,7 @@ def b64_param(p: Mapping[str, Any], key: str, bad_code: int = -32000) -> bytes:
             # (8 MB for a full files.write)
             return binascii.a2b_base64(raw, strict_mode=True)
         import base64  # Python 3.10 only
+
         return base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         raise EppError(bad_code, f"{key} is not valid base64.") from None

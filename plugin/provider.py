@@ -10,17 +10,18 @@ A method's module is imported on its first call: the host starts a new plugin pr
 calls, and initialize needs none of them. Standard library only, Python >= 3.10. Only protocol
 lines go to stdout. State that must outlive this process lives in ABX_PROVIDER_DATA_DIR only.
 """
+
 from __future__ import annotations
 
 import sys
 
-if sys.pycache_prefix is None:          # launch.py caches bytecode in the data dir; never in the
-    sys.dont_write_bytecode = True      # hashed plugin root
+if sys.pycache_prefix is None:  # launch.py caches bytecode in the data dir; never in the
+    sys.dont_write_bytecode = True  # hashed plugin root
 
 import epp
 from context import Context
 
-TYPE_CHECKING = False                   # (typing is not imported at start-up: it costs milliseconds)
+TYPE_CHECKING = False  # (typing is not imported at start-up: it costs milliseconds)
 if TYPE_CHECKING:
     from typing import Any, Callable
 
@@ -34,13 +35,34 @@ PLUGIN_NAME = "opensandbox"
 PLUGIN_VERSION = "0.1.0"
 OPERATION_CONTRACT_VERSION = 1
 FEATURES = [
-    "sandbox.lifecycle", "sandbox.timeout", "sandbox.pause", "exec.run", "exec.stream",
-    "process.manage", "pty", "files.rw", "ports.url", "sessions",
+    "sandbox.lifecycle",
+    "sandbox.timeout",
+    "sandbox.pause",
+    "exec.run",
+    "exec.stream",
+    "process.manage",
+    "pty",
+    "files.rw",
+    "ports.url",
+    "sessions",
 ]
 _OPS = [
-    "sandbox.create", "sandbox.get", "sandbox.list", "sandbox.delete", "sandbox.timeout",
-    "sandbox.pause", "sandbox.resume", "exec.run", "exec.stream", "files.read", "files.write",
-    "files.list", "files.stat", "files.remove", "files.move", "ports.resolve",
+    "sandbox.create",
+    "sandbox.get",
+    "sandbox.list",
+    "sandbox.delete",
+    "sandbox.timeout",
+    "sandbox.pause",
+    "sandbox.resume",
+    "exec.run",
+    "exec.stream",
+    "files.read",
+    "files.write",
+    "files.list",
+    "files.stat",
+    "files.remove",
+    "files.move",
+    "ports.resolve",
 ]
 OPERATIONS = {"cli": list(_OPS), "python": list(_OPS)}
 WORKFLOW_INPUTS = ["image"]
@@ -69,17 +91,34 @@ def m_initialize(ctx: Context, p: dict[str, Any]) -> dict[str, Any]:
 # serves pty.*); the function is m_<method> with "." as "_".
 
 METHODS = {
-    "sandbox.create": "sandbox", "sandbox.get": "sandbox", "sandbox.connect": "sandbox",
-    "sandbox.list": "sandbox", "sandbox.kill": "sandbox", "sandbox.set_timeout": "sandbox",
-    "sandbox.pause": "sandbox", "sandbox.resume": "sandbox",
-    "exec.run": "exec", "exec.start": "exec",
-    "process.list": "process", "process.signal": "process", "process.kill": "process",
+    "sandbox.create": "sandbox",
+    "sandbox.get": "sandbox",
+    "sandbox.connect": "sandbox",
+    "sandbox.list": "sandbox",
+    "sandbox.kill": "sandbox",
+    "sandbox.set_timeout": "sandbox",
+    "sandbox.pause": "sandbox",
+    "sandbox.resume": "sandbox",
+    "exec.run": "exec",
+    "exec.start": "exec",
+    "process.list": "process",
+    "process.signal": "process",
+    "process.kill": "process",
     "process.stdin": "process",
-    "files.read": "files", "files.write": "files", "files.list": "files", "files.stat": "files",
-    "files.mkdir": "files", "files.remove": "files", "files.move": "files", "files.search": "files",
+    "files.read": "files",
+    "files.write": "files",
+    "files.list": "files",
+    "files.stat": "files",
+    "files.mkdir": "files",
+    "files.remove": "files",
+    "files.move": "files",
+    "files.search": "files",
     "files.chmod": "files",
     "ports.url": "ports",
-    "pty.open": "pty", "pty.write": "pty", "pty.resize": "pty", "pty.close": "pty",
+    "pty.open": "pty",
+    "pty.write": "pty",
+    "pty.resize": "pty",
+    "pty.close": "pty",
 }
 
 
@@ -88,7 +127,7 @@ def method(name: str) -> Callable[[Context, Request, dict[str, Any]], Any] | Non
     module = METHODS.get(name)
     if module is None:
         return None
-    served = __import__("methods." + module, None, None, ("m_",))     # the submodule, not the package
+    served = __import__("methods." + module, None, None, ("m_",))  # the submodule, not the package
     fn: Callable[[Context, Request, dict[str, Any]], Any] = getattr(served, "m_" + name.replace(".", "_"))
     return fn
 
@@ -101,16 +140,22 @@ def new_context(rfile: Any, wfile: Any) -> Context:
         fn = method(name)
         return None if fn is None else lambda req, p: fn(ctx, req, p)
 
-    server = epp.Server(rfile, wfile, initialize=lambda p: m_initialize(ctx, p), find=find,
-                        map_error=lambda exc, name: ctx.map_error(exc, name), on_exit=lambda d: ctx.close(d),
-                        name=PLUGIN_NAME)
+    server = epp.Server(
+        rfile,
+        wfile,
+        initialize=lambda p: m_initialize(ctx, p),
+        find=find,
+        map_error=lambda exc, name: ctx.map_error(exc, name),
+        on_exit=lambda d: ctx.close(d),
+        name=PLUGIN_NAME,
+    )
     ctx = Context(server)
     return ctx
 
 
 def main() -> int:
     out = sys.stdout.buffer
-    sys.stdout = sys.stderr             # a stray print() can never corrupt the protocol stream
+    sys.stdout = sys.stderr  # a stray print() can never corrupt the protocol stream
     # 1 MiB of read buffer: a multi-MB files.write line then arrives in pipe-sized reads instead of
     # 8 KiB ones (8 MiB over a pipe: 13 ms -> 6 ms on the bench machine)
     stdin = open(sys.stdin.fileno(), "rb", buffering=1 << 20, closefd=False)

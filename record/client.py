@@ -3,6 +3,7 @@
 (``{request: {method, path, headers, body}, response: {status, headers, body}}``), unless it is a
 setup/teardown request made with ``record=False``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -69,11 +70,15 @@ class RecorderError(RuntimeError):
 
 
 FIX_SERVER = "is the server up? ./local-up.sh status; check --base-url (OPENSANDBOX_BASE_URL)"
-FIX_KEY = "pass the server's API key: --api-key or OPENSANDBOX_API_KEY (eval \"$(./local-up.sh env)\")"
-FIX_IMAGE = ("use images the server has: --image / --busybox-image, or OPENSANDBOX_IMAGE / OPENSANDBOX_BUSYBOX_IMAGE "
-             "(no registry: OSB_LOCAL_IMAGES=1 ./local-up.sh up builds local/python:3-slim and local/busybox:latest)")
-FIX_EXECD = ("execd never answered /ping: check the server's execd_image (OSB_EXECD_IMAGE) and the sandbox's "
-             "container log (docker logs), or raise --ready-timeout")
+FIX_KEY = 'pass the server\'s API key: --api-key or OPENSANDBOX_API_KEY (eval "$(./local-up.sh env)")'
+FIX_IMAGE = (
+    "use images the server has: --image / --busybox-image, or OPENSANDBOX_IMAGE / OPENSANDBOX_BUSYBOX_IMAGE "
+    "(no registry: OSB_LOCAL_IMAGES=1 ./local-up.sh up builds local/python:3-slim and local/busybox:latest)"
+)
+FIX_EXECD = (
+    "execd never answered /ping: check the server's execd_image (OSB_EXECD_IMAGE) and the sandbox's "
+    "container log (docker logs), or raise --ready-timeout"
+)
 
 
 def _error_message(r: "Response") -> str:
@@ -105,8 +110,15 @@ def created_id(r: "Response", what: str = "POST /v1/sandboxes") -> str:
 class Session:
     """Talks to one OpenSandbox deployment: lifecycle at ``base_url``, execd at resolved endpoints."""
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 60.0,
-                 transport: httpx.BaseTransport | None = None, ready_timeout: float = 60.0):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+        ready_timeout: float = 60.0,
+    ):
         base = base_url.rstrip("/")
         if base.endswith("/v1"):
             base = base[:-3]
@@ -122,9 +134,13 @@ class Session:
         self._pending_wait: float | None = None
         # One connection per request, like the client that made the live recordings (http.client); a
         # recording is about HTTP semantics, not connection reuse.
-        self.client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False,
-                                   headers={"Accept-Encoding": "identity"},
-                                   limits=httpx.Limits(max_keepalive_connections=0))
+        self.client = httpx.Client(
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+            headers={"Accept-Encoding": "identity"},
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -145,9 +161,17 @@ class Session:
         time.sleep(seconds)
         self._pending_wait = round((self._pending_wait or 0) + seconds, 3)
 
-    def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
-                json: Any = None, json_compact: bool = False, content: bytes | str | Iterable[bytes] | None = None,
-                record: bool = True) -> Response:
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        json: Any = None,
+        json_compact: bool = False,
+        content: bytes | str | Iterable[bytes] | None = None,
+        record: bool = True,
+    ) -> Response:
         hdrs = dict(headers or {})
         body: bytes | Iterable[bytes] | None
         if json is not None:
@@ -174,8 +198,9 @@ class Session:
             finally:
                 resp.close()
         except httpx.HTTPError as exc:
-            raise RecorderError(f"{method} {req.url.copy_with(query=None)}: {type(exc).__name__}: {exc}",
-                                FIX_SERVER) from None
+            raise RecorderError(
+                f"{method} {req.url.copy_with(query=None)}: {type(exc).__name__}: {exc}", FIX_SERVER
+            ) from None
         if record:
             rec_req: dict[str, Any] = {
                 "method": method,
@@ -186,9 +211,10 @@ class Session:
             if sent_body is not None:
                 rec_req.pop("body")
                 rec_req.update(_text_or_b64(sent_body))
-            rec_resp: dict[str, Any] = {"status": resp.status_code,
-                                        "headers": {k.decode("latin-1"): v.decode("latin-1")
-                                                    for k, v in resp.headers.raw}}
+            rec_resp: dict[str, Any] = {
+                "status": resp.status_code,
+                "headers": {k.decode("latin-1"): v.decode("latin-1") for k, v in resp.headers.raw},
+            }
             rec_resp.update(_text_or_b64(data))
             ex: dict[str, Any] = {"request": rec_req, "response": rec_resp}
             if self._pending_wait:
@@ -198,8 +224,9 @@ class Session:
         return Response(resp.status_code, resp.headers, data)
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def lc(self, method: str, path: str, *, auth: bool | str = True, headers: dict[str, str] | None = None,
-           **kw: Any) -> Response:
+    def lc(
+        self, method: str, path: str, *, auth: bool | str = True, headers: dict[str, str] | None = None, **kw: Any
+    ) -> Response:
         """A lifecycle request. ``auth``: True = the API key, False = none, a string = that key."""
         hdrs: dict[str, str] = {}
         if auth is True:
@@ -239,8 +266,9 @@ class Session:
             except RecorderError as exc:
                 last = str(exc).split(": ", 1)[-1]  # drop the "GET url" part: it is in the message below
             if time.monotonic() > deadline:
-                raise RecorderError(f"GET {execd.origin}{execd.prefix}/ping: no 200 within {budget:g} s "
-                                    f"(last: {last})", FIX_EXECD)
+                raise RecorderError(
+                    f"GET {execd.origin}{execd.prefix}/ping: no 200 within {budget:g} s (last: {last})", FIX_EXECD
+                )
             time.sleep(0.2)
 
 
@@ -252,9 +280,11 @@ def execd_from(session: Session, r: Response) -> "Execd":
     except (ValueError, KeyError):
         endpoint = None
     if not isinstance(endpoint, str) or not endpoint:
-        raise RecorderError(f"GET /v1/sandboxes/<id>/endpoints/{EXECD_PORT} answered HTTP {r.status}: "
-                            f"{_error_message(r)}", "the sandbox is not Running (see its status), or the server is "
-                            "not configured for direct endpoints ([ingress] mode = \"direct\")")
+        raise RecorderError(
+            f"GET /v1/sandboxes/<id>/endpoints/{EXECD_PORT} answered HTTP {r.status}: {_error_message(r)}",
+            "the sandbox is not Running (see its status), or the server is "
+            'not configured for direct endpoints ([ingress] mode = "direct")',
+        )
     return Execd(session, endpoint, (data or {}).get("headers") or {})
 
 
@@ -270,12 +300,12 @@ class Execd:
         self.prefix = parts.path.rstrip("/")
         self.headers = dict(headers)
 
-    def request(self, method: str, path: str, *, prefix: bool = True, headers: dict[str, str] | None = None,
-                **kw: Any) -> Response:
+    def request(
+        self, method: str, path: str, *, prefix: bool = True, headers: dict[str, str] | None = None, **kw: Any
+    ) -> Response:
         hdrs = dict(self.headers)
         hdrs.update(headers or {})
-        return self.session.request(method, self.origin + (self.prefix if prefix else "") + path,
-                                    headers=hdrs, **kw)
+        return self.session.request(method, self.origin + (self.prefix if prefix else "") + path, headers=hdrs, **kw)
 
     def get(self, path: str, **kw: Any) -> Response:
         return self.request("GET", path, **kw)

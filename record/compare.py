@@ -18,6 +18,7 @@ Used by the replay (recorded fixture vs what the mock answers) and by ``python -
 Things that depend on timing or on the host are not compared: timestamps (format only), durations,
 ping count/position, the relative order of stdout vs stderr events, sizes of directories.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,11 +41,34 @@ FORMATS = {
     "epoch_ms": r"\d{12,14}",
 }
 # Values compared exactly wherever they occur in a JSON body (everything else: key sets and types).
-SEMANTIC_KEYS = frozenset({
-    "code", "message", "state", "reason", "status", "version", "type", "ename", "evalue", "traceback",
-    "exit_code", "running", "error", "content", "path", "mode", "entrypoint", "metadata",
-    "page", "pageSize", "totalItems", "totalPages", "hasNextPage", "text",
-})
+SEMANTIC_KEYS = frozenset(
+    {
+        "code",
+        "message",
+        "state",
+        "reason",
+        "status",
+        "version",
+        "type",
+        "ename",
+        "evalue",
+        "traceback",
+        "exit_code",
+        "running",
+        "error",
+        "content",
+        "path",
+        "mode",
+        "entrypoint",
+        "metadata",
+        "page",
+        "pageSize",
+        "totalItems",
+        "totalPages",
+        "hasNextPage",
+        "text",
+    }
+)
 # Keys whose presence depends on timing: Go's omitempty drops execution_time when it is 0 ms
 # (recording 10: a background command's execution_complete has it once and lacks it once).
 OPTIONAL_EVENT_KEYS = frozenset({"execution_time"})
@@ -67,7 +91,7 @@ class Bindings(dict):
     def _regex(self, template: str) -> tuple[str, list[tuple[str, str]]]:
         out, pos, groups, seen = [], 0, [], {}
         for m in PH_RE.finditer(template):
-            out.append(re.escape(template[pos:m.start()]))
+            out.append(re.escape(template[pos : m.start()]))
             pos = m.end()
             ph, kind = m.group(0), m.group(1)
             fmt = FORMATS.get(kind, r".+?")
@@ -173,8 +197,11 @@ def jtype(v: Any) -> str:
 
 def parse_json_template(text: str) -> Any:
     """Parse a templated JSON body: bare numeric placeholders become sample numbers."""
-    return json.loads(PH_RE.sub(lambda m: sample_value(m.group(0), m.group(1), m.group(2))
-                                if m.group(1) == "epoch_ms" else m.group(0), text))
+    return json.loads(
+        PH_RE.sub(
+            lambda m: sample_value(m.group(0), m.group(1), m.group(2)) if m.group(1) == "epoch_ms" else m.group(0), text
+        )
+    )
 
 
 def split_sse(body: str) -> tuple[list[str], str | None]:
@@ -229,13 +256,25 @@ class Comparer:
     def __init__(self, bindings: Bindings | None = None):
         self.bindings = bindings if bindings is not None else Bindings()
 
-    def compare(self, index: int, expected: dict[str, Any], status: int,
-                headers: dict[str, str] | list[tuple[str, str]], body: bytes) -> list[Check]:
+    def compare(
+        self,
+        index: int,
+        expected: dict[str, Any],
+        status: int,
+        headers: dict[str, str] | list[tuple[str, str]],
+        body: bytes,
+    ) -> list[Check]:
         checks: list[Check] = []
 
         def add(aspect: str, problems: list[str]) -> None:
-            checks.append(Check(index, aspect, not problems, "; ".join(problems[:6]) +
-                                (f" (+{len(problems) - 6} more)" if len(problems) > 6 else "")))
+            checks.append(
+                Check(
+                    index,
+                    aspect,
+                    not problems,
+                    "; ".join(problems[:6]) + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""),
+                )
+            )
 
         exp_h = expected.get("headers") or {}
         add("status", [] if expected["status"] == status else [f"expected {expected['status']}, got {status}"])
@@ -253,6 +292,7 @@ class Comparer:
         exp_body = expected.get("body")
         if exp_body is None and expected.get("body_b64") is not None:
             import base64
+
             ok = base64.b64decode(expected["body_b64"]) == body
             add("body", [] if ok else ["binary body differs"])
             return checks
@@ -282,8 +322,7 @@ class Comparer:
         add("body", [] if why is None else [why[:300]])
         return checks
 
-    def _json_diff(self, exp: Any, act: Any, path: str, exact: bool, shape: list[str],
-                   values: list[str]) -> None:
+    def _json_diff(self, exp: Any, act: Any, path: str, exact: bool, shape: list[str], values: list[str]) -> None:
         """Key sets and types everywhere; values inside a SEMANTIC_KEYS subtree; templates always."""
         te, ta = jtype(exp), jtype(act)
         if te != ta:
@@ -337,7 +376,9 @@ class Comparer:
         for a in av:
             t = str(a.get("type"))
             if t in shapes and _keyshape(a) not in shapes[t]:
-                probs.append(f"{t} event keys/types {dict(_keyshape(a))} not as recorded {[dict(s) for s in shapes[t]]}")
+                probs.append(
+                    f"{t} event keys/types {dict(_keyshape(a))} not as recorded {[dict(s) for s in shapes[t]]}"
+                )
                 shapes[t].add(_keyshape(a))  # report each shape once
             for k in OPTIONAL_EVENT_KEYS:
                 if k in a and jtype(a[k]) != "integer":
@@ -348,7 +389,9 @@ class Comparer:
             et = [e.get("text") for e in ev if e.get("type") == stream]
             at = [a.get("text") for a in av if a.get("type") == stream]
             if et != at:
-                out.append(f"{stream} {et[:8]!r}{'...' if len(et) > 8 else ''} != {at[:8]!r}{'...' if len(at) > 8 else ''}")
+                out.append(
+                    f"{stream} {et[:8]!r}{'...' if len(et) > 8 else ''} != {at[:8]!r}{'...' if len(at) > 8 else ''}"
+                )
         add("sse-output", out)
         vals: list[str] = []
         ei = [e for e in ev if e.get("type") == "init"]

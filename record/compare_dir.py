@@ -16,6 +16,7 @@ Every difference is printed. A difference is *explained* when a ``replay`` entry
 ``--no-default-allow``; format in that file) matches it. Exit status: 0 = no unexplained difference,
 1 = some, 2 = usage error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,22 +36,37 @@ UUID_RE = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m record compare",
-                                description="Replay recordings (fixtures/ format, e.g. from the fault proxy's "
-                                            "--record) against the mock and report every difference.")
+    p = argparse.ArgumentParser(
+        prog="python -m record compare",
+        description="Replay recordings (fixtures/ format, e.g. from the fault proxy's "
+        "--record) against the mock and report every difference.",
+    )
     p.add_argument("dir", help="directory of recordings (*.json)")
     p.add_argument("--scenario", action="append", help="only this recording (name; repeatable)")
     p.add_argument("--allow", action="append", default=[], help="an ALLOWED_DIFFERENCES file (repeatable)")
     p.add_argument("--no-default-allow", action="store_true", help="do not use tiers/t2/ALLOWED_DIFFERENCES")
-    p.add_argument("--execd-mode", choices=("v1.1.0", "latest"), default="v1.1.0",
-                   help="the mock's execd behaviour (default v1.1.0, as recorded from execd v1.0.19)")
-    p.add_argument("--gateway", action="store_true",
-                   help="the recorded deployment routes execd by header (endpoint headers): so does the mock")
-    p.add_argument("--execd-token", default=None,
-                   help="the recorded deployment's execd needs an access token: the mock uses this one and the "
-                        "replay sends it where the recording says <execd-token>")
-    p.add_argument("--write-templated", action="store_true",
-                   help="also rewrite each recording in place with placeholders (then it can go to fixtures/)")
+    p.add_argument(
+        "--execd-mode",
+        choices=("v1.1.0", "latest"),
+        default="v1.1.0",
+        help="the mock's execd behaviour (default v1.1.0, as recorded from execd v1.0.19)",
+    )
+    p.add_argument(
+        "--gateway",
+        action="store_true",
+        help="the recorded deployment routes execd by header (endpoint headers): so does the mock",
+    )
+    p.add_argument(
+        "--execd-token",
+        default=None,
+        help="the recorded deployment's execd needs an access token: the mock uses this one and the "
+        "replay sends it where the recording says <execd-token>",
+    )
+    p.add_argument(
+        "--write-templated",
+        action="store_true",
+        help="also rewrite each recording in place with placeholders (then it can go to fixtures/)",
+    )
     return p
 
 
@@ -77,9 +93,18 @@ def load_allow(paths: list[str]) -> list[Any]:
     return entries
 
 
-def compare_dir(directory: str, *, scenarios: list[str] | None = None, allow_files: list[str] | None = None,
-                default_allow: bool = True, execd_mode: str = "v1.1.0", write_templated: bool = False,
-                gateway: bool = False, execd_token: str | None = None, out: TextIO = sys.stdout) -> tuple[int, int, list[ScenarioResult]]:
+def compare_dir(
+    directory: str,
+    *,
+    scenarios: list[str] | None = None,
+    allow_files: list[str] | None = None,
+    default_allow: bool = True,
+    execd_mode: str = "v1.1.0",
+    write_templated: bool = False,
+    gateway: bool = False,
+    execd_token: str | None = None,
+    out: TextIO = sys.stdout,
+) -> tuple[int, int, list[ScenarioResult]]:
     """Returns (unexplained, explained, results) and prints the report."""
     from mock_opensandbox.server import MockOpenSandbox
 
@@ -107,8 +132,9 @@ def compare_dir(directory: str, *, scenarios: list[str] | None = None, allow_fil
         if not fx["replay"].get("replayable", True):
             results.append(ScenarioResult(name, [], len(fx["exchanges"]), fx["replay"].get("reason", "")))
             continue
-        with MockOpenSandbox(execd_mode=execd_mode, execd_close_delay=0.0, gateway=gateway,
-                             execd_token=execd_token) as mock:
+        with MockOpenSandbox(
+            execd_mode=execd_mode, execd_close_delay=0.0, gateway=gateway, execd_token=execd_token
+        ) as mock:
             res = replay_fixture(fx, mock.base_url, mock.api_key or "", execd_token=execd_token)
         results.append(res)
         for c in res.differences():
@@ -123,15 +149,24 @@ def compare_dir(directory: str, *, scenarios: list[str] | None = None, allow_fil
                 explained += 1
                 print(f"explained {name} #{c.index} {where}: {text}\n          -> {entry.reason}", file=out)
     print("\n".join(format_table(results)), file=out)
-    print(f"compare: {len(results)} recording(s), {sum(r.exchanges for r in results)} exchange(s), "
-          f"{unexplained} unexplained difference(s), {explained} explained", file=out)
+    print(
+        f"compare: {len(results)} recording(s), {sum(r.exchanges for r in results)} exchange(s), "
+        f"{unexplained} unexplained difference(s), {explained} explained",
+        file=out,
+    )
     return unexplained, explained, results
 
 
 def main(argv: list[str]) -> int:
     a = build_parser().parse_args(argv)
-    unexplained, _, _ = compare_dir(a.dir, scenarios=a.scenario, allow_files=a.allow,
-                                    default_allow=not a.no_default_allow, execd_mode=a.execd_mode,
-                                    write_templated=a.write_templated, gateway=a.gateway,
-                                    execd_token=a.execd_token)
+    unexplained, _, _ = compare_dir(
+        a.dir,
+        scenarios=a.scenario,
+        allow_files=a.allow,
+        default_allow=not a.no_default_allow,
+        execd_mode=a.execd_mode,
+        write_templated=a.write_templated,
+        gateway=a.gateway,
+        execd_token=a.execd_token,
+    )
     return 1 if unexplained else 0

@@ -6,6 +6,7 @@ Reads every ``*.json`` exchange list in ``--from`` and the ``VERSIONS.md`` next 
 metadata header), scrubs each with ``record.scrub`` and writes ``<out>/<scenario>.json``.
 Deterministic: the same input gives byte-identical output.
 """
+
 from __future__ import annotations
 
 import json

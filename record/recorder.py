@@ -6,6 +6,7 @@ Modes (like VCR's record modes):
   --check  record into a temporary directory and report drift against the fixtures in --out
            (status, content types, key sets/types, SSE framing and event types...); exit 1 on drift
 """
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,9 @@ def execd_version(session: Session, image: str) -> tuple[str, str]:
         session.delete_sandbox(sid)
 
 
-def record_one(session: Session, sc: Scenario, *, image: str, busybox_image: str, missing_image: str,
-               meta: dict[str, Any]) -> dict[str, Any]:
+def record_one(
+    session: Session, sc: Scenario, *, image: str, busybox_image: str, missing_image: str, meta: dict[str, Any]
+) -> dict[str, Any]:
     session.start_scenario()
     ctx = Ctx(image=image, busybox_image=busybox_image, missing_image=missing_image)
     secrets = [session.api_key]
@@ -105,19 +107,31 @@ def record_one(session: Session, sc: Scenario, *, image: str, busybox_image: str
     return fx
 
 
-def record_or_fail(session: Session, sc: Scenario, *, image: str, busybox_image: str, missing_image: str,
-                   meta: dict[str, Any], err: TextIO) -> dict[str, Any] | None:
+def record_or_fail(
+    session: Session,
+    sc: Scenario,
+    *,
+    image: str,
+    busybox_image: str,
+    missing_image: str,
+    meta: dict[str, Any],
+    err: TextIO,
+) -> dict[str, Any] | None:
     """record_one, or None after printing one line: the scenario, the request, what happened and the fix."""
     try:
-        return record_one(session, sc, image=image, busybox_image=busybox_image, missing_image=missing_image,
-                          meta=meta)
+        return record_one(session, sc, image=image, busybox_image=busybox_image, missing_image=missing_image, meta=meta)
     except RecorderError as exc:
         fix = exc.fix
         text = str(exc)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, AssertionError) as exc:
         # a response without the field the scenario needs next: name the request that gave it
-        fix = "the server answered something the scenario did not expect; rerun with --scenario " + \
-              sc.name.split("_", 1)[0] + " and compare with fixtures/" + sc.name + ".json"
+        fix = (
+            "the server answered something the scenario did not expect; rerun with --scenario "
+            + sc.name.split("_", 1)[0]
+            + " and compare with fixtures/"
+            + sc.name
+            + ".json"
+        )
         text = f"{session.last_request or 'before any request'}: unexpected answer ({type(exc).__name__}: {exc})"
     line = f"error: {sc.name}: {text}"
     if fix:
@@ -156,14 +170,17 @@ def drift(old: dict[str, Any], new: dict[str, Any], noise: tuple[tuple[str, str]
     cmp = Comparer(bindings)
     for i, (o, n) in enumerate(zip(oe, ne, strict=False)):
         if (o["request"]["method"], o["request"]["path"]) != (n["request"]["method"], n["request"]["path"]):
-            out.append(f"#{i} request: {o['request']['method']} {o['request']['path']} -> "
-                       f"{n['request']['method']} {n['request']['path']}")
+            out.append(
+                f"#{i} request: {o['request']['method']} {o['request']['path']} -> "
+                f"{n['request']['method']} {n['request']['path']}"
+            )
             continue
         resp = n["response"]
         body = materialize(resp.get("body"), bindings) or ""
         headers = [(k, materialize(v, bindings) or "") for k, v in (resp.get("headers") or {}).items()]
         if resp.get("body_b64") is not None:
             import base64
+
             data = base64.b64decode(resp["body_b64"])
         else:
             data = body.encode("utf-8")
@@ -183,8 +200,9 @@ def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     if not args.base_url:
         raise RecorderError("--base-url is required (or OPENSANDBOX_BASE_URL)")
     err = sys.stderr if err is None else err
-    session = Session(args.base_url, api_key, timeout=args.timeout,
-                      ready_timeout=getattr(args, "ready_timeout", None) or 60.0)
+    session = Session(
+        args.base_url, api_key, timeout=args.timeout, ready_timeout=getattr(args, "ready_timeout", None) or 60.0
+    )
     try:
         check_reachable(session)
         version, commit = args.execd_version, args.execd_commit
@@ -211,8 +229,15 @@ def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
             if args.mode == "new" and os.path.exists(dest):
                 print(f"{sc.name}: fixture exists, kept (--mode new)", file=out)
                 continue
-            fx = record_or_fail(session, sc, image=args.image, busybox_image=args.busybox_image,
-                                missing_image=args.missing_image, meta=meta, err=err)
+            fx = record_or_fail(
+                session,
+                sc,
+                image=args.image,
+                busybox_image=args.busybox_image,
+                missing_image=args.missing_image,
+                meta=meta,
+                err=err,
+            )
             if fx is None:
                 failed += 1
                 print(f"{sc.name}: FAILED, fixture kept as it was", file=out)
@@ -226,8 +251,9 @@ def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
         session.close()
 
 
-def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[str, Any], out: TextIO,
-           err: TextIO) -> int:
+def _check(
+    session: Session, scenarios: list[Scenario], args: Any, meta: dict[str, Any], out: TextIO, err: TextIO
+) -> int:
     tmp = tempfile.mkdtemp(prefix="record-check-")
     drifted = failed = 0
     print(f"drift check: server {meta['server_version']} at {meta['where']} vs the fixtures in {args.out}", file=out)
@@ -239,10 +265,19 @@ def _check(session: Session, scenarios: list[Scenario], args: Any, meta: dict[st
                 continue
             old = fixture.load(path)
             if old["recorded"].get("server_version") != meta["server_version"]:
-                print(f"{sc.name}: note: fixture recorded against server {old['recorded'].get('server_version')}",
-                      file=out)
-            new = record_or_fail(session, sc, image=args.image, busybox_image=args.busybox_image,
-                                 missing_image=args.missing_image, meta=meta, err=err)
+                print(
+                    f"{sc.name}: note: fixture recorded against server {old['recorded'].get('server_version')}",
+                    file=out,
+                )
+            new = record_or_fail(
+                session,
+                sc,
+                image=args.image,
+                busybox_image=args.busybox_image,
+                missing_image=args.missing_image,
+                meta=meta,
+                err=err,
+            )
             if new is None:
                 failed += 1
                 print(f"{sc.name}: FAILED (not compared)", file=out)

@@ -6,6 +6,7 @@ execd port the scenario uses without creating/resolving it (recordings 06-14 use
 05) is provided by an unrecorded setup step: create a sandbox with the recorded default body and
 resolve its execd endpoint. Each answer is compared with ``record.compare``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,9 +23,13 @@ from record.compare import PH_RE, Bindings, Check, Comparer, sample_value, score
 from record.scrub import header, is_lifecycle_path
 
 # The body the live recording 05 created its sandbox with (the sandbox 06-14 then used).
-SETUP_CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"],
-                "timeout": 1800, "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
-                "metadata": {"purpose": "live-recording"}}
+SETUP_CREATE = {
+    "image": {"uri": "local/python:3-slim"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "timeout": 1800,
+    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+    "metadata": {"purpose": "live-recording"},
+}
 DROP_REQUEST_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 MAX_WAIT = 5.0
 
@@ -88,8 +93,16 @@ def _setup_body(fx: dict[str, Any]) -> dict[str, Any]:
 
 
 class Replayer:
-    def __init__(self, base_url: str, api_key: str, *, execd_token: str | None = None,
-                 client: httpx.Client | None = None, max_wait: float = MAX_WAIT, timeout: float = 30.0):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        execd_token: str | None = None,
+        client: httpx.Client | None = None,
+        max_wait: float = MAX_WAIT,
+        timeout: float = 30.0,
+    ):
         base = base_url.rstrip("/")
         if base.endswith("/v1"):
             base = base[:-3]
@@ -103,8 +116,9 @@ class Replayer:
         self.max_wait = max_wait
         self._own_client = client is None
         # one connection per request, like the recording client (see record.client.Session)
-        self.client = client or httpx.Client(timeout=timeout, headers={"Accept-Encoding": "identity"},
-                                             limits=httpx.Limits(max_keepalive_connections=0))
+        self.client = client or httpx.Client(
+            timeout=timeout, headers={"Accept-Encoding": "identity"}, limits=httpx.Limits(max_keepalive_connections=0)
+        )
 
     def close(self) -> None:
         if self._own_client:
@@ -171,8 +185,12 @@ class Replayer:
 
     # -- the replay --------------------------------------------------------------------------------
     def replay(self, fx: dict[str, Any]) -> ScenarioResult:
-        st = _State(Bindings({"{{lifecycle_port}}": self.lifecycle_port}), _port_owners(fx), _setup_body(fx),
-                    self.lifecycle_host)
+        st = _State(
+            Bindings({"{{lifecycle_port}}": self.lifecycle_port}),
+            _port_owners(fx),
+            _setup_body(fx),
+            self.lifecycle_host,
+        )
         comparer = Comparer(st.bindings)
         checks: list[Check] = []
         try:
@@ -193,10 +211,14 @@ class Replayer:
         req = ex["request"]
         problems: list[str] = []
         path = self._fill(req["path"], st, problems) or "/"
-        headers = {k: self._fill(v, st, problems) or "" for k, v in (req.get("headers") or {}).items()
-                   if k.lower() not in DROP_REQUEST_HEADERS}
+        headers = {
+            k: self._fill(v, st, problems) or ""
+            for k, v in (req.get("headers") or {}).items()
+            if k.lower() not in DROP_REQUEST_HEADERS
+        }
         if req.get("body_b64") is not None:
             import base64
+
             content: bytes | None = base64.b64decode(req["body_b64"])
         else:
             body = self._fill(req.get("body"), st, problems)
@@ -207,8 +229,11 @@ class Replayer:
         else:
             port = host_header.rpartition(":")[2] if ":" in host_header else ""
             if not port.isdigit():
-                port = self._setup_execd_port("{{execd_port}}", st) if "{{execd_port}}" not in st.bindings \
+                port = (
+                    self._setup_execd_port("{{execd_port}}", st)
+                    if "{{execd_port}}" not in st.bindings
                     else st.bindings["{{execd_port}}"]
+                )
             url = f"{self.scheme}://{st.execd_host}:{port}{path}"
         if problems:
             return [Check(i, "request", False, "; ".join(problems))]
@@ -248,8 +273,10 @@ def format_table(results: list[ScenarioResult]) -> list[str]:
             continue
         tp += r.passed
         tt += r.total
-        lines.append(f"  {r.scenario:<42} {r.percent:6.1f}%  ({r.passed}/{r.total} checks, "
-                     f"{r.exchanges_matched()}/{r.exchanges} exchanges exact)")
+        lines.append(
+            f"  {r.scenario:<42} {r.percent:6.1f}%  ({r.passed}/{r.total} checks, "
+            f"{r.exchanges_matched()}/{r.exchanges} exchanges exact)"
+        )
     pct = 100.0 * tp / tt if tt else 100.0
     lines.append(f"  {'TOTAL':<42} {pct:6.1f}%  ({tp}/{tt} checks)")
     return lines

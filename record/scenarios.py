@@ -8,6 +8,7 @@ A scenario with ``needs_sandbox`` gets a sandbox and its execd endpoint from an 
 step (the live recordings 06-14 likewise used the sandbox created in 05), and an unrecorded teardown
 deletes every sandbox the scenario created. The replay (``record.replay``) rebuilds the same setup.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,9 +35,13 @@ class Ctx:
     secrets: list[str] = dataclasses.field(default_factory=list)  # learnt by a scenario (an egress token)
 
     def default_create(self, **extra: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {"image": {"uri": self.image}, "entrypoint": ["tail", "-f", "/dev/null"],
-                                "timeout": 1800, "resourceLimits": dict(RESOURCES),
-                                "metadata": {"purpose": "live-recording"}}
+        body: dict[str, Any] = {
+            "image": {"uri": self.image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 1800,
+            "resourceLimits": dict(RESOURCES),
+            "metadata": {"purpose": "live-recording"},
+        }
         body.update(extra)
         return body
 
@@ -144,8 +149,12 @@ def s08(s: Session, ctx: Ctx) -> None:
     ex = ctx.execd
     assert ex is not None
     ex.command({"command": EXIT3}, prefix=False)
-    s.lc("POST", f"/v1/sandboxes/{ctx.sandbox_id}/proxy/44772/command", json={"command": EXIT3},
-         headers={"Accept": "text/event-stream", "Cache-Control": "no-cache"})
+    s.lc(
+        "POST",
+        f"/v1/sandboxes/{ctx.sandbox_id}/proxy/44772/command",
+        json={"command": EXIT3},
+        headers={"Accept": "text/event-stream", "Cache-Control": "no-cache"},
+    )
     ex.command({"command": "true"})
     ex.command({"command": "exit 0"})
 
@@ -158,8 +167,9 @@ def s09(s: Session, ctx: Ctx) -> None:
 def s10(s: Session, ctx: Ctx) -> None:
     ex = ctx.execd
     assert ex is not None
-    r = ex.command({"command": "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo bg-err >&2; exit 5",
-                    "background": True})
+    r = ex.command(
+        {"command": "for i in 1 2 3; do echo line$i; sleep 0.3; done; echo bg-err >&2; exit 5", "background": True}
+    )
     cid = r.sse_events()[0]["text"]
     s.sleep(1.5)
     ex.get(f"/command/status/{cid}")
@@ -190,8 +200,12 @@ def s11(s: Session, ctx: Ctx) -> None:
     ex.command({"command": ["echo", "hi"]})
     ex.command({"command": "echo argv-field-ignored?", "argv": ["echo", "hi"]})
     ex.command({})
-    ex.request("POST", "/command", content=b"{not json",
-               headers={"Accept": "text/event-stream", "Cache-Control": "no-cache", "Content-Type": "application/json"})
+    ex.request(
+        "POST",
+        "/command",
+        content=b"{not json",
+        headers={"Accept": "text/event-stream", "Cache-Control": "no-cache", "Content-Type": "application/json"},
+    )
     ex.command({"command": "echo x", "timeout": -5})
     ex.command({"command": "echo x", "cwd": "/no/such/dir"})
     ex.command({"command": "/no/such/binary"})
@@ -203,7 +217,7 @@ def s12(s: Session, ctx: Ctx) -> None:
     ex.command({"command": "printf 'a\\r\\nb\\n\\nc'"})
     ex.command({"command": "printf 'no-newline'; printf 'err-no-newline' >&2"})
     ex.command({"command": "seq 1 50"})
-    ex.command({"command": "pwd; echo \"FOO=$FOO\"; id -u", "cwd": "/tmp", "envs": {"FOO": "bar baz"}})
+    ex.command({"command": 'pwd; echo "FOO=$FOO"; id -u', "cwd": "/tmp", "envs": {"FOO": "bar baz"}})
     ex.command({"command": "echo 'h\u00e9llo \u2603'; echo '{\"json\": true}'; echo 'data: fake'"})
     ex.command({"command": "echo one; sleep 1.2; echo two"})
     ex.command({"command": "kill -9 $$"})
@@ -214,8 +228,14 @@ BOUNDARY = "----livestacke1472477ddab4127"
 
 
 def _part(name: str, filename: str, ctype: str, data: bytes, boundary: str = BOUNDARY) -> bytes:
-    return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n"
-            f"Content-Type: {ctype}\r\n\r\n").encode() + data + b"\r\n"
+    return (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+            f"Content-Type: {ctype}\r\n\r\n"
+        ).encode()
+        + data
+        + b"\r\n"
+    )
 
 
 def s13(s: Session, ctx: Ctx) -> None:
@@ -223,13 +243,16 @@ def s13(s: Session, ctx: Ctx) -> None:
     assert ex is not None
     d = "/tmp/livework"
     ex.request("POST", "/directories", json={d: {"mode": 755}, f"{d}/sub/deeper": {"mode": 700}})
-    body = (_part("metadata", "metadata", "application/json", b'{"path": "/tmp/livework/hello.txt", "mode": 644}')
-            + _part("file", "hello.txt", "application/octet-stream", b"hello world\nline2\r\nline3")
-            + _part("metadata", "metadata", "application/json", b'{"path": "/tmp/livework/sub/data.csv"}')
-            + _part("file", "data.csv", "application/octet-stream", b"a,b\n1,2\n")
-            + f"--{BOUNDARY}--\r\n".encode())
-    ex.request("POST", "/files/upload", content=body,
-               headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    body = (
+        _part("metadata", "metadata", "application/json", b'{"path": "/tmp/livework/hello.txt", "mode": 644}')
+        + _part("file", "hello.txt", "application/octet-stream", b"hello world\nline2\r\nline3")
+        + _part("metadata", "metadata", "application/json", b'{"path": "/tmp/livework/sub/data.csv"}')
+        + _part("file", "data.csv", "application/octet-stream", b"a,b\n1,2\n")
+        + f"--{BOUNDARY}--\r\n".encode()
+    )
+    ex.request(
+        "POST", "/files/upload", content=body, headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    )
     ex.get(f"/files/info?path={d}/hello.txt&path={d}/sub")
     ex.get(f"/files/download?path={d}/hello.txt")
     ex.get(f"/files/download?path={d}/hello.txt", headers={"Range": "bytes=0-4"})
@@ -273,8 +296,16 @@ def s14(s: Session, ctx: Ctx) -> None:
 
 
 def s15(s: Session, ctx: Ctx) -> None:
-    r = _create(s, ctx, {"image": {"uri": ctx.busybox_image}, "entrypoint": ["tail", "-f", "/dev/null"],
-                         "resourceLimits": dict(SMALL), "env": {"HELLO": "world"}})
+    r = _create(
+        s,
+        ctx,
+        {
+            "image": {"uri": ctx.busybox_image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "resourceLimits": dict(SMALL),
+            "env": {"HELLO": "world"},
+        },
+    )
     sid = created_id(r)
     r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772")
     ex = execd_from(s, r)
@@ -283,8 +314,16 @@ def s15(s: Session, ctx: Ctx) -> None:
     ex.command({"command": "echo $HELLO; echo $0; ls /bin/bash 2>&1; exit 7"})
     s.lc("GET", f"/v1/sandboxes/{sid}")
     s.lc("DELETE", f"/v1/sandboxes/{sid}")
-    r = _create(s, ctx, {"image": {"uri": ctx.image}, "entrypoint": ["sh", "-c", "exit 1"], "timeout": 600,
-                         "resourceLimits": dict(SMALL)})
+    r = _create(
+        s,
+        ctx,
+        {
+            "image": {"uri": ctx.image},
+            "entrypoint": ["sh", "-c", "exit 1"],
+            "timeout": 600,
+            "resourceLimits": dict(SMALL),
+        },
+    )
     sid = created_id(r)
     s.sleep(1.0)
     s.lc("GET", f"/v1/sandboxes/{sid}")
@@ -295,8 +334,16 @@ def s15(s: Session, ctx: Ctx) -> None:
 
 
 def s16(s: Session, ctx: Ctx) -> None:
-    _create(s, ctx, {"image": {"uri": ctx.missing_image}, "entrypoint": ["tail", "-f", "/dev/null"],
-                     "timeout": 600, "resourceLimits": dict(SMALL)})
+    _create(
+        s,
+        ctx,
+        {
+            "image": {"uri": ctx.missing_image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 600,
+            "resourceLimits": dict(SMALL),
+        },
+    )
 
 
 def s17(s: Session, ctx: Ctx) -> None:
@@ -310,16 +357,25 @@ def s17(s: Session, ctx: Ctx) -> None:
     s.lc("DELETE", f"/v1/sandboxes/{sid}")
 
 
-SDK_HEADERS = {"User-Agent": "OpenSandbox-Python-SDK/1.1.1", "OPEN-SANDBOX-CLIENT-IP": "192.0.2.2",
-               "Accept-Encoding": "gzip, deflate"}
+SDK_HEADERS = {
+    "User-Agent": "OpenSandbox-Python-SDK/1.1.1",
+    "OPEN-SANDBOX-CLIENT-IP": "192.0.2.2",
+    "Accept-Encoding": "gzip, deflate",
+}
 SDK_BOUNDARY = "opensandbox_2c3ec9d588d4bb2f_1795938459"
 
 
 def s18(s: Session, ctx: Ctx) -> None:
     """The official SDK's request sequence (recording 18), replayed with the same headers and bodies."""
     h = dict(SDK_HEADERS)
-    body = {"image": {"uri": ctx.image}, "timeout": 600, "resourceLimits": dict(RESOURCES),
-            "metadata": {"via": "sdk"}, "entrypoint": ["tail", "-f", "/dev/null"], "secureAccess": False}
+    body = {
+        "image": {"uri": ctx.image},
+        "timeout": 600,
+        "resourceLimits": dict(RESOURCES),
+        "metadata": {"via": "sdk"},
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "secureAccess": False,
+    }
     r = _create(s, ctx, body, headers=h, json_compact=True)
     sid = created_id(r)
     r = s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/44772?use_server_proxy=false", headers=h)
@@ -327,14 +383,30 @@ def s18(s: Session, ctx: Ctx) -> None:
     s.wait_ready(ex)  # unrecorded: Docker's readiness window (accepted, then dropped) before execd listens
     s.lc("GET", f"/v1/sandboxes/{sid}/endpoints/18080?use_server_proxy=false", headers=h)
     ex.get("/ping", headers=h)
-    ex.request("POST", "/command", json={"command": EXIT3}, json_compact=True,
-               headers={**h, "Accept": "text/event-stream", "Cache-Control": "no-cache"})
-    up = (_part("metadata", "metadata", "application/json",
-                b'{"path": "/tmp/sdk.txt", "owner": null, "group": null, "mode": 755}', SDK_BOUNDARY)
-          + _part("file", "sdk.txt", "text/plain; charset=utf-8", b"hello from sdk\n", SDK_BOUNDARY)
-          + f"--{SDK_BOUNDARY}--\r\n".encode())
-    ex.request("POST", "/files/upload", content=[up],  # an iterable: sent chunked, like the SDK
-               headers={**h, "content-type": f"multipart/form-data; boundary={SDK_BOUNDARY}"})
+    ex.request(
+        "POST",
+        "/command",
+        json={"command": EXIT3},
+        json_compact=True,
+        headers={**h, "Accept": "text/event-stream", "Cache-Control": "no-cache"},
+    )
+    up = (
+        _part(
+            "metadata",
+            "metadata",
+            "application/json",
+            b'{"path": "/tmp/sdk.txt", "owner": null, "group": null, "mode": 755}',
+            SDK_BOUNDARY,
+        )
+        + _part("file", "sdk.txt", "text/plain; charset=utf-8", b"hello from sdk\n", SDK_BOUNDARY)
+        + f"--{SDK_BOUNDARY}--\r\n".encode()
+    )
+    ex.request(
+        "POST",
+        "/files/upload",
+        content=[up],  # an iterable: sent chunked, like the SDK
+        headers={**h, "content-type": f"multipart/form-data; boundary={SDK_BOUNDARY}"},
+    )
     ex.get("/files/download?path=%2Ftmp%2Fsdk.txt", headers=h)
     s.lc("GET", f"/v1/sandboxes/{sid}", headers=h)
     s.lc("DELETE", f"/v1/sandboxes/{sid}", headers=h)
@@ -365,10 +437,14 @@ def s20(s: Session, ctx: Ctx) -> None:
     ex.get(f"/command/status/{cid}")
     d = "/tmp/smoke"
     ex.request("POST", "/directories", json={d: {"mode": 755}})
-    body = (_part("metadata", "metadata", "application/json", b'{"path": "/tmp/smoke/a.txt"}')
-            + _part("file", "a.txt", "application/octet-stream", b"abc\n") + f"--{BOUNDARY}--\r\n".encode())
-    ex.request("POST", "/files/upload", content=body,
-               headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    body = (
+        _part("metadata", "metadata", "application/json", b'{"path": "/tmp/smoke/a.txt"}')
+        + _part("file", "a.txt", "application/octet-stream", b"abc\n")
+        + f"--{BOUNDARY}--\r\n".encode()
+    )
+    ex.request(
+        "POST", "/files/upload", content=body, headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    )
     ex.get(f"/files/info?path={d}/a.txt")
     ex.get(f"/directories/list?path={d}")
     ex.get(f"/files/search?path={d}&pattern=%2A.txt")
@@ -436,8 +512,10 @@ INSIDE_FILES: list[tuple[str, str]] = [
     ("files_search_python3", "/files/search?path=/usr/bin&pattern=python3%2A"),
 ]
 INSIDE_CWDS: tuple[str, ...] = ("/usr/lib", "/var/log", "/opt")
-_CGROUP_FILES = ("memory/memory.limit_in_bytes memory/memory.memsw.limit_in_bytes pids/pids.max "
-                 "cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us memory.max memory.swap.max pids.max cpu.max")
+_CGROUP_FILES = (
+    "memory/memory.limit_in_bytes memory/memory.memsw.limit_in_bytes pids/pids.max "
+    "cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us memory.max memory.swap.max pids.max cpu.max"
+)
 _CPU_SHARE = """python3 - <<'EOF'
 import os, time
 def usage():
@@ -487,8 +565,10 @@ INSIDE_PROBES: list[tuple[str, str]] = [
     ("opt_opensandbox", "ls -la /opt/opensandbox"),
     ("ps", "ps -eo pid,ppid,args"),
     ("oom_1g", "python3 -c 'b = b\"x\" * (1 << 30)'; echo exit=$?"),
-    ("cgroup_limits", f"for f in {_CGROUP_FILES}; do [ -e /sys/fs/cgroup/$f ] && echo \"$f=$(cat /sys/fs/cgroup/$f)\"; "
-                      "done; true"),
+    (
+        "cgroup_limits",
+        f'for f in {_CGROUP_FILES}; do [ -e /sys/fs/cgroup/$f ] && echo "$f=$(cat /sys/fs/cgroup/$f)"; done; true',
+    ),
     ("cpu_share", _CPU_SHARE),
     ("etc_net_files", "cat /etc/hosts; echo ---; cat /etc/resolv.conf; echo ---; cat /etc/hostname"),
     ("net_dev_route", "cat /proc/net/dev; echo ---; cat /proc/net/route"),
@@ -497,17 +577,17 @@ INSIDE_PROBES: list[tuple[str, str]] = [
     ("identity", "env | sort; echo ---; pwd; id"),
 ]
 INSIDE_NOISE: tuple[tuple[str, str], ...] = PROBE_NOISE + (
-    (r"172\.17\.\d+\.\d+", "<bridge-ip>"),                      # the container's address on the docker bridge
-    (r"\\t[0-9a-f]{12}\b", r"\\t<id12>"),                        # its hostname after a tab (JSON "\t") in /etc/hosts
-    (r'("text":" *(?:lo|eth0):)[ 0-9]+', r"\1<counters>"),       # /proc/net/dev byte and packet counters
-    (r'("text":"\S+ +)\d+ +\d+ +\d+ +\d+%', r"\1<df>"),          # df sizes
+    (r"172\.17\.\d+\.\d+", "<bridge-ip>"),  # the container's address on the docker bridge
+    (r"\\t[0-9a-f]{12}\b", r"\\t<id12>"),  # its hostname after a tab (JSON "\t") in /etc/hosts
+    (r'("text":" *(?:lo|eth0):)[ 0-9]+', r"\1<counters>"),  # /proc/net/dev byte and packet counters
+    (r'("text":"\S+ +)\d+ +\d+ +\d+ +\d+%', r"\1<df>"),  # df sizes
     (r'"text":" +\d+ +\d+ ps -eo pid,ppid,args"', '"text":"<ps itself>"'),
-    (r"line 1: +\d+ Killed", "line 1: <pid> Killed"),           # bash's job report of the OOM kill
-    (r"nameserver [0-9a-fA-F.:]+", "nameserver <host's>"),      # Docker copies the host's resolver
+    (r"line 1: +\d+ Killed", "line 1: <pid> Killed"),  # bash's job report of the OOM kill
+    (r"nameserver [0-9a-fA-F.:]+", "nameserver <host's>"),  # Docker copies the host's resolver
     (r"OPENSANDBOX_ID=[^\"]+", "OPENSANDBOX_ID=<sandbox id>"),  # the setup's sandbox (never in a recorded answer)
-    (r"share=\d\.\d", "share=<measured>"),                       # a measurement: the quota bounds it at 0.5
-    (r"throttled=(yes|no)", "throttled=<load>"),                # throttled only when the host left it 0.5
-    (r'"text":" +\d+ +1 ', '"text":"<pid> 1 '),                 # ps: the pids of execd and the entrypoint
+    (r"share=\d\.\d", "share=<measured>"),  # a measurement: the quota bounds it at 0.5
+    (r"throttled=(yes|no)", "throttled=<load>"),  # throttled only when the host left it 0.5
+    (r'"text":" +\d+ +1 ', '"text":"<pid> 1 '),  # ps: the pids of execd and the entrypoint
 )
 
 
@@ -534,10 +614,12 @@ def s22(s: Session, ctx: Ctx) -> None:
 # Two sandboxes serve the same in-sandbox port; each endpoint answers with its own sandbox's files (bridge
 # network: one network namespace per container, execd's /proxy/9000 relays inside it).
 SAME_PORT = 9000
-SERVE_TEMPLATE = ("mkdir -p /tmp/www && echo 'i am @WHO@' > /tmp/www/who.txt && cd /tmp/www && "
-                  "(nohup python3 -m http.server @PORT@ --bind 127.0.0.1 >/dev/null 2>&1 &); "
-                  "for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", @PORT@), 1)' "
-                  "2>/dev/null && break; sleep 0.1; done; echo serving")
+SERVE_TEMPLATE = (
+    "mkdir -p /tmp/www && echo 'i am @WHO@' > /tmp/www/who.txt && cd /tmp/www && "
+    "(nohup python3 -m http.server @PORT@ --bind 127.0.0.1 >/dev/null 2>&1 &); "
+    "for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", @PORT@), 1)' "
+    "2>/dev/null && break; sleep 0.1; done; echo serving"
+)
 
 
 def serve_command(who: str, port: int = SAME_PORT) -> str:
@@ -569,8 +651,7 @@ VOLUME_CLAIM = "osb-record-vol"
 
 
 def s24(s: Session, ctx: Ctx) -> None:
-    rw = {"name": "data", "pvc": {"claimName": VOLUME_CLAIM, "deleteOnSandboxTermination": True},
-          "mountPath": "/data"}
+    rw = {"name": "data", "pvc": {"claimName": VOLUME_CLAIM, "deleteOnSandboxTermination": True}, "mountPath": "/data"}
     writer = created_id(_create(s, ctx, ctx.default_create(volumes=[rw])))
     ex = execd_from(s, s.lc("GET", f"/v1/sandboxes/{writer}/endpoints/44772"))
     s.wait_ready(ex)
@@ -591,10 +672,14 @@ def s24(s: Session, ctx: Ctx) -> None:
 # polled (unrecorded) until it leaves Creating: Docker's commit takes 0.4-0.8 s here, during which the source
 # sandbox reads Paused (commit pauses the container), so a recorded poll would be timing.
 SNAP_NAME = "osb-record-snap"
-SNAP_WRITE = ("echo a > /tmp/a.txt; echo r > /root/r.txt; mkdir -p /workspace; echo w > /workspace/w.txt; "
-              "rm /etc/issue.net; (sleep 600 &); export FOO=bar; echo written")
-SNAP_READ = ("cat /tmp/a.txt /root/r.txt /workspace/w.txt; ls /etc/issue.net; "
-             "echo sleepers=$(ps -eo args | grep -c '^sleep 600'); echo FOO=$FOO SRC_VAR=$SRC_VAR REQ_VAR=$REQ_VAR")
+SNAP_WRITE = (
+    "echo a > /tmp/a.txt; echo r > /root/r.txt; mkdir -p /workspace; echo w > /workspace/w.txt; "
+    "rm /etc/issue.net; (sleep 600 &); export FOO=bar; echo written"
+)
+SNAP_READ = (
+    "cat /tmp/a.txt /root/r.txt /workspace/w.txt; ls /etc/issue.net; "
+    "echo sleepers=$(ps -eo args | grep -c '^sleep 600'); echo FOO=$FOO SRC_VAR=$SRC_VAR REQ_VAR=$REQ_VAR"
+)
 
 
 def _snapshot_settled(s: Session, snap: str, timeout: float = 60.0) -> None:
@@ -651,10 +736,18 @@ def _s25(s: Session, ctx: Ctx, snaps: list[str]) -> None:
     s.lc("GET", f"/v1/snapshots/{NIL}")
     s.lc("DELETE", f"/v1/snapshots/{NIL}")
     _create(s, ctx, {"snapshotId": NIL, "timeout": 600, "resourceLimits": dict(SMALL)})
-    _create(s, ctx, {"snapshotId": snap, "image": {"uri": ctx.image}, "entrypoint": ["tail", "-f", "/dev/null"],
-                     "timeout": 600, "resourceLimits": dict(SMALL)})
-    r = _create(s, ctx, {"snapshotId": snap, "timeout": 600, "resourceLimits": dict(SMALL),
-                         "env": {"REQ_VAR": "r"}})
+    _create(
+        s,
+        ctx,
+        {
+            "snapshotId": snap,
+            "image": {"uri": ctx.image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 600,
+            "resourceLimits": dict(SMALL),
+        },
+    )
+    r = _create(s, ctx, {"snapshotId": snap, "timeout": 600, "resourceLimits": dict(SMALL), "env": {"REQ_VAR": "r"}})
     restored = created_id(r)
     s.lc("GET", f"/v1/sandboxes/{restored}")
     ex2 = execd_from(s, s.lc("GET", f"/v1/sandboxes/{restored}/endpoints/44772"))
@@ -674,7 +767,6 @@ def _s25(s: Session, ctx: Ctx, snaps: list[str]) -> None:
     s.lc("GET", f"/v1/snapshots?sandboxId={src}")
     s.lc("DELETE", f"/v1/snapshots/{snap2}")
     s.lc("GET", f"/v1/snapshots?sandboxId={src}")
-
 
 
 EGRESS_AUTH = "OPENSANDBOX-EGRESS-AUTH"
@@ -700,78 +792,163 @@ def s26(s: Session, ctx: Ctx) -> None:
     side.request("DELETE", "/policy", json=["pypi.org", "unknown.invalid"])
     side.request("DELETE", "/policy", json=["nothing.invalid"])
     side.request("POST", "/policy", json={"defaultAction": "allow", "egress": [{"action": "maybe", "target": "x"}]})
-    side.request("PUT", "/policy", json={"defaultAction": "allow", "egress": [{"action": "deny", "target": "pypi.org"}]})
+    side.request(
+        "PUT", "/policy", json={"defaultAction": "allow", "egress": [{"action": "deny", "target": "pypi.org"}]}
+    )
     side.get("/policy")
     side.request("POST", "/policy", content=b"")
     side.request("OPTIONS", "/policy")
     side.get("/nothing")
-    for bad in ({"defaultAction": "whatever"}, {"defaultAction": "deny"},
-                {"egress": [{"action": "allow", "target": ""}]}, "deny"):
+    for bad in (
+        {"defaultAction": "whatever"},
+        {"defaultAction": "deny"},
+        {"egress": [{"action": "allow", "target": ""}]},
+        "deny",
+    ):
         r = _create(s, ctx, ctx.default_create(networkPolicy=bad))
     _create(s, ctx, ctx.default_create(networkPolicy={"egress": [{"action": "maybe", "target": "x.test"}]}))
+
 
 SCENARIOS: list[Scenario] = [
     Scenario("01_health_version", "GET /health and /version, with and without the API key", s01),
     Scenario("02_auth_failures", "missing and wrong API key on list/create/get", s02),
-    Scenario("03_validation_422", "FastAPI 422 bodies: empty body, timeout < 60, empty entrypoint, bad JSON, bad date",
-             s03),
+    Scenario(
+        "03_validation_422", "FastAPI 422 bodies: empty body, timeout < 60, empty entrypoint, bad JSON, bad date", s03
+    ),
     Scenario("04_unknown_sandbox_404", "every sandbox route on an unknown id", s04),
-    Scenario("05_create_get_list_endpoints", "create, get, list with filters, endpoints incl. server proxy and bad ports",
-             s05),
-    Scenario("06_execd_ping", "execd /ping with and without the /proxy/44772 prefix, via the server proxy, unknown route",
-             s06, needs_sandbox=True),
-    Scenario("07_command_exit3_sse", "SSE command exiting 3, its status, logs of a foreground command", s07,
-             needs_sandbox=True),
-    Scenario("08_command_sse_direct_and_server_proxy", "SSE command without the prefix and through the server proxy",
-             s08, needs_sandbox=True),
+    Scenario(
+        "05_create_get_list_endpoints",
+        "create, get, list with filters, endpoints incl. server proxy and bad ports",
+        s05,
+    ),
+    Scenario(
+        "06_execd_ping",
+        "execd /ping with and without the /proxy/44772 prefix, via the server proxy, unknown route",
+        s06,
+        needs_sandbox=True,
+    ),
+    Scenario(
+        "07_command_exit3_sse",
+        "SSE command exiting 3, its status, logs of a foreground command",
+        s07,
+        needs_sandbox=True,
+    ),
+    Scenario(
+        "08_command_sse_direct_and_server_proxy",
+        "SSE command without the prefix and through the server proxy",
+        s08,
+        needs_sandbox=True,
+    ),
     Scenario("09_command_timeout", "command killed by its 1 s timeout", s09, needs_sandbox=True),
-    Scenario("10_command_background_logs", "background command: status, logs with cursor, interrupt, errors", s10,
-             needs_sandbox=True, live_waits={1: 1.5, 11: 0.5, 12: 0.5}),
-    Scenario("11_command_argv_and_bad_requests", "argv (v1.1.0 execd rejects it) and malformed command requests",
-             s11, needs_sandbox=True),
-    Scenario("12_command_output_framing", "line splitting of stdout/stderr, env/cwd, unicode, kill -9, exit 255", s12,
-             needs_sandbox=True),
-    Scenario("13_files_and_directories", "mkdir, multipart upload, info, download with Range, list, search, mv, rm",
-             s13, needs_sandbox=True),
-    Scenario("14_lifecycle_renew_pause_resume_delete", "renew, pause/resume and their 409s, delete and second delete",
-             s14, needs_sandbox=True),
-    Scenario("15_create_variants", "busybox image with env (no bash), entrypoint exiting 1 -> Failed", s15,
-             live_waits={7: 1.0}),
-    Scenario("16_image_not_found", "create with an image that cannot be pulled", s16,
-             replay_skip="",
-             live_note="recorded in an earlier run against the same server (VERSIONS.md)"),
-    Scenario("17_long_command_heartbeat", "7 s command: ping heartbeat every ~3 s", s17,
-             replay_skip="timing: a 7 s wall-clock run whose subject, the ~3 s heartbeat cadence, is exactly what "
-                         "a replay cannot compare (ping count/position are timing); pings are checked in 07-18"),
+    Scenario(
+        "10_command_background_logs",
+        "background command: status, logs with cursor, interrupt, errors",
+        s10,
+        needs_sandbox=True,
+        live_waits={1: 1.5, 11: 0.5, 12: 0.5},
+    ),
+    Scenario(
+        "11_command_argv_and_bad_requests",
+        "argv (v1.1.0 execd rejects it) and malformed command requests",
+        s11,
+        needs_sandbox=True,
+    ),
+    Scenario(
+        "12_command_output_framing",
+        "line splitting of stdout/stderr, env/cwd, unicode, kill -9, exit 255",
+        s12,
+        needs_sandbox=True,
+    ),
+    Scenario(
+        "13_files_and_directories",
+        "mkdir, multipart upload, info, download with Range, list, search, mv, rm",
+        s13,
+        needs_sandbox=True,
+    ),
+    Scenario(
+        "14_lifecycle_renew_pause_resume_delete",
+        "renew, pause/resume and their 409s, delete and second delete",
+        s14,
+        needs_sandbox=True,
+    ),
+    Scenario(
+        "15_create_variants",
+        "busybox image with env (no bash), entrypoint exiting 1 -> Failed",
+        s15,
+        live_waits={7: 1.0},
+    ),
+    Scenario(
+        "16_image_not_found",
+        "create with an image that cannot be pulled",
+        s16,
+        replay_skip="",
+        live_note="recorded in an earlier run against the same server (VERSIONS.md)",
+    ),
+    Scenario(
+        "17_long_command_heartbeat",
+        "7 s command: ping heartbeat every ~3 s",
+        s17,
+        replay_skip="timing: a 7 s wall-clock run whose subject, the ~3 s heartbeat cadence, is exactly what "
+        "a replay cannot compare (ping count/position are timing); pings are checked in 07-18",
+    ),
     Scenario("18_sdk_sync_flow", "the official Python SDK 1.1.1's request sequence", s18),
     Scenario("20_smoke_flow", "seed 000 §5.1 smoke flow in one self-contained scenario", s20),
-    Scenario("21_containment_probes", "what a sandboxed process sees: capabilities, /dev, mounts, ids, masked /proc, "
-             "read-only /proc/sys and /sys, no-new-privileges, ulimits", s21, needs_sandbox=True, drift_noise=PROBE_NOISE,
-             replay_skip="host-specific output (container id as hostname, overlay layer paths, the Docker host's "
-                         "ulimits); the values are asserted by the containment tests (tiers/t1/test_containment*)"),
-    Scenario("22_sandbox_inside", "the inside of a 500m/512Mi sandbox: files API and cwd on the image's /etc, /usr, "
-             "/var, /opt; ls /, ps, OOM exit, cgroup limits, CPU share, /etc/hosts, interfaces, reaching the host, "
-             "disk, env/pwd/id", s22, needs_sandbox=True, drift_noise=INSIDE_NOISE,
-             replay_skip="host-specific output (addresses, counters, measured CPU share); the values are asserted by "
-                         "tiers/sandbox_inside.py (t4 live, t1 on the mock)"),
-    Scenario("23_same_port_two_sandboxes", "two sandboxes serve port 9000; each endpoint answers with its own files",
-             s23, drift_noise=INSIDE_NOISE,
-             replay_skip="background servers started by commands; asserted by tiers/sandbox_inside.py"),
-    Scenario("24_volume_pvc", "a Docker named volume (pvc): created and written by one sandbox, mounted read-only by "
-             "a second; removed with its creator (deleteOnSandboxTermination)",
-             s24, drift_noise=INSIDE_NOISE,
-             replay_skip="the mock refuses volumes until issue 20 (400 'volumes are not supported')"),
-    Scenario("25_snapshots", "snapshot a sandbox that wrote /tmp, /root, /workspace and removed an image file: 202 "
-             "Creating then Ready, get/list with filters and pages, 404/409/422 errors, restore with snapshotId (files "
-             "kept, processes and shell variables not, the source's env inherited), delete while in use (409, "
-             "Deleting), delete after", s25, drift_noise=INSIDE_NOISE,
-             replay_skip="the snapshot leaves Creating by itself (polled unrecorded); asserted by "
-                         "tiers/t1/test_snapshots.py (mock) and tiers/t4/test_live_snapshots.py (live)"),
-    Scenario("26_network_policy", "networkPolicy with the egress image (local/egress:src3bb6fad, [egress] mode dns): "
-             "create, the endpoint of 18080, the sidecar's /policy API, the validation answers (an invalid action: "
-             "500 after the 30 s ready wait)", s26,
-             replay_skip="needs a server with an egress image and the sidecar's token; asserted by "
-                         "tiers/t1/test_egress*.py (mock) and tiers/t4/test_live_egress.py (live)"),
+    Scenario(
+        "21_containment_probes",
+        "what a sandboxed process sees: capabilities, /dev, mounts, ids, masked /proc, "
+        "read-only /proc/sys and /sys, no-new-privileges, ulimits",
+        s21,
+        needs_sandbox=True,
+        drift_noise=PROBE_NOISE,
+        replay_skip="host-specific output (container id as hostname, overlay layer paths, the Docker host's "
+        "ulimits); the values are asserted by the containment tests (tiers/t1/test_containment*)",
+    ),
+    Scenario(
+        "22_sandbox_inside",
+        "the inside of a 500m/512Mi sandbox: files API and cwd on the image's /etc, /usr, "
+        "/var, /opt; ls /, ps, OOM exit, cgroup limits, CPU share, /etc/hosts, interfaces, reaching the host, "
+        "disk, env/pwd/id",
+        s22,
+        needs_sandbox=True,
+        drift_noise=INSIDE_NOISE,
+        replay_skip="host-specific output (addresses, counters, measured CPU share); the values are asserted by "
+        "tiers/sandbox_inside.py (t4 live, t1 on the mock)",
+    ),
+    Scenario(
+        "23_same_port_two_sandboxes",
+        "two sandboxes serve port 9000; each endpoint answers with its own files",
+        s23,
+        drift_noise=INSIDE_NOISE,
+        replay_skip="background servers started by commands; asserted by tiers/sandbox_inside.py",
+    ),
+    Scenario(
+        "24_volume_pvc",
+        "a Docker named volume (pvc): created and written by one sandbox, mounted read-only by "
+        "a second; removed with its creator (deleteOnSandboxTermination)",
+        s24,
+        drift_noise=INSIDE_NOISE,
+        replay_skip="the mock refuses volumes until issue 20 (400 'volumes are not supported')",
+    ),
+    Scenario(
+        "25_snapshots",
+        "snapshot a sandbox that wrote /tmp, /root, /workspace and removed an image file: 202 "
+        "Creating then Ready, get/list with filters and pages, 404/409/422 errors, restore with snapshotId (files "
+        "kept, processes and shell variables not, the source's env inherited), delete while in use (409, "
+        "Deleting), delete after",
+        s25,
+        drift_noise=INSIDE_NOISE,
+        replay_skip="the snapshot leaves Creating by itself (polled unrecorded); asserted by "
+        "tiers/t1/test_snapshots.py (mock) and tiers/t4/test_live_snapshots.py (live)",
+    ),
+    Scenario(
+        "26_network_policy",
+        "networkPolicy with the egress image (local/egress:src3bb6fad, [egress] mode dns): "
+        "create, the endpoint of 18080, the sidecar's /policy API, the validation answers (an invalid action: "
+        "500 after the 30 s ready wait)",
+        s26,
+        replay_skip="needs a server with an egress image and the sidecar's token; asserted by "
+        "tiers/t1/test_egress*.py (mock) and tiers/t4/test_live_egress.py (live)",
+    ),
 ]
 
 from record.scenarios_code import SCENARIOS as _CODE  # noqa: E402 (needs Scenario, Ctx above)

@@ -3,6 +3,7 @@
 entrypoint as OpenSandbox's own e2e does (tests/python/tests/test_code_interpreter_e2e_sync.py at 3bb6fad).
 Runs on one context are 0.3 s apart: the real execd holds a context's lock until its response stream has
 ended, so a run sent at once can meet "session is busy" (components/execd/pkg/runtime/jupyter.go TryLock)."""
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,11 @@ def s27(s: Session, ctx: Ctx) -> None:
 
 
 SCENARIOS = [
-    Scenario("27_code_interpreter", "execd /code on a code-interpreter sandbox: context create, runs with stdout, "
-             "results, stderr, errors, display data, state, a bash default context, unknown context, empty code, "
-             "context get/list/delete/delete-all", s27),
+    Scenario(
+        "27_code_interpreter",
+        "execd /code on a code-interpreter sandbox: context create, runs with stdout, "
+        "results, stderr, errors, display data, state, a bash default context, unknown context, empty code, "
+        "context get/list/delete/delete-all",
+        s27,
+    ),
 ]

@@ -26,6 +26,7 @@ Numbering is by first appearance (request before response, exchange by exchange)
 input always gives byte-identical output. Nothing else is changed: bodies stay raw text with their
 exact framing.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,16 @@ from typing import Any, Iterable
 
 from mock_opensandbox.workbench.scrub import MIN_SECRET, SECRET_HEADERS, strip_secrets
 
-__all__ = ["Scrubber", "scrub_exchanges", "find_secret_leaks", "SECRET_HEADERS", "PUBLIC_WRONG_CREDENTIALS",
-           "header", "is_lifecycle_path", "utc_now_iso"]
+__all__ = [
+    "Scrubber",
+    "scrub_exchanges",
+    "find_secret_leaks",
+    "SECRET_HEADERS",
+    "PUBLIC_WRONG_CREDENTIALS",
+    "header",
+    "is_lifecycle_path",
+    "utc_now_iso",
+]
 
 # Deliberately wrong credentials sent by scenario 02 (not secrets; a replay must send them again).
 PUBLIC_WRONG_CREDENTIALS = frozenset({"wrong-key"})
@@ -270,8 +279,9 @@ class Scrubber:
         return [self.scrub_exchange(ex) for ex in exchanges]
 
 
-def scrub_exchanges(exchanges: list[dict[str, Any]], *, secrets: Iterable[str] = (),
-                    hosts: Iterable[str] = ()) -> list[dict[str, Any]]:
+def scrub_exchanges(
+    exchanges: list[dict[str, Any]], *, secrets: Iterable[str] = (), hosts: Iterable[str] = ()
+) -> list[dict[str, Any]]:
     """Scrub one scenario's raw exchanges (see the module docstring for the placeholder scheme)."""
     return Scrubber(secrets, hosts).scrub(exchanges)
 

@@ -5,6 +5,7 @@ image (tiers/t4/test_live_code_interpreter.py). ``run_code_flow`` (sync classes)
 runs even after a failure so the table compares step by step. The sandbox is created with the image's
 entrypoint, as OpenSandbox's own e2e does (tests/python/tests/test_code_interpreter_e2e_sync.py at 3bb6fad):
 the SDK's default entrypoint would not start the image's Jupyter."""
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,7 @@ def _steps(ci: Any) -> list[tuple[str, Callable[[], Any]]]:
 
     def expression() -> None:
         ex = codes.run("6 * 7")
-        check([r.text for r in ex.result] == ["42"] and (ex.execution_count or 0) > 0,
-              (ex.result, ex.execution_count))
+        check([r.text for r in ex.result] == ["42"] and (ex.execution_count or 0) > 0, (ex.result, ex.execution_count))
 
     def state_set() -> None:
         check(codes.run("kept = 41").error is None, "error")
@@ -66,8 +66,10 @@ def _steps(ci: Any) -> list[tuple[str, Callable[[], Any]]]:
 
     def exception() -> None:
         ex = run_err("1/0")
-        check(ex.error is not None and ex.error.name == "ZeroDivisionError"
-              and "division by zero" in ex.error.value, ex.error)
+        check(
+            ex.error is not None and ex.error.name == "ZeroDivisionError" and "division by zero" in ex.error.value,
+            ex.error,
+        )
 
     def syntax_error() -> None:
         ex = run_err("def (:")
@@ -146,16 +148,31 @@ def _steps(ci: Any) -> list[tuple[str, Callable[[], Any]]]:
             return
         check(ex is not None and ex.error is not None, ex)
 
-    return [("print stdout", print_stdout), ("expression result + execution_count", expression),
-            ("state set", state_set), ("state kept", state_kept), ("stderr", stderr),
-            ("exception name", exception), ("syntax error name", syntax_error), ("cwd /workspace", cwd),
-            ("create python context", create_context), ("run in context", context_run),
-            ("context keeps state", context_state), ("contexts are isolated", context_isolated),
-            ("create bash context", bash_context), ("bash run", bash_run), ("bash keeps state", bash_state),
-            ("list python contexts", list_python), ("get context", get_context),
-            ("delete context", delete_context), ("get deleted context", get_deleted),
-            ("run in deleted context", run_in_deleted), ("delete all python", delete_all),
-            ("bash context survives", bash_survives), ("new default context", default_again)]
+    return [
+        ("print stdout", print_stdout),
+        ("expression result + execution_count", expression),
+        ("state set", state_set),
+        ("state kept", state_kept),
+        ("stderr", stderr),
+        ("exception name", exception),
+        ("syntax error name", syntax_error),
+        ("cwd /workspace", cwd),
+        ("create python context", create_context),
+        ("run in context", context_run),
+        ("context keeps state", context_state),
+        ("contexts are isolated", context_isolated),
+        ("create bash context", bash_context),
+        ("bash run", bash_run),
+        ("bash keeps state", bash_state),
+        ("list python contexts", list_python),
+        ("get context", get_context),
+        ("delete context", delete_context),
+        ("get deleted context", get_deleted),
+        ("run in deleted context", run_in_deleted),
+        ("delete all python", delete_all),
+        ("bash context survives", bash_survives),
+        ("new default context", default_again),
+    ]
 
 
 STEPS = 2 + 23  # sandbox create + interpreter ready, then _steps
@@ -170,8 +187,9 @@ def _table(ci: Any, out: dict[str, str]) -> None:
             out[name] = "FAIL: %s" % str(exc)[:200]
 
 
-def run_code_flow(base_url: str, api_key: str, image: str, *, ready_timeout: float = 60,
-                  entrypoint: list[str] | None = ENTRYPOINT) -> dict[str, str]:
+def run_code_flow(
+    base_url: str, api_key: str, image: str, *, ready_timeout: float = 60, entrypoint: list[str] | None = ENTRYPOINT
+) -> dict[str, str]:
     domain = base_url.split("://", 1)[-1].rstrip("/")
     cfg = ConnectionConfigSync(api_key=api_key, domain=domain, protocol="http", request_timeout=timedelta(seconds=60))
     out: dict[str, str] = {}
@@ -208,8 +226,9 @@ class _Blocking:
         return lambda *a, **kw: self._loop.run_until_complete(attr(*a, **kw))
 
 
-def run_code_flow_async(base_url: str, api_key: str, image: str, *, ready_timeout: float = 60,
-                        entrypoint: list[str] | None = ENTRYPOINT) -> dict[str, str]:
+def run_code_flow_async(
+    base_url: str, api_key: str, image: str, *, ready_timeout: float = 60, entrypoint: list[str] | None = ENTRYPOINT
+) -> dict[str, str]:
     """The same steps through code_interpreter.CodeInterpreter and opensandbox.Sandbox (asyncio)."""
     from code_interpreter import CodeInterpreter
     from opensandbox import Sandbox
@@ -220,8 +239,9 @@ def run_code_flow_async(base_url: str, api_key: str, image: str, *, ready_timeou
     out: dict[str, str] = {}
     try:
         cfg = ConnectionConfig(api_key=api_key, domain=domain, protocol="http", request_timeout=timedelta(seconds=60))
-        sb = loop.run_until_complete(Sandbox.create(image, connection_config=cfg, timeout=timedelta(minutes=10),
-                                                    entrypoint=entrypoint))
+        sb = loop.run_until_complete(
+            Sandbox.create(image, connection_config=cfg, timeout=timedelta(minutes=10), entrypoint=entrypoint)
+        )
         out["sandbox create"] = "ok"
         try:
             try:

@@ -13,6 +13,7 @@
 * ``OSB_SPEC_GUARD=0`` switches the guard off (e.g. to profile the suite).
 * The toolkit's fixtures (``mock``, ``epp``, ``sid``: tiers/toolkit/fixtures.py) reach every tier.
 """
+
 from __future__ import annotations
 
 import os
@@ -102,5 +103,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for line in lines:
             tr.write_line(line)
     if guard.exempt_hits:
-        tr.write_line(f"spec guard: {sum(guard.exempt_hits.values())} violation(s) in spec_exempt tests: "
-                      + ", ".join(sorted(guard.exempt_hits)))
+        tr.write_line(
+            f"spec guard: {sum(guard.exempt_hits.values())} violation(s) in spec_exempt tests: "
+            + ", ".join(sorted(guard.exempt_hits))
+        )

@@ -9,6 +9,7 @@ to its stub resolver (tiers/toolkit/dnsserver.py), so only allow/deny is compare
 ``python -m tiers.egress_steps URL KEY IMAGE [--slow]`` prints the answers as JSON (the step table of the
 notes); ``--slow`` adds the invalid-action create, which takes the server's whole 30 s ready wait.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,20 +19,19 @@ from typing import Any, Callable, Dict, List, Optional
 
 from tiers.toolkit import rest
 
-ALLOWED = "pypi.org"                 # allowed by name
+ALLOWED = "pypi.org"  # allowed by name
 WILD = ("deb.debian.org", "security.debian.org")  # allowed by "*.debian.org"
-OTHER = "files.pythonhosted.org"     # resolvable, not in the policy
+OTHER = "files.pythonhosted.org"  # resolvable, not in the policy
 NAMES = (ALLOWED,) + WILD + (OTHER,)
 RECORDS = {ALLOWED: "203.0.113.80", WILD[0]: "203.0.113.81", WILD[1]: "203.0.113.82", OTHER: "203.0.113.83"}
 BODY = {"image": {"uri": ""}, "entrypoint": ["sleep", "600"], "resourceLimits": {}, "timeout": 600}
-SETTLE = 5.0   # how long a PATCH/DELETE may take to show inside (live: within 2 s)
+SETTLE = 5.0  # how long a PATCH/DELETE may take to show inside (live: within 2 s)
 
 
 # What the steps answer with the real sidecar (live, server 1.1.1 + local/egress:src3bb6fad; issue text) and
 # what the mock must answer too. "s" (how long a change took to show) is not compared.
 EXPECTED: Dict[str, Any] = {
-    "deny_default": {ALLOWED: True, WILD[0]: True, WILD[1]: True, OTHER: False, "debian.org": False,
-                     "localhost": True},
+    "deny_default": {ALLOWED: True, WILD[0]: True, WILD[1]: True, OTHER: False, "debian.org": False, "localhost": True},
     "own_hostname": True,
     "get": [["allow", ALLOWED], ["allow", "*.debian.org"]],
     "get_default": "deny",
@@ -45,13 +45,18 @@ EXPECTED: Dict[str, Any] = {
     "allow_default": {ALLOWED: False, OTHER: True},
     "first_match_wins": {WILD[0]: False, WILD[1]: True},
     "get_without_policy": "SandboxApiException",
-    "validation": {"unknown_default": {"status": 202}, "no_egress_list": {"status": 202},
-                   "empty_target": {"status": 422, "type": "string_too_short"},
-                   "not_an_object": {"status": 422, "type": "model_attributes_type"},
-                   "invalid_action": {"status": 500, "code": "DOCKER::SANDBOX_START_FAILED"}},
+    "validation": {
+        "unknown_default": {"status": 202},
+        "no_egress_list": {"status": 202},
+        "empty_target": {"status": 422, "type": "string_too_short"},
+        "not_an_object": {"status": 422, "type": "model_attributes_type"},
+        "invalid_action": {"status": 500, "code": "DOCKER::SANDBOX_START_FAILED"},
+    },
 }
-LITERAL = {"dns": {"denied_address": "open", "after_allow_rule": "open"},       # dns: addresses are not filtered
-           "dns+nft": {"denied_address": "closed", "after_allow_rule": "open"}}
+LITERAL = {
+    "dns": {"denied_address": "open", "after_allow_rule": "open"},  # dns: addresses are not filtered
+    "dns+nft": {"denied_address": "closed", "after_allow_rule": "open"},
+}
 
 
 def _pick(got: Any, want: Any) -> Any:
@@ -66,12 +71,17 @@ def differences(got: Dict[str, Any], mode: str, ready_s: float = 30.0) -> List[s
     when it ran)."""
     want = dict(EXPECTED, literal_address=LITERAL[mode])
     want["validation"] = {k: v for k, v in EXPECTED["validation"].items() if k in got.get("validation", {})}
-    out = ["%s: got %s, want %s" % (k, json.dumps(_pick(got.get(k), v), sort_keys=True), json.dumps(v, sort_keys=True))
-           for k, v in want.items() if (k in got or k != "literal_address") and _pick(got.get(k), v) != v]
+    out = [
+        "%s: got %s, want %s" % (k, json.dumps(_pick(got.get(k), v), sort_keys=True), json.dumps(v, sort_keys=True))
+        for k, v in want.items()
+        if (k in got or k != "literal_address") and _pick(got.get(k), v) != v
+    ]
     inv = got.get("validation", {}).get("invalid_action")
     msg = str((inv or {}).get("message", ""))
-    if inv and not (msg.startswith("Egress sidecar did not become ready within %.0fs for sandbox " % ready_s)
-                    and msg.endswith(": [Errno 104] Connection reset by peer")):  # live, fixtures/26
+    if inv and not (
+        msg.startswith("Egress sidecar did not become ready within %.0fs for sandbox " % ready_s)
+        and msg.endswith(": [Errno 104] Connection reset by peer")
+    ):  # live, fixtures/26
         out.append("validation.invalid_action.message: %r" % inv.get("message"))
     return out
 
@@ -96,8 +106,12 @@ def sdk_conn(url: str, key: str) -> Any:
 
     from opensandbox.config.connection_sync import ConnectionConfigSync
 
-    return ConnectionConfigSync(api_key=key, domain=url.split("://", 1)[-1].rstrip("/").removesuffix("/v1"),
-                                protocol="http", request_timeout=timedelta(seconds=60))
+    return ConnectionConfigSync(
+        api_key=key,
+        domain=url.split("://", 1)[-1].rstrip("/").removesuffix("/v1"),
+        protocol="http",
+        request_timeout=timedelta(seconds=60),
+    )
 
 
 def rules(pol: Any) -> List[List[str]]:
@@ -125,8 +139,12 @@ def raw_create(url: str, key: str, image: str, policy: Any) -> Dict[str, Any]:
 
 
 def validation(url: str, key: str, image: str, slow: bool) -> Dict[str, Any]:
-    cases = {"unknown_default": {"defaultAction": "whatever"}, "no_egress_list": {"defaultAction": "deny"},
-             "empty_target": {"egress": [{"action": "allow", "target": ""}]}, "not_an_object": "deny"}
+    cases = {
+        "unknown_default": {"defaultAction": "whatever"},
+        "no_egress_list": {"defaultAction": "deny"},
+        "empty_target": {"egress": [{"action": "allow", "target": ""}]},
+        "not_an_object": "deny",
+    }
     if slow:
         cases["invalid_action"] = {"egress": [{"action": "maybe", "target": "x.test"}]}
     return {k: raw_create(url, key, image, v) for k, v in cases.items()}
@@ -142,11 +160,14 @@ def literal_address(url: str, key: str, image: str, conn: Any, make: Callable) -
     try:
         ip = "".join(m.text for m in target.commands.run("hostname -i").logs.stdout).split()[0]
         sb = make("deny", [(("allow", ALLOWED))])
-        probe = ("python3 -c \"import socket,sys; s=socket.socket(); s.settimeout(3)\n"
-                 "try: s.connect(('%s', 8099)); print('open')\nexcept OSError as e: print('closed', e)\"" % ip)
+        probe = (
+            'python3 -c "import socket,sys; s=socket.socket(); s.settimeout(3)\n'
+            "try: s.connect(('%s', 8099)); print('open')\nexcept OSError as e: print('closed', e)\"" % ip
+        )
 
         def reach() -> str:
             return "".join(m.text for m in sb.commands.run(probe).logs.stdout).strip()
+
         before = reach()
         sb.patch_egress_rules([NetworkRule(action="allow", target=ip)])
         time.sleep(0.5)
@@ -170,13 +191,16 @@ def run(url: str, key: str, image: str, *, slow: bool = False, literal: bool = T
         out.setdefault("create_s", []).append(round(time.monotonic() - t0, 2))
         made.append(sb)
         return sb
+
     try:
         sb = make("deny", [("allow", ALLOWED), ("allow", "*.debian.org")])
         out["deny_default"] = {n: resolves(sb, n) for n in NAMES + ("debian.org", "localhost")}
         out["own_hostname"] = resolves(sb, "$(hostname)")
         out["get"] = rules(sb.get_egress_policy())
         out["get_default"] = sb.get_egress_policy().default_action
-        out["resolv_conf"] = "".join(m.text for m in sb.commands.run("grep ^nameserver /etc/resolv.conf").logs.stdout).strip()
+        out["resolv_conf"] = "".join(
+            m.text for m in sb.commands.run("grep ^nameserver /etc/resolv.conf").logs.stdout
+        ).strip()
         ps = "".join(m.text for m in sb.commands.run("ps -eo args").logs.stdout)
         out["sidecar_in_ps"] = "egress" in ps
         sb.patch_egress_rules([NetworkRule(action="allow", target=OTHER)])

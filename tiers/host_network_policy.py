@@ -3,6 +3,7 @@
 (``provider_options``), which names resolve inside, and the errors of a policy the server or the sidecar
 refuses. ``run(home, url, key, image)`` answers one dict; t2 runs it on the mock, t4 on the live server
 with the egress image. Names: tiers/egress_steps.py (the mock's stub resolver has them)."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from tiers.egress_steps import ALLOWED, OTHER
 
 EXPECTED = {"from_config": {ALLOWED: True, OTHER: False}, "per_create": {ALLOWED: False, OTHER: True}}
 CONFIG_POLICY = {"defaultAction": "deny", "egress": [{"action": "allow", "target": ALLOWED}]}
-FLOW = r'''
+FLOW = r"""
 import asyncio, json, os, sys
 from agent_sandbox import ProviderSandbox as Sandbox
 OPTS = {"base_url": os.environ["OSB_URL"], "api_key": os.environ["OSB_KEY"], "default_image": os.environ["OSB_IMAGE"]}
@@ -54,15 +55,26 @@ async def main():
     print(json.dumps(seen))
 
 asyncio.run(main())
-'''
+"""
 
 
 def run(home: str, url: str, key: str, image: str, slow: bool = True) -> Dict[str, Any]:
     """``slow``: also the policy the sidecar refuses (the server's whole ready wait: 30 s live)."""
-    env = {**demo.host_env(home), "OSB_URL": url, "OSB_KEY": key, "OSB_IMAGE": image,
-           "ABX_OPENSANDBOX_NETWORK_POLICY": json.dumps(CONFIG_POLICY)}
-    proc = subprocess.run([sys.executable, "-c", FLOW, ALLOWED, OTHER, "slow" if slow else "-"], env=env, cwd=home, capture_output=True,
-                          text=True, timeout=600)
+    env = {
+        **demo.host_env(home),
+        "OSB_URL": url,
+        "OSB_KEY": key,
+        "OSB_IMAGE": image,
+        "ABX_OPENSANDBOX_NETWORK_POLICY": json.dumps(CONFIG_POLICY),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", FLOW, ALLOWED, OTHER, "slow" if slow else "-"],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
         raise AssertionError(proc.stderr[-4000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])

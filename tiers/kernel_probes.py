@@ -4,6 +4,7 @@ sandbox by one bounded command: the same probe and the same expected answers on 
 (tiers/t4/test_live_kernel.py). Each line is ``name result errno`` (a raw syscall through ctypes) or
 ``name exit-status stderr`` (a command), so the two sides compare line by line.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Tuple

@@ -7,6 +7,7 @@ The first group's output is streamed live; the others are buffered and printed, 
 last line sums every group (``total: N passed, N failed, N skipped``). The exit status is 0 only when
 every group passed (a group that collected no test counts as a failure).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> int:
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+        argv, extra = argv[:i], argv[i + 1 :]
     groups = [shlex.split(g) for g in argv if g.strip()]
     if not groups:
         print(__doc__, file=sys.stderr)
@@ -54,9 +55,11 @@ def main(argv: list[str]) -> int:
                 log = tempfile.TemporaryFile()
                 procs.append(subprocess.Popen(cmd + extra + paths, stdout=log, stderr=subprocess.STDOUT))
                 logs.append(log)
-        print(f"== group 1/{len(groups)}: {' '.join(groups[0])} (live); "
-              + "; ".join(f"group {i + 1}: {' '.join(g)} (printed when it ends)" for i, g in enumerate(groups) if i),
-              flush=True)
+        print(
+            f"== group 1/{len(groups)}: {' '.join(groups[0])} (live); "
+            + "; ".join(f"group {i + 1}: {' '.join(g)} (printed when it ends)" for i, g in enumerate(groups) if i),
+            flush=True,
+        )
         first = bytearray()
         assert procs[0].stdout is not None
         for line in procs[0].stdout:

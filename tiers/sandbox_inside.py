@@ -12,6 +12,7 @@ the same assertions run on the live server (tiers/t4/test_live_inside.py) and on
 (tiers/t1/test_sandbox_inside.py). Checks accept cgroup v1 and v2 file names and do not depend on the host's
 load (the CPU probe asserts the CFS quota at work and an upper bound on the share, never a lower bound).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,15 @@ import re
 import urllib.parse
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from record.scenarios import (INSIDE_CWDS, INSIDE_FILES, INSIDE_PROBES, RESOURCES, SAME_PORT, inside_command,
-                              serve_command)
+from record.scenarios import (
+    INSIDE_CWDS,
+    INSIDE_FILES,
+    INSIDE_PROBES,
+    RESOURCES,
+    SAME_PORT,
+    inside_command,
+    serve_command,
+)
 from tiers.smoke_flow import Reply, output_of, request, server_root, stream_command
 from tiers.toolkit.waits import wait_until
 
@@ -32,13 +40,14 @@ GIB = 1 << 30
 
 
 class Result(NamedTuple):
-    status: int        # HTTP status of the request
-    rc: int            # exit status of a command (0 without an error event); -1 for a files request
-    out: str           # stdout (a command) or the body (a files request)
-    err: str           # stderr
+    status: int  # HTTP status of the request
+    rc: int  # exit status of a command (0 without an error event); -1 for a files request
+    out: str  # stdout (a command) or the body (a files request)
+    err: str  # stderr
 
 
 # --------------------------------------------------------------------------------------------- the recording
+
 
 def _events(body: str) -> List[dict]:
     out = []
@@ -73,6 +82,7 @@ REC = recorded()
 
 # --------------------------------------------------------------------------------------------- the server
 
+
 class Target:
     """One OpenSandbox server (live or mock): lifecycle at ``base_url``, each sandbox's execd at its endpoint."""
 
@@ -88,8 +98,13 @@ class Target:
         return request(method, self.root, path, headers={"OPEN-SANDBOX-API-KEY": self.api_key}, **kw)
 
     def create(self, **extra) -> str:
-        body = {"image": {"uri": self.image}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 900,
-                "resourceLimits": dict(RESOURCES), "metadata": {"purpose": "sandbox-inside"}}
+        body = {
+            "image": {"uri": self.image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 900,
+            "resourceLimits": dict(RESOURCES),
+            "metadata": {"purpose": "sandbox-inside"},
+        }
         body.update(extra)
         r = self.life("POST", "/v1/sandboxes", json_body=body, timeout=120)
         assert r.status == 202, r
@@ -137,8 +152,7 @@ class Target:
         payload: dict = {"command": cmd}
         if cwd is not None:
             payload["cwd"] = cwd
-        status, _h, events = stream_command(url, {**headers, "Accept": "text/event-stream"}, payload,
-                                            timeout=timeout)
+        status, _h, events = stream_command(url, {**headers, "Accept": "text/event-stream"}, payload, timeout=timeout)
         if status != 200:
             return Result(status, -1, "", events[0].get("body", "") if events else "")
         rc = next((int(e["error"].get("evalue") or 1) for e in events if e.get("type") == "error"), 0)
@@ -156,14 +170,15 @@ class Target:
 
 class Inside(NamedTuple):
     """What a check may use besides the result: the target and the sandbox the probe ran in."""
+
     target: Target
     sid: str
 
 
 class Probe(NamedTuple):
     name: str
-    kind: str            # "files" (GET on execd), "cwd" (POST /command with cwd) or "command"
-    arg: str             # the path, the cwd or the command (with @SERVER_PORT@)
+    kind: str  # "files" (GET on execd), "cwd" (POST /command with cwd) or "command"
+    arg: str  # the path, the cwd or the command (with @SERVER_PORT@)
     check: Callable[[Result, Inside], None]
 
     def run(self, ins: Inside) -> Result:
@@ -176,6 +191,7 @@ class Probe(NamedTuple):
 
 # --------------------------------------------------------------------------------------------- the checks
 
+
 def _lines(text: str) -> List[str]:
     return [line for line in text.splitlines() if line]
 
@@ -185,7 +201,7 @@ def _kv(text: str) -> Dict[str, str]:
 
 
 def _check_info(res: Result, ins: Inside) -> None:
-    assert res.status == 200, res      # the mock of 5f292ba: 404 FILE_NOT_FOUND (its files API saw the host dir)
+    assert res.status == 200, res  # the mock of 5f292ba: 404 FILE_NOT_FOUND (its files API saw the host dir)
     info = json.loads(res.out)
     assert info["/etc/os-release"]["path"] == "/etc/os-release", res
 
@@ -209,6 +225,7 @@ def _cwd_check(cwd: str) -> Callable[[Result, Inside], None]:
         # the mock of 5f292ba: 400 "working directory does not exist" (it looked for the host's directory)
         assert (res.status, res.rc) == (200, 0), res
         assert _lines(res.out) == _lines(REC["cwd " + cwd].out) == [cwd], res
+
     return check
 
 
@@ -247,19 +264,19 @@ def _check_ps(res: Result, ins: Inside) -> None:
 
 
 def _check_oom(res: Result, ins: Inside) -> None:
-    assert _lines(res.out) == ["exit=137"], res   # recorded: killed by the 512Mi limit (the old mock: exit=0)
+    assert _lines(res.out) == ["exit=137"], res  # recorded: killed by the 512Mi limit (the old mock: exit=0)
 
 
 def _check_cgroup(res: Result, ins: Inside) -> None:
     got = _kv(res.out)
     mem = got.get("memory/memory.limit_in_bytes") or got.get("memory.max")
-    assert mem == "536870912", got                              # 512Mi
-    assert (got.get("pids/pids.max") or got.get("pids.max")) == "4096", got   # the server's pids_limit default
-    if "cpu.max" in got:                                        # v2: "quota period"
+    assert mem == "536870912", got  # 512Mi
+    assert (got.get("pids/pids.max") or got.get("pids.max")) == "4096", got  # the server's pids_limit default
+    if "cpu.max" in got:  # v2: "quota period"
         assert got["cpu.max"] == "50000 100000", got
     else:
         assert (got.get("cpu/cpu.cfs_quota_us"), got.get("cpu/cpu.cfs_period_us")) == ("50000", "100000"), got
-    if "memory/memory.memsw.limit_in_bytes" in got:             # Docker: swap limit = 2 x memory when unset
+    if "memory/memory.memsw.limit_in_bytes" in got:  # Docker: swap limit = 2 x memory when unset
         assert got["memory/memory.memsw.limit_in_bytes"] == str(2 * 536870912), got
 
 
@@ -275,8 +292,9 @@ def _check_etc(res: Result, ins: Inside) -> None:
     assert re.fullmatch(r"[0-9a-f]{12}", name), res
     rows = [line.split() for line in _lines(hosts)]
     assert ["127.0.0.1", "localhost"] in rows, hosts
-    assert any(len(r) == 2 and r[1] == name and r[0] != "127.0.0.1" for r in rows), \
+    assert any(len(r) == 2 and r[1] == name and r[0] != "127.0.0.1" for r in rows), (
         f"/etc/hosts does not map the hostname {name} to the sandbox's address: {hosts}"
+    )
 
 
 def _ifaces(text: str) -> List[str]:
@@ -300,8 +318,9 @@ def _check_net(res: Result, ins: Inside) -> None:
 
 def _check_connect(res: Result, ins: Inside) -> None:
     got = _kv(res.out)
-    assert got.get("loopback_server") != "connected", f"the host's 127.0.0.1:{ins.target.server_port} is " \
-                                                      f"reachable from inside: {got}"
+    assert got.get("loopback_server") != "connected", (
+        f"the host's 127.0.0.1:{ins.target.server_port} is reachable from inside: {got}"
+    )
     assert got.get("gateway_server") != "connected", got
     assert got.get("loopback_execd") == "connected", f"execd does not listen inside the sandbox: {got}"
 

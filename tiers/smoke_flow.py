@@ -12,6 +12,7 @@ line ending stripped, and "latest"-style byte-exact chunks.
 
 Standard library only (http.client), so the flow needs nothing but a URL and a key.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,6 +36,7 @@ class SmokeFailure(AssertionError):
 
 
 # ------------------------------------------------------------------------------------------------ HTTP plumbing
+
 
 class Reply:
     def __init__(self, status: int, headers: Dict[str, str], body: bytes):
@@ -64,8 +66,16 @@ def _connect(url: str, timeout: float) -> Tuple[http.client.HTTPConnection, str]
     return http.client.HTTPConnection(host, port, timeout=timeout), prefix
 
 
-def request(method: str, url: str, path: str, *, headers: Optional[Dict[str, str]] = None,
-            body: Optional[bytes] = None, json_body: Any = None, timeout: float = REQUEST_TIMEOUT) -> Reply:
+def request(
+    method: str,
+    url: str,
+    path: str,
+    *,
+    headers: Optional[Dict[str, str]] = None,
+    body: Optional[bytes] = None,
+    json_body: Any = None,
+    timeout: float = REQUEST_TIMEOUT,
+) -> Reply:
     hdrs = dict(headers or {})
     if json_body is not None:
         body = json.dumps(json_body).encode()
@@ -98,8 +108,9 @@ def parse_sse_frames(buffer: bytes) -> Tuple[List[dict], bytes]:
     return events, buffer
 
 
-def stream_command(execd: str, headers: Dict[str, str], payload: dict,
-                   timeout: float = REQUEST_TIMEOUT) -> Tuple[int, Dict[str, str], List[dict]]:
+def stream_command(
+    execd: str, headers: Dict[str, str], payload: dict, timeout: float = REQUEST_TIMEOUT
+) -> Tuple[int, Dict[str, str], List[dict]]:
     """POST /command and read SSE events until the terminal one (error / execution_complete).
 
     The real server keeps the stream open ~1 s after the last event, so the reader stops at the terminal event
@@ -182,6 +193,7 @@ def _poll(what: str, fn: Callable[[], Any], ok: Callable[[Any], bool], timeout: 
 
 
 # ------------------------------------------------------------------------------------------------ the flow
+
 
 class _Flow:
     def __init__(self, base_url: str, api_key: str, image: str, log: Optional[Callable[[str], None]]):
@@ -273,13 +285,17 @@ class _Flow:
 
         self.purpose = "smoke-" + uuid.uuid4().hex[:12]
         with self.step("create -> 202 Running"):  # 05_create_get_list_endpoints
-            r = self.life("POST", "/v1/sandboxes", json_body={
-                "image": {"uri": self.image},
-                "entrypoint": ["tail", "-f", "/dev/null"],
-                "timeout": 600,
-                "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
-                "metadata": {"purpose": self.purpose},
-            })
+            r = self.life(
+                "POST",
+                "/v1/sandboxes",
+                json_body={
+                    "image": {"uri": self.image},
+                    "entrypoint": ["tail", "-f", "/dev/null"],
+                    "timeout": 600,
+                    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+                    "metadata": {"purpose": self.purpose},
+                },
+            )
             assert r.status == 202, r
             assert HEX32.match(r.headers.get("x-request-id", "")), r.headers
             body = r.json()
@@ -368,14 +384,21 @@ class _Flow:
             assert last["error"]["traceback"][0] in ("signal: killed", "signal: broken pipe"), events
 
         with self.step("background: logs, cursor, exit code"):  # 10_command_background_logs
-            status, events = self.run({
-                "command": "for i in 1 2 3; do echo line$i; sleep 0.2; done; echo bg-err >&2; exit 5",
-                "background": True})
+            status, events = self.run(
+                {
+                    "command": "for i in 1 2 3; do echo line$i; sleep 0.2; done; echo bg-err >&2; exit 5",
+                    "background": True,
+                }
+            )
             assert status == 200 and events[0]["type"] == "init", events
             assert events[-1]["type"] == "execution_complete", events
             cid = events[0]["text"]
-            st = _poll("background command", lambda: self.cmd_status(cid, polling=True),
-                       lambda s: s.get("running") is False, 20)
+            st = _poll(
+                "background command",
+                lambda: self.cmd_status(cid, polling=True),
+                lambda s: s.get("running") is False,
+                20,
+            )
             assert st["exit_code"] == 5, st
             want = b"line1\nline2\nline3\nbg-err\n"
             r = self.ex("GET", f"/command/{cid}/logs")
@@ -390,13 +413,21 @@ class _Flow:
         with self.step("background: interrupt"):
             status, events = self.run({"command": "echo started; sleep 30; echo never", "background": True})
             cid = events[0]["text"]
-            _poll("background output", lambda: self.ex("GET", f"/command/{cid}/logs").body,
-                  lambda b: b == b"started\n", 20)
+            _poll(
+                "background output",
+                lambda: self.ex("GET", f"/command/{cid}/logs").body,
+                lambda b: b == b"started\n",
+                20,
+            )
             assert self.cmd_status(cid)["running"] is True
             r = self.ex("DELETE", f"/command?id={cid}")
             assert r.status == 200, r
-            st = _poll("interrupted command", lambda: self.cmd_status(cid, polling=True),
-                       lambda s: s.get("running") is False, 20)
+            st = _poll(
+                "interrupted command",
+                lambda: self.cmd_status(cid, polling=True),
+                lambda s: s.get("running") is False,
+                20,
+            )
             assert st["exit_code"] != 0, st
             r = self.ex("GET", f"/command/{cid}/logs")
             assert r.body == b"started\n", r
@@ -412,12 +443,19 @@ class _Flow:
             assert r.status == 200, r
 
         with self.step("upload (two files, one request)"):
-            body, ctype = encode_multipart([
-                ("metadata", "metadata", "application/json", json.dumps({"path": f"{d}/hello.txt", "mode": 644}).encode()),
-                ("file", "hello.txt", "application/octet-stream", hello),
-                ("metadata", "metadata", "application/json", json.dumps({"path": f"{d}/sub/data.csv"}).encode()),
-                ("file", "data.csv", "application/octet-stream", csv),
-            ])
+            body, ctype = encode_multipart(
+                [
+                    (
+                        "metadata",
+                        "metadata",
+                        "application/json",
+                        json.dumps({"path": f"{d}/hello.txt", "mode": 644}).encode(),
+                    ),
+                    ("file", "hello.txt", "application/octet-stream", hello),
+                    ("metadata", "metadata", "application/json", json.dumps({"path": f"{d}/sub/data.csv"}).encode()),
+                    ("file", "data.csv", "application/octet-stream", csv),
+                ]
+            )
             r = self.ex("POST", "/files/upload", body=body, headers={"Content-Type": ctype})
             assert r.status == 200, r
 
@@ -434,8 +472,11 @@ class _Flow:
         with self.step("download, whole and ranged"):
             r = self.ex("GET", "/files/download?" + urllib.parse.urlencode({"path": f"{d}/hello.txt"}))
             assert r.status == 200 and r.body == hello, r
-            r = self.ex("GET", "/files/download?" + urllib.parse.urlencode({"path": f"{d}/hello.txt"}),
-                        headers={"Range": "bytes=0-4"})
+            r = self.ex(
+                "GET",
+                "/files/download?" + urllib.parse.urlencode({"path": f"{d}/hello.txt"}),
+                headers={"Range": "bytes=0-4"},
+            )
             assert r.status == 206 and r.body == b"hello", r
             assert r.headers.get("content-range") == f"bytes 0-4/{len(hello)}", r.headers
 
@@ -445,7 +486,11 @@ class _Flow:
             assert sorted(e["path"] for e in r.json()) == [f"{d}/hello.txt", f"{d}/sub"], r
             r = self.ex("GET", "/directories/list?" + urllib.parse.urlencode({"path": d, "depth": 3}))
             assert sorted(e["path"] for e in r.json()) == [
-                f"{d}/hello.txt", f"{d}/sub", f"{d}/sub/data.csv", f"{d}/sub/deeper"], r
+                f"{d}/hello.txt",
+                f"{d}/sub",
+                f"{d}/sub/data.csv",
+                f"{d}/sub/deeper",
+            ], r
 
         with self.step("search"):
             r = self.ex("GET", "/files/search?" + urllib.parse.urlencode({"path": d, "pattern": "*.txt"}))
@@ -499,7 +544,9 @@ class _Flow:
             r = self.life("POST", f"/v1/sandboxes/{sid}/resume")
             assert r.status == 409 and r.json().get("code") == "DOCKER::SANDBOX_NOT_PAUSED", r
             _status, events = self.run({"command": "echo after-resume"})
-            assert output_of(events, "stdout") == "after-resume\n" and events[-1]["type"] == "execution_complete", events
+            assert output_of(events, "stdout") == "after-resume\n" and events[-1]["type"] == "execution_complete", (
+                events
+            )
 
     def kill(self) -> None:
         sid = self.sandbox_id
@@ -524,8 +571,9 @@ class _Flow:
                 self.life("DELETE", f"/v1/sandboxes/{self.sandbox_id}", timeout=30)
 
 
-def run_smoke_flow(base_url: str, api_key: str, *, image: str = "python:3.12-slim",
-                   log: Optional[Callable[[str], None]] = None) -> List[str]:
+def run_smoke_flow(
+    base_url: str, api_key: str, *, image: str = "python:3.12-slim", log: Optional[Callable[[str], None]] = None
+) -> List[str]:
     """Run the whole flow; return the names of the steps that passed (all of them, or raise SmokeFailure)."""
     return _Flow(base_url, api_key, image, log).go()
 

@@ -20,6 +20,7 @@ What it asserts (every value is what the recording shows):
   removed in a restored sandbox stays removed in a snapshot of it), processes are not, the source's create
   env is there under the restore's own env.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
@@ -30,11 +31,15 @@ from tiers.toolkit.waits import poll, wait_until
 NIL = "00000000-0000-0000-0000-000000000000"
 SMALL = {"cpu": "250m", "memory": "128Mi"}
 NAME = "snap-flow"
-WRITE = ("echo a > /tmp/a.txt; echo r > /root/r.txt; mkdir -p /workspace; echo w > /workspace/w.txt; "
-         "rmdir /srv; rm -f /etc/issue.net; (sleep 600 &); export FOO=bar; echo written")
-READ = ("cat /tmp/a.txt /root/r.txt /workspace/w.txt; ls -d /srv 2>&1 >/dev/null | wc -l; "
-        "echo sleepers=$(ps -eo args 2>/dev/null | grep -c '^sleep 600'); "
-        "echo FOO=$FOO SRC_VAR=$SRC_VAR REQ_VAR=$REQ_VAR ID=$OPENSANDBOX_ID; ls /etc/issue.net 2>&1 >/dev/null | wc -l")
+WRITE = (
+    "echo a > /tmp/a.txt; echo r > /root/r.txt; mkdir -p /workspace; echo w > /workspace/w.txt; "
+    "rmdir /srv; rm -f /etc/issue.net; (sleep 600 &); export FOO=bar; echo written"
+)
+READ = (
+    "cat /tmp/a.txt /root/r.txt /workspace/w.txt; ls -d /srv 2>&1 >/dev/null | wc -l; "
+    "echo sleepers=$(ps -eo args 2>/dev/null | grep -c '^sleep 600'); "
+    "echo FOO=$FOO SRC_VAR=$SRC_VAR REQ_VAR=$REQ_VAR ID=$OPENSANDBOX_ID; ls /etc/issue.net 2>&1 >/dev/null | wc -l"
+)
 ACCEPTED = {"state": "Creating", "reason": "snapshot_accepted", "message": "Snapshot creation accepted."}
 READY = {"state": "Ready", "reason": "snapshot_runtime_ready", "message": "Docker snapshot image created successfully."}
 DELETING = {"state": "Deleting", "reason": "snapshot_delete_requested", "message": "Snapshot deletion requested."}
@@ -80,8 +85,9 @@ class Flow:
         return body
 
     def running(self, sid: str, timeout: float = 30.0) -> None:
-        assert wait_until(lambda: self.life("GET", f"/v1/sandboxes/{sid}").json()["status"]["state"] == "Running",
-                          timeout, 0.1), f"sandbox {sid} not Running again after its snapshot"
+        assert wait_until(
+            lambda: self.life("GET", f"/v1/sandboxes/{sid}").json()["status"]["state"] == "Running", timeout, 0.1
+        ), f"sandbox {sid} not Running again after its snapshot"
 
     def restore(self, snap: str, **extra: Any) -> str:
         body = {"snapshotId": snap, "timeout": 600, "resourceLimits": dict(SMALL)}
@@ -128,32 +134,53 @@ def _run(f: Flow, etc_kept: bool) -> None:
         assert r.status == 200, r
         return [x["id"] for x in r.json()["items"]], r.json()["pagination"]
 
-    assert items(f"sandboxId={src}") == ([snap], {"page": 1, "pageSize": 20, "totalItems": 1, "totalPages": 1,
-                                                  "hasNextPage": False})
+    assert items(f"sandboxId={src}") == (
+        [snap],
+        {"page": 1, "pageSize": 20, "totalItems": 1, "totalPages": 1, "hasNextPage": False},
+    )
     assert items(f"sandboxId={src}&name={NAME}")[0] == [snap]
     assert items(f"sandboxId={src}&name=other")[0] == []
     assert items(f"sandboxId={src}&state=Creating")[0] == []
     assert items(f"sandboxId={src}&state=Failed&state=Ready&page=1&pageSize=1")[0] == [snap]
-    assert items(f"sandboxId={src}&page=2&pageSize=1") == ([], {"page": 2, "pageSize": 1, "totalItems": 1,
-                                                                "totalPages": 1, "hasNextPage": False})
+    assert items(f"sandboxId={src}&page=2&pageSize=1") == (
+        [],
+        {"page": 2, "pageSize": 1, "totalItems": 1, "totalPages": 1, "hasNextPage": False},
+    )
     r = f.life("GET", "/v1/snapshots?page=0&pageSize=201")
     assert r.status == 422 and [(e["type"], e["loc"]) for e in r.json()["detail"]] == [
-        ("greater_than_equal", ["query", "page"]), ("less_than_equal", ["query", "pageSize"])]
+        ("greater_than_equal", ["query", "page"]),
+        ("less_than_equal", ["query", "pageSize"]),
+    ]
 
     # errors
     r = f.life("POST", f"/v1/sandboxes/{src}/snapshots", {"name": ""})
     assert r.status == 422 and r.json()["detail"][0]["type"] == "string_too_short"
     assert _err(f.life("POST", f"/v1/sandboxes/{NIL}/snapshots", {})) == (
-        404, {"code": "DOCKER::SANDBOX_NOT_FOUND", "message": f"Sandbox {NIL} not found."})
+        404,
+        {"code": "DOCKER::SANDBOX_NOT_FOUND", "message": f"Sandbox {NIL} not found."},
+    )
     not_found = (404, {"code": "SNAPSHOT::NOT_FOUND", "message": f"Snapshot {NIL} not found"})
     assert _err(f.life("GET", f"/v1/snapshots/{NIL}")) == not_found
     assert _err(f.life("DELETE", f"/v1/snapshots/{NIL}")) == not_found
-    assert _err(f.life("POST", "/v1/sandboxes", {"snapshotId": NIL, "timeout": 600,
-                                                 "resourceLimits": dict(SMALL)})) == not_found
-    r = f.life("POST", "/v1/sandboxes", {"snapshotId": snap, "image": {"uri": t.image}, "timeout": 600,
-                                         "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": dict(SMALL)})
-    assert r.status == 422 and r.json()["detail"][0]["msg"] == \
-        "Value error, Exactly one of image or snapshotId must be provided."
+    assert (
+        _err(f.life("POST", "/v1/sandboxes", {"snapshotId": NIL, "timeout": 600, "resourceLimits": dict(SMALL)}))
+        == not_found
+    )
+    r = f.life(
+        "POST",
+        "/v1/sandboxes",
+        {
+            "snapshotId": snap,
+            "image": {"uri": t.image},
+            "timeout": 600,
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "resourceLimits": dict(SMALL),
+        },
+    )
+    assert (
+        r.status == 422
+        and r.json()["detail"][0]["msg"] == "Value error, Exactly one of image or snapshotId must be provided."
+    )
 
     # restore: the files, not the processes; the source's env under the request's; its labels as metadata
     restored = f.restore(snap, env={"REQ_VAR": "r"})
@@ -162,20 +189,26 @@ def _run(f: Flow, etc_kept: bool) -> None:
     assert g["status"]["state"] == "Running"
     out = t.command(restored, READ).out
     want = "a\nr\nw\n1\nsleepers=0\nFOO= SRC_VAR=s REQ_VAR=r ID=%s\n" % restored
-    assert out.startswith(want) and (not etc_kept or out[len(want):] == "1\n"), out
+    assert out.startswith(want) and (not etc_kept or out[len(want) :] == "1\n"), out
 
     # in use: 409 and Deleting (it stays so), no restore from it
-    conflict = (409, {"code": "SNAPSHOT::DELETE_CONFLICT", "message": "snapshot image cannot be deleted due to a conflict"})
+    conflict = (
+        409,
+        {"code": "SNAPSHOT::DELETE_CONFLICT", "message": "snapshot image cannot be deleted due to a conflict"},
+    )
     assert _err(f.life("DELETE", f"/v1/snapshots/{snap}")) == conflict
     assert _status(f.life("GET", f"/v1/snapshots/{snap}").json()) == DELETING
     assert _err(f.life("DELETE", f"/v1/snapshots/{snap}")) == conflict
-    assert _err(f.life("POST", "/v1/sandboxes", {"snapshotId": snap, "timeout": 600, "resourceLimits": dict(SMALL)})) \
-        == (409, {"code": "SNAPSHOT::NOT_READY", "message": f"Snapshot {snap} is not ready for restore."})
+    assert _err(
+        f.life("POST", "/v1/sandboxes", {"snapshotId": snap, "timeout": 600, "resourceLimits": dict(SMALL)})
+    ) == (409, {"code": "SNAPSHOT::NOT_READY", "message": f"Snapshot {snap} is not ready for restore."})
 
     # a paused source
     assert f.life("POST", f"/v1/sandboxes/{restored}/pause").status == 202
     assert _err(f.life("POST", f"/v1/sandboxes/{restored}/snapshots", {})) == (
-        409, {"code": "SNAPSHOT::INVALID_SOURCE_STATE", "message": "Snapshot can only be created from a Running sandbox."})
+        409,
+        {"code": "SNAPSHOT::INVALID_SOURCE_STATE", "message": "Snapshot can only be created from a Running sandbox."},
+    )
     assert f.life("POST", f"/v1/sandboxes/{restored}/resume").status == 202
     f.running(restored)
 
@@ -194,6 +227,8 @@ def _run(f: Flow, etc_kept: bool) -> None:
     t.delete(restored)
     assert f.life("DELETE", f"/v1/snapshots/{snap}").status == 204
     assert _err(f.life("GET", f"/v1/snapshots/{snap}")) == (
-        404, {"code": "SNAPSHOT::NOT_FOUND", "message": f"Snapshot {snap} not found"})
+        404,
+        {"code": "SNAPSHOT::NOT_FOUND", "message": f"Snapshot {snap} not found"},
+    )
     t.delete(src)
     assert items(f"sandboxId={src}")[0] == []

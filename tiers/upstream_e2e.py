@@ -9,6 +9,7 @@ The tests and the SDKs they import come from the upstream mirror at 3bb6fad (``t
 suite's pyproject). The suite reads OPENSANDBOX_TEST_DOMAIN / OPENSANDBOX_TEST_API_KEY /
 OPENSANDBOX_SANDBOX_DEFAULT_IMAGE (tests/python/tests/base_e2e_test.py). Prints one line per test and the
 counts per language (from the test's name: python, java, go, typescript, multi for mixed ones)."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ from typing import Any
 
 COMMIT = "3bb6fad"
 MIRROR = os.environ.get("OSB_UPSTREAM_MIRROR", "/work/.mirror/opensandbox-group+OpenSandbox/repo")
-WORK = os.environ.get("OSB_E2E_WORK") or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
-                                                    "opensandbox-provider", "upstream-e2e-" + COMMIT)
+WORK = os.environ.get("OSB_E2E_WORK") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "opensandbox-provider", "upstream-e2e-" + COMMIT
+)
 PATHS = ("tests/python", "sdks/sandbox/python", "sdks/code-interpreter/python")
 DEPS = ("pytest==9.0.3", "pytest-asyncio", "pytest-timeout", "pytest-order", "pydantic", "redis>=5.0,<6.0")
 HOST_VOLUME_DIR = "/tmp/opensandbox-e2e"  # the suite binds /tmp/opensandbox-e2e/logs (execd-log volume)
@@ -40,8 +42,20 @@ def prepare(work: str = WORK, mirror: str = MIRROR) -> str:
     arch = subprocess.run(["git", "-C", mirror, "archive", COMMIT, *PATHS], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-C", work, "-xf", "-"], input=arch, check=True)
     subprocess.run([sys.executable, "-m", "venv", os.path.join(work, "venv")], check=True)
-    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    os.path.join(work, PATHS[1]), os.path.join(work, PATHS[2]), *DEPS], check=True)
+    subprocess.run(
+        [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            os.path.join(work, PATHS[1]),
+            os.path.join(work, PATHS[2]),
+            *DEPS,
+        ],
+        check=True,
+    )
     open(os.path.join(work, ".ready"), "w").close()
     return py
 
@@ -53,8 +67,13 @@ def language(name: str) -> str:
 
 
 def _collect(py: str, files: list[str], cwd: str, env: dict[str, str]) -> list[str]:
-    out = subprocess.run([py, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-qq",
-                          *["tests/" + f for f in files]], cwd=cwd, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [py, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-qq", *["tests/" + f for f in files]],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return [line for line in out.stdout.splitlines() if "::" in line]
 
 
@@ -63,8 +82,14 @@ def _one(py: str, ids: list[str], cwd: str, env: dict[str, str], timeout: float)
         xml = os.path.join(tmp, "junit.xml")
         log = open(os.path.join(tmp, "log"), "w") if os.environ.get("E2E_QUIET") else None
         try:
-            subprocess.run([py, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_cli=false", "--junitxml", xml,
-                            *ids], cwd=cwd, env=env, stdout=log, stderr=log, timeout=timeout)
+            subprocess.run(
+                [py, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_cli=false", "--junitxml", xml, *ids],
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=log,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {i.split("::", 1)[1]: "timeout" for i in ids}
         finally:
@@ -74,23 +99,38 @@ def _one(py: str, ids: list[str], cwd: str, env: dict[str, str], timeout: float)
         for case in ET.parse(xml).getroot().iter("testcase"):
             kinds = [c.tag for c in case]
             verdict = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
-            out["%s::%s" % (case.get("classname", "").rsplit(".", 1)[-1], case.get("name"))] = \
-                {"failure": "failed"}.get(verdict, verdict)
+            out["%s::%s" % (case.get("classname", "").rsplit(".", 1)[-1], case.get("name"))] = {
+                "failure": "failed"
+            }.get(verdict, verdict)
         return out
 
 
-def run(py: str, domain: str, api_key: str, image: str, files: list[str], work: str = WORK,
-        timeout: float = 3000, jobs: int = 1) -> dict[str, str]:
+def run(
+    py: str,
+    domain: str,
+    api_key: str,
+    image: str,
+    files: list[str],
+    work: str = WORK,
+    timeout: float = 3000,
+    jobs: int = 1,
+) -> dict[str, str]:
     """{test id: passed | failed | error | skipped | timeout}, from the suite's own junit reports. jobs > 1:
     each test in its own pytest process, that many at a time (a test of a language the image lacks waits
     for the SDK's 3-minute request timeout on the real execd)."""
     os.makedirs(os.path.join(HOST_VOLUME_DIR, "logs"), exist_ok=True)
-    env = dict(os.environ, OPENSANDBOX_TEST_DOMAIN=domain, OPENSANDBOX_TEST_API_KEY=api_key,
-               OPENSANDBOX_SANDBOX_DEFAULT_IMAGE=image, OPENSANDBOX_TEST_PROTOCOL="http")
+    env = dict(
+        os.environ,
+        OPENSANDBOX_TEST_DOMAIN=domain,
+        OPENSANDBOX_TEST_API_KEY=api_key,
+        OPENSANDBOX_SANDBOX_DEFAULT_IMAGE=image,
+        OPENSANDBOX_TEST_PROTOCOL="http",
+    )
     cwd = os.path.join(work, PATHS[0])
     if jobs <= 1:
         return _one(py, ["tests/" + f for f in files], cwd, env, timeout)
     from concurrent.futures import ThreadPoolExecutor
+
     out: dict[str, str] = {}
     with ThreadPoolExecutor(jobs) as pool:
         for part in pool.map(lambda i: _one(py, [i], cwd, env, timeout), _collect(py, files, cwd, env)):
@@ -108,6 +148,7 @@ def counts(results: dict[str, str]) -> dict[str, dict[str, int]]:
 
 def _mock(args: argparse.Namespace) -> Any:
     from mock_opensandbox.server import MockOpenSandbox
+
     kw: dict[str, Any] = {"allowed_host_paths": [HOST_VOLUME_DIR], "execd_close_delay": 0.05}
     if args.jupyter_env:
         kw["jupyter_env"] = args.jupyter_env
@@ -122,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tiers.upstream_e2e")
     p.add_argument("--target", choices=("live", "mock"), required=True)
     p.add_argument("--files", nargs="+", default=["test_code_interpreter_e2e.py", "test_code_interpreter_e2e_sync.py"])
-    p.add_argument("--image", default=os.environ.get("OPENSANDBOX_CODE_INTERPRETER_IMAGE",
-                                                     "local/code-interpreter:py-bash"))
+    p.add_argument(
+        "--image", default=os.environ.get("OPENSANDBOX_CODE_INTERPRETER_IMAGE", "local/code-interpreter:py-bash")
+    )
     p.add_argument("--jupyter-env")
     p.add_argument("--image-dir")
     p.add_argument("--execd-bin")

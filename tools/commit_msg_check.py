@@ -1,6 +1,7 @@
 """commit-msg hook (.pre-commit-config.yaml): refuse a commit whose subject, its first line, is over 72
 characters, or that has no subject. Git's own comment lines (#) and the scissors cut are ignored.
 Standard library only: `python3 tools/commit_msg_check.py .git/COMMIT_EDITMSG`."""
+
 from __future__ import annotations
 
 import sys
@@ -22,8 +23,10 @@ def problem(message: str) -> str | None:
         return "the commit message is empty"
     subject = lines[0]
     if len(subject) > LIMIT:
-        return (f"the subject is {len(subject)} characters, over {LIMIT}: put the detail and the evidence "
-                f"in the body, after a blank line (CONTRIBUTING.md)\n  {subject}")
+        return (
+            f"the subject is {len(subject)} characters, over {LIMIT}: put the detail and the evidence "
+            f"in the body, after a blank line (CONTRIBUTING.md)\n  {subject}"
+        )
     if len(lines) > 1 and lines[1].strip():
         return "the second line is not blank: the subject is one line, then a blank line, then the body"
     return None

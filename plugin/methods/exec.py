@@ -5,6 +5,7 @@ other methods need (process list, kill, user lookup).
 
 ``rec NN`` = the recorded exchanges in ../shared/live/exchanges; seed 000 = the research notes.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 
     from osb import CommandRun, Execd
 
-OUTPUT_CHUNK_CHARS = 1_000_000          # exec.output notifications are split at this size
-STOP_GRACE = 3.0                        # seconds between an interrupt and giving up on the stream
+OUTPUT_CHUNK_CHARS = 1_000_000  # exec.output notifications are split at this size
+STOP_GRACE = 3.0  # seconds between an interrupt and giving up on the stream
 
 
 class ExecSpec:
@@ -36,7 +37,7 @@ class ExecSpec:
         self.argv: list[str] | None
         self.command: str | None
         if isinstance(command, str) and command.strip() and not cmd:
-            self.argv, self.command = None, command          # our extension: a shell string
+            self.argv, self.command = None, command  # our extension: a shell string
         else:
             if not isinstance(cmd, str) or not cmd:
                 raise EppError(-32602, "Invalid params: cmd must be a non-empty string.")
@@ -62,7 +63,7 @@ class ExecSpec:
 
 
 def _user_ids(ctx: Context, execd: Execd, user: str) -> tuple[int | None, int | None]:
-    """"" -> default; "1000" / "1000:1000" -> ids; "root" -> 0; other names are looked up with id(1)."""
+    """ "" -> default; "1000" / "1000:1000" -> ids; "root" -> 0; other names are looked up with id(1)."""
     if not user:
         return None, None
     uid_s, _, gid_s = user.partition(":")
@@ -71,11 +72,14 @@ def _user_ids(ctx: Context, execd: Execd, user: str) -> tuple[int | None, int | 
     if user == "root":
         return 0, 0
     from osb import shell_join
+
     code, out, _ = run_internal(ctx, execd, f"id -u {shell_join([user])} && id -g {shell_join([user])}")
     ids = out.split()
     if code != 0 or len(ids) != 2 or not all(i.isdigit() for i in ids):
-        raise bad_input(f"User {user[:40]!r} does not exist in the sandbox.",
-                        "Pass a user name that exists in the image, or a numeric uid.")
+        raise bad_input(
+            f"User {user[:40]!r} does not exist in the sandbox.",
+            "Pass a user name that exists in the image, or a numeric uid.",
+        )
     return int(ids[0]), int(ids[1])
 
 
@@ -85,9 +89,19 @@ def _start(ctx: Context, spec: ExecSpec, *, background: bool = False) -> Command
     uid, gid = _user_ids(ctx, execd, spec.user)
     # execd enforces the timeout too (rec 09); we enforce it ourselves as well (the host never does).
     timeout_ms = int(spec.timeout * 1000) if spec.timeout > 0 else 0
-    return ctx.guard(lambda: execd.start(argv=spec.argv, command=spec.command, envs=spec.env, cwd=spec.cwd,
-                                          uid=uid, gid=gid, timeout_ms=timeout_ms, background=background),
-                     op="exec")
+    return ctx.guard(
+        lambda: execd.start(
+            argv=spec.argv,
+            command=spec.command,
+            envs=spec.env,
+            cwd=spec.cwd,
+            uid=uid,
+            gid=gid,
+            timeout_ms=timeout_ms,
+            background=background,
+        ),
+        op="exec",
+    )
 
 
 _END, _WAKE = object(), object()
@@ -103,7 +117,7 @@ class Pump:
     def __init__(self, run: CommandRun) -> None:
         self.run = run
         self._lock = threading.Lock()
-        self._pipe: tuple[int, int] | None = None     # what wake() writes to; made by the first get()
+        self._pipe: tuple[int, int] | None = None  # what wake() writes to; made by the first get()
         self._woken = self._unread = self._closed = False
 
     def get(self, timeout: float | None) -> object:
@@ -167,8 +181,16 @@ class Pump:
                 os.close(fd)
 
 
-def drive(ctx: Context, req: Request, run: CommandRun, pump: Pump, spec: ExecSpec, started: float,
-          on_output: Callable[[str, str], object], first: object = None) -> tuple[int, str | None]:
+def drive(
+    ctx: Context,
+    req: Request,
+    run: CommandRun,
+    pump: Pump,
+    spec: ExecSpec,
+    started: float,
+    on_output: Callable[[str, str], object],
+    first: object = None,
+) -> tuple[int, str | None]:
     """Forward output until the terminal event; returns (exit_code, problem or None).
 
     Timeout: at the deadline the command is interrupted (DELETE /command?id=); if execd has not
@@ -180,9 +202,17 @@ def drive(ctx: Context, req: Request, run: CommandRun, pump: Pump, spec: ExecSpe
         pump.close()
 
 
-def _drive(req: Request, run: CommandRun, pump: Pump, spec: ExecSpec, started: float,
-           on_output: Callable[[str, str], object], first: object) -> tuple[int, str | None]:
+def _drive(
+    req: Request,
+    run: CommandRun,
+    pump: Pump,
+    spec: ExecSpec,
+    started: float,
+    on_output: Callable[[str, str], object],
+    first: object,
+) -> tuple[int, str | None]:
     from osb import StartFailure, terminal_exit_code
+
     deadline = started + spec.timeout if spec.timeout > 0 else None
     stop_at, timed_out = None, False
     req.on_cancel(pump.wake)
@@ -205,7 +235,7 @@ def _drive(req: Request, run: CommandRun, pump: Pump, spec: ExecSpec, started: f
             if item is None or item is _WAKE:
                 item = None
                 continue
-        current: Any = item              # an event dict, _END or the reader's exception
+        current: Any = item  # an event dict, _END or the reader's exception
         item = None
         if current is _END:
             return _lost_stream(run, "the output stream ended before the command finished")
@@ -252,14 +282,16 @@ def _await_start(ctx: Context, spec: ExecSpec, run: CommandRun, pump: Pump) -> o
     """A command that cannot start ends with an error event right after init: answer that as an error
     instead of a process id. Returns the first event (or None) for drive()."""
     from osb import StartFailure, terminal_exit_code
+
     first = pump.get(0.25)
     if isinstance(first, dict) and first.get("type") == "error":
         try:
             terminal_exit_code(first)
         except StartFailure as exc:
             pump.close()
-            raise EppError(-32000, f"The command could not be started: {exc}",
-                           suggestion="Check the command name, cwd and user.") from None
+            raise EppError(
+                -32000, f"The command could not be started: {exc}", suggestion="Check the command name, cwd and user."
+            ) from None
     return None if first is _WAKE else first
 
 
@@ -275,7 +307,7 @@ def m_exec_start(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any
 
     def emit(kind: str, text: str) -> None:
         for i in range(0, len(text), OUTPUT_CHUNK_CHARS):
-            ctx.notify("exec.output", {"process_id": pid, "stream": kind, "data": text[i:i + OUTPUT_CHUNK_CHARS]})
+            ctx.notify("exec.output", {"process_id": pid, "stream": kind, "data": text[i : i + OUTPUT_CHUNK_CHARS]})
 
     def stream() -> None:
         ctx.runs.add(run)
@@ -297,7 +329,7 @@ def m_exec_run(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
         raise bad_input("exec.run cannot run a detached command; use exec.start with detached: true.")
     started = time.monotonic()
     run = _start(ctx, spec)
-    pump = Pump(run)        # $/cancel: drive() wakes and interrupts the command
+    pump = Pump(run)  # $/cancel: drive() wakes and interrupts the command
     first = _await_start(ctx, spec, run, pump)
     out: dict[str, Any] = {"stdout": [], "stderr": []}
     ctx.runs.add(run)
@@ -307,9 +339,13 @@ def m_exec_run(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
         ctx.runs.discard(run)
     if problem:
         ended = f" The command exited with {code}, but its output may be incomplete." if code != -1 else ""
-        raise EppError(-32000, f"Lost the command's output: {problem}.{ended}", sdk_code="E5001",
-                       suggestion="Check the connection to the sandbox; run the command again if it is safe "
-                                  "to repeat.", exit_code=code if code != -1 else None)
+        raise EppError(
+            -32000,
+            f"Lost the command's output: {problem}.{ended}",
+            sdk_code="E5001",
+            suggestion="Check the connection to the sandbox; run the command again if it is safe to repeat.",
+            exit_code=code if code != -1 else None,
+        )
     return _fit_result("".join(out["stdout"]), "".join(out["stderr"]), code)
 
 
@@ -333,12 +369,10 @@ def _fit_result(stdout: str, stderr: str, code: int) -> dict[str, Any]:
 
 def run_internal(ctx: Context, execd: Execd, script: str, timeout: float = 30.0) -> tuple[int, str, str]:
     """Run a helper shell script in the sandbox (process list, kill, user lookup)."""
-    run = ctx.guard(lambda: execd.start(argv=["sh", "-c", script], timeout_ms=int(timeout * 1000)),
-                    op="process")
+    run = ctx.guard(lambda: execd.start(argv=["sh", "-c", script], timeout_ms=int(timeout * 1000)), op="process")
     out: dict[str, Any] = {"stdout": [], "stderr": []}
     spec = type("Spec", (), {"timeout": timeout})()
-    code, problem = drive(ctx, Request(None), run, Pump(run), spec, time.monotonic(),
-                          lambda k, t: out[k].append(t))
+    code, problem = drive(ctx, Request(None), run, Pump(run), spec, time.monotonic(), lambda k, t: out[k].append(t))
     if problem:
         raise EppError(-32000, f"A helper command in the sandbox failed: {problem}.", sdk_code="E5001")
     return code, "".join(out["stdout"]), "".join(out["stderr"])
@@ -348,9 +382,10 @@ def _start_detached(ctx: Context, spec: ExecSpec) -> Deferred:
     """`sessions`: a background command (it survives this process), followed by polling its merged
     logs and status (rec 10)."""
     run = _start(ctx, spec, background=True)
-    for event in run.events():       # init, ping, execution_complete arrive at once (rec 10)
+    for event in run.events():  # init, ping, execution_complete arrive at once (rec 10)
         if event.get("type") == "error":
             from osb import StartFailure, terminal_exit_code
+
             try:
                 terminal_exit_code(event)
             except StartFailure as exc:
@@ -388,6 +423,7 @@ def _start_detached(ctx: Context, spec: ExecSpec) -> Deferred:
                 code = status.get("exit_code")
                 if not isinstance(code, int) or code == -1:
                     from osb import signal_exit_code
+
                     code = signal_exit_code(str(status.get("error") or "")) or (code if isinstance(code, int) else 0)
                 ctx.notify("exec.exit", {"process_id": pid, "exit_code": int(code)})
                 return

@@ -1,6 +1,7 @@
 """Files: files.read / write / list / stat / mkdir / remove / move / search / chmod on execd's
 files API (rec 13, 18: ``rec NN`` = the recorded exchanges in ../shared/live/exchanges).
 """
+
 from __future__ import annotations
 
 from context import Context
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
     from osb import Execd
 
-MAX_READ_BYTES = 6_000_000              # base64 of this fits one EPP line (8 MiB) with room to spare
+MAX_READ_BYTES = 6_000_000  # base64 of this fits one EPP line (8 MiB) with room to spare
 
 
 def _execd(ctx: Context, p: dict[str, Any]) -> Execd:
@@ -36,7 +37,7 @@ def file_entry(info: dict[str, Any]) -> dict[str, Any]:
         "mtime": info.get("modified_at") or None,
     }
     if kind not in ("file", "directory"):
-        entry["kind"] = kind                        # symlink / other (execd FileInfo.type)
+        entry["kind"] = kind  # symlink / other (execd FileInfo.type)
     for key in ("mode", "owner", "group"):
         if info.get(key) not in (None, ""):
             entry[key] = info[key]
@@ -68,6 +69,7 @@ def _octal_mode(value: object) -> int | None:
 
 def m_files_read(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     from osb import TooLarge
+
     path = path_param(p)
     execd = _execd(ctx, p)
     offset, length = p.get("offset"), p.get("length")
@@ -86,22 +88,27 @@ def m_files_read(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any
         if is_http(exc, 416):
             return {"content_b64": ""}
         raise ctx.error(exc, "files", target=path) from None
-    return {"content_b64": Base64(data)}    # Server.send writes it as base64, encoding as it writes
+    return {"content_b64": Base64(data)}  # Server.send writes it as base64, encoding as it writes
 
 
 def _too_big(path: str, size: int | None) -> EppError:
     what = f"{size} bytes" if size else f"more than {MAX_READ_BYTES} bytes"
-    return EppError(-32000, f"{path} is {what}; one files.read returns at most {MAX_READ_BYTES} bytes "
-                            "(EPP lines are limited to 8 MiB).",
-                    suggestion="Read it in parts with offset/length, or split/compress it in the sandbox first.",
-                    max_bytes=MAX_READ_BYTES)
+    return EppError(
+        -32000,
+        f"{path} is {what}; one files.read returns at most {MAX_READ_BYTES} bytes (EPP lines are limited to 8 MiB).",
+        suggestion="Read it in parts with offset/length, or split/compress it in the sandbox first.",
+        max_bytes=MAX_READ_BYTES,
+    )
 
 
 def m_files_write(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     path = path_param(p)
     if p.get("append"):
-        raise unsupported("files.write.append", "Appending is not supported by OpenSandbox uploads.",
-                          "Read, concatenate and write the whole file.")
+        raise unsupported(
+            "files.write.append",
+            "Appending is not supported by OpenSandbox uploads.",
+            "Read, concatenate and write the whole file.",
+        )
     data = b64_param(p, "content_b64")
     mode = _octal_mode(p.get("mode"))
     execd = _execd(ctx, p)
@@ -170,8 +177,10 @@ def m_files_move(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any
         if existing is None or not overwrite:
             raise ctx.error(exc, "files", target=src) from None
         if existing.get("type") == "directory":
-            raise bad_input(f"Cannot move {src} onto the existing directory {dest}.",
-                            "Move it to a path inside that directory instead.") from None
+            raise bad_input(
+                f"Cannot move {src} onto the existing directory {dest}.",
+                "Move it to a path inside that directory instead.",
+            ) from None
         ctx.guard(lambda: execd.remove_file(dest), op="files", target=dest)
         ctx.guard(lambda: execd.move(src, dest), op="files", target=src)
     return {}

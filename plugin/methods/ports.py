@@ -1,4 +1,5 @@
 """Ports: ports.url, the URL (direct, or through the server's proxy) and headers of a sandbox port."""
+
 from __future__ import annotations
 
 from context import Context
@@ -10,7 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-PLUGIN_NAME = "opensandbox"             # provider_id in the answer (= provider.PLUGIN_NAME)
+PLUGIN_NAME = "opensandbox"  # provider_id in the answer (= provider.PLUGIN_NAME)
 
 
 def m_ports_url(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
@@ -23,5 +24,12 @@ def m_ports_url(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]
         raise bad_input("port must be a number between 1 and 65535.")
     client = ctx.client()
     url, headers = ctx.guard(lambda: client.endpoint(sid, port), op="ports")
-    return {"url": url, "headers": headers, "provider_id": PLUGIN_NAME, "sandbox_id": sid, "port": port,
-            "authentication_audience": "gateway", "path_mode": "prefix"}
+    return {
+        "url": url,
+        "headers": headers,
+        "provider_id": PLUGIN_NAME,
+        "sandbox_id": sid,
+        "port": port,
+        "authentication_audience": "gateway",
+        "path_mode": "prefix",
+    }

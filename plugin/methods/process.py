@@ -2,6 +2,7 @@
 process.signal / kill (an OS pid through ``kill``, an execd command id through execd's interrupt),
 process.stdin (not offered by execd).
 """
+
 from __future__ import annotations
 
 from .exec import run_internal
@@ -51,17 +52,28 @@ def m_process_list(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, A
         if pid == me or ppid == me or _PS_MARK in args:
             continue
         state = {"Z": "zombie", "T": "stopped", "t": "stopped", "X": "dead"}.get(stat[:1], "running")
-        procs.append({"pid": int(pid), "ppid": int(ppid) if ppid.isdigit() else None,
-                      "command": args.strip(), "status": state, "state": stat})
+        procs.append(
+            {
+                "pid": int(pid),
+                "ppid": int(ppid) if ppid.isdigit() else None,
+                "command": args.strip(),
+                "status": state,
+                "state": stat,
+            }
+        )
     if not procs and code != 0:
-        raise EppError(-32000, f"Could not list processes in the sandbox (exit {code}): {err.strip()[:200]}",
-                       suggestion="The image needs ps or a readable /proc.")
+        raise EppError(
+            -32000,
+            f"Could not list processes in the sandbox (exit {code}): {err.strip()[:200]}",
+            suggestion="The image needs ps or a readable /proc.",
+        )
     return {"processes": procs}
 
 
 def m_process_signal(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
     """numeric pid -> `kill -SIG pid` in the sandbox; an execd command id -> execd's interrupt."""
     import re
+
     sid = sandbox_id(p)
     pid = p.get("pid")
     sig = p.get("signal", 15)
@@ -79,21 +91,25 @@ def m_process_signal(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str,
         return {}
     if isinstance(pid, str) and re.fullmatch(r"[0-9a-fA-F]{8,64}", pid.strip()):
         if sig not in (9, 15):
-            raise unsupported("process.signal",
-                              f"execd can only stop a command it started (signal 9 or 15), not send signal {sig}.",
-                              "Use the numeric pid from process.list to send other signals.")
+            raise unsupported(
+                "process.signal",
+                f"execd can only stop a command it started (signal 9 or 15), not send signal {sig}.",
+                "Use the numeric pid from process.list to send other signals.",
+            )
         execd = ctx.guard(lambda: client.execd(sid), op="process")
         try:
             execd.interrupt(pid.strip())
         except Exception as exc:  # noqa: BLE001 - mapped below
             # rec 10: an unknown id is HTTP 500 "... no such session"
             from osb import HttpError
+
             if isinstance(exc, HttpError) and exc.status in (404, 500) and "no such" in exc.message.lower():
                 raise EppError(-32002, f"No running command {pid.strip()} in sandbox {sid}.") from None
             raise ctx.error(exc, "process") from None
         return {}
-    raise bad_input(f"Unknown process id {str(pid)[:70]!r}: pass an OS pid (a number) or the process_id "
-                    "returned by exec.start.")
+    raise bad_input(
+        f"Unknown process id {str(pid)[:70]!r}: pass an OS pid (a number) or the process_id returned by exec.start."
+    )
 
 
 def m_process_kill(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
@@ -101,5 +117,8 @@ def m_process_kill(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, A
 
 
 def m_process_stdin(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
-    raise unsupported("process.stdin", "OpenSandbox execd has no way to write to a running command's stdin.",
-                      "Pipe the input in the command itself (e.g. printf ... | cmd), or write a file first.")
+    raise unsupported(
+        "process.stdin",
+        "OpenSandbox execd has no way to write to a running command's stdin.",
+        "Pipe the input in the command itself (e.g. printf ... | cmd), or write a file first.",
+    )

@@ -19,6 +19,7 @@ A terminal never outlives its sandbox: ``close_sandbox()`` (sandbox.kill) and ``
 ``pty.exit`` follows. A dropped socket whose shell is still running is re-attached with
 ``?since=<offset>&takeover=1`` so no output is lost or repeated.
 """
+
 from __future__ import annotations
 
 import base64
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03  # model/pty_ws.go
 EXECD_INITIAL_SIZE = (80, 24)  # pty_session.go StartPTY: pty.StartWithSize(80x24)
-OUTPUT_CHUNK = 192 * 1024      # raw bytes per pty.output (256 KiB of base64, far below 8 MiB lines)
+OUTPUT_CHUNK = 192 * 1024  # raw bytes per pty.output (256 KiB of base64, far below 8 MiB lines)
 Notify = Callable[[str, dict[str, Any]], None]
 
 
@@ -48,12 +49,14 @@ def _error(exc: Exception, what: str, *, no_pty_api: bool = False) -> EppError:
     """A client failure as an EPP error whose message says which terminal step failed."""
     if isinstance(exc, EppError):
         return exc
-    if isinstance(exc, HttpError) and (exc.status == 501 or (no_pty_api and exc.status in (404, 405)
-                                                             and not exc.code)):
+    if isinstance(exc, HttpError) and (exc.status == 501 or (no_pty_api and exc.status in (404, 405) and not exc.code)):
         # An execd without the PTY API answers Gin's plain "404 page not found" (router.go has no
         # /pty route then); 501 NOT_SUPPORTED is execd's answer on platforms without PTYs.
-        return unsupported("pty", f"{what}: this sandbox's execd has no PTY API (HTTP {exc.status}: "
-                                  f"{exc.message}); terminals need an execd build that serves /pty")
+        return unsupported(
+            "pty",
+            f"{what}: this sandbox's execd has no PTY API (HTTP {exc.status}: "
+            f"{exc.message}); terminals need an execd build that serves /pty",
+        )
     err = map_osb_error(exc, op="pty")
     err.message = f"{what}: {err.message}"
     return err
@@ -73,26 +76,32 @@ def _path(session_id: str, tail: str = "") -> str:
 
 
 class _Terminal:
-    def __init__(self, manager: PtyManager, process_id: str, sandbox_id: str, session_id: str,
-                 execd: Execd, ws: WebSocketClient) -> None:
+    def __init__(
+        self, manager: PtyManager, process_id: str, sandbox_id: str, session_id: str, execd: Execd, ws: WebSocketClient
+    ) -> None:
         self.manager = manager
         self.process_id = process_id
         self.sandbox_id = sandbox_id
         self.session_id = session_id
-        self.execd = execd         # the sandbox's osb.Execd
+        self.execd = execd  # the sandbox's osb.Execd
         self.ws = ws
-        self.offset = 0            # output bytes received so far (= execd's replay offset)
+        self.offset = 0  # output bytes received so far (= execd's replay offset)
         self.exit_code: int | None = None
-        self.closing = False       # we ended it (pty.close, sandbox kill, shutdown)
-        self.finished = False      # pty.exit sent
+        self.closing = False  # we ended it (pty.close, sandbox kill, shutdown)
+        self.finished = False  # pty.exit sent
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
 
     # -- output ---------------------------------------------------------------------------------
     def emit(self, data: bytes) -> None:
         for i in range(0, len(data), OUTPUT_CHUNK):
-            self.manager._notify("pty.output", {"process_id": self.process_id,
-                                                "data_b64": base64.b64encode(data[i:i + OUTPUT_CHUNK]).decode("ascii")})
+            self.manager._notify(
+                "pty.output",
+                {
+                    "process_id": self.process_id,
+                    "data_b64": base64.b64encode(data[i : i + OUTPUT_CHUNK]).decode("ascii"),
+                },
+            )
 
     def handle_binary(self, data: bytes) -> None:
         if not data:
@@ -108,7 +117,7 @@ class _Terminal:
             if end <= self.offset:
                 return  # all of it was delivered before
             if start < self.offset:
-                payload = payload[self.offset - start:]
+                payload = payload[self.offset - start :]
             self.offset = end
         else:
             return  # unknown channel byte: ignore (forward compatible)
@@ -124,8 +133,9 @@ class _Terminal:
             code = frame.get("exit_code")
             self.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else -1
         elif ftype == "error":
-            self.manager._log(f"terminal {self.process_id}: execd error frame "
-                              f"{frame.get('code')}: {str(frame.get('error'))[:200]}")
+            self.manager._log(
+                f"terminal {self.process_id}: execd error frame {frame.get('code')}: {str(frame.get('error'))[:200]}"
+            )
 
     # -- reader thread --------------------------------------------------------------------------
     def run(self) -> None:
@@ -153,7 +163,7 @@ class _Terminal:
         while True:
             try:
                 op, data = ws.recv()
-            except NetError:                # the end, or silence (every WebSocket error is a NetError)
+            except NetError:  # the end, or silence (every WebSocket error is a NetError)
                 return
             if op == OP_BINARY:
                 self.handle_binary(data)
@@ -173,10 +183,18 @@ class _Terminal:
 class PtyManager:
     """Terminals of this plugin process."""
 
-    def __init__(self, client: OpenSandbox, notify: Notify, *, connect_timeout: float = 30.0, idle_timeout: float | None = 90.0,
-                 probe_timeout: float = 10.0, give_up_after: float = 600.0,
-                 log: Callable[[str], None] | None = None) -> None:
-        self.client = client       # the process's osb.OpenSandbox
+    def __init__(
+        self,
+        client: OpenSandbox,
+        notify: Notify,
+        *,
+        connect_timeout: float = 30.0,
+        idle_timeout: float | None = 90.0,
+        probe_timeout: float = 10.0,
+        give_up_after: float = 600.0,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client  # the process's osb.OpenSandbox
         self.notify = notify
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
@@ -221,9 +239,12 @@ class PtyManager:
         if term is None:
             if ended:
                 raise EppError(-32002, f"terminal {pid} {ended}")
-            raise EppError(-32002, f"terminal {pid} is not open in this plugin process: a terminal is "
-                           "served only by the process that opened it (it may have been closed, or the "
-                           "process restarted)")
+            raise EppError(
+                -32002,
+                f"terminal {pid} is not open in this plugin process: a terminal is "
+                "served only by the process that opened it (it may have been closed, or the "
+                "process restarted)",
+            )
         sid = params.get("sandbox_id")
         if sid not in (None, "") and str(sid) != term.sandbox_id:
             raise EppError(-32002, f"terminal {pid} does not belong to sandbox {sid}")
@@ -258,7 +279,7 @@ class PtyManager:
         try:
             execd.pty_delete(session_id, timeout)
         except (HttpError, NetError):
-            pass            # gone already, or execd is: either way the shell is over
+            pass  # gone already, or execd is: either way the shell is over
 
     def _status(self, term: _Terminal) -> dict[str, Any] | None:
         """The session's status; None when execd says it is gone. NetError when execd is silent
@@ -273,8 +294,9 @@ class PtyManager:
         first (a replay frame precedes ``connected``, pty_ws.go step 8)."""
         what = "pty.open"
         try:
-            ws = execd.websocket(_path(session_id, "/ws"), query, timeout=self.connect_timeout,
-                                 what="terminal WebSocket")
+            ws = execd.websocket(
+                _path(session_id, "/ws"), query, timeout=self.connect_timeout, what="terminal WebSocket"
+            )
         except Exception as exc:  # noqa: BLE001 - every client failure becomes a typed EPP error
             raise _error(exc, f"{what}: WebSocket upgrade") from None
         early: list[bytes] = []
@@ -291,8 +313,11 @@ class PtyManager:
                 if frame.get("type") == "connected":
                     break
                 if frame.get("type") == "error":
-                    raise EppError(-32000, f"{what}: execd could not start the terminal: "
-                                   f"{frame.get('code')}: {str(frame.get('error'))[:300]}")
+                    raise EppError(
+                        -32000,
+                        f"{what}: execd could not start the terminal: "
+                        f"{frame.get('code')}: {str(frame.get('error'))[:300]}",
+                    )
             ws.settimeout(None)
         except EppError:
             ws.shutdown()
@@ -432,8 +457,10 @@ class PtyManager:
             terms = list(self._terminals.values())
         for t in terms:
             t.closing = True
-        threads = [threading.Thread(target=self._delete_session, args=(t.execd, t.session_id, timeout),
-                                    daemon=True) for t in terms]
+        threads = [
+            threading.Thread(target=self._delete_session, args=(t.execd, t.session_id, timeout), daemon=True)
+            for t in terms
+        ]
         for th in threads:
             th.start()
         deadline = time.monotonic() + timeout

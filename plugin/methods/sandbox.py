@@ -3,6 +3,7 @@ resume, and how an OpenSandbox Sandbox becomes an EPP SandboxRecord.
 
 ``rec NN`` = the recorded exchanges in ../shared/live/exchanges; seed 000 = the research notes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,12 +23,22 @@ if TYPE_CHECKING:
     from osb import OpenSandbox
 
 STATE_TO_STATUS = {  # seed 000 §2.5
-    "Pending": "creating", "Running": "running", "Pausing": "paused", "Paused": "paused",
-    "Resuming": "creating", "Stopping": "stopping", "Terminated": "stopped", "Failed": "error",
+    "Pending": "creating",
+    "Running": "running",
+    "Pausing": "paused",
+    "Paused": "paused",
+    "Resuming": "creating",
+    "Stopping": "stopping",
+    "Terminated": "stopped",
+    "Failed": "error",
 }
 STATUS_TO_STATES = {
-    "running": ["Running"], "paused": ["Paused", "Pausing"], "pausing": ["Pausing"],
-    "creating": ["Pending", "Resuming"], "stopping": ["Stopping"], "stopped": ["Terminated"],
+    "running": ["Running"],
+    "paused": ["Paused", "Pausing"],
+    "pausing": ["Pausing"],
+    "creating": ["Pending", "Resuming"],
+    "stopping": ["Stopping"],
+    "stopped": ["Terminated"],
     "error": ["Failed"],
 }
 
@@ -60,9 +71,8 @@ def to_record(sb: dict[str, Any], template: str | None = None) -> dict[str, Any]
     return rec
 
 
-
 def m_sandbox_create(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
-    cfg = ctx.config().with_options(p.get("options"))     # registers a per-create registry password
+    cfg = ctx.config().with_options(p.get("options"))  # registers a per-create registry password
     client = ctx.client()
     image = resolve_image(cfg, p.get("template"))
     body = create_body(cfg, p, image)
@@ -102,6 +112,7 @@ _DNS_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 def check_metadata(metadata: object) -> dict[str, Any]:
     """Kubernetes label syntax (OpenSandbox stores metadata as labels, seed 000 §4.4)."""
     import re
+
     if metadata is None:
         return {}
     if not isinstance(metadata, dict):
@@ -116,29 +127,33 @@ def check_metadata(metadata: object) -> dict[str, Any]:
         if key.startswith("opensandbox.io/"):
             problem = "the opensandbox.io/ prefix is reserved by OpenSandbox"
         elif not name or len(name) > 63 or not re.fullmatch(_LABEL_NAME, name):
-            problem = ("the name part must be 1-63 characters of letters, digits, '-', '_' or '.', "
-                       "starting and ending with a letter or digit")
+            problem = (
+                "the name part must be 1-63 characters of letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit"
+            )
         elif slash and (not prefix or len(prefix) > 253 or not re.fullmatch(_DNS_PREFIX, prefix)):
             problem = "the prefix before '/' must be a lower-case DNS subdomain"
         if problem:
-            raise bad_input(f"metadata key {key!r} is not a valid label key: {problem}.",
-                            "Use keys like 'project' or 'example.com/team'.")
+            raise bad_input(
+                f"metadata key {key!r} is not a valid label key: {problem}.",
+                "Use keys like 'project' or 'example.com/team'.",
+            )
         text = "" if value is None else str(value)
         if len(text) > 63 or (text and not re.fullmatch(_LABEL_NAME, text)):
-            raise bad_input(f"metadata value of key {key!r} is not a valid label value: at most 63 "
-                            "characters of letters, digits, '-', '_' or '.', starting and ending with a "
-                            "letter or digit.", "Store longer or free-form text in a file in the sandbox.")
+            raise bad_input(
+                f"metadata value of key {key!r} is not a valid label value: at most 63 "
+                "characters of letters, digits, '-', '_' or '.', starting and ending with a "
+                "letter or digit.",
+                "Store longer or free-form text in a file in the sandbox.",
+            )
         out[key] = text
     return out
 
 
-
-
 def create_body(cfg: Config, p: dict[str, Any], image: str) -> dict[str, Any]:
     if p.get("disk") not in (None, 0):
-        raise unsupported("disk", "OpenSandbox cannot size a sandbox's disk.",
-                          "Create the sandbox without disk=.")
-    limits = {"cpu": "500m", "memory": "512Mi"}            # the official SDK's defaults (rec 18)
+        raise unsupported("disk", "OpenSandbox cannot size a sandbox's disk.", "Create the sandbox without disk=.")
+    limits = {"cpu": "500m", "memory": "512Mi"}  # the official SDK's defaults (rec 18)
     cpu, memory, gpu = p.get("cpu"), p.get("memory"), p.get("gpu")
     if cpu is not None:
         limits["cpu"] = _quantity("cpu", cpu, lambda n: f"{int(round(n * 1000))}m")
@@ -146,32 +161,35 @@ def create_body(cfg: Config, p: dict[str, Any], image: str) -> dict[str, Any]:
         limits["memory"] = _quantity("memory", memory, lambda n: f"{int(n)}Mi")
     if gpu not in (None, "", 0):
         if isinstance(gpu, bool) or not str(gpu).strip().isdigit():
-            raise unsupported("gpu", f"OpenSandbox takes a GPU count, not a model name ({str(gpu)[:40]!r}).",
-                              "Pass gpu as a number of devices, e.g. 1.")
+            raise unsupported(
+                "gpu",
+                f"OpenSandbox takes a GPU count, not a model name ({str(gpu)[:40]!r}).",
+                "Pass gpu as a number of devices, e.g. 1.",
+            )
         limits["gpu"] = str(gpu).strip()
     body: dict[str, Any] = {"image": {"uri": image}, "resourceLimits": limits}
     if cfg.registry_username or cfg.registry_password:
         body["image"]["auth"] = {"username": cfg.registry_username, "password": cfg.registry_password}
     entrypoint = cfg.entrypoint
     if cfg.entrypoint_is_default and "code-interpreter" in image:
-        entrypoint = list(CODE_INTERPRETER_ENTRYPOINT)      # keep the image's runtime script
+        entrypoint = list(CODE_INTERPRETER_ENTRYPOINT)  # keep the image's runtime script
     body["entrypoint"] = entrypoint
     ttl = p.get("timeout")
     if ttl is not None:
         if not is_number(ttl) or ttl < 0:
             raise bad_input("timeout must be a number of seconds.")
         if ttl > 0:
-            body["timeout"] = max(60, int(ttl))             # OpenSandbox's minimum TTL (rec 03)
+            body["timeout"] = max(60, int(ttl))  # OpenSandbox's minimum TTL (rec 03)
     envs = check_envs(p.get("envs"))
     if envs:
-        body["env"] = envs                                  # create takes "env" (rec 15)
+        body["env"] = envs  # create takes "env" (rec 15)
     metadata = check_metadata(p.get("metadata"))
     if metadata:
         body["metadata"] = metadata
     if cfg.network_policy:
         body["networkPolicy"] = cfg.network_policy
     if cfg.volumes:
-        body["volumes"] = cfg.volumes                       # the server checks and mounts them
+        body["volumes"] = cfg.volumes  # the server checks and mounts them
     if cfg.platform:
         body["platform"] = cfg.platform
     secure = p["secure"] if isinstance(p.get("secure"), bool) else cfg.secure_access
@@ -195,15 +213,17 @@ def _quantity(field: str, value: object, fmt: Callable[[float], str]) -> str:
         return fmt(number)
     except ValueError:
         if text and text[0].isdigit():
-            return text                                     # already a quantity like "250m" or "1Gi"
+            return text  # already a quantity like "250m" or "1Gi"
         raise bad_input(f"{field} must be a number or a resource quantity like 500m / 1Gi.") from None
 
 
-def wait_ready(ctx: Context, req: Request, client: OpenSandbox, sid: str, sb: dict[str, Any], deadline: float,
-               budget: float) -> dict[str, Any]:
+def wait_ready(
+    ctx: Context, req: Request, client: OpenSandbox, sid: str, sb: dict[str, Any], deadline: float, budget: float
+) -> dict[str, Any]:
     """Until state Running AND execd answers /ping: the create answer already says Running before
     execd is up, and an entrypoint that exits turns the sandbox Failed a moment later (rec 15)."""
     from osb import HttpError, NetError
+
     interval, first, last_problem = 0.05, True, "state " + (_state(sb) or "unknown")
     while True:
         if req.cancelled.is_set():
@@ -215,9 +235,13 @@ def wait_ready(ctx: Context, req: Request, client: OpenSandbox, sid: str, sb: di
         if state in ("Failed", "Terminated", "Stopping"):
             status = v if isinstance(v := sb.get("status"), dict) else {}
             detail = " ".join(str(status.get(k) or "") for k in ("reason", "message")).strip()
-            raise EppError(-32000, f"Sandbox {sid} did not start: {state}" + (f" ({detail})" if detail else "") + ".",
-                           suggestion="Check the image and the entrypoint setting: the entrypoint must keep "
-                                      "running (default: tail -f /dev/null).", state=state)
+            raise EppError(
+                -32000,
+                f"Sandbox {sid} did not start: {state}" + (f" ({detail})" if detail else "") + ".",
+                suggestion="Check the image and the entrypoint setting: the entrypoint must keep "
+                "running (default: tail -f /dev/null).",
+                state=state,
+            )
         if state == "Running":
             try:
                 execd = client.execd(sid)
@@ -238,9 +262,12 @@ def wait_ready(ctx: Context, req: Request, client: OpenSandbox, sid: str, sb: di
         else:
             last_problem = f"state {state or 'unknown'}"
         if time.monotonic() >= deadline:
-            raise EppError(-32000, f"Sandbox {sid} was not ready within {budget:g} s ({last_problem}); "
-                                   "it was deleted.", sdk_code="E3001",
-                           suggestion="Raise ready_timeout (image pulls can be slow), or check the server.")
+            raise EppError(
+                -32000,
+                f"Sandbox {sid} was not ready within {budget:g} s ({last_problem}); it was deleted.",
+                sdk_code="E3001",
+                suggestion="Raise ready_timeout (image pulls can be slow), or check the server.",
+            )
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
         interval = min(interval * 1.6, 0.5)
 
@@ -273,19 +300,23 @@ def m_sandbox_list(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, A
     if status:
         found = STATUS_TO_STATES.get(str(status).lower())
         if found is None:
-            raise bad_input(f"Unknown status filter {str(status)[:30]!r}; use one of "
-                            + ", ".join(sorted(STATUS_TO_STATES)) + ".")
+            raise bad_input(
+                f"Unknown status filter {str(status)[:30]!r}; use one of " + ", ".join(sorted(STATUS_TO_STATES)) + "."
+            )
         states = found
     metadata = ""
     if isinstance(p.get("metadata"), dict) and p["metadata"]:
         import urllib.parse
-        metadata = "&".join(f"{urllib.parse.quote(str(k))}={urllib.parse.quote(str(v))}"
-                            for k, v in p["metadata"].items())
+
+        metadata = "&".join(
+            f"{urllib.parse.quote(str(k))}={urllib.parse.quote(str(v))}" for k, v in p["metadata"].items()
+        )
     records: list[Any] = []
     next_page = None
     for _ in range(10_000):
-        body = ctx.guard(functools.partial(client.list_page, page=page, page_size=200, states=states,
-                                           metadata=metadata), op="list")
+        body = ctx.guard(
+            functools.partial(client.list_page, page=page, page_size=200, states=states, metadata=metadata), op="list"
+        )
         items = v if isinstance(v := body.get("items"), list) else []
         records += [to_record(sb) for sb in items if isinstance(sb, dict) and sb.get("id")]
         pagination = v if isinstance(v := body.get("pagination"), dict) else {}
@@ -303,7 +334,7 @@ def m_sandbox_kill(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, A
     """Idempotent: an unknown or already deleted id answers {} (epp-host-ref §4.3)."""
     sid = sandbox_id(p)
     client = ctx.client()
-    if ctx.terminals is not None:       # a terminal never outlives its sandbox
+    if ctx.terminals is not None:  # a terminal never outlives its sandbox
         ctx.terminals.close_sandbox(sid)
     try:
         client.delete(sid)
@@ -320,6 +351,7 @@ def m_sandbox_set_timeout(ctx: Context, req: Request, p: dict[str, Any]) -> dict
     import datetime
 
     from osb import http_date
+
     sid = sandbox_id(p)
     seconds = p.get("timeout")
     if not is_number(seconds) or seconds <= 0:
@@ -358,8 +390,7 @@ def _once(ctx: Context, client: OpenSandbox, sid: str, call: Callable[[str], obj
     try:
         call(sid)
     except Exception as exc:  # noqa: BLE001 - mapped below, unless the sandbox is already there
-        if not (is_http(exc, 409) and _state(ctx.guard(lambda: client.get(sid), op="sandbox").json() or {})
-                in done):
+        if not (is_http(exc, 409) and _state(ctx.guard(lambda: client.get(sid), op="sandbox").json() or {}) in done):
             raise ctx.error(exc, "sandbox") from None
 
 

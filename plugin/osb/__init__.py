@@ -16,23 +16,53 @@ timeout, an answer cut short, a WebSocket that broke).
 A name is imported on first use (PEP 562): the host starts a new plugin process for most calls,
 and a call pays only for the modules it needs (sandbox.get never loads execd.py or ws.py).
 """
+
 from __future__ import annotations
 
-TYPE_CHECKING = False                   # (not typing's: importing typing costs milliseconds)
+TYPE_CHECKING = False  # (not typing's: importing typing costs milliseconds)
 
 __all__ = [
-    "Http", "HttpError", "NetError", "Reply", "http_date", "retry_after_seconds", "safe_url",
-    "OpenSandbox", "SandboxCache", "Execd", "CommandRun", "TooLarge", "shell_join",
-    "StartFailure", "signal_exit_code", "terminal_exit_code", "OP_BINARY", "OP_TEXT", "WebSocketClient",
+    "Http",
+    "HttpError",
+    "NetError",
+    "Reply",
+    "http_date",
+    "retry_after_seconds",
+    "safe_url",
+    "OpenSandbox",
+    "SandboxCache",
+    "Execd",
+    "CommandRun",
+    "TooLarge",
+    "shell_join",
+    "StartFailure",
+    "signal_exit_code",
+    "terminal_exit_code",
+    "OP_BINARY",
+    "OP_TEXT",
+    "WebSocketClient",
 ]
 
 _WHERE = {
-    "Http": "transport", "HttpError": "transport", "NetError": "transport", "Reply": "transport",
-    "http_date": "retries", "retry_after_seconds": "retries", "safe_url": "transport",
-    "OpenSandbox": "lifecycle", "SandboxCache": "lifecycle",
-    "Execd": "execd", "CommandRun": "execd", "TooLarge": "execd", "shell_join": "execd",
-    "StartFailure": "sse", "signal_exit_code": "sse", "terminal_exit_code": "sse",
-    "OP_BINARY": "ws", "OP_TEXT": "ws", "WebSocketClient": "ws",
+    "Http": "transport",
+    "HttpError": "transport",
+    "NetError": "transport",
+    "Reply": "transport",
+    "http_date": "retries",
+    "retry_after_seconds": "retries",
+    "safe_url": "transport",
+    "OpenSandbox": "lifecycle",
+    "SandboxCache": "lifecycle",
+    "Execd": "execd",
+    "CommandRun": "execd",
+    "TooLarge": "execd",
+    "shell_join": "execd",
+    "StartFailure": "sse",
+    "signal_exit_code": "sse",
+    "terminal_exit_code": "sse",
+    "OP_BINARY": "ws",
+    "OP_TEXT": "ws",
+    "WebSocketClient": "ws",
 }
 
 if TYPE_CHECKING:
@@ -43,10 +73,11 @@ if TYPE_CHECKING:
     from .transport import Http, HttpError, NetError, Reply, safe_url
     from .ws import OP_BINARY, OP_TEXT, WebSocketClient
 else:
+
     def __getattr__(name: str) -> object:
         module = _WHERE.get(name)
         if module is None:
             raise AttributeError(f"module 'osb' has no attribute {name!r}")
-        value = getattr(__import__(module, globals(), None, (name,), 1), name)   # from .<module> import name
-        globals()[name] = value          # the next lookup is a plain module attribute
+        value = getattr(__import__(module, globals(), None, (name,), 1), name)  # from .<module> import name
+        globals()[name] = value  # the next lookup is a plain module attribute
         return value

@@ -5,6 +5,7 @@ added when configured. Every call raises the transport's ``HttpError`` / ``NetEr
 
 Facts quoted in comments: ``rec NN`` = ../shared/live/exchanges, seed 000 = the research notes.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -49,9 +50,10 @@ if TYPE_CHECKING:
         def cache(self) -> Cache: ...
 
         def execd(self, sandbox_id: str, *, refresh: bool = False) -> Execd: ...
-    Query = dict[str, Any] | list[tuple[str, str]] | None   # urlencode() takes either
 
-LEGACY, LATEST = "v1.1.0", "latest"     # the two execd generations (seed 000 §1.1)
+    Query = dict[str, Any] | list[tuple[str, str]] | None  # urlencode() takes either
+
+LEGACY, LATEST = "v1.1.0", "latest"  # the two execd generations (seed 000 §1.1)
 
 
 class Execd:
@@ -78,8 +80,17 @@ class Execd:
             url += "?" + urllib.parse.urlencode(query, doseq=True, quote_via=urllib.parse.quote)
         return url
 
-    def open(self, method: str, path: str, *, query: Query = None, body: Body | None = None,
-             headers: dict[str, Any] | None = None, timeout: float | None = None, what: str) -> Stream:
+    def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = None,
+        body: Body | None = None,
+        headers: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        what: str,
+    ) -> Stream:
         """Open a request (the caller reads the reply)."""
         return self._fresh(lambda: self._open(method, path, query, body, headers, timeout, what))
 
@@ -89,8 +100,9 @@ class Execd:
         try:
             return attempt()
         except (NetError, HttpError) as exc:
-            stale = (isinstance(exc, NetError) and exc.kind in ("refused", "dns")) or \
-                (isinstance(exc, HttpError) and exc.status in (401, 403) and bool(self.endpoint_headers))
+            stale = (isinstance(exc, NetError) and exc.kind in ("refused", "dns")) or (
+                isinstance(exc, HttpError) and exc.status in (401, 403) and bool(self.endpoint_headers)
+            )
             if not stale:
                 raise
             fresh = self.client.execd(self.sandbox_id, refresh=True)
@@ -99,8 +111,16 @@ class Execd:
             self.base, self.endpoint_headers = fresh.base, fresh.endpoint_headers
             return attempt()
 
-    def _open(self, method: str, path: str, query: Query, body: Body | None, headers: dict[str, Any] | None,
-              timeout: float | None, what: str) -> Stream:
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: Query,
+        body: Body | None,
+        headers: dict[str, Any] | None,
+        timeout: float | None,
+        what: str,
+    ) -> Stream:
         stream = self.client.http.open(method, self.url(path, query), self.headers(headers), body, timeout, what)
         if stream.status >= 400:
             # read like every other body (Stream.read_all, as the lifecycle plane's are): an error answer
@@ -115,9 +135,19 @@ class Execd:
             raise HttpError(stream.status, stream.reason, data, stream.headers, what, "execd")
         return stream
 
-    def call(self, method: str, path: str, *, query: Query = None, json_body: object = None, body: Body | None = None,
-             content_type: str | None = None, timeout: float | None = None, what: str,
-             retry: bool | None = None) -> Reply:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = None,
+        json_body: object = None,
+        body: Body | None = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+        what: str,
+        retry: bool | None = None,
+    ) -> Reply:
         """One execd call whose whole reply must arrive within the timeout. GET is retried
         (with_retries); other methods only when the caller says the call is idempotent."""
         headers = {}
@@ -151,9 +181,18 @@ class Execd:
     def ping(self, timeout: float = 3.0) -> None:
         self.call("GET", "/ping", timeout=timeout, what="execd ping")
 
-    def start(self, *, argv: list[str] | None, envs: dict[str, Any] | None = None, cwd: str = "",
-              uid: int | None = None, gid: int | None = None, timeout_ms: int = 0,
-              background: bool = False, command: str | None = None) -> CommandRun:
+    def start(
+        self,
+        *,
+        argv: list[str] | None,
+        envs: dict[str, Any] | None = None,
+        cwd: str = "",
+        uid: int | None = None,
+        gid: int | None = None,
+        timeout_ms: int = 0,
+        background: bool = False,
+        command: str | None = None,
+    ) -> CommandRun:
         """POST /command and read up to the ``init`` event. With argv and an execd of unknown or
         "latest" generation, argv is sent alone; v1.1.0 answers 400 "Field validation for 'Command'
         failed on the 'required' tag" (rec 11), which switches this sandbox to a shell-quoted
@@ -189,10 +228,13 @@ class Execd:
 
     def _post_command(self, payload: dict[str, Any], mode: str) -> CommandRun:
         body = json.dumps(payload).encode("utf-8")
-        stream = self.open("POST", "/command", body=body,
-                           headers={"Content-Type": "application/json", "Cache-Control": "no-cache",
-                                    "Accept": "text/event-stream"},
-                           what="run command")
+        stream = self.open(
+            "POST",
+            "/command",
+            body=body,
+            headers={"Content-Type": "application/json", "Cache-Control": "no-cache", "Accept": "text/event-stream"},
+            what="run command",
+        )
         return CommandRun(self, stream, mode)
 
     def interrupt(self, command_id: str, timeout: float | None = None) -> None:
@@ -202,16 +244,18 @@ class Execd:
         self.call("DELETE", "/command", query={"id": command_id}, timeout=tmo, what="interrupt command")
 
     def status(self, command_id: str) -> dict[str, Any]:
-        body = self.call("GET", f"/command/status/{urllib.parse.quote(command_id, safe='')}",
-                         what="command status").json()
+        body = self.call(
+            "GET", f"/command/status/{urllib.parse.quote(command_id, safe='')}", what="command status"
+        ).json()
         return body if isinstance(body, dict) else {}
 
     def logs(self, command_id: str, cursor: str | None) -> tuple[str, str | None]:
         """Merged stdout+stderr of a background command after ``cursor`` and the next cursor
         (rec 10: header EXECD-COMMANDS-TAIL-CURSOR; the cursor is opaque to us)."""
         query = {"cursor": cursor} if cursor is not None else None
-        reply = self.call("GET", f"/command/{urllib.parse.quote(command_id, safe='')}/logs",
-                          query=query, what="command logs")
+        reply = self.call(
+            "GET", f"/command/{urllib.parse.quote(command_id, safe='')}/logs", query=query, what="command logs"
+        )
         nxt = reply.headers.get("execd-commands-tail-cursor")
         return reply.body.decode("utf-8", "replace"), (nxt.strip() if nxt else cursor)
 
@@ -223,10 +267,13 @@ class Execd:
             meta["mode"] = mode
         name = path.rstrip("/").rsplit("/", 1)[-1] or "file"
         from .multipart import multipart_pieces
-        ctype, body = multipart_pieces([
-            ("metadata", "metadata", "application/json", json.dumps(meta).encode("utf-8")),
-            ("file", name, "application/octet-stream", data),
-        ])
+
+        ctype, body = multipart_pieces(
+            [
+                ("metadata", "metadata", "application/json", json.dumps(meta).encode("utf-8")),
+                ("file", name, "application/octet-stream", data),
+            ]
+        )
         self.call("POST", "/files/upload", body=body, content_type=ctype, what=f"upload {path}")
 
     def download(self, path: str, *, start: int | None = None, end: int | None = None) -> Stream:
@@ -234,11 +281,9 @@ class Execd:
         headers = {"Accept": "application/octet-stream"}
         if start is not None:
             headers["Range"] = f"bytes={start}-" + ("" if end is None else str(end))
-        return self.open("GET", "/files/download", query={"path": path}, headers=headers,
-                         what=f"download {path}")
+        return self.open("GET", "/files/download", query={"path": path}, headers=headers, what=f"download {path}")
 
-    def read_file(self, path: str, *, offset: int | None = None, length: int | None = None,
-                  limit: int) -> bytearray:
+    def read_file(self, path: str, *, offset: int | None = None, length: int | None = None, limit: int) -> bytearray:
         """Bytes ``[offset, offset + length)`` of a file, or all of it; ``TooLarge`` past ``limit``.
 
         Each try is one download read whole within http_timeout. A body that ends before its
@@ -276,7 +321,7 @@ class Execd:
                 stream.release()
             if skip or (want is not None and len(data) > want):
                 return data[skip:want]
-            return data                 # the whole buffer as read: no copy
+            return data  # the whole buffer as read: no copy
 
         return with_retries(once, timeout)
 
@@ -288,8 +333,9 @@ class Execd:
                 entry = next(iter(body.values()))
             if isinstance(entry, dict):
                 return entry
-        raise HttpError(404, "Not Found", b'{"code":"FILE_NOT_FOUND","message":"file not found"}',
-                        {}, f"stat {path}", "execd")
+        raise HttpError(
+            404, "Not Found", b'{"code":"FILE_NOT_FOUND","message":"file not found"}', {}, f"stat {path}", "execd"
+        )
 
     def list_dir(self, path: str, depth: int = 1) -> list[Any]:
         query = {"path": path}
@@ -311,13 +357,11 @@ class Execd:
         self.call("POST", "/files/mv", json_body=[{"src": src, "dest": dest}], what=f"move {src}")
 
     def search(self, path: str, pattern: str) -> list[Any]:
-        body = self.call("GET", "/files/search", query={"path": path, "pattern": pattern},
-                         what=f"search {path}").json()
+        body = self.call("GET", "/files/search", query={"path": path, "pattern": pattern}, what=f"search {path}").json()
         return body if isinstance(body, list) else []
 
     def chmod(self, path: str, perm: dict[str, Any]) -> None:
         self.call("POST", "/files/permissions", json_body={path: perm}, what=f"chmod {path}")
-
 
     # ---- terminals (components/execd pty_controller.go; docs/PTY.md)
 
@@ -326,19 +370,27 @@ class Execd:
         body = self.call("POST", "/pty", json_body={}, what="POST /pty").json()
         sid = body.get("session_id") if isinstance(body, dict) else None
         if not isinstance(sid, str) or not sid:
-            raise HttpError(502, "Bad Gateway", b'{"message":"execd answered POST /pty without a session_id"}',
-                            {}, "POST /pty", "execd")
+            raise HttpError(
+                502,
+                "Bad Gateway",
+                b'{"message":"execd answered POST /pty without a session_id"}',
+                {},
+                "POST /pty",
+                "execd",
+            )
         return sid
 
     def pty_status(self, session_id: str, timeout: float | None = None) -> dict[str, Any]:
-        body = self.call("GET", f"/pty/{urllib.parse.quote(session_id, safe='')}", timeout=timeout,
-                         what="terminal status").json()
+        body = self.call(
+            "GET", f"/pty/{urllib.parse.quote(session_id, safe='')}", timeout=timeout, what="terminal status"
+        ).json()
         return body if isinstance(body, dict) else {}
 
     def pty_delete(self, session_id: str, timeout: float | None = None) -> None:
         """Kill the session's shell (idempotent, retried)."""
-        self.call("DELETE", f"/pty/{urllib.parse.quote(session_id, safe='')}", timeout=timeout,
-                  what="DELETE /pty", retry=True)
+        self.call(
+            "DELETE", f"/pty/{urllib.parse.quote(session_id, safe='')}", timeout=timeout, what="DELETE /pty", retry=True
+        )
 
     def websocket(self, path: str, query: str = "", *, timeout: float, what: str) -> WebSocketClient:
         """A WebSocket (ws.py) to ``path``; a refused upgrade raises HttpError (its body parsed
@@ -402,10 +454,10 @@ class CommandRun:
         self.decoder = SSEDecoder()
         self._pending: deque[dict[str, Any]] = deque()
         self.command_id: str | None = None
-        self.done = False               # nothing more to read (the stream is closed)
-        self.ended = False              # the terminal event was handed out
+        self.done = False  # nothing more to read (the stream is closed)
+        self.ended = False  # the terminal event was handed out
         # Read until init (rec 07: the first event, text = 32-hex command id).
-        early: list[dict[str, Any]] = []          # events before init, handed out first
+        early: list[dict[str, Any]] = []  # events before init, handed out first
         while self.command_id is None:
             ev = self._next_raw()
             if ev is None:

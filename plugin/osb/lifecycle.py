@@ -4,6 +4,7 @@ outlive a plugin process (execd endpoint, execd framing), kept under ABX_PROVIDE
 ``OpenSandbox.execd(sandbox_id)`` gives the data-plane client of one sandbox (execd.py).
 Facts quoted in comments: ``rec NN`` = ../shared/live/exchanges, seed 000 = the research notes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,12 +25,13 @@ if TYPE_CHECKING:
 
     from .execd import Execd
 
-    Query = dict[str, Any] | list[tuple[str, str]] | None   # urlencode() takes either
+    Query = dict[str, Any] | list[tuple[str, str]] | None  # urlencode() takes either
 
-EXECD_PORT = 44772                      # rec 05: GET .../endpoints/44772 is execd
+EXECD_PORT = 44772  # rec 05: GET .../endpoints/44772 is execd
 
 
 # --------------------------------------------------------------------------- per-sandbox state
+
 
 class SandboxCache:
     """Small JSON records per (server, sandbox) under ``<data_dir>/sandboxes``.
@@ -88,7 +90,7 @@ class SandboxCache:
                 json.dump(rec, fh)
             os.replace(tmp, path)
         except OSError:
-            pass                    # a cache, not a source of truth
+            pass  # a cache, not a source of truth
 
     def drop(self, sandbox_id: str, *keys: str) -> None:
         """Forget ``keys`` of a sandbox (all of it when none are given)."""
@@ -129,13 +131,22 @@ class SandboxCache:
 
 # --------------------------------------------------------------------------- lifecycle client
 
+
 class OpenSandbox:
     """The lifecycle server (``/v1/sandboxes...``) plus execd access for its sandboxes."""
 
-    def __init__(self, server: str, *, api_key: str = "", http: Http | None = None,
-                 data_dir: str | None = None, use_server_proxy: bool = False,
-                 execd_token: str = "", scheme: str = ""):
-        self.server = server.rstrip("/")                  # root URL, without /v1
+    def __init__(
+        self,
+        server: str,
+        *,
+        api_key: str = "",
+        http: Http | None = None,
+        data_dir: str | None = None,
+        use_server_proxy: bool = False,
+        execd_token: str = "",
+        scheme: str = "",
+    ):
+        self.server = server.rstrip("/")  # root URL, without /v1
         self.api = self.server + "/v1"
         self.api_key = api_key
         self.http = http or Http()
@@ -143,7 +154,7 @@ class OpenSandbox:
         self.execd_token = execd_token
         self.scheme = scheme or urllib.parse.urlsplit(self.server).scheme or "http"
         self.cache = SandboxCache(data_dir, self.server)
-        self._execd: dict[str, Execd] = {}          # by sandbox id
+        self._execd: dict[str, Execd] = {}  # by sandbox id
         self._lock = threading.Lock()
         SECRETS.add(api_key, execd_token)
 
@@ -157,8 +168,18 @@ class OpenSandbox:
             h["Content-Type"] = "application/json"
         return h
 
-    def call(self, method: str, path: str, *, query: Query = None, body: object = None, what: str,
-             timeout: float | None = None, ok: tuple[int, ...] = (200, 201, 202, 204), retry: bool | None = None) -> Reply:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = None,
+        body: object = None,
+        what: str,
+        timeout: float | None = None,
+        ok: tuple[int, ...] = (200, 201, 202, 204),
+        retry: bool | None = None,
+    ) -> Reply:
         """One lifecycle call. GET and DELETE are retried (with_retries); other methods only when
         the caller says the call is idempotent (renew sets an absolute time)."""
         url = self.api + path
@@ -207,18 +228,33 @@ class OpenSandbox:
         self.call("POST", f"/sandboxes/{self.sid(sandbox_id)}/resume", what="resume sandbox")
 
     def renew(self, sandbox_id: str, expires_at: str) -> Reply:
-        return self.call("POST", f"/sandboxes/{self.sid(sandbox_id)}/renew-expiration",
-                         body={"expiresAt": expires_at}, what="renew sandbox expiration", retry=True)
+        return self.call(
+            "POST",
+            f"/sandboxes/{self.sid(sandbox_id)}/renew-expiration",
+            body={"expiresAt": expires_at},
+            what="renew sandbox expiration",
+            retry=True,
+        )
 
     def endpoint(self, sandbox_id: str, port: int, server_proxy: bool | None = None) -> tuple[str, dict[str, Any]]:
         """(URL with scheme, headers to send). Endpoints come without a scheme (rec 05)."""
         proxy = self.use_server_proxy if server_proxy is None else server_proxy
         query = {"use_server_proxy": "true"} if proxy else None
-        body = self.call("GET", f"/sandboxes/{self.sid(sandbox_id)}/endpoints/{int(port)}",
-                         query=query, what=f"resolve endpoint for port {port}").json()
+        body = self.call(
+            "GET",
+            f"/sandboxes/{self.sid(sandbox_id)}/endpoints/{int(port)}",
+            query=query,
+            what=f"resolve endpoint for port {port}",
+        ).json()
         if not isinstance(body, dict) or not isinstance(body.get("endpoint"), str) or not body["endpoint"]:
-            raise HttpError(502, "Bad Gateway", b'{"message":"endpoint response without an endpoint"}',
-                            {}, f"resolve endpoint for port {port}", "lifecycle")
+            raise HttpError(
+                502,
+                "Bad Gateway",
+                b'{"message":"endpoint response without an endpoint"}',
+                {},
+                f"resolve endpoint for port {port}",
+                "lifecycle",
+            )
         url = body["endpoint"].rstrip("/")
         if "://" not in url:
             url = f"{self.scheme}://{url}"
@@ -241,6 +277,7 @@ class OpenSandbox:
             ep = {"url": url, "headers": headers}
             self.cache.update(sandbox_id, **{key: ep})
         from .execd import Execd
+
         ex = Execd(self, sandbox_id, ep["url"], ep["headers"])
         with self._lock:
             self._execd[sandbox_id] = ex

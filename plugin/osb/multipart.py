@@ -1,4 +1,5 @@
 """multipart/form-data for execd's ``POST /files/upload`` (rec 13, 18)."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ def multipart_pieces(parts: list[tuple[str, str, str, bytes]]) -> tuple[str, lis
         if not any(marker in data for _, _, _, data in parts):
             break
     chunks: list[bytes] = []
-    small: list[bytes] = []                 # joined, so that small pieces do not go out one by one
+    small: list[bytes] = []  # joined, so that small pieces do not go out one by one
     for field, filename, ctype, data in parts:
         head = (
             f"--{boundary}\r\n"

@@ -5,6 +5,7 @@ retried (the callers decide: ``retry=`` of ``OpenSandbox.call`` / ``Execd.call``
 
 Standard library only, Python >= 3.10.
 """
+
 from __future__ import annotations
 
 import time
@@ -18,9 +19,9 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
-RETRY_STATUSES = (429, 502, 503, 504)   # answers a proxy or an overloaded server gives for a moment
-RETRY_WAITS = (0.2, 0.6)                # waits before the 2nd and 3rd try of an idempotent call
-RETRY_AFTER_MAX = 5.0                   # longest Retry-After honoured; a longer one ends the call at once
+RETRY_STATUSES = (429, 502, 503, 504)  # answers a proxy or an overloaded server gives for a moment
+RETRY_WAITS = (0.2, 0.6)  # waits before the 2nd and 3rd try of an idempotent call
+RETRY_AFTER_MAX = 5.0  # longest Retry-After honoured; a longer one ends the call at once
 
 
 def retry_after_seconds(value: object) -> float | None:
@@ -34,6 +35,7 @@ def retry_after_seconds(value: object) -> float | None:
     if when is None:
         return None
     import datetime
+
     return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
 
 
@@ -42,6 +44,7 @@ def http_date(value: object) -> datetime.datetime | None:
     absent or unreadable."""
     import datetime
     import email.utils
+
     try:
         when = email.utils.parsedate_to_datetime(str(value or "").strip())
     except (TypeError, ValueError, IndexError):

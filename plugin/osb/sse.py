@@ -4,6 +4,7 @@ the SSE decoder for both execd framings, v1.1.0 output restoration, and exit-cod
 Facts quoted in comments come from the recorded exchanges in ../shared/live/exchanges (``rec NN``)
 or from seed 000 (the OpenSandbox research notes).
 """
+
 from __future__ import annotations
 
 import re
@@ -90,16 +91,27 @@ def restore_legacy_text(text: str) -> str:
 
 
 _SIGNAL_NUMBERS = {
-    "hangup": 1, "interrupt": 2, "quit": 3, "illegal instruction": 4, "trace/breakpoint trap": 5,
-    "aborted": 6, "bus error": 7, "floating point exception": 8, "killed": 9,
-    "user defined signal 1": 10, "segmentation fault": 11, "user defined signal 2": 12,
-    "broken pipe": 13, "alarm clock": 14, "terminated": 15,
+    "hangup": 1,
+    "interrupt": 2,
+    "quit": 3,
+    "illegal instruction": 4,
+    "trace/breakpoint trap": 5,
+    "aborted": 6,
+    "bus error": 7,
+    "floating point exception": 8,
+    "killed": 9,
+    "user defined signal 1": 10,
+    "segmentation fault": 11,
+    "user defined signal 2": 12,
+    "broken pipe": 13,
+    "alarm clock": 14,
+    "terminated": 15,
 }
 _SIGNAL_RE = re.compile(r"signal:\s*([a-z0-9 /]+)", re.I)
 
 
 def signal_exit_code(text: str) -> int | None:
-    """"signal: killed" -> 137 (128 + 9), as a shell would report it; None when no signal is named."""
+    """ "signal: killed" -> 137 (128 + 9), as a shell would report it; None when no signal is named."""
     m = _SIGNAL_RE.search(text or "")
     if not m:
         return None

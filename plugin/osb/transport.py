@@ -10,6 +10,7 @@ deadline, streamed replies, and the two errors every call raises.
 
 Standard library only, Python >= 3.10.
 """
+
 from __future__ import annotations
 
 import html
@@ -29,11 +30,11 @@ if TYPE_CHECKING:
     import ssl
     from typing import Any
 
-    Key = tuple[str, str, int]              # (scheme, host, port) of a pooled connection
-    Body = bytes | list[bytes]              # a request body, whole or in pieces
+    Key = tuple[str, str, int]  # (scheme, host, port) of a pooled connection
+    Body = bytes | list[bytes]  # a request body, whole or in pieces
 
 USER_AGENT = "abx-opensandbox-provider/0.1.0"
-MAX_ERROR_BODY = 64 * 1024              # bytes of an error body we keep for the message
+MAX_ERROR_BODY = 64 * 1024  # bytes of an error body we keep for the message
 
 
 def json_or_none(blob: bytes) -> Any:
@@ -85,7 +86,7 @@ def parse_error_body(status: int, body: bytes | None, reason: str = "") -> tuple
             return None, _clip(json.dumps(obj, sort_keys=True))
         title = _TITLE_RE.search(text) if "<" in text[:200] else None
         if title and title.group(1).strip():
-            return None, _clip(_WS_RE.sub(" ", html.unescape(title.group(1))).strip())   # a proxy's page
+            return None, _clip(_WS_RE.sub(" ", html.unescape(title.group(1))).strip())  # a proxy's page
         stripped = _WS_RE.sub(" ", _TAG_RE.sub(" ", text)).strip()
         if stripped:
             return None, _clip(stripped)
@@ -113,7 +114,6 @@ def _readable(objs: list[Any], timeout: float | None) -> list[Any]:
 def _clip(text: str, limit: int = 400) -> str:
     text = "".join(c if c.isprintable() or c == " " else " " for c in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
 
 
 class HttpError(Exception):
@@ -150,20 +150,19 @@ def net_kind(exc: BaseException) -> str:
     if type(exc).__module__ == "ssl" or exc.__class__.__name__.startswith("SSL"):
         return "tls"
     if isinstance(exc, http.client.IncompleteRead):
-        return "incomplete"             # the answer started but ended early (Content-Length / chunks)
-    if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
-                        http.client.RemoteDisconnected)):
+        return "incomplete"  # the answer started but ended early (Content-Length / chunks)
+    if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.RemoteDisconnected)):
         return "reset"
     return "network"
 
 
-
 # --------------------------------------------------------------------------- HTTP transport
+
 
 class Reply:
     def __init__(self, status: int, reason: str, headers: dict[str, Any], body: bytes, received: float):
         self.status, self.reason, self.headers, self.body = status, reason, headers, body
-        self.received = received                  # time.monotonic() when the status line arrived
+        self.received = received  # time.monotonic() when the status line arrived
 
     def json(self) -> Any:
         return json_or_none(self.body) if self.body else None
@@ -174,13 +173,13 @@ class Dechunker:
     the body bytes completed so far, whatever the split of ``raw``; ``done`` after the last chunk
     and its trailer. Malformed framing raises http.client.IncompleteRead, as http.client does."""
 
-    MAX_LINE = 4096                     # a chunk-size or trailer line longer than this is malformed
+    MAX_LINE = 4096  # a chunk-size or trailer line longer than this is malformed
 
     def __init__(self) -> None:
-        self._buf = b""                 # an incomplete line kept from the last feed
-        self._left = -1                 # bytes of chunk data still to come; -1: a line is next
-        self._crlf = False              # that line is the CRLF closing a chunk's data
-        self._trailer = False           # the last chunk arrived: trailer lines until an empty one
+        self._buf = b""  # an incomplete line kept from the last feed
+        self._left = -1  # bytes of chunk data still to come; -1: a line is next
+        self._crlf = False  # that line is the CRLF closing a chunk's data
+        self._trailer = False  # the last chunk arrived: trailer lines until an empty one
         self.done = False
 
     def feed(self, data: bytes) -> bytes:
@@ -192,7 +191,7 @@ class Dechunker:
         while pos < end:
             if self._left > 0:
                 take = min(self._left, end - pos)
-                out.append(buf[pos:pos + take])
+                out.append(buf[pos : pos + take])
                 pos += take
                 self._left -= take
                 if self._left == 0:
@@ -205,7 +204,7 @@ class Dechunker:
                 break
             line = buf[pos:nl].rstrip(b"\r")
             pos = nl + 1
-            if self._crlf:              # the end of a chunk's data
+            if self._crlf:  # the end of a chunk's data
                 self._crlf = False
                 if line:
                     raise http.client.IncompleteRead(b"")
@@ -231,16 +230,17 @@ class Dechunker:
 class Stream:
     """An HTTP reply whose body is read incrementally (SSE, downloads)."""
 
-    def __init__(self, http: Http, key: Key, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
-                 received: float) -> None:
+    def __init__(
+        self, http: Http, key: Key, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, received: float
+    ) -> None:
         self._http, self._key, self._conn, self.resp = http, key, conn, resp
         self.status, self.reason = resp.status, resp.reason
         self.headers = {k.lower(): v for k, v in resp.getheaders()}
         self.received = received
         self._closed = False
-        self._body: Dechunker | None | bool = None      # read_some()'s decoder (False: not chunked)
+        self._body: Dechunker | None | bool = None  # read_some()'s decoder (False: not chunked)
         self._left: int | None = None
-        self._carry = b""               # body bytes http.client's reader held when read_some() began
+        self._carry = b""  # body bytes http.client's reader held when read_some() began
         self._sock: socket.socket | None = None
         self._done = False
 
@@ -255,9 +255,9 @@ class Stream:
             return
         saved = sock.gettimeout()
         try:
-            sock.settimeout(0.0)        # peek() must not block: b"" when nothing is there
+            sock.settimeout(0.0)  # peek() must not block: b"" when nothing is there
             held = fp.peek(65536)
-        except OSError:                 # (TLS: nothing decrypted yet)
+        except OSError:  # (TLS: nothing decrypted yet)
             held = b""
         finally:
             sock.settimeout(saved)
@@ -280,7 +280,7 @@ class Stream:
         if self._carry:
             data, self._carry = self._carry, b""
             if self._left is not None and len(data) > self._left:
-                data = data[:self._left]
+                data = data[: self._left]
         else:
             data = self._sock.recv(65536 if self._left is None else min(65536, self._left))
         if not data:
@@ -304,15 +304,15 @@ class Stream:
             self._begin()
         sock = self._sock
         if self._done or self._carry or sock is None:
-            return True                 # the next read_some() answers at once
+            return True  # the next read_some() answers at once
         try:
-            pending = getattr(sock, "pending", None)        # TLS: bytes decrypted already
+            pending = getattr(sock, "pending", None)  # TLS: bytes decrypted already
             if pending is not None and pending() > 0:
                 return True
             fds: list[Any] = [sock] if wake is None else [sock, wake]
             ready = _readable(fds, timeout)
         except (OSError, ValueError):
-            return True                 # a closed or broken socket: the next read reports it
+            return True  # a closed or broken socket: the next read reports it
         return sock in ready
 
     def read_all(self, limit: int | None = None, deadline: float | None = None) -> bytes:
@@ -339,7 +339,7 @@ class Stream:
             assert resp.length is not None
             size = resp.length if want is None else min(resp.length, want)
         out = bytearray(size)
-        view, got = memoryview(out if sized else bytearray()), 0     # (a view of out pins its size)
+        view, got = memoryview(out if sized else bytearray()), 0  # (a view of out pins its size)
         try:
             while (got < size) if sized else (want is None or len(out) < want):
                 if deadline is not None:
@@ -368,13 +368,13 @@ class Stream:
                     pass
         if sized:
             assert resp.length is not None
-            resp.length -= got          # what http.client would have counted, reading it itself
+            resp.length -= got  # what http.client would have counted, reading it itself
             del out[got:]
         missing = resp.length
         if (want is None or len(out) < want) and missing:
             raise http.client.IncompleteRead(bytes(out), missing)
         if missing == 0 and not resp.isclosed():
-            resp.read()                 # marks a complete Content-Length body done (keep-alive reuse)
+            resp.read()  # marks a complete Content-Length body done (keep-alive reuse)
         return out
 
     def reply(self, deadline: float, what: str, url: str) -> Reply:
@@ -422,8 +422,8 @@ class Http:
     """HTTP/1.1 with keep-alive. Concurrent requests each get a connection; at most one idle
     connection per host is kept for reuse (the plugin process is short-lived)."""
 
-    IDLE_MAX_AGE = 4.0       # uvicorn closes idle keep-alive connections after 5 s
-    POST_REUSE_AGE = 2.0     # a POST is retried on a stale connection, so only reuse young ones
+    IDLE_MAX_AGE = 4.0  # uvicorn closes idle keep-alive connections after 5 s
+    POST_REUSE_AGE = 2.0  # a POST is retried on a stale connection, so only reuse young ones
 
     def __init__(self, timeout: float = 30.0):
         self.timeout = timeout
@@ -435,6 +435,7 @@ class Http:
         scheme, host, port = key
         if scheme == "https":
             import ssl
+
             if self._ssl_ctx is None:
                 self._ssl_ctx = ssl.create_default_context()
             return http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl_ctx)
@@ -477,10 +478,17 @@ class Http:
         for conn, _ in idle.values():
             conn.close()
 
-    def open(self, method: str, url: str, headers: dict[str, Any], body: Body | None = None,
-             timeout: float | None = None, what: str = "") -> Stream:
+    def open(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, Any],
+        body: Body | None = None,
+        timeout: float | None = None,
+        what: str = "",
+    ) -> Stream:
         parts = urllib.parse.urlsplit(url)
-        scheme, host = parts.scheme.lower(), parts.hostname     # (each property parses the netloc again)
+        scheme, host = parts.scheme.lower(), parts.hostname  # (each property parses the netloc again)
         if scheme not in ("http", "https") or not host:
             raise NetError("network", what, safe_url(url), "unsupported URL (need http:// or https://)")
         port = parts.port or (443 if scheme == "https" else 80)
@@ -489,7 +497,7 @@ class Http:
         if parts.query:
             target += "?" + parts.query
         hdrs = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
-        if body is not None:            # (a list of pieces is sent piece by piece, never joined)
+        if body is not None:  # (a list of pieces is sent piece by piece, never joined)
             hdrs["Content-Length"] = str(len(body) if isinstance(body, bytes) else sum(map(len, body)))
         tmo = self.timeout if timeout is None else timeout
         max_age = self.POST_REUSE_AGE if method == "POST" else self.IDLE_MAX_AGE
@@ -506,19 +514,30 @@ class Http:
                 conn.request(method, target, body=body, headers=hdrs)
                 resp = conn.getresponse()
                 return Stream(self, key, conn, resp, time.monotonic())
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
-                    ConnectionAbortedError) as exc:
+            except (
+                http.client.RemoteDisconnected,
+                BrokenPipeError,
+                ConnectionResetError,
+                ConnectionAbortedError,
+            ) as exc:
                 conn.close()
                 if reused and method in ("GET", "HEAD", "DELETE", "OPTIONS"):
-                    continue        # stale keep-alive connection: one fresh try (never for a POST)
+                    continue  # stale keep-alive connection: one fresh try (never for a POST)
                 raise NetError.of(exc, what, url) from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 raise NetError.of(exc, what, url) from None
         raise NetError("reset", what, safe_url(url), "connection closed")  # pragma: no cover
 
-    def request(self, method: str, url: str, headers: dict[str, Any], body: bytes | None = None,
-                timeout: float | None = None, what: str = "") -> Reply:
+    def request(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, Any],
+        body: bytes | None = None,
+        timeout: float | None = None,
+        what: str = "",
+    ) -> Reply:
         """One whole exchange; the reply, body included, must be complete within ``timeout``."""
         tmo = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + tmo

@@ -16,6 +16,7 @@ open connection (``recv``, ``send*``, ``settimeout``) is a ``transport.NetError`
 socket and URL errors become one in ``Execd.websocket``, and a refused upgrade an ``HttpError``. So a
 caller of the OpenSandbox client catches ``HttpError`` / ``NetError`` and nothing else.
 """
+
 from __future__ import annotations
 
 import base64
@@ -30,10 +31,27 @@ from urllib.parse import urlsplit
 
 from .transport import NetError
 
-__all__ = ["connect", "WebSocketClient", "WebSocketError", "HandshakeError", "ProtocolError",
-           "ConnectionClosed", "TimedOut", "encode_frame", "apply_mask", "FrameReader", "MessageAssembler",
-           "encode_close", "decode_close", "OP_CONT", "OP_TEXT", "OP_BINARY", "OP_CLOSE", "OP_PING",
-           "OP_PONG"]
+__all__ = [
+    "connect",
+    "WebSocketClient",
+    "WebSocketError",
+    "HandshakeError",
+    "ProtocolError",
+    "ConnectionClosed",
+    "TimedOut",
+    "encode_frame",
+    "apply_mask",
+    "FrameReader",
+    "MessageAssembler",
+    "encode_close",
+    "decode_close",
+    "OP_CONT",
+    "OP_TEXT",
+    "OP_BINARY",
+    "OP_CLOSE",
+    "OP_PING",
+    "OP_PONG",
+]
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONT, OP_TEXT, OP_BINARY = 0x0, 0x1, 0x2
@@ -60,8 +78,7 @@ class WebSocketError(NetError):
 class HandshakeError(WebSocketError):
     """The server did not switch protocols (or answered with a broken upgrade)."""
 
-    def __init__(self, message: str, status: int = 0, headers: Mapping[str, str] | None = None,
-                 body: bytes = b""):
+    def __init__(self, message: str, status: int = 0, headers: Mapping[str, str] | None = None, body: bytes = b""):
         super().__init__(message)
         self.status = status
         self.headers = dict(headers or {})
@@ -106,8 +123,9 @@ def apply_mask(data: bytes, key: bytes) -> bytes:
     return (int.from_bytes(data, "big") ^ k).to_bytes(n, "big")
 
 
-def encode_frame(opcode: int, payload: bytes = b"", *, fin: bool = True, mask: bytes | None = None,
-                 rsv: int = 0) -> bytes:
+def encode_frame(
+    opcode: int, payload: bytes = b"", *, fin: bool = True, mask: bytes | None = None, rsv: int = 0
+) -> bytes:
     if not 0 <= opcode <= 0xF or not 0 <= rsv <= 7:
         raise ValueError("opcode or rsv out of range")
     payload = bytes(payload)
@@ -171,8 +189,9 @@ class FrameReader:
     """Reads frames from ``read(n)``. ``require_mask``: False on a client (servers must not mask),
     True on a server, None accepts both."""
 
-    def __init__(self, read: Callable[[int], bytes], *, require_mask: bool | None = False,
-                 max_payload: int = DEFAULT_MAX_MESSAGE):
+    def __init__(
+        self, read: Callable[[int], bytes], *, require_mask: bool | None = False, max_payload: int = DEFAULT_MAX_MESSAGE
+    ):
         self._read = read
         self.require_mask = require_mask
         self.max_payload = max_payload
@@ -213,8 +232,7 @@ class MessageAssembler:
     """Events from frames: ("message", opcode, data) | ("ping", p) | ("pong", p) | ("close", code, reason).
     Control frames may come between the fragments of a message."""
 
-    def __init__(self, reader: FrameReader, *, max_message: int = DEFAULT_MAX_MESSAGE,
-                 validate_utf8: bool = True):
+    def __init__(self, reader: FrameReader, *, max_message: int = DEFAULT_MAX_MESSAGE, validate_utf8: bool = True):
         self.reader = reader
         self.max_message = max_message
         self.validate_utf8 = validate_utf8
@@ -267,8 +285,14 @@ def _safe_header(name: str, value: str) -> None:
         raise ValueError(f"invalid header {name!r}")
 
 
-def connect(url: str, headers: Mapping[str, str] | None = None, *, timeout: float = 30.0,
-            max_message: int = DEFAULT_MAX_MESSAGE, ssl_context: ssl.SSLContext | None = None) -> "WebSocketClient":
+def connect(
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    timeout: float = 30.0,
+    max_message: int = DEFAULT_MAX_MESSAGE,
+    ssl_context: ssl.SSLContext | None = None,
+) -> "WebSocketClient":
     """Open a WebSocket. ``timeout`` bounds connect + handshake; afterwards reads block until
     ``WebSocketClient.settimeout`` says otherwise. Raises HandshakeError, OSError, ValueError."""
     parts = urlsplit(url)
@@ -293,10 +317,24 @@ def connect(url: str, headers: Mapping[str, str] | None = None, *, timeout: floa
     if parts.port:
         host_header += f":{parts.port}"
     key = base64.b64encode(os.urandom(16)).decode("ascii")
-    lines = [f"GET {path} HTTP/1.1", f"Host: {host_header}", "Upgrade: websocket", "Connection: Upgrade",
-             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
-    reserved = {"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
-                "sec-websocket-extensions", "content-length", "transfer-encoding"}
+    lines = [
+        f"GET {path} HTTP/1.1",
+        f"Host: {host_header}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+    ]
+    reserved = {
+        "host",
+        "upgrade",
+        "connection",
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "content-length",
+        "transfer-encoding",
+    }
     for name, value in (headers or {}).items():
         _safe_header(name, value)
         if name.lower() in reserved:
@@ -314,12 +352,15 @@ def connect(url: str, headers: Mapping[str, str] | None = None, *, timeout: floa
         status, reason, resp_headers = _read_response_head(rfile)
         if status != 101:
             body = _read_error_body(rfile, resp_headers)
-            raise HandshakeError(f"WebSocket upgrade refused: HTTP {status} {reason}".rstrip(), status,
-                                 resp_headers, body)
-        if resp_headers.get("upgrade", "").lower() != "websocket" or \
-                "upgrade" not in [t.strip().lower() for t in resp_headers.get("connection", "").split(",")]:
-            raise HandshakeError("server answered 101 without Upgrade: websocket / Connection: Upgrade",
-                                 status, resp_headers)
+            raise HandshakeError(
+                f"WebSocket upgrade refused: HTTP {status} {reason}".rstrip(), status, resp_headers, body
+            )
+        if resp_headers.get("upgrade", "").lower() != "websocket" or "upgrade" not in [
+            t.strip().lower() for t in resp_headers.get("connection", "").split(",")
+        ]:
+            raise HandshakeError(
+                "server answered 101 without Upgrade: websocket / Connection: Upgrade", status, resp_headers
+            )
         if resp_headers.get("sec-websocket-accept", "").strip() != _accept_for(key):
             raise HandshakeError("server answered with a wrong Sec-WebSocket-Accept", status, resp_headers)
         if resp_headers.get("sec-websocket-extensions"):
@@ -394,8 +435,11 @@ class WebSocketClient:
         self.sock = sock
         self._rfile = rfile
         self._wlock = threading.Lock()
-        self._asm = MessageAssembler(FrameReader(rfile.read, require_mask=False, max_payload=max_message),
-                                     max_message=max_message, validate_utf8=True)
+        self._asm = MessageAssembler(
+            FrameReader(rfile.read, require_mask=False, max_payload=max_message),
+            max_message=max_message,
+            validate_utf8=True,
+        )
         self.close_sent = False
         self.closed = False
         self.close_code: int | None = None
@@ -413,8 +457,7 @@ class WebSocketClient:
         data = encode_frame(opcode, payload, fin=fin, mask=os.urandom(4))
         with self._wlock:
             if self.closed:
-                raise ConnectionClosed("connection is closed", self.close_code or CLOSE_ABNORMAL,
-                                       self.close_reason)
+                raise ConnectionClosed("connection is closed", self.close_code or CLOSE_ABNORMAL, self.close_reason)
             if self.close_sent and opcode != OP_CLOSE:
                 raise ConnectionClosed("close already sent", self.close_code or CLOSE_ABNORMAL)
             try:
@@ -435,8 +478,9 @@ class WebSocketClient:
         frames = []
         for i in range(0, len(data), fragment_size):
             op = opcode if i == 0 else OP_CONT
-            frames.append(encode_frame(op, data[i:i + fragment_size], fin=i + fragment_size >= len(data),
-                                       mask=os.urandom(4)))
+            frames.append(
+                encode_frame(op, data[i : i + fragment_size], fin=i + fragment_size >= len(data), mask=os.urandom(4))
+            )
         with self._wlock:
             if self.closed or self.close_sent:
                 raise ConnectionClosed("connection is closed", self.close_code or CLOSE_ABNORMAL)
@@ -525,8 +569,7 @@ class WebSocketClient:
         out cannot be read again)."""
         while True:
             if self.closed:
-                raise ConnectionClosed("connection is closed", self.close_code or CLOSE_ABNORMAL,
-                                       self.close_reason)
+                raise ConnectionClosed("connection is closed", self.close_code or CLOSE_ABNORMAL, self.close_reason)
             try:
                 msg = self._next_event_internal()
             except ProtocolError as exc:

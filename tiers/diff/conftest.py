@@ -4,6 +4,7 @@ against the mock's execd in ``v1.1.0`` mode, on the corpus of differential/corpu
 The binary runs ONLY inside an isolated throw-away sandbox view (differential/targets.py).
 Without the binary, or without isolation, the tier skips with one line.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,6 +35,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = "differential tier: no real execd binary at ../shared/opensandbox/execd (or $OSB_DIFF_EXECD_BIN)"
     else:
         from mock_opensandbox.runtime import probe_isolation
+
         ok, note = probe_isolation()
         if not ok:
             reason = f"differential tier: the real execd may only run in an isolated sandbox view ({note})"
@@ -46,6 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="module")
 def pair() -> Iterator[Any]:
     from differential import Pair
+
     with Pair(binary()) as p:  # both stopped in __exit__ (finally)
         yield p
 
@@ -54,11 +57,13 @@ def pair() -> Iterator[Any]:
 def accepted() -> list[Any]:
     from differential import load_accepted
     from differential.runner import QUIRKS_MD
+
     return load_accepted(QUIRKS_MD)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     from differential.runner import REPORTS  # a stable module (conftests load under importlib names)
+
     for text in REPORTS:
         terminalreporter.write_line("")
         for line in text.rstrip().splitlines():

@@ -1,6 +1,7 @@
 """The fixed corpus (every route of router.go, every method + HEAD/OPTIONS/an unaccepted one, the
 validation branches and error paths) against the real execd and the mock; any difference not listed
 in QUIRKS.md's "Accepted differences" fails. The coverage report is printed at the end of the run."""
+
 from __future__ import annotations
 
 import pytest

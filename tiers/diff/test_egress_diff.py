@@ -3,6 +3,7 @@
 sandbox's network namespace). The same /policy requests through the endpoint of 18080 and the same DNS
 queries from inside a sandbox, on two mocks sharing one stub resolver: status, content type and body of
 every answer; rcode, flags and A records of every DNS answer. Skips without the binary, root or iptables."""
+
 from __future__ import annotations
 
 import json
@@ -15,37 +16,69 @@ from tiers.toolkit import rest
 from tiers.toolkit.dnsserver import StubResolver
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("OSB_DIFF_EGRESS_BIN") or os.path.join(os.path.dirname(REPO), "shared", "opensandbox",
-                                                            "egress", "egress")
+BIN = os.environ.get("OSB_DIFF_EGRESS_BIN") or os.path.join(
+    os.path.dirname(REPO), "shared", "opensandbox", "egress", "egress"
+)
 WHY = binary_problem(BIN, "dns") if os.path.exists(BIN) else "no egress binary at %s" % BIN
 pytestmark = pytest.mark.skipif(bool(WHY), reason="egress differential: %s" % WHY)
 
 RECORDS = {"allowed.test": "10.1.2.3", "a.wild.test": "10.1.2.4", "wild.test": "10.1.2.6", "other.test": "10.1.2.5"}
-BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600,
-        "networkPolicy": {"defaultAction": "deny", "egress": [{"action": "allow", "target": "allowed.test"}]}}
+BODY = {
+    "image": {"uri": "python:3"},
+    "entrypoint": ["sleep", "300"],
+    "resourceLimits": {},
+    "timeout": 600,
+    "networkPolicy": {"defaultAction": "deny", "egress": [{"action": "allow", "target": "allowed.test"}]},
+}
 POLICY_CALLS = [
-    ("GET", "/policy", None, False), ("GET", "/policy", None, True), ("GET", "/healthz", None, True),
-    ("PATCH", "/policy", [], True), ("PATCH", "/policy", [{"action": "allow", "target": "other.test"}], True),
-    ("PATCH", "/policy", [{"action": "deny", "target": "OTHER.test"}], True), ("PATCH", "/policy", "not json", True),
+    ("GET", "/policy", None, False),
+    ("GET", "/policy", None, True),
+    ("GET", "/healthz", None, True),
+    ("PATCH", "/policy", [], True),
+    ("PATCH", "/policy", [{"action": "allow", "target": "other.test"}], True),
+    ("PATCH", "/policy", [{"action": "deny", "target": "OTHER.test"}], True),
+    ("PATCH", "/policy", "not json", True),
     ("PATCH", "/policy", [{"action": "maybe", "target": "x.test"}], True),
     ("PATCH", "/policy", [{"action": "allow", "target": ""}], True),
-    ("PATCH", "/policy", [{"action": "allow", "target": "*.wild.test"}], True), ("GET", "/policy", None, True),
-    ("DELETE", "/policy", ["allowed.test", "unknown.test"], True), ("DELETE", "/policy", ["nothing.test"], True),
-    ("DELETE", "/policy", "", True), ("DELETE", "/policy", "x", True), ("GET", "/policy", None, True),
+    ("PATCH", "/policy", [{"action": "allow", "target": "*.wild.test"}], True),
+    ("GET", "/policy", None, True),
+    ("DELETE", "/policy", ["allowed.test", "unknown.test"], True),
+    ("DELETE", "/policy", ["nothing.test"], True),
+    ("DELETE", "/policy", "", True),
+    ("DELETE", "/policy", "x", True),
+    ("GET", "/policy", None, True),
     ("POST", "/policy", {"defaultAction": "allow", "egress": [{"action": "deny", "target": "other.test"}]}, True),
     ("POST", "/policy", {"defaultAction": "whatever"}, True),
     ("POST", "/policy", {"egress": [{"action": "maybe", "target": "x"}]}, True),
     ("PUT", "/policy", {"defaultAction": "deny", "egress": [{"action": "allow", "target": "10.0.0.0/8"}]}, True),
-    ("GET", "/policy", None, True), ("POST", "/policy", "", True), ("GET", "/policy", None, True),
-    ("OPTIONS", "/policy", None, True), ("GET", "/nothing", None, True), ("GET", "/policy?x=1", None, True),
+    ("GET", "/policy", None, True),
+    ("POST", "/policy", "", True),
+    ("GET", "/policy", None, True),
+    ("OPTIONS", "/policy", None, True),
+    ("GET", "/nothing", None, True),
+    ("GET", "/policy?x=1", None, True),
 ]
-DNS_POLICY = {"defaultAction": "deny", "egress": [{"action": "allow", "target": "allowed.test"},
-                                                  {"action": "allow", "target": "*.wild.test"},
-                                                  {"action": "allow", "target": "missing.test"}]}
-QUERIES = [("allowed.test", 1), ("ALLOWED.test", 1), ("allowed.test", 28), ("allowed.test", 15), ("other.test", 1),
-           ("a.wild.test", 1), ("wild.test", 1), ("missing.test", 1), ("other.test", 28)]
+DNS_POLICY = {
+    "defaultAction": "deny",
+    "egress": [
+        {"action": "allow", "target": "allowed.test"},
+        {"action": "allow", "target": "*.wild.test"},
+        {"action": "allow", "target": "missing.test"},
+    ],
+}
+QUERIES = [
+    ("allowed.test", 1),
+    ("ALLOWED.test", 1),
+    ("allowed.test", 28),
+    ("allowed.test", 15),
+    ("other.test", 1),
+    ("a.wild.test", 1),
+    ("wild.test", 1),
+    ("missing.test", 1),
+    ("other.test", 28),
+]
 # Inside the sandbox: one UDP query each to its resolver (127.0.0.1:53), the answer's flags, rcode and A records.
-DIG = r'''
+DIG = r"""
 import json, socket, struct, sys
 out = []
 for i, (name, qtype) in enumerate(json.loads(sys.argv[1])):
@@ -70,7 +103,7 @@ for i, (name, qtype) in enumerate(json.loads(sys.argv[1])):
         j += n
     out.append([name, qtype, "flags=%04x rcode=%d an=%d" % (flags & 0xFFF0, flags & 15, an), sorted(ips)])
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +111,10 @@ def mocks():
     from mock_opensandbox.server import MockOpenSandbox
 
     with StubResolver(RECORDS) as dns:
-        with MockOpenSandbox(egress_dns_upstream=dns.address, execd_close_delay=0) as ours, \
-                MockOpenSandbox(egress_dns_upstream=dns.address, execd_close_delay=0, egress_bin=BIN) as real:
+        with (
+            MockOpenSandbox(egress_dns_upstream=dns.address, execd_close_delay=0) as ours,
+            MockOpenSandbox(egress_dns_upstream=dns.address, execd_close_delay=0, egress_bin=BIN) as real,
+        ):
             yield {"mock": ours, "real": real}
 
 
@@ -98,8 +133,14 @@ def _policy_answers(m):
     out = []
     for method, path, body, with_auth in POLICY_CALLS:
         r = rest.call(hostport, method, prefix + path, body, auth if with_auth else {})
-        out.append({"call": "%s %s %s" % (method, path, json.dumps(body)), "status": r.status,
-                    "type": r.headers.get("Content-Type"), "body": r.body.decode("utf-8", "replace")})
+        out.append(
+            {
+                "call": "%s %s %s" % (method, path, json.dumps(body)),
+                "status": r.status,
+                "type": r.headers.get("Content-Type"),
+                "body": r.body.decode("utf-8", "replace"),
+            }
+        )
     return out
 
 
@@ -123,6 +164,7 @@ def _dns_answers(m):
 
 def _quote(s: str) -> str:
     import shlex
+
     return shlex.quote(s)
 
 

@@ -2,6 +2,7 @@
 output bytes (invalid UTF-8, NUL, \\r, long lines), JSON bodies, env names, cwd, timeouts, multipart
 bodies. A few examples per property in ``make test``; ``-m slow`` (make test-slow) runs many more.
 Every generated path lives under the example's own directory of the throw-away sandbox."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,19 @@ from differential import Case, Ctx, run_case
 from differential.corpus import _init_id, _wait_done
 from differential.corpus_files import _multipart
 
-QUICK = settings(max_examples=int(os.environ.get("OSB_DIFF_EXAMPLES", "6")), deadline=None, derandomize=True,
-                 suppress_health_check=list(HealthCheck), database=None)
-SLOW = settings(max_examples=int(os.environ.get("OSB_DIFF_SLOW_EXAMPLES", "150")), deadline=None,
-                suppress_health_check=list(HealthCheck), database=None)
+QUICK = settings(
+    max_examples=int(os.environ.get("OSB_DIFF_EXAMPLES", "6")),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+SLOW = settings(
+    max_examples=int(os.environ.get("OSB_DIFF_SLOW_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
 _seq = iter(range(1 << 30))
 
 
@@ -31,8 +41,9 @@ def _check(pair, accepted, name: str, routes: tuple[str, ...], fn) -> None:
 
 
 # -- strategies --------------------------------------------------------------------------------
-_name_chars = st.sampled_from(list(string.ascii_letters + string.digits + "._-~ $%{}()[]*?,:=+@#!'\"\\") +
-                              ["ü", "日", "\u00a0", "é"])
+_name_chars = st.sampled_from(
+    list(string.ascii_letters + string.digits + "._-~ $%{}()[]*?,:=+@#!'\"\\") + ["ü", "日", "\u00a0", "é"]
+)
 names = st.text(_name_chars, min_size=1, max_size=12).filter(lambda n: n not in (".", "..") and "/" not in n)
 rel_paths = st.lists(st.one_of(names, st.just("."), st.just("..")), min_size=1, max_size=4)
 
@@ -58,8 +69,12 @@ range_specs = st.one_of(
     st.sampled_from(["", "-", "x-1", "1-x", "1", " 1 - 2 ", "+1-2", "01-2", "1--2"]),
 )
 range_headers = st.one_of(
-    st.builds(lambda unit, specs, sep: unit + sep.join(specs), st.sampled_from(["bytes=", "bytes=", "Bytes=", "items=", ""]),
-              st.lists(range_specs, min_size=0, max_size=3), st.sampled_from([",", ", ", " ,"])),
+    st.builds(
+        lambda unit, specs, sep: unit + sep.join(specs),
+        st.sampled_from(["bytes=", "bytes=", "Bytes=", "items=", ""]),
+        st.lists(range_specs, min_size=0, max_size=3),
+        st.sampled_from([",", ", ", " ,"]),
+    ),
     st.text(string.printable, max_size=12),
 )
 
@@ -90,9 +105,15 @@ def _prop_paths(pair, accepted, parts, trailing, which):
             c.snapshot("d", "fs")
         elif which == "upload":
             meta = json.dumps({"path": p}).encode()
-            c.req("POST", "/files/upload", body=_multipart([("metadata", "m", meta, None), ("file", "f", b"up", None)]),
-                  headers=[("Content-Type", "multipart/form-data; boundary=XyZbOuNdArY")], label="upload")
+            c.req(
+                "POST",
+                "/files/upload",
+                body=_multipart([("metadata", "m", meta, None), ("file", "f", b"up", None)]),
+                headers=[("Content-Type", "multipart/form-data; boundary=XyZbOuNdArY")],
+                label="upload",
+            )
             c.snapshot("d", "fs")
+
     _check(pair, accepted, f"gen.paths.{which}", ("GET /files/info",), fn)
 
 
@@ -110,6 +131,7 @@ def _prop_range(pair, accepted, size, header):
     def fn(c: Ctx) -> None:
         c.write("r.bin", bytes(range(size)))
         c.get("/files/download", query={"path": c.p("r.bin")}, headers=[("Range", header)], label="range")
+
     _check(pair, accepted, "gen.range", ("GET /files/download",), fn)
 
 
@@ -126,8 +148,27 @@ def _octal_printf(data: bytes) -> str:
 
 output_bytes = st.one_of(
     st.binary(max_size=40),
-    st.lists(st.sampled_from([b"a", b"\n", b"\r", b"\r\n", b"\x00", b"\xff", b"\xc3", b"\xc3\xa9", b"\xe2\x82",
-                              b"\xe2\x82\xac", b" ", b"<&>", b"\t", b"x" * 300]), max_size=12).map(b"".join),
+    st.lists(
+        st.sampled_from(
+            [
+                b"a",
+                b"\n",
+                b"\r",
+                b"\r\n",
+                b"\x00",
+                b"\xff",
+                b"\xc3",
+                b"\xc3\xa9",
+                b"\xe2\x82",
+                b"\xe2\x82\xac",
+                b" ",
+                b"<&>",
+                b"\t",
+                b"x" * 300,
+            ]
+        ),
+        max_size=12,
+    ).map(b"".join),
 )
 
 
@@ -145,6 +186,7 @@ def _prop_output(pair, accepted, out, err, code):
         if sid:
             c.post(f"/session/{sid}/run", {"command": cmd}, label="session run")
             c.delete(f"/session/{sid}", record=False)
+
     _check(pair, accepted, "gen.output", ("POST /command", "GET /command/:id/logs", "POST /session/:sessionId/run"), fn)
 
 
@@ -156,10 +198,16 @@ def test_generated_output(pair, accepted, out, err, code):
 
 
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False, allow_infinity=False),
-              st.text(max_size=6)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=6),
+    ),
     lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=5), kids, max_size=3)),
-    max_leaves=6)
+    max_leaves=6,
+)
 _FIELDS = ["command", "cwd", "background", "timeout", "uid", "gid", "envs", "Command", "TIMEOUT", "zzz"]
 
 
@@ -194,13 +242,17 @@ def _prop_json(pair, accepted, fields, command_ok, mutation):
 
     def fn(c: Ctx) -> None:
         c.req("POST", "/command", body=body, headers=[("Content-Type", "application/json")], label="command")
+
     _check(pair, accepted, "gen.json", ("POST /command",), fn)
 
 
 @pytest.mark.spec_exempt("differential: generated JSON bodies")
 @QUICK
-@given(fields=st.dictionaries(st.sampled_from(_FIELDS), json_values, max_size=4), command_ok=st.booleans(),
-       mutation=st.sampled_from(["none", "none", "truncate", "trailing", "raw-ctl"]))
+@given(
+    fields=st.dictionaries(st.sampled_from(_FIELDS), json_values, max_size=4),
+    command_ok=st.booleans(),
+    mutation=st.sampled_from(["none", "none", "truncate", "trailing", "raw-ctl"]),
+)
 def test_generated_json_bodies(pair, accepted, fields, command_ok, mutation):
     _prop_json(pair, accepted, fields, command_ok, mutation)
 
@@ -220,29 +272,39 @@ def _prop_env(pair, accepted, envs, cwd_parts, cwd_kind, timeout):
             cwd = "$HOME"
         else:
             cwd = _under(c, ["wd"] + cwd_parts)
-        body = {"command": "printenv | LC_ALL=C sort | grep -v '^_=' | grep -v '^PWD=' | grep -v '^SHLVL='; pwd",
-                "envs": envs}
+        body = {
+            "command": "printenv | LC_ALL=C sort | grep -v '^_=' | grep -v '^PWD=' | grep -v '^SHLVL='; pwd",
+            "envs": envs,
+        }
         if cwd is not None:
             body["cwd"] = cwd
         if timeout is not None:
             body["timeout"] = timeout
         c.post("/command", body, label="command")
+
     _check(pair, accepted, "gen.env", ("POST /command",), fn)
 
 
 @pytest.mark.spec_exempt("differential: generated envs/cwd")
 @QUICK
-@given(envs=st.dictionaries(env_names, st.text(st.characters(blacklist_characters="\x00"), max_size=8), max_size=3),
-       cwd_parts=rel_paths, cwd_kind=st.sampled_from(["none", "path", "path", "tilde", "var"]),
-       timeout=st.sampled_from([None, 0, -1, 60000]))
+@given(
+    envs=st.dictionaries(env_names, st.text(st.characters(blacklist_characters="\x00"), max_size=8), max_size=3),
+    cwd_parts=rel_paths,
+    cwd_kind=st.sampled_from(["none", "path", "path", "tilde", "var"]),
+    timeout=st.sampled_from([None, 0, -1, 60000]),
+)
 def test_generated_env_cwd(pair, accepted, envs, cwd_parts, cwd_kind, timeout):
     _prop_env(pair, accepted, envs, cwd_parts, cwd_kind, timeout)
 
 
-part_specs = st.lists(st.tuples(st.sampled_from(["metadata", "file", "other", "Metadata"]),
-                                st.sampled_from([None, "f", "m.json", ""]),
-                                st.sampled_from(["good", "good", "bad-json", "no-path", "empty", "bytes"])),
-                      max_size=4)
+part_specs = st.lists(
+    st.tuples(
+        st.sampled_from(["metadata", "file", "other", "Metadata"]),
+        st.sampled_from([None, "f", "m.json", ""]),
+        st.sampled_from(["good", "good", "bad-json", "no-path", "empty", "bytes"]),
+    ),
+    max_size=4,
+)
 
 
 def _prop_multipart(pair, accepted, specs, cut):
@@ -250,17 +312,28 @@ def _prop_multipart(pair, accepted, specs, cut):
         parts = []
         for i, (name, filename, kind) in enumerate(specs):
             if name.lower() == "metadata":
-                data = {"good": json.dumps({"path": c.p(f"u/m{i}")}).encode(), "bad-json": b"{x",
-                        "no-path": b"{}", "empty": b"", "bytes": b"\xff\x00"}[kind]
+                data = {
+                    "good": json.dumps({"path": c.p(f"u/m{i}")}).encode(),
+                    "bad-json": b"{x",
+                    "no-path": b"{}",
+                    "empty": b"",
+                    "bytes": b"\xff\x00",
+                }[kind]
             else:
                 data = {"good": b"content", "bad-json": b"{", "no-path": b"", "empty": b"", "bytes": b"\xff\x00"}[kind]
             parts.append((name, filename, data, None))
         body = _multipart(parts)
         if cut:
             body = body[: len(body) * cut // 4]
-        c.req("POST", "/files/upload", body=body, headers=[("Content-Type", "multipart/form-data; boundary=XyZbOuNdArY")],
-              label="upload")
+        c.req(
+            "POST",
+            "/files/upload",
+            body=body,
+            headers=[("Content-Type", "multipart/form-data; boundary=XyZbOuNdArY")],
+            label="upload",
+        )
         c.snapshot("", "fs")
+
     _check(pair, accepted, "gen.multipart", ("POST /files/upload",), fn)
 
 
@@ -275,13 +348,39 @@ def test_generated_multipart(pair, accepted, specs, cut):
 @pytest.mark.slow
 @pytest.mark.spec_exempt("differential: generated inputs (slow)")
 @SLOW
-@given(parts=rel_paths, trailing=st.booleans(), which=_WHICH, size=st.sampled_from([0, 1, 10, 33]),
-       header=range_headers, out=output_bytes, err=output_bytes, code=st.sampled_from([0, 1, 255]),
-       fields=st.dictionaries(st.sampled_from(_FIELDS), json_values, max_size=4), command_ok=st.booleans(),
-       mutation=st.sampled_from(["none", "truncate", "trailing", "raw-ctl"]), specs=part_specs,
-       cut=st.sampled_from([0, 0, 1, 2, 3]))
-def test_generated_slow(slow_only, pair, accepted, parts, trailing, which, size, header, out, err, code, fields,
-                        command_ok, mutation, specs, cut):
+@given(
+    parts=rel_paths,
+    trailing=st.booleans(),
+    which=_WHICH,
+    size=st.sampled_from([0, 1, 10, 33]),
+    header=range_headers,
+    out=output_bytes,
+    err=output_bytes,
+    code=st.sampled_from([0, 1, 255]),
+    fields=st.dictionaries(st.sampled_from(_FIELDS), json_values, max_size=4),
+    command_ok=st.booleans(),
+    mutation=st.sampled_from(["none", "truncate", "trailing", "raw-ctl"]),
+    specs=part_specs,
+    cut=st.sampled_from([0, 0, 1, 2, 3]),
+)
+def test_generated_slow(
+    slow_only,
+    pair,
+    accepted,
+    parts,
+    trailing,
+    which,
+    size,
+    header,
+    out,
+    err,
+    code,
+    fields,
+    command_ok,
+    mutation,
+    specs,
+    cut,
+):
     _prop_paths(pair, accepted, parts, trailing, which)
     _prop_range(pair, accepted, size, header)
     _prop_output(pair, accepted, out, err, code)

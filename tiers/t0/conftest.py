@@ -1,5 +1,6 @@
 """t0 (unit tests): the plugin's modules are importable by their own names (``import epp``,
 ``import osb.transport``), as the plugin imports them."""
+
 from tiers.toolkit.plugin import importable
 
 importable()

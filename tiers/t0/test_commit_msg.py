@@ -1,5 +1,6 @@
 """tools/commit_msg_check.py, the commit-msg hook of .pre-commit-config.yaml: a subject over 72 characters
 is refused with a message that says why, a subject of 72 passes, git's comment lines do not count."""
+
 from __future__ import annotations
 
 import pathlib
@@ -28,8 +29,10 @@ def test_a_subject_of_73_is_refused_and_says_why(tmp_path):
 
 
 def test_git_comments_and_the_scissors_do_not_count(tmp_path):
-    msg = ("short subject\n\nbody\n# " + "z" * 100 + "\n"
-           "# ------------------------ >8 ------------------------\n" + "w" * 100 + "\n")
+    msg = (
+        "short subject\n\nbody\n# " + "z" * 100 + "\n"
+        "# ------------------------ >8 ------------------------\n" + "w" * 100 + "\n"
+    )
     assert _run(tmp_path, msg).returncode == 0
 
 

@@ -6,6 +6,7 @@ command of the block just above it).
 
 A renamed module or a dropped option fails here, with the doc and line to fix.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = ["README.md", os.path.join("plugin", "README.md")] + sorted(
-    os.path.join("docs", f) for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md"))
+    os.path.join("docs", f) for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md")
+)
 # modules of this repository whose options the docs list (the others, like agent_sandbox.providers, are the host's)
 OWN = ("mock_opensandbox", "record", "bench", "demo")
 # where a bare or package-relative path in the docs may live
@@ -68,12 +70,14 @@ def module_refs() -> list[str]:
         for n, line in _lines(doc):
             for m in TICKED_PATH.finditer(line):
                 ref = m.group(1)
-                if line[:m.start()].endswith("not "):
+                if line[: m.start()].endswith("not "):
                     continue  # "not `secrets.py`": named as what is not there
                 if ref.startswith(("http", "/", "~", "$", ".")) or UPSTREAM.match(ref) or "*" in ref or "<" in ref:
                     continue
-                if not (ref.endswith(".py")
-                        or ref.split("/")[0] in {"plugin", "mock_opensandbox", "tiers", "bench", "record", "docs"}):
+                if not (
+                    ref.endswith(".py")
+                    or ref.split("/")[0] in {"plugin", "mock_opensandbox", "tiers", "bench", "record", "docs"}
+                ):
                     continue  # e.g. `os/arch`, `application/json`, an OCI layout's `blobs/`
                 if not _exists(ref, doc, files):
                     bad.append(f"{doc}:{n}: `{ref}` does not exist")
@@ -90,14 +94,25 @@ def _targets() -> set[str]:
 
 def make_refs() -> list[str]:
     targets = _targets()
-    return [f"{doc}:{n}: make {t}: no such target" for doc in DOCS for n, line in _lines(doc)
-            for t in MAKE.findall(line) if t not in targets]
+    return [
+        f"{doc}:{n}: make {t}: no such target"
+        for doc in DOCS
+        for n, line in _lines(doc)
+        for t in MAKE.findall(line)
+        if t not in targets
+    ]
 
 
 @functools.lru_cache(maxsize=None)
 def _help(command: tuple[str, ...]) -> str:
-    r = subprocess.run([sys.executable, "-m", *command, "--help"], cwd=REPO, capture_output=True, text=True,
-                       timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    r = subprocess.run(
+        [sys.executable, "-m", *command, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     return r.stdout + r.stderr
 
 
@@ -114,7 +129,7 @@ def option_refs() -> list[str]:
                 current, in_table = None, False
                 continue
             if line.startswith("|"):  # an options table lists the options of the command above it; a row may
-                if not in_table:         # name its own command
+                if not in_table:  # name its own command
                     in_table, table_command = True, previous
                 current = table_command
             for mod, sub in PY_M.findall(line):
@@ -122,8 +137,11 @@ def option_refs() -> list[str]:
             if current is None or current[0].split(".")[0] not in OWN:
                 continue
             # a code span that starts with another command (`crane pull --format=oci`) names that command's options
-            own = re.sub(r"`([^`]*)`", lambda m: m.group(0) if m.group(1).startswith("-") or "python" in m.group(1)
-                         else " ", line)
+            own = re.sub(
+                r"`([^`]*)`",
+                lambda m: m.group(0) if m.group(1).startswith("-") or "python" in m.group(1) else " ",
+                line,
+            )
             for opt in OPTION.findall(own):
                 text = _help(current) + (_help(current[:1]) if len(current) > 1 else "")
                 if not re.search(r"(?<![\w-])" + re.escape(opt) + r"(?![\w-])", text):
@@ -143,12 +161,19 @@ def test_documented_options_exist():
     assert option_refs() == []
 
 
-@pytest.mark.parametrize("doc_line,finder,expect", [
-    ("Run `mock_opensandbox/no_such_module.py`.", module_refs, "`mock_opensandbox/no_such_module.py` does not exist"),
-    ("python -m mock_opensandbox.no_such_module", module_refs, "python -m mock_opensandbox.no_such_module"),
-    ("python -m mock_opensandbox --port 1 --no-such-option", option_refs, "--no-such-option is not an option"),
-    ("make no-such-target", make_refs, "make no-such-target: no such target"),
-])
+@pytest.mark.parametrize(
+    "doc_line,finder,expect",
+    [
+        (
+            "Run `mock_opensandbox/no_such_module.py`.",
+            module_refs,
+            "`mock_opensandbox/no_such_module.py` does not exist",
+        ),
+        ("python -m mock_opensandbox.no_such_module", module_refs, "python -m mock_opensandbox.no_such_module"),
+        ("python -m mock_opensandbox --port 1 --no-such-option", option_refs, "--no-such-option is not an option"),
+        ("make no-such-target", make_refs, "make no-such-target: no such target"),
+    ],
+)
 def test_a_stale_reference_is_found(tmp_path, monkeypatch, doc_line, finder, expect):
     doc = tmp_path / "docs" / "STALE.md"
     doc.parent.mkdir()

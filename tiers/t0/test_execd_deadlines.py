@@ -1,5 +1,6 @@
 """The mock execd's command timeouts (execd/deadlines.py): one thread runs every deadline, in order,
 once; a cancelled one never runs."""
+
 from __future__ import annotations
 
 import threading
@@ -10,6 +11,7 @@ from mock_opensandbox.execd.deadlines import Deadlines
 def test_deadlines_fire_in_order_and_cancelled_ones_never():
     def threads() -> set[threading.Thread]:
         return {t for t in threading.enumerate() if t.name == "execd-deadlines"}
+
     before = threads()
     d = Deadlines()
     fired: list[str] = []

@@ -2,6 +2,7 @@
 a process killed in the middle of writing an exchange leaves every exchange recorded before it intact, and
 ``repair`` cuts the file back to them. The crash is real and bounded: a child process with a small
 RLIMIT_FSIZE, whose next write past it fails (EFBIG, SIGXFSZ ignored) or kills it (SIGXFSZ)."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,9 @@ a.append({"request": {"method": "GET", "path": "/after"}, "response": {"status":
 
 
 def _child(path: str, mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CHILD, path, mode], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, path, mode], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
 
 
 def _paths(fx):
@@ -45,7 +47,7 @@ def test_a_write_that_fails_leaves_the_previous_whole_fixture(tmp_path):
     path = str(tmp_path / "rec.json")
     r = _child(path, "raise")
     assert r.returncode == 0 and r.stdout.startswith("raised "), r.stderr
-    fx = F.load(path)                                    # whole after the failure, and appended to after it
+    fx = F.load(path)  # whole after the failure, and appended to after it
     assert _paths(fx) == ["/0", "/1", "/after"]
     assert open(path, encoding="utf-8").read() == F.dumps(fx)
     assert F.repair(path) == 3 and open(path, encoding="utf-8").read() == F.dumps(fx)  # a whole one stays
@@ -70,7 +72,7 @@ def test_repair_of_a_recording_cut_inside_its_first_exchange_keeps_the_head(tmp_
     a.append({"request": {"path": "/0"}, "response": {"status": 200}})
     raw = open(path, "rb").read()
     with open(path, "wb") as f:
-        f.write(raw[:raw.index(b'"response"')])
+        f.write(raw[: raw.index(b'"response"')])
     assert F.repair(path) == 0
     assert F.load(path) == F.make("s", "d", {}, {"replayable": True}, [])
     with open(path, "w") as f:

@@ -1,5 +1,6 @@
 """The image store (mock_opensandbox/images, issue 21) on images the tests write themselves: OCI layouts and
 docker-save tarballs, whiteouts, hard links, hostile layers, digest checks, platforms, the cache."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,18 +11,40 @@ import tarfile
 
 import pytest
 
-from mock_opensandbox.images import (CorruptImage, DigestMismatch, ImageNotFound, ImageStore, UnsafeLayer,
-                                     UnsupportedImage, parse)
+from mock_opensandbox.images import (
+    CorruptImage,
+    DigestMismatch,
+    ImageNotFound,
+    ImageStore,
+    UnsafeLayer,
+    UnsupportedImage,
+    parse,
+)
 from mock_opensandbox.images.unpack import unpack_layer
 from tiers.toolkit.images import BuiltImage, layer, sha, write_docker_save, write_oci_layout
 
-BASE = [("dir", "bin"), ("file", "bin/sh", "#!/bin/true\n", 0o755), ("dir", "etc"),
-        ("file", "etc/os-release", "ID=test\n"), ("file", "etc/gone", "x"), ("dir", "opt"),
-        ("file", "opt/old", "old"), ("dir", "opt/sub"), ("file", "opt/sub/deep", "d"),
-        ("hardlink", "bin/sh-link", "bin/sh"), ("chr", "dev-null"), ("fifo", "pipe"),
-        ("dir", "ro", 0o555), ("file", "ro/f", "r")]
-TOP = [("file", "etc/.wh.gone", ""), ("file", "opt/.wh..wh..opq", ""), ("file", "opt/new", "new"),
-       ("symlink", "bin/busybox", "/bin/sh")]
+BASE = [
+    ("dir", "bin"),
+    ("file", "bin/sh", "#!/bin/true\n", 0o755),
+    ("dir", "etc"),
+    ("file", "etc/os-release", "ID=test\n"),
+    ("file", "etc/gone", "x"),
+    ("dir", "opt"),
+    ("file", "opt/old", "old"),
+    ("dir", "opt/sub"),
+    ("file", "opt/sub/deep", "d"),
+    ("hardlink", "bin/sh-link", "bin/sh"),
+    ("chr", "dev-null"),
+    ("fifo", "pipe"),
+    ("dir", "ro", 0o555),
+    ("file", "ro/f", "r"),
+]
+TOP = [
+    ("file", "etc/.wh.gone", ""),
+    ("file", "opt/.wh..wh..opq", ""),
+    ("file", "opt/new", "new"),
+    ("symlink", "bin/busybox", "/bin/sh"),
+]
 
 
 def store(tmp_path, **kw) -> ImageStore:
@@ -52,14 +75,17 @@ def cache_clean(tmp_path) -> None:
 
 
 # -- references -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("uri,want", [
-    ("busybox", "docker.io/library/busybox:latest"),
-    ("local/busybox:latest", "docker.io/local/busybox:latest"),
-    ("127.0.0.1:5000/a/b:1", "127.0.0.1:5000/a/b:1"),
-    ("localhost/x", "localhost/x:latest"),
-    ("ghcr.io/o/r@sha256:" + "a" * 64, "ghcr.io/o/r@sha256:" + "a" * 64),
-    ("python:3.12-slim", "docker.io/library/python:3.12-slim"),
-])
+@pytest.mark.parametrize(
+    "uri,want",
+    [
+        ("busybox", "docker.io/library/busybox:latest"),
+        ("local/busybox:latest", "docker.io/local/busybox:latest"),
+        ("127.0.0.1:5000/a/b:1", "127.0.0.1:5000/a/b:1"),
+        ("localhost/x", "localhost/x:latest"),
+        ("ghcr.io/o/r@sha256:" + "a" * 64, "ghcr.io/o/r@sha256:" + "a" * 64),
+        ("python:3.12-slim", "docker.io/library/python:3.12-slim"),
+    ],
+)
 def test_reference_normalised_like_docker(uri, want):
     assert str(parse(uri)) == want
 
@@ -81,12 +107,12 @@ def test_oci_layout_flattened_with_whiteouts_hardlinks_and_config(tmp_path):
     assert (got.entrypoint, got.cmd, got.labels) == (["/bin/sh"], ["-c", "true"], {"a": "b"})
     root = got.rootfs()
     t = tree(root)
-    assert "etc/gone" not in t and t["etc/os-release"] == "ID=test\n"          # .wh.gone
+    assert "etc/gone" not in t and t["etc/os-release"] == "ID=test\n"  # .wh.gone
     assert "opt/old" not in t and "opt/sub" not in t and t["opt/new"] == "new"  # opaque dir
     assert t["bin/busybox"] == "-> /bin/sh" and t["ro/f"] == "r"
     st1, st2 = os.stat(os.path.join(root, "bin/sh")), os.stat(os.path.join(root, "bin/sh-link"))
-    assert st1.st_ino == st2.st_ino and st1.st_mode & 0o777 == 0o755           # hard link kept
-    assert "dev-null" not in t                                                  # device node skipped
+    assert st1.st_ino == st2.st_ino and st1.st_mode & 0o777 == 0o755  # hard link kept
+    assert "dev-null" not in t  # device node skipped
     assert got.layers[0]["skipped_devices"] == ["dev-null"]
     assert os.stat(os.path.join(root, "ro")).st_mode & 0o777 in (0o555, 0o755)
     assert os.stat(root).st_mode & 0o777 == 0o755
@@ -121,6 +147,7 @@ def test_index_picks_the_host_platform_or_the_requested_one(tmp_path):
     write_oci_layout(str(tmp_path / "images" / "multi"), {}, index_for={"local/multi:1": [arm, amd]})
     s = store(tmp_path)
     import platform
+
     if platform.machine() in ("x86_64", "amd64"):
         assert tree(s.resolve("local/multi:1").rootfs())["arch"] == "amd64"
     got = s.resolve("local/multi:1", platform={"os": "linux", "arch": "arm64"})
@@ -145,8 +172,9 @@ def test_cache_hit_needs_no_source_and_layers_are_shared(tmp_path):
     assert ia.layers[0]["path"] == ib.layers[0]["path"]  # one unpacked copy of the shared base
     assert len(os.listdir(tmp_path / "cache" / "layers" / "sha256")) == 3
     import shutil
-    shutil.rmtree(tmp_path / "images" / "ab")            # no source any more: the cache answers
-    s2 = store(tmp_path)                                  # ... also for a new store on the same cache
+
+    shutil.rmtree(tmp_path / "images" / "ab")  # no source any more: the cache answers
+    s2 = store(tmp_path)  # ... also for a new store on the same cache
     assert s2.resolve("local/a:1").id == ia.id
     assert {i["id"] for i in s2.images()} == {ia.id, ib.id}
     assert all(i["size"] > 0 and i["digest"] for i in s2.images())
@@ -155,8 +183,10 @@ def test_cache_hit_needs_no_source_and_layers_are_shared(tmp_path):
 def test_the_image_listing_is_read_again_only_after_a_change(tmp_path, monkeypatch):
     """images() (the dashboard reads it on every state change) keeps its listing until an image is added or
     removed, here or by another store on the same cache; each caller gets dicts of its own."""
-    write_oci_layout(str(tmp_path / "images" / "ab"), {"local/a:1": BuiltImage([layer(BASE)]),
-                                                      "local/b:1": BuiltImage([layer([("file", "b", "b")])])})
+    write_oci_layout(
+        str(tmp_path / "images" / "ab"),
+        {"local/a:1": BuiltImage([layer(BASE)]), "local/b:1": BuiltImage([layer([("file", "b", "b")])])},
+    )
     s, other = store(tmp_path), store(tmp_path)
     reads = []
     real = ImageStore._load_image
@@ -166,9 +196,9 @@ def test_the_image_listing_is_read_again_only_after_a_change(tmp_path, monkeypat
     reads.clear()
     first = s.images()
     first[0]["sandboxes"] = ["x"]
-    assert "sandboxes" not in s.images()[0]             # a caller's key stays in the caller's dict
-    assert reads == []                                   # nothing changed: no record read
-    ib = other.resolve("local/b:1")                      # another process's store on the same cache
+    assert "sandboxes" not in s.images()[0]  # a caller's key stays in the caller's dict
+    assert reads == []  # nothing changed: no record read
+    ib = other.resolve("local/b:1")  # another process's store on the same cache
     assert {i["id"] for i in s.images()} == {ia.id, ib.id} and reads
     reads.clear()
     s.drop_image(ib.id)
@@ -274,8 +304,12 @@ def test_layer_replacing_a_symlink_by_a_directory_does_not_write_through_it(tmp_
     flattened tree gets a real directory, the outside stays untouched."""
     outside = tmp_path / "outside"
     outside.mkdir()
-    img = BuiltImage([layer([("symlink", "d", str(outside)), ("symlink", "e", str(outside))]),
-                     layer([("dir", "d"), ("file", "d/f", "in"), ("file", "e/.wh.x", "")])])
+    img = BuiltImage(
+        [
+            layer([("symlink", "d", str(outside)), ("symlink", "e", str(outside))]),
+            layer([("dir", "d"), ("file", "d/f", "in"), ("file", "e/.wh.x", "")]),
+        ]
+    )
     write_oci_layout(str(tmp_path / "images" / "x"), {"local/x:1": img})
     t = tree(store(tmp_path).resolve("local/x:1").rootfs())
     assert t["d"] == "dir" and t["d/f"] == "in"
@@ -294,6 +328,7 @@ def test_concurrent_resolves_unpack_once_and_share_the_cache(tmp_path):
     """Threads of one store and two stores on one cache (two mocks of a parallel test run) resolve the same
     image at once: every one gets the image, each layer is unpacked into one place."""
     import threading
+
     img = BuiltImage([layer(BASE), layer(TOP)])
     write_oci_layout(str(tmp_path / "images" / "demo"), {"local/demo:1": img})
     stores = [store(tmp_path), store(tmp_path)]
@@ -328,11 +363,22 @@ def test_docker_save_with_blobs_paths(tmp_path):
     img = BuiltImage([layer(BASE, gz=False)], gz=False)
     p = tmp_path / "images" / "new.tar"
     os.makedirs(p.parent)
-    members = [("blobs/sha256/" + sha(img.config)[7:], img.config),
-               ("blobs/sha256/" + sha(img.layers[0][0])[7:], img.layers[0][0]),
-               ("manifest.json", json.dumps([{"Config": "blobs/sha256/" + sha(img.config)[7:],
-                                              "RepoTags": ["local/new:2"],
-                                              "Layers": ["blobs/sha256/" + sha(img.layers[0][0])[7:]]}]).encode())]
+    members = [
+        ("blobs/sha256/" + sha(img.config)[7:], img.config),
+        ("blobs/sha256/" + sha(img.layers[0][0])[7:], img.layers[0][0]),
+        (
+            "manifest.json",
+            json.dumps(
+                [
+                    {
+                        "Config": "blobs/sha256/" + sha(img.config)[7:],
+                        "RepoTags": ["local/new:2"],
+                        "Layers": ["blobs/sha256/" + sha(img.layers[0][0])[7:]],
+                    }
+                ]
+            ).encode(),
+        ),
+    ]
     with tarfile.open(p, "w") as tf:
         for n, data in members:
             ti = tarfile.TarInfo(n)
@@ -351,11 +397,14 @@ def test_local_docker_save_is_a_source(tmp_path):
     write_docker_save(saved, "local/busybox:latest", img)
     log = tmp_path / "calls"
     cli = tmp_path / "docker"
-    cli.write_text("#!/bin/sh\necho \"$@\" >> %s\ncase \"$1\" in\n  info) echo 28.2.2;;\n"
-                   "  image) [ \"$6\" = local/busybox:latest ] || exit 1; echo sha256:x;;\n"
-                   "  save) cp %s \"$3\";;\n  *) exit 1;;\nesac\n" % (log, saved))
+    cli.write_text(
+        '#!/bin/sh\necho "$@" >> %s\ncase "$1" in\n  info) echo 28.2.2;;\n'
+        '  image) [ "$6" = local/busybox:latest ] || exit 1; echo sha256:x;;\n'
+        '  save) cp %s "$3";;\n  *) exit 1;;\nesac\n' % (log, saved)
+    )
     cli.chmod(0o755)
     from mock_opensandbox.images.sources import LocalDaemon
+
     s = ImageStore(str(tmp_path / "cache"), None, local_daemon=True, registry=False)
     s.daemon = LocalDaemon(s.tmp_dir, clis=(str(cli),))
     got = s.resolve("local/busybox:latest")
@@ -373,6 +422,7 @@ def test_gzipped_docker_save_and_parallel_reads_of_one_archive(tmp_path):
     """``docker save | gzip`` is read too; two images of one plain archive resolved by two threads at once
     each read their own layer bytes (a shared tar handle would interleave the seeks: digest errors)."""
     import threading
+
     os.makedirs(tmp_path / "images")
     a = BuiltImage([layer([("file", "a%d" % i, "a" * 20000) for i in range(20)], gz=False)], gz=False)
     b = BuiltImage([layer([("file", "b%d" % i, "b" * 20000) for i in range(20)], gz=False)], gz=False)

@@ -1,6 +1,7 @@
 """The linter is part of the suite: ruff (pinned in requirements-test.txt, rules in pyproject.toml) finds
 nothing in the repository, `ruff format --check` would change nothing, and every noqa comment says why it
 is there (the codes, then a reason)."""
+
 from __future__ import annotations
 
 import io
@@ -23,18 +24,32 @@ def _ruff() -> str:
 
 
 def test_ruff_finds_nothing():
-    out = subprocess.run([_ruff(), "check", "--no-cache", "--output-format", "concise", str(REPO)],
-                         capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert out.returncode == 0, f"ruff check (most is fixed by `.venv/bin/ruff check --fix .`):\n{out.stdout}{out.stderr}"
+    out = subprocess.run(
+        [_ruff(), "check", "--no-cache", "--output-format", "concise", str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert out.returncode == 0, (
+        f"ruff check (most is fixed by `.venv/bin/ruff check --fix .`):\n{out.stdout}{out.stderr}"
+    )
 
 
 def test_ruff_format_changes_nothing():
     # the same files `ruff check` reads (pyproject.toml's [tool.ruff]: bench/out excluded)
-    out = subprocess.run([_ruff(), "format", "--check", "--no-cache", "--output-format", "concise", str(REPO)],
-                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    out = subprocess.run(
+        [_ruff(), "format", "--check", "--no-cache", "--output-format", "concise", str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     would = [line for line in out.stdout.splitlines() if "unformatted:" in line]
-    assert out.returncode == 0, (f"`ruff format` would reformat {len(would)} file(s); run `.venv/bin/ruff format .` "
-                                 f"and commit the result:\n" + "\n".join(would[:40]) + f"\n{out.stderr}")
+    assert out.returncode == 0, (
+        f"`ruff format` would reformat {len(would)} file(s); run `.venv/bin/ruff format .` "
+        f"and commit the result:\n" + "\n".join(would[:40]) + f"\n{out.stderr}"
+    )
 
 
 def test_ruff_is_the_pinned_version():
@@ -58,8 +73,9 @@ def unexplained(source: str) -> list[tuple[int, str]]:
 
 
 def test_every_noqa_says_why():
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=REPO,
-                           capture_output=True, text=True, timeout=60).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=REPO, capture_output=True, text=True, timeout=60
+    ).stdout.split()
     assert files, "git ls-files listed no Python file (not a git checkout, or git refuses it: safe.directory)"
     bad = []
     for name in files:
@@ -68,7 +84,7 @@ def test_every_noqa_says_why():
             try:
                 found = unexplained(path.read_text(encoding="utf-8"))
             except (SyntaxError, tokenize.TokenError, UnicodeDecodeError):
-                continue            # not Python this tokenizer reads; ruff reports real syntax errors
+                continue  # not Python this tokenizer reads; ruff reports real syntax errors
             bad += [f"{name}:{line}: {text}" for line, text in found]
     assert bad == []
 
@@ -78,4 +94,4 @@ def test_the_noqa_check_can_fail():
     assert unexplained(f"import os  {tag}: F401\n") == [(1, f"{tag}: F401")]
     assert unexplained(f"import os  {tag}\n") == [(1, tag)]
     assert unexplained(f"import os  {tag}: F401 - re-exported\n") == []
-    assert unexplained(f"x = '{tag}: F401'\n") == []            # in a string, not a comment
+    assert unexplained(f"x = '{tag}: F401'\n") == []  # in a string, not a comment

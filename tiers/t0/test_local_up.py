@@ -4,6 +4,7 @@ The stubs are small shell scripts placed first on PATH. They log their argv to `
 files (``daemon_up``, ``images``, ``pullable``, ``containers``). The stub server is a tiny ``http.server`` answering
 ``/health`` on the port written in the generated config. No real network, no real Docker.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,10 +27,38 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(REPO, "local-up.sh")
 PY = sys.executable
 
-SYSTEM_TOOLS = ("bash", "sh", "cat", "cp", "dirname", "env", "grep", "id", "mkdir", "mv", "nohup", "od", "ps",
-                "rm", "seq", "sleep", "tail", "tr", "cmp",
-                # building images (OSB_LOCAL_IMAGES=1)
-                "awk", "sed", "tar", "tee", "sha256sum", "cut", "date", "ln", "touch", "wc")
+SYSTEM_TOOLS = (
+    "bash",
+    "sh",
+    "cat",
+    "cp",
+    "dirname",
+    "env",
+    "grep",
+    "id",
+    "mkdir",
+    "mv",
+    "nohup",
+    "od",
+    "ps",
+    "rm",
+    "seq",
+    "sleep",
+    "tail",
+    "tr",
+    "cmp",
+    # building images (OSB_LOCAL_IMAGES=1)
+    "awk",
+    "sed",
+    "tar",
+    "tee",
+    "sha256sum",
+    "cut",
+    "date",
+    "ln",
+    "touch",
+    "wc",
+)
 OPTIONAL_TOOLS = ("kill", "chmod")  # reached through `sudo` when the tests run as a non-root user
 
 EXECD = "opensandbox/execd:latest"
@@ -243,10 +272,19 @@ class Env:
         os.makedirs(self.state)
         self.port = free_port()
         for name, text in {
-            "dockerd_impl.py": DOCKERD_IMPL, "python3": PYTHON3, "venv-python": VENV_PYTHON,
-            "opensandbox-server": SERVER, "opensandbox-server.py": SERVER_IMPL, "curl": CURL,
-            "curl_impl.py": CURL_IMPL, "apt-get": APT_GET, "sudo": SUDO,
-            "pkg/docker": DOCKER, "pkg/dockerd": DOCKERD, "debootstrap": DEBOOTSTRAP, "busybox-static": BUSYBOX,
+            "dockerd_impl.py": DOCKERD_IMPL,
+            "python3": PYTHON3,
+            "venv-python": VENV_PYTHON,
+            "opensandbox-server": SERVER,
+            "opensandbox-server.py": SERVER_IMPL,
+            "curl": CURL,
+            "curl_impl.py": CURL_IMPL,
+            "apt-get": APT_GET,
+            "sudo": SUDO,
+            "pkg/docker": DOCKER,
+            "pkg/dockerd": DOCKERD,
+            "debootstrap": DEBOOTSTRAP,
+            "busybox-static": BUSYBOX,
         }.items():
             _write(os.path.join(self.stubs, name), text, self.stubs)
         if install_docker:
@@ -299,8 +337,12 @@ class Env:
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["bash", SCRIPT, *args], env={**self.env, **env}, stdin=subprocess.DEVNULL,
-            capture_output=True, text=True, timeout=60,
+            ["bash", SCRIPT, *args],
+            env={**self.env, **env},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     def cleanup(self) -> None:
@@ -333,6 +375,7 @@ def _started(argv, word):
 
 
 # ----------------------------------------------------------------------------------------------- tests
+
 
 def test_up_is_idempotent_and_down_stops_only_what_up_started(world):
     world.set_lines("pullable", [EXECD, BASE])
@@ -428,8 +471,15 @@ def test_daemons_keep_none_of_the_callers_open_files(world, tmpdir_clean):
     lock = os.path.join(tmpdir_clean, "live.lock")
     fd = os.open(lock, os.O_CREAT | os.O_RDWR)
     try:
-        r = subprocess.run(["bash", SCRIPT, "up"], env=world.env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=60, pass_fds=(fd,))
+        r = subprocess.run(
+            ["bash", SCRIPT, "up"],
+            env=world.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            pass_fds=(fd,),
+        )
     finally:
         os.close(fd)
     assert r.returncode == 0, r.stderr + r.stdout
@@ -494,7 +544,9 @@ def test_egress_and_code_interpreter_images_are_opt_in(world):
     r = world.run("up", OSB_WITH_EGRESS="1", OSB_WITH_CODE_INTERPRETER="1")
     assert r.returncode == 0, r.stderr
     assert [line for line in world.argv() if line.startswith("docker pull")] == [
-        f"docker pull {egress}", f"docker pull {ci}"]
+        f"docker pull {egress}",
+        f"docker pull {ci}",
+    ]
     config = open(os.path.join(world.workdir, "server.toml")).read()
     assert f'[egress]\nimage = "{egress}"\nmode = "dns"' in config
     world.run("down")
@@ -507,7 +559,10 @@ def test_missing_docker_is_installed_only_with_consent(tmpdir_clean):
         r = world.run("up")  # no terminal, no -y, no CI=true: refuse and say how
         assert r.returncode == 1
         assert 'local-up: step "docker-install" failed' in r.stderr
-        assert "  command: apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io iptables\n" in r.stderr
+        assert (
+            "  command: apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io iptables\n"
+            in r.stderr
+        )
         assert "  cause:   no terminal to ask for confirmation\n" in r.stderr
         assert "rerun with: ./local-up.sh up -y" in r.stderr
         assert _started(world.argv(), "apt-get") == []
@@ -543,11 +598,14 @@ def test_foreign_server_on_the_port_is_refused(world):
         other.wait(timeout=10)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("bogus",), "unknown argument: bogus"),
-    ((), "usage: ./local-up.sh"),
-    (("up", "down"), "usage: ./local-up.sh"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("bogus",), "unknown argument: bogus"),
+        ((), "usage: ./local-up.sh"),
+        (("up", "down"), "usage: ./local-up.sh"),
+    ],
+)
 def test_bad_arguments_exit_2_with_usage(world, args, needle):
     r = world.run(*args)
     assert r.returncode == 2 and needle in r.stderr
@@ -568,8 +626,11 @@ def test_the_values_env_exports_are_valid_knobs(world):
     OSB_EGRESS_MODE=off (no egress image) is accepted; with OSB_WITH_EGRESS=1 it is refused."""
     world.set_lines("pullable", [EXECD, BASE])
     assert world.run("up").returncode == 0
-    exported = dict(line[len("export "):].split("=", 1) for line in world.run("env").stdout.splitlines()
-                    if line.startswith("export "))
+    exported = dict(
+        line[len("export ") :].split("=", 1)
+        for line in world.run("env").stdout.splitlines()
+        if line.startswith("export ")
+    )
     assert exported["OSB_EGRESS_MODE"] == "off"
     d = world.run("down", **exported)
     assert d.returncode == 0, d.stderr + d.stdout
@@ -606,17 +667,23 @@ def _local_knobs(world, *, sources: str = "deb822") -> dict:
     with open(os.path.join(shared, "execd"), "w") as fh:
         fh.write("fake execd v1\n")
     with open(os.path.join(shared, "bootstrap.sh"), "w") as fh:
-        fh.write("#!/bin/sh\nexec \"$@\"\n")
+        fh.write('#!/bin/sh\nexec "$@"\n')
     if sources == "deb822":
         with open(os.path.join(apt, "sources.list.d", "debian.sources"), "w") as fh:
-            fh.write("Types: deb\nURIs: http://mirror.example.invalid/debian\nSuites: bookworm\nComponents: main\n\n"
-                     "Types: deb\nURIs: http://mirror.example.invalid/debian-security\nSuites: bookworm-security\n")
+            fh.write(
+                "Types: deb\nURIs: http://mirror.example.invalid/debian\nSuites: bookworm\nComponents: main\n\n"
+                "Types: deb\nURIs: http://mirror.example.invalid/debian-security\nSuites: bookworm-security\n"
+            )
     else:
         with open(os.path.join(apt, "sources.list"), "w") as fh:
             fh.write("# comment\ndeb [arch=amd64] http://old.example.invalid/debian bookworm main\n")
-    return {"OSB_LOCAL_IMAGES": "1", "OSB_EXECD_BIN": os.path.join(shared, "execd"),
-            "OSB_BUSYBOX_BIN": os.path.join(world.stubs, "busybox-static"), "OSB_APT_SOURCES": apt,
-            "OSB_DEBIAN_SUITE": "bookworm"}
+    return {
+        "OSB_LOCAL_IMAGES": "1",
+        "OSB_EXECD_BIN": os.path.join(shared, "execd"),
+        "OSB_BUSYBOX_BIN": os.path.join(world.stubs, "busybox-static"),
+        "OSB_APT_SOURCES": apt,
+        "OSB_DEBIAN_SUITE": "bookworm",
+    }
 
 
 def test_local_images_are_built_once_reused_listed_and_cleaned(world):
@@ -625,11 +692,15 @@ def test_local_images_are_built_once_reused_listed_and_cleaned(world):
     assert r.returncode == 0, r.stderr + r.stdout
     argv = world.argv()
     assert not [a for a in argv if a.startswith("docker pull")]  # nothing is pulled
-    assert [a.rsplit(" ", 1)[1] for a in argv if a.startswith("docker import")] == [LOCAL_EXECD, LOCAL_BUSYBOX,
-                                                                                     LOCAL_BASE]
+    assert [a.rsplit(" ", 1)[1] for a in argv if a.startswith("docker import")] == [
+        LOCAL_EXECD,
+        LOCAL_BUSYBOX,
+        LOCAL_BASE,
+    ]
     deb = [a for a in argv if a.startswith("debootstrap ")]
-    assert len(deb) == 1 and deb[0].endswith(" bookworm " + os.path.join(world.workdir, "build", "base-rootfs")
-                                             + " http://mirror.example.invalid/debian")
+    assert len(deb) == 1 and deb[0].endswith(
+        " bookworm " + os.path.join(world.workdir, "build", "base-rootfs") + " http://mirror.example.invalid/debian"
+    )
     assert "--variant=minbase --include=python3,bash,coreutils,procps,ca-certificates" in deb[0]
     # progress: one line per debootstrap phase, per-package lines collapsed
     assert "local-up: base: Retrieving InRelease\n" in r.stdout
@@ -637,7 +708,10 @@ def test_local_images_are_built_once_reused_listed_and_cleaned(world):
     with open(os.path.join(world.workdir, "server.toml")) as fh:
         assert f'execd_image = "{LOCAL_EXECD}"' in fh.read()
     env = world.run("env", **knobs).stdout
-    assert f"export OPENSANDBOX_IMAGE={LOCAL_BASE}\n" in env and f"export OPENSANDBOX_BUSYBOX_IMAGE={LOCAL_BUSYBOX}\n" in env
+    assert (
+        f"export OPENSANDBOX_IMAGE={LOCAL_BASE}\n" in env
+        and f"export OPENSANDBOX_BUSYBOX_IMAGE={LOCAL_BUSYBOX}\n" in env
+    )
     assert not os.path.exists(os.path.join(world.workdir, "build", "base-rootfs"))  # scratch removed
 
     world.clear_argv()
@@ -654,7 +728,8 @@ def test_local_images_are_built_once_reused_listed_and_cleaned(world):
     r = world.run("clean", **knobs)
     assert r.returncode == 0, r.stderr
     assert sorted(a for a in world.argv() if a.startswith("docker rmi")) == sorted(
-        f"docker rmi {i}" for i in (LOCAL_EXECD, LOCAL_BASE, LOCAL_BUSYBOX))
+        f"docker rmi {i}" for i in (LOCAL_EXECD, LOCAL_BASE, LOCAL_BUSYBOX)
+    )
     assert world.lines("images") == ["someone/else:1"]  # only what up built
     assert world.pid("server.pid") is None and world.pid("dockerd.pid") is None
 
@@ -733,7 +808,9 @@ def test_local_egress_image_shares_the_debootstrap_cache_and_mode(world):
     config = open(os.path.join(world.workdir, "server.toml")).read()
     assert '[egress]\nimage = "local/egress:src3bb6fad"\nmode = "dns+nft"' in config
     env = world.run("env", **knobs).stdout
-    assert "export OSB_EGRESS_MODE=dns+nft\n" in env and "export OPENSANDBOX_EGRESS_IMAGE=local/egress:src3bb6fad\n" in env
+    assert (
+        "export OSB_EGRESS_MODE=dns+nft\n" in env and "export OPENSANDBOX_EGRESS_IMAGE=local/egress:src3bb6fad\n" in env
+    )
     world.clear_argv()
     assert world.run("up", **knobs).returncode == 0
     assert not [a for a in world.argv() if a.startswith(("docker import", "debootstrap"))]  # reused
@@ -749,8 +826,11 @@ def test_down_after_eval_env_of_a_stack_without_egress(world):
     open(os.path.join(world.state, "daemon_up"), "w").close()
     world.set_lines("images", [EXECD, BASE])
     assert world.run("up").returncode == 0
-    env = dict(line[len("export "):].split("=", 1) for line in world.run("env").stdout.splitlines()
-               if line.startswith("export OSB_EGRESS_MODE="))
+    env = dict(
+        line[len("export ") :].split("=", 1)
+        for line in world.run("env").stdout.splitlines()
+        if line.startswith("export OSB_EGRESS_MODE=")
+    )
     assert env == {"OSB_EGRESS_MODE": "off"}
     r = world.run("down", OSB_WITH_EGRESS="1", **env)
     assert r.returncode == 0, r.stderr
@@ -766,6 +846,7 @@ def test_local_images_knob_must_be_0_or_1(world):
 
 
 # -- host binds (issue 20): [storage] allowed_host_paths under one prefix ---------------------------------------
+
 
 def test_host_binds_are_allowed_under_one_prefix_in_the_work_dir_by_default(world):
     open(os.path.join(world.state, "daemon_up"), "w").close()

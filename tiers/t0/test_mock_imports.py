@@ -4,6 +4,7 @@ circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_
 too (a circle of type names is still a circle for a reader). plugin/ is a root, not a package (launch.py runs
 with that directory as sys.path[0]): its modules and packages are named from there (``epp``, ``osb.transport``,
 ``methods.pty``). No module of mock_opensandbox/ is over 700 lines, none of plugin/ over 600."""
+
 from __future__ import annotations
 
 import ast
@@ -20,9 +21,9 @@ PLUGIN_MAX_LINES = 600
 
 
 def _module(path: str, root: str = ROOT) -> str:
-    base = root if root == PLUGIN else os.path.dirname(root)   # plugin/ is sys.path[0], not a package
+    base = root if root == PLUGIN else os.path.dirname(root)  # plugin/ is sys.path[0], not a package
     rel = os.path.relpath(path, base)[:-3].replace(os.sep, ".")
-    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
 
 
 def _imports(tree: ast.AST) -> list[ast.stmt]:
@@ -33,6 +34,7 @@ def _imports(tree: ast.AST) -> list[ast.stmt]:
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 out.append(child)
             walk(child)
+
     walk(tree)
     return out
 
@@ -66,9 +68,14 @@ def _graph(root: str = ROOT) -> dict[str, set[str]]:
     return graph
 
 
-@pytest.mark.parametrize("root,known", [(ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.wire.gojson")),
-                                        (PLUGIN, ("epp", "osb.transport", "methods.pty"))],
-                         ids=["mock_opensandbox", "plugin"])
+@pytest.mark.parametrize(
+    "root,known",
+    [
+        (ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.wire.gojson")),
+        (PLUGIN, ("epp", "osb.transport", "methods.pty")),
+    ],
+    ids=["mock_opensandbox", "plugin"],
+)
 def test_no_import_cycle(root, known):
     graph = _graph(root)
     assert all(k in graph for k in known)
@@ -81,7 +88,7 @@ def test_no_import_cycle(root, known):
         stack.append(n)
         for m in sorted(graph[n]):
             if state.get(m) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(m):] + [m]))
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(m) :] + [m]))
             if m not in state:
                 visit(m)
         stack.pop()
@@ -93,8 +100,12 @@ def test_no_import_cycle(root, known):
 
 
 def _sizes(root: str) -> dict[str, int]:
-    return {_module(os.path.join(d, f), root): sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))
-            for d, _, files in os.walk(root) for f in files if f.endswith(".py")}
+    return {
+        _module(os.path.join(d, f), root): sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))
+        for d, _, files in os.walk(root)
+        for f in files
+        if f.endswith(".py")
+    }
 
 
 def test_plugin_modules_are_at_most_600_lines():
@@ -130,8 +141,14 @@ def test_mock_modules_are_at_most_700_lines():
 # the execd model modules (no HTTP by their own docs, docs/ARCHITECTURE.md): no import of the HTTP layer,
 # and none of its text (the Range parsers and Content-Disposition live in execd/files_routes.py)
 EXECD_MODELS = ("execd.files", "execd.globmatch", "execd.pty", "execd.commands", "execd.sessions")
-HTTP_MODULES = {"mock_opensandbox.wire.http1", "mock_opensandbox.execd.gin", "mock_opensandbox.execd.files_routes",
-                "mock_opensandbox.execd.server", "mock_opensandbox.execd.pty_routes", "mock_opensandbox.wire.sse"}
+HTTP_MODULES = {
+    "mock_opensandbox.wire.http1",
+    "mock_opensandbox.execd.gin",
+    "mock_opensandbox.execd.files_routes",
+    "mock_opensandbox.execd.server",
+    "mock_opensandbox.execd.pty_routes",
+    "mock_opensandbox.wire.sse",
+}
 HTTP_WORDS = re.compile(r"Content-(Disposition|Range|Length|Type)|\bbytes=|\bRange\b|\bstatus_line\b")
 
 
@@ -145,19 +162,28 @@ def test_execd_model_modules_hold_no_http(mod):
 
 
 def _trees(root: str = ROOT) -> dict[str, ast.AST]:
-    return {_module(os.path.join(d, f), root): ast.parse(open(os.path.join(d, f), encoding="utf-8").read())
-            for d, _, files in os.walk(root) for f in files if f.endswith(".py")}
+    return {
+        _module(os.path.join(d, f), root): ast.parse(open(os.path.join(d, f), encoding="utf-8").read())
+        for d, _, files in os.walk(root)
+        for f in files
+        if f.endswith(".py")
+    }
 
 
 def test_one_execd_process_class_and_one_hop_by_hop_set():
     """Issue 22: one ExecdProcess (runtime/execdproc.py; the stand-alone execd's too) and one hop-by-hop set
     (relay.HOP_BY_HOP; each proxy passes its policy made of it)."""
     trees = _trees()
-    classes = sorted(m for m, t in trees.items() for n in ast.walk(t)
-                     if isinstance(n, ast.ClassDef) and "ExecdProcess" in n.name)
+    classes = sorted(
+        m for m, t in trees.items() for n in ast.walk(t) if isinstance(n, ast.ClassDef) and "ExecdProcess" in n.name
+    )
     assert classes == ["mock_opensandbox.runtime.execdproc"]
-    hop_sets = sorted(m for m, t in trees.items() for n in ast.walk(t)
-                      if isinstance(n, ast.Constant) and n.value == "proxy-authenticate")
+    hop_sets = sorted(
+        m
+        for m, t in trees.items()
+        for n in ast.walk(t)
+        if isinstance(n, ast.Constant) and n.value == "proxy-authenticate"
+    )
     assert hop_sets == ["mock_opensandbox.wire.relay"]
 
 
@@ -167,10 +193,12 @@ def test_one_execd_process_class_and_one_hop_by_hop_set():
 LAYERS = ("wire", "runtime", "images", "execd", "lifecycle", "docker", "workbench")
 # crossings still to remove (lifecycle/routes.py serves /__mock__/faults and calls docker's diagnostics and
 # snapshot store itself); a new crossing fails this test
-KNOWN_CROSSINGS = {("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.diagnostics"),
-                   ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.snapshots"),
-                   ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.admin"),
-                   ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.faults")}
+KNOWN_CROSSINGS = {
+    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.diagnostics"),
+    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.snapshots"),
+    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.admin"),
+    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.faults"),
+}
 
 
 def _layer(mod: str) -> str | None:
@@ -181,10 +209,16 @@ def _layer(mod: str) -> str | None:
 def test_layers_import_only_downward():
     graph = _graph(ROOT)
     assert {_layer(m) for m in graph} >= set(LAYERS)
-    up = sorted((m, d) for m, deps in graph.items() for d in deps
-                if _layer(m) and _layer(d) and LAYERS.index(_layer(d)) > LAYERS.index(_layer(m)))
+    up = sorted(
+        (m, d)
+        for m, deps in graph.items()
+        for d in deps
+        if _layer(m) and _layer(d) and LAYERS.index(_layer(d)) > LAYERS.index(_layer(m))
+    )
     assert [c for c in up if c not in KNOWN_CROSSINGS] == []
     assert [c for c in KNOWN_CROSSINGS if c not in up] == [], "a crossing is gone: drop it from KNOWN_CROSSINGS"
     product = ("wire", "runtime", "images", "execd")
-    assert sorted((m, d) for m, deps in graph.items() for d in deps
-                  if _layer(m) in product and _layer(d) == "workbench") == []
+    assert (
+        sorted((m, d) for m, deps in graph.items() for d in deps if _layer(m) in product and _layer(d) == "workbench")
+        == []
+    )

@@ -1,5 +1,6 @@
 """t0: the sandbox table (mock_opensandbox.lifecycle.model) without HTTP: ids, states, TTL with a fake clock,
 pagination, filters, metadata label rules."""
+
 from __future__ import annotations
 
 import threading
@@ -11,8 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mock_opensandbox.lifecycle import quirks
-from mock_opensandbox.lifecycle.model import (FakeClock, Provisioner, SandboxStore, docker_pull_params, format_ts,
-                                    is_valid_label_key, is_valid_label_value, validate_metadata)
+from mock_opensandbox.lifecycle.model import (
+    FakeClock,
+    Provisioner,
+    SandboxStore,
+    docker_pull_params,
+    format_ts,
+    is_valid_label_key,
+    is_valid_label_value,
+    validate_metadata,
+)
 from mock_opensandbox.lifecycle.quirks import MockError
 from tiers.toolkit.waits import wait_until
 
@@ -80,14 +89,18 @@ def test_format_ts_matches_recorded_shapes():
 # -- create / get / json shapes -----------------------------------------------------------------------
 def test_create_json_and_get_json_keys_follow_the_recordings():
     store, _clock, prov = make_store()
-    sb = store.create(image=IMG, entrypoint=EP, metadata={"purpose": "live-recording"}, timeout=1800,
-                      resource_limits={"cpu": "500m"})
+    sb = store.create(
+        image=IMG, entrypoint=EP, metadata={"purpose": "live-recording"}, timeout=1800, resource_limits={"cpu": "500m"}
+    )
     uuid.UUID(sb.id, version=4)
     created = sb.create_json()
     assert list(created) == ["id", "status", "metadata", "expiresAt", "createdAt", "entrypoint"]
-    assert created["status"] == {"state": "Running", "reason": "CONTAINER_RUNNING",
-                                 "message": "Sandbox container started successfully.",
-                                 "lastTransitionAt": "2026-11-29T07:46:42.558200Z"}
+    assert created["status"] == {
+        "state": "Running",
+        "reason": "CONTAINER_RUNNING",
+        "message": "Sandbox container started successfully.",
+        "lastTransitionAt": "2026-11-29T07:46:42.558200Z",
+    }
     assert created["expiresAt"] == "2026-11-29T08:16:42.558200Z"
     got = store.get(sb.id).to_json()
     assert list(got) == ["id", "image", "status", "metadata", "entrypoint", "expiresAt", "createdAt"]
@@ -138,8 +151,10 @@ def test_default_pull_failure_matches_recording_16():
     assert e.value.status == 500
     body = e.value.body()
     assert body["code"] == "DOCKER::SANDBOX_IMAGE_PULL_FAILED"
-    assert body["message"].startswith("Failed to pull image local/does-not-exist:1: 500 Server Error for "
-                                      "http+docker://localhost/v1.41/images/create?tag=1&fromImage=local%2Fdoes-not-exist:")
+    assert body["message"].startswith(
+        "Failed to pull image local/does-not-exist:1: 500 Server Error for "
+        "http+docker://localhost/v1.41/images/create?tag=1&fromImage=local%2Fdoes-not-exist:"
+    )
     assert prov.calls == [] and len(store) == 0
 
 
@@ -153,13 +168,16 @@ def test_configurable_pull_failures():
         store2.create(image={"uri": "x:bad"}, entrypoint=EP)
 
 
-@pytest.mark.parametrize("uri,expected", [
-    ("local/does-not-exist:1", ("local/does-not-exist", "1")),
-    ("python", ("python", "latest")),
-    ("registry:5000/app", ("registry:5000/app", "latest")),
-    ("registry:5000/app:2", ("registry:5000/app", "2")),
-    ("app@sha256:abc", ("app", "sha256:abc")),
-])
+@pytest.mark.parametrize(
+    "uri,expected",
+    [
+        ("local/does-not-exist:1", ("local/does-not-exist", "1")),
+        ("python", ("python", "latest")),
+        ("registry:5000/app", ("registry:5000/app", "latest")),
+        ("registry:5000/app:2", ("registry:5000/app", "2")),
+        ("app@sha256:abc", ("app", "sha256:abc")),
+    ],
+)
 def test_docker_pull_params(uri, expected):
     assert docker_pull_params(uri) == expected
 
@@ -196,8 +214,10 @@ def test_renew_moves_expiry_and_must_be_in_the_future():
     sb = store.create(image=IMG, entrypoint=EP, timeout=60)
     with pytest.raises(MockError) as e:
         store.renew(sb.id, T0 - timedelta(hours=1))
-    assert e.value.status == 400 and e.value.body() == {"code": "DOCKER::INVALID_EXPIRATION",
-                                                        "message": "New expiration time must be in the future."}
+    assert e.value.status == 400 and e.value.body() == {
+        "code": "DOCKER::INVALID_EXPIRATION",
+        "message": "New expiration time must be in the future.",
+    }
     with pytest.raises(MockError):
         store.renew(sb.id, T0)  # "now" is not the future
     new = store.renew(sb.id, datetime(2026, 11, 29, 9, 47, 6))  # naive = UTC
@@ -234,7 +254,11 @@ def test_pause_resume_state_machine():
     sb = store.create(image=IMG, entrypoint=EP)
     store.pause(sb.id)
     got = sb.to_json()["status"]
-    assert (got["state"], got["reason"], got["message"]) == ("Paused", "CONTAINER_PAUSED", "Sandbox container is paused.")
+    assert (got["state"], got["reason"], got["message"]) == (
+        "Paused",
+        "CONTAINER_PAUSED",
+        "Sandbox container is paused.",
+    )
     assert got["lastTransitionAt"] == format_ts(sb.started_at)  # recording 14: unchanged by pause
     with pytest.raises(MockError) as e:
         store.pause(sb.id)
@@ -248,11 +272,14 @@ def test_pause_resume_state_machine():
 
 
 # -- entrypoint exit (recording 15) -------------------------------------------------------------------
-@pytest.mark.parametrize("rc,state,reason,message", [
-    (1, "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 1."),
-    (0, "Terminated", "CONTAINER_EXITED", "Sandbox container exited successfully."),
-    (-9, "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 137."),
-])
+@pytest.mark.parametrize(
+    "rc,state,reason,message",
+    [
+        (1, "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 1."),
+        (0, "Terminated", "CONTAINER_EXITED", "Sandbox container exited successfully."),
+        (-9, "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 137."),
+    ],
+)
 def test_entrypoint_exit_sets_the_status(rc, state, reason, message):
     store, clock, prov = make_store(provisioner=RecordingProvisioner(FakeProc))
     sb = store.create(image=IMG, entrypoint=["sh", "-c", "exit 1"], timeout=600)
@@ -318,8 +345,10 @@ def test_list_newest_first_and_pagination_numbers():
 
 def test_list_empty_pagination_matches_recording_05():
     store, _, _ = make_store()
-    assert store.list(states=["Paused"]) == ([], {"page": 1, "pageSize": 20, "totalItems": 0, "totalPages": 0,
-                                                  "hasNextPage": False})
+    assert store.list(states=["Paused"]) == (
+        [],
+        {"page": 1, "pageSize": 20, "totalItems": 0, "totalPages": 0, "hasNextPage": False},
+    )
 
 
 def test_list_filters_state_or_case_insensitive_and_metadata_and():
@@ -358,15 +387,30 @@ def test_pagination_partitions_the_result(n, page, size):
 
 
 # -- metadata labels (server services/validators.py) --------------------------------------------------
-@pytest.mark.parametrize("key", ["purpose", "a", "A-b_c.d", "example.com/name", "a.b-c/x", "x" * 63,
-                                 "p" * 253 + "/n"])
+@pytest.mark.parametrize("key", ["purpose", "a", "A-b_c.d", "example.com/name", "a.b-c/x", "x" * 63, "p" * 253 + "/n"])
 def test_valid_label_keys(key):
     assert is_valid_label_key(key)
     validate_metadata({key: "ok"})
 
 
-@pytest.mark.parametrize("key", ["", "Bad Key", "-a", "a-", "/a", "a/", "UPPER.example/x", "x" * 64, "a/b/c",
-                                 "é", "a\n", "p" * 254 + "/n", "a..b/x"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "Bad Key",
+        "-a",
+        "a-",
+        "/a",
+        "a/",
+        "UPPER.example/x",
+        "x" * 64,
+        "a/b/c",
+        "é",
+        "a\n",
+        "p" * 254 + "/n",
+        "a..b/x",
+    ],
+)
 def test_invalid_label_keys_are_rejected_with_a_message_naming_the_key(key):
     assert not is_valid_label_key(key)
     with pytest.raises(MockError) as e:
@@ -382,9 +426,22 @@ def test_reserved_prefix_is_rejected():
     assert "uses the reserved prefix 'opensandbox.io/'" in e.value.body()["message"]
 
 
-@pytest.mark.parametrize("value,ok", [("", True), ("a", True), ("live-recording", True), ("a" * 63, True),
-                                      ("a" * 64, False), ("-a", False), ("a_", False), ("has space", False),
-                                      ("https://x", False), ("[]", False), ("a\n", False)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("", True),
+        ("a", True),
+        ("live-recording", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("-a", False),
+        ("a_", False),
+        ("has space", False),
+        ("https://x", False),
+        ("[]", False),
+        ("a\n", False),
+    ],
+)
 def test_label_values(value, ok):
     assert is_valid_label_value(value) is ok
     if not ok:
@@ -460,8 +517,9 @@ def test_get_created_at_is_stamped_before_a_slow_start():
         def start(self, sb):
             clock.advance(2.0)
             return super().start(sb)
+
     store, _, _ = make_store(clock=clock, provisioner=SlowStart())
     sb = store.create(image=IMG, entrypoint=EP, timeout=600)
     got = store.get(sb.id).to_json()
-    assert got["createdAt"] == "2026-11-29T07:46:42.558200Z"       # not 2 s later, when the start ended
+    assert got["createdAt"] == "2026-11-29T07:46:42.558200Z"  # not 2 s later, when the start ended
     assert got["expiresAt"] == "2026-11-29T07:56:42.558200Z"

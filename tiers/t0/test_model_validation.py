@@ -1,6 +1,7 @@
 """t0: the mock's request validation against pydantic itself (the real server validates with pydantic v2
 through FastAPI). A local mirror of the server's request models (server api/schema.py) is the oracle; the
 mock must produce the same 422 ``detail`` items (type, loc, msg, input, ctx) as FastAPI would."""
+
 from __future__ import annotations
 
 import json
@@ -88,17 +89,51 @@ def oracle_errors(body) -> list[dict] | None:
 
 # -- recorded cases (recording 03) --------------------------------------------------------------------------
 RECORDED = [
-    ({}, [{"type": "value_error", "loc": ["body"],
-           "msg": "Value error, Exactly one of image or snapshotId must be provided.", "input": {},
-           "ctx": {"error": {}}}]),
-    ({"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 10,
-      "resourceLimits": {"cpu": "500m", "memory": "512Mi"}},
-     [{"type": "greater_than_equal", "loc": ["body", "timeout"], "msg": "Input should be greater than or equal to 60",
-       "input": 10, "ctx": {"ge": 60}}]),
-    ({"image": {"uri": "local/python:3-slim"}, "entrypoint": [], "resourceLimits": {"cpu": "500m", "memory": "512Mi"}},
-     [{"type": "too_short", "loc": ["body", "entrypoint"],
-       "msg": "List should have at least 1 item after validation, not 0", "input": [],
-       "ctx": {"field_type": "List", "min_length": 1, "actual_length": 0}}]),
+    (
+        {},
+        [
+            {
+                "type": "value_error",
+                "loc": ["body"],
+                "msg": "Value error, Exactly one of image or snapshotId must be provided.",
+                "input": {},
+                "ctx": {"error": {}},
+            }
+        ],
+    ),
+    (
+        {
+            "image": {"uri": "local/python:3-slim"},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 10,
+            "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+        },
+        [
+            {
+                "type": "greater_than_equal",
+                "loc": ["body", "timeout"],
+                "msg": "Input should be greater than or equal to 60",
+                "input": 10,
+                "ctx": {"ge": 60},
+            }
+        ],
+    ),
+    (
+        {
+            "image": {"uri": "local/python:3-slim"},
+            "entrypoint": [],
+            "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+        },
+        [
+            {
+                "type": "too_short",
+                "loc": ["body", "entrypoint"],
+                "msg": "List should have at least 1 item after validation, not 0",
+                "input": [],
+                "ctx": {"field_type": "List", "min_length": 1, "actual_length": 0},
+            }
+        ],
+    ),
 ]
 
 
@@ -109,17 +144,41 @@ def test_recorded_422_bodies(body, detail):
 
 
 HANDPICKED = [
-    [1], "x", None, {"image": "x"}, {"image": {}}, {"image": {"uri": 5}}, {"image": {"uri": "  "}},
-    {"image": {"uri": "a"}}, {"image": {"uri": "a"}, "entrypoint": ["x"]},
+    [1],
+    "x",
+    None,
+    {"image": "x"},
+    {"image": {}},
+    {"image": {"uri": 5}},
+    {"image": {"uri": "  "}},
+    {"image": {"uri": "a"}},
+    {"image": {"uri": "a"}, "entrypoint": ["x"]},
     {"image": {"uri": "a"}, "entrypoint": ["x"], "resourceLimits": {}},
     {"image": {"uri": "a"}, "snapshotId": "s", "entrypoint": ["x"], "resourceLimits": {}},
-    {"snapshotId": "s", "resourceLimits": {}}, {"timeout": "abc"}, {"timeout": 59.0}, {"timeout": 60.5},
-    {"timeout": " 61 "}, {"timeout": "1_000"}, {"timeout": True}, {"timeout": None}, {"timeout": []},
-    {"env": {"a": 1}}, {"env": {"a": None}}, {"env": []}, {"metadata": {"a": None}}, {"metadata": []},
-    {"entrypoint": "abc"}, {"entrypoint": [1, "a", None]}, {"secureAccess": "maybe"}, {"secureAccess": "yes"},
-    {"secureAccess": 2}, {"resourceLimits": {"cpu": 1}}, {"resourceLimits": "x"},
+    {"snapshotId": "s", "resourceLimits": {}},
+    {"timeout": "abc"},
+    {"timeout": 59.0},
+    {"timeout": 60.5},
+    {"timeout": " 61 "},
+    {"timeout": "1_000"},
+    {"timeout": True},
+    {"timeout": None},
+    {"timeout": []},
+    {"env": {"a": 1}},
+    {"env": {"a": None}},
+    {"env": []},
+    {"metadata": {"a": None}},
+    {"metadata": []},
+    {"entrypoint": "abc"},
+    {"entrypoint": [1, "a", None]},
+    {"secureAccess": "maybe"},
+    {"secureAccess": "yes"},
+    {"secureAccess": 2},
+    {"resourceLimits": {"cpu": 1}},
+    {"resourceLimits": "x"},
     {"timeout": 10, "entrypoint": [], "metadata": {"k": 3}, "image": {}},
-    {"extensions": {"poolRef": "p"}}, {"extensions": {"poolRef": 1}},
+    {"extensions": {"poolRef": "p"}},
+    {"extensions": {"poolRef": 1}},
 ]
 
 
@@ -128,11 +187,18 @@ def test_handpicked_bodies_match_pydantic(body):
     assert mock_errors(body) == oracle_errors(body)
 
 
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10 ** 6, 10 ** 6),
-                         st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=8))
-json_values = st.recursive(json_scalars, lambda c: st.one_of(st.lists(c, max_size=3),
-                                                             st.dictionaries(st.text(max_size=5), c, max_size=3)),
-                           max_leaves=6)
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=8),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)),
+    max_leaves=6,
+)
 field_values = {
     "image": st.one_of(json_values, st.fixed_dictionaries({"uri": st.one_of(st.text(max_size=5), json_scalars)})),
     "snapshotId": st.one_of(json_scalars, st.text(max_size=4)),
@@ -169,31 +235,66 @@ def _theirs(tp, value):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(st.builds(lambda sign, body: sign + body, st.sampled_from(["", "+", "-", " "]),
-                           st.text(alphabet="0123456789_. x", max_size=8)), st.integers(), st.booleans(),
-                 st.floats(allow_nan=False, allow_infinity=False)))
+@given(
+    st.one_of(
+        st.builds(
+            lambda sign, body: sign + body,
+            st.sampled_from(["", "+", "-", " "]),
+            st.text(alphabet="0123456789_. x", max_size=8),
+        ),
+        st.integers(),
+        st.booleans(),
+        st.floats(allow_nan=False, allow_infinity=False),
+    )
+)
 @example("0__0")
 @example("-0__27")
 @example("0__")
 @example("0_.0")
 def test_int_parsing_matches_pydantic(value):
     # (signs are only generated in front: pydantic-core also reads "0-0" as 0, a quirk not modelled)
-    if isinstance(value, float) and abs(value) > 2 ** 62:
+    if isinstance(value, float) and abs(value) > 2**62:
         return  # pydantic's size limits for huge floats are not modelled
     assert _mine(_int, value) == _theirs(int, value)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.sampled_from(["true", "TRUE", "t", "yes", "on", "1", "false", "0", "off", "No", "n", " true",
-                                  "", "maybe"]), st.text(max_size=5), st.integers(-2, 3), st.booleans()))
+@given(
+    st.one_of(
+        st.sampled_from(["true", "TRUE", "t", "yes", "on", "1", "false", "0", "off", "No", "n", " true", "", "maybe"]),
+        st.text(max_size=5),
+        st.integers(-2, 3),
+        st.booleans(),
+    )
+)
 def test_bool_parsing_matches_pydantic(value):
     assert _mine(_bool, value) == _theirs(bool, value)
 
 
-DATES = ["not-a-date", "", "2026", "2026-11-29", "2026-11-29T09:47:06Z", "2026-11-29T09:47:06", "2026-11-29 09:47",
-         "2026-11-29T09:47:06.123456789Z", "2026-11-29T09:47:06+02:00", "2026-11-29T09:47:06-0130",
-         "2026-13-01T00:00:00Z", "2026-02-30", "2026-11-29T25:00:00Z", "2026-11-29X", "2026/11/29", "abcd-11-29",
-         "2026-ab-29", "2026-11-xx", "2026-11-29T10", "1795938427", "1795938427.5", "20000000000000"]
+DATES = [
+    "not-a-date",
+    "",
+    "2026",
+    "2026-11-29",
+    "2026-11-29T09:47:06Z",
+    "2026-11-29T09:47:06",
+    "2026-11-29 09:47",
+    "2026-11-29T09:47:06.123456789Z",
+    "2026-11-29T09:47:06+02:00",
+    "2026-11-29T09:47:06-0130",
+    "2026-13-01T00:00:00Z",
+    "2026-02-30",
+    "2026-11-29T25:00:00Z",
+    "2026-11-29X",
+    "2026/11/29",
+    "abcd-11-29",
+    "2026-ab-29",
+    "2026-11-xx",
+    "2026-11-29T10",
+    "1795938427",
+    "1795938427.5",
+    "20000000000000",
+]
 
 
 @pytest.mark.parametrize("value", DATES + [1795938427, 1795938427.25, True, None, [], {}])

@@ -1,4 +1,5 @@
 """multipart/form-data writer -> incremental parser round trips (execd upload bodies)."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,24 @@ from mock_opensandbox.wire import formdata as multipart
 
 SHARED = pathlib.Path(__file__).resolve().parents[3] / "shared" / "live" / "exchanges"
 
-tricky = st.lists(st.sampled_from([b"\r\n", b"--", b"\r", b"\n", b"--osb", b"\r\n--osb", b"--osbX", b"x",
-                                   b"\x00", b"\xff", b"\r\n\r\n"]), max_size=12).map(b"".join)
+tricky = st.lists(
+    st.sampled_from(
+        [b"\r\n", b"--", b"\r", b"\n", b"--osb", b"\r\n--osb", b"--osbX", b"x", b"\x00", b"\xff", b"\r\n\r\n"]
+    ),
+    max_size=12,
+).map(b"".join)
 payloads = st.one_of(st.binary(max_size=300), tricky)
 names = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"), max_size=12)
-fields = st.lists(st.tuples(names.filter(bool), st.one_of(st.none(), names), st.one_of(st.none(), st.just("application/octet-stream")),
-                            payloads), min_size=1, max_size=5)
+fields = st.lists(
+    st.tuples(
+        names.filter(bool),
+        st.one_of(st.none(), names),
+        st.one_of(st.none(), st.just("application/octet-stream")),
+        payloads,
+    ),
+    min_size=1,
+    max_size=5,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -29,8 +42,7 @@ def test_round_trip_any_payload_any_chunking(flds, chunk, boundary):
         return  # the fixed boundary occurs in a payload: the writer refuses (RFC 2046)
     b = multipart.boundary_from_content_type(ctype)
     parts = multipart.parse(body, b, chunk_size=chunk)
-    assert [(p.name, p.filename, p.content_type, bytes(p.data)) for p in parts] == \
-        [(n, f, c, d) for n, f, c, d in flds]
+    assert [(p.name, p.filename, p.content_type, bytes(p.data)) for p in parts] == [(n, f, c, d) for n, f, c, d in flds]
 
 
 def test_auto_boundary_avoids_payload():
@@ -57,11 +69,11 @@ def test_recorded_bodies(rec, idx):
 
 
 def test_lf_only_bodies_and_errors():
-    body = b"--b\nContent-Disposition: form-data; name=\"f\"; filename=\"x\"\n\nhello\n--b--\n"
+    body = b'--b\nContent-Disposition: form-data; name="f"; filename="x"\n\nhello\n--b--\n'
     parts = multipart.parse(body, "b")
     assert bytes(parts[0].data) == b"hello" and parts[0].filename == "x"
     with pytest.raises(multipart.MultipartError):
-        multipart.parse(b"--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nno end", "b")
+        multipart.parse(b'--b\r\nContent-Disposition: form-data; name="f"\r\n\r\nno end', "b")
     with pytest.raises(multipart.MultipartError):
         multipart.parse(b"--b\r\nbroken header line\r\n\r\nx\r\n--b--", "b")
     assert multipart.boundary_from_content_type("application/json") is None

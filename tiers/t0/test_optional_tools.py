@@ -1,5 +1,6 @@
 """The optional-tool switches (mock_opensandbox/runtime/optional.py): OSB_MOCK_NO's words, and the README's quick start
 lists every tool with its switch word."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """SandboxRuntime.resolve(): sandbox paths never leave the root, whatever the path and symlinks."""
+
 from __future__ import annotations
 
 import errno
@@ -13,14 +14,16 @@ from hypothesis import strategies as st
 from mock_opensandbox.runtime import SandboxRuntime
 
 segment = st.sampled_from(["a", "b", "..", ".", "", "l1", "l2", "l3", "etc", "tmp", "x y", "\u00e9"])
-paths = st.lists(segment, max_size=8).map(lambda s: "/".join(s)).flatmap(
-    lambda p: st.sampled_from(["/" + p, p, "//" + p, p + "/"]))
+paths = (
+    st.lists(segment, max_size=8)
+    .map(lambda s: "/".join(s))
+    .flatmap(lambda p: st.sampled_from(["/" + p, p, "//" + p, p + "/"]))
+)
 link_targets = st.one_of(
     paths.filter(bool),
     st.sampled_from(["/", "/etc", "../../../../..", "..", "/tmp/../..", "l1", "l2", "/l3", "/a/l1"]),
 )
-layouts = st.lists(st.tuples(st.sampled_from(["l1", "l2", "l3", "a/l1", "a/b/l2", "tmp/l3"]), link_targets),
-                   max_size=6)
+layouts = st.lists(st.tuples(st.sampled_from(["l1", "l2", "l3", "a/l1", "a/b/l2", "tmp/l3"]), link_targets), max_size=6)
 
 
 def _inside(root: str, p: str) -> bool:

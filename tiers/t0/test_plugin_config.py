@@ -1,5 +1,6 @@
 """Configuration coercion: provider options arrive as raw strings ("true", "60"), env/toml values
 coerced by the host, manifest defaults as typed. Bad values are -32006 naming the field."""
+
 from __future__ import annotations
 
 
@@ -31,17 +32,20 @@ def test_defaults():
     assert cfg.http_timeout == 30.0
 
 
-@pytest.mark.parametrize("raw,server", [
-    ({"base_url": "http://10.0.0.5:8080/v1"}, "http://10.0.0.5:8080"),
-    ({"base_url": "http://10.0.0.5:8080/v1/"}, "http://10.0.0.5:8080"),
-    ({"base_url": " https://osb.example.com/ "}, "https://osb.example.com"),
-    ({"base_url": "https://gw.example.com/osb/v1"}, "https://gw.example.com/osb"),
-    ({"base_url": "10.0.0.5:8080"}, "http://10.0.0.5:8080"),
-    ({"domain": "osb.internal:9000"}, "http://osb.internal:9000"),
-    ({"domain": "osb.internal", "protocol": "HTTPS"}, "https://osb.internal"),
-    ({"domain": "osb.internal", "base_url": "http://other:1"}, "http://other:1"),    # explicit base_url wins
-    ({"domain": "osb.internal", "base_url": "http://127.0.0.1:8080/v1"}, "http://osb.internal"),
-])
+@pytest.mark.parametrize(
+    "raw,server",
+    [
+        ({"base_url": "http://10.0.0.5:8080/v1"}, "http://10.0.0.5:8080"),
+        ({"base_url": "http://10.0.0.5:8080/v1/"}, "http://10.0.0.5:8080"),
+        ({"base_url": " https://osb.example.com/ "}, "https://osb.example.com"),
+        ({"base_url": "https://gw.example.com/osb/v1"}, "https://gw.example.com/osb"),
+        ({"base_url": "10.0.0.5:8080"}, "http://10.0.0.5:8080"),
+        ({"domain": "osb.internal:9000"}, "http://osb.internal:9000"),
+        ({"domain": "osb.internal", "protocol": "HTTPS"}, "https://osb.internal"),
+        ({"domain": "osb.internal", "base_url": "http://other:1"}, "http://other:1"),  # explicit base_url wins
+        ({"domain": "osb.internal", "base_url": "http://127.0.0.1:8080/v1"}, "http://osb.internal"),
+    ],
+)
 def test_server_url(raw, server):
     assert Config(raw).server == server
 
@@ -53,10 +57,25 @@ def test_bad_urls_and_protocol():
     bad("protocol", protocol="gopher")
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("true", True), ("TRUE", True), ("1", True), ("yes", True), ("on", True), (True, True), (1, True),
-    ("false", False), ("0", False), ("no", False), ("Off", False), (False, False), ("", False), (0, False),
-])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("1", True),
+        ("yes", True),
+        ("on", True),
+        (True, True),
+        (1, True),
+        ("false", False),
+        ("0", False),
+        ("no", False),
+        ("Off", False),
+        (False, False),
+        ("", False),
+        (0, False),
+    ],
+)
 def test_bool_coercion(value, expected):
     assert Config({"use_server_proxy": value}).use_server_proxy is expected
     assert Config({"secure_access": value}).secure_access is expected
@@ -79,8 +98,17 @@ def test_int_rejects(value):
 
 @given(st.text(max_size=20))
 def test_any_string_either_coerces_or_names_the_field(value):
-    for field in ("ready_timeout", "use_server_proxy", "secure_access", "network_policy", "platform",
-                  "image_aliases", "entrypoint", "base_url", "protocol"):
+    for field in (
+        "ready_timeout",
+        "use_server_proxy",
+        "secure_access",
+        "network_policy",
+        "platform",
+        "image_aliases",
+        "entrypoint",
+        "base_url",
+        "protocol",
+    ):
         try:
             Config({field: value})
         except EppError as exc:
@@ -88,15 +116,20 @@ def test_any_string_either_coerces_or_names_the_field(value):
 
 
 def test_aliases_entrypoint_policy_platform():
-    cfg = Config({"image_aliases": "py=python:3.11, node=node:20-slim,", "entrypoint": "sh -c 'sleep infinity'",
-                  "network_policy": '{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"}]}',
-                  "platform": "linux/arm64"})
+    cfg = Config(
+        {
+            "image_aliases": "py=python:3.11, node=node:20-slim,",
+            "entrypoint": "sh -c 'sleep infinity'",
+            "network_policy": '{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"}]}',
+            "platform": "linux/arm64",
+        }
+    )
     assert cfg.image_aliases == {"py": "python:3.11", "node": "node:20-slim"}
     assert cfg.entrypoint == ["sh", "-c", "sleep infinity"] and not cfg.entrypoint_is_default
     assert cfg.network_policy["defaultAction"] == "deny"
     assert cfg.platform == {"os": "linux", "arch": "arm64"}
     assert Config({"entrypoint": '["python3", "-m", "http.server"]'}).entrypoint == ["python3", "-m", "http.server"]
-    assert Config({"image_aliases": ["a=b", "c=d"]}).image_aliases == {"a": "b", "c": "d"}   # csv from toml
+    assert Config({"image_aliases": ["a=b", "c=d"]}).image_aliases == {"a": "b", "c": "d"}  # csv from toml
     assert Config({"platform": "amd64"}).platform == {"os": "linux", "arch": "amd64"}
     bad("image_aliases", image_aliases="noequals")
     bad("entrypoint", entrypoint="sh -c 'unbalanced")
@@ -108,9 +141,17 @@ def test_aliases_entrypoint_policy_platform():
 
 def test_create_options_whitelist():
     base = Config({"base_url": "http://a:1", "api_key": "k1", "ready_timeout": "30"})
-    clone = base.with_options({"base_url": "http://evil:2", "api_key": "k2", "ready_timeout": "5",
-                               "default_image": "alpine:3", "entrypoint": "sleep 1000", "platform": "linux/amd64"})
-    assert clone.server == "http://a:1" and clone.api_key == "k1"       # never from options
+    clone = base.with_options(
+        {
+            "base_url": "http://evil:2",
+            "api_key": "k2",
+            "ready_timeout": "5",
+            "default_image": "alpine:3",
+            "entrypoint": "sleep 1000",
+            "platform": "linux/amd64",
+        }
+    )
+    assert clone.server == "http://a:1" and clone.api_key == "k1"  # never from options
     assert clone.ready_timeout == 5 and clone.default_image == "alpine:3"
     assert clone.entrypoint == ["sleep", "1000"] and clone.platform == {"os": "linux", "arch": "amd64"}
     assert base.with_options(None) is base and base.with_options({"base_url": "x"}) is base

@@ -5,6 +5,7 @@ refuses what ``b64decode(validate=True)`` does, a prompt answer leaves with its 
 streamed reply read on the caller's thread (``Stream.wait`` + ``read_some``) never blocks while it
 says it is readable, and a download with a Content-Length is read into one buffer (whole, cut short,
 or over its limit)."""
+
 from __future__ import annotations
 
 import base64
@@ -52,6 +53,7 @@ def test_concurrent_calls_get_their_own_threads_and_idle_ones_end(monkeypatch):
         idents.add(threading.get_ident())
         started.release()
         gate.wait(5)
+
     before = threading.active_count()
     for _ in range(3):
         w.run(job)
@@ -70,7 +72,7 @@ def test_a_spare_thread_takes_the_first_call():
     n, seen, done = threading.active_count(), [], threading.Event()
     w.run(lambda: (seen.append(threading.active_count()), done.set()))
     assert done.wait(5)
-    assert seen == [n]                    # no new thread: the spare ran it
+    assert seen == [n]  # no new thread: the spare ran it
 
 
 def _serving(initialize=lambda p: {}, find=lambda name: None):
@@ -84,6 +86,7 @@ def _serving(initialize=lambda p: {}, find=lambda name: None):
 
     def send(msg):
         wfile.write((json.dumps(msg) + "\n").encode())
+
     return send, wfile, out, t
 
 
@@ -92,6 +95,7 @@ def test_a_failing_hook_is_answered_and_the_reading_goes_on():
         if p.get("bad"):
             raise RuntimeError("boom")
         return {"ok": 1}
+
     send, wfile, out, t = _serving(initialize=initialize, find=lambda name: lambda req, p: {"n": p["n"]})
     send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
     send({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"bad": 1}})
@@ -128,6 +132,7 @@ def test_b64_param_accepts_and_refuses_what_validate_true_does(text):
 
 # ---- the answer of a prompt Deferred leaves with its first notification ----------------------------------
 
+
 class _Flushes(io.BytesIO):
     """A stdout that records what each flush() pushed out."""
 
@@ -137,15 +142,19 @@ class _Flushes(io.BytesIO):
         self._mark = 0
 
     def flush(self):
-        data = self.getvalue()[self._mark:]
+        data = self.getvalue()[self._mark :]
         if data:
             self.flushed.append(data)
         self._mark += len(data)
 
 
 def _server(out, then, prompt):
-    srv = epp.Server(io.BytesIO(), out, initialize=lambda p: {},
-                     find=lambda name: (lambda req, p: epp.Deferred({"process_id": "p"}, then, prompt=prompt)))
+    srv = epp.Server(
+        io.BytesIO(),
+        out,
+        initialize=lambda p: {},
+        find=lambda name: lambda req, p: epp.Deferred({"process_id": "p"}, then, prompt=prompt),
+    )
     return srv
 
 
@@ -167,13 +176,15 @@ def test_an_answer_is_flushed_at_once_unless_prompt_and_even_when_then_fails():
     def broken():
         during.append(list(out.flushed))
         raise RuntimeError("boom")
+
     srv = _server(out, broken, True)
     srv._run(epp.Request(2), "exec.start", {})
-    assert during == [[]]                 # held while then() ran
+    assert during == [[]]  # held while then() ran
     assert len(out.flushed) == 1 and json.loads(out.flushed[0])["id"] == 2
 
 
 # ---- reading a reply on the caller's thread ---------------------------------------------------------------
+
 
 class _Conn:
     def __init__(self, sock):
@@ -186,7 +197,7 @@ class _Conn:
 def _reply(head: bytes):
     """A Stream over a socket pair: the server side and the client Stream whose headers are ``head``."""
     a, b = socket.socketpair()
-    a.settimeout(3)                 # a read that would block raises instead of hanging the test
+    a.settimeout(3)  # a read that would block raises instead of hanging the test
     b.sendall(head)
     resp = http.client.HTTPResponse(a)
     resp.begin()
@@ -207,6 +218,7 @@ def test_chunked_stream_is_never_reported_readable_while_a_read_would_block():
                 assert piece is not None
                 got += piece
             drained.append(got)
+
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
         reader.join(10)  # a bound, not a timing: a blocked read never ends
@@ -256,7 +268,7 @@ def test_read_body_with_a_content_length_and_one_cut_short():
     stream.close()
     server, stream = _reply(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
     try:
-        assert stream.read_body(limit=3) == bytearray(b"0123")      # limit + 1: the caller sees "too large"
+        assert stream.read_body(limit=3) == bytearray(b"0123")  # limit + 1: the caller sees "too large"
     finally:
         server.close()
         stream.close()

@@ -1,6 +1,7 @@
 """The manifest and the initialize contract in provider.py must agree (the host compares them,
 epp-host-reference §2.4); the manifest must pass the real host's parser; the plugin starts on
 Python 3.10 and imports nothing heavy before it is needed."""
+
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import os
 import pathlib
 import subprocess
 import sys
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: tomli (a dependency of agent-sandbox-client there)
@@ -46,6 +48,7 @@ def test_every_method_is_served_by_its_module():
 
 def test_initialize_answer_is_the_contract():
     import io
+
     ctx = provider.new_context(io.BytesIO(), io.BytesIO())
     res = provider.m_initialize(ctx, {"config": {"base_url": "http://x:1"}, "core": {"http_timeout": 5.0}})
     assert res["protocol"] == "epp/1"
@@ -76,6 +79,7 @@ def test_config_fields_match_the_plugin_defaults():
 
 def test_the_real_host_accepts_the_manifest():
     from agent_sandbox.providers.manifest import load_manifest
+
     m = load_manifest(PLUGIN)
     assert m.id == "opensandbox" and m.kind == "exec"
     assert list(m.features) == provider.FEATURES
@@ -86,29 +90,46 @@ def test_the_real_host_accepts_the_manifest():
 def _run_plugin(python: str, lines: list[dict], env_extra: dict | None = None, tmp_path=None) -> list[dict]:
     data = "".join(json.dumps(m) + "\n" for m in lines).encode()
     env = {"PATH": os.environ.get("PATH", ""), "ABX_PROVIDER_DATA_DIR": str(tmp_path), **(env_extra or {})}
-    out = subprocess.run([python, str(PLUGIN / "provider.py")], input=data, capture_output=True, env=env,
-                         cwd=str(tmp_path), timeout=30)
+    out = subprocess.run(
+        [python, str(PLUGIN / "provider.py")], input=data, capture_output=True, env=env, cwd=str(tmp_path), timeout=30
+    )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocol": "epp/1", "config": {}, "core": {"http_timeout": 30.0}, "locale": "en"}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocol": "epp/1", "config": {}, "core": {"http_timeout": 30.0}, "locale": "en"},
+}
 
 
 @pytest.mark.skipif(not os.path.exists(PY310), reason="Python 3.10 interpreter not installed")
 def test_plugin_runs_on_python_310(tmp_path):
     for path in sorted(PLUGIN.rglob("*.py")):
-        subprocess.run([PY310, "-c", f"import ast,sys; ast.parse(open({str(path)!r}).read(), feature_version=(3, 10))"],
-                       check=True, timeout=30)
-    got = _run_plugin(PY310, [INIT, {"jsonrpc": "2.0", "id": 2, "method": "nope.nope", "params": {}},
-                              {"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": {}}], tmp_path=tmp_path)
+        subprocess.run(
+            [PY310, "-c", f"import ast,sys; ast.parse(open({str(path)!r}).read(), feature_version=(3, 10))"],
+            check=True,
+            timeout=30,
+        )
+    got = _run_plugin(
+        PY310,
+        [
+            INIT,
+            {"jsonrpc": "2.0", "id": 2, "method": "nope.nope", "params": {}},
+            {"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": {}},
+        ],
+        tmp_path=tmp_path,
+    )
     by_id = {m["id"]: m for m in got}
     assert by_id[1]["result"]["protocol"] == "epp/1"
     assert by_id[2]["error"]["code"] == -32601
     assert by_id[3]["result"] == {}
-    modules = ", ".join(["methods." + m for m in sorted(set(provider.METHODS.values()))]
-                        + ["osb", "osb.transport", "osb.retries", "osb.lifecycle", "osb.execd", "osb.ws"])
+    modules = ", ".join(
+        ["methods." + m for m in sorted(set(provider.METHODS.values()))]
+        + ["osb", "osb.transport", "osb.retries", "osb.lifecycle", "osb.execd", "osb.ws"]
+    )
     code = "import sys; sys.path.insert(0, %r); import provider, %s; print('ok')" % (str(PLUGIN), modules)
     assert subprocess.run([PY310, "-c", code], capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
 
@@ -117,19 +138,22 @@ def test_startup_is_cheap_nothing_networky_imported(tmp_path):
     """Start and initialize import the loop, the provider, its context and the errors leaf only: the
     configuration, the client (osb/) and the methods (methods/) wait for the call that needs them."""
     init = json.dumps(INIT["params"])
-    code = ("import io, json, sys; sys.path.insert(0, %r); before = set(sys.modules); import provider; "
-            "ctx = provider.new_context(io.BytesIO(), io.BytesIO()); provider.m_initialize(ctx, json.loads(%r)); "
-            "print(json.dumps(sorted(set(sys.modules) - before)))" % (str(PLUGIN), init))
+    code = (
+        "import io, json, sys; sys.path.insert(0, %r); before = set(sys.modules); import provider; "
+        "ctx = provider.new_context(io.BytesIO(), io.BytesIO()); provider.m_initialize(ctx, json.loads(%r)); "
+        "print(json.dumps(sorted(set(sys.modules) - before)))" % (str(PLUGIN), init)
+    )
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=30)
     loaded = set(json.loads(out.stdout))
     own = {p.stem for p in PLUGIN.glob("*.py")} | {p.parent.name for p in PLUGIN.glob("*/__init__.py")}
     assert {m for m in loaded if m.split(".")[0] in own} == {"epp", "provider", "context", "errors"}, out.stderr
-    assert "typing" not in loaded           # milliseconds at every start: annotations only
+    assert "typing" not in loaded  # milliseconds at every start: annotations only
     assert not loaded & {"http.client", "socket", "ssl", "urllib.parse", "urllib.request", "email.utils"}
 
 
 def _closed_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -139,10 +163,15 @@ def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):
     before = sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*"))
     init = json.loads(json.dumps(INIT))
     init["params"]["config"] = {"base_url": f"http://127.0.0.1:{_closed_port()}"}
-    got = _run_plugin(sys.executable, [init, {"jsonrpc": "2.0", "id": 2, "method": "sandbox.get",
-                                              "params": {"sandbox_id": "x"}}], tmp_path=tmp_path,
-                      env_extra={"PYTHONDONTWRITEBYTECODE": ""})
+    got = _run_plugin(
+        sys.executable,
+        [init, {"jsonrpc": "2.0", "id": 2, "method": "sandbox.get", "params": {"sandbox_id": "x"}}],
+        tmp_path=tmp_path,
+        env_extra={"PYTHONDONTWRITEBYTECODE": ""},
+    )
     assert all(m.get("jsonrpc") == "2.0" for m in got)
     err = next(m for m in got if m.get("id") == 2)["error"]
-    assert err["data"]["sdk_code"] == "E5001" and "connection refused" in err["message"]   # answered after EOF
-    assert sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*")) == before, "the plugin wrote into its own (hashed) tree"
+    assert err["data"]["sdk_code"] == "E5001" and "connection refused" in err["message"]  # answered after EOF
+    assert sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*")) == before, (
+        "the plugin wrote into its own (hashed) tree"
+    )

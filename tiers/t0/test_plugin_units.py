@@ -1,5 +1,6 @@
 """Plugin logic with fake clients: create body, metadata labels, records and status mapping,
 set_timeout from the server clock, list paging, result size limits, file entries, modes."""
+
 from __future__ import annotations
 
 import base64
@@ -25,23 +26,51 @@ from errors import EppError
 import osb.execd as execd
 import osb.transport as transport
 
-HOST_DEFAULTS = {"template": "base", "timeout": 300, "metadata": {}, "envs": {}, "cpu": None, "memory": None,
-                 "disk": None, "gpu": None, "request_timeout": None}   # epp-host-reference §3.2
+HOST_DEFAULTS = {
+    "template": "base",
+    "timeout": 300,
+    "metadata": {},
+    "envs": {},
+    "cpu": None,
+    "memory": None,
+    "disk": None,
+    "gpu": None,
+    "request_timeout": None,
+}  # epp-host-reference §3.2
 
 
 def test_create_body_defaults():
     body = sandbox.create_body(Config({}), dict(HOST_DEFAULTS), "python:3.12-slim")
-    assert body == {"image": {"uri": "python:3.12-slim"}, "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
-                    "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 300}
+    assert body == {
+        "image": {"uri": "python:3.12-slim"},
+        "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "timeout": 300,
+    }
 
 
 def test_create_body_everything():
-    cfg = Config({"registry_username": "u", "registry_password": "p", "network_policy": '{"defaultAction":"deny"}',
-                  "platform": "linux/arm64", "entrypoint": "python3 -m http.server 9000"})
-    p = {**HOST_DEFAULTS, "timeout": 10, "cpu": 2, "memory": 1024, "gpu": "1", "envs": {"E1": "v1"},
-         "metadata": {"team": "ml", "example.com/owner": "a_b.c-d"}, "secure": True}
+    cfg = Config(
+        {
+            "registry_username": "u",
+            "registry_password": "p",
+            "network_policy": '{"defaultAction":"deny"}',
+            "platform": "linux/arm64",
+            "entrypoint": "python3 -m http.server 9000",
+        }
+    )
+    p = {
+        **HOST_DEFAULTS,
+        "timeout": 10,
+        "cpu": 2,
+        "memory": 1024,
+        "gpu": "1",
+        "envs": {"E1": "v1"},
+        "metadata": {"team": "ml", "example.com/owner": "a_b.c-d"},
+        "secure": True,
+    }
     body = sandbox.create_body(cfg, p, "ghcr.io/x/y:1")
-    assert body["timeout"] == 60                                    # clamped to OpenSandbox's minimum
+    assert body["timeout"] == 60  # clamped to OpenSandbox's minimum
     assert body["resourceLimits"] == {"cpu": "2000m", "memory": "1024Mi", "gpu": "1"}
     assert body["env"] == {"E1": "v1"} and body["metadata"]["team"] == "ml"
     assert body["image"]["auth"] == {"username": "u", "password": "p"}
@@ -54,8 +83,10 @@ def test_create_body_special_cases():
     code = sandbox.create_body(Config({}), p, "opensandbox/code-interpreter:v1.1.0")
     assert code["entrypoint"] == ["/opt/code-interpreter/code-interpreter.sh"]
     assert "timeout" not in sandbox.create_body(Config({}), {**p, "timeout": None}, "x")
-    assert sandbox.create_body(Config({}), {**p, "cpu": 0.25, "memory": "2Gi"}, "x")["resourceLimits"] == \
-        {"cpu": "250m", "memory": "2Gi"}
+    assert sandbox.create_body(Config({}), {**p, "cpu": 0.25, "memory": "2Gi"}, "x")["resourceLimits"] == {
+        "cpu": "250m",
+        "memory": "2Gi",
+    }
     assert "secureAccess" not in sandbox.create_body(Config({"secure_access": "true"}), {**p, "secure": False}, "x")
     with pytest.raises(EppError) as e:
         sandbox.create_body(Config({}), {**p, "disk": 1024}, "x")
@@ -69,8 +100,9 @@ def test_create_body_special_cases():
         assert e.value.code == -32000
 
 
-@pytest.mark.parametrize("key", ["-bad", "bad-", "a" * 64, "has space", "UPPER.example.com/x", "opensandbox.io/x",
-                                 "x/", "/x", "a/b/c", "é"])
+@pytest.mark.parametrize(
+    "key", ["-bad", "bad-", "a" * 64, "has space", "UPPER.example.com/x", "opensandbox.io/x", "x/", "/x", "a/b/c", "é"]
+)
 def test_metadata_rejection_names_the_key(key):
     with pytest.raises(EppError) as e:
         sandbox.check_metadata({key: "v"})
@@ -88,37 +120,50 @@ _dns_label = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
 _name = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,40}[A-Za-z0-9])?", fullmatch=True)
 
 
-@given(st.lists(_dns_label, max_size=3).map(".".join), _name,
-       st.one_of(st.just(""), _name))
+@given(st.lists(_dns_label, max_size=3).map(".".join), _name, st.one_of(st.just(""), _name))
 def test_valid_labels_pass(prefix, name, value):
     key = f"{prefix}/{name}" if prefix and prefix != "opensandbox.io" else name
     assert sandbox.check_metadata({key: value}) == {key: value}
 
 
-@pytest.mark.parametrize("state,status", [
-    ("Pending", "creating"), ("Running", "running"), ("Pausing", "paused"), ("Paused", "paused"),
-    ("Resuming", "creating"), ("Stopping", "stopping"), ("Terminated", "stopped"), ("Failed", "error"),
-    ("Exploded", "error"), ("", "error")])
-def test_status_mapping(state, status):                          # seed 000 §2.5
+@pytest.mark.parametrize(
+    "state,status",
+    [
+        ("Pending", "creating"),
+        ("Running", "running"),
+        ("Pausing", "paused"),
+        ("Paused", "paused"),
+        ("Resuming", "creating"),
+        ("Stopping", "stopping"),
+        ("Terminated", "stopped"),
+        ("Failed", "error"),
+        ("Exploded", "error"),
+        ("", "error"),
+    ],
+)
+def test_status_mapping(state, status):  # seed 000 §2.5
     rec = sandbox.to_record({"id": "s1", "status": {"state": state}})
     assert rec["status"] == status
 
 
-def test_record_from_recorded_get():                               # recording 05 (GET)
-    sb = json.loads('{"id":"15795f29-605c-4208-81d7-7bc9a4a8f280","image":{"uri":"local/python:3-slim"},"status":'
-                    '{"state":"Running","reason":"CONTAINER_RUNNING","message":"Sandbox container is running.",'
-                    '"lastTransitionAt":"2026-11-29T07:46:42.568961Z"},"metadata":{"purpose":"live-recording"},'
-                    '"entrypoint":["tail","-f","/dev/null"],"expiresAt":"2026-11-29T08:16:42.558200Z",'
-                    '"createdAt":"2026-11-29T07:46:42.568961Z"}')
+def test_record_from_recorded_get():  # recording 05 (GET)
+    sb = json.loads(
+        '{"id":"15795f29-605c-4208-81d7-7bc9a4a8f280","image":{"uri":"local/python:3-slim"},"status":'
+        '{"state":"Running","reason":"CONTAINER_RUNNING","message":"Sandbox container is running.",'
+        '"lastTransitionAt":"2026-11-29T07:46:42.568961Z"},"metadata":{"purpose":"live-recording"},'
+        '"entrypoint":["tail","-f","/dev/null"],"expiresAt":"2026-11-29T08:16:42.558200Z",'
+        '"createdAt":"2026-11-29T07:46:42.568961Z"}'
+    )
     rec = sandbox.to_record(sb)
     assert rec["sandbox_id"] == sb["id"] and rec["template"] == "local/python:3-slim" and rec["status"] == "running"
     assert rec["metadata"] == {"purpose": "live-recording"} and rec["region"] == ""
     assert rec["created_at"] == "2026-11-29T07:46:42.568961Z" and rec["expires_at"] == "2026-11-29T08:16:42.558200Z"
-    assert "url" not in rec and "envd_url" not in rec                # epp-host-reference §7.9
+    assert "url" not in rec and "envd_url" not in rec  # epp-host-reference §7.9
     assert "expires_at" not in sandbox.to_record({"id": "x", "status": {"state": "Running"}})
 
 
 # ---- fakes -----------------------------------------------------------------------------------------------
+
 
 class FakeOSB:
     def __init__(self, server_now: dt.datetime | None = None, pages: int = 0, per_page: int = 200):
@@ -126,8 +171,9 @@ class FakeOSB:
 
     def get(self, sid):
         headers = {"date": email.utils.format_datetime(self.server_now, usegmt=True)} if self.server_now else {}
-        return transport.Reply(200, "OK", headers, json.dumps({"id": sid, "status": {"state": "Running"}}).encode(),
-                         time.monotonic())
+        return transport.Reply(
+            200, "OK", headers, json.dumps({"id": sid, "status": {"state": "Running"}}).encode(), time.monotonic()
+        )
 
     def renew(self, sid, stamp):
         self.renewed.append(stamp)
@@ -168,14 +214,17 @@ def test_set_timeout_clamps_and_validates():
 
 
 def test_list_pages_of_200_until_the_limit():
-    fake = FakeOSB(pages=3)                                   # 200 + 200 + 5 sandboxes
+    fake = FakeOSB(pages=3)  # 200 + 200 + 5 sandboxes
     srv = fake_server(fake)
     first = sandbox.m_sandbox_list(srv, Request(1), {"limit": 100})
     assert len(first["sandboxes"]) == 200 and first["next"] == "2" and fake.list_calls == [(1, 200, ())]
     every = sandbox.m_sandbox_list(srv, Request(2), {"limit": 1000, "status": "paused"})
     assert len(every["sandboxes"]) == 405 and every["next"] is None
-    assert fake.list_calls[1:] == [(1, 200, ("Paused", "Pausing")), (2, 200, ("Paused", "Pausing")),
-                                   (3, 200, ("Paused", "Pausing"))]
+    assert fake.list_calls[1:] == [
+        (1, 200, ("Paused", "Pausing")),
+        (2, 200, ("Paused", "Pausing")),
+        (3, 200, ("Paused", "Pausing")),
+    ]
     rest = sandbox.m_sandbox_list(srv, Request(3), {"limit": 300, "cursor": "2"})
     assert len(rest["sandboxes"]) == 205 and rest["next"] is None
     with pytest.raises(EppError):
@@ -187,7 +236,7 @@ def test_exec_run_result_stays_under_the_line_limit():
     res = commands._fit_result(big, "err", 0)
     line = json.dumps({"jsonrpc": "2.0", "id": 1, "result": res}, ensure_ascii=False).encode()
     assert len(line) < MAX_LINE_BYTES and res["truncated"] and "dropped" in res["stderr"]
-    assert res["stdout"] == big[:len(res["stdout"])]
+    assert res["stdout"] == big[: len(res["stdout"])]
     assert commands._fit_result("x", "y", 3) == {"stdout": "x", "stderr": "y", "exit_code": 3}
 
 
@@ -196,23 +245,37 @@ def test_oversized_answers_become_errors_not_violations():
     srv = provider.new_context(io.BytesIO(), out).server
     srv.respond(5, {"content_b64": "A" * MAX_LINE_BYTES})
     srv.notify("exec.output", {"process_id": "p", "stream": "stdout", "data": "B" * MAX_LINE_BYTES})
-    srv.respond(6, {"content_b64": epp.Base64(b"C" * (MAX_LINE_BYTES // 4 * 3))})    # files.read's bytes
+    srv.respond(6, {"content_b64": epp.Base64(b"C" * (MAX_LINE_BYTES // 4 * 3))})  # files.read's bytes
     srv.respond(7, {"content_b64": epp.Base64(b"ABC")})
-    data = os.urandom(3 * epp.Base64.PIECE + 7)               # written as base64 piece by piece
+    data = os.urandom(3 * epp.Base64.PIECE + 7)  # written as base64 piece by piece
     srv.respond(8, {"content_b64": epp.Base64(bytearray(data))})
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [m["id"] for m in lines] == [5, 6, 7, 8]
-    assert lines[0]["error"]["code"] == -32000 and lines[1]["error"]["code"] == -32000    # never an empty {}
+    assert lines[0]["error"]["code"] == -32000 and lines[1]["error"]["code"] == -32000  # never an empty {}
     assert lines[2]["result"] == {"content_b64": "QUJD"}
     assert base64.b64decode(lines[3]["result"]["content_b64"], validate=True) == data
 
 
 def test_file_entry_and_modes():
-    info = {"path": "/tmp/livework/sub", "type": "directory", "size": 4096, "modified_at": "2026-11-29T07:47:06.919336794Z",
-            "owner": "root", "group": "root", "mode": 755}                                     # recording 13
-    assert files.file_entry(info) == {"name": "sub", "path": "/tmp/livework/sub", "type": "dir", "size": 4096,
-                                         "mtime": "2026-11-29T07:47:06.919336794Z", "mode": 755, "owner": "root",
-                                         "group": "root"}
+    info = {
+        "path": "/tmp/livework/sub",
+        "type": "directory",
+        "size": 4096,
+        "modified_at": "2026-11-29T07:47:06.919336794Z",
+        "owner": "root",
+        "group": "root",
+        "mode": 755,
+    }  # recording 13
+    assert files.file_entry(info) == {
+        "name": "sub",
+        "path": "/tmp/livework/sub",
+        "type": "dir",
+        "size": 4096,
+        "mtime": "2026-11-29T07:47:06.919336794Z",
+        "mode": 755,
+        "owner": "root",
+        "group": "root",
+    }
     assert files.file_entry({"path": "/a/l", "type": "symlink"})["type"] == "file"
     assert files.file_entry({"path": "/a/l", "type": "symlink"})["kind"] == "symlink"
     assert files.file_entry({"path": "/a/b", "type": "other", "size": None})["type"] == "file"
@@ -224,8 +287,9 @@ def test_file_entry_and_modes():
 
 
 def test_exec_spec_validation():
-    spec = commands.ExecSpec({"sandbox_id": "s", "cmd": "echo", "args": ["a b"], "env": {"K": "v"},
-                              "cwd": "", "user": "", "timeout": 60})
+    spec = commands.ExecSpec(
+        {"sandbox_id": "s", "cmd": "echo", "args": ["a b"], "env": {"K": "v"}, "cwd": "", "user": "", "timeout": 60}
+    )
     assert spec.argv == ["echo", "a b"] and spec.timeout == 60.0 and not spec.detached
     assert commands.ExecSpec({"sandbox_id": "s", "cmd": "x", "detached": True}).detached
     for bad in ({"cmd": ""}, {"cmd": "x", "args": "y"}, {"cmd": "x", "timeout": -1}, {"cmd": "x", "args": [1]}):
@@ -238,8 +302,10 @@ def test_exec_spec_validation():
 
 def test_argv_rejection_detection_matches_the_recording():
     # recording 11: execd v1.1.0 answers {"argv": [...]} with this 400
-    msg = ("invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
-           "'Command' failed on the 'required' tag")
+    msg = (
+        "invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
+        "'Command' failed on the 'required' tag"
+    )
     assert execd._is_argv_rejection(msg)
     assert not execd._is_argv_rejection("invalid request, validation error working directory does not exist: /x")
 
@@ -248,15 +314,18 @@ class _Lifecycle:
     server, api_key, execd_token = "http://osb.test:8080", "k", ""
 
 
-@pytest.mark.parametrize("base,sent", [
-    ("http://osb.test:8080/sandboxes/s1/proxy/44772", True),     # use_server_proxy: the server's origin
-    ("HTTP://OSB.test/x", False),                                 # port 80, not 8080
-    ("http://10.0.0.7:44772", False),                             # the sandbox's own endpoint
-])
+@pytest.mark.parametrize(
+    "base,sent",
+    [
+        ("http://osb.test:8080/sandboxes/s1/proxy/44772", True),  # use_server_proxy: the server's origin
+        ("HTTP://OSB.test/x", False),  # port 80, not 8080
+        ("http://10.0.0.7:44772", False),  # the sandbox's own endpoint
+    ],
+)
 def test_the_api_key_goes_to_execd_only_through_the_server(base, sent):
     ex = execd.Execd(_Lifecycle(), "s1", base, {"X-Gw": "1"})
     assert ("OPEN-SANDBOX-API-KEY" in ex.headers()) is sent
-    ex.base = "http://osb.test:8080/p" if not sent else "http://10.0.0.8:44772"   # re-resolved (Execd._fresh)
+    ex.base = "http://osb.test:8080/p" if not sent else "http://10.0.0.8:44772"  # re-resolved (Execd._fresh)
     assert ("OPEN-SANDBOX-API-KEY" in ex.headers()) is not sent
     assert ex.headers()["X-Gw"] == "1"
 
@@ -268,6 +337,7 @@ label_chars = st.text(st.sampled_from("aZ09-_./é "), max_size=70)
 def test_metadata_check_agrees_with_the_mock_server_validator(key, value):
     """The plugin refuses exactly what the server would refuse (mock model = server validators.py)."""
     from mock_opensandbox.lifecycle import model
+
     try:
         model.validate_metadata({key: value})
         server_ok = True
@@ -281,27 +351,43 @@ def test_metadata_check_agrees_with_the_mock_server_validator(key, value):
     assert plugin_ok == server_ok
 
 
-any_json = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats() | st.text(max_size=12),
-                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-                        max_leaves=6)
+any_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
 
 
-@given(st.dictionaries(st.sampled_from(["template", "timeout", "metadata", "envs", "cpu", "memory", "disk", "gpu",
-                                        "secure", "request_timeout"]), any_json))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["template", "timeout", "metadata", "envs", "cpu", "memory", "disk", "gpu", "secure", "request_timeout"]
+        ),
+        any_json,
+    )
+)
 def test_create_params_fuzz_typed_errors_only(params):
     """Whatever the params (NaN and Infinity included: Python's json accepts them), create_body either
     builds a body or raises a typed EppError."""
     try:
-        body = sandbox.create_body(Config({}), params, sandbox.resolve_image(Config({}), params.get("template")
-                                                                               if isinstance(params.get("template"), str) else None))
+        body = sandbox.create_body(
+            Config({}),
+            params,
+            sandbox.resolve_image(
+                Config({}), params.get("template") if isinstance(params.get("template"), str) else None
+            ),
+        )
     except EppError as exc:
         assert exc.code in (-32000, -32003)
     else:
-        json.dumps(body, allow_nan=False)                 # what goes to the server is strict JSON
+        json.dumps(body, allow_nan=False)  # what goes to the server is strict JSON
 
 
-@given(st.dictionaries(st.sampled_from(["sandbox_id", "cmd", "args", "env", "cwd", "user", "timeout", "detached",
-                                        "command"]), any_json))
+@given(
+    st.dictionaries(
+        st.sampled_from(["sandbox_id", "cmd", "args", "env", "cwd", "user", "timeout", "detached", "command"]), any_json
+    )
+)
 def test_exec_params_fuzz_typed_errors_only(params):
     try:
         spec = commands.ExecSpec(params)
@@ -313,20 +399,51 @@ def test_exec_params_fuzz_typed_errors_only(params):
 
 def _closed_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 CLOSED = f"http://127.0.0.1:{_closed_port()}"
-PARAM_KEYS = ["sandbox_id", "template", "timeout", "limit", "cursor", "status", "cmd", "args", "env", "cwd", "user",
-              "pid", "signal", "data", "path", "content_b64", "offset", "length", "mode", "depth", "source",
-              "destination", "overwrite", "pattern", "port", "options", "metadata", "envs", "detached"]
+PARAM_KEYS = [
+    "sandbox_id",
+    "template",
+    "timeout",
+    "limit",
+    "cursor",
+    "status",
+    "cmd",
+    "args",
+    "env",
+    "cwd",
+    "user",
+    "pid",
+    "signal",
+    "data",
+    "path",
+    "content_b64",
+    "offset",
+    "length",
+    "mode",
+    "depth",
+    "source",
+    "destination",
+    "overwrite",
+    "pattern",
+    "port",
+    "options",
+    "metadata",
+    "envs",
+    "detached",
+]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(sorted(provider.METHODS)),
-       st.dictionaries(st.sampled_from(PARAM_KEYS), any_json | st.just("s-1") | st.just("/tmp/x"), max_size=8))
+@given(
+    st.sampled_from(sorted(provider.METHODS)),
+    st.dictionaries(st.sampled_from(PARAM_KEYS), any_json | st.just("s-1") | st.just("/tmp/x"), max_size=8),
+)
 def test_every_method_answers_bad_params_with_a_typed_error(method, params):
     """Any params: one JSON answer, never an internal error (-32603) or a traceback. The server is
     unreachable, so whatever passes validation ends as E5001."""

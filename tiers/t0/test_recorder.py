@@ -1,4 +1,5 @@
 """Offline tests of record/: scrubber, converter, comparator, recorder and replay (respx, no server)."""
+
 from __future__ import annotations
 
 import copy
@@ -34,32 +35,68 @@ def ex(method, path, host, status, body="", req_headers=None, resp_headers=None,
     h.update(req_headers or {})
     rh = {"Date": DATE}
     rh.update(resp_headers or {})
-    return {"request": {"method": method, "path": path, "headers": h, "body": req_body},
-            "response": {"status": status, "headers": rh, "body": body}}
+    return {
+        "request": {"method": method, "path": path, "headers": h, "body": req_body},
+        "response": {"status": status, "headers": rh, "body": body},
+    }
 
 
-SSE = ('{"type":"init","text":"%s","timestamp":1795938403468}\n\n'
-       '{"type":"ping","text":"pong","timestamp":1795938403468}\n\n'
-       '{"type":"stdout","text":"out","timestamp":1795938403469}\n\n'
-       '{"type":"error","timestamp":1795938403469,"error":{"ename":"CommandExecError","evalue":"3",'
-       '"traceback":["exit status 3"]}}\n\n' % CID)
+SSE = (
+    '{"type":"init","text":"%s","timestamp":1795938403468}\n\n'
+    '{"type":"ping","text":"pong","timestamp":1795938403468}\n\n'
+    '{"type":"stdout","text":"out","timestamp":1795938403469}\n\n'
+    '{"type":"error","timestamp":1795938403469,"error":{"ename":"CommandExecError","evalue":"3",'
+    '"traceback":["exit status 3"]}}\n\n' % CID
+)
 
 
 def sample():
     return [
-        ex("POST", "/v1/sandboxes", "127.0.0.1:8080", 202,
-           '{"id":"%s","status":{"state":"Running","lastTransitionAt":"2026-11-29T07:46:42.558200Z"}}' % SID,
-           {"OPEN-SANDBOX-API-KEY": KEY}, {"x-request-id": RID}, req_body='{"env": {"TOKEN": "%s"}}' % KEY),
+        ex(
+            "POST",
+            "/v1/sandboxes",
+            "127.0.0.1:8080",
+            202,
+            '{"id":"%s","status":{"state":"Running","lastTransitionAt":"2026-11-29T07:46:42.558200Z"}}' % SID,
+            {"OPEN-SANDBOX-API-KEY": KEY},
+            {"x-request-id": RID},
+            req_body='{"env": {"TOKEN": "%s"}}' % KEY,
+        ),
         ex("GET", "/v1/sandboxes", "127.0.0.1:8080", 401, "{}", {"OPEN-SANDBOX-API-KEY": "wrong-key"}),
-        ex("GET", f"/v1/sandboxes/{SID}/endpoints/44772", "127.0.0.1:8080", 200,
-           '{"endpoint":"127.0.0.1:46264/proxy/44772"}', {"OPEN-SANDBOX-API-KEY": KEY}, {"x-request-id": RID}),
+        ex(
+            "GET",
+            f"/v1/sandboxes/{SID}/endpoints/44772",
+            "127.0.0.1:8080",
+            200,
+            '{"endpoint":"127.0.0.1:46264/proxy/44772"}',
+            {"OPEN-SANDBOX-API-KEY": KEY},
+            {"x-request-id": RID},
+        ),
         ex("GET", f"/v1/sandboxes/{SID}/endpoints/8080", "127.0.0.1:8080", 200, '{"endpoint":"127.0.0.1:57633"}'),
-        ex("POST", "/proxy/44772/command", "127.0.0.1:46264", 200, SSE,
-           resp_headers={"Content-Type": "text/event-stream"}, req_body='{"command": "x"}'),
-        ex("GET", f"/proxy/44772/command/status/{CID}", "127.0.0.1:46264", 200,
-           '{"id":"%s","started_at":"2026-11-29T07:46:43.466167594Z"}' % CID),
-        ex("POST", f"/v1/sandboxes/{SID}/renew-expiration", "127.0.0.1:8080", 200, '{"expiresAt":"2026-11-29T08:46:43Z"}',
-           req_body='{"expiresAt": "2026-11-29T08:46:43Z"}'),
+        ex(
+            "POST",
+            "/proxy/44772/command",
+            "127.0.0.1:46264",
+            200,
+            SSE,
+            resp_headers={"Content-Type": "text/event-stream"},
+            req_body='{"command": "x"}',
+        ),
+        ex(
+            "GET",
+            f"/proxy/44772/command/status/{CID}",
+            "127.0.0.1:46264",
+            200,
+            '{"id":"%s","started_at":"2026-11-29T07:46:43.466167594Z"}' % CID,
+        ),
+        ex(
+            "POST",
+            f"/v1/sandboxes/{SID}/renew-expiration",
+            "127.0.0.1:8080",
+            200,
+            '{"expiresAt":"2026-11-29T08:46:43Z"}',
+            req_body='{"expiresAt": "2026-11-29T08:46:43Z"}',
+        ),
         ex("GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000", "127.0.0.1:8080", 404, "{}"),
         ex("GET", f"/v1/sandboxes/{SID2}", "127.0.0.1:8080", 404, '{"message":"Sandbox %s not found."}' % SID2),
     ]
@@ -110,8 +147,16 @@ def test_scrubber_is_deterministic():
 
 
 def test_execd_token_and_authorization_are_redacted():
-    raw = [ex("GET", "/proxy/44772/ping", "127.0.0.1:46264", 200, "",
-              {"X-EXECD-ACCESS-TOKEN": "tok-123456", "Authorization": "Bearer abc"})]
+    raw = [
+        ex(
+            "GET",
+            "/proxy/44772/ping",
+            "127.0.0.1:46264",
+            200,
+            "",
+            {"X-EXECD-ACCESS-TOKEN": "tok-123456", "Authorization": "Bearer abc"},
+        )
+    ]
     h = scrub_exchanges(raw)[0]["request"]["headers"]
     assert h["X-EXECD-ACCESS-TOKEN"] == "<execd-token>" and h["Authorization"] == "<redacted>"
 
@@ -128,8 +173,13 @@ VERSIONS = """Recorded on 2026-11-29 (machine clock)
 
 def test_parse_versions():
     v = parse_versions(VERSIONS)
-    assert v == {"when": "2026-11-29", "server_version": "1.1.1", "execd_version": "v1.0.19",
-                 "execd_commit": "3bb6fad3d8b60bca70384c75a1f061c7514e248b", "runtime": "docker"}
+    assert v == {
+        "when": "2026-11-29",
+        "server_version": "1.1.1",
+        "execd_version": "v1.0.19",
+        "execd_commit": "3bb6fad3d8b60bca70384c75a1f061c7514e248b",
+        "runtime": "docker",
+    }
     with pytest.raises(ConvertError, match="execd version"):
         parse_versions(VERSIONS.replace("Version `v1.0.19`", ""))
 
@@ -217,16 +267,16 @@ def test_json_comparison_catches_shape_and_semantic_values():
 
 def test_sse_comparison():
     tmpl = scrub_exchanges(sample())[4]["response"]["body"]
-    good = SSE.replace('"stdout","text":"out","timestamp":1795938403469}\n\n',
-                       '"stdout","text":"out","timestamp":1}\n\n')
+    good = SSE.replace(
+        '"stdout","text":"out","timestamp":1795938403469}\n\n', '"stdout","text":"out","timestamp":1}\n\n'
+    )
     assert all(c.ok for c in _cmp(tmpl, good, "text/event-stream").values())
     data_framed = "".join(f"data: {f}\n\n" for f in SSE[:-2].split("\n\n"))
     r = _cmp(tmpl, data_framed, "text/event-stream")
     assert not r["sse-framing"].ok and "bare JSON" in r["sse-framing"].detail
     r = _cmp(tmpl, SSE.replace('"text":"out"', '"text":"out\\n"'), "text/event-stream")
     assert not r["sse-output"].ok and r["sse-framing"].ok
-    r = _cmp(tmpl, SSE.replace('{"type":"ping","text":"pong","timestamp":1795938403468}\n\n', ""),
-             "text/event-stream")
+    r = _cmp(tmpl, SSE.replace('{"type":"ping","text":"pong","timestamp":1795938403468}\n\n', ""), "text/event-stream")
     assert not r["sse-events"].ok and "ping missing" in r["sse-events"].detail
     r = _cmp(tmpl, SSE.replace('"evalue":"3"', '"evalue":"4"'), "text/event-stream")
     assert not r["sse-values"].ok
@@ -235,10 +285,17 @@ def test_sse_comparison():
 
 
 def test_headers_that_matter():
-    exp = {"status": 200, "headers": {"Content-Type": "text/plain; charset=utf-8",
-                                      "Execd-Commands-Tail-Cursor": "25"}, "body": "x"}
-    checks = {c.aspect: c for c in Comparer().compare(0, exp, 200, [("content-type", "text/plain; charset=utf-8"),
-                                                                     ("x-request-id", RID)], b"x")}
+    exp = {
+        "status": 200,
+        "headers": {"Content-Type": "text/plain; charset=utf-8", "Execd-Commands-Tail-Cursor": "25"},
+        "body": "x",
+    }
+    checks = {
+        c.aspect: c
+        for c in Comparer().compare(
+            0, exp, 200, [("content-type", "text/plain; charset=utf-8"), ("x-request-id", RID)], b"x"
+        )
+    }
     assert checks["content-type"].ok
     assert not checks["headers"].ok
     assert "x-request-id unexpected" in checks["headers"].detail and "Tail-Cursor" in checks["headers"].detail
@@ -262,9 +319,21 @@ def _lifecycle_routes(mock, version_status=200):
 
 
 def _args(tmp_path, **kw):
-    a = dict(list=False, scenario=["01", "02"], image="img", busybox_image="bb", missing_image="missing",
-             mode="all", check=False, execd_version=None, execd_commit=None, timeout=5.0, base_url=BASE + "/v1",
-             api_key=KEY, out=str(tmp_path / "fx"))
+    a = dict(
+        list=False,
+        scenario=["01", "02"],
+        image="img",
+        busybox_image="bb",
+        missing_image="missing",
+        mode="all",
+        check=False,
+        execd_version=None,
+        execd_commit=None,
+        timeout=5.0,
+        base_url=BASE + "/v1",
+        api_key=KEY,
+        out=str(tmp_path / "fx"),
+    )
     a.update(kw)
     return types.SimpleNamespace(**a)
 
@@ -275,8 +344,14 @@ def test_record_one_scrubs_and_records_every_exchange(tmp_path):
     with respx.mock(assert_all_called=False) as mock:
         _lifecycle_routes(mock)
         with Session(BASE, KEY) as s:
-            fx = record_one(s, BY_NAME["01_health_version"], image="i", busybox_image="b", missing_image="m",
-                            meta={"where": "osb.test:8080"})
+            fx = record_one(
+                s,
+                BY_NAME["01_health_version"],
+                image="i",
+                busybox_image="b",
+                missing_image="m",
+                meta={"where": "osb.test:8080"},
+            )
     assert [e["request"]["path"] for e in fx["exchanges"]] == ["/health", "/version", "/health", "/version"]
     assert "OPEN-SANDBOX-API-KEY" not in fx["exchanges"][0]["request"]["headers"]
     assert fx["exchanges"][2]["request"]["headers"]["OPEN-SANDBOX-API-KEY"] == "<api-key>"
@@ -312,9 +387,15 @@ def test_run_modes_all_new_and_check(tmp_path):
 def test_only_a_recording_asks_execd_for_its_version(tmp_path):
     """Without --execd-version a recording reads the banner in a throw-away sandbox (an authenticated
     POST /v1/sandboxes before the scenarios); --check compares exchanges only and creates none."""
+
     def version_creates(mock):
-        return [c for c in mock.calls if c.request.method == "POST" and c.request.url.path == "/v1/sandboxes"
-                and c.request.headers.get("OPEN-SANDBOX-API-KEY") == KEY]
+        return [
+            c
+            for c in mock.calls
+            if c.request.method == "POST"
+            and c.request.url.path == "/v1/sandboxes"
+            and c.request.headers.get("OPEN-SANDBOX-API-KEY") == KEY
+        ]
 
     for check, expected in ((False, 1), (True, 0)):
         with respx.mock(assert_all_called=False) as mock:
@@ -342,8 +423,9 @@ def test_unreachable_server_is_a_clean_error(tmp_path, capsys):
 
     with respx.mock(assert_all_called=False) as mock:
         mock.route(url__startswith=BASE).mock(side_effect=httpx.ConnectError("refused"))
-        rc = main(["--base-url", BASE, "--api-key", KEY, "--out", str(tmp_path / "fx"), "--scenario", "01",
-                   "--mode", "all"])
+        rc = main(
+            ["--base-url", BASE, "--api-key", KEY, "--out", str(tmp_path / "fx"), "--scenario", "01", "--mode", "all"]
+        )
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error: ") and "ConnectError" in err
     assert KEY not in err
@@ -358,11 +440,15 @@ def test_replay_binds_ids_and_scores():
     with respx.mock(assert_all_called=False) as mock:
         rid = {"x-request-id": RID}
         mock.post(f"{BASE}/v1/sandboxes").respond(
-            202, content=b'{"id":"%s","status":{"state":"Running","lastTransitionAt":"2030-01-01T00:00:00Z"}}'
-            % new_id.encode(), headers=rid)
+            202,
+            content=b'{"id":"%s","status":{"state":"Running","lastTransitionAt":"2030-01-01T00:00:00Z"}}'
+            % new_id.encode(),
+            headers=rid,
+        )
         mock.get(f"{BASE}/v1/sandboxes").respond(401, content=b"{}")
         ep = mock.get(f"{BASE}/v1/sandboxes/{new_id}/endpoints/44772").respond(
-            200, content=b'{"endpoint":"127.0.0.1:40404/proxy/44772"}', headers=rid)
+            200, content=b'{"endpoint":"127.0.0.1:40404/proxy/44772"}', headers=rid
+        )
         mock.route(method="DELETE").respond(204)  # the replay's teardown
         r = Replayer(BASE, KEY)
         try:
@@ -387,20 +473,48 @@ def test_replay_binds_ids_and_scores():
 
 
 # -- the recorder against a real server's failure modes ---------------------------------------------------------
-@pytest.mark.parametrize("status, body, needle, fix", [
-    (500, {"code": "DOCKER_ERROR", "message": "Failed to pull image local/none:1"},
-     "POST /v1/sandboxes answered HTTP 500: Failed to pull image local/none:1", "fix: use images the server has"),
-    (202, {"status": {"state": "Pending"}}, "POST /v1/sandboxes answered HTTP 202 without an id", ""),
-    (401, {"code": "INVALID_API_KEY", "message": "bad key"}, "answered HTTP 401: bad key", "fix: pass the server's API key"),
-])
+@pytest.mark.parametrize(
+    "status, body, needle, fix",
+    [
+        (
+            500,
+            {"code": "DOCKER_ERROR", "message": "Failed to pull image local/none:1"},
+            "POST /v1/sandboxes answered HTTP 500: Failed to pull image local/none:1",
+            "fix: use images the server has",
+        ),
+        (202, {"status": {"state": "Pending"}}, "POST /v1/sandboxes answered HTTP 202 without an id", ""),
+        (
+            401,
+            {"code": "INVALID_API_KEY", "message": "bad key"},
+            "answered HTTP 401: bad key",
+            "fix: pass the server's API key",
+        ),
+    ],
+)
 def test_a_failed_create_is_one_line_naming_scenario_request_and_fix(tmp_path, capsys, status, body, needle, fix):
     from record.__main__ import main
 
     with respx.mock(assert_all_called=False) as mock:
         mock.post(f"{BASE}/v1/sandboxes").respond(status, json=body)  # before the catch-all of _lifecycle_routes
         _lifecycle_routes(mock)
-        rc = main(["--base-url", BASE, "--api-key", KEY, "--out", str(tmp_path / "fx"), "--scenario", "05",
-                   "--scenario", "01", "--mode", "all", "--execd-version", "v1.0.19"])
+        rc = main(
+            [
+                "--base-url",
+                BASE,
+                "--api-key",
+                KEY,
+                "--out",
+                str(tmp_path / "fx"),
+                "--scenario",
+                "05",
+                "--scenario",
+                "01",
+                "--mode",
+                "all",
+                "--execd-version",
+                "v1.0.19",
+            ]
+        )
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert rc == 2 and len(lines) == 1, captured.err
@@ -417,9 +531,11 @@ def test_wait_ready_retries_refused_and_dropped_connections_until_200():
 
     with respx.mock(assert_all_called=False) as mock:
         ping = mock.get("http://127.0.0.1:41543/proxy/44772/ping")
-        ping.side_effect = [httpx.ConnectError("refused"),
-                            httpx.RemoteProtocolError("Server disconnected without sending a response."),
-                            httpx.Response(200)]
+        ping.side_effect = [
+            httpx.ConnectError("refused"),
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            httpx.Response(200),
+        ]
         with Session(BASE, KEY) as s:
             s.wait_ready(Execd(s, "127.0.0.1:41543/proxy/44772", {}))
             assert ping.call_count == 3 and s.exchanges == []  # unrecorded
@@ -430,7 +546,8 @@ def test_wait_ready_gives_up_at_its_deadline_with_one_line():
 
     with respx.mock(assert_all_called=False) as mock:
         mock.get("http://127.0.0.1:41543/proxy/44772/ping").mock(
-            side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response."))
+            side_effect=httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        )
         with Session(BASE, KEY, ready_timeout=0.3) as s:
             with pytest.raises(RecorderError) as info:
                 s.wait_ready(Execd(s, "127.0.0.1:41543/proxy/44772", {}))
@@ -457,16 +574,27 @@ def test_drift_noise_blanks_per_sandbox_values_but_not_real_changes():
 
     def probe(text):
         body = '{"type":"stdout","text":"%s","timestamp":1}\n\n' % text
-        return fixture.make("21", "", {}, {}, [ex("POST", "/proxy/44772/command", "h", 200, body,
-                                                    resp_headers={"Content-Type": "text/event-stream"})])
+        return fixture.make(
+            "21",
+            "",
+            {},
+            {},
+            [ex("POST", "/proxy/44772/command", "h", 200, body, resp_headers={"Content-Type": "text/event-stream"})],
+        )
 
-    a = probe("197 173 0:42 / / rw master:2 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/ABC:"
-              "/x/%s Dec  1 06:42 41631cca87d2" % ("a" * 64))
-    b = probe("515 479 0:55 / / rw master:23 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/XYZ:"
-              "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64))
+    a = probe(
+        "197 173 0:42 / / rw master:2 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/ABC:"
+        "/x/%s Dec  1 06:42 41631cca87d2" % ("a" * 64)
+    )
+    b = probe(
+        "515 479 0:55 / / rw master:23 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/XYZ:"
+        "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64)
+    )
     assert drift(a, b) and drift(a, b, PROBE_NOISE) == []
-    c = probe("515 479 0:55 / / ro master:23 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/XYZ:"
-              "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64))
+    c = probe(
+        "515 479 0:55 / / ro master:23 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/XYZ:"
+        "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64)
+    )
     assert drift(a, c, PROBE_NOISE)  # rw -> ro is a real change
 
 
@@ -480,9 +608,15 @@ def test_the_fault_proxy_appends_each_exchange_and_the_file_stays_a_whole_fixtur
     assert not os.path.exists(rec.path)  # nothing before the first exchange
     inode = None
     for i in range(3):
-        rec.add({"method": "POST", "path": "/v1/sandboxes?k=" + KEY, "body": '{"env": {"API_TOKEN": "t0ps3cret"}}',
-                 "headers": {"OPEN-SANDBOX-API-KEY": KEY, "X-EXECD-ACCESS-TOKEN": "tok-" + KEY}},
-                {"status": 200, "headers": {"X-Echo": KEY}, "body": "échange %d %s" % (i, KEY)})
+        rec.add(
+            {
+                "method": "POST",
+                "path": "/v1/sandboxes?k=" + KEY,
+                "body": '{"env": {"API_TOKEN": "t0ps3cret"}}',
+                "headers": {"OPEN-SANDBOX-API-KEY": KEY, "X-EXECD-ACCESS-TOKEN": "tok-" + KEY},
+            },
+            {"status": 200, "headers": {"X-Echo": KEY}, "body": "échange %d %s" % (i, KEY)},
+        )
         st = os.stat(rec.path)
         assert inode in (None, st.st_ino), "the recording was rewritten, not appended to"
         inode = st.st_ino
@@ -505,7 +639,10 @@ def test_one_secret_scrubber_and_one_fixture_writer():
     credential pattern or a JSON fixture writer of its own."""
     import ast
 
-    own = {os.path.join("mock_opensandbox", "workbench/scrub.py"), os.path.join("mock_opensandbox", "workbench/fixturefile.py")}
+    own = {
+        os.path.join("mock_opensandbox", "workbench/scrub.py"),
+        os.path.join("mock_opensandbox", "workbench/fixturefile.py"),
+    }
     offenders = []
     for top in ("mock_opensandbox", "record"):
         for d, _, files in os.walk(os.path.join(REPO, top)):

@@ -2,14 +2,17 @@
 image's own /etc/passwd and /etc/group (name, uid, name:group; groups = the primary gid + memberships; an unknown
 name is runc's "unable to find user"), HOME from the passwd entry, Env under the container's with Docker's default
 PATH, WorkingDir "" = "/". Pure: an image stand-in whose top layer holds the account files."""
+
 from __future__ import annotations
 
 import pytest
 
 from mock_opensandbox.runtime.rootfs import DOCKER_DEFAULT_PATH, ImageRoot, UserNotFound, user_word
 
-PASSWD = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" \
-         "app:x:1000:1000::/home/app:/bin/sh\n"
+PASSWD = (
+    "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    "app:x:1000:1000::/home/app:/bin/sh\n"
+)
 GROUP = "root:x:0:\nnogroup:x:65534:\napp:x:1000:\nwheel:x:10:app,other\n"
 
 
@@ -31,21 +34,25 @@ def _root(tmp_path, **kw) -> ImageRoot:
     return ImageRoot(str(tmp_path / "sb"), FakeImage(tmp_path, **kw), overlay=True)
 
 
-@pytest.mark.parametrize("spec,want", [
-    ("", (0, 0, [0], "/root")),
-    ("nobody", (65534, 65534, [65534], "/nonexistent")),
-    ("app", (1000, 1000, [1000, 10], "/home/app")),
-    ("1000", (1000, 1000, [1000, 10], "/home/app")),
-    ("4242", (4242, 0, [0], "/")),
-    ("app:wheel", (1000, 10, [10], "/home/app")),
-    ("nobody:0", (65534, 0, [0], "/nonexistent")),
-])
+@pytest.mark.parametrize(
+    "spec,want",
+    [
+        ("", (0, 0, [0], "/root")),
+        ("nobody", (65534, 65534, [65534], "/nonexistent")),
+        ("app", (1000, 1000, [1000, 10], "/home/app")),
+        ("1000", (1000, 1000, [1000, 10], "/home/app")),
+        ("4242", (4242, 0, [0], "/")),
+        ("app:wheel", (1000, 10, [10], "/home/app")),
+        ("nobody:0", (65534, 0, [0], "/nonexistent")),
+    ],
+)
 def test_user_as_runc_resolves_it(tmp_path, spec, want):
     assert _root(tmp_path, user=spec).user() == want
 
 
-@pytest.mark.parametrize("spec,msg", [("ghost", "unable to find user ghost"),
-                                      ("app:ghosts", "unable to find group ghosts")])
+@pytest.mark.parametrize(
+    "spec,msg", [("ghost", "unable to find user ghost"), ("app:ghosts", "unable to find group ghosts")]
+)
 def test_unknown_user_or_group(tmp_path, spec, msg):
     with pytest.raises(UserNotFound, match=msg):
         _root(tmp_path, user=spec).user()

@@ -1,4 +1,5 @@
 """SSE codec (execd's bare-JSON framing) and the two output framings of commands."""
+
 from __future__ import annotations
 
 import json
@@ -57,15 +58,20 @@ def test_recorded_bytes():
     # recording 07/12: exact frames
     assert sse.encode_event(sse.error_event("3", ["exit status 3"], ts=1795938403469)) == (
         b'{"type":"error","timestamp":1795938403469,"error":{"ename":"CommandExecError","evalue":"3",'
-        b'"traceback":["exit status 3"]}}\n\n')
+        b'"traceback":["exit status 3"]}}\n\n'
+    )
     assert sse.encode_event(sse.complete_event(3, ts=1795938417637)) == (
-        b'{"type":"execution_complete","execution_time":3,"timestamp":1795938417637}\n\n')
+        b'{"type":"execution_complete","execution_time":3,"timestamp":1795938417637}\n\n'
+    )
     assert sse.encode_event(sse.complete_event(0, ts=1795938410516)) == (
-        b'{"type":"execution_complete","timestamp":1795938410516}\n\n')
+        b'{"type":"execution_complete","timestamp":1795938410516}\n\n'
+    )
     assert sse.encode_event(sse.output_event("stdout", '{"json": true}', 1)) == (
-        b'{"type":"stdout","text":"{\\"json\\": true}","timestamp":1}\n\n')
+        b'{"type":"stdout","text":"{\\"json\\": true}","timestamp":1}\n\n'
+    )
     assert sse.encode_event(sse.output_event("stdout", "h\u00e9llo \u2603", 1)) == (
-        '{"type":"stdout","text":"h\u00e9llo \u2603","timestamp":1}\n\n'.encode())
+        '{"type":"stdout","text":"h\u00e9llo \u2603","timestamp":1}\n\n'.encode()
+    )
     assert b"\\u003c\\u0026\\u003e" in sse.encode_event(sse.output_event("stdout", "<&>", 1))
 
 

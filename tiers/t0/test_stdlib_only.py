@@ -1,4 +1,5 @@
 """plugin/ and mock_opensandbox/ must import only the standard library (house rule)."""
+
 from __future__ import annotations
 
 import ast

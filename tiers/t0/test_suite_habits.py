@@ -7,6 +7,7 @@
   (pyproject's ``pythonpath``); only the toolkit puts plugin/ on the path (tiers/toolkit/plugin.py), and a file run
   as a script by a test (``__main__``) may add the root for itself.
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,10 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIERS = os.path.join(REPO, "tiers")
 # file that defines shared fixtures -> the directory whose tests see them (a conftest there imports them)
-SHARED = {os.path.join(TIERS, "toolkit", "fixtures.py"): TIERS,
-          os.path.join(TIERS, "t1", "conftest_execd.py"): os.path.join(TIERS, "t1")}
+SHARED = {
+    os.path.join(TIERS, "toolkit", "fixtures.py"): TIERS,
+    os.path.join(TIERS, "t1", "conftest_execd.py"): os.path.join(TIERS, "t1"),
+}
 
 
 def _fixtures(path: str) -> list[ast.FunctionDef]:
@@ -25,15 +28,15 @@ def _fixtures(path: str) -> list[ast.FunctionDef]:
         tree = ast.parse(fh.read(), path)
     out = []
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(
-                "fixture" in ast.unparse(d) for d in node.decorator_list):
+        if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
             out.append(node)
     return out
 
 
 def _python_files() -> list[str]:
-    return sorted(os.path.join(d, f) for d, _, fs in os.walk(TIERS) for f in fs
-                  if f.endswith(".py") and "__pycache__" not in d)
+    return sorted(
+        os.path.join(d, f) for d, _, fs in os.walk(TIERS) for f in fs if f.endswith(".py") and "__pycache__" not in d
+    )
 
 
 def _shared_fixtures() -> dict[str, list[tuple[str, str]]]:
@@ -57,8 +60,10 @@ def silent_overrides() -> list[str]:
                     continue
                 doc = ast.get_docstring(fx) or ""
                 if not doc.startswith("Overrides"):
-                    bad.append(f"{os.path.relpath(path, REPO)}:{fx.lineno}: fixture {fx.name!r} redefines the one "
-                               f"of {os.path.relpath(origin, REPO)}; start its docstring with 'Overrides ...'")
+                    bad.append(
+                        f"{os.path.relpath(path, REPO)}:{fx.lineno}: fixture {fx.name!r} redefines the one "
+                        f"of {os.path.relpath(origin, REPO)}; start its docstring with 'Overrides ...'"
+                    )
     return bad
 
 
@@ -87,8 +92,12 @@ def sys_path_shims() -> list[str]:
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read(), path)
         skip = {id(n) for top in tree.body if _is_main_guard(top) for n in ast.walk(top)}
-        skip |= {id(n) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn.name == "main"
-                 for n in ast.walk(fn)}
+        skip |= {
+            id(n)
+            for fn in ast.walk(tree)
+            if isinstance(fn, ast.FunctionDef) and fn.name == "main"
+            for n in ast.walk(fn)
+        }
         for node in ast.walk(tree):
             if id(node) in skip or not isinstance(node, ast.Call):
                 continue

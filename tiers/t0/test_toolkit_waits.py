@@ -1,5 +1,6 @@
 """tiers/toolkit/waits.py, which the other tiers poll with: ``wait_until`` ends on the first true predicate,
 ``poll`` hands back the value it waited for (or the last one it got when the bound ran out)."""
+
 from __future__ import annotations
 
 import itertools
@@ -20,7 +21,8 @@ def test_wait_until_is_false_when_the_bound_runs_out():
 def test_poll_returns_the_first_accepted_value():
     values = iter([{"state": "Creating"}, {"state": "Creating"}, {"state": "Ready"}, {"state": "Gone"}])
     assert poll(lambda: next(values), lambda v: v["state"] != "Creating", timeout=30, interval=0.001) == {
-        "state": "Ready"}
+        "state": "Ready"
+    }
 
 
 def test_poll_returns_the_last_value_when_the_bound_runs_out():

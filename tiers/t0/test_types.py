@@ -2,6 +2,7 @@
 plugin/ and with the defaults of pyproject.toml's [tool.mypy] on mock_opensandbox/. Both runs check
 against Python 3.10's standard library (python_version there), the oldest Python the project promises.
 The caches live in .mypy_cache/ (ignored by git): a warm run takes about a second."""
+
 from __future__ import annotations
 
 import pathlib
@@ -23,15 +24,29 @@ def _mypy() -> str:
 
 
 def _check(*args: str, cache: str) -> None:
-    out = subprocess.run([_mypy(), "--config-file", str(REPO / "pyproject.toml"), "--cache-dir",
-                          str(REPO / ".mypy_cache" / cache), "--no-error-summary", "--hide-error-context", *args],
-                         capture_output=True, text=True, timeout=240, cwd=REPO)
+    out = subprocess.run(
+        [
+            _mypy(),
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--cache-dir",
+            str(REPO / ".mypy_cache" / cache),
+            "--no-error-summary",
+            "--hide-error-context",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
     assert out.returncode == 0 and not errors, f"mypy {' '.join(args)}:\n{out.stdout}{out.stderr}"
 
 
-@pytest.mark.parametrize("tree,flags", [("plugin", ("--strict",)), ("mock_opensandbox", ())],
-                         ids=["plugin-strict", "mock-basic"])
+@pytest.mark.parametrize(
+    "tree,flags", [("plugin", ("--strict",)), ("mock_opensandbox", ())], ids=["plugin-strict", "mock-basic"]
+)
 def test_mypy_finds_nothing(tree, flags):
     # plugin/ has no __init__.py: mypy names its modules from there (epp, osb.transport, methods.pty), as
     # launch.py's sys.path does

@@ -1,6 +1,7 @@
 """The workflows (nightly, and ci on every push/PR) stay clean under actionlint and zizmor (pinned in
 requirements-test.txt). Each check skips with one line when its linter is not installed (zizmor 1.32 installs only on
 Python >= 3.11: an environment marker); neither needs the network (zizmor --offline)."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,11 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKFLOWS = sorted(os.path.join(REPO, ".github", "workflows", f)
-                   for f in os.listdir(os.path.join(REPO, ".github", "workflows")) if f.endswith((".yml", ".yaml")))
+WORKFLOWS = sorted(
+    os.path.join(REPO, ".github", "workflows", f)
+    for f in os.listdir(os.path.join(REPO, ".github", "workflows"))
+    if f.endswith((".yml", ".yaml"))
+)
 
 
 def _tool(name: str) -> str:
@@ -35,8 +39,13 @@ def test_actionlint_clean():
 
 
 def test_zizmor_clean():
-    r = subprocess.run([_tool("zizmor"), "--offline", "--no-progress", "--format", "plain", *WORKFLOWS],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    r = subprocess.run(
+        [_tool("zizmor"), "--offline", "--no-progress", "--format", "plain", *WORKFLOWS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "No findings to report" in r.stdout + r.stderr, r.stdout + r.stderr
 

@@ -3,6 +3,7 @@ plugin's client (plugin/osb/ws.py). They share no code, so each direction is che
 client encoder -> server decoder and server encoder -> client decoder, for payloads of 0 to 1 MiB,
 text and binary, whole or fragmented, with control frames between the fragments.
 Sockets only appear as socketpair() (no ports)."""
+
 from __future__ import annotations
 
 import io
@@ -41,13 +42,21 @@ def _payload(size: int, seed: int, text: bool) -> bytes:
     return rng.randbytes(size)
 
 
-sizes = st.one_of(st.integers(0, 300), st.sampled_from([125, 126, 127, 65535, 65536, 65537, MIB]),
-                  st.integers(0, MIB))
+sizes = st.one_of(st.integers(0, 300), st.sampled_from([125, 126, 127, 65535, 65536, 65537, MIB]), st.integers(0, MIB))
 
 
 def _bucket(n: int) -> str:
-    return "size 0" if n == 0 else "size <126" if n < 126 else "size <64Ki" if n < 65536 else \
-        "size <1Mi" if n < MIB else "size 1Mi"
+    return (
+        "size 0"
+        if n == 0
+        else "size <126"
+        if n < 126
+        else "size <64Ki"
+        if n < 65536
+        else "size <1Mi"
+        if n < MIB
+        else "size 1Mi"
+    )
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -92,10 +101,17 @@ def _build(enc, opcode, data, cuts, controls, mask: bool):
     return bytes(wire), expected
 
 
-messages = st.tuples(sizes, st.integers(0, 2**32), st.booleans(), st.lists(st.integers(0, MIB), max_size=4),
-                     st.dictionaries(st.integers(0, 4), st.lists(
-                         st.tuples(st.sampled_from(["ping", "pong"]), st.binary(max_size=125)), max_size=2),
-                         max_size=3))
+messages = st.tuples(
+    sizes,
+    st.integers(0, 2**32),
+    st.booleans(),
+    st.lists(st.integers(0, MIB), max_size=4),
+    st.dictionaries(
+        st.integers(0, 4),
+        st.lists(st.tuples(st.sampled_from(["ping", "pong"]), st.binary(max_size=125)), max_size=2),
+        max_size=3,
+    ),
+)
 
 
 @SETTINGS
@@ -134,9 +150,12 @@ def test_one_mebibyte_fragmented_with_controls_both_directions(text):
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.integers(0, 70000), st.integers(0, 2**32), st.booleans(), st.booleans()),
-                min_size=1, max_size=5),
-       st.integers(1, 7))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 70000), st.integers(0, 2**32), st.booleans(), st.booleans()), min_size=1, max_size=5
+    ),
+    st.integers(1, 7),
+)
 def test_message_streams_survive_short_reads(msgs, chunk):
     """Many messages back to back, read a few bytes at a time (a socket gives what it has)."""
     wire = bytearray()
@@ -215,8 +234,7 @@ def test_oversized_message_is_1009_and_bad_utf8_is_1007():
         with pytest.raises(module.ProtocolError) as err:
             asm.next_event()
         assert err.value.code == 1009
-        asm = _reader(io.BytesIO(cli.encode_frame(1, b"\xff\xfe")).read, module, require_mask=None,
-                      validate_utf8=True)
+        asm = _reader(io.BytesIO(cli.encode_frame(1, b"\xff\xfe")).read, module, require_mask=None, validate_utf8=True)
         with pytest.raises(module.ProtocolError) as err:
             asm.next_event()
         assert err.value.code == 1007
@@ -238,7 +256,9 @@ def test_accept_key_rfc_example():
 
 
 def test_go_json_matches_gorilla_write_json():
-    assert srv.go_json({"type": "error", "error": "<a & b>"}) == b'{"type":"error","error":"\\u003ca \\u0026 b\\u003e"}\n'
+    assert (
+        srv.go_json({"type": "error", "error": "<a & b>"}) == b'{"type":"error","error":"\\u003ca \\u0026 b\\u003e"}\n'
+    )
 
 
 # -- both ends live over a socketpair -------------------------------------------------------------
@@ -252,8 +272,10 @@ def _pair():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.integers(0, 200_000), st.integers(0, 2**32), st.booleans()), min_size=1, max_size=4),
-       st.sampled_from([0, 1, 1000, 65536]))
+@given(
+    st.lists(st.tuples(st.integers(0, 200_000), st.integers(0, 2**32), st.booleans()), min_size=1, max_size=4),
+    st.sampled_from([0, 1, 1000, 65536]),
+)
 def test_live_connection_both_directions_with_pings(msgs, fragment):
     server, client = _pair()
     try:
@@ -279,8 +301,9 @@ def test_live_connection_both_directions_with_pings(msgs, fragment):
         client.close(4001, "bye", timeout=5)
         t.join(timeout=10)
         assert not t.is_alive()
-        assert [(o, d) for o, d in results] == [(cli.OP_TEXT if x[2] else cli.OP_BINARY, _payload(*x[:2], x[2]))
-                                                for x in msgs]
+        assert [(o, d) for o, d in results] == [
+            (cli.OP_TEXT if x[2] else cli.OP_BINARY, _payload(*x[:2], x[2])) for x in msgs
+        ]
         assert server.close_code == 4001 and server.close_reason == "bye"
     finally:
         server.abort()
@@ -311,7 +334,7 @@ def test_every_failure_of_an_open_connection_is_a_net_error():
         with pytest.raises(cli.TimedOut) as err:
             client.recv()
         assert isinstance(err.value, transport.NetError) and err.value.kind == "timeout"
-        assert client.closed                       # a timed-out socket file cannot be read again
+        assert client.closed  # a timed-out socket file cannot be read again
         for fail in (client.recv, lambda: client.send_text("x")):
             with pytest.raises(cli.ConnectionClosed) as err:
                 fail()

@@ -1,6 +1,7 @@
 """A very small Chrome DevTools Protocol client for the dashboard test: starts Debian's headless
 chromium (no browser download), attaches to its page over the DevTools WebSocket (frames from
 mock_opensandbox.wire.websocket) and evaluates JavaScript / takes screenshots. Test-only; stdlib only."""
+
 from __future__ import annotations
 
 import base64
@@ -52,11 +53,28 @@ class Browser:
         self.profile = profile
         self._scratch_before = _scratch_dirs()
         self.proc = subprocess.Popen(
-            [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-             "--disable-extensions", "--disable-background-networking", "--disable-sync", "--mute-audio",
-             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", f"--user-data-dir={profile}",
-             f"--window-size={width},{height}", "--hide-scrollbars", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                exe,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--disable-background-networking",
+                "--disable-sync",
+                "--mute-audio",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "--hide-scrollbars",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.sock: socket.socket | None = None
         self._id = 0
         self.events: list[dict[str, Any]] = []
@@ -89,8 +107,12 @@ class Browser:
         host, _, p = hostport.rpartition(":")
         self.sock = socket.create_connection((host, int(p)), timeout=30)
         key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        self.sock.sendall(
+            (
+                f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         self.rfile = self.sock.makefile("rb")
         status = self.rfile.readline()
         if b" 101 " not in status:
@@ -104,8 +126,11 @@ class Browser:
         assert self.sock is not None
         self._id += 1
         mid = self._id
-        self.sock.sendall(encode_frame(OP_TEXT, json.dumps({"id": mid, "method": method, "params": params or {}})
-                                       .encode(), mask=os.urandom(4)))
+        self.sock.sendall(
+            encode_frame(
+                OP_TEXT, json.dumps({"id": mid, "method": method, "params": params or {}}).encode(), mask=os.urandom(4)
+            )
+        )
         self.sock.settimeout(timeout)
         while True:
             frame = self.reader.read_frame()

@@ -7,6 +7,7 @@
 
 The plugin's modules are importable by their own names here too (``import osb.transport``).
 """
+
 from __future__ import annotations
 
 from tiers.t1.conftest_execd import make_execd, runtime, sandbox_root  # noqa: F401 - fixtures for t1

@@ -4,6 +4,7 @@ import the helpers by name (``from tiers.t1.conftest_execd import Client, output
 Everything talks plain HTTP/1.1 to a real ExecdServer on 127.0.0.1:<ephemeral> over a real
 SandboxRuntime in a temporary root; every fixture cleans up its processes, ports and directories.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,25 @@ class Client:
     def __init__(self, port: int, prefix: str = "/proxy/44772", headers: dict[str, str] | None = None):
         self.port, self.prefix, self.headers = port, prefix, dict(headers or {})
 
-    def request(self, method: str, path: str, body: bytes | str | Any = None, headers: dict[str, str] | None = None,
-                timeout: float = 30, raw_path: bool = False) -> Resp:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | str | Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30,
+        raw_path: bool = False,
+    ) -> Resp:
         if body is not None and not isinstance(body, (bytes, str, dict, list)):
             body = json.dumps(body)
-        return rest.call(self.port, method, path if raw_path else self.prefix + path, body,
-                         {**self.headers, **(headers or {})}, timeout=timeout)
+        return rest.call(
+            self.port,
+            method,
+            path if raw_path else self.prefix + path,
+            body,
+            {**self.headers, **(headers or {})},
+            timeout=timeout,
+        )
 
     def get(self, path: str, **kw: Any) -> Resp:
         return self.request("GET", path, **kw)
@@ -56,6 +70,7 @@ def sandbox_root() -> Iterator[str]:
     # SandboxRuntime.cleanup() normally removes it; make sure nothing stays behind
     if os.path.exists(d):
         from mock_opensandbox.runtime import _rmtree
+
         _rmtree(d)
 
 

@@ -6,6 +6,7 @@ host afterwards. The expected values come from the real sandbox: fixtures/21_con
 Every probe fails on a mock that hands the host to the sandbox (full capabilities, the host's
 /dev, /etc, /proc/sys, /sys, a chroot instead of pivot_root).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,10 +70,10 @@ def ro_mounts(mountinfo: list[str], prefixes: tuple[str, ...] = ("/proc", "/sys"
 class Probe(NamedTuple):
     name: str
     cmd: str
-    check: Callable[[int, str], None]   # (exit status, stdout+stderr) -> raises AssertionError
-    pidns_only: bool = False            # PID 1 is the sandbox's init only with a PID namespace
-    python: bool = False                # needs python3 inside the sandbox view
-    argv: tuple[str, ...] = ()          # run this argv as it is instead of /bin/sh -c cmd
+    check: Callable[[int, str], None]  # (exit status, stdout+stderr) -> raises AssertionError
+    pidns_only: bool = False  # PID 1 is the sandbox's init only with a PID namespace
+    python: bool = False  # needs python3 inside the sandbox view
+    argv: tuple[str, ...] = ()  # run this argv as it is instead of /bin/sh -c cmd
 
 
 def _lines(out: str) -> list[str]:
@@ -163,8 +164,8 @@ def _check_insmod_class(rc: int, out: str) -> None:
     got = dict(line.split("=", 1) for line in _lines(out) if "=" in line)
     # EPERM without CAP_SYS_MODULE (ENOSYS: a kernel without modules, EFAULT/EINVAL would mean the capability)
     assert got.get("init_module") in ("-1/1", "-1/38"), out
-    assert got.get("iopl") in ("-1/1", "-1/38"), out      # CAP_SYS_RAWIO (ENOSYS off x86)
-    assert got.get("swapoff") == "-1/1", out              # CAP_SYS_ADMIN before the path lookup (else ENOENT)
+    assert got.get("iopl") in ("-1/1", "-1/38"), out  # CAP_SYS_RAWIO (ENOSYS off x86)
+    assert got.get("swapoff") == "-1/1", out  # CAP_SYS_ADMIN before the path lookup (else ENOENT)
 
 
 def _check_chroot_escape(rc: int, out: str) -> None:
@@ -185,36 +186,61 @@ def probes(host_marker: str) -> list[Probe]:
         Probe("pid1_caps", "grep -E '^(Cap|NoNewPrivs)' /proc/1/status", _check_pid1, pidns_only=True),
         Probe("dev", "ls /dev", _check_dev),
         Probe("no_block_devices", "find /dev -type b 2>/dev/null | wc -l", _check_no_block),
-        Probe("remount_usr_rw", f"mount -o remount,rw /usr 2>&1; echo remount=$?; touch /usr/{t} 2>&1; echo touch=$?",
-              _check_remount),
+        Probe(
+            "remount_usr_rw",
+            f"mount -o remount,rw /usr 2>&1; echo remount=$?; touch /usr/{t} 2>&1; echo touch=$?",
+            _check_remount,
+        ),
         Probe("write_etc_dev", f"echo x > /etc/{t}; touch /dev/{t}; ls /etc/{t} /dev/{t}", _check_write_etc_dev),
         Probe("proc_sys_write", "echo 1 > /proc/sys/vm/drop_caches", _check_drop_caches),
-        Probe("cgroup_write", f"mkdir /sys/fs/cgroup/pids/{t} 2>&1; echo mkdir=$?; "
-                              "echo $$ 2>&1 > /sys/fs/cgroup/pids/cgroup.procs; echo procs=$?", _check_cgroup),
-        Probe("host_secrets", "cat /etc/shadow; echo ---; ls /etc/ssh >/dev/null 2>&1; echo ssh=$?; "
-                              "ls /etc/passwd- /etc/shadow- /etc/gshadow /root/.ssh 2>/dev/null; true", _check_shadow),
+        Probe(
+            "cgroup_write",
+            f"mkdir /sys/fs/cgroup/pids/{t} 2>&1; echo mkdir=$?; "
+            "echo $$ 2>&1 > /sys/fs/cgroup/pids/cgroup.procs; echo procs=$?",
+            _check_cgroup,
+        ),
+        Probe(
+            "host_secrets",
+            "cat /etc/shadow; echo ---; ls /etc/ssh >/dev/null 2>&1; echo ssh=$?; "
+            "ls /etc/passwd- /etc/shadow- /etc/gshadow /root/.ssh 2>/dev/null; true",
+            _check_shadow,
+        ),
         Probe("passwd", "cat /etc/passwd", _check_passwd),
         Probe("hostname", "hostname; cat /etc/hostname; cat /proc/sys/kernel/hostname", _check_hostname),
         Probe("mountinfo_ro", "cat /proc/self/mountinfo", _check_mountinfo),
-        Probe("masked", "echo keys=$(wc -c < /proc/keys); echo timer_list=$(wc -c < /proc/timer_list); "
-                        "echo firmware=$(ls /sys/firmware | wc -l)", _check_masked),
-        Probe("privileged_ops",
-              "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>&1; echo mount=$?; umount /proc/sys 2>&1; echo umount=$?; "
-              f"unshare -m sh -c 'mount -o remount,rw /usr && touch /usr/{t}-m' 2>&1; echo unshare_m=$?; "
-              f"unshare -Urm sh -c 'mount -o remount,rw /usr && touch /usr/{t}-u' 2>&1; echo unshare_userns=$?; "
-              "unshare -Urm sh -c 'umount /proc/sys && echo 1 > /proc/sys/vm/drop_caches' 2>&1; "
-              "echo unshare_umount=$?; "
-              "mknod /tmp/blk b 8 0 2>&1; echo mknod=$?; hostname \"$(hostname)\" 2>&1; echo hostname=$?",
-              _check_privileged_ops),
-        Probe("insmod_class", "python3 -c 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                              "for name, call in ((\"init_module\", lambda: libc.init_module(None, 0, b\"\")), "
-                              "(\"iopl\", lambda: libc.iopl(3)), (\"swapoff\", lambda: libc.swapoff(b\"/nonexistent\"))):\n"
-                              "    ctypes.set_errno(0); r = call(); print(\"%s=%d/%d\" % (name, r, ctypes.get_errno()))'",
-              _check_insmod_class, python=True),
-        Probe("chroot_escape", "python3 -c 'import os\nos.makedirs(\"/tmp/jail\", exist_ok=True)\nos.chroot(\"/tmp/jail\")\n"
-                               "for _ in range(64): os.chdir(\"..\")\nos.chroot(\".\")\n"
-                               f"print(\"escaped=%s\" % os.path.exists({json.dumps(host_marker)}))'",
-              _check_chroot_escape, python=True),
+        Probe(
+            "masked",
+            "echo keys=$(wc -c < /proc/keys); echo timer_list=$(wc -c < /proc/timer_list); "
+            "echo firmware=$(ls /sys/firmware | wc -l)",
+            _check_masked,
+        ),
+        Probe(
+            "privileged_ops",
+            "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>&1; echo mount=$?; umount /proc/sys 2>&1; echo umount=$?; "
+            f"unshare -m sh -c 'mount -o remount,rw /usr && touch /usr/{t}-m' 2>&1; echo unshare_m=$?; "
+            f"unshare -Urm sh -c 'mount -o remount,rw /usr && touch /usr/{t}-u' 2>&1; echo unshare_userns=$?; "
+            "unshare -Urm sh -c 'umount /proc/sys && echo 1 > /proc/sys/vm/drop_caches' 2>&1; "
+            "echo unshare_umount=$?; "
+            'mknod /tmp/blk b 8 0 2>&1; echo mknod=$?; hostname "$(hostname)" 2>&1; echo hostname=$?',
+            _check_privileged_ops,
+        ),
+        Probe(
+            "insmod_class",
+            "python3 -c 'import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            'for name, call in (("init_module", lambda: libc.init_module(None, 0, b"")), '
+            '("iopl", lambda: libc.iopl(3)), ("swapoff", lambda: libc.swapoff(b"/nonexistent"))):\n'
+            '    ctypes.set_errno(0); r = call(); print("%s=%d/%d" % (name, r, ctypes.get_errno()))\'',
+            _check_insmod_class,
+            python=True,
+        ),
+        Probe(
+            "chroot_escape",
+            'python3 -c \'import os\nos.makedirs("/tmp/jail", exist_ok=True)\nos.chroot("/tmp/jail")\n'
+            'for _ in range(64): os.chdir("..")\nos.chroot(".")\n'
+            f'print("escaped=%s" % os.path.exists({json.dumps(host_marker)}))\'',
+            _check_chroot_escape,
+            python=True,
+        ),
     ]
 
 
@@ -258,12 +284,27 @@ def seccomp_probes() -> list[Probe]:
     as in a container."""
     return [
         Probe("unshare_user", "unshare -U true", _check_unshare_refused, argv=("unshare", "-U", "true")),
-        Probe("keyring_bpf_perf_mount", "", _check_seccomp_eperm, python=True,
-              argv=("python3", "-I", "-S", "-c", _SECCOMP_SCRIPT)),
-        Probe("ordinary_calls", "", _check_ordinary_calls, python=True,
-              argv=("python3", "-I", "-c", "import socket, subprocess, threading; "
-                    "t = threading.Thread(target=print, args=('t',)); t.start(); t.join(); socket.socket().close(); "
-                    "subprocess.run(['true'], check=True); print('ok')")),
+        Probe(
+            "keyring_bpf_perf_mount",
+            "",
+            _check_seccomp_eperm,
+            python=True,
+            argv=("python3", "-I", "-S", "-c", _SECCOMP_SCRIPT),
+        ),
+        Probe(
+            "ordinary_calls",
+            "",
+            _check_ordinary_calls,
+            python=True,
+            argv=(
+                "python3",
+                "-I",
+                "-c",
+                "import socket, subprocess, threading; "
+                "t = threading.Thread(target=print, args=('t',)); t.start(); t.join(); socket.socket().close(); "
+                "subprocess.run(['true'], check=True); print('ok')",
+            ),
+        ),
     ]
 
 
@@ -288,8 +329,21 @@ def run_probe(rt: Any, pr: Probe) -> tuple[int, str]:
     return p.returncode, out.decode("utf-8", "replace")
 
 
-API_PROBES = ("caps", "pid1_caps", "dev", "no_block_devices", "remount_usr_rw", "write_etc_dev", "proc_sys_write",
-              "cgroup_write", "host_secrets", "hostname", "mountinfo_ro", "privileged_ops", "chroot_escape")
+API_PROBES = (
+    "caps",
+    "pid1_caps",
+    "dev",
+    "no_block_devices",
+    "remount_usr_rw",
+    "write_etc_dev",
+    "proc_sys_write",
+    "cgroup_write",
+    "host_secrets",
+    "hostname",
+    "mountinfo_ro",
+    "privileged_ops",
+    "chroot_escape",
+)
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "resourceLimits": {}}
 
 
@@ -298,8 +352,9 @@ class Api:
         self.osb = osb
         self.hostport = osb.base_url.split("://")[1]
 
-    def call(self, method: str, path: str, body=None, hostport: str | None = None,
-             headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def call(
+        self, method: str, path: str, body=None, hostport: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
         c = http.client.HTTPConnection(hostport or self.hostport, timeout=60)
         h = {"OPEN-SANDBOX-API-KEY": self.osb.api_key or "", "Content-Type": "application/json"}
         h.update(headers or {})
@@ -325,8 +380,7 @@ class Api:
         hostport, prefix, headers = self.execd(sid)
         if self.osb.execd_token:
             headers = dict(headers, **{"X-EXECD-ACCESS-TOKEN": self.osb.execd_token})
-        status, body = self.call("POST", prefix + "/command", {"command": command}, hostport=hostport,
-                                 headers=headers)
+        status, body = self.call("POST", prefix + "/command", {"command": command}, hostport=hostport, headers=headers)
         assert status == 200, body
         from mock_opensandbox.wire import sse  # lazily: run as a script, the repo joins sys.path in __main__
 
@@ -337,7 +391,6 @@ class Api:
             elif ev.get("type") == "error":
                 rc = int(ev["error"].get("evalue") or 1)
         return rc, "\n".join(lines) + "\n"
-
 
 
 def host_python_in_view() -> bool:

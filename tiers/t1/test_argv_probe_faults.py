@@ -3,6 +3,7 @@ answers 400 "'Command' ... required" (rec 11). When that 400 is cut short on the
 gone: the plugin must report a cut-short/reset answer (E5001), never "execd HTTP 400" with a shred of
 the body, and the next command must still find the generation. (Found by the fault proxy against the
 live server, tiers/t4/test_proxy_faults_live.py.)"""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,11 @@ from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.epp import EppClient, RpcError
 
 
-@pytest.mark.parametrize("fault", [{"kind": "truncate", "after_bytes": 5},
-                                   {"kind": "reset_body", "after_bytes": 5}], ids=["truncate", "reset_body"])
+@pytest.mark.parametrize(
+    "fault",
+    [{"kind": "truncate", "after_bytes": 5}, {"kind": "reset_body", "after_bytes": 5}],
+    ids=["truncate", "reset_body"],
+)
 def test_cut_argv_probe_answer_is_a_cut_answer_not_http_400(tmp_path, fault):
     with MockOpenSandbox(execd_mode="v1.1.0") as osb:
         client = EppClient(str(tmp_path / "data"), {"base_url": osb.base_url, "api_key": osb.api_key})
@@ -34,8 +38,11 @@ def test_cut_argv_probe_answer_is_a_cut_answer_not_http_400(tmp_path, fault):
             client.close()
 
 
-@pytest.mark.parametrize("fault", [{"kind": "truncate", "after_bytes": 5},
-                                   {"kind": "reset_body", "after_bytes": 5}], ids=["truncate", "reset_body"])
+@pytest.mark.parametrize(
+    "fault",
+    [{"kind": "truncate", "after_bytes": 5}, {"kind": "reset_body", "after_bytes": 5}],
+    ids=["truncate", "reset_body"],
+)
 @pytest.mark.parametrize("plane", ["lifecycle", "execd"])
 def test_any_cut_error_answer_is_a_cut_answer_on_both_planes(tmp_path, fault, plane):
     """Not only the argv probe: every error answer is read whole by the transport (Stream.read_all), so
@@ -45,15 +52,20 @@ def test_any_cut_error_answer_is_a_cut_answer_on_both_planes(tmp_path, fault, pl
         client = EppClient(str(tmp_path / "data"), {"base_url": osb.base_url, "api_key": osb.api_key})
         try:
             if plane == "lifecycle":
-                method, params, path, sid = "sandbox.get", {"sandbox_id": "no-such-sandbox"}, r"^/v1/sandboxes/[^/]+$", None
+                method, params, path, sid = (
+                    "sandbox.get",
+                    {"sandbox_id": "no-such-sandbox"},
+                    r"^/v1/sandboxes/[^/]+$",
+                    None,
+                )
             else:
                 sid = client.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
                 method, params, path = "files.stat", {"sandbox_id": sid, "path": "/no/such/file"}, "^/files/info$"
-            with pytest.raises(RpcError) as whole:            # the real answer, without the fault
+            with pytest.raises(RpcError) as whole:  # the real answer, without the fault
                 client.call(method, params)
             assert whole.value.sdk_code == ("E2009" if plane == "lifecycle" else "E4001"), str(whole.value)
             rule = osb.faults.add(method="GET", path=path, **({"sandbox": sid} if sid else {}), **fault)
-            with pytest.raises(RpcError) as cut:              # every retry is cut too
+            with pytest.raises(RpcError) as cut:  # every retry is cut too
                 client.call(method, params)
             assert cut.value.sdk_code == "E5001", str(cut.value)
             assert "HTTP 404" not in str(cut.value), str(cut.value)

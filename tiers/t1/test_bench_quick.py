@@ -3,6 +3,7 @@
 One `python -m bench --smoke` subprocess (every case, one repetition per side, tiny sizes) with a temporary
 --out; then the JSON schema, the Markdown table and the chart-or-install-hint rule are checked.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ CASE_IDS = {1, 2, 3, 4, 5, 6}
 def bench_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench-out")
     env = {k: v for k, v in os.environ.items() if k not in ("OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY")}
-    proc = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--out", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     return proc, out
 
 
@@ -76,7 +83,7 @@ def test_markdown_and_chart(bench_run):
         assert row["title"] in md
     if results.get("chart"):
         assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    else:                               # matplotlib is bench-only: without it the run says how to get it
+    else:  # matplotlib is bench-only: without it the run says how to get it
         assert "pip install -r bench/requirements.txt" in proc.stderr
         assert not (out / "chart.png").exists()
 
@@ -84,22 +91,47 @@ def test_markdown_and_chart(bench_run):
 def test_report_without_matplotlib(tmp_path, monkeypatch):
     from bench import report
 
-    monkeypatch.setitem(sys.modules, "matplotlib", None)      # import matplotlib -> ImportError
-    results = {"schema": 1, "date": "2026-01-01T00:00:00Z", "quick": True, "mode": "quick", "wall_s": 1.0,
-               "machine": {"nproc": 2, "cpu": "x", "python": "3.11", "load_before": "-", "load_after": "-"},
-               "server": {"kind": "live"}, "details": {},
-               "cases": [{"id": "r", "case": 2, "title": "T", "unit": "ms", "better": "lower", "median": 2.0,
-                          "p90": 3.0, "ratio": 1.05, "target": "<= 1.1x", "target_ratio": 1.1, "met": True,
-                          "baseline": {"name": "b", "median": 1.9, "p90": 2.0}, "note": ""}]}
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    results = {
+        "schema": 1,
+        "date": "2026-01-01T00:00:00Z",
+        "quick": True,
+        "mode": "quick",
+        "wall_s": 1.0,
+        "machine": {"nproc": 2, "cpu": "x", "python": "3.11", "load_before": "-", "load_after": "-"},
+        "server": {"kind": "live"},
+        "details": {},
+        "cases": [
+            {
+                "id": "r",
+                "case": 2,
+                "title": "T",
+                "unit": "ms",
+                "better": "lower",
+                "median": 2.0,
+                "p90": 3.0,
+                "ratio": 1.05,
+                "target": "<= 1.1x",
+                "target_ratio": 1.1,
+                "met": True,
+                "baseline": {"name": "b", "median": 1.9, "p90": 2.0},
+                "note": "",
+            }
+        ],
+    }
     paths = report.write_all(results, str(tmp_path))
     assert "png" not in paths and not (tmp_path / "chart.png").exists()
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["chart"] is None and "pip install -r bench/requirements.txt" in saved["chart_problem"]
-    assert "| 2 | T (ms) | 2.00 | 3.00 | b | 1.90 | 2.00 | 1.05x | <= 1.1x | yes |" in (tmp_path / "results.md").read_text()
+    assert (
+        "| 2 | T (ms) | 2.00 | 3.00 | b | 1.90 | 2.00 | 1.05x | <= 1.1x | yes |"
+        in (tmp_path / "results.md").read_text()
+    )
 
 
 def test_bad_case_name_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "bench", "--cases", "nope"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--cases", "nope"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "unknown case 'nope'" in proc.stderr

@@ -1,6 +1,7 @@
 """Memory of a mock execd run as a subprocess stays bounded, whatever a request asks for (VmRSS from
 /proc/<pid>/status). The subprocess runs under RLIMIT_AS so that a regression fails the test instead
 of eating the machine."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,13 @@ def open_count(pid: int, target: str) -> int:
 def execd_proc(tmp_path) -> Iterator[tuple[subprocess.Popen, int]]:
     root = tmp_path / "root"
     root.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.execd", "--port", "0", "--root", str(root)],
-                            cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, preexec_fn=_limit_as)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mock_opensandbox.execd", "--port", "0", "--root", str(root)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=_limit_as,
+    )
     try:
         line = proc.stderr.readline().decode()
         m = re.search(r"ready on 127\.0\.0\.1:(\d+)", line)
@@ -113,10 +119,23 @@ def test_fault_proxy_streams_a_large_request_body(tmp_path):
     t = threading.Thread(target=sink.serve_forever, daemon=True)
     t.start()
     env = dict(os.environ, OPENSANDBOX_API_KEY="k", PYTHONPATH=REPO)
-    p = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.workbench.proxy", "--upstream",
-                          f"http://127.0.0.1:{sink.server_address[1]}", "--port", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path),
-                         preexec_fn=_limit_as)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mock_opensandbox.workbench.proxy",
+            "--upstream",
+            f"http://127.0.0.1:{sink.server_address[1]}",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        preexec_fn=_limit_as,
+    )
     try:
         line = p.stdout.readline()
         assert line.startswith("Fault proxy listening on http://127.0.0.1:"), line + p.stderr.read()
@@ -152,15 +171,19 @@ def _upload_rss(proc: subprocess.Popen, port: int, root: str, size: int) -> tupl
     """A multipart upload of ``size`` zero bytes to /big, sent 1 MiB at a time: (base RSS, peak RSS, the
     answer's head), both in kB."""
     bnd = b"osbbound"
-    head = (b"--" + bnd + b'\r\nContent-Disposition: form-data; name="metadata"; filename="m"\r\n\r\n'
-            b'{"path":"/big"}\r\n--' + bnd + b'\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n'
-            b"Content-Type: application/octet-stream\r\n\r\n")
+    head = (
+        b"--" + bnd + b'\r\nContent-Disposition: form-data; name="metadata"; filename="m"\r\n\r\n'
+        b'{"path":"/big"}\r\n--' + bnd + b'\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n'
+        b"Content-Type: application/octet-stream\r\n\r\n"
+    )
     tail = b"\r\n--" + bnd + b"--\r\n"
     base = peak = rss_kb(proc.pid)
     s = socket.create_connection(("127.0.0.1", port), timeout=120)
     try:
-        s.sendall(b"POST /files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
-                  b"boundary=%s\r\nContent-Length: %d\r\n\r\n" % (bnd, len(head) + size + len(tail)) + head)
+        s.sendall(
+            b"POST /files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
+            b"boundary=%s\r\nContent-Length: %d\r\n\r\n" % (bnd, len(head) + size + len(tail)) + head
+        )
         block = b"\0" * (1 << 20)
         for i in range(size >> 20):
             s.sendall(block)

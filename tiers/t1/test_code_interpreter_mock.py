@@ -2,6 +2,7 @@
 Jupyter env (--jupyter-env, mock_opensandbox/runtime/jupyterenv.py): the step flow of tiers/code_flow.py, the raw
 /code event stream in execd's order (QUIRKS.md part 2, "/code with Jupyter"), the per-context lock, the
 bounded create of an unknown language, and a plain image that stays plain."""
+
 from __future__ import annotations
 
 import json
@@ -36,6 +37,7 @@ def osb():
 def ci(osb):
     from code_interpreter.sync import CodeInterpreterSync
     from opensandbox.sync import SandboxSync
+
     sb = SandboxSync.create(IMAGE, connection_config=sdk_config(osb, sync=True, timeout=60))
     try:
         yield CodeInterpreterSync.create(sb, ready_timeout=timedelta(seconds=60))
@@ -44,7 +46,9 @@ def ci(osb):
 
 
 def _execd(osb, sid: str) -> str:
-    r = httpx.get(osb.base_url + "/v1/sandboxes/%s/endpoints/44772" % sid, headers={"OPEN-SANDBOX-API-KEY": osb.api_key})
+    r = httpx.get(
+        osb.base_url + "/v1/sandboxes/%s/endpoints/44772" % sid, headers={"OPEN-SANDBOX-API-KEY": osb.api_key}
+    )
     return "http://" + r.json()["endpoint"]
 
 
@@ -84,7 +88,10 @@ def test_the_event_stream_is_execds(osb, ci):
 def test_unknown_context_and_contexts_routes(osb, ci):
     url = _execd(osb, ci.id)
     r = httpx.post(url + "/code", json={"code": "1", "context": {"id": "nope", "language": "python"}})
-    assert r.status_code == 500 and r.json() == {"code": "RUNTIME_ERROR", "message": "error running codes context not found"}
+    assert r.status_code == 500 and r.json() == {
+        "code": "RUNTIME_ERROR",
+        "message": "error running codes context not found",
+    }
     r = httpx.get(url + "/code/contexts/nope")
     assert r.status_code == 404 and r.json()["code"] == "CONTEXT_NOT_FOUND"
     r = httpx.post(url + "/code/context", json={"language": "python", "cwd": "/tmp/ctxdir"}, timeout=60)
@@ -106,8 +113,15 @@ def test_a_busy_context_answers_session_is_busy(osb, ci):
     out: list = []
 
     def slow() -> None:
-        with httpx.stream("POST", url + "/code", json={"code": "import time; print('go', flush=True); time.sleep(20)", "context": {"id": cid, "language": "python"}},
-                          timeout=60) as r:
+        with httpx.stream(
+            "POST",
+            url + "/code",
+            json={
+                "code": "import time; print('go', flush=True); time.sleep(20)",
+                "context": {"id": cid, "language": "python"},
+            },
+            timeout=60,
+        ) as r:
             for chunk in r.iter_bytes():
                 out.append(chunk)
                 if b'"go' in b"".join(out):
@@ -119,8 +133,11 @@ def test_a_busy_context_answers_session_is_busy(osb, ci):
         assert started.wait(30)
         status, evs, raw = _events(url, {"code": "1", "context": {"id": cid, "language": "python"}})
         assert status == 200 and evs[0]["type"] == "init"
-        assert raw.rstrip().endswith(json.dumps({"code": "RUNTIME_ERROR", "message": "error running codes session is busy"},
-                                                separators=(",", ":")).encode()), raw
+        assert raw.rstrip().endswith(
+            json.dumps(
+                {"code": "RUNTIME_ERROR", "message": "error running codes session is busy"}, separators=(",", ":")
+            ).encode()
+        ), raw
         # interrupt ends the slow run (KeyboardInterrupt in the kernel)
         assert httpx.delete(url + "/code", params={"id": cid}).status_code == 200
     finally:
@@ -131,12 +148,15 @@ def test_a_busy_context_answers_session_is_busy(osb, ci):
 def test_an_unknown_language_context_waits_then_fails(osb, ci, monkeypatch):
     monkeypatch.setattr(code_jupyter, "CREATE_WAIT_S", 1.0)
     r = httpx.post(_execd(osb, ci.id) + "/code/context", json={"language": "cobol"}, timeout=30)
-    assert r.status_code == 500 and r.json() == {"code": "RUNTIME_ERROR",
-                                                 "message": "error creating code context. no kernel specs found"}
+    assert r.status_code == 500 and r.json() == {
+        "code": "RUNTIME_ERROR",
+        "message": "error creating code context. no kernel specs found",
+    }
 
 
 def test_a_plain_image_gets_no_jupyter(osb):
     from opensandbox.sync import SandboxSync
+
     sb = SandboxSync.create("python:3.12-slim", connection_config=sdk_config(osb, sync=True, timeout=60))
     try:
         r = httpx.post(_execd(osb, sb.id) + "/code", json={"code": "1", "context": {"language": "python"}})
@@ -146,11 +166,19 @@ def test_a_plain_image_gets_no_jupyter(osb):
 
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.normpath(os.path.join(_REPO, "..", "shared", "opensandbox", "execd"))
+REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.normpath(
+    os.path.join(_REPO, "..", "shared", "opensandbox", "execd")
+)
 
 # the same codes on both execds; event types compared without pings (their count depends on time)
-_CODES = ["print('a'); 6*7", "x = 1", "import sys; sys.stderr.write('e\\n')", "raise KeyError('k')", "def (:",
-          "from IPython.display import display, HTML; display(HTML('<b>x</b>')); 'v'"]
+_CODES = [
+    "print('a'); 6*7",
+    "x = 1",
+    "import sys; sys.stderr.write('e\\n')",
+    "raise KeyError('k')",
+    "def (:",
+    "from IPython.display import display, HTML; display(HTML('<b>x</b>')); 'v'",
+]
 
 
 def _shapes(url: str) -> list:
@@ -158,8 +186,16 @@ def _shapes(url: str) -> list:
     for code in _CODES:
         status, evs, _ = _events(url, {"code": code, "context": {"language": "python"}})
         # execution_complete's keys are not compared: see the race below
-        out.append((status, [(e["type"], [] if e["type"] == "execution_complete" else sorted(e))
-                             for e in evs if e["type"] != "ping"]))
+        out.append(
+            (
+                status,
+                [
+                    (e["type"], [] if e["type"] == "execution_complete" else sorted(e))
+                    for e in evs
+                    if e["type"] != "ping"
+                ],
+            )
+        )
     return out
 
 
@@ -184,10 +220,12 @@ def test_the_real_execd_gives_the_same_events(osb, ci):
     """Differential: the /code events of the same codes on the real execd with the same Jupyter env."""
     _real_or_skip()
     from opensandbox.sync import SandboxSync
+
     with MockOpenSandbox(execd_close_delay=0.05, jupyter_env=osb.jupyter_env, execd_bin=REAL_EXECD) as real:
         sb = SandboxSync.create(IMAGE, connection_config=sdk_config(real, sync=True, timeout=60))
         try:
             from code_interpreter.sync import CodeInterpreterSync
+
             CodeInterpreterSync.create(sb, ready_timeout=timedelta(seconds=60))
             theirs = _shapes(_execd(real, sb.id))
         finally:
@@ -203,14 +241,19 @@ def test_the_real_execd_gives_the_same_events(osb, ci):
 def test_an_unreachable_jupyter_fails_the_create_after_the_bounded_wait(osb, monkeypatch):
     """JUPYTER_HOST from the request's env, nothing listening there (a server still starting, or none)."""
     from opensandbox.sync import SandboxSync
+
     monkeypatch.setattr(code_jupyter, "CREATE_WAIT_S", 1.0)
-    sb = SandboxSync.create("python:3.12-slim", connection_config=sdk_config(osb, sync=True, timeout=60),
-                            env={"JUPYTER_HOST": "http://127.0.0.1:9", "JUPYTER_TOKEN": "t"})
+    sb = SandboxSync.create(
+        "python:3.12-slim",
+        connection_config=sdk_config(osb, sync=True, timeout=60),
+        env={"JUPYTER_HOST": "http://127.0.0.1:9", "JUPYTER_TOKEN": "t"},
+    )
     try:
         r = httpx.post(_execd(osb, sb.id) + "/code/context", json={"language": "python"}, timeout=30)
         assert r.status_code == 500 and r.json()["message"] == (
             'error creating code context. Get "http://127.0.0.1:9/api/kernelspecs": '
-            "dial tcp 127.0.0.1:9: connect: connection refused"), r.text
+            "dial tcp 127.0.0.1:9: connect: connection refused"
+        ), r.text
     finally:
         sb.kill()
 
@@ -218,20 +261,27 @@ def test_an_unreachable_jupyter_fails_the_create_after_the_bounded_wait(osb, mon
 def test_jupyter_dying_mid_run_keeps_the_stream_open_until_the_client_leaves(osb):
     from code_interpreter.sync import CodeInterpreterSync
     from opensandbox.sync import SandboxSync
+
     sb = SandboxSync.create(IMAGE, connection_config=sdk_config(osb, sync=True, timeout=60))
     try:
         CodeInterpreterSync.create(sb, ready_timeout=timedelta(seconds=60))
         url = _execd(osb, sb.id)
         got: list = []
-        with httpx.stream("POST", url + "/code", json={"code": "import time; print('go', flush=True); time.sleep(60)",
-                                                        "context": {"language": "python"}}, timeout=30) as r:
+        with httpx.stream(
+            "POST",
+            url + "/code",
+            json={"code": "import time; print('go', flush=True); time.sleep(60)", "context": {"language": "python"}},
+            timeout=30,
+        ) as r:
             it = r.iter_bytes()
             for chunk in it:
                 got.append(chunk)
                 if b'"go' in b"".join(got):
                     break
-            kill = sb.commands.run("for p in /proc/[0-9]*; do grep -qx 'jupyter-noteboo' $p/comm 2>/dev/null && "
-                                   "kill -9 ${p#/proc/}; done; echo done")
+            kill = sb.commands.run(
+                "for p in /proc/[0-9]*; do grep -qx 'jupyter-noteboo' $p/comm 2>/dev/null && "
+                "kill -9 ${p#/proc/}; done; echo done"
+            )
             assert "done" in "".join(m.text for m in kill.logs.stdout)
             for chunk in it:  # pings keep coming (3 s apart); no completion: execd's receiver just stopped
                 got.append(chunk)
@@ -245,7 +295,9 @@ def test_jupyter_dying_mid_run_keeps_the_stream_open_until_the_client_leaves(osb
             if "session is busy" not in r.text:
                 break
             time.sleep(0.1)
-        assert r.text.rstrip().endswith('"message":"error running codes failed to connect to kernel: dial tcp '
-                                        '127.0.0.1:44771: connect: connection refused"}'), r.text
+        assert r.text.rstrip().endswith(
+            '"message":"error running codes failed to connect to kernel: dial tcp '
+            '127.0.0.1:44771: connect: connection refused"}'
+        ), r.text
     finally:
         sb.kill()

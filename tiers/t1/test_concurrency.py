@@ -5,6 +5,7 @@ its own output (and only its own), and nothing crosses from one sandbox to anoth
 
 The figures (sandboxes, commands, writes, bytes, wall time) are printed (pytest -s) and attached to
 the test report as user properties."""
+
 from __future__ import annotations
 
 import base64
@@ -20,11 +21,11 @@ from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.epp import EppClient
 
 SANDBOXES = 20
-COMMANDS_EACH = 4          # exec.run per sandbox from the main process
-STREAMS_EACH = 1           # exec.start per sandbox from the main process
-WRITES_EACH = 3            # files.write per sandbox from the main process
-EXTRA_PROCESSES = 3        # more plugin processes, each on every other sandbox
-WAIT = 60.0                # a hang detector, not a speed assertion
+COMMANDS_EACH = 4  # exec.run per sandbox from the main process
+STREAMS_EACH = 1  # exec.start per sandbox from the main process
+WRITES_EACH = 3  # files.write per sandbox from the main process
+EXTRA_PROCESSES = 3  # more plugin processes, each on every other sandbox
+WAIT = 60.0  # a hang detector, not a speed assertion
 
 
 def _fire(epp: EppClient, calls: list[tuple[str, dict, object]]) -> list[tuple[object, dict]]:
@@ -47,8 +48,13 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
         extras: list[EppClient] = []
         try:
             started = time.monotonic()
-            created = _fire(main, [("sandbox.create", {"template": "base", "timeout": 600,
-                                                       "metadata": {"idx": str(i)}}, i) for i in range(SANDBOXES)])
+            created = _fire(
+                main,
+                [
+                    ("sandbox.create", {"template": "base", "timeout": 600, "metadata": {"idx": str(i)}}, i)
+                    for i in range(SANDBOXES)
+                ],
+            )
             sids = [r["sandbox_id"] for _, r in sorted(created, key=lambda x: x[0])]
             assert len(set(sids)) == SANDBOXES
             extras = [EppClient(data_dir, cfg) for _ in range(EXTRA_PROCESSES)]
@@ -65,19 +71,44 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
                 for k in range(COMMANDS_EACH):
                     token = f"cmd-{i}-{k}-{rng.getrandbits(48):012x}"
                     expected_out[token] = f"{sid}\n{token}\n"
-                    main_calls.append(("exec.run", {"sandbox_id": sid, "cmd": "sh",
-                                                    "args": ["-c", f'echo "$SB"; echo {token}'],
-                                                    "env": {"SB": sid}, "timeout": 30}, ("run", token)))
+                    main_calls.append(
+                        (
+                            "exec.run",
+                            {
+                                "sandbox_id": sid,
+                                "cmd": "sh",
+                                "args": ["-c", f'echo "$SB"; echo {token}'],
+                                "env": {"SB": sid},
+                                "timeout": 30,
+                            },
+                            ("run", token),
+                        )
+                    )
                 for k in range(STREAMS_EACH):
                     token = f"stream-{i}-{k}-{rng.getrandbits(48):012x}"
                     expected_out[token] = "".join(f"{token} {n}\n" for n in range(50))
-                    main_calls.append(("exec.start", {"sandbox_id": sid, "cmd": "sh", "args": [
-                        "-c", f'for n in $(seq 0 49); do echo "{token} $n"; done'], "timeout": 30}, ("stream", token)))
+                    main_calls.append(
+                        (
+                            "exec.start",
+                            {
+                                "sandbox_id": sid,
+                                "cmd": "sh",
+                                "args": ["-c", f'for n in $(seq 0 49); do echo "{token} $n"; done'],
+                                "timeout": 30,
+                            },
+                            ("stream", token),
+                        )
+                    )
                 for k in range(WRITES_EACH):
                     path, blob = f"/data/main-{k}.bin", _blob(rng)
                     expected_files[(sid, path)] = blob
-                    main_calls.append(("files.write", {"sandbox_id": sid, "path": path,
-                                                       "content_b64": base64.b64encode(blob).decode()}, ("write",)))
+                    main_calls.append(
+                        (
+                            "files.write",
+                            {"sandbox_id": sid, "path": path, "content_b64": base64.b64encode(blob).decode()},
+                            ("write",),
+                        )
+                    )
             plans.append((main, main_calls))
             for p, epp in enumerate(extras):
                 calls = []
@@ -86,12 +117,28 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
                         continue
                     token = f"extra-{p}-{i}-{rng.getrandbits(48):012x}"
                     expected_out[token] = f"{sid}\n{token}\n"
-                    calls.append(("exec.run", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", f'echo "$SB"; echo {token}'],
-                                               "env": {"SB": sid}, "timeout": 30}, ("run", token)))
+                    calls.append(
+                        (
+                            "exec.run",
+                            {
+                                "sandbox_id": sid,
+                                "cmd": "sh",
+                                "args": ["-c", f'echo "$SB"; echo {token}'],
+                                "env": {"SB": sid},
+                                "timeout": 30,
+                            },
+                            ("run", token),
+                        )
+                    )
                     path, blob = f"/data/extra-{p}.bin", _blob(rng)
                     expected_files[(sid, path)] = blob
-                    calls.append(("files.write", {"sandbox_id": sid, "path": path,
-                                                  "content_b64": base64.b64encode(blob).decode()}, ("write",)))
+                    calls.append(
+                        (
+                            "files.write",
+                            {"sandbox_id": sid, "path": path, "content_b64": base64.b64encode(blob).decode()},
+                            ("write",),
+                        )
+                    )
                 plans.append((epp, calls))
 
             results: dict[int, list] = {}
@@ -127,8 +174,9 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
                         assert res == {}
 
             # ---- files: every write reads back byte-identical, through the plugin and on disk
-            reads = _fire(main, [("files.read", {"sandbox_id": sid, "path": path}, (sid, path))
-                                 for (sid, path) in expected_files])
+            reads = _fire(
+                main, [("files.read", {"sandbox_id": sid, "path": path}, (sid, path)) for (sid, path) in expected_files]
+            )
             for (sid, path), res in reads:
                 assert base64.b64decode(res["content_b64"]) == expected_files[(sid, path)], (sid, path)
             listings = _fire(main, [("files.list", {"sandbox_id": sid, "path": "/data"}, sid) for sid in sids])
@@ -143,14 +191,21 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
 
             writes = len(expected_files)
             volume = sum(len(b) for b in expected_files.values())
-            figures = {"sandboxes": SANDBOXES, "plugin_processes": 1 + EXTRA_PROCESSES, "commands": commands,
-                       "streamed_commands": streams, "writes": writes, "bytes_written": volume,
-                       "wall_s": round(wall, 2)}
+            figures = {
+                "sandboxes": SANDBOXES,
+                "plugin_processes": 1 + EXTRA_PROCESSES,
+                "commands": commands,
+                "streamed_commands": streams,
+                "writes": writes,
+                "bytes_written": volume,
+                "wall_s": round(wall, 2),
+            }
             for k, v in figures.items():
                 record_property(k, v)
             print("\nconcurrency figures: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
-            assert commands == SANDBOXES * COMMANDS_EACH + sum(1 for p in range(EXTRA_PROCESSES)
-                                                              for i in range(SANDBOXES) if not (i + p) % 2)
+            assert commands == SANDBOXES * COMMANDS_EACH + sum(
+                1 for p in range(EXTRA_PROCESSES) for i in range(SANDBOXES) if not (i + p) % 2
+            )
             # four processes shared one data dir: every cache record is whole JSON (atomic replace)
             records = [json.loads(f.read_text()) for f in (pathlib.Path(data_dir) / "sandboxes").iterdir()]
             assert sorted(r["sandbox_id"] for r in records) == sorted(sids)
@@ -164,10 +219,17 @@ def test_many_sandboxes_many_requests(tmp_path, record_property):
 
 
 def test_concurrent_uploads_create_one_parent_directory(tmp_path):
-    with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.05) as mock, \
-            EppClient(str(tmp_path / "d"), {"base_url": mock.base_url, "api_key": mock.api_key}) as epp:
+    with (
+        MockOpenSandbox(execd_mode="latest", execd_close_delay=0.05) as mock,
+        EppClient(str(tmp_path / "d"), {"base_url": mock.base_url, "api_key": mock.api_key}) as epp,
+    ):
         sid = epp.call("sandbox.create", {"template": "base", "timeout": 600})["sandbox_id"]
         for n in range(8):
-            _fire(epp, [("files.write", {"sandbox_id": sid, "path": f"/race-{n}/a/b/f{i}", "content_b64": "eA=="}, i)
-                        for i in range(16)])
+            _fire(
+                epp,
+                [
+                    ("files.write", {"sandbox_id": sid, "path": f"/race-{n}/a/b/f{i}", "content_b64": "eA=="}, i)
+                    for i in range(16)
+                ],
+            )
         epp.call("sandbox.kill", {"sandbox_id": sid})

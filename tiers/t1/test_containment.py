@@ -4,6 +4,7 @@ per-command fallback without PID namespace, the non-root user-namespace paths).
 
 Expected values: fixtures/21_containment_probes.json (the real sandbox). See containment_probes.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,9 +92,15 @@ def test_entrypoint_and_its_children_are_contained(tmp_path):
     """PID 1's child (the entrypoint, started before any command) and a background process of it."""
     r = SandboxRuntime(str(tmp_path / "root"), isolate=True)
     try:
-        r.start_entrypoint(["/bin/sh", "-c", "grep -E '^(Cap|NoNewPrivs)' /proc/self/status > /tmp/ep; "
-                                             "(grep -E '^(Cap|NoNewPrivs)' /proc/self/status > /tmp/bg) & "
-                                             "exec sleep 30"])
+        r.start_entrypoint(
+            [
+                "/bin/sh",
+                "-c",
+                "grep -E '^(Cap|NoNewPrivs)' /proc/self/status > /tmp/ep; "
+                "(grep -E '^(Cap|NoNewPrivs)' /proc/self/status > /tmp/bg) & "
+                "exec sleep 30",
+            ]
+        )
         ep, bg = tmp_path / "root" / "tmp" / "ep", tmp_path / "root" / "tmp" / "bg"
         wait_until(lambda: ep.exists() and bg.exists() and bg.read_text().count("\n") >= 6, 10.0, 0.02)
         cp._check_caps(0, ep.read_text())
@@ -149,8 +156,11 @@ def test_pty_shell_with_controlling_tty_is_contained(rt):
     """PTY sessions (controlling_tty=True) take the same path."""
     import pty as ptymod
 
-    buf = _on_pty(rt, ["/bin/sh", "-c", "grep -E '^(Cap|NoNewPrivs)' /proc/self/status; test -t 0 && echo tty=yes"],
-                  *ptymod.openpty())
+    buf = _on_pty(
+        rt,
+        ["/bin/sh", "-c", "grep -E '^(Cap|NoNewPrivs)' /proc/self/status; test -t 0 && echo tty=yes"],
+        *ptymod.openpty(),
+    )
     out = buf.decode().replace("\r\n", "\n")
     cp._check_caps(0, out)
     assert "tty=yes" in out
@@ -168,9 +178,12 @@ def test_pty_comes_from_the_sandbox_devpts(rt):
 def test_privileged_wrappers_never_see_loader_variables(rt, tmp_path):
     """LD_PRELOAD & co. reach the command, not the privileged wrappers that run before the drop."""
     _rc, out = _run(rt, "true")
-    p = rt.spawn(["/bin/sh", "-c", 'echo "$LD_PRELOAD|$GCONV_PATH"'], env={"LD_PRELOAD": "/nonexistent/x.so",
-                                                                           "GCONV_PATH": "/nonexistent"},
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = rt.spawn(
+        ["/bin/sh", "-c", 'echo "$LD_PRELOAD|$GCONV_PATH"'],
+        env={"LD_PRELOAD": "/nonexistent/x.so", "GCONV_PATH": "/nonexistent"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = p.communicate(timeout=30)
     assert out.decode().strip() == "/nonexistent/x.so|/nonexistent"
     # ld.so would complain about the missing preload in every wrapper that saw it; the command itself does too
@@ -178,6 +191,7 @@ def test_privileged_wrappers_never_see_loader_variables(rt, tmp_path):
 
 
 # -- the other execution paths, each in a fresh process ----------------------------------------
+
 
 def _interpreter(as_nobody: bool) -> str:
     """An interpreter the unprivileged user can execute (the test's may live under root's 0700 home)."""
@@ -206,12 +220,24 @@ def _switches() -> dict[str, str]:
 
 def _nobody_probe(env: dict[str, str]) -> subprocess.CompletedProcess:
     """probe_isolation() of the mock run as uid 65534: its (isolated, note) on stdout, one per line."""
-    return subprocess.run([shutil.which("setpriv") or "setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
-                           "--clear-groups", "--", _interpreter(True), "-c",
-                           "import sys; sys.path.insert(0, %r); import mock_opensandbox.runtime as r; "
-                           "print(*r.probe_isolation()[:2], sep=chr(10))" % cp.REPO],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60, cwd="/tmp",
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", **env})
+    return subprocess.run(
+        [
+            shutil.which("setpriv") or "setpriv",
+            "--reuid=%d" % NOBODY,
+            "--regid=%d" % NOBODY,
+            "--clear-groups",
+            "--",
+            _interpreter(True),
+            "-c",
+            "import sys; sys.path.insert(0, %r); import mock_opensandbox.runtime as r; "
+            "print(*r.probe_isolation()[:2], sep=chr(10))" % cp.REPO,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+        cwd="/tmp",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", **env},
+    )
 
 
 def _nobody_can_run() -> str | None:
@@ -239,8 +265,9 @@ def test_nonroot_without_user_namespaces_is_not_isolated():
     if p.returncode != 0:
         pytest.skip("uid 65534 cannot run the mock here (the repo or the interpreter is unreadable)")
     out = p.stdout.decode()
-    assert out.startswith("False\nsandbox isolation needs a user namespace (switched off by OSB_MOCK_NO): "
-                          "commands run ON THE HOST"), out
+    assert out.startswith(
+        "False\nsandbox isolation needs a user namespace (switched off by OSB_MOCK_NO): commands run ON THE HOST"
+    ), out
 
 
 PATHS = {

@@ -4,6 +4,7 @@ in-process execd, as a new user would try it) and on a sandbox whose execd is th
 
 Expected values: fixtures/21_containment_probes.json (see containment_probes.py).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -72,6 +73,7 @@ def test_health_says_isolated(mock_sandbox):
 
 # -- the real execd inside the sandbox -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def real_execd_sandbox():
     if optional.off("execd") or not (os.path.isfile(REAL_EXECD) and os.access(REAL_EXECD, os.X_OK)):
@@ -113,8 +115,12 @@ def test_real_execd_files_api_cannot_reach_host_paths(real_execd_sandbox, tmp_pa
     q = urllib.parse.quote(str(victim))
     api.call("DELETE", f"{prefix}/directories?path={q}", hostport=hostport, headers=headers)
     assert (victim / "keep").read_text() == "host file\n"
-    status, body = api.call("GET", prefix + "/files/download?path=" + urllib.parse.quote(str(victim / "keep")),
-                            hostport=hostport, headers=headers)
+    status, body = api.call(
+        "GET",
+        prefix + "/files/download?path=" + urllib.parse.quote(str(victim / "keep")),
+        hostport=hostport,
+        headers=headers,
+    )
     assert b"host file" not in body
     status, body = api.call("GET", prefix + "/files/download?path=/etc/shadow", hostport=hostport, headers=headers)
     try:

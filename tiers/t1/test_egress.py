@@ -4,6 +4,7 @@ own resolver on 127.0.0.1, denied -> NXDOMAIN), the policy is read and changed a
 the official SDK (opensandbox 1.1.1), and create answers the server's validation (issue text:
 measured with the real sidecar). Every lookup runs inside a mock sandbox; the test resolver is told
 which names it was asked, so a denied name must never reach it."""
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,18 @@ from tiers.toolkit.dnsserver import StubResolver
 from tiers.toolkit.marks import ISOLATED, NOTE
 from tiers.toolkit.sdk import sdk_config
 
-pytestmark = pytest.mark.skipif(not (ISOLATED and probe_result()[3] is not None) or bool(mode_problem("dns", "bridge")),
-                                reason="no per-sandbox network namespaces or no root here: "
-                                       + (mode_problem("dns", "bridge") or " ".join(NOTE.split())))
-RECORDS = {"allowed.test": "10.1.2.3", "a.wild.test": "10.1.2.4", "wild.test": "10.1.2.6",
-           "other.test": "10.1.2.5", "blocked.test": "10.1.2.7"}
+pytestmark = pytest.mark.skipif(
+    not (ISOLATED and probe_result()[3] is not None) or bool(mode_problem("dns", "bridge")),
+    reason="no per-sandbox network namespaces or no root here: "
+    + (mode_problem("dns", "bridge") or " ".join(NOTE.split())),
+)
+RECORDS = {
+    "allowed.test": "10.1.2.3",
+    "a.wild.test": "10.1.2.4",
+    "wild.test": "10.1.2.6",
+    "other.test": "10.1.2.5",
+    "blocked.test": "10.1.2.7",
+}
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
 READY = 1.0  # --egress-ready-timeout: the server's 30 s wait, shortened for the test
 
@@ -58,6 +66,7 @@ def sandbox(osb):
         sb = SandboxSync.create("python:3", connection_config=sdk_config(osb, sync=True), network_policy=pol)
         made.append(sb)
         return sb
+
     yield make
     for sb in made:
         sb.kill()
@@ -75,7 +84,7 @@ def test_deny_by_default_allows_only_the_listed_names_and_wildcards(sandbox, dns
     del dns.asked[:]
     assert resolves(sb, "allowed.test") == "10.1.2.3"
     assert resolves(sb, "a.wild.test") == "10.1.2.4"
-    assert resolves(sb, "wild.test") is None        # "*.x" matches subdomains only (policy.go matchesDomain)
+    assert resolves(sb, "wild.test") is None  # "*.x" matches subdomains only (policy.go matchesDomain)
     assert resolves(sb, "other.test") is None
     assert resolves(sb, "localhost") is not None  # /etc/hosts, as live
     assert set(dns.asked) == {"allowed.test", "a.wild.test"}  # denied names never left the sandbox
@@ -122,8 +131,12 @@ def test_policy_api_needs_the_endpoint_header(osb, sandbox):
     hostport, _, prefix = ep["endpoint"].partition("/")
     assert rest.call(hostport, "GET", "/" + prefix + "/policy").status == 401
     ok = rest.call(hostport, "GET", "/" + prefix + "/policy", headers=ep["headers"])
-    assert ok.status == 200 and ok.json() == {"status": "ok", "mode": "deny_all", "enforcementMode": "dns",
-                                              "policy": {"egress": [], "defaultAction": "deny"}}
+    assert ok.status == 200 and ok.json() == {
+        "status": "ok",
+        "mode": "deny_all",
+        "enforcementMode": "dns",
+        "policy": {"egress": [], "defaultAction": "deny"},
+    }
     bad = rest.call(hostport, "PATCH", "/" + prefix + "/policy", [], headers=ep["headers"])
     assert (bad.status, bad.body) == (400, b"invalid patch rules: empty array\n")
 
@@ -138,14 +151,23 @@ def test_the_sidecar_goes_with_the_sandbox(osb):
     assert "egress" not in sb.resources and sc.dns.fileno() == -1 and not any(t.is_alive() for t in sc._threads)
 
 
-@pytest.mark.parametrize("policy,status,code", [
-    pytest.param({"defaultAction": "whatever"}, 202, None,  # not checked by the server or the sidecar
-                 marks=pytest.mark.spec_exempt("an unknown defaultAction is accepted (202), measured live with the "
-                                               "egress image; the spec's enum says allow|deny")),
-    ({"defaultAction": "deny"}, 202, None),                      # no egress list
-    ({"egress": [{"action": "allow", "target": ""}]}, 422, "string_too_short"),
-    ("deny", 422, "model_attributes_type"),
-])
+@pytest.mark.parametrize(
+    "policy,status,code",
+    [
+        pytest.param(
+            {"defaultAction": "whatever"},
+            202,
+            None,  # not checked by the server or the sidecar
+            marks=pytest.mark.spec_exempt(
+                "an unknown defaultAction is accepted (202), measured live with the "
+                "egress image; the spec's enum says allow|deny"
+            ),
+        ),
+        ({"defaultAction": "deny"}, 202, None),  # no egress list
+        ({"egress": [{"action": "allow", "target": ""}]}, 422, "string_too_short"),
+        ("deny", 422, "model_attributes_type"),
+    ],
+)
 def test_create_validation(osb, policy, status, code):
     r = api(osb, "POST", "/v1/sandboxes", dict(BODY, networkPolicy=policy))
     assert r.status == status, r.body
@@ -157,7 +179,9 @@ def test_create_validation(osb, policy, status, code):
 
 def test_a_policy_the_sidecar_refuses_fails_the_create_after_the_ready_wait(osb):
     before = set(osb.sandboxes)
-    r = api(osb, "POST", "/v1/sandboxes", dict(BODY, networkPolicy={"egress": [{"action": "maybe", "target": "x.test"}]}))
+    r = api(
+        osb, "POST", "/v1/sandboxes", dict(BODY, networkPolicy={"egress": [{"action": "maybe", "target": "x.test"}]})
+    )
     assert r.status == 500 and r.json()["code"] == "DOCKER::SANDBOX_START_FAILED"
     assert r.json()["message"].startswith("Egress sidecar did not become ready within 1s for sandbox ")
     assert r.json()["message"].endswith(": [Errno 104] Connection reset by peer")  # live (fixtures/26)
@@ -167,7 +191,10 @@ def test_a_policy_the_sidecar_refuses_fails_the_create_after_the_ready_wait(osb)
 def test_off_is_a_server_without_an_egress_image():
     with MockOpenSandbox(egress_mode="off", execd_close_delay=0) as m:
         r = api(m, "POST", "/v1/sandboxes", dict(BODY, networkPolicy={"defaultAction": "deny"}))
-        assert (r.status, r.json()["message"]) == (400, "egress.image must be configured when networkPolicy is provided.")
+        assert (r.status, r.json()["message"]) == (
+            400,
+            "egress.image must be configured when networkPolicy is provided.",
+        )
 
 
 def test_host_network_refuses_a_policy():
@@ -185,8 +212,10 @@ def test_bad_settings_are_refused():
         MockOpenSandbox(egress_ready_timeout=-1)
 
 
-@pytest.mark.skipif(bool(os.environ.get("OSB_TEST_HAS_NFT")) or not mode_problem("dns+nft", "bridge"),
-                    reason="nft is installed: dns+nft runs here")
+@pytest.mark.skipif(
+    bool(os.environ.get("OSB_TEST_HAS_NFT")) or not mode_problem("dns+nft", "bridge"),
+    reason="nft is installed: dns+nft runs here",
+)
 def test_dns_nft_without_nft_is_refused_at_start():
     m = MockOpenSandbox(egress_mode="dns+nft")
     with pytest.raises(RuntimeError, match="needs nft"):
@@ -198,8 +227,12 @@ def test_dns_nft_without_nft_is_refused_at_start():
 def _ruleset(pid: int) -> str:
     import subprocess
 
-    return subprocess.run(["nsenter", "--net=/proc/%d/ns/net" % pid, "nft", "list", "table", "inet", "opensandbox"],
-                          capture_output=True, text=True, timeout=30).stdout
+    return subprocess.run(
+        ["nsenter", "--net=/proc/%d/ns/net" % pid, "nft", "list", "table", "inet", "opensandbox"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
 
 
 @pytest.mark.skipif(bool(mode_problem("dns+nft", "bridge")), reason=mode_problem("dns+nft", "bridge") or "-")
@@ -212,9 +245,14 @@ def test_dns_nft_accepts_only_allowed_names_addresses_and_literal_rules(dns):
     from opensandbox.sync.sandbox import SandboxSync
 
     with MockOpenSandbox(egress_mode="dns+nft", egress_dns_upstream=dns.address, execd_close_delay=0) as m:
-        pol = NetworkPolicy(default_action="deny", egress=[NetworkRule(action="allow", target="allowed.test"),
-                                                           NetworkRule(action="allow", target="10.9.0.0/16"),
-                                                           NetworkRule(action="deny", target="10.9.9.9")])
+        pol = NetworkPolicy(
+            default_action="deny",
+            egress=[
+                NetworkRule(action="allow", target="allowed.test"),
+                NetworkRule(action="allow", target="10.9.0.0/16"),
+                NetworkRule(action="deny", target="10.9.9.9"),
+            ],
+        )
         sb = SandboxSync.create("python:3", connection_config=sdk_config(m, sync=True), network_policy=pol)
         try:
             pid = m.store.get(sb.id).runtime._holder.pid

@@ -5,6 +5,7 @@ listener there on 10.199.0.2 (the "host address" of a Docker bridge, as live: a 
 address). The stub resolver names it ``peer.test``. Checked with the mock's sidecar and, when it can run here,
 the real one (--egress-bin, -m slow: tiers/diff compares it by default); ``dns`` mode is the control (addresses are not filtered).
 Everything made here dies with the peer process and the sandbox."""
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,18 @@ from tiers.toolkit.marks import ISOLATED
 from tiers.toolkit.sdk import sdk_config
 
 PEER, MINE, PORT = "10.199.0.2", "10.199.0.1", 8099
-BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
-                   "shared", "opensandbox", "egress", "egress")
-WHY = ("no per-sandbox network namespaces here" if not (ISOLATED and probe_result()[3] is not None)
-       else mode_problem("dns+nft", "bridge") or ("" if shutil.which("ip") else "no ip (iproute2)"))
+BIN = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+    "shared",
+    "opensandbox",
+    "egress",
+    "egress",
+)
+WHY = (
+    "no per-sandbox network namespaces here"
+    if not (ISOLATED and probe_result()[3] is not None)
+    else mode_problem("dns+nft", "bridge") or ("" if shutil.which("ip") else "no ip (iproute2)")
+)
 pytestmark = pytest.mark.skipif(bool(WHY), reason=WHY or "-")
 REAL_WHY = binary_problem(BIN, "dns+nft") if os.path.exists(BIN) else "no egress binary at " + BIN
 
@@ -46,8 +55,12 @@ class Peer:
 
     def link(self, holder_pid: int) -> None:
         inside = ["nsenter", "--net=/proc/%d/ns/net" % holder_pid]
-        subprocess.run(inside + ["ip", "link", "add", "osbt0", "type", "veth", "peer", "name", "osbt1", "netns",
-                                 str(self.proc.pid)], check=True, timeout=10)
+        subprocess.run(
+            inside
+            + ["ip", "link", "add", "osbt0", "type", "veth", "peer", "name", "osbt1", "netns", str(self.proc.pid)],
+            check=True,
+            timeout=10,
+        )
         subprocess.run(inside + ["ip", "addr", "add", MINE + "/24", "dev", "osbt0"], check=True, timeout=10)
         subprocess.run(inside + ["ip", "link", "set", "osbt0", "up"], check=True, timeout=10)
         there = ["nsenter", "--net=" + self.ns]
@@ -85,17 +98,26 @@ class Peer:
         self.proc.wait(timeout=10)
 
 
-PROBE = ("python3 -c \"import socket; s=socket.socket(); s.settimeout(1.5)\n"
-         "try: s.connect(('%s', %d)); print(s.recv(2).decode())\nexcept OSError as e: print('dropped')\"" % (PEER, PORT))
+PROBE = (
+    'python3 -c "import socket; s=socket.socket(); s.settimeout(1.5)\n'
+    "try: s.connect(('%s', %d)); print(s.recv(2).decode())\nexcept OSError as e: print('dropped')\"" % (PEER, PORT)
+)
 
 
 def reach(sb) -> str:
     return "".join(m.text for m in sb.commands.run(PROBE).logs.stdout).strip()
 
 
-@pytest.mark.parametrize("mode,real", [("dns", False), ("dns+nft", False),
-                                       pytest.param("dns+nft", True, marks=[pytest.mark.slow, pytest.mark.skipif(
-                                           bool(REAL_WHY), reason=REAL_WHY or "-")])])
+@pytest.mark.parametrize(
+    "mode,real",
+    [
+        ("dns", False),
+        ("dns+nft", False),
+        pytest.param(
+            "dns+nft", True, marks=[pytest.mark.slow, pytest.mark.skipif(bool(REAL_WHY), reason=REAL_WHY or "-")]
+        ),
+    ],
+)
 def test_an_address_is_reachable_only_when_the_policy_allows_it(mode, real, request):
     if real and "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("the real sidecar's drop: run with `make test-slow` (-m slow)")
@@ -105,9 +127,16 @@ def test_an_address_is_reachable_only_when_the_policy_allows_it(mode, real, requ
 
     peer = Peer()
     try:
-        with StubResolver({"peer.test": PEER}) as dns, \
-                MockOpenSandbox(egress_mode=mode, egress_dns_upstream=dns.address, execd_close_delay=0,
-                                egress_ready_timeout=5, egress_bin=BIN if real else None) as m:
+        with (
+            StubResolver({"peer.test": PEER}) as dns,
+            MockOpenSandbox(
+                egress_mode=mode,
+                egress_dns_upstream=dns.address,
+                execd_close_delay=0,
+                egress_ready_timeout=5,
+                egress_bin=BIN if real else None,
+            ) as m,
+        ):
             pol = NetworkPolicy(default_action="deny", egress=[NetworkRule(action="allow", target="peer.test")])
             sb = SandboxSync.create("python:3", connection_config=sdk_config(m, sync=True), network_policy=pol)
             try:
@@ -115,11 +144,11 @@ def test_an_address_is_reachable_only_when_the_policy_allows_it(mode, real, requ
                 if mode == "dns":
                     assert reach(sb) == "hi"  # dns: a literal address is not filtered (live: the same)
                     return
-                assert reach(sb) == "dropped"            # not resolved yet: not in the allowed addresses
+                assert reach(sb) == "dropped"  # not resolved yet: not in the allowed addresses
                 sb.commands.run("getent hosts peer.test")
-                assert reach(sb) == "hi"                 # its A record, through the resolver: allowed
+                assert reach(sb) == "hi"  # its A record, through the resolver: allowed
                 sb.patch_egress_rules([NetworkRule(action="deny", target=PEER)])
-                assert reach(sb) == "dropped"            # a literal deny goes before the resolved addresses
+                assert reach(sb) == "dropped"  # a literal deny goes before the resolved addresses
             finally:
                 sb.kill()
     finally:

@@ -2,6 +2,7 @@
 loopback with the names the live sandboxes resolve) answer what the live server with the real sidecar answers
 (tiers/t4/test_live_egress.py runs the same steps there). The literal-address step needs two sandboxes on one
 bridge, which the mock has not: test_egress_nft.py checks dns+nft's drop on a veth pair instead."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,13 +14,16 @@ from tiers import egress_steps as E
 from tiers.toolkit.dnsserver import StubResolver
 from tiers.toolkit.marks import ISOLATED
 
-pytestmark = pytest.mark.skipif(not (ISOLATED and probe_result()[3] is not None) or bool(mode_problem("dns", "bridge")),
-                                reason="no per-sandbox network namespaces or no root here")
+pytestmark = pytest.mark.skipif(
+    not (ISOLATED and probe_result()[3] is not None) or bool(mode_problem("dns", "bridge")),
+    reason="no per-sandbox network namespaces or no root here",
+)
 
 
 @pytest.mark.slow
-@pytest.mark.spec_exempt("an unknown defaultAction is accepted (202), measured live with the egress image; the "
-                         "spec's enum says allow|deny")
+@pytest.mark.spec_exempt(
+    "an unknown defaultAction is accepted (202), measured live with the egress image; the spec's enum says allow|deny"
+)
 def test_the_sdk_steps_answer_as_live(request):
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("the step table on the mock (about 10 s): run with `make test-slow` (-m slow)")

@@ -1,4 +1,5 @@
 """POST /command and friends against the mock execd, in both framing modes (recordings 07-12, 17)."""
+
 from __future__ import annotations
 
 import http.client
@@ -37,8 +38,11 @@ def test_exit_code_error_event_and_framing(client):
     ev = r.events()
     assert [e["type"] for e in ev[:2]] == ["init", "ping"]
     assert HEX32.match(ev[0]["text"]) and ev[1]["text"] == "pong"
-    assert ev[-1] == {"type": "error", "timestamp": ev[-1]["timestamp"],
-                      "error": {"ename": "CommandExecError", "evalue": "3", "traceback": ["exit status 3"]}}
+    assert ev[-1] == {
+        "type": "error",
+        "timestamp": ev[-1]["timestamp"],
+        "error": {"ename": "CommandExecError", "evalue": "3", "traceback": ["exit status 3"]},
+    }
     # key order as recorded: type, timestamp, error
     assert r.body.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].startswith(b'{"type":"error","timestamp":')
     suffix = "\n" if client.mode == "latest" else ""
@@ -53,8 +57,10 @@ def test_exit_code_error_event_and_framing(client):
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$", body["started_at"])
     logs = client.get(f"/command/{ev[0]['text']}/logs")
     assert logs.status == 400
-    assert logs.json() == {"code": "INVALID_REQUEST_BODY",
-                           "message": f"command {ev[0]['text']} is not running in background"}
+    assert logs.json() == {
+        "code": "INVALID_REQUEST_BODY",
+        "message": f"command {ev[0]['text']} is not running in background",
+    }
 
 
 @pytest.mark.parametrize("cmd", ["true", "exit 0"])
@@ -102,9 +108,14 @@ def test_unicode_and_json_looking_output(client):
     assert text == 'h\u00e9llo \u2603\n{"json": true}\ndata: fake\n'
 
 
-@pytest.mark.parametrize("cmd,evalue,tb", [("kill -9 $$", "-1", "signal: killed"),
-                                           ("exit 255", "255", "exit status 255"),
-                                           ("kill -TERM $$", "-1", "signal: terminated")])
+@pytest.mark.parametrize(
+    "cmd,evalue,tb",
+    [
+        ("kill -9 $$", "-1", "signal: killed"),
+        ("exit 255", "255", "exit status 255"),
+        ("kill -TERM $$", "-1", "signal: terminated"),
+    ],
+)
 def test_exit_matrix(client, cmd, evalue, tb):
     ev = client.run(cmd).events()
     assert ev[-1]["error"] == {"ename": "CommandExecError", "evalue": evalue, "traceback": [tb]}
@@ -122,35 +133,66 @@ def test_nul_byte_in_a_command_is_execs_einval(client, runtime):
     ev = client.run("echo a\x00b").events()
     errs = [e["error"] for e in ev if e.get("type") == "error"]
     exe = runtime.which("bash") or "bash"
-    assert errs == [{"ename": "CommandExecError", "evalue": "fork/exec %s: invalid argument" % exe,
-                     "traceback": ["fork/exec %s: invalid argument" % exe]}], ev
+    assert errs == [
+        {
+            "ename": "CommandExecError",
+            "evalue": "fork/exec %s: invalid argument" % exe,
+            "traceback": ["fork/exec %s: invalid argument" % exe],
+        }
+    ], ev
     assert not outputs(ev, "stdout"), ev
 
 
-REQUIRED = ("invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
-            "'Command' failed on the 'required' tag")
+REQUIRED = (
+    "invalid request, validation error Key: 'RunCommandRequest.Command' Error:Field validation for "
+    "'Command' failed on the 'required' tag"
+)
 
 
-@pytest.mark.parametrize("body,message", [
-    ('{"argv": ["echo", "hi"]}', REQUIRED),
-    ("{}", REQUIRED),
-    ('{"command": ["echo", "hi"]}', "error parsing request, MAYBE invalid body format. json: cannot unmarshal "
-                                    "array into Go struct field RunCommandRequest.command of type string"),
-    ("{not json", "error parsing request, MAYBE invalid body format. invalid character 'n' looking for "
-                  "beginning of object key string"),
-    ('{"command": "echo x", "timeout": -5}', "invalid request, validation error Key: 'RunCommandRequest.TimeoutMs' "
-                                             "Error:Field validation for 'TimeoutMs' failed on the 'gte' tag"),
-    ('{"command": "echo x", "cwd": "/no/such/dir"}', "invalid request, validation error working directory does "
-                                                     "not exist: /no/such/dir: stat /no/such/dir: no such file or directory"),
-    ("", "error parsing request, MAYBE invalid body format. EOF"),
-    ("[1]", "error parsing request, MAYBE invalid body format. json: cannot unmarshal array into Go value of "
-            "type model.RunCommandRequest"),
-    # a number into a string field: no literal in the text (the binary; tiers/diff command.validation)
-    ('{"command": 1.5}', "error parsing request, MAYBE invalid body format. json: cannot unmarshal number "
-                         "into Go struct field RunCommandRequest.command of type string"),
-    ('{"command": "x", "timeout": 1.5}', "error parsing request, MAYBE invalid body format. json: cannot unmarshal "
-                                         "number 1.5 into Go struct field RunCommandRequest.timeout of type int64"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ('{"argv": ["echo", "hi"]}', REQUIRED),
+        ("{}", REQUIRED),
+        (
+            '{"command": ["echo", "hi"]}',
+            "error parsing request, MAYBE invalid body format. json: cannot unmarshal "
+            "array into Go struct field RunCommandRequest.command of type string",
+        ),
+        (
+            "{not json",
+            "error parsing request, MAYBE invalid body format. invalid character 'n' looking for "
+            "beginning of object key string",
+        ),
+        (
+            '{"command": "echo x", "timeout": -5}',
+            "invalid request, validation error Key: 'RunCommandRequest.TimeoutMs' "
+            "Error:Field validation for 'TimeoutMs' failed on the 'gte' tag",
+        ),
+        (
+            '{"command": "echo x", "cwd": "/no/such/dir"}',
+            "invalid request, validation error working directory does "
+            "not exist: /no/such/dir: stat /no/such/dir: no such file or directory",
+        ),
+        ("", "error parsing request, MAYBE invalid body format. EOF"),
+        (
+            "[1]",
+            "error parsing request, MAYBE invalid body format. json: cannot unmarshal array into Go value of "
+            "type model.RunCommandRequest",
+        ),
+        # a number into a string field: no literal in the text (the binary; tiers/diff command.validation)
+        (
+            '{"command": 1.5}',
+            "error parsing request, MAYBE invalid body format. json: cannot unmarshal number "
+            "into Go struct field RunCommandRequest.command of type string",
+        ),
+        (
+            '{"command": "x", "timeout": 1.5}',
+            "error parsing request, MAYBE invalid body format. json: cannot unmarshal "
+            "number 1.5 into Go struct field RunCommandRequest.timeout of type int64",
+        ),
+    ],
+)
 def test_v1_bad_requests_recording_11(make_execd, body, message):
     c = Client(make_execd(mode="v1.1.0").port)
     r = c.post("/command", body, headers={"Content-Type": "application/json"})
@@ -173,17 +215,22 @@ def test_latest_argv_runs_without_shell(make_execd):
     assert st["content"] == '["echo","$HOME","a;b"]'
     ev = c.post("/command", {"argv": ["no-such-program-xyz"]}).events()
     assert ev[-1]["error"]["evalue"] == 'exec: "no-such-program-xyz": executable file not found in $PATH'
-    for body, msg in [({"command": "echo", "argv": ["echo"]},
-                       "error parsing request, MAYBE invalid body format. exactly one of non-empty command or argv is required"),
-                      ({}, "error parsing request, MAYBE invalid body format. exactly one of non-empty command or argv is required"),
-                      ({"argv": []}, "invalid request, validation error argv must contain a non-empty executable")]:
+    for body, msg in [
+        (
+            {"command": "echo", "argv": ["echo"]},
+            "error parsing request, MAYBE invalid body format. exactly one of non-empty command or argv is required",
+        ),
+        ({}, "error parsing request, MAYBE invalid body format. exactly one of non-empty command or argv is required"),
+        ({"argv": []}, "invalid request, validation error argv must contain a non-empty executable"),
+    ]:
         r = c.post("/command", body)
         assert (r.status, r.json()["message"]) == (400, msg)
 
 
 def test_background_status_logs_cursor_recording_10(client):
-    ev = client.run("for i in 1 2 3; do echo line$i; sleep 0.1; done; echo bg-err >&2; exit 5",
-                    background=True).events()
+    ev = client.run(
+        "for i in 1 2 3; do echo line$i; sleep 0.1; done; echo bg-err >&2; exit 5", background=True
+    ).events()
     assert [e["type"] for e in ev] == ["init", "ping", "execution_complete"]
     cid = ev[0]["text"]
     wait_until(lambda: not client.get(f"/command/status/{cid}").json()["running"], 10)
@@ -227,7 +274,10 @@ def test_interrupt_background(client):
     assert (st["running"], st["exit_code"], st["error"]) == (False, -1, "signal: terminated")
     assert client.get(f"/command/{cid}/logs").text == "started\n"
     again = client.delete(f"/command?id={cid}")
-    assert again.status == 500 and again.json()["message"] == f"error interruptting code context. command session {cid} is not running"
+    assert (
+        again.status == 500
+        and again.json()["message"] == f"error interruptting code context. command session {cid} is not running"
+    )
 
 
 def test_heartbeat_pings_while_running(make_execd):
@@ -262,8 +312,10 @@ def test_client_disconnect_leaves_foreground_command_running(make_execd, runtime
     s = make_execd()
     sock = socket.create_connection(("127.0.0.1", s.port))
     body = json.dumps({"command": "echo go; sleep 0.3; echo done > /tmp/after-disconnect"}).encode()
-    sock.sendall(b"POST /command HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                 % (len(body), body))
+    sock.sendall(
+        b"POST /command HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body)
+    )
     buf = b""
     deadline = time.monotonic() + 10
     while b'"type":"stdout"' not in buf and time.monotonic() < deadline:
@@ -278,6 +330,7 @@ def test_client_disconnect_leaves_foreground_command_running(make_execd, runtime
                 return fh.read()
         except FileNotFoundError:
             return ""
+
     wait_until(lambda: written() == "done\n", 10)
     assert written() == "done\n"
 

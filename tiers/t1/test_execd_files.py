@@ -1,4 +1,5 @@
 """Files and directories routes of the mock execd (recording 13/18; execd filesystem controllers)."""
+
 from __future__ import annotations
 
 import http.client
@@ -38,8 +39,13 @@ def test_replay_recording_13(c):
     for ex in json.loads((SHARED / "13_files_and_directories.json").read_text()):
         rq, rs = ex["request"], ex["response"]
         hdr = {k: v for k, v in rq["headers"].items() if k.lower() not in ("host", "content-length", "accept-encoding")}
-        r = c.request(rq["method"], rq["path"], rq["body"].encode() if rq["body"] is not None else None,
-                      headers=hdr, raw_path=True)
+        r = c.request(
+            rq["method"],
+            rq["path"],
+            rq["body"].encode() if rq["body"] is not None else None,
+            headers=hdr,
+            raw_path=True,
+        )
         assert r.status == rs["status"], rq["path"]
         assert TS.sub("T", r.text) == TS.sub("T", rs["body"]), rq["path"]
         for name in ("Content-Type", "Content-Disposition", "Accept-Ranges", "Content-Range", "Content-Length"):
@@ -52,8 +58,11 @@ def test_replay_recording_13(c):
 
 
 def test_upload_download_byte_exact(c):
-    blobs = {"/tmp/bin/zero.bin": b"\x00\xff\r\n--x\r\n" * 100, "/tmp/bin/empty": b"",
-             "/workspace/big.bin": os.urandom(3 * 1024 * 1024 + 7)}
+    blobs = {
+        "/tmp/bin/zero.bin": b"\x00\xff\r\n--x\r\n" * 100,
+        "/tmp/bin/empty": b"",
+        "/workspace/big.bin": os.urandom(3 * 1024 * 1024 + 7),
+    }
     assert upload(c, [(p, d, None) for p, d in blobs.items()]).status == 200
     for p, d in blobs.items():
         r = c.get(f"/files/download?path={p}")
@@ -64,8 +73,16 @@ def test_upload_download_byte_exact(c):
 
 
 def test_upload_mode_and_sdk_shape(c):
-    assert upload(c, [("/tmp/sdk.txt", b"hello from sdk\n", {"owner": None, "group": None, "mode": 755}),
-                      ("/tmp/m.txt", b"x", {"mode": 600})]).status == 200
+    assert (
+        upload(
+            c,
+            [
+                ("/tmp/sdk.txt", b"hello from sdk\n", {"owner": None, "group": None, "mode": 755}),
+                ("/tmp/m.txt", b"x", {"mode": 600}),
+            ],
+        ).status
+        == 200
+    )
     info = c.get("/files/info?path=/tmp/sdk.txt&path=/tmp/m.txt").json()
     assert info["/tmp/sdk.txt"]["mode"] == 755 and info["/tmp/m.txt"]["mode"] == 600
     r = c.get("/files/download?path=%2Ftmp%2Fsdk.txt")
@@ -73,17 +90,36 @@ def test_upload_mode_and_sdk_shape(c):
     assert r.header("Content-Disposition") == 'attachment; filename="sdk.txt"'
 
 
-@pytest.mark.parametrize("fields,code,message", [
-    ([("metadata", None, None, b'{"path":"/tmp/a"}'), ("file", "a", None, b"x")],
-     "INVALID_FILE_METADATA", "metadata file is missing"),
-    ([("metadata", "metadata", None, b'{"path":"/tmp/a"}')], "INVALID_FILE_CONTENT", "file is missing"),
-    ([("metadata", "metadata", None, b'{"path":"/tmp/a"}'), ("metadata", "metadata", None, b'{"path":"/tmp/b"}'),
-      ("file", "a", None, b"x")], "INVALID_FILE", "metadata and file count mismatch: 2 vs 1"),
-    ([("metadata", "metadata", None, b'{"path":'), ("file", "a", None, b"x")],
-     "INVALID_FILE_METADATA", "invalid metadata format. unexpected end of JSON input"),
-    ([("metadata", "metadata", None, b'{"mode":644}'), ("file", "a", None, b"x")],
-     "INVALID_FILE_METADATA", "metadata path is empty"),
-])
+@pytest.mark.parametrize(
+    "fields,code,message",
+    [
+        (
+            [("metadata", None, None, b'{"path":"/tmp/a"}'), ("file", "a", None, b"x")],
+            "INVALID_FILE_METADATA",
+            "metadata file is missing",
+        ),
+        ([("metadata", "metadata", None, b'{"path":"/tmp/a"}')], "INVALID_FILE_CONTENT", "file is missing"),
+        (
+            [
+                ("metadata", "metadata", None, b'{"path":"/tmp/a"}'),
+                ("metadata", "metadata", None, b'{"path":"/tmp/b"}'),
+                ("file", "a", None, b"x"),
+            ],
+            "INVALID_FILE",
+            "metadata and file count mismatch: 2 vs 1",
+        ),
+        (
+            [("metadata", "metadata", None, b'{"path":'), ("file", "a", None, b"x")],
+            "INVALID_FILE_METADATA",
+            "invalid metadata format. unexpected end of JSON input",
+        ),
+        (
+            [("metadata", "metadata", None, b'{"mode":644}'), ("file", "a", None, b"x")],
+            "INVALID_FILE_METADATA",
+            "metadata path is empty",
+        ),
+    ],
+)
 def test_upload_errors(c, fields, code, message):
     body, ctype = multipart.encode(fields)
     r = c.post("/files/upload", body, headers={"Content-Type": ctype})
@@ -109,7 +145,10 @@ def test_range_variants(c):
         conn.request("GET", c.prefix + "/files/download?path=/tmp/r.txt", headers={"Range": "items=1-2"})
         resp = conn.getresponse()
         assert (resp.status, resp.getheader("Content-Length"), resp.getheader("Content-Type")) == (
-            416, "10", "application/octet-stream")
+            416,
+            "10",
+            "application/octet-stream",
+        )
         with pytest.raises(http.client.IncompleteRead):
             resp.read()
     finally:
@@ -124,42 +163,62 @@ def test_mv_semantics(c):
     upload(c, [("/tmp/a.txt", b"a", None), ("/tmp/b.txt", b"b", None)])
     r = c.post("/files/mv", [{"src": "/tmp/a.txt", "dest": "/tmp/b.txt"}])
     assert r.status == 500
-    assert r.json() == {"code": "RUNTIME_ERROR", "message": "error accessing file: destination path already exists: /tmp/b.txt"}
+    assert r.json() == {
+        "code": "RUNTIME_ERROR",
+        "message": "error accessing file: destination path already exists: /tmp/b.txt",
+    }
     r = c.post("/files/mv", [{"src": "/tmp/a.txt", "dest": "/tmp/new/deeper/a.txt"}])
     assert r.status == 200
     assert c.get("/files/download?path=/tmp/new/deeper/a.txt").body == b"a"
     r = c.post("/files/mv", [{"src": "/tmp/missing", "dest": "/tmp/x"}])
     assert r.status == 404
-    assert r.json()["message"] == ("file not found. source path not found: /tmp/missing: stat /tmp/missing: "
-                                   "no such file or directory")
+    assert r.json()["message"] == (
+        "file not found. source path not found: /tmp/missing: stat /tmp/missing: no such file or directory"
+    )
     r = c.post("/files/mv", {"src": "/a", "dest": "/b"})
-    assert r.status == 400 and r.json()["message"] == ("error parsing request, MAYBE invalid body format. json: "
-                                                       "cannot unmarshal object into Go value of type []model.RenameFileItem")
+    assert r.status == 400 and r.json()["message"] == (
+        "error parsing request, MAYBE invalid body format. json: "
+        "cannot unmarshal object into Go value of type []model.RenameFileItem"
+    )
 
 
 def test_delete_semantics(c):
     assert c.post("/directories", {"/tmp/d1/d2": {"mode": 700}}).status == 200
     r = c.delete("/files?path=/tmp/d1")
-    assert r.status == 500 and r.json() == {"code": "RUNTIME_ERROR",
-                                            "message": "error removing file /tmp/d1. path is a directory: /tmp/d1"}
+    assert r.status == 500 and r.json() == {
+        "code": "RUNTIME_ERROR",
+        "message": "error removing file /tmp/d1. path is a directory: /tmp/d1",
+    }
     assert c.delete("/files?path=/tmp/never-there").status == 200
     info = c.get("/files/info?path=/tmp/d1&path=/tmp/d1/d2").json()
     assert info["/tmp/d1"]["mode"] == 755 and info["/tmp/d1/d2"]["mode"] == 700
     assert c.delete("/directories?path=/tmp/d1").status == 200
     r = c.get("/directories/list?path=/tmp/d1")
-    assert r.status == 404 and r.json() == {"code": "FILE_NOT_FOUND",
-                                            "message": "file not found. lstat /tmp/d1: no such file or directory"}
+    assert r.status == 404 and r.json() == {
+        "code": "FILE_NOT_FOUND",
+        "message": "file not found. lstat /tmp/d1: no such file or directory",
+    }
     assert c.delete("/directories?path=/tmp/d1").status == 200
 
 
 def test_list_and_search(c):
-    upload(c, [("/workspace/p/a.py", b"1", None), ("/workspace/p/sub/b.py", b"2", None),
-               ("/workspace/p/sub/c.txt", b"3", None)])
+    upload(
+        c,
+        [
+            ("/workspace/p/a.py", b"1", None),
+            ("/workspace/p/sub/b.py", b"2", None),
+            ("/workspace/p/sub/c.txt", b"3", None),
+        ],
+    )
     lst = c.get("/directories/list?path=/workspace/p").json()
     assert [e["path"] for e in lst] == ["/workspace/p/a.py", "/workspace/p/sub"]
     deep = c.get("/directories/list?path=/workspace/p&depth=5").json()
-    assert [e["path"] for e in deep] == ["/workspace/p/a.py", "/workspace/p/sub", "/workspace/p/sub/b.py",
-                                         "/workspace/p/sub/c.txt"]
+    assert [e["path"] for e in deep] == [
+        "/workspace/p/a.py",
+        "/workspace/p/sub",
+        "/workspace/p/sub/b.py",
+        "/workspace/p/sub/c.txt",
+    ]
     assert c.get("/directories/list?path=/workspace/p&depth=0").json() == []
     r = c.get("/directories/list?path=/workspace/p&depth=x")
     assert r.status == 400 and r.json()["message"] == "invalid query parameter 'depth': x"
@@ -178,8 +237,9 @@ def test_permissions_and_replace(c):
     assert c.post("/files/permissions", {"/tmp/p.txt": {"mode": 640}}).status == 200
     assert c.get("/files/info?path=/tmp/p.txt").json()["/tmp/p.txt"]["mode"] == 640
     r = c.post("/files/permissions", {"/tmp/none": {"mode": 640}})
-    assert r.status == 500 and r.json()["message"] == ("error changing permissions for /tmp/none. chmod /tmp/none: "
-                                                       "no such file or directory")
+    assert r.status == 500 and r.json()["message"] == (
+        "error changing permissions for /tmp/none. chmod /tmp/none: no such file or directory"
+    )
     r = c.post("/files/replace?verbose=true", {"/tmp/p.txt": {"old": "foo", "new": "baz"}})
     assert r.status == 200 and r.json() == {"/tmp/p.txt": {"replacedCount": 2}}
     assert c.get("/files/download?path=/tmp/p.txt").body == b"baz bar baz"
@@ -192,10 +252,14 @@ def test_files_api_cannot_escape_root(c, runtime, tmp_path):
     secret.write_text("host secret")
     root = pathlib.Path(runtime.root)
     os.symlink("/etc", root / "tmp" / "etc-link")
-    os.symlink(str(tmp_path), root / "tmp" / "abs-link")      # absolute host path: means <root>/<that path>
+    os.symlink(str(tmp_path), root / "tmp" / "abs-link")  # absolute host path: means <root>/<that path>
     os.symlink("../../../../../../..", root / "tmp" / "up")
-    for p in ["/../../../../" + str(secret), "/tmp/abs-link/outside.txt", "/tmp/up" + str(secret),
-              "/tmp/up/../../../" + str(secret)]:
+    for p in [
+        "/../../../../" + str(secret),
+        "/tmp/abs-link/outside.txt",
+        "/tmp/up" + str(secret),
+        "/tmp/up/../../../" + str(secret),
+    ]:
         r = c.get(f"/files/download?path={p}")
         assert r.status == 404, p
         assert b"host secret" not in r.body
@@ -218,9 +282,12 @@ def test_files_api_cannot_escape_root(c, runtime, tmp_path):
 def test_files_visible_to_commands(c, runtime):
     if not runtime.isolated:
         pytest.skip("commands do not share absolute paths when isolation is unavailable: " + runtime.isolation_note)
-    upload(c, [("/tmp/v.txt", b"in-tmp", None), ("/home/u/v.txt", b"in-home", None),
-               ("/workspace/v.txt", b"in-ws", None)])
-    ev = c.run("cat /tmp/v.txt; echo; cat /home/u/v.txt; echo; cat /workspace/v.txt; echo; echo made > /tmp/from-cmd").events()
+    upload(
+        c, [("/tmp/v.txt", b"in-tmp", None), ("/home/u/v.txt", b"in-home", None), ("/workspace/v.txt", b"in-ws", None)]
+    )
+    ev = c.run(
+        "cat /tmp/v.txt; echo; cat /home/u/v.txt; echo; cat /workspace/v.txt; echo; echo made > /tmp/from-cmd"
+    ).events()
     assert outputs(ev) == ["in-tmp", "in-home", "in-ws"]
     assert c.get("/files/download?path=/tmp/from-cmd").body == b"made\n"
 

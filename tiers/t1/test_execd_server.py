@@ -1,5 +1,6 @@
 """ExecdServer plumbing: prefixes, 404, token and gateway modes, pause blocking, stop(), proxy, code
 routes, process cleanup, the stand-alone process."""
+
 from __future__ import annotations
 
 import http.client
@@ -74,6 +75,7 @@ def _get_in_thread(port: int, path: str, result: dict) -> threading.Thread:
             conn.close()
         except (OSError, http.client.HTTPException) as exc:
             result["error"] = exc
+
     t = threading.Thread(target=go, daemon=True)
     t.start()
     return t
@@ -95,12 +97,20 @@ def test_upload_in_flight_stalls_while_paused(make_execd, runtime):
     """docker pause freezes the real execd: an upload whose body is still arriving gets no answer and
     writes nothing until resume, then completes (QUIRKS.md, "Pause")."""
     from mock_opensandbox.wire import formdata as multipart
+
     s = make_execd()
     data = os.urandom(1024 * 1024)
-    body, ctype = multipart.encode([("metadata", "metadata", "application/json", b'{"path":"/tmp/paused.bin"}'),
-                                    ("file", "paused.bin", "application/octet-stream", data)], None)
-    head = ("POST /files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
-            % (ctype, len(body))).encode()
+    body, ctype = multipart.encode(
+        [
+            ("metadata", "metadata", "application/json", b'{"path":"/tmp/paused.bin"}'),
+            ("file", "paused.bin", "application/octet-stream", data),
+        ],
+        None,
+    )
+    head = (
+        "POST /files/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+        % (ctype, len(body))
+    ).encode()
     target = os.path.join(runtime.root, "tmp", "paused.bin")
     with socket.create_connection(("127.0.0.1", s.port), timeout=20) as sock:
         sock.sendall(head + body[:1000])
@@ -159,8 +169,10 @@ def test_code_routes_without_interpreter(make_execd):
     assert (r.status, r.json()) == (200, [])
     r = c.post("/code", {"code": "print(1)"})  # v1.1.0 mode runs it as a command (tiers/diff code.plain_image)
     assert r.status == 500
-    assert r.json() == {"code": "RUNTIME_ERROR", "message": "error running codes language runtime server not "
-                                                            "configured, please check your image runtime"}
+    assert r.json() == {
+        "code": "RUNTIME_ERROR",
+        "message": "error running codes language runtime server not configured, please check your image runtime",
+    }
 
 
 class _Upstream(http.server.BaseHTTPRequestHandler):
@@ -253,9 +265,24 @@ def test_pause_stops_processes(runtime):
 
 def test_standalone_process(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen([sys.executable, "-m", "mock_opensandbox.execd", "--port", "0", "-access-token", "t0k",
-                             "--root", str(tmp_path), "--close-delay", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mock_opensandbox.execd",
+            "--port",
+            "0",
+            "-access-token",
+            "t0k",
+            "--root",
+            str(tmp_path),
+            "--close-delay",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         line = proc.stderr.readline().decode()
         assert line.startswith("execd ready on 127.0.0.1:")

@@ -1,6 +1,7 @@
 """t1: the mock's fault injection on the wire: every kind as a client sees it, the admin API behind the
 API key, sandbox scoping across the lifecycle and execd listeners, the CLI option, and stop() ending
 whatever a fault holds (stalls, delays, dribbles)."""
+
 from __future__ import annotations
 
 import http.client
@@ -72,17 +73,24 @@ def split(raw):
 
 # ---- admin API -----------------------------------------------------------------------------------------
 
+
 def test_admin_api_is_behind_the_api_key_and_edits_rules(osb):
     assert call(osb, "GET", "/__mock__/faults", key=False)[0] == 401
     assert call(osb, "POST", "/__mock__/faults", {"kind": "reset"}, key=False)[0] == 401
     assert osb.faults.rules == []
-    status, _, body = call(osb, "POST", "/__mock__/faults", [
-        {"kind": "status", "status": 503, "method": "GET", "path": "^/v1/sandboxes$", "count": 1, "id": "once"},
-        {"kind": "delay", "delay": 0.01, "path": "^/version$"}])
+    status, _, body = call(
+        osb,
+        "POST",
+        "/__mock__/faults",
+        [
+            {"kind": "status", "status": 503, "method": "GET", "path": "^/v1/sandboxes$", "count": 1, "id": "once"},
+            {"kind": "delay", "delay": 0.01, "path": "^/version$"},
+        ],
+    )
     assert status == 201 and [r["id"] for r in json.loads(body)["rules"]][0] == "once"
     listed = json.loads(call(osb, "GET", "/__mock__/faults")[2])["rules"]
     assert [r["kind"] for r in listed] == ["status", "delay"] and listed[0]["active"] is True
-    assert call(osb, "GET", "/v1/sandboxes")[0] == 503                 # the admin call itself is never faulted
+    assert call(osb, "GET", "/v1/sandboxes")[0] == 503  # the admin call itself is never faulted
     assert call(osb, "GET", "/v1/sandboxes")[0] == 200
     one = json.loads(call(osb, "GET", "/__mock__/faults/once")[2])
     assert one["hits"] == 1 and one["count"] == 0 and one["active"] is False
@@ -97,6 +105,7 @@ def test_admin_api_is_behind_the_api_key_and_edits_rules(osb):
 
 # ---- every kind on the wire ----------------------------------------------------------------------------------
 
+
 def test_status_override_is_a_proxy_page_and_keeps_the_connection(osb):
     osb.faults.add(kind="status", status=429, retry_after=3, path="^/v1/sandboxes$", count=1)
     c = http.client.HTTPConnection("127.0.0.1", osb.port, timeout=5)
@@ -107,7 +116,7 @@ def test_status_override_is_a_proxy_page_and_keeps_the_connection(osb):
         assert r.status == 429 and r.getheader("Retry-After") == "3" and r.getheader("X-Mock-Fault")
         assert b"<title>429 Too Many Requests</title>" in body and r.getheader("Content-Type") == "text/html"
         c.request("GET", "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": osb.api_key})
-        assert c.getresponse().status == 200                           # same keep-alive connection
+        assert c.getresponse().status == 200  # same keep-alive connection
     finally:
         c.close()
 
@@ -134,7 +143,7 @@ def test_reset_after_k_body_bytes(osb):
     osb.faults.add(kind="reset_body", after_bytes=10, path="^/v1/sandboxes$")
     got, end = raw_get(osb.port, "/v1/sandboxes?pageSize=5", osb.api_key)
     assert end == "reset"
-    if got:                                   # an RST may discard what was in flight: at most 10 bytes
+    if got:  # an RST may discard what was in flight: at most 10 bytes
         line, _headers, body = split(got)
         assert line.startswith(b"HTTP/1.1 200") and len(body) <= 10 and full.startswith(body)
 
@@ -187,12 +196,19 @@ def test_probability_and_count_on_the_wire(osb):
 
 # ---- scoping ---------------------------------------------------------------------------------------------
 
+
 def test_sandbox_scope_covers_its_execd_and_its_lifecycle_paths(osb):
     a = json.loads(call(osb, "POST", "/v1/sandboxes", BODY)[2])["id"]
     b = json.loads(call(osb, "POST", "/v1/sandboxes", BODY)[2])["id"]
     try:
-        ports = {sid: int(json.loads(call(osb, "GET", f"/v1/sandboxes/{sid}/endpoints/44772")[2])["endpoint"]
-                          .split(":")[1].split("/")[0]) for sid in (a, b)}
+        ports = {
+            sid: int(
+                json.loads(call(osb, "GET", f"/v1/sandboxes/{sid}/endpoints/44772")[2])["endpoint"]
+                .split(":")[1]
+                .split("/")[0]
+            )
+            for sid in (a, b)
+        }
         osb.faults.add(kind="status", status=503, sandbox=a, path="/ping$", listener="execd")
         osb.faults.add(kind="status", status=502, sandbox=a, method="GET", path=r"^/v1/sandboxes/[^/]+$")
         assert call(osb, "GET", "/ping", key=False, port=ports[a])[0] == 503
@@ -200,7 +216,7 @@ def test_sandbox_scope_covers_its_execd_and_its_lifecycle_paths(osb):
         assert call(osb, "GET", "/ping", key=False, port=ports[b])[0] == 200
         assert call(osb, "GET", f"/v1/sandboxes/{a}")[0] == 502
         assert call(osb, "GET", f"/v1/sandboxes/{b}")[0] == 200
-        assert call(osb, "GET", f"/v1/sandboxes/{a}/proxy/44772/ping")[0] == 503   # through the server proxy
+        assert call(osb, "GET", f"/v1/sandboxes/{a}/proxy/44772/ping")[0] == 503  # through the server proxy
     finally:
         osb.faults.clear()
         for sid in (a, b):
@@ -241,16 +257,37 @@ def test_verbose_log_names_the_fault_but_no_header(capfd):
 
 # ---- CLI -------------------------------------------------------------------------------------------------
 
+
 def test_cli_fault_option(tmp_path):
     rule = json.dumps({"kind": "status", "status": 503, "path": "^/version$", "id": "cli"})
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    bad = subprocess.run([sys.executable, "-m", "mock_opensandbox", "--port", "0", "--fault", '{"kind": "boom"}'],
-                         capture_output=True, text=True, timeout=30, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-m", "mock_opensandbox", "--port", "0", "--fault", '{"kind": "boom"}'],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
     assert bad.returncode == 2 and "--fault" in bad.stderr
     (tmp_path / "rules.json").write_text(json.dumps([{"kind": "delay", "delay": 0.01}]))
-    proc = subprocess.Popen([sys.executable, "-m", "mock_opensandbox", "--port", "0", "--insecure", "--fault", rule,
-                             "--fault", "@" + str(tmp_path / "rules.json")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mock_opensandbox",
+            "--port",
+            "0",
+            "--insecure",
+            "--fault",
+            rule,
+            "--fault",
+            "@" + str(tmp_path / "rules.json"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         lines = []
         while not any("Press Ctrl-C" in ln for ln in lines):

@@ -17,6 +17,7 @@ For every (fault kind, route) the answer must be one of the expected outcomes:
 Idempotent calls (GET, DELETE, renew) are retried by the plugin, so a fault that happens once is
 absorbed there and fails everything else. See docs/FAULTS.md, "Failure behaviour".
 """
+
 from __future__ import annotations
 
 import base64
@@ -36,10 +37,10 @@ pytestmark = pytest.mark.spec_exempt("fault injection: deliberately broken answe
 # /ping) within HTTP_TIMEOUT / READY while 23 cases run at once, and with 1 s (the plugin's minimum) a busy
 # 2-core host timed out the ping case's create before it ever pinged ("rules that never fired: ['ping']").
 # A late answer stays late under any load, so "timeout" only needs a delay beyond both budgets.
-HTTP_TIMEOUT = 3.0            # the plugin's http_timeout (core.http_timeout)
-READY = "3"                   # ready_timeout of the create cases (their create call waits max(this, http_timeout))
-BOUND = 10.0                  # no answer may take longer (the host's own call timeout is 60 s)
-PAYLOAD = os.urandom(3000)    # the file every read case must get back byte for byte
+HTTP_TIMEOUT = 3.0  # the plugin's http_timeout (core.http_timeout)
+READY = "3"  # ready_timeout of the create cases (their create call waits max(this, http_timeout))
+BOUND = 10.0  # no answer may take longer (the host's own call timeout is 60 s)
+PAYLOAD = os.urandom(3000)  # the file every read case must get back byte for byte
 
 OK, TIMEOUT, UNREACH, LOST = "OK", "TIMEOUT", "UNREACH", "LOST"
 
@@ -52,7 +53,7 @@ def HTTP(n):
 KINDS = {
     "delay": {"kind": "delay", "delay": 0.2},
     "delay_random": {"kind": "delay", "delay": 0.0, "delay_max": 0.3, "probability": 0.5, "seed": 11},
-    "timeout": {"kind": "delay", "delay": 3.8},       # > HTTP_TIMEOUT and READY: late whatever the load
+    "timeout": {"kind": "delay", "delay": 3.8},  # > HTTP_TIMEOUT and READY: late whatever the load
     "stall": {"kind": "stall"},
     "429_once": {"kind": "status", "status": 429, "retry_after": 1, "count": 1},
     "500_once": {"kind": "status", "status": 500, "count": 1},
@@ -108,21 +109,21 @@ CASES = [
 
 
 def expected(kind: str, case: Case) -> set[str]:
-    absorbs = case.idem or case.name == "ping" or case.body == "detached"    # retried or polled again
+    absorbs = case.idem or case.name == "ping" or case.body == "detached"  # retried or polled again
     if kind in ("delay", "delay_random"):
         return {OK}
     if kind in ("timeout", "stall"):
         return {LOST} if case.body == "detached" else {TIMEOUT}
     if kind in ("429_once", "502_once"):
         return {OK} if absorbs else {HTTP(int(kind[:3]))}
-    if kind == "500_once":                                   # 500 is an answer, not retried
+    if kind == "500_once":  # 500 is an answer, not retried
         return {OK} if case.name == "ping" or case.body == "detached" else {HTTP(500)}
     if kind == "503":
         return {LOST} if case.body == "detached" else {TIMEOUT} if case.name == "ping" else {HTTP(503)}
     if kind == "reset_once":
         if absorbs:
             return {OK}
-        return {OK, UNREACH} if case.stale_retry else {UNREACH}   # a DELETE on a kept-alive socket gets one fresh try
+        return {OK, UNREACH} if case.stale_retry else {UNREACH}  # a DELETE on a kept-alive socket gets one fresh try
     if kind == "reset_body_once":
         if case.body == "empty" or absorbs:
             return {OK}
@@ -140,17 +141,23 @@ def expected(kind: str, case: Case) -> set[str]:
 
 # ---- the lane: mocks, plugin processes, one sandbox per case -----------------------------------------------
 
+
 class Lane:
     def __init__(self, tmp):
         self.mock = MockOpenSandbox(execd_mode="latest", execd_close_delay=0.2).start()
         self.ping_mock = MockOpenSandbox(execd_mode="latest", execd_close_delay=0.2).start()
         core = {"http_timeout": HTTP_TIMEOUT}
-        self.epp = EppClient(str(tmp / "main"), {"base_url": self.mock.base_url, "api_key": self.mock.api_key},
-                             core=core)
-        self.ping_epp = EppClient(str(tmp / "ping"), {"base_url": self.ping_mock.base_url,
-                                                      "api_key": self.ping_mock.api_key}, core=core)
-        pending = {c.name: self.epp.request("sandbox.create", {"template": "base", "timeout": 3600})
-                   for c in CASES if c.name not in ("create", "ping")}
+        self.epp = EppClient(
+            str(tmp / "main"), {"base_url": self.mock.base_url, "api_key": self.mock.api_key}, core=core
+        )
+        self.ping_epp = EppClient(
+            str(tmp / "ping"), {"base_url": self.ping_mock.base_url, "api_key": self.ping_mock.api_key}, core=core
+        )
+        pending = {
+            c.name: self.epp.request("sandbox.create", {"template": "base", "timeout": 3600})
+            for c in CASES
+            if c.name not in ("create", "ping")
+        }
         self.sids = {name: self.epp.wait(rid, q, 30)["sandbox_id"] for name, (rid, q) in pending.items()}
         for name in ("files.stat", "files.read", "files.list", "files.search"):
             self.put(name, "/data/f.bin", PAYLOAD)
@@ -183,6 +190,7 @@ def lane(tmp_path_factory):
 
 # ---- per case: prepare, call, check -----------------------------------------------------------------------
 
+
 def prepare(lane: Lane, case: Case, kind: str) -> dict:
     ctx: dict = {}
     n = case.name
@@ -197,8 +205,9 @@ def prepare(lane: Lane, case: Case, kind: str) -> dict:
         if not sb.paused:
             lane.mock.store.pause(sb.id)
     elif n == "interrupt":
-        res = lane.epp.call("exec.start", {"sandbox_id": lane.sids[n], "cmd": "sleep", "args": ["30"],
-                                           "timeout": 60, "detached": True})
+        res = lane.epp.call(
+            "exec.start", {"sandbox_id": lane.sids[n], "cmd": "sleep", "args": ["30"], "timeout": 60, "detached": True}
+        )
         ctx["cid"] = res["process_id"]
     elif n == "files.write":
         ctx["data"] = os.urandom(2000)
@@ -237,21 +246,35 @@ def start(lane: Lane, case: Case, ctx: dict):
     elif n == "endpoints":
         method, params = "ports.url", {"sandbox_id": sid, "port": 9000}
     elif n == "exec.run":
-        method, params = "exec.run", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "echo out; echo err >&2; exit 3"],
-                                      "timeout": 20}
+        method, params = (
+            "exec.run",
+            {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "echo out; echo err >&2; exit 3"], "timeout": 20},
+        )
     elif n == "exec.start":
-        method, params = "exec.start", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "echo one; echo two"],
-                                        "timeout": 20}
+        method, params = (
+            "exec.start",
+            {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "echo one; echo two"], "timeout": 20},
+        )
     elif n in ("status", "logs"):
-        method, params = "exec.start", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "echo background; exit 3"],
-                                        "timeout": 20, "detached": True}
+        method, params = (
+            "exec.start",
+            {
+                "sandbox_id": sid,
+                "cmd": "sh",
+                "args": ["-c", "echo background; exit 3"],
+                "timeout": 20,
+                "detached": True,
+            },
+        )
     elif n == "interrupt":
         method, params = "process.signal", {"sandbox_id": sid, "pid": ctx["cid"], "signal": 9}
     elif n == "files.stat":
         method, params = "files.stat", {"sandbox_id": sid, "path": "/data/f.bin"}
     elif n == "files.write":
-        method, params = "files.write", {"sandbox_id": sid, "path": ctx["path"],
-                                         "content_b64": base64.b64encode(ctx["data"]).decode()}
+        method, params = (
+            "files.write",
+            {"sandbox_id": sid, "path": ctx["path"], "content_b64": base64.b64encode(ctx["data"]).decode()},
+        )
     elif n == "files.read":
         method, params = "files.read", {"sandbox_id": sid, "path": "/data/f.bin"}
     elif n == "files.move":
@@ -324,8 +347,6 @@ def case_kind_bytes(ctx: dict) -> bytes:
     return ctx["src"].split("src-", 1)[1].rsplit(".", 1)[0].encode()
 
 
-
-
 def outcome(lane, case, ctx, handle) -> tuple[str, str]:
     """(outcome label, detail) for one case."""
     epp, rid, q, started = handle
@@ -374,8 +395,9 @@ def test_plugin_under_fault(lane, kind):
     ctxs = {c.name: prepare(lane, c, kind) for c in CASES}
     for c in CASES:
         mock = lane.ping_mock if c.name == "ping" else lane.mock
-        rule = dict(KINDS[kind], method=c.method, path=c.path, id=f"{kind}-{c.name}".replace(".", "-"),
-                    listener=c.listener)
+        rule = dict(
+            KINDS[kind], method=c.method, path=c.path, id=f"{kind}-{c.name}".replace(".", "-"), listener=c.listener
+        )
         if c.scoped:
             rule["sandbox"] = lane.sids[c.name]
         rules.append(mock.faults.add(rule))
@@ -394,7 +416,7 @@ def test_plugin_under_fault(lane, kind):
         for m in (lane.mock, lane.ping_mock):
             m.faults.clear()
             assert m.faults.wait_idle(10)
-    time.sleep(0.2)                          # would a second exec.exit (or late output) follow?
+    time.sleep(0.2)  # would a second exec.exit (or late output) follow?
     for c in CASES:
         if "streamed" in ctxs[c.name]:
             epp, pid = ctxs[c.name]["streamed"]
@@ -411,10 +433,12 @@ def test_plugin_under_fault(lane, kind):
 def test_retry_after_is_honoured(lane):
     """A 429 with Retry-After: 1 on an idempotent call: the retry comes no sooner than a second later."""
     sid = lane.sids["get"]
-    first = lane.mock.faults.add(kind="status", status=429, retry_after=1, count=1, sandbox=sid, method="GET",
-                                 path=r"^/v1/sandboxes/[^/]+$")
-    second = lane.mock.faults.add(kind="delay", delay=0, count=1, sandbox=sid, method="GET",
-                                  path=r"^/v1/sandboxes/[^/]+$")
+    first = lane.mock.faults.add(
+        kind="status", status=429, retry_after=1, count=1, sandbox=sid, method="GET", path=r"^/v1/sandboxes/[^/]+$"
+    )
+    second = lane.mock.faults.add(
+        kind="delay", delay=0, count=1, sandbox=sid, method="GET", path=r"^/v1/sandboxes/[^/]+$"
+    )
     try:
         assert lane.epp.call("sandbox.get", {"sandbox_id": sid}, timeout=BOUND)["sandbox_id"] == sid
         assert first.hits == 1 and second.hits == 1
@@ -425,8 +449,9 @@ def test_retry_after_is_honoured(lane):
 
 def test_a_long_retry_after_is_not_waited_for(lane):
     sid = lane.sids["get"]
-    rule = lane.mock.faults.add(kind="status", status=429, retry_after=3600, sandbox=sid, method="GET",
-                                path=r"^/v1/sandboxes/[^/]+$")
+    rule = lane.mock.faults.add(
+        kind="status", status=429, retry_after=3600, sandbox=sid, method="GET", path=r"^/v1/sandboxes/[^/]+$"
+    )
     try:
         with pytest.raises(RpcError) as info:
             lane.epp.call("sandbox.get", {"sandbox_id": sid}, timeout=BOUND)
@@ -445,8 +470,11 @@ def test_post_command_is_never_sent_twice(lane):
         lane.mock.faults.add(dict(kind, sandbox=sid, method="POST", path="/command$"))
         try:
             with pytest.raises(RpcError) as info:
-                lane.epp.call("exec.run", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", f"echo x >> {marker}"],
-                                           "timeout": 20}, timeout=BOUND)
+                lane.epp.call(
+                    "exec.run",
+                    {"sandbox_id": sid, "cmd": "sh", "args": ["-c", f"echo x >> {marker}"], "timeout": 20},
+                    timeout=BOUND,
+                )
             assert info.value.sdk_code == "E5001"
         finally:
             lane.mock.faults.clear()

@@ -7,6 +7,7 @@ own walk (lstat by lstat, then open(2) of the string) lets the swapped-in link t
 host's "/"; openat2(RESOLVE_IN_ROOT) on the sandbox's root (mock_opensandbox/runtime/openat2.py) never leaves
 it. The canary must stay untouched (names, contents, modes), no download may return its content, and
 every request gets an HTTP answer with execd's own error shapes."""
+
 from __future__ import annotations
 
 import json
@@ -135,8 +136,11 @@ def test_swap_race_never_reaches_the_host(make_execd, runtime, tmp_path):
         t.join(RACE_SECONDS + 60)
     after = snapshot(canary)
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    print(f"race: {counts['requests']} requests, {counts['leaked_reads']} host reads, "
-          f"{len(changed)} canary entries changed or added, {counts['bad']} malformed answers", bad[:3])
+    print(
+        f"race: {counts['requests']} requests, {counts['leaked_reads']} host reads, "
+        f"{len(changed)} canary entries changed or added, {counts['bad']} malformed answers",
+        bad[:3],
+    )
     assert not any(t.is_alive() for t in threads)
     assert counts["leaked_reads"] == 0
     assert not changed, sorted(changed)

@@ -1,6 +1,7 @@
 """The image store wired into the mock (issue 21 step 3): ``MockOpenSandbox(image_dir=)``, the create pulls
 through the store or fails like the server (500 DOCKER::SANDBOX_IMAGE_PULL_FAILED, no sandbox left), the
 ``/__mock__/images`` admin route, ``x-mock-isolation``, and imageAuth kept out of the journal."""
+
 from __future__ import annotations
 
 import http.client
@@ -17,8 +18,9 @@ from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.images import BuiltImage, layer, write_oci_layout
 
 PASSWORD = "pw-Canary-8c2f"
-pytestmark = pytest.mark.spec_exempt("the /__mock__/ workbench routes (images, reset, requests) are mock-only "
-                                     "(not in the OpenSandbox spec)")
+pytestmark = pytest.mark.spec_exempt(
+    "the /__mock__/ workbench routes (images, reset, requests) are mock-only (not in the OpenSandbox spec)"
+)
 
 
 def call(m: MockOpenSandbox, method: str, path: str, body=None) -> tuple[int, dict, dict]:
@@ -33,8 +35,12 @@ def call(m: MockOpenSandbox, method: str, path: str, body=None) -> tuple[int, di
 
 
 def create(m, uri, **extra):
-    body = {"image": {"uri": uri}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-            "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
+    body = {
+        "image": {"uri": uri},
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "timeout": 600,
+        "resourceLimits": {"cpu": "250m", "memory": "128Mi"},
+    }
     body["image"].update(extra)
     return call(m, "POST", "/v1/sandboxes", body)
 
@@ -68,7 +74,7 @@ def test_create_pulls_through_the_store_and_admin_lists_it(mock):
 def test_reset_leaves_the_cache_and_delete_empties_it_when_unused(mock):
     st, _, sb = create(mock, "local/demo:1")
     assert call(mock, "POST", "/__mock__/reset", {})[0] == 200
-    assert len(call(mock, "GET", "/__mock__/images")[2]["images"]) == 1    # reset: cache kept, no users
+    assert len(call(mock, "GET", "/__mock__/images")[2]["images"]) == 1  # reset: cache kept, no users
     st, _, sb = create(mock, "local/demo:1")
     st, _, body = call(mock, "DELETE", "/__mock__/images")
     assert st == 409 and body["code"] == "MOCK::IMAGES_IN_USE" and sb["id"] in body["message"]
@@ -76,14 +82,20 @@ def test_reset_leaves_the_cache_and_delete_empties_it_when_unused(mock):
     assert call(mock, "DELETE", "/__mock__/images")[0] == 204
     assert call(mock, "GET", "/__mock__/images")[2]["images"] == []
     assert os.listdir(os.path.join(mock.images.store.cache_dir, "layers", "sha256")) == []
-    assert create(mock, "local/demo:1")[0] == 202                            # unpacked again on demand
+    assert create(mock, "local/demo:1")[0] == 202  # unpacked again on demand
 
 
-@pytest.mark.parametrize("uri,words", [
-    ("local/evil:1", "goes through a symlink"),
-    ("127.0.0.1:{port}/team/app:1", 'Internal Server Error ("Get \\"http://127.0.0.1:{port}/v2/\\": dial tcp '
-                                    '127.0.0.1:{port}: connect: connection refused'),
-])
+@pytest.mark.parametrize(
+    "uri,words",
+    [
+        ("local/evil:1", "goes through a symlink"),
+        (
+            "127.0.0.1:{port}/team/app:1",
+            'Internal Server Error ("Get \\"http://127.0.0.1:{port}/v2/\\": dial tcp '
+            "127.0.0.1:{port}: connect: connection refused",
+        ),
+    ],
+)
 def test_failed_pull_is_the_servers_500_and_leaves_no_sandbox(mock, uri, words):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,7 +124,11 @@ def test_without_image_dir_nothing_changes(opensandbox_mock_factory):
 
 
 def test_cli_refuses_a_missing_image_dir(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "mock_opensandbox", "--port", "0", "--image-dir",
-                        str(tmp_path / "nope")], capture_output=True, text=True, timeout=60,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    r = subprocess.run(
+        [sys.executable, "-m", "mock_opensandbox", "--port", "0", "--image-dir", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     assert r.returncode == 2 and "is not a directory" in r.stderr

@@ -1,6 +1,7 @@
 """The image store's registry client against a real registry: Debian's docker-registry (distribution 2.8)
 on 127.0.0.1, token auth through a test token server, htpasswd basic auth, an image index, a digest
 mismatch, an unknown image, an unreachable registry; no credential in any error or cache file."""
+
 from __future__ import annotations
 
 import os
@@ -10,16 +11,22 @@ import socket
 import pytest
 
 from mock_opensandbox.runtime import optional
-from mock_opensandbox.images import (CorruptImage, DigestMismatch, ImageAuthError, ImageNotFound, ImageStore,
-                                     RegistryUnreachable)
+from mock_opensandbox.images import (
+    CorruptImage,
+    DigestMismatch,
+    ImageAuthError,
+    ImageNotFound,
+    ImageStore,
+    RegistryUnreachable,
+)
 from tiers.toolkit import registry as reg
 from tiers.toolkit.images import MT_MANIFEST, BuiltImage, layer, push, sha
-
 
 
 def need_registry() -> None:
     if reg.BINARY is None:
         pytest.skip("docker-registry %s: registry tests skipped" % optional.why_absent("docker-registry"))
+
 
 USER, PASSWORD = "alice", "pw-Canary-7d1e"
 CREDS = {"username": USER, "password": PASSWORD}
@@ -42,8 +49,12 @@ def pushed(token_registry):
     """team/app:1 (one image), team/multi:1 (an index: amd64 + arm64), team/bad:1 (a layer blob altered in
     the registry's storage after the push)."""
     r = token_registry
-    app = BuiltImage([layer([("dir", "etc"), ("file", "etc/os-release", "ID=pushed\n")]),
-                      layer([("file", "etc/.wh.os-release", ""), ("file", "hello", "hi")])])
+    app = BuiltImage(
+        [
+            layer([("dir", "etc"), ("file", "etc/os-release", "ID=pushed\n")]),
+            layer([("file", "etc/.wh.os-release", ""), ("file", "hello", "hi")]),
+        ]
+    )
     push(r.base, "team/app", "1", app, authz=r.push_authz(USER, "team/app"))
     amd = BuiltImage([layer([("file", "arch", "amd64")])], arch="amd64")
     arm = BuiltImage([layer([("file", "arch", "arm64")])], arch="arm64")
@@ -138,6 +149,7 @@ def test_basic_auth_registry(tmp_path):
         pytest.skip("no bcrypt for the registry's htpasswd (Python's crypt module is gone)")
     try:
         import base64
+
         basic = "Basic " + base64.b64encode(("%s:%s" % (USER, PASSWORD)).encode()).decode()
         img = BuiltImage([layer([("file", "basic", "ok")])])
         push(r.base, "b/app", "1", img, authz=basic)

@@ -2,6 +2,7 @@
 builds from Debian's busybox-static, resolved by the store, runs from its flattened rootfs (chroot) and from its
 layers mounted as overlayfs lower dirs (whiteouts and opaque dirs honoured by the kernel). Each run is in its
 own mount namespace (unshare -m), so no mount outlives it."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,6 @@ from mock_opensandbox.images import ImageStore
 from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout
 
 
-
-
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="chroot and overlay mounts need root"),
     pytest.mark.skipif(not static_busybox(), reason="no static /bin/busybox (Debian busybox-static)"),
@@ -26,12 +25,25 @@ pytestmark = [
 @pytest.fixture
 def image(tmp_path):
     data = open(BUSYBOX, "rb").read()
-    base = [("dir", "bin"), ("file", "bin/busybox", data, 0o755), ("dir", "etc"),
-            ("file", "etc/os-release", 'PRETTY_NAME="BusyBox test"\nID=busybox\n'), ("file", "etc/motd", "old\n"),
-            ("dir", "var"), ("dir", "var/cache"), ("file", "var/cache/stale", "x"), ("dir", "tmp", 0o1777)]
+    base = [
+        ("dir", "bin"),
+        ("file", "bin/busybox", data, 0o755),
+        ("dir", "etc"),
+        ("file", "etc/os-release", 'PRETTY_NAME="BusyBox test"\nID=busybox\n'),
+        ("file", "etc/motd", "old\n"),
+        ("dir", "var"),
+        ("dir", "var/cache"),
+        ("file", "var/cache/stale", "x"),
+        ("dir", "tmp", 0o1777),
+    ]
     base += [("hardlink", "bin/" + a, "bin/busybox") for a in ("sh", "cat", "ls", "id", "echo")]
-    top = [("file", "etc/.wh.motd", ""), ("file", "var/cache/.wh..wh..opq", ""), ("file", "var/cache/fresh", "y"),
-           ("dir", "work"), ("file", "work/hello.txt", "hi\n")]
+    top = [
+        ("file", "etc/.wh.motd", ""),
+        ("file", "var/cache/.wh..wh..opq", ""),
+        ("file", "var/cache/fresh", "y"),
+        ("dir", "work"),
+        ("file", "work/hello.txt", "hi\n"),
+    ]
     img = BuiltImage([layer(base), layer(top)], config_extra={})
     write_oci_layout(str(tmp_path / "images" / "busybox"), {"local/busybox:latest": img})
     s = ImageStore(str(tmp_path / "cache"), str(tmp_path / "images"), local_daemon=False, registry=False)
@@ -46,14 +58,19 @@ PROBE = "cat /etc/os-release; ls /etc; ls /var/cache; cat /work/hello.txt; ls /b
 
 def _check(out: str) -> None:
     assert 'PRETTY_NAME="BusyBox test"' in out
-    assert "motd" not in out and "stale" not in out          # whiteout, opaque dir
+    assert "motd" not in out and "stale" not in out  # whiteout, opaque dir
     assert "fresh" in out and "hi" in out
-    assert "rc=1" in out                                      # no bash in a busybox image
+    assert "rc=1" in out  # no bash in a busybox image
 
 
 def test_flattened_rootfs_runs_busybox(image):
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "chroot", image.rootfs(), "/bin/sh", "-c",
-                        PROBE], capture_output=True, text=True, timeout=30, env=ENV)
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "chroot", image.rootfs(), "/bin/sh", "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=ENV,
+    )
     assert r.returncode == 0, r.stderr
     _check(r.stdout)
 
@@ -63,12 +80,25 @@ def test_layers_as_overlay_lowerdirs(image, tmp_path):
     assert lower is not None
     for d in ("upper", "work", "merged"):
         (tmp_path / d).mkdir()
-    script = ('mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s && '
-              'chroot %s /bin/sh -c "%s; echo new > /etc/written"'
-              % (":".join(lower), tmp_path / "upper", tmp_path / "work", tmp_path / "merged",
-                 tmp_path / "merged", PROBE.replace("$", "\\$")))
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                       capture_output=True, text=True, timeout=30, env=ENV)
+    script = (
+        "mount -t overlay overlay -o lowerdir=%s,upperdir=%s,workdir=%s %s && "
+        'chroot %s /bin/sh -c "%s; echo new > /etc/written"'
+        % (
+            ":".join(lower),
+            tmp_path / "upper",
+            tmp_path / "work",
+            tmp_path / "merged",
+            tmp_path / "merged",
+            PROBE.replace("$", "\\$"),
+        )
+    )
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=ENV,
+    )
     if r.returncode != 0 and "mount" in r.stderr and "chroot" not in r.stderr:
         pytest.skip("overlayfs mount refused here: " + r.stderr.strip()[:200])
     assert r.returncode == 0, r.stderr

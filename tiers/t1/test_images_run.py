@@ -6,6 +6,7 @@ the image's User / WorkingDir / Env as server 1.1.1 + Docker apply them (fixture
 PID 1 and execd as on live in local/busybox:latest, a layer with ``../`` refused, an image without /bin/sh
 ending like live (Failed, CONTAINER_EXITED_ERROR, runc's line in the log), a root that cannot be mounted
 failing the create with the server's 500, and ``SandboxRuntime.changes_dir()`` (what snapshots read)."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,6 @@ PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexisten
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
 
 
-
 def _pid_namespaces() -> bool:
     ok, _, _, pid_mode = probe_result()
     return ok and pid_mode is not None
@@ -37,10 +37,20 @@ pytestmark = [
 
 
 def _base(extra=()) -> list:
-    out = [("dir", "bin"), ("file", "bin/busybox", open(BUSYBOX, "rb").read(), 0o755), ("dir", "etc"),
-           ("file", "etc/os-release", 'PRETTY_NAME="Test BusyBox"\nID=osbtest\n'), ("file", "etc/motd", "old\n"),
-           ("file", "etc/passwd", PASSWD), ("file", "etc/group", GROUP), ("dir", "var"), ("dir", "var/cache"),
-           ("file", "var/cache/stale", "x"), ("dir", "tmp", 0o1777), ("dir", "root", 0o700)]
+    out = [
+        ("dir", "bin"),
+        ("file", "bin/busybox", open(BUSYBOX, "rb").read(), 0o755),
+        ("dir", "etc"),
+        ("file", "etc/os-release", 'PRETTY_NAME="Test BusyBox"\nID=osbtest\n'),
+        ("file", "etc/motd", "old\n"),
+        ("file", "etc/passwd", PASSWD),
+        ("file", "etc/group", GROUP),
+        ("dir", "var"),
+        ("dir", "var/cache"),
+        ("file", "var/cache/stale", "x"),
+        ("dir", "tmp", 0o1777),
+        ("dir", "root", 0o700),
+    ]
     return out + [("hardlink", "bin/" + a, "bin/busybox") for a in APPLETS] + list(extra)
 
 
@@ -100,8 +110,12 @@ def test_busybox_image_is_the_root_like_live(target, osb):
     assert lines[:2] == ["uid=0(root) gid=0(root) groups=0(root)", "/"] and len(lines[2]) == 12
     # nothing of the host's tools: no /usr at all in this image
     assert _sh(target, sid, "ls /usr").rc == 1
-    view = si.request("GET", osb.base_url.rsplit("/v1", 1)[0], "/__mock__/sandboxes/" + sid,
-                      headers={"OPEN-SANDBOX-API-KEY": osb.api_key or ""}).json()["view"]
+    view = si.request(
+        "GET",
+        osb.base_url.rsplit("/v1", 1)[0],
+        "/__mock__/sandboxes/" + sid,
+        headers={"OPEN-SANDBOX-API-KEY": osb.api_key or ""},
+    ).json()["view"]
     assert view["kind"] == "image" and view["rootfs"] == ("overlay" if os.geteuid() == 0 else "copy")
 
 
@@ -146,10 +160,14 @@ def test_an_image_without_a_shell_ends_like_live(target):
     assert r.status == 202
     sid = r.json()["id"]
     target.created.append(sid)
-    st = poll(lambda: target.life("GET", "/v1/sandboxes/" + sid).json()["status"], lambda st: st["state"] != "Running",
-              20)
+    st = poll(
+        lambda: target.life("GET", "/v1/sandboxes/" + sid).json()["status"], lambda st: st["state"] != "Running", 20
+    )
     assert (st["state"], st["reason"], st["message"]) == (
-        "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 1.")
+        "Failed",
+        "CONTAINER_EXITED_ERROR",
+        "Sandbox container exited with code 1.",
+    )
     log = target.life("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid).json()["content"]
     assert "exec /opt/opensandbox/bootstrap.sh: no such file or directory" in log
 
@@ -211,8 +229,13 @@ def test_pty_shell_and_capabilities_in_an_image(target, osb):
         rt = osb.sandboxes[sid].runtime
         master, slave = rt.openpty()
         try:
-            p = rt.spawn(["sh", "-c", "tty; grep -E '^Cap(Eff|Bnd)' /proc/self/status"], stdin=slave, stdout=slave,
-                         stderr=slave, controlling_tty=True)
+            p = rt.spawn(
+                ["sh", "-c", "tty; grep -E '^Cap(Eff|Bnd)' /proc/self/status"],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                controlling_tty=True,
+            )
             os.close(slave)
             slave = -1
             assert p.wait(timeout=20) == 0
@@ -237,8 +260,9 @@ def test_command_uid_uses_the_images_accounts(target):
     url, headers = target.endpoint(sid)
     got = []
     for extra in ({"uid": 65534}, {"uid": 4242}, {"uid": 65534, "gid": 0}):
-        status, _, events = stream_command(url, {**headers, "Accept": "text/event-stream"},
-                                           {"command": "id -u; id -g; id -G", **extra})
+        status, _, events = stream_command(
+            url, {**headers, "Accept": "text/event-stream"}, {"command": "id -u; id -g; id -G", **extra}
+        )
         assert status == 200
         got.append(output_of(events, "stdout").split())
     # an explicit gid replaces the primary gid only; the groups stay the user's (credential_prefix, diff uid_gid)

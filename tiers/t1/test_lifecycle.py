@@ -1,5 +1,6 @@
 """t1: every lifecycle route of the mock over HTTP: status codes, body key sets, headers, auth,
 validation, the Host/Origin guards, endpoints and the server-side proxy (with the real in-process execd)."""
+
 from __future__ import annotations
 
 import http.client
@@ -20,8 +21,13 @@ from tiers.toolkit.waits import poll, wait_until
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXCHANGES = os.path.normpath(os.path.join(REPO, "..", "shared", "live", "exchanges"))
 RID = re.compile(r"^[0-9a-f]{32}$")
-CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 1800,
-          "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "metadata": {"purpose": "live-recording"}}
+CREATE = {
+    "image": {"uri": "local/python:3-slim"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "timeout": 1800,
+    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+    "metadata": {"purpose": "live-recording"},
+}
 
 
 class Client:
@@ -35,8 +41,15 @@ class Client:
         h = {"OPEN-SANDBOX-API-KEY": self.api_key} if key and self.api_key else {}
         h.update(headers or {})
         # (a caller's own Connection header keeps the connection open: no wait for the server's EOF then)
-        return rest.call(hostport or self.hostport, method, path, body, h, timeout=timeout,
-                         wait_eof="connection" not in {k.lower() for k in h})
+        return rest.call(
+            hostport or self.hostport,
+            method,
+            path,
+            body,
+            h,
+            timeout=timeout,
+            wait_eof="connection" not in {k.lower() for k in h},
+        )
 
     def create(self, **over):
         body = dict(CREATE)
@@ -104,13 +117,21 @@ def test_missing_and_invalid_api_key_bodies(client):
     r = client.call("GET", "/v1/sandboxes", key=False)
     assert r.status == 401 and r.json() == {
         "code": "MISSING_API_KEY",
-        "message": "Authentication credentials are missing. Provide API key via OPEN-SANDBOX-API-KEY header."}
+        "message": "Authentication credentials are missing. Provide API key via OPEN-SANDBOX-API-KEY header.",
+    }
     assert_uvicorn_headers(r)
     r = client.call("GET", "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": "wrong-key"}, key=False)
     assert r.status == 401 and r.json() == {
-        "code": "INVALID_API_KEY", "message": "Authentication credentials are invalid. Check your API key and try again."}
-    for method, path in (("POST", "/v1/sandboxes"), ("GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000"),
-                         ("GET", "/no/such/route"), ("DELETE", "/sandboxes/x"), ("GET", "/v1/snapshots")):
+        "code": "INVALID_API_KEY",
+        "message": "Authentication credentials are invalid. Check your API key and try again.",
+    }
+    for method, path in (
+        ("POST", "/v1/sandboxes"),
+        ("GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000"),
+        ("GET", "/no/such/route"),
+        ("DELETE", "/sandboxes/x"),
+        ("GET", "/v1/snapshots"),
+    ):
         assert client.call(method, path, key=False).json()["code"] == "MISSING_API_KEY"
 
 
@@ -181,8 +202,9 @@ def _recorded(name):
         return json.load(fh)
 
 
-@pytest.mark.parametrize("name", ["01_health_version.json", "02_auth_failures.json", "03_validation_422.json",
-                                  "04_unknown_sandbox_404.json"])
+@pytest.mark.parametrize(
+    "name", ["01_health_version.json", "02_auth_failures.json", "03_validation_422.json", "04_unknown_sandbox_404.json"]
+)
 def test_replay_id_independent_recordings(client, name):
     for ex in _recorded(name):
         rq, rs = ex["request"], ex["response"]
@@ -224,14 +246,25 @@ def test_create_get_list_delete_flow(client, osb):
     assert (r.status, r.body) == (204, b"")
     assert "content-type" not in r.headers and RID.match(r.headers["x-request-id"])
     r = client.call("DELETE", "/v1/sandboxes/" + sid)
-    assert r.status == 404 and r.json() == {"code": "DOCKER::SANDBOX_NOT_FOUND", "message": "Sandbox %s not found." % sid}
+    assert r.status == 404 and r.json() == {
+        "code": "DOCKER::SANDBOX_NOT_FOUND",
+        "message": "Sandbox %s not found." % sid,
+    }
     assert client.call("GET", "/v1/sandboxes/" + sid).status == 404
     assert sid not in osb.sandboxes
 
 
 def test_create_without_timeout_or_metadata(client):
-    r = client.call("POST", "/v1/sandboxes", {"image": {"uri": "local/busybox:latest"}, "entrypoint": ["tail", "-f", "/dev/null"],
-                                              "resourceLimits": {"cpu": "250m", "memory": "128Mi"}, "env": {"HELLO": "world"}})
+    r = client.call(
+        "POST",
+        "/v1/sandboxes",
+        {
+            "image": {"uri": "local/busybox:latest"},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "resourceLimits": {"cpu": "250m", "memory": "128Mi"},
+            "env": {"HELLO": "world"},
+        },
+    )
     assert r.status == 202
     assert list(r.json()) == ["id", "status", "createdAt", "entrypoint"]  # recording 15
     got = client.call("GET", "/v1/sandboxes/" + r.json()["id"]).json()
@@ -243,7 +276,9 @@ def test_env_reaches_commands(client, osb):
     sid = client.create(env={"HELLO": "world", "DROPPED": None})
     ep = client.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid).json()["endpoint"]
     hostport, _, prefix = ep.partition("/")
-    r = client.call("POST", "/%s/command" % prefix, {"command": "echo $HELLO; echo ${DROPPED-unset}"}, hostport=hostport)
+    r = client.call(
+        "POST", "/%s/command" % prefix, {"command": "echo $HELLO; echo ${DROPPED-unset}"}, hostport=hostport
+    )
     texts = [json.loads(f)["text"] for f in r.body.decode().split("\n\n") if f.strip() and '"stdout"' in f]
     assert texts == ["world", "unset"]
 
@@ -263,40 +298,59 @@ def test_configurable_pull_failures(opensandbox_mock_factory):
     assert c.call("POST", "/v1/sandboxes", dict(CREATE, image={"uri": "local/does-not-exist:1"})).status == 202
 
 
-@pytest.mark.parametrize("metadata,needle", [({"Bad Key": "ok"}, "Metadata key 'Bad Key' is invalid"),
-                                             ({"ok": "https://x"}, "Metadata value 'https://x' is invalid"),
-                                             ({"opensandbox.io/id": "x"}, "reserved prefix")])
+@pytest.mark.parametrize(
+    "metadata,needle",
+    [
+        ({"Bad Key": "ok"}, "Metadata key 'Bad Key' is invalid"),
+        ({"ok": "https://x"}, "Metadata value 'https://x' is invalid"),
+        ({"opensandbox.io/id": "x"}, "reserved prefix"),
+    ],
+)
 def test_invalid_metadata_label(client, metadata, needle):
     r = client.call("POST", "/v1/sandboxes", dict(CREATE, metadata=metadata))
     assert r.status == 400 and r.json()["code"] == "SANDBOX::INVALID_METADATA_LABEL"
     assert needle in r.json()["message"]
 
 
-@pytest.mark.parametrize("extra,code", [
-    ({"secureAccess": True}, "SANDBOX::INVALID_PARAMETER"),
-    ({"volumes": [{"name": "v", "mountPath": "/v", "host": {"path": "/data"}}]}, "VOLUME::HOST_PATH_NOT_ALLOWED"),
-    ({"volumes": [{"name": "v", "mountPath": "/v", "pvc": {"claimName": "c", "createIfNotExists": False}}]},
-     "VOLUME::PVC_NOT_FOUND"),
-    ({"lifecycle": {"preStart": {"command": ["echo"]}}}, "SANDBOX::INVALID_PARAMETER"),
-    ({"extensions": {"poolRef": "p"}}, "SANDBOX::UNSUPPORTED_POOL_REF"),
-    ({"resourceLimits": {"cpu": "0"}}, "SANDBOX::INVALID_PARAMETER"),
-    ({"platform": {"os": "plan9", "arch": "amd64"}}, "SANDBOX::INVALID_PARAMETER")])
+@pytest.mark.parametrize(
+    "extra,code",
+    [
+        ({"secureAccess": True}, "SANDBOX::INVALID_PARAMETER"),
+        ({"volumes": [{"name": "v", "mountPath": "/v", "host": {"path": "/data"}}]}, "VOLUME::HOST_PATH_NOT_ALLOWED"),
+        (
+            {"volumes": [{"name": "v", "mountPath": "/v", "pvc": {"claimName": "c", "createIfNotExists": False}}]},
+            "VOLUME::PVC_NOT_FOUND",
+        ),
+        ({"lifecycle": {"preStart": {"command": ["echo"]}}}, "SANDBOX::INVALID_PARAMETER"),
+        ({"extensions": {"poolRef": "p"}}, "SANDBOX::UNSUPPORTED_POOL_REF"),
+        ({"resourceLimits": {"cpu": "0"}}, "SANDBOX::INVALID_PARAMETER"),
+        ({"platform": {"os": "plan9", "arch": "amd64"}}, "SANDBOX::INVALID_PARAMETER"),
+    ],
+)
 def test_unsupported_create_options_are_refused(client, extra, code):
     r = client.call("POST", "/v1/sandboxes", dict(CREATE, **extra))
     assert r.status == 400 and r.json()["code"] == code
 
 
 def test_sdk_style_create_with_secure_access_false(client):
-    body = {"image": {"uri": "local/python:3-slim"}, "timeout": 600, "resourceLimits": {"cpu": "500m"},
-            "metadata": {"via": "sdk"}, "entrypoint": ["tail", "-f", "/dev/null"], "secureAccess": False}
+    body = {
+        "image": {"uri": "local/python:3-slim"},
+        "timeout": 600,
+        "resourceLimits": {"cpu": "500m"},
+        "metadata": {"via": "sdk"},
+        "entrypoint": ["tail", "-f", "/dev/null"],
+        "secureAccess": False,
+    }
     assert client.call("POST", "/v1/sandboxes", body).status == 202  # recording 18
 
 
 @pytest.mark.spec_exempt("snapshotId create answers 404 SNAPSHOT::NOT_FOUND (server 1.1.1; the spec has no 404)")
 def test_create_validation_details(client):
     r = client.call("POST", "/v1/sandboxes", b"", headers={"Content-Type": "application/json"})
-    assert (r.status, r.json()) == (422, {"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required",
-                                                      "input": None}]})
+    assert (r.status, r.json()) == (
+        422,
+        {"detail": [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]},
+    )
     r = client.call("POST", "/v1/sandboxes", [1])  # FastAPI validates with from_attributes=True (oracle)
     assert r.json()["detail"][0]["type"] == "model_attributes_type"
     r = client.call("POST", "/v1/sandboxes", {"image": {"uri": "x"}, "entrypoint": ["x"]})
@@ -306,16 +360,50 @@ def test_create_validation_details(client):
 
 
 # -- list query validation --------------------------------------------------------------------------
-@pytest.mark.parametrize("query,detail", [
-    ("pageSize=201", {"type": "less_than_equal", "loc": ["query", "pageSize"],
-                      "msg": "Input should be less than or equal to 200", "input": "201", "ctx": {"le": 200}}),
-    ("pageSize=0", {"type": "greater_than_equal", "loc": ["query", "pageSize"],
-                    "msg": "Input should be greater than or equal to 1", "input": "0", "ctx": {"ge": 1}}),
-    ("page=0", {"type": "greater_than_equal", "loc": ["query", "page"],
-                "msg": "Input should be greater than or equal to 1", "input": "0", "ctx": {"ge": 1}}),
-    ("page=abc", {"type": "int_parsing", "loc": ["query", "page"],
-                  "msg": "Input should be a valid integer, unable to parse string as an integer", "input": "abc"}),
-])
+@pytest.mark.parametrize(
+    "query,detail",
+    [
+        (
+            "pageSize=201",
+            {
+                "type": "less_than_equal",
+                "loc": ["query", "pageSize"],
+                "msg": "Input should be less than or equal to 200",
+                "input": "201",
+                "ctx": {"le": 200},
+            },
+        ),
+        (
+            "pageSize=0",
+            {
+                "type": "greater_than_equal",
+                "loc": ["query", "pageSize"],
+                "msg": "Input should be greater than or equal to 1",
+                "input": "0",
+                "ctx": {"ge": 1},
+            },
+        ),
+        (
+            "page=0",
+            {
+                "type": "greater_than_equal",
+                "loc": ["query", "page"],
+                "msg": "Input should be greater than or equal to 1",
+                "input": "0",
+                "ctx": {"ge": 1},
+            },
+        ),
+        (
+            "page=abc",
+            {
+                "type": "int_parsing",
+                "loc": ["query", "page"],
+                "msg": "Input should be a valid integer, unable to parse string as an integer",
+                "input": "abc",
+            },
+        ),
+    ],
+)
 def test_list_query_validation(client, query, detail):
     r = client.call("GET", "/v1/sandboxes?" + query)
     assert (r.status, r.json()) == (422, {"detail": [detail]})
@@ -334,8 +422,10 @@ def test_list_filters_pagination_and_bad_metadata_filter(client):
     r = client.call("GET", "/v1/sandboxes?metadata=team%3Da&state=Paused")
     assert [i["id"] for i in r.json()["items"]] == [ids[1]]
     r = client.call("GET", "/v1/sandboxes?metadata=team%3Da%26broken")
-    assert r.status == 400 and r.json() == {"code": "INVALID_METADATA_FORMAT",
-                                            "message": "Invalid metadata format: bad query field: 'broken'"}
+    assert r.status == 400 and r.json() == {
+        "code": "INVALID_METADATA_FORMAT",
+        "message": "Invalid metadata format: bad query field: 'broken'",
+    }
 
 
 def test_patch_metadata_merge(client):
@@ -359,7 +449,9 @@ def test_pause_resume_and_frozen_execd(client, osb):
     r = client.call("POST", "/v1/sandboxes/%s/pause" % sid)
     assert (r.status, r.json()["code"]) == (409, "DOCKER::SANDBOX_NOT_RUNNING")
     answered = []
-    t = threading.Thread(target=lambda: answered.append(client.call("GET", "/%s/ping" % prefix, hostport=hostport).status))
+    t = threading.Thread(
+        target=lambda: answered.append(client.call("GET", "/%s/ping" % prefix, hostport=hostport).status)
+    )
     t.start()
     t.join(0.3)
     assert answered == []  # a frozen sandbox does not answer (seed 000 §5.3)
@@ -407,14 +499,19 @@ def test_ttl_expiry_removes_the_sandbox(opensandbox_mock_factory):
     assert c.call("GET", "/v1/sandboxes/" + keep).status == 200
 
 
-@pytest.mark.spec_exempt("a stopped container's execd is unreachable: the server proxy answers 502 (server api/proxy.py)")
+@pytest.mark.spec_exempt(
+    "a stopped container's execd is unreachable: the server proxy answers 502 (server api/proxy.py)"
+)
 def test_failed_entrypoint(client):
     r = client.call("POST", "/v1/sandboxes", dict(CREATE, entrypoint=["sh", "-c", "exit 1"], timeout=600))
     assert r.status == 202 and r.json()["status"]["state"] == "Running"  # recording 15
     sid = r.json()["id"]
     st = poll(lambda: _status(client, sid), lambda s: s["state"] == "Failed")
     assert (st["state"], st["reason"], st["message"]) == (
-        "Failed", "CONTAINER_EXITED_ERROR", "Sandbox container exited with code 1.")
+        "Failed",
+        "CONTAINER_EXITED_ERROR",
+        "Sandbox container exited with code 1.",
+    )
     assert client.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid).status == 200
     r = client.call("GET", "/v1/sandboxes/%s/proxy/44772/ping" % sid)
     assert r.status == 502 and r.json()["code"] == "BACKEND_CONNECTION_FAILED"
@@ -425,7 +522,10 @@ def test_failed_entrypoint(client):
 def test_entrypoint_not_found_fails_with_127(client):
     sid = client.create(entrypoint=["/no/such/binary"])
     st = poll(lambda: _status(client, sid), lambda s: s["state"] == "Failed")
-    assert st["state"] == "Failed" and st["message"] in ("Sandbox container exited with code 127.", "Sandbox container exited with code 126.")
+    assert st["state"] == "Failed" and st["message"] in (
+        "Sandbox container exited with code 127.",
+        "Sandbox container exited with code 126.",
+    )
 
 
 def test_clean_exit_is_terminated(client):
@@ -441,8 +541,9 @@ def test_endpoints(client, osb):
     r = client.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)
     assert r.json() == {"endpoint": "127.0.0.1:%d/proxy/44772" % execd_port}
     assert_uvicorn_headers(r)
-    assert client.call("GET", "/v1/sandboxes/%s/endpoints/18080?use_server_proxy=false" % sid).json() == \
-        {"endpoint": "127.0.0.1:%d/proxy/18080" % execd_port}
+    assert client.call("GET", "/v1/sandboxes/%s/endpoints/18080?use_server_proxy=false" % sid).json() == {
+        "endpoint": "127.0.0.1:%d/proxy/18080" % execd_port
+    }
     ep8080 = client.call("GET", "/v1/sandboxes/%s/endpoints/8080" % sid).json()["endpoint"]
     m = re.match(r"^127\.0\.0\.1:(\d+)$", ep8080)
     assert m and int(m.group(1)) != execd_port
@@ -453,7 +554,10 @@ def test_endpoints(client, osb):
     assert r.json() == {"endpoint": "%s/sandboxes/%s/proxy/44772" % (client.hostport, sid)}
     for port in (0, 70000):
         r = client.call("GET", "/v1/sandboxes/%s/endpoints/%d" % (sid, port))
-        assert (r.status, r.json()) == (400, {"code": "DOCKER::INVALID_PORT", "message": "Port must be between 1 and 65535."})
+        assert (r.status, r.json()) == (
+            400,
+            {"code": "DOCKER::INVALID_PORT", "message": "Port must be between 1 and 65535."},
+        )
     r = client.call("GET", "/v1/sandboxes/%s/endpoints/abc" % sid)
     assert r.status == 422 and r.json()["detail"][0]["loc"] == ["path", "port"]
     r = client.call("GET", "/v1/sandboxes/%s/endpoints/44772?use_server_proxy=maybe" % sid)
@@ -479,7 +583,7 @@ def test_execd_reachable_at_both_prefixes(client):
 
 
 # -- server-side proxy ------------------------------------------------------------------------------
-ECHO_APP = r'''
+ECHO_APP = r"""
 import json, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 class H(BaseHTTPRequestHandler):
@@ -499,16 +603,25 @@ class H(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _do
     def log_message(self, *a): pass
 HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-'''
+"""
 
 
 def test_server_proxy_forwards_method_headers_body_and_query(client, osb):
     port = free_port()
     sid = client.create(entrypoint=["python3", "-c", ECHO_APP, str(port)])
     assert wait_until(lambda: client.call("GET", "/v1/sandboxes/%s/proxy/%d/" % (sid, port)).status == 201, 20)
-    r = client.call("PUT", "/v1/sandboxes/%s/proxy/%d/a/b?x=1&x=2&y=%%20" % (sid, port), b"payload",
-                    headers={"X-Custom": "v", "Authorization": "Bearer s", "Cookie": "c=1",
-                             "X-Forwarded-For": "6.6.6.6", "Content-Type": "text/plain"})
+    r = client.call(
+        "PUT",
+        "/v1/sandboxes/%s/proxy/%d/a/b?x=1&x=2&y=%%20" % (sid, port),
+        b"payload",
+        headers={
+            "X-Custom": "v",
+            "Authorization": "Bearer s",
+            "Cookie": "c=1",
+            "X-Forwarded-For": "6.6.6.6",
+            "Content-Type": "text/plain",
+        },
+    )
     assert r.status == 201
     seen = r.json()
     assert seen["method"] == "PUT" and seen["path"] == "/a/b?x=1&x=2&y=%20" and seen["body"] == "payload"
@@ -531,8 +644,12 @@ def test_server_proxy_streams_sse_chunk_by_chunk(client, osb):
     gate = "/tmp/go-%s" % uuid.uuid4().hex[:8]
     c = http.client.HTTPConnection(client.hostport, timeout=30)
     body = json.dumps({"command": "echo first; while [ ! -e %s ]; do sleep 0.05; done; echo second" % gate})
-    c.request("POST", "/v1/sandboxes/%s/proxy/44772/command" % sid, body=body,
-              headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+    c.request(
+        "POST",
+        "/v1/sandboxes/%s/proxy/44772/command" % sid,
+        body=body,
+        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+    )
     r = c.getresponse()
     assert r.status == 200 and r.getheader("content-type") == "text/event-stream"
     assert r.getheader("transfer-encoding") == "chunked" and r.getheader("server") == "uvicorn"
@@ -555,7 +672,9 @@ def test_server_proxy_errors(client):
     sid = client.create()
     r = client.call("GET", "/v1/sandboxes/%s/proxy/0/x" % sid)
     assert (r.status, r.json()["code"]) == (400, "DOCKER::INVALID_PORT")
-    r = client.call("GET", "/v1/sandboxes/%s/proxy/44772/ws" % sid, headers={"Upgrade": "websocket", "Connection": "Upgrade"})
+    r = client.call(
+        "GET", "/v1/sandboxes/%s/proxy/44772/ws" % sid, headers={"Upgrade": "websocket", "Connection": "Upgrade"}
+    )
     assert (r.status, r.json()) == (400, {"detail": "Websocket upgrade is not supported yet"})
     r = client.call("GET", "/v1/sandboxes/%s/proxy/44772/no/such/route" % sid)
     assert r.status == 404 and r.body == b"404 page not found"  # execd's own answer passes through
@@ -568,19 +687,25 @@ def test_snapshot_template_and_egress_routes(client):
     """Snapshots themselves: tiers/t1/test_snapshots.py (here only their unknown ids)."""
     sid = client.create()
     for method, path, status, code in (
-            ("POST", "/v1/sandboxes/nope/snapshots", 404, "DOCKER::SANDBOX_NOT_FOUND"),
-            ("GET", "/v1/snapshots/snap-1", 404, "SNAPSHOT::NOT_FOUND"),
-            ("DELETE", "/v1/snapshots/snap-1", 404, "SNAPSHOT::NOT_FOUND"),
-            ("GET", "/v1/templates", 501, "FSB::API_NOT_SUPPORTED"),
-            ("DELETE", "/templates/t1", 501, "FSB::API_NOT_SUPPORTED"),
-            ("GET", "/v1/pools", 501, "KUBERNETES::POOL_NOT_SUPPORTED"),
-            ("GET", "/v1/sandboxes/nope/networkpolicy", 404, "DOCKER::SANDBOX_NOT_FOUND"),
-            ("GET", "/v1/sandboxes/fsb-x/networkpolicy", 404, "GENERAL::UNKNOWN_ERROR")):
+        ("POST", "/v1/sandboxes/nope/snapshots", 404, "DOCKER::SANDBOX_NOT_FOUND"),
+        ("GET", "/v1/snapshots/snap-1", 404, "SNAPSHOT::NOT_FOUND"),
+        ("DELETE", "/v1/snapshots/snap-1", 404, "SNAPSHOT::NOT_FOUND"),
+        ("GET", "/v1/templates", 501, "FSB::API_NOT_SUPPORTED"),
+        ("DELETE", "/templates/t1", 501, "FSB::API_NOT_SUPPORTED"),
+        ("GET", "/v1/pools", 501, "KUBERNETES::POOL_NOT_SUPPORTED"),
+        ("GET", "/v1/sandboxes/nope/networkpolicy", 404, "DOCKER::SANDBOX_NOT_FOUND"),
+        ("GET", "/v1/sandboxes/fsb-x/networkpolicy", 404, "GENERAL::UNKNOWN_ERROR"),
+    ):
         r = client.call(method, path)
         assert (r.status, set(r.json()), r.json()["code"]) == (status, {"code", "message"}, code), path
     r = client.call("GET", "/v1/snapshots")
-    assert (r.status, r.json()) == (200, {"items": [], "pagination": {"page": 1, "pageSize": 20, "totalItems": 0,
-                                                                      "totalPages": 0, "hasNextPage": False}})
+    assert (r.status, r.json()) == (
+        200,
+        {
+            "items": [],
+            "pagination": {"page": 1, "pageSize": 20, "totalItems": 0, "totalPages": 0, "hasNextPage": False},
+        },
+    )
     # no egress sidecar: the server proxies to port 18080 through execd, where nothing listens
     assert client.call("GET", "/v1/sandboxes/%s/networkpolicy" % sid).status == 502
     r = client.call("PUT", "/v1/sandboxes/%s/networkpolicy" % sid, {"egress": [{"action": "allow"}]})
@@ -590,11 +715,19 @@ def test_snapshot_template_and_egress_routes(client):
 @pytest.mark.spec_exempt("diagnostics and metrics routes of server 1.1.1 are not in the June spec")
 def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
     sid = client.create(entrypoint=["sh", "-c", "echo out-line; echo err-line >&2; exec sleep 600"])
-    r = poll(lambda: client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid),
-             lambda r: "err-line" in r.json()["content"], 10)
+    r = poll(
+        lambda: client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid),
+        lambda r: "err-line" in r.json()["content"],
+        10,
+    )
     doc = r.json()
-    assert (r.status, doc["kind"], doc["scope"], doc["delivery"], doc["truncated"]) == (200, "logs", "container",
-                                                                                         "inline", False)
+    assert (r.status, doc["kind"], doc["scope"], doc["delivery"], doc["truncated"]) == (
+        200,
+        "logs",
+        "container",
+        "inline",
+        False,
+    )
     lines = doc["content"].splitlines()
     texts = [ln.split(" ", 1)[1] for ln in lines]
     assert texts[0] == "starting OpenSandbox Execd daemon at /opt/opensandbox/execd."  # bootstrap.sh (live)
@@ -604,8 +737,13 @@ def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
     r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=ALL" % sid)
     assert r.json()["scope"] == "all" and r.json()["warnings"]
     r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=pod" % sid)
-    assert (r.status, r.json()) == (400, {"code": "DIAGNOSTICS_SCOPE_UNSUPPORTED", "message":
-                                          "Unsupported logs diagnostics scope 'pod'. Supported scopes: container, all."})
+    assert (r.status, r.json()) == (
+        400,
+        {
+            "code": "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+            "message": "Unsupported logs diagnostics scope 'pod'. Supported scopes: container, all.",
+        },
+    )
     r = client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?tail=1" % sid)  # deprecated plain text
     assert r.headers.get("deprecation") == "true" and r.body.decode().endswith("err-line\n")
     client.call("POST", "/v1/sandboxes/%s/pause" % sid)
@@ -615,7 +753,9 @@ def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
     text = client.call("GET", "/v1/sandboxes/%s/diagnostics/inspect" % sid).body.decode()
     assert "Status:         running" in text and "opensandbox.io/id=%s" % sid in text
     summary = client.call("GET", "/v1/sandboxes/%s/diagnostics/summary" % sid).body.decode()
-    assert summary.startswith("=" * 72 + "\nSANDBOX DIAGNOSTICS SUMMARY\nSandbox ID: %s" % sid) and "out-line" in summary
+    assert (
+        summary.startswith("=" * 72 + "\nSANDBOX DIAGNOSTICS SUMMARY\nSandbox ID: %s" % sid) and "out-line" in summary
+    )
     # the entrypoint exits: events say how
     sid2 = client.create(entrypoint=["sh", "-c", "exit 3"])
     assert wait_until(lambda: _status(client, sid2)["state"] == "Failed", 10)
@@ -645,8 +785,13 @@ def test_execd_token_is_enforced_by_execd(opensandbox_mock_factory):
     sid = c.create()
     hostport, _, prefix = c.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid).json()["endpoint"].partition("/")
     assert c.call("GET", "/%s/ping" % prefix, hostport=hostport).status == 401
-    assert c.call("GET", "/%s/ping" % prefix, hostport=hostport, headers={"X-EXECD-ACCESS-TOKEN": "tok-123"}).status == 200
-    assert c.call("GET", "/v1/sandboxes/%s/proxy/44772/ping" % sid, headers={"X-EXECD-ACCESS-TOKEN": "tok-123"}).status == 200
+    assert (
+        c.call("GET", "/%s/ping" % prefix, hostport=hostport, headers={"X-EXECD-ACCESS-TOKEN": "tok-123"}).status == 200
+    )
+    assert (
+        c.call("GET", "/v1/sandboxes/%s/proxy/44772/ping" % sid, headers={"X-EXECD-ACCESS-TOKEN": "tok-123"}).status
+        == 200
+    )
 
 
 @pytest.mark.spec_exempt("requests without the gateway routing header are refused by design")
@@ -702,8 +847,17 @@ def test_non_loopback_bind_warns_before_binding():
     assert msgs and msgs[0].startswith("WARNING") and "192.0.2.1" in msgs[0]
     assert m.root and not os.path.exists(m.root)
     m.stop()
-    for host, ok in (("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True), ("[::1]", True),
-                     ("0.0.0.0", False), ("::", False), ("10.0.0.1", False), ("example.com", False)):
+    for host, ok in (
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+    ):
         assert is_loopback_host(host) is ok, host
 
 
@@ -713,8 +867,10 @@ def test_max_sandbox_timeout_like_the_server_config(opensandbox_mock_factory):
     m = opensandbox_mock_factory(max_sandbox_timeout=600)
     c = Client(m.base_url, m.api_key)
     r = c.call("POST", "/v1/sandboxes", dict(CREATE, timeout=601))
-    assert (r.status, r.json()) == (400, {"code": "SANDBOX::INVALID_PARAMETER",
-                                          "message": "Sandbox timeout 601s exceeds configured maximum of 600s."})
+    assert (r.status, r.json()) == (
+        400,
+        {"code": "SANDBOX::INVALID_PARAMETER", "message": "Sandbox timeout 601s exceeds configured maximum of 600s."},
+    )
     sid = c.create(timeout=600)
     r = c.call("POST", "/v1/sandboxes/%s/renew-expiration" % sid, {"expiresAt": "2999-01-01T00:00:00Z"})
     assert r.status == 200

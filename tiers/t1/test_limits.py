@@ -6,6 +6,7 @@ Expected values: opensandbox-server 1.1.1 passes Docker mem_limit / nano_cpus / 
 (services/docker/container_ops.py, config.py pids_limit = 4096); the real sandbox shows 536870912,
 4096 and 50000 of 100000 in its /sys/fs/cgroup (issue 19's table, recorded live).
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,10 @@ def test_cgroup_files_inside_show_the_sandbox_limits():
         api = Api(osb)
         sid = api.create()
         if HOST.version == 1:
-            cmd = ("cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max "
-                   "/sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us")
+            cmd = (
+                "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max "
+                "/sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us"
+            )
             want = "536870912\n4096\n50000\n100000\n"
         else:
             cmd = "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max"
@@ -76,7 +79,7 @@ def test_cgroup_files_inside_show_the_sandbox_limits():
 def test_memory_hog_is_oom_killed_with_137_and_the_sandbox_lives_on(api):
     sid = api.create({"memory": "64Mi"})
     # bounded by itself: 256 MiB at most, touched page by page
-    hog = "python3 -c 'b = b\"x\" * (256 << 20); print(\"allocated\", len(b))'"
+    hog = 'python3 -c \'b = b"x" * (256 << 20); print("allocated", len(b))\''
     # in a shell that waits for it, the shell reports the OOM kill as 137 (the live probe's answer)
     rc, out = api.run(sid, hog + "; exit $?")
     assert rc == 137, out
@@ -89,19 +92,21 @@ def test_memory_hog_is_oom_killed_with_137_and_the_sandbox_lives_on(api):
 
 def test_busy_loop_gets_half_a_core(api, sid):
     # 2 s of wall time spinning; the CPU time it got (its own and the cgroup's counters) against the wall
-    prog = ("import time\n"
-            "def cg(p):\n"
-            "    try:\n"
-            "        return open(p).read()\n"
-            "    except OSError:\n"
-            "        return ''\n"
-            "w0, c0 = time.monotonic(), time.process_time()\n"
-            "while time.monotonic() - w0 < 2.0:\n"
-            "    pass\n"
-            "print(round((time.process_time() - c0) / (time.monotonic() - w0), 3))\n"
-            "st = dict(l.split() for l in cg(%r).splitlines() if l.strip())\n"
-            "print(st.get('nr_periods', 0), st.get('nr_throttled', 0))\n" % _cgfile("cpu/cpu.stat", "cpu.stat"))
-    rc, out = api.run(sid, "python3 -c \"%s\"" % prog)
+    prog = (
+        "import time\n"
+        "def cg(p):\n"
+        "    try:\n"
+        "        return open(p).read()\n"
+        "    except OSError:\n"
+        "        return ''\n"
+        "w0, c0 = time.monotonic(), time.process_time()\n"
+        "while time.monotonic() - w0 < 2.0:\n"
+        "    pass\n"
+        "print(round((time.process_time() - c0) / (time.monotonic() - w0), 3))\n"
+        "st = dict(l.split() for l in cg(%r).splitlines() if l.strip())\n"
+        "print(st.get('nr_periods', 0), st.get('nr_throttled', 0))\n" % _cgfile("cpu/cpu.stat", "cpu.stat")
+    )
+    rc, out = api.run(sid, 'python3 -c "%s"' % prog)
     assert rc == 0, out
     share, periods, throttled = out.split()
     # generous band: on a busy machine less is possible; more than ~0.5 is not
@@ -115,22 +120,24 @@ def test_busy_loop_gets_half_a_core(api, sid):
 def test_fork_loop_stops_at_the_pids_limit_and_the_host_is_unharmed(api):
     sid = api.create()
     # at most 200 children, each gone after 5 s at the latest; counts the forks the kernel allowed
-    prog = ("import os, time, signal\n"
-            "kids, refused, end = [], 0, time.monotonic() + 5\n"
-            "for i in range(200):\n"
-            "    try:\n"
-            "        pid = os.fork()\n"
-            "    except OSError:\n"
-            "        refused += 1\n"
-            "        continue\n"
-            "    if pid == 0:\n"
-            "        time.sleep(max(0.0, end - time.monotonic()))\n"
-            "        os._exit(0)\n"
-            "    kids.append(pid)\n"
-            "print(len(kids), refused)\n"
-            "for k in kids:\n"
-            "    os.kill(k, signal.SIGKILL)\n"
-            "    os.waitpid(k, 0)\n")
+    prog = (
+        "import os, time, signal\n"
+        "kids, refused, end = [], 0, time.monotonic() + 5\n"
+        "for i in range(200):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        refused += 1\n"
+        "        continue\n"
+        "    if pid == 0:\n"
+        "        time.sleep(max(0.0, end - time.monotonic()))\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print(len(kids), refused)\n"
+        "for k in kids:\n"
+        "    os.kill(k, signal.SIGKILL)\n"
+        "    os.waitpid(k, 0)\n"
+    )
     rc, out = api.run(sid, "python3 -c '%s'" % prog)
     assert rc == 0, out
     forked, refused = (int(x) for x in out.split())
@@ -145,8 +152,9 @@ def test_cgroups_are_removed_with_the_sandbox(api):
     sid = api.create()
     sb = api.osb.sandboxes[sid]
     dirs = list(sb.runtime.cgroup.dirs)
-    assert dirs and all(os.path.isdir(d) and os.path.basename(d) == "osb-mock-%s-%s" % (api.osb.mock_id, sid)
-                        for d in dirs)
+    assert dirs and all(
+        os.path.isdir(d) and os.path.basename(d) == "osb-mock-%s-%s" % (api.osb.mock_id, sid) for d in dirs
+    )
     status, _ = api.call("DELETE", "/v1/sandboxes/" + sid)
     assert status == 204
     assert not [d for d in dirs if os.path.exists(d)]

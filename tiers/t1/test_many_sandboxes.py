@@ -1,6 +1,7 @@
 """No fd ceiling: sandboxes keep working once the mock's fd numbers pass 1024 (select.select's
 FD_SETSIZE: "filedescriptor out of range in select()"), and 500 sandboxes created at once from 20
 threads are all Running and answer a command (slow). Each run prints the mock's fds per sandbox."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,12 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.smoke_flow import request, stream_command
 
-CREATE = {"image": {"uri": "python:3.12-slim"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-          "resourceLimits": {"cpu": "500m", "memory": "512Mi"}}
+CREATE = {
+    "image": {"uri": "python:3.12-slim"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "timeout": 600,
+    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+}
 
 
 def _fds() -> int:
@@ -27,8 +32,9 @@ def _one(osb: MockOpenSandbox, i: int) -> str:
     assert r.status == 202 and r.json()["status"]["state"] == "Running", r
     sid = r.json()["id"]
     ep = request("GET", osb.base_url, f"/v1/sandboxes/{sid}/endpoints/44772", headers=key).json()
-    status, _h, events = stream_command("http://" + ep["endpoint"], dict(ep.get("headers") or {}),
-                                        {"command": f"echo hi-{i}"}, 60)
+    status, _h, events = stream_command(
+        "http://" + ep["endpoint"], dict(ep.get("headers") or {}), {"command": f"echo hi-{i}"}, 60
+    )
     out = "".join(e.get("text", "") for e in events if e.get("type") == "stdout")
     assert status == 200 and out.strip() == f"hi-{i}", (status, events)
     return sid
@@ -41,8 +47,9 @@ def _burst(n: int, threads: int, record_property) -> None:
             sids = list(pool.map(lambda i: _one(osb, i), range(n)))
         assert len(set(sids)) == n
         key = {"OPEN-SANDBOX-API-KEY": osb.api_key}
-        states = [request("GET", osb.base_url, f"/v1/sandboxes/{s}", headers=key).json()["status"]["state"]
-                  for s in sids]
+        states = [
+            request("GET", osb.base_url, f"/v1/sandboxes/{s}", headers=key).json()["status"]["state"] for s in sids
+        ]
         assert states == ["Running"] * n
         per = (_fds() - before) / n
         print(f"\n{n} sandboxes from {threads} threads: {_fds() - before} fds held by the mock, {per:.1f} per sandbox")

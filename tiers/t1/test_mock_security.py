@@ -13,6 +13,7 @@ to the existing test that covers it):
 | no process, port, thread or temp dir outlives stop() | test_no_process_outlives_stop (counts) + tiers/t1/test_no_leaks.py |
 | secrets never in logs, errors or fixtures | tiers/t1/test_secret_canary.py, tiers/t1/test_faults_mock.py::test_verbose_log_names_the_fault_but_no_header |
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,11 @@ def test_every_listener_binds_loopback_by_default(osb, sandbox):
     key = {"OPEN-SANDBOX-API-KEY": osb.api_key}
     ep = json.loads(request(osb.port, "GET", f"/v1/sandboxes/{sandbox.id}/endpoints/8080", headers=key)[1])
     port8080 = int(ep["endpoint"].rsplit(":", 1)[1])
-    bound = {"lifecycle": osb._server.server_address[0], "execd": sandbox.execd._server.server_address[0],
-             "port 8080": sandbox.resources["http"].server_address[0]}
+    bound = {
+        "lifecycle": osb._server.server_address[0],
+        "execd": sandbox.execd._server.server_address[0],
+        "port 8080": sandbox.resources["http"].server_address[0],
+    }
     assert set(bound.values()) == {"127.0.0.1"}, bound
     assert port8080 == sandbox.resources["http"].port
 
@@ -89,12 +93,16 @@ def test_every_lifecycle_route_needs_the_key(osb):
     """Without the key (or with a wrong one) every route answers 401, except the ones the real server
     leaves open (/health, /version) and the server proxy (the sandbox's own auth applies there)."""
     samples = _route_samples(osb)
-    assert ("POST", "/__mock__/faults") in samples and ("DELETE", "/v1/sandboxes/00000000-0000-0000-0000-000000000000") in samples
+    assert ("POST", "/__mock__/faults") in samples and (
+        "DELETE",
+        "/v1/sandboxes/00000000-0000-0000-0000-000000000000",
+    ) in samples
     for method, path in samples:
         open_route = path in ("/health", "/version") or "/proxy/" in path
         for headers in ({}, {"OPEN-SANDBOX-API-KEY": "wrong-" + secrets.token_hex(4)}):
-            status, body = request(osb.port, method, path, b"{}" if method in ("POST", "PUT", "PATCH") else None,
-                                   headers)
+            status, body = request(
+                osb.port, method, path, b"{}" if method in ("POST", "PUT", "PATCH") else None, headers
+            )
             if open_route:
                 assert status != 401, (method, path)
             else:
@@ -104,16 +112,37 @@ def test_every_lifecycle_route_needs_the_key(osb):
 
 def test_execd_listener_refuses_browser_requests(osb, sandbox):
     marker = pathlib.Path(sandbox.runtime.resolve("/tmp/browser-was-here"))
-    status, _ = request(sandbox.execd_port, "POST", "/command", b'{"command": "touch /tmp/browser-was-here"}',
-                        {"Origin": "http://evil.example", "Content-Type": "text/plain", "Host": "evil.example"})
+    status, _ = request(
+        sandbox.execd_port,
+        "POST",
+        "/command",
+        b'{"command": "touch /tmp/browser-was-here"}',
+        {"Origin": "http://evil.example", "Content-Type": "text/plain", "Host": "evil.example"},
+    )
     time.sleep(0.2)
     assert status in (400, 403) and not marker.exists()
 
 
 # ---- files API: arbitrary paths over HTTP --------------------------------------------------------------------
 
-SEGMENTS = ["..", ".", "", "tmp", "up", "abs", "etc", "in", "x y", "\u00e9", "%2e%2e", "..%2f", "\\..", "...",
-            "sentinel.txt", "loop"]
+SEGMENTS = [
+    "..",
+    ".",
+    "",
+    "tmp",
+    "up",
+    "abs",
+    "etc",
+    "in",
+    "x y",
+    "\u00e9",
+    "%2e%2e",
+    "..%2f",
+    "\\..",
+    "...",
+    "sentinel.txt",
+    "loop",
+]
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +154,8 @@ def hostile_root(osb, sandbox, tmp_path_factory):
     root = pathlib.Path(sandbox.runtime.root)
     (root / "tmp").mkdir(exist_ok=True)
     (root / "in").mkdir(exist_ok=True)
-    os.symlink(str(outside), root / "abs")                         # absolute host path
-    os.symlink("../../../../../../../../../..", root / "up")       # climbs
+    os.symlink(str(outside), root / "abs")  # absolute host path
+    os.symlink("../../../../../../../../../..", root / "up")  # climbs
     os.symlink(os.path.relpath(outside, root / "tmp"), root / "tmp" / "rel")
     os.symlink("loop", root / "loop")
     return outside, ("HOST-SENTINEL-" + token).encode()
@@ -136,8 +165,18 @@ paths = st.one_of(
     st.lists(st.sampled_from(SEGMENTS), max_size=8).map(lambda s: "/" + "/".join(s)),
     st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=6).map("/".join),
     st.text(max_size=30),
-    st.sampled_from(["/abs/sentinel.txt", "/up/{out}/sentinel.txt", "{out}/sentinel.txt", "/../../{out}/sentinel.txt",
-                     "/tmp/rel/sentinel.txt", "/loop", "//abs//sentinel.txt", "/in/../../abs/sentinel.txt"]),
+    st.sampled_from(
+        [
+            "/abs/sentinel.txt",
+            "/up/{out}/sentinel.txt",
+            "{out}/sentinel.txt",
+            "/../../{out}/sentinel.txt",
+            "/tmp/rel/sentinel.txt",
+            "/loop",
+            "//abs//sentinel.txt",
+            "/in/../../abs/sentinel.txt",
+        ]
+    ),
 )
 
 
@@ -146,6 +185,7 @@ def _whole_view(rt, p: str) -> bool:
     seconds, like the real execd): test_search_of_the_root_stays_inside covers it once."""
     from mock_opensandbox.runtime import SYSTEM_DIRS
     import posixpath
+
     try:
         hp = rt.resolve(posixpath.normpath("/" + p))  # execd cleans the path first
     except (OSError, ValueError):
@@ -157,8 +197,9 @@ def _whole_view(rt, p: str) -> bool:
 def test_search_of_the_root_stays_inside(osb, sandbox, hostile_root):
     outside, sentinel = hostile_root
     for path in ("/", "/up", "/in/../up/"):
-        status, data = request(sandbox.execd_port, "GET", f"/files/search?path={path}&pattern=sentinel.txt",
-                               timeout=120)
+        status, data = request(
+            sandbox.execd_port, "GET", f"/files/search?path={path}&pattern=sentinel.txt", timeout=120
+        )
         assert status == 200 and sentinel not in data
         assert str(outside).encode() not in data
 
@@ -182,9 +223,12 @@ def test_files_api_paths_never_escape(osb, sandbox, hostile_root):
         ]
         if not _whole_view(sandbox.runtime, p1):
             answers.append(request(port, "GET", f"/files/search?path={q(p1)}&pattern=*"))
-        body, ctype = multipart.encode([("metadata", "metadata", "application/json",
-                                          json.dumps({"path": p2}).encode()),
-                                         ("file", "f", "application/octet-stream", b"written-by-fuzz")])
+        body, ctype = multipart.encode(
+            [
+                ("metadata", "metadata", "application/json", json.dumps({"path": p2}).encode()),
+                ("file", "f", "application/octet-stream", b"written-by-fuzz"),
+            ]
+        )
         answers.append(request(port, "POST", "/files/upload", body, {"Content-Type": ctype}))
         answers.append(request(port, "POST", "/files/mv", [{"src": p1, "dest": p2}]))
         answers.append(request(port, "POST", "/directories", {p2: {"mode": 755}}))
@@ -200,12 +244,16 @@ def test_files_api_paths_never_escape(osb, sandbox, hostile_root):
 
 def test_lying_content_length_is_answered(osb, sandbox):
     """A Content-Length far above the 2 GiB limit is refused at once (the body is never awaited)."""
-    for port, path, extra in ((osb.port, "/v1/sandboxes", {"OPEN-SANDBOX-API-KEY": osb.api_key}),
-                              (sandbox.execd_port, "/command", {})):
+    for port, path, extra in (
+        (osb.port, "/v1/sandboxes", {"OPEN-SANDBOX-API-KEY": osb.api_key}),
+        (sandbox.execd_port, "/command", {}),
+    ):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
-            head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" \
-                   f"Content-Length: {3 << 30}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in extra.items()) + "\r\n"
+            head = (
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {3 << 30}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in extra.items()) + "\r\n"
+            )
             s.sendall(head.encode())
             first = s.recv(64)
             assert first.startswith(b"HTTP/1.1 4") or first.startswith(b"HTTP/1.1 5") or first == b"", first
@@ -214,6 +262,7 @@ def test_lying_content_length_is_answered(osb, sandbox):
 
 
 # ---- processes -----------------------------------------------------------------------------------------------
+
 
 def _procs_under(root: str) -> set[int]:
     out = set()
@@ -264,11 +313,15 @@ def test_no_process_outlives_stop(tmp_path):
         with EppClient(str(tmp_path / "d"), {"base_url": mock.base_url, "api_key": mock.api_key}) as epp:
             sids = [epp.call("sandbox.create", {"template": "base", "timeout": 600})["sandbox_id"] for _ in range(2)]
             for sid in sids:
-                for script in ("sleep 300 & echo bg", "setsid sleep 301 >/dev/null 2>&1 </dev/null &",
-                               "nohup sh -c 'sleep 302' >/dev/null 2>&1 &"):
+                for script in (
+                    "sleep 300 & echo bg",
+                    "setsid sleep 301 >/dev/null 2>&1 </dev/null &",
+                    "nohup sh -c 'sleep 302' >/dev/null 2>&1 &",
+                ):
                     epp.call("exec.run", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", script], "timeout": 10})
-                epp.call("exec.start", {"sandbox_id": sid, "cmd": "sleep", "args": ["303"], "detached": True,
-                                        "timeout": 600})
+                epp.call(
+                    "exec.start", {"sandbox_id": sid, "cmd": "sleep", "args": ["303"], "detached": True, "timeout": 600}
+                )
                 epp.request("exec.run", {"sandbox_id": sid, "cmd": "sleep", "args": ["304"], "timeout": 600})
             time.sleep(0.3)
             epp.call("sandbox.pause", {"sandbox_id": sids[0]})

@@ -5,6 +5,7 @@ mock started again with the same --root reaps what a dead one (and its janitor) 
 The leftovers are counted before and after; "net" counts network namespaces and relays in its own
 tests. Each sandbox runs background processes (a setsid daemon among them) under resourceLimits.
 """
+
 from __future__ import annotations
 
 import glob
@@ -24,8 +25,11 @@ from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import poll, wait_until
 
 HOST = cgroups.host()
-BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"],
-        "resourceLimits": {"cpu": "500m", "memory": "256Mi"}}
+BODY = {
+    "image": {"uri": "python:3"},
+    "entrypoint": ["sleep", "300"],
+    "resourceLimits": {"cpu": "500m", "memory": "256Mi"},
+}
 
 
 @pytest.fixture
@@ -38,14 +42,19 @@ def _sandbox_with_processes(cli: Cli) -> str:
     status, body = cli.call("POST", "/v1/sandboxes", BODY)
     assert status == 202, body
     sid = json.loads(body)["id"]
-    status, body = cli.call("POST", "/v1/sandboxes/%s/proxy/44772/command" % sid,
-                            {"command": "sleep 300 & setsid sleep 300 & echo started", "background": True})
+    status, body = cli.call(
+        "POST",
+        "/v1/sandboxes/%s/proxy/44772/command" % sid,
+        {"command": "sleep 300 & setsid sleep 300 & echo started", "background": True},
+    )
     assert status == 200, body
     return sid
 
 
 def _cgroups_of(sids: list[str]) -> list[str]:
-    return [d for base in HOST.bases.values() for sid in sids for d in glob.glob(os.path.join(base, "osb-mock-*-" + sid))]
+    return [
+        d for base in HOST.bases.values() for sid in sids for d in glob.glob(os.path.join(base, "osb-mock-*-" + sid))
+    ]
 
 
 def _members(dirs: list[str]) -> set[int]:
@@ -80,8 +89,12 @@ def _running(pid: int) -> bool:
 
 def _leftovers(pids: set[int], cgs: list[str], root: str, keep_root: bool) -> dict[str, int]:
     root_left = os.path.isdir(root) and (not keep_root or bool([n for n in os.listdir(root)]))
-    return {"processes": len([p for p in pids if _running(p)]), "cgroups": len([d for d in cgs if os.path.exists(d)]),
-            "mounts": len(_mounts_under(root)), "temp dirs": int(root_left)}
+    return {
+        "processes": len([p for p in pids if _running(p)]),
+        "cgroups": len([d for d in cgs if os.path.exists(d)]),
+        "mounts": len(_mounts_under(root)),
+        "temp dirs": int(root_left),
+    }
 
 
 def _wait_clean(pids, cgs, root, keep_root, timeout=10.0) -> tuple[dict[str, int], float]:
@@ -171,10 +184,22 @@ def test_sigkill_as_an_unprivileged_user_leaves_nothing():
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
-    cli = Cli("--insecure", "--execd-start-delay", "0", "--execd-close-delay", "0",
-              launcher=[shutil.which("setpriv") or "setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
-                        "--clear-groups", "--", _interpreter(True)],
-              env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    cli = Cli(
+        "--insecure",
+        "--execd-start-delay",
+        "0",
+        "--execd-close-delay",
+        "0",
+        launcher=[
+            shutil.which("setpriv") or "setpriv",
+            "--reuid=%d" % NOBODY,
+            "--regid=%d" % NOBODY,
+            "--clear-groups",
+            "--",
+            _interpreter(True),
+        ],
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )
     proc = cli.proc
     try:
         sids = [_sandbox_with_processes(cli), _sandbox_with_processes(cli)]
@@ -194,8 +219,11 @@ def test_sigkill_as_an_unprivileged_user_leaves_nothing():
 def _owned_by(mock_id: str, root: str) -> set[str]:
     """The dead mock's osb-mock-<mock_id>-* cgroups and the /tmp/osb-holder-* dirs its ledger names
     (other mocks on this host - parallel runs - are not counted)."""
-    cgs = {d for base in HOST.bases.values()
-           for d in glob.glob(os.path.join(base, "%s%s-*" % (cgroups.NAME_PREFIX, mock_id)))}
+    cgs = {
+        d
+        for base in HOST.bases.values()
+        for d in glob.glob(os.path.join(base, "%s%s-*" % (cgroups.NAME_PREFIX, mock_id)))
+    }
     try:
         with open(os.path.join(root, ".osb-ledger")) as fh:
             holders = {line.split(" ", 1)[1].strip() for line in fh if line.startswith("+holder-dir ")}
@@ -213,7 +241,7 @@ def test_a_restart_reaps_what_a_sigkill_in_mid_burst_left(clis, tmp_path):
     root, cli, sid, cgs = _rooted(clis, tmp_path)
     if not cgs:
         pytest.skip("no cgroups here")
-    mock_id = os.path.basename(cgs[0])[len(cgroups.NAME_PREFIX):].split("-")[0]
+    mock_id = os.path.basename(cgs[0])[len(cgroups.NAME_PREFIX) :].split("-")[0]
     status, body = cli.call("POST", "/v1/sandboxes/%s/snapshots" % sid, {"name": "burst"})
     assert status in (200, 202), body
     wait_until(lambda: os.path.isdir(os.path.join(root, "snapshot-images")), 30)
@@ -226,6 +254,7 @@ def test_a_restart_reaps_what_a_sigkill_in_mid_burst_left(clis, tmp_path):
                 answered.append(cli.call("POST", "/v1/sandboxes", BODY)[0])
             except OSError:
                 return
+
     threads = [threading.Thread(target=burst, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
@@ -240,8 +269,10 @@ def test_a_restart_reaps_what_a_sigkill_in_mid_burst_left(clis, tmp_path):
     wait_until(lambda: not [p for p in pids if _running(p)], 10)
     left = _owned_by(mock_id, root)
     assert len(left) > len(cgs), "the kill left only the first sandbox's cgroups: the test proves nothing"
-    print("left by the dead mock: %d cgroups/holder dirs, snapshot-images: %s"
-          % (len(left), os.path.isdir(os.path.join(root, "snapshot-images"))))
+    print(
+        "left by the dead mock: %d cgroups/holder dirs, snapshot-images: %s"
+        % (len(left), os.path.isdir(os.path.join(root, "snapshot-images")))
+    )
     again = clis("--root", root)
     assert again.call("GET", "/health")[0] == 200
     assert sorted(d for d in left if os.path.exists(d)) == []
@@ -256,10 +287,14 @@ def test_banner_names_the_install_command_of_a_missing_tool(clis):
     and how to install it."""
     cli = clis("--no", "slirp4netns")
     lines = [line for line in cli.lines if line.startswith("Optional tool slirp4netns: ")]
-    assert lines == ["Optional tool slirp4netns: switched off by OSB_MOCK_NO; it adds outbound traffic from a "
-                     "sandbox (eth0 and a default route)"], cli.lines
-    assert any("no outbound network (slirp4netns switched off by OSB_MOCK_NO; apt-get install slirp4netns)" in line
-               for line in cli.lines), cli.lines
+    assert lines == [
+        "Optional tool slirp4netns: switched off by OSB_MOCK_NO; it adds outbound traffic from a "
+        "sandbox (eth0 and a default route)"
+    ], cli.lines
+    assert any(
+        "no outbound network (slirp4netns switched off by OSB_MOCK_NO; apt-get install slirp4netns)" in line
+        for line in cli.lines
+    ), cli.lines
 
 
 @needs_isolation
@@ -268,10 +303,19 @@ def test_no_cgroups_runs_sandboxes_without_limits(clis):
     is missing and how to get it; a create with resourceLimits still runs, and /health says "no limits"."""
     cli = clis("--no", "cgroups")
     assert "Resource limits: resource limits memory/cpu/pids (switched off by OSB_MOCK_NO)" in cli.lines, cli.lines
-    assert any(line.startswith("Optional: cgroup delegation (run as root, or in a delegated cgroup v2 subtree")
-               for line in cli.lines), cli.lines
-    status, body = cli.call("POST", "/v1/sandboxes", {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f",
-                            "/dev/null"], "resourceLimits": {"cpu": "500m", "memory": "512Mi"}})
+    assert any(
+        line.startswith("Optional: cgroup delegation (run as root, or in a delegated cgroup v2 subtree")
+        for line in cli.lines
+    ), cli.lines
+    status, body = cli.call(
+        "POST",
+        "/v1/sandboxes",
+        {
+            "image": {"uri": "python:3"},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+        },
+    )
     assert status == 202, body
     sid = json.loads(body)["id"]
     iso = rest.call(cli.url, "GET", "/health").headers.get("x-mock-isolation", "")

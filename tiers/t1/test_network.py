@@ -4,6 +4,7 @@ reach, ports published through relays on 127.0.0.1 (execd's port, 8080, others t
 /proxy/<port>), two sandboxes on the same port, outbound traffic through slirp4netns when it is
 installed, and ``--network host`` for the old shared network. Nothing of it (network namespace,
 relay, slirp4netns) survives a delete or the mock's SIGTERM or SIGKILL."""
+
 from __future__ import annotations
 
 import http.client
@@ -26,13 +27,14 @@ from tiers.toolkit.waits import poll, port_closed
 from tiers.toolkit import rest
 from tiers.toolkit.procs import alive
 
-pytestmark = pytest.mark.skipif(not (ISOLATED and probe_result()[3] is not None),
-                                reason="no per-sandbox namespaces here: " + " ".join(NOTE.split()))
+pytestmark = pytest.mark.skipif(
+    not (ISOLATED and probe_result()[3] is not None), reason="no per-sandbox namespaces here: " + " ".join(NOTE.split())
+)
 SLIRP = optional.which("slirp4netns")
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
 REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "opensandbox",
-    "execd")
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "..", "shared", "opensandbox", "execd"
+)
 
 
 def _call(hostport: str, method: str, path: str, body=None, key: str | None = None) -> tuple[int, bytes]:
@@ -82,14 +84,18 @@ class Mock:
 @pytest.fixture
 def mock(opensandbox_mock_factory):
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a factory of mocks, each wrapped in ``Mock``."""
+
     def make(**kw) -> Mock:
         kw.setdefault("execd_close_delay", 0)
         return Mock(opensandbox_mock_factory(**kw))
+
     return make
 
 
-CONNECT = "python3 -c \"import socket\ntry:\n socket.create_connection(('%s', %d), 3); print('CONNECTED')\n" \
-          "except OSError as e: print('REFUSED', e.errno)\""
+CONNECT = (
+    "python3 -c \"import socket\ntry:\n socket.create_connection(('%s', %d), 3); print('CONNECTED')\n"
+    "except OSError as e: print('REFUSED', e.errno)\""
+)
 
 
 def test_the_host_loopback_is_out_of_reach(mock):
@@ -113,10 +119,13 @@ def test_interfaces_hosts_and_hostname_are_a_containers(mock, monkeypatch, stack
         monkeypatch.delenv("OSB_MOCK_NO", raising=False)
     m = mock()
     sid = m.create()
-    out = m.run(sid, "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort | tr '\\n' ' '; echo; "
-                     "cat /etc/hosts; echo ===; hostname; python3 -c 'import socket; "
-                     "ip = socket.gethostbyname(socket.gethostname()); s = socket.socket(); s.bind((ip, 0)); "
-                     "s.listen(); c = socket.create_connection(s.getsockname(), 3); print(ip, c.getpeername()[0])'")
+    out = m.run(
+        sid,
+        "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' | sort | tr '\\n' ' '; echo; "
+        "cat /etc/hosts; echo ===; hostname; python3 -c 'import socket; "
+        "ip = socket.gethostbyname(socket.gethostname()); s = socket.socket(); s.bind((ip, 0)); "
+        "s.listen(); c = socket.create_connection(s.getsockname(), 3); print(ip, c.getpeername()[0])'",
+    )
     ifaces, _, rest = out.partition("\n")
     assert ifaces.split() == (["eth0", "lo"] if stack == "slirp4netns" else ["lo"])
     hosts, _, tail = rest.partition("\n===\n")
@@ -127,10 +136,13 @@ def test_interfaces_hosts_and_hostname_are_a_containers(mock, monkeypatch, stack
 
 
 def _serve(m: Mock, sid: str, port: int, text: str) -> None:
-    m.run(sid, "mkdir -p /tmp/www%d && echo %s > /tmp/www%d/who.txt && cd /tmp/www%d && "
-               "(python3 -m http.server %d >/dev/null 2>&1 &); "
-               "for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', %d))\" "
-               "2>/dev/null && break; sleep 0.05; done" % (port, text, port, port, port, port))
+    m.run(
+        sid,
+        "mkdir -p /tmp/www%d && echo %s > /tmp/www%d/who.txt && cd /tmp/www%d && "
+        "(python3 -m http.server %d >/dev/null 2>&1 &); "
+        "for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', %d))\" "
+        "2>/dev/null && break; sleep 0.05; done" % (port, text, port, port, port, port),
+    )
 
 
 def test_two_sandboxes_listen_on_the_same_port(mock):
@@ -146,10 +158,14 @@ def test_two_sandboxes_listen_on_the_same_port(mock):
             hp, prefix = m.endpoint(sid, port)
             assert _call(hp, "GET", prefix + "/who.txt") == (200, b"sandbox%d-%d\n" % (i, port))
             assert m.api("GET", "/v1/sandboxes/%s/proxy/%d/who.txt" % (sid, port)) == (
-                200, b"sandbox%d-%d\n" % (i, port))
+                200,
+                b"sandbox%d-%d\n" % (i, port),
+            )
 
 
-@pytest.mark.skipif(not SLIRP, reason="slirp4netns %s: no outbound traffic from a sandbox" % optional.why_absent("slirp4netns"))
+@pytest.mark.skipif(
+    not SLIRP, reason="slirp4netns %s: no outbound traffic from a sandbox" % optional.why_absent("slirp4netns")
+)
 def test_outbound_traffic_goes_through_slirp4netns(mock):
     """A sandbox reaches the host's own (non-loopback) address, as a container reaches its host."""
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -175,6 +191,7 @@ def test_outbound_traffic_goes_through_slirp4netns(mock):
             c.close()
         except OSError:
             pass
+
     t = threading.Thread(target=accept, daemon=True)
     t.start()
     try:
@@ -202,8 +219,14 @@ def test_runtime_connect_reaches_only_its_own_sandbox(tmp_path):
     b = SandboxRuntime(str(tmp_path / "b"), isolate=True)
     try:
         assert a.has_netns and b.has_netns
-        p = a.spawn(["python3", "-c", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 9000)); "
-                                      "s.listen(); c,_=s.accept(); c.sendall(b'from-a'); c.close(); time.sleep(1)"])
+        p = a.spawn(
+            [
+                "python3",
+                "-c",
+                "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 9000)); "
+                "s.listen(); c,_=s.accept(); c.sendall(b'from-a'); c.close(); time.sleep(1)",
+            ]
+        )
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -294,10 +317,13 @@ def _sandbox_parts(m: Mock, sids: list[str]) -> tuple[set[str], set[int], set[in
 
 def _gone(nets: set[str], slirps: set[int], ports: set[int], timeout: float = 5.0) -> list[str]:
     """What is still there of the given namespaces, slirp4netns processes and ports after up to ``timeout`` s."""
+
     def left() -> list[str]:
-        return (["netns %s" % n for n in nets & _netns_ids_in_use()]
-                + ["slirp4netns %d" % p for p in slirps if alive(p)]
-                + ["port %d" % p for p in ports if not port_closed(p)])
+        return (
+            ["netns %s" % n for n in nets & _netns_ids_in_use()]
+            + ["slirp4netns %d" % p for p in slirps if alive(p)]
+            + ["port %d" % p for p in ports if not port_closed(p)]
+        )
 
     return poll(left, lambda got: not got, timeout)
 

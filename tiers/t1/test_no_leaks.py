@@ -1,5 +1,6 @@
 """t1: MockOpenSandbox.stop() leaves nothing behind: no process it started (including backgrounded,
 setsid'd and SIGSTOPped ones), no temp dir, no listening port, no listener thread."""
+
 from __future__ import annotations
 
 import http.client
@@ -49,18 +50,27 @@ def _exercise(osb: MockOpenSandbox) -> tuple[set[int], set[int]]:
         ports.add(int(hostport.rsplit(":", 1)[1]))
         ep8080 = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/8080" % sid)[1])["endpoint"]
         ports.add(int(ep8080.rsplit(":", 1)[1]))
-        for cmd in ("echo fg", "sleep 300 & echo bg", "setsid sleep 301 > /dev/null 2>&1 < /dev/null & echo daemon",
-                    "nohup sh -c 'sleep 302' >/dev/null 2>&1 &"):
+        for cmd in (
+            "echo fg",
+            "sleep 300 & echo bg",
+            "setsid sleep 301 > /dev/null 2>&1 < /dev/null & echo daemon",
+            "nohup sh -c 'sleep 302' >/dev/null 2>&1 &",
+        ):
             status, _ = c.call("POST", "/%s/command" % prefix, {"command": cmd}, hostport=hostport)
             assert status == 200
-        status, _ = c.call("POST", "/%s/command" % prefix, {"command": "sleep 303", "background": True},
-                           hostport=hostport)
+        status, _ = c.call(
+            "POST", "/%s/command" % prefix, {"command": "sleep 303", "background": True}, hostport=hostport
+        )
         assert status == 200
     # one frozen sandbox, and one SSE stream still open through the server proxy when the mock stops
     assert c.call("POST", "/v1/sandboxes/%s/pause" % ids[0])[0] == 202
     stream = http.client.HTTPConnection(c.hostport, timeout=30)
-    stream.request("POST", "/v1/sandboxes/%s/proxy/44772/command" % ids[1], body=json.dumps({"command": "sleep 304"}),
-                   headers={"Content-Type": "application/json"})
+    stream.request(
+        "POST",
+        "/v1/sandboxes/%s/proxy/44772/command" % ids[1],
+        body=json.dumps({"command": "sleep 304"}),
+        headers={"Content-Type": "application/json"},
+    )
     r = stream.getresponse()
     assert r.status == 200
     r.read1(100)
@@ -76,8 +86,15 @@ def _assert_clean(osb_root: str, pids: set[int], ports: set[int], before_threads
     assert leaked == []
     assert all(port_closed(p) for p in ports), [p for p in ports if not port_closed(p)]
     listener_prefixes = ("mock-osb-", "execd-")
-    assert wait(lambda: not [t.name for t in threading.enumerate()
-                             if t.name.startswith(listener_prefixes) and t.name not in before_threads])
+    assert wait(
+        lambda: (
+            not [
+                t.name
+                for t in threading.enumerate()
+                if t.name.startswith(listener_prefixes) and t.name not in before_threads
+            ]
+        )
+    )
 
 
 def test_stop_leaves_no_process_dir_port_or_thread():
@@ -103,12 +120,19 @@ def test_context_manager_and_delete_clean_up_per_sandbox():
         sb = osb.sandboxes[sid]
         ep = json.loads(c.call("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)[1])["endpoint"]
         hostport, _, prefix = ep.partition("/")
-        c.call("POST", "/%s/command" % prefix, {"command": "setsid sleep 305 >/dev/null 2>&1 < /dev/null &"},
-               hostport=hostport)
+        c.call(
+            "POST",
+            "/%s/command" % prefix,
+            {"command": "setsid sleep 305 >/dev/null 2>&1 < /dev/null &"},
+            hostport=hostport,
+        )
         time.sleep(0.2)
         # the mock's janitor (runtime/janitor.py) lives as long as the mock, not the sandbox
-        pids = ({p for p in _proc_entries() if _refers_to(p, sb.runtime.root)}
-                | _children_tree(os.getpid())) - before_children - {osb.janitor.pid}
+        pids = (
+            ({p for p in _proc_entries() if _refers_to(p, sb.runtime.root)} | _children_tree(os.getpid()))
+            - before_children
+            - {osb.janitor.pid}
+        )
         assert pids
         assert c.call("DELETE", "/v1/sandboxes/" + sid)[0] == 204
         assert wait(lambda: not [p for p in pids if _alive(p)])
@@ -118,12 +142,14 @@ def test_context_manager_and_delete_clean_up_per_sandbox():
     assert not os.path.exists(root)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mock_opensandbox.execd.__main__") is None,
-                    reason="the stand-alone execd (python -m mock_opensandbox.execd) is not available")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mock_opensandbox.execd.__main__") is None,
+    reason="the stand-alone execd (python -m mock_opensandbox.execd) is not available",
+)
 def test_execd_process_mode_leaves_nothing(tmp_path):
     wrapper = tmp_path / "execd"
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    wrapper.write_text("#!/bin/sh\nPYTHONPATH=%s exec %s -m mock_opensandbox.execd \"$@\"\n" % (repo, sys.executable))
+    wrapper.write_text('#!/bin/sh\nPYTHONPATH=%s exec %s -m mock_opensandbox.execd "$@"\n' % (repo, sys.executable))
     wrapper.chmod(0o755)
     before_threads = {t.name for t in threading.enumerate()}
     before_children = _children_tree(os.getpid())

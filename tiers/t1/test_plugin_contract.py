@@ -1,6 +1,7 @@
 """The plugin's contract with the host: the twelve checks of seed 000 §5.5 (a test is named by the behaviour it
 checks; the section comments keep the seed's numbers), driving the plugin (``python3 -S plugin/launch.py``) over
 EPP/stdio against the mock, each in both execd generations (v1.1.0 as recorded, and "latest")."""
+
 from __future__ import annotations
 
 import base64
@@ -31,8 +32,20 @@ def mock(request):
 @pytest.fixture
 def sid(epp):
     """Overrides the toolkit's ``sid``: the create call carries every field the host sends."""
-    sb = epp.call("sandbox.create", {"template": "base", "timeout": 300, "metadata": {"suite": "t1"}, "envs": {},
-                                     "cpu": None, "memory": None, "disk": None, "gpu": None, "request_timeout": None})
+    sb = epp.call(
+        "sandbox.create",
+        {
+            "template": "base",
+            "timeout": 300,
+            "metadata": {"suite": "t1"},
+            "envs": {},
+            "cpu": None,
+            "memory": None,
+            "disk": None,
+            "gpu": None,
+            "request_timeout": None,
+        },
+    )
     yield sb["sandbox_id"]
     epp.call("sandbox.kill", {"sandbox_id": sb["sandbox_id"]})
 
@@ -53,6 +66,7 @@ def b64(data: bytes) -> str:
 
 # (1) exit-code matrix --------------------------------------------------------------------------------------
 
+
 def test_exit_codes_timeouts_and_start_failures(epp, sid, mock):
     assert run(epp, sid, "true")["exit_code"] == 0
     res = sh(epp, sid, "echo oops >&2; exit 3")
@@ -69,7 +83,7 @@ def test_exit_codes_timeouts_and_start_failures(epp, sid, mock):
     started = time.monotonic()
     res = run(epp, sid, "sleep", ["30"], timeout=1)
     assert res["exit_code"] == 124 and time.monotonic() - started < 15
-    with pytest.raises(RpcError) as info:                                  # start failure: recording 11
+    with pytest.raises(RpcError) as info:  # start failure: recording 11
         run(epp, sid, "pwd", cwd="/no/such/dir")
     assert info.value.code == -32000 and "working directory" in info.value.message
     with pytest.raises(RpcError) as info:
@@ -84,6 +98,7 @@ def test_exit_codes_timeouts_and_start_failures(epp, sid, mock):
 
 # (2) both framings give the same stdout for printf 'a\r\nb\n' (v1.1.0 loses "\r", documented) ------------
 
+
 def test_both_execd_framings_give_the_same_stdout_for_crlf(epp, sid, mock):
     _, notes, code = epp.exec_stream(sid, "printf", ["a\\r\\nb\\n"])
     out = EppClient.joined(notes)
@@ -92,13 +107,16 @@ def test_both_execd_framings_give_the_same_stdout_for_crlf(epp, sid, mock):
     assert out.replace("\r", "") == "a\nb\n"
     res = sh(epp, sid, "printf 'x\\n\\ny\\n'; printf 'e1\\ne2\\n' >&2")
     assert res["stdout"] == "x\n\ny\n" and res["stderr"] == "e1\ne2\n"
-    assert run(epp, sid, "echo", ["h\u00e9llo \u2603", "{\"json\": true}", "data: fake"])["stdout"] == \
-        "h\u00e9llo \u2603 {\"json\": true} data: fake\n"
-    _, notes, code = epp.exec_stream(sid, "seq", ["1", "20000"])          # one event per line under v1.1.0
+    assert (
+        run(epp, sid, "echo", ["h\u00e9llo \u2603", '{"json": true}', "data: fake"])["stdout"]
+        == 'h\u00e9llo \u2603 {"json": true} data: fake\n'
+    )
+    _, notes, code = epp.exec_stream(sid, "seq", ["1", "20000"])  # one event per line under v1.1.0
     assert code == 0 and EppClient.joined(notes) == "".join(f"{i}\n" for i in range(1, 20001))
 
 
 # (3) upload -> download byte-exact -------------------------------------------------------------------------
+
 
 def test_upload_then_download_is_byte_exact(epp, sid):
     blobs = {"/tmp/t1/bin.dat": bytes(range(256)) * 3 + b"\x00\xff\r\n", "/tmp/t1/big.bin": os.urandom(3 * 1024 * 1024)}
@@ -111,7 +129,10 @@ def test_upload_then_download_is_byte_exact(epp, sid):
     part = epp.call("files.read", {"sandbox_id": sid, "path": "/tmp/t1/bin.dat", "offset": 250, "length": 10})
     assert base64.b64decode(part["content_b64"]) == blobs["/tmp/t1/bin.dat"][250:260]
     epp.call("files.write", {"sandbox_id": sid, "path": "/tmp/t1/bin.dat", "content_b64": b64(b"short")})
-    assert base64.b64decode(epp.call("files.read", {"sandbox_id": sid, "path": "/tmp/t1/bin.dat"})["content_b64"]) == b"short"
+    assert (
+        base64.b64decode(epp.call("files.read", {"sandbox_id": sid, "path": "/tmp/t1/bin.dat"})["content_b64"])
+        == b"short"
+    )
     # over the per-read cap: a clear error instead of a line the host would kill us for
     epp.call("files.write", {"sandbox_id": sid, "path": "/tmp/t1/huge", "content_b64": b64(b"z" * 6_100_000)})
     with pytest.raises(RpcError) as info:
@@ -134,6 +155,7 @@ def test_empty_file_and_a_range_past_the_end(epp, sid):
 
 # (4) remove file / dir / missing, move onto an existing file, search and list depth -------------------------
 
+
 def test_remove_move_search_and_list_depth(epp, sid):
     def write(path, data=b"x"):
         epp.call("files.write", {"sandbox_id": sid, "path": path, "content_b64": b64(data)})
@@ -147,7 +169,7 @@ def test_remove_move_search_and_list_depth(epp, sid):
             return False
 
     epp.call("files.mkdir", {"sandbox_id": sid, "path": "/w/a/b/c"})
-    epp.call("files.mkdir", {"sandbox_id": sid, "path": "/w/a/b/c"})            # exists: fine
+    epp.call("files.mkdir", {"sandbox_id": sid, "path": "/w/a/b/c"})  # exists: fine
     write("/w/a/one.txt", b"1")
     write("/w/a/b/two.csv", b"2")
     write("/w/a/b/c/three.csv", b"3")
@@ -179,6 +201,7 @@ def test_remove_move_search_and_list_depth(epp, sid):
 
 # (5) set_timeout: expiresAt from the server's clock -------------------------------------------------------
 
+
 def _expires(epp, sid) -> dt.datetime:
     rec = epp.call("sandbox.get", {"sandbox_id": sid})
     return dt.datetime.fromisoformat(rec["expires_at"].replace("Z", "+00:00"))
@@ -188,7 +211,7 @@ def test_set_timeout_takes_expiry_from_the_server_clock(epp, sid):
     epp.call("sandbox.set_timeout", {"sandbox_id": sid, "timeout": 600})
     want = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=600)
     assert abs((_expires(epp, sid) - want).total_seconds()) <= 2
-    epp.call("sandbox.set_timeout", {"sandbox_id": sid, "timeout": 30})         # clamped to 60 s
+    epp.call("sandbox.set_timeout", {"sandbox_id": sid, "timeout": 30})  # clamped to 60 s
     want = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=60)
     assert abs((_expires(epp, sid) - want).total_seconds()) <= 2
     with pytest.raises(RpcError) as info:
@@ -199,9 +222,11 @@ def test_set_timeout_takes_expiry_from_the_server_clock(epp, sid):
 @pytest.mark.mock_only
 @pytest.mark.parametrize("hours", [2, -3])
 def test_set_timeout_with_a_skewed_client_clock(tmp_path, hours):
-    skew = dt.timedelta(hours=hours)                    # the server's clock differs from this machine's
-    with MockOpenSandbox(clock=lambda: dt.datetime.now(dt.timezone.utc) + skew) as osb, \
-            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+    skew = dt.timedelta(hours=hours)  # the server's clock differs from this machine's
+    with (
+        MockOpenSandbox(clock=lambda: dt.datetime.now(dt.timezone.utc) + skew) as osb,
+        EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp,
+    ):
         sid = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
         try:
             epp.call("sandbox.set_timeout", {"sandbox_id": sid, "timeout": 600})
@@ -212,6 +237,7 @@ def test_set_timeout_with_a_skewed_client_clock(tmp_path, hours):
 
 
 # (6) kill is idempotent --------------------------------------------------------------------------------------
+
 
 def test_kill_is_idempotent(epp, mock):
     sid = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
@@ -229,6 +255,7 @@ def test_kill_is_idempotent(epp, mock):
 
 # (7) metadata label rejection names the key, before anything is created ------------------------------------
 
+
 def test_bad_metadata_label_is_rejected_before_anything_is_created(epp, mock):
     before = len(mock.sandboxes)
     for key in ("bad key", "opensandbox.io/x", "a" * 64):
@@ -243,11 +270,14 @@ def test_bad_metadata_label_is_rejected_before_anything_is_created(epp, mock):
 
 # (8) no call to execd's code endpoints (POST /code/context hangs on images without the interpreter) --------
 
+
 @pytest.mark.mock_only
 def test_never_calls_execd_code_endpoints(epp, sid):
     seen: list[str] = []
+
     def obs(ex):
         seen.append(ex.path)
+
     httpcore.OBSERVERS.append(obs)
     try:
         epp.call("sandbox.get", {"sandbox_id": sid})
@@ -263,14 +293,19 @@ def test_never_calls_execd_code_endpoints(epp, sid):
 
 # (9) Endpoint.headers on every execd request, SSE and uploads included (gateway mode) ----------------------
 
+
 @pytest.mark.mock_only
 @pytest.mark.parametrize("mode", MODES)
 def test_gateway_headers_on_every_execd_request(tmp_path, mode):
     seen: list = []
+
     def obs(ex):
         seen.append(ex)
-    with MockOpenSandbox(gateway=True, execd_mode=mode) as osb, \
-            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+
+    with (
+        MockOpenSandbox(gateway=True, execd_mode=mode) as osb,
+        EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp,
+    ):
         sid = epp.call("sandbox.create", {"template": "base", "timeout": 300})["sandbox_id"]
         httpcore.OBSERVERS.append(obs)
         try:
@@ -286,7 +321,7 @@ def test_gateway_headers_on_every_execd_request(tmp_path, mode):
         finally:
             httpcore.OBSERVERS.remove(obs)
             epp.call("sandbox.kill", {"sandbox_id": sid})
-    execd = [ex for ex in seen if ex.server_kind == "gin"]          # execd is Gin, lifecycle uvicorn
+    execd = [ex for ex in seen if ex.server_kind == "gin"]  # execd is Gin, lifecycle uvicorn
     assert {ex.path.rsplit("/", 1)[-1] for ex in execd} >= {"command", "upload", "download", "list"}
     for ex in execd:
         headers = {k.lower(): v for k, v in ex.request_headers.items()}
@@ -295,20 +330,27 @@ def test_gateway_headers_on_every_execd_request(tmp_path, mode):
 
 # (10) list pagination beyond 200 --------------------------------------------------------------------------
 
+
 @pytest.mark.mock_only
 def test_list_pages_beyond_200_sandboxes(epp, mock):
     real = mock.store.provisioner
-    mock.store.provisioner = Provisioner()          # model-only sandboxes: no processes, no listeners
+    mock.store.provisioner = Provisioner()  # model-only sandboxes: no processes, no listeners
     try:
-        made = {mock.store.create(image={"uri": "python:3.12-slim"}, entrypoint=["tail", "-f", "/dev/null"],
-                                  resource_limits={"cpu": "500m", "memory": "512Mi"}, metadata={"bulk": "yes"}).id
-                for _ in range(205)}
+        made = {
+            mock.store.create(
+                image={"uri": "python:3.12-slim"},
+                entrypoint=["tail", "-f", "/dev/null"],
+                resource_limits={"cpu": "500m", "memory": "512Mi"},
+                metadata={"bulk": "yes"},
+            ).id
+            for _ in range(205)
+        }
     finally:
         mock.store.provisioner = real
     try:
         listed = epp.call("sandbox.list", {"limit": 1000})
         assert made <= {r["sandbox_id"] for r in listed["sandboxes"]} and listed["next"] is None
-        page = epp.call("sandbox.list", {"limit": 100})                   # what the host sends by default
+        page = epp.call("sandbox.list", {"limit": 100})  # what the host sends by default
         assert len(page["sandboxes"]) == 200 and page["next"] == "2"
         rest = epp.call("sandbox.list", {"limit": 300, "cursor": page["next"]})
         assert len(page["sandboxes"]) + len(rest["sandboxes"]) == len(listed["sandboxes"])
@@ -319,6 +361,7 @@ def test_list_pages_beyond_200_sandboxes(epp, mock):
 
 
 # (11) stream ordering: every exec.output before one exec.exit ---------------------------------------------
+
 
 def test_every_output_comes_before_one_exec_exit(epp, sid):
     script = "echo one; sleep 0.3; echo two >&2; sleep 0.2; echo three; exit 4"
@@ -332,6 +375,7 @@ def test_every_output_comes_before_one_exec_exit(epp, sid):
 
 
 # (12) error shapes: ErrorResponse, 422 detail, execd {"error"}, HTML 502 -----------------------------------
+
 
 class _Stub(http.server.BaseHTTPRequestHandler):
     reply = (500, "text/plain", b"")
@@ -351,12 +395,43 @@ class _Stub(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.mock_only
-@pytest.mark.parametrize("status,ctype,body,code,sdk,text", [
-    (404, "application/json", b'{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"Sandbox x not found."}', -32002, "E2009", "Sandbox x not found."),
-    (422, "application/json", b'{"detail":[{"type":"missing","loc":["path","sandboxId"],"msg":"Field required"}]}', -32000, None, "sandboxId: Field required"),
-    (401, "application/json", b'{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}', -32001, "E1001", "X-EXECD-ACCESS-TOKEN"),
-    (502, "text/html", b"<html><body><h1>502 Bad Gateway</h1><hr>nginx</body></html>", -32000, None, "502 Bad Gateway nginx"),
-])
+@pytest.mark.parametrize(
+    "status,ctype,body,code,sdk,text",
+    [
+        (
+            404,
+            "application/json",
+            b'{"code":"DOCKER::SANDBOX_NOT_FOUND","message":"Sandbox x not found."}',
+            -32002,
+            "E2009",
+            "Sandbox x not found.",
+        ),
+        (
+            422,
+            "application/json",
+            b'{"detail":[{"type":"missing","loc":["path","sandboxId"],"msg":"Field required"}]}',
+            -32000,
+            None,
+            "sandboxId: Field required",
+        ),
+        (
+            401,
+            "application/json",
+            b'{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}',
+            -32001,
+            "E1001",
+            "X-EXECD-ACCESS-TOKEN",
+        ),
+        (
+            502,
+            "text/html",
+            b"<html><body><h1>502 Bad Gateway</h1><hr>nginx</body></html>",
+            -32000,
+            None,
+            "502 Bad Gateway nginx",
+        ),
+    ],
+)
 def test_server_error_shapes_map_to_typed_errors(tmp_path, status, ctype, body, code, sdk, text):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     srv.reply = (status, ctype, body)

@@ -1,6 +1,7 @@
 """The plugin's HTTP transport against a local HTTP/1.1 server: one kept-alive connection per host,
 a stale kept-alive connection is replaced transparently, concurrent requests do not share a socket,
 and an SSE stream is read only up to the terminal event."""
+
 from __future__ import annotations
 
 import http.server
@@ -26,11 +27,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for frame in (b'{"type":"init","text":"abc"}\n\n', b'{"type":"stdout","text":"x"}\n\n',
-                          b'{"type":"execution_complete","execution_time":1}\n\n'):
+            for frame in (
+                b'{"type":"init","text":"abc"}\n\n',
+                b'{"type":"stdout","text":"x"}\n\n',
+                b'{"type":"execution_complete","execution_time":1}\n\n',
+            ):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                 self.wfile.flush()
-            time.sleep(self.server.close_delay)          # execd keeps the stream open after the last event
+            time.sleep(self.server.close_delay)  # execd keeps the stream open after the last event
             self.wfile.write(b"0\r\n\r\n")
             return
         body = b'{"ok":true}'
@@ -39,7 +43,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        if self.path.startswith("/drop"):                # answer, then silently drop the keep-alive socket
+        if self.path.startswith("/drop"):  # answer, then silently drop the keep-alive socket
             self.close_connection = True
 
     def log_message(self, *args):
@@ -82,8 +86,10 @@ def test_stale_keep_alive_connection_is_replaced(server):
 def test_concurrent_requests_use_their_own_connections(server):
     h = transport.Http(5)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(h.request("GET", url(server, "/slow"), {}).status))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(h.request("GET", url(server, "/slow"), {}).status))
+        for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -117,7 +123,7 @@ def test_refused_and_timeout_are_net_errors():
     with pytest.raises(transport.NetError) as info:
         transport.Http(2).request("GET", f"http://user:pw@127.0.0.1:{port}/v1/x?token=t", {})
     assert info.value.kind == "refused" and "pw" not in str(info.value) and "token" not in str(info.value)
-    with socket.socket() as s:                    # accepts (backlog) but never answers
+    with socket.socket() as s:  # accepts (backlog) but never answers
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         with pytest.raises(transport.NetError) as info:

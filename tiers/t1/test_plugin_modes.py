@@ -1,6 +1,7 @@
 """The plugin against the mock in its other deployments (execd access token, server proxy) and the
 EPP behaviours around commands: $/cancel, concurrency, detached sessions, process control,
 failed creates, secrets, and where the plugin writes."""
+
 from __future__ import annotations
 
 import base64
@@ -33,13 +34,14 @@ def run(epp, sid, cmd, args=(), **kw):
 
 # ---- deployments -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["v1.1.0", "latest"])
 def test_execd_access_token(tmp_path, mode):
     seen: list = []
     with MockOpenSandbox(execd_mode=mode, execd_token=TOKEN) as osb:
         cfg = {"base_url": osb.base_url, "api_key": osb.api_key}
         with EppClient(str(tmp_path / "without"), cfg) as epp:
-            with pytest.raises(RpcError) as info:        # execd is never ready without the token
+            with pytest.raises(RpcError) as info:  # execd is never ready without the token
                 create(epp, options={"ready_timeout": "2"})
             assert info.value.code == -32001 and info.value.sdk_code == "E1001"
             assert "execd_access_token" in info.value.data["suggestion"]
@@ -64,9 +66,12 @@ def test_execd_access_token(tmp_path, mode):
 
 def test_server_proxy(tmp_path):
     seen: list = []
-    with MockOpenSandbox(execd_mode="v1.1.0") as osb, \
-            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url + "/v1", "api_key": osb.api_key,
-                                            "use_server_proxy": "true"}) as epp:
+    with (
+        MockOpenSandbox(execd_mode="v1.1.0") as osb,
+        EppClient(
+            str(tmp_path / "d"), {"base_url": osb.base_url + "/v1", "api_key": osb.api_key, "use_server_proxy": "true"}
+        ) as epp,
+    ):
         sid = create(epp)
         httpcore.OBSERVERS.append(seen.append)
         try:
@@ -82,24 +87,46 @@ def test_server_proxy(tmp_path):
 
 # ---- $/cancel, concurrency ---------------------------------------------------------------------------------
 
+
 def test_cancel_interrupts_the_command(epp, sid):
-    rid, q = epp.request("exec.run", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "echo started; sleep 30"],
-                                      "env": {}, "cwd": "", "user": "", "timeout": 60})
+    rid, q = epp.request(
+        "exec.run",
+        {
+            "sandbox_id": sid,
+            "cmd": "sh",
+            "args": ["-c", "echo started; sleep 30"],
+            "env": {},
+            "cwd": "",
+            "user": "",
+            "timeout": 60,
+        },
+    )
     time.sleep(0.5)
     epp.cancel(rid)
-    res = epp.wait(rid, q, timeout=15)                 # the host ignores it; we still answer promptly
+    res = epp.wait(rid, q, timeout=15)  # the host ignores it; we still answer promptly
     assert res["exit_code"] != 0
     procs = epp.call("process.list", {"sandbox_id": sid})["processes"]
     assert not [p for p in procs if p["command"] == "sleep 30"]
 
 
 def test_requests_run_concurrently(epp, sid):
-    slow, q_slow = epp.request("exec.run", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "sleep 1; echo slow"],
-                                            "env": {}, "cwd": "", "user": "", "timeout": 30})
+    slow, q_slow = epp.request(
+        "exec.run",
+        {
+            "sandbox_id": sid,
+            "cmd": "sh",
+            "args": ["-c", "sleep 1; echo slow"],
+            "env": {},
+            "cwd": "",
+            "user": "",
+            "timeout": 30,
+        },
+    )
     fast = run(epp, sid, "echo", ["fast"])
     assert fast["stdout"] == "fast\n"
-    assert not any(line.startswith(b'{"jsonrpc":"2.0","id":%d' % slow) for line in epp.lines), \
+    assert not any(line.startswith(b'{"jsonrpc":"2.0","id":%d' % slow) for line in epp.lines), (
         "the fast answer came first"
+    )
     assert epp.wait(slow, q_slow)["stdout"] == "slow\n"
 
 
@@ -110,19 +137,32 @@ def test_env_cwd_user(epp, sid):
 
 # ---- sessions (detached) and process control -------------------------------------------------------------
 
+
 def test_detached_session_is_followed_to_its_exit(epp, sid):
-    res = epp.call("exec.start", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "for i in 1 2 3; do echo line$i; "
-                                  "sleep 0.2; done; echo bg-err >&2; exit 5"], "env": {}, "cwd": "", "user": "",
-                                  "timeout": 30, "detached": True})
+    res = epp.call(
+        "exec.start",
+        {
+            "sandbox_id": sid,
+            "cmd": "sh",
+            "args": ["-c", "for i in 1 2 3; do echo line$i; sleep 0.2; done; echo bg-err >&2; exit 5"],
+            "env": {},
+            "cwd": "",
+            "user": "",
+            "timeout": 30,
+            "detached": True,
+        },
+    )
     assert res["detached"] is True
     notes = list(epp.events(res["process_id"], timeout=20))
     assert notes[-1]["params"]["exit_code"] == 5
-    assert EppClient.joined(notes) == "line1\nline2\nline3\nbg-err\n"     # merged logs (recording 10)
+    assert EppClient.joined(notes) == "line1\nline2\nline3\nbg-err\n"  # merged logs (recording 10)
 
 
 def test_process_signal_by_command_id_and_pid(epp, sid):
-    res = epp.call("exec.start", {"sandbox_id": sid, "cmd": "sleep", "args": ["30"], "env": {}, "cwd": "",
-                                  "user": "", "timeout": 60})
+    res = epp.call(
+        "exec.start",
+        {"sandbox_id": sid, "cmd": "sleep", "args": ["30"], "env": {}, "cwd": "", "user": "", "timeout": 60},
+    )
     pid = res["process_id"]
     epp.call("process.signal", {"sandbox_id": sid, "pid": pid, "signal": 9})
     notes = list(epp.events(pid, timeout=15))
@@ -152,11 +192,14 @@ def test_process_signal_by_command_id_and_pid(epp, sid):
 
 # ---- create failures, lifecycle states ---------------------------------------------------------------------
 
+
 def test_failed_entrypoint_is_deleted_and_typed(tmp_path):
     # like a real server, the mock answers Running before its execd is up (execd_start_delay): an entrypoint
     # that exits at once is then seen as Failed instead of racing the plugin's /ping
-    with MockOpenSandbox(execd_mode="latest", execd_start_delay=0.5) as osb, \
-            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+    with (
+        MockOpenSandbox(execd_mode="latest", execd_start_delay=0.5) as osb,
+        EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp,
+    ):
         with pytest.raises(RpcError) as info:
             create(epp, options={"entrypoint": "sh -c 'exit 1'", "ready_timeout": "10"})
         assert info.value.code == -32000 and "Failed" in info.value.message
@@ -166,8 +209,10 @@ def test_failed_entrypoint_is_deleted_and_typed(tmp_path):
 
 def test_create_waits_for_execd_behind_running(tmp_path):
     """The create answer says Running before execd answers /ping: the plugin waits for both."""
-    with MockOpenSandbox(execd_mode="latest", execd_start_delay=0.4) as osb, \
-            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+    with (
+        MockOpenSandbox(execd_mode="latest", execd_start_delay=0.4) as osb,
+        EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp,
+    ):
         started = time.monotonic()
         sid = create(epp)
         assert time.monotonic() - started >= 0.35
@@ -176,8 +221,10 @@ def test_create_waits_for_execd_behind_running(tmp_path):
 
 
 def test_image_pull_failure(tmp_path):
-    with MockOpenSandbox(pull_fails=["does-not-exist"]) as osb, \
-            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+    with (
+        MockOpenSandbox(pull_fails=["does-not-exist"]) as osb,
+        EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp,
+    ):
         with pytest.raises(RpcError) as info:
             epp.call("sandbox.create", {"template": "local/does-not-exist:1", "timeout": 300})
         assert info.value.code == -32000 and info.value.sdk_code == "E2001"
@@ -186,16 +233,17 @@ def test_image_pull_failure(tmp_path):
 
 def test_pause_resume_connect_idempotent(epp, sid):
     epp.call("sandbox.pause", {"sandbox_id": sid})
-    epp.call("sandbox.pause", {"sandbox_id": sid})          # 409 on the server (recording 14): still fine
+    epp.call("sandbox.pause", {"sandbox_id": sid})  # 409 on the server (recording 14): still fine
     assert epp.call("sandbox.get", {"sandbox_id": sid})["status"] == "paused"
     assert [r["sandbox_id"] for r in epp.call("sandbox.list", {"limit": 100, "status": "paused"})["sandboxes"]] == [sid]
-    assert epp.call("sandbox.connect", {"sandbox_id": sid})["status"] == "running"     # connect resumes
+    assert epp.call("sandbox.connect", {"sandbox_id": sid})["status"] == "running"  # connect resumes
     epp.call("sandbox.resume", {"sandbox_id": sid})
     assert run(epp, sid, "echo", ["back"])["stdout"] == "back\n"
 
 
 def test_unreachable_server_and_bad_config(tmp_path):
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -252,8 +300,10 @@ def test_big_output_is_chunked_and_complete(epp, sid):
 def test_terminal_event_ends_the_read_without_waiting_for_execd_to_close(tmp_path):
     """execd keeps the stream open ~1 s after the last event (brief); the plugin stops at the event.
     With a 30 s close delay, five commands still finish long before one delay would."""
-    with MockOpenSandbox(execd_mode="v1.1.0", execd_close_delay=30) as osb, \
-            EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp:
+    with (
+        MockOpenSandbox(execd_mode="v1.1.0", execd_close_delay=30) as osb,
+        EppClient(str(tmp_path / "d"), {"base_url": osb.base_url, "api_key": osb.api_key}) as epp,
+    ):
         sid = create(epp)
         started = time.monotonic()
         for i in range(5):
@@ -261,7 +311,7 @@ def test_terminal_event_ends_the_read_without_waiting_for_execd_to_close(tmp_pat
         _, _notes, code = epp.exec_stream(sid, "sh", ["-c", "exit 2"])
         assert code == 2
         assert time.monotonic() - started < 25
-        epp.call("sandbox.resume", {"sandbox_id": sid})          # resuming a running sandbox is fine too
+        epp.call("sandbox.resume", {"sandbox_id": sid})  # resuming a running sandbox is fine too
         epp.call("sandbox.kill", {"sandbox_id": sid})
 
 
@@ -276,8 +326,12 @@ def test_whole_flow_on_python_310(mock, tmp_path):
         assert code == 0 and EppClient.joined(notes) == "a\r\nb\n"
         assert run(epp, sid, "sleep", ["30"], timeout=1)["exit_code"] == 124
         data = os.urandom(70_000)
-        epp.call("files.write", {"sandbox_id": sid, "path": "/py310.bin", "content_b64": base64.b64encode(data).decode()})
-        assert base64.b64decode(epp.call("files.read", {"sandbox_id": sid, "path": "/py310.bin"})["content_b64"]) == data
+        epp.call(
+            "files.write", {"sandbox_id": sid, "path": "/py310.bin", "content_b64": base64.b64encode(data).decode()}
+        )
+        assert (
+            base64.b64decode(epp.call("files.read", {"sandbox_id": sid, "path": "/py310.bin"})["content_b64"]) == data
+        )
         epp.call("sandbox.set_timeout", {"sandbox_id": sid, "timeout": 900})
         assert epp.call("process.list", {"sandbox_id": sid})["processes"]
         epp.call("sandbox.kill", {"sandbox_id": sid})
@@ -286,6 +340,7 @@ def test_whole_flow_on_python_310(mock, tmp_path):
 
 def test_stale_cached_endpoint_is_re_resolved(mock, tmp_path):
     import socket
+
     data = tmp_path / "data"
     cfg = {"base_url": mock.base_url, "api_key": mock.api_key}
     with EppClient(str(data), cfg) as epp:
@@ -297,7 +352,7 @@ def test_stale_cached_endpoint_is_re_resolved(mock, tmp_path):
         s.bind(("127.0.0.1", 0))
         rec["execd_direct"]["url"] = f"http://127.0.0.1:{s.getsockname()[1]}/proxy/44772"
     cache.write_text(json.dumps(rec))
-    with EppClient(str(data), cfg) as epp:                  # a new process trusts the (stale) cache first
+    with EppClient(str(data), cfg) as epp:  # a new process trusts the (stale) cache first
         assert run(epp, sid, "echo", ["moved"])["stdout"] == "moved\n"
         assert json.loads(cache.read_text())["execd_direct"]["url"] == good
         epp.call("sandbox.kill", {"sandbox_id": sid})
@@ -309,6 +364,7 @@ class _PendingServer:
     def __init__(self):
         import http.server
         import threading
+
         calls = self.calls = []
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -351,7 +407,9 @@ class _PendingServer:
 def test_create_that_never_gets_ready_is_deleted(tmp_path, how):
     stub = _PendingServer()
     try:
-        with EppClient(str(tmp_path / "d"), {"base_url": stub.url, "ready_timeout": "1" if how == "ready_timeout" else "60"}) as epp:
+        with EppClient(
+            str(tmp_path / "d"), {"base_url": stub.url, "ready_timeout": "1" if how == "ready_timeout" else "60"}
+        ) as epp:
             rid, q = epp.request("sandbox.create", {"template": "base", "timeout": 300})
             if how == "cancel":
                 time.sleep(0.5)

@@ -1,5 +1,6 @@
 """Terminals over EPP: pty.open / pty.write / pty.resize / pty.close against the mock's execd PTY
 (a real pseudo-terminal behind execd's WebSocket protocol), driven through the plugin over EPP."""
+
 from __future__ import annotations
 
 import base64
@@ -79,14 +80,14 @@ def test_shell_arithmetic_resize_ctrl_c_and_exit_status(epp, sid):
     term.expect(b"40 120")
     term.write("sleep 100\n")
     time.sleep(0.5)
-    term.write("\x03")                       # Ctrl-C reaches the foreground job through the tty
+    term.write("\x03")  # Ctrl-C reaches the foreground job through the tty
     term.write("echo rc=$?\n")
     term.expect(b"rc=130", timeout=10)
     term.write("exit 3\n")
     assert term.wait_exit()["exit_code"] == 3
     time.sleep(0.3)
     term._pump(0.1)
-    assert len(term.exits) == 1              # exactly one pty.exit
+    assert len(term.exits) == 1  # exactly one pty.exit
 
 
 def test_close_ends_the_terminal_and_unknown_ids_are_typed(epp, sid):

@@ -1,6 +1,7 @@
 """The plugin passes `volumes` (provider option, per create or configured) to the server (issue 20): through
 EPP against the mock, a named volume outlives the sandbox that wrote it, and a refusal comes back with the
 server's code and message."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,11 @@ def mock(tmp_path_factory):
 
 
 def _run(epp, sid, script):
-    return epp.call("exec.run", {"sandbox_id": sid, "cmd": "sh", "args": ["-c", script], "env": {}, "cwd": "",
-                                 "user": "", "timeout": 30}, timeout=40)
+    return epp.call(
+        "exec.run",
+        {"sandbox_id": sid, "cmd": "sh", "args": ["-c", script], "env": {}, "cwd": "", "user": "", "timeout": 30},
+        timeout=40,
+    )
 
 
 def test_volumes_option_mounts_a_named_volume(epp, mock):
@@ -48,7 +52,8 @@ def test_a_refused_volume_carries_the_servers_code(epp):
     with pytest.raises(RpcError) as err:
         epp.call("sandbox.create", {"template": "base", "timeout": 300, "options": {"volumes": vols}})
     assert "VOLUME::HOST_PATH_NOT_ALLOWED" in str(err.value) or "VOLUME::HOST_PATH_NOT_ALLOWED" in json.dumps(
-        err.value.data), err.value
+        err.value.data
+    ), err.value
     with pytest.raises(RpcError) as err:
         epp.call("sandbox.create", {"template": "base", "timeout": 300, "options": {"volumes": "{not json"}})
     assert "volumes" in str(err.value)

@@ -6,6 +6,7 @@ The tiny server here stands in for ExecdServer: it registers only the PTY routes
 access token and a gateway header the way execd's middleware would (401 {"error": ...}), so the
 tests also prove that Endpoint.headers and X-EXECD-ACCESS-TOKEN travel on the upgrade request.
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,6 +28,7 @@ import pytest
 
 from mock_opensandbox.wire import http1 as httpcore
 from mock_opensandbox.execd.pty_routes import register_pty_routes
+
 # plugin modules: importable through tiers/t1/conftest.py
 import methods.pty as terminal
 from errors import EppError
@@ -74,9 +76,16 @@ class _StandInRuntime:
         return os.path.join(self.root, path.lstrip("/"))
 
     def spawn(self, argv, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None):
-        p = subprocess.Popen(list(argv), cwd=self.resolve(cwd or "/"), stdin=stdin, stdout=stdout,
-                             stderr=stderr, start_new_session=True, close_fds=True,
-                             env={**os.environ, **(env or {})})
+        p = subprocess.Popen(
+            list(argv),
+            cwd=self.resolve(cwd or "/"),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            close_fds=True,
+            env={**os.environ, **(env or {})},
+        )
         self._procs.append(p)
         return p
 
@@ -110,8 +119,10 @@ class _Execd(httpcore.App):
 
             def dispatch(self, req):
                 # execd accessTokenMiddleware; a gateway would refuse without its routing header
-                if req.headers.get("X-EXECD-ACCESS-TOKEN") != TOKEN or \
-                        req.headers.get("OpenSandbox-Ingress-To") != GATEWAY["OpenSandbox-Ingress-To"]:
+                if (
+                    req.headers.get("X-EXECD-ACCESS-TOKEN") != TOKEN
+                    or req.headers.get("OpenSandbox-Ingress-To") != GATEWAY["OpenSandbox-Ingress-To"]
+                ):
                     req.send_json(401, {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"})
                     return
                 fn, params, _seen = router.match(req.method, req.path)
@@ -155,8 +166,9 @@ class _Events:
 
     def output(self, pid: str) -> bytes:
         with self.cond:
-            return b"".join(base64.b64decode(p["data_b64"]) for m, p in self.items
-                            if m == "pty.output" and p["process_id"] == pid)
+            return b"".join(
+                base64.b64decode(p["data_b64"]) for m, p in self.items if m == "pty.output" and p["process_id"] == pid
+            )
 
     def exits(self, pid: str) -> list[dict]:
         with self.cond:
@@ -177,11 +189,17 @@ class _Events:
         found: list[re.Match] = []
 
         def pred():
-            m = rx.search(b"".join(base64.b64decode(p["data_b64"]) for mth, p in self.items
-                                   if mth == "pty.output" and p["process_id"] == pid))
+            m = rx.search(
+                b"".join(
+                    base64.b64decode(p["data_b64"])
+                    for mth, p in self.items
+                    if mth == "pty.output" and p["process_id"] == pid
+                )
+            )
             if m:
                 found.append(m)
             return bool(m)
+
         assert self.wait(pred, timeout), f"no {pattern!r} in terminal output: {self.output(pid)[-600:]!r}"
         return found[0]
 
@@ -367,8 +385,14 @@ def test_execd_without_pty_api_is_feature_not_supported(events):
 
 
 def _req(execd: _Execd, method: str, path: str, body: bytes | None = None):
-    r = rest.call(execd.base, method, urllib.parse.urlsplit(execd.base).path + path, body,
-                  {"X-EXECD-ACCESS-TOKEN": TOKEN, **GATEWAY}, timeout=10)
+    r = rest.call(
+        execd.base,
+        method,
+        urllib.parse.urlsplit(execd.base).path + path,
+        body,
+        {"X-EXECD-ACCESS-TOKEN": TOKEN, **GATEWAY},
+        timeout=10,
+    )
     return r.status, r.headers, r.body
 
 
@@ -376,13 +400,20 @@ def test_execd_pty_rest_and_upgrade_errors(execd):
     status, headers, body = _req(execd, "POST", "/pty", b"")  # empty body is allowed
     assert status == 201 and headers["Content-Type"] == "application/json; charset=utf-8"
     sid = json.loads(body)["session_id"]
-    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", sid)  # tiers/diff pty.lifecycle
+    assert re.fullmatch(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", sid
+    )  # tiers/diff pty.lifecycle
 
     status, _, body = _req(execd, "GET", f"/pty/{sid}")
     assert status == 200
     # "latest" mode (the stand-in's); v1.1.0 has no launch_* fields (model/pty.go at 3bb6fad, tiers/diff)
-    assert json.loads(body) == {"session_id": sid, "running": False, "output_offset": 0,
-                                "launch_attempted": False, "launch_failed": False}
+    assert json.loads(body) == {
+        "session_id": sid,
+        "running": False,
+        "output_offset": 0,
+        "launch_attempted": False,
+        "launch_failed": False,
+    }
 
     status, _, body = _req(execd, "GET", "/pty/nope")
     assert (status, json.loads(body)) == (404, {"code": "CONTEXT_NOT_FOUND", "message": "pty session nope not found"})
@@ -417,8 +448,10 @@ def test_execd_pty_rest_and_upgrade_errors(execd):
             op, data = ws.recv()
             if op == _ws.OP_TEXT:
                 seen.append(json.loads(data))
-        assert seen == [{"type": "pong"},
-                        {"type": "error", "error": 'unknown frame type "bogus"', "code": "INVALID_FRAME"}]
+        assert seen == [
+            {"type": "pong"},
+            {"type": "error", "error": 'unknown frame type "bogus"', "code": "INVALID_FRAME"},
+        ]
         status, _, body = _req(execd, "GET", f"/pty/{sid}")
         assert json.loads(body)["running"] is True and json.loads(body)["launch_attempted"] is True
     finally:
@@ -481,8 +514,7 @@ def test_pipe_mode_splits_stdout_and_stderr(execd):
 
 def test_silent_socket_is_treated_as_dropped_and_reattached(execd, events):
     """No frame for idle_timeout (execd pings every 30 s) -> the client re-attaches; nothing lost."""
-    m = terminal.PtyManager(execd.client(10), events, connect_timeout=10, idle_timeout=0.3,
-                        log=events.log)
+    m = terminal.PtyManager(execd.client(10), events, connect_timeout=10, idle_timeout=0.3, log=events.log)
     try:
         pid = m.open({"sandbox_id": "sbx"})["process_id"]
         _write(m, pid, "echo a$((3+4))\n")

@@ -2,6 +2,7 @@
 Go's httputil.ReverseProxy (removeHopByHopHeaders reads them all), except where the real server reads only the
 first (its proxy's request side: Starlette ``headers.get``). Through the fault proxy (workbench/proxy.py) in front of a
 small upstream that shows what it received and answers with Connection headers of its own."""
+
 from __future__ import annotations
 
 import http.client
@@ -56,8 +57,14 @@ def test_every_connection_header_names_headers_the_proxy_drops(through_proxy):
     conn = http.client.HTTPConnection("127.0.0.1", through_proxy.port, timeout=10)
     try:
         conn.putrequest("GET", "/health", skip_accept_encoding=True)
-        for k, v in (("Connection", "X-First"), ("Connection", "X-Second"), ("X-First", "1"), ("X-Second", "1"),
-                     ("X-Kept", "1"), ("Keep-Alive", "timeout=5")):
+        for k, v in (
+            ("Connection", "X-First"),
+            ("Connection", "X-Second"),
+            ("X-First", "1"),
+            ("X-Second", "1"),
+            ("X-Kept", "1"),
+            ("Keep-Alive", "timeout=5"),
+        ):
             conn.putheader(k, v)
         conn.endheaders()
         resp = conn.getresponse()
@@ -66,16 +73,30 @@ def test_every_connection_header_names_headers_the_proxy_drops(through_proxy):
     finally:
         conn.close()
     assert resp.status == 200
-    assert "x-kept" in got and not got & {"x-first", "x-second", "keep-alive"}   # the second Connection too
+    assert "x-kept" in got and not got & {"x-first", "x-second", "keep-alive"}  # the second Connection too
     assert "x-up-kept" in sent_back and not sent_back & {"x-up-first", "x-up-second"}
 
 
 def test_forwardable_policy():
-    pairs = [("Connection", "a"), ("A", "1"), ("connection", "B, c"), ("b", "2"), ("C", "3"), ("Set-Cookie", "x"),
-             ("Set-Cookie", "y"), ("Host", "h"), ("TE", "trailers")]
+    pairs = [
+        ("Connection", "a"),
+        ("A", "1"),
+        ("connection", "B, c"),
+        ("b", "2"),
+        ("C", "3"),
+        ("Set-Cookie", "x"),
+        ("Set-Cookie", "y"),
+        ("Host", "h"),
+        ("TE", "trailers"),
+    ]
     assert relay.forwardable(pairs) == [("Set-Cookie", "x"), ("Set-Cookie", "y"), ("Host", "h")]
     assert relay.forwardable(pairs, relay.HOP_BY_HOP | relay.FRAMING) == [("Set-Cookie", "x"), ("Set-Cookie", "y")]
     # the server's proxy: only the first Connection header's names
     assert relay.forwardable(pairs, relay.HOP_BY_HOP, connection=["a"]) == [
-        ("b", "2"), ("C", "3"), ("Set-Cookie", "x"), ("Set-Cookie", "y"), ("Host", "h")]
+        ("b", "2"),
+        ("C", "3"),
+        ("Set-Cookie", "x"),
+        ("Set-Cookie", "y"),
+        ("Host", "h"),
+    ]
     assert relay.forwardable(pairs, frozenset(), connection=()) == pairs  # an upgrade's tunnel keeps them all

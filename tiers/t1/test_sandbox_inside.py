@@ -2,6 +2,7 @@
 live server, tiers/t4/test_live_inside.py) against a `MockOpenSandbox()` sandbox created with resourceLimits
 cpu 500m / memory 512Mi. The rows the mock does not pass yet are strict xfails naming the part of issue 19
 that fixes them; the lead removes a mark when that branch lands (a row that starts passing fails the run)."""
+
 from __future__ import annotations
 
 import socket
@@ -96,8 +97,11 @@ def test_execd_answers_on_127_0_0_1_44772_inside(target, inside):
     assert "ping=200" in lines, res
     assert "command=200 init,ping,stdout=from-42,execution_complete" in lines, res
     assert "faulted=503" in lines, res  # the fault rule of this sandbox's execd reached the inside listener
-    got = [(e["method"], e["path"].split("?")[0], e["status"]) for e in target.osb.journal.entries(sandbox=sid)
-           if e.get("listener") == "execd"]
+    got = [
+        (e["method"], e["path"].split("?")[0], e["status"])
+        for e in target.osb.journal.entries(sandbox=sid)
+        if e.get("listener") == "execd"
+    ]
     assert ("GET", "/ping", 200) in got and ("POST", "/command", 200) in got, got
 
 
@@ -137,9 +141,25 @@ def test_execd_answers_inside_as_non_root_through_the_agent():
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
-    out = subprocess.run([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
-                          "--", _interpreter(True), "-c", _AS_NOBODY, REPO], input=_FROM_INSIDE, cwd="/",
-                         capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    out = subprocess.run(
+        [
+            shutil.which("setpriv"),
+            "--reuid=%d" % NOBODY,
+            "--regid=%d" % NOBODY,
+            "--clear-groups",
+            "--",
+            _interpreter(True),
+            "-c",
+            _AS_NOBODY,
+            REPO,
+        ],
+        input=_FROM_INSIDE,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and len(lines) == 2, (out.stdout, out.stderr[-2000:])
     status, body, mode = json.loads(lines[0])

@@ -5,6 +5,7 @@ run through execd join it; two sandboxes never see each other; delete leaves no 
 
 Also: execd's reverse proxy keeps repeated headers and drops X-Forwarded-Host (src pkg/web/proxy.go).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -43,8 +44,9 @@ def _pidns_available() -> bool:
         os.rmdir(d)
 
 
-pytestmark = pytest.mark.skipif(not _pidns_available(),
-                                reason="no per-sandbox PID namespace here: " + " ".join(probe_isolation()[1].split()))
+pytestmark = pytest.mark.skipif(
+    not _pidns_available(), reason="no per-sandbox PID namespace here: " + " ".join(probe_isolation()[1].split())
+)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -67,8 +69,9 @@ class Api:
     def run(self, sid: str, command: str, background: bool = False) -> list[dict]:
         ep = json.loads(self.call("GET", f"/v1/sandboxes/{sid}/endpoints/44772")[1])["endpoint"]
         hostport, _, prefix = ep.partition("/")
-        status, body = self.call("POST", f"/{prefix}/command", {"command": command, "background": background},
-                                 hostport=hostport)
+        status, body = self.call(
+            "POST", f"/{prefix}/command", {"command": command, "background": background}, hostport=hostport
+        )
         assert status == 200, body
         return list(sse.parse_stream([body]))
 
@@ -120,8 +123,9 @@ def test_ps_shows_only_the_sandbox(api):
         assert [a for _, (pp, a) in by_pid.items() if a == "tail -f /dev/null" and pp == 1], rows
         assert [a for _, (pp, a) in by_pid.items() if a == "/opt/opensandbox/execd" and pp == 1], rows
         # the command itself (bash -c ...) and its ps, nothing else: no pytest, no mock, no host daemon
-        others = sorted(a for p, (_, a) in by_pid.items()
-                        if p != 1 and a not in ("tail -f /dev/null", "/opt/opensandbox/execd"))
+        others = sorted(
+            a for p, (_, a) in by_pid.items() if p != 1 and a not in ("tail -f /dev/null", "/opt/opensandbox/execd")
+        )
         assert others == sorted([f"bash -c {PS}", "ps -e -o pid=,ppid=,stat=,args="]), rows
         assert not any("pytest" in a or "python" in a for _, _, _, a in rows)
         # /proc agrees with ps (a fresh procfs, not the host's)
@@ -204,6 +208,7 @@ def test_paused_sandbox_freezes_every_process(api):
                 except OSError:
                     pass
             return out
+
         assert _wait(lambda: states() and all(s in (b"T", b"t") for s in states())), states()
         assert api.call("POST", f"/v1/sandboxes/{sid}/resume")[0] == 202
         assert _wait(lambda: all(s not in (b"T", b"t") for s in states())), states()
@@ -274,8 +279,15 @@ def test_runtime_without_entrypoint_gets_a_main_process(tmp_path):
         import subprocess
 
         a = rt.spawn(["sleep", "30"])
-        want = sorted(["/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null", "tail -f /dev/null",
-                       "/opt/opensandbox/execd", "sleep 30", "ps -e -o pid=,args="])
+        want = sorted(
+            [
+                "/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null",
+                "tail -f /dev/null",
+                "/opt/opensandbox/execd",
+                "sleep 30",
+                "ps -e -o pid=,args=",
+            ]
+        )
         seen: list[list[str]] = []
 
         def listing() -> bool:  # spawn returns before the nsenter/setpriv stages have exec'd `sleep`
@@ -313,8 +325,13 @@ def test_sandbox_dies_with_the_mock_process(tmp_path):
     import sys
 
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", _DIES_WITH_MOCK, str(tmp_path / "root"), repo],
-                         stdout=subprocess.PIPE, timeout=60).stdout.decode().split()
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", _DIES_WITH_MOCK, str(tmp_path / "root"), repo], stdout=subprocess.PIPE, timeout=60
+        )
+        .stdout.decode()
+        .split()
+    )
     assert len(out) == 3, out
     outer, pid1, alive_after_thread = int(out[0]), int(out[1]), out[2]
     try:

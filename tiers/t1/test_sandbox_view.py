@@ -3,6 +3,7 @@ all see the sandbox's own view - the image's /etc and read-only system directori
 root with /opt/opensandbox - and `ps` shows bootstrap.sh, execd and the entrypoint, like the real
 sandbox (the issue's live table; tiers/diff files.view compares the answers with the real execd).
 As root (in this process) and as an unprivileged user (tiers/t1/view_probes.py in a child process)."""
+
 from __future__ import annotations
 
 import json
@@ -51,10 +52,22 @@ def seen(request):
     why = _nobody_skip()
     if why:
         pytest.skip(why)
-    p = subprocess.run([shutil.which("setpriv"), "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
-                        "--", "/usr/bin/python3", os.path.join(REPO, "tiers", "t1", "view_probes.py")],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, cwd="/tmp",
-                       env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"})
+    p = subprocess.run(
+        [
+            shutil.which("setpriv"),
+            "--reuid=%d" % NOBODY,
+            "--regid=%d" % NOBODY,
+            "--clear-groups",
+            "--",
+            "/usr/bin/python3",
+            os.path.join(REPO, "tiers", "t1", "view_probes.py"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        timeout=120,
+        cwd="/tmp",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"},
+    )
     if p.returncode != 0 and b"isolation" in p.stderr and b"unavailable" in p.stderr:
         pytest.skip("an unprivileged user cannot isolate here")
     if p.returncode == 2 and b"can't open file" in p.stderr and b"Permission denied" in p.stderr:
@@ -117,8 +130,15 @@ def test_absolute_symlinks_inside_stay_inside(seen):
 
 def test_writes_to_read_only_system_dirs_fail_like_execd(seen):
     # the real execd's answer (tiers/diff files.view "upload into read-only /usr")
-    assert seen["upload_usr"] == [500, {"code": "RUNTIME_ERROR", "message": (
-        "error opening destination file /usr/osb-view-probe. open /usr/osb-view-probe: read-only file system")}]
+    assert seen["upload_usr"] == [
+        500,
+        {
+            "code": "RUNTIME_ERROR",
+            "message": (
+                "error opening destination file /usr/osb-view-probe. open /usr/osb-view-probe: read-only file system"
+            ),
+        },
+    ]
     assert not os.path.exists("/usr/osb-view-probe")
     assert seen["upload_etc"][0] == 200 and tuple(seen["etc_inside"]) == ("mine", "")
     assert not os.path.exists("/etc/osb-view-probe.conf")
@@ -136,9 +156,16 @@ def test_agent_connects_to_a_port_inside(tmp_path):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        server = rt.spawn(["python3", "-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', %d)); "
-                           "s.listen(); print('up', flush=True); c, _ = s.accept(); c.sendall(b'inside'); "
-                           "c.close()" % port], stdout=subprocess.PIPE)
+        server = rt.spawn(
+            [
+                "python3",
+                "-c",
+                "import socket; s = socket.socket(); s.bind(('127.0.0.1', %d)); "
+                "s.listen(); print('up', flush=True); c, _ = s.accept(); c.sendall(b'inside'); "
+                "c.close()" % port,
+            ],
+            stdout=subprocess.PIPE,
+        )
         assert server.stdout.readline() == b"up\n"
         reply, fds = rt.agent_call({"op": "connect", "port": port}, timeout=10)
         assert reply == {"ok": True} and len(fds) == 1
@@ -154,19 +181,30 @@ def test_failed_spawn_answers_with_execds_text(tmp_path):
     command.start_failure records from the real binary."""
     from mock_opensandbox.wire import sse
     from mock_opensandbox.execd.server import ExecdServer
+
     rt = SandboxRuntime(str(tmp_path / "root"), isolate=True)
     srv = ExecdServer(rt, close_delay=0)
     srv.start()
     try:
         import http.client
+
         c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-        c.request("POST", "/command", body=json.dumps({"command": "pwd", "uid": NOBODY, "cwd": "/root"}),
-                  headers={"Content-Type": "application/json"})
+        c.request(
+            "POST",
+            "/command",
+            body=json.dumps({"command": "pwd", "uid": NOBODY, "cwd": "/root"}),
+            headers={"Content-Type": "application/json"},
+        )
         events = list(sse.parse_stream([c.getresponse().read()]))
         c.close()
         err = [e["error"] for e in events if e.get("type") == "error"]
-        assert err == [{"ename": "CommandExecError", "evalue": "fork/exec /usr/bin/bash: permission denied",
-                        "traceback": ["fork/exec /usr/bin/bash: permission denied"]}], events
+        assert err == [
+            {
+                "ename": "CommandExecError",
+                "evalue": "fork/exec /usr/bin/bash: permission denied",
+                "traceback": ["fork/exec /usr/bin/bash: permission denied"],
+            }
+        ], events
     finally:
         srv.stop()
         rt.cleanup()

@@ -2,6 +2,7 @@
 with that profile (moby/profiles seccomp/default.json: SCMP_ACT_ERRNO, errno 1; QUIRKS.md "seccomp").
 Each probe is one bounded call inside a mock sandbox; the probes and their checks live with the other
 containment probes (containment_probes.py, seccomp_probes)."""
+
 from __future__ import annotations
 
 import os
@@ -69,7 +70,11 @@ def test_the_fork_join_preexec_installs_the_filter():
     here without namespaces to join, so the child stays on the host."""
     preexec, ctx = forkjoin.fork_join([], "/", "-", None, False)
     with ctx:
-        p = subprocess.Popen(["/bin/sh", "-c", cp.SECCOMP_STATUS_CMD],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=preexec)
+        p = subprocess.Popen(
+            ["/bin/sh", "-c", cp.SECCOMP_STATUS_CMD],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=preexec,
+        )
     out, _ = p.communicate(timeout=60)
     assert (p.returncode, out.decode().splitlines()) == (1, cp.SECCOMP_STATUS_LINES)

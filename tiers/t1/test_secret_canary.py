@@ -7,6 +7,7 @@ writes against the mock (record/ scrubber).
 
 A clipped error message could carry a *piece* of a secret, so the check is for the common prefix
 "abx-canary" and for any 10-character piece of each canary's random part."""
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def leaks(blob: bytes) -> list[str]:
     for canary in CANARIES:
         tail = canary.split("abx-canary-", 1)[1]
         for i in range(0, len(tail) - 9):
-            if tail[i:i + 10].encode() in blob:
+            if tail[i : i + 10].encode() in blob:
                 found.append(f"a piece of {canary[:14]}...")
                 break
     return found
@@ -85,7 +86,7 @@ def operations(sid: str, cid: str) -> list[tuple[str, dict]]:
 
 # rounds of faults: every route answers with one of these (all echo what they were sent)
 ROUNDS = [
-    {"kind": "status", "status": 500, "echo_headers": True, "echo_body": True},                     # HTML page
+    {"kind": "status", "status": 500, "echo_headers": True, "echo_body": True},  # HTML page
     {"kind": "status", "status": 400, "echo_headers": True, "echo_body": True, "content_type": "application/json"},
     {"kind": "status", "status": 404, "echo_headers": True, "content_type": "application/json"},
     {"kind": "status", "status": 403, "echo_headers": True},
@@ -116,19 +117,28 @@ def drive(epp: EppClient, ops: list[tuple[str, dict]], sid: str, wait: float = 2
 
 
 def test_canaries_never_leave_through_any_error_path(tmp_path, capfd):
-    with MockOpenSandbox(api_key=API_KEY, execd_token=EXECD_TOKEN, execd_mode="latest", verbose=True,
-                         execd_close_delay=0.1) as mock:
-        cfg = {"base_url": mock.base_url, "api_key": API_KEY, "execd_access_token": EXECD_TOKEN,
-               "registry_username": "robot", "registry_password": REGISTRY_PASSWORD}
+    with MockOpenSandbox(
+        api_key=API_KEY, execd_token=EXECD_TOKEN, execd_mode="latest", verbose=True, execd_close_delay=0.1
+    ) as mock:
+        cfg = {
+            "base_url": mock.base_url,
+            "api_key": API_KEY,
+            "execd_access_token": EXECD_TOKEN,
+            "registry_username": "robot",
+            "registry_password": REGISTRY_PASSWORD,
+        }
         data = tmp_path / "data"
         epp = FullStderrClient(str(data), cfg, core={"http_timeout": 1.0})
-        wrong = FullStderrClient(str(tmp_path / "wrong"), {**cfg, "api_key": WRONG_KEY,
-                                                           "execd_access_token": WRONG_KEY},
-                                 core={"http_timeout": 1.0})
+        wrong = FullStderrClient(
+            str(tmp_path / "wrong"),
+            {**cfg, "api_key": WRONG_KEY, "execd_access_token": WRONG_KEY},
+            core={"http_timeout": 1.0},
+        )
         try:
             sid = epp.call("sandbox.create", {"template": "base", "timeout": 600})["sandbox_id"]
-            cid = epp.call("exec.start", {"sandbox_id": sid, "cmd": "sleep", "args": ["30"], "detached": True,
-                                          "timeout": 60})["process_id"]
+            cid = epp.call(
+                "exec.start", {"sandbox_id": sid, "cmd": "sleep", "args": ["30"], "detached": True, "timeout": 60}
+            )["process_id"]
             ops = operations(sid, cid)
             errors = redacted = 0
             for rule in ROUNDS:
@@ -137,7 +147,7 @@ def test_canaries_never_leave_through_any_error_path(tmp_path, capfd):
                 results = drive(epp, ops, sid)
                 errors += sum(isinstance(r, RpcError) for _, r in results)
                 redacted += sum(isinstance(r, RpcError) and "***" in r.message for _, r in results)
-                if mock.store.get(sid).paused:     # paused, then the resume failed: next round needs it running
+                if mock.store.get(sid).paused:  # paused, then the resume failed: next round needs it running
                     mock.store.resume(sid)
             mock.faults.clear()
             assert mock.faults.wait_idle(10)
@@ -155,9 +165,9 @@ def test_canaries_never_leave_through_any_error_path(tmp_path, capfd):
             try:
                 epp.call("sandbox.kill", {"sandbox_id": sid})
             except RpcError as exc:  # http_timeout is 1 s (the rounds need it short); a loaded machine's delete
-                assert exc.sdk_code == "E3001", exc.message     # can take longer: a timeout, leak-checked below
+                assert exc.sdk_code == "E3001", exc.message  # can take longer: a timeout, leak-checked below
                 mock.store.delete(sid)
-            time.sleep(0.3)                         # let detached followers write their last lines
+            time.sleep(0.3)  # let detached followers write their last lines
         finally:
             epp.close()
             wrong.close()
@@ -179,14 +189,43 @@ def test_recorded_fixtures_carry_no_canary(tmp_path):
     out_dir = tmp_path / "fixtures"
     with MockOpenSandbox(api_key=API_KEY, execd_close_delay=0.1) as mock:
         for path in (r"^/version$", r"^/health$", r"^/v1/sandboxes$"):
-            mock.faults.add(kind="status", status=502, method="GET", path=path, echo_headers=True,
-                            content_type="application/json" if "sandboxes" in path else None)
+            mock.faults.add(
+                kind="status",
+                status=502,
+                method="GET",
+                path=path,
+                echo_headers=True,
+                content_type="application/json" if "sandboxes" in path else None,
+            )
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env.update({"PYTHONPATH": str(REPO), "OPENSANDBOX_API_KEY": API_KEY, "PYTHONDONTWRITEBYTECODE": "1"})
-        proc = subprocess.run([sys.executable, "-m", "record", "--base-url", mock.base_url, "--out", str(out_dir),
-                               "--mode", "all", "--timeout", "20", "--scenario", "01", "--scenario", "02",
-                               "--scenario", "04", "--scenario", "05"],
-                              cwd=str(REPO), env=env, capture_output=True, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "record",
+                "--base-url",
+                mock.base_url,
+                "--out",
+                str(out_dir),
+                "--mode",
+                "all",
+                "--timeout",
+                "20",
+                "--scenario",
+                "01",
+                "--scenario",
+                "02",
+                "--scenario",
+                "04",
+                "--scenario",
+                "05",
+            ],
+            cwd=str(REPO),
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
         echoed = sum(r.hits for r in mock.faults.rules)
     assert echoed >= 3, "the echo faults were hit"
     assert leaks(proc.stdout) == [] and leaks(proc.stderr) == [], proc.stderr[-2000:]

@@ -1,6 +1,7 @@
 """SandboxRuntime.shell(): execd's getShell ("bash" when the sandbox has one on its PATH, else "sh") is
 asked on every command; the runtime re-checks only where it found bash last time and looks again
 along the whole PATH when that one is gone, so removing or adding bash is seen by the next command."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,6 @@ import pytest
 
 from mock_opensandbox.runtime import SandboxRuntime
 from tiers.toolkit.marks import needs_isolation
-
 
 
 @needs_isolation

@@ -4,6 +4,7 @@ so a mock started with SIGHUP, SIGINT and SIGQUIT ignored (`nohup`, or `cmd &` i
 control) handed them on to every sandbox process: Ctrl-C in a sandbox's terminal did not stop `sleep`
 (found when `.ci/run` was started that way). The mock now gives each inherited SIG_IGN a handler that
 does nothing while it runs (runtime/_util.py), and puts it back when it stops."""
+
 from __future__ import annotations
 
 import json
@@ -44,12 +45,18 @@ print(json.dumps(out))
 
 
 def test_sandbox_processes_do_not_inherit_the_mocks_ignored_signals():
-    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     hup_int_quit = 0b111  # bits 1-3 of SigIgn: SIGHUP, SIGINT, SIGQUIT
     assert int(out["command"], 16) & hup_int_quit == 0, out
     assert int(out["pid1"], 16) & hup_int_quit == 0, out
     assert out["mock_while_running"] == [False, False, False]  # a handler that does nothing: still ignored
-    assert out["mock_after_stop"] == [True, True, True]         # and given back as it was
+    assert out["mock_after_stop"] == [True, True, True]  # and given back as it was

@@ -2,6 +2,7 @@
 
 Differential rule (seed 000 §5.4): the body that passes against the live server must pass here unchanged.
 """
+
 from __future__ import annotations
 
 

@@ -3,6 +3,7 @@ requests and recorded answers; tiers/t4/test_live_snapshots.py runs it live), th
 (docker/snapshots.py: a failed commit, a delete while it commits, reset), and the content side (images/commit.py): an
 overlayfs upper dir, a whole copied root and a host-tools root turned into a layer of the image store, whiteouts
 kept across layers, nothing written through a symlink of the sandbox root on restore."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,12 @@ from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
 
 ROOT = os.geteuid() == 0
-CREATE = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-          "resourceLimits": {"cpu": "250m", "memory": "128Mi"}}
+CREATE = {
+    "image": {"uri": "python:3"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "timeout": 600,
+    "resourceLimits": {"cpu": "250m", "memory": "128Mi"},
+}
 
 
 # -- the flow of recording 25 ----------------------------------------------------------------------------------
@@ -38,8 +43,9 @@ CREATE = {"image": {"uri": "python:3"}, "entrypoint": ["tail", "-f", "/dev/null"
 def test_snapshot_flow_mock():
     with MockOpenSandbox(execd_close_delay=0.05) as osb:
         # the host-tools view (no --image-dir): its /etc is the view's, not the sandbox's
-        snapshot_flow.run(si.Target(osb.base_url, osb.api_key or "", "python:3", execd_token=osb.execd_token),
-                          etc_kept=False)
+        snapshot_flow.run(
+            si.Target(osb.base_url, osb.api_key or "", "python:3", execd_token=osb.execd_token), etc_kept=False
+        )
         assert osb.snapshots.all() == []
 
 
@@ -55,7 +61,13 @@ def test_reset_and_stop_remove_snapshots_and_their_images(opensandbox_mock_facto
     assert view["available"] is False and view["images"] == []
     (row,) = view["snapshots"]
     assert (row["id"], row["sandboxId"], row["name"], row["state"], row["ref"], row["sandboxes"]) == (
-        snap, sid, "n", "Ready", "opensandbox-snapshots:" + snap, [])
+        snap,
+        sid,
+        "n",
+        "Ready",
+        "opensandbox-snapshots:" + snap,
+        [],
+    )
     store_dir = os.path.join(osb.root, "snapshot-images")
     assert os.path.isfile(os.path.join(store_dir, "images", row["image"].split(":")[1] + ".json"))
     out = rest.call(hp, "POST", "/__mock__/reset", {}, key).json()
@@ -97,13 +109,17 @@ def test_a_failed_commit_is_failed_with_the_runtime_message_and_resumes_the_sand
     def boom(sb, snap):
         assert sb.paused  # a commit pauses the container
         raise RuntimeError("DOCKER::SANDBOX_NOT_FOUND: Sandbox x not found.")
+
     store = SnapshotStore(model, boom)
     sb = _sb(model)
     snap = store.create(sb.id, None)
     assert snap.accepted["status"]["state"] == "Creating" and "name" not in snap.accepted
     store.wait(10)
-    assert (snap.state, snap.reason, snap.message) == ("Failed", "snapshot_runtime_failed",
-                                                       "DOCKER::SANDBOX_NOT_FOUND: Sandbox x not found.")
+    assert (snap.state, snap.reason, snap.message) == (
+        "Failed",
+        "snapshot_runtime_failed",
+        "DOCKER::SANDBOX_NOT_FOUND: Sandbox x not found.",
+    )
     assert sb.state == "Running"
     with pytest.raises(MockError) as e:  # a Failed snapshot is no restore source
         store.for_restore(snap.id)
@@ -121,8 +137,10 @@ def test_delete_while_creating_and_a_second_create_while_paused(model):
     assert sb.state == "Paused"  # recording: GET shows Paused while docker commit runs
     with pytest.raises(MockError) as e:
         store.delete(snap.id)
-    assert e.value.body() == {"code": "SNAPSHOT::INVALID_STATE",
-                              "message": "Snapshot %s is still being created and cannot be deleted" % snap.id}
+    assert e.value.body() == {
+        "code": "SNAPSHOT::INVALID_STATE",
+        "message": "Snapshot %s is still being created and cannot be deleted" % snap.id,
+    }
     with pytest.raises(MockError) as e:
         store.create(sb.id, "two")
     assert e.value.quirk is quirks.SNAPSHOT_SOURCE_NOT_RUNNING
@@ -151,6 +169,7 @@ def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
     """LifecycleApp's default SnapshotStore has no committer: the sandbox checks, then 501; no id is known."""
     from mock_opensandbox.wire.http1 import Server
     from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
+
     app = LifecycleApp(model, None, api_key=None)
     srv = Server(("127.0.0.1", 0), LifecycleHandler, app)
     srv.start(name="t-lifecycle-alone")
@@ -161,19 +180,36 @@ def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
         def answer(method, path, body=None):
             r = rest.call(hp, method, path, body)
             return r.status, r.json()
+
         assert answer("POST", "/v1/sandboxes/nope/snapshots")[1]["code"] == "DOCKER::SANDBOX_NOT_FOUND"
-        assert answer("POST", "/v1/sandboxes/%s/snapshots" % sb.id, {"name": "n"}) == (501, {
-            "code": "SNAPSHOT::NOT_IMPLEMENTED",
-            "message": "Snapshot creation is not implemented by the mock OpenSandbox."})
+        assert answer("POST", "/v1/sandboxes/%s/snapshots" % sb.id, {"name": "n"}) == (
+            501,
+            {
+                "code": "SNAPSHOT::NOT_IMPLEMENTED",
+                "message": "Snapshot creation is not implemented by the mock OpenSandbox.",
+            },
+        )
         model.pause(sb.id)
-        assert answer("POST", "/v1/sandboxes/%s/snapshots" % sb.id)[:2] == (409, {
-            "code": "SNAPSHOT::INVALID_SOURCE_STATE", "message": "Snapshot can only be created from a Running sandbox."})
-        assert answer("GET", "/v1/snapshots?page=3&pageSize=7") == (200, {"items": [], "pagination": {
-            "page": 3, "pageSize": 7, "totalItems": 0, "totalPages": 0, "hasNextPage": False}})
+        assert answer("POST", "/v1/sandboxes/%s/snapshots" % sb.id)[:2] == (
+            409,
+            {
+                "code": "SNAPSHOT::INVALID_SOURCE_STATE",
+                "message": "Snapshot can only be created from a Running sandbox.",
+            },
+        )
+        assert answer("GET", "/v1/snapshots?page=3&pageSize=7") == (
+            200,
+            {
+                "items": [],
+                "pagination": {"page": 3, "pageSize": 7, "totalItems": 0, "totalPages": 0, "hasNextPage": False},
+            },
+        )
         assert answer("GET", "/v1/snapshots?page=0")[0] == 422
         for method in ("GET", "DELETE"):
-            assert answer(method, "/v1/snapshots/s-1") == (404, {"code": "SNAPSHOT::NOT_FOUND",
-                                                                 "message": "Snapshot s-1 not found"})
+            assert answer(method, "/v1/snapshots/s-1") == (
+                404,
+                {"code": "SNAPSHOT::NOT_FOUND", "message": "Snapshot s-1 not found"},
+            )
     finally:
         srv.stop()
 
@@ -196,9 +232,24 @@ def test_view_lists_each_snapshots_live_users(model):
 # -- the content side (images/commit.py) ------------------------------------------------------------------------
 @pytest.fixture
 def base(tmp_path):
-    img = BuiltImage([layer([("dir", "etc"), ("file", "etc/os-release", "ID=demo\n"), ("dir", "srv"),
-                             ("dir", "tmp", 0o1777), ("file", "tmp/old.txt", "old"), ("dir", "opt"),
-                             ("dir", "opt/x"), ("file", "opt/x/y", "y"), ("file", "keep", "k")], gz=False)])
+    img = BuiltImage(
+        [
+            layer(
+                [
+                    ("dir", "etc"),
+                    ("file", "etc/os-release", "ID=demo\n"),
+                    ("dir", "srv"),
+                    ("dir", "tmp", 0o1777),
+                    ("file", "tmp/old.txt", "old"),
+                    ("dir", "opt"),
+                    ("dir", "opt/x"),
+                    ("file", "opt/x/y", "y"),
+                    ("file", "keep", "k"),
+                ],
+                gz=False,
+            )
+        ]
+    )
     write_oci_layout(str(tmp_path / "images" / "demo"), {"local/demo:1": img})
     store = ImageStore(str(tmp_path / "cache"), str(tmp_path / "images"), local_daemon=False, registry=False)
     yield store, store.resolve("local/demo:1")
@@ -216,8 +267,13 @@ def _tree(top):
             p = os.path.join(dp, n)
             rel = os.path.relpath(p, top)
             st = os.lstat(p)
-            out[rel] = "dir" if stat.S_ISDIR(st.st_mode) else ("-> " + os.readlink(p)) if stat.S_ISLNK(st.st_mode) \
+            out[rel] = (
+                "dir"
+                if stat.S_ISDIR(st.st_mode)
+                else ("-> " + os.readlink(p))
+                if stat.S_ISLNK(st.st_mode)
                 else open(p, "rb").read().decode()
+            )
     return out
 
 
@@ -239,7 +295,11 @@ def test_commit_an_overlay_upper_dir(base, tmp_path):
     (up / "proc").mkdir()  # an empty mount point the runtime made: not committed
     new = C.commit(store, _rt(str(up), "overlay"), "s1", base=img, env={"E": "1"}, labels={"m": "v"})
     assert [x["diff_id"] for x in new.layers[:-1]] == [x["diff_id"] for x in img.layers]
-    assert new.config["Env"] == ["PATH=/usr/bin:/bin", "HELLO=world", "E=1"] and new.config["Labels"]["m"] == "v" and new.config["Labels"]["a"] == "b"
+    assert (
+        new.config["Env"] == ["PATH=/usr/bin:/bin", "HELLO=world", "E=1"]
+        and new.config["Labels"]["m"] == "v"
+        and new.config["Labels"]["a"] == "b"
+    )
     top = new.layers[-1]
     assert top["whiteouts"] == ["tmp/old.txt"] and top["opaque"] == ["opt/x"]
     tree = _tree(new.rootfs())
@@ -279,6 +339,7 @@ def test_commit_a_full_copy_and_snapshot_it_again(base, tmp_path):
 
 def test_host_tools_commit_and_restore_never_write_through_a_symlink(tmp_path):
     from mock_opensandbox.runtime._util import make_image_root
+
     store = ImageStore(str(tmp_path / "cache"), local_daemon=False, registry=False)
     try:
         src = tmp_path / "src"
@@ -301,7 +362,7 @@ def test_host_tools_commit_and_restore_never_write_through_a_symlink(tmp_path):
         make_image_root(str(dest))
         os.unlink(dest / "var" / "run")
         os.symlink(str(outside), dest / "var" / "run")  # a symlink where the layer has a directory
-        C.apply_layer(lay["path"], lay, str(dest), copy=True)   # what restore_into does
+        C.apply_layer(lay["path"], lay, str(dest), copy=True)  # what restore_into does
         assert os.listdir(outside) == []
         assert not os.path.islink(dest / "var" / "run") and (dest / "var" / "run" / "x").read_text() == "x"
         assert not os.path.exists(dest / "srv") and not os.path.exists(dest / "usr" / "host-file")
@@ -318,13 +379,17 @@ def test_snapshot_flow_mock_with_an_image_store(tmp_path):
     """The same flow with an image store (the local Docker's busybox): a sandbox that runs its image commits its
     writable layer over the image's layers (changes_dir "overlay"/"full") and a restore runs that image."""
     (tmp_path / "images").mkdir()
-    with MockOpenSandbox(execd_close_delay=0.05, image_dir=str(tmp_path / "images"),
-                         image_cache=str(tmp_path / "cache")) as osb:
+    with MockOpenSandbox(
+        execd_close_delay=0.05, image_dir=str(tmp_path / "images"), image_cache=str(tmp_path / "cache")
+    ) as osb:
         t = si.Target(osb.base_url, osb.api_key or "", BUSYBOX, execd_token=osb.execd_token)
         probe = t.create()
         kind = C.changes_of(osb.sandboxes[probe].runtime)[1]
         t.delete(probe)
         snapshot_flow.run(t, etc_kept=kind != "host-tools")
-        snaps = [d for d in os.listdir(tmp_path / "cache" / "images")
-                 if json.load(open(tmp_path / "cache" / "images" / d)).get("source") == "snapshot"]
+        snaps = [
+            d
+            for d in os.listdir(tmp_path / "cache" / "images")
+            if json.load(open(tmp_path / "cache" / "images" / d)).get("source") == "snapshot"
+        ]
         assert snaps == []  # every snapshot image went with its snapshot; the busybox image stays

@@ -4,6 +4,7 @@ moves itself in while it builds the view (scripts/view.py CgroupJoin), so no com
 waits for a cgroup move. What must hold: PID 1, the entrypoint and every command are in the sandbox's
 cgroups; the spawner thread is in them while the sandbox lives and gone before they are removed; the
 forking caller never moves; the join variable of view.py is the mock's alone."""
+
 from __future__ import annotations
 
 import os
@@ -49,11 +50,11 @@ def test_pid1_entrypoint_commands_and_the_spawner_are_in_the_sandbox_cgroups(tmp
             assert _cgroup_names("/proc/%d/cgroup" % pid) == {name}, pid
         p = rt.spawn(["cat", "/proc/self/cgroup"], stdout=subprocess.PIPE)
         out = p.communicate(timeout=30)[0].decode()
-        assert {line.split(":", 2)[2].rsplit("/", 1)[-1] for line in out.splitlines()
-                if not line.startswith("0::")} == {name}, out
+        assert {
+            line.split(":", 2)[2].rsplit("/", 1)[-1] for line in out.splitlines() if not line.startswith("0::")
+        } == {name}, out
         # the spawner: one thread of the mock in every hierarchy of the sandbox; this (forking) thread never
-        spawners = [t for t in os.listdir("/proc/self/task")
-                    if name in open("/proc/self/task/%s/cgroup" % t).read()]
+        spawners = [t for t in os.listdir("/proc/self/task") if name in open("/proc/self/task/%s/cgroup" % t).read()]
         assert len(spawners) == 1, spawners
         assert _cgroup_names("/proc/self/task/%s/cgroup" % spawners[0]) == {name}
         assert name not in open("/proc/thread-self/cgroup").read()
@@ -70,8 +71,12 @@ def test_the_cgroup_join_variable_of_the_view_is_never_the_sandbox_environment(t
     bait = tmp_path / "cgroup.procs"
     bait.write_text("")
     for limits in (None, cgroups.Limits(pids=64)):
-        rt = SandboxRuntime(str(tmp_path / ("sb-%s" % bool(limits))), env={"OSB_MOCK_CGROUP_JOIN": str(bait)},
-                            limits=limits, cgroup_name="osb-mock-t1-bait-%d" % os.getpid())
+        rt = SandboxRuntime(
+            str(tmp_path / ("sb-%s" % bool(limits))),
+            env={"OSB_MOCK_CGROUP_JOIN": str(bait)},
+            limits=limits,
+            cgroup_name="osb-mock-t1-bait-%d" % os.getpid(),
+        )
         try:
             p = rt.spawn(["true"])
             assert p.wait(timeout=30) == 0

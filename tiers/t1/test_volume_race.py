@@ -6,6 +6,7 @@ string raced (readlink EINVAL: a plain 500) and could create the missing tail wh
 pointed; openat2(RESOLVE_BENEATH) on the volume's fd (volumes.sub_path_beneath) answers the server's
 400 VOLUME::INVALID_SUB_PATH or prepares the mount inside the volume, and the canary stays untouched.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,9 +46,12 @@ def test_sub_path_swap_race_stays_in_the_volume(tmp_path):
         try:
             claim = vf.unique()
             sid = t.sandbox([vf.pvc("data", claim, "/data")])
-            rc, out = t.run(sid, "cat > /tmp/swapper.py <<'EOF'\n" + SWAPPER + "EOF\n"
-                            f"setsid python3 /tmp/swapper.py {canary} {RACE_SECONDS + 1} >/dev/null 2>&1 &\n"
-                            "for i in $(seq 100); do test -e /data/started && break; sleep 0.05; done")
+            rc, out = t.run(
+                sid,
+                "cat > /tmp/swapper.py <<'EOF'\n" + SWAPPER + "EOF\n"
+                f"setsid python3 /tmp/swapper.py {canary} {RACE_SECONDS + 1} >/dev/null 2>&1 &\n"
+                "for i in $(seq 100); do test -e /data/started && break; sleep 0.05; done",
+            )
             assert rc == 0, out
             counts = {"prepared": 0, "refused": 0}
             other: list[str] = []
@@ -55,8 +59,12 @@ def test_sub_path_swap_race_stays_in_the_volume(tmp_path):
             n = 0
             while time.monotonic() < deadline and n < MAX_PREPARES:
                 n += 1
-                vol = {"name": "v", "pvc": {"claim_name": claim, "create_if_not_exists": False},
-                       "mount_path": "/v", "sub_path": f"a{canary}/made-{n}"}
+                vol = {
+                    "name": "v",
+                    "pvc": {"claim_name": claim, "create_if_not_exists": False},
+                    "mount_path": "/v",
+                    "sub_path": f"a{canary}/made-{n}",
+                }
                 try:
                     p = osb.volumes.prepare([vol])
                 except MockError as e:
@@ -70,8 +78,11 @@ def test_sub_path_swap_race_stays_in_the_volume(tmp_path):
                     continue
                 counts["prepared"] += 1
                 osb.volumes.abandon(p)
-            print(f"subPath race: {n} prepares, {counts['prepared']} inside the volume, "
-                  f"{counts['refused']} refused 400, {len(other)} other", other[:3])
+            print(
+                f"subPath race: {n} prepares, {counts['prepared']} inside the volume, "
+                f"{counts['refused']} refused 400, {len(other)} other",
+                other[:3],
+            )
         finally:
             t.close()
     assert sorted(os.listdir(canary)) == before, "a subPath made a directory on the host"

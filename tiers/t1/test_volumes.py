@@ -3,6 +3,7 @@ the server's code and message. The same flows run live in tiers/t4/test_live_vol
 (tiers/toolkit/volume_flows.py); a hostile subPath, symlink or `..` never reaches outside the volume or the
 allowed prefix.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ def dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def osb(dirs):
-    with MockOpenSandbox(execd_close_delay=0.05, volumes_dir=dirs["volumes"],
-                         allowed_host_paths=[dirs["allowed"]]) as m:
+    with MockOpenSandbox(
+        execd_close_delay=0.05, volumes_dir=dirs["volumes"], allowed_host_paths=[dirs["allowed"]]
+    ) as m:
         yield m
 
 
@@ -52,6 +54,7 @@ def _admin(osb, method, path, body=None):
 
 
 # -- the flows (same as live) -----------------------------------------------------------------------------------
+
 
 def test_a_named_volume_is_shared_between_sandboxes(t):
     seen = vf.shared_between_sandboxes(t)
@@ -91,8 +94,10 @@ def test_refusals_carry_the_servers_code_and_message(t, case):
     got_status, body = t.create(case[1])
     vf.check_refusal(case, got_status, body)
     if case[3] == "VOLUME::OSSFS_MOUNT_FAILED":
-        assert body["message"] == "Volume 'o': failed to execute ossfs command: [Errno 2] No such file or " \
-                                  "directory: 'ossfs2'"
+        assert (
+            body["message"] == "Volume 'o': failed to execute ossfs command: [Errno 2] No such file or "
+            "directory: 'ossfs2'"
+        )
         assert "secret" not in json.dumps(body)
 
 
@@ -104,12 +109,14 @@ def test_the_mock_keeps_dev_and_its_runtime_directory(t, case):
 
 
 def test_runc_messages_for_proc_dev_and_slash(t):
-    cases = {"/proc": "cannot be mounted because it is not of type proc",
-             "/proc/x": "cannot be mounted because it is inside /proc",
-             "/dev": "unable to setup user: stat /dev/null: no such file or directory",
-             "/": "destination can't be '/'",
-             "/sys/x": "read-only file system",
-             "/a:b": "invalid volume specification: '"}
+    cases = {
+        "/proc": "cannot be mounted because it is not of type proc",
+        "/proc/x": "cannot be mounted because it is inside /proc",
+        "/dev": "unable to setup user: stat /dev/null: no such file or directory",
+        "/": "destination can't be '/'",
+        "/sys/x": "read-only file system",
+        "/a:b": "invalid volume specification: '",
+    }
     for target, text in cases.items():
         status, body = t.create([vf.pvc("a", "osbvt-runc", target)])
         assert status == 500 and text in body["message"], (target, body)
@@ -139,6 +146,7 @@ def test_delete_on_sandbox_termination_removes_what_the_create_made(t, osb):
 
 # -- host binds ---------------------------------------------------------------------------------------------------
 
+
 def test_host_bind_under_the_allowed_prefix(t, dirs):
     path = os.path.join(dirs["allowed"], "proj")
     sid = t.sandbox([vf.host("h", path, "/h", subPath="sub")])
@@ -161,7 +169,8 @@ def test_host_bind_through_a_link_out_of_the_prefix_is_refused_after_realpath(t,
         os.symlink(dirs["outside"], link)
     status, body = t.create([vf.host("h", link, "/h")])
     assert (status, body["code"], body["message"]) == vf.host_not_allowed(
-        dirs["outside"], [os.path.realpath(dirs["allowed"])])
+        dirs["outside"], [os.path.realpath(dirs["allowed"])]
+    )
     status, body = t.create([vf.host("h", dirs["allowed"], "/h", subPath="escape")])
     assert (status, body["code"]) == (400, "VOLUME::HOST_PATH_NOT_ALLOWED"), body
     status, body = t.create([vf.host("h", dirs["allowed"], "/h", subPath="escape/deeper")])
@@ -186,6 +195,7 @@ def test_without_isolation_volumes_cannot_be_mounted(tmp_path):
 
 
 # -- a link planted between the mock's check and the mount fails the start ----------------------------------------
+
 
 def test_view_refuses_a_source_that_became_a_link(tmp_path):
     vol = tmp_path / "vol"
@@ -219,27 +229,34 @@ def test_every_execution_path_sees_the_volume(t, osb):
     """Commands (above), the entrypoint and a PTY-less background command come from the holder's mount
     namespace: the entrypoint writes into the volume before anything else runs."""
     claim = vf.unique()
-    status, body = t.create([vf.pvc("d", claim, "/d")],
-                            entrypoint=["sh", "-c", "echo from-entrypoint > /d/ep; exec tail -f /dev/null"])
+    status, body = t.create(
+        [vf.pvc("d", claim, "/d")], entrypoint=["sh", "-c", "echo from-entrypoint > /d/ep; exec tail -f /dev/null"]
+    )
     assert status == 202, body
     sid = body["id"]
-    vf._poll("entrypoint wrote", lambda: t.run(sid, "cat /d/ep 2>/dev/null || true")[1],
-             lambda out: out == "from-entrypoint\n", 30)
+    vf._poll(
+        "entrypoint wrote",
+        lambda: t.run(sid, "cat /d/ep 2>/dev/null || true")[1],
+        lambda out: out == "from-entrypoint\n",
+        30,
+    )
     assert open(os.path.join(osb.volumes.dir, claim, "ep")).read() == "from-entrypoint\n"
 
 
 # -- admin API -----------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.spec_exempt("the /__mock__/ workbench routes are mock-only (not in the OpenSandbox spec)")
 def test_admin_shows_who_mounts_what_and_reset_removes_volumes_unless_kept(t, osb, dirs):
     claim = vf.unique()
-    sid = t.sandbox([vf.pvc("d", claim, "/d"), vf.host("h", os.path.join(dirs["allowed"], "adm"), "/h",
-                                                        readOnly=True)])
+    sid = t.sandbox([vf.pvc("d", claim, "/d"), vf.host("h", os.path.join(dirs["allowed"], "adm"), "/h", readOnly=True)])
     t.run(sid, "head -c 3000 /dev/zero > /d/blob")
     status, one = _admin(osb, "GET", "/__mock__/sandboxes/" + sid)
     assert status == 200
     assert [(v["name"], v["backend"], v["mountPath"], v["readOnly"]) for v in one["volumes"]] == [
-        ("d", "pvc", "/d", False), ("h", "host", "/h", True)]
+        ("d", "pvc", "/d", False),
+        ("h", "host", "/h", True),
+    ]
     status, vols = _admin(osb, "GET", "/__mock__/volumes")
     named = {n["name"]: n for n in vols["named"]}
     assert named[claim]["sizeBytes"] == 3000 and named[claim]["mountedBy"] == [sid]
@@ -257,7 +274,8 @@ def test_admin_shows_who_mounts_what_and_reset_removes_volumes_unless_kept(t, os
 
 
 REAL_EXECD = os.environ.get("OSB_EXECD_BIN") or os.path.realpath(
-    os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "opensandbox", "execd"))
+    os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "opensandbox", "execd")
+)
 
 
 def test_the_real_execd_inside_the_sandbox_sees_the_volume(tmp_path):

@@ -2,6 +2,7 @@
 reset (everything or one sandbox, no process left), the request journal (every listener, filters,
 timing, faults, scrubbed previews), the internal sandbox state, the dashboard's session login and
 its event stream."""
+
 from __future__ import annotations
 
 import http.client
@@ -19,8 +20,12 @@ from tiers.toolkit.waits import wait_until
 pytestmark = pytest.mark.spec_exempt("the /__mock__/ workbench routes are mock-only (not in the OpenSandbox spec)")
 pytest_plugins = ["pytester"]
 
-CREATE = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-          "resourceLimits": {"cpu": "500m", "memory": "512Mi"}}
+CREATE = {
+    "image": {"uri": "local/python:3-slim"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "timeout": 600,
+    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+}
 
 
 def call(osb, method, path, body=None, headers=None, key=True, hostport=None):
@@ -42,8 +47,15 @@ def execd(osb, sid):
 
 
 def run(osb, sid, command):
-    st, _, body = call(osb, "POST", "/proxy/44772/command", {"command": command}, key=False, hostport=execd(osb, sid),
-                       headers={"X-EXECD-ACCESS-TOKEN": osb.execd_token} if osb.execd_token else None)
+    st, _, body = call(
+        osb,
+        "POST",
+        "/proxy/44772/command",
+        {"command": command},
+        key=False,
+        hostport=execd(osb, sid),
+        headers={"X-EXECD-ACCESS-TOKEN": osb.execd_token} if osb.execd_token else None,
+    )
     assert st == 200
     return body
 
@@ -70,19 +82,28 @@ def osb():
 def test_journal_records_lifecycle_and_execd_with_filters(osb):
     sid = create(osb, env={"OPENAI_API_KEY": "sk-very-secret-value"})
     hp = execd(osb, sid)
-    st, _, _ = call(osb, "POST", "/proxy/44772/command", {"command": "echo journal-me"}, key=False, hostport=hp,
-                    headers={"X-EXECD-ACCESS-TOKEN": "tok-secret-123"})
+    st, _, _ = call(
+        osb,
+        "POST",
+        "/proxy/44772/command",
+        {"command": "echo journal-me"},
+        key=False,
+        hostport=hp,
+        headers={"X-EXECD-ACCESS-TOKEN": "tok-secret-123"},
+    )
     assert st == 200
     call(osb, "GET", "/v1/sandboxes/does-not-exist")
     st, _, doc = call(osb, "GET", "/__mock__/requests")
     assert st == 200
     got = [(e["method"], e["path"].split("?")[0], e["status"], e["listener"]) for e in doc["requests"]]
-    assert got == [("POST", "/v1/sandboxes", 202, "lifecycle"),
-                   ("GET", f"/v1/sandboxes/{sid}/endpoints/44772", 200, "lifecycle"),
-                   ("POST", "/proxy/44772/command", 200, "execd"),
-                   ("GET", "/v1/sandboxes/does-not-exist", 404, "lifecycle")]
+    assert got == [
+        ("POST", "/v1/sandboxes", 202, "lifecycle"),
+        ("GET", f"/v1/sandboxes/{sid}/endpoints/44772", 200, "lifecycle"),
+        ("POST", "/proxy/44772/command", 200, "execd"),
+        ("GET", "/v1/sandboxes/does-not-exist", 404, "lifecycle"),
+    ]
     first, cmd = doc["requests"][0], doc["requests"][2]
-    assert first["sandbox"] == sid and cmd["sandbox"] == sid        # the create learns its id from the answer
+    assert first["sandbox"] == sid and cmd["sandbox"] == sid  # the create learns its id from the answer
     assert cmd["duration_ms"] > 0 and '"journal-me"' not in cmd["request"]["body_preview"]
     assert "echo journal-me" in cmd["request"]["body_preview"]
     assert '"text":"journal-me"' in cmd["response"]["body_preview"]
@@ -177,8 +198,13 @@ def test_reset_one_sandbox_then_everything(osb):
     keep_pids = [p["pid"] for p in osb.sandbox_state(keep)["processes"]]
     osb.execd_mode = "latest"
     st, _, out = call(osb, "POST", "/__mock__/reset", {})
-    assert st == 200 and out == {"sandboxes_removed": 1, "snapshots_removed": 0, "volumes_removed": 0,
-                                 "rules_removed": 1, "requests_removed": out["requests_removed"]}
+    assert st == 200 and out == {
+        "sandboxes_removed": 1,
+        "snapshots_removed": 0,
+        "volumes_removed": 0,
+        "rules_removed": 1,
+        "requests_removed": out["requests_removed"],
+    }
     assert osb.sandboxes == {} and osb.faults.rules == [] and osb.requests() == [] and osb.execd_mode == "v1.1.0"
     assert not any(alive(p) for p in keep_pids)
     assert sorted(os.listdir(osb.root)) == []
@@ -200,8 +226,13 @@ def test_python_helpers(osb):
     with pytest.raises(AssertionError, match="exactly 1"):
         osb.assert_requested(method="POST", path="/command$", count=1)
     assert [e["listener"] for e in osb.requests(sandbox=sid, method="POST")] == ["lifecycle", "execd", "execd"]
-    assert osb.reset() == {"sandboxes_removed": 1, "snapshots_removed": 0, "volumes_removed": 0, "rules_removed": 0,
-                           "requests_removed": 5}
+    assert osb.reset() == {
+        "sandboxes_removed": 1,
+        "snapshots_removed": 0,
+        "volumes_removed": 0,
+        "rules_removed": 0,
+        "requests_removed": 5,
+    }
     assert osb.requests() == []
 
 
@@ -217,13 +248,23 @@ def test_dashboard_login_cookie_and_origin_rules(osb):
     assert st == 200 and h["content-type"].startswith("text/html") and b"<html" in page.lower()
     assert call(osb, "GET", "/__mock__/", key=False)[0] == 401
     own = "http://" + osb.base_url.split("://", 1)[1]
-    st, _, _body = call(osb, "POST", "/__mock__/faults", {"kind": "delay", "delay": 0, "id": "from-ui"},
-                       headers={"Cookie": cookie, "Origin": own}, key=False)
+    st, _, _body = call(
+        osb,
+        "POST",
+        "/__mock__/faults",
+        {"kind": "delay", "delay": 0, "id": "from-ui"},
+        headers={"Cookie": cookie, "Origin": own},
+        key=False,
+    )
     assert st == 201 and osb.faults.get("from-ui") is not None
-    assert call(osb, "DELETE", "/__mock__/faults/from-ui", headers={"Cookie": cookie, "Origin": own}, key=False)[0] == 204
-    assert call(osb, "POST", "/__mock__/reset", headers={"Cookie": cookie, "Origin": "http://evil.example"},
-                key=False)[0] == 403
-    assert call(osb, "GET", "/__mock__/state", headers={"Origin": own})[0] == 403      # a key but no session
+    assert (
+        call(osb, "DELETE", "/__mock__/faults/from-ui", headers={"Cookie": cookie, "Origin": own}, key=False)[0] == 204
+    )
+    assert (
+        call(osb, "POST", "/__mock__/reset", headers={"Cookie": cookie, "Origin": "http://evil.example"}, key=False)[0]
+        == 403
+    )
+    assert call(osb, "GET", "/__mock__/state", headers={"Origin": own})[0] == 403  # a key but no session
     assert call(osb, "GET", "/__mock__/state", headers={"Host": "evil.example"})[0] == 403
     # the fault routes keep the lifecycle app's behaviour for API-key clients
     assert call(osb, "GET", "/__mock__/faults", key=False)[2]["code"] == "MISSING_API_KEY"
@@ -263,7 +304,8 @@ def test_event_stream_sends_state_on_change(osb):
 
 # ---- through the pytest fixture ------------------------------------------------------------------------------
 def test_shared_fixture_resets_between_tests(pytester):
-    pytester.makepyfile(test_shared=textwrap.dedent("""
+    pytester.makepyfile(
+        test_shared=textwrap.dedent("""
         import json, urllib.request
         SEEN = {}
 
@@ -285,6 +327,7 @@ def test_shared_fixture_resets_between_tests(pytester):
             assert opensandbox_mock_shared.sandboxes == {} and opensandbox_mock_shared.faults.rules == []
             assert opensandbox_mock_shared.requests() == []
             assert opensandbox_mock_shared.sandbox_state(SEEN["sid"]) is None
-    """))
+    """)
+    )
     res = pytester.runpytest_inprocess("-p", "pytest_opensandbox_mock", "-q", "-p", "no:cacheprovider")
     res.assert_outcomes(passed=2)

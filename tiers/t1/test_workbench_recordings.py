@@ -1,6 +1,7 @@
 """t1: the committed fault-proxy recordings (tiers/t4/recordings/, made against the live stack by
 tiers/t4/test_proxy_live.py) replayed against the mock with ``python -m record compare``: every
 difference must be explained (tiers/t4/recordings/ALLOWED_DIFFERENCES)."""
+
 from __future__ import annotations
 
 import io
@@ -32,6 +33,6 @@ def test_recording_is_scrubbed_and_as_the_upstream_saw_it():
         for k, v in ex["request"]["headers"].items():
             if k.lower() == "open-sandbox-api-key":
                 assert v == "<api-key>"
-    assert any(ex.get("wait_before_s", 0) >= 2 for ex in fx["exchanges"])   # the flow's pause before /status
+    assert any(ex.get("wait_before_s", 0) >= 2 for ex in fx["exchanges"])  # the flow's pause before /status
     hosts = {ex["request"]["headers"]["Host"] for ex in fx["exchanges"]}
-    assert "127.0.0.1:8080" in hosts and len(hosts) == 2        # the live lifecycle and the sandbox's execd port
+    assert "127.0.0.1:8080" in hosts and len(hosts) == 2  # the live lifecycle and the sandbox's execd port

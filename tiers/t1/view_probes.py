@@ -6,6 +6,7 @@ bootstrap.sh, execd and the entrypoint like the real sandbox (values in the issu
 Run in the test process (root) by tiers/t1/test_sandbox_view.py, and as a script by an unprivileged
 user (`python3 view_probes.py` prints one JSON object): the same probes, the non-root paths (user
 namespace, the helper, the agent)."""
+
 from __future__ import annotations
 
 import http.client
@@ -36,8 +37,14 @@ class Execd:
         self.prefix = "/" + prefix if prefix else ""
         self.headers = dict(ep.get("headers") or {})
 
-    def call(self, method: str, path: str, query: list | None = None, body: bytes | None = None,
-             ctype: str = "application/json") -> tuple[int, bytes]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        query: list | None = None,
+        body: bytes | None = None,
+        ctype: str = "application/json",
+    ) -> tuple[int, bytes]:
         url = self.prefix + path + ("?" + urllib.parse.urlencode(query) if query else "")
         c = http.client.HTTPConnection(self.hostport, timeout=60)
         try:
@@ -57,6 +64,7 @@ class Execd:
     def run(self, command: str, cwd: str | None = None) -> tuple[str, str]:
         """(stdout, error evalue or "") of POST /command."""
         from mock_opensandbox.wire import sse
+
         body: dict[str, Any] = {"command": command}
         if cwd is not None:
             body["cwd"] = cwd
@@ -73,8 +81,13 @@ class Execd:
 
     def upload(self, path: str, data: bytes) -> tuple[int, Any]:
         from mock_opensandbox.wire.formdata import encode
-        body, ctype = encode([("metadata", "metadata", "application/json", json.dumps({"path": path}).encode()),
-                              ("file", "file", "application/octet-stream", data)])
+
+        body, ctype = encode(
+            [
+                ("metadata", "metadata", "application/json", json.dumps({"path": path}).encode()),
+                ("file", "file", "application/octet-stream", data),
+            ]
+        )
         st, raw = self.call("POST", "/files/upload", body=body, ctype=ctype)
         try:
             return st, json.loads(raw) if raw else None
@@ -134,6 +147,7 @@ def host_shadow() -> str | None:
 
 def main() -> None:
     from mock_opensandbox.server import MockOpenSandbox
+
     osb = MockOpenSandbox(execd_close_delay=0).start()
     try:
         _st, sid = create(osb)
@@ -144,10 +158,19 @@ def main() -> None:
 
 def create(osb: Any) -> tuple[int, str]:
     c = http.client.HTTPConnection(osb.base_url.split("://")[1], timeout=60)
-    c.request("POST", "/v1/sandboxes", body=json.dumps({
-        "image": {"uri": "python:3.12-slim"}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-        "resourceLimits": {"cpu": "500m", "memory": "512Mi"}}),
-        headers={"OPEN-SANDBOX-API-KEY": osb.api_key or "", "Content-Type": "application/json"})
+    c.request(
+        "POST",
+        "/v1/sandboxes",
+        body=json.dumps(
+            {
+                "image": {"uri": "python:3.12-slim"},
+                "entrypoint": ["tail", "-f", "/dev/null"],
+                "timeout": 600,
+                "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+            }
+        ),
+        headers={"OPEN-SANDBOX-API-KEY": osb.api_key or "", "Content-Type": "application/json"},
+    )
     r = c.getresponse()
     body = json.loads(r.read())
     c.close()

@@ -10,6 +10,7 @@ A difference fails its scenario unless a ``replay`` entry of tiers/t2/ALLOWED_DI
 Also here: the recorder against the mock as a stand-in live server (record, ``--check``: zero drift;
 replay of those recordings: 100 %).
 """
+
 from __future__ import annotations
 
 import io
@@ -77,6 +78,7 @@ def test_replay(name, opensandbox_mock_factory, request):
     kw = dict(MOCK_KW)
     if name in CODE_FIXTURES:  # a code-interpreter image: the mock's sandboxes get a pip-made Jupyter env
         from tiers.toolkit.jupyter import jupyter_env_or_skip
+
         kw["jupyter_env"] = jupyter_env_or_skip()
     mock = opensandbox_mock_factory(**kw)
     result = replay_fixture(fx, mock.base_url, mock.api_key)
@@ -90,8 +92,10 @@ def test_replay(name, opensandbox_mock_factory, request):
             explained += 1
             used.add(entry.line)
     _report(request.config, result, explained)
-    assert not unexplained, (f"{name}: {len(unexplained)} unexplained difference(s) between the mock and the "
-                             f"recording:\n  " + "\n  ".join(unexplained))
+    assert not unexplained, (
+        f"{name}: {len(unexplained)} unexplained difference(s) between the mock and the "
+        f"recording:\n  " + "\n  ".join(unexplained)
+    )
 
 
 def test_replay_allow_list_has_no_stale_entries(request):
@@ -100,8 +104,11 @@ def test_replay_allow_list_has_no_stale_entries(request):
     if ran != set(ALL):
         pytest.skip("only meaningful when every fixture scenario was replayed in this session")
     used = request.config.__dict__.get("_osb_replay_allow_used", set())
-    stale = [f"ALLOWED_DIFFERENCES:{e.line} ({e.reason})" for e in REPLAY_ALLOW
-             if e.line not in used and not e.reason.startswith("(race)")]  # a race may go either way in a run
+    stale = [
+        f"ALLOWED_DIFFERENCES:{e.line} ({e.reason})"
+        for e in REPLAY_ALLOW
+        if e.line not in used and not e.reason.startswith("(race)")
+    ]  # a race may go either way in a run
     assert not stale, "replay allow-list entries that no longer match any difference:\n  " + "\n  ".join(stale)
 
 
@@ -112,9 +119,18 @@ RECORD_SUBSET = ["02", "05", "07", "13", "14", "18", "20"]
 
 
 def _args(**kw):
-    base = dict(list=False, scenario=RECORD_SUBSET, image="python:3.12-slim", busybox_image="busybox:latest",
-                missing_image="local/does-not-exist:1", mode="all", check=False, execd_version="mock",
-                execd_commit=None, timeout=30.0)
+    base = dict(
+        list=False,
+        scenario=RECORD_SUBSET,
+        image="python:3.12-slim",
+        busybox_image="busybox:latest",
+        missing_image="local/does-not-exist:1",
+        mode="all",
+        check=False,
+        execd_version="mock",
+        execd_commit=None,
+        timeout=30.0,
+    )
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -153,8 +169,17 @@ def test_check_reports_drift_against_the_live_fixtures(tmp_path, opensandbox_moc
 
     mock = opensandbox_mock_factory(**MOCK_KW)
     buf = io.StringIO()
-    rc = run(_args(base_url=mock.base_url, api_key=mock.api_key, out=FIXTURES, check=True,
-                   scenario=["01", "15"], image="local/python:3-slim"), buf)
+    rc = run(
+        _args(
+            base_url=mock.base_url,
+            api_key=mock.api_key,
+            out=FIXTURES,
+            check=True,
+            scenario=["01", "15"],
+            image="local/python:3-slim",
+        ),
+        buf,
+    )
     text = buf.getvalue()
     assert "01_health_version: no drift" in text, text
     assert "15_create_variants: DRIFT" in text and "sse-output" in text, text

@@ -1,5 +1,6 @@
 """End to end through the public SDK: agent_sandbox.ProviderSandbox with provider="opensandbox",
 installed into a temporary HOME, against the mock in both execd generations."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from mock_opensandbox.server import MockOpenSandbox
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-FLOW = r'''
+FLOW = r"""
 import asyncio, json, os, sys
 from agent_sandbox import ProviderSandbox as Sandbox
 from agent_sandbox.models import errors as E
@@ -80,7 +81,7 @@ async def main():
     print(json.dumps(seen))
 
 asyncio.run(main())
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +95,9 @@ def home(tmp_path_factory):
 def test_provider_sandbox_end_to_end(home, mode):
     with MockOpenSandbox(execd_mode=mode) as osb:
         env = {**demo.host_env(home), "OSB_URL": osb.base_url, "OSB_KEY": osb.api_key}
-        proc = subprocess.run([sys.executable, "-c", FLOW], env=env, cwd=home, capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", FLOW], env=env, cwd=home, capture_output=True, text=True, timeout=300
+        )
         left = [sid for sid, sb in osb.sandboxes.items() if not getattr(sb, "deleted", False)]
     assert proc.returncode == 0, proc.stderr[-4000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -110,7 +112,7 @@ def test_provider_sandbox_end_to_end(home, mode):
     assert seen["connect"] == [True, "running"]
     # v1.1.0 cannot tell whether the last line had a newline: the plugin restores one (README, known limits)
     assert seen["connect_run"] == ("h\u00e9llo" if mode == "latest" else "h\u00e9llo\n")
-    assert 1195 <= seen["timeout"] <= 1300          # expires_at - created_at after set_timeout(1200)
+    assert 1195 <= seen["timeout"] <= 1300  # expires_at - created_at after set_timeout(1200)
     assert seen["paused"] == "paused" and len(seen["paused_list"]) == 1
     assert seen["resumed"] == ["running", "back\n"] and seen["procs"] is True
     assert seen["url"].startswith("http://127.0.0.1:") and seen["url"].endswith("/proxy/9000")

@@ -2,6 +2,7 @@
 an egress image ([egress] mode dns; a stub resolver on loopback): the policy reaches the sandbox's resolver,
 and the server's and the sidecar's refusals come back as typed errors (tiers/host_network_policy.py; the same
 flow runs live in tiers/t4/test_live_egress.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,15 +14,19 @@ from tiers.egress_steps import RECORDS
 from tiers.toolkit.dnsserver import StubResolver
 from tiers.toolkit.marks import needs_isolation
 
-pytestmark = [needs_isolation, pytest.mark.skipif(bool(mode_problem("dns", "bridge")),
-                                                  reason=mode_problem("dns", "bridge") or "-")]
+pytestmark = [
+    needs_isolation,
+    pytest.mark.skipif(bool(mode_problem("dns", "bridge")), reason=mode_problem("dns", "bridge") or "-"),
+]
 EXPECTED = H.EXPECTED
 
 
 def test_network_policy_from_config_and_per_create_through_the_host(tmp_path):
     home = H.install(str(tmp_path))
-    with StubResolver(RECORDS) as dns, MockOpenSandbox(egress_dns_upstream=dns.address, egress_ready_timeout=1,
-                                                       execd_close_delay=0.05) as osb:
+    with (
+        StubResolver(RECORDS) as dns,
+        MockOpenSandbox(egress_dns_upstream=dns.address, egress_ready_timeout=1, execd_close_delay=0.05) as osb,
+    ):
         seen = H.run(home, osb.base_url, osb.api_key, "python:3")
     assert {k: seen[k] for k in EXPECTED} == EXPECTED, seen
     assert seen["empty_target"]["code"] == "E8000" and "HTTP 422" in seen["empty_target"]["message"]

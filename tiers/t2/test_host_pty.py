@@ -1,5 +1,6 @@
 """Terminals through the real host: agent_sandbox.ProviderSandbox(...).get_terminal() with the plugin
 installed into a temporary HOME, against the mock's execd PTY."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from mock_opensandbox.server import MockOpenSandbox
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-FLOW = r'''
+FLOW = r"""
 import asyncio, json, os
 from agent_sandbox import ProviderSandbox as Sandbox
 
@@ -61,7 +62,7 @@ async def main():
     print(json.dumps(seen))
 
 asyncio.run(main())
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +75,10 @@ def home(tmp_path_factory):
 def test_get_terminal_through_the_host(home):
     with MockOpenSandbox(execd_mode="latest", execd_close_delay=0.0) as osb:
         env = {**demo.host_env(home), "OSB_URL": osb.base_url, "OSB_KEY": osb.api_key}
-        proc = subprocess.run([sys.executable, "-c", FLOW], env=env, cwd=home, capture_output=True, text=True,
-                              timeout=180)
+        proc = subprocess.run(
+            [sys.executable, "-c", FLOW], env=env, cwd=home, capture_output=True, text=True, timeout=180
+        )
     assert proc.returncode == 0, proc.stderr[-4000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["ok"] is True
-    assert seen["connected_after_exit"] is False      # pty.exit ended the host's terminal stream
+    assert seen["connected_after_exit"] is False  # pty.exit ended the host's terminal stream

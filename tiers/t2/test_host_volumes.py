@@ -1,5 +1,6 @@
 """The host's Sandbox.create (agent-sandbox-client 0.4.0a6) with the plugin installed: volumes pass through
 provider_options (issue 20) and reach the mock; the host's own volume_mounts= is refused for an exec provider."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 pytestmark = needs_isolation
 
-FLOW = r'''
+FLOW = r"""
 import asyncio, json, os
 from agent_sandbox import ProviderSandbox as Sandbox
 from agent_sandbox.models import errors as E
@@ -43,7 +44,7 @@ async def main():
     print(json.dumps(seen))
 
 asyncio.run(main())
-'''
+"""
 
 
 def test_host_create_passes_volumes_through_provider_options(tmp_path):
@@ -52,8 +53,9 @@ def test_host_create_passes_volumes_through_provider_options(tmp_path):
     demo.install_plugin(home)
     with MockOpenSandbox(execd_close_delay=0.05) as osb:
         env = {**demo.host_env(home), "OSB_URL": osb.base_url, "OSB_KEY": osb.api_key}
-        proc = subprocess.run([sys.executable, "-c", FLOW], env=env, cwd=home, capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", FLOW], env=env, cwd=home, capture_output=True, text=True, timeout=300
+        )
         with open(os.path.join(osb.volumes.dir, "host-work", "f")) as fh:
             kept = fh.read()
     assert proc.returncode == 0, proc.stderr[-4000:]

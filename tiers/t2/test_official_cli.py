@@ -1,6 +1,7 @@
 """Oracle: the official CLI, opensandbox-cli 1.1.1 (pinned, unchanged, its own venv: it wants rich<14, the
 host rich>=14), drives the mock through every command group that works on a Docker server
 (tiers/t2/clients/cli_flow.py; the same steps run against a live server in tiers/t4/test_live_clients.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,9 @@ import pytest
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2.clients import Unavailable
 
-pytestmark = pytest.mark.spec_exempt("CLI flow uses server 1.1.1 routes the June spec lacks (diagnostics, "
-                                     "snapshots, templates, egress)")
+pytestmark = pytest.mark.spec_exempt(
+    "CLI flow uses server 1.1.1 routes the June spec lacks (diagnostics, snapshots, templates, egress)"
+)
 
 
 SESSION = "command session"  # execd /session: the mock's execd is issue 13 (../coord/NEEDS-diff.md)

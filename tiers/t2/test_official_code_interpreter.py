@@ -1,6 +1,7 @@
 """Oracle: opensandbox-code-interpreter 1.1.1 (pinned, unchanged) on a plain image (no Jupyter) against the
 mock: each step must end exactly as it ended on the live stack (code_interpreter_flow.EXPECTED; the same flow
 is compared live in tiers/t4/test_live_clients.py)."""
+
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,7 @@
 """Oracle: the official JS SDK, @alibaba-group/opensandbox 0.1.11 (pinned, unchanged; npm into .cache/npm-js
 on first use), drives the mock through node: lifecycle, commands, files, endpoints, metrics, egress, manager
 (tiers/t2/clients/js_flow.mjs; the same flow runs live in tiers/t4/test_live_clients.py)."""
+
 from __future__ import annotations
 
 import shutil

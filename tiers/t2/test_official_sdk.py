@@ -1,6 +1,7 @@
 """Oracle: the official OpenSandbox Python SDK (opensandbox==1.1.1) drives the mock unchanged, in both
 its sync and async APIs and against both execd generations. If the SDK cannot tell the mock from a
 real server for these calls, neither can a client built like it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -41,9 +42,14 @@ def osb(request):
 
 def test_sync_sdk_end_to_end(osb):
     cfg = sdk_config(osb, sync=True)
-    sb = SandboxSync.create(IMAGE, connection_config=cfg, timeout=timedelta(minutes=10),
-                            metadata={"via": "sdk"}, env={"GREETING": "hi"},
-                            entrypoint=["tail", "-f", "/dev/null"])
+    sb = SandboxSync.create(
+        IMAGE,
+        connection_config=cfg,
+        timeout=timedelta(minutes=10),
+        metadata={"via": "sdk"},
+        env={"GREETING": "hi"},
+        entrypoint=["tail", "-f", "/dev/null"],
+    )
     try:
         info = sb.get_info()
         assert info.id == sb.id and info.status.state == "Running"
@@ -89,15 +95,17 @@ def test_sync_sdk_end_to_end(osb):
     finally:
         sb.kill()
         sb.close()
-    assert all(getattr(s, "deleted", False) for s in osb.sandboxes.values() if s.id == sb.id) or \
-        sb.id not in osb.sandboxes
+    assert (
+        all(getattr(s, "deleted", False) for s in osb.sandboxes.values() if s.id == sb.id) or sb.id not in osb.sandboxes
+    )
 
 
 def test_async_sdk_end_to_end(osb):
     async def flow() -> None:
         cfg = sdk_config(osb, sync=False)
-        sb = await Sandbox.create(IMAGE, connection_config=cfg, timeout=timedelta(minutes=10),
-                                  entrypoint=["tail", "-f", "/dev/null"])
+        sb = await Sandbox.create(
+            IMAGE, connection_config=cfg, timeout=timedelta(minutes=10), entrypoint=["tail", "-f", "/dev/null"]
+        )
         try:
             assert (await sb.get_info()).status.state == "Running"
             ex = await sb.commands.run("printf 'one\\ntwo\\n'")

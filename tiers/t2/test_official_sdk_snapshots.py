@@ -1,6 +1,7 @@
 """Oracle: the official Python SDK's snapshot calls (opensandbox==1.1.1, unchanged) against the mock (issue 21
 step 5), sync and async: Sandbox.create_snapshot, SandboxManager get/list/delete_snapshot, Sandbox.create with
 snapshot_id restoring the files, and the server's typed errors as SandboxApiException."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +41,11 @@ def test_sync_sdk_snapshot_and_restore(osb):
         assert _out(src.commands.run("echo kept > /tmp/kept && echo ok")) == "ok\n"
         info = src.create_snapshot(name="sdk")
         assert (info.status.state, info.status.reason, info.name, info.sandbox_id) == (
-            "Creating", "snapshot_accepted", "sdk", src.id)
+            "Creating",
+            "snapshot_accepted",
+            "sdk",
+            src.id,
+        )
         assert wait_until(lambda: manager.get_snapshot(info.id).status.state != "Creating", 30, 0.1)
         got = manager.get_snapshot(info.id)
         assert (got.status.state, got.status.reason) == ("Ready", "snapshot_runtime_ready")
@@ -91,4 +96,5 @@ def test_async_sdk_snapshot_errors(osb):
                 await sb.close()
         finally:
             await manager.close()
+
     asyncio.run(flow())

@@ -7,6 +7,7 @@ The server runs in its own pinned venv (.venv-server, requirements-server-oracle
 no Docker is needed. Hypothesis example counts are small in ``make test`` and large under ``-m slow``.
 Explained differences (the mock cannot do what Docker does) are listed in ``EXPLAINED`` and counted.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ STATS = {"compared": 0, "explained": 0}
 class Oracle:
     def __init__(self) -> None:
         py = python_env("server", "requirements-server-oracle.txt")
-        self.proc = subprocess.Popen([py, APP], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+        self.proc = subprocess.Popen(
+            [py, APP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
+        )
         hello = json.loads(self.proc.stdout.readline() or "{}")
         if not hello.get("ready"):
             self.close()
@@ -60,8 +62,15 @@ class Oracle:
     def request(self, method: str, path: str, headers: dict, body: bytes | None) -> tuple[int, dict, bytes]:
         h = dict(headers)
         h.setdefault("OPEN-SANDBOX-API-KEY", self.api_key)
-        r = self._call({"op": "request", "method": method, "path": path, "headers": h,
-                        "body": body.decode("latin-1") if body is not None else None})
+        r = self._call(
+            {
+                "op": "request",
+                "method": method,
+                "path": path,
+                "headers": h,
+                "body": body.decode("latin-1") if body is not None else None,
+            }
+        )
         return r["status"], {k.lower(): v for k, v in r["headers"].items()}, r["body"].encode("latin-1")
 
     def close(self) -> None:
@@ -90,7 +99,9 @@ def slow_only(request):
 def mock(oracle):
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): the oracle's storage configuration, the same
     host prefix and the same named-volume directory."""
-    with MockOpenSandbox(egress_mode="off", volumes_dir=oracle.root + "/volumes", allowed_host_paths=[oracle.root + "/host"]) as m:
+    with MockOpenSandbox(
+        egress_mode="off", volumes_dir=oracle.root + "/volumes", allowed_host_paths=[oracle.root + "/host"]
+    ) as m:
         yield m
 
 
@@ -118,10 +129,16 @@ def sandboxes(mock, oracle):
     """Two mock sandboxes (with a timeout, and manual cleanup) the oracle knows under the same ids."""
     out = {}
     for name, body in (("timed", {"timeout": 3600}), ("manual", {})):
-        body.update({"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"],
-                     "resourceLimits": {"cpu": "500m"}})
-        st_, _, raw = mock_request(mock, "POST", "/v1/sandboxes", {"Content-Type": "application/json"},
-                                   json.dumps(body).encode())
+        body.update(
+            {
+                "image": {"uri": "local/python:3-slim"},
+                "entrypoint": ["tail", "-f", "/dev/null"],
+                "resourceLimits": {"cpu": "500m"},
+            }
+        )
+        st_, _, raw = mock_request(
+            mock, "POST", "/v1/sandboxes", {"Content-Type": "application/json"}, json.dumps(body).encode()
+        )
         assert st_ == 202, raw
         sid = json.loads(raw)["id"]
         oracle.add(sid, timeout=name == "timed")
@@ -152,18 +169,25 @@ def _cleanup(m: MockOpenSandbox, status: int, body: bytes) -> None:
 
 EXPLAINED: list[tuple[str, Any]] = [
     # (why, predicate on (oracle status, oracle body, mock status, mock body))
-    ("windows: the mock runs Linux processes only [choice, QUIRKS.md]",
-     lambda os_, ob, ms, mb: os_ == 202 and ms == 400 and b"'windows' is not supported by the mock" in mb),
-    ("ossfs: the oracle's provisioning is a stand-in that mounts nothing; the mock fails as a server without "
-     "ossfs installed [QUIRKS.md Volumes]",
-     lambda os_, ob, ms, mb: os_ == 202 and ms == 500 and b"VOLUME::OSSFS_MOUNT_FAILED" in mb),
-    ("a mount target Docker/runc refuse when the container starts (the oracle's container is a stand-in)",
-     lambda os_, ob, ms, mb: os_ == 202 and ms == 500 and b"DOCKER::SANDBOX_START_FAILED" in mb),
+    (
+        "windows: the mock runs Linux processes only [choice, QUIRKS.md]",
+        lambda os_, ob, ms, mb: os_ == 202 and ms == 400 and b"'windows' is not supported by the mock" in mb,
+    ),
+    (
+        "ossfs: the oracle's provisioning is a stand-in that mounts nothing; the mock fails as a server without "
+        "ossfs installed [QUIRKS.md Volumes]",
+        lambda os_, ob, ms, mb: os_ == 202 and ms == 500 and b"VOLUME::OSSFS_MOUNT_FAILED" in mb,
+    ),
+    (
+        "a mount target Docker/runc refuse when the container starts (the oracle's container is a stand-in)",
+        lambda os_, ob, ms, mb: os_ == 202 and ms == 500 and b"DOCKER::SANDBOX_START_FAILED" in mb,
+    ),
 ]
 
 
-def compare(mock, oracle, method: str, path: str, body: Any = None, headers: dict | None = None,
-            raw: bytes | None = None) -> tuple[int, Any]:
+def compare(
+    mock, oracle, method: str, path: str, body: Any = None, headers: dict | None = None, raw: bytes | None = None
+) -> tuple[int, Any]:
     headers = dict(headers or {})
     if raw is None and body is not None:
         raw = json.dumps(body).encode()
@@ -177,8 +201,15 @@ def compare(mock, oracle, method: str, path: str, body: Any = None, headers: dic
                 STATS["explained"] += 1
                 return os_, why
         want, got = _norm(os_, oh, ob), _norm(ms, mh, mb)
-        assert got == want, "%s %s %r\n oracle: %s %s\n mock:   %s %s" % (method, path, raw, os_, ob[:600],
-                                                                       ms, mb[:600])
+        assert got == want, "%s %s %r\n oracle: %s %s\n mock:   %s %s" % (
+            method,
+            path,
+            raw,
+            os_,
+            ob[:600],
+            ms,
+            mb[:600],
+        )
         if os_ == 405:  # Starlette's Allow header: the methods of the first route matching the path
             assert mh.get("allow") == oh.get("allow"), (method, path, mh.get("allow"), oh.get("allow"))
         if "x-request-id" in headers:
@@ -191,13 +222,16 @@ def compare(mock, oracle, method: str, path: str, body: Any = None, headers: dic
 # =====================================================================================================
 # fixed corpus: recordings 03/04 shapes, routes the Docker runtime lacks, malformed input, unknown routes
 # =====================================================================================================
-GOOD = {"image": {"uri": "local/python:3-slim"}, "entrypoint": ["tail", "-f", "/dev/null"],
-        "resourceLimits": {"cpu": "500m", "memory": "512Mi"}}
+GOOD = {
+    "image": {"uri": "local/python:3-slim"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+}
 FIXED = [
     ("POST", "/v1/sandboxes", {}),
     ("POST", "/v1/sandboxes", dict(GOOD, timeout=10)),
     ("POST", "/v1/sandboxes", dict(GOOD, entrypoint=[])),
-    ("POST", "/v1/sandboxes", dict(GOOD, timeout=10 ** 30)),
+    ("POST", "/v1/sandboxes", dict(GOOD, timeout=10**30)),
     ("POST", "/v1/sandboxes", dict(GOOD, resourceLimits={"cpu": "0"})),
     ("POST", "/v1/sandboxes", dict(GOOD, resourceLimits={"memory": "12Q"})),
     ("POST", "/v1/sandboxes", dict(GOOD, resourceLimits={"gpu": "all", "cpu": "x" * 100})),
@@ -225,13 +259,43 @@ FIXED = [
     ("POST", "/v1/sandboxes", dict(GOOD, platform={"os": "Linux ", "arch": "mips"})),
     ("POST", "/v1/sandboxes", dict(GOOD, volumes=[{"name": "v", "mountPath": "/m", "host": {"path": "/data"}}])),
     ("POST", "/v1/sandboxes", dict(GOOD, volumes=[{"name": "v", "mountPath": "/m", "host": {"path": "/a/../b"}}])),
-    ("POST", "/v1/sandboxes", dict(GOOD, volumes=[{"name": "v", "mountPath": "/m", "pvc": {"claimName": "c"},
-                                                   "subPath": "../x"}])),
-    ("POST", "/v1/sandboxes", dict(GOOD, volumes=[{"name": "v", "mountPath": "/m", "pvc": {"claimName": "c"}},
-                                                  {"name": "v", "mountPath": "/n", "pvc": {"claimName": "d"}}])),
+    (
+        "POST",
+        "/v1/sandboxes",
+        dict(GOOD, volumes=[{"name": "v", "mountPath": "/m", "pvc": {"claimName": "c"}, "subPath": "../x"}]),
+    ),
+    (
+        "POST",
+        "/v1/sandboxes",
+        dict(
+            GOOD,
+            volumes=[
+                {"name": "v", "mountPath": "/m", "pvc": {"claimName": "c"}},
+                {"name": "v", "mountPath": "/n", "pvc": {"claimName": "d"}},
+            ],
+        ),
+    ),
     ("POST", "/v1/sandboxes", dict(GOOD, volumes=[{"name": "v", "mountPath": "/m"}])),
-    ("POST", "/v1/sandboxes", dict(GOOD, volumes=[{"name": "v", "mountPath": "/m", "ossfs": {
-        "bucket": "bkt", "endpoint": "e", "options": ["-o"], "accessKeyId": "a", "accessKeySecret": "b"}}])),
+    (
+        "POST",
+        "/v1/sandboxes",
+        dict(
+            GOOD,
+            volumes=[
+                {
+                    "name": "v",
+                    "mountPath": "/m",
+                    "ossfs": {
+                        "bucket": "bkt",
+                        "endpoint": "e",
+                        "options": ["-o"],
+                        "accessKeyId": "a",
+                        "accessKeySecret": "b",
+                    },
+                }
+            ],
+        ),
+    ),
     ("POST", "/v1/sandboxes", dict(GOOD, credentialProxy={"enabled": True})),
     ("POST", "/v1/sandboxes", [GOOD]),
     ("POST", "/v1/sandboxes", "text"),
@@ -250,8 +314,11 @@ FIXED = [
     ("POST", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/pause", None),
     ("POST", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/resume", None),
     ("POST", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/renew-expiration", {"expiresAt": "not-a-date"}),
-    ("POST", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/renew-expiration",
-     {"expiresAt": "2999-01-01T00:00:00Z"}),
+    (
+        "POST",
+        "/v1/sandboxes/00000000-0000-0000-0000-000000000000/renew-expiration",
+        {"expiresAt": "2999-01-01T00:00:00Z"},
+    ),
     ("PATCH", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/metadata", {"a": "b"}),
     ("GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/endpoints/44772", None),
     ("GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000/endpoints/x", None),
@@ -278,8 +345,11 @@ FIXED = [
     ("DELETE", "/v1/snapshots/snap-1", None),
     ("GET", "/v1/pools", None),
     ("POST", "/v1/pools", {}),
-    ("POST", "/v1/pools", {"name": "p", "template": {}, "capacitySpec": {"bufferMax": 1, "bufferMin": 0,
-                                                                        "poolMax": 2, "poolMin": 0}}),
+    (
+        "POST",
+        "/v1/pools",
+        {"name": "p", "template": {}, "capacitySpec": {"bufferMax": 1, "bufferMin": 0, "poolMax": 2, "poolMin": 0}},
+    ),
     ("GET", "/v1/pools/p", None),
     ("PUT", "/v1/pools/p", {"capacitySpec": {"bufferMax": -1}}),
     ("DELETE", "/v1/pools/p", None),
@@ -308,8 +378,7 @@ FIXED = [
 ]
 
 
-@pytest.mark.parametrize("method,path,body", FIXED, ids=["%s %s %s" % (m, p, json.dumps(b)[:40])
-                                                         for m, p, b in FIXED])
+@pytest.mark.parametrize("method,path,body", FIXED, ids=["%s %s %s" % (m, p, json.dumps(b)[:40]) for m, p, b in FIXED])
 def test_fixed_corpus(mock, oracle, method, path, body):
     compare(mock, oracle, method, path, body)
 
@@ -331,19 +400,19 @@ def test_volume_answers(mock, oracle):
     if not os.path.lexists(host + "/out"):
         os.symlink("/etc", host + "/out")
     cases = [
-        _vol(pvc={"claimName": "oracle-new"}),                                     # created: 202 both
-        _vol(pvc={"claimName": "oracle-absent", "createIfNotExists": False}),      # PVC_NOT_FOUND
-        _vol(pvc={"claimName": "planted"}, subPath="root"),                        # escapes after realpath
+        _vol(pvc={"claimName": "oracle-new"}),  # created: 202 both
+        _vol(pvc={"claimName": "oracle-absent", "createIfNotExists": False}),  # PVC_NOT_FOUND
+        _vol(pvc={"claimName": "planted"}, subPath="root"),  # escapes after realpath
         _vol(pvc={"claimName": "planted"}, subPath="up"),
-        _vol(pvc={"claimName": "planted"}, subPath="inlink"),                      # stays inside: 202
-        _vol(pvc={"claimName": "planted"}, subPath="real/missing"),                # missing tail: 202
+        _vol(pvc={"claimName": "planted"}, subPath="inlink"),  # stays inside: 202
+        _vol(pvc={"claimName": "planted"}, subPath="real/missing"),  # missing tail: 202
         _vol(pvc={"claimName": "planted"}, subPath="a/./b"),
-        _vol(host={"path": host + "/proj"}),                                       # made, 202
+        _vol(host={"path": host + "/proj"}),  # made, 202
         _vol(host={"path": host}, subPath="proj/sub", readOnly=True),
-        _vol(host={"path": host + "/out"}),                                        # a link out: refused
+        _vol(host={"path": host + "/out"}),  # a link out: refused
         _vol(host={"path": host}, subPath="out"),
         _vol(host={"path": host}, subPath="out/passwd"),
-        _vol(host={"path": host + "x"}),                                           # a sibling, not the prefix
+        _vol(host={"path": host + "x"}),  # a sibling, not the prefix
         _vol(host={"path": "/etc"}),
         _vol(host={"path": host + "/"}),
     ]
@@ -371,15 +440,29 @@ RAW = [
 
 
 @pytest.mark.parametrize("raw,ctype", RAW, ids=[repr(r[:20]) + str(c) for r, c in RAW])
-@pytest.mark.parametrize("path", ["/v1/sandboxes", "/sandboxes/00000000-0000-0000-0000-000000000000/renew-expiration",
-                                  "/v1/sandboxes/00000000-0000-0000-0000-000000000000/metadata"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/sandboxes",
+        "/sandboxes/00000000-0000-0000-0000-000000000000/renew-expiration",
+        "/v1/sandboxes/00000000-0000-0000-0000-000000000000/metadata",
+    ],
+)
 def test_malformed_bodies(mock, oracle, raw, ctype, path):
     method = "PATCH" if path.endswith("/metadata") else "POST"
     compare(mock, oracle, method, path, headers={"Content-Type": ctype} if ctype else {}, raw=raw)
 
 
-@pytest.mark.parametrize("headers", [{"OPEN-SANDBOX-API-KEY": ""}, {"OPEN-SANDBOX-API-KEY": "wrong-key"},
-                                     {"x-request-id": "my-trace-1"}, {"x-request-id": "  padded  "}, {}])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"OPEN-SANDBOX-API-KEY": ""},
+        {"OPEN-SANDBOX-API-KEY": "wrong-key"},
+        {"x-request-id": "my-trace-1"},
+        {"x-request-id": "  padded  "},
+        {},
+    ],
+)
 def test_auth_and_request_id(mock, oracle, headers):
     """Recording 02 (auth) and the X-Request-ID middleware: same status/body, the id echoed (stripped)."""
     compare(mock, oracle, "GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000", headers=headers)
@@ -409,91 +492,189 @@ def test_state_machine_on_sandboxes(mock, oracle, sandboxes):
     compare(mock, oracle, "POST", "/v1/sandboxes/%s/snapshots" % timed, {"name": ""})
     compare(mock, oracle, "GET", "/v1/sandboxes/%s" % timed)
     compare(mock, oracle, "GET", "/sandboxes/%s" % manual)
-    for q in ("44772", "8080", "0", "70000", "x", "44772?use_server_proxy=true", "44772?expires=10",
-              "44772?use_server_proxy=1&expires=10", "44772?use_server_proxy=maybe", "8080?expires=x"):
+    for q in (
+        "44772",
+        "8080",
+        "0",
+        "70000",
+        "x",
+        "44772?use_server_proxy=true",
+        "44772?expires=10",
+        "44772?use_server_proxy=1&expires=10",
+        "44772?use_server_proxy=maybe",
+        "8080?expires=x",
+    ):
         compare(mock, oracle, "GET", "/v1/sandboxes/%s/endpoints/%s" % (timed, q))
 
 
 # =====================================================================================================
 # generated bodies
 # =====================================================================================================
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10 ** 4, 10 ** 4), st.sampled_from([1.5, 60.0, -0.0]),
-                    st.text(alphabet="ab -_./:0", max_size=6))
-junk = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=2),
-                                                 st.dictionaries(st.sampled_from(["a", "uri", "os", "x"]), c,
-                                                                 max_size=2)), max_leaves=4)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**4), 10**4),
+    st.sampled_from([1.5, 60.0, -0.0]),
+    st.text(alphabet="ab -_./:0", max_size=6),
+)
+junk = st.recursive(
+    scalars,
+    lambda c: st.one_of(
+        st.lists(c, max_size=2), st.dictionaries(st.sampled_from(["a", "uri", "os", "x"]), c, max_size=2)
+    ),
+    max_leaves=4,
+)
 label = st.text(alphabet="abAZ09-_./ ", min_size=0, max_size=8)
 cpu = st.sampled_from(["500m", "1", "0", "-1", "1e3", "inf", "nan", "x", "", " 2 ", "0.5m", "1.5"])
 mem = st.sampled_from(["512Mi", "1G", "0", "12Q", "", " 1Gi ", "1.5Gi", "100"])
 FIELDS = {
-    "image": st.one_of(junk, st.fixed_dictionaries({"uri": st.sampled_from(["local/python:3-slim", "", "  ", 5])},
-                                                   optional={"auth": junk})),
+    "image": st.one_of(
+        junk,
+        st.fixed_dictionaries({"uri": st.sampled_from(["local/python:3-slim", "", "  ", 5])}, optional={"auth": junk}),
+    ),
     "snapshotId": st.one_of(scalars, st.sampled_from(["", " ", "snap"])),
-    "platform": st.one_of(junk, st.fixed_dictionaries({"os": st.sampled_from(["linux", "LINUX", "darwin", 3]),
-                                                       "arch": st.sampled_from(["amd64", "arm64 ", "x", None])})),
-    "timeout": st.one_of(scalars, st.integers(0, 200), st.sampled_from(["60", " 70 ", "6_0", "60.0", 10 ** 20])),
-    "resourceLimits": st.one_of(junk, st.fixed_dictionaries({}, optional={"cpu": cpu, "memory": mem,
-                                                                          "gpu": st.sampled_from(["1", "all", "0"]),
-                                                                          "disk": junk})),
+    "platform": st.one_of(
+        junk,
+        st.fixed_dictionaries(
+            {
+                "os": st.sampled_from(["linux", "LINUX", "darwin", 3]),
+                "arch": st.sampled_from(["amd64", "arm64 ", "x", None]),
+            }
+        ),
+    ),
+    "timeout": st.one_of(scalars, st.integers(0, 200), st.sampled_from(["60", " 70 ", "6_0", "60.0", 10**20])),
+    "resourceLimits": st.one_of(
+        junk,
+        st.fixed_dictionaries(
+            {}, optional={"cpu": cpu, "memory": mem, "gpu": st.sampled_from(["1", "all", "0"]), "disk": junk}
+        ),
+    ),
     "resource_limits": st.one_of(junk, st.just({"cpu": "1"})),
-    "env": st.one_of(junk, st.dictionaries(st.sampled_from(["A", "OPENSANDBOX_EGRESS_LOG_LEVEL", "OPENSANDBOX_EGRESS_X",
-                                                            "OPENSANDBOX_LIFECYCLE"]), scalars, max_size=2)),
+    "env": st.one_of(
+        junk,
+        st.dictionaries(
+            st.sampled_from(["A", "OPENSANDBOX_EGRESS_LOG_LEVEL", "OPENSANDBOX_EGRESS_X", "OPENSANDBOX_LIFECYCLE"]),
+            scalars,
+            max_size=2,
+        ),
+    ),
     "metadata": st.one_of(junk, st.dictionaries(label, st.one_of(label, scalars), max_size=2)),
     "entrypoint": st.one_of(junk, st.lists(st.sampled_from(["true", "sleep", "1", 1, None]), max_size=3)),
     "secureAccess": st.one_of(st.booleans(), st.sampled_from(["true", "no", "maybe", 0, 1, 2, None])),
-    "extensions": st.one_of(junk, st.dictionaries(st.sampled_from(["poolRef", "x", "access.renew.extend.seconds",
-                                                                   "opensandbox.extensions.k"]),
-                                                  st.one_of(scalars, st.sampled_from(["300", "86401", "p"])),
-                                                  max_size=2)),
+    "extensions": st.one_of(
+        junk,
+        st.dictionaries(
+            st.sampled_from(["poolRef", "x", "access.renew.extend.seconds", "opensandbox.extensions.k"]),
+            st.one_of(scalars, st.sampled_from(["300", "86401", "p"])),
+            max_size=2,
+        ),
+    ),
     "templateId": st.one_of(scalars, st.just("tpl")),
-    "lifecycle": st.one_of(junk, st.fixed_dictionaries({}, optional={
-        "preStart": st.one_of(junk, st.fixed_dictionaries({"command": st.lists(st.sampled_from(["x", " ", 1]),
-                                                                                max_size=2)},
-                                                          optional={"timeoutSeconds": st.sampled_from([0, 5, 10801]),
-                                                                    "extra": scalars})),
-        "periodic": st.one_of(junk, st.lists(st.fixed_dictionaries(
-            {"name": st.sampled_from(["a", " a", " ", ""]), "schedule": st.sampled_from(["@every 1m", " "]),
-             "command": st.sampled_from([["x"], [], [" "]])},
-            optional={"timeoutSeconds": st.sampled_from([1, 300, 301])}), max_size=2)),
-        "bogus": scalars})),
-    "networkPolicy": st.one_of(junk, st.fixed_dictionaries({}, optional={
-        "defaultAction": st.one_of(scalars, st.sampled_from(["allow", "deny"])),
-        "default_action": st.sampled_from(["deny"]),
-        "egress": st.one_of(junk, st.lists(st.fixed_dictionaries({}, optional={
-            "action": st.one_of(scalars, st.just("allow")), "target": st.sampled_from(["", "a.com", 3])}),
-            max_size=2))})),
+    "lifecycle": st.one_of(
+        junk,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "preStart": st.one_of(
+                    junk,
+                    st.fixed_dictionaries(
+                        {"command": st.lists(st.sampled_from(["x", " ", 1]), max_size=2)},
+                        optional={"timeoutSeconds": st.sampled_from([0, 5, 10801]), "extra": scalars},
+                    ),
+                ),
+                "periodic": st.one_of(
+                    junk,
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {
+                                "name": st.sampled_from(["a", " a", " ", ""]),
+                                "schedule": st.sampled_from(["@every 1m", " "]),
+                                "command": st.sampled_from([["x"], [], [" "]]),
+                            },
+                            optional={"timeoutSeconds": st.sampled_from([1, 300, 301])},
+                        ),
+                        max_size=2,
+                    ),
+                ),
+                "bogus": scalars,
+            },
+        ),
+    ),
+    "networkPolicy": st.one_of(
+        junk,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "defaultAction": st.one_of(scalars, st.sampled_from(["allow", "deny"])),
+                "default_action": st.sampled_from(["deny"]),
+                "egress": st.one_of(
+                    junk,
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "action": st.one_of(scalars, st.just("allow")),
+                                "target": st.sampled_from(["", "a.com", 3]),
+                            },
+                        ),
+                        max_size=2,
+                    ),
+                ),
+            },
+        ),
+    ),
     "credentialProxy": st.one_of(junk, st.just({"enabled": True})),
-    "volumes": st.one_of(junk, st.lists(st.fixed_dictionaries(
-        {"name": st.sampled_from(["v", "V", "v1"]), "mountPath": st.sampled_from(["/m", "m"])},
-        optional={"host": st.fixed_dictionaries({"path": st.sampled_from(["/data", "rel", "C:\\x", "/a//b",
-                                                                           "/a/../b", "/a/"])}),
-                  "pvc": st.fixed_dictionaries({"claimName": st.sampled_from(["c", "C", ""])},
-                                               optional={"storage": st.sampled_from(["1Gi", "1X"]),
-                                                         "accessModes": st.sampled_from([["rw"], "rw"]),
-                                                         "createIfNotExists": st.sampled_from([False, "x"])}),
-                  "ossfs": st.fixed_dictionaries({"bucket": st.sampled_from(["bkt", "b", " " * 3]),
-                                                  "endpoint": st.sampled_from(["e", "", " "])},
-                                                 optional={"version": st.sampled_from(["1.0", "3"]),
-                                                           "options": st.sampled_from([["-o"], [" "], ["ok"]]),
-                                                           "accessKeyId": st.sampled_from(["a", ""]),
-                                                           "accessKeySecret": st.just("s")}),
-                  "readOnly": st.sampled_from([True, "x"]),
-                  "subPath": st.sampled_from(["a", "/a", "../a", ""])}), max_size=2)),
+    "volumes": st.one_of(
+        junk,
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["v", "V", "v1"]), "mountPath": st.sampled_from(["/m", "m"])},
+                optional={
+                    "host": st.fixed_dictionaries(
+                        {"path": st.sampled_from(["/data", "rel", "C:\\x", "/a//b", "/a/../b", "/a/"])}
+                    ),
+                    "pvc": st.fixed_dictionaries(
+                        {"claimName": st.sampled_from(["c", "C", ""])},
+                        optional={
+                            "storage": st.sampled_from(["1Gi", "1X"]),
+                            "accessModes": st.sampled_from([["rw"], "rw"]),
+                            "createIfNotExists": st.sampled_from([False, "x"]),
+                        },
+                    ),
+                    "ossfs": st.fixed_dictionaries(
+                        {"bucket": st.sampled_from(["bkt", "b", " " * 3]), "endpoint": st.sampled_from(["e", "", " "])},
+                        optional={
+                            "version": st.sampled_from(["1.0", "3"]),
+                            "options": st.sampled_from([["-o"], [" "], ["ok"]]),
+                            "accessKeyId": st.sampled_from(["a", ""]),
+                            "accessKeySecret": st.just("s"),
+                        },
+                    ),
+                    "readOnly": st.sampled_from([True, "x"]),
+                    "subPath": st.sampled_from(["a", "/a", "../a", ""]),
+                },
+            ),
+            max_size=2,
+        ),
+    ),
 }
 
 
 create_bodies = st.one_of(
     st.fixed_dictionaries({}, optional=FIELDS),
     # mostly-valid bodies with one or two fields perturbed
-    st.fixed_dictionaries({}, optional={k: FIELDS[k] for k in ("timeout", "metadata", "resourceLimits", "env",
-                                                                "platform", "extensions", "secureAccess")})
-    .map(lambda d: dict(GOOD, **d)),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            k: FIELDS[k]
+            for k in ("timeout", "metadata", "resourceLimits", "env", "platform", "extensions", "secureAccess")
+        },
+    ).map(lambda d: dict(GOOD, **d)),
 )
 
 
 def _create_case(mock, oracle, body):
     compare(mock, oracle, "POST", "/v1/sandboxes", body)
-
 
 
 # =====================================================================================================
@@ -514,8 +695,10 @@ def _snap_norm(status: int, body: bytes, ids: dict) -> Any:
         doc.pop("createdAt", None)
         doc.pop("expiresAt", None)
         if "items" in doc:
-            doc["items"] = [dict(x, status={k: v for k, v in x["status"].items() if k != "lastTransitionAt"},
-                                 createdAt=None) for x in doc["items"]]
+            doc["items"] = [
+                dict(x, status={k: v for k, v in x["status"].items() if k != "lastTransitionAt"}, createdAt=None)
+                for x in doc["items"]
+            ]
     return status, doc
 
 
@@ -542,11 +725,17 @@ def test_snapshots_on_sandboxes(mock, oracle, sandboxes):
     ids.update({snap["oracle"]: "<snap>", snap["mock"]: "<snap>"})
     assert same((o, m))[1]["status"]["state"] == "Creating"
     mock.snapshots.wait(30)
-    assert wait_until(lambda: json.loads(oracle.request("GET", "/v1/snapshots/" + snap["oracle"], {}, None)[2])
-                      ["status"]["state"] != "Creating", 30)
+    assert wait_until(
+        lambda: (
+            json.loads(oracle.request("GET", "/v1/snapshots/" + snap["oracle"], {}, None)[2])["status"]["state"]
+            != "Creating"
+        ),
+        30,
+    )
     assert same(both("GET", lambda side: "/v1/snapshots/" + snap[side]))[1]["status"]["state"] == "Ready"
     same(both("GET", lambda side: "/v1/snapshots?sandboxId=%s&state=Ready&state=Failed&pageSize=5" % timed))
     same(both("GET", lambda side: "/v1/snapshots?sandboxId=%s&name=other" % timed))
+
     # a restore: the same answer shape; then the snapshot is in use
     def restore_body(side):
         return json.dumps({"snapshotId": snap[side], "resourceLimits": {"cpu": "500m"}, "timeout": 600}).encode()
@@ -563,12 +752,15 @@ def test_snapshots_on_sandboxes(mock, oracle, sandboxes):
     assert same(both("GET", lambda side: "/v1/snapshots/" + snap[side]))[1]["status"]["state"] == "Deleting"
     o = oracle.request("POST", "/v1/sandboxes", hj, restore_body("oracle"))
     m = mock_request(mock, "POST", "/v1/sandboxes", hj, restore_body("mock"))
-    assert same(((o[0], o[2]), (m[0], m[2]))) == (409, {"code": "SNAPSHOT::NOT_READY",
-                                                         "message": "Snapshot <snap> is not ready for restore."})
+    assert same(((o[0], o[2]), (m[0], m[2]))) == (
+        409,
+        {"code": "SNAPSHOT::NOT_READY", "message": "Snapshot <snap> is not ready for restore."},
+    )
     assert same(both("DELETE", lambda side: "/v1/sandboxes/" + restored[side]))[0] == 204
     assert same(both("DELETE", lambda side: "/v1/snapshots/" + snap[side]))[0] == 204
     assert same(both("GET", lambda side: "/v1/snapshots/" + snap[side]))[0] == 404
     assert same(both("GET", lambda side: "/v1/sandboxes/%s" % timed))[1]["status"]["state"] == "Running"
+
 
 @FAST
 @given(create_bodies)
@@ -576,13 +768,35 @@ def test_generated_create_bodies(mock, oracle, body):
     _create_case(mock, oracle, body)
 
 
-expires = st.one_of(scalars, st.sampled_from(["not-a-date", "2001-01-01", "2999-12-31T23:59:59Z", "2999-12-31",
-                                              "2999-12-31T23:59:59+25:00", "2999-02-30T00:00:00Z", "1e12", 4102444800,
-                                              4102444800000, "2999-12-31 10:00", "2999-12-31T10:00:00.123456789"]))
-renew_bodies = st.one_of(junk, st.fixed_dictionaries({}, optional={"expiresAt": expires, "expires_at": expires,
-                                                                   "other": junk}))
-patch_bodies = st.one_of(junk, st.dictionaries(st.one_of(label, st.sampled_from(["opensandbox.io/x", "a/b", "A.b"])),
-                                               st.one_of(label, st.none(), scalars), max_size=3))
+expires = st.one_of(
+    scalars,
+    st.sampled_from(
+        [
+            "not-a-date",
+            "2001-01-01",
+            "2999-12-31T23:59:59Z",
+            "2999-12-31",
+            "2999-12-31T23:59:59+25:00",
+            "2999-02-30T00:00:00Z",
+            "1e12",
+            4102444800,
+            4102444800000,
+            "2999-12-31 10:00",
+            "2999-12-31T10:00:00.123456789",
+        ]
+    ),
+)
+renew_bodies = st.one_of(
+    junk, st.fixed_dictionaries({}, optional={"expiresAt": expires, "expires_at": expires, "other": junk})
+)
+patch_bodies = st.one_of(
+    junk,
+    st.dictionaries(
+        st.one_of(label, st.sampled_from(["opensandbox.io/x", "a/b", "A.b"])),
+        st.one_of(label, st.none(), scalars),
+        max_size=3,
+    ),
+)
 
 
 @FAST

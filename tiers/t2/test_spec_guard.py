@@ -4,6 +4,7 @@ The guard's real work happens in the session observer installed by tiers/conftes
 check that it is installed, that it catches what it should, that everything the recordings show is
 either spec-conformant or explained, and that an unexplained violation turns the exit status red.
 """
+
 from __future__ import annotations
 
 import glob
@@ -21,8 +22,9 @@ from tiers.toolkit import spec_guard as sg
 from tiers.toolkit.waits import wait_until
 
 LIVE = os.path.normpath(os.path.join(sg.REPO, "..", "shared", "live", "exchanges"))
-needs_specs = pytest.mark.skipif(not sg.specs_available(),
-                                 reason=f"OpenAPI specs not found in {sg.spec_dir()} (<repo>/../shared/specs)")
+needs_specs = pytest.mark.skipif(
+    not sg.specs_available(), reason=f"OpenAPI specs not found in {sg.spec_dir()} (<repo>/../shared/specs)"
+)
 
 
 @needs_specs
@@ -33,7 +35,8 @@ def test_spec_files_match_the_pin():
         actual = sg.sha256_file(os.path.join(sg.spec_dir(), name))
         assert actual == pinned[name], (
             f"{name} changed (sha256 {actual}); a spec upgrade is deliberate: review the new spec, update "
-            f"tiers/SPEC_PIN and the 'spec' entries of tiers/t2/ALLOWED_DIFFERENCES together")
+            f"tiers/SPEC_PIN and the 'spec' entries of tiers/t2/ALLOWED_DIFFERENCES together"
+        )
 
 
 def test_allow_list_parses_and_every_entry_has_a_reason():
@@ -77,10 +80,17 @@ def _check_raw(guard: sg.SpecGuard, ex: dict) -> list[sg.Violation]:
     r, s = ex["request"], ex["response"]
     u = urlsplit(r["path"])
     lifecycle = any(k.lower() == "x-request-id" for k in s["headers"])
-    return guard.check("uvicorn" if lifecycle else "gin", r["method"], u.path,
-                       parse_qsl(u.query, keep_blank_values=True), r["headers"],
-                       r["body"].encode() if r["body"] is not None else None, s["status"], s["headers"],
-                       (s["body"] or "").encode())
+    return guard.check(
+        "uvicorn" if lifecycle else "gin",
+        r["method"],
+        u.path,
+        parse_qsl(u.query, keep_blank_values=True),
+        r["headers"],
+        r["body"].encode() if r["body"] is not None else None,
+        s["status"],
+        s["headers"],
+        (s["body"] or "").encode(),
+    )
 
 
 @needs_specs
@@ -108,39 +118,85 @@ def test_recordings_conform_to_the_specs_up_to_the_allow_list():
 def test_guard_reports_what_the_spec_forbids():
     guard = sg.SpecGuard()
     # a response missing required fields
-    vs = guard.check("uvicorn", "GET", "/v1/sandboxes/abc", {}, {"OPEN-SANDBOX-API-KEY": "k"}, None, 200,
-                     {"content-type": "application/json", "x-request-id": "a" * 32}, b'{"id": 5}')
+    vs = guard.check(
+        "uvicorn",
+        "GET",
+        "/v1/sandboxes/abc",
+        {},
+        {"OPEN-SANDBOX-API-KEY": "k"},
+        None,
+        200,
+        {"content-type": "application/json", "x-request-id": "a" * 32},
+        b'{"id": 5}',
+    )
     assert any(v.side == "response" and v.error == "InvalidData" for v in vs), vs
     assert all(guard.allowed(v) is None for v in vs if v.error == "InvalidData")
     # an out-of-spec request the server accepted
-    vs = guard.check("uvicorn", "POST", "/v1/sandboxes", {}, {"OPEN-SANDBOX-API-KEY": "k",
-                                                              "Content-Type": "application/json"},
-                     b'{"image": {"uri": "x"}, "entrypoint": ["a"], "timeout": "soon", '
-                     b'"resourceLimits": {"cpu": "1"}}', 202,
-                     {"content-type": "application/json", "x-request-id": "a" * 32},
-                     b'{"id": "3f1c1a52-6f43-4d0e-9d7c-1c1f0c6e2a10", "status": {"state": "Running"}, '
-                     b'"createdAt": "2026-01-01T00:00:00Z", "entrypoint": ["a"]}')
+    vs = guard.check(
+        "uvicorn",
+        "POST",
+        "/v1/sandboxes",
+        {},
+        {"OPEN-SANDBOX-API-KEY": "k", "Content-Type": "application/json"},
+        b'{"image": {"uri": "x"}, "entrypoint": ["a"], "timeout": "soon", "resourceLimits": {"cpu": "1"}}',
+        202,
+        {"content-type": "application/json", "x-request-id": "a" * 32},
+        b'{"id": "3f1c1a52-6f43-4d0e-9d7c-1c1f0c6e2a10", "status": {"state": "Running"}, '
+        b'"createdAt": "2026-01-01T00:00:00Z", "entrypoint": ["a"]}',
+    )
     assert any(v.side == "request" and v.error == "InvalidRequestBody" for v in vs), vs
     # the same request rejected by the server is an error-path test, not a violation
-    vs = guard.check("uvicorn", "POST", "/v1/sandboxes", {}, {"OPEN-SANDBOX-API-KEY": "k",
-                                                              "Content-Type": "application/json"},
-                     b'{"timeout": "soon"}', 422, {"content-type": "application/json", "x-request-id": "a" * 32},
-                     b'{"detail": []}')
+    vs = guard.check(
+        "uvicorn",
+        "POST",
+        "/v1/sandboxes",
+        {},
+        {"OPEN-SANDBOX-API-KEY": "k", "Content-Type": "application/json"},
+        b'{"timeout": "soon"}',
+        422,
+        {"content-type": "application/json", "x-request-id": "a" * 32},
+        b'{"detail": []}',
+    )
     assert not any(v.side == "request" for v in vs)
     # execd runs without a token (allowed), which must not hide an invalid body behind the security error
-    vs = guard.check("gin", "POST", "/proxy/44772/command", {}, {"Content-Type": "application/json"},
-                     b'{"command": "true", "cwd": 5}', 200, {"Content-Type": "text/event-stream"},
-                     b'{"type":"init","text":"x","timestamp":1}\n\n')
+    vs = guard.check(
+        "gin",
+        "POST",
+        "/proxy/44772/command",
+        {},
+        {"Content-Type": "application/json"},
+        b'{"command": "true", "cwd": 5}',
+        200,
+        {"Content-Type": "text/event-stream"},
+        b'{"type":"init","text":"x","timestamp":1}\n\n',
+    )
     errors = {v.error for v in vs if v.side == "request"}
     assert errors == {"SecurityValidationError", "InvalidRequestBody"}, vs
     assert [v for v in vs if v.error == "InvalidRequestBody" and guard.allowed(v) is None]
     # a broken event stream and an event that breaks the event schema
-    vs = guard.check("gin", "POST", "/proxy/44772/command", {}, {"Content-Type": "application/json"},
-                     b'{"command": "true"}', 200, {"Content-Type": "text/event-stream"}, b'{"type":"init"}\n')
+    vs = guard.check(
+        "gin",
+        "POST",
+        "/proxy/44772/command",
+        {},
+        {"Content-Type": "application/json"},
+        b'{"command": "true"}',
+        200,
+        {"Content-Type": "text/event-stream"},
+        b'{"type":"init"}\n',
+    )
     assert [v.error for v in vs if v.side == "response"] == ["SSEFraming"]
-    vs = guard.check("gin", "POST", "/proxy/44772/command", {}, {"Content-Type": "application/json"},
-                     b'{"command": "true"}', 200, {"Content-Type": "text/event-stream"},
-                     b'{"type":"init","text":"x","timestamp":1}\n\n{"type":"bogus","timestamp":"soon"}\n\n')
+    vs = guard.check(
+        "gin",
+        "POST",
+        "/proxy/44772/command",
+        {},
+        {"Content-Type": "application/json"},
+        b'{"command": "true"}',
+        200,
+        {"Content-Type": "text/event-stream"},
+        b'{"type":"init","text":"x","timestamp":1}\n\n{"type":"bogus","timestamp":"soon"}\n\n',
+    )
     assert any(v.error == "InvalidData" for v in vs), vs
 
 
@@ -182,8 +238,9 @@ def test_observer_sees_mock_traffic(opensandbox_mock):
     if guard is None:
         pytest.skip("spec guard not installed")
     before = guard.checked
-    req = urllib.request.Request(opensandbox_mock.base_url + "/v1/sandboxes",
-                                 headers={"OPEN-SANDBOX-API-KEY": opensandbox_mock.api_key})
+    req = urllib.request.Request(
+        opensandbox_mock.base_url + "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": opensandbox_mock.api_key}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200
     assert wait_until(lambda: guard.checked > before, 5.0)
@@ -193,7 +250,8 @@ def test_observer_sees_mock_traffic(opensandbox_mock):
 def test_an_unexplained_violation_fails_the_session(tmp_path):
     """The session hook turns a green run red when the observer saw an unexplained violation."""
     test = tmp_path / "test_violation.py"
-    test.write_text(textwrap.dedent("""
+    test.write_text(
+        textwrap.dedent("""
         from mock_opensandbox.wire import http1 as httpcore
 
         def test_mock_sends_an_off_spec_body():
@@ -202,10 +260,24 @@ def test_an_unexplained_violation_fails_the_session(tmp_path):
                                    b'{"items": "not a list"}')
             for fn in list(httpcore.OBSERVERS):
                 fn(ex)
-    """))
+    """)
+    )
     env = dict(os.environ, PYTHONPATH=sg.REPO, OSB_SPECS_DIR=sg.spec_dir())
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tiers.conftest",
-           "--rootdir", str(tmp_path), "-c", os.devnull, str(test)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "tiers.conftest",
+        "--rootdir",
+        str(tmp_path),
+        "-c",
+        os.devnull,
+        str(test),
+    ]
     proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert "1 passed" in out, out
@@ -228,8 +300,9 @@ def test_observers_do_not_change_keep_alive_behaviour(opensandbox_mock):
         port = int(opensandbox_mock.base_url.rsplit(":", 1)[1])
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
-            conn.request("POST", "/v1/sandboxes", body=b'{"image": {"uri": "x"}}',
-                         headers={"Content-Type": "application/json"})  # no key: 401 before the body is read
+            conn.request(
+                "POST", "/v1/sandboxes", body=b'{"image": {"uri": "x"}}', headers={"Content-Type": "application/json"}
+            )  # no key: 401 before the body is read
             r = conn.getresponse()
             r.read()
             assert r.status == 401

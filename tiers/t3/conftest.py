@@ -7,6 +7,7 @@ single executable path (``OSB_EXECD_BIN=mock`` forces the stand-in). A real bina
 view (own mount + PID namespaces, throw-away root, the real sandbox's capability set; mock_opensandbox/runtime).
 The summary says which execd the tier ran against.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -75,8 +76,10 @@ def _execd_bin() -> Iterator[ExecdBin]:
         yield ExecdBin(SHARED_EXECD, True)
         return
     if importlib.util.find_spec("mock_opensandbox.execd.__main__") is None:
-        pytest.skip("t3: mock_opensandbox/execd/__main__.py (the stand-alone execd) does not exist yet; "
-                    "set OSB_EXECD_BIN to a real execd binary to run this tier")
+        pytest.skip(
+            "t3: mock_opensandbox/execd/__main__.py (the stand-alone execd) does not exist yet; "
+            "set OSB_EXECD_BIN to a real execd binary to run this tier"
+        )
     tmp = tempfile.mkdtemp(prefix="osb-t3-execd-")
     try:
         path = os.path.join(tmp, "execd")

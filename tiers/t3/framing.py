@@ -9,6 +9,7 @@ keeps output byte-exact. The real execd v1.0.19 (``../shared/opensandbox/execd``
 plugin asks it (``plugin/osb/execd.py``: an ``argv`` POST /command; a 400 the plugin's own ``_is_argv_rejection``
 recognises means ``v1.1.0``).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -65,13 +66,24 @@ def detect(base_url: str, api_key: str, image: str, *, ready_timeout: float = 60
     if mode:
         return mode
     auth = {"OPEN-SANDBOX-API-KEY": api_key}
-    r = request("POST", base_url, "/v1/sandboxes", headers=auth,
-                json_body={"image": {"uri": image}, "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 600,
-                           "resourceLimits": {"cpu": "250m", "memory": "128Mi"},
-                           "metadata": {"purpose": "framing-probe"}})
+    r = request(
+        "POST",
+        base_url,
+        "/v1/sandboxes",
+        headers=auth,
+        json_body={
+            "image": {"uri": image},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "timeout": 600,
+            "resourceLimits": {"cpu": "250m", "memory": "128Mi"},
+            "metadata": {"purpose": "framing-probe"},
+        },
+    )
     if r.status != 202:
-        raise FramingError(f"execd framing probe: creating a sandbox from {image!r} answered {r.status}: "
-                           f"{r.body[:200]!r} (set OPENSANDBOX_IMAGE to an image the server has, or OSB_EXECD_MODE)")
+        raise FramingError(
+            f"execd framing probe: creating a sandbox from {image!r} answered {r.status}: "
+            f"{r.body[:200]!r} (set OPENSANDBOX_IMAGE to an image the server has, or OSB_EXECD_MODE)"
+        )
     sid = r.json()["id"]
     try:
         ep = request("GET", base_url, f"/v1/sandboxes/{sid}/endpoints/44772", headers=auth)

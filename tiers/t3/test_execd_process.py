@@ -1,4 +1,5 @@
 """Tier t3: the smoke flow and a few plugin-free checks with an execd process per sandbox."""
+
 from __future__ import annotations
 
 import os
@@ -13,16 +14,25 @@ UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS
 
 
 def _create(osb) -> str:
-    r = request("POST", osb.base_url, "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": osb.api_key},
-                json_body={"image": {"uri": "python:3.12-slim"}, "entrypoint": ["tail", "-f", "/dev/null"],
-                           "resourceLimits": {"cpu": "500m", "memory": "512Mi"}})
+    r = request(
+        "POST",
+        osb.base_url,
+        "/v1/sandboxes",
+        headers={"OPEN-SANDBOX-API-KEY": osb.api_key},
+        json_body={
+            "image": {"uri": "python:3.12-slim"},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+        },
+    )
     assert r.status == 202, r
     return r.json()["id"]
 
 
 def _execd_url(osb, sid: str) -> str:
-    r = request("GET", osb.base_url, f"/v1/sandboxes/{sid}/endpoints/44772",
-                headers={"OPEN-SANDBOX-API-KEY": osb.api_key})
+    r = request(
+        "GET", osb.base_url, f"/v1/sandboxes/{sid}/endpoints/44772", headers={"OPEN-SANDBOX-API-KEY": osb.api_key}
+    )
     assert r.status == 200, r
     return "http://" + r.json()["endpoint"]
 
@@ -61,7 +71,9 @@ def test_execd_is_a_process_that_kill_stops(t3_mock):
 
     r = request("DELETE", t3_mock.base_url, f"/v1/sandboxes/{sid}", headers={"OPEN-SANDBOX-API-KEY": t3_mock.api_key})
     assert r.status == 204, r
-    assert wait_until(lambda: port_closed(port, 1), 10), "the execd port still open after 10 s"  # the execd process is gone with its sandbox
+    assert wait_until(lambda: port_closed(port, 1), 10), (
+        "the execd port still open after 10 s"
+    )  # the execd process is gone with its sandbox
     if pid is not None:
         assert not os.path.exists(f"/proc/{pid}") or _proc_state(pid) == "Z"
 

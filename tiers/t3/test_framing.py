@@ -1,4 +1,5 @@
 """tiers/t3/framing.py learns the execd framing the way the plugin does; OSB_EXECD_MODE overrides it."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ The whole tier skips, with one reason line in the summary, unless OPENSANDBOX_LI
 OPENSANDBOX_API_KEY are set. When they are set and the server does not answer /health, the tier fails: a live run
 that silently tests nothing would hide a broken server.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,10 @@ class LiveServer(NamedTuple):
 
 def _skip_reason() -> Optional[str]:
     if os.environ.get("OPENSANDBOX_LIVE") != "1":
-        return "live tier: set OPENSANDBOX_LIVE=1 with OPENSANDBOX_BASE_URL and OPENSANDBOX_API_KEY (./local-up.sh up; eval \"$(./local-up.sh env)\")"
+        return 'live tier: set OPENSANDBOX_LIVE=1 with OPENSANDBOX_BASE_URL and OPENSANDBOX_API_KEY (./local-up.sh up; eval "$(./local-up.sh env)")'
     missing = [name for name in ("OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY") if not os.environ.get(name)]
     if missing:
-        return f"live tier: OPENSANDBOX_LIVE=1 but {' and '.join(missing)} not set (eval \"$(./local-up.sh env)\")"
+        return f'live tier: OPENSANDBOX_LIVE=1 but {" and ".join(missing)} not set (eval "$(./local-up.sh env)")'
     return None
 
 
@@ -40,8 +41,12 @@ _SKIPPED = pytest.StashKey[str]()
 def pytest_ignore_collect(collection_path, config):
     """Offline, the tier is not collected at all; pytest_terminal_summary says so in one line."""
     reason = _skip_reason()
-    if reason and collection_path.suffix == ".py" and collection_path.name.startswith("test_") \
-            and HERE in collection_path.resolve().parents:
+    if (
+        reason
+        and collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and HERE in collection_path.resolve().parents
+    ):
         config.stash[_SKIPPED] = reason
         return True
     return None
@@ -54,7 +59,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if exitstatus == 5 and session.config.stash.get(_SKIPPED, None):   # `pytest tiers/t4` alone, offline
+    if exitstatus == 5 and session.config.stash.get(_SKIPPED, None):  # `pytest tiers/t4` alone, offline
         session.exitstatus = 0
 
 
@@ -76,11 +81,16 @@ def live_server() -> LiveServer:
     try:
         reply = request("GET", root, "/health", timeout=10)
     except (OSError, ValueError) as exc:
-        pytest.fail(f"OPENSANDBOX_LIVE=1 but {root}/health is unreachable: {exc!r} (./local-up.sh status)", pytrace=False)
+        pytest.fail(
+            f"OPENSANDBOX_LIVE=1 but {root}/health is unreachable: {exc!r} (./local-up.sh status)", pytrace=False
+        )
     if reply.status != 200:
-        pytest.fail(f"OPENSANDBOX_LIVE=1 but {root}/health answered {reply.status}: {reply.body[:200]!r}", pytrace=False)
-    return LiveServer(base_url, root, os.environ["OPENSANDBOX_API_KEY"],
-                      os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim")
+        pytest.fail(
+            f"OPENSANDBOX_LIVE=1 but {root}/health answered {reply.status}: {reply.body[:200]!r}", pytrace=False
+        )
+    return LiveServer(
+        base_url, root, os.environ["OPENSANDBOX_API_KEY"], os.environ.get("OPENSANDBOX_IMAGE") or "python:3.12-slim"
+    )
 
 
 @pytest.fixture(autouse=True)

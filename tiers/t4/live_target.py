@@ -1,5 +1,6 @@
 """The live server seen through the same small surface the t1 tests use on a MockOpenSandbox:
 ``base_url``, ``api_key``, ``execd_mode`` and ``sandboxes`` (ids currently listed by the server)."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,12 @@ class LiveTarget:
         ids: dict = {}
         page = 1
         while True:
-            reply = request("GET", self.base_url, f"/v1/sandboxes?page={page}&pageSize=200",
-                            headers={"OPEN-SANDBOX-API-KEY": self.api_key})
+            reply = request(
+                "GET",
+                self.base_url,
+                f"/v1/sandboxes?page={page}&pageSize=200",
+                headers={"OPEN-SANDBOX-API-KEY": self.api_key},
+            )
             body = json.loads(reply.body)
             ids.update({item["id"]: item for item in body.get("items", [])})
             if not body.get("pagination", {}).get("hasNextPage"):

@@ -3,6 +3,7 @@
 separated, empty = none), else the server.toml that ``./local-up.sh up`` wrote (``$OSB_WORKDIR``, default
 ``~/.cache/opensandbox-provider/local-up``) when it configures the server at OPENSANDBOX_BASE_URL's port, else none.
 So ``OPENSANDBOX_LIVE=1 make test`` is true to the default local-up stack with only the URL and key exported."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,9 @@ ENV = "OPENSANDBOX_ALLOWED_HOST_PATHS"
 def local_up_config() -> str:
     work = os.environ.get("OSB_WORKDIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "opensandbox-provider", "local-up")
+        "opensandbox-provider",
+        "local-up",
+    )
     return os.path.join(work, "server.toml")
 
 

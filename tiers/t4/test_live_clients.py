@@ -1,6 +1,7 @@
 """Live: the official clients (CLI 1.1.1, JS SDK 0.1.11, code-interpreter 1.1.1) run the same flows as in
 tiers/t2 against the live server, so a step that passes on the mock and fails here (or the other way round)
 is a fidelity bug of the mock. Each test prints ``N/M steps passed``."""
+
 from __future__ import annotations
 
 import logging

@@ -5,6 +5,7 @@ named by ``./local-up.sh env`` as OPENSANDBOX_CODE_INTERPRETER_IMAGE), sync and 
 mock's image dir, the image's entrypoint starts its Jupyter), with the mock's execd and with the real one
 (--execd-bin), and the host-tools view with a pip-made Jupyter env (--jupyter-env). Every table must equal the
 live one. Skips with one line without the image in a Docker here."""
+
 from __future__ import annotations
 
 import os
@@ -20,16 +21,19 @@ from tiers.toolkit.images import docker_has
 from tiers.toolkit.jupyter import jupyter_env_or_skip
 
 IMAGE = os.environ.get("OPENSANDBOX_CODE_INTERPRETER_IMAGE", "local/code-interpreter:py-bash")
-EXECD = os.environ.get("OSB_EXECD_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared",
-                                                     "opensandbox", "execd"))
+EXECD = os.environ.get(
+    "OSB_EXECD_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "opensandbox", "execd")
+)
 _TABLES: dict[str, dict[str, str]] = {}
 
 
 @pytest.fixture(scope="module")
 def image():
     if not docker_has(IMAGE):
-        pytest.skip("no code-interpreter image %s here (OSB_LOCAL_IMAGES=1 OSB_WITH_CODE_INTERPRETER=1 "
-                    "./local-up.sh up)" % IMAGE)
+        pytest.skip(
+            "no code-interpreter image %s here (OSB_LOCAL_IMAGES=1 OSB_WITH_CODE_INTERPRETER=1 "
+            "./local-up.sh up)" % IMAGE
+        )
     return IMAGE
 
 

@@ -3,6 +3,7 @@
 SDK, answered as the mock answers them (tiers/t1/test_egress_steps.py). Skips unless the server at
 OPENSANDBOX_BASE_URL is the local-up one with an ``[egress] image`` (tiers/t4/liveconfig.py), or
 OPENSANDBOX_EGRESS_IMAGE says so. The invalid-action create waits out the server's 30 s: -m slow."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,11 @@ from tiers import egress_steps as E
 from tiers.t4.liveconfig import egress_config
 
 EGRESS = egress_config()
-pytestmark = pytest.mark.skipif(EGRESS is None, reason="the live server has no [egress] image "
-                                "(OSB_WITH_EGRESS=1 ./local-up.sh up; or export OPENSANDBOX_EGRESS_IMAGE)")
+pytestmark = pytest.mark.skipif(
+    EGRESS is None,
+    reason="the live server has no [egress] image "
+    "(OSB_WITH_EGRESS=1 ./local-up.sh up; or export OPENSANDBOX_EGRESS_IMAGE)",
+)
 
 
 @pytest.fixture(scope="module")

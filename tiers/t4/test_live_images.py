@@ -6,6 +6,7 @@ with ``docker save`` into the image dir of a ``MockOpenSandbox``; the same comma
 registry.py) and pulled from there by a mock with no other source of them (``127.0.0.1:PORT/local/...``):
 the same answers again. Skips with one line without a Docker that has the images (or without docker-registry,
 for the registry part)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -19,8 +20,10 @@ from tiers.toolkit.images import docker_has, push, read_docker_save
 
 IMAGES = ("local/python:3-slim", "local/busybox:latest")
 USER_IMAGE = "local/osbtest-imgroot:1"
-DOCKERFILE = ("FROM local/python:3-slim\nENV IMG_VAR=from-image PATH=/opt/imgbin:/usr/local/sbin:/usr/local/bin:"
-              "/usr/sbin:/usr/bin:/sbin:/bin\nWORKDIR /srv/app\nUSER nobody\n")
+DOCKERFILE = (
+    "FROM local/python:3-slim\nENV IMG_VAR=from-image PATH=/opt/imgbin:/usr/local/sbin:/usr/local/bin:"
+    "/usr/sbin:/usr/bin:/sbin:/bin\nWORKDIR /srv/app\nUSER nobody\n"
+)
 NOISE = ("HOSTNAME=", "OPENSANDBOX_ID=", "SHLVL=")
 
 
@@ -43,8 +46,9 @@ def images_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pair(live_server, images_dir):
-    osb = MockOpenSandbox(image_dir=str(images_dir), image_cache=str(images_dir / "cache"),
-                          execd_close_delay=0.05).start()
+    osb = MockOpenSandbox(
+        image_dir=str(images_dir), image_cache=str(images_dir / "cache"), execd_close_delay=0.05
+    ).start()
     live = si.Target(live_server.root, live_server.api_key, IMAGES[0])
     mock = si.Target(osb.base_url, osb.api_key or "", IMAGES[0], execd_token=osb.execd_token)
     try:
@@ -97,8 +101,7 @@ def registry_pair(live_server, images_dir, tmp_path_factory):
             del img
         d = tmp_path_factory.mktemp("registry-mock")
         (d / "empty").mkdir()
-        osb = MockOpenSandbox(image_dir=str(d / "empty"), image_cache=str(d / "cache"),
-                              execd_close_delay=0.05).start()
+        osb = MockOpenSandbox(image_dir=str(d / "empty"), image_cache=str(d / "cache"), execd_close_delay=0.05).start()
         live = si.Target(live_server.root, live_server.api_key, IMAGES[0])
         mock = si.Target(osb.base_url, osb.api_key or "", IMAGES[0], execd_token=osb.execd_token)
         try:

@@ -1,6 +1,7 @@
 """Live: the inside of a real sandbox (issue 19's table), asserted with the shared probe list of
 tiers/sandbox_inside.py, the same assertions tiers/t1/test_sandbox_inside.py runs on the mock. The sandbox is
 created with resourceLimits cpu 500m / memory 512Mi and deleted at the end."""
+
 from __future__ import annotations
 
 import pytest

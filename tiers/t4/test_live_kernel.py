@@ -2,6 +2,7 @@
 real sandbox (tiers/kernel_probes.py: add_key, keyctl, request_key, mount, umount2, bpf, perf_event_open,
 unshare(CLONE_NEWUSER), ptrace of PID 1, kexec_load, `unshare -U true`, `unshare -m true`). The same probe
 and the same expected answers run on the mock in tiers/t1/test_seccomp.py."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Live: the lifecycle corpus of tiers/t2/test_server_oracle.py (fixed cases, malformed bodies, auth and
 X-Request-ID) sent to the live server and to a fresh mock; same status and error bodies, the same explained
 differences. A create the live server accepts is deleted at once."""
+
 from __future__ import annotations
 
 import json
@@ -41,13 +42,15 @@ def mock():
     live server's ``[storage] allowed_host_paths`` (``./local-up.sh env`` exports them), which its
     VOLUME::HOST_PATH_NOT_ALLOWED message lists."""
     # the live stack's [egress] (./local-up.sh env: OSB_EGRESS_MODE; off = no egress image, as before)
-    with MockOpenSandbox(allowed_host_paths=allowed_host_paths(),
-                         egress_mode=os.environ.get("OSB_EGRESS_MODE") or "off") as m:
+    with MockOpenSandbox(
+        allowed_host_paths=allowed_host_paths(), egress_mode=os.environ.get("OSB_EGRESS_MODE") or "off"
+    ) as m:
         yield m
 
 
-@pytest.mark.parametrize("method,path,body", corpus.FIXED, ids=["%s %s %s" % (m, p, json.dumps(b)[:40])
-                                                                for m, p, b in corpus.FIXED])
+@pytest.mark.parametrize(
+    "method,path,body", corpus.FIXED, ids=["%s %s %s" % (m, p, json.dumps(b)[:40]) for m, p, b in corpus.FIXED]
+)
 def test_fixed_corpus_live(mock, live, method, path, body):
     corpus.compare(mock, live, method, path, body)
 
@@ -57,15 +60,17 @@ def test_malformed_bodies_live(mock, live, raw, ctype):
     corpus.compare(mock, live, "POST", "/v1/sandboxes", headers={"Content-Type": ctype} if ctype else {}, raw=raw)
 
 
-@pytest.mark.parametrize("headers", [{"OPEN-SANDBOX-API-KEY": ""}, {"OPEN-SANDBOX-API-KEY": "wrong-key"},
-                                     {"x-request-id": "my-trace-1"}, {}])
+@pytest.mark.parametrize(
+    "headers", [{"OPEN-SANDBOX-API-KEY": ""}, {"OPEN-SANDBOX-API-KEY": "wrong-key"}, {"x-request-id": "my-trace-1"}, {}]
+)
 def test_auth_and_request_id_live(mock, live, headers):
     corpus.compare(mock, live, "GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000", headers=headers)
 
 
 def _create(target_request, body):
-    st, _, raw = target_request("POST", "/v1/sandboxes", {"Content-Type": "application/json"},
-                                json.dumps(body).encode(), keep=True)
+    st, _, raw = target_request(
+        "POST", "/v1/sandboxes", {"Content-Type": "application/json"}, json.dumps(body).encode(), keep=True
+    )
     assert st == 202, raw
     return json.loads(raw)["id"]
 
@@ -73,6 +78,7 @@ def _create(target_request, body):
 def _shape(status, headers, body, sid):
     """Status + the answer with the sandbox id, timestamps and ports taken out."""
     import re
+
     text = body.decode("utf-8", "replace").replace(sid, "<id>")
     ctype = headers.get("content-type", "")
     if "json" in ctype:
@@ -88,32 +94,44 @@ def _shape(status, headers, body, sid):
 
 def test_state_machine_and_diagnostics_live(mock, live):
     """One sandbox on each side, the same requests: same statuses, error bodies, JSON keys, text layouts."""
-    body = {"image": {"uri": "local/python:3-slim"}, "timeout": 600, "resourceLimits": {"cpu": "500m"},
-            "entrypoint": ["sh", "-c", "echo out-line; exec sleep 600"], "metadata": {"team": "t4"}}
+    body = {
+        "image": {"uri": "local/python:3-slim"},
+        "timeout": 600,
+        "resourceLimits": {"cpu": "500m"},
+        "entrypoint": ["sh", "-c", "echo out-line; exec sleep 600"],
+        "metadata": {"team": "t4"},
+    }
     lsid = _create(live.request, body)
     msid = _create(lambda *a, keep=True: corpus.mock_request(mock, *a), body)
     future = "2999-01-01T00:00:00Z"
-    steps = [("GET", "/v1/sandboxes/{id}", None), ("GET", "/v1/sandboxes/{id}/endpoints/44772", None),
-             ("GET", "/v1/sandboxes/{id}/endpoints/8080", None),
-             ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=container", None),
-             ("GET", "/v1/sandboxes/{id}/diagnostics/events?scope=all", None),
-             ("GET", "/v1/sandboxes/{id}/diagnostics/inspect", None),
-             ("GET", "/v1/sandboxes/{id}/diagnostics/summary", None),
-             ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=nope", None),
-             ("GET", "/v1/sandboxes/{id}/networkpolicy", None),
-             ("PATCH", "/v1/sandboxes/{id}/networkpolicy", [{"action": "allow", "target": "a.com"}]),
-             ("POST", "/v1/sandboxes/{id}/renew-expiration", {"expiresAt": "2001-01-01T00:00:00Z"}),
-             ("POST", "/v1/sandboxes/{id}/renew-expiration", {"expiresAt": future}),
-             ("PATCH", "/v1/sandboxes/{id}/metadata", {"team": None, "x": "1"}),
-             ("PATCH", "/v1/sandboxes/{id}/metadata", {"opensandbox.io/id": "x"}),
-             ("POST", "/v1/sandboxes/{id}/pause", None), ("POST", "/v1/sandboxes/{id}/pause", None),
-             ("GET", "/v1/sandboxes/{id}/diagnostics/events?scope=runtime", None),
-             ("POST", "/v1/sandboxes/{id}/snapshots", None),  # paused: 409 before any snapshot is taken
-             ("POST", "/v1/sandboxes/{id}/resume", None), ("POST", "/v1/sandboxes/{id}/resume", None),
-             ("DELETE", "/v1/sandboxes/{id}", None), ("DELETE", "/v1/sandboxes/{id}", None),
-             ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=container", None)]
+    steps = [
+        ("GET", "/v1/sandboxes/{id}", None),
+        ("GET", "/v1/sandboxes/{id}/endpoints/44772", None),
+        ("GET", "/v1/sandboxes/{id}/endpoints/8080", None),
+        ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=container", None),
+        ("GET", "/v1/sandboxes/{id}/diagnostics/events?scope=all", None),
+        ("GET", "/v1/sandboxes/{id}/diagnostics/inspect", None),
+        ("GET", "/v1/sandboxes/{id}/diagnostics/summary", None),
+        ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=nope", None),
+        ("GET", "/v1/sandboxes/{id}/networkpolicy", None),
+        ("PATCH", "/v1/sandboxes/{id}/networkpolicy", [{"action": "allow", "target": "a.com"}]),
+        ("POST", "/v1/sandboxes/{id}/renew-expiration", {"expiresAt": "2001-01-01T00:00:00Z"}),
+        ("POST", "/v1/sandboxes/{id}/renew-expiration", {"expiresAt": future}),
+        ("PATCH", "/v1/sandboxes/{id}/metadata", {"team": None, "x": "1"}),
+        ("PATCH", "/v1/sandboxes/{id}/metadata", {"opensandbox.io/id": "x"}),
+        ("POST", "/v1/sandboxes/{id}/pause", None),
+        ("POST", "/v1/sandboxes/{id}/pause", None),
+        ("GET", "/v1/sandboxes/{id}/diagnostics/events?scope=runtime", None),
+        ("POST", "/v1/sandboxes/{id}/snapshots", None),  # paused: 409 before any snapshot is taken
+        ("POST", "/v1/sandboxes/{id}/resume", None),
+        ("POST", "/v1/sandboxes/{id}/resume", None),
+        ("DELETE", "/v1/sandboxes/{id}", None),
+        ("DELETE", "/v1/sandboxes/{id}", None),
+        ("GET", "/v1/sandboxes/{id}/diagnostics/logs?scope=container", None),
+    ]
     try:
         import time
+
         time.sleep(2)  # both entrypoints printed their line
         for method, path, b in steps:
             raw = json.dumps(b).encode() if b is not None else None

@@ -5,6 +5,7 @@ inspect mock internals) are skipped here by tiers/t4/conftest.py.
 One image knob: the plugin's ``default_image`` (t1 bodies create ``template: base``) and the kit's
 ``--option default_image=`` are OPENSANDBOX_IMAGE (live_server.image), so a server whose images are local
 (OSB_LOCAL_IMAGES=1 ./local-up.sh up) needs no registry."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def mock(live_server):
 @pytest.fixture
 def epp(mock, tmp_path):
     """Overrides the toolkit's ``epp`` (tiers/toolkit/fixtures.py): the same plugin, with default_image = OPENSANDBOX_IMAGE."""
-    client = EppClient(str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key,
-                                                 "default_image": mock.image})
+    client = EppClient(
+        str(tmp_path / "data"), {"base_url": mock.base_url, "api_key": mock.api_key, "default_image": mock.image}
+    )
     yield client
     assert client.violations == []
     client.close()

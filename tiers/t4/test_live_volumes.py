@@ -3,6 +3,7 @@
 (OPENSANDBOX_ALLOWED_HOST_PATHS, exported by `./local-up.sh env`). Named volumes this tier makes are called
 osbvt-<random>; they are removed at the end with `docker volume rm` when the docker CLI is here.
 """
+
 from __future__ import annotations
 
 import os

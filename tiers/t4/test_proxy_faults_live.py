@@ -15,6 +15,7 @@ Found this way (reported in /work/coord/NEEDS-plugin-from-workbench.md): when th
 ``reset_body``), the plugin cannot read the rejection message and reports ``HTTP 400`` instead of a
 connection error (E5001); the lane below therefore makes the probe before the faults.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -36,7 +37,7 @@ faults_plugin = importlib.import_module("tiers.t1.test_faults_plugin")
 
 pytestmark = pytest.mark.spec_exempt("fault injection through the proxy: deliberately broken answers")
 
-HTTP_TIMEOUT = 8.0   # a real create answers after the container started: 1-3 s here, more under load
+HTTP_TIMEOUT = 8.0  # a real create answers after the container started: 1-3 s here, more under load
 LIVE_KINDS = dict(faults_plugin.KINDS, timeout={"kind": "delay", "delay": HTTP_TIMEOUT + 1.0})
 SUMMARY: dict[str, dict[str, str]] = {}
 
@@ -111,12 +112,18 @@ class RemotePath:
     def write_bytes(self, data: bytes):
         b = "----live" + uuid.uuid4().hex
         meta = json.dumps({"path": self.path, "mode": 644})
-        body = (f"--{b}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+        body = (
+            (
+                f'--{b}\r\nContent-Disposition: form-data; name="metadata"; filename="metadata"\r\n'
                 f"Content-Type: application/json\r\n\r\n{meta}\r\n--{b}\r\nContent-Disposition: form-data; "
-                f"name=\"file\"; filename=\"f\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + \
-            data + f"\r\n--{b}--\r\n".encode()
-        st, out = self.live.ex(self.sid, "POST", "/files/upload", body,
-                               {"Content-Type": f"multipart/form-data; boundary={b}"})
+                f'name="file"; filename="f"\r\nContent-Type: application/octet-stream\r\n\r\n'
+            ).encode()
+            + data
+            + f"\r\n--{b}--\r\n".encode()
+        )
+        st, out = self.live.ex(
+            self.sid, "POST", "/files/upload", body, {"Content-Type": f"multipart/form-data; boundary={b}"}
+        )
         assert st == 200, out
 
 
@@ -160,8 +167,9 @@ class _Store:
     def _to(self, sid, action, want):
         st, body = self.live.lc("POST", f"/v1/sandboxes/{sid}/{action}")
         assert st in (200, 202, 204), body
-        assert wait_until(lambda: (self.live.state(sid) or {}).get("status", {}).get("state") == want, 30, 0.2), \
+        assert wait_until(lambda: (self.live.state(sid) or {}).get("status", {}).get("state") == want, 30, 0.2), (
             f"{sid} never became {want}"
+        )
 
     def pause(self, sid):
         self._to(sid, "pause", "Paused")
@@ -194,8 +202,11 @@ class LiveLane(faults_plugin.Lane):
         self.epp = self.ping_epp = None
         self.epp = EppClient(str(tmp / "main"), dict(cfg, base_url=self.proxy.base_url), core=core)
         self.ping_epp = EppClient(str(tmp / "ping"), dict(cfg, base_url=self.ping_proxy.base_url), core=core)
-        pending = {c.name: self.epp.request("sandbox.create", {"template": "base", "timeout": 3600})
-                   for c in faults_plugin.CASES if c.name not in ("create", "ping")}
+        pending = {
+            c.name: self.epp.request("sandbox.create", {"template": "base", "timeout": 3600})
+            for c in faults_plugin.CASES
+            if c.name not in ("create", "ping")
+        }
         self.sids = {name: self.epp.wait(rid, q, 120)["sandbox_id"] for name, (rid, q) in pending.items()}
         for name in ("files.stat", "files.read", "files.list", "files.search"):
             self.put(name, "/data/f.bin", faults_plugin.PAYLOAD)
@@ -203,8 +214,10 @@ class LiveLane(faults_plugin.Lane):
         # "'Command' ... required" from execd v1.0.19 switches it to a command string). The t1 lane's
         # "latest" mock never needs that probe; here it is made once before any fault, so each case tests
         # the route, not the probe. (A fault on the probe itself: see the module docstring.)
-        pending = [self.epp.request("exec.run", {"sandbox_id": sid, "cmd": "true", "timeout": 30})
-                   for sid in self.sids.values()]
+        pending = [
+            self.epp.request("exec.run", {"sandbox_id": sid, "cmd": "true", "timeout": 30})
+            for sid in self.sids.values()
+        ]
         for rid, q in pending:
             assert self.epp.wait(rid, q, 60)["exit_code"] == 0
 
@@ -224,7 +237,7 @@ class LiveLane(faults_plugin.Lane):
             if epp is not None:
                 epp.close()
         proxies = (self.proxy, self.ping_proxy)
-        for p in proxies:                  # let delayed or stalled requests (creates among them) finish
+        for p in proxies:  # let delayed or stalled requests (creates among them) finish
             p.faults.clear()
             p.faults.wait_idle(30)
         # every sandbox this lane made through either proxy (the proxy keeps them all, the journal is
@@ -250,7 +263,7 @@ def lane(live_server, tmp_path_factory):
 @pytest.fixture
 def live_timings(monkeypatch):
     monkeypatch.setattr(faults_plugin, "KINDS", LIVE_KINDS)
-    monkeypatch.setattr(faults_plugin, "READY", "%g" % HTTP_TIMEOUT)   # = http_timeout, as t1 (create waits the max)
+    monkeypatch.setattr(faults_plugin, "READY", "%g" % HTTP_TIMEOUT)  # = http_timeout, as t1 (create waits the max)
     monkeypatch.setattr(faults_plugin, "BOUND", 60.0)
 
 
@@ -273,22 +286,30 @@ def test_plugin_under_fault_through_the_proxy(lane, kind, live_timings, record_o
     try:
         faults_plugin.test_plugin_under_fault(lane, kind)
     except AssertionError as e:
-        seen = [f"{x['method']} {x['path'][:60]} {x['status'] or x['error']} {x['fault'] and x['fault']['id']}"
-                for x in lane.ping_proxy.requests()[-8:]]
+        seen = [
+            f"{x['method']} {x['path'][:60]} {x['status'] or x['error']} {x['fault'] and x['fault']['id']}"
+            for x in lane.ping_proxy.requests()[-8:]
+        ]
         raise AssertionError(f"{e}\nping proxy's last requests: {seen}") from None
 
 
 def pytest_terminal_summary_line() -> str:
     cases = sum(len(v) for v in SUMMARY.values())
-    bad = [f"{k}/{c}={lab}" for k, v in SUMMARY.items() for c, lab in v.items()
-           if lab not in faults_plugin.expected(k, next(x for x in faults_plugin.CASES if x.name == c))]
+    bad = [
+        f"{k}/{c}={lab}"
+        for k, v in SUMMARY.items()
+        for c, lab in v.items()
+        if lab not in faults_plugin.expected(k, next(x for x in faults_plugin.CASES if x.name == c))
+    ]
     counts: dict[str, int] = {}
     for v in SUMMARY.values():
         for lab in v.values():
             counts[lab] = counts.get(lab, 0) + 1
-    return (f"proxy fault bodies vs live: {len(SUMMARY)} kinds x {len(faults_plugin.CASES)} routes = {cases} cases, "
-            f"{cases - len(bad)} as expected ({', '.join(f'{k} {n}' for k, n in sorted(counts.items()))})"
-            + (f"; unexpected: {bad}" if bad else ""))
+    return (
+        f"proxy fault bodies vs live: {len(SUMMARY)} kinds x {len(faults_plugin.CASES)} routes = {cases} cases, "
+        f"{cases - len(bad)} as expected ({', '.join(f'{k} {n}' for k, n in sorted(counts.items()))})"
+        + (f"; unexpected: {bad}" if bad else "")
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -4,6 +4,7 @@ then compared against the mock: 0 unexplained differences), and faults injected 
 The recording of a run is kept in ``$OSB_PROXY_RECORDING_DIR`` when that is set (that is how
 tiers/t4/recordings/ was made; tiers/t1/test_workbench_recordings.py compares it offline on every run).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -26,7 +27,9 @@ from opensandbox.config.connection_sync import ConnectionConfigSync  # noqa: E40
 from opensandbox.models.execd import RunCommandOpts  # noqa: E402 - after the importorskip above
 from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry  # noqa: E402 - after the importorskip above
 
-pytestmark = pytest.mark.spec_exempt("the fault proxy relays the live server's answers (the spec guard checks the mock)")
+pytestmark = pytest.mark.spec_exempt(
+    "the fault proxy relays the live server's answers (the spec guard checks the mock)"
+)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -37,9 +40,15 @@ def _stdout(execution) -> str:
 def sdk_flow(domain: str, api_key: str, image: str) -> str:
     """The SDK's everyday calls, in an order whose answers do not depend on timing. Returns the sandbox id."""
     cfg = ConnectionConfigSync(api_key=api_key, domain=domain, protocol="http", request_timeout=timedelta(seconds=60))
-    sb = SandboxSync.create(image, connection_config=cfg, timeout=timedelta(minutes=10), metadata={"via": "proxy"},
-                            env={"GREETING": "hi"}, entrypoint=["tail", "-f", "/dev/null"],
-                            ready_timeout=timedelta(seconds=60))
+    sb = SandboxSync.create(
+        image,
+        connection_config=cfg,
+        timeout=timedelta(minutes=10),
+        metadata={"via": "proxy"},
+        env={"GREETING": "hi"},
+        entrypoint=["tail", "-f", "/dev/null"],
+        ready_timeout=timedelta(seconds=60),
+    )
     try:
         info = sb.get_info()
         assert info.id == sb.id and info.status.state == "Running"
@@ -72,8 +81,9 @@ def sdk_flow(domain: str, api_key: str, image: str) -> str:
 
 def test_sdk_flow_through_the_proxy_records_and_compares_clean(live_server, tmp_path):
     rec = tmp_path / "rec"
-    with FaultProxy(live_server.root, api_key=live_server.api_key, record=str(rec),
-                    record_name="sdk_sync_flow_proxy") as proxy:
+    with FaultProxy(
+        live_server.root, api_key=live_server.api_key, record=str(rec), record_name="sdk_sync_flow_proxy"
+    ) as proxy:
         sid = sdk_flow(proxy.base_url.split("://", 1)[1], live_server.api_key, live_server.image)
         # every exchange went through the proxy, the data plane included
         assert proxy.assert_requested(method="POST", path=r"^/proxy/44772/command$", sandbox=sid, count=4)
@@ -100,27 +110,46 @@ def test_faults_are_injected_into_real_traffic(live_server):
     key = {"OPEN-SANDBOX-API-KEY": live_server.api_key}
     with FaultProxy(live_server.root, api_key=live_server.api_key) as proxy:
         px = proxy.base_url.split("://", 1)[1]
-        st, _, body = _call(px, "POST", "/v1/sandboxes", {"image": {"uri": live_server.image},
-                                                           "entrypoint": ["tail", "-f", "/dev/null"], "timeout": 300,
-                                                           "resourceLimits": {"cpu": "500m", "memory": "256Mi"}}, key)
+        st, _, body = _call(
+            px,
+            "POST",
+            "/v1/sandboxes",
+            {
+                "image": {"uri": live_server.image},
+                "entrypoint": ["tail", "-f", "/dev/null"],
+                "timeout": 300,
+                "resourceLimits": {"cpu": "500m", "memory": "256Mi"},
+            },
+            key,
+        )
         assert st == 202, body
         sid = json.loads(body)["id"]
         try:
             ep = json.loads(_call(px, "GET", f"/v1/sandboxes/{sid}/endpoints/44772", headers=key)[2])
             local = ep["endpoint"].partition("/")[0]
             hdrs = ep.get("headers") or {}
-            assert wait_until(lambda: _call(local, "GET", "/proxy/44772/ping", headers=hdrs)[0] == 200, 30, 0.3), \
+            assert wait_until(lambda: _call(local, "GET", "/proxy/44772/ping", headers=hdrs)[0] == 200, 30, 0.3), (
                 "execd never answered through the proxy"
-            proxy.faults.add(kind="status", status=429, retry_after=1, listener="execd", path="^/command$",
-                             sandbox=sid, count=1, id="rate")
-            proxy.faults.add(kind="truncate", after_bytes=40, listener="execd", path="^/command$", sandbox=sid,
-                             count=1, id="cut")
+            )
+            proxy.faults.add(
+                kind="status",
+                status=429,
+                retry_after=1,
+                listener="execd",
+                path="^/command$",
+                sandbox=sid,
+                count=1,
+                id="rate",
+            )
+            proxy.faults.add(
+                kind="truncate", after_bytes=40, listener="execd", path="^/command$", sandbox=sid, count=1, id="cut"
+            )
             st, h, _ = _call(local, "POST", "/proxy/44772/command", {"command": "echo real"}, hdrs)
             assert st == 429 and h["Retry-After"] == "1"
             with pytest.raises(http.client.HTTPException):
                 _call(local, "POST", "/proxy/44772/command", {"command": "echo real"}, hdrs)
             st, _, out = _call(local, "POST", "/proxy/44772/command", {"command": "echo real"}, hdrs)
-            assert st == 200 and b'"text":"real"' in out                          # the real execd's answer
+            assert st == 200 and b'"text":"real"' in out  # the real execd's answer
             assert [e["fault"]["id"] for e in proxy.requests(fault="*", sandbox=sid)] == ["rate", "cut"]
         finally:
             _call(px, "DELETE", f"/v1/sandboxes/{sid}", headers=key)

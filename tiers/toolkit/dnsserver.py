@@ -1,6 +1,7 @@
 """A tiny authoritative DNS server for tests (UDP, 127.0.0.1, an ephemeral port): A records from a
 table, NXDOMAIN for any other name, and a log of the names asked (to see what a policy resolver
 forwarded). Standard library only; stop() ends its thread and closes the port."""
+
 from __future__ import annotations
 
 import os
@@ -51,11 +52,11 @@ class StubResolver:
                 continue
             i, labels = 12, []
             while i < len(pkt) and pkt[i]:
-                labels.append(pkt[i + 1:i + 1 + pkt[i]].decode("ascii", "replace"))
+                labels.append(pkt[i + 1 : i + 1 + pkt[i]].decode("ascii", "replace"))
                 i += 1 + pkt[i]
             qend = i + 5
             name = ".".join(labels).lower()
-            qtype = struct.unpack("!H", pkt[i + 1:i + 3])[0]
+            qtype = struct.unpack("!H", pkt[i + 1 : i + 3])[0]
             self.asked.append(name)
             qid, flags = struct.unpack("!HH", pkt[:4])
             ip = self.records.get(name)
@@ -70,8 +71,12 @@ class StubResolver:
 def query(server: tuple[str, int], name: str, timeout: float = 5.0) -> bytes:
     """One A query over UDP to server, the raw answer (for the bench's floor and the differential case)."""
     qid = struct.unpack("!H", os.urandom(2))[0]
-    q = struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + b"".join(
-        bytes([len(p)]) + p.encode("ascii") for p in name.rstrip(".").split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+    q = (
+        struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+        + b"".join(bytes([len(p)]) + p.encode("ascii") for p in name.rstrip(".").split("."))
+        + b"\0"
+        + struct.pack("!HH", 1, 1)
+    )
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.settimeout(timeout)

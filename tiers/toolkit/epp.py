@@ -12,6 +12,7 @@ dir, ABX_PROVIDER_DATA_DIR, PYTHONDONTWRITEBYTECODE, a new session: epp-host-ref
 * ``Plugin``, for bench/: deliberately synchronous (the caller reads stdout itself, one request at
   a time), so the numbers show what the plugin costs and not what an event loop costs.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -28,7 +29,7 @@ from tiers.toolkit.plugin import LAUNCH
 from tiers.toolkit.procs import close_and_wait
 from tiers.toolkit.waits import wait_until  # noqa: F401 - re-exported: tests import it from here
 
-PLUGIN = LAUNCH                         # what the manifest runs
+PLUGIN = LAUNCH  # what the manifest runs
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
 
@@ -40,6 +41,7 @@ def plugin_argv(python: str, plugin: str = PLUGIN) -> list[str]:
     command = ["python3", "./" + os.path.basename(plugin)]
     try:
         import tomllib
+
         with open(os.path.join(root, "abx-provider.toml"), "rb") as fh:
             cmd = tomllib.load(fh).get("runtime", {}).get("command")
         if isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd):
@@ -77,16 +79,29 @@ def host_env(data_dir: str, extra: dict | None = None) -> dict:
 
 
 def init_params(data_dir: str, config: dict | None = None, core: dict | None = None, host: str = "tests") -> dict:
-    return {"protocol": "epp/1", "host": {"name": host, "version": "0"}, "provider_id": "opensandbox",
-            "config": dict(config or {}), "core": core or {"http_timeout": 30.0}, "locale": "en",
-            "data_dir": data_dir}
+    return {
+        "protocol": "epp/1",
+        "host": {"name": host, "version": "0"},
+        "provider_id": "opensandbox",
+        "config": dict(config or {}),
+        "core": core or {"http_timeout": 30.0},
+        "locale": "en",
+        "data_dir": data_dir,
+    }
 
 
 def spawn(python: str, data_dir: str, *, plugin: str = PLUGIN, env: dict | None = None) -> subprocess.Popen:
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
-    return subprocess.Popen(plugin_argv(python, plugin), cwd=data_dir, env=host_env(data_dir, env),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, bufsize=1 << 16)
+    return subprocess.Popen(
+        plugin_argv(python, plugin),
+        cwd=data_dir,
+        env=host_env(data_dir, env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        bufsize=1 << 16,
+    )
 
 
 def stop(proc: subprocess.Popen, shutdown, timeout: float = 5.0) -> int | None:
@@ -118,9 +133,17 @@ class RpcError(Exception):
 
 
 class EppClient:
-    def __init__(self, data_dir: str, config: dict | None = None, *, python: str | None = None,
-                 core: dict | None = None, initialize: bool = True, env: dict | None = None,
-                 plugin: str = PLUGIN):
+    def __init__(
+        self,
+        data_dir: str,
+        config: dict | None = None,
+        *,
+        python: str | None = None,
+        core: dict | None = None,
+        initialize: bool = True,
+        env: dict | None = None,
+        plugin: str = PLUGIN,
+    ):
         self.data_dir = data_dir
         self.proc = spawn(python or sys.executable, data_dir, plugin=plugin, env=env)
         self._ids = itertools.count(1)
@@ -131,7 +154,7 @@ class EppClient:
         self.notifications: list[dict] = []
         self.violations: list[str] = []
         self.lines: list[bytes] = []
-        self.stderr = b""                 # its last 64 KiB
+        self.stderr = b""  # its last 64 KiB
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._err_reader = threading.Thread(target=self._read_err, daemon=True)
@@ -208,14 +231,17 @@ class EppClient:
         try:
             msg = q.get(timeout=timeout)
         except queue.Empty:
-            raise TimeoutError(f"no answer to request {rid!r} within {timeout}s; stderr: "
-                               f"{self.stderr[-2000:].decode(errors='replace')}") from None
+            raise TimeoutError(
+                f"no answer to request {rid!r} within {timeout}s; stderr: "
+                f"{self.stderr[-2000:].decode(errors='replace')}"
+            ) from None
         finally:
             with self._lock:
                 self._pending.pop(rid, None)
         if msg is None:
-            raise EOFError(f"plugin exited (rc={self.proc.poll()}); stderr: "
-                           f"{self.stderr[-2000:].decode(errors='replace')}")
+            raise EOFError(
+                f"plugin exited (rc={self.proc.poll()}); stderr: {self.stderr[-2000:].decode(errors='replace')}"
+            )
         return msg
 
     def wait(self, rid: int, q: queue.Queue, timeout: float = 60.0) -> Any:
@@ -245,11 +271,27 @@ class EppClient:
             if msg.get("method") == "exec.exit":
                 return
 
-    def exec_stream(self, sandbox_id: str, cmd: str, args: list | None = None, *, timeout: float = 60,
-                    wait: float | None = None, **extra) -> tuple[str, list[dict], int]:
+    def exec_stream(
+        self,
+        sandbox_id: str,
+        cmd: str,
+        args: list | None = None,
+        *,
+        timeout: float = 60,
+        wait: float | None = None,
+        **extra,
+    ) -> tuple[str, list[dict], int]:
         """exec.start, then collect every notification up to exec.exit: (pid, notifications, code)."""
-        params = {"sandbox_id": sandbox_id, "cmd": cmd, "args": list(args or []), "env": {}, "cwd": "",
-                  "user": "", "timeout": timeout, **extra}
+        params = {
+            "sandbox_id": sandbox_id,
+            "cmd": cmd,
+            "args": list(args or []),
+            "env": {},
+            "cwd": "",
+            "user": "",
+            "timeout": timeout,
+            **extra,
+        }
         res = self.call("exec.start", params, timeout=timeout + 5)
         pid = str(res["process_id"])
         notes = list(self.events(pid, timeout=wait or timeout + 10))
@@ -257,8 +299,11 @@ class EppClient:
 
     @staticmethod
     def joined(notes: list[dict], stream: str = "stdout") -> str:
-        return "".join(n["params"]["data"] for n in notes
-                       if n.get("method") == "exec.output" and n["params"].get("stream") == stream)
+        return "".join(
+            n["params"]["data"]
+            for n in notes
+            if n.get("method") == "exec.output" and n["params"].get("stream") == stream
+        )
 
     def close(self, timeout: float = 5.0) -> int | None:
         code = stop(self.proc, lambda: self.call("shutdown", {}, timeout=2), timeout)
@@ -284,8 +329,9 @@ class EppError(Exception):
 class Plugin:
     """The bench's lean synchronous driver (no reader thread)."""
 
-    def __init__(self, python: str, data_dir: str, config: dict | None = None, *, plugin: str = PLUGIN,
-                 initialize: bool = True):
+    def __init__(
+        self, python: str, data_dir: str, config: dict | None = None, *, plugin: str = PLUGIN, initialize: bool = True
+    ):
         self.data_dir = data_dir
         self.argv = plugin_argv(python, plugin)
         self.proc = spawn(python, data_dir, plugin=plugin)
@@ -322,11 +368,20 @@ class Plugin:
                     raise EppError(f"{method}: {msg['error']}")
                 return msg["result"]
 
-    def exec(self, sandbox_id: str, cmd: str, args: list[str] | None = None, on_output=None,
-             timeout: int = 300) -> int:
+    def exec(self, sandbox_id: str, cmd: str, args: list[str] | None = None, on_output=None, timeout: int = 300) -> int:
         """exec.start, then notifications until exec.exit (the host's commands.run path)."""
-        rid = self.send("exec.start", {"sandbox_id": sandbox_id, "cmd": cmd, "args": list(args or []),
-                                       "env": {}, "cwd": "", "user": "", "timeout": timeout})
+        rid = self.send(
+            "exec.start",
+            {
+                "sandbox_id": sandbox_id,
+                "cmd": cmd,
+                "args": list(args or []),
+                "env": {},
+                "cwd": "",
+                "user": "",
+                "timeout": timeout,
+            },
+        )
         answered = False
         while True:
             msg = self.read()
@@ -337,7 +392,7 @@ class Plugin:
                     on_output(p.get("stream"), p.get("data", ""))
             elif method == "exec.exit":
                 code = int(msg["params"]["exit_code"])
-                if not answered:        # the answer may come after the notifications; collect it
+                if not answered:  # the answer may come after the notifications; collect it
                     self._until(rid)
                 return code
             elif msg.get("id") == rid:

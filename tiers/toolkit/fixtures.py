@@ -5,6 +5,7 @@
   anything that is not a valid EPP line.
 * ``sid``: a sandbox created through ``epp``, killed afterwards.
 """
+
 from __future__ import annotations
 
 import pytest

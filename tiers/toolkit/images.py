@@ -1,6 +1,7 @@
 """Test images written by the tests themselves: layer tars (any entry, hostile ones included), OCI image
 layouts, ``docker save`` tarballs (legacy manifest.json), a reader of real ``docker save`` tarballs, and a
 stdlib pusher for an OCI registry; ``docker_has`` says whether the local Docker holds an image."""
+
 from __future__ import annotations
 
 import gzip
@@ -64,20 +65,36 @@ class BuiltImage:
     gz: bool = True
 
     def __post_init__(self) -> None:
-        cfg = {"architecture": self.arch, "os": "linux",
-               "config": {"Env": ["PATH=/usr/bin:/bin", "HELLO=world"], "WorkingDir": "/work", "User": "1000:1000",
-                          "Entrypoint": ["/bin/sh"], "Cmd": ["-c", "true"], "Labels": {"a": "b"}},
-               "rootfs": {"type": "layers", "diff_ids": [sha(t) for _, t in self.layers]}}
+        cfg = {
+            "architecture": self.arch,
+            "os": "linux",
+            "config": {
+                "Env": ["PATH=/usr/bin:/bin", "HELLO=world"],
+                "WorkingDir": "/work",
+                "User": "1000:1000",
+                "Entrypoint": ["/bin/sh"],
+                "Cmd": ["-c", "true"],
+                "Labels": {"a": "b"},
+            },
+            "rootfs": {"type": "layers", "diff_ids": [sha(t) for _, t in self.layers]},
+        }
         cfg.update(self.config_extra)
         self.config = json.dumps(cfg, sort_keys=True).encode()
         self.manifest = self._make_manifest()
 
     def _make_manifest(self) -> bytes:
-        return json.dumps({
-            "schemaVersion": 2, "mediaType": MT_MANIFEST,
-            "config": {"mediaType": MT_CONFIG, "digest": sha(self.config), "size": len(self.config)},
-            "layers": [{"mediaType": MT_LAYER_GZ if self.gz else MT_LAYER, "digest": sha(b), "size": len(b)}
-                       for b, _ in self.layers]}, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MT_MANIFEST,
+                "config": {"mediaType": MT_CONFIG, "digest": sha(self.config), "size": len(self.config)},
+                "layers": [
+                    {"mediaType": MT_LAYER_GZ if self.gz else MT_LAYER, "digest": sha(b), "size": len(b)}
+                    for b, _ in self.layers
+                ],
+            },
+            sort_keys=True,
+        ).encode()
 
     @property
     def digest(self) -> str:
@@ -90,8 +107,13 @@ class BuiltImage:
         return out
 
 
-def write_oci_layout(path: str, images: dict[str, BuiltImage], *, index_for: dict[str, list[BuiltImage]] | None = None,
-                     corrupt: str | None = None) -> None:
+def write_oci_layout(
+    path: str,
+    images: dict[str, BuiltImage],
+    *,
+    index_for: dict[str, list[BuiltImage]] | None = None,
+    corrupt: str | None = None,
+) -> None:
     """An OCI image layout directory: each name gets an index.json entry (ref.name + containerd name).
     index_for: names that point at an image index with several platforms. corrupt: a blob digest whose
     bytes are altered on disk."""
@@ -109,20 +131,40 @@ def write_oci_layout(path: str, images: dict[str, BuiltImage], *, index_for: dic
     for name, img in images.items():
         for data in img.blobs().values():
             put(data)
-        manifests.append({"mediaType": MT_MANIFEST, "digest": img.digest, "size": len(img.manifest),
-                          "annotations": {"io.containerd.image.name": name,
-                                          "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}})
+        manifests.append(
+            {
+                "mediaType": MT_MANIFEST,
+                "digest": img.digest,
+                "size": len(img.manifest),
+                "annotations": {
+                    "io.containerd.image.name": name,
+                    "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],
+                },
+            }
+        )
     for name, imgs in (index_for or {}).items():
         idx = {"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": []}
         for img in imgs:
             for data in img.blobs().values():
                 put(data)
-            idx["manifests"].append({"mediaType": MT_MANIFEST, "digest": img.digest, "size": len(img.manifest),
-                                     "platform": {"os": "linux", "architecture": img.arch}})
+            idx["manifests"].append(
+                {
+                    "mediaType": MT_MANIFEST,
+                    "digest": img.digest,
+                    "size": len(img.manifest),
+                    "platform": {"os": "linux", "architecture": img.arch},
+                }
+            )
         data = json.dumps(idx).encode()
         put(data)
-        manifests.append({"mediaType": MT_INDEX, "digest": sha(data), "size": len(data),
-                          "annotations": {"io.containerd.image.name": name}})
+        manifests.append(
+            {
+                "mediaType": MT_INDEX,
+                "digest": sha(data),
+                "size": len(data),
+                "annotations": {"io.containerd.image.name": name},
+            }
+        )
     with open(os.path.join(path, "index.json"), "w") as f:
         json.dump({"schemaVersion": 2, "manifests": manifests}, f)
     if corrupt:
@@ -133,7 +175,7 @@ def write_oci_layout(path: str, images: dict[str, BuiltImage], *, index_for: dic
             f.write(bytes(data))
 
 
-BUSYBOX = "/bin/busybox"                # Debian busybox-static: what image tests build their images from
+BUSYBOX = "/bin/busybox"  # Debian busybox-static: what image tests build their images from
 
 
 def static_busybox() -> bool:
@@ -149,8 +191,12 @@ def docker_has(image: str) -> bool:
     if shutil.which("docker") is None:
         return False
     try:
-        return subprocess.run(["docker", "image", "inspect", image], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+        return (
+            subprocess.run(
+                ["docker", "image", "inspect", image], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -164,8 +210,9 @@ def write_docker_save(path: str, name: str, img: BuiltImage) -> None:
         ln = "%s/layer.tar" % sha(tar)[7:]
         layer_names.append(ln)
         members.append((ln, tar))
-    members.append(("manifest.json", json.dumps([{"Config": cfg_name, "RepoTags": [name],
-                                                  "Layers": layer_names}]).encode()))
+    members.append(
+        ("manifest.json", json.dumps([{"Config": cfg_name, "RepoTags": [name], "Layers": layer_names}]).encode())
+    )
     with tarfile.open(path, "w") as tf:
         for n, data in members:
             ti = tarfile.TarInfo(n)
@@ -188,11 +235,13 @@ def read_docker_save(path: str) -> dict[str, SavedImage]:
     """Every tagged image of a ``docker save`` tarball (manifest.json: Config, RepoTags, Layers), by tag."""
     out: dict[str, SavedImage] = {}
     with tarfile.open(path) as tf:
+
         def member(name: str) -> bytes:
             f = tf.extractfile(name)
             if f is None:
                 raise ValueError("%s: %s is not a file" % (path, name))
             return f.read()
+
         for entry in json.loads(member("manifest.json")):
             img = SavedImage(member(entry["Config"]), [member(n) for n in entry["Layers"]])
             for tag in entry.get("RepoTags") or []:
@@ -201,8 +250,15 @@ def read_docker_save(path: str) -> dict[str, SavedImage]:
 
 
 # -- pushing to a registry (OCI distribution API) -------------------------------------------------------------
-def push(base: str, repo: str, tag: str, img: BuiltImage | None = None, *, index: list[BuiltImage] | None = None,
-         authz: str | None = None) -> str:
+def push(
+    base: str,
+    repo: str,
+    tag: str,
+    img: BuiltImage | None = None,
+    *,
+    index: list[BuiltImage] | None = None,
+    authz: str | None = None,
+) -> str:
     """Push img (or an index of images) as repo:tag to http://host:port; returns the manifest digest."""
     u = urllib.parse.urlsplit(base)
 
@@ -240,8 +296,20 @@ def push(base: str, repo: str, tag: str, img: BuiltImage | None = None, *, index
     if index is None:
         manifest(tag, img.manifest, MT_MANIFEST)
         return img.digest
-    idx = json.dumps({"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": [
-        {"mediaType": MT_MANIFEST, "digest": im.digest, "size": len(im.manifest),
-         "platform": {"os": "linux", "architecture": im.arch}} for im in index]}).encode()
+    idx = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": MT_INDEX,
+            "manifests": [
+                {
+                    "mediaType": MT_MANIFEST,
+                    "digest": im.digest,
+                    "size": len(im.manifest),
+                    "platform": {"os": "linux", "architecture": im.arch},
+                }
+                for im in index
+            ],
+        }
+    ).encode()
     manifest(tag, idx, MT_INDEX)
     return sha(idx)

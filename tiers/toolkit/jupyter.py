@@ -1,6 +1,7 @@
 """A Jupyter env for code-interpreter tests (mock_opensandbox/runtime/jupyterenv.py), made once from the pinned
 requirements and cached under the project's .venv (keyed by the pins); a test that needs it skips with
 one line when pip cannot install it here (no index reachable)."""
+
 from __future__ import annotations
 
 import fcntl

@@ -1,4 +1,5 @@
 """Skip markers several tiers share."""
+
 from __future__ import annotations
 
 import pytest

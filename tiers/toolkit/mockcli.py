@@ -1,5 +1,6 @@
 """The mock's command line as a test drives it: ``Cli`` (``python -m mock_opensandbox`` in the foreground,
 read up to its banner; stop / kill) and the ``cli_factory`` fixture (t1's conftest offers it)."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,7 @@ class Cli:
 
     def __init__(self, *args: str, launcher: Sequence[str] = (), env: dict[str, str] | None = None):
         argv = [*(launcher or [sys.executable]), "-m", "mock_opensandbox", "--port", "0", *args]
-        self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env)
+        self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: list[str] = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -1,4 +1,5 @@
 """Where the plugin is, and how tests import its modules."""
+
 from __future__ import annotations
 
 import os
@@ -6,7 +7,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLUGIN_DIR = os.path.join(REPO, "plugin")
-LAUNCH = os.path.join(PLUGIN_DIR, "launch.py")       # what the manifest runs
+LAUNCH = os.path.join(PLUGIN_DIR, "launch.py")  # what the manifest runs
 PROVIDER = os.path.join(PLUGIN_DIR, "provider.py")
 
 

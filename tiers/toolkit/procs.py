@@ -1,5 +1,6 @@
 """/proc readers (Linux): what tests check about processes left behind or started; and ``close_and_wait``, the end
 of a helper process that stops at EOF on its stdin."""
+
 from __future__ import annotations
 
 import os

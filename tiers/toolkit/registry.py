@@ -1,6 +1,7 @@
 """A real OCI registry for tests: Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1 with an
 ephemeral port and a temp storage dir, with token auth (a tiny token server here, JWTs signed by openssl)
 or htpasswd basic auth. Everything started here is stopped and removed by ``close()``."""
+
 from __future__ import annotations
 
 import base64
@@ -35,9 +36,27 @@ class TokenServer:
         self.users = users
         self.key = os.path.join(work, "token.key")
         self.cert = os.path.join(work, "token.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", self.key,
-                        "-out", self.cert, "-days", "1", "-subj", "/CN=test-token"], check=True,
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                self.key,
+                "-out",
+                self.cert,
+                "-days",
+                "1",
+                "-subj",
+                "/CN=test-token",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         pem = open(self.cert).read()
         der = base64.b64decode("".join(pem.split("-----")[2].split()))
         self.x5c = base64.b64encode(der).decode()
@@ -87,11 +106,28 @@ class TokenServer:
     def mint(self, user: str, access: list[dict]) -> str:
         now = int(time.time())
         head = _b64(json.dumps({"typ": "JWT", "alg": "RS256", "x5c": [self.x5c]}).encode())
-        claims = _b64(json.dumps({"iss": ISSUER, "sub": user, "aud": SERVICE, "exp": now + 600, "nbf": now - 60,
-                                  "iat": now, "jti": secrets.token_hex(8), "access": access}).encode())
+        claims = _b64(
+            json.dumps(
+                {
+                    "iss": ISSUER,
+                    "sub": user,
+                    "aud": SERVICE,
+                    "exp": now + 600,
+                    "nbf": now - 60,
+                    "iat": now,
+                    "jti": secrets.token_hex(8),
+                    "access": access,
+                }
+            ).encode()
+        )
         signing = ("%s.%s" % (head, claims)).encode()
-        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", self.key], input=signing,
-                             capture_output=True, check=True, timeout=30).stdout
+        sig = subprocess.run(
+            ["openssl", "dgst", "-sha256", "-sign", self.key],
+            input=signing,
+            capture_output=True,
+            check=True,
+            timeout=30,
+        ).stdout
         return "%s.%s.%s" % (head, claims, _b64(sig))
 
     def close(self) -> None:
@@ -111,20 +147,39 @@ class Registry:
         self.proc: subprocess.Popen | None = None
         users = users or {}
         try:
-            cfg = ["version: 0.1", "log:", "  level: info", "  accesslog:", "    disabled: true",
-                   "storage:", "  filesystem:", "    rootdirectory: %s" % self.storage, "  delete:",
-                   "    enabled: true", "http:", "  addr: 127.0.0.1:0"]
+            cfg = [
+                "version: 0.1",
+                "log:",
+                "  level: info",
+                "  accesslog:",
+                "    disabled: true",
+                "storage:",
+                "  filesystem:",
+                "    rootdirectory: %s" % self.storage,
+                "  delete:",
+                "    enabled: true",
+                "http:",
+                "  addr: 127.0.0.1:0",
+            ]
             if auth == "token":
                 self.token = TokenServer(self.work, users)
-                cfg += ["auth:", "  token:", "    realm: %s" % self.token.realm, "    service: %s" % SERVICE,
-                        "    issuer: %s" % ISSUER, "    rootcertbundle: %s" % self.token.cert]
+                cfg += [
+                    "auth:",
+                    "  token:",
+                    "    realm: %s" % self.token.realm,
+                    "    service: %s" % SERVICE,
+                    "    issuer: %s" % ISSUER,
+                    "    rootcertbundle: %s" % self.token.cert,
+                ]
             elif auth == "htpasswd":
                 import warnings
+
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)
                     import crypt  # bcrypt through libxcrypt; the registry reads only bcrypt
-                lines = [u + ":" + crypt.crypt(p, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
-                         for u, p in users.items()]
+                lines = [
+                    u + ":" + crypt.crypt(p, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)) for u, p in users.items()
+                ]
                 hp = os.path.join(self.work, "htpasswd")
                 with open(hp, "w") as f:
                     f.write("\n".join(lines) + "\n")
@@ -133,8 +188,13 @@ class Registry:
             with open(path, "w") as f:
                 f.write("\n".join(cfg) + "\n")
             self.log = open(os.path.join(self.work, "registry.log"), "w+b")
-            self.proc = subprocess.Popen([BINARY, "serve", path], stdout=self.log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [BINARY, "serve", path],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             self.port = self._wait_port()
         except BaseException:
             self.close()
@@ -167,8 +227,9 @@ class Registry:
 
     def push_authz(self, user: str, repo: str) -> str | None:
         if self.token:
-            return "Bearer " + self.token.mint(user, [{"type": "repository", "name": repo,
-                                                       "actions": ["pull", "push"]}])
+            return "Bearer " + self.token.mint(
+                user, [{"type": "repository", "name": repo, "actions": ["pull", "push"]}]
+            )
         return None
 
     def close(self) -> None:

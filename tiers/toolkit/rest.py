@@ -12,6 +12,7 @@ The answer is a ``Reply``: ``status``, ``headers`` (names looked up in any case;
 ``raw_headers`` (as sent: order, case, repeats), ``body`` bytes, ``json()``, ``text``; it also unpacks as
 ``status, headers, body``.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -71,8 +72,15 @@ def hostport(target: Union[str, int]) -> str:
     return target.split("://", 1)[1].split("/", 1)[0] if "://" in target else target
 
 
-def call(target: Union[str, int], method: str, path: str, body: Any = None,
-         headers: Optional[Mapping[str, str]] = None, timeout: float = 30.0, wait_eof: bool = False) -> Reply:
+def call(
+    target: Union[str, int],
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: Optional[Mapping[str, str]] = None,
+    timeout: float = 30.0,
+    wait_eof: bool = False,
+) -> Reply:
     h = {"Connection": "close"}
     for k, v in (headers or {}).items():
         for have in [n for n in h if n.lower() == k.lower()]:

@@ -1,4 +1,5 @@
 """The official Python SDK's (opensandbox==1.1.1) connection config for a mock: one place for the t2 oracles."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -13,5 +14,9 @@ def sdk_config(osb: Any, *, sync: bool, timeout: float = 30.0) -> Any:
         from opensandbox.config.connection_sync import ConnectionConfigSync as config
     else:
         from opensandbox.config import ConnectionConfig as config
-    return config(api_key=osb.api_key, domain=osb.base_url.split("://", 1)[1], protocol="http",
-                  request_timeout=timedelta(seconds=timeout))
+    return config(
+        api_key=osb.api_key,
+        domain=osb.base_url.split("://", 1)[1],
+        protocol="http",
+        request_timeout=timedelta(seconds=timeout),
+    )

@@ -18,6 +18,7 @@ Rules:
   sends; a spec-conformant ``data:`` stream is reported as a difference from the recordings too) and
   every frame must validate against the operation's event schema.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,8 @@ SPEC_FILES = ("sandbox-lifecycle.yml", "execd-api.yaml")
 ALLOW_FILE = os.path.join(REPO, "tiers", "t2", "ALLOWED_DIFFERENCES")
 SPEC_PIN_FILE = os.path.join(REPO, "tiers", "SPEC_PIN")
 EXECD_PORT = "44772"
-LIFECYCLE_HOST = "http://localhost:8080"   # sandbox-lifecycle.yml servers: http://localhost:8080/v1
-EXECD_HOST = "http://localhost:44772"      # execd-api.yaml servers: http://localhost:44772
+LIFECYCLE_HOST = "http://localhost:8080"  # sandbox-lifecycle.yml servers: http://localhost:8080/v1
+EXECD_HOST = "http://localhost:44772"  # execd-api.yaml servers: http://localhost:44772
 CREDENTIAL_HEADER = {"lifecycle": "OPEN-SANDBOX-API-KEY", "execd": "X-EXECD-ACCESS-TOKEN"}
 EXECD_TOP = re.compile(r"^/(ping|command|files|directories|code|session|metrics|pty)(/|$)")
 # What tiers/conftest.py installed for this session: {"guard": SpecGuard|None, "observer", "skip_reason"}.
@@ -93,8 +94,11 @@ class ReplayAllow:
     line: int
 
     def matches(self, scenario: str, index: int, what: str) -> bool:
-        return bool(self.scenario.search(scenario) and (self.indices is None or index in self.indices)
-                    and self.what.search(what))
+        return bool(
+            self.scenario.search(scenario)
+            and (self.indices is None or index in self.indices)
+            and self.what.search(what)
+        )
 
 
 class AllowListError(ValueError):
@@ -134,11 +138,14 @@ def load_allow_list(path: str = ALLOW_FILE) -> tuple[list[SpecAllow], list[Repla
                 if fields[0] == "spec" and len(fields) == 4:
                     spec.append(SpecAllow(re.compile(fields[1]), re.compile(fields[2]), fields[3], n))
                 elif fields[0] == "replay" and len(fields) == 5:
-                    replay.append(ReplayAllow(re.compile(fields[1]), _indices(fields[2], n), re.compile(fields[3]),
-                                              fields[4], n))
+                    replay.append(
+                        ReplayAllow(re.compile(fields[1]), _indices(fields[2], n), re.compile(fields[3]), fields[4], n)
+                    )
                 else:
-                    raise AllowListError(f"ALLOWED_DIFFERENCES:{n}: expected 'spec | where | what | reason' or "
-                                         f"'replay | scenario | exchanges | what | reason'")
+                    raise AllowListError(
+                        f"ALLOWED_DIFFERENCES:{n}: expected 'spec | where | what | reason' or "
+                        f"'replay | scenario | exchanges | what | reason'"
+                    )
             except re.error as exc:
                 raise AllowListError(f"ALLOWED_DIFFERENCES:{n}: bad regex: {exc}") from None
             if not fields[-1] or len(fields[-1]) < 10:
@@ -149,12 +156,12 @@ def load_allow_list(path: str = ALLOW_FILE) -> tuple[list[SpecAllow], list[Repla
 # -- violations --------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Violation:
-    side: str        # request | response
-    api: str         # lifecycle | execd
+    side: str  # request | response
+    api: str  # lifecycle | execd
     method: str
-    path: str        # the path as validated (spec-relative for execd)
+    path: str  # the path as validated (spec-relative for execd)
     status: int
-    error: str       # openapi-core error class or our own (SSEFraming...)
+    error: str  # openapi-core error class or our own (SSEFraming...)
     detail: str
     test: str = ""
 
@@ -172,15 +179,16 @@ class Violation:
 
 def _short(text: str, limit: int = 160) -> str:
     text = re.sub(r"\s+", " ", text)
-    return text if len(text) <= limit else text[:60] + " ... " + text[-(limit - 65):]
+    return text if len(text) <= limit else text[:60] + " ... " + text[-(limit - 65) :]
 
 
 def _err_detail(err: BaseException) -> str:
     """One line: the error's own message without the (possibly huge) offending value, then the
     schema errors as ``<json path>: <message>`` with long values shortened."""
     head = str(err)
-    head = re.sub(r"Value .* not valid for schema of type (\w+).*$", r"value not valid for schema of type \1",
-                  head, flags=re.S)
+    head = re.sub(
+        r"Value .* not valid for schema of type (\w+).*$", r"value not valid for schema of type \1", head, flags=re.S
+    )
     name = getattr(err, "name", None)
     if isinstance(name, str) and name not in head:
         head = f"{head} (header {name})" if "Header" in type(err).__name__ else f"{head} ({name})"
@@ -194,8 +202,16 @@ def _err_detail(err: BaseException) -> str:
                 path = "/".join(str(p) for p in getattr(e, "absolute_path", []) or [])
                 parts.append(f"{path or '$'}: {_short(getattr(e, 'message', str(e)))}")
         else:
-            parts.append(_short(re.sub(r"Value .* not valid for schema of type (\w+).*$",
-                                       r"value not valid for schema of type \1", str(cause), flags=re.S)))
+            parts.append(
+                _short(
+                    re.sub(
+                        r"Value .* not valid for schema of type (\w+).*$",
+                        r"value not valid for schema of type \1",
+                        str(cause),
+                        flags=re.S,
+                    )
+                )
+            )
         cause = cause.__cause__
         depth += 1
     return " | ".join(p for p in parts if p)[:600]
@@ -259,13 +275,16 @@ class SpecGuard:
                 if self._apps is None:
                     from openapi_core import Config, OpenAPI
 
-                    cfg = Config(extra_media_type_deserializers={
-                        # one event-stream frame at a time (see _validate_response)
-                        "text/event-stream": lambda data: json.loads(data),
-                        # a binary download is a string of bytes for the schema (type: string, format: binary)
-                        "application/octet-stream": lambda data: data.decode("latin-1")
-                        if isinstance(data, (bytes, bytearray)) else data,
-                    })
+                    cfg = Config(
+                        extra_media_type_deserializers={
+                            # one event-stream frame at a time (see _validate_response)
+                            "text/event-stream": lambda data: json.loads(data),
+                            # a binary download is a string of bytes for the schema (type: string, format: binary)
+                            "application/octet-stream": lambda data: (
+                                data.decode("latin-1") if isinstance(data, (bytes, bytearray)) else data
+                            ),
+                        }
+                    )
                     self._apps = {
                         "lifecycle": OpenAPI.from_file_path(os.path.join(self.directory, SPEC_FILES[0]), config=cfg),
                         "execd": OpenAPI.from_file_path(os.path.join(self.directory, SPEC_FILES[1]), config=cfg),
@@ -288,7 +307,7 @@ class SpecGuard:
                 return "lifecycle", "/v1" + path  # routes are also served without /v1 (seed 000 §1.3)
             return "lifecycle", path
         if path.startswith("/proxy/"):
-            rest = path[len("/proxy/"):]
+            rest = path[len("/proxy/") :]
             port, _, tail = rest.partition("/")
             if port != EXECD_PORT:
                 return None
@@ -298,9 +317,18 @@ class SpecGuard:
         return None  # e.g. application traffic on a published port
 
     # -- validation --------------------------------------------------------------------------------
-    def check(self, server_kind: str, method: str, path: str, query: dict[str, list[str]] | Iterable[tuple[str, str]],
-              request_headers: dict[str, str], request_body: bytes | None, status: int,
-              response_headers: dict[str, str], response_body: bytes) -> list[Violation]:
+    def check(
+        self,
+        server_kind: str,
+        method: str,
+        path: str,
+        query: dict[str, list[str]] | Iterable[tuple[str, str]],
+        request_headers: dict[str, str],
+        request_body: bytes | None,
+        status: int,
+        response_headers: dict[str, str],
+        response_body: bytes,
+    ) -> list[Violation]:
         routed = self.route(server_kind, path)
         if routed is None:
             return []
@@ -321,14 +349,20 @@ class SpecGuard:
                     return v
             return ""
 
-        req = MockRequest(host, method, spath, args=MultiDict(pairs), headers=dict(request_headers),
-                          data=request_body, content_type=hval(request_headers, "content-type"))
+        req = MockRequest(
+            host,
+            method,
+            spath,
+            args=MultiDict(pairs),
+            headers=dict(request_headers),
+            data=request_body,
+            content_type=hval(request_headers, "content-type"),
+        )
         out: list[Violation] = []
         seen: set[str] = set()
 
         def add(side: str, err: BaseException | None, error: str = "", detail: str = "") -> None:
-            v = Violation(side, api, method, spath, status, error or type(err).__name__,
-                          detail or _err_detail(err))  # type: ignore[arg-type]
+            v = Violation(side, api, method, spath, status, error or type(err).__name__, detail or _err_detail(err))  # type: ignore[arg-type]
             if v.what not in seen:
                 seen.add(v.what)
                 out.append(v)
@@ -341,12 +375,21 @@ class SpecGuard:
                     # with a stand-in credential so parameters and bodies are still checked
                     hdrs = dict(request_headers)
                     hdrs[CREDENTIAL_HEADER[api]] = "spec-guard-stand-in"
-                    req2 = MockRequest(host, method, spath, args=MultiDict(pairs), headers=hdrs,
-                                       data=request_body, content_type=hval(request_headers, "content-type"))
+                    req2 = MockRequest(
+                        host,
+                        method,
+                        spath,
+                        args=MultiDict(pairs),
+                        headers=hdrs,
+                        data=request_body,
+                        content_type=hval(request_headers, "content-type"),
+                    )
                     errors = [e for e in errors if type(e).__name__ == "SecurityValidationError"]
                     errors += list(app.iter_request_errors(req2))
-                body_sent = not request_body and (hval(request_headers, "content-length") not in ("", "0")
-                                                       or hval(request_headers, "transfer-encoding") != "")
+                body_sent = not request_body and (
+                    hval(request_headers, "content-length") not in ("", "0")
+                    or hval(request_headers, "transfer-encoding") != ""
+                )
                 for err in errors:
                     if body_sent and type(err).__name__ == "MissingRequiredRequestBody":
                         continue  # the body went by without being captured (streamed through a proxy)
@@ -368,8 +411,9 @@ class SpecGuard:
         return out
 
     @staticmethod
-    def _validate_response(app: Any, req: Any, data: bytes, status: int, headers: dict[str, str], ctype: str,
-                           add: Any) -> None:
+    def _validate_response(
+        app: Any, req: Any, data: bytes, status: int, headers: dict[str, str], ctype: str, add: Any
+    ) -> None:
         from openapi_core.testing import MockResponse
 
         resp = MockResponse(data, status, headers=dict(headers), content_type=ctype)
@@ -388,8 +432,17 @@ class SpecGuard:
                 self.unobserved[key] = self.unobserved.get(key, 0) + 1
             return
         try:
-            found = self.check(ex.server_kind, ex.method, ex.path, ex.query, ex.request_headers, ex.request_body,
-                               ex.status, ex.response_headers, ex.response_body)
+            found = self.check(
+                ex.server_kind,
+                ex.method,
+                ex.path,
+                ex.query,
+                ex.request_headers,
+                ex.request_body,
+                ex.status,
+                ex.response_headers,
+                ex.response_body,
+            )
         except Exception as exc:  # pragma: no cover - the guard must never break the mock
             found = [Violation("guard", "?", ex.method, ex.path, ex.status, "GuardCrash", repr(exc)[:300])]
         with self._lock:
@@ -419,8 +472,10 @@ class SpecGuard:
             vs = list(self.violations)
             checked = self.checked
             hits = dict(self.allowed_hits)
-        lines = [f"spec guard: {checked} exchanges validated, {len(vs)} unexplained violation(s), "
-                 f"{sum(hits.values())} allowed ({len(hits)}/{len(self.allow)} allow-list entries used)"]
+        lines = [
+            f"spec guard: {checked} exchanges validated, {len(vs)} unexplained violation(s), "
+            f"{sum(hits.values())} allowed ({len(hits)}/{len(self.allow)} allow-list entries used)"
+        ]
         grouped: dict[str, list[Violation]] = {}
         for v in vs:
             grouped.setdefault(f"{v.where} :: {normalize_path(v.what)}", []).append(v)
@@ -432,6 +487,8 @@ class SpecGuard:
         with self._lock:
             unobserved = dict(self.unobserved)
         if unobserved:
-            lines.append("spec guard: not validated (the mock wrote these responses without reporting their "
-                         "status to OBSERVERS): " + ", ".join(f"{k} x{n}" for k, n in sorted(unobserved.items())))
+            lines.append(
+                "spec guard: not validated (the mock wrote these responses without reporting their "
+                "status to OBSERVERS): " + ", ".join(f"{k} x{n}" for k, n in sorted(unobserved.items()))
+            )
         return lines

@@ -4,6 +4,7 @@ server in tiers/t4/test_live_volumes.py. Same requests, same expectations.
 ``Target(root, api_key, image)``: ``create(volumes)`` -> (status, body); ``run(sid, command)`` -> (exit status,
 stdout + stderr) through execd's POST /command; ``delete(sid)``. Sandboxes are deleted at ``close()``.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -52,9 +53,17 @@ class Target:
             return r.status, r.body.decode("utf-8", "replace")
 
     def create(self, volumes: List[dict], *, entrypoint: Optional[List[str]] = None) -> Tuple[int, Any]:
-        status, body = self.life("POST", "/v1/sandboxes", {
-            "image": {"uri": self.image}, "entrypoint": entrypoint or ["tail", "-f", "/dev/null"], "timeout": 600,
-            "resourceLimits": {"cpu": "500m", "memory": "512Mi"}, "volumes": volumes})
+        status, body = self.life(
+            "POST",
+            "/v1/sandboxes",
+            {
+                "image": {"uri": self.image},
+                "entrypoint": entrypoint or ["tail", "-f", "/dev/null"],
+                "timeout": 600,
+                "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
+                "volumes": volumes,
+            },
+        )
         if status == 202 and isinstance(body, dict):
             self.created.append(body["id"])
         return status, body
@@ -63,8 +72,12 @@ class Target:
         status, body = self.create(volumes)
         assert status == 202, (status, body)
         sid = body["id"]
-        _poll("state", lambda: self.life("GET", f"/v1/sandboxes/{sid}")[1]["status"]["state"],
-              lambda s: s == "Running", 120)
+        _poll(
+            "state",
+            lambda: self.life("GET", f"/v1/sandboxes/{sid}")[1]["status"]["state"],
+            lambda s: s == "Running",
+            120,
+        )
         return sid
 
     def _endpoint(self, sid: str) -> Tuple[str, Dict[str, str]]:
@@ -78,6 +91,7 @@ class Target:
                     return request("GET", ep[0], "/ping", headers=ep[1], timeout=5).status
                 except (OSError, http.client.HTTPException):
                     return None
+
             _poll("execd /ping", ping, lambda s: s == 200, 60)
             self._execd[sid] = ep
         return self._execd[sid]
@@ -109,6 +123,7 @@ class Target:
 
 # -- the flows: each returns what it saw; the tests assert the same values on every target ------------------
 
+
 def shared_between_sandboxes(t: Target) -> Dict[str, Any]:
     claim = unique()
     a = t.sandbox([pvc("work", claim, "/workspace/shared")])
@@ -134,17 +149,25 @@ def read_only(t: Target) -> Dict[str, Any]:
     a = t.sandbox([pvc("data", claim, "/data")])
     t.run(a, "echo seed > /data/seed")
     b = t.sandbox([pvc("data", claim, "/data", readOnly=True)])
-    return {"claim": claim, "read": t.run(b, "cat /data/seed"),
-            "write": t.run(b, "echo x > /data/new"), "touch": t.run(b, "touch /data/seed"),
-            "rm": t.run(b, "rm -f /data/seed; test -f /data/seed && echo still-there")}
+    return {
+        "claim": claim,
+        "read": t.run(b, "cat /data/seed"),
+        "write": t.run(b, "echo x > /data/new"),
+        "touch": t.run(b, "touch /data/seed"),
+        "rm": t.run(b, "rm -f /data/seed; test -f /data/seed && echo still-there"),
+    }
 
 
 def sub_path(t: Target) -> Dict[str, Any]:
     claim = unique()
     a = t.sandbox([pvc("data", claim, "/data")])
     t.run(a, "mkdir -p /data/projects/one && echo one > /data/projects/one/readme && echo top > /data/top")
-    b = t.sandbox([pvc("one", claim, "/work", subPath="projects/one"),
-                   pvc("fresh", claim, "/fresh", subPath="made/by/the/server")])
+    b = t.sandbox(
+        [
+            pvc("one", claim, "/work", subPath="projects/one"),
+            pvc("fresh", claim, "/fresh", subPath="made/by/the/server"),
+        ]
+    )
     seen = t.run(b, "cat /work/readme; ls /work; test -e /work/top || echo no-top")
     t.run(b, "echo hello > /fresh/f")
     back = t.run(a, "ls /data/made/by/the/server; cat /data/made/by/the/server/f")
@@ -155,15 +178,19 @@ def symlink_inside_volume(t: Target) -> Dict[str, Any]:
     """A sandbox plants links in a shared volume; another sandbox names them as subPath."""
     claim = unique()
     a = t.sandbox([pvc("data", claim, "/data")])
-    t.run(a, "mkdir -p /data/real && echo inside > /data/real/f && ln -s real /data/inlink && "
-             "ln -s / /data/root && ln -s ../../../../../../etc /data/up && ln -s /etc/passwd /data/pw")
+    t.run(
+        a,
+        "mkdir -p /data/real && echo inside > /data/real/f && ln -s real /data/inlink && "
+        "ln -s / /data/root && ln -s ../../../../../../etc /data/up && ln -s /etc/passwd /data/pw",
+    )
     out: Dict[str, Any] = {"claim": claim}
     ok_status, ok_body = t.create([pvc("data", claim, "/in", subPath="inlink")])
     out["inlink"] = ok_status
     if ok_status == 202:
         sid = ok_body["id"]
-        _poll("state", lambda: t.life("GET", f"/v1/sandboxes/{sid}")[1]["status"]["state"],
-              lambda s: s == "Running", 120)
+        _poll(
+            "state", lambda: t.life("GET", f"/v1/sandboxes/{sid}")[1]["status"]["state"], lambda s: s == "Running", 120
+        )
         out["inlink_read"] = t.run(sid, "cat /in/f")
     for name in ("root", "up"):
         out[name] = t.create([pvc("data", claim, "/x", subPath=name)])
@@ -180,8 +207,9 @@ def check_symlinks_stay_inside(seen: Dict[str, Any]) -> None:
     for name in ("root", "up"):
         status, body = seen[name]
         assert (status, body["code"]) == (400, "VOLUME::INVALID_SUB_PATH"), seen
-        assert body["message"] == ("Volume 'data': resolved subPath escapes the volume mountpoint after symlink "
-                                   "resolution.")
+        assert body["message"] == (
+            "Volume 'data': resolved subPath escapes the volume mountpoint after symlink resolution."
+        )
     assert seen["pw_is_own"] == (0, "root\n/etc/passwd\n")
 
 
@@ -198,23 +226,67 @@ def check_refusal(case: Tuple[str, List[dict], int, str, Optional[str]], got_sta
 # refusals before anything is mounted: (name, volumes, status, code, message or None)
 def refusals(claim: str) -> List[Tuple[str, List[dict], int, str, Optional[str]]]:
     return [
-        ("duplicate name", [pvc("a", claim, "/a"), pvc("a", claim, "/b")], 400, "VOLUME::DUPLICATE_NAME",
-         "Duplicate volume name 'a'. Each volume must have a unique name."),
-        ("absolute subPath", [pvc("a", claim, "/a", subPath="/etc")], 400, "VOLUME::INVALID_SUB_PATH",
-         "SubPath '/etc' must be a relative path, not absolute."),
-        ("subPath ..", [pvc("a", claim, "/a", subPath="x/../../etc")], 400, "VOLUME::INVALID_SUB_PATH",
-         "SubPath 'x/../../etc' contains path traversal '..' which is not allowed."),
-        ("host path ..", [host("h", "/tmp/../etc", "/h")], 400, "VOLUME::INVALID_HOST_PATH",
-         "Host path '/tmp/../etc' contains path traversal component '..'."),
-        ("host path //", [host("h", "/tmp//x", "/h")], 400, "VOLUME::INVALID_HOST_PATH",
-         "Host path '/tmp//x' is not normalized. Remove redundant slashes."),
-        ("missing volume, createIfNotExists false", [pvc("a", claim + "-absent", "/a", createIfNotExists=False)],
-         400, "VOLUME::PVC_NOT_FOUND",
-         "Volume 'a': Docker named volume '%s-absent' does not exist. Named volumes must be created before "
-         "sandbox creation (e.g., 'docker volume create <name>')." % claim),
-        ("ossfs without ossfs", [{"name": "o", "ossfs": {"bucket": "my-bucket", "endpoint": "oss.example.com",
-                                                         "accessKeyId": "id", "accessKeySecret": "secret"},
-                                  "mountPath": "/o"}], 500, "VOLUME::OSSFS_MOUNT_FAILED", None),
+        (
+            "duplicate name",
+            [pvc("a", claim, "/a"), pvc("a", claim, "/b")],
+            400,
+            "VOLUME::DUPLICATE_NAME",
+            "Duplicate volume name 'a'. Each volume must have a unique name.",
+        ),
+        (
+            "absolute subPath",
+            [pvc("a", claim, "/a", subPath="/etc")],
+            400,
+            "VOLUME::INVALID_SUB_PATH",
+            "SubPath '/etc' must be a relative path, not absolute.",
+        ),
+        (
+            "subPath ..",
+            [pvc("a", claim, "/a", subPath="x/../../etc")],
+            400,
+            "VOLUME::INVALID_SUB_PATH",
+            "SubPath 'x/../../etc' contains path traversal '..' which is not allowed.",
+        ),
+        (
+            "host path ..",
+            [host("h", "/tmp/../etc", "/h")],
+            400,
+            "VOLUME::INVALID_HOST_PATH",
+            "Host path '/tmp/../etc' contains path traversal component '..'.",
+        ),
+        (
+            "host path //",
+            [host("h", "/tmp//x", "/h")],
+            400,
+            "VOLUME::INVALID_HOST_PATH",
+            "Host path '/tmp//x' is not normalized. Remove redundant slashes.",
+        ),
+        (
+            "missing volume, createIfNotExists false",
+            [pvc("a", claim + "-absent", "/a", createIfNotExists=False)],
+            400,
+            "VOLUME::PVC_NOT_FOUND",
+            "Volume 'a': Docker named volume '%s-absent' does not exist. Named volumes must be created before "
+            "sandbox creation (e.g., 'docker volume create <name>')." % claim,
+        ),
+        (
+            "ossfs without ossfs",
+            [
+                {
+                    "name": "o",
+                    "ossfs": {
+                        "bucket": "my-bucket",
+                        "endpoint": "oss.example.com",
+                        "accessKeyId": "id",
+                        "accessKeySecret": "secret",
+                    },
+                    "mountPath": "/o",
+                }
+            ],
+            500,
+            "VOLUME::OSSFS_MOUNT_FAILED",
+            None,
+        ),
         ("mount over /proc", [pvc("a", claim, "/proc")], 500, "DOCKER::SANDBOX_START_FAILED", None),
         ("mount inside /proc", [pvc("a", claim, "/proc/x")], 500, "DOCKER::SANDBOX_START_FAILED", None),
         ("mount over /", [pvc("a", claim, "/")], 500, "DOCKER::SANDBOX_START_FAILED", None),
@@ -226,13 +298,24 @@ def refusals(claim: str) -> List[Tuple[str, List[dict], int, str, Optional[str]]
 # writes bootstrap.sh and execd into a volume over /opt/opensandbox); the mock keeps both its own
 MOCK_ONLY_REFUSALS = [
     ("mount over /dev", lambda claim: [pvc("a", claim, "/dev")], 500, "DOCKER::SANDBOX_START_FAILED"),
-    ("mount over /opt/opensandbox", lambda claim: [pvc("a", claim, "/opt/opensandbox")], 500,
-     "DOCKER::SANDBOX_START_FAILED"),
-    ("mount below /opt/opensandbox", lambda claim: [pvc("a", claim, "/opt/opensandbox/execd")], 500,
-     "DOCKER::SANDBOX_START_FAILED"),
+    (
+        "mount over /opt/opensandbox",
+        lambda claim: [pvc("a", claim, "/opt/opensandbox")],
+        500,
+        "DOCKER::SANDBOX_START_FAILED",
+    ),
+    (
+        "mount below /opt/opensandbox",
+        lambda claim: [pvc("a", claim, "/opt/opensandbox/execd")],
+        500,
+        "DOCKER::SANDBOX_START_FAILED",
+    ),
 ]
 
 
 def host_not_allowed(path: str, allowed: List[str]) -> Tuple[int, str, str]:
-    return 400, "VOLUME::HOST_PATH_NOT_ALLOWED", "Host path '%s' is not under any allowed prefix. Allowed " \
-                                                 "prefixes: %s" % (path, allowed)
+    return (
+        400,
+        "VOLUME::HOST_PATH_NOT_ALLOWED",
+        "Host path '%s' is not under any allowed prefix. Allowed prefixes: %s" % (path, allowed),
+    )

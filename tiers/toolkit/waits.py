@@ -1,4 +1,5 @@
 """Polling with a deadline (no fixed sleeps in tests: a predicate and a bound), and the predicates tests poll."""
+
 from __future__ import annotations
 
 import socket

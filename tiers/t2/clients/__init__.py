@@ -6,6 +6,7 @@ pinned requirements file on first use (reused while the file is unchanged: a sta
 Both raise ``Unavailable`` (the test skips with one line) when the tool or the registry is missing, or when the
 requirements file says ``# requires-python >= X.Y`` (its pins need a newer Python than the running one).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -71,8 +72,12 @@ def python_env(name: str, requirements: str) -> str:
             pass
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True)
-        r = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", req],
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", req],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if r.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["pip failed"]
@@ -101,8 +106,13 @@ def node_modules(name: str, packages: list[str]) -> str:
         os.makedirs(d)
         with open(os.path.join(d, "package.json"), "w") as fh:
             fh.write('{"name": "osb-client-%s", "private": true}\n' % name)
-        r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--save-exact", *packages], cwd=d,
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--save-exact", *packages],
+            cwd=d,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if r.returncode != 0:
             shutil.rmtree(d, ignore_errors=True)
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["npm failed"]

@@ -3,6 +3,7 @@
 50-step flow does not pay the CLI's ~2 s import 50 times. Each line ``{"args": [...], "stdin": str|null}``
 is answered with ``{"rc", "stdout", "stderr"}`` (click's CliRunner captures both streams).
 """
+
 from __future__ import annotations
 
 import json

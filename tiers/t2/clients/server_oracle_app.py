@@ -12,6 +12,7 @@ Protocol (JSON lines on stdin/stdout): ``{"op": "request", "method", "path", "he
 ``{"status", "headers", "body"}``; ``{"op": "add", "id", "timeout": bool}`` -> ``{"ok": true}``.
 Bodies are latin-1 strings (bytes 0-255).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -76,10 +77,20 @@ class FakeContainer:
         self.id = ("%032x" % abs(hash(sid)))[:32] * 2
         self.name = "sandbox-" + sid
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
-        self.attrs = {"Config": {"Labels": labels, "Cmd": cmd, "Image": image, "Env": []},
-                      "State": {"Status": "running", "Running": True, "Paused": False, "ExitCode": 0,
-                                "StartedAt": now, "FinishedAt": "0001-01-01T00:00:00Z"},
-                      "Created": now, "HostConfig": {}, "NetworkSettings": {"Networks": {}, "Ports": {}}}
+        self.attrs = {
+            "Config": {"Labels": labels, "Cmd": cmd, "Image": image, "Env": []},
+            "State": {
+                "Status": "running",
+                "Running": True,
+                "Paused": False,
+                "ExitCode": 0,
+                "StartedAt": now,
+                "FinishedAt": "0001-01-01T00:00:00Z",
+            },
+            "Created": now,
+            "HostConfig": {},
+            "NetworkSettings": {"Networks": {}, "Ports": {}},
+        }
         self.image = _Image(image)
         self.status = "running"
 
@@ -115,12 +126,14 @@ class _Images:
 
     def get(self, ref):
         import docker.errors
+
         if ref not in self.tags:
             raise docker.errors.ImageNotFound("No such image: %s" % ref)
         return _Image(ref)
 
     def remove(self, image=None, **kw):
         import docker.errors
+
         if image not in self.tags:
             raise docker.errors.ImageNotFound("No such image: %s" % image)
         if any(c.image.tags == [image] for c in CONTAINERS.items.values()):
@@ -135,6 +148,7 @@ class _Containers:
 
     def get(self, name):
         import docker.errors
+
         for c in self.items.values():
             if c.name == name or c.id == name:
                 return c
@@ -165,6 +179,7 @@ class _Api:
     def inspect_volume(self, name):
         # a local-driver named volume is a directory (Docker: /var/lib/docker/volumes/<name>/_data)
         import docker.errors
+
         path = os.path.join(self.volumes, name)
         if not os.path.isdir(path):
             raise docker.errors.NotFound("get %s: no such volume" % name)
@@ -204,8 +219,11 @@ def build():
     fake = FakeDocker(root)
     docker.from_env = lambda *a, **k: fake
     from opensandbox_server.services.docker.docker_service import DockerSandboxService
-    from opensandbox_server.services.constants import (SANDBOX_EXPIRES_AT_LABEL, SANDBOX_ID_LABEL,
-                                                        SANDBOX_MANUAL_CLEANUP_LABEL)
+    from opensandbox_server.services.constants import (
+        SANDBOX_EXPIRES_AT_LABEL,
+        SANDBOX_ID_LABEL,
+        SANDBOX_MANUAL_CLEANUP_LABEL,
+    )
     from opensandbox_server.api.schema import CreateSandboxResponse, SandboxStatus
 
     def provision(self, sandbox_id, request, created_at, expires_at, *args, **kwargs):
@@ -215,31 +233,42 @@ def build():
         labels, _env = self._build_labels_and_env(sandbox_id, request, expires_at)
         # Docker: a container's labels are its image's, then the create's (a snapshot image keeps its source's)
         labels = {**IMAGES.labels.get(request.image.uri if request.image else "", {}), **labels}
-        container = FakeContainer(sandbox_id, labels, list(request.entrypoint or []),
-                                  request.image.uri if request.image else "")
+        container = FakeContainer(
+            sandbox_id, labels, list(request.entrypoint or []), request.image.uri if request.image else ""
+        )
         fake.containers.items[sandbox_id] = container
         if expires_at is not None:
             self._schedule_expiration(sandbox_id, expires_at)
         return CreateSandboxResponse(
-            id=sandbox_id, status=SandboxStatus(state="Running", reason="CONTAINER_RUNNING",
-                                                message="Sandbox container started successfully.",
-                                                last_transition_at=created_at),
-            metadata=request.metadata, extensions=extract_extensions_from_mapping(labels),
+            id=sandbox_id,
+            status=SandboxStatus(
+                state="Running",
+                reason="CONTAINER_RUNNING",
+                message="Sandbox container started successfully.",
+                last_transition_at=created_at,
+            ),
+            metadata=request.metadata,
+            extensions=extract_extensions_from_mapping(labels),
             platform=self._resolve_platform_for_container(container, labels) or request.platform,
-            expiresAt=expires_at, createdAt=created_at, entrypoint=request.entrypoint)
+            expiresAt=expires_at,
+            createdAt=created_at,
+            entrypoint=request.entrypoint,
+        )
 
     DockerSandboxService._provision_sandbox = provision
     from opensandbox_server.main import app
 
     def add(sid: str, timeout: bool) -> None:
-        labels = {SANDBOX_ID_LABEL: sid, "opensandbox.io/embedding-proxy-port": "40001",
-                  "opensandbox.io/http-port": "40002"}
+        labels = {
+            SANDBOX_ID_LABEL: sid,
+            "opensandbox.io/embedding-proxy-port": "40001",
+            "opensandbox.io/http-port": "40002",
+        }
         if timeout:
             labels[SANDBOX_EXPIRES_AT_LABEL] = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
         else:
             labels[SANDBOX_MANUAL_CLEANUP_LABEL] = "true"
-        fake.containers.items[sid] = FakeContainer(sid, labels, ["tail", "-f", "/dev/null"],
-                                                   "local/python:3-slim")
+        fake.containers.items[sid] = FakeContainer(sid, labels, ["tail", "-f", "/dev/null"], "local/python:3-slim")
 
     return app, add, root
 
@@ -260,10 +289,17 @@ def main() -> int:
             print(json.dumps({"ok": True}), file=out, flush=True)
             continue
         body = msg.get("body")
-        r = client.request(msg["method"], msg["path"], headers=msg.get("headers") or {},
-                           content=body.encode("latin-1") if body is not None else None)
-        print(json.dumps({"status": r.status_code, "headers": dict(r.headers),
-                          "body": r.content.decode("latin-1")}), file=out, flush=True)
+        r = client.request(
+            msg["method"],
+            msg["path"],
+            headers=msg.get("headers") or {},
+            content=body.encode("latin-1") if body is not None else None,
+        )
+        print(
+            json.dumps({"status": r.status_code, "headers": dict(r.headers), "body": r.content.decode("latin-1")}),
+            file=out,
+            flush=True,
+        )
     return 0
 
 
