@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import osb.execd as execd
-import osb.multipart as multipart
-import osb.sse as sse
-import osb.transport as transport
+import osb_execd as execd
+import osb_multipart as multipart
+import osb_sse as sse
+import osb_transport as transport
 
 # ---- SSE ------------------------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-import osb.sse as sse
-import osb.transport as transport  # plugin/: importable through tiers/t1/conftest.py
+import osb_sse as sse
+import osb_transport as transport  # plugin/: importable through tiers/t1/conftest.py
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
