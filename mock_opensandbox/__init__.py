@@ -6,6 +6,7 @@
 
 CLI: ``python -m mock_opensandbox``; pytest fixtures: ``opensandbox_mock``, ``opensandbox_mock_factory``.
 """
+
 from __future__ import annotations
 
 __version__ = "0.1.0"

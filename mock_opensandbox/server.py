@@ -6,6 +6,7 @@
 Like moto's ThreadedMotoServer: ``start()`` / ``stop()`` / context manager, ephemeral port by default.
 Standard library only.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -146,6 +147,7 @@ class MockProvisioner(Provisioner):
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
         from mock_opensandbox.runtime import jupyterenv  # a code-interpreter image's Jupyter (--jupyter-env)
+
         jenv = jupyterenv.for_image(m.jupyter_env, sb.image)
         if jenv:  # the code-interpreter image's ENV; the request's env wins
             env = dict(jupyterenv.sandbox_env(jenv), **env)
@@ -153,16 +155,25 @@ class MockProvisioner(Provisioner):
         from mock_opensandbox.runtime.rootfs import RootfsError, UserNotFound
 
         try:  # issue 21: the image's own tree as the root when the mock has an image store
-            runtime = SandboxRuntime(root, env=env, isolate=self.isolate, network=m.network,
-                                     limits=m.sandbox_limits(sb), cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
-                                     janitor=m.janitor, image=sb.rootfs_image)
+            runtime = SandboxRuntime(
+                root,
+                env=env,
+                isolate=self.isolate,
+                network=m.network,
+                limits=m.sandbox_limits(sb),
+                cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
+                janitor=m.janitor,
+                image=sb.rootfs_image,
+            )
         except (RootfsError, UserNotFound) as exc:
             from mock_opensandbox.runtime._util import rmtree
-            rmtree(root)       # (a partial copy made as non-root may hold 0555 directories)
+
+            rmtree(root)  # (a partial copy made as non-root may hold 0555 directories)
             raise start_failed(str(exc)) from None
         sb.runtime = runtime
         if sb.snapshot_image is not None:  # snapshotId: what the snapshot holds (images/commit.py)
             from mock_opensandbox.images.commit import restore_into
+
             restore_into(sb, runtime)
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
@@ -195,6 +206,7 @@ class MockProvisioner(Provisioner):
         sb.execd_port = sb.execd.port
         if sb.network_policy is not None and m.egress_mode != "off":
             from mock_opensandbox.docker.egress import start_for
+
             start_for(sb, runtime, m)  # raises the server's 500 (a policy the sidecar refuses)
         return entry
 
@@ -206,8 +218,9 @@ class MockProvisioner(Provisioner):
     def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
             # the container's stdout+stderr feed the diagnostics logs (docker logs)
-            proc = runtime.start_entrypoint(sb.resources.get("argv", sb.entrypoint), stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT)
+            proc = runtime.start_entrypoint(
+                sb.resources.get("argv", sb.entrypoint), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
             if getattr(proc, "stdout", None) is not None:
                 sb.log.pump(proc.stdout)
             return proc
@@ -231,8 +244,10 @@ class MockProvisioner(Provisioner):
         if not sb.volumes.mounts:
             return
         if not runtime.isolated:
-            raise start_failed("the mock cannot mount volumes into a sandbox without a mount namespace of its "
-                               "own (%s)" % runtime.isolation_note)
+            raise start_failed(
+                "the mock cannot mount volumes into a sandbox without a mount namespace of its "
+                "own (%s)" % runtime.isolation_note
+            )
         try:
             runtime.volumes = plan(runtime.root, runtime.resolve_in_root, sb.volumes.mounts)  # before PID 1
         except VolumeTargetError as exc:
@@ -247,12 +262,21 @@ class MockProvisioner(Provisioner):
     def _start_execd_server(self, sb: Sandbox, runtime: Any) -> Any:
         from mock_opensandbox.execd.server import ExecdServer
 
-        execd = ExecdServer(runtime, host="127.0.0.1", port=0, mode=sb.execd_mode,
-                            access_token=self.mock.execd_token, required_headers=self._required_headers(sb),
-                            close_delay=self.mock.execd_close_delay, verbose=self.mock.verbose,
-                            start_delay=self.mock.execd_start_delay,
-                            # fault rules and the request journal (workbench/admin.py) reach its listener too
-                            faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal)
+        execd = ExecdServer(
+            runtime,
+            host="127.0.0.1",
+            port=0,
+            mode=sb.execd_mode,
+            access_token=self.mock.execd_token,
+            required_headers=self._required_headers(sb),
+            close_delay=self.mock.execd_close_delay,
+            verbose=self.mock.verbose,
+            start_delay=self.mock.execd_start_delay,
+            # fault rules and the request journal (workbench/admin.py) reach its listener too
+            faults=self.mock.faults,
+            sandbox_id=sb.id,
+            journal=self.mock.journal,
+        )
         execd.start()
         return execd
 
@@ -264,8 +288,7 @@ class MockProvisioner(Provisioner):
             # bootstrap.sh semantics inside the sandbox: /opt/opensandbox/execd, same namespaces and
             # capabilities as every sandbox process (raises when the sandbox is not isolated); in its
             # own network namespace it listens on 44772 and .port is the host end of a relay
-            return runtime.start_execd(m.execd_bin, port=sb.resources.get("execd_port"),
-                                       token=m.execd_token or None)
+            return runtime.start_execd(m.execd_bin, port=sb.resources.get("execd_port"), token=m.execd_token or None)
         port = free_port()
         argv = [m.execd_bin, "--port", str(port)]
         if m.execd_token:
@@ -281,6 +304,7 @@ class MockProvisioner(Provisioner):
     def on_exit(self, sb: Sandbox) -> None:
         # the container stopped: execd and every other process in it go away; the root stays until delete
         from mock_opensandbox.docker.egress import stop_for
+
         stop_for(sb)  # its egress sidecar shares the namespace: it goes with it
         self._stop_execd(sb)
         if sb.runtime is not None:
@@ -317,6 +341,7 @@ class MockProvisioner(Provisioner):
         if http is not None:
             http.stop()
         from mock_opensandbox.docker.egress import stop_for
+
         stop_for(sb)
         if sb.runtime is not None and sb.runtime.paused:
             sb.runtime.resume()  # let a frozen in-process execd's waiters finish before closing
@@ -331,17 +356,25 @@ class MockProvisioner(Provisioner):
     def isolation(self) -> str:
         """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
         if self.isolate is False:
-            return ("host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
-                    + self._images_note())
+            return (
+                "host; isolation disabled (commands run with cwd/HOME/TMPDIR inside the sandbox root)"
+                + self._images_note()
+            )
         from mock_opensandbox.runtime.probe import isolation_header
         from mock_opensandbox.runtime.sandbox import network_note
-        from mock_opensandbox.runtime.openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines the files API
+        from mock_opensandbox.runtime.openat2 import (
+            NOTE as files_note,
+        )  # "" when openat2(RESOLVE_IN_ROOT) confines the files API
 
         head = isolation_header()
         net = network_note(self.mock.network) if head.startswith("isolated") else ""
         egress = "; egress off (%s)" % self.mock.egress_note if self.mock.egress_note else ""
-        return ((head + "; " + net if net else head) + ("; " + files_note if files_note else "")
-                + self._images_note() + egress)
+        return (
+            (head + "; " + net if net else head)
+            + ("; " + files_note if files_note else "")
+            + self._images_note()
+            + egress
+        )
 
     def _images_note(self) -> str:
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
@@ -369,6 +402,7 @@ class MockProvisioner(Provisioner):
         if port == quirks.EGRESS_PORT and sidecar is not None:
             # networking.py _attach_egress_auth_headers: the sidecar's token on the endpoint of 18080
             from mock_opensandbox.docker.egress import AUTH_HEADER
+
             headers = dict(headers or {}, **{AUTH_HEADER: sidecar.token})
         if port == quirks.HTTP_PORT:
             return "127.0.0.1:%d" % self._http_listener(sb), headers
@@ -392,9 +426,15 @@ class MockProvisioner(Provisioner):
                     # Docker publishes 8080 itself: straight to the sandbox's own port 8080
                     def connect() -> socket.socket:
                         return rt.connect(quirks.HTTP_PORT, timeout=10)
-                app = PortForwardApp(lambda: self._http_target(sb), verbose=self.mock.verbose,
-                                     faults=self.mock.faults, sandbox_id=sb.id, journal=self.mock.journal,
-                                     connect=connect)
+
+                app = PortForwardApp(
+                    lambda: self._http_target(sb),
+                    verbose=self.mock.verbose,
+                    faults=self.mock.faults,
+                    sandbox_id=sb.id,
+                    journal=self.mock.journal,
+                    connect=connect,
+                )
                 srv = Server(("127.0.0.1", 0), PortForwardHandler, app)
                 srv.start(name="mock-osb-8080-%s" % sb.id[:8])
                 sb.resources["http"] = srv
@@ -413,18 +453,39 @@ class MockProvisioner(Provisioner):
 class MockOpenSandbox(WorkbenchMixin):
     """The mock OpenSandbox server. Not started until ``start()`` (or ``with``)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None, insecure: bool = False,
-                 execd_mode: str = "v1.1.0", execd_token: str | None = None, gateway: bool = False,
-                 root: str | None = None, execd_close_delay: float = 1.0, execd_bin: str | None = None,
-                 clock: Callable[[], datetime] | None = None, *, verbose: bool = False,
-                 pull_fails: Callable[[str], bool] | Iterable[str] | None = None, isolate: bool | None = None,
-                 reap_interval: float = 0.1, warn: Callable[[str], None] | None = None,
-                 execd_start_delay: float = 0.0, max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT,
-                 network: str = "bridge", volumes_dir: str | None = None,
-                 allowed_host_paths: Iterable[str] = (), pids_limit: int | None = DEFAULT_PIDS_LIMIT,
-                 image_dir: str | None = None, image_cache: str | None = None,
-                 egress_mode: str | None = None, egress_dns_upstream: str | None = None,
-                 egress_ready_timeout: float = 30.0, jupyter_env: str | None = None, egress_bin: str | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        insecure: bool = False,
+        execd_mode: str = "v1.1.0",
+        execd_token: str | None = None,
+        gateway: bool = False,
+        root: str | None = None,
+        execd_close_delay: float = 1.0,
+        execd_bin: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+        *,
+        verbose: bool = False,
+        pull_fails: Callable[[str], bool] | Iterable[str] | None = None,
+        isolate: bool | None = None,
+        reap_interval: float = 0.1,
+        warn: Callable[[str], None] | None = None,
+        execd_start_delay: float = 0.0,
+        max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT,
+        network: str = "bridge",
+        volumes_dir: str | None = None,
+        allowed_host_paths: Iterable[str] = (),
+        pids_limit: int | None = DEFAULT_PIDS_LIMIT,
+        image_dir: str | None = None,
+        image_cache: str | None = None,
+        egress_mode: str | None = None,
+        egress_dns_upstream: str | None = None,
+        egress_ready_timeout: float = 30.0,
+        jupyter_env: str | None = None,
+        egress_bin: str | None = None,
+    ):
         if execd_mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), execd_mode))
         if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -455,11 +516,16 @@ class MockOpenSandbox(WorkbenchMixin):
         # server [docker] pids_limit (4096, config.py default and example config); 0 or None = no limit
         if pids_limit == 0:
             pids_limit = None
-        if pids_limit is not None and (not isinstance(pids_limit, int) or isinstance(pids_limit, bool)
-                                       or pids_limit < 1):
+        if pids_limit is not None and (
+            not isinstance(pids_limit, int) or isinstance(pids_limit, bool) or pids_limit < 1
+        ):
             raise ValueError("pids_limit must be a positive integer, or 0/None for no limit")
         self.pids_limit = pids_limit
-        if not isinstance(execd_close_delay, (int, float)) or not execd_close_delay >= 0 or execd_close_delay == float("inf"):
+        if (
+            not isinstance(execd_close_delay, (int, float))
+            or not execd_close_delay >= 0
+            or execd_close_delay == float("inf")
+        ):
             raise ValueError("execd_close_delay must be a number of seconds >= 0")
         # what a dead mock leaves is found by this id (cgroups osb-mock-<id>-<sandbox>) and removed by
         # the janitor process (runtime/janitor.py)
@@ -480,9 +546,11 @@ class MockOpenSandbox(WorkbenchMixin):
             raise ValueError("network must be one of %s, not %r" % (", ".join(NETWORK_MODES), network))
         self.network = network
         from mock_opensandbox.docker.egress import configure  # networkPolicy: a server with an egress image (egress/)
+
         self.egress_mode_given: str | None = egress_mode
         self.egress_mode, self.egress_upstream, self.egress_ready_timeout, self.egress_bin = configure(
-            egress_mode, egress_dns_upstream, egress_ready_timeout, egress_bin)
+            egress_mode, egress_dns_upstream, egress_ready_timeout, egress_bin
+        )
         self.egress_note = ""  # why networkPolicy is refused on this host (set at start)
         self.clock = clock
         self.verbose = verbose
@@ -496,8 +564,9 @@ class MockOpenSandbox(WorkbenchMixin):
         # the workbench (workbench/admin.py, workbench/journal.py): request journal + /__mock__/ admin API and dashboard
         self._initial_execd_mode = execd_mode
         self.journal = Journal(secrets=lambda: (self._api_key or "", self.execd_token or ""))
-        self.admin = AdminAPI(MockBackend(self), self.journal, self.faults, api_key=lambda: self._api_key,
-                              bind_host=lambda: self.host)
+        self.admin = AdminAPI(
+            MockBackend(self), self.journal, self.faults, api_key=lambda: self._api_key, bind_host=lambda: self.host
+        )
         # the image store (images/, docs/IMAGES.md): made at start() when image_dir is given
         if image_dir is not None and not os.path.isdir(image_dir):
             raise ValueError("image_dir %r is not a directory" % image_dir)
@@ -570,12 +639,14 @@ class MockOpenSandbox(WorkbenchMixin):
             if self._started:
                 return self
             if not is_loopback_host(self.host):
-                self._warn("WARNING: mock OpenSandbox listening on %s, not loopback: anyone who can reach this "
-                           "address can run commands as your user. Use 127.0.0.1 unless you mean it."
-                           % self.host)
+                self._warn(
+                    "WARNING: mock OpenSandbox listening on %s, not loopback: anyone who can reach this "
+                    "address can run commands as your user. Use 127.0.0.1 unless you mean it." % self.host
+                )
             if self.janitor.closed:
                 self.janitor = Janitor()
             from mock_opensandbox.docker.egress import check_host
+
             check_host(self)
             default_signals_for_children()  # a container's processes never inherit ignored signals
             self._signals_taken = True
@@ -589,21 +660,35 @@ class MockOpenSandbox(WorkbenchMixin):
                 self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
                 self.janitor.track("dir", self.root)
             try:
-                self.volumes = VolumeStore(self._volumes_dir or os.path.join(self.root, "volumes"),
-                                           self.allowed_host_paths)
+                self.volumes = VolumeStore(
+                    self._volumes_dir or os.path.join(self.root, "volumes"), self.allowed_host_paths
+                )
                 self.provisioner = MockProvisioner(self)
-                self.store = SandboxStore(clock=self.clock, provisioner=self.provisioner,
-                                          pull_fails=self.pull_fails, reap_interval=self.reap_interval)
+                self.store = SandboxStore(
+                    clock=self.clock,
+                    provisioner=self.provisioner,
+                    pull_fails=self.pull_fails,
+                    reap_interval=self.reap_interval,
+                )
                 if self.image_dir:
                     from mock_opensandbox.images import ImageStore
                     from mock_opensandbox.docker.images import ImagePuller, default_cache_dir
+
                     self.images = ImagePuller(ImageStore(self.image_cache or default_cache_dir(), self.image_dir))
                     self.store.images = self.images
                 self.snapshots = self._snapshot_store()
                 self.faults.reopen()
-                app = LifecycleApp(self.store, self.provisioner, api_key=self._api_key, bind_host=self.host,
-                                   verbose=self.verbose, faults=self.faults, max_timeout=self.max_sandbox_timeout,
-                                   allowed_host_paths=self.allowed_host_paths, volumes=self.volumes)
+                app = LifecycleApp(
+                    self.store,
+                    self.provisioner,
+                    api_key=self._api_key,
+                    bind_host=self.host,
+                    verbose=self.verbose,
+                    faults=self.faults,
+                    max_timeout=self.max_sandbox_timeout,
+                    allowed_host_paths=self.allowed_host_paths,
+                    volumes=self.volumes,
+                )
                 app.snapshots = self.snapshots
                 app = AdminLayer(app, self.admin)  # /__mock__/ workbench routes in front (workbench/admin.py)
                 app.journal = self.journal
@@ -627,7 +712,7 @@ class MockOpenSandbox(WorkbenchMixin):
             if not self._started and self.store is None and self._server is None:
                 return
             self._started = False
-            self.faults.close()      # stalled, delayed and dribbling requests end now
+            self.faults.close()  # stalled, delayed and dribbling requests end now
             self._teardown()
             if getattr(self, "_signals_taken", False):
                 self._signals_taken = False
@@ -670,6 +755,7 @@ class MockOpenSandbox(WorkbenchMixin):
             if self.images is not None:
                 return self.images.store
             from mock_opensandbox.images import ImageStore
+
             return ImageStore(os.path.join(self.root, "snapshot-images"), local_daemon=False, registry=False)
 
         c = Committer(own_store)

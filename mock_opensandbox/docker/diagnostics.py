@@ -3,6 +3,7 @@ services/docker/docker_diagnostics.py): a sandbox's container logs, events, ``do
 summary and labels, and the inline JSON shape of a scoped answer. Plain functions of a ``Sandbox``
 (lifecycle/model.py) and the server's clock; lifecycle/routes.py's diagnostics routes call them. No HTTP.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,9 +16,16 @@ EXTENSIONS_PREFIX = "opensandbox.extensions."  # server extensions/keys.py: echo
 
 
 def inline(sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str) -> dict:
-    out: dict[str, Any] = {"sandboxId": sid, "kind": kind, "scope": scope, "delivery": "inline",
-                           "contentType": "text/plain; charset=utf-8", "content": content,
-                           "contentLength": len(content.encode("utf-8")), "truncated": truncated}
+    out: dict[str, Any] = {
+        "sandboxId": sid,
+        "kind": kind,
+        "scope": scope,
+        "delivery": "inline",
+        "contentType": "text/plain; charset=utf-8",
+        "content": content,
+        "contentLength": len(content.encode("utf-8")),
+        "truncated": truncated,
+    }
     if scope == "all":
         out["warnings"] = [warning]
     return out
@@ -47,16 +55,25 @@ def docker_state(sb: Any) -> dict[str, Any]:
         exited, paused = sb.exit_code is not None, sb.paused
         started = docker_ts(sb.started_at)
         finished = docker_ts(sb.finished_at) if exited and sb.finished_at else "0001-01-01T00:00:00Z"
-        return {"Status": "exited" if exited else ("paused" if paused else "running"),
-                "Running": not exited, "Paused": paused and not exited,
-                "ExitCode": sb.exit_code if exited else 0, "StartedAt": started, "FinishedAt": finished,
-                "Created": started}
+        return {
+            "Status": "exited" if exited else ("paused" if paused else "running"),
+            "Running": not exited,
+            "Paused": paused and not exited,
+            "ExitCode": sb.exit_code if exited else 0,
+            "StartedAt": started,
+            "FinishedAt": finished,
+            "Created": started,
+        }
 
 
 def events_text(sb: Any) -> str:
     st = docker_state(sb)
-    lines = ["Container:  %s (sandbox-%s)" % (sb.container_id[:12], sb.id), "Status:     %s" % st["Status"],
-             "Created:    %s" % st["Created"], "Started:    %s" % st["StartedAt"]]
+    lines = [
+        "Container:  %s (sandbox-%s)" % (sb.container_id[:12], sb.id),
+        "Status:     %s" % st["Status"],
+        "Created:    %s" % st["Created"],
+        "Started:    %s" % st["StartedAt"],
+    ]
     if st["FinishedAt"] != "0001-01-01T00:00:00Z":
         lines.append("Finished:   %s" % st["FinishedAt"])
     if st["ExitCode"]:
@@ -75,7 +92,7 @@ def labels(sb: Any) -> dict[str, str]:
         labels["opensandbox.io/platform-os"] = sb.platform["os"]
         labels["opensandbox.io/platform-arch"] = sb.platform["arch"]
     for k, v in (sb.extensions or {}).items():
-        labels["opensandbox.io/extensions." + k[len(EXTENSIONS_PREFIX):]] = v
+        labels["opensandbox.io/extensions." + k[len(EXTENSIONS_PREFIX) :]] = v
     if sb.execd_port:
         labels["opensandbox.io/embedding-proxy-port"] = str(sb.execd_port)
     return labels
@@ -83,12 +100,20 @@ def labels(sb: Any) -> dict[str, str]:
 
 def inspect_text(sb: Any) -> str:
     st = docker_state(sb)
-    lines = ["Container ID:   %s" % sb.container_id[:12], "Name:           sandbox-%s" % sb.id,
-             "Image:          %s" % sb.image["uri"], "Status:         %s" % st["Status"],
-             "Running:        %s" % st["Running"], "Paused:         %s" % st["Paused"],
-             "OOMKilled:      False", "Exit Code:      %s" % st["ExitCode"],
-             "Started At:     %s" % st["StartedAt"], "Finished At:    %s" % st["FinishedAt"],
-             "", "Resources:"]
+    lines = [
+        "Container ID:   %s" % sb.container_id[:12],
+        "Name:           sandbox-%s" % sb.id,
+        "Image:          %s" % sb.image["uri"],
+        "Status:         %s" % st["Status"],
+        "Running:        %s" % st["Running"],
+        "Paused:         %s" % st["Paused"],
+        "OOMKilled:      False",
+        "Exit Code:      %s" % st["ExitCode"],
+        "Started At:     %s" % st["StartedAt"],
+        "Finished At:    %s" % st["FinishedAt"],
+        "",
+        "Resources:",
+    ]
     nano, mem = (sb.limits or {}).get("cpu"), (sb.limits or {}).get("memory")
     if nano:
         lines.append("  CPU:          %.2f cores" % (nano / 1e9))
@@ -114,8 +139,25 @@ def inspect_text(sb: Any) -> str:
 def summary_text(sid: str, sb: Any, tail: int, *, now: datetime) -> str:
     """GET .../diagnostics/summary: inspect, events and the log tail in one text."""
     bar, sub = "=" * 72, "-" * 40
-    parts = [bar, "SANDBOX DIAGNOSTICS SUMMARY", "Sandbox ID: %s" % sid, bar,
-             "", sub, "INSPECT", sub, inspect_text(sb),
-             "", sub, "EVENTS", sub, events_text(sb),
-             "", sub, "LOGS (last %d lines)" % tail, sub, logs_text(sb, tail, now=now)]
+    parts = [
+        bar,
+        "SANDBOX DIAGNOSTICS SUMMARY",
+        "Sandbox ID: %s" % sid,
+        bar,
+        "",
+        sub,
+        "INSPECT",
+        sub,
+        inspect_text(sb),
+        "",
+        sub,
+        "EVENTS",
+        sub,
+        events_text(sb),
+        "",
+        sub,
+        "LOGS (last %d lines)" % tail,
+        sub,
+        logs_text(sb, tail, now=now),
+    ]
     return "\n".join(parts) + "\n"

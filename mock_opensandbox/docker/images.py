@@ -7,6 +7,7 @@ fails it: 500 ``DOCKER::SANDBOX_IMAGE_PULL_FAILED`` "Failed to pull image <uri>:
 The docker-py part is ``<status> Client|Server Error for http+docker://localhost/v1.41/images/create
 ?tag=…&fromImage=…: <reason> ("<daemon text>")`` (recording 16's shape); the daemon text is the store's
 message, worded as Docker words the same failure where it can be."""
+
 from __future__ import annotations
 
 import os

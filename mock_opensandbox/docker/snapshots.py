@@ -15,6 +15,7 @@ restore from anything but ``Ready`` is 409 ``SNAPSHOT::NOT_READY``. Recording 25
 The content is the image store's (``images/commit.py``): a commit is a new image = the sandbox's image
 layers + one layer of what it wrote; ``committer`` does it and ``remover`` forgets it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -35,8 +36,8 @@ class Snapshot:
         self.created_at = created_at
         self.state, self.reason, self.message = quirks.SNAPSHOT_ACCEPTED
         self.last_transition_at = created_at
-        self.image: Any = None            # images.Image once Ready
-        self.env: dict[str, str] = {}     # the source container's env (a commit keeps its Config.Env)
+        self.image: Any = None  # images.Image once Ready
+        self.env: dict[str, str] = {}  # the source container's env (a commit keeps its Config.Env)
         self.metadata: dict[str, str] = {}  # its labels (a commit keeps them; a restored sandbox shows them)
         self.accepted: dict[str, Any] = {}
 
@@ -55,8 +56,12 @@ class Snapshot:
         out: dict[str, Any] = {"id": self.id, "sandboxId": self.sandbox_id}
         if self.name is not None:
             out["name"] = self.name
-        out["status"] = {"state": self.state, "reason": self.reason, "message": self.message,
-                         "lastTransitionAt": format_ts(self.last_transition_at)}
+        out["status"] = {
+            "state": self.state,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionAt": format_ts(self.last_transition_at),
+        }
         out["createdAt"] = format_ts(self.created_at)
         return out
 
@@ -65,8 +70,9 @@ Committer = Callable[[Any, Snapshot], Any]  # (sandbox, snapshot) -> images.Imag
 
 
 class SnapshotStore:
-    def __init__(self, sandboxes: SandboxStore, committer: Committer | None = None,
-                 remover: Callable[[Any], None] | None = None):
+    def __init__(
+        self, sandboxes: SandboxStore, committer: Committer | None = None, remover: Callable[[Any], None] | None = None
+    ):
         self.sandboxes = sandboxes
         self.committer = committer
         self.remover = remover
@@ -90,15 +96,27 @@ class SnapshotStore:
         with self._lock:
             return list(self._items.values())
 
-    def list(self, *, sandbox_id: str | None = None, name: str | None = None, states: Iterable[str] | None = None,
-             page: int = 1, page_size: int = quirks.DEFAULT_PAGE_SIZE) -> tuple[list[Snapshot], dict[str, Any]]:
+    def list(
+        self,
+        *,
+        sandbox_id: str | None = None,
+        name: str | None = None,
+        states: Iterable[str] | None = None,
+        page: int = 1,
+        page_size: int = quirks.DEFAULT_PAGE_SIZE,
+    ) -> tuple[list[Snapshot], dict[str, Any]]:
         """The repository's query (server repositories/snapshots/sqlite.py list): sandboxId (a blank one is no
         filter), exact name, states exactly as written (OR), newest first (created_at, then id), one page."""
         wanted = set(states) if states else None
         with self._lock:
             items = list(self._items.values())
-        out = [s for s in items if (not sandbox_id or s.sandbox_id == sandbox_id)
-               and (name is None or s.name == name) and (wanted is None or s.state in wanted)]
+        out = [
+            s
+            for s in items
+            if (not sandbox_id or s.sandbox_id == sandbox_id)
+            and (name is None or s.name == name)
+            and (wanted is None or s.state in wanted)
+        ]
         out.sort(key=lambda s: (s.created_at, s.id), reverse=True)
         return paginate(out, page, page_size)
 
@@ -135,8 +153,9 @@ class SnapshotStore:
         # here, before the answer, so that the commit sees what the sandbox had written until now
         paused = self._pause(sb)
         snap.accepted = snap.to_json()  # the 202 body: the record as stored, before the worker touches it
-        t = threading.Thread(target=self._commit, args=(sb, snap, paused), name="mock-osb-snapshot-%s" % snap.id[:8],
-                             daemon=True)
+        t = threading.Thread(
+            target=self._commit, args=(sb, snap, paused), name="mock-osb-snapshot-%s" % snap.id[:8], daemon=True
+        )
         with self._lock:
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
         t.start()
@@ -230,9 +249,16 @@ class SnapshotStore:
         users = self._users()
         for s in sorted(self.all(), key=lambda s: (s.created_at, s.id), reverse=True):
             img = s.image
-            out.append({"id": s.id, "sandboxId": s.sandbox_id, "name": s.name, "state": s.state,
-                        "image": img.id if img is not None else None,
-                        "ref": img.ref if img is not None else None,
-                        "size": img.layers[-1].get("size", 0) if img is not None and img.layers else 0,
-                        "sandboxes": users.get(s.id, [])})
+            out.append(
+                {
+                    "id": s.id,
+                    "sandboxId": s.sandbox_id,
+                    "name": s.name,
+                    "state": s.state,
+                    "image": img.id if img is not None else None,
+                    "ref": img.ref if img is not None else None,
+                    "size": img.layers[-1].get("size", 0) if img is not None and img.layers else 0,
+                    "sandboxes": users.get(s.id, []),
+                }
+            )
         return out

@@ -17,6 +17,7 @@ binds each source into the sandbox's view before ``pivot_root``, reaching source
 component at a time without following any symlink, so a link planted between this check and the
 mount fails the start instead of leading out. Standard library only.
 """
+
 from __future__ import annotations
 
 import errno
@@ -34,7 +35,7 @@ from mock_opensandbox.lifecycle.quirks import MockError, Quirk
 
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 OSSFS_MOUNT_ROOT = "/mnt/ossfs"  # server config.py [storage] ossfs_mount_root default
-SIZE_WALK_LIMIT = 100_000         # entries counted per volume for its size (the admin view stays fast)
+SIZE_WALK_LIMIT = 100_000  # entries counted per volume for its size (the admin view stays fast)
 START_FAILED = "DOCKER::SANDBOX_START_FAILED"  # server services/constants.py CONTAINER_START_FAILED
 _BUCKET_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{1,61}[a-z0-9])?$")
 
@@ -114,7 +115,7 @@ def sub_path_beneath(top: str, rel: str) -> str:
             try:
                 fd = openat2.open_beneath(tfd, "/".join(parts[:i]), O_PATH)
             except FileNotFoundError:
-                pfd = openat2.open_beneath(tfd, "/".join(parts[:i - 1]), O_PATH | os.O_DIRECTORY)
+                pfd = openat2.open_beneath(tfd, "/".join(parts[: i - 1]), O_PATH | os.O_DIRECTORY)
                 try:
                     os.mkdir(parts[i - 1], 0o755, dir_fd=pfd)
                 except FileExistsError:
@@ -180,8 +181,13 @@ class Mount:
         self.host_path = os.path.join(anchor, rel) if rel else anchor
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "backend": self.kind, "mountPath": self.target,
-                               "readOnly": self.read_only, "source": self.host_path}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "backend": self.kind,
+            "mountPath": self.target,
+            "readOnly": self.read_only,
+            "source": self.host_path,
+        }
         if self.claim is not None:
             out["claimName"] = self.claim
         if self.sub_path:
@@ -194,7 +200,7 @@ class Prepared:
 
     def __init__(self) -> None:
         self.mounts: list[Mount] = []
-        self.auto_created: list[str] = []   # claim names to remove when the sandbox goes (deleteOnSandboxTermination)
+        self.auto_created: list[str] = []  # claim names to remove when the sandbox goes (deleteOnSandboxTermination)
         self.ossfs: list[dict] = []
         self.released = False
 
@@ -206,7 +212,7 @@ class VolumeStore:
         self.dir = os.path.realpath(volumes_dir)  # made on first use
         self.allowed_host_paths = list(allowed_host_paths or [])
         self._lock = threading.RLock()
-        self._users: dict[str, list[Mount]] = {}    # sandbox id -> its mounts
+        self._users: dict[str, list[Mount]] = {}  # sandbox id -> its mounts
 
     # -- create ---------------------------------------------------------------------------------------
     def prepare(self, volumes: list[dict] | None) -> Prepared | None:
@@ -242,8 +248,12 @@ class VolumeStore:
             canonical = _realpath(resolved)
             cprefixes = [_realpath(a) for a in allowed]
         except OSError as e:
-            raise _bad("VOLUME::HOST_PATH_CREATE_FAILED", "Volume '%s': could not ensure host path directory "
-                       "exists at '%s': %s" % (v["name"], resolved, type(e).__name__), 500) from None
+            raise _bad(
+                "VOLUME::HOST_PATH_CREATE_FAILED",
+                "Volume '%s': could not ensure host path directory "
+                "exists at '%s': %s" % (v["name"], resolved, type(e).__name__),
+                500,
+            ) from None
         if canonical != resolved or cprefixes != allowed:
             _host_path_errors(canonical, cprefixes)
         anchors = [c for c in cprefixes if _under(canonical, c)]
@@ -255,8 +265,12 @@ class VolumeStore:
             try:  # server: os.makedirs(resolved_path); here one component at a time, never through a link
                 os.close(walk_beneath(anchor, rel, create=True))
             except OSError as e:
-                raise _bad("VOLUME::HOST_PATH_CREATE_FAILED", "Volume '%s': could not ensure host path directory "
-                           "exists at '%s': %s" % (v["name"], resolved, type(e).__name__), 500) from None
+                raise _bad(
+                    "VOLUME::HOST_PATH_CREATE_FAILED",
+                    "Volume '%s': could not ensure host path directory "
+                    "exists at '%s': %s" % (v["name"], resolved, type(e).__name__),
+                    500,
+                ) from None
         return Mount(v, "host", anchor, rel)
 
     def _pvc(self, v: dict, p: Prepared) -> Mount:
@@ -266,16 +280,22 @@ class VolumeStore:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             if not os.path.isdir(mountpoint):
                 if not v["pvc"].get("create_if_not_exists", True):
-                    raise _bad("VOLUME::PVC_NOT_FOUND", "Volume '%s': Docker named volume '%s' does not exist. "
-                               "Named volumes must be created before sandbox creation (e.g., 'docker volume "
-                               "create <name>')." % (name, claim))
+                    raise _bad(
+                        "VOLUME::PVC_NOT_FOUND",
+                        "Volume '%s': Docker named volume '%s' does not exist. "
+                        "Named volumes must be created before sandbox creation (e.g., 'docker volume "
+                        "create <name>')." % (name, claim),
+                    )
                 try:
                     os.mkdir(mountpoint, 0o755)
                 except FileExistsError:
                     pass
                 except OSError as e:
-                    raise _bad("VOLUME::PVC_INSPECT_FAILED", "Volume '%s': failed to auto-create Docker named "
-                               "volume '%s': %s" % (name, claim, e.strerror), 500) from None
+                    raise _bad(
+                        "VOLUME::PVC_INSPECT_FAILED",
+                        "Volume '%s': failed to auto-create Docker named volume '%s': %s" % (name, claim, e.strerror),
+                        500,
+                    ) from None
                 self._mark(claim)
                 if v["pvc"].get("delete_on_sandbox_termination"):
                     p.auto_created.append(claim)
@@ -284,8 +304,9 @@ class VolumeStore:
             return Mount(v, "pvc", mountpoint, "")
         resolved = posixpath.normpath(posixpath.join(mountpoint, sub))
         if not _under(resolved, mountpoint):
-            raise _bad("VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved subPath escapes the volume mountpoint."
-                       % name)
+            raise _bad(
+                "VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved subPath escapes the volume mountpoint." % name
+            )
         # the server's realpath(strict=True) check, done by the kernel in one walk per prefix
         # (sub_path_beneath): code inside a sandbox swapping a directory of the volume for a link
         # meanwhile gets the same 400, never a readlink EINVAL 500; a missing tail is created
@@ -293,8 +314,10 @@ class VolumeStore:
         try:
             rel = sub_path_beneath(mountpoint, os.path.relpath(resolved, mountpoint))
         except OSError:
-            raise _bad("VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved subPath escapes the volume "
-                       "mountpoint after symlink resolution." % name) from None
+            raise _bad(
+                "VOLUME::INVALID_SUB_PATH",
+                "Volume '%s': resolved subPath escapes the volume mountpoint after symlink resolution." % name,
+            ) from None
         return Mount(v, "pvc", mountpoint, rel)
 
     @staticmethod
@@ -303,22 +326,30 @@ class VolumeStore:
         bucket_root = posixpath.normpath(posixpath.join(OSSFS_MOUNT_ROOT, v["ossfs"]["bucket"]))
         backend = posixpath.normpath(posixpath.join(bucket_root, (v.get("sub_path") or "").lstrip("/")))
         if not _under(backend, bucket_root):
-            raise _bad("VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved OSSFS prefix escapes bucket root."
-                       % v["name"])
+            raise _bad(
+                "VOLUME::INVALID_SUB_PATH", "Volume '%s': resolved OSSFS prefix escapes bucket root." % v["name"]
+            )
         return backend
 
     def mount_ossfs(self, p: Prepared | None) -> None:
         """server _prepare_ossfs_mounts on a host without ossfs: the bucket check of the command builder,
         then the command that is not there (the mock never runs ossfs)."""
-        for v in (p.ossfs if p is not None else []):
+        for v in p.ossfs if p is not None else []:
             o = v["ossfs"]
             if not _BUCKET_RE.match(o["bucket"]):
-                raise _bad("SANDBOX::INVALID_PARAMETER", "Invalid bucket name '%s'. Bucket names must be 3-63 "
-                           "characters, contain only lowercase letters, numbers, and hyphens, and start/end with "
-                           "a letter or number." % o["bucket"])
+                raise _bad(
+                    "SANDBOX::INVALID_PARAMETER",
+                    "Invalid bucket name '%s'. Bucket names must be 3-63 "
+                    "characters, contain only lowercase letters, numbers, and hyphens, and start/end with "
+                    "a letter or number." % o["bucket"],
+                )
             prog = "ossfs" if o.get("version") == "1.0" else "ossfs2"
-            raise _bad("VOLUME::OSSFS_MOUNT_FAILED", "Volume '%s': failed to execute ossfs command: [Errno 2] No "
-                       "such file or directory: '%s'" % (v["name"], prog), 500)
+            raise _bad(
+                "VOLUME::OSSFS_MOUNT_FAILED",
+                "Volume '%s': failed to execute ossfs command: [Errno 2] No "
+                "such file or directory: '%s'" % (v["name"], prog),
+                500,
+            )
 
     # -- sandbox lifetime -----------------------------------------------------------------------------
     def attach(self, sandbox_id: str, p: Prepared | None) -> None:
@@ -394,10 +425,22 @@ class VolumeStore:
         named = []
         for n in self.names():
             size, entries, complete = tree_size(os.path.join(self.dir, n), limit)
-            named.append({"name": n, "path": os.path.join(self.dir, n), "sizeBytes": size, "entries": entries,
-                          "sizeComplete": complete, "createdAt": self.created_at(n),
-                          "managedByServer": self.created_at(n) is not None,
-                          "mountedBy": sorted(sid for sid, ms in users.items() if any(m.claim == n for m in ms))})
+            named.append(
+                {
+                    "name": n,
+                    "path": os.path.join(self.dir, n),
+                    "sizeBytes": size,
+                    "entries": entries,
+                    "sizeComplete": complete,
+                    "createdAt": self.created_at(n),
+                    "managedByServer": self.created_at(n) is not None,
+                    "mountedBy": sorted(sid for sid, ms in users.items() if any(m.claim == n for m in ms)),
+                }
+            )
         host = [dict(m.to_json(), sandbox=sid) for sid, ms in sorted(users.items()) for m in ms if m.kind == "host"]
-        return {"volumesDir": self.dir, "allowedHostPaths": list(self.allowed_host_paths), "named": named,
-                "hostBinds": host}
+        return {
+            "volumesDir": self.dir,
+            "allowedHostPaths": list(self.allowed_host_paths),
+            "named": named,
+            "hostBinds": host,
+        }

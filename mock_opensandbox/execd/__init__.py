@@ -3,6 +3,7 @@
 ``from mock_opensandbox.execd import ExecdServer`` (imported lazily so that ``python -m
 mock_opensandbox.execd`` and the submodules stay cheap to import).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -6,6 +6,7 @@
 The root defaults to the current directory (seed 000 §5.3 runs execd with cwd = the sandbox dir).
 Prints only one ready line on stderr; SIGTERM/SIGINT stop it cleanly and kill all its commands.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,17 +20,26 @@ from mock_opensandbox.execd.server import ExecdServer
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mock_opensandbox.execd", prefix_chars="-",
-                                description="Mock OpenSandbox execd (one sandbox).")
+    p = argparse.ArgumentParser(
+        prog="python -m mock_opensandbox.execd", prefix_chars="-", description="Mock OpenSandbox execd (one sandbox)."
+    )
     p.add_argument("-port", "--port", type=int, default=44772, help="listen port (0 = ephemeral)")
     p.add_argument("-host", "--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    p.add_argument("-access-token", "--access-token", dest="access_token", default=None,
-                   help="require X-EXECD-ACCESS-TOKEN")
-    p.add_argument("-mode", "--mode", choices=("v1.1.0", "latest"), default="v1.1.0",
-                   help="output framing / argv behaviour")
+    p.add_argument(
+        "-access-token", "--access-token", dest="access_token", default=None, help="require X-EXECD-ACCESS-TOKEN"
+    )
+    p.add_argument(
+        "-mode", "--mode", choices=("v1.1.0", "latest"), default="v1.1.0", help="output framing / argv behaviour"
+    )
     p.add_argument("-root", "--root", default=None, help="sandbox root directory (default: cwd)")
-    p.add_argument("-close-delay", "--close-delay", dest="close_delay", type=float, default=1.0,
-                   help="seconds a command stream stays open after its last event")
+    p.add_argument(
+        "-close-delay",
+        "--close-delay",
+        dest="close_delay",
+        type=float,
+        default=1.0,
+        help="seconds a command stream stays open after its last event",
+    )
     p.add_argument("-isolate", "--isolate", choices=("auto", "on", "off"), default="auto")
     return p
 
@@ -43,8 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     root = os.path.abspath(args.root or os.getcwd())
     try:
         rt = SandboxRuntime(root, isolate=iso)
-        srv = ExecdServer(rt, host=args.host, port=args.port, mode=args.mode,
-                          access_token=args.access_token, close_delay=args.close_delay)
+        srv = ExecdServer(
+            rt,
+            host=args.host,
+            port=args.port,
+            mode=args.mode,
+            access_token=args.access_token,
+            close_delay=args.close_delay,
+        )
         srv.start()
     except (OSError, ValueError, RuntimeError) as exc:
         print(f"execd: cannot start: {exc}", file=sys.stderr)
@@ -56,8 +72,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"execd ready on {args.host}:{srv.port} mode={args.mode} root={root} isolated={rt.isolated}",
-          file=sys.stderr, flush=True)
+    print(
+        f"execd ready on {args.host}:{srv.port} mode={args.mode} root={root} isolated={rt.isolated}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         while not stop.wait(0.5):
             pass

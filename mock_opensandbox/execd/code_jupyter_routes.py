@@ -5,6 +5,7 @@ pkg/web/controller/codeinterpreting.go + sse.go. Contexts are Jupyter sessions (
 kernelspec found by language, never "python3"), a default context per language made on the first run
 without a context id, one lock per context (TryLock: "session is busy"), events mapped from the kernel's
 iopub messages in execd's order and shapes. Behaviour rows: QUIRKS.md (part 2, "/code with Jupyter")."""
+
 from __future__ import annotations
 
 import os
@@ -47,6 +48,8 @@ def idle_poll_s(value: str | None) -> float:
         return IDLE_POLL_S
     total = sum(float(n) * _GO_UNITS[u] for n, u in _GO_DURATION.findall(value))
     return total if total > 0 else IDLE_POLL_S
+
+
 HEARTBEAT_S = 3.0  # controller/sse.go ping: wait.Until(..., 3*time.Second)
 
 
@@ -69,21 +72,29 @@ class JupyterCode:
     """Contexts and runs against one Jupyter server. ``connect(host, port, timeout)`` opens a TCP
     connection as the sandbox sees it; ``stopping`` is the execd server's stop event."""
 
-    def __init__(self, base_url: str, token: str, connect: Callable[..., Any], stopping: threading.Event,
-                 mkdir: Callable[[str], None], heartbeat: float = HEARTBEAT_S, idle_poll: float = IDLE_POLL_S):
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        connect: Callable[..., Any],
+        stopping: threading.Event,
+        mkdir: Callable[[str], None],
+        heartbeat: float = HEARTBEAT_S,
+        idle_poll: float = IDLE_POLL_S,
+    ):
         self.idle_poll = idle_poll
         self.client = JupyterClient(base_url, token, connect)
         self.stopping = stopping
         self._mkdir = mkdir
         self.heartbeat = heartbeat
         self._lock = threading.Lock()
-        self.kernels: dict[str, _Kernel] = {}      # jupyterClientMap: session id -> kernel
-        self.defaults: dict[str, str] = {}         # defaultLanguageSessions: language -> session id
+        self.kernels: dict[str, _Kernel] = {}  # jupyterClientMap: session id -> kernel
+        self.defaults: dict[str, str] = {}  # defaultLanguageSessions: language -> session id
 
     # -- contexts ----------------------------------------------------------------------------
     def _search_kernel(self, language: str) -> str:
         """runtime/jupyter.go searchKernel: the last spec of that language, "python3" skipped."""
-        specs = (self.client.kernelspecs().get("kernelspecs") or {})
+        specs = self.client.kernelspecs().get("kernelspecs") or {}
         if not specs:
             raise JupyterError("no kernel specs found")
         name = ""
@@ -148,8 +159,11 @@ class JupyterCode:
 
     def list(self, language: str) -> list[dict[str, Any]]:
         with self._lock:
-            out = [{"id": s, "language": k.language} for s, k in self.kernels.items()
-                   if not language or k.language == language]
+            out = [
+                {"id": s, "language": k.language}
+                for s, k in self.kernels.items()
+                if not language or k.language == language
+            ]
             seen = {c["id"] for c in out}
             for lang, s in self.defaults.items():
                 if s and s not in seen and (not language or lang == language):
@@ -174,8 +188,11 @@ class JupyterCode:
             try:
                 self.delete(c["id"])
             except ExecdError as exc:
-                raise ExecdError(500, RUNTIME_ERROR, MSG["delete_context"].format(
-                    language, "error deleting context %s: %s" % (c["id"], exc.message))) from exc
+                raise ExecdError(
+                    500,
+                    RUNTIME_ERROR,
+                    MSG["delete_context"].format(language, "error deleting context %s: %s" % (c["id"], exc.message)),
+                ) from exc
 
     def interrupt(self, sid: str) -> bool:
         """interrupt.go: a Jupyter context's kernel is interrupted; False when sid is not one."""
@@ -191,6 +208,7 @@ class JupyterCode:
     # -- runs --------------------------------------------------------------------------------
     def run(self, req: Request, language: str, context_id: str, code: str) -> None:
         """runJupyter + runJupyterCode + RunCode's hooks."""
+
         def gone() -> bool:
             return client_gone(req.handler.connection)
 
@@ -244,8 +262,16 @@ class JupyterCode:
             if out.gone:
                 req.handler.close_connection = True
 
-    def _stream(self, req: Request, ch: Any, kernel: _Kernel, code: str, emit: Callable[[dict[str, Any]], None],
-                fail: Callable[[str], None], gone: Callable[[], bool]) -> None:
+    def _stream(
+        self,
+        req: Request,
+        ch: Any,
+        kernel: _Kernel,
+        code: str,
+        emit: Callable[[dict[str, Any]], None],
+        fail: Callable[[str], None],
+        gone: Callable[[], bool],
+    ) -> None:
         msgs: queue.Queue = queue.Queue()
 
         def reader() -> None:
@@ -281,8 +307,13 @@ class JupyterCode:
                             self.client.interrupt(kernel.kernel_id)
                         except JupyterError:
                             pass
-                    emit({"type": "error", "timestamp": sse.now_ms(),
-                          "error": {"ename": "ContextCancelled", "evalue": "Interrupt kernel", "traceback": None}})
+                    emit(
+                        {
+                            "type": "error",
+                            "timestamp": sse.now_ms(),
+                            "error": {"ename": "ContextCancelled", "evalue": "Interrupt kernel", "traceback": None},
+                        }
+                    )
                     return
                 if dead:
                     time.sleep(0.2)
@@ -306,9 +337,17 @@ class JupyterCode:
             elif mtype == "error":
                 errored = True
                 emit({"type": "status", "text": "error", "timestamp": sse.now_ms()})
-                emit({"type": "error", "timestamp": sse.now_ms(), "error": {
-                    "ename": content.get("ename", ""), "evalue": content.get("evalue", ""),
-                    "traceback": content.get("traceback")}})
+                emit(
+                    {
+                        "type": "error",
+                        "timestamp": sse.now_ms(),
+                        "error": {
+                            "ename": content.get("ename", ""),
+                            "evalue": content.get("evalue", ""),
+                            "traceback": content.get("traceback"),
+                        },
+                    }
+                )
             elif mtype == "execute_reply":
                 count = int(content.get("execution_count") or 0) or count
                 if content.get("ename"):

@@ -5,6 +5,7 @@ is empty, a "" or "command" language runs the code as a foreground command, "bac
 as a background one, "sql" fails to reach MySQL at 127.0.0.1:3306, every other known language
 fails because no language runtime is configured. With JUPYTER_HOST + JUPYTER_TOKEN in the sandbox's
 environment the Jupyter languages and contexts go to that server (execd/code_jupyter_routes.py)."""
+
 from __future__ import annotations
 
 import threading
@@ -13,7 +14,15 @@ from typing import Any, Callable
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode
 from mock_opensandbox.wire.http1 import Request
 from mock_opensandbox.execd import gin
-from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError, bad_body, invalid, missing_query
+from mock_opensandbox.execd.errors import (
+    CONTEXT_NOT_FOUND,
+    MSG,
+    RUNTIME_ERROR,
+    ExecdError,
+    bad_body,
+    invalid,
+    missing_query,
+)
 
 __all__ = ["CodeAPI", "JUPYTER_LANGUAGES"]
 
@@ -26,9 +35,14 @@ NO_RUNTIME = "language runtime server not configured, please check your image ru
 
 
 class CodeAPI:
-    def __init__(self, run_command: Callable[[Request, dict[str, Any], bool], None],
-                 interrupt: Callable[[Request], None], stall: Callable[[Request], None], mode: str = "v1.1.0",
-                 jupyter: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        run_command: Callable[[Request, dict[str, Any], bool], None],
+        interrupt: Callable[[Request], None],
+        stall: Callable[[Request], None],
+        mode: str = "v1.1.0",
+        jupyter: Callable[[], Any] | None = None,
+    ):
         """run_command(req, spec, linger): stream a /command-style run (spec as CommandRoutes.parse returns).
         mode "latest": a code request without a language needs the (absent) runtime (seed 000 §1.4,
         live); the v1.0.19 binary runs it as a command (tiers/diff code.plain_image)."""
@@ -84,13 +98,17 @@ class CodeAPI:
 
         from mock_opensandbox.wire import sse
         from mock_opensandbox.wire.gojson import go_json
+
         why = "dial tcp 127.0.0.1:3306: connect: connection refused"
         w = gin.sse_start(req)
         try:
             w.write(sse.encode_event(sse.init_event(str(uuid.uuid4()))))
             w.write(sse.encode_event(sse.ping_event()))
-            ev = {"type": "error", "timestamp": sse.now_ms(), "error": {"ename": "DBInitError", "evalue": why,
-                                                                        "traceback": None}}
+            ev = {
+                "type": "error",
+                "timestamp": sse.now_ms(),
+                "error": {"ename": "DBInitError", "evalue": why, "traceback": None},
+            }
             w.write(sse.encode_event(ev))
             w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_codes"].format(why)}).encode())
         except OSError:

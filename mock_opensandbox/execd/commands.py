@@ -4,6 +4,7 @@ background log cursor, interrupt. No HTTP here (execd/server.py turns this into 
 Behaviour sources (see QUIRKS.md (part 2)): recordings 07-12 and 17; execd source
 components/execd/pkg/runtime/{command.go,command_common.go,command_status.go,interrupt.go,command_argv.go}.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -22,22 +23,39 @@ from mock_opensandbox.wire.gojson import GO_REPLACE, go_time
 from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
 
-__all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text",
-           "StartFailure"]
+__all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text", "StartFailure"]
 
 # Go's syscall.Signal.String() texts (what exec.ExitError prints as "signal: <text>").
 _GO_SIGNALS = {
-    signal.SIGHUP: "hangup", signal.SIGINT: "interrupt", signal.SIGQUIT: "quit",
-    signal.SIGILL: "illegal instruction", signal.SIGTRAP: "trace/breakpoint trap",
-    signal.SIGABRT: "aborted", signal.SIGBUS: "bus error", signal.SIGFPE: "floating point exception",
-    signal.SIGKILL: "killed", signal.SIGUSR1: "user defined signal 1", signal.SIGSEGV: "segmentation fault",
-    signal.SIGUSR2: "user defined signal 2", signal.SIGPIPE: "broken pipe", signal.SIGALRM: "alarm clock",
-    signal.SIGTERM: "terminated", signal.SIGCHLD: "child exited", signal.SIGCONT: "continued",
-    signal.SIGSTOP: "stopped (signal)", signal.SIGTSTP: "stopped", signal.SIGTTIN: "stopped (tty input)",
-    signal.SIGTTOU: "stopped (tty output)", signal.SIGURG: "urgent I/O condition",
-    signal.SIGXCPU: "CPU time limit exceeded", signal.SIGXFSZ: "file size limit exceeded",
-    signal.SIGVTALRM: "virtual timer expired", signal.SIGPROF: "profiling timer expired",
-    signal.SIGWINCH: "window changed", signal.SIGIO: "I/O possible", signal.SIGSYS: "bad system call",
+    signal.SIGHUP: "hangup",
+    signal.SIGINT: "interrupt",
+    signal.SIGQUIT: "quit",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGTRAP: "trace/breakpoint trap",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "floating point exception",
+    signal.SIGKILL: "killed",
+    signal.SIGUSR1: "user defined signal 1",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGUSR2: "user defined signal 2",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGALRM: "alarm clock",
+    signal.SIGTERM: "terminated",
+    signal.SIGCHLD: "child exited",
+    signal.SIGCONT: "continued",
+    signal.SIGSTOP: "stopped (signal)",
+    signal.SIGTSTP: "stopped",
+    signal.SIGTTIN: "stopped (tty input)",
+    signal.SIGTTOU: "stopped (tty output)",
+    signal.SIGURG: "urgent I/O condition",
+    signal.SIGXCPU: "CPU time limit exceeded",
+    signal.SIGXFSZ: "file size limit exceeded",
+    signal.SIGVTALRM: "virtual timer expired",
+    signal.SIGPROF: "profiling timer expired",
+    signal.SIGWINCH: "window changed",
+    signal.SIGIO: "I/O possible",
+    signal.SIGSYS: "bad system call",
 }
 
 
@@ -93,7 +111,7 @@ class LineSplitter:
 
 
 class ChunkDecoder:
-    """"latest" framing: every read is one event, bytes kept exactly (line endings included); a UTF-8
+    """ "latest" framing: every read is one event, bytes kept exactly (line endings included); a UTF-8
     sequence split across reads is held back until complete (invalid bytes become U+FFFD, as Go's
     encoding/json does with invalid UTF-8)."""
 
@@ -124,7 +142,9 @@ class Command:
         self.running = True
         self.proc: subprocess.Popen | None = None
         self.output = bytearray()  # background: merged stdout+stderr (execd's <id>.output file)
-        self.events: "queue.Queue[tuple[str, Any]]" = queue.Queue()  # foreground: ("stdout"|"stderr", bytes) / ("exit", rc)
+        self.events: "queue.Queue[tuple[str, Any]]" = (
+            queue.Queue()
+        )  # foreground: ("stdout"|"stderr", bytes) / ("exit", rc)
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.killed_by_timeout = False
@@ -193,8 +213,9 @@ class CommandRegistry:
         return ChunkDecoder() if self.mode == "latest" else LineSplitter()
 
     # -- start --------------------------------------------------------------------------------
-    def build_argv(self, command: str | None, argv: list[str] | None, cwd: str | None,
-                   envs: dict[str, str] | None) -> list[str]:
+    def build_argv(
+        self, command: str | None, argv: list[str] | None, cwd: str | None, envs: dict[str, str] | None
+    ) -> list[str]:
         """Shell form (bash -c when bash exists, else sh -c) or, in latest mode, native argv with the
         executable looked up like execd's resolveExecutable (runtime/command_argv.go)."""
         if argv is None:
@@ -218,6 +239,7 @@ class CommandRegistry:
         """The sandbox's files by fds on its "/" (fsops.SandboxFS: openat2 RESOLVE_IN_ROOT), so a
         symlink swapped in by code inside never sends a lookup to the host's files."""
         from mock_opensandbox.execd.files import SandboxFS
+
         return SandboxFS(self.runtime)
 
     def _stat(self, spath: str) -> os.stat_result:
@@ -246,6 +268,7 @@ class CommandRegistry:
         if not uid or not cwd:
             return False
         from mock_opensandbox.execd.files import _map_id
+
         rt = self.runtime
         groups = {gid if gid is not None else self._primary_gid(uid)}
         umap, gmap = rt.id_map("uid"), rt.id_map("gid")
@@ -285,6 +308,7 @@ class CommandRegistry:
             return []
         import grp
         import pwd
+
         u = uid or 0
         g = 0
         groups: list[int] = []
@@ -298,8 +322,11 @@ class CommandRegistry:
         if gid is not None:
             g = gid
         setpriv = self.runtime.which("setpriv") or "setpriv"
-        return [setpriv, f"--reuid={u}", f"--regid={g}"] + (
-            [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]) + ["--"]
+        return (
+            [setpriv, f"--reuid={u}", f"--regid={g}"]
+            + ([f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"])
+            + ["--"]
+        )
 
     def image_credentials(self, uid: int | None, gid: int | None) -> dict[str, str] | None:
         """buildCredential for a sandbox running its image as root: the user looked up in the sandbox's own
@@ -315,15 +342,26 @@ class CommandRegistry:
                     return fh.read(1 << 20)
             except (OSError, ValueError):
                 return None
+
         g, groups = lookup_uid(uid or 0, read("/etc/passwd"), read("/etc/group")) if uid is not None else (0, [])
         g = gid if gid is not None else g
         return {"user": user_word((uid or 0, g, groups))}
 
-    def start(self, *, command: str | None, argv: list[str] | None = None, cwd: str | None = None,
-              envs: dict[str, str] | None = None, timeout_ms: int = 0, background: bool = False,
-              uid: int | None = None, gid: int | None = None) -> Command:
+    def start(
+        self,
+        *,
+        command: str | None,
+        argv: list[str] | None = None,
+        cwd: str | None = None,
+        envs: dict[str, str] | None = None,
+        timeout_ms: int = 0,
+        background: bool = False,
+        uid: int | None = None,
+        gid: int | None = None,
+    ) -> Command:
         """Spawn a command. Raises StartFailure (message as execd reports it) or SandboxTerminated."""
         import json as _json
+
         content = command if argv is None else _json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
         full = self.build_argv(command, argv, cwd, envs)
         if any("\x00" in a for a in full):
@@ -361,31 +399,39 @@ class CommandRegistry:
         cmd = Command(uuid.uuid4().hex, content or "", background)
         try:
             if background:
-                cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, **creds or {})
+                cmd.proc = self.runtime.spawn(
+                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **creds or {}
+                )
             else:
-                cmd.proc = self.runtime.spawn(full, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, **creds or {})
+                cmd.proc = self.runtime.spawn(
+                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **creds or {}
+                )
         except SandboxTerminated:
             raise
         except (OSError, ValueError) as exc:
-            raise StartFailure(f"fork/exec {full[0]}: {getattr(exc, 'strerror', None) or exc}".lower()
-                               if isinstance(exc, OSError) else str(exc)) from exc
+            raise StartFailure(
+                f"fork/exec {full[0]}: {getattr(exc, 'strerror', None) or exc}".lower()
+                if isinstance(exc, OSError)
+                else str(exc)
+            ) from exc
         with self._lock:
             self._cmds[cmd.id] = cmd
         if timeout_ms and timeout_ms > 0:
+
             def on_timeout() -> None:
                 cmd.killed_by_timeout = True
                 cmd.kill(signal.SIGKILL)
-            cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)     # (one thread for all: deadlines.py)
+
+            cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)  # (one thread for all: deadlines.py)
         if background:
-            threading.Thread(target=self._pump_background, args=(cmd,), daemon=True,
-                             name=f"bg-out-{cmd.id[:8]}").start()
-            threading.Thread(target=self._wait_background, args=(cmd,), daemon=True,
-                             name=f"bg-wait-{cmd.id[:8]}").start()
+            threading.Thread(
+                target=self._pump_background, args=(cmd,), daemon=True, name=f"bg-out-{cmd.id[:8]}"
+            ).start()
+            threading.Thread(
+                target=self._wait_background, args=(cmd,), daemon=True, name=f"bg-wait-{cmd.id[:8]}"
+            ).start()
         else:
-            threading.Thread(target=self._pump_foreground, args=(cmd,), daemon=True,
-                             name=f"fg-{cmd.id[:8]}").start()
+            threading.Thread(target=self._pump_foreground, args=(cmd,), daemon=True, name=f"fg-{cmd.id[:8]}").start()
         return cmd
 
     # -- output pumps --------------------------------------------------------------------------

@@ -3,6 +3,7 @@ decoding and validation (RunCommandRequest in both dialects, the working directo
 foreground or background run with its heartbeat and linger, interrupt, status and logs. The commands
 themselves are execd/commands.py's (CommandRegistry, no HTTP). /code runs a command through ``stream``.
 Behaviour sources: QUIRKS.md (part 2), tiers/diff command.* cases."""
+
 from __future__ import annotations
 
 import errno
@@ -23,7 +24,15 @@ from mock_opensandbox.wire.relay import client_gone
 from mock_opensandbox.runtime import SandboxTerminated
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.commands import CommandRegistry, StartFailure
-from mock_opensandbox.execd.errors import INVALID_REQUEST, MSG, RUNTIME_ERROR, ExecdError, bad_body, invalid, missing_query
+from mock_opensandbox.execd.errors import (
+    INVALID_REQUEST,
+    MSG,
+    RUNTIME_ERROR,
+    ExecdError,
+    bad_body,
+    invalid,
+    missing_query,
+)
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.execd.paths import PathExpandError, expand_path
 
@@ -35,15 +44,31 @@ class CommandRoutes:
     "command.*"), ``stream`` for /code, ``validate_cwd`` for /session. ``stopping`` is the server's
     stop event (it ends lingers and kills the foreground commands still streaming)."""
 
-    def __init__(self, runtime: Any, fs: SandboxFS, commands: CommandRegistry, stopping: threading.Event, *,
-                 mode: str, close_delay: float, heartbeat: float):
+    def __init__(
+        self,
+        runtime: Any,
+        fs: SandboxFS,
+        commands: CommandRegistry,
+        stopping: threading.Event,
+        *,
+        mode: str,
+        close_delay: float,
+        heartbeat: float,
+    ):
         self.runtime, self.fs, self.commands, self.stopping = runtime, fs, commands, stopping
         self.mode = mode
         self.close_delay = close_delay
         self.heartbeat = heartbeat
 
-    _V1_FIELDS: ClassVar[dict[str, str]] = {"command": "string", "cwd": "string", "background": "bool", "timeout": "int64",
-                  "uid": "uint32", "gid": "uint32", "envs": "map[string]string"}
+    _V1_FIELDS: ClassVar[dict[str, str]] = {
+        "command": "string",
+        "cwd": "string",
+        "background": "bool",
+        "timeout": "int64",
+        "uid": "uint32",
+        "gid": "uint32",
+        "envs": "map[string]string",
+    }
     _LATEST_FIELDS: ClassVar[dict[str, str]] = dict(_V1_FIELDS, argv="[]string", operation_id="string")
     _V1_STRUCT = Struct("model.RunCommandRequest", _V1_FIELDS)
     # model.RunCommandRequest.UnmarshalJSON decodes into a local type named "request"
@@ -149,9 +174,16 @@ class CommandRoutes:
         the last event; /code returns as soon as the command completed (waitForExecutionComplete)."""
         background = bool(spec.get("background"))
         try:
-            cmd = self.commands.start(command=spec.get("command"), argv=spec.get("argv"), cwd=spec.get("cwd") or None,
-                                      envs=spec.get("envs") or {}, timeout_ms=int(spec.get("timeout") or 0),
-                                      background=background, uid=spec.get("uid"), gid=spec.get("gid"))
+            cmd = self.commands.start(
+                command=spec.get("command"),
+                argv=spec.get("argv"),
+                cwd=spec.get("cwd") or None,
+                envs=spec.get("envs") or {},
+                timeout_ms=int(spec.get("timeout") or 0),
+                background=background,
+                uid=spec.get("uid"),
+                gid=spec.get("gid"),
+            )
         except StartFailure as exc:
             if exc.command is not None:  # background: init, then the controller's error in the same body
                 self._background_start_failure(req, exc.command.id, str(exc))
@@ -183,8 +215,11 @@ class CommandRoutes:
         try:
             w.write(sse.encode_event(sse.init_event(cid)))
             w.write(sse.encode_event(sse.ping_event()))
-            w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_commands"].format(
-                "failed to start commands: " + msg)}).encode())
+            w.write(
+                go_json(
+                    {"code": RUNTIME_ERROR, "message": MSG["run_commands"].format("failed to start commands: " + msg)}
+                ).encode()
+            )
         except OSError:
             pass
         w.close()

@@ -6,6 +6,7 @@ CPU per command on the bench machine, which bench/ case 2 charged to the plugin 
 host's timeout; the direct client does not). Behaviour is unchanged: ``fn`` runs once, at the
 deadline, unless cancelled first.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -26,7 +27,7 @@ class Deadline:
         return (self.when, self.seq) < (other.when, other.seq)
 
     def cancel(self) -> None:
-        self.fn = None                 # left in the heap; skipped (and dropped) when it comes up
+        self.fn = None  # left in the heap; skipped (and dropped) when it comes up
 
 
 class Deadlines:
@@ -43,7 +44,7 @@ class Deadlines:
             if self._heap[0] is d:
                 self._cond.notify()
             if len(self._heap) > 64 and len(self._heap) > 2 * sum(1 for x in self._heap if x.fn is not None):
-                self._heap = [x for x in self._heap if x.fn is not None]     # mostly cancelled ones
+                self._heap = [x for x in self._heap if x.fn is not None]  # mostly cancelled ones
                 heapq.heapify(self._heap)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="execd-deadlines")

@@ -2,11 +2,26 @@
 codes of pkg/web/model/error.go and the message templates of the controllers. Model code raises
 ExecdError; the HTTP layer (execd/gin.py) turns it into Gin's JSON reply. Texts are the binary's
 (tiers/diff cases named in QUIRKS.md part 2)."""
+
 from __future__ import annotations
 
-__all__ = ["ExecdError", "INVALID_REQUEST", "MISSING_QUERY", "RUNTIME_ERROR", "INVALID_FILE",
-           "INVALID_FILE_CONTENT", "INVALID_FILE_METADATA", "FILE_NOT_FOUND", "UNKNOWN", "CONTEXT_NOT_FOUND",
-           "NOT_SUPPORTED", "MSG", "bad_body", "invalid", "missing_query"]
+__all__ = [
+    "ExecdError",
+    "INVALID_REQUEST",
+    "MISSING_QUERY",
+    "RUNTIME_ERROR",
+    "INVALID_FILE",
+    "INVALID_FILE_CONTENT",
+    "INVALID_FILE_METADATA",
+    "FILE_NOT_FOUND",
+    "UNKNOWN",
+    "CONTEXT_NOT_FOUND",
+    "NOT_SUPPORTED",
+    "MSG",
+    "bad_body",
+    "invalid",
+    "missing_query",
+]
 
 # model/error.go ErrorCode values
 INVALID_REQUEST = "INVALID_REQUEST_BODY"
@@ -22,10 +37,10 @@ NOT_SUPPORTED = "NOT_SUPPORTED"
 
 # controller message templates ({} = the Go error / value)
 MSG = {
-    "bad_body": "error parsing request, MAYBE invalid body format. {}",          # bindJSON failures (most routes)
-    "bad_body_session": "error parsing request. {}",                              # /session, /session/:id/run
-    "invalid": "invalid request, validation error {}",                            # RunCommand / RunCode Validate
-    "invalid_session": "invalid request. {}",                                     # RunInSession Validate
+    "bad_body": "error parsing request, MAYBE invalid body format. {}",  # bindJSON failures (most routes)
+    "bad_body_session": "error parsing request. {}",  # /session, /session/:id/run
+    "invalid": "invalid request, validation error {}",  # RunCommand / RunCode Validate
+    "invalid_session": "invalid request. {}",  # RunInSession Validate
     "missing_query": "missing query parameter '{}'",
     "missing_path": "missing path parameter '{}'",
     "run_commands": "error running commands {}",
@@ -36,12 +51,12 @@ MSG = {
     "context_not_found": "context {} not found",
     "delete_context": "error deleting code context {}. {}",
     "create_context": "error creating code context. {}",
-    "interrupt": "error interruptting code context. {}",                          # sic
+    "interrupt": "error interruptting code context. {}",  # sic
     "unsupported_language": "unsupported language context operation: {}",
     "unknown_language": "unknown language: {}",
     "command_not_found": "command not found: {}",
     "not_background": "command {} is not running in background",
-    "seek": "error seek file: seek /tmp/{}.output: invalid argument",            # Seek(negative) on <id>.output
+    "seek": "error seek file: seek /tmp/{}.output: invalid argument",  # Seek(negative) on <id>.output
     "pty_not_found": "pty session {} not found",
     "pty_bad_body": "error parsing request: {}",
     "required": "Key: '{0}.{1}' Error:Field validation for '{1}' failed on the 'required' tag",

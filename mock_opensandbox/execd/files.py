@@ -4,6 +4,7 @@ raising ExecdError with the binary's status, code and text. No HTTP here (execd/
 HTTP side). Paths are sandbox paths; SandboxRuntime.resolve() maps them into the root (never out of
 it). Go's *PathError texts use the sandbox path. Texts checked against the real binary by the
 differential tier (tiers/diff files.* / directories.* cases)."""
+
 from __future__ import annotations
 
 import errno
@@ -17,7 +18,13 @@ from typing import Any, Iterable, Mapping
 
 from mock_opensandbox.wire.gojson import errno_text, go_time
 from mock_opensandbox.runtime import openat2
-from mock_opensandbox.execd.errors import FILE_NOT_FOUND, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR, ExecdError
+from mock_opensandbox.execd.errors import (
+    FILE_NOT_FOUND,
+    INVALID_FILE_METADATA,
+    INVALID_REQUEST,
+    RUNTIME_ERROR,
+    ExecdError,
+)
 from mock_opensandbox.execd.fsat import mkdir_at as _mkdir_at, proc_fd as _proc_fd, read_fd as _read_fd
 from mock_opensandbox.execd.fsat import remove_all_at as _remove_all_at, unlink_at as _unlink_at, write_fd as _write_fd
 from mock_opensandbox.execd.globmatch import glob_match
@@ -86,11 +93,16 @@ def file_info(spath: str, st: os.stat_result, names: "Accounts | None" = None) -
     """model.FileInfo (recording 13): mode is the permission bits written as octal digits, created_at
     is the ctime (syscall_linux.go getFileCreateTime). Owner and group are named by the sandbox's
     accounts (``names``) or, without a view of the sandbox's own, the host's."""
-    return {"path": spath, "type": _ftype(st), "size": st.st_size,
-            "modified_at": go_time(st.st_mtime_ns), "created_at": go_time(st.st_ctime_ns),
-            "owner": names.owner(st.st_uid) if names else _owner(st.st_uid),
-            "group": names.group(st.st_gid) if names else _group(st.st_gid),
-            "mode": int(oct(stat.S_IMODE(st.st_mode) & 0o777)[2:])}
+    return {
+        "path": spath,
+        "type": _ftype(st),
+        "size": st.st_size,
+        "modified_at": go_time(st.st_mtime_ns),
+        "created_at": go_time(st.st_ctime_ns),
+        "owner": names.owner(st.st_uid) if names else _owner(st.st_uid),
+        "group": names.group(st.st_gid) if names else _group(st.st_gid),
+        "mode": int(oct(stat.S_IMODE(st.st_mode) & 0o777)[2:]),
+    }
 
 
 def _map_id(rows: list[tuple[int, int, int]], ident: int, outward: bool) -> int:
@@ -117,6 +129,7 @@ class Accounts:
                 if len(f) >= 3 and f[2].isdigit() and f[0] not in out:
                     out[f[0]] = int(f[2])
             return out
+
         self.users, self.groups = table(passwd), table(group)
         self._uid_names = {v: k for k, v in reversed(list(self.users.items()))}
         self._gid_names = {v: k for k, v in reversed(list(self.groups.items()))}
@@ -144,8 +157,11 @@ def _octal_mode(mode: int) -> int:
     bits only (its setuid/sticky flags are other bits), so 4755 chmods to 0755 (tiers/diff)."""
     text = str(mode)
     if not re.fullmatch(r"[0-7]+", text) or int(text, 8) >= 1 << 32:
-        raise GoError(f'strconv.ParseUint: parsing "{text}": invalid syntax'
-                      if not re.fullmatch(r"[0-7]+", text) else f'strconv.ParseUint: parsing "{text}": value out of range')
+        raise GoError(
+            f'strconv.ParseUint: parsing "{text}": invalid syntax'
+            if not re.fullmatch(r"[0-7]+", text)
+            else f'strconv.ParseUint: parsing "{text}": value out of range'
+        )
     return int(text, 8) & 0o777
 
 
@@ -218,12 +234,14 @@ class SandboxFS:
         view = getattr(self.rt, "view_root", None)
         if view is None or not getattr(self.rt, "isolated", False) or view() == self.rt.root:
             return None
+
         def read(sp: str) -> bytes:
             try:
                 with os.fdopen(self.fd(sp, os.O_RDONLY), "rb") as fh:
                     return fh.read(1 << 20)
             except (OSError, ValueError):
                 return b""
+
         passwd, group = read("/etc/passwd"), read("/etc/group")
         return Accounts(passwd, group, self.rt.id_map("uid"), self.rt.id_map("gid"))
 
@@ -468,10 +486,13 @@ class SandboxFS:
 
         def visit_file(sp: str, st_or_entry: Any) -> None:
             if bad:
-                raise ExecdError(500, RUNTIME_ERROR,
-                                 f"error searching files. invalid pattern {pattern}: syntax error in pattern")
+                raise ExecdError(
+                    500, RUNTIME_ERROR, f"error searching files. invalid pattern {pattern}: syntax error in pattern"
+                )
             if glob_match(pattern, posixpath.basename(sp) or sp):
-                st1 = st_or_entry if isinstance(st_or_entry, os.stat_result) else st_or_entry.stat(follow_symlinks=False)
+                st1 = (
+                    st_or_entry if isinstance(st_or_entry, os.stat_result) else st_or_entry.stat(follow_symlinks=False)
+                )
                 found.append(file_info(sp, st1, accounts))
 
         # filepath.Walk: lexical order, directories descended (never through a symlink), everything
@@ -554,8 +575,9 @@ class SandboxFS:
             except (OSError, ValueError) as exc:
                 if isinstance(exc, ValueError):
                     exc = OSError(errno.EINVAL, "invalid argument")
-                raise GoError(f"failed to rename file: rename {src} {dest}: {errno_text(exc)}",
-                              exc.errno == errno.ENOENT) from None
+                raise GoError(
+                    f"failed to rename file: rename {src} {dest}: {errno_text(exc)}", exc.errno == errno.ENOENT
+                ) from None
             finally:
                 for fd in (ps, pd):
                     if fd >= 0:
@@ -583,8 +605,12 @@ class SandboxFS:
             raise ExecdError(400, INVALID_REQUEST, "old content must not be empty")
         ob, nb = old.encode("utf-8", "surrogateescape"), new.encode("utf-8", "surrogateescape")
         try:
-            self._fdcall("open", sabs, os.O_WRONLY | os.O_TRUNC,
-                         lambda fd: _write_fd(fd, content.replace(ob, nb), stat.S_IMODE(st.st_mode)))
+            self._fdcall(
+                "open",
+                sabs,
+                os.O_WRONLY | os.O_TRUNC,
+                lambda fd: _write_fd(fd, content.replace(ob, nb), stat.S_IMODE(st.st_mode)),
+            )
         except GoError as e:
             raise handle_file_error(e) from None
         return content.count(ob)
@@ -615,11 +641,12 @@ class SandboxFS:
             with os.fdopen(fd, "wb") as out:
                 if created:
                     os.fchmod(out.fileno(), MKDIR_MODE)
-                for piece in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+                for piece in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
                     out.write(piece)
         except (OSError, ValueError) as exc:
-            raise ExecdError(500, RUNTIME_ERROR,
-                             f"error opening destination file {spath}. {GoError.path('open', spath, exc)}") from None
+            raise ExecdError(
+                500, RUNTIME_ERROR, f"error opening destination file {spath}. {GoError.path('open', spath, exc)}"
+            ) from None
         try:
             self.chmod_file(sabs, perm)
         except GoError as e:

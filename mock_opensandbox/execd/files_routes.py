@@ -4,6 +4,7 @@ Download follows execd's filesystem_download.go and net/http's ServeContent (con
 Range) as the real binary shows them (tiers/diff files.download), with the HTTP text fsops leaves out:
 execd's and net/http's Range parsers and the Content-Disposition of a download. See QUIRKS.md (part 2).
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -19,13 +20,20 @@ from mock_opensandbox.wire import formdata as multipart
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
 from mock_opensandbox.wire.http1 import Request
 from mock_opensandbox.execd import gin, linerange
-from mock_opensandbox.execd.errors import (INVALID_FILE, INVALID_FILE_CONTENT, INVALID_FILE_METADATA, INVALID_REQUEST, RUNTIME_ERROR,
-                     ExecdError, bad_body, missing_query)
+from mock_opensandbox.execd.errors import (
+    INVALID_FILE,
+    INVALID_FILE_CONTENT,
+    INVALID_FILE_METADATA,
+    INVALID_REQUEST,
+    RUNTIME_ERROR,
+    ExecdError,
+    bad_body,
+    missing_query,
+)
 from mock_opensandbox.execd.files import SandboxFS, _DirHandle, file_info
 from mock_opensandbox.execd.globmatch import glob_match
 
-__all__ = ["FilesAPI", "glob_match", "file_info", "execd_parse_range", "go_parse_range",
-           "content_disposition"]
+__all__ = ["FilesAPI", "glob_match", "file_info", "execd_parse_range", "go_parse_range", "content_disposition"]
 
 
 SPOOL_BYTES = 1 << 20  # an upload part's data above this goes to an unnamed temporary file
@@ -109,8 +117,12 @@ class FilesAPI:
 
     def replace(self, req: Request) -> None:
         verbose = req.q("verbose") == "true"
-        m = _decode_container(req.body, "map[string]model.ReplaceFileContentItem",
-                              Struct("model.ReplaceFileContentItem", {"old": "string", "new": "string"}), False)
+        m = _decode_container(
+            req.body,
+            "map[string]model.ReplaceFileContentItem",
+            Struct("model.ReplaceFileContentItem", {"old": "string", "new": "string"}),
+            False,
+        )
         results: dict[str, Any] = {}
         for f, item in m.items():
             n = self.fs.replace(f, item.get("old") or "", item.get("new") or "")
@@ -168,8 +180,11 @@ class FilesAPI:
         line_mode = bool(raw_offset or raw_limit)
         rng = req.headers.get("Range") or ""
         if line_mode and rng:
-            raise ExecdError(400, INVALID_REQUEST,
-                             "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive")
+            raise ExecdError(
+                400,
+                INVALID_REQUEST,
+                "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive",
+            )
         rp, fh = self.fs.open_for_download(p)
         with fh:
             if line_mode:
@@ -183,9 +198,11 @@ class FilesAPI:
             st = _fstat(fh)
             is_dir = False
             size = st.st_size
-            headers = {"Content-Type": "application/octet-stream",
-                       "Content-Disposition": content_disposition(posixpath.basename(rp.rstrip("/")) or "/"),
-                       "Content-Length": str(size)}
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Content-Disposition": content_disposition(posixpath.basename(rp.rstrip("/")) or "/"),
+                "Content-Length": str(size),
+            }
             if rng:
                 ranges = execd_parse_range(rng, size)
                 if ranges is None:
@@ -205,8 +222,9 @@ class FilesAPI:
                     return
             self._serve_content(req, fh, headers, size, st.st_mtime, is_dir)
 
-    def _serve_content(self, req: Request, fh: Any, headers: dict[str, str], size: int, mtime: float,
-                       is_dir: bool) -> None:
+    def _serve_content(
+        self, req: Request, fh: Any, headers: dict[str, str], size: int, mtime: float, is_dir: bool
+    ) -> None:
         """net/http ServeContent (Go 1.27) for what execd leaves to it."""
         last_mod = email.utils.formatdate(int(mtime), usegmt=True)
         headers["Last-Modified"] = last_mod
@@ -306,6 +324,7 @@ def _fstat(fh: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------------
 # byte ranges and the download's name (HTTP text: execd controller/utils.go, net/http)
+
 
 def execd_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
     """execd controller/utils.go ParseRange: None = "invalid range"; [] = nothing satisfiable (then
@@ -485,4 +504,3 @@ def _send_file(req: Request, status: int, headers: dict[str, str], fh: Any, star
         left -= len(chunk)
     if left:  # the file shrank while we sent it: the framing is broken, drop the connection
         h.close_connection = True
-

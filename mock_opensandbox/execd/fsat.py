@@ -1,6 +1,7 @@
 """The fd-based halves of execd's file operations (execd/files.py): every call works on an fd that
 openat2 (mock_opensandbox/runtime/openat2.py) found inside the sandbox's root, or by a single name in such a
 directory fd, never by a host path that code inside the sandbox could redirect mid-walk."""
+
 from __future__ import annotations
 
 import errno
@@ -30,7 +31,7 @@ def read_fd(fd: int) -> bytes:
 def write_fd(fd: int, data: bytes, mode: int) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.fchmod(fd, mode)
 
 

@@ -1,6 +1,7 @@
 """Gin's replies for the mock execd (c.JSON, c.Status, RespondError, the SSE header set, the
 router's own 404 / trailing-slash redirect). Everything that writes an execd answer goes through
 here; the texts and header sets are the binary's (tiers/diff)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,8 +20,9 @@ GO_BUFFER = 2048
 SSE_HEADERS = {"Cache-Control": "no-cache", "Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
 
 
-def send(req: Request, status: int, body: bytes, content_type: str | None,
-         headers: dict[str, str] | None = None) -> None:
+def send(
+    req: Request, status: int, body: bytes, content_type: str | None, headers: dict[str, str] | None = None
+) -> None:
     """A Go handler's body: Content-Length up to 2048 bytes, chunked above."""
     if len(body) > GO_BUFFER and req.method != "HEAD":
         all_headers = dict(headers or {})

@@ -1,5 +1,6 @@
 """execd's pkg/util/glob.PathMatch (doublestar semantics; search matches it against the base name),
 for `GET /files/search` in execd/files.py. Pure: no files, no HTTP."""
+
 from __future__ import annotations
 
 import re
@@ -45,7 +46,7 @@ def _segment_regex(seg: str) -> str:
             j = seg.find("}", i)
             if j < 0:
                 raise ValueError("syntax error in pattern")
-            alts = seg[i + 1:j].split(",")
+            alts = seg[i + 1 : j].split(",")
             out.append("(?:" + "|".join(_segment_regex(a) for a in alts) + ")")
             i = j
         else:
@@ -95,11 +96,11 @@ def glob_match(pattern: str, name: str) -> bool:
     its "(...)" is a syntax error; tiers/diff gen.paths.search)."""
     k = _negation(pattern)
     if k >= 0:
-        rest = pattern[k + 1:]
+        rest = pattern[k + 1 :]
         close = _closing(rest, "(", ")")
         if close < 0:
             raise ValueError("syntax error in pattern")
-        spliced = pattern[:k] + rest[1:close] + rest[close + 1:]
+        spliced = pattern[:k] + rest[1:close] + rest[close + 1 :]
         if k and not re.match(_segment_regex(pattern[:k]), name, re.S):
             return False
         return not glob_match(spliced, name)

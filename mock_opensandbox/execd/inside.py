@@ -15,6 +15,7 @@ and the namespace it keeps alive goes with it. A paused sandbox cannot connect (
 frozen); a connection made before the pause waits in ExecdServer.handle like every request.
 Standard library only.
 """
+
 from __future__ import annotations
 
 import errno

@@ -5,6 +5,7 @@ the kernel's channels WebSocket (``/api/kernels/{id}/channels?token=T``, execute
 ``execute_request`` messages (protocol 5.3, channel "shell"). Every connection is made by the caller's
 ``connect(port)``: the sandbox's own network namespace (runtime.connect), so the server the sandbox's
 JUPYTER_HOST names is reached as execd inside the sandbox reaches it. Standard library only."""
+
 from __future__ import annotations
 
 import base64
@@ -25,6 +26,7 @@ from mock_opensandbox.wire.gojson import errno_text
 def _dial(host: str, port: int, exc: OSError) -> str:
     """Go's net.Dial error text."""
     return "dial tcp %s:%d: connect: %s" % (host, port, errno_text(exc))
+
 
 __all__ = ["JupyterClient", "JupyterError", "KernelChannel"]
 
@@ -49,8 +51,10 @@ class JupyterClient:
             try:
                 conn.sock = self._connect(self.host, self.port, timeout)
             except OSError as exc:
-                raise JupyterError('%s "http://%s%s%s": %s' % (method.capitalize(), self.netloc, self.prefix, path,
-                                                              _dial(self.host, self.port, exc))) from exc
+                raise JupyterError(
+                    '%s "http://%s%s%s": %s'
+                    % (method.capitalize(), self.netloc, self.prefix, path, _dial(self.host, self.port, exc))
+                ) from exc
             data = None if body is None else json.dumps(body).encode()
             headers = {"Authorization": "token " + self.token, "Host": self.netloc}
             if data is not None:
@@ -62,7 +66,9 @@ class JupyterClient:
             except (OSError, http.client.HTTPException) as exc:
                 raise JupyterError("%s %s: %s" % (method, path, exc)) from exc
             if resp.status >= 300:
-                raise JupyterError("unexpected status code: %d, body: %s" % (resp.status, raw.decode("utf-8", "replace")))
+                raise JupyterError(
+                    "unexpected status code: %d, body: %s" % (resp.status, raw.decode("utf-8", "replace"))
+                )
             return json.loads(raw) if raw.strip() else None
         finally:
             conn.close()
@@ -74,8 +80,9 @@ class JupyterClient:
         return self._http("GET", "/api/kernels") or []
 
     def create_session(self, name: str, path: str, kernel: str) -> dict[str, Any]:
-        return self._http("POST", "/api/sessions", {"path": path, "name": name, "type": "notebook",
-                                                   "kernel": {"name": kernel}})
+        return self._http(
+            "POST", "/api/sessions", {"path": path, "name": name, "type": "notebook", "kernel": {"name": kernel}}
+        )
 
     def delete_session(self, session_id: str) -> None:
         self._http("DELETE", "/api/sessions/" + session_id)
@@ -88,8 +95,11 @@ class JupyterClient:
             sock = self._connect(self.host, self.port, timeout)
         except OSError as exc:
             raise JupyterError("failed to connect to kernel: %s" % _dial(self.host, self.port, exc)) from exc
-        return KernelChannel(sock, "%s/api/kernels/%s/channels?token=%s" % (
-            self.prefix, kernel_id, urllib.parse.quote(self.token)), self.netloc)
+        return KernelChannel(
+            sock,
+            "%s/api/kernels/%s/channels?token=%s" % (self.prefix, kernel_id, urllib.parse.quote(self.token)),
+            self.netloc,
+        )
 
 
 class KernelChannel:
@@ -101,8 +111,10 @@ class KernelChannel:
         self._counter = 0
         self._wlock = threading.Lock()
         key = base64.b64encode(os.urandom(16)).decode()
-        req = ("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (path, host, key))
+        req = (
+            "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (path, host, key)
+        )
         self.rfile = sock.makefile("rb")
         try:
             sock.sendall(req.encode())
@@ -117,8 +129,9 @@ class KernelChannel:
         parts = status.split()
         if len(parts) < 2 or parts[1] != b"101":
             self.close()
-            raise JupyterError("failed to connect to kernel: websocket: bad handshake (%s)"
-                               % status.decode("latin-1").strip())
+            raise JupyterError(
+                "failed to connect to kernel: websocket: bad handshake (%s)" % status.decode("latin-1").strip()
+            )
         sock.settimeout(None)
         self._events = wsproto.MessageAssembler(wsproto.FrameReader(self.rfile.read, require_mask=False))
 
@@ -126,12 +139,27 @@ class KernelChannel:
         """Send one execute_request (execute.go buildExecuteMessage); returns its msg_id."""
         self._counter += 1
         msg_id = "%s-%d" % (self.session, self._counter)
-        msg = {"header": {"msg_id": msg_id, "username": "go-client", "session": self.session,
-                          "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                          "msg_type": "execute_request", "version": "5.3"},
-               "parent_header": {}, "metadata": {}, "channel": "shell",
-               "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                           "allow_stdin": False, "stop_on_error": True}}
+        msg = {
+            "header": {
+                "msg_id": msg_id,
+                "username": "go-client",
+                "session": self.session,
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "msg_type": "execute_request",
+                "version": "5.3",
+            },
+            "parent_header": {},
+            "metadata": {},
+            "channel": "shell",
+            "content": {
+                "code": code,
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            },
+        }
         self._send(wsproto.OP_TEXT, json.dumps(msg).encode())
         return msg_id
 

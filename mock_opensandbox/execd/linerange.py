@@ -8,6 +8,7 @@ same bytes go out, in the same order and at the same moments, but a line is neve
 scanned to its newline and then read again from where it began (a seekable file), or held up to
 ``HOLD`` bytes and then streamed (a pipe). The scan stops when the client leaves or the sandbox's
 execd goes (QUIRKS.md, "files.download line mode")."""
+
 from __future__ import annotations
 
 import threading
@@ -76,12 +77,12 @@ def line_range(fh: Any, offset: int, limit: int, out: GoWriter, gone: Any) -> bo
     except (OSError, ValueError):
         pos, seekable = 0, False
     line_num = written = 0
-    start = pos              # where the current line began
-    length = 0               # its bytes so far
-    held = bytearray()       # its bytes while at most HOLD
-    over = False             # more than HOLD: read again (seekable) or streamed (a pipe)
-    trail = 0                # the "\r\n" run ending it so far
-    crs = 0                  # a streamed line's "\r" run not yet written (it may be trimmed)
+    start = pos  # where the current line began
+    length = 0  # its bytes so far
+    held = bytearray()  # its bytes while at most HOLD
+    over = False  # more than HOLD: read again (seekable) or streamed (a pipe)
+    trail = 0  # the "\r\n" run ending it so far
+    crs = 0  # a streamed line's "\r" run not yet written (it may be trimmed)
 
     def finish() -> None:
         """The current (wanted) line is complete: write it, trimmed."""
@@ -119,7 +120,7 @@ def line_range(fh: Any, offset: int, limit: int, out: GoWriter, gone: Any) -> bo
         i = 0
         while i < len(chunk):
             nl = chunk.find(b"\n", i)
-            piece = chunk[i:] if nl < 0 else chunk[i:nl + 1]
+            piece = chunk[i:] if nl < 0 else chunk[i : nl + 1]
             i += len(piece)
             length += len(piece)
             body = piece.rstrip(_TRIM)

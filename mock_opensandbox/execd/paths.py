@@ -1,4 +1,5 @@
 """execd's pkg/util/pathutil and Go's os.Expand / filepath.Clean, for sandbox paths (no HTTP)."""
+
 from __future__ import annotations
 
 import posixpath
@@ -26,7 +27,7 @@ def os_expand(s: str, mapping: Mapping[str, str]) -> str:
             out.append(c)
             i += 1
             continue
-        rest = s[i + 1:]
+        rest = s[i + 1 :]
         if rest[0] == "{":
             if len(rest) > 2 and rest[1] in _SPECIAL and rest[2] == "}":
                 out.append(mapping.get(rest[1], ""))

@@ -13,6 +13,7 @@ session (``start_new_session=True``); a session leader acquires a controlling te
 one, so a two-line ``/bin/sh`` wrapper reopens the slave by path and then execs the shell. If the
 runtime grows a ``controlling_tty=`` keyword (see docs/PTY.md) it is used instead.
 """
+
 from __future__ import annotations
 
 import errno
@@ -40,8 +41,13 @@ REPLAY_BUFFER_SIZE = 1 << 20
 READ_CHUNK = 32 * 1024
 INITIAL_COLS, INITIAL_ROWS = 80, 24
 # pkg/runtime/pty_session.go parseSignalName
-SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL,
-           "SIGQUIT": signal.SIGQUIT, "SIGHUP": signal.SIGHUP}
+SIGNALS = {
+    "SIGINT": signal.SIGINT,
+    "SIGTERM": signal.SIGTERM,
+    "SIGKILL": signal.SIGKILL,
+    "SIGQUIT": signal.SIGQUIT,
+    "SIGHUP": signal.SIGHUP,
+}
 
 # Reopen the slave by path so the session leader gets it as controlling terminal, then run the shell.
 _CTTY_WRAPPER = 'exec 0<>"$1" 1>&0 2>&0 || exit 126; shift; exec "$@"'
@@ -63,7 +69,7 @@ class ReplayBuffer:
             self.total += len(data)
             self._buf += data
             if len(self._buf) > self.size:
-                del self._buf[:len(self._buf) - self.size]
+                del self._buf[: len(self._buf) - self.size]
 
     def read_from(self, offset: int) -> tuple[bytes, int]:
         """Bytes from absolute ``offset`` (clamped to the oldest byte kept) and the offset of the
@@ -74,7 +80,7 @@ class ReplayBuffer:
             oldest = self.total - len(self._buf)
             if offset < oldest:
                 offset = oldest
-            return bytes(self._buf[offset - oldest:]), offset
+            return bytes(self._buf[offset - oldest :]), offset
 
 
 class OutputPipe:
@@ -225,12 +231,14 @@ class PtySession:
         self._stop_readers = threading.Event()
         self._readers = []
         for fd, is_stdout in streams:
-            t = threading.Thread(target=self._read_loop, args=(fd, is_stdout), daemon=True,
-                                 name=f"pty-read-{self.id[:8]}")
+            t = threading.Thread(
+                target=self._read_loop, args=(fd, is_stdout), daemon=True, name=f"pty-read-{self.id[:8]}"
+            )
             self._readers.append(t)
             t.start()
-        self._waiter = threading.Thread(target=self._wait_loop, args=(proc, self.done), daemon=True,
-                                        name=f"pty-wait-{self.id[:8]}")
+        self._waiter = threading.Thread(
+            target=self._wait_loop, args=(proc, self.done), daemon=True, name=f"pty-wait-{self.id[:8]}"
+        )
         self._waiter.start()
 
     def _start_pty(self) -> None:
@@ -241,12 +249,18 @@ class PtySession:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", INITIAL_ROWS, INITIAL_COLS, 0, 0))
             argv = self._shell_argv()
             if "controlling_tty" in _spawn_params(rt):
-                proc = rt.spawn(argv, cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave,
-                                controlling_tty=True)
+                proc = rt.spawn(
+                    argv, cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave, controlling_tty=True
+                )
             else:
                 tty_path = os.ttyname(slave)
-                proc = rt.spawn(["/bin/sh", "-c", _CTTY_WRAPPER, "osb-pty", tty_path] + argv,
-                                cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave)
+                proc = rt.spawn(
+                    ["/bin/sh", "-c", _CTTY_WRAPPER, "osb-pty", tty_path] + argv,
+                    cwd=self.cwd or None,
+                    stdin=slave,
+                    stdout=slave,
+                    stderr=slave,
+                )
         except BaseException:
             os.close(master)
             os.close(slave)
@@ -260,8 +274,13 @@ class PtySession:
 
     def _start_pipe(self) -> None:
         rt = self.registry.runtime
-        proc = rt.spawn(self._shell_argv(), cwd=self.cwd or None, stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = rt.spawn(
+            self._shell_argv(),
+            cwd=self.cwd or None,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.is_pty = False
         self._master = None
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -412,8 +431,13 @@ class PtySession:
 
     def status(self) -> dict[str, Any]:
         with self.lock:
-            return {"session_id": self.id, "running": self.pid != 0, "output_offset": self.replay.total,
-                    "launch_attempted": self.start_attempted, "launch_failed": self.launch_failed}
+            return {
+                "session_id": self.id,
+                "running": self.pid != 0,
+                "output_offset": self.replay.total,
+                "launch_attempted": self.start_attempted,
+                "launch_failed": self.launch_failed,
+            }
 
 
 def _spawn_params(runtime: Any) -> set[str]:

@@ -20,6 +20,7 @@ Behaviour follows execd's source (opensandbox-group/OpenSandbox, components/exec
 The session model (``PtySession``, ``PtyRegistry``: the shell, its terminal, replay, signals) is in
 execd/pty.py; this module is the HTTP side: request decoding, the four routes, the WebSocket loop.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,10 @@ def _go_decode_create(body: bytes) -> tuple[dict[str, str], str | None]:
     if not stripped:
         return {}, None
     try:
+
         def _no_const(name: str) -> Any:
             raise ValueError(f"invalid character '{name[0]}' looking for beginning of value")
+
         value, _end = json.JSONDecoder(parse_constant=_no_const).raw_decode(stripped)
     except ValueError as exc:
         msg = str(exc)
@@ -89,8 +92,10 @@ def _go_decode_create(body: bytes) -> tuple[dict[str, str], str | None]:
     if value is None:
         return {}, None
     if not isinstance(value, dict):
-        return {}, (f"json: cannot unmarshal {_JSON_KIND.get(type(value), 'value')} into Go value of type "
-                    "model.CreatePTYSessionRequest")
+        return {}, (
+            f"json: cannot unmarshal {_JSON_KIND.get(type(value), 'value')} into Go value of type "
+            "model.CreatePTYSessionRequest"
+        )
     out: dict[str, str] = {}
     for field in ("operation_id", "cwd", "command"):
         hit = field if field in value else next((k for k in value if k.lower() == field), None)
@@ -98,8 +103,10 @@ def _go_decode_create(body: bytes) -> tuple[dict[str, str], str | None]:
             continue
         v = value[hit]
         if not isinstance(v, str):
-            return {}, (f"json: cannot unmarshal {_JSON_KIND.get(type(v), 'value')} into Go struct field "
-                        f"CreatePTYSessionRequest.{field} of type string")
+            return {}, (
+                f"json: cannot unmarshal {_JSON_KIND.get(type(v), 'value')} into Go struct field "
+                f"CreatePTYSessionRequest.{field} of type string"
+            )
         out[field] = v
     return out, None
 
@@ -266,8 +273,9 @@ def _serve_ws(req: Any, registry: PtyRegistry) -> None:
 def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: Any, locked: bool) -> None:
     rt = registry.runtime
     if not locked and not s.takeover_ws(WS_TAKEOVER_TIMEOUT):  # 3b.
-        ws.send_json({"type": "error", "error": f"takeover timed out for pty session {s.id}",
-                      "code": WS_ERR_ALREADY_CONNECTED})
+        ws.send_json(
+            {"type": "error", "error": f"takeover timed out for pty session {s.id}", "code": WS_ERR_ALREADY_CONNECTED}
+        )
         return
     pipe_mode = req.q("pty") == "0"
     since = _parse_since(req.q("since"))
@@ -280,8 +288,7 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
             s.start(pipe_mode)
         except Exception as exc:  # noqa: BLE001 - reported to the client as START_FAILED
             s.detach(out, err)
-            ws.send_json({"type": "error", "error": str(exc) or exc.__class__.__name__,
-                          "code": WS_ERR_START_FAILED})
+            ws.send_json({"type": "error", "error": str(exc) or exc.__class__.__name__, "code": WS_ERR_START_FAILED})
             s.unlock_ws()
             return
     else:
@@ -301,6 +308,7 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
         def evict() -> None:
             ws.close(WS_CLOSE_TAKEN_OVER, WS_ERR_TAKEN_OVER)
             cancel.set()
+
         gen = s.set_evict_handler(evict)
 
         done = s.done
@@ -375,8 +383,9 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
                 try:
                     s.write_stdin(data[1:])
                 except OSError as exc:
-                    ws.send_json({"type": "error", "code": WS_ERR_STDIN_WRITE_FAILED,
-                                  "error": exc.strerror or str(exc)})
+                    ws.send_json(
+                        {"type": "error", "code": WS_ERR_STDIN_WRITE_FAILED, "error": exc.strerror or str(exc)}
+                    )
                     break
             elif opcode == wsproto.OP_TEXT:
                 frame = _parse_client_frame(data)
@@ -387,8 +396,9 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
                     try:
                         s.write_stdin(frame["data"].encode("utf-8"))
                     except OSError as exc:
-                        ws.send_json({"type": "error", "code": WS_ERR_STDIN_WRITE_FAILED,
-                                      "error": exc.strerror or str(exc)})
+                        ws.send_json(
+                            {"type": "error", "code": WS_ERR_STDIN_WRITE_FAILED, "error": exc.strerror or str(exc)}
+                        )
                         break
                 elif ftype == "signal":
                     s.send_signal(frame["signal"])
@@ -402,8 +412,13 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
                     ws.send_json({"type": "pong"})
                 else:
                     # Go %q of the type; json quoting is the same for printable text
-                    ws.send_json({"type": "error", "error": "unknown frame type " +
-                                  json.dumps(ftype, ensure_ascii=False), "code": WS_ERR_INVALID_FRAME})
+                    ws.send_json(
+                        {
+                            "type": "error",
+                            "error": "unknown frame type " + json.dumps(ftype, ensure_ascii=False),
+                            "code": WS_ERR_INVALID_FRAME,
+                        }
+                    )
     finally:
         cancel.set()
         s.detach(out, err)  # 7. deferred: detach -> wait for pumps -> unlock -> clear hook

@@ -4,6 +4,7 @@ Every route is served bare and under /proxy/44772 (recording 06); /proxy/<other 
 reverse-proxied to 127.0.0.1:<port> (seed 000 §1.2, execd pkg/web/proxy.go). Behaviour sources
 are listed in mock_opensandbox/QUIRKS.md (part 2).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -71,9 +72,13 @@ def _metrics() -> dict[str, Any]:
                     avail = int(v.split()[0]) * 1024
     except (OSError, ValueError):
         pass
-    return {"cpu_count": float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1), "cpu_used_pct": round(max(0.0, pct), 6),
-            "mem_total_mib": total / 1048576, "mem_used_mib": max(0, total - avail) / 1048576,
-            "timestamp": sse.now_ms()}
+    return {
+        "cpu_count": float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1),
+        "cpu_used_pct": round(max(0.0, pct), 6),
+        "mem_total_mib": total / 1048576,
+        "mem_used_mib": max(0, total - avail) / 1048576,
+        "timestamp": sse.now_ms(),
+    }
 
 
 # The one route table: router.go NewRouter at 3bb6fad, in its order (gin ":param" as "{param}").
@@ -113,6 +118,7 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("GET", "/pty/{sessionId}/ws", "pty.websocket"),
 )
 
+
 def _param_tsr(method: str, path: str) -> bool:
     """Gin's other trailing-slash recommendation: "/command/status/" walks into "/command/:id/logs"
     with id="status" and is left with exactly "/" (tree.go getValue; tiers/diff unknown.paths)."""
@@ -123,8 +129,11 @@ def _param_tsr(method: str, path: str) -> bool:
         if m != method:
             continue
         psegs = pattern.split("/")
-        if len(psegs) > len(segs) and psegs[len(segs) - 1].startswith("{") and all(
-                p.startswith("{") and s or p == s for p, s in zip(psegs[:len(segs)], segs, strict=False)):
+        if (
+            len(psegs) > len(segs)
+            and psegs[len(segs) - 1].startswith("{")
+            and all(p.startswith("{") and s or p == s for p, s in zip(psegs[: len(segs)], segs, strict=False))
+        ):
             return True
     return False
 
@@ -212,11 +221,23 @@ class _ExecdHandler(Handler):
 class ExecdServer(App):
     """The execd half of one sandbox. See ARCHITECTURE.md for the interface."""
 
-    def __init__(self, runtime: SandboxRuntime, *, host: str = "127.0.0.1", port: int = 0, mode: str = "v1.1.0",
-                 access_token: str | None = None, required_headers: dict[str, str] | None = None,
-                 close_delay: float = 1.0, heartbeat: float = HEARTBEAT_S, verbose: bool = False,
-                 start_delay: float = 0.0, faults: Any = None, sandbox_id: str | None = None,
-                 journal: Any = None):
+    def __init__(
+        self,
+        runtime: SandboxRuntime,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        mode: str = "v1.1.0",
+        access_token: str | None = None,
+        required_headers: dict[str, str] | None = None,
+        close_delay: float = 1.0,
+        heartbeat: float = HEARTBEAT_S,
+        verbose: bool = False,
+        start_delay: float = 0.0,
+        faults: Any = None,
+        sandbox_id: str | None = None,
+        journal: Any = None,
+    ):
         """``start_delay``: seconds after start() before the port listens (connections are refused until
         then): the lifecycle answers Running before execd answers /ping (DEVELOPERS.md traps, issue 3).
         ``faults`` / ``sandbox_id`` / ``journal``: the fault registry whose rules reach this listener,
@@ -245,8 +266,15 @@ class ExecdServer(App):
         self.pty = PTYRoutes(runtime, mode)
         self.pty_sessions = self.pty.registry
         # the /command group (execd/commands_routes.py) over the command registry
-        self.command = CommandRoutes(runtime, self.files.fs, self.commands, self._stopping, mode=mode,
-                                     close_delay=max(0.0, float(close_delay)), heartbeat=max(0.05, float(heartbeat)))
+        self.command = CommandRoutes(
+            runtime,
+            self.files.fs,
+            self.commands,
+            self._stopping,
+            mode=mode,
+            close_delay=max(0.0, float(close_delay)),
+            heartbeat=max(0.05, float(heartbeat)),
+        )
         self.code = CodeAPI(self.command.stream, self.command.interrupt, self._stall, mode, jupyter=self._jupyter)
         self.router = Router()
         for method, pattern, target in ROUTES:
@@ -277,6 +305,7 @@ class ExecdServer(App):
                 if req.responded:  # headers already out (a stream): Gin appends the JSON to the body
                     return
                 gin.error_reply(req, err)
+
         return handler
 
     def set_mode(self, mode: str) -> None:
@@ -354,6 +383,7 @@ class ExecdServer(App):
         """The sandbox's Jupyter server (execd/code_jupyter_routes.py), reached from inside its network
         namespace; None when JUPYTER_HOST or JUPYTER_TOKEN is unset (runtime/jupyter.go)."""
         from mock_opensandbox.execd.code_jupyter_routes import JupyterCode, idle_poll_s
+
         try:
             env = self.runtime.base_env()
         except Exception:  # noqa: BLE001 - a runtime without an environment names no server
@@ -373,8 +403,15 @@ class ExecdServer(App):
                 os.makedirs(rt.resolve(path), exist_ok=True)
             except (OSError, ValueError):
                 pass
-        return JupyterCode(host, token, connect, self._stopping, mkdir,
-                           idle_poll=idle_poll_s(env.get("EXECD_JUPYTER_IDLE_POLL_INTERVAL")))
+
+        return JupyterCode(
+            host,
+            token,
+            connect,
+            self._stopping,
+            mkdir,
+            idle_poll=idle_poll_s(env.get("EXECD_JUPYTER_IDLE_POLL_INTERVAL")),
+        )
 
     def _stall(self, req: Request) -> None:
         """Hold the request unanswered until stop() or until the client goes away."""
@@ -389,10 +426,12 @@ class ExecdServer(App):
         #    (never for a connection from inside the sandbox: it does not pass the gateway)
         for name, value in ({} if getattr(req.handler.server, "inside", False) else self.required_headers).items():
             got = req.headers.get(name)
-            if got is None or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
-                                                      value.encode("utf-8", "surrogateescape")):
-                req.send_text(404, f"sandbox not found: missing or wrong routing header {name}\n",
-                              "text/plain; charset=utf-8")
+            if got is None or not hmac.compare_digest(
+                got.encode("utf-8", "surrogateescape"), value.encode("utf-8", "surrogateescape")
+            ):
+                req.send_text(
+                    404, f"sandbox not found: missing or wrong routing header {name}\n", "text/plain; charset=utf-8"
+                )
                 return
         # 2. a paused sandbox is frozen: execd does not answer until resume (seed 000 §5.3)
         if self.runtime.paused:
@@ -412,18 +451,20 @@ class ExecdServer(App):
         # 3. access token (execd router.go accessTokenMiddleware; seed 000 §1.4)
         if self.access_token is not None:
             got = (req.headers.get(TOKEN_HEADER) or "").strip(" \t")  # Go's textproto trims values
-            if not got or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
-                                                  self.access_token.encode("utf-8", "surrogateescape")):
+            if not got or not hmac.compare_digest(
+                got.encode("utf-8", "surrogateescape"), self.access_token.encode("utf-8", "surrogateescape")
+            ):
                 gin.json_reply(req, 401, {"error": MSG["unauthorized"].format(TOKEN_HEADER)})
                 return
         # 4. /proxy/<port>/...: execd's own port is served here, others are reverse-proxied
         path = req.path
         if path.startswith("/proxy/"):
-            rest = path[len("/proxy/"):]
+            rest = path[len("/proxy/") :]
             port, _, sub = rest.partition("/")
             if not port:
-                req.send_text(400, "port is required\n", "text/plain; charset=utf-8",
-                              {"X-Content-Type-Options": "nosniff"})
+                req.send_text(
+                    400, "port is required\n", "text/plain; charset=utf-8", {"X-Content-Type-Options": "nosniff"}
+                )
                 return
             if port != str(EXECD_PORT):
                 self._proxy(req, port, "/" + sub)
@@ -475,6 +516,7 @@ class ExecdServer(App):
             if err:
                 raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format(err))
         from mock_opensandbox.execd.sessions import RunHooks, SessionTimeout
+
         state: dict[str, Any] = {"w": None, "gone": False}
 
         def emit(ev: dict[str, Any]) -> None:
@@ -490,13 +532,21 @@ class ExecdServer(App):
             except OSError:
                 state["gone"] = True
 
-        hooks = RunHooks(on_init=lambda i: emit(sse.init_event(i)),
-                         on_stdout=lambda t: emit(sse.output_event("stdout", t)),
-                         on_error=lambda ev, tb: emit(sse.error_event(ev, tb)),
-                         on_complete=lambda ms: emit(sse.complete_event(ms)))
+        hooks = RunHooks(
+            on_init=lambda i: emit(sse.init_event(i)),
+            on_stdout=lambda t: emit(sse.output_event("stdout", t)),
+            on_error=lambda ev, tb: emit(sse.error_event(ev, tb)),
+            on_complete=lambda ms: emit(sse.complete_event(ms)),
+        )
         try:
-            self.sessions.run(sid, data["command"], cwd, int(data.get("timeout") or 0), hooks,
-                              gone=lambda: state["gone"] or client_gone(req.handler.connection))
+            self.sessions.run(
+                sid,
+                data["command"],
+                cwd,
+                int(data.get("timeout") or 0),
+                hooks,
+                gone=lambda: state["gone"] or client_gone(req.handler.connection),
+            )
         except (LookupError, RuntimeError, SessionTimeout, OSError, ValueError) as exc:
             msg = MSG["run_in_session"].format(exc.args[0] if exc.args else exc)
             if state["w"] is None:
@@ -539,12 +589,16 @@ class ExecdServer(App):
             body = req.body
         except (OSError, ValueError):
             body = b""
-        client_ip = req.headers.get("X-Forwarded-For", "").split(",")[0].strip() or req.headers.get("X-Real-IP") \
+        client_ip = (
+            req.headers.get("X-Forwarded-For", "").split(",")[0].strip()
+            or req.headers.get("X-Real-IP")
             or req.handler.client_address[0]
+        )
         # Director: Header.Set X-Forwarded-For / X-Forwarded-Proto, Header.Del X-Forwarded-Host
         # (src pkg/web/proxy.go; the server proxy's X-Forwarded-Host therefore never reaches the app)
-        out = forwardable(req.headers.items(), PROXY_HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto",
-                                                                   "x-forwarded-host"})
+        out = forwardable(
+            req.headers.items(), PROXY_HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"}
+        )
         out += [("X-Forwarded-For", client_ip), ("X-Forwarded-Proto", "http")]
         send_body = body if body or req.method in ("POST", "PUT", "PATCH") else None
         try:
@@ -553,8 +607,9 @@ class ExecdServer(App):
             conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=600)
             # 127.0.0.1 as the sandbox sees it: its own network namespace (runtime.connect)
             conn.sock = self.runtime.connect(int(port), timeout=600)
-            conn.putrequest(req.method, target,
-                            skip_accept_encoding=any(k.lower() == "accept-encoding" for k, _ in out))
+            conn.putrequest(
+                req.method, target, skip_accept_encoding=any(k.lower() == "accept-encoding" for k, _ in out)
+            )
             for k, v in out:
                 conn.putheader(k, v)
             if send_body is not None:
@@ -595,8 +650,9 @@ class ExecdServer(App):
             conn.close()
 
 
-def _relay_head(req: Request, status: int, pairs: list[tuple[str, str]], *, content_length: str | None = None,
-                chunked: bool = False) -> None:
+def _relay_head(
+    req: Request, status: int, pairs: list[tuple[str, str]], *, content_length: str | None = None, chunked: bool = False
+) -> None:
     """Status line and headers of a proxied answer, repeated headers kept. Go's server adds Date
     only when the upstream sent none (the copied header wins)."""
     h = req.handler

@@ -4,6 +4,7 @@ working directory; every run writes a wrapper script (exports, cd, the command, 
 the pwd and the exit code between markers) to $TMPDIR/execd_bash_<n>.sh and runs
 ``bash --noprofile --norc <script>`` with stderr merged into stdout, one event per line.
 Behaviour checked against the real binary by tiers/diff (session.* cases)."""
+
 from __future__ import annotations
 
 import errno
@@ -41,8 +42,13 @@ class SessionTimeout(Exception):
 
 
 class RunHooks:
-    def __init__(self, on_init: Callable[[str], None], on_stdout: Callable[[str], None],
-                 on_error: Callable[[str, list[str]], None], on_complete: Callable[[int], None]):
+    def __init__(
+        self,
+        on_init: Callable[[str], None],
+        on_stdout: Callable[[str], None],
+        on_error: Callable[[str, list[str]], None],
+        on_complete: Callable[[int], None],
+    ):
         self.on_init, self.on_stdout, self.on_error, self.on_complete = on_init, on_stdout, on_error, on_complete
 
 
@@ -61,8 +67,18 @@ def _go_unquote(raw: str) -> str | None:
             return None
         if c == "\\" and i + 1 < len(body):
             e = body[i + 1]
-            simple = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "a": "\a", "b": "\b", "f": "\f",
-                      "v": "\v", "'": None}
+            simple = {
+                "n": "\n",
+                "t": "\t",
+                "r": "\r",
+                "\\": "\\",
+                '"': '"',
+                "a": "\a",
+                "b": "\b",
+                "f": "\f",
+                "v": "\v",
+                "'": None,
+            }
             if e in simple and simple[e] is not None:
                 out.append(simple[e])
                 i += 2
@@ -77,7 +93,7 @@ def parse_export_line(line: str) -> tuple[str, str] | None:
     prefix = "declare -x "
     if not line.startswith(prefix):
         return None
-    rest = line[len(prefix):].strip()
+    rest = line[len(prefix) :].strip()
     if not rest:
         return None
     name, value = rest, ""
@@ -135,7 +151,9 @@ class SessionRegistry:
         try:
             resolved = expand_path(cwd, self._env(), self.home())
         except PathExpandError as exc:
-            raise ExecdError(500, RUNTIME_ERROR, MSG["create_session"].format(f"resolve request cwd {cwd}: {exc}")) from exc
+            raise ExecdError(
+                500, RUNTIME_ERROR, MSG["create_session"].format(f"resolve request cwd {cwd}: {exc}")
+            ) from exc
         if resolved:
             err = self._mkdir_all(resolved)
             if err:
@@ -181,8 +199,15 @@ class SessionRegistry:
             except ExecdError:
                 pass
 
-    def run(self, sid: str, command: str, cwd: str, timeout_ms: int, hooks: RunHooks,
-            gone: Callable[[], bool] = lambda: False) -> None:
+    def run(
+        self,
+        sid: str,
+        command: str,
+        cwd: str,
+        timeout_ms: int,
+        hooks: RunHooks,
+        gone: Callable[[], bool] = lambda: False,
+    ) -> None:
         """session.run: raises ExecdError "context not found" before the stream, SessionTimeout after it."""
         s = self.get(sid)
         if s is None:
@@ -218,8 +243,11 @@ class SessionRegistry:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
             os.fchmod(fh.fileno(), 0o600)
             fh.write(s.script(command, env, cd))
-        proc = rt.spawn(["bash", "--noprofile", "--norc", script_sandbox if rt.isolated else host_script],
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = rt.spawn(
+            ["bash", "--noprofile", "--norc", script_sandbox if rt.isolated else host_script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         with s.lock:
             s.proc = proc
         timed_out = threading.Event()
@@ -230,6 +258,7 @@ class SessionRegistry:
                 proc.kill()  # exec.CommandContext kills the process only (children keep the pipe open)
             except OSError:
                 pass
+
         timer = threading.Timer(wait_ms / 1000.0, on_timeout)
         timer.daemon = True
         timer.start()
@@ -249,7 +278,7 @@ class SessionRegistry:
                         if len(buf) > MAX_LINE:
                             too_long = True
                         break
-                    raw, buf = buf[:i], buf[i + 1:]
+                    raw, buf = buf[:i], buf[i + 1 :]
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
                     line = raw.decode("utf-8", GO_REPLACE)
@@ -259,11 +288,11 @@ class SessionRegistry:
                         in_env = False
                     elif line.startswith(EXIT_PREFIX):
                         try:
-                            exit_code = int(line[len(EXIT_PREFIX):])
+                            exit_code = int(line[len(EXIT_PREFIX) :])
                         except ValueError:
                             pass
                     elif line.startswith(PWD_PREFIX):
-                        pwd_line = line[len(PWD_PREFIX):]
+                        pwd_line = line[len(PWD_PREFIX) :]
                     elif in_env:
                         env_lines.append(line)
                     elif line and not gone():
@@ -272,7 +301,12 @@ class SessionRegistry:
                     break
             if buf and not too_long:
                 line = (buf[:-1] if buf.endswith(b"\r") else buf).decode("utf-8", GO_REPLACE)
-                if line and not in_env and not line.startswith((EXIT_PREFIX, PWD_PREFIX)) and line not in (ENV_START, ENV_END):
+                if (
+                    line
+                    and not in_env
+                    and not line.startswith((EXIT_PREFIX, PWD_PREFIX))
+                    and line not in (ENV_START, ENV_END)
+                ):
                     hooks.on_stdout(line)
             rc = proc.wait()
         finally:
@@ -297,12 +331,15 @@ class SessionRegistry:
             if updated:
                 s.env = updated
             if pwd_line:
-                s.cwd = pwd_line if rt.isolated else rt.to_sandbox(pwd_line) if pwd_line.startswith(rt.root) else pwd_line
+                s.cwd = (
+                    pwd_line if rt.isolated else rt.to_sandbox(pwd_line) if pwd_line.startswith(rt.root) else pwd_line
+                )
         if exit_code != 0:
             if rc > 0:
                 msg = f"exit status {rc}"
             elif rc < 0:
                 from mock_opensandbox.execd.commands import signal_text
+
                 msg = f"signal: {signal_text(-rc)}"
             else:
                 msg = f"command exited with code {exit_code}"

@@ -23,6 +23,7 @@ the cache by the store's own unpacker (``unpack.py``): the same path checks, the
 (owners kept as root only; extended attributes not kept), a real ``diff_id``. The sandbox is paused while
 this runs (a commit pauses the container), and every file is opened with ``O_NOFOLLOW``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,6 +71,7 @@ def _excluded(rel: str, kind: str) -> bool:
         return True
     if kind == "host-tools":
         from mock_opensandbox.runtime._util import SYSTEM_DIRS
+
         return rel.split("/", 1)[0] in SYSTEM_DIRS
     return False
 
@@ -241,14 +243,22 @@ class _TarLayer:
 
 def _host_tools_base(tmp: str) -> str:
     from mock_opensandbox.runtime._util import make_image_root
+
     base = os.path.join(tmp, "base")
     os.mkdir(base, 0o755)
     make_image_root(base)
     return base
 
 
-def commit(store: ImageStore, runtime: Any, snapshot_id: str, *, base: Image | None,
-           env: dict[str, str], labels: dict[str, str]) -> Image:
+def commit(
+    store: ImageStore,
+    runtime: Any,
+    snapshot_id: str,
+    *,
+    base: Image | None,
+    env: dict[str, str],
+    labels: dict[str, str],
+) -> Image:
     """Commit the sandbox's changes as a new image in store: base's layers (none in the host-tools view) +
     one new layer; config from base with the container's Env and Labels. Raises CommitError."""
     path, kind = changes_of(runtime)
@@ -276,16 +286,32 @@ def commit(store: ImageStore, runtime: Any, snapshot_id: str, *, base: Image | N
     merged = dict(e.split("=", 1) for e in (base.env if base is not None else []) if "=" in e)
     merged.update(env)  # the container's Config.Env: the image's, then the container's own
     config["Env"] = ["%s=%s" % kv for kv in merged.items()]
-    config["Labels"] = dict(config.get("Labels") or {}, **labels, **{LABEL_SNAPSHOT: snapshot_id, LABEL_VIEW: kind,
-                                                                   LABEL_LAYER: diff_id})
+    config["Labels"] = dict(
+        config.get("Labels") or {}, **labels, **{LABEL_SNAPSHOT: snapshot_id, LABEL_VIEW: kind, LABEL_LAYER: diff_id}
+    )
     layers = parent_layers + [layer]
-    doc = {"architecture": base.architecture if base else "", "os": base.os if base else "linux",
-           "config": config, "created": time.time(),
-           "rootfs": {"type": "layers", "diff_ids": [x["diff_id"] for x in layers]}}
+    doc = {
+        "architecture": base.architecture if base else "",
+        "os": base.os if base else "linux",
+        "config": config,
+        "created": time.time(),
+        "rootfs": {"type": "layers", "diff_ids": [x["diff_id"] for x in layers]},
+    }
     image_id = "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
     ref = snapshot_ref(snapshot_id)
-    img = Image(id=image_id, ref=ref, refs=[ref], source="snapshot", origin=snapshot_id, digest=None,
-                os=doc["os"], architecture=doc["architecture"], config=config, layers=layers, store=store)
+    img = Image(
+        id=image_id,
+        ref=ref,
+        refs=[ref],
+        source="snapshot",
+        origin=snapshot_id,
+        digest=None,
+        os=doc["os"],
+        architecture=doc["architecture"],
+        config=config,
+        layers=layers,
+        store=store,
+    )
     store.put_image(img)
     return img
 

@@ -4,6 +4,7 @@ Every error carries ``kind`` (a short stable word the mock maps to the server's 
 never holds a credential: messages are built from the image reference, the registry host, HTTP statuses and
 digests only (never a header, a token or an ``imageAuth`` field).
 """
+
 from __future__ import annotations
 
 

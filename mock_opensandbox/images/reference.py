@@ -4,6 +4,7 @@
 has a ``.`` or a ``:`` or is ``localhost``; ``name@sha256:…`` pins a digest; a digest-less, tag-less name
 gets ``latest``.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,16 +15,18 @@ DOCKER_HUB_API = "registry-1.docker.io"  # what docker.io means on the wire
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
-_DOMAIN = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-                     r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+_DOMAIN = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
+)
 
 
 @dataclass(frozen=True)
 class Reference:
-    domain: str          # docker.io, 127.0.0.1:5000, ghcr.io
-    path: str            # library/busybox, local/busybox
-    tag: str | None      # latest (None when only a digest was given)
-    digest: str | None   # sha256:… or None
+    domain: str  # docker.io, 127.0.0.1:5000, ghcr.io
+    path: str  # library/busybox, local/busybox
+    tag: str | None  # latest (None when only a digest was given)
+    digest: str | None  # sha256:… or None
 
     @property
     def name(self) -> str:
@@ -50,7 +53,7 @@ class Reference:
     def familiar_name(self) -> str:
         """Docker's short repository name: ``busybox``, ``local/busybox``, ``127.0.0.1:5000/x``."""
         if self.domain == DEFAULT_DOMAIN:
-            return self.path[len("library/"):] if self.path.startswith("library/") else self.path
+            return self.path[len("library/") :] if self.path.startswith("library/") else self.path
         return self.name
 
     def familiar(self) -> str:
@@ -77,7 +80,7 @@ def parse(uri: str) -> Reference:
     slash = s.rfind("/")
     colon = s.rfind(":")
     if colon > slash:
-        s, tag = s[:colon], s[colon + 1:]
+        s, tag = s[:colon], s[colon + 1 :]
         if not _TAG.match(tag):
             raise ValueError("invalid reference format")
     parts = s.split("/")

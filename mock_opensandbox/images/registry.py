@@ -10,6 +10,7 @@ against its digest here, every layer blob while it is unpacked.
 Credentials live only in the request headers of this module: no message, log line or exception text holds a
 username, password, token or header (errors name the host, the repository, the status and the digest).
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,10 +25,27 @@ import urllib.parse
 from typing import IO, Any
 
 from mock_opensandbox.images import reference
-from mock_opensandbox.images.errors import CorruptImage, ImageAuthError, ImageNotFound, RegistryUnreachable, UnsupportedImage
-from mock_opensandbox.images.sources import (INDEX_TYPES, MANIFEST_TYPES, MT_DOCKER_LIST, MT_DOCKER_MANIFEST, MT_OCI_INDEX,
-                      MT_OCI_MANIFEST, Found, check_digest, layers_from_manifest, load_json, pick_platform,
-                      want_platform)
+from mock_opensandbox.images.errors import (
+    CorruptImage,
+    ImageAuthError,
+    ImageNotFound,
+    RegistryUnreachable,
+    UnsupportedImage,
+)
+from mock_opensandbox.images.sources import (
+    INDEX_TYPES,
+    MANIFEST_TYPES,
+    MT_DOCKER_LIST,
+    MT_DOCKER_MANIFEST,
+    MT_OCI_INDEX,
+    MT_OCI_MANIFEST,
+    Found,
+    check_digest,
+    layers_from_manifest,
+    load_json,
+    pick_platform,
+    want_platform,
+)
 
 ACCEPT = ", ".join([MT_OCI_INDEX, MT_OCI_MANIFEST, MT_DOCKER_LIST, MT_DOCKER_MANIFEST])
 MAX_MANIFEST = 4 << 20
@@ -79,8 +97,9 @@ class Registry:
     """Pulls from OCI distribution registries. ``insecure`` hosts (and loopback ones, like Docker) may be
     spoken to over plain HTTP when HTTPS fails."""
 
-    def __init__(self, *, insecure: tuple[str, ...] = (), timeout: float = 30.0,
-                 ssl_context: ssl.SSLContext | None = None):
+    def __init__(
+        self, *, insecure: tuple[str, ...] = (), timeout: float = 30.0, ssl_context: ssl.SSLContext | None = None
+    ):
         self.insecure = set(insecure)
         self.timeout = timeout
         self.ssl_context = ssl_context or ssl.create_default_context()
@@ -104,8 +123,10 @@ class Registry:
             else:
                 break
         if "layers" not in manifest or manifest.get("schemaVersion") != 2:
-            raise UnsupportedImage("manifest of %s is not an OCI or Docker v2 image manifest (%s)"
-                                   % (uri, mtype or "no media type"), ref=uri)
+            raise UnsupportedImage(
+                "manifest of %s is not an OCI or Docker v2 image manifest (%s)" % (uri, mtype or "no media type"),
+                ref=uri,
+            )
         cdesc = manifest.get("config") or {}
         cfg = s.blob_bytes(cdesc.get("digest", ""), "image config")
         config = load_json("image config", cfg, uri)
@@ -194,8 +215,7 @@ class _Session:
             self.reg.set_scheme(self.host, scheme)
             return resp
         # Docker's words for it (moby's registry client: Get "<endpoint>/v2/": dial tcp ...)
-        raise RegistryUnreachable('Get "%s://%s/v2/": %s' % (tried, self.host, _why(last, self.host)),
-                                  ref=self.uri)
+        raise RegistryUnreachable('Get "%s://%s/v2/": %s' % (tried, self.host, _why(last, self.host)), ref=self.uri)
 
     def _authed(self, url: str, headers: dict[str, str]) -> _Resp:
         for attempt in range(2):
@@ -217,11 +237,15 @@ class _Session:
 
     def _denied(self) -> Exception:
         if self.basic:
-            return ImageAuthError("unauthorized: the registry %s refused the credentials for %s"
-                                  % (self.host, self.ref.path), ref=self.uri)
-        return ImageAuthError("pull access denied for %s, repository does not exist or may require "
-                              "'docker login': denied: requested access to the resource is denied"
-                              % self.ref.familiar_name, ref=self.uri)
+            return ImageAuthError(
+                "unauthorized: the registry %s refused the credentials for %s" % (self.host, self.ref.path),
+                ref=self.uri,
+            )
+        return ImageAuthError(
+            "pull access denied for %s, repository does not exist or may require "
+            "'docker login': denied: requested access to the resource is denied" % self.ref.familiar_name,
+            ref=self.uri,
+        )
 
     def _check(self, resp: _Resp) -> _Resp:
         if 200 <= resp.status < 300:
@@ -231,12 +255,16 @@ class _Session:
         if resp.status in (401, 403):
             raise self._denied()
         if resp.status == 404:
-            raise ImageNotFound("manifest for %s not found: manifest unknown: %s"
-                                % (self.ref.familiar(), code or "manifest unknown"), ref=self.uri)
+            raise ImageNotFound(
+                "manifest for %s not found: manifest unknown: %s" % (self.ref.familiar(), code or "manifest unknown"),
+                ref=self.uri,
+            )
         if resp.status == 429 or resp.status >= 500:
             raise RegistryUnreachable("registry %s answered %d" % (self.host, resp.status), ref=self.uri)
-        raise ImageNotFound("registry %s answered %d for %s (%s)" % (self.host, resp.status, self.ref.path,
-                                                                        code or "error"), ref=self.uri)
+        raise ImageNotFound(
+            "registry %s answered %d for %s (%s)" % (self.host, resp.status, self.ref.path, code or "error"),
+            ref=self.uri,
+        )
 
     def _token(self, params: dict[str, str]) -> str:
         realm = params["realm"]
@@ -252,12 +280,13 @@ class _Session:
         conn = self.reg.connect(u.scheme, u.netloc)
         try:
             try:
-                conn.request("GET", url[len(u.scheme) + 3 + len(u.netloc):] or "/", headers=h)
+                conn.request("GET", url[len(u.scheme) + 3 + len(u.netloc) :] or "/", headers=h)
                 resp = conn.getresponse()
                 body = resp.read(1 << 20)
             except (OSError, http.client.HTTPException) as e:
-                raise RegistryUnreachable("token server of %s is unreachable (%s)" % (self.host, _why(e, u.netloc)),
-                                          ref=self.uri) from None
+                raise RegistryUnreachable(
+                    "token server of %s is unreachable (%s)" % (self.host, _why(e, u.netloc)), ref=self.uri
+                ) from None
         finally:
             conn.close()
         if resp.status in (401, 403):
@@ -291,6 +320,7 @@ class _Session:
             except (ValueError, AttributeError):
                 pass
         from mock_opensandbox.images.sources import sha256
+
         return data, mtype, sha256(data)
 
     def blob_bytes(self, digest: str, what: str) -> bytes:
@@ -305,8 +335,9 @@ class _Session:
         try:
             return self.get("/v2/%s/blobs/%s" % (self.ref.path, digest))  # type: ignore[return-value]
         except ImageNotFound:
-            raise CorruptImage("blob %s of %s is missing from the registry" % (digest, self.uri),
-                               ref=self.uri) from None
+            raise CorruptImage(
+                "blob %s of %s is missing from the registry" % (digest, self.uri), ref=self.uri
+            ) from None
 
 
 class _Net(Exception):

@@ -5,6 +5,7 @@ tarball (legacy ``manifest.json`` or the OCI ``index.json`` Docker 25+ writes), 
 A source yields a ``Found`` image: its manifest digest, its config (bytes, digest-verified) and, per layer,
 the blob digest, diff_id and a way to open the blob. Layers are verified while they are unpacked.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,9 +32,19 @@ MANIFEST_TYPES = (MT_OCI_MANIFEST, MT_DOCKER_MANIFEST)
 REF_NAME = "org.opencontainers.image.ref.name"
 CONTAINERD_NAME = "io.containerd.image.name"
 
-_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
-         "armv6l": "arm", "i386": "386", "i686": "386", "ppc64le": "ppc64le", "s390x": "s390x",
-         "riscv64": "riscv64"}
+_ARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "i386": "386",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
 
 
 def host_platform() -> dict[str, str]:
@@ -58,8 +69,9 @@ def sha256(data: bytes) -> str:
 
 def check_digest(what: str, data: bytes, digest: str | None, ref: str = "") -> None:
     if digest and not digest.startswith("sha256:"):
-        raise UnsupportedImage("%s uses digest algorithm %s (only sha256 is supported)"
-                               % (what, digest.split(":")[0]), ref=ref)
+        raise UnsupportedImage(
+            "%s uses digest algorithm %s (only sha256 is supported)" % (what, digest.split(":")[0]), ref=ref
+        )
     if digest and sha256(data) != digest:
         raise DigestMismatch(what, digest, sha256(data), ref=ref)
 
@@ -76,31 +88,36 @@ def pick_platform(index: dict[str, Any], want: dict[str, str], ref: str = "") ->
     seen = []
     for d in index.get("manifests") or []:
         p = d.get("platform") or {}
-        if p.get("os") == "unknown" or (d.get("annotations") or {}).get(
-                "vnd.docker.reference.type") == "attestation-manifest":
+        if (
+            p.get("os") == "unknown"
+            or (d.get("annotations") or {}).get("vnd.docker.reference.type") == "attestation-manifest"
+        ):
             continue
         seen.append("%s/%s" % (p.get("os"), p.get("architecture")))
         if p.get("os") == want["os"] and p.get("architecture") == want["architecture"]:
             if want.get("variant") and p.get("variant") and p["variant"] != want["variant"]:
                 continue
             return d
-    raise UnsupportedImage("no manifest for platform %s/%s in the image index (has: %s)"
-                           % (want["os"], want["architecture"], ", ".join(seen) or "none"), ref=ref)
+    raise UnsupportedImage(
+        "no manifest for platform %s/%s in the image index (has: %s)"
+        % (want["os"], want["architecture"], ", ".join(seen) or "none"),
+        ref=ref,
+    )
 
 
 @dataclass
 class LayerRef:
     diff_id: str
-    blob_digest: str | None          # None for a legacy docker-save layer.tar (only its diff_id is known)
+    blob_digest: str | None  # None for a legacy docker-save layer.tar (only its diff_id is known)
     media_type: str
     open: Callable[[], IO[bytes]]
 
 
 @dataclass
 class Found:
-    ref: str                          # the reference as asked
-    source: str                       # "image-dir", "docker", "registry"
-    origin: str                       # a path or host (never a credential)
+    ref: str  # the reference as asked
+    source: str  # "image-dir", "docker", "registry"
+    origin: str  # a path or host (never a credential)
     manifest_digest: str | None
     config_digest: str
     config: dict[str, Any]
@@ -116,8 +133,9 @@ class Found:
         self.cleanup.clear()
 
 
-def layers_from_manifest(manifest: dict[str, Any], config: dict[str, Any], blob_opener: Callable[[str], IO[bytes]],
-                         ref: str) -> list[LayerRef]:
+def layers_from_manifest(
+    manifest: dict[str, Any], config: dict[str, Any], blob_opener: Callable[[str], IO[bytes]], ref: str
+) -> list[LayerRef]:
     descs = manifest.get("layers") or []
     diff_ids = ((config.get("rootfs") or {}).get("diff_ids")) or []
     if len(descs) != len(diff_ids):
@@ -126,8 +144,10 @@ def layers_from_manifest(manifest: dict[str, Any], config: dict[str, Any], blob_
     for d, diff in zip(descs, diff_ids, strict=True):
         mt = d.get("mediaType", "")
         if "zstd" in mt:
-            raise UnsupportedImage("layer %s is zstd-compressed (%s): not supported by the mock's image store"
-                                   % (d.get("digest"), mt), ref=ref)
+            raise UnsupportedImage(
+                "layer %s is zstd-compressed (%s): not supported by the mock's image store" % (d.get("digest"), mt),
+                ref=ref,
+            )
         dg = d.get("digest")
         out.append(LayerRef(diff, dg, mt, (lambda dg=dg: blob_opener(dg))))
     return out
@@ -248,8 +268,9 @@ class Archive:
         diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
         layer_names = e.get("Layers") or []
         if len(layer_names) != len(diff_ids):
-            raise CorruptImage("manifest.json has %d layers, config has %d diff_ids"
-                               % (len(layer_names), len(diff_ids)), ref=uri)
+            raise CorruptImage(
+                "manifest.json has %d layers, config has %d diff_ids" % (len(layer_names), len(diff_ids)), ref=uri
+            )
         layers = []
         for ln, diff in zip(layer_names, diff_ids, strict=True):
             blob = None
@@ -275,8 +296,15 @@ class Archive:
         cdesc = manifest.get("config") or {}
         cfg = self._blob_bytes(cdesc.get("digest", ""), "image config", uri)
         config = load_json("image config", cfg, uri)
-        return Found(uri, "image-dir", self.path, mdigest, cdesc["digest"], config,
-                     layers_from_manifest(manifest, config, self.blob, uri))
+        return Found(
+            uri,
+            "image-dir",
+            self.path,
+            mdigest,
+            cdesc["digest"],
+            config,
+            layers_from_manifest(manifest, config, self.blob, uri),
+        )
 
     def _blob_bytes(self, digest: str, what: str, uri: str) -> bytes:
         if not digest:
@@ -367,8 +395,9 @@ class ImageDir:
         out = []
         with self._lock:
             for p in cands:
-                if os.path.isdir(p) and not (os.path.isfile(os.path.join(p, "index.json"))
-                                             or os.path.isfile(os.path.join(p, "manifest.json"))):
+                if os.path.isdir(p) and not (
+                    os.path.isfile(os.path.join(p, "index.json")) or os.path.isfile(os.path.join(p, "manifest.json"))
+                ):
                     continue
                 try:
                     st = os.stat(p)
@@ -390,8 +419,9 @@ class ImageDir:
             except ImageError:
                 raise
             except (OSError, KeyError, TypeError, AttributeError) as e:
-                raise CorruptImage("%s: unreadable image archive (%s)" % (os.path.basename(a.path),
-                                                                          type(e).__name__), ref=uri) from None
+                raise CorruptImage(
+                    "%s: unreadable image archive (%s)" % (os.path.basename(a.path), type(e).__name__), ref=uri
+                ) from None
             if found is not None:
                 return found
         return None
@@ -430,8 +460,12 @@ class LocalDaemon:
                 if not exe:
                     continue
                 try:
-                    r = subprocess.run([exe, "info", "--format", "{{.ServerVersion}}"], capture_output=True,
-                                       timeout=5, stdin=subprocess.DEVNULL)
+                    r = subprocess.run(
+                        [exe, "info", "--format", "{{.ServerVersion}}"],
+                        capture_output=True,
+                        timeout=5,
+                        stdin=subprocess.DEVNULL,
+                    )
                 except (OSError, subprocess.TimeoutExpired):
                     continue
                 if r.returncode == 0:
@@ -444,8 +478,12 @@ class LocalDaemon:
         if not exe:
             return None
         try:
-            r = subprocess.run([exe, "image", "inspect", "--format", "{{.Id}}", "--", uri], capture_output=True,
-                               timeout=15, stdin=subprocess.DEVNULL)
+            r = subprocess.run(
+                [exe, "image", "inspect", "--format", "{{.Id}}", "--", uri],
+                capture_output=True,
+                timeout=15,
+                stdin=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         if r.returncode != 0:
@@ -483,4 +521,5 @@ class LocalDaemon:
 
 def _mkstemp(d: str) -> tuple[int, str]:
     import tempfile
+
     return tempfile.mkstemp(prefix="save-", suffix=".tar", dir=d)

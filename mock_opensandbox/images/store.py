@@ -15,6 +15,7 @@ Cache layout (``cache_dir``, mode 0700: it holds the images' setuid files and ow
     tmp/<pid>.<random>/                      half-written layers of one store (removed on failure, at close,
                                              and by the next store once that process is gone)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,15 +41,15 @@ CONFIG_KEYS = ("Env", "WorkingDir", "User", "Entrypoint", "Cmd", "Labels", "Expo
 class Image:
     """An image in the cache. ``layers`` bottom first; each ``{"diff_id", "path", "size", ...}``."""
 
-    id: str                         # config digest (Docker's image ID)
-    ref: str                        # the reference it was resolved for
+    id: str  # config digest (Docker's image ID)
+    ref: str  # the reference it was resolved for
     refs: list[str]
-    source: str                     # image-dir | docker | registry
+    source: str  # image-dir | docker | registry
     origin: str
-    digest: str | None              # manifest digest (None for a legacy docker-save entry)
+    digest: str | None  # manifest digest (None for a legacy docker-save entry)
     os: str
     architecture: str
-    config: dict[str, Any]          # the image config's "config" object (Env, WorkingDir, User, ...)
+    config: dict[str, Any]  # the image config's "config" object (Env, WorkingDir, User, ...)
     layers: list[dict[str, Any]]
     created: float = field(default_factory=time.time)
     store: "ImageStore | None" = field(default=None, repr=False, compare=False)
@@ -87,8 +88,11 @@ class Image:
         """OCI ChainID of the layers (identifies the flattened tree)."""
         chain = ""
         for x in self.layers:
-            chain = x["diff_id"] if not chain else "sha256:" + hashlib.sha256(
-                ("%s %s" % (chain, x["diff_id"])).encode()).hexdigest()
+            chain = (
+                x["diff_id"]
+                if not chain
+                else "sha256:" + hashlib.sha256(("%s %s" % (chain, x["diff_id"])).encode()).hexdigest()
+            )
         return chain or "sha256:" + hashlib.sha256(b"").hexdigest()
 
     def layer_dirs(self) -> list[str]:
@@ -109,18 +113,35 @@ class Image:
         return self.store.flattened(self)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "ref": self.ref, "refs": list(self.refs), "source": self.source,
-                "origin": self.origin, "digest": self.digest, "os": self.os, "architecture": self.architecture,
-                "size": self.size, "layers": [{"diff_id": x["diff_id"], "size": x.get("size", 0)}
-                                              for x in self.layers],
-                "config": {k: self.config[k] for k in CONFIG_KEYS if k in self.config},
-                "created": self.created}
+        return {
+            "id": self.id,
+            "ref": self.ref,
+            "refs": list(self.refs),
+            "source": self.source,
+            "origin": self.origin,
+            "digest": self.digest,
+            "os": self.os,
+            "architecture": self.architecture,
+            "size": self.size,
+            "layers": [{"diff_id": x["diff_id"], "size": x.get("size", 0)} for x in self.layers],
+            "config": {k: self.config[k] for k in CONFIG_KEYS if k in self.config},
+            "created": self.created,
+        }
 
 
 class ImageStore:
-    def __init__(self, cache_dir: str, image_dir: str | None = None, *, local_daemon: bool = True,
-                 registry: bool = True, insecure_registries: tuple[str, ...] = (), timeout: float = 30.0,
-                 overlay: bool | None = None, registry_client: Registry | None = None):
+    def __init__(
+        self,
+        cache_dir: str,
+        image_dir: str | None = None,
+        *,
+        local_daemon: bool = True,
+        registry: bool = True,
+        insecure_registries: tuple[str, ...] = (),
+        timeout: float = 30.0,
+        overlay: bool | None = None,
+        registry_client: Registry | None = None,
+    ):
         self.cache_dir = os.path.abspath(cache_dir)
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
         os.chmod(self.cache_dir, 0o700)
@@ -132,8 +153,9 @@ class ImageStore:
         self.tmp_dir = tempfile.mkdtemp(prefix="%d." % os.getpid(), dir=os.path.join(self.cache_dir, "tmp"))
         self.image_dir = ImageDir(image_dir) if image_dir else None
         self.daemon = LocalDaemon(self.tmp_dir) if local_daemon else None
-        self.registry = registry_client or (Registry(insecure=tuple(insecure_registries), timeout=timeout)
-                                            if registry else None)
+        self.registry = registry_client or (
+            Registry(insecure=tuple(insecure_registries), timeout=timeout) if registry else None
+        )
         self.overlay = overlay
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
@@ -165,8 +187,9 @@ class ImageStore:
                 return f
         if self.registry:
             return self.registry.find(uri, platform, auth)
-        raise ImageNotFound("no image named %s in the image sources (%s)"
-                            % (uri, ", ".join(self.sources()) or "none"), ref=uri)
+        raise ImageNotFound(
+            "no image named %s in the image sources (%s)" % (uri, ", ".join(self.sources()) or "none"), ref=uri
+        )
 
     # -- resolve ------------------------------------------------------------------------------------
     def _ref_key(self, uri: str, platform: dict[str, str] | None) -> str:
@@ -200,8 +223,7 @@ class ImageStore:
         img.ref = uri
         return img
 
-    def resolve(self, uri: str, auth: dict[str, str] | None = None,
-                platform: dict[str, str] | None = None) -> Image:
+    def resolve(self, uri: str, auth: dict[str, str] | None = None, platform: dict[str, str] | None = None) -> Image:
         """The image for uri, unpacked: from the cache, else from the first source that has it.
         Raises an ImageError subclass (never with a credential in it)."""
         try:
@@ -222,8 +244,14 @@ class ImageStore:
             if found.source == "image-dir":  # re-read when the archive (a layout: its index) changes
                 marker = found.origin
                 if os.path.isdir(marker):
-                    marker = next((os.path.join(marker, n) for n in ("index.json", "manifest.json")
-                                   if os.path.isfile(os.path.join(marker, n))), marker)
+                    marker = next(
+                        (
+                            os.path.join(marker, n)
+                            for n in ("index.json", "manifest.json")
+                            if os.path.isfile(os.path.join(marker, n))
+                        ),
+                        marker,
+                    )
                 st = os.stat(marker)
                 rec["archive"] = [marker, [st.st_mtime_ns, st.st_size]]
             with self._lock:
@@ -236,10 +264,19 @@ class ImageStore:
         for lr in found.layers:
             layers.append(self._layer(lr, found.ref))
         cfg = found.config
-        img = Image(id=found.config_digest, ref=found.ref, refs=[found.ref], source=found.source,
-                    origin=found.origin, digest=found.manifest_digest, os=cfg.get("os", ""),
-                    architecture=cfg.get("architecture", ""), config=dict(cfg.get("config") or {}),
-                    layers=layers, store=self)
+        img = Image(
+            id=found.config_digest,
+            ref=found.ref,
+            refs=[found.ref],
+            source=found.source,
+            origin=found.origin,
+            digest=found.manifest_digest,
+            os=cfg.get("os", ""),
+            architecture=cfg.get("architecture", ""),
+            config=dict(cfg.get("config") or {}),
+            layers=layers,
+            store=self,
+        )
         old = self._load_image(img.id)
         if old is not None:
             img.refs = sorted(set(old.refs) | {found.ref})
@@ -259,8 +296,13 @@ class ImageStore:
             try:
                 os.mkdir(os.path.join(tmp, "root"))
                 with lr.open() as raw:
-                    info = unpack_layer(raw, os.path.join(tmp, "root"), diff_id=lr.diff_id,
-                                        blob_digest=lr.blob_digest, overlay=self.overlay)
+                    info = unpack_layer(
+                        raw,
+                        os.path.join(tmp, "root"),
+                        diff_id=lr.diff_id,
+                        blob_digest=lr.blob_digest,
+                        overlay=self.overlay,
+                    )
                 info["media_type"] = lr.media_type
                 _write_json(os.path.join(tmp, "layer.json"), info)
                 if not _rename_into_place(tmp, final):  # another process unpacked it meanwhile
@@ -365,10 +407,20 @@ class ImageStore:
             if info is None:
                 return None
             layers.append(_layer_view(p, info))
-        return Image(id=rec["id"], ref=rec["ref"], refs=rec.get("refs", [rec["ref"]]), source=rec["source"],
-                     origin=rec["origin"], digest=rec.get("digest"), os=rec.get("os", ""),
-                     architecture=rec.get("architecture", ""), config=rec.get("config") or {}, layers=layers,
-                     created=rec.get("created", 0.0), store=self)
+        return Image(
+            id=rec["id"],
+            ref=rec["ref"],
+            refs=rec.get("refs", [rec["ref"]]),
+            source=rec["source"],
+            origin=rec["origin"],
+            digest=rec.get("digest"),
+            os=rec.get("os", ""),
+            architecture=rec.get("architecture", ""),
+            config=rec.get("config") or {},
+            layers=layers,
+            created=rec.get("created", 0.0),
+            store=self,
+        )
 
     def _load_refs(self) -> dict[str, dict[str, Any]]:
         d = _read_json(os.path.join(self.cache_dir, "refs.json"))

@@ -16,6 +16,7 @@ Device nodes are skipped, as a container runtime without CAP_MKNOD skips them (r
 they are listed in ``layer.json``. Extended attributes in the tar (PAX ``SCHILY.xattr.*``, file
 capabilities) are not applied.
 """
+
 from __future__ import annotations
 
 import errno
@@ -136,8 +137,9 @@ class _Root:
                     nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise UnsafeLayer("layer entry %r goes through a symlink or a non-directory (%s)"
-                                          % (name, c)) from None
+                        raise UnsafeLayer(
+                            "layer entry %r goes through a symlink or a non-directory (%s)" % (name, c)
+                        ) from None
                     raise
                 os.close(fd)
                 fd = nfd
@@ -159,8 +161,15 @@ def _remove(dfd: int, base: str, host_path: str) -> None:
         os.unlink(base, dir_fd=dfd)
 
 
-def unpack_layer(raw: IO[bytes], dest: str, *, diff_id: str | None = None, blob_digest: str | None = None,
-                 overlay: bool | None = None, limit: int | None = None) -> dict[str, Any]:
+def unpack_layer(
+    raw: IO[bytes],
+    dest: str,
+    *,
+    diff_id: str | None = None,
+    blob_digest: str | None = None,
+    overlay: bool | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
     """Unpack one layer stream into the existing empty directory dest. Verifies blob_digest (sha256 of the
     bytes as stored) and diff_id (sha256 of the uncompressed tar) when given. Returns the layer's
     description (what layer.json holds). The caller removes dest on any exception."""
@@ -170,11 +179,20 @@ def unpack_layer(raw: IO[bytes], dest: str, *, diff_id: str | None = None, blob_
     blob = HashingReader(raw)
     kind, stream = sniff(blob)
     if kind == "zstd":
-        raise UnsupportedImage("zstd-compressed layers are not supported by the mock's image store "
-                               "(standard library only: gzip and uncompressed tar)")
+        raise UnsupportedImage(
+            "zstd-compressed layers are not supported by the mock's image store "
+            "(standard library only: gzip and uncompressed tar)"
+        )
     plain = HashingReader(gzip.GzipFile(fileobj=stream, mode="rb") if kind == "gzip" else stream, limit)
-    info: dict[str, Any] = {"compression": kind, "whiteouts": [], "opaque": [], "skipped_devices": [],
-                            "size": 0, "files": 0, "overlay": bool(overlay)}
+    info: dict[str, Any] = {
+        "compression": kind,
+        "whiteouts": [],
+        "opaque": [],
+        "skipped_devices": [],
+        "size": 0,
+        "files": 0,
+        "overlay": bool(overlay),
+    }
     os.chmod(dest, 0o755)  # "/" of the image unless the layer says otherwise ("./" entry)
     root = _Root(dest)
     dir_modes: list[tuple[list[str], tarfile.TarInfo]] = []
@@ -222,8 +240,9 @@ def _meta(pfd: int, base: str, m: tarfile.TarInfo, as_root: bool, *, is_dir: boo
             pass
 
 
-def _entry(tf: tarfile.TarFile, m: tarfile.TarInfo, root: _Root, info: dict[str, Any],
-           dir_modes: list, as_root: bool) -> None:
+def _entry(
+    tf: tarfile.TarFile, m: tarfile.TarInfo, root: _Root, info: dict[str, Any], dir_modes: list, as_root: bool
+) -> None:
     comps = split_name(m.name)
     if not comps:  # "./": the layer root itself
         if m.isdir():
@@ -250,7 +269,7 @@ def _entry(tf: tarfile.TarFile, m: tarfile.TarInfo, root: _Root, info: dict[str,
             os.close(pfd)
         return
     if base.startswith(WHITEOUT):
-        target = base[len(WHITEOUT):]
+        target = base[len(WHITEOUT) :]
         if not target or target in (".", ".."):
             raise UnsafeLayer("layer whiteout %r names no entry" % m.name)
         info["whiteouts"].append("/".join(comps[:-1] + [target]))
@@ -311,8 +330,9 @@ def _entry(tf: tarfile.TarFile, m: tarfile.TarInfo, root: _Root, info: dict[str,
                 try:
                     st = os.lstat(lcomps[-1], dir_fd=spfd)
                 except FileNotFoundError:
-                    raise UnsafeLayer("layer hard link %r -> %r: no such file in the layer"
-                                      % (m.name, m.linkname)) from None
+                    raise UnsafeLayer(
+                        "layer hard link %r -> %r: no such file in the layer" % (m.name, m.linkname)
+                    ) from None
                 if stat.S_ISDIR(st.st_mode):
                     raise UnsafeLayer("layer hard link %r -> %r is a directory" % (m.name, m.linkname))
                 os.link(lcomps[-1], base, src_dir_fd=spfd, dst_dir_fd=pfd, follow_symlinks=False)

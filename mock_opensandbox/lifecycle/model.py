@@ -3,6 +3,7 @@
 What a sandbox *runs* (root directory, entrypoint process, execd) is delegated to a ``Provisioner``
 (server.py wires the real one: SandboxRuntime + ExecdServer); tests use a fake.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,13 +31,18 @@ def paginate(items: Sequence[T], page: int, page_size: int) -> tuple[list[T], di
     """One page of ``items`` (already filtered and sorted) and the server's ``pagination`` block (server
     docker_service.py list_sandboxes and snapshot_service.py list: totalPages is ceil(total / pageSize), 0
     when empty; a page past the last is an empty list). The one copy for the sandbox and snapshot lists."""
-    if page < 1 or page_size < 1:          # (the routes' query checks answer 422 before this is reached)
+    if page < 1 or page_size < 1:  # (the routes' query checks answer 422 before this is reached)
         raise ValueError("page and page_size must be >= 1")
     total = len(items)
     pages = math.ceil(total / page_size) if total else 0
     start = (page - 1) * page_size
-    return list(items[start:start + page_size]), {"page": page, "pageSize": page_size, "totalItems": total,
-                                                  "totalPages": pages, "hasNextPage": page < pages}
+    return list(items[start : start + page_size]), {
+        "page": page,
+        "pageSize": page_size,
+        "totalItems": total,
+        "totalPages": pages,
+        "hasNextPage": page < pages,
+    }
 
 
 class FakeClock:
@@ -140,13 +146,18 @@ def boot_log(now: datetime) -> bytes:
     """What a sandbox container prints before and around its entrypoint: bootstrap.sh's line and execd
     v1.0.19's banner and first log lines (live stack, diagnostics/logs of a fresh sandbox)."""
     ts = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (now.microsecond // 1000)
-    lines = ["starting OpenSandbox Execd daemon at /opt/opensandbox/execd.",
-             "=" * 53, " OpenSandbox Execd", "-" * 53,
-             " Version     : " + quirks.EXECD_BANNER["version"],
-             " Git Commit  : " + quirks.EXECD_BANNER["commit"],
-             " Build Time  : " + quirks.EXECD_BANNER["built"],
-             " Go Version  : " + quirks.EXECD_BANNER["go"],
-             " Platform    : linux/amd64", "=" * 53]
+    lines = [
+        "starting OpenSandbox Execd daemon at /opt/opensandbox/execd.",
+        "=" * 53,
+        " OpenSandbox Execd",
+        "-" * 53,
+        " Version     : " + quirks.EXECD_BANNER["version"],
+        " Git Commit  : " + quirks.EXECD_BANNER["commit"],
+        " Build Time  : " + quirks.EXECD_BANNER["built"],
+        " Go Version  : " + quirks.EXECD_BANNER["go"],
+        " Platform    : linux/amd64",
+        "=" * 53,
+    ]
     for msg in ("Jupyter server host is: ", "Jupyter server token is: ****", "execd listening on :44772 (IPv4)"):
         lines.append('{"level":"info","ts":"%s","msg":"%s"}' % (ts, msg))
     return ("\n".join(lines) + "\n").encode()
@@ -171,8 +182,8 @@ class ContainerLog:
             parts = buf.split(b"\n")
             self._partial = parts.pop()
             while len(self._partial) >= self.MAX_LINE:
-                parts.append(self._partial[:self.MAX_LINE])
-                self._partial = self._partial[self.MAX_LINE:]
+                parts.append(self._partial[: self.MAX_LINE])
+                self._partial = self._partial[self.MAX_LINE :]
             for raw in parts:
                 self._add(raw + b"\n")
 
@@ -189,6 +200,7 @@ class ContainerLog:
 
     def pump(self, stream: Any) -> None:
         """Read ``stream`` (the entrypoint's stdout pipe) to EOF in a daemon thread."""
+
         def run() -> None:
             try:
                 while True:
@@ -204,6 +216,7 @@ class ContainerLog:
                     stream.close()
                 except OSError:  # pragma: no cover
                     pass
+
         threading.Thread(target=run, name="mock-osb-log", daemon=True).start()
 
     def tail(self, n: int) -> str:
@@ -216,9 +229,18 @@ class Sandbox:
     """One sandbox. Status is derived on read from (paused, entrypoint exit) like the server derives it
     from Docker's container state (server services/docker/docker_service.py _container_to_sandbox)."""
 
-    def __init__(self, *, image: dict[str, Any], entrypoint: list[str], env: dict[str, str] | None,
-                 metadata: dict[str, str] | None, resource_limits: dict[str, str] | None,
-                 timeout: int | None, created_at: datetime, expires_at: datetime | None):
+    def __init__(
+        self,
+        *,
+        image: dict[str, Any],
+        entrypoint: list[str],
+        env: dict[str, str] | None,
+        metadata: dict[str, str] | None,
+        resource_limits: dict[str, str] | None,
+        timeout: int | None,
+        created_at: datetime,
+        expires_at: datetime | None,
+    ):
         self.id = str(uuid.uuid4())
         self.image = image
         self.entrypoint = list(entrypoint)
@@ -229,8 +251,8 @@ class Sandbox:
         self.label_metadata = dict(metadata or {})
         self.resource_limits = dict(resource_limits or {})
         self.timeout = timeout
-        self.created_at = created_at          # the create request's time (create response)
-        self.started_at = created_at          # the "container Created" time (GET createdAt)
+        self.created_at = created_at  # the create request's time (create response)
+        self.started_at = created_at  # the "container Created" time (GET createdAt)
         self.expires_at = expires_at
         self.finished_at: datetime | None = None
         self.exit_code: int | None = None
@@ -288,8 +310,7 @@ class Sandbox:
     # -- JSON (key order as recorded) ----------------------------------------------------------------
     def create_json(self) -> dict[str, Any]:
         """Body of the 202 create response (recordings 05, 15, 18): no image, status 'started successfully'."""
-        out: dict[str, Any] = {"id": self.id,
-                               "status": self._status_json((*quirks.STATUS_CREATED, self.created_at))}
+        out: dict[str, Any] = {"id": self.id, "status": self._status_json((*quirks.STATUS_CREATED, self.created_at))}
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
         if self.extensions:
@@ -346,9 +367,15 @@ class SandboxStore:
     """The thread-safe sandbox table. Expired sandboxes are deleted by a reaper thread, like the
     server's per-sandbox expiration timer (server services/docker/docker_service.py _expire_sandbox)."""
 
-    def __init__(self, *, clock: Clock | None = None, provisioner: Provisioner | None = None,
-                 pull_fails: Callable[[str], bool] | Iterable[str] | None = None,
-                 reap_interval: float = 0.1, start_reaper: bool = True):
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        provisioner: Provisioner | None = None,
+        pull_fails: Callable[[str], bool] | Iterable[str] | None = None,
+        reap_interval: float = 0.1,
+        start_reaper: bool = True,
+    ):
         self.clock: Clock = clock or utcnow
         self.provisioner = provisioner or Provisioner()
         self.images: Any = None  # an images.mock.ImagePuller (set by MockOpenSandbox) or None
@@ -385,8 +412,14 @@ class SandboxStore:
         with self._lock:
             return len(self._items)
 
-    def list(self, *, states: Iterable[str] | None = None, metadata: Mapping[str, str] | None = None,
-             page: int = 1, page_size: int = quirks.DEFAULT_PAGE_SIZE) -> tuple[list[Sandbox], dict[str, Any]]:
+    def list(
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        page: int = 1,
+        page_size: int = quirks.DEFAULT_PAGE_SIZE,
+    ) -> tuple[list[Sandbox], dict[str, Any]]:
         """Filter (state OR within, case-insensitive; metadata equality AND), newest first, then paginate
         (server services/helpers.py matches_filter, docker_service.py list_sandboxes)."""
         wanted = {s.lower() for s in states} if states else None
@@ -405,12 +438,23 @@ class SandboxStore:
         return paginate(out, page, page_size)
 
     # -- commands ------------------------------------------------------------------------------------
-    def create(self, *, image: dict[str, Any], entrypoint: list[str], env: dict[str, str] | None = None,
-               metadata: dict[str, str] | None = None, resource_limits: dict[str, str] | None = None,
-               timeout: int | None = None, platform: dict[str, str] | None = None,
-               extensions: dict[str, str] | None = None, limits: dict[str, Any] | None = None,
-               volumes: Any = None, image_auth: dict[str, str] | None = None, snapshot: Any = None,
-               network_policy: dict | None = None) -> Sandbox:
+    def create(
+        self,
+        *,
+        image: dict[str, Any],
+        entrypoint: list[str],
+        env: dict[str, str] | None = None,
+        metadata: dict[str, str] | None = None,
+        resource_limits: dict[str, str] | None = None,
+        timeout: int | None = None,
+        platform: dict[str, str] | None = None,
+        extensions: dict[str, str] | None = None,
+        limits: dict[str, Any] | None = None,
+        volumes: Any = None,
+        image_auth: dict[str, str] | None = None,
+        snapshot: Any = None,
+        network_policy: dict | None = None,
+    ) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]
         if snapshot is not None:  # restore (docker/snapshots.py): the snapshot's committed image, no pull
@@ -429,8 +473,16 @@ class SandboxStore:
                 expires = now + timedelta(seconds=timeout)
             except (OverflowError, ValueError):
                 raise MockError(quirks.TIMEOUT_TOO_LARGE, timeout=timeout) from None
-        sb = Sandbox(image=image, entrypoint=entrypoint, env=env, metadata=metadata,
-                     resource_limits=resource_limits, timeout=timeout, created_at=now, expires_at=expires)
+        sb = Sandbox(
+            image=image,
+            entrypoint=entrypoint,
+            env=env,
+            metadata=metadata,
+            resource_limits=resource_limits,
+            timeout=timeout,
+            created_at=now,
+            expires_at=expires,
+        )
         sb.platform = dict(platform) if platform else None
         sb.rootfs_image = pulled  # an images.Image (layers, config) or None: the host-tools view
         if snapshot is not None:
@@ -469,8 +521,9 @@ class SandboxStore:
         if isinstance(proc, int):  # the entrypoint could not even start: exit status right away
             self._mark_exited(sb, proc)
         elif proc is not None and hasattr(proc, "wait"):
-            threading.Thread(target=self._watch_entrypoint, args=(sb, proc), name="mock-osb-entry-%s" % sb.id[:8],
-                             daemon=True).start()
+            threading.Thread(
+                target=self._watch_entrypoint, args=(sb, proc), name="mock-osb-entry-%s" % sb.id[:8], daemon=True
+            ).start()
         self._wake.set()
         return sb
 
@@ -524,8 +577,11 @@ class SandboxStore:
         """Set an absolute expiry; naive datetimes are UTC; it must lie in the future
         (recording 14; server services/validators.py ensure_future_expiration)."""
         sb = self.get(sandbox_id)
-        when = expires_at.replace(tzinfo=timezone.utc) if expires_at.tzinfo is None else \
-            expires_at.astimezone(timezone.utc)
+        when = (
+            expires_at.replace(tzinfo=timezone.utc)
+            if expires_at.tzinfo is None
+            else expires_at.astimezone(timezone.utc)
+        )
         if when <= self.clock():
             raise MockError(quirks.INVALID_EXPIRATION)
         if sb.manual_cleanup:  # server services/docker/docker_service.py renew_expiration

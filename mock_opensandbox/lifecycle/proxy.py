@@ -6,6 +6,7 @@ that stands in for Docker's published container port 8080 (``PortForwardApp``: a
 without ``proxy-connection`` (server api/proxy.py HOP_BY_HOP_HEADERS), which a client can therefore pass
 through. Standard library only.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -19,8 +20,7 @@ from mock_opensandbox.wire.http1 import OBSERVERS, App, Handler, Request
 # server api/proxy.py: the hop-by-hop headers it drops (relay.HOP_BY_HOP has proxy-connection too)
 HOP_BY_HOP = relay.HOP_BY_HOP - {"proxy-connection"}
 SENSITIVE = {"authorization", "cookie", "open-sandbox-api-key", "opensandbox-secure-access"}
-FORWARDED = {"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-port", "x-forwarded-proto",
-             "x-real-ip"}
+FORWARDED = {"forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-port", "x-forwarded-proto", "x-real-ip"}
 
 
 class _BodyReader:
@@ -63,10 +63,18 @@ class BackendError(Exception):
     """The backend (execd or a sandbox app) failed after the connection was made."""
 
 
-def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, str] | None = None,
-            client_facing: bool = True, on_connect_error: Callable[[Exception], None] | None = None,
-            location_prefix: str | None = None, connect: Callable[[], socket.socket] | None = None,
-            hop_by_hop: frozenset[str] = HOP_BY_HOP) -> None:
+def forward(
+    req: Request,
+    target: str,
+    rest: str,
+    *,
+    extra_headers: dict[str, str] | None = None,
+    client_facing: bool = True,
+    on_connect_error: Callable[[Exception], None] | None = None,
+    location_prefix: str | None = None,
+    connect: Callable[[], socket.socket] | None = None,
+    hop_by_hop: frozenset[str] = HOP_BY_HOP,
+) -> None:
     """Forward ``req`` to ``http://<target>/<rest>?<query>`` and stream the answer back.
 
     ``client_facing`` = the lifecycle server's proxy: strip auth/forwarding headers, add X-Forwarded-*,
@@ -86,9 +94,11 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
         path += "?" + query
     # the server's proxy honours only the first Connection header of a request (server api/proxy.py passes
     # Starlette's request.headers.get("connection")); the 8080 listener honours every one, as relay does
-    headers = relay.forwardable(req.headers.items(), hop_by_hop | relay.FRAMING | (
-        SENSITIVE | FORWARDED if client_facing else frozenset()),
-        connection=[req.headers.get("Connection")] if client_facing else None)
+    headers = relay.forwardable(
+        req.headers.items(),
+        hop_by_hop | relay.FRAMING | (SENSITIVE | FORWARDED if client_facing else frozenset()),
+        connection=[req.headers.get("Connection")] if client_facing else None,
+    )
     for k, v in (extra_headers or {}).items():
         headers = [(a, b) for a, b in headers if a.lower() != k.lower()]
         headers.append((k, v))
@@ -167,8 +177,13 @@ def forward(req: Request, target: str, rest: str, *, extra_headers: dict[str, st
             pre.close()
 
 
-def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing: bool,
-                    location_prefix: str | None, hop_by_hop: frozenset[str]) -> None:
+def _relay_response(
+    req: Request,
+    resp: http.client.HTTPResponse,
+    client_facing: bool,
+    location_prefix: str | None,
+    hop_by_hop: frozenset[str],
+) -> None:
     h = req.handler
     out: list[tuple[str, str]] = []
     length: int | None = None
@@ -230,7 +245,6 @@ def _relay_response(req: Request, resp: http.client.HTTPResponse, client_facing:
         h.close_connection = True
 
 
-
 class PortForwardApp(App):
     """The per-sandbox listener standing in for Docker's published container port 8080: forwards
     everything to the sandbox's port 8080 (``connect``: into its network namespace; with the host
@@ -238,9 +252,16 @@ class PortForwardApp(App):
 
     fault_listener = "port"
 
-    def __init__(self, target: Callable[[], tuple[str, dict[str, str]]], verbose: bool = False, *,
-                 faults: Any = None, sandbox_id: str | None = None, journal: Any = None,
-                 connect: Callable[[], socket.socket] | None = None):
+    def __init__(
+        self,
+        target: Callable[[], tuple[str, dict[str, str]]],
+        verbose: bool = False,
+        *,
+        faults: Any = None,
+        sandbox_id: str | None = None,
+        journal: Any = None,
+        connect: Callable[[], socket.socket] | None = None,
+    ):
         self.target = target
         self.connect = connect  # the sandbox's own port 8080 (its network namespace), else target's address
         self.verbose = verbose
@@ -262,7 +283,14 @@ class PortForwardHandler(Handler):
             self.close_connection = True  # like a published port with nothing behind it: the connection drops
 
         try:
-            forward(req, target, req.raw_path.partition("?")[0], extra_headers=headers, client_facing=False,
-                    on_connect_error=refused, connect=app.connect)
+            forward(
+                req,
+                target,
+                req.raw_path.partition("?")[0],
+                extra_headers=headers,
+                client_facing=False,
+                on_connect_error=refused,
+                connect=app.connect,
+            )
         except BackendError:
             self.close_connection = True

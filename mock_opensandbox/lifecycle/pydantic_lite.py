@@ -8,6 +8,7 @@ key the input used, ``input``, ``ctx``) and FastAPI's request-body decoding (``d
 The server's own request models and checks, written with this engine, are in lifecycle/validation.py;
 tiers/t2/test_server_oracle.py and tiers/t0/test_model_validation.py compare both with the real thing.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,10 @@ def _plural(n: int, word: str) -> str:
 # =====================================================================================================
 _INT_STR_RE = re.compile(r"^[+-]?\d+(?:_\d+)*(?:\.0+)?$")
 # Unicode White_Space (what pydantic-core's Rust trim() removes; narrower than str.strip())
-_WS = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-      "\u2028\u2029\u202f\u205f\u3000"
+_WS = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
 _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
 
@@ -60,7 +63,7 @@ def _strip_leading_zeros(s: str) -> str | None:
         if c in "123456789-":
             return s[i:]
         if c == ".":
-            return s[i - 1:]
+            return s[i - 1 :]
         return None
     return s[-1]
 
@@ -76,12 +79,18 @@ def to_int(value: Any, loc: list, errors: list) -> Any:
             errors.append(_err("finite_number", loc, "Input should be a finite number", value))
             return _MISSING
         if value != int(value):
-            errors.append(_err("int_from_float", loc, "Input should be a valid integer, got a number with a "
-                                                      "fractional part", value))
+            errors.append(
+                _err(
+                    "int_from_float", loc, "Input should be a valid integer, got a number with a fractional part", value
+                )
+            )
             return _MISSING
-        if abs(value) > 2 ** 63:
-            errors.append(_err("int_parsing_size", loc, "Unable to parse input string as an integer, exceeded "
-                                                        "maximum size", value))
+        if abs(value) > 2**63:
+            errors.append(
+                _err(
+                    "int_parsing_size", loc, "Unable to parse input string as an integer, exceeded maximum size", value
+                )
+            )
             return _MISSING
         return int(value)
     if isinstance(value, str):
@@ -95,8 +104,9 @@ def to_int(value: Any, loc: list, errors: list) -> Any:
         for cand in (s, alt):
             if cand is not None and _INT_STR_RE.match(cand) and cand.isascii():
                 return int(cand.split(".", 1)[0].replace("_", ""))
-        errors.append(_err("int_parsing", loc, "Input should be a valid integer, unable to parse string as an "
-                                               "integer", value))
+        errors.append(
+            _err("int_parsing", loc, "Input should be a valid integer, unable to parse string as an integer", value)
+        )
         return _MISSING
     errors.append(_err("int_type", loc, "Input should be a valid integer", value))
     return _MISSING
@@ -125,7 +135,8 @@ def to_bool(value: Any, loc: list, errors: list) -> Any:
 _DT_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})"
     r"(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9})\d*)?)?"
-    r"(?:([Zz])|([+-])(\d{2}):?(\d{2}))?)?$")
+    r"(?:([Zz])|([+-])(\d{2}):?(\d{2}))?)?$"
+)
 _NUM_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -165,9 +176,15 @@ def to_datetime(value: Any, loc: list, errors: list) -> Any:
         try:
             return _EPOCH + timedelta(seconds=num)
         except OverflowError:
-            errors.append(_err("datetime_parsing", loc, "Input should be a valid datetime, dates after 9999 are "
-                                                        "not supported as unix timestamps", value,
-                               {"error": "dates after 9999 are not supported as unix timestamps"}))
+            errors.append(
+                _err(
+                    "datetime_parsing",
+                    loc,
+                    "Input should be a valid datetime, dates after 9999 are not supported as unix timestamps",
+                    value,
+                    {"error": "dates after 9999 are not supported as unix timestamps"},
+                )
+            )
             return _MISSING
     m = _DT_RE.match(value)
     if m and m.group(4) is not None:
@@ -195,8 +212,15 @@ def to_datetime(value: Any, loc: list, errors: list) -> Any:
         except ValueError:
             pass
     reason = _date_error(value)
-    errors.append(_err("datetime_from_date_parsing", loc, "Input should be a valid datetime or date, " + reason,
-                       value, {"error": reason}))
+    errors.append(
+        _err(
+            "datetime_from_date_parsing",
+            loc,
+            "Input should be a valid datetime or date, " + reason,
+            value,
+            {"error": reason},
+        )
+    )
     return _MISSING
 
 
@@ -220,16 +244,37 @@ class Str(Spec):
             return _MISSING
         n = len(value)
         if self.min_length is not None and n < self.min_length:
-            errors.append(_err("string_too_short", loc, "String should have at least %s"
-                               % _plural(self.min_length, "character"), value, {"min_length": self.min_length}))
+            errors.append(
+                _err(
+                    "string_too_short",
+                    loc,
+                    "String should have at least %s" % _plural(self.min_length, "character"),
+                    value,
+                    {"min_length": self.min_length},
+                )
+            )
             return _MISSING
         if self.max_length is not None and n > self.max_length:
-            errors.append(_err("string_too_long", loc, "String should have at most %s"
-                               % _plural(self.max_length, "character"), value, {"max_length": self.max_length}))
+            errors.append(
+                _err(
+                    "string_too_long",
+                    loc,
+                    "String should have at most %s" % _plural(self.max_length, "character"),
+                    value,
+                    {"max_length": self.max_length},
+                )
+            )
             return _MISSING
         if self._rx is not None and not self._rx.search(value):
-            errors.append(_err("string_pattern_mismatch", loc, "String should match pattern '%s'" % self.pattern,
-                               value, {"pattern": self.pattern}))
+            errors.append(
+                _err(
+                    "string_pattern_mismatch",
+                    loc,
+                    "String should match pattern '%s'" % self.pattern,
+                    value,
+                    {"pattern": self.pattern},
+                )
+            )
             return _MISSING
         return value
 
@@ -243,12 +288,22 @@ class Int(Spec):
         if out is _MISSING:
             return out
         if self.ge is not None and out < self.ge:
-            errors.append(_err("greater_than_equal", loc, "Input should be greater than or equal to %d" % self.ge,
-                               value, {"ge": self.ge}))
+            errors.append(
+                _err(
+                    "greater_than_equal",
+                    loc,
+                    "Input should be greater than or equal to %d" % self.ge,
+                    value,
+                    {"ge": self.ge},
+                )
+            )
             return _MISSING
         if self.le is not None and out > self.le:
-            errors.append(_err("less_than_equal", loc, "Input should be less than or equal to %d" % self.le,
-                               value, {"le": self.le}))
+            errors.append(
+                _err(
+                    "less_than_equal", loc, "Input should be less than or equal to %d" % self.le, value, {"le": self.le}
+                )
+            )
             return _MISSING
         return out
 
@@ -272,8 +327,9 @@ class Literal(Spec):
     def run(self, value, loc, errors):
         if isinstance(value, str) and value in self.values:
             return value
-        errors.append(_err("literal_error", loc, "Input should be %s" % self.expected, value,
-                           {"expected": self.expected}))
+        errors.append(
+            _err("literal_error", loc, "Input should be %s" % self.expected, value, {"expected": self.expected})
+        )
         return _MISSING
 
 
@@ -302,9 +358,16 @@ class ListOf(Spec):
         if len(errors) > n_before:
             return _MISSING
         if self.min_length is not None and len(out) < self.min_length:
-            errors.append(_err("too_short", loc, "List should have at least %s after validation, not %d"
-                               % (_plural(self.min_length, "item"), len(out)), value,
-                               {"field_type": "List", "min_length": self.min_length, "actual_length": len(out)}))
+            errors.append(
+                _err(
+                    "too_short",
+                    loc,
+                    "List should have at least %s after validation, not %d"
+                    % (_plural(self.min_length, "item"), len(out)),
+                    value,
+                    {"field_type": "List", "min_length": self.min_length, "actual_length": len(out)},
+                )
+            )
             return _MISSING
         return out
 
@@ -327,8 +390,7 @@ class DictOf(Spec):
 
 
 class Field:
-    def __init__(self, name: str, spec: Spec, *, alias: str | None = None, required: bool = False,
-                 default: Any = None):
+    def __init__(self, name: str, spec: Spec, *, alias: str | None = None, required: bool = False, default: Any = None):
         self.name, self.spec, self.alias, self.required, self.default = name, spec, alias, required, default
 
 
@@ -336,16 +398,29 @@ class Model(Spec):
     """A pydantic BaseModel: fields in definition order, alias then field name (``populate_by_name``),
     unknown keys ignored or ``extra_forbidden``; ``after`` runs only when every field validated."""
 
-    def __init__(self, cls_name: str, fields: list[Field], *, forbid_extra: bool = False,
-                 populate_by_name: bool = True, after: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        cls_name: str,
+        fields: list[Field],
+        *,
+        forbid_extra: bool = False,
+        populate_by_name: bool = True,
+        after: Callable[[dict], None] | None = None,
+    ):
         self.cls_name, self.fields, self.forbid_extra = cls_name, fields, forbid_extra
         self.populate_by_name, self.after = populate_by_name, after
 
     def run(self, value, loc, errors):
         if not isinstance(value, dict):
             # FastAPI validates with from_attributes=True: pydantic's "model_attributes_type", no ctx
-            errors.append(_err("model_attributes_type", loc, "Input should be a valid dictionary or object to "
-                                                             "extract fields from", value))
+            errors.append(
+                _err(
+                    "model_attributes_type",
+                    loc,
+                    "Input should be a valid dictionary or object to extract fields from",
+                    value,
+                )
+            )
             return _MISSING
         n_before = len(errors)
         out: dict[str, Any] = {}
@@ -407,8 +482,9 @@ def decode_body(raw: bytes, content_type: str | None) -> Any:
     try:
         return json.loads(raw)  # bytes: Python detects UTF-8/16/32 (a UTF-16 BOM decodes as UTF-16)
     except json.JSONDecodeError as e:
-        raise ValidationFailed([_err("json_invalid", ["body", e.pos], "JSON decode error", {},
-                                     {"error": e.msg})]) from None
+        raise ValidationFailed(
+            [_err("json_invalid", ["body", e.pos], "JSON decode error", {}, {"error": e.msg})]
+        ) from None
     except Exception:  # undecodable bytes, nesting too deep: FastAPI's own 400 (Starlette's handler shape)
         raise DetailError(400, "There was an error parsing the body") from None
 

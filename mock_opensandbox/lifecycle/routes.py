@@ -5,6 +5,7 @@
 Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the recordings show
 (lifecycle/pydantic_lite.py, lifecycle/validation.py); the proxy itself is lifecycle/proxy.py, the diagnostics text docker/diagnostics.py.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -80,11 +81,21 @@ class LifecycleApp(App):
     """Routes + policy of the lifecycle listener. ``provisioner`` answers endpoint questions
     (``endpoint(sb, port) -> (endpoint, headers|None)``)."""
 
-    def __init__(self, store: SandboxStore, provisioner: Any, *, api_key: str | None,
-                 bind_host: str = "127.0.0.1", verbose: bool = False, check_host: bool = True,
-                 reject_origin: bool = True, faults: FaultRegistry | None = None,
-                 max_timeout: int | None = None, allowed_host_paths: list[str] | None = None,
-                 volumes: Any = None):
+    def __init__(
+        self,
+        store: SandboxStore,
+        provisioner: Any,
+        *,
+        api_key: str | None,
+        bind_host: str = "127.0.0.1",
+        verbose: bool = False,
+        check_host: bool = True,
+        reject_origin: bool = True,
+        faults: FaultRegistry | None = None,
+        max_timeout: int | None = None,
+        allowed_host_paths: list[str] | None = None,
+        volumes: Any = None,
+    ):
         self.store = store
         # server config: [server] max_sandbox_timeout_seconds (unset), [storage] allowed_host_paths ([])
         self.max_timeout = max_timeout
@@ -164,8 +175,7 @@ class LifecycleApp(App):
             fn, params, path_seen = self.router.match(req.method, req.path)
             if fn is None:
                 if path_seen:
-                    req.send_json(405, quirks.FASTAPI_METHOD_NOT_ALLOWED,
-                                  headers={"allow": self._allowed(req.path)})
+                    req.send_json(405, quirks.FASTAPI_METHOD_NOT_ALLOWED, headers={"allow": self._allowed(req.path)})
                 else:
                     req.send_json(404, quirks.FASTAPI_NOT_FOUND)
                 return
@@ -244,9 +254,15 @@ class LifecycleApp(App):
         r = _body(req, V.CreateSandboxRequest)
         # the provisioner's [egress] image/mode and docker network_mode (egress/: "off" = no egress image)
         egress_mode, network = getattr(self.provisioner, "egress_settings", ("off", "bridge"))
-        checks = V.docker_create_checks(r, now=self.store.clock(), max_timeout=self.max_timeout,
-                                        allowed_host_paths=self.allowed_host_paths, snapshots=self.snapshots,
-                                        egress_mode=egress_mode, network=network)
+        checks = V.docker_create_checks(
+            r,
+            now=self.store.clock(),
+            max_timeout=self.max_timeout,
+            allowed_host_paths=self.allowed_host_paths,
+            snapshots=self.snapshots,
+            egress_mode=egress_mode,
+            network=network,
+        )
         vols = None
         if r["volumes"]:
             if self.volumes is None:
@@ -258,12 +274,21 @@ class LifecycleApp(App):
             env = dict(restore.env, **env)
         ext = {k: v for k, v in (r["extensions"] or {}).items() if k.startswith(EXTENSIONS_PREFIX)} or None
         try:
-            sb = self.store.create(image={"uri": r["image"]["uri"]}, entrypoint=r["entrypoint"], env=env,
-                                   metadata=r["metadata"], resource_limits=r["resource_limits"],
-                                   timeout=r["timeout"], platform=r["platform"], extensions=ext,
-                                   limits=checks["limits"], volumes=vols,
-                                   image_auth=r["image"]["auth"], snapshot=restore,
-                                   network_policy=r["network_policy"])
+            sb = self.store.create(
+                image={"uri": r["image"]["uri"]},
+                entrypoint=r["entrypoint"],
+                env=env,
+                metadata=r["metadata"],
+                resource_limits=r["resource_limits"],
+                timeout=r["timeout"],
+                platform=r["platform"],
+                extensions=ext,
+                limits=checks["limits"],
+                volumes=vols,
+                image_auth=r["image"]["auth"],
+                snapshot=restore,
+                network_policy=r["network_policy"],
+            )
         except BaseException:
             if vols is not None:  # the server removes the volumes it auto-created for this create
                 self.volumes.abandon(vols)
@@ -374,13 +399,21 @@ class LifecycleApp(App):
         location_prefix = req.path[: idx + len(proxy_suffix)] if idx >= 0 else None
 
         def connect_failed(e: Exception) -> None:
-            req.send_json(502, quirks.BACKEND_CONNECTION_FAILED.body(endpoint=endpoint,
-                                                                     error="All connection attempts failed"))
+            req.send_json(
+                502, quirks.BACKEND_CONNECTION_FAILED.body(endpoint=endpoint, error="All connection attempts failed")
+            )
 
         hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "opensandbox-secure-access"}
         try:
-            forward(req, endpoint, req.params.get("rest", ""), extra_headers=hdrs, client_facing=True,
-                    on_connect_error=connect_failed, location_prefix=location_prefix)
+            forward(
+                req,
+                endpoint,
+                req.params.get("rest", ""),
+                extra_headers=hdrs,
+                client_facing=True,
+                on_connect_error=connect_failed,
+                location_prefix=location_prefix,
+            )
         except BackendError as e:
             if req.responded:  # the answer was already streaming: cut it, the client sees a short body
                 req.handler.close_connection = True
@@ -406,8 +439,9 @@ class LifecycleApp(App):
         serve_faults(req, self.faults, req.params["fid"])
 
     # -- query parameters (FastAPI Query(...) validation, loc ["query", name]) ---------------------------
-    def _q_int(self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None,
-               le: int | None = None) -> int:
+    def _q_int(
+        self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None, le: int | None = None
+    ) -> int:
         raw = _q_last(req, name)
         if raw is None:
             return default
@@ -478,11 +512,12 @@ class LifecycleApp(App):
         hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "opensandbox-secure-access"}
 
         def connect_failed(e: Exception) -> None:
-            req.send_json(502, quirks.BACKEND_CONNECTION_FAILED.body(endpoint=endpoint,
-                                                                     error="All connection attempts failed"))
+            req.send_json(
+                502, quirks.BACKEND_CONNECTION_FAILED.body(endpoint=endpoint, error="All connection attempts failed")
+            )
+
         try:
-            forward(req, endpoint, "policy", extra_headers=hdrs, client_facing=True,
-                    on_connect_error=connect_failed)
+            forward(req, endpoint, "policy", extra_headers=hdrs, client_facing=True, on_connect_error=connect_failed)
         except BackendError as e:
             if req.responded:
                 req.handler.close_connection = True
@@ -508,12 +543,21 @@ class LifecycleApp(App):
             return None
         norm = scope.strip().lower()
         if norm not in supported:
-            raise MockError(quirks.DIAGNOSTICS_SCOPE_UNSUPPORTED, kind=kind, scope=repr(scope),
-                            supported=", ".join(supported))
+            raise MockError(
+                quirks.DIAGNOSTICS_SCOPE_UNSUPPORTED, kind=kind, scope=repr(scope), supported=", ".join(supported)
+            )
         return norm
 
-    def _diag(self, req: Request, kind: str, knob: tuple[str, int, int], scopes: tuple[str, ...],
-              inline: Callable[[Any], tuple[str, bool]], legacy: Callable[[Any, int], str], warning: str) -> None:
+    def _diag(
+        self,
+        req: Request,
+        kind: str,
+        knob: tuple[str, int, int],
+        scopes: tuple[str, ...],
+        inline: Callable[[Any], tuple[str, bool]],
+        legacy: Callable[[Any, int], str],
+        warning: str,
+    ) -> None:
         """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
         the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
         errors: list = []
@@ -531,20 +575,30 @@ class LifecycleApp(App):
 
     def diag_logs(self, req: Request) -> None:
         now = self.store.clock()
-        self._diag(req, "logs", ("tail", 100, 10000), ("container", "all"),
-                   lambda sb: diagnostics.limit_lines(diagnostics.logs_text(sb, 101, now=now), 100, True),
-                   lambda sb, tail: diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
-                   quirks.DIAG_LOGS_ALL_WARNING)
+        self._diag(
+            req,
+            "logs",
+            ("tail", 100, 10000),
+            ("container", "all"),
+            lambda sb: diagnostics.limit_lines(diagnostics.logs_text(sb, 101, now=now), 100, True),
+            lambda sb, tail: diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
+            quirks.DIAG_LOGS_ALL_WARNING,
+        )
 
     def diag_events(self, req: Request) -> None:
         # `limit` only bounds Docker health-check entries, which a mock sandbox has none of
-        self._diag(req, "events", ("limit", 50, 500), ("runtime", "all"),
-                   lambda sb: diagnostics.limit_lines(diagnostics.events_text(sb), 50, False),
-                   lambda sb, _limit: diagnostics.events_text(sb), quirks.DIAG_EVENTS_ALL_WARNING)
+        self._diag(
+            req,
+            "events",
+            ("limit", 50, 500),
+            ("runtime", "all"),
+            lambda sb: diagnostics.limit_lines(diagnostics.events_text(sb), 50, False),
+            lambda sb, _limit: diagnostics.events_text(sb),
+            quirks.DIAG_EVENTS_ALL_WARNING,
+        )
 
     def diag_inspect(self, req: Request) -> None:
-        req.send_text(200, diagnostics.inspect_text(self.store.get(req.params["sid"])),
-                      "text/plain; charset=utf-8")
+        req.send_text(200, diagnostics.inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8")
 
     def diag_summary(self, req: Request) -> None:
         errors: list = []
@@ -553,8 +607,11 @@ class LifecycleApp(App):
         if errors:
             raise ValidationFailed(errors)
         sid = req.params["sid"]
-        req.send_text(200, diagnostics.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()),
-                      "text/plain; charset=utf-8")
+        req.send_text(
+            200,
+            diagnostics.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()),
+            "text/plain; charset=utf-8",
+        )
 
 
 class LifecycleHandler(Handler):

@@ -2,6 +2,7 @@
 model in ``docker/snapshots.py``. ``LifecycleApp`` routes here; ``app.snapshots`` is its ``SnapshotStore`` (by default
 one without a committer: a create then answers 501 ``SNAPSHOT::NOT_IMPLEMENTED`` after the sandbox checks, as a
 runtime without snapshots does, and no snapshot is ever known)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +14,9 @@ from mock_opensandbox.wire.http1 import Request
 
 def create(app: Any, req: Request) -> None:
     """POST /sandboxes/{id}/snapshots: the body (optional, {"name"}), the sandbox, Running; 202 + Location."""
-    r = P.validate_body(V.CreateSnapshotRequest, P.decode_body(req.body, req.headers.get("Content-Type")),
-                        required=False)
+    r = P.validate_body(
+        V.CreateSnapshotRequest, P.decode_body(req.body, req.headers.get("Content-Type")), required=False
+    )
     name = r["name"] if isinstance(r, dict) else None
     snap = app.snapshots.create(req.params["sid"], name)
     req.send_json(202, snap.accepted, headers={"location": "/v1/snapshots/%s" % snap.id})
@@ -26,9 +28,13 @@ def list_(app: Any, req: Request) -> None:
     sandbox_ids = req.query.get("sandboxId")
     names = req.query.get("name")
     states = req.query.get("state") or None
-    items, pagination = app.snapshots.list(sandbox_id=sandbox_ids[-1] if sandbox_ids else None,
-                                           name=names[-1] if names else None, states=states,
-                                           page=page, page_size=size)
+    items, pagination = app.snapshots.list(
+        sandbox_id=sandbox_ids[-1] if sandbox_ids else None,
+        name=names[-1] if names else None,
+        states=states,
+        page=page,
+        page_size=size,
+    )
     req.send_json(200, {"items": [s.to_json() for s in items], "pagination": pagination})
 
 

@@ -11,6 +11,7 @@ pydantic-core; tiers/t2/test_server_oracle.py compares every rule here with the 
 validators (``services/validators.py``, ``extensions/validation.py``, ``services/helpers.py``,
 ``services/docker/*``). Standard library only.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,18 @@ from typing import Any, Iterable, Mapping
 
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.model import validate_metadata
-from mock_opensandbox.lifecycle.pydantic_lite import Bool, DateTime, DictOf, Field, Int, ListOf, Literal, Model, Opt, Str
+from mock_opensandbox.lifecycle.pydantic_lite import (
+    Bool,
+    DateTime,
+    DictOf,
+    Field,
+    Int,
+    ListOf,
+    Literal,
+    Model,
+    Opt,
+    Str,
+)
 from mock_opensandbox.lifecycle.quirks import MockError, Quirk
 
 
@@ -34,10 +46,13 @@ ImageAuth = Model("ImageAuth", [Field("username", Str(), required=True), Field("
 ImageSpec = Model("ImageSpec", [Field("uri", Str(), required=True), Field("auth", Opt(ImageAuth))])
 PlatformSpec = Model("PlatformSpec", [Field("os", Str(), required=True), Field("arch", Str(), required=True)])
 ResourceLimits = DictOf(Str())  # RootModel[Dict[str, str]]: errors carry no "root" segment
-NetworkRule = Model("NetworkRule", [Field("action", Str(), required=True),
-                                    Field("target", Str(min_length=1), required=True)])
-NetworkPolicy = Model("NetworkPolicy", [Field("default_action", Opt(Str()), alias="defaultAction"),
-                                        Field("egress", ListOf(NetworkRule), default=list)])
+NetworkRule = Model(
+    "NetworkRule", [Field("action", Str(), required=True), Field("target", Str(min_length=1), required=True)]
+)
+NetworkPolicy = Model(
+    "NetworkPolicy",
+    [Field("default_action", Opt(Str()), alias="defaultAction"), Field("egress", ListOf(NetworkRule), default=list)],
+)
 CredentialProxyConfig = Model("CredentialProxyConfig", [Field("enabled", Bool(), default=False)])
 
 
@@ -62,30 +77,48 @@ def _lifecycle_after(lc: dict) -> None:
         raise ValueError("Periodic lifecycle hook names must be unique.")
 
 
-LifecycleHook = Model("LifecycleHook", [
-    Field("command", ListOf(Str(), min_length=1), required=True),
-    Field("timeout_seconds", Opt(Int(ge=1, le=10800)), alias="timeoutSeconds"),
-], forbid_extra=True, after=_hook_after)
-PeriodicLifecycleHook = Model("PeriodicLifecycleHook", [
-    Field("name", Str(min_length=1), required=True),
-    Field("schedule", Str(min_length=1), required=True),
-    Field("command", ListOf(Str(), min_length=1), required=True),
-    Field("timeout_seconds", Opt(Int(ge=1, le=300)), alias="timeoutSeconds"),
-], forbid_extra=True, after=_periodic_after)
-SandboxLifecycle = Model("SandboxLifecycle", [
-    Field("pre_start", Opt(LifecycleHook), alias="preStart"),
-    Field("periodic", Opt(ListOf(PeriodicLifecycleHook))),
-], forbid_extra=True, after=_lifecycle_after)
+LifecycleHook = Model(
+    "LifecycleHook",
+    [
+        Field("command", ListOf(Str(), min_length=1), required=True),
+        Field("timeout_seconds", Opt(Int(ge=1, le=10800)), alias="timeoutSeconds"),
+    ],
+    forbid_extra=True,
+    after=_hook_after,
+)
+PeriodicLifecycleHook = Model(
+    "PeriodicLifecycleHook",
+    [
+        Field("name", Str(min_length=1), required=True),
+        Field("schedule", Str(min_length=1), required=True),
+        Field("command", ListOf(Str(), min_length=1), required=True),
+        Field("timeout_seconds", Opt(Int(ge=1, le=300)), alias="timeoutSeconds"),
+    ],
+    forbid_extra=True,
+    after=_periodic_after,
+)
+SandboxLifecycle = Model(
+    "SandboxLifecycle",
+    [
+        Field("pre_start", Opt(LifecycleHook), alias="preStart"),
+        Field("periodic", Opt(ListOf(PeriodicLifecycleHook))),
+    ],
+    forbid_extra=True,
+    after=_lifecycle_after,
+)
 
 Host = Model("Host", [Field("path", Str(pattern=r"^(/|[A-Za-z]:[\\/])"), required=True)], populate_by_name=False)
-PVC = Model("PVC", [
-    Field("claim_name", Str(pattern=_DNS_LABEL_PATTERN, max_length=253), alias="claimName", required=True),
-    Field("create_if_not_exists", Bool(), alias="createIfNotExists", default=True),
-    Field("delete_on_sandbox_termination", Bool(), alias="deleteOnSandboxTermination", default=False),
-    Field("storage_class", Opt(Str()), alias="storageClass"),
-    Field("storage", Opt(Str(pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei)?$"))),
-    Field("access_modes", Opt(ListOf(Str())), alias="accessModes"),
-])
+PVC = Model(
+    "PVC",
+    [
+        Field("claim_name", Str(pattern=_DNS_LABEL_PATTERN, max_length=253), alias="claimName", required=True),
+        Field("create_if_not_exists", Bool(), alias="createIfNotExists", default=True),
+        Field("delete_on_sandbox_termination", Bool(), alias="deleteOnSandboxTermination", default=False),
+        Field("storage_class", Opt(Str()), alias="storageClass"),
+        Field("storage", Opt(Str(pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|Pi|Ei)?$"))),
+        Field("access_modes", Opt(ListOf(Str())), alias="accessModes"),
+    ],
+)
 
 
 def _ossfs_after(o: dict) -> None:
@@ -93,14 +126,18 @@ def _ossfs_after(o: dict) -> None:
         raise ValueError("OSSFS inline credentials are required: accessKeyId and accessKeySecret.")
 
 
-OSSFS = Model("OSSFS", [
-    Field("bucket", Str(min_length=3, max_length=63), required=True),
-    Field("endpoint", Str(min_length=1), required=True),
-    Field("version", Literal("1.0", "2.0"), default="2.0"),
-    Field("options", Opt(ListOf(Str()))),
-    Field("access_key_id", Opt(Str(min_length=1)), alias="accessKeyId"),
-    Field("access_key_secret", Opt(Str(min_length=1)), alias="accessKeySecret"),
-], after=_ossfs_after)
+OSSFS = Model(
+    "OSSFS",
+    [
+        Field("bucket", Str(min_length=3, max_length=63), required=True),
+        Field("endpoint", Str(min_length=1), required=True),
+        Field("version", Literal("1.0", "2.0"), default="2.0"),
+        Field("options", Opt(ListOf(Str()))),
+        Field("access_key_id", Opt(Str(min_length=1)), alias="accessKeyId"),
+        Field("access_key_secret", Opt(Str(min_length=1)), alias="accessKeySecret"),
+    ],
+    after=_ossfs_after,
+)
 
 
 def _volume_after(v: dict) -> None:
@@ -111,22 +148,27 @@ def _volume_after(v: dict) -> None:
         raise ValueError("Exactly one backend (host, pvc, ossfs) must be specified, but multiple were provided.")
 
 
-Volume = Model("Volume", [
-    Field("name", Str(pattern=_DNS_LABEL_PATTERN, max_length=63), required=True),
-    Field("host", Opt(Host)),
-    Field("pvc", Opt(PVC)),
-    Field("ossfs", Opt(OSSFS)),
-    Field("mount_path", Str(pattern=r"^/.*"), alias="mountPath", required=True),
-    Field("read_only", Bool(), alias="readOnly", default=False),
-    Field("sub_path", Opt(Str()), alias="subPath"),
-], after=_volume_after)
+Volume = Model(
+    "Volume",
+    [
+        Field("name", Str(pattern=_DNS_LABEL_PATTERN, max_length=63), required=True),
+        Field("host", Opt(Host)),
+        Field("pvc", Opt(PVC)),
+        Field("ossfs", Opt(OSSFS)),
+        Field("mount_path", Str(pattern=r"^/.*"), alias="mountPath", required=True),
+        Field("read_only", Bool(), alias="readOnly", default=False),
+        Field("sub_path", Opt(Str()), alias="subPath"),
+    ],
+    after=_volume_after,
+)
 
 
 def _create_after(r: dict) -> None:
     """CreateSandboxRequest.validate_source_and_entrypoint (server api/schema.py); normalizes in place."""
     if r["env"] and OPENSANDBOX_LIFECYCLE in r["env"]:
-        raise ValueError("Environment variable '%s' is reserved. Use the lifecycle request field instead."
-                         % OPENSANDBOX_LIFECYCLE)
+        raise ValueError(
+            "Environment variable '%s' is reserved. Use the lifecycle request field instead." % OPENSANDBOX_LIFECYCLE
+        )
     tid = r["template_id"]
     if tid is not None and tid.strip():
         conflicts = {
@@ -144,8 +186,10 @@ def _create_after(r: dict) -> None:
         }
         present = sorted(k for k, v in conflicts.items() if v)
         if present:
-            raise ValueError("templateId cannot be combined with: %s; the workload shape is fixed by the "
-                             "template's golden image." % ", ".join(present))
+            raise ValueError(
+                "templateId cannot be combined with: %s; the workload shape is fixed by the "
+                "template's golden image." % ", ".join(present)
+            )
         if r["timeout"] is None:
             raise ValueError("timeout is required when templateId is provided.")
         return
@@ -175,62 +219,81 @@ def _create_after(r: dict) -> None:
         raise ValueError("resourceLimits is required when poolRef is not provided.")
 
 
-CreateSandboxRequest = Model("CreateSandboxRequest", [
-    Field("image", Opt(ImageSpec)),
-    Field("snapshot_id", Opt(Str()), alias="snapshotId"),
-    Field("platform", Opt(PlatformSpec)),
-    Field("timeout", Opt(Int(ge=quirks.MIN_TIMEOUT))),
-    Field("resource_limits", Opt(ResourceLimits), alias="resourceLimits"),
-    Field("resource_requests", Opt(ResourceLimits), alias="resourceRequests"),
-    Field("env", Opt(DictOf(Opt(Str())))),
-    Field("metadata", Opt(DictOf(Str()))),
-    Field("lifecycle", Opt(SandboxLifecycle)),
-    Field("entrypoint", Opt(ListOf(Str(), min_length=1))),
-    Field("network_policy", Opt(NetworkPolicy), alias="networkPolicy"),
-    Field("credential_proxy", Opt(CredentialProxyConfig), alias="credentialProxy"),
-    Field("secure_access", Bool(), alias="secureAccess", default=False),
-    Field("volumes", Opt(ListOf(Volume))),
-    Field("extensions", Opt(DictOf(Str()))),
-    Field("template_id", Opt(Str(min_length=1)), alias="templateId"),
-], after=_create_after)
+CreateSandboxRequest = Model(
+    "CreateSandboxRequest",
+    [
+        Field("image", Opt(ImageSpec)),
+        Field("snapshot_id", Opt(Str()), alias="snapshotId"),
+        Field("platform", Opt(PlatformSpec)),
+        Field("timeout", Opt(Int(ge=quirks.MIN_TIMEOUT))),
+        Field("resource_limits", Opt(ResourceLimits), alias="resourceLimits"),
+        Field("resource_requests", Opt(ResourceLimits), alias="resourceRequests"),
+        Field("env", Opt(DictOf(Opt(Str())))),
+        Field("metadata", Opt(DictOf(Str()))),
+        Field("lifecycle", Opt(SandboxLifecycle)),
+        Field("entrypoint", Opt(ListOf(Str(), min_length=1))),
+        Field("network_policy", Opt(NetworkPolicy), alias="networkPolicy"),
+        Field("credential_proxy", Opt(CredentialProxyConfig), alias="credentialProxy"),
+        Field("secure_access", Bool(), alias="secureAccess", default=False),
+        Field("volumes", Opt(ListOf(Volume))),
+        Field("extensions", Opt(DictOf(Str()))),
+        Field("template_id", Opt(Str(min_length=1)), alias="templateId"),
+    ],
+    after=_create_after,
+)
 
-RenewSandboxExpirationRequest = Model("RenewSandboxExpirationRequest", [
-    Field("expires_at", DateTime(), alias="expiresAt", required=True)])
+RenewSandboxExpirationRequest = Model(
+    "RenewSandboxExpirationRequest", [Field("expires_at", DateTime(), alias="expiresAt", required=True)]
+)
 PatchSandboxMetadataRequest = DictOf(Opt(Str()))  # Dict[str, Optional[str]]
-CreateSnapshotRequest = Model("CreateSnapshotRequest", [Field("name", Opt(Str(min_length=1)))],
-                              populate_by_name=False)
-MetricsEvent = Model("MetricsEvent", [
-    Field("event_type", Literal("sandbox.create"), alias="eventType", required=True),
-    Field("sandbox_id", Opt(Str()), alias="sandboxId"),
-    Field("image", Opt(Str())),
-    Field("create_duration_ms", Int(ge=0), alias="createDurationMs", required=True),
-    Field("success", Bool(), required=True),
-])
-PoolCapacitySpec = Model("PoolCapacitySpec", [
-    Field("buffer_max", Int(ge=0), alias="bufferMax", required=True),
-    Field("buffer_min", Int(ge=0), alias="bufferMin", required=True),
-    Field("pool_max", Int(ge=0), alias="poolMax", required=True),
-    Field("pool_min", Int(ge=0), alias="poolMin", required=True),
-])
-CreatePoolRequest = Model("CreatePoolRequest", [
-    Field("name", Str(pattern=_DNS_LABEL_PATTERN, max_length=253), required=True),
-    Field("template", DictOf(None), required=True),
-    Field("capacity_spec", PoolCapacitySpec, alias="capacitySpec", required=True),
-])
-UpdatePoolRequest = Model("UpdatePoolRequest", [
-    Field("capacity_spec", PoolCapacitySpec, alias="capacitySpec", required=True)])
-FsbTemplateReadiness = Model("FsbTemplateReadiness", [
-    Field("probe", Opt(Str())), Field("warmup_seconds", Opt(Int(ge=0)), alias="warmupSeconds")])
-CreateFsbTemplateRequest = Model("CreateFsbTemplateRequest", [
-    Field("image", Str(min_length=1), required=True),
-    Field("resource_limits", Opt(ResourceLimits), alias="resourceLimits"),
-    Field("entrypoint", Opt(ListOf(Str(), min_length=1))),
-    Field("env", Opt(DictOf(Str()))),
-    Field("metadata", Opt(DictOf(Str()))),
-    Field("readiness", Opt(FsbTemplateReadiness)),
-    Field("publish", Str(min_length=1), required=True),
-    Field("format", Literal("native", "overlaybd"), default="overlaybd"),
-], forbid_extra=True)
+CreateSnapshotRequest = Model("CreateSnapshotRequest", [Field("name", Opt(Str(min_length=1)))], populate_by_name=False)
+MetricsEvent = Model(
+    "MetricsEvent",
+    [
+        Field("event_type", Literal("sandbox.create"), alias="eventType", required=True),
+        Field("sandbox_id", Opt(Str()), alias="sandboxId"),
+        Field("image", Opt(Str())),
+        Field("create_duration_ms", Int(ge=0), alias="createDurationMs", required=True),
+        Field("success", Bool(), required=True),
+    ],
+)
+PoolCapacitySpec = Model(
+    "PoolCapacitySpec",
+    [
+        Field("buffer_max", Int(ge=0), alias="bufferMax", required=True),
+        Field("buffer_min", Int(ge=0), alias="bufferMin", required=True),
+        Field("pool_max", Int(ge=0), alias="poolMax", required=True),
+        Field("pool_min", Int(ge=0), alias="poolMin", required=True),
+    ],
+)
+CreatePoolRequest = Model(
+    "CreatePoolRequest",
+    [
+        Field("name", Str(pattern=_DNS_LABEL_PATTERN, max_length=253), required=True),
+        Field("template", DictOf(None), required=True),
+        Field("capacity_spec", PoolCapacitySpec, alias="capacitySpec", required=True),
+    ],
+)
+UpdatePoolRequest = Model(
+    "UpdatePoolRequest", [Field("capacity_spec", PoolCapacitySpec, alias="capacitySpec", required=True)]
+)
+FsbTemplateReadiness = Model(
+    "FsbTemplateReadiness", [Field("probe", Opt(Str())), Field("warmup_seconds", Opt(Int(ge=0)), alias="warmupSeconds")]
+)
+CreateFsbTemplateRequest = Model(
+    "CreateFsbTemplateRequest",
+    [
+        Field("image", Str(min_length=1), required=True),
+        Field("resource_limits", Opt(ResourceLimits), alias="resourceLimits"),
+        Field("entrypoint", Opt(ListOf(Str(), min_length=1))),
+        Field("env", Opt(DictOf(Str()))),
+        Field("metadata", Opt(DictOf(Str()))),
+        Field("readiness", Opt(FsbTemplateReadiness)),
+        Field("publish", Str(min_length=1), required=True),
+        Field("format", Literal("native", "overlaybd"), default="overlaybd"),
+    ],
+    forbid_extra=True,
+)
 NetworkRuleList = ListOf(NetworkRule)
 TargetList = ListOf(Str())
 
@@ -243,20 +306,31 @@ def _bad(code: str, message: str, status: int = 400) -> MockError:
 
 
 INVALID_PARAMETER = "SANDBOX::INVALID_PARAMETER"
-WINDOWS_UNSUPPORTED = Quirk(400, INVALID_PARAMETER, "platform.os 'windows' is not supported by the mock "
-                            "OpenSandbox (it runs Linux processes only).", "[choice]")
+WINDOWS_UNSUPPORTED = Quirk(
+    400,
+    INVALID_PARAMETER,
+    "platform.os 'windows' is not supported by the mock OpenSandbox (it runs Linux processes only).",
+    "[choice]",
+)
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 ACCESS_RENEW_KEY = "access.renew.extend.seconds"  # server extensions/keys.py
 ACCESS_RENEW_MIN, ACCESS_RENEW_MAX = 300, 86400
 EGRESS_ENV_PREFIX = "OPENSANDBOX_EGRESS_"
-ALLOWED_EGRESS_ENV_VARS = frozenset({  # server services/constants.py
-    "OPENSANDBOX_EGRESS_LOG_LEVEL", "OPENSANDBOX_EGRESS_DNS_UPSTREAM_TIMEOUT",
-    "OPENSANDBOX_EGRESS_MITMPROXY_SSL_INSECURE", "OPENSANDBOX_EGRESS_MITMPROXY_TRANSPARENT",
-    "OPENSANDBOX_EGRESS_MITMPROXY_EXTRA_PORTS", "OPENSANDBOX_EGRESS_DENY_WEBHOOK",
-    "OPENSANDBOX_EGRESS_METRICS_EXTRA_ATTRS", "OPENSANDBOX_EGRESS_CREDENTIAL_VAULT_REQUIRE_TLS",
-    "OPENSANDBOX_EGRESS_CREDENTIAL_VAULT_REQUIRE_SCOPED_MATCH",
-    "OPENSANDBOX_EGRESS_CREDENTIAL_VAULT_TRUSTED_PROXY_CIDRS", "OPENSANDBOX_EGRESS_POLICY_FILE",
-})
+ALLOWED_EGRESS_ENV_VARS = frozenset(
+    {  # server services/constants.py
+        "OPENSANDBOX_EGRESS_LOG_LEVEL",
+        "OPENSANDBOX_EGRESS_DNS_UPSTREAM_TIMEOUT",
+        "OPENSANDBOX_EGRESS_MITMPROXY_SSL_INSECURE",
+        "OPENSANDBOX_EGRESS_MITMPROXY_TRANSPARENT",
+        "OPENSANDBOX_EGRESS_MITMPROXY_EXTRA_PORTS",
+        "OPENSANDBOX_EGRESS_DENY_WEBHOOK",
+        "OPENSANDBOX_EGRESS_METRICS_EXTRA_ATTRS",
+        "OPENSANDBOX_EGRESS_CREDENTIAL_VAULT_REQUIRE_TLS",
+        "OPENSANDBOX_EGRESS_CREDENTIAL_VAULT_REQUIRE_SCOPED_MATCH",
+        "OPENSANDBOX_EGRESS_CREDENTIAL_VAULT_TRUSTED_PROXY_CIDRS",
+        "OPENSANDBOX_EGRESS_POLICY_FILE",
+    }
+)
 
 
 def validate_extensions(ext: Mapping[str, str] | None) -> None:
@@ -267,22 +341,44 @@ def validate_extensions(ext: Mapping[str, str] | None) -> None:
     key = ACCESS_RENEW_KEY
     s = str(raw).strip()
     if not s:
-        raise _bad(INVALID_PARAMETER, 'Invalid extensions["%s"]: empty value; omit the key to disable renew-on-'
-                   "access, or use an integer between %d and %d seconds." % (key, ACCESS_RENEW_MIN, ACCESS_RENEW_MAX))
+        raise _bad(
+            INVALID_PARAMETER,
+            'Invalid extensions["%s"]: empty value; omit the key to disable renew-on-'
+            "access, or use an integer between %d and %d seconds." % (key, ACCESS_RENEW_MIN, ACCESS_RENEW_MAX),
+        )
     try:
         n = int(s)
     except ValueError:
-        raise _bad(INVALID_PARAMETER, 'Invalid extensions["%s"]: must be a base-10 integer string between %d and '
-                   "%d, got %r." % (key, ACCESS_RENEW_MIN, ACCESS_RENEW_MAX, raw)) from None
+        raise _bad(
+            INVALID_PARAMETER,
+            'Invalid extensions["%s"]: must be a base-10 integer string between %d and '
+            "%d, got %r." % (key, ACCESS_RENEW_MIN, ACCESS_RENEW_MAX, raw),
+        ) from None
     if n < ACCESS_RENEW_MIN or n > ACCESS_RENEW_MAX:
-        raise _bad(INVALID_PARAMETER, 'Invalid extensions["%s"]: must be between %d and %d seconds (5 minutes to '
-                   "24 hours inclusive), got %d." % (key, ACCESS_RENEW_MIN, ACCESS_RENEW_MAX, n))
+        raise _bad(
+            INVALID_PARAMETER,
+            'Invalid extensions["%s"]: must be between %d and %d seconds (5 minutes to '
+            "24 hours inclusive), got %d." % (key, ACCESS_RENEW_MIN, ACCESS_RENEW_MAX, n),
+        )
 
 
 _MEMORY_RE = re.compile(r"^\s*(\d+)([kmgti]i?|[kmgti]?b)?\s*\Z", re.IGNORECASE)
-_MEMORY_MULT = {"": 1, "b": 1, "k": 10 ** 3, "kb": 10 ** 3, "ki": 1024, "m": 10 ** 6, "mb": 10 ** 6,
-                "mi": 1024 ** 2, "g": 10 ** 9, "gb": 10 ** 9, "gi": 1024 ** 3, "t": 10 ** 12, "tb": 10 ** 12,
-                "ti": 1024 ** 4}
+_MEMORY_MULT = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "ki": 1024,
+    "m": 10**6,
+    "mb": 10**6,
+    "mi": 1024**2,
+    "g": 10**9,
+    "gb": 10**9,
+    "gi": 1024**3,
+    "t": 10**12,
+    "tb": 10**12,
+    "ti": 1024**4,
+}
 
 
 def parse_memory_limit(value: str) -> int | None:
@@ -348,8 +444,11 @@ def resolve_resource_limits(limits: Mapping[str, str] | None) -> dict[str, int |
             preview = repr(value[:80])
             if len(value) > 80:
                 preview += "... (%d characters)" % len(value)
-            raise _bad(INVALID_PARAMETER, "Invalid resourceLimits.%s: %s; must resolve to a " % (key, preview)
-                       + ("positive device count or 'all'." if key == "gpu" else "positive resource limit."))
+            raise _bad(
+                INVALID_PARAMETER,
+                "Invalid resourceLimits.%s: %s; must resolve to a " % (key, preview)
+                + ("positive device count or 'all'." if key == "gpu" else "positive resource limit."),
+            )
         out[key] = parsed
     return out
 
@@ -359,11 +458,14 @@ def ensure_platform_valid(platform: dict | None) -> None:
         return
     os_, arch = platform["os"].strip().lower(), platform["arch"].strip().lower()
     if os_ not in ("linux", "windows"):
-        raise _bad(INVALID_PARAMETER, "Unsupported platform.os '%s'. Supported values: ['linux', 'windows']."
-                   % platform["os"])
+        raise _bad(
+            INVALID_PARAMETER, "Unsupported platform.os '%s'. Supported values: ['linux', 'windows']." % platform["os"]
+        )
     if arch not in ("amd64", "arm64"):
-        raise _bad(INVALID_PARAMETER, "Unsupported platform.arch '%s'. Supported values: ['amd64', 'arm64']."
-                   % platform["arch"])
+        raise _bad(
+            INVALID_PARAMETER,
+            "Unsupported platform.arch '%s'. Supported values: ['amd64', 'arm64']." % platform["arch"],
+        )
     platform["os"], platform["arch"] = os_, arch
 
 
@@ -373,8 +475,11 @@ def _host_path_errors(path: str, allowed: list[str] | None) -> None:
     if not path:
         raise _bad(code, "Host path cannot be empty.")
     if not re.match(r"^(/|[A-Za-z]:[\\/])", path):
-        raise _bad(code, "Host path '%s' must be an absolute path starting with '/' or a Windows drive letter "
-                         "(e.g. 'C:\\' or 'D:/')." % path)
+        raise _bad(
+            code,
+            "Host path '%s' must be an absolute path starting with '/' or a Windows drive letter "
+            "(e.g. 'C:\\' or 'D:/')." % path,
+        )
     fwd = path.replace("\\", "/")
     tail = fwd[2:] if re.match(r"^[A-Za-z]:/", fwd) else fwd
     if "/.." in tail or tail == "/..":
@@ -382,15 +487,19 @@ def _host_path_errors(path: str, allowed: list[str] | None) -> None:
     if "//" in tail or (len(tail) > 1 and tail.endswith("/")):
         raise _bad(code, "Host path '%s' is not normalized. Remove redundant slashes." % path)
     if allowed is not None:
+
         def norm(p: str) -> str:
             p = p.replace("\\", "/")
             if re.match(r"^[A-Za-z]:", p):
                 p = p[0].lower() + p[1:]
             return p[:-1] if len(p) > 1 and p.endswith("/") else p
+
         n = norm(path)
         if not any(n == norm(a) or n.startswith(norm(a) + "/") for a in allowed):
-            raise _bad("VOLUME::HOST_PATH_NOT_ALLOWED", "Host path '%s' is not under any allowed prefix. Allowed "
-                                                        "prefixes: %s" % (path, allowed))
+            raise _bad(
+                "VOLUME::HOST_PATH_NOT_ALLOWED",
+                "Host path '%s' is not under any allowed prefix. Allowed prefixes: %s" % (path, allowed),
+            )
 
 
 def ensure_volumes_valid(volumes: list[dict] | None, allowed_host_prefixes: list[str] | None) -> None:
@@ -401,16 +510,18 @@ def ensure_volumes_valid(volumes: list[dict] | None, allowed_host_prefixes: list
     for v in volumes:
         name = v["name"]
         if name in seen:
-            raise _bad("VOLUME::DUPLICATE_NAME", "Duplicate volume name '%s'. Each volume must have a unique name."
-                       % name)
+            raise _bad(
+                "VOLUME::DUPLICATE_NAME", "Duplicate volume name '%s'. Each volume must have a unique name." % name
+            )
         seen.add(name)
         sub = v.get("sub_path")
         if sub:
             if sub.startswith("/"):
                 raise _bad("VOLUME::INVALID_SUB_PATH", "SubPath '%s' must be a relative path, not absolute." % sub)
             if any(p == ".." for p in sub.split("/")):
-                raise _bad("VOLUME::INVALID_SUB_PATH", "SubPath '%s' contains path traversal '..' which is not "
-                                                       "allowed." % sub)
+                raise _bad(
+                    "VOLUME::INVALID_SUB_PATH", "SubPath '%s' contains path traversal '..' which is not allowed." % sub
+                )
         if v.get("host") is not None:
             _host_path_errors(v["host"]["path"], allowed_host_prefixes)
         if v.get("pvc") is not None:
@@ -425,8 +536,11 @@ def ensure_volumes_valid(volumes: list[dict] | None, allowed_host_prefixes: list
                 if not opt.strip():
                     raise _bad("VOLUME::INVALID_OSSFS_OPTION", "OSSFS options must be non-empty strings.")
                 if opt.strip().startswith("-"):
-                    raise _bad("VOLUME::INVALID_OSSFS_OPTION", "OSSFS options must be raw option payloads without "
-                                                               "'-' prefix (e.g. 'allow_other', 'uid=1000').")
+                    raise _bad(
+                        "VOLUME::INVALID_OSSFS_OPTION",
+                        "OSSFS options must be raw option payloads without "
+                        "'-' prefix (e.g. 'allow_other', 'uid=1000').",
+                    )
 
 
 def split_egress_env(env: Mapping[str, str | None] | None) -> dict[str, str | None]:
@@ -435,8 +549,11 @@ def split_egress_env(env: Mapping[str, str | None] | None) -> dict[str, str | No
     for k, v in (env or {}).items():
         if k.startswith(EGRESS_ENV_PREFIX):
             if k not in ALLOWED_EGRESS_ENV_VARS:
-                raise _bad(INVALID_PARAMETER, "Environment variable '%s' is not allowed; permitted "
-                                              "OPENSANDBOX_EGRESS_ keys: %s" % (k, sorted(ALLOWED_EGRESS_ENV_VARS)))
+                raise _bad(
+                    INVALID_PARAMETER,
+                    "Environment variable '%s' is not allowed; permitted "
+                    "OPENSANDBOX_EGRESS_ keys: %s" % (k, sorted(ALLOWED_EGRESS_ENV_VARS)),
+                )
             if k == "OPENSANDBOX_EGRESS_MITMPROXY_TRANSPARENT":
                 out[k] = v
         else:
@@ -453,14 +570,20 @@ def timeout_or_raise(now: datetime, timeout: int | None, max_timeout: int | None
     except (OverflowError, ValueError):
         raise MockError(quirks.TIMEOUT_TOO_LARGE, timeout=timeout) from None
     if max_timeout is not None and timeout > max_timeout:
-        raise _bad(INVALID_PARAMETER, "Sandbox timeout %ds exceeds configured maximum of %ds."
-                   % (timeout, max_timeout))
+        raise _bad(INVALID_PARAMETER, "Sandbox timeout %ds exceeds configured maximum of %ds." % (timeout, max_timeout))
     return expires
 
 
-def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = None,
-                         allowed_host_paths: Iterable[str] | None = (), snapshots: Any = None,
-                         egress_mode: str = "off", network: str = "bridge") -> dict:
+def docker_create_checks(
+    r: dict,
+    *,
+    now: datetime,
+    max_timeout: int | None = None,
+    allowed_host_paths: Iterable[str] | None = (),
+    snapshots: Any = None,
+    egress_mode: str = "off",
+    network: str = "bridge",
+) -> dict:
     """Everything the server checks between a valid CreateSandboxRequest and touching Docker, in its order
     (server api/lifecycle.py create_sandbox -> services/docker/docker_service.py create_sandbox). Returns
     {"env", "limits", "snapshot"}; raises MockError with the server's status/code/message. ``snapshots``
@@ -484,8 +607,10 @@ def docker_create_checks(r: dict, *, now: datetime, max_timeout: int | None = No
     if r["lifecycle"] is not None:
         raise _bad(INVALID_PARAMETER, "lifecycle hooks are not supported by the Docker provider.")
     if (r["extensions"] or {}).get("poolRef", "").strip():
-        raise _bad("SANDBOX::UNSUPPORTED_POOL_REF", "poolRef is not supported by the Docker provider. Use "
-                                                    "Kubernetes BatchSandbox provider instead.")
+        raise _bad(
+            "SANDBOX::UNSUPPORTED_POOL_REF",
+            "poolRef is not supported by the Docker provider. Use Kubernetes BatchSandbox provider instead.",
+        )
     if not r["entrypoint"]:
         raise _bad("DOCKER::INVALID_ENTRYPOINT", "Entrypoint must contain at least one command.")
     validate_metadata(r["metadata"])

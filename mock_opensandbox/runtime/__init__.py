@@ -38,6 +38,7 @@ the note says so (``x-mock-isolation``).
 
 Standard library only, Python >= 3.10.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,13 +49,33 @@ from mock_opensandbox.runtime._util import rmtree as _rmtree  # noqa: F401 - use
 from mock_opensandbox.runtime.caps import SANDBOX_CAP_MASK, SANDBOX_CAPS
 from mock_opensandbox.runtime.execdproc import EXECD_PATH, ExecdProcess
 from mock_opensandbox.runtime.probe import isolation_note, probe_isolation
-from mock_opensandbox.runtime.sandbox import (IMPLICIT_ENTRYPOINT, PathEscape, SandboxNotRunning, SandboxRuntime,
-                      SandboxTerminated)
+from mock_opensandbox.runtime.sandbox import (
+    IMPLICIT_ENTRYPOINT,
+    PathEscape,
+    SandboxNotRunning,
+    SandboxRuntime,
+    SandboxTerminated,
+)
 
-__all__ = ["SandboxRuntime", "PathEscape", "SandboxTerminated", "SandboxNotRunning", "probe_isolation",
-           "isolation_note", "ISOLATION_NOTE", "SYSTEM_DIRS", "HOST_DIRS", "VIEW_DIRS", "BASE_DIRS",
-           "DEFAULT_PATH", "IMPLICIT_ENTRYPOINT", "SANDBOX_CAPS", "SANDBOX_CAP_MASK", "ExecdProcess",
-           "EXECD_PATH"]
+__all__ = [
+    "SandboxRuntime",
+    "PathEscape",
+    "SandboxTerminated",
+    "SandboxNotRunning",
+    "probe_isolation",
+    "isolation_note",
+    "ISOLATION_NOTE",
+    "SYSTEM_DIRS",
+    "HOST_DIRS",
+    "VIEW_DIRS",
+    "BASE_DIRS",
+    "DEFAULT_PATH",
+    "IMPLICIT_ENTRYPOINT",
+    "SANDBOX_CAPS",
+    "SANDBOX_CAP_MASK",
+    "ExecdProcess",
+    "EXECD_PATH",
+]
 
 
 def __getattr__(name: str) -> Any:  # ISOLATION_NOTE is filled in by the first probe

@@ -1,4 +1,5 @@
 """Small process and file helpers shared by the runtime modules (standard library only)."""
+
 from __future__ import annotations
 
 import os
@@ -22,11 +23,30 @@ SYSTEM_DIRS = HOST_DIRS + VIEW_DIRS
 # subdirectories, and /opt/opensandbox (bootstrap.sh + execd, like the server's container). The sandbox's
 # own directories: the host's /var, /opt, /srv, /run ... are never seen. (path, mode)
 BASE_DIRS = ("boot", "home", "media", "mnt", "opt", "root", "run", "srv", "tmp", "var")
-IMAGE_DIRS = (("boot", 0o755), ("home", 0o755), ("media", 0o755), ("mnt", 0o755), ("opt", 0o755),
-              ("opt/opensandbox", 0o755), ("root", 0o700), ("run", 0o755), ("run/lock", 0o1777),
-              ("srv", 0o755), ("tmp", 0o1777), ("var", 0o755), ("var/backups", 0o755), ("var/cache", 0o755),
-              ("var/lib", 0o755), ("var/lib/misc", 0o755), ("var/local", 0o2775), ("var/log", 0o755),
-              ("var/mail", 0o2775), ("var/opt", 0o755), ("var/spool", 0o755), ("var/tmp", 0o1777))
+IMAGE_DIRS = (
+    ("boot", 0o755),
+    ("home", 0o755),
+    ("media", 0o755),
+    ("mnt", 0o755),
+    ("opt", 0o755),
+    ("opt/opensandbox", 0o755),
+    ("root", 0o700),
+    ("run", 0o755),
+    ("run/lock", 0o1777),
+    ("srv", 0o755),
+    ("tmp", 0o1777),
+    ("var", 0o755),
+    ("var/backups", 0o755),
+    ("var/cache", 0o755),
+    ("var/lib", 0o755),
+    ("var/lib/misc", 0o755),
+    ("var/local", 0o2775),
+    ("var/log", 0o755),
+    ("var/mail", 0o2775),
+    ("var/opt", 0o755),
+    ("var/spool", 0o755),
+    ("var/tmp", 0o1777),
+)
 # symlinks of a Debian image (base-files): /var/run -> /run, /var/lock -> /run/lock, /var/spool/mail
 IMAGE_LINKS = (("var/run", "/run"), ("var/lock", "/run/lock"), ("var/spool/mail", "../mail"))
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -44,6 +64,7 @@ def readlink(path: str) -> str:
 def take_ctty() -> None:  # runs in the child after setsid(), before exec
     import fcntl
     import termios
+
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
@@ -207,6 +228,7 @@ def open_in_root(root: str, rel: str, flags: int, mode: int = 0o644) -> int:
     """Open <root>/<rel> without following any symlink (a sandbox process may have planted one:
     the mock must never write outside the root); missing directories are created (0755)."""
     import errno
+
     parts = [p for p in rel.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         raise ValueError(f"bad path inside the sandbox: {rel!r}")
@@ -237,8 +259,9 @@ def first_child(pid: int) -> int | None:
     return kids[0] if kids else None
 
 
-def await_exec(proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None,
-               timeout: float = 2.0) -> None:
+def await_exec(
+    proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None, timeout: float = 2.0
+) -> None:
     """Wait (bounded) until the process running the command - proc itself, or its first child when
     stages[0] - no longer shows one of the wrapper cmdlines stages[1]: it has exec'd the command,
     exited, or been reaped."""
@@ -332,4 +355,3 @@ def inherited_signals_back() -> None:
                     signal.signal(sig, signal.SIG_IGN)
             except (OSError, ValueError, RuntimeError):
                 pass
-

@@ -9,6 +9,7 @@ fd 3 and bootstrap.sh passes it to execd only. Descriptors come back with SCM_RI
 (``socket.recvmsg``, available on every Python >= 3.3; ``socket.recv_fds`` is only a wrapper).
 Standard library only.
 """
+
 from __future__ import annotations
 
 import array
@@ -103,7 +104,7 @@ class AgentChannel:
             raise AgentError(exc.errno or errno.EPIPE, "the sandbox's agent channel failed: %s" % exc) from None
         for level, typ, payload in anc:
             if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
         if not data and not fds:
             raise AgentError(errno.EPIPE, "the sandbox's agent is gone")
         return data, list(fds)
@@ -138,8 +139,9 @@ class AgentChannel:
                 self.sock.settimeout(max(0.001, deadline - time.monotonic()))
                 self.sock.send(_encode(rid, request))
             except (socket.timeout, OSError) as exc:
-                raise AgentError(getattr(exc, "errno", None) or errno.EPIPE,
-                                 "the sandbox's agent channel failed: %s" % exc) from None
+                raise AgentError(
+                    getattr(exc, "errno", None) or errno.EPIPE, "the sandbox's agent channel failed: %s" % exc
+                ) from None
             while True:
                 data, fds = self._recv(deadline)
                 got, reply = _decode(data)

@@ -7,6 +7,7 @@ thread, which sits in the cgroups for good (spawner.py), and PID 1 moves itself 
 view (scripts/view.py CgroupJoin). cgroup v2: a /bin/sh stage in front of a command moves it in, a PTY
 shell and PID 1 join in a preexec_fn. Standard library only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,13 @@ def setpriv_pdeathsig(setpriv: str) -> bool:
     ok = _pdeathsig_ok.get(setpriv)
     if ok is None:
         try:
-            out = subprocess.run([setpriv, "--help"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, timeout=10).stdout
+            out = subprocess.run(
+                [setpriv, "--help"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                timeout=10,
+            ).stdout
             ok = b"--pdeathsig" in out
         except (OSError, subprocess.SubprocessError):
             ok = False
@@ -48,6 +54,7 @@ def command_join(cg: Any, spawner: Any, cmd: list[str], controlling_tty: bool) -
         def both() -> None:
             join()
             take_ctty()
+
         return cmd, both, contextlib.nullcontext()
     if cg.thread_join:
         return cmd, None, cg.thread_inside()

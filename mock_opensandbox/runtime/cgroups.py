@@ -21,6 +21,7 @@ spawner thread, which ``enter_thread`` put there once, spawner.py) or joins betw
 ``join_argv``, ``join_preexec``), so the whole sandbox is covered.
 Only the standard library.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,8 @@ from mock_opensandbox.runtime import optional
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 NAME_PREFIX = "osb-mock-"
-CFS_PERIOD_US = 100000          # runc / Docker default CFS period
-DEFAULT_PIDS_LIMIT = 4096       # server config.py DockerConfig.pids_limit default, example.config.toml
+CFS_PERIOD_US = 100000  # runc / Docker default CFS period
+DEFAULT_PIDS_LIMIT = 4096  # server config.py DockerConfig.pids_limit default, example.config.toml
 LIMIT_KEYS = ("memory", "cpu", "pids")
 V2_CONTROLLERS = ("memory", "pids", "cpu")
 # the v2 join stage: "0" written to cgroup.procs moves the writer; then the command replaces it
@@ -67,8 +68,10 @@ class Limits:
             if has_memsw:
                 out["memory"].append(("memory.memsw.limit_in_bytes", str(2 * self.memory)))
         if self.nano_cpus:
-            out["cpu"] = [("cpu.cfs_period_us", str(CFS_PERIOD_US)),
-                          ("cpu.cfs_quota_us", str(self.nano_cpus * CFS_PERIOD_US // 1_000_000_000))]
+            out["cpu"] = [
+                ("cpu.cfs_period_us", str(CFS_PERIOD_US)),
+                ("cpu.cfs_quota_us", str(self.nano_cpus * CFS_PERIOD_US // 1_000_000_000)),
+            ]
         if self.pids:
             out["pids"] = [("pids.max", str(self.pids))]
         return out
@@ -117,8 +120,14 @@ class Host:
     version: 1, 2 or 0 (none usable); bases: v1 {mount dir name: directory new cgroups go in}, v2
     {"": directory}; controllers: the limits that can be applied; missing: {limit: why not}."""
 
-    def __init__(self, version: int, bases: dict[str, str], controllers: set[str], missing: dict[str, str],
-                 has_memsw: bool = False):
+    def __init__(
+        self,
+        version: int,
+        bases: dict[str, str],
+        controllers: set[str],
+        missing: dict[str, str],
+        has_memsw: bool = False,
+    ):
         self.version = version
         self.bases = bases
         self.controllers = controllers
@@ -286,6 +295,7 @@ class Cgroup:
                     os.write(fd, b"0")
                 finally:
                     os.close(fd)
+
         return join
 
     def join_pid(self, pid: int) -> None:
@@ -351,6 +361,7 @@ def _rmdir(d: str, timeout: float) -> bool:
 
 # -- probing ------------------------------------------------------------------------------------
 
+
 def own_paths(proc: str = "/proc") -> dict[str, str]:
     """/proc/self/cgroup: controller list ("memory", "cpu,cpuacct", "name=systemd", "" for v2) -> path."""
     out: dict[str, str] = {}
@@ -413,13 +424,18 @@ def _probe_v1(root: str, v1: list[tuple[str, str, str]], own: dict[str, str]) ->
             path = next((v for k, v in own.items() if k and set(k.split(",")) == set(ctrls)), None)
         if path is None:
             continue
-        rel = path if mroot == "/" else (path[len(mroot):] if path.startswith(mroot) else None)
+        rel = path if mroot == "/" else (path[len(mroot) :] if path.startswith(mroot) else None)
         if rel is None:  # our cgroup is outside this mount's view
             continue
         base = os.path.normpath(os.path.join(mp, rel.lstrip("/")))
         want = [(f, v) for c in ctrls for f, v in files.get(c, [])]
-        why = _probe_dir(base, want + ([("cpuset.cpus", _read(os.path.join(base, "cpuset.cpus")).strip() or "\n")]
-                                        if "cpuset" in ctrls else []))
+        why = _probe_dir(
+            base,
+            want
+            + (
+                [("cpuset.cpus", _read(os.path.join(base, "cpuset.cpus")).strip() or "\n")] if "cpuset" in ctrls else []
+            ),
+        )
         if why:
             for c in ctrls:
                 if c in LIMIT_KEYS:
@@ -430,8 +446,11 @@ def _probe_v1(root: str, v1: list[tuple[str, str, str]], own: dict[str, str]) ->
     for k in LIMIT_KEYS:
         if k not in controllers and k not in missing:
             missing[k] = "no %s cgroup hierarchy" % k
-    has_memsw = any(os.path.exists(os.path.join(b, "memory.memsw.limit_in_bytes"))
-                    for name, b in bases.items() if "memory" in name.split(","))
+    has_memsw = any(
+        os.path.exists(os.path.join(b, "memory.memsw.limit_in_bytes"))
+        for name, b in bases.items()
+        if "memory" in name.split(",")
+    )
     if os.geteuid() != 0:
         for k in LIMIT_KEYS:
             if k in missing:
@@ -440,7 +459,7 @@ def _probe_v1(root: str, v1: list[tuple[str, str, str]], own: dict[str, str]) ->
 
 
 def _probe_v2(mroot: str, mp: str, own: str) -> Host:
-    rel = own if mroot == "/" else (own[len(mroot):] if own.startswith(mroot) else "/")
+    rel = own if mroot == "/" else (own[len(mroot) :] if own.startswith(mroot) else "/")
     d = os.path.normpath(os.path.join(mp, rel.lstrip("/")))
     cands = []
     while True:
@@ -466,8 +485,11 @@ def _probe_v2(mroot: str, mp: str, own: str) -> Host:
                         pass
             if not enabled or (not enable and enabled != avail):
                 continue
-            files = [(f, v) for f, v in Limits(1 << 30, 1_000_000_000, DEFAULT_PIDS_LIMIT).v2_files()
-                     if f.split(".", 1)[0] in enabled]
+            files = [
+                (f, v)
+                for f, v in Limits(1 << 30, 1_000_000_000, DEFAULT_PIDS_LIMIT).v2_files()
+                if f.split(".", 1)[0] in enabled
+            ]
             if _probe_dir(d, files) == "":
                 if best is None or len(enabled) > len(best[1]):
                     best = (d, enabled)
@@ -476,11 +498,15 @@ def _probe_v2(mroot: str, mp: str, own: str) -> Host:
         if best is not None and best[1] == set(V2_CONTROLLERS):
             break
     if best is None:
-        why = ("no delegated cgroup v2 subtree with the memory, pids and cpu controllers that this user "
-               "may write" if os.geteuid() != 0 else "no cgroup v2 directory with the controllers enabled")
+        why = (
+            "no delegated cgroup v2 subtree with the memory, pids and cpu controllers that this user may write"
+            if os.geteuid() != 0
+            else "no cgroup v2 directory with the controllers enabled"
+        )
         return Host(2, {}, set(), {k: why for k in LIMIT_KEYS})
-    missing = {k: "cgroup v2 controller %s not delegated to %s" % (k, best[0])
-               for k in V2_CONTROLLERS if k not in best[1]}
+    missing = {
+        k: "cgroup v2 controller %s not delegated to %s" % (k, best[0]) for k in V2_CONTROLLERS if k not in best[1]
+    }
     return Host(2, {"": best[0]}, set(best[1]), missing)
 
 

@@ -12,6 +12,7 @@ the server's example config) it listens on 44772 inside and the host reaches it 
 127.0.0.1:<ephemeral> (``relay.TCPRelay``, docker-proxy's role); with the host network it listens
 on a free port of the host's 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import errno
@@ -32,6 +33,7 @@ from mock_opensandbox.runtime.holder import Holder
 
 class SandboxRuntime(Protocol):
     """What this module uses of sandbox.SandboxRuntime (which imports this module: no import back)."""
+
     root: str
     isolated: bool
     isolation_note: str
@@ -45,19 +47,36 @@ class SandboxRuntime(Protocol):
 
     def connect(self, port: int, timeout: float | None = None) -> socket.socket: ...
 
-    def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: Any = None, stdout: Any = None, stderr: Any = None,
-              controlling_tty: bool = False, user: str | None = None) -> subprocess.Popen: ...
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: Any = None,
+        stdout: Any = None,
+        stderr: Any = None,
+        controlling_tty: bool = False,
+        user: str | None = None,
+    ) -> subprocess.Popen: ...
 
-    def use_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
-                  env: Mapping[str, str] | None = None, args: list[str] | None = None) -> int: ...
+    def use_execd(
+        self,
+        binary: str,
+        *,
+        port: int | None = None,
+        token: str | None = None,
+        env: Mapping[str, str] | None = None,
+        args: list[str] | None = None,
+    ) -> int: ...
 
-EXECD_DIR = "/opt/opensandbox"          # server services/docker/runtime.py OPENSANDBOX_DIR
-EXECD_PATH = EXECD_DIR + "/execd"       # bootstrap.sh: EXECD="${EXECD:=/opt/opensandbox/execd}"
-EXECD_ENVS = EXECD_DIR + "/.env"        # bootstrap.sh: EXECD_ENVS default
-EXECD_LOG = "/tmp/execd.log"            # where the mock keeps its output (QUIRKS.md)
+
+EXECD_DIR = "/opt/opensandbox"  # server services/docker/runtime.py OPENSANDBOX_DIR
+EXECD_PATH = EXECD_DIR + "/execd"  # bootstrap.sh: EXECD="${EXECD:=/opt/opensandbox/execd}"
+EXECD_ENVS = EXECD_DIR + "/.env"  # bootstrap.sh: EXECD_ENVS default
+EXECD_LOG = "/tmp/execd.log"  # where the mock keeps its output (QUIRKS.md)
 READY_TIMEOUT = 15.0
-INNER_PORT = 44772                      # execd's port inside a container (server EXECD_PORT)
+INNER_PORT = 44772  # execd's port inside a container (server EXECD_PORT)
 
 
 class ExecdProcess:
@@ -66,8 +85,15 @@ class ExecdProcess:
     ``port`` is the host end of a relay to it (``relay``, like Docker's published port). The mock's
     one execd process class: also its stand-alone execd's (server.py, ``grace=0``: SIGKILL at once)."""
 
-    def __init__(self, proc: "subprocess.Popen | _HostProcess", port: int, runtime: "SandboxRuntime",
-                 relay: Any = None, inner_port: int | None = None, grace: float = 3.0):
+    def __init__(
+        self,
+        proc: "subprocess.Popen | _HostProcess",
+        port: int,
+        runtime: "SandboxRuntime",
+        relay: Any = None,
+        inner_port: int | None = None,
+        grace: float = 3.0,
+    ):
         self.proc, self.grace = proc, grace
         self.port = port
         self.runtime = runtime
@@ -107,8 +133,6 @@ class ExecdProcess:
         self.stop()
 
 
-
-
 def install_binary(root: str, binary: str) -> None:
     """Copy the execd binary to /opt/opensandbox/execd of the sandbox root (0755)."""
     rel = EXECD_PATH.lstrip("/")
@@ -137,7 +161,7 @@ IDLE_EXECD = ("/bin/cat", "/usr/bin/cat")  # reads a pipe nobody closes: blocks,
 # 150 bytes of x86-64 machine code in an ELF file (read(0, buf, 1) until EOF or an error, then
 # exit(0): what `cat` does with a pipe nobody closes). Other machines keep `cat` (an image whose libc
 # cannot load it then has no execd process to show).
-_IDLE_CODE_X86_64 = bytes.fromhex("31c031ff488d7424f8ba010000000f054885c07feb" "b83c00000031ff0f05")
+_IDLE_CODE_X86_64 = bytes.fromhex("31c031ff488d7424f8ba010000000f054885c07febb83c00000031ff0f05")
 
 
 def static_idle_elf() -> bytes | None:
@@ -148,8 +172,9 @@ def static_idle_elf() -> bytes | None:
         return None
     base, code = 0x400000, _IDLE_CODE_X86_64
     size = 64 + 56 + len(code)
-    ehdr = struct.pack("<4sBBBBB7xHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 0, 2, 62, 1, base + 120, 64, 0, 0,
-                       64, 56, 1, 0, 0, 0)
+    ehdr = struct.pack(
+        "<4sBBBBB7xHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 0, 2, 62, 1, base + 120, 64, 0, 0, 64, 56, 1, 0, 0, 0
+    )
     phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # PT_LOAD, R+X
     return ehdr + phdr + code
 
@@ -194,13 +219,22 @@ def install_agent(rt: "SandboxRuntime") -> str | None:
     return os.path.realpath(python)
 
 
-def prepare_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: str | None,
-                  env: Mapping[str, str] | None, args: list[str] | None) -> dict:
+def prepare_execd(
+    rt: "SandboxRuntime",
+    binary: str,
+    *,
+    port: int | None,
+    token: str | None,
+    env: Mapping[str, str] | None,
+    args: list[str] | None,
+) -> dict:
     """What bootstrap.sh needs to start a real execd: PID 1's extra environment (bootstrap.sh reads
     and unsets OSB_EXECD_ARGS / OSB_EXECD_LOG)."""
     if not rt.isolated:
-        raise RuntimeError("a real execd runs only inside an isolated sandbox view, and this sandbox is not "
-                           "isolated: " + rt.isolation_note)
+        raise RuntimeError(
+            "a real execd runs only inside an isolated sandbox view, and this sandbox is not "
+            "isolated: " + rt.isolation_note
+        )
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         raise ValueError(f"execd binary is not an executable file: {binary!r}")
     if port is None:  # in a network namespace of its own, the port the server's containers use
@@ -211,8 +245,15 @@ def prepare_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token:
     full_env = {"EXECD_ENVS": EXECD_ENVS}  # what bootstrap.sh exports (live: no EXECD in a command's env)
     full_env.update(env or {})
     full_env.update(OSB_EXECD_ARGS=" ".join(flags), OSB_EXECD_LOG=EXECD_LOG)
-    return {"binary": binary, "port": port, "flags": flags, "env": full_env, "token": token, "args": args,
-            "started": False}
+    return {
+        "binary": binary,
+        "port": port,
+        "flags": flags,
+        "env": full_env,
+        "token": token,
+        "args": args,
+        "started": False,
+    }
 
 
 class _HostProcess:
@@ -256,9 +297,16 @@ def _bootstrap_execd(rt: "SandboxRuntime", timeout: float) -> _HostProcess | Non
     return None
 
 
-def start_execd(rt: "SandboxRuntime", binary: str, *, port: int | None = None, token: str | None = None,
-                env: Mapping[str, str] | None = None, args: list[str] | None = None,
-                timeout: float = READY_TIMEOUT) -> ExecdProcess:
+def start_execd(
+    rt: "SandboxRuntime",
+    binary: str,
+    *,
+    port: int | None = None,
+    token: str | None = None,
+    env: Mapping[str, str] | None = None,
+    args: list[str] | None = None,
+    timeout: float = READY_TIMEOUT,
+) -> ExecdProcess:
     spec = rt._execd_spec
     if spec is None or spec["binary"] != binary or (port is not None and spec["port"] != port):
         with rt._lock:
@@ -296,11 +344,13 @@ def published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdPr
     while True:
         if ex.proc.poll() is not None:
             ex.stop()
-            raise RuntimeError("execd exited with status %s at start (see %s in the sandbox)" % (
-                ex.proc.returncode, EXECD_LOG))
+            raise RuntimeError(
+                "execd exited with status %s at start (see %s in the sandbox)" % (ex.proc.returncode, EXECD_LOG)
+            )
         try:
-            with (rt.connect(port, timeout=0.5) if inside else socket.create_connection(("127.0.0.1", port),
-                                                                                         timeout=0.5)):
+            with (
+                rt.connect(port, timeout=0.5) if inside else socket.create_connection(("127.0.0.1", port), timeout=0.5)
+            ):
                 return ex
         except OSError:
             if time.monotonic() > deadline:
@@ -309,13 +359,23 @@ def published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdPr
             time.sleep(0.02)
 
 
-def _spawn_execd(rt: "SandboxRuntime", binary: str, *, port: int | None, token: str | None,
-                 env: Mapping[str, str] | None, args: list[str] | None, timeout: float) -> ExecdProcess:
+def _spawn_execd(
+    rt: "SandboxRuntime",
+    binary: str,
+    *,
+    port: int | None,
+    token: str | None,
+    env: Mapping[str, str] | None,
+    args: list[str] | None,
+    timeout: float,
+) -> ExecdProcess:
     """A second execd, or one for a sandbox whose PID 1 started without it (or that has no PID 1 of
     its own): a sandbox command like any other (PPID 0 in `ps`)."""
     if not rt.isolated:
-        raise RuntimeError("a real execd runs only inside an isolated sandbox view, and this sandbox is not "
-                           "isolated: " + rt.isolation_note)
+        raise RuntimeError(
+            "a real execd runs only inside an isolated sandbox view, and this sandbox is not "
+            "isolated: " + rt.isolation_note
+        )
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         raise ValueError(f"execd binary is not an executable file: {binary!r}")
     inside = getattr(rt, "has_netns", False)

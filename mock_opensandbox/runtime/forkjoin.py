@@ -8,6 +8,7 @@ the image's user. Then Popen execs the command, looked up in the sandbox's own P
 the host runs in the sandbox. ~4x cheaper than ``scripts/nsexec.py`` (a fresh Python per command), which
 stays the way in as non-root (entering a user namespace needs a single-threaded process).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,7 +53,8 @@ def namespace_fds(pid: int, net: bool) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     try:
         for name, flag in (("mnt", CLONE_NEWNS), ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS)) + (
-                (("net", CLONE_NEWNET),) if net else ()):
+            (("net", CLONE_NEWNET),) if net else ()
+        ):
             out.append((os.open("/proc/%d/ns/%s" % (pid, name), os.O_RDONLY | os.O_CLOEXEC), flag))
     except OSError:
         for fd, _ in out:
@@ -61,8 +63,9 @@ def namespace_fds(pid: int, net: bool) -> list[tuple[int, int]]:
     return out
 
 
-def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
-              controlling_tty: bool) -> tuple[Callable[[], None], Any]:
+def fork_join(
+    fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any, controlling_tty: bool
+) -> tuple[Callable[[], None], Any]:
     """(preexec_fn, context the spawning thread forks in) for one command."""
     libc, last = _setup()
     mask, nnp = caps.SANDBOX_CAP_MASK, caps.NO_NEW_PRIVILEGES
@@ -76,7 +79,7 @@ def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
     prog = scripts.SECCOMP["seccomp_program"](os.uname().machine)  # built here: the child only installs
     fbuf = ctypes.create_string_buffer(prog, len(prog)) if prog else None
     fprog = _SockFprog(len(prog) // 8, ctypes.cast(fbuf, ctypes.c_void_p)) if prog else None
-    bad = (b"unshare: cannot change directory to " + wd.encode("utf-8", "surrogateescape") + b": ")
+    bad = b"unshare: cannot change directory to " + wd.encode("utf-8", "surrogateescape") + b": "
 
     def preexec() -> None:
         if join_cg is not None:
@@ -91,8 +94,12 @@ def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
             os._exit(1)
         if controlling_tty:  # _util.take_ctty, with its modules imported here: the image has no stdlib
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        if fprog is not None and fbuf is not None and libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0 \
-                and ctypes.get_errno() != 22:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER (scripts/seccomp.py)
+        if (
+            fprog is not None
+            and fbuf is not None
+            and libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0
+            and ctypes.get_errno() != 22
+        ):  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER (scripts/seccomp.py)
             os._exit(127)
         for cap in range(last + 1):
             if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
@@ -104,4 +111,5 @@ def fork_join(fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any,
             os.setgroups([int(g) for g in ids[2].split(",")] if ids[2] != "-" else [])
             os.setgid(int(ids[1]))
             os.setuid(int(ids[0]))
+
     return preexec, cgroup.thread_inside() if thread else contextlib.nullcontext()

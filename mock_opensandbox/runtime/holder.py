@@ -21,6 +21,7 @@ without cleanup) the kernel kills ``unshare``, ``--kill-child`` kills PID 1 and 
 of the namespace. The kernel sends that signal when the *thread* that forked exits: a request thread
 of the mock ends with its request, the lifeline thread only with the process.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,16 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from mock_opensandbox.runtime import caps
 from mock_opensandbox.runtime import stages as scripts
-from mock_opensandbox.runtime._util import (CLONE_NEWPID, children, is_child_init, kill_and_reap, open_in_root, read_cmdline,
-                    read_lines, start_time)
+from mock_opensandbox.runtime._util import (
+    CLONE_NEWPID,
+    children,
+    is_child_init,
+    kill_and_reap,
+    open_in_root,
+    read_cmdline,
+    read_lines,
+    start_time,
+)
 
 
 HOLDER_READY_TIMEOUT = 15.0
@@ -103,6 +112,7 @@ def _die_with_parent(parent: int, then: Callable[[], None] | None = None) -> Cal
             os._exit(1)
         if then is not None:
             then()
+
     return preexec
 
 
@@ -123,6 +133,7 @@ def setns_function() -> Any:
                 if raw(fd, nstype) != 0:
                     e = ctypes.get_errno()
                     raise OSError(e, os.strerror(e))
+
         _setns_fn = fn
     return _setns_fn
 
@@ -195,13 +206,13 @@ class Holder:
     namespaces."""
 
     def __init__(self, proc: subprocess.Popen, pid: int, mode: str, implicit: bool):
-        self.proc = proc          # the outer `unshare --fork` (host PID namespace); its exit status is PID 1's
-        self.pid = pid            # host pid of PID 1
-        self.mode = mode          # "direct" (root: setns + fork, nsenter) | "helper" (scripts/nsexec.py)
+        self.proc = proc  # the outer `unshare --fork` (host PID namespace); its exit status is PID 1's
+        self.pid = pid  # host pid of PID 1
+        self.mode = mode  # "direct" (root: setns + fork, nsenter) | "helper" (scripts/nsexec.py)
         self.implicit = implicit  # started on first use, not by start_entrypoint()
         self.pidns_fd: int | None = None
         self.pidns_id = ""
-        self.net: Any = None      # netns.SandboxNet when the sandbox has a network namespace of its own
+        self.net: Any = None  # netns.SandboxNet when the sandbox has a network namespace of its own
         # an image's view has none of the host's tools (setpriv, env): commands join through nsexec.py
         # (the host's Python, loaded before it enters) as the image's user ("UID GID G1,G2" or "-")
         self.via_helper = False
@@ -218,13 +229,31 @@ class Holder:
             # the entrypoint already ended and PID 1 with it: a stopped container (alive() is False)
 
     @classmethod
-    def start(cls, unshare: str, root: str, hostname: str, argv: list[str], env: Mapping[str, str],
-              mode: str, *, implicit: bool, stdout: Any, stderr: Any, timeout: float = HOLDER_READY_TIMEOUT,
-              net: bool = False, volumes: str = "", join: Callable[[], None] | None = None,
-              view_env: Mapping[str, str] | None = None, agent_fd: int | None = None,
-              agent_python: str | None = None, execd: bool = False,
-              idle_execd: str | None = None, pdeathsig_argv: Sequence[str] | None = None,
-              joining: Any = None, intend: Callable[[str, str], Any] | None = None) -> tuple["Holder | None", str]:
+    def start(
+        cls,
+        unshare: str,
+        root: str,
+        hostname: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        mode: str,
+        *,
+        implicit: bool,
+        stdout: Any,
+        stderr: Any,
+        timeout: float = HOLDER_READY_TIMEOUT,
+        net: bool = False,
+        volumes: str = "",
+        join: Callable[[], None] | None = None,
+        view_env: Mapping[str, str] | None = None,
+        agent_fd: int | None = None,
+        agent_python: str | None = None,
+        execd: bool = False,
+        idle_execd: str | None = None,
+        pdeathsig_argv: Sequence[str] | None = None,
+        joining: Any = None,
+        intend: Callable[[str, str], Any] | None = None,
+    ) -> tuple["Holder | None", str]:
         """Start the holder and wait until its namespaces are set up and PID 1 (bootstrap.sh) has
         started execd (when ``execd``) and the entrypoint, both exec'd. join: a preexec step run
         before the exec (the sandbox's cgroups); view_env: variables only view.py reads (it removes
@@ -277,15 +306,34 @@ class Holder:
                     def fork() -> subprocess.Popen:
                         with joining if joining is not None else contextlib.nullcontext():
                             return subprocess.Popen(
-                                cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
-                                stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, pass_fds=pass_fds)
+                                cmd,
+                                cwd=root,
+                                env=safe_env,
+                                close_fds=True,
+                                start_new_session=True,
+                                stdin=subprocess.DEVNULL,
+                                stdout=stdout,
+                                stderr=stderr,
+                                pass_fds=pass_fds,
+                            )
+
                     proc = lifeline_call(fork)
                 else:
                     preexec = _die_with_parent(os.getpid(), join)
-                    proc = lifeline_call(lambda: subprocess.Popen(
-                        cmd, cwd=root, env=safe_env, close_fds=True, start_new_session=True,
-                        stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, preexec_fn=preexec,
-                        pass_fds=pass_fds))
+                    proc = lifeline_call(
+                        lambda: subprocess.Popen(
+                            cmd,
+                            cwd=root,
+                            env=safe_env,
+                            close_fds=True,
+                            start_new_session=True,
+                            stdin=subprocess.DEVNULL,
+                            stdout=stdout,
+                            stderr=stderr,
+                            preexec_fn=preexec,
+                            pass_fds=pass_fds,
+                        )
+                    )
                 lines = read_lines(r, 1, timeout, proc)
             finally:
                 os.close(r)
@@ -320,8 +368,7 @@ class Holder:
                 except (OSError, ValueError):
                     pass
                 proc.stderr.close()
-            return None, "the sandbox's PID namespace did not come up (exit %s: %s)" % (
-                proc.returncode, why[:160])
+            return None, "the sandbox's PID namespace did not come up (exit %s: %s)" % (proc.returncode, why[:160])
         try:
             return cls(proc, pid, mode, implicit), ""
         except OSError as exc:
@@ -372,8 +419,9 @@ class Holder:
         finally:
             setns(own_pidns_fd(), CLONE_NEWPID)
 
-    def command(self, nsenter: str, setpriv: str, wd: str, argv: Sequence[str],
-                env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    def command(
+        self, nsenter: str, setpriv: str, wd: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) that enter the holder's namespaces, drop the capabilities and run argv
         in wd; the wrappers see only the sanitized environment."""
         if self.fork_joins:  # the Popen child joins (forkjoin.py): no wrapper sees the environment
@@ -381,15 +429,34 @@ class Holder:
         if self.mode == "direct" and not self.via_helper:
             safe, unsafe = scripts.split_env(env)
             net = ["--net"] if self.net is not None else []
-            return ([nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"] + net + ["--wdns=" + wd, "--"]
-                    + scripts.seccomp_stage("LC_CTYPE" in env) + [setpriv]
-                    + caps.setpriv_options() + ["--"] + scripts.env_stage(unsafe) + list(argv)), safe
+            return (
+                [nsenter, "--target=%d" % self.pid, "--mount", "--ipc", "--uts"]
+                + net
+                + ["--wdns=" + wd, "--"]
+                + scripts.seccomp_stage("LC_CTYPE" in env)
+                + [setpriv]
+                + caps.setpriv_options()
+                + ["--"]
+                + scripts.env_stage(unsafe)
+                + list(argv)
+            ), safe
         # Python may add LC_CTYPE to its own environment (PEP 538 locale coercion): the helper drops
         # it again when the command's environment did not have it
         keep_lc = "1" if "LC_CTYPE" in env else "0"
         safe = scripts.protect_env(env)  # the helper's child restores them right before exec
-        return [sys.executable, "-I", "-S", "-c", scripts.NSEXEC_PY, str(self.pid), wd, keep_lc,
-                "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0", self.user] + list(argv), safe
+        return [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            scripts.NSEXEC_PY,
+            str(self.pid),
+            wd,
+            keep_lc,
+            "%x" % caps.SANDBOX_CAP_MASK,
+            "1" if caps.NO_NEW_PRIVILEGES else "0",
+            self.user,
+        ] + list(argv), safe
 
     def stages(self, cmd: list[str]) -> tuple[bool, set[bytes]]:
         """What the spawned process looks like before it runs the command: (the command is a child
@@ -397,13 +464,15 @@ class Holder:
         raw = [a.encode("utf-8", "surrogateescape") for a in cmd]
         if self.fork_joins:
             return False, set()
-        if self.mode == "direct" and not self.via_helper:  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
+        if (
+            self.mode == "direct" and not self.via_helper
+        ):  # nsenter ... -- setpriv ... -- [env K=V...] ARGV: each execs in place
             out = {b"\0".join(raw) + b"\0"}
             cut = raw.index(b"--") + 1
             out.add(b"\0".join(raw[cut:]) + b"\0")  # the seccomp stage, then setpriv
-            out.add(b"\0".join(raw[cut + len(scripts.seccomp_stage()):]) + b"\0")
+            out.add(b"\0".join(raw[cut + len(scripts.seccomp_stage()) :]) + b"\0")
             cut2 = raw.index(b"--", cut) + 1
-            if raw[cut2:cut2 + 1] == [scripts.ENV_STAGE.encode()]:
+            if raw[cut2 : cut2 + 1] == [scripts.ENV_STAGE.encode()]:
                 out.add(b"\0".join(raw[cut2:]) + b"\0")
             return False, out
         return True, {b"\0".join(raw) + b"\0"}  # the helper's forked child, until it execs
@@ -413,8 +482,9 @@ class Holder:
         """Root + an image's view: commands join in the forked child itself (forkjoin.py)."""
         return self.via_helper and self.mode == "direct"
 
-    def fork_join(self, wd: str, cgroup: Any, controlling_tty: bool,
-                  user: str | None = None) -> tuple[Callable[[], None], Any]:
+    def fork_join(
+        self, wd: str, cgroup: Any, controlling_tty: bool, user: str | None = None
+    ) -> tuple[Callable[[], None], Any]:
         from mock_opensandbox.runtime.forkjoin import fork_join, namespace_fds
 
         if self.ns_fds is None:

@@ -14,6 +14,7 @@ Kinds: ``cgroup`` (a cgroup directory), ``pid`` (``PID:STARTTIME``, SIGKILL if s
 ``umount`` (a mount point: lazy unmount), ``dir`` (a directory tree or a file to remove). Other parts of the
 mock (network namespaces, relays) use the same kinds. Only the standard library.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,7 @@ HOLDER_PREFIX = "osb-holder-"  # holder.py's readiness FIFO directories
 # The janitor itself: `python -I -S -c "$(script())"`, reads its stdin until EOF. It imports nothing of
 # the mock (it outlives it, and -I keeps the mock's tree off its path): script() puts the source of
 # cgroups.rmdir_tree in front of SOURCE.
-SOURCE = r'''
+SOURCE = r"""
 import os, signal, sys, time, errno, shutil, ctypes
 held = {k: [] for k in ("pid", "cgroup", "umount", "dir")}
 data = b""
@@ -109,7 +110,7 @@ for d in reversed(held["dir"]):
             os.unlink(d)
         except OSError:
             pass
-'''
+"""
 
 
 def script() -> str:
@@ -117,6 +118,7 @@ def script() -> str:
     import inspect
 
     from mock_opensandbox.runtime import cgroups
+
     return "import os\n" + inspect.getsource(cgroups.rmdir_tree) + SOURCE
 
 
@@ -144,9 +146,15 @@ class Janitor:
                 # no preexec_fn, no parent-death signal: it must outlive the mock; close_fds keeps
                 # every other descriptor (sockets, other pipes) out of it
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", script()], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True, cwd="/",
-                    env={"PATH": "/usr/bin:/bin"})
+                    [sys.executable, "-I", "-S", "-c", script()],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    close_fds=True,
+                    start_new_session=True,
+                    cwd="/",
+                    env={"PATH": "/usr/bin:/bin"},
+                )
             except OSError:
                 self._failed = True
         return self._proc
@@ -225,6 +233,7 @@ class Janitor:
 
 # -- a dead mock's leftovers under a --root given again ------------------------------------------
 
+
 def reap_root(root: str, is_sandbox_dir: Any) -> list[str]:
     """What a dead mock left in root, removed: its sandbox directories (is_sandbox_dir(name); a mock
     that stops removes its own, so any there now is a dead one's) and their cgroups
@@ -244,8 +253,12 @@ def reap_root(root: str, is_sandbox_dir: Any) -> list[str]:
                     cgroups.kill_members(d)
                     if cgroups._rmdir(d, 2.0):
                         reaped.append(d)
-        elif (kind == "holder-dir" and os.path.basename(value).startswith(HOLDER_PREFIX)
-              and os.path.isdir(value) and not os.path.islink(value)):
+        elif (
+            kind == "holder-dir"
+            and os.path.basename(value).startswith(HOLDER_PREFIX)
+            and os.path.isdir(value)
+            and not os.path.islink(value)
+        ):
             shutil.rmtree(value, ignore_errors=True)
             reaped.append(value)
     snap = os.path.join(root, "snapshot-images")  # the mock's own snapshot store goes with it (server.stop)

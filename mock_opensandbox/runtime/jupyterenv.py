@@ -9,6 +9,7 @@ shows), JUPYTER_HOST / JUPYTER_TOKEN / JUPYTER_PORT in its environment (the code
 and ``jupyter notebook --ip=127.0.0.1 --port=44771 --allow-root --no-browser --NotebookApp.token=T``
 started INSIDE it (its namespaces, cgroup limits and network), like the entrypoint. QUIRKS.md (part 2).
 Standard library only."""
+
 from __future__ import annotations
 
 import os
@@ -16,16 +17,27 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
-__all__ = ["ENTRYPOINT", "JUPYTER_PORT", "JUPYTER_TOKEN", "REQUIREMENTS", "check", "entrypoint_for", "make",
-           "sandbox_env", "start_in"]
+__all__ = [
+    "ENTRYPOINT",
+    "JUPYTER_PORT",
+    "JUPYTER_TOKEN",
+    "REQUIREMENTS",
+    "check",
+    "entrypoint_for",
+    "make",
+    "sandbox_env",
+    "start_in",
+]
 
-JUPYTER_PORT = 44771                              # code-interpreter.sh: ${JUPYTER_PORT:-44771}
+JUPYTER_PORT = 44771  # code-interpreter.sh: ${JUPYTER_PORT:-44771}
 JUPYTER_TOKEN = "opensandboxcodeinterpreterjupyter"  # code-interpreter.sh: ${JUPYTER_TOKEN:-...}
 # pinned: what `pip install "notebook<7" ipykernel bash_kernel` resolved to here
 REQUIREMENTS = ("notebook==6.5.7", "ipykernel==6.29.5", "bash_kernel==0.10.0", "jupyter_client==7.4.9")
 BASE_PYTHON = "/usr/bin/python3"
-HINT = ("code interpreter: no Jupyter environment (a code-interpreter image answers as a plain image); "
-        "make one with `python -m mock_opensandbox.runtime.jupyterenv DIR` and pass --jupyter-env DIR")
+HINT = (
+    "code interpreter: no Jupyter environment (a code-interpreter image answers as a plain image); "
+    "make one with `python -m mock_opensandbox.runtime.jupyterenv DIR` and pass --jupyter-env DIR"
+)
 
 
 def check(path: str) -> str | None:
@@ -39,24 +51,32 @@ def check(path: str) -> str | None:
     return None
 
 
-def make(path: str, requirements: Sequence[str] = REQUIREMENTS, base_python: str = BASE_PYTHON,
-         pip_args: Sequence[str] = ()) -> None:
+def make(
+    path: str, requirements: Sequence[str] = REQUIREMENTS, base_python: str = BASE_PYTHON, pip_args: Sequence[str] = ()
+) -> None:
     """Create the venv, pip-install ``requirements``, register the python and bash kernels in it.
     Raises subprocess.CalledProcessError (pip could not install) or OSError."""
     path = os.path.abspath(path)
     subprocess.run([base_python, "-m", "venv", path], check=True)
     py = os.path.join(path, "bin", "python")
-    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pip_args, *requirements],
-                   check=True)
-    subprocess.run([py, "-m", "ipykernel", "install", "--name", "python", "--display-name", "Python",
-                    "--sys-prefix"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pip_args, *requirements], check=True
+    )
+    subprocess.run(
+        [py, "-m", "ipykernel", "install", "--name", "python", "--display-name", "Python", "--sys-prefix"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     subprocess.run([py, "-m", "bash_kernel.install", "--sys-prefix"], check=True, stdout=subprocess.DEVNULL)
 
 
 def sandbox_env(path: str) -> dict[str, str]:
     """What the code-interpreter image's ENV holds (the request's env wins over it, as over an image's)."""
-    return {"JUPYTER_HOST": "http://127.0.0.1:%d" % JUPYTER_PORT, "JUPYTER_TOKEN": JUPYTER_TOKEN,
-            "JUPYTER_PORT": str(JUPYTER_PORT)}
+    return {
+        "JUPYTER_HOST": "http://127.0.0.1:%d" % JUPYTER_PORT,
+        "JUPYTER_TOKEN": JUPYTER_TOKEN,
+        "JUPYTER_PORT": str(JUPYTER_PORT),
+    }
 
 
 class BindMount:
@@ -76,8 +96,10 @@ def for_image(jupyter_env: str | None, image: Any) -> str | None:
 def bind_into(runtime: Any, volumes: Any, path: str) -> None:
     """The env bound read-only at its own path, planned with the sandbox's volumes (before PID 1)."""
     from mock_opensandbox.runtime.mounts import plan as plan_mounts
-    runtime.volumes = plan_mounts(runtime.root, runtime.resolve_in_root,
-                                  list(volumes.mounts if volumes is not None else []) + [BindMount(path)])
+
+    runtime.volumes = plan_mounts(
+        runtime.root, runtime.resolve_in_root, list(volumes.mounts if volumes is not None else []) + [BindMount(path)]
+    )
 
 
 ENTRYPOINT = "/opt/code-interpreter/code-interpreter.sh"  # the image's ENTRYPOINT (Dockerfile at 3bb6fad)
@@ -110,11 +132,22 @@ def start_in(runtime: Any, path: str, log_path: str) -> Any:
     env = runtime.base_env()
     port = env.get("JUPYTER_PORT") or str(JUPYTER_PORT)
     token = env.get("JUPYTER_TOKEN") or JUPYTER_TOKEN
-    argv = [os.path.join(path, "bin", "jupyter"), "notebook", "--ip=127.0.0.1", "--port=%s" % port, "--allow-root",
-            "--no-browser", "--NotebookApp.token=%s" % token]
-    extra = {"PATH": os.path.join(path, "bin") + ":" + env.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-             "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter-runtime", "JUPYTER_DATA_DIR": "/tmp/.jupyter-data",
-             "JUPYTER_CONFIG_DIR": "/tmp/.jupyter-config", "IPYTHONDIR": "/tmp/.ipython"}
+    argv = [
+        os.path.join(path, "bin", "jupyter"),
+        "notebook",
+        "--ip=127.0.0.1",
+        "--port=%s" % port,
+        "--allow-root",
+        "--no-browser",
+        "--NotebookApp.token=%s" % token,
+    ]
+    extra = {
+        "PATH": os.path.join(path, "bin") + ":" + env.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter-runtime",
+        "JUPYTER_DATA_DIR": "/tmp/.jupyter-data",
+        "JUPYTER_CONFIG_DIR": "/tmp/.jupyter-config",
+        "IPYTHONDIR": "/tmp/.ipython",
+    }
     try:  # the image's WORKDIR /workspace: Jupyter's root dir, so a context's default cwd
         os.makedirs(runtime.resolve("/workspace"), exist_ok=True)
     except (OSError, ValueError):
@@ -129,8 +162,10 @@ def start_in(runtime: Any, path: str, log_path: str) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m mock_opensandbox.runtime.jupyterenv DIR   (a venv with Jupyter + python/bash kernels)",
-              file=sys.stderr)
+        print(
+            "usage: python -m mock_opensandbox.runtime.jupyterenv DIR   (a venv with Jupyter + python/bash kernels)",
+            file=sys.stderr,
+        )
         return 2
     try:
         make(args[0])

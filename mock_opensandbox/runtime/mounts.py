@@ -7,6 +7,7 @@ order of depth (a volume under another volume's path is mounted after it, as Doc
 view.py reaches ``anchor/rel`` and ``<root>/target`` one component at a time with O_NOFOLLOW and
 binds the two descriptors (``/proc/self/fd/N``): no path is looked up twice.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,31 +29,40 @@ def _under(path: str, top: str) -> bool:
 
 
 def _runc(detail: str) -> VolumeTargetError:
-    return VolumeTargetError("OCI runtime create failed: runc create failed: unable to start container process: "
-                             "%s: unknown" % detail)
+    return VolumeTargetError(
+        "OCI runtime create failed: runc create failed: unable to start container process: %s: unknown" % detail
+    )
 
 
 def check_target(source: str, target: str, read_only: bool) -> None:
     """Raise VolumeTargetError for a sandbox path Docker or runc refuses as a mount destination, or one
     the mock keeps for itself (its runtime directory)."""
     if ":" in source or ":" in target:  # the server sends "source:target:mode" (HostConfig.Binds)
-        raise VolumeTargetError("invalid volume specification: '%s:%s:%s'" % (source, target,
-                                                                             "ro" if read_only else "rw"))
+        raise VolumeTargetError(
+            "invalid volume specification: '%s:%s:%s'" % (source, target, "ro" if read_only else "rw")
+        )
     if target == "/":
-        raise VolumeTargetError("invalid volume specification: '%s:/:%s': invalid mount config for type \"bind\": "
-                                "invalid specification: destination can't be '/'" % (source, "ro" if read_only
-                                                                                       else "rw"))
+        raise VolumeTargetError(
+            "invalid volume specification: '%s:/:%s': invalid mount config for type \"bind\": "
+            "invalid specification: destination can't be '/'" % (source, "ro" if read_only else "rw")
+        )
     if target == "/proc":
-        raise _runc('error during container init: error mounting "%s" to rootfs at "/proc": cannot be mounted '
-                    'because it is not of type proc' % source)
+        raise _runc(
+            'error during container init: error mounting "%s" to rootfs at "/proc": cannot be mounted '
+            "because it is not of type proc" % source
+        )
     if _under(target, "/proc"):
-        raise _runc('error during container init: error mounting "%s" to rootfs at "%s": cannot be mounted '
-                    'because it is inside /proc' % (source, target))
+        raise _runc(
+            'error during container init: error mounting "%s" to rootfs at "%s": cannot be mounted '
+            "because it is inside /proc" % (source, target)
+        )
     if target == "/dev":
         raise _runc("unable to setup user: stat /dev/null: no such file or directory")
     if target != "/sys" and _under(target, "/sys"):
-        raise _runc('error during container init: error mounting "%s" to rootfs at "%s": mkdir %s: read-only '
-                    'file system' % (source, target, target))
+        raise _runc(
+            'error during container init: error mounting "%s" to rootfs at "%s": mkdir %s: read-only '
+            "file system" % (source, target, target)
+        )
     if _under(RUNTIME_DIR, target) or _under(target, RUNTIME_DIR):
         # the server's bootstrap.sh and execd live there (the container's entrypoint): a volume over it
         # hides them and the container cannot start; below it, the mock keeps its runtime its own
@@ -60,9 +70,17 @@ def check_target(source: str, target: str, read_only: bool) -> None:
 
 
 def encode(entries: Iterable[tuple[str, str, str, bool]]) -> str:
-    return ",".join(":".join([a.encode("utf-8", "surrogateescape").hex(), r.encode("utf-8", "surrogateescape").hex(),
-                              t.encode("utf-8", "surrogateescape").hex(), "1" if ro else "0"])
-                    for a, r, t, ro in entries)
+    return ",".join(
+        ":".join(
+            [
+                a.encode("utf-8", "surrogateescape").hex(),
+                r.encode("utf-8", "surrogateescape").hex(),
+                t.encode("utf-8", "surrogateescape").hex(),
+                "1" if ro else "0",
+            ]
+        )
+        for a, r, t, ro in entries
+    )
 
 
 def plan(root: str, resolve: Callable[[str], str], volumes: Iterable[object]) -> str:
@@ -80,8 +98,9 @@ def plan(root: str, resolve: Callable[[str], str], volumes: Iterable[object]) ->
         try:
             host = resolve(target)
         except (OSError, ValueError) as e:
-            raise _runc('error during container init: error mounting "%s" to rootfs at "%s": %s'
-                        % (src, target, e)) from None
+            raise _runc(
+                'error during container init: error mounting "%s" to rootfs at "%s": %s' % (src, target, e)
+            ) from None
         rel = os.path.relpath(host, root)
         inside = "/" + rel if rel != "." else "/"
         if inside != target:  # a link in the image: the place it leads to must pass the same checks
@@ -89,8 +108,10 @@ def plan(root: str, resolve: Callable[[str], str], volumes: Iterable[object]) ->
         top = rel.split("/")[0]
         if top in HOST_DIRS and not os.path.lexists("/" + rel):
             # [choice] the mock's /usr, /bin, /lib* are the host's, bound read-only: no new mount point there
-            raise _runc('error during container init: error mounting "%s" to rootfs at "%s": mkdir %s: read-only '
-                        'file system' % (src, target, inside))
+            raise _runc(
+                'error during container init: error mounting "%s" to rootfs at "%s": mkdir %s: read-only '
+                "file system" % (src, target, inside)
+            )
         entries.append((rel.count("/"), v.anchor, v.rel, rel, ro))  # type: ignore[attr-defined]
     entries.sort(key=lambda e: e[0])
     return encode((a, r, t, ro) for _, a, r, t, ro in entries)

@@ -21,6 +21,7 @@ docker-proxy, and other ports are reached through execd's ``/proxy/<port>``. Her
 
 Standard library only.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -51,8 +52,10 @@ STACK_READY_TIMEOUT = 10.0
 _OFF = ("0", "off", "no", "false", "none")
 
 # moby libnetwork etchosts (Docker 20.10): the localhost block, then "<ip>\t<hostname>"
-HOSTS_HEAD = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
-              "ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
+HOSTS_HEAD = (
+    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+    "ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+)
 # moby libnetwork resolvconf: without a usable (non-localhost) nameserver of the host, Google's
 DEFAULT_NAMESERVERS = ("8.8.8.8", "8.8.4.4")
 
@@ -164,12 +167,15 @@ socket_step: Callable[[socket.socket, int, "float | None", bool], None] = _step[
 # The non-root connector: enter the sandbox's user and network namespaces (a fresh single-threaded
 # process may), connect to 127.0.0.1:PORT (or listen on PORT) and pass the socket back over the
 # inherited fd (SCM_RIGHTS).
-CONNECT_PY = r"""
+CONNECT_PY = (
+    r"""
 import os, sys, socket, ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 pid, port, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 back = socket.socket(fileno=int(sys.argv[4]))
-""" + SOCKET_STEP_PY + r"""
+"""
+    + SOCKET_STEP_PY
+    + r"""
 try:
     for name, flag in (("user", 0x10000000), ("net", 0x40000000)):
         fd = os.open("/proc/%d/ns/%s" % (pid, name), os.O_RDONLY | os.O_CLOEXEC)
@@ -182,6 +188,7 @@ try:
 except OSError as e:
     back.sendall(("err %d %s" % (e.errno or 0, e.strerror or e)).encode())
 """
+)
 
 
 class SandboxNet:
@@ -189,14 +196,14 @@ class SandboxNet:
 
     def __init__(self, pid: int, mode: str, agent: Callable[[dict], Any] | None = None):
         self.pid = pid
-        self.mode = mode                      # "direct" (root: setns) | "helper" (non-root)
+        self.mode = mode  # "direct" (root: setns) | "helper" (non-root)
         self.agent = agent
         self.netns_fd: int | None = None
         self.stack: subprocess.Popen | None = None
         self._exit_w: int | None = None
         self._pending: tuple[int, Any, float] | None = None  # (ready fd, log, deadline) until await_stack()
         self._pending_lock = threading.Lock()
-        self.note = ""                        # why outbound traffic is not available ("" = it is)
+        self.note = ""  # why outbound traffic is not available ("" = it is)
         if mode == "direct":
             self.netns_fd = os.open("/proc/%d/ns/net" % pid, os.O_RDONLY | os.O_CLOEXEC)
             own_netns_fd()
@@ -215,8 +222,17 @@ class SandboxNet:
         exit_r, exit_w = os.pipe()
         os.set_inheritable(ready_w, True)
         os.set_inheritable(exit_r, True)
-        cmd = [path, "--configure", "--mtu=%d" % MTU, "--disable-host-loopback", "--cidr=" + CIDR,
-               "--ready-fd=%d" % ready_w, "--exit-fd=%d" % exit_r, str(self.pid), IFNAME]
+        cmd = [
+            path,
+            "--configure",
+            "--mtu=%d" % MTU,
+            "--disable-host-loopback",
+            "--cidr=" + CIDR,
+            "--ready-fd=%d" % ready_w,
+            "--exit-fd=%d" % exit_r,
+            str(self.pid),
+            IFNAME,
+        ]
         proc = None
         import tempfile
 
@@ -227,8 +243,13 @@ class SandboxNet:
                 # where Popen otherwise uses vfork; --exit-fd ends it with the mock just as well, as
                 # the kernel closes exit_w (close-on-exec, the mock's only) when the mock dies
                 proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                    pass_fds=(ready_w, exit_r), start_new_session=True)
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(ready_w, exit_r),
+                    start_new_session=True,
+                )
             finally:
                 os.close(ready_w)
                 os.close(exit_r)
@@ -343,8 +364,10 @@ class SandboxNet:
         if self.agent is not None:
             reply, fds = self.agent({"op": "listen" if listen else "connect", "port": port})
             if not fds:
-                raise OSError(int((reply or {}).get("errno") or (98 if listen else 111)),
-                              str((reply or {}).get("error") or ("cannot listen" if listen else "refused")))
+                raise OSError(
+                    int((reply or {}).get("errno") or (98 if listen else 111)),
+                    str((reply or {}).get("error") or ("cannot listen" if listen else "refused")),
+                )
             for extra in fds[1:]:
                 os.close(extra)
             s = socket.socket(fileno=fds[0])
@@ -359,11 +382,25 @@ class SandboxNet:
     def _connect_helper(self, port: int, timeout: float | None, listen: bool = False) -> socket.socket:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", CONNECT_PY, str(self.pid), str(port),
-                                     str(timeout if timeout is not None else 30.0), str(b.fileno())]
-                                    + (["listen"] if listen else []),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    pass_fds=(b.fileno(),), close_fds=True)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    CONNECT_PY,
+                    str(self.pid),
+                    str(port),
+                    str(timeout if timeout is not None else 30.0),
+                    str(b.fileno()),
+                ]
+                + (["listen"] if listen else []),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(b.fileno(),),
+                close_fds=True,
+            )
             b.close()
             try:
                 a.settimeout((timeout or 30.0) + 10.0)
@@ -405,11 +442,13 @@ def probe_netns(unshare: str) -> tuple[bool, str]:
     by the runtime (``unshare [--user --map-root-user] --net`` + the loopback ioctl)."""
     if os.environ.get("OSB_MOCK_NETNS", "").lower() in _OFF:
         return False, "disabled by OSB_MOCK_NETNS"
-    cmd = [unshare] + ([] if os.geteuid() == 0 else ["--user", "--map-root-user"]) + ["--net", sys.executable,
-                                                                                      "-I", "-S", "-c", LO_UP_PY]
+    cmd = (
+        [unshare]
+        + ([] if os.geteuid() == 0 else ["--user", "--map-root-user"])
+        + ["--net", sys.executable, "-I", "-S", "-c", LO_UP_PY]
+    )
     try:
-        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             timeout=20)
+        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
         return False, "network namespace probe failed: %s" % exc
     if out.returncode != 0 or out.stdout.strip() != b"up":

@@ -4,6 +4,7 @@ kernel as a process chrooted there would, in one walk, so code inside the sandbo
 for a symlink to "/" (renameat2 RENAME_EXCHANGE) cannot make the walk leave the root. The file
 operations of execd (execd/files.py) then work on the fds it returns (*at calls). AVAILABLE is False
 where the kernel or the architecture lacks it (the caller falls back to a checked path and says so)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -41,8 +42,13 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = RE
     if b"\x00" in raw:
         raise ValueError("path contains a NUL byte")
     for _ in range(_RETRIES):
-        fd = _syscall(ctypes.c_long(_NR), ctypes.c_int(dirfd), ctypes.c_char_p(raw), ctypes.byref(how),
-                      ctypes.c_size_t(ctypes.sizeof(how)))
+        fd = _syscall(
+            ctypes.c_long(_NR),
+            ctypes.c_int(dirfd),
+            ctypes.c_char_p(raw),
+            ctypes.byref(how),
+            ctypes.c_size_t(ctypes.sizeof(how)),
+        )
         if fd >= 0:
             return int(fd)
         err = ctypes.get_errno()
@@ -55,8 +61,10 @@ def _probe() -> tuple[bool, str]:
     try:
         os.close(_openat2(-100, "/", os.O_PATH | os.O_DIRECTORY))  # AT_FDCWD
     except OSError as exc:
-        return False, ("files API: openat2(RESOLVE_IN_ROOT) unavailable (%s): file operations check paths "
-                       "component by component, racy against code inside the sandbox" % os.strerror(exc.errno or 0))
+        return False, (
+            "files API: openat2(RESOLVE_IN_ROOT) unavailable (%s): file operations check paths "
+            "component by component, racy against code inside the sandbox" % os.strerror(exc.errno or 0)
+        )
     return True, ""
 
 

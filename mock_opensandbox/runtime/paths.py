@@ -3,6 +3,7 @@ mapped to host paths without ever leaving the sandbox's view (resolve(), view_pa
 namespace's id maps, its PTY pairs from its own devpts, and the processes that left its process groups
 (stray_pids). Split out of sandbox.py (issue 22: no module over 700 lines); no state of its own.
 """
+
 from __future__ import annotations
 
 import errno
@@ -94,7 +95,7 @@ class SandboxPaths:
             return "/"
         if not hp.startswith(self.root + os.sep):
             raise PathEscape(f"not inside the sandbox root: {host_path!r}")
-        return hp[len(self.root):]
+        return hp[len(self.root) :]
 
     def id_map(self, kind: str = "uid") -> list[tuple[int, int, int]]:
         """PID 1's user namespace mapping ("uid" or "gid"): (id inside, id outside, count) rows; [] when

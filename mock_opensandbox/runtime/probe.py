@@ -1,5 +1,6 @@
 """Can this process contain a sandbox? Probed once per process; the answer is one line the mock
 prints at start-up and sends in ``x-mock-isolation``."""
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,10 @@ def _cap_line_ok(lines: list[bytes]) -> bool:
 
 
 def _probe() -> tuple[bool, str, list[str], str | None]:
-    fallback = ("commands run ON THE HOST as the mock's user, with cwd/HOME/TMPDIR inside the sandbox root; "
-                "absolute paths such as /tmp are NOT shared with the files API and nothing is contained")
+    fallback = (
+        "commands run ON THE HOST as the mock's user, with cwd/HOME/TMPDIR inside the sandbox root; "
+        "absolute paths such as /tmp are NOT shared with the files API and nothing is contained"
+    )
     if os.environ.get("OSB_MOCK_ISOLATION", "").lower() in _OFF:
         return False, f"sandbox isolation disabled by OSB_MOCK_ISOLATION: {fallback}", [], None
     if os.geteuid() != 0 and optional.off("userns"):
@@ -80,34 +83,68 @@ def _probe() -> tuple[bool, str, list[str], str | None]:
         for d in SYSTEM_DIRS:
             make_mountpoint(tmp, d)
         env = {"PATH": DEFAULT_PATH}
-        cmd = scripts.prelude_argv(prefix, os.path.realpath(tmp), "/tmp", PROBE_HOSTNAME,
-                                   ["/bin/sh", "-c", "id -u; pwd; test -d /var/log && echo ok; "
-                                    "cat /etc/hostname; grep CapEff /proc/self/status"])
+        cmd = scripts.prelude_argv(
+            prefix,
+            os.path.realpath(tmp),
+            "/tmp",
+            PROBE_HOSTNAME,
+            [
+                "/bin/sh",
+                "-c",
+                "id -u; pwd; test -d /var/log && echo ok; cat /etc/hostname; grep CapEff /proc/self/status",
+            ],
+        )
         try:
-            out = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, env=env, timeout=20, cwd=tmp)
+            out = subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                timeout=20,
+                cwd=tmp,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return False, f"sandbox isolation probe failed ({exc}): {fallback}", [], None
         lines = out.stdout.splitlines()
-        if (out.returncode != 0 or lines[:4] != [b"0", b"/tmp", b"ok", PROBE_HOSTNAME.encode()]
-                or not _cap_line_ok(lines)):
+        if (
+            out.returncode != 0
+            or lines[:4] != [b"0", b"/tmp", b"ok", PROBE_HOSTNAME.encode()]
+            or not _cap_line_ok(lines)
+        ):
             why = (out.stderr.decode("utf-8", "replace").strip().splitlines() or ["exit %d" % out.returncode])[-1]
             return False, f"sandbox isolation unavailable ({why[:160]}): {fallback}", [], None
     finally:
         rmtree(tmp)
     mode = "mount + IPC + UTS namespace" if os.geteuid() == 0 else "user + mount + IPC + UTS namespace"
-    view = ("commands see the sandbox root as / (pivot_root; /usr /bin /lib* read-only from the host, a "
-            "container /dev, read-only /sys and /proc/sys, a per-sandbox /etc) and run with the server's "
-            "capability set %#x and no_new_privs" % caps.SANDBOX_CAP_MASK)
+    view = (
+        "commands see the sandbox root as / (pivot_root; /usr /bin /lib* read-only from the host, a "
+        "container /dev, read-only /sys and /proc/sys, a per-sandbox /etc) and run with the server's "
+        "capability set %#x and no_new_privs" % caps.SANDBOX_CAP_MASK
+    )
     view += "; " + seccomp_note()
     pid_mode, why = _probe_pidns(unshare, setpriv)
     if pid_mode is not None:
-        how = ("setns + nsenter" if pid_mode == "direct" else "a setns helper")
-        return True, (f"sandbox isolation: one PID + {mode} per sandbox via {unshare} and {how}; {view}; "
-                      f"`ps` shows only the sandbox's processes; {NOT_CONTAINED}"), prefix, pid_mode
-    return True, (f"sandbox isolation: one {mode} per command via {unshare}; {view}; no PID namespace ({why}): "
-                  f"not contained: the host's processes (`ps` lists them and a root command may signal them), "
-                  f"the host network"), prefix, None
+        how = "setns + nsenter" if pid_mode == "direct" else "a setns helper"
+        return (
+            True,
+            (
+                f"sandbox isolation: one PID + {mode} per sandbox via {unshare} and {how}; {view}; "
+                f"`ps` shows only the sandbox's processes; {NOT_CONTAINED}"
+            ),
+            prefix,
+            pid_mode,
+        )
+    return (
+        True,
+        (
+            f"sandbox isolation: one {mode} per command via {unshare}; {view}; no PID namespace ({why}): "
+            f"not contained: the host's processes (`ps` lists them and a root command may signal them), "
+            f"the host network"
+        ),
+        prefix,
+        None,
+    )
 
 
 def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
@@ -134,8 +171,18 @@ def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
             make_mountpoint(tmp, d)
         root = os.path.realpath(tmp)
         env = {"PATH": DEFAULT_PATH}
-        holder, why = Holder.start(unshare, root, PROBE_HOSTNAME, ["tail", "-f", "/dev/null"], env, mode,
-                                   implicit=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=20)
+        holder, why = Holder.start(
+            unshare,
+            root,
+            PROBE_HOSTNAME,
+            ["tail", "-f", "/dev/null"],
+            env,
+            mode,
+            implicit=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=20,
+        )
         if holder is None:
             return None, why
         argv = ["/bin/sh", "-c", "echo $$; id -u; grep CapEff /proc/self/status; ls /proc"]
@@ -143,8 +190,16 @@ def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
         try:
             cmd, cmd_env = holder.command(nsenter, setpriv or "setpriv", "/", argv, env)
             with holder.children_inside():
-                p = subprocess.Popen(cmd, cwd=root, env=cmd_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
+                p = subprocess.Popen(
+                    cmd,
+                    cwd=root,
+                    env=cmd_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    close_fds=True,
+                    start_new_session=True,
+                )
             out, err = p.communicate(timeout=20)
         except (OSError, subprocess.SubprocessError) as exc:
             if p is not None:
@@ -154,8 +209,17 @@ def _probe_pidns(unshare: str, setpriv: str | None) -> tuple[str | None, str]:
         raw = out.splitlines()
         lines = out.decode("utf-8", "replace").split()
         pids = [x for x in lines[4:] if x.isdigit()]
-        if (p.returncode != 0 or len(lines) < 4 or not lines[0].isdigit() or lines[1] != "0" or not _cap_line_ok(raw)
-                or not pids or len(pids) > 16 or str(os.getpid()) in pids and os.getpid() > 16):
+        if (
+            p.returncode != 0
+            or len(lines) < 4
+            or not lines[0].isdigit()
+            or lines[1] != "0"
+            or not _cap_line_ok(raw)
+            or not pids
+            or len(pids) > 16
+            or str(os.getpid()) in pids
+            and os.getpid() > 16
+        ):
             why = (err.decode("utf-8", "replace").strip().splitlines() or ["exit %s" % p.returncode])[-1]
             return None, f"joining the sandbox's namespaces failed: {why[:160]}"
         return mode, ""

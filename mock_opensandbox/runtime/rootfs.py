@@ -15,6 +15,7 @@ takes the image's): ``Env`` under the container's variables, ``WorkingDir`` for 
 without a ``cwd``, ``User`` for every process (PID 1, execd, commands), ``HOME`` from that user's passwd
 entry when neither the image nor the request sets it (moby oci defaults / runc).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,8 @@ from typing import Any
 
 OVERLAY_OPTS_MAX = 4000  # overlay mount options live in one page (4096 bytes) with upperdir/workdir
 DOCKER_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # moby oci.DefaultPathEnv
-VIEW_IMAGE_ENV = "OSB_MOCK_IMAGE"      # view.py: "overlay LOWER WORK FILES" | "copy - - FILES"
-VIEW_USER_ENV = "OSB_MOCK_USER"        # view.py / nsexec.py: "UID GID G1,G2" (every process of the sandbox)
+VIEW_IMAGE_ENV = "OSB_MOCK_IMAGE"  # view.py: "overlay LOWER WORK FILES" | "copy - - FILES"
+VIEW_USER_ENV = "OSB_MOCK_USER"  # view.py / nsexec.py: "UID GID G1,G2" (every process of the sandbox)
 VIEW_WORKDIR_ENV = "OSB_MOCK_WORKDIR"  # view.py: PID 1's working directory
 
 
@@ -43,7 +44,7 @@ class ImageRoot:
     image's environment, user and working directory."""
 
     def __init__(self, home: str, image: Any, *, overlay: bool | None = None):
-        self.home = home            # the sandbox's own directory (upper/ + work/, or rootfs/)
+        self.home = home  # the sandbox's own directory (upper/ + work/, or rootfs/)
         self.image = image
         lower = image.lowerdirs()
         if overlay is None:
@@ -73,19 +74,29 @@ class ImageRoot:
                 os.chmod(self.root, stat.S_IMODE(st.st_mode))
                 return
             src = self.image.rootfs()
-            r = subprocess.run(["cp", "-a", "--reflink=auto", "--", src, self.root], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+            r = subprocess.run(
+                ["cp", "-a", "--reflink=auto", "--", src, self.root],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=600,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             raise RootfsError(getattr(exc, "errno", None) or 5, "cannot make the sandbox's root: %s" % exc) from None
         if r.returncode != 0:
-            raise RootfsError(5, "cannot copy the image into the sandbox's root: %s"
-                              % r.stderr.decode("utf-8", "replace").strip()[-200:])
+            raise RootfsError(
+                5,
+                "cannot copy the image into the sandbox's root: %s"
+                % r.stderr.decode("utf-8", "replace").strip()[-200:],
+            )
 
     # -- what view.py gets ----------------------------------------------------------------------
     def view_env(self, user: tuple[int, int, list[int]] | None) -> dict[str, str]:
-        out = {VIEW_IMAGE_ENV: "%s %s %s %s" % (self.mode, ":".join(self.lower) if self.lower else "-",
-                                                 self.work or "-", self.files),
-               VIEW_WORKDIR_ENV: self.working_dir()}
+        out = {
+            VIEW_IMAGE_ENV: "%s %s %s %s"
+            % (self.mode, ":".join(self.lower) if self.lower else "-", self.work or "-", self.files),
+            VIEW_WORKDIR_ENV: self.working_dir(),
+        }
         if user is not None:
             out[VIEW_USER_ENV] = user_word(user)
         return out
@@ -183,6 +194,6 @@ def user_word(user: tuple[int, int, list[int]] | tuple[int, int, list[int], str]
 def _table(data: bytes | None) -> list[list[str]]:
     if not data:
         return []
-    return [line.split(":") for line in data.decode("utf-8", "replace").splitlines()
-            if line and not line.startswith("#")]
-
+    return [
+        line.split(":") for line in data.decode("utf-8", "replace").splitlines() if line and not line.startswith("#")
+    ]

@@ -4,6 +4,7 @@ execd's Setpgid) contained the way a container of the real server is (see __init
 
 Pause = SIGSTOP of every process group (seed 000 §5.3, "docker pause ~ SIGSTOP"), resume = SIGCONT.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,16 @@ from mock_opensandbox.runtime import cgjoin
 from mock_opensandbox.runtime import cgroups
 from mock_opensandbox.runtime import stages as scripts
 from mock_opensandbox.runtime import netns
-from mock_opensandbox.runtime._util import (DEFAULT_PATH, SYSTEM_DIRS, await_exec, kill, killpg,
-                    make_image_root, make_mountpoint, rmtree)
+from mock_opensandbox.runtime._util import (
+    DEFAULT_PATH,
+    SYSTEM_DIRS,
+    await_exec,
+    kill,
+    killpg,
+    make_image_root,
+    make_mountpoint,
+    rmtree,
+)
 from mock_opensandbox.runtime.agent import AgentChannel, oneshot_call
 from mock_opensandbox.runtime.holder import Holder
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
@@ -83,10 +92,20 @@ class SandboxRuntime(SandboxPaths):
     # cgroup v1: the thread that forks the sandbox's processes, in its cgroups for good (spawner.py)
     _spawner: Spawner | None = None
 
-    def __init__(self, root: str, env: Mapping[str, str] | None = None, *, isolate: bool | None = None,
-                 create: bool = True, hostname: str | None = None, network: str = netns.DEFAULT_NETWORK,
-                 limits: "cgroups.Limits | None" = None, cgroup_name: str | None = None, janitor: Any = None,
-                 image: Any = None):
+    def __init__(
+        self,
+        root: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        isolate: bool | None = None,
+        create: bool = True,
+        hostname: str | None = None,
+        network: str = netns.DEFAULT_NETWORK,
+        limits: "cgroups.Limits | None" = None,
+        cgroup_name: str | None = None,
+        janitor: Any = None,
+        image: Any = None,
+    ):
         if create:
             os.makedirs(root, exist_ok=True)
         self.root = os.path.realpath(root)
@@ -148,7 +167,7 @@ class SandboxRuntime(SandboxPaths):
         self._root_fd: int | None = None
         self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
         # -- issue 21: the image's own tree as the root (rootfs.py), else the host-tools view --------
-        self.home = self.root        # the sandbox's own directory (removed by cleanup())
+        self.home = self.root  # the sandbox's own directory (removed by cleanup())
         self.image_root: ImageRoot | None = None
         self.view_kind = "host-tools"
         self._user: tuple[int, int, list[int], str] | None = None
@@ -260,15 +279,27 @@ class SandboxRuntime(SandboxPaths):
             # + what bootstrap.sh exports to execd and so to every command (live: identity probe)
             env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp", "EXECD_ENVS": "/opt/opensandbox/.env"}
         else:
-            env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": os.path.join(self.root, "root"),
-                   "TMPDIR": os.path.join(self.root, "tmp")}
+            env = {
+                "PATH": os.environ.get("PATH", DEFAULT_PATH),
+                "HOME": os.path.join(self.root, "root"),
+                "TMPDIR": os.path.join(self.root, "tmp"),
+            }
         env["HOSTNAME"] = self.hostname  # Docker sets it to the container's hostname
         env.update(self.env)
         return env
 
-    def spawn(self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: Any = None, stdout: Any = None, stderr: Any = None,
-              controlling_tty: bool = False, user: str | None = None) -> subprocess.Popen:
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: Any = None,
+        stdout: Any = None,
+        stderr: Any = None,
+        controlling_tty: bool = False,
+        user: str | None = None,
+    ) -> subprocess.Popen:
         """Start argv in its own process group (a new session) inside the sandbox. cwd is a sandbox
         path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
         (a terminal) the session's controlling terminal (for PTY sessions).
@@ -307,8 +338,9 @@ class SandboxRuntime(SandboxPaths):
             # cgroup v1: forked by the sandbox's spawner thread, in its cgroups already (spawner.py)
             spawner = self._spawner if self.cgroup is not None and self.cgroup.thread_join else None
             if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
-                preexec, joining = holder.fork_join(wd, self.cgroup if spawner is None else None, controlling_tty,
-                                                    user)  # user: "UID GID G,.."
+                preexec, joining = holder.fork_join(
+                    wd, self.cgroup if spawner is None else None, controlling_tty, user
+                )  # user: "UID GID G,.."
             else:
                 joined, preexec, joining = self._join(cmd, controlling_tty)
                 if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
@@ -316,12 +348,22 @@ class SandboxRuntime(SandboxPaths):
                 cmd = joined
 
             def fork() -> subprocess.Popen:
-                with holder.children_inside() if holder is not None else contextlib.nullcontext(), \
-                        joining if joining is not None else contextlib.nullcontext():
+                with (
+                    holder.children_inside() if holder is not None else contextlib.nullcontext(),
+                    joining if joining is not None else contextlib.nullcontext(),
+                ):
                     return subprocess.Popen(
-                        cmd, cwd=host_cwd, env=full_env, close_fds=True, start_new_session=True,
-                        stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=stdout, stderr=stderr,
-                        preexec_fn=preexec)
+                        cmd,
+                        cwd=host_cwd,
+                        env=full_env,
+                        close_fds=True,
+                        start_new_session=True,
+                        stdin=subprocess.DEVNULL if stdin is None else stdin,
+                        stdout=stdout,
+                        stderr=stderr,
+                        preexec_fn=preexec,
+                    )
+
             try:
                 proc = spawner.call(fork) if spawner is not None else fork()
             except OSError as exc:
@@ -362,12 +404,18 @@ class SandboxRuntime(SandboxPaths):
         """The sandbox's namespace holder, started with the implicit main process on first use.
         None (and PID namespaces off for this sandbox) when it cannot start. Call with the lock held."""
         if self._holder is None and self._pid_mode is not None:
-            self._start_holder(list(IMPLICIT_ENTRYPOINT), self.base_env(), implicit=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._start_holder(
+                list(IMPLICIT_ENTRYPOINT),
+                self.base_env(),
+                implicit=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         return self._holder
 
-    def _start_holder(self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any,
-                      stderr: Any) -> Holder | None:
+    def _start_holder(
+        self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any, stderr: Any
+    ) -> Holder | None:
         assert self._pid_mode is not None
         env = dict(env)
         if self._netns:
@@ -386,12 +434,26 @@ class SandboxRuntime(SandboxPaths):
             if execd is not None and execd != "binary" and idle is None:
                 python = execd
                 agent, agent_fd = AgentChannel.pair()
-            holder, why = Holder.start(self._unshare, self.root, self.hostname, argv, env, self._pid_mode,
-                                       implicit=implicit, stdout=stdout, stderr=stderr, net=self._netns,
-                                       volumes=self.volumes, agent_fd=agent_fd, agent_python=python,
-                                       execd=execd is not None, idle_execd=idle, view_env=view_env,
-                                       intend=self._janitor.intend if self._janitor is not None else None,
-                                       **holder_join)
+            holder, why = Holder.start(
+                self._unshare,
+                self.root,
+                self.hostname,
+                argv,
+                env,
+                self._pid_mode,
+                implicit=implicit,
+                stdout=stdout,
+                stderr=stderr,
+                net=self._netns,
+                volumes=self.volumes,
+                agent_fd=agent_fd,
+                agent_python=python,
+                execd=execd is not None,
+                idle_execd=idle,
+                view_env=view_env,
+                intend=self._janitor.intend if self._janitor is not None else None,
+                **holder_join,
+            )
         finally:
             if agent_fd is not None:
                 os.close(agent_fd)
@@ -411,7 +473,9 @@ class SandboxRuntime(SandboxPaths):
             # the volumes or the image's root could not be mounted (view.py failed closed): no sandbox,
             # like a container whose mounts fail (no fallback without them)
             self.terminated = True
-            raise SandboxTerminated("the sandbox's %s could not be mounted (%s)" % ("volumes" if self.volumes else "root", why))
+            raise SandboxTerminated(
+                "the sandbox's %s could not be mounted (%s)" % ("volumes" if self.volumes else "root", why)
+            )
         if holder is not None and self._netns:
             self._attach_net(holder)
         if holder is None:
@@ -476,9 +540,10 @@ class SandboxRuntime(SandboxPaths):
             net = holder.net if holder is not None else None
             netns_wanted = self._netns
         if net is None:
-            raise OSError(errno.ENOTSUP if not netns_wanted else errno.ECONNREFUSED,
-                          "the sandbox has no network namespace of its own" if not netns_wanted
-                          else "the sandbox is not running")
+            raise OSError(
+                errno.ENOTSUP if not netns_wanted else errno.ECONNREFUSED,
+                "the sandbox has no network namespace of its own" if not netns_wanted else "the sandbox is not running",
+            )
         return net.listen(port)
 
     def start_entrypoint(self, argv: Sequence[str], *, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
@@ -615,8 +680,15 @@ class SandboxRuntime(SandboxPaths):
         return stray_pids(self)
 
     # -- execd ------------------------------------------------------------------------------------
-    def use_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
-                  env: Mapping[str, str] | None = None, args: list[str] | None = None) -> int:
+    def use_execd(
+        self,
+        binary: str,
+        *,
+        port: int | None = None,
+        token: str | None = None,
+        env: Mapping[str, str] | None = None,
+        args: list[str] | None = None,
+    ) -> int:
         """Make a real execd binary this sandbox's /opt/opensandbox/execd, started by PID 1's
         bootstrap.sh as ``/opt/opensandbox/execd --port PORT [-access-token TOKEN] ARGS...`` when
         the sandbox starts (call before start_entrypoint(); start_execd() waits for it). Returns the
@@ -641,9 +713,16 @@ class SandboxRuntime(SandboxPaths):
             return "binary"
         return install_agent(self)
 
-    def start_execd(self, binary: str, *, port: int | None = None, token: str | None = None,
-                    env: Mapping[str, str] | None = None, args: list[str] | None = None,
-                    timeout: float = 15.0) -> "ExecdProcess":
+    def start_execd(
+        self,
+        binary: str,
+        *,
+        port: int | None = None,
+        token: str | None = None,
+        env: Mapping[str, str] | None = None,
+        args: list[str] | None = None,
+        timeout: float = 15.0,
+    ) -> "ExecdProcess":
         """Run a real execd binary inside this sandbox (execd.py) the way the server's container does:
         bootstrap.sh (PID 1) starts ``/opt/opensandbox/execd --port PORT [-access-token TOKEN]``
         (+ args) with ``EXECD_ENVS=/opt/opensandbox/.env``, output to /tmp/execd.log, in the
@@ -671,4 +750,3 @@ class SandboxRuntime(SandboxPaths):
         if agent is not None and not agent.closed:
             return agent.call(request, timeout)
         return oneshot_call(self, request, timeout)
-

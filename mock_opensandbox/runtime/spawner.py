@@ -17,6 +17,7 @@ visible); the memory cgroup's OOM killer never picks it (it scans thread-group l
 It leaves before the cgroups are removed (``stop``); it dies with the mock.
 Standard library only.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,7 +68,9 @@ class Spawner:
         when the thread could not join (no process is started outside the sandbox's cgroups)."""
         self._ready.wait()
         if self._error is not None:
-            raise OSError(self._error.errno, "cannot join the sandbox's cgroup: %s" % (self._error.strerror or self._error))
+            raise OSError(
+                self._error.errno, "cannot join the sandbox's cgroup: %s" % (self._error.strerror or self._error)
+            )
         box: list[tuple[bool, Any]] = []
         done = threading.Event()
         with self._lock:

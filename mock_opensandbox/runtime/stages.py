@@ -7,6 +7,7 @@ sandbox's own); ``nsexec.py`` joins a sandbox's namespaces as non-root. ``etc/``
 sandbox's account files. Everything that runs before the capability drop gets a sanitized
 environment (see ``split_env``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,14 +36,16 @@ def resource(name: str) -> str:
     return _read(name)
 
 
-VIEW_PY = os.path.join(SCRIPTS_DIR, "view.py")   # run as a file: `ps` stays readable
-SECCOMP_PY = _read("seccomp.py")                  # Docker's default profile's closed calls (BPF)
-NSEXEC_PY = SECCOMP_PY + _read("nsexec.py")       # run with -c (one per command, non-root)
+VIEW_PY = os.path.join(SCRIPTS_DIR, "view.py")  # run as a file: `ps` stays readable
+SECCOMP_PY = _read("seccomp.py")  # Docker's default profile's closed calls (BPF)
+NSEXEC_PY = SECCOMP_PY + _read("nsexec.py")  # run with -c (one per command, non-root)
 SECCOMP: dict = {}
 exec(compile(SECCOMP_PY, os.path.join(SCRIPTS_DIR, "seccomp.py"), "exec"), SECCOMP)
 # a root join's stage in front of setpriv (CAP_SYS_ADMIN still held): the filter, then exec; argv[1]
 # "0" drops the LC_CTYPE this Python's locale coercion added (PEP 538), as view.py and nsexec.py do
-SECCOMP_STAGE = SECCOMP_PY + """
+SECCOMP_STAGE = (
+    SECCOMP_PY
+    + """
 import ctypes, os, sys
 e = seccomp_install(ctypes.CDLL(None, use_errno=True))
 if e not in (0, 22):
@@ -52,12 +55,14 @@ if sys.argv[1] == "0":
     os.environ.pop("LC_CTYPE", None)
 os.execv(sys.argv[2], sys.argv[2:])
 """
+)
 
 
 @functools.lru_cache(maxsize=None)
 def stage_python() -> str:
     """A Python the sandbox's view shows (/usr and /bin are the host's): the interpreter's real path."""
     import shutil
+
     real = os.path.realpath(sys.executable)
     if real.startswith(("/usr/", "/bin/")):
         return real
@@ -68,14 +73,35 @@ def seccomp_stage(keep_lc: bool = False) -> list[str]:
     """The stage's argv; keep_lc when the command's own environment has LC_CTYPE."""
     return [stage_python(), "-I", "-S", "-c", SECCOMP_STAGE, "1" if keep_lc else "0"]
 
+
 # The wrapper programs (unshare, sh, mount, nsenter, setpriv, the helper's Python) run with full
 # capabilities before the drop; a caller-controlled variable must not load code into them or
 # reconfigure them. glibc's list of variables it drops for privileged programs (unsecvars.h), the
 # shells' start-up hooks, bash's exported functions. They reach the command through a last
 # `env NAME=VALUE...` stage after the drop (the helper restores them itself).
-_UNSAFE = frozenset(("GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
-                     "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
-                     "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH"))
+_UNSAFE = frozenset(
+    (
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "IFS",
+        "CDPATH",
+    )
+)
 ENV_STAGE = "/usr/bin/env"
 HELPER_ENV_PREFIX = "OSB_MOCK_UNSAFE_"
 # view.py's image settings (rootfs.py VIEW_*_ENV): only the mock sets them
@@ -107,8 +133,18 @@ def env_stage(unsafe: Mapping[str, str]) -> list[str]:
 # subordinate-id maps of its account database. Also hidden: every entry of the host's /etc that is
 # not world-readable (shadow, gshadow, sudoers, private keys...); passwd/group/shadow/gshadow are
 # the sandbox's own (ETC_DIR) anyway.
-ALWAYS_HIDDEN = ("ssh", "machine-id", "passwd-", "group-", "shadow-", "gshadow-", "subuid", "subgid", "subuid-",
-                 "subgid-")
+ALWAYS_HIDDEN = (
+    "ssh",
+    "machine-id",
+    "passwd-",
+    "group-",
+    "shadow-",
+    "gshadow-",
+    "subuid",
+    "subgid",
+    "subuid-",
+    "subgid-",
+)
 _hidden_lock = threading.Lock()
 _hidden: str | None = None
 
@@ -162,11 +198,28 @@ def protect_env(env: Mapping[str, str]) -> dict[str, str]:
     return safe
 
 
-def _view_argv(mode: str, prefix: Sequence[str], root: str, arg: str, hostname: str,
-               argv: Sequence[str], volumes: str = "") -> list[str]:
-    return list(prefix) + [sys.executable, "-I", "-S", VIEW_PY, mode, root, arg, hostname, hidden_etc_entries(),
-                           ETC_DIR, "%x" % caps.SANDBOX_CAP_MASK, "1" if caps.NO_NEW_PRIVILEGES else "0",
-                           volumes] + list(argv)
+def _view_argv(
+    mode: str, prefix: Sequence[str], root: str, arg: str, hostname: str, argv: Sequence[str], volumes: str = ""
+) -> list[str]:
+    return (
+        list(prefix)
+        + [
+            sys.executable,
+            "-I",
+            "-S",
+            VIEW_PY,
+            mode,
+            root,
+            arg,
+            hostname,
+            hidden_etc_entries(),
+            ETC_DIR,
+            "%x" % caps.SANDBOX_CAP_MASK,
+            "1" if caps.NO_NEW_PRIVILEGES else "0",
+            volumes,
+        ]
+        + list(argv)
+    )
 
 
 def root_is_safe(root: str) -> bool:
@@ -174,14 +227,16 @@ def root_is_safe(root: str) -> bool:
     return root.startswith("/") and not any(c in root for c in " \t\n\\,:")
 
 
-def holder_argv(prefix: Sequence[str], root: str, fifo: str, hostname: str, argv: Sequence[str],
-                volumes: str = "") -> list[str]:
+def holder_argv(
+    prefix: Sequence[str], root: str, fifo: str, hostname: str, argv: Sequence[str], volumes: str = ""
+) -> list[str]:
     """`<prefix> python view.py holder ...`: the sandbox's PID 1 (prefix: unshare ... --fork). volumes:
     mounts.plan()'s argument ("" for none)."""
     return _view_argv("holder", prefix, root, fifo, hostname, argv, volumes)
 
 
-def prelude_argv(prefix: Sequence[str], root: str, wd: str, hostname: str, argv: Sequence[str],
-                 volumes: str = "") -> list[str]:
+def prelude_argv(
+    prefix: Sequence[str], root: str, wd: str, hostname: str, argv: Sequence[str], volumes: str = ""
+) -> list[str]:
     """`<prefix> python view.py command ...`: one command in a view of its own (prefix: unshare ...)."""
     return _view_argv("command", prefix, root, wd, hostname, argv, volumes)

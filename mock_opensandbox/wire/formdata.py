@@ -6,6 +6,7 @@ Framing per RFC 7578 / RFC 2046: the body is ``--B CRLF headers CRLF CRLF data``
 data ends at ``CRLF --B``; the last boundary is ``--B--``. Like Go's mime/multipart (what execd uses),
 header lines may also end with a bare LF.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,7 @@ import re
 import tempfile
 from typing import BinaryIO, Iterable, Iterator
 
-__all__ = ["Part", "MultipartError", "MultipartParser", "parse", "boundary_from_content_type",
-           "encode", "new_boundary"]
+__all__ = ["Part", "MultipartError", "MultipartParser", "parse", "boundary_from_content_type", "encode", "new_boundary"]
 
 MAX_HEADER_BYTES = 64 * 1024
 
@@ -115,6 +115,7 @@ def _parse_header_value(value: str) -> tuple[str, dict[str, str]]:
             v = re.sub(r"\\(.)", r"\1", v[1:-1])
         if k.endswith("*"):  # RFC 5987 ext-value: charset''percent-encoded
             from urllib.parse import unquote
+
             k = k[:-1]
             if "''" in v:
                 cs, _, enc = v.partition("''")
@@ -143,15 +144,14 @@ class MultipartParser:
     """Incremental parser. feed(chunk) returns the parts completed so far; close() checks the final
     boundary was seen and returns any remaining part. Raises MultipartError on malformed input."""
 
-    def __init__(self, boundary: str | bytes, *, max_header_bytes: int = MAX_HEADER_BYTES,
-                 spool_at: int | None = None):
+    def __init__(self, boundary: str | bytes, *, max_header_bytes: int = MAX_HEADER_BYTES, spool_at: int | None = None):
         b = boundary.encode("latin-1") if isinstance(boundary, str) else bytes(boundary)
         if not b:
             raise MultipartError("empty boundary")
         self._dash = b"--" + b
-        self._delim = b"\r\n--" + b   # what ends a part's data
+        self._delim = b"\r\n--" + b  # what ends a part's data
         self._buf = bytearray()
-        self._state = "preamble"      # preamble -> headers -> data -> ... -> done
+        self._state = "preamble"  # preamble -> headers -> data -> ... -> done
         self._part: Part | None = None
         self._max_header = max_header_bytes
         self._spool_at = spool_at  # a part's data above this many bytes goes to a temporary file
@@ -178,7 +178,7 @@ class MultipartParser:
                 after = idx + len(self._dash)
                 if len(self._buf) < after + 2:
                     return out
-                tail = bytes(self._buf[after:after + 2])
+                tail = bytes(self._buf[after : after + 2])
                 if tail == b"--":
                     self.done = True
                     self._buf.clear()
@@ -192,11 +192,11 @@ class MultipartParser:
                     # "--B" followed by something else: not a boundary line, keep searching
                     del self._buf[:after]
                     continue
-                if eol == 0 or self._buf[eol - 1:eol] != b"\r":
+                if eol == 0 or self._buf[eol - 1 : eol] != b"\r":
                     # like Go's mime/multipart: a first boundary line ending in a bare LF switches
                     # the whole body to LF line endings
                     self._delim = b"\n" + self._dash
-                del self._buf[:eol + 1]
+                del self._buf[: eol + 1]
                 self._state = "headers"
             elif self._state == "headers":
                 end, sep_len = self._find_header_end()
@@ -205,7 +205,7 @@ class MultipartParser:
                         raise MultipartError("part headers too large")
                     return out
                 raw = bytes(self._buf[:end])
-                del self._buf[:end + sep_len]
+                del self._buf[: end + sep_len]
                 self._part = Part(self._parse_headers(raw), self._spool_at)
                 self._state = "data"
             elif self._state == "data":
@@ -226,7 +226,7 @@ class MultipartParser:
                         self._part.add(self._buf[:cut])
                         del self._buf[:cut]
                     return out
-                closing = bytes(self._buf[cut + skip:cut + skip + 2])
+                closing = bytes(self._buf[cut + skip : cut + skip + 2])
                 if closing == b"--":
                     self._part.add(self._buf[:cut])
                     out.append(self._part)
@@ -242,15 +242,15 @@ class MultipartParser:
                         self._part.add(self._buf[:cut])
                         del self._buf[:cut]
                     return out
-                if self._buf[cut + skip:eol].strip(b" \t\r"):
+                if self._buf[cut + skip : eol].strip(b" \t\r"):
                     # looked like a boundary but is not one (e.g. "--Bxyz" in the payload): it is data
-                    self._part.add(self._buf[:cut + 1])
-                    del self._buf[:cut + 1]
+                    self._part.add(self._buf[: cut + 1])
+                    del self._buf[: cut + 1]
                     continue
                 self._part.add(self._buf[:cut])
                 out.append(self._part)
                 self._part = None
-                del self._buf[:eol + 1]
+                del self._buf[: eol + 1]
                 self._state = "headers"
             else:  # pragma: no cover
                 return out
@@ -304,7 +304,7 @@ def parse(body: bytes, boundary: str | bytes, chunk_size: int | None = None) -> 
     parts: list[Part] = []
     if chunk_size:
         for i in range(0, len(body), chunk_size):
-            parts += p.feed(body[i:i + chunk_size])
+            parts += p.feed(body[i : i + chunk_size])
     else:
         parts += p.feed(body)
     parts += p.close()
@@ -319,7 +319,9 @@ def _quote(v: str) -> str:
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "%0D").replace("\n", "%0A") + '"'
 
 
-def encode(fields: Iterable[tuple[str, str | None, str | None, bytes]], boundary: str | None = None) -> tuple[bytes, str]:
+def encode(
+    fields: Iterable[tuple[str, str | None, str | None, bytes]], boundary: str | None = None
+) -> tuple[bytes, str]:
     """fields: (name, filename or None, content type or None, data). Returns (body, content type)."""
     fields = list(fields)
     b = boundary or new_boundary()
@@ -349,6 +351,6 @@ def iter_chunks(data: bytes, sizes: Iterable[int]) -> Iterator[bytes]:
     i = k = 0
     while i < len(data):
         n = sizes[k % len(sizes)]
-        yield data[i:i + n]
+        yield data[i : i + n]
         i += n
         k += 1

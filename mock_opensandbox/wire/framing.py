@@ -12,6 +12,7 @@
 * Both: a body above MAX_BODY (2 GiB, the mock's own limit) → 413 with the connection closed.
 
 Measured against the real execd v1.0.19 and uvicorn 0.54.0/httptools 0.9.0 (QUIRKS.md, "Framing")."""
+
 from __future__ import annotations
 
 import email.utils
@@ -58,10 +59,12 @@ def refusal(status: int, flavor: str) -> bytes:
         text = b"Invalid HTTP request received." if status == 400 else b"Request Entity Too Large"
         reason = b"Bad Request" if status == 400 else b"Request Entity Too Large"
         date = email.utils.formatdate(usegmt=True).encode()
-        return (b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, reason, date, len(text), text))
+        return (
+            b"HTTP/1.1 %d %s\r\ndate: %s\r\nserver: uvicorn\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, reason, date, len(text), text)
+        )
     line = b"400 Bad Request" if status == 400 else b"413 Request Entity Too Large"
-    return (b"HTTP/1.1 " + line + b"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + line)
+    return b"HTTP/1.1 " + line + b"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + line
 
 
 def chunk_size(line: bytes) -> int:

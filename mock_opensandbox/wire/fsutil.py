@@ -1,5 +1,6 @@
 """Host file-system helpers shared by execd's file operations (execd/files.py) and the image unpacker
 (images/unpack.py). A leaf: standard library only, imports nothing of the mock."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ Every text here was observed from the real execd v1.0.19 binary through the diff
 (tiers/diff, ``python -m differential``); QUIRKS.md (part 2) cites the cases.
 Standard library only; imports nothing else from the mock (so every module may use it).
 """
+
 from __future__ import annotations
 
 import codecs
@@ -15,9 +16,24 @@ import sys
 from decimal import Decimal
 from typing import Any, Mapping, Union
 
-__all__ = ["GO_REPLACE", "go_utf8", "GoJSONError", "decode_value", "unmarshal_value", "check_struct", "decode", "go_json",
-           "go_json_bytes", "quote_rune", "errno_text", "path_error", "go_time", "kind_of", "GIN_JSON",
-           "Struct"]
+__all__ = [
+    "GO_REPLACE",
+    "go_utf8",
+    "GoJSONError",
+    "decode_value",
+    "unmarshal_value",
+    "check_struct",
+    "decode",
+    "go_json",
+    "go_json_bytes",
+    "quote_rune",
+    "errno_text",
+    "path_error",
+    "go_time",
+    "kind_of",
+    "GIN_JSON",
+    "Struct",
+]
 
 GIN_JSON = "application/json; charset=utf-8"  # Gin c.JSON
 
@@ -45,8 +61,17 @@ class GoJSONError(ValueError):
 
 def quote_rune(c: str) -> str:
     """strconv.QuoteRune as the JSON errors show it: 'x', '\\t', '\\x01'."""
-    esc = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
-           "\\": "\\\\", "'": "\\'"}
+    esc = {
+        "\a": "\\a",
+        "\b": "\\b",
+        "\f": "\\f",
+        "\n": "\\n",
+        "\r": "\\r",
+        "\t": "\\t",
+        "\v": "\\v",
+        "\\": "\\\\",
+        "'": "\\'",
+    }
     if c in esc:
         return "'" + esc[c] + "'"
     o = ord(c)
@@ -165,12 +190,12 @@ class _Scan:
                 if e == "":
                     raise self.err("")
                 if e == "u":
-                    hexd = self.s[self.i + 1:self.i + 5]
+                    hexd = self.s[self.i + 1 : self.i + 5]
                     if len(hexd) < 4 and all(h in "0123456789abcdefABCDEF" for h in hexd):
                         self.i = len(self.s)
                         raise self.err("")
                     if len(hexd) < 4 or any(h not in "0123456789abcdefABCDEF" for h in hexd):
-                        raise GoJSONError(f"invalid escape sequence `{self.s[start:self.i + 5]}` in string")
+                        raise GoJSONError(f"invalid escape sequence `{self.s[start : self.i + 5]}` in string")
                     self.i += 5
                     continue
                 if e not in '"\\/bfnrt':
@@ -249,7 +274,7 @@ def decode_value(body: bytes) -> Any:
     "EOF", truncated "unexpected EOF"; invalid UTF-8 becomes U+FFFD). Numbers come back as _Num."""
     text, sc, start = _scan_start(body, "EOF")
     _deep(sc.value)
-    return _deep(_loads, text[start:sc.i])
+    return _deep(_loads, text[start : sc.i])
 
 
 def unmarshal_value(body: bytes) -> Any:
@@ -351,7 +376,9 @@ def check_struct(obj: Any, struct: Struct, _path: str = "") -> dict[str, Any]:
         return {}
     if not isinstance(obj, dict):
         if _path:
-            raise GoJSONError(f"json: cannot unmarshal {kind_of(obj)} into Go struct field {_path} of type {struct.name}")
+            raise GoJSONError(
+                f"json: cannot unmarshal {kind_of(obj)} into Go struct field {_path} of type {struct.name}"
+            )
         raise GoJSONError(f"json: cannot unmarshal {kind_of(obj)} into Go value of type {struct.name}")
     out: dict[str, Any] = {}
     lower = {k.lower(): k for k in struct.fields}
@@ -376,9 +403,10 @@ def check_struct(obj: Any, struct: Struct, _path: str = "") -> dict[str, Any]:
         elif gotype.startswith("map[string]"):
             if not isinstance(v, dict):
                 raise _mismatch(v, where, gotype)
-            elem = gotype[len("map[string]"):]
-            out[name] = {k: ("" if e is None else _scalar(elem, e, f"Go struct field {base}.{key}.{k}"))
-                         for k, e in v.items()}
+            elem = gotype[len("map[string]") :]
+            out[name] = {
+                k: ("" if e is None else _scalar(elem, e, f"Go struct field {base}.{key}.{k}")) for k, e in v.items()
+            }
         else:
             out[name] = _scalar(gotype, v, where)
     return out
@@ -391,6 +419,7 @@ def decode(body: bytes, struct: Struct) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 # writing
+
 
 def _go_float(f: float) -> str:
     """strconv.AppendFloat(f, 'f' or 'e', -1, 64) as encoding/json picks it."""
@@ -441,8 +470,13 @@ def go_json(obj: Any) -> str:
     """Compact JSON as Go's encoding/json writes it: HTML-safe escapes of <, >, &, U+2028/9, and
     floats in Go's shortest form (2.0 is "2")."""
     s = _encode(obj)
-    return (s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        s.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def go_json_bytes(obj: Any, newline: bool = False) -> bytes:
@@ -452,6 +486,7 @@ def go_json_bytes(obj: Any, newline: bool = False) -> bytes:
 
 # ---------------------------------------------------------------------------------------------
 # errno and time text
+
 
 def errno_text(err: BaseException) -> str:
     """Go's lower-case errno strings ("no such file or directory")."""

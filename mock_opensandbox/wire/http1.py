@@ -5,6 +5,7 @@ No sandbox state lives here. Both the lifecycle server (FastAPI/uvicorn in reali
 server shows in the recordings (uvicorn: lower-case ``server: uvicorn`` + ``x-request-id``; Gin: no
 ``Server`` header, ``application/json; charset=utf-8``).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -33,16 +34,35 @@ OBSERVERS: list[Callable[["Exchange"], None]] = []
 # imported); the wire never imports the workbench. ``FAULT_HOOK(handler, method, registry) -> fault | None``.
 FAULT_HOOK: Callable[..., Any] | None = None
 
+
 class Exchange:
     """One request/response pair as a mock listener saw it (the response body of a stream is the
     concatenation of its chunks)."""
 
-    __slots__ = ("server_kind", "method", "path", "query", "request_headers", "request_body",
-                 "status", "response_headers", "response_body")
+    __slots__ = (
+        "server_kind",
+        "method",
+        "path",
+        "query",
+        "request_headers",
+        "request_body",
+        "status",
+        "response_headers",
+        "response_body",
+    )
 
-    def __init__(self, server_kind: str, method: str, path: str, query: dict[str, list[str]],
-                 request_headers: dict[str, str], request_body: bytes | None, status: int,
-                 response_headers: dict[str, str], response_body: bytes):
+    def __init__(
+        self,
+        server_kind: str,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        request_headers: dict[str, str],
+        request_body: bytes | None,
+        status: int,
+        response_headers: dict[str, str],
+        response_body: bytes,
+    ):
         self.server_kind = server_kind
         self.method = method
         self.path = path
@@ -83,8 +103,9 @@ class Server(ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: App,
-                 listen_delay: float = 0.0):
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: App, listen_delay: float = 0.0
+    ):
         """``app``: an App (the explicit interface above: subclass it, or delegate every member to
         one, as admin.AdminLayer does). ``listen_delay``: the port is bound at once (so it can be
         announced) but only serves that many seconds after start(). Until then it is Docker's
@@ -133,7 +154,7 @@ class Server(ThreadingHTTPServer):
     def stop(self) -> None:
         self._cancel.set()
         if self._thread is not None and not self._serving.is_set():
-            self._thread.join(timeout=5)            # cancelled before it listened
+            self._thread.join(timeout=5)  # cancelled before it listened
             if not self._serving.is_set():
                 self._thread = None
         if self._thread is not None:
@@ -223,8 +244,9 @@ class Request:
         return json.loads(self.body.decode("utf-8"))
 
     # -- output ------------------------------------------------------------------------------------
-    def send(self, status: int, body: bytes = b"", content_type: str | None = None,
-             headers: dict[str, str] | None = None) -> None:
+    def send(
+        self, status: int, body: bytes = b"", content_type: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         h = self.handler
         all_headers = dict(h.base_headers())
         if content_type:
@@ -250,11 +272,16 @@ class Request:
         self.responded = True
 
     def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        self.send(status, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
-                  self.handler.json_content_type, headers)
+        self.send(
+            status,
+            json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
+            self.handler.json_content_type,
+            headers,
+        )
 
-    def send_text(self, status: int, text: str, content_type: str = "text/plain",
-                  headers: dict[str, str] | None = None) -> None:
+    def send_text(
+        self, status: int, text: str, content_type: str = "text/plain", headers: dict[str, str] | None = None
+    ) -> None:
         self.send(status, text.encode("utf-8"), content_type, headers)
 
     def send_head(self, status: int, headers: dict[str, str]) -> None:
@@ -294,8 +321,17 @@ class Request:
         if self._observed:
             return
         self._observed = True
-        ex = Exchange(self.handler.flavor, self.method, self.path, self.query, dict(self.headers.items()),
-                      self._body, self.sent_status, dict(self.sent_headers), bytes(self.sent_body))
+        ex = Exchange(
+            self.handler.flavor,
+            self.method,
+            self.path,
+            self.query,
+            dict(self.headers.items()),
+            self._body,
+            self.sent_status,
+            dict(self.sent_headers),
+            bytes(self.sent_body),
+        )
         for fn in list(OBSERVERS):
             try:
                 fn(ex)
@@ -306,8 +342,12 @@ class Request:
 class ChunkedWriter:
     """Writes an HTTP/1.1 chunked body; every write is flushed at once (SSE needs that)."""
 
-    def __init__(self, handler: BaseHTTPRequestHandler, capture: bytearray | None = None,
-                 on_end: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        handler: BaseHTTPRequestHandler,
+        capture: bytearray | None = None,
+        on_end: Callable[[], None] | None = None,
+    ):
         self._h = handler
         self._lock = threading.Lock()
         self._capture = capture
@@ -351,7 +391,7 @@ class Router:
     def add(self, methods: str | Iterable[str], pattern: str, fn: Callable[[Request], None]) -> None:
         regex = re.sub(r"\{(\w+):path\}", r"(?P<\1>.*)", pattern)
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
-        for m in ([methods] if isinstance(methods, str) else methods):
+        for m in [methods] if isinstance(methods, str) else methods:
             self.routes.append((m.upper(), re.compile("^" + regex + "$"), fn))
 
     def match(self, method: str, path: str) -> tuple[Callable[[Request], None] | None, dict[str, str], bool]:
@@ -380,7 +420,7 @@ class Handler(BaseHTTPRequestHandler):
     browser_guard = True
     server: Server
     prefetched: Any = None  # a chunked lifecycle body read before dispatch (wire/framing.py): a spool file
-    framing_broken = False           # a malformed chunked body: the answer carries Connection: close
+    framing_broken = False  # a malformed chunked body: the answer carries Connection: close
 
     # quiet: the mock never writes access logs to stderr unless asked
     def log_message(self, format: str, *args: Any) -> None:
@@ -480,7 +520,11 @@ class Handler(BaseHTTPRequestHandler):
             self.prefetched.close()
         self.prefetched, self.framing_broken = None, False
         refused = framing.check(self.headers, self.flavor)
-        if refused is None and self.flavor == "uvicorn" and "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+        if (
+            refused is None
+            and self.flavor == "uvicorn"
+            and "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        ):
             # httptools parses the chunk sizes as the body arrives, before the app reads it; the body
             # waits in a spool file (1 MiB in memory, the rest on disk), never whole in memory
             spool: Any = tempfile.SpooledTemporaryFile(max_size=1 << 20, prefix="osb-body-")
@@ -502,16 +546,25 @@ class Handler(BaseHTTPRequestHandler):
         if self.flavor == "gin" and not _headers_valid(self.headers):
             # Go's net/http refuses a control character in a header value (or a non-token name)
             # before any handler runs (tiers/diff gen.range: "Range: \r")
-            self.wfile.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                             b"Connection: close\r\n\r\n400 Bad Request")
+            self.wfile.write(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                b"Connection: close\r\n\r\n400 Bad Request"
+            )
             self.close_connection = True
             return
         req = Request(self, method)
-        if self.browser_guard and (self.headers.get("Origin") is not None
-                                   or not host_allowed(self.headers.get("Host"), self.server.server_address[0])):
-            req.send_json(403, {"code": "MOCK::ORIGIN_NOT_ALLOWED",
-                                "message": "browser requests (an Origin header) and foreign Host names are refused "
-                                           "by the mock (DNS-rebinding protection)"})
+        if self.browser_guard and (
+            self.headers.get("Origin") is not None
+            or not host_allowed(self.headers.get("Host"), self.server.server_address[0])
+        ):
+            req.send_json(
+                403,
+                {
+                    "code": "MOCK::ORIGIN_NOT_ALLOWED",
+                    "message": "browser requests (an Origin header) and foreign Host names are refused "
+                    "by the mock (DNS-rebinding protection)",
+                },
+            )
             self.close_connection = True
             return
         try:
@@ -547,6 +600,7 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 def _headers_valid(headers: Any) -> bool:
     """net/http's header checks: token names, values without control characters but HTAB."""
     from email.errors import MissingHeaderBodySeparatorDefect
+
     if any(isinstance(d, MissingHeaderBodySeparatorDefect) for d in getattr(headers, "defects", ())):
         return False  # a line without a colon ("malformed MIME header line")
     for k, v in headers.items():

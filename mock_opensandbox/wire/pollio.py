@@ -2,6 +2,7 @@
 
 ``select.select`` refuses fd numbers at or above FD_SETSIZE (1024: "filedescriptor out of range in
 select()"), a number a few hundred sandboxes pass; ``select.poll`` has no such ceiling."""
+
 from __future__ import annotations
 
 import select

@@ -19,6 +19,7 @@
 
 Standard library only.
 """
+
 from __future__ import annotations
 
 import socket
@@ -27,8 +28,19 @@ from typing import AbstractSet, Any, Callable, Iterable
 
 from mock_opensandbox.wire import pollio
 
-HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                        "transfer-encoding", "upgrade", "proxy-connection"))
+HOP_BY_HOP = frozenset(
+    (
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+    )
+)
 # what an HTTP proxy writes itself for the side it sends to, never copied from what it read
 FRAMING = frozenset(("host", "content-length"))
 BUFSIZE = 256 * 1024
@@ -39,8 +51,12 @@ def connection_tokens(values: Iterable[str | None]) -> set[str]:
     return {t.strip().lower() for v in values if v for t in v.split(",") if t.strip()}
 
 
-def forwardable(headers: Iterable[tuple[str, str]], drop: AbstractSet[str] = HOP_BY_HOP, *,
-                connection: Iterable[str | None] | None = None) -> list[tuple[str, str]]:
+def forwardable(
+    headers: Iterable[tuple[str, str]],
+    drop: AbstractSet[str] = HOP_BY_HOP,
+    *,
+    connection: Iterable[str | None] | None = None,
+) -> list[tuple[str, str]]:
     """The ``(name, value)`` pairs of ``headers`` a proxy passes on, in order, repeats kept: all but those
     named in ``drop`` (lower case) and those listed in *every* Connection header of ``headers``, as Go's
     httputil.ReverseProxy removeHopByHopHeaders does (and httpx's joined response header). ``connection``:
@@ -95,8 +111,9 @@ class TCPRelay:
     """``127.0.0.1:<port>`` (ephemeral by default) relayed to ``connect()``. ``close()`` stops the
     listener and cuts every relayed connection; nothing of it (thread, socket) stays behind."""
 
-    def __init__(self, connect: Callable[[], socket.socket], host: str = "127.0.0.1", port: int = 0, *,
-                 name: str = "osb-relay"):
+    def __init__(
+        self, connect: Callable[[], socket.socket], host: str = "127.0.0.1", port: int = 0, *, name: str = "osb-relay"
+    ):
         self._connect = connect
         self.name = name
         self._lock = threading.Lock()
@@ -129,8 +146,9 @@ class TCPRelay:
                 # finished threads leave the set here, not in their own finally: close() must still
                 # join a thread that is past its bookkeeping but not yet ended
                 self._threads = {t for t in self._threads if t.is_alive()}
-                t = threading.Thread(target=self._serve, args=(client,), name="%s-%d-conn" % (self.name, self.port),
-                                     daemon=True)
+                t = threading.Thread(
+                    target=self._serve, args=(client,), name="%s-%d-conn" % (self.name, self.port), daemon=True
+                )
                 self._threads.add(t)
             t.start()
 
@@ -147,8 +165,9 @@ class TCPRelay:
                 if self._closed:
                     return
                 self._conns.add(backend)
-                back_thread = threading.Thread(target=pump, args=(backend, client),
-                                               name="%s-%d-back" % (self.name, self.port), daemon=True)
+                back_thread = threading.Thread(
+                    target=pump, args=(backend, client), name="%s-%d-back" % (self.name, self.port), daemon=True
+                )
                 self._threads.add(back_thread)
             back_thread.start()
             for s in (client, backend):

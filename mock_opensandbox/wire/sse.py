@@ -9,6 +9,7 @@ JSON is compact (Go's encoding/json) with "<", ">", "&" escaped as \\u003c etc. 
 (recording 07 shows the same escaping in JSON bodies; text events with those characters behave alike).
 ``SSEWriter`` is the one writer of an event-stream response (execd's /command and /code routes).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,19 @@ from typing import Any, Iterable, Iterator
 
 from mock_opensandbox.wire.gojson import go_json
 
-__all__ = ["SSEWriter", "now_ms", "encode_event", "init_event", "ping_event", "output_event", "complete_event",
-           "error_event", "go_json", "SSEReader", "parse_stream"]
+__all__ = [
+    "SSEWriter",
+    "now_ms",
+    "encode_event",
+    "init_event",
+    "ping_event",
+    "output_event",
+    "complete_event",
+    "error_event",
+    "go_json",
+    "SSEReader",
+    "parse_stream",
+]
 
 
 def now_ms() -> int:
@@ -86,10 +98,14 @@ def complete_event(execution_time_ms: int | None, ts: int | None = None) -> dict
     return ev
 
 
-def error_event(evalue: str, traceback: list[str], ename: str = "CommandExecError",
-                ts: int | None = None) -> dict[str, Any]:
-    return {"type": "error", "timestamp": now_ms() if ts is None else ts,
-            "error": {"ename": ename, "evalue": evalue, "traceback": list(traceback)}}
+def error_event(
+    evalue: str, traceback: list[str], ename: str = "CommandExecError", ts: int | None = None
+) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "timestamp": now_ms() if ts is None else ts,
+        "error": {"ename": ename, "evalue": evalue, "traceback": list(traceback)},
+    }
 
 
 class SSEReader:
@@ -113,7 +129,7 @@ class SSEReader:
             if nl < 0:
                 break
             line = bytes(self._buf[:nl])
-            del self._buf[:nl + 1]
+            del self._buf[: nl + 1]
             if line.endswith(b"\r"):
                 line = line[:-1]
             self._line(line.decode("utf-8", "replace"), events)

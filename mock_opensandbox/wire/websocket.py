@@ -14,6 +14,7 @@ module reproduces what a client can observe of that:
 Pure codec functions (``encode_frame``, ``FrameReader``, ``MessageAssembler``) take plain byte
 readers so they can be tested without sockets (tiers/t0/test_ws_codec.py).
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,10 +28,28 @@ from typing import Any, Callable, NamedTuple
 from mock_opensandbox.wire.gojson import go_json_bytes
 
 __all__ = [
-    "GUID", "OP_CONT", "OP_TEXT", "OP_BINARY", "OP_CLOSE", "OP_PING", "OP_PONG",
-    "ProtocolError", "ConnectionClosed", "Frame", "encode_frame", "encode_close", "decode_close",
-    "apply_mask", "FrameReader", "MessageAssembler", "accept_key", "handshake_problem",
-    "send_handshake_error", "upgrade", "WebSocket", "go_json",
+    "GUID",
+    "OP_CONT",
+    "OP_TEXT",
+    "OP_BINARY",
+    "OP_CLOSE",
+    "OP_PING",
+    "OP_PONG",
+    "ProtocolError",
+    "ConnectionClosed",
+    "Frame",
+    "encode_frame",
+    "encode_close",
+    "decode_close",
+    "apply_mask",
+    "FrameReader",
+    "MessageAssembler",
+    "accept_key",
+    "handshake_problem",
+    "send_handshake_error",
+    "upgrade",
+    "WebSocket",
+    "go_json",
 ]
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
@@ -85,8 +104,9 @@ def apply_mask(data: bytes, key: bytes) -> bytes:
     return (int.from_bytes(data, "big") ^ k).to_bytes(n, "big")
 
 
-def encode_frame(opcode: int, payload: bytes = b"", *, fin: bool = True, mask: bytes | None = None,
-                 rsv: int = 0) -> bytes:
+def encode_frame(
+    opcode: int, payload: bytes = b"", *, fin: bool = True, mask: bytes | None = None, rsv: int = 0
+) -> bytes:
     """One frame on the wire. ``mask`` (4 bytes) masks the payload, as a client must."""
     if not 0 <= opcode <= 0xF:
         raise ValueError("opcode out of range")
@@ -152,8 +172,9 @@ def _read_exact(read: Callable[[int], bytes], n: int) -> bytes:
     while left:
         b = read(left)
         if not b:
-            raise ConnectionClosed("connection closed in the middle of a frame" if left != n or chunks
-                                   else "connection closed")
+            raise ConnectionClosed(
+                "connection closed in the middle of a frame" if left != n or chunks else "connection closed"
+            )
         chunks.append(b)
         left -= len(b)
     return b"".join(chunks)
@@ -165,8 +186,9 @@ class FrameReader:
     ``require_mask``: True on a server (clients must mask), False on a client (servers must not
     mask), None to accept both (tests). ``max_payload`` bounds one frame's payload."""
 
-    def __init__(self, read: Callable[[int], bytes], *, require_mask: bool | None,
-                 max_payload: int = DEFAULT_MAX_MESSAGE):
+    def __init__(
+        self, read: Callable[[int], bytes], *, require_mask: bool | None, max_payload: int = DEFAULT_MAX_MESSAGE
+    ):
         self._read = read
         self.require_mask = require_mask
         self.max_payload = max_payload
@@ -220,8 +242,7 @@ class MessageAssembler:
     ``validate_utf8`` rejects text messages that are not UTF-8 (1007). gorilla does not check text
     payloads, so the mock server leaves it off; the plugin's client turns it on."""
 
-    def __init__(self, reader: FrameReader, *, max_message: int = DEFAULT_MAX_MESSAGE,
-                 validate_utf8: bool = False):
+    def __init__(self, reader: FrameReader, *, max_message: int = DEFAULT_MAX_MESSAGE, validate_utf8: bool = False):
         self.reader = reader
         self.max_message = max_message
         self.validate_utf8 = validate_utf8
@@ -313,23 +334,31 @@ def send_handshake_error(req: Any, status: int) -> None:
     req.send(status, text.encode("ascii"), "text/plain; charset=utf-8", headers=headers)
 
 
-def upgrade(req: Any, *, max_message: int = DEFAULT_MAX_MESSAGE, read_timeout: float | None = None,
-            on_close: Callable[["WebSocket"], None] | None = None) -> "WebSocket":
+def upgrade(
+    req: Any,
+    *,
+    max_message: int = DEFAULT_MAX_MESSAGE,
+    read_timeout: float | None = None,
+    on_close: Callable[["WebSocket"], None] | None = None,
+) -> "WebSocket":
     """Answer 101 on an httpcore Request that passed ``handshake_problem`` and return the socket.
     The HTTP connection is not reused afterwards."""
     h = req.handler
     key = req.headers.get("Sec-WebSocket-Key") or ""
     # gorilla writes exactly these lines (no Date, no Server) on the hijacked connection.
-    raw = ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-           f"Sec-WebSocket-Accept: {accept_key(key)}\r\n\r\n").encode("ascii")
+    raw = (
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Accept: {accept_key(key)}\r\n\r\n"
+    ).encode("ascii")
     h.wfile.write(raw)
     h.wfile.flush()
     h.close_connection = True
     req.responded = True
     req.sent_status = 101
     req.sent_headers = {"Upgrade": "websocket", "Connection": "Upgrade"}
-    return WebSocket(h.connection, h.rfile, h.wfile, max_message=max_message, read_timeout=read_timeout,
-                     on_close=on_close)
+    return WebSocket(
+        h.connection, h.rfile, h.wfile, max_message=max_message, read_timeout=read_timeout, on_close=on_close
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -349,8 +378,16 @@ class WebSocket:
     itself; it returns None once the connection is over (peer close, EOF, timeout, protocol
     error). All writes are serialised by one lock, so any thread may send."""
 
-    def __init__(self, sock: socket.socket, rfile: Any, wfile: Any, *, max_message: int = DEFAULT_MAX_MESSAGE,
-                 read_timeout: float | None = None, on_close: Callable[["WebSocket"], None] | None = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        rfile: Any,
+        wfile: Any,
+        *,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+        read_timeout: float | None = None,
+        on_close: Callable[["WebSocket"], None] | None = None,
+    ):
         self.sock = sock
         self.rfile = rfile
         self.wfile = wfile

@@ -24,6 +24,7 @@ The API is served by ``AdminLayer``, which sits in front of an app's ``handle(re
 (``MockBackend`` here, ``proxy.ProxyBackend`` for the fault proxy) says what the sandboxes are.
 Standard library only.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -42,9 +43,9 @@ from mock_opensandbox.wire.relay import client_gone
 
 PREFIX = "/__mock__"
 COOKIE = "osb_mock_session"
-EVENT_THROTTLE = 0.25        # the event stream sends at most one state document per this many seconds
+EVENT_THROTTLE = 0.25  # the event stream sends at most one state document per this many seconds
 EVENT_KEEPALIVE = 15.0
-LIGHT_REQUESTS = 200         # journal entries in a state document
+LIGHT_REQUESTS = 200  # journal entries in a state document
 
 
 def _error(req: Request, status: int, code: str, message: str) -> None:
@@ -57,8 +58,10 @@ def _iso(dt: datetime | None) -> str | None:
 
 def light(entry: dict[str, Any]) -> dict[str, Any]:
     """A journal entry without headers and bodies (the dashboard's table row)."""
-    return {k: entry.get(k) for k in ("seq", "time", "method", "path", "listener", "sandbox", "status",
-                                      "duration_ms", "fault", "error")}
+    return {
+        k: entry.get(k)
+        for k in ("seq", "time", "method", "path", "listener", "sandbox", "status", "duration_ms", "fault", "error")
+    }
 
 
 def view_of(runtime: Any, sb: Any) -> dict[str, Any]:
@@ -68,8 +71,13 @@ def view_of(runtime: Any, sb: Any) -> dict[str, Any]:
     ir = getattr(runtime, "image_root", None)
     img = getattr(sb, "rootfs_image", None)
     if ir is not None:
-        return {"kind": "image", "rootfs": ir.mode, "image_id": ir.image.id, "user": ir.image.user or "root",
-                "working_dir": ir.working_dir()}
+        return {
+            "kind": "image",
+            "rootfs": ir.mode,
+            "image_id": ir.image.id,
+            "user": ir.image.user or "root",
+            "working_dir": ir.working_dir(),
+        }
     why = "no image store (--image-dir)" if img is None else getattr(runtime, "isolation_note", "")
     return {"kind": "host-tools", "rootfs": None, "image_id": getattr(img, "id", None), "why": why}
 
@@ -109,8 +117,15 @@ def processes_of(pgids: list[int]) -> list[dict[str, Any]]:
         except OSError:
             continue
         cmd = " ".join(cmd.split())
-        out.append({"pid": pid, "ppid": ppid, "pgid": pgid, "state": state,
-                    "cmdline": cmd if len(cmd) <= 300 else cmd[:297] + "..."})
+        out.append(
+            {
+                "pid": pid,
+                "ppid": ppid,
+                "pgid": pgid,
+                "state": state,
+                "cmdline": cmd if len(cmd) <= 300 else cmd[:297] + "...",
+            }
+        )
     return out
 
 
@@ -128,11 +143,16 @@ class MockBackend:
     def info(self) -> dict[str, Any]:
         m = self.mock
         prov = m.provisioner
-        return {"kind": "mock", "base_url": m.base_url if m._server is not None else None,
-                "execd_mode": m.execd_mode, "execd": "process %s" % m.execd_bin if m.execd_bin else "in-process",
-                "isolation": prov.isolation() if prov is not None else "unknown",
-                "gateway": bool(m.gateway), "execd_token": m.execd_token is not None,
-                "auth": m.api_key is not None}
+        return {
+            "kind": "mock",
+            "base_url": m.base_url if m._server is not None else None,
+            "execd_mode": m.execd_mode,
+            "execd": "process %s" % m.execd_bin if m.execd_bin else "in-process",
+            "isolation": prov.isolation() if prov is not None else "unknown",
+            "gateway": bool(m.gateway),
+            "execd_token": m.execd_token is not None,
+            "auth": m.api_key is not None,
+        }
 
     def sandbox_ids(self) -> list[str]:
         return list(self.mock.sandboxes)
@@ -148,22 +168,35 @@ class MockBackend:
             ttl = None if sb.expires_at is None else round((sb.expires_at - now).total_seconds(), 1)
             runtime, execd = sb.runtime, sb.execd
             out: dict[str, Any] = {
-                "id": sb.id, "state": state, "image": sb.image.get("uri"), "entrypoint": list(sb.entrypoint),
-                "metadata": dict(sb.metadata or {}), "created_at": _iso(sb.started_at),
-                "expires_at": _iso(sb.expires_at), "ttl_left_s": ttl, "paused": sb.paused,
-                "exit_code": sb.exit_code, "root": getattr(runtime, "root", None),
+                "id": sb.id,
+                "state": state,
+                "image": sb.image.get("uri"),
+                "entrypoint": list(sb.entrypoint),
+                "metadata": dict(sb.metadata or {}),
+                "created_at": _iso(sb.started_at),
+                "expires_at": _iso(sb.expires_at),
+                "ttl_left_s": ttl,
+                "paused": sb.paused,
+                "exit_code": sb.exit_code,
+                "root": getattr(runtime, "root", None),
             }
         out["view"] = view_of(runtime, sb)
         out["volumes"] = m.volumes.of(sid) if m.volumes is not None else []
         headers = m.provisioner._required_headers(sb) if m.provisioner is not None else None
-        out["execd"] = {"mode": sb.execd_mode, "port": sb.execd_port,
-                        "kind": "process" if m.execd_bin else "in-process",
-                        "access_token": "<set>" if m.execd_token else None,
-                        "gateway": bool(m.gateway), "required_headers": headers or {}}
+        out["execd"] = {
+            "mode": sb.execd_mode,
+            "port": sb.execd_port,
+            "kind": "process" if m.execd_bin else "in-process",
+            "access_token": "<set>" if m.execd_token else None,
+            "gateway": bool(m.gateway),
+            "required_headers": headers or {},
+        }
         cmds = getattr(getattr(execd, "commands", None), "_cmds", None)
         if isinstance(cmds, dict):
-            out["commands"] = [{"id": c.id, "content": c.content[:200], "background": c.background,
-                                "running": c.running} for c in list(cmds.values())[-50:]]
+            out["commands"] = [
+                {"id": c.id, "content": c.content[:200], "background": c.background, "running": c.running}
+                for c in list(cmds.values())[-50:]
+            ]
         if processes:
             try:
                 pgids = runtime.process_groups() if runtime is not None else []
@@ -182,8 +215,13 @@ class MockBackend:
         snapshots = snaps.view() if snaps is not None else []  # docker/snapshots.py: each one's image and users
         if p is None:
             return {"available": False, "sources": [], "cache": None, "images": [], "snapshots": snapshots}
-        return {"available": True, "sources": p.store.sources(), "cache": p.store.cache_dir,
-                "images": p.images(self.mock.sandboxes), "snapshots": snapshots}
+        return {
+            "available": True,
+            "sources": p.store.sources(),
+            "cache": p.store.cache_dir,
+            "images": p.images(self.mock.sandboxes),
+            "snapshots": snapshots,
+        }
 
     def clear_images(self) -> None:
         if self.mock.images is not None:
@@ -232,15 +270,23 @@ class AdminAPI:
     """The /__mock__/ routes for one backend. ``serve_faults``: answer /__mock__/faults here (the proxy);
     otherwise they fall through to the app, except for the dashboard's cookie session."""
 
-    def __init__(self, backend: Any, journal: Journal, faults: FaultRegistry, *,
-                 api_key: Callable[[], str | None], bind_host: Callable[[], str], serve_faults: bool = False):
+    def __init__(
+        self,
+        backend: Any,
+        journal: Journal,
+        faults: FaultRegistry,
+        *,
+        api_key: Callable[[], str | None],
+        bind_host: Callable[[], str],
+        serve_faults: bool = False,
+    ):
         self.backend = backend
         self.journal = journal
         self.faults = faults
         self._api_key = api_key
         self._bind_host = bind_host
         self.serve_faults = serve_faults
-        self.session = secrets.token_urlsafe(24)   # the dashboard's cookie value (never the API key)
+        self.session = secrets.token_urlsafe(24)  # the dashboard's cookie value (never the API key)
         self._lock = threading.Lock()
 
     # -- auth -----------------------------------------------------------------------------------------
@@ -264,8 +310,13 @@ class AdminAPI:
         """None when the request may use the admin API, else why not (403/401 already sent)."""
         host = req.headers.get("Host")
         if not host_allowed(host, self._bind_host()):
-            _error(req, 403, "MOCK::HOST_NOT_ALLOWED", "Host header is not allowed: the admin API only answers "
-                   "loopback names or the bound address (DNS-rebinding protection).")
+            _error(
+                req,
+                403,
+                "MOCK::HOST_NOT_ALLOWED",
+                "Host header is not allowed: the admin API only answers "
+                "loopback names or the bound address (DNS-rebinding protection).",
+            )
             return "host"
         origin = req.headers.get("Origin")
         cookie = self._cookie_ok(req)
@@ -276,11 +327,17 @@ class AdminAPI:
             return None
         key = req.headers.get("OPEN-SANDBOX-API-KEY")
         if not key:
-            _error(req, 401, "MISSING_API_KEY", "Authentication credentials are missing. Provide API key via "
-                   "OPEN-SANDBOX-API-KEY header (the dashboard: open /__mock__/?key=<api key>).")
+            _error(
+                req,
+                401,
+                "MISSING_API_KEY",
+                "Authentication credentials are missing. Provide API key via "
+                "OPEN-SANDBOX-API-KEY header (the dashboard: open /__mock__/?key=<api key>).",
+            )
         else:
-            _error(req, 401, "INVALID_API_KEY", "Authentication credentials are invalid. Check your API key "
-                   "and try again.")
+            _error(
+                req, 401, "INVALID_API_KEY", "Authentication credentials are invalid. Check your API key and try again."
+            )
         return "auth"
 
     # -- dispatch ---------------------------------------------------------------------------------------
@@ -294,17 +351,25 @@ class AdminAPI:
             return False
         if self._guard(req) is not None:
             return True
-        parts = path[len(PREFIX):].strip("/").split("/") if path != PREFIX else []
+        parts = path[len(PREFIX) :].strip("/").split("/") if path != PREFIX else []
         m = req.method
         try:
             if not parts:
                 if m not in ("GET", "HEAD"):
                     return self._method(req)
                 from mock_opensandbox.workbench.dashboard import page
-                req.send(200, page(), "text/html; charset=utf-8",
-                         {"Cache-Control": "no-store", "X-Frame-Options": "DENY",
-                          "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline' 'self'; "
-                                                     "style-src 'unsafe-inline'; img-src data:"})
+
+                req.send(
+                    200,
+                    page(),
+                    "text/html; charset=utf-8",
+                    {
+                        "Cache-Control": "no-store",
+                        "X-Frame-Options": "DENY",
+                        "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline' 'self'; "
+                        "style-src 'unsafe-inline'; img-src data:",
+                    },
+                )
                 return True
             head = parts[0]
             if head == "reset" and len(parts) == 1:
@@ -354,7 +419,7 @@ class AdminAPI:
                 return self._events(req) if m == "GET" else self._method(req)
             if head == "faults":
                 return self._faults(req, parts[1:])
-        except ValueError as e:           # a bad filter, rule, body...
+        except ValueError as e:  # a bad filter, rule, body...
             _error(req, 400, "MOCK::INVALID_REQUEST", str(e))
             return True
         _error(req, 404, "MOCK::NOT_FOUND", "No admin route %s %s." % (m, path[:200]))
@@ -389,13 +454,21 @@ class AdminAPI:
             _error(req, 403, "MOCK::ORIGIN_NOT_ALLOWED", "Not allowed.")
             return True
         if not self._key_ok(req.q("key")):
-            _error(req, 401, "INVALID_API_KEY", "Authentication credentials are invalid. Check your API key "
-                   "and try again.")
+            _error(
+                req, 401, "INVALID_API_KEY", "Authentication credentials are invalid. Check your API key and try again."
+            )
             return True
         # the key leaves the address bar at once; the browser keeps a session cookie instead
-        req.send(303, b"", None, {"Location": PREFIX + "/", "Cache-Control": "no-store",
-                                  "Set-Cookie": "%s=%s; Path=%s/; HttpOnly; SameSite=Strict"
-                                                % (COOKIE, self.session, PREFIX)})
+        req.send(
+            303,
+            b"",
+            None,
+            {
+                "Location": PREFIX + "/",
+                "Cache-Control": "no-store",
+                "Set-Cookie": "%s=%s; Path=%s/; HttpOnly; SameSite=Strict" % (COOKIE, self.session, PREFIX),
+            },
+        )
         return True
 
     # -- routes ----------------------------------------------------------------------------------------
@@ -464,18 +537,25 @@ class AdminAPI:
                     raise ValueError("%s must be a non-negative integer" % name)
                 filters[name] = int(v)
         items = self.journal.entries(**filters)
-        req.send_json(200, {"requests": items, "count": len(items), "seq": self.journal.seq,
-                            "dropped": self.journal.dropped})
+        req.send_json(
+            200, {"requests": items, "count": len(items), "seq": self.journal.seq, "dropped": self.journal.dropped}
+        )
         return True
 
     def state(self) -> dict[str, Any]:
         sandboxes = [s for s in (self.backend.sandbox(i) for i in self.backend.sandbox_ids()) if s]
         # the dashboard's document is rebuilt on every change: sizes counted over at most 5000 entries
         vols = self.backend.volumes(5000) if hasattr(self.backend, "volumes") else None
-        return {"info": self.backend.info(), "sandboxes": sandboxes, "volumes": vols, "images": self._light_images(),
-                "faults": self.faults.to_json(),
-                "requests": [light(e) for e in self.journal.entries(limit=LIGHT_REQUESTS)],
-                "seq": self.journal.seq, "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        return {
+            "info": self.backend.info(),
+            "sandboxes": sandboxes,
+            "volumes": vols,
+            "images": self._light_images(),
+            "faults": self.faults.to_json(),
+            "requests": [light(e) for e in self.journal.entries(limit=LIGHT_REQUESTS)],
+            "seq": self.journal.seq,
+            "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
 
     def _light_images(self) -> dict[str, Any] | None:
         """The dashboard's Images panel: ``/__mock__/images`` without each image's layers and config."""
@@ -483,8 +563,12 @@ class AdminAPI:
             return None
         doc = self.backend.images()
         keep = ("id", "ref", "refs", "digest", "size", "source", "sandboxes")
-        return {"available": doc["available"], "sources": doc["sources"], "snapshots": doc["snapshots"],
-                "images": [{k: img.get(k) for k in keep} for img in doc["images"]]}
+        return {
+            "available": doc["available"],
+            "sources": doc["sources"],
+            "snapshots": doc["snapshots"],
+            "images": [{k: img.get(k) for k in keep} for img in doc["images"]],
+        }
 
     def _state(self, req: Request) -> bool:
         req.send_json(200, self.state())
@@ -494,16 +578,21 @@ class AdminAPI:
         """Server-sent events: ``event: state`` with the state document whenever it changed (TTL
         counters are compared at one-second resolution), a comment line as keep-alive."""
         h = req.handler
-        w = req.start_chunked(200, {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store",
-                                    "X-Accel-Buffering": "no"})
+        w = req.start_chunked(
+            200,
+            {
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",
+            },
+        )
         last_doc = None
         last_send = 0.0
         seq = -1
         try:
             while h.server.socket.fileno() != -1:
                 doc = self.state()
-                doc_cmp = json.dumps({k: v for k, v in doc.items() if k != "time"}, sort_keys=True,
-                                     default=str)
+                doc_cmp = json.dumps({k: v for k, v in doc.items() if k != "time"}, sort_keys=True, default=str)
                 now = time.monotonic()
                 if doc_cmp != last_doc:
                     w.write(b"event: state\ndata: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n")
@@ -512,10 +601,10 @@ class AdminAPI:
                     w.write(b": keep-alive\n\n")
                     last_send = now
                 seq = self.journal.seq
-                for _ in range(4):                       # a request arrived, or a second passed
+                for _ in range(4):  # a request arrived, or a second passed
                     if self.journal.wait_for(seq, 0.25) or client_gone(h.connection):
                         break
-                if client_gone(h.connection):           # the page went away: end now, not at the next change
+                if client_gone(h.connection):  # the page went away: end now, not at the next change
                     break
                 time.sleep(EVENT_THROTTLE)
         except (OSError, ValueError):
@@ -595,8 +684,9 @@ class AdminLayer:
 # =====================================================================================================
 # Python helpers (MockOpenSandbox and the proxy get them through WorkbenchMixin)
 # =====================================================================================================
-def assert_requested(journal: Journal, *, count: int | None = None, at_least: int | None = None,
-                     **filters: Any) -> list[dict[str, Any]]:
+def assert_requested(
+    journal: Journal, *, count: int | None = None, at_least: int | None = None, **filters: Any
+) -> list[dict[str, Any]]:
     """WireMock's verify: the journal holds requests matching ``filters`` (exactly ``count`` of them,
     or at least ``at_least``, default 1). Returns the matches; raises AssertionError saying what was seen."""
     found = journal.entries(**filters)
@@ -610,12 +700,25 @@ def assert_requested(journal: Journal, *, count: int | None = None, at_least: in
     if ok:
         return found
     recent = journal.entries(limit=15)
-    seen = "\n".join("  #%d %s %s -> %s [%s%s]" % (e["seq"], e["method"], e["path"][:120], e["status"] or e["error"],
-                                                  e["listener"], (" " + e["sandbox"][:8]) if e["sandbox"] else "")
-                     for e in recent) or "  (the journal is empty)"
+    seen = (
+        "\n".join(
+            "  #%d %s %s -> %s [%s%s]"
+            % (
+                e["seq"],
+                e["method"],
+                e["path"][:120],
+                e["status"] or e["error"],
+                e["listener"],
+                (" " + e["sandbox"][:8]) if e["sandbox"] else "",
+            )
+            for e in recent
+        )
+        or "  (the journal is empty)"
+    )
     crit = ", ".join("%s=%r" % kv for kv in filters.items()) or "any request"
-    raise AssertionError("expected %s request(s) matching %s, found %d. Most recent requests:\n%s"
-                         % (want, crit, len(found), seen))
+    raise AssertionError(
+        "expected %s request(s) matching %s, found %d. Most recent requests:\n%s" % (want, crit, len(found), seen)
+    )
 
 
 class WorkbenchMixin:
@@ -625,17 +728,26 @@ class WorkbenchMixin:
     journal: Journal
     admin: AdminAPI
 
-    def requests(self, method: Any = None, path: Any = None, sandbox: str | None = None, **filters: Any
-                 ) -> list[dict[str, Any]]:
+    def requests(
+        self, method: Any = None, path: Any = None, sandbox: str | None = None, **filters: Any
+    ) -> list[dict[str, Any]]:
         """Journal entries, oldest first. Filters: method ("GET", "GET|POST"), path (regex), sandbox,
         listener ("lifecycle", "execd", "port"), status (404, "4xx"), fault (rule id or "*"), since, limit."""
         return self.journal.entries(method=method, path=path, sandbox=sandbox, **filters)
 
-    def assert_requested(self, method: Any = None, path: Any = None, sandbox: str | None = None, *,
-                         count: int | None = None, at_least: int | None = None, **filters: Any
-                         ) -> list[dict[str, Any]]:
-        return assert_requested(self.journal, count=count, at_least=at_least, method=method, path=path,
-                                sandbox=sandbox, **filters)
+    def assert_requested(
+        self,
+        method: Any = None,
+        path: Any = None,
+        sandbox: str | None = None,
+        *,
+        count: int | None = None,
+        at_least: int | None = None,
+        **filters: Any,
+    ) -> list[dict[str, Any]]:
+        return assert_requested(
+            self.journal, count=count, at_least=at_least, method=method, path=path, sandbox=sandbox, **filters
+        )
 
     def reset(self, sandbox: str | None = None, *, keep_volumes: bool = False) -> dict[str, Any]:
         """Remove every sandbox (processes killed, roots removed), named volume (unless keep_volumes), fault
@@ -645,4 +757,3 @@ class WorkbenchMixin:
     def sandbox_state(self, sandbox_id: str) -> dict[str, Any] | None:
         """Internal state of one sandbox (processes, root, TTL left, paused, execd mode...), None if unknown."""
         return self.admin.backend.sandbox(sandbox_id)
-

@@ -1,6 +1,7 @@
 """What the two foreground commands share, ``python -m mock_opensandbox`` (__main__.py) and
 ``python -m mock_opensandbox.workbench.proxy``: the ``--fault`` arguments (JSON rules for workbench/faults.py), the port
 check, and the run itself (start, a banner, wait for Ctrl-C / SIGTERM, stop). Standard library only."""
+
 from __future__ import annotations
 
 import argparse

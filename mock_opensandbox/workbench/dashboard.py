@@ -7,6 +7,7 @@ size, digest, source, the sandboxes using them) and the snapshots, the request j
 Buttons call the admin API with the session cookie the login (``/__mock__/?key=<api key>``) set.
 Everything is built with DOM calls and ``textContent`` (no HTML from data). Standard library only.
 """
+
 from __future__ import annotations
 
 PAGE = r"""<!doctype html>

@@ -2,6 +2,7 @@
 made-up status page, TCP reset, a body cut, dribbled or stalled), called by ``httpcore.Handler._handle``
 through ``inject()``; ``classify()`` names a request's listener, path and sandbox for the rules and the
 journal. docs/FAULTS.md is the user guide. Standard library only."""
+
 from __future__ import annotations
 
 import html
@@ -29,8 +30,10 @@ def proxy_error_page(status: int, extra: str = "") -> str:
     except ValueError:
         reason = "Error"
     title = "%d %s" % (status, reason)
-    return ("<html>\r\n<head><title>%s</title></head>\r\n<body>\r\n<center><h1>%s</h1></center>\r\n%s"
-            "<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n" % (title, title, extra))
+    return (
+        "<html>\r\n<head><title>%s</title></head>\r\n<body>\r\n<center><h1>%s</h1></center>\r\n%s"
+        "<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n" % (title, title, extra)
+    )
 
 
 def _reset(handler: Any) -> None:
@@ -99,7 +102,7 @@ class _FaultyWriter:
             if end < 0 or not data.startswith(b"HTTP/") or data.startswith(b"HTTP/1.1 100 "):
                 self._raw.write(data)
                 return n
-            head, data = data[: end + 4], data[end + 4:]
+            head, data = data[: end + 4], data[end + 4 :]
             self._raw.write(head)
             self._in_body = True
         if not data:
@@ -120,7 +123,7 @@ class _FaultyWriter:
         for i in range(0, len(data), step):
             if self._sent and self._inj.registry.closed.wait(self._rule.interval):
                 self._cut()
-            piece = data[i:i + step]
+            piece = data[i : i + step]
             self._raw.write(piece)
             try:
                 self._raw.flush()
@@ -161,7 +164,7 @@ class Injection:
         rule, h = self.rule, self.handler
         wait = rule.pre_wait()
         if wait > 0 and self.registry.closed.wait(wait):
-            h.close_connection = True          # the mock is stopping: drop the request
+            h.close_connection = True  # the mock is stopping: drop the request
             self.done = True
             return
         kind = rule.kind
@@ -206,10 +209,12 @@ class Injection:
             extra = ""
             if rule.echo_headers:
                 extra = "<pre>request headers:\r\n%s</pre>\r\n" % "".join(
-                    "%s: %s\r\n" % (html.escape(k), html.escape(v)) for k, v in h.headers.items())
+                    "%s: %s\r\n" % (html.escape(k), html.escape(v)) for k, v in h.headers.items()
+                )
             if rule.echo_body:
                 extra += "<pre>request body:\r\n%s</pre>\r\n" % html.escape(
-                    self.request_body[:4096].decode("utf-8", "replace"))
+                    self.request_body[:4096].decode("utf-8", "replace")
+                )
             body = proxy_error_page(rule.status, extra)
             ctype = ctype or "text/html"
         data = body.encode("utf-8")
@@ -277,7 +282,6 @@ def inject(handler: Any, method: str, registry: FaultRegistry) -> Injection | No
     if inj.done:
         inj.finish()
     return inj
-
 
 
 # the workbench plugs into the wire: every listener's request runs through inject() while rules are armed

@@ -41,6 +41,7 @@ delayed, cut or slowed are observed as the route produced them.
 The rules and the registry are here; the injector that carries a fired rule out on a connection is
 workbench/faultinject.py. Standard library only. Nothing here imports the rest of the mock.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,12 +58,24 @@ __all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_r
 
 KINDS = ("delay", "status", "reset", "reset_body", "truncate", "dribble", "stall")
 LISTENERS = ("lifecycle", "execd", "port")
-EXECD_PREFIX = "/proxy/44772"           # execd serves every route bare and under this prefix (recording 06)
+EXECD_PREFIX = "/proxy/44772"  # execd serves every route bare and under this prefix (recording 06)
 ADMIN_PREFIX = "/__mock__/"
 MAX_DELAY = 3600.0
 _METHOD_RE = re.compile(r"[A-Z]+|\*")
-_COMMON = ("id", "kind", "method", "path", "listener", "sandbox", "count", "probability", "seed", "delay",
-           "delay_max", "note")
+_COMMON = (
+    "id",
+    "kind",
+    "method",
+    "path",
+    "listener",
+    "sandbox",
+    "count",
+    "probability",
+    "seed",
+    "delay",
+    "delay_max",
+    "note",
+)
 _PARAMS = {
     "delay": (),
     "status": ("status", "body", "content_type", "headers", "retry_after", "echo_headers", "echo_body"),
@@ -106,14 +119,32 @@ def _header_text(value: Any, name: str) -> str:
 class Rule:
     """One fault rule. Plain data plus its random generator and hit bookkeeping."""
 
-    def __init__(self, kind: str, *, id: str = "", method: Any = None, path: str | None = None,
-                 listener: str | None = None, sandbox: str | None = None, count: int | None = None,
-                 probability: float = 1.0, seed: int | None = None, delay: float = 0.0,
-                 delay_max: float | None = None, note: str = "", status: int | None = None, body: str | None = None,
-                 content_type: str | None = None, headers: dict[str, str] | None = None,
-                 retry_after: Any = None, echo_headers: bool = False, echo_body: bool = False,
-                 after_bytes: int = 0, chunk: int = 1,
-                 interval: float = 0.1):
+    def __init__(
+        self,
+        kind: str,
+        *,
+        id: str = "",
+        method: Any = None,
+        path: str | None = None,
+        listener: str | None = None,
+        sandbox: str | None = None,
+        count: int | None = None,
+        probability: float = 1.0,
+        seed: int | None = None,
+        delay: float = 0.0,
+        delay_max: float | None = None,
+        note: str = "",
+        status: int | None = None,
+        body: str | None = None,
+        content_type: str | None = None,
+        headers: dict[str, str] | None = None,
+        retry_after: Any = None,
+        echo_headers: bool = False,
+        echo_body: bool = False,
+        after_bytes: int = 0,
+        chunk: int = 1,
+        interval: float = 0.1,
+    ):
         if kind not in KINDS:
             raise FaultError("kind must be one of %s, not %r" % (", ".join(KINDS), kind))
         self.kind = kind
@@ -179,7 +210,7 @@ class Rule:
         self.chunk = _integer(chunk, "chunk", 1, 1 << 20)
         self.interval = _number(interval, "interval", 0.0, 60.0)
         self.hits = 0
-        self.hit_times: deque[float] = deque(maxlen=256)     # time.monotonic() of each firing
+        self.hit_times: deque[float] = deque(maxlen=256)  # time.monotonic() of each firing
 
     @staticmethod
     def _methods(method: Any) -> frozenset[str] | None:
@@ -209,7 +240,7 @@ class Rule:
             if self.path_re.search(path):
                 return True
             if listener == "execd" and path.startswith(EXECD_PREFIX + "/"):
-                return bool(self.path_re.search(path[len(EXECD_PREFIX):]))
+                return bool(self.path_re.search(path[len(EXECD_PREFIX) :]))
             return False
         return True
 
@@ -282,7 +313,7 @@ def parse_rule(obj: Any) -> Rule:
         raise FaultError("unknown field(s) for a %s rule: %s" % (kind, ", ".join(unknown)))
     fields = {k: v for k, v in obj.items() if k not in ("kind", "hits", "active")}
     if fields.get("id") in ("", None):
-        fields.pop("id", None)                  # no id yet: the registry gives one
+        fields.pop("id", None)  # no id yet: the registry gives one
     elif not isinstance(fields["id"], str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", fields["id"]):
         raise FaultError("id must be 1-64 letters, digits, '.', '_' or '-'")
     try:
@@ -303,8 +334,8 @@ class FaultRegistry:
         self._next = 1
         self.verbose = verbose
         self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.closed = threading.Event()       # set when the mock stops: ends stalls, delays and dribbles
-        self.armed = False                    # fast path for the HTTP hook: any rule that can still fire?
+        self.closed = threading.Event()  # set when the mock stops: ends stalls, delays and dribbles
+        self.armed = False  # fast path for the HTTP hook: any rule that can still fire?
         self._active = 0
         self._idle = threading.Condition(self._lock)
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
@@ -380,8 +411,17 @@ class FaultRegistry:
             for r in self._rules:
                 if r.matches(method, path, listener, sandbox) and r.fire():
                     self._rearm()
-                    self.history.append({"rule": r.id, "kind": r.kind, "method": method, "path": path,
-                                         "listener": listener, "sandbox": sandbox, "at": time.monotonic()})
+                    self.history.append(
+                        {
+                            "rule": r.id,
+                            "kind": r.kind,
+                            "method": method,
+                            "path": path,
+                            "listener": listener,
+                            "sandbox": sandbox,
+                            "at": time.monotonic(),
+                        }
+                    )
                     self._active += 1
                     return r
         return None

@@ -29,6 +29,7 @@ recorded exchanges intact followed by part of the new one: ``load`` then refuses
 ``repair(path)`` cuts it back to its complete exchanges (``python -m mock_opensandbox.workbench.fixturefile repair
 PATH``). Nothing is fsynced: a power loss may lose what the page cache held.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ from typing import Any
 __all__ = ["FORMAT", "dumps", "write", "load", "load_dir", "make", "Appender", "repair"]
 
 FORMAT = 1
-_CLOSE = "\n  ]\n}\n"   # how dumps() ends a fixture whose exchanges are the last key and not empty
+_CLOSE = "\n  ]\n}\n"  # how dumps() ends a fixture whose exchanges are the last key and not empty
 # in dumps()' layout an exchange is the only thing that ends with a newline, 4 spaces and "}" after the
 # exchanges key (everything inside one is indented deeper; a string never holds a raw newline)
 _EXCHANGES_KEY = b'\n  "exchanges": ['
@@ -62,8 +63,10 @@ def load(path: str) -> dict[str, Any]:
         try:
             data = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not valid JSON ({e}); a recording cut short by a crash: "
-                             f"python -m mock_opensandbox.workbench.fixturefile repair {path}") from None
+            raise ValueError(
+                f"{path}: not valid JSON ({e}); a recording cut short by a crash: "
+                f"python -m mock_opensandbox.workbench.fixturefile repair {path}"
+            ) from None
     if not isinstance(data, dict) or data.get("fixture_format") != FORMAT or "exchanges" not in data:
         raise ValueError(f"{path}: not a fixture (fixture_format {FORMAT} expected)")
     return data
@@ -78,8 +81,9 @@ def load_dir(directory: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def make(scenario: str, description: str, recorded: dict[str, Any], replay: dict[str, Any],
-         exchanges: list[dict[str, Any]]) -> dict[str, Any]:
+def make(
+    scenario: str, description: str, recorded: dict[str, Any], replay: dict[str, Any], exchanges: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "fixture_format": FORMAT,
         "scenario": scenario,
@@ -102,8 +106,8 @@ class Appender:
             raise ValueError("a fixture's exchanges must be its last key")
         self.path = path
         self.count = 0
-        self._head = head[:-len("]\n}\n")].encode("utf-8")    # up to and including the list's "["
-        self._end = 0                                            # where the closing brackets start
+        self._head = head[: -len("]\n}\n")].encode("utf-8")  # up to and including the list's "["
+        self._end = 0  # where the closing brackets start
         self._lock = threading.Lock()
 
     def append(self, exchange: dict[str, Any]) -> None:
@@ -157,7 +161,7 @@ def repair(path: str) -> int:
         raise ValueError(f"{path}: no exchanges list: not a fixture this module wrote")
     start = key + len(_EXCHANGES_KEY)
     end = raw.rfind(_ITEM_END, start)
-    fixed = raw[:end + len(_ITEM_END)] + _CLOSE.encode() if end >= 0 else raw[:start] + b"]\n}\n"
+    fixed = raw[: end + len(_ITEM_END)] + _CLOSE.encode() if end >= 0 else raw[:start] + b"]\n}\n"
     try:
         fx = json.loads(fixed.decode("utf-8"))
     except ValueError as e:

@@ -14,6 +14,7 @@ Over HTTP (behind the API key): ``GET /__mock__/requests?method=&path=&sandbox=&
 &since=&limit=`` (workbench/admin.py). The admin routes themselves (``/__mock__/...``) are not journaled.
 Standard library only.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,7 +32,7 @@ __all__ = ["Journal", "JournalEntry", "match_entry"]
 ADMIN_PREFIX = "/__mock__"
 DEFAULT_MAX_ENTRIES = 1000
 DEFAULT_PREVIEW = 2048
-_RAW = "_raw"   # an entry's unread headers and bodies (JournalEntry._record); Journal.entries() expands them
+_RAW = "_raw"  # an entry's unread headers and bodies (JournalEntry._record); Journal.entries() expands them
 _CREATE_PATH_RE = re.compile(r"^(?:/v1)?/sandboxes/?(?:\?|$)")
 _ID_RE = re.compile(r'^\s*\{\s*"id"\s*:\s*"([^"]+)"')
 
@@ -58,7 +59,7 @@ def _dechunk(raw: bytes) -> bytes:
         if size == 0:
             break
         start = eol + 2
-        out += raw[start:start + size]
+        out += raw[start : start + size]
         pos = start + size + 2
     return bytes(out)
 
@@ -124,8 +125,8 @@ class _TeeWriter:
         self.body_total = 0
         self._length: int | None = None
         self._chunked = False
-        self._cbuf = bytearray()          # chunk framing parser state
-        self._cleft = 0                   # data bytes (+2 for CRLF) left in the current chunk
+        self._cbuf = bytearray()  # chunk framing parser state
+        self._cleft = 0  # data bytes (+2 for CRLF) left in the current chunk
         self._trailer = False
 
     def _done(self) -> None:
@@ -152,7 +153,7 @@ class _TeeWriter:
                 self._cleft -= take
                 i += take
                 continue
-            self._cbuf += data[i:i + 1]
+            self._cbuf += data[i : i + 1]
             i += 1
             if self._cbuf.endswith(b"\r\n"):
                 line = bytes(self._cbuf[:-2])
@@ -164,7 +165,7 @@ class _TeeWriter:
                 try:
                     size = int(line.split(b";", 1)[0].strip() or b"0", 16)
                 except ValueError:
-                    self._chunked = False      # not chunk framing after all: give up
+                    self._chunked = False  # not chunk framing after all: give up
                     return
                 if size == 0:
                     self._trailer = True
@@ -179,11 +180,11 @@ class _TeeWriter:
             self._head += data
             end = self._head.find(b"\r\n\r\n")
             if end < 0:
-                if len(self._head) > 65536:       # not HTTP (a raw tunnel): give up parsing
+                if len(self._head) > 65536:  # not HTTP (a raw tunnel): give up parsing
                     self.head_done = True
                     self._head.clear()
                 return
-            head, data = bytes(self._head[:end]), bytes(self._head[end + 4:])
+            head, data = bytes(self._head[:end]), bytes(self._head[end + 4 :])
             self._head.clear()
             lines = head.decode("latin-1").split("\r\n")
             parts = lines[0].split(" ", 2)
@@ -192,7 +193,7 @@ class _TeeWriter:
             except (IndexError, ValueError):
                 status = 0
             if 100 <= status < 200 and status != 101:
-                continue                       # 100 Continue: the real head follows
+                continue  # 100 Continue: the real head follows
             self.status = status
             self.headers = [(k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)]
             self.head_done = True
@@ -222,8 +223,24 @@ class _TeeWriter:
 class JournalEntry:
     """One request while it runs; ``end`` turns it into the journal's dict."""
 
-    __slots__ = ("journal", "handler", "method", "path", "listener", "sandbox", "t0", "wall", "rtee", "wtee",
-                 "raw_rfile", "raw_wfile", "client", "recorded", "fault", "entry")
+    __slots__ = (
+        "journal",
+        "handler",
+        "method",
+        "path",
+        "listener",
+        "sandbox",
+        "t0",
+        "wall",
+        "rtee",
+        "wtee",
+        "raw_rfile",
+        "raw_wfile",
+        "client",
+        "recorded",
+        "fault",
+        "entry",
+    )
 
     def __init__(self, journal: "Journal", handler: Any, method: str, listener: str, sandbox: str | None):
         self.journal, self.handler, self.method = journal, handler, method
@@ -270,16 +287,21 @@ class JournalEntry:
         w = self.wtee
         rheaders = list(w.headers)
         body = bytes(w.body)
-        if self.sandbox is None and self.method == "POST" and w.status in (200, 201, 202) \
-                and _CREATE_PATH_RE.match(self.path):
+        if (
+            self.sandbox is None
+            and self.method == "POST"
+            and w.status in (200, 201, 202)
+            and _CREATE_PATH_RE.match(self.path)
+        ):
             m = _ID_RE.match(_body_of(body, rheaders).decode("utf-8", "replace"))
             if m:
-                self.sandbox = m.group(1)       # a create: the sandbox it made
+                self.sandbox = m.group(1)  # a create: the sandbox it made
         rule = getattr(fault, "rule", None)
         error = None
         if not w.head_done or w.status == 0:
             error = {"reset": "connection reset (no answer)", "stall": "stalled (no answer)"}.get(
-                getattr(rule, "kind", ""), "no answer")
+                getattr(rule, "kind", ""), "no answer"
+            )
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(self.wall, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "method": self.method,
@@ -295,7 +317,7 @@ class JournalEntry:
             "error": error,
             _RAW: (list(h.headers.items()), bytes(self.rtee.captured), rheaders, body),
         }
-        if rule is None:   # a status fault answers with its rule id in a header
+        if rule is None:  # a status fault answers with its rule id in a header
             fid = next((v for k, v in rheaders if k.lower() == "x-mock-fault"), None)
             if fid:
                 entry["fault"] = {"id": fid, "kind": "status"}
@@ -318,13 +340,18 @@ def _listener_and_sandbox(handler: Any) -> tuple[str, str | None]:
 class Journal:
     """The bounded journal. Thread-safe; ``wait_for(seq)`` lets the dashboard's event stream sleep."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES, preview: int = DEFAULT_PREVIEW, *,
-                 secrets: Callable[[], Iterable[str]] | None = None,
-                 classify: Callable[[Any], tuple[str, str | None]] | None = None):
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        preview: int = DEFAULT_PREVIEW,
+        *,
+        secrets: Callable[[], Iterable[str]] | None = None,
+        classify: Callable[[Any], tuple[str, str | None]] | None = None,
+    ):
         if max_entries < 1 or preview < 0:
             raise ValueError("max_entries must be >= 1 and preview >= 0")
         self.preview = preview
-        self.capture_limit = preview * 2 + 64   # chunk framing eats a little of it
+        self.capture_limit = preview * 2 + 64  # chunk framing eats a little of it
         self._entries: deque[dict[str, Any]] = deque(maxlen=max_entries)
         self._seq = 0
         self._cond = threading.Condition()
@@ -437,8 +464,16 @@ def _compile(path: Any) -> "re.Pattern[str] | None":
         raise ValueError("path is not a valid regular expression: %s" % e) from None
 
 
-def match_entry(e: dict[str, Any], *, method: Any = None, path: Any = None, sandbox: str | None = None,
-                listener: str | None = None, status: Any = None, fault: str | None = None) -> bool:
+def match_entry(
+    e: dict[str, Any],
+    *,
+    method: Any = None,
+    path: Any = None,
+    sandbox: str | None = None,
+    listener: str | None = None,
+    status: Any = None,
+    fault: str | None = None,
+) -> bool:
     """``method``: "GET", "GET|POST" or a list; ``path``: a regex searched in the path (query included);
     ``status``: an int, "4xx"-style class or a list; ``fault``: a rule id or "*" for any faulted request."""
     if method:

@@ -18,6 +18,7 @@ upstream exchange (as the upstream saw and answered it, before any fault or rewr
 DIR`` replays it against the mock and reports every difference. WebSocket upgrades (execd PTY) are
 tunnelled byte for byte. Standard library only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,7 @@ _SANDBOX_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/?$")
 _ENDPOINT_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/endpoints/(\d+)/?$")
 _ADDR_RE = re.compile(r"^(?P<scheme>https?://)?(?P<host>\[[^\]]+\]|[^/:]+):(?P<port>\d{1,5})(?P<rest>/.*)?$")
 MAX_RECORDED_BODY = 8 << 20
-MIN_RECORDED_WAIT = 0.5     # a client pause at least this long before a request is recorded (wait_before_s)
+MIN_RECORDED_WAIT = 0.5  # a client pause at least this long before a request is recorded (wait_before_s)
 CONNECT_TIMEOUT = 10.0
 
 
@@ -78,7 +79,7 @@ def _stream_request(req: Request, conn: http.client.HTTPConnection, length: int)
             req.handler.close_connection = True
             raise OSError("the client closed before its body ended")
         if len(kept) < MAX_RECORDED_BODY:
-            kept += data[:MAX_RECORDED_BODY - len(kept)]
+            kept += data[: MAX_RECORDED_BODY - len(kept)]
         conn.send(data)
         left -= len(data)
     return bytes(kept)
@@ -112,12 +113,22 @@ class Recorder:
         self._lock = threading.Lock()
         self._last_end: float | None = None
         self.started = datetime.now(timezone.utc)
-        self._file = fixturefile.Appender(self.path, fixturefile.make(
-            name, "recorded by the fault proxy in front of %s" % upstream,
-            {"where": "fault proxy (python -m mock_opensandbox.workbench.proxy) in front of %s" % upstream,
-             "when": self.started.strftime("%Y-%m-%d"), "source": "proxy",
-             "tool": "python -m mock_opensandbox.workbench.proxy --record", "templated": False},
-            {"replayable": True}, []))
+        self._file = fixturefile.Appender(
+            self.path,
+            fixturefile.make(
+                name,
+                "recorded by the fault proxy in front of %s" % upstream,
+                {
+                    "where": "fault proxy (python -m mock_opensandbox.workbench.proxy) in front of %s" % upstream,
+                    "when": self.started.strftime("%Y-%m-%d"),
+                    "source": "proxy",
+                    "tool": "python -m mock_opensandbox.workbench.proxy --record",
+                    "templated": False,
+                },
+                {"replayable": True},
+                [],
+            ),
+        )
 
     def add(self, request: dict[str, Any], response: dict[str, Any], started: float | None = None) -> None:
         """``started``: time.monotonic() when the request was sent. A client that waited before it (a
@@ -141,8 +152,10 @@ class Recorder:
         known = self.secrets | {s for s in self._known() if s}
         req, resp = dict(request), dict(response)
         for part in (req, resp):
-            part["headers"] = {k: SECRET_HEADERS[k.lower()] if k.lower() in SECRET_HEADERS
-                               else strip_secrets(v, known, "<api-key>") for k, v in part["headers"].items()}
+            part["headers"] = {
+                k: SECRET_HEADERS[k.lower()] if k.lower() in SECRET_HEADERS else strip_secrets(v, known, "<api-key>")
+                for k, v in part["headers"].items()
+            }
             if part.get("body") is not None:
                 part["body"] = scrub_text(part["body"], known, "<api-key>")
         req["path"] = strip_secrets(req["path"], known, "<api-key>")
@@ -174,8 +187,9 @@ class _Forwarder:
     def __init__(self, proxy: "FaultProxy"):
         self.proxy = proxy
 
-    def forward(self, req: Request, host: str, port: int, *, sandbox: str | None = None,
-                lifecycle: bool = False) -> None:
+    def forward(
+        self, req: Request, host: str, port: int, *, sandbox: str | None = None, lifecycle: bool = False
+    ) -> None:
         proxy = self.proxy
         path = req.raw_path
         if lifecycle and proxy.upstream_prefix:
@@ -185,13 +199,20 @@ class _Forwarder:
         # an upgrade keeps its Connection/Upgrade (the tunnel is the client's own); else every hop-by-hop header
         # goes, with those any Connection header names
         headers: list[tuple[str, str]] = [("Host", hostport)] + (
-            relay.forwardable(req.headers.items(), relay.FRAMING, connection=()) if upgrade
-            else relay.forwardable(req.headers.items(), relay.HOP_BY_HOP | relay.FRAMING))
+            relay.forwardable(req.headers.items(), relay.FRAMING, connection=())
+            if upgrade
+            else relay.forwardable(req.headers.items(), relay.HOP_BY_HOP | relay.FRAMING)
+        )
         # a large Content-Length body is streamed upstream as it arrives (memory independent of its size);
         # the recording keeps its first MAX_RECORDED_BODY bytes. Chunked and small bodies are read first.
         length = (req.headers.get("Content-Length") or "").strip(" \t")
-        stream = (not upgrade and req._body is None and length.isdigit() and int(length) > STREAM_ABOVE
-                  and "chunked" not in (req.headers.get("Transfer-Encoding") or "").lower())
+        stream = (
+            not upgrade
+            and req._body is None
+            and length.isdigit()
+            and int(length) > STREAM_ABOVE
+            and "chunked" not in (req.headers.get("Transfer-Encoding") or "").lower()
+        )
         body = b"" if upgrade or stream else req.body
         if stream:
             headers.append(("Content-Length", length))
@@ -205,8 +226,12 @@ class _Forwarder:
             try:
                 conn.connect()
             except OSError as e:
-                _json_error(req, 502, "PROXY::UPSTREAM_UNREACHABLE",
-                            "The fault proxy cannot reach %s: %s" % (hostport, e.strerror or e))
+                _json_error(
+                    req,
+                    502,
+                    "PROXY::UPSTREAM_UNREACHABLE",
+                    "The fault proxy cannot reach %s: %s" % (hostport, e.strerror or e),
+                )
                 return
             conn.sock.settimeout(None)
             if upgrade:
@@ -231,8 +256,9 @@ class _Forwarder:
         finally:
             conn.close()
 
-    def _upgrade(self, req: Request, conn: http.client.HTTPConnection, path: str,
-                 headers: list[tuple[str, str]]) -> None:
+    def _upgrade(
+        self, req: Request, conn: http.client.HTTPConnection, path: str, headers: list[tuple[str, str]]
+    ) -> None:
         h = req.handler
         sock = conn.sock
         head = "%s %s HTTP/1.1\r\n%s\r\n" % (req.method, path, "".join("%s: %s\r\n" % kv for kv in headers))
@@ -248,8 +274,15 @@ class _Forwarder:
         h.wfile.flush()
         _tunnel(h.connection, sock, self.proxy.stopping)
 
-    def _relay(self, req: Request, resp: http.client.HTTPResponse, rec_req: dict[str, Any] | None, *,
-               sandbox: str | None, lifecycle: bool) -> None:
+    def _relay(
+        self,
+        req: Request,
+        resp: http.client.HTTPResponse,
+        rec_req: dict[str, Any] | None,
+        *,
+        sandbox: str | None,
+        lifecycle: bool,
+    ) -> None:
         """Relay the upstream's answer. Whole answers (a Content-Length up to MAX_RECORDED_BODY, or no
         body) are read first, so bookkeeping and recording are done before the client has the answer;
         streams (chunked, SSE, large downloads) are relayed as they come and finished off before their
@@ -302,13 +335,13 @@ class _Forwarder:
         self._head(h, resp, out)
         req.responded = True
         h.wfile.flush()
-        pending = b""                    # held back so the bookkeeping happens before the last bytes
+        pending = b""  # held back so the bookkeeping happens before the last bytes
         broken = False
         while True:
             try:
                 data = resp.read1(65536)
             except (OSError, http.client.HTTPException):
-                h.close_connection = broken = True     # the upstream broke off: so does the answer
+                h.close_connection = broken = True  # the upstream broke off: so does the answer
                 break
             if not data:
                 break
@@ -339,7 +372,7 @@ class _Forwarder:
 # =====================================================================================================
 class _ProxyHandler(Handler):
     flavor = "uvicorn"
-    browser_guard = False       # checked below (the admin API allows its own dashboard's requests)
+    browser_guard = False  # checked below (the admin API allows its own dashboard's requests)
 
     def dispatch(self, req: Request) -> None:
         self.server.app.handle(req)
@@ -362,8 +395,13 @@ class LifecycleProxyApp(App):
     def handle(self, req: Request) -> None:  # behind an AdminLayer: /__mock__/ routes never get here
         p = self.proxy
         if not host_allowed(req.headers.get("Host"), p.host) or req.headers.get("Origin") is not None:
-            _json_error(req, 403, "PROXY::ORIGIN_NOT_ALLOWED", "Browser requests (an Origin header) and foreign "
-                        "Host names are refused by the fault proxy (DNS-rebinding protection).")
+            _json_error(
+                req,
+                403,
+                "PROXY::ORIGIN_NOT_ALLOWED",
+                "Browser requests (an Origin header) and foreign "
+                "Host names are refused by the fault proxy (DNS-rebinding protection).",
+            )
             return
         p.forwarder.forward(req, p.upstream_host, p.upstream_port, lifecycle=True)
 
@@ -402,10 +440,16 @@ class ProxyBackend:
 
     def info(self) -> dict[str, Any]:
         p = self.proxy
-        return {"kind": "proxy", "upstream": p.upstream, "base_url": p.base_url if p._server else None,
-                "execd_mode": "upstream's", "execd": "upstream's (through the proxy)",
-                "isolation": "upstream's", "recording": p.recorder.path if p.recorder else None,
-                "auth": p.api_key is not None}
+        return {
+            "kind": "proxy",
+            "upstream": p.upstream,
+            "base_url": p.base_url if p._server else None,
+            "execd_mode": "upstream's",
+            "execd": "upstream's (through the proxy)",
+            "isolation": "upstream's",
+            "recording": p.recorder.path if p.recorder else None,
+            "auth": p.api_key is not None,
+        }
 
     def sandbox_ids(self) -> list[str]:
         with self.proxy._lock:
@@ -416,16 +460,27 @@ class ProxyBackend:
         with p._lock:
             if sid not in p.known:
                 return None
-            eps = [{"upstream": "%s:%d" % app.target, "local": "127.0.0.1:%d" % srv.port,
-                    "listener": app.fault_listener}
-                   for (hp, sb), (srv, app) in p.listeners.items() if sb == sid]
+            eps = [
+                {"upstream": "%s:%d" % app.target, "local": "127.0.0.1:%d" % srv.port, "listener": app.fault_listener}
+                for (hp, sb), (srv, app) in p.listeners.items()
+                if sb == sid
+            ]
             meta = dict(p.known[sid])
-        doc: dict[str, Any] = {"id": sid, "state": "unknown", "image": meta.get("image"), "endpoints": eps,
-                               "created_through_proxy": meta.get("created", False),
-                               "processes": None, "root": None,
-                               "execd": {"mode": "upstream's", "headers": meta.get("headers") or {},
-                                         "access_token": "<sent by the client>" if meta.get("token") else None,
-                                         "gateway": bool(meta.get("headers"))}}
+        doc: dict[str, Any] = {
+            "id": sid,
+            "state": "unknown",
+            "image": meta.get("image"),
+            "endpoints": eps,
+            "created_through_proxy": meta.get("created", False),
+            "processes": None,
+            "root": None,
+            "execd": {
+                "mode": "upstream's",
+                "headers": meta.get("headers") or {},
+                "access_token": "<sent by the client>" if meta.get("token") else None,
+                "gateway": bool(meta.get("headers")),
+            },
+        }
         st, body = p.upstream_call("GET", "/v1/sandboxes/%s" % sid)
         if st == 200 and isinstance(body, dict):
             status = body.get("status") or {}
@@ -467,9 +522,18 @@ class ProxyBackend:
 class FaultProxy(WorkbenchMixin):
     """The fault proxy as an in-process object (``start()``/``stop()``/context manager)."""
 
-    def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
-                 upstream_api_key: str | None = None, record: str | None = None, record_name: str = "proxy_recording",
-                 verbose: bool = False):
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        upstream_api_key: str | None = None,
+        record: str | None = None,
+        record_name: str = "proxy_recording",
+        verbose: bool = False,
+    ):
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError("--upstream must be an http:// URL, e.g. http://127.0.0.1:8080")
@@ -489,8 +553,14 @@ class FaultProxy(WorkbenchMixin):
         self.faults = FaultRegistry(verbose=verbose)
         self._seen_secrets: set[str] = set()
         self.journal = Journal(secrets=lambda: [self.api_key, *self._seen_secrets])
-        self.admin = AdminAPI(ProxyBackend(self), self.journal, self.faults, api_key=lambda: self.api_key,
-                              bind_host=lambda: self.host, serve_faults=True)
+        self.admin = AdminAPI(
+            ProxyBackend(self),
+            self.journal,
+            self.faults,
+            api_key=lambda: self.api_key,
+            bind_host=lambda: self.host,
+            serve_faults=True,
+        )
         self.recorder = Recorder(record, record_name, self.upstream, self.journal.secrets) if record else None
         self.forwarder = _Forwarder(self)
         self.known: dict[str, dict[str, Any]] = {}
@@ -570,7 +640,7 @@ class FaultProxy(WorkbenchMixin):
             gone = [k for k in self.listeners if k[1] == sid]
             servers = [self.listeners.pop(k)[0] for k in gone]
         for srv in servers:
-            threading.Thread(target=srv.stop, daemon=True).start()   # never from a request thread's own server
+            threading.Thread(target=srv.stop, daemon=True).start()  # never from a request thread's own server
 
     def _listener_for(self, sid: str, host: str, port: int, container_port: int) -> int:
         key = ("%s:%d" % (host, port), sid)
@@ -599,15 +669,16 @@ class FaultProxy(WorkbenchMixin):
         host, port, rest = m.group("host").strip("[]"), int(m.group("port")), m.group("rest") or ""
         scheme = m.group("scheme") or ""
         if "%s:%d" % (host, port) == self.upstream_hostport and ("/sandboxes/" in rest):
-            new = "%s%s:%d%s" % (scheme, self.host, self.port, rest)      # use_server_proxy: the lifecycle
+            new = "%s%s:%d%s" % (scheme, self.host, self.port, rest)  # use_server_proxy: the lifecycle
         else:
             local = self._listener_for(sid, host, port, container_port)
             new = "%s127.0.0.1:%d%s" % (scheme, local, rest)
         with self._lock:
             meta = self.known.setdefault(sid, {"created": False})
             if isinstance(doc.get("headers"), dict):
-                meta["headers"] = {k: ("<redacted>" if k.lower() in SECRET_HEADERS else v)
-                                   for k, v in doc["headers"].items()}
+                meta["headers"] = {
+                    k: ("<redacted>" if k.lower() in SECRET_HEADERS else v) for k, v in doc["headers"].items()
+                }
         doc["endpoint"] = new
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -635,14 +706,19 @@ class FaultProxy(WorkbenchMixin):
 # command line
 # =====================================================================================================
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mock_opensandbox.workbench.proxy",
-                                description="Fault proxy in front of an OpenSandbox server: forwards lifecycle and "
-                                            "execd traffic, applies fault rules, journals, records.")
+    p = argparse.ArgumentParser(
+        prog="python -m mock_opensandbox.workbench.proxy",
+        description="Fault proxy in front of an OpenSandbox server: forwards lifecycle and "
+        "execd traffic, applies fault rules, journals, records.",
+    )
     p.add_argument("--upstream", required=True, help="the OpenSandbox lifecycle URL, e.g. http://127.0.0.1:8080")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port of the proxy (default: any free port)")
-    p.add_argument("--api-key", default=None,
-                   help="key of the /__mock__/ admin API (default: $OPENSANDBOX_API_KEY, else generated and printed)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="key of the /__mock__/ admin API (default: $OPENSANDBOX_API_KEY, else generated and printed)",
+    )
     p.add_argument("--record", default=None, metavar="DIR", help="write the upstream exchanges to DIR/<name>.json")
     p.add_argument("--record-name", default="proxy_recording", help="scenario/file name of the recording")
     p.add_argument("--fault", action="append", default=[], metavar="JSON", help=FAULT_ARG_HELP)
@@ -656,12 +732,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     env_key = os.environ.get("OPENSANDBOX_API_KEY") or None
     try:
-        proxy = FaultProxy(args.upstream, host=args.host, port=args.port, api_key=args.api_key or env_key,
-                           upstream_api_key=env_key, record=args.record, record_name=args.record_name,
-                           verbose=args.verbose)
+        proxy = FaultProxy(
+            args.upstream,
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key or env_key,
+            upstream_api_key=env_key,
+            record=args.record,
+            record_name=args.record_name,
+            verbose=args.verbose,
+        )
     except (ValueError, OSError) as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
+
     def banner() -> None:
         print("Fault proxy listening on %s -> %s" % (proxy.base_url, proxy.upstream), flush=True)
         if not (args.api_key or env_key):
@@ -671,6 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("Recording to %s" % proxy.recorder.path, flush=True)
 
     return run_foreground(proxy, args.fault, args.host, args.port, banner)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,7 @@ puts its placeholders for ids, ports and times on top) all scrub with these.
   ``secret``, ``password``, ``authorization``) and environment assignments (``X_TOKEN=...``).
 
 Standard library only; imports nothing of the mock."""
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,10 @@ SECRET_HEADERS = {
 }
 MIN_SECRET = 4  # shorter values are too likely to be ordinary text
 # "key": "value" pairs whose key looks like a credential, in JSON or form bodies
-_SECRET_KEY_RE = re.compile(r'(?i)("(?:[\w-]*(?:api[_-]?key|token|secret|password|passwd|authorization)[\w-]*)"'
-                            r'\s*:\s*")([^"\\]*(?:\\.[^"\\]*)*)(")')
+_SECRET_KEY_RE = re.compile(
+    r'(?i)("(?:[\w-]*(?:api[_-]?key|token|secret|password|passwd|authorization)[\w-]*)"'
+    r'\s*:\s*")([^"\\]*(?:\\.[^"\\]*)*)(")'
+)
 _ENV_SECRET_RE = re.compile(r"(?i)\b([A-Z0-9_]*(?:API_KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*=)(\S+)")
 
 

@@ -4,6 +4,7 @@ policy, in that sandbox's network namespace. Settings: mode off | dns | dns+nft 
 off = a server without an egress image), the DNS upstream (``--egress-dns-upstream``) and the
 server's sidecar ready wait (``--egress-ready-timeout``, 30 s as the server). Standard library only.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -17,19 +18,27 @@ from mock_opensandbox.docker.egress import policy as P
 from mock_opensandbox.docker.egress.sidecar import AUTH_HEADER, EgressSidecar, token
 
 EGRESS_MODES = ("off", "dns", "dns+nft")
-DEFAULT_EGRESS_MODE = "dns"     # the server's example config: [egress] mode = "dns"
-READY_TIMEOUT = 30.0            # networking.py _wait_for_egress_sidecar_ready(timeout_seconds=30.0)
-STATE_KEY = "egress"            # Sandbox.resources key
+DEFAULT_EGRESS_MODE = "dns"  # the server's example config: [egress] mode = "dns"
+READY_TIMEOUT = 30.0  # networking.py _wait_for_egress_sidecar_ready(timeout_seconds=30.0)
+STATE_KEY = "egress"  # Sandbox.resources key
 # the server's last urllib error polling the exited sidecar's published /healthz (docker-proxy resets the
 # connection): fixtures/26_network_policy.json, live with local/egress:src3bb6fad
 NOT_READY_CAUSE = "[Errno 104] Connection reset by peer"
 
-__all__ = ["AUTH_HEADER", "DEFAULT_EGRESS_MODE", "EGRESS_MODES", "EgressSidecar", "mode_problem",
-           "parse_upstream", "start_for", "stop_for"]
+__all__ = [
+    "AUTH_HEADER",
+    "DEFAULT_EGRESS_MODE",
+    "EGRESS_MODES",
+    "EgressSidecar",
+    "mode_problem",
+    "parse_upstream",
+    "start_for",
+    "stop_for",
+]
 
 
 def parse_upstream(addr: str | None) -> tuple[str, int]:
-    """"HOST[:PORT]" (IPv4) -> (host, port); None -> the host's first non-loopback nameserver (what
+    """ "HOST[:PORT]" (IPv4) -> (host, port); None -> the host's first non-loopback nameserver (what
     the sidecar reads from the container's resolv.conf: Docker's copy of the host's), else 8.8.8.8."""
     if addr is None:
         from mock_opensandbox.runtime.netns import resolv_conf
@@ -80,8 +89,9 @@ def mode_problem(mode: str, network: str) -> str:
     return ""
 
 
-def configure(mode: str | None, upstream: str | None, ready_timeout: float,
-              binary: str | None = None) -> tuple[str, tuple[str, int], float, str | None]:
+def configure(
+    mode: str | None, upstream: str | None, ready_timeout: float, binary: str | None = None
+) -> tuple[str, tuple[str, int], float, str | None]:
     """MockOpenSandbox's egress settings -> (mode, upstream, ready wait): [egress] mode "dns" (the server's
     example config) unless given, "off" = no egress image (400 to every networkPolicy); None = "dns" where
     this host can run it, else "off" with the reason in egress_note (check_host: the banner and
@@ -159,8 +169,12 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
 def _not_ready(mock: Any, sb: Any) -> Exception:
     from mock_opensandbox.docker.volumes import _bad, START_FAILED
 
-    return _bad(START_FAILED, "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
-                % (mock.egress_ready_timeout, sb.id, NOT_READY_CAUSE), 500)
+    return _bad(
+        START_FAILED,
+        "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
+        % (mock.egress_ready_timeout, sb.id, NOT_READY_CAUSE),
+        500,
+    )
 
 
 def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
@@ -173,8 +187,14 @@ def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
     netns_fd = getattr(getattr(holder, "net", None), "netns_fd", None)
     if holder is None or netns_fd is None:
         raise _bad(START_FAILED, "Egress sidecar container failed to start.", 500)
-    sc = RealSidecar(mock.egress_bin, payload(sb.network_policy), mode=mock.egress_mode, token=token(),
-                     upstream=mock.egress_upstream, janitor=getattr(mock, "janitor", None))
+    sc = RealSidecar(
+        mock.egress_bin,
+        payload(sb.network_policy),
+        mode=mock.egress_mode,
+        token=token(),
+        upstream=mock.egress_upstream,
+        janitor=getattr(mock, "janitor", None),
+    )
     try:
         sc.start(holder.pid, netns_fd)
         ready = sc.wait_ready(mock.egress_ready_timeout, runtime.connect)

@@ -4,6 +4,7 @@ reachable from the sandbox; everything else is dropped, in the sandbox's own net
 allow/deny sets, the DNS answers' addresses added as the resolver forwards them). nft is run with
 ``nsenter --net=/proc/PID/ns/net`` (root). Loopback stays open (the resolver and the policy API are
 there). Standard library only."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -39,8 +40,13 @@ class Filter:
         self.resolved: set[str] = set()  # kept across a policy change (the table is made anew)
 
     def _run(self, script: str) -> None:
-        out = subprocess.run([self.nsenter, "--net=/proc/%d/ns/net" % self.pid, self.nft, "-f", "-"],
-                             input=script.encode(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+        out = subprocess.run(
+            [self.nsenter, "--net=/proc/%d/ns/net" % self.pid, self.nft, "-f", "-"],
+            input=script.encode(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=30,
+        )
         if out.returncode != 0:
             raise OSError(5, "nft: %s" % out.stderr.decode("utf-8", "replace").strip()[:200])
 
@@ -56,11 +62,16 @@ class Filter:
             " set deny_v4 { type ipv4_addr; flags interval; %(d)s }\n"
             " set dyn_allow_v4 { type ipv4_addr; flags timeout; %(r)s }\n"
             " chain output { type filter hook output priority 0; policy accept;\n"
-            "  oifname \"lo\" accept\n  ct state established,related accept\n"
+            '  oifname "lo" accept\n  ct state established,related accept\n'
             "  ip daddr @deny_v4 drop\n  ip daddr @allow_v4 accept\n  ip daddr @dyn_allow_v4 accept\n"
             "  meta nfproto ipv6 drop\n  %(def)s\n }\n}\n"
-        ) % {"t": TABLE, "a": _elements(allow), "d": _elements(deny), "def": default,
-                                   "r": _elements(["%s timeout 300s" % ip for ip in sorted(self.resolved)])}
+        ) % {
+            "t": TABLE,
+            "a": _elements(allow),
+            "d": _elements(deny),
+            "def": default,
+            "r": _elements(["%s timeout 300s" % ip for ip in sorted(self.resolved)]),
+        }
         with self.lock:
             self._run(script)
 
@@ -70,4 +81,6 @@ class Filter:
             return
         with self.lock:
             self.resolved.update(ips)
-            self._run("add element inet %s dyn_allow_v4 { %s }\n" % (TABLE, ", ".join("%s timeout 300s" % ip for ip in ips)))
+            self._run(
+                "add element inet %s dyn_allow_v4 { %s }\n" % (TABLE, ", ".join("%s timeout 300s" % ip for ip in ips))
+            )

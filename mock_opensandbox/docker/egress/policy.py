@@ -1,6 +1,7 @@
 """The egress sidecar's policy model (components/egress/pkg/policy/policy.go, domain_index.go and
 policy_utils.go at 3bb6fad): parse + normalise, first-match domain evaluation, PATCH merge, DELETE by
 target, and the mode word of the /policy answers. Standard library only."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -56,7 +57,7 @@ class Policy:
         best = self._exact.get(domain)
         cursor = domain
         while "." in cursor:
-            suffix = cursor[cursor.index("."):]
+            suffix = cursor[cursor.index(".") :]
             hit = self._wild.get(suffix)
             if hit is not None and (best is None or hit[0] < best[0]):
                 best = hit
@@ -91,21 +92,27 @@ def _rules_from(value: Any) -> list[dict]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise PolicyError("json: cannot unmarshal %s into Go struct field NetworkPolicy.egress of type "
-                          "[]policy.EgressRule" % _go_type(value))
+        raise PolicyError(
+            "json: cannot unmarshal %s into Go struct field NetworkPolicy.egress of type "
+            "[]policy.EgressRule" % _go_type(value)
+        )
     out = []
     for r in value:
         if r is None:
             r = {}
         if not isinstance(r, dict):
-            raise PolicyError("json: cannot unmarshal %s into Go struct field NetworkPolicy.egress of type "
-                              "policy.EgressRule" % _go_type(r))
+            raise PolicyError(
+                "json: cannot unmarshal %s into Go struct field NetworkPolicy.egress of type "
+                "policy.EgressRule" % _go_type(r)
+            )
         out.append(r)
     return out
 
 
 def _go_type(v: Any) -> str:
-    return {bool: "bool", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(type(v), "value")
+    return {bool: "bool", int: "number", float: "number", str: "string", list: "array", dict: "object"}.get(
+        type(v), "value"
+    )
 
 
 def normalize_rules(rules: list[dict]) -> list[dict]:
@@ -114,9 +121,13 @@ def normalize_rules(rules: list[dict]) -> list[dict]:
     for r in rules:
         action, target = r.get("action") or "", r.get("target") or ""
         if not isinstance(action, str) or not isinstance(target, str):
-            raise PolicyError("json: cannot unmarshal %s into Go struct field EgressRule.egress.%s of type string"
-                              % (_go_type(action if not isinstance(action, str) else target),
-                                 "action" if not isinstance(action, str) else "target"))
+            raise PolicyError(
+                "json: cannot unmarshal %s into Go struct field EgressRule.egress.%s of type string"
+                % (
+                    _go_type(action if not isinstance(action, str) else target),
+                    "action" if not isinstance(action, str) else "target",
+                )
+            )
         action = action.strip().lower() or DENY
         if action not in (ALLOW, DENY):
             raise PolicyError("unsupported action %s" % json.dumps(action))
@@ -142,8 +153,9 @@ def parse_policy(raw: str) -> Policy:
         raise PolicyError("json: cannot unmarshal %s into Go value of type policy.NetworkPolicy" % _go_type(doc))
     da = doc.get("defaultAction")
     if da is not None and not isinstance(da, str):
-        raise PolicyError("json: cannot unmarshal %s into Go struct field NetworkPolicy.defaultAction of type string"
-                          % _go_type(da))
+        raise PolicyError(
+            "json: cannot unmarshal %s into Go struct field NetworkPolicy.defaultAction of type string" % _go_type(da)
+        )
     rules = normalize_rules(_rules_from(doc.get("egress")))
     return Policy((da or "").strip().lower() or DENY, rules, egress_null=doc.get("egress") is None)
 
@@ -156,13 +168,16 @@ def patch(base: Policy, raw: str) -> Policy:
     except ValueError as e:
         raise PolicyError("invalid patch rules: %s" % e) from None
     if not isinstance(rules, list):
-        raise PolicyError("invalid patch rules: json: cannot unmarshal %s into Go value of type "
-                          "[]policy.EgressRule" % _go_type(rules))
+        raise PolicyError(
+            "invalid patch rules: json: cannot unmarshal %s into Go value of type []policy.EgressRule" % _go_type(rules)
+        )
     if not rules:
         raise PolicyError("invalid patch rules: empty array")
     try:
-        additions = [{"action": (r or {}).get("action") or "", "target": (r or {}).get("target") or ""}
-                     for r in _rules_from(rules)]
+        additions = [
+            {"action": (r or {}).get("action") or "", "target": (r or {}).get("target") or ""}
+            for r in _rules_from(rules)
+        ]
     except PolicyError as e:
         raise PolicyError("invalid patch rules: %s" % e) from None
     seen: set[str] = set()

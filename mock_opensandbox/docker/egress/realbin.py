@@ -18,6 +18,7 @@ It is stopped with SIGTERM (it removes its iptables rules and nft table itself),
 period, and the janitor (runtime/janitor.py) kills it should the mock die first. Root only (nsenter).
 Standard library only.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,8 +93,17 @@ class UpstreamRelay:
 class RealSidecar:
     """One sandbox's real egress process (the ``token`` is what the endpoint of 18080 hands out)."""
 
-    def __init__(self, binary: str, rules_json: str, *, mode: str, token: str, upstream: tuple[str, int],
-                 janitor: Any = None, log_path: str | None = None):
+    def __init__(
+        self,
+        binary: str,
+        rules_json: str,
+        *,
+        mode: str,
+        token: str,
+        upstream: tuple[str, int],
+        janitor: Any = None,
+        log_path: str | None = None,
+    ):
         self.binary, self.rules_json, self.mode, self.token = binary, rules_json, mode, token
         self.upstream = upstream
         self.janitor = janitor
@@ -104,15 +114,24 @@ class RealSidecar:
 
     def start(self, holder_pid: int, netns_fd: int) -> None:
         self.relay = UpstreamRelay(netns_fd, self.upstream)
-        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-               "OPENSANDBOX_EGRESS_RULES": self.rules_json, "OPENSANDBOX_EGRESS_MODE": self.mode,
-               "OPENSANDBOX_EGRESS_TOKEN": self.token,
-               "OPENSANDBOX_EGRESS_DNS_UPSTREAM": "127.0.0.1:%d" % self.relay.port}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "OPENSANDBOX_EGRESS_RULES": self.rules_json,
+            "OPENSANDBOX_EGRESS_MODE": self.mode,
+            "OPENSANDBOX_EGRESS_TOKEN": self.token,
+            "OPENSANDBOX_EGRESS_DNS_UPSTREAM": "127.0.0.1:%d" % self.relay.port,
+        }
         out: Any = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
-            self.proc = subprocess.Popen([shutil.which("nsenter") or "nsenter", "--net=/proc/%d/ns/net" % holder_pid,
-                                          "--", self.binary], env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            self.proc = subprocess.Popen(
+                [shutil.which("nsenter") or "nsenter", "--net=/proc/%d/ns/net" % holder_pid, "--", self.binary],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()

@@ -11,6 +11,7 @@ services/docker/networking.py ``_start_egress_sidecar`` in the sandbox's network
 Sockets made in the namespace and threads of the mock: nothing in the sandbox's PID namespace (its
 ``ps``), gone when the sandbox stops (close()) and with the mock. Standard library only.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,10 @@ from mock_opensandbox.wire import http1 as httpcore
 from mock_opensandbox.docker.egress import policy as P
 
 AUTH_HEADER = "OPENSANDBOX-EGRESS-AUTH"  # server services/constants.py OPEN_SANDBOX_EGRESS_AUTH_HEADER
-API_PORT = 18080                         # pkg/constants/configuration.go DefaultEgressServerAddr
+API_PORT = 18080  # pkg/constants/configuration.go DefaultEgressServerAddr
 DNS_PORT = 53
-MAX_BODY = 1 << 20                       # policy_utils.go maxPolicyBodyBytes
-UPSTREAM_TIMEOUT = 5.0                   # DefaultDNSUpstreamTimeoutSec
+MAX_BODY = 1 << 20  # policy_utils.go maxPolicyBodyBytes
+UPSTREAM_TIMEOUT = 5.0  # DefaultDNSUpstreamTimeoutSec
 CLONE_NEWNET = 0x40000000
 
 
@@ -73,7 +74,7 @@ def query_name(pkt: bytes) -> str | None:
             return ".".join(labels) + "."
         if n & 0xC0 or i + 1 + n > len(pkt):
             return None
-        labels.append(pkt[i + 1:i + 1 + n].decode("ascii", "replace"))
+        labels.append(pkt[i + 1 : i + 1 + n].decode("ascii", "replace"))
         i += 1 + n
     return None
 
@@ -89,7 +90,7 @@ def reply_rcode(pkt: bytes, rcode: int) -> bytes:
     """miekg/dns Msg.SetRcode(r, rcode): same id/opcode/RD, QR set, the question, no records."""
     qid, flags = struct.unpack("!HH", pkt[:4])
     out_flags = 0x8000 | (flags & 0x7900) | (rcode & 0xF)  # QR, opcode, RD
-    q = pkt[12:_question_end(pkt)]
+    q = pkt[12 : _question_end(pkt)]
     return struct.pack("!HHHHHH", qid, out_flags, 1, 0, 0, 0) + q
 
 
@@ -106,10 +107,10 @@ def answer_ips(pkt: bytes) -> list[str]:
                 while pkt[i]:
                     i += 1 + pkt[i]
                 i += 1
-            rtype, _cls, _ttl, rdlen = struct.unpack("!HHIH", pkt[i:i + 10])
+            rtype, _cls, _ttl, rdlen = struct.unpack("!HHIH", pkt[i : i + 10])
             i += 10
             if rtype == 1 and rdlen == 4:
-                out.append(socket.inet_ntoa(pkt[i:i + 4]))
+                out.append(socket.inet_ntoa(pkt[i : i + 4]))
             i += rdlen
         return out
     except (IndexError, struct.error):
@@ -119,9 +120,16 @@ def answer_ips(pkt: bytes) -> list[str]:
 class EgressSidecar:
     """The policy, its DNS resolver and its API for one sandbox."""
 
-    def __init__(self, pol: P.Policy, *, mode: str, token: str, upstream: tuple[str, int],
-                 on_resolved: Callable[[list[str]], None] | None = None,
-                 on_policy: Callable[[P.Policy], None] | None = None):
+    def __init__(
+        self,
+        pol: P.Policy,
+        *,
+        mode: str,
+        token: str,
+        upstream: tuple[str, int],
+        on_resolved: Callable[[list[str]], None] | None = None,
+        on_policy: Callable[[P.Policy], None] | None = None,
+    ):
         self.policy = pol
         self.mode = mode
         self.token = token
@@ -255,8 +263,12 @@ class PolicyHandler(httpcore.Handler):
         sc: EgressSidecar = app.sidecar
 
         def error(code: int, msg: str, extra: dict | None = None) -> None:  # net/http http.Error
-            req.send(code, (msg + "\n").encode(), "text/plain; charset=utf-8",
-                     dict({"X-Content-Type-Options": "nosniff"}, **(extra or {})))
+            req.send(
+                code,
+                (msg + "\n").encode(),
+                "text/plain; charset=utf-8",
+                dict({"X-Content-Type-Options": "nosniff"}, **(extra or {})),
+            )
 
         def send_json(code: int, doc: dict) -> None:  # writeJSON: json.Encoder, a trailing newline
             req.send(code, (json.dumps(doc, separators=(",", ":")) + "\n").encode(), "application/json")
@@ -297,7 +309,9 @@ class PolicyHandler(httpcore.Handler):
             if m in ("POST", "PUT"):
                 if raw == "":
                     if commit(P.Policy(P.DENY, None, egress_null=True)):
-                        send_json(200, {"status": "ok", "mode": "deny_all", "reason": "policy reset to default deny-all"})
+                        send_json(
+                            200, {"status": "ok", "mode": "deny_all", "reason": "policy reset to default deny-all"}
+                        )
                     return
                 try:
                     new = P.parse_policy(raw)
@@ -323,5 +337,3 @@ def token() -> str:
     import secrets
 
     return secrets.token_urlsafe(24)  # server services/endpoint_auth.py generate_egress_token
-
-

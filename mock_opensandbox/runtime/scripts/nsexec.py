@@ -14,15 +14,23 @@ import os
 import sys
 import warnings  # noqa: F401 - os.execvp imports it lazily: after setns the stdlib may be gone
 import _signal as signal  # the C module: `signal` would import enum (~5 ms per command)
+
+
 def fail(msg, code):
     try:
         os.write(2, msg.encode("utf-8", "replace") + b"\n")
     finally:
         os._exit(code)
+
+
 class CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
 class CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
 def drop_caps(libc, mask, last, nnp):
     for cap in range(last + 1):
         if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
@@ -36,6 +44,8 @@ def drop_caps(libc, mask, last, nnp):
         fail("setpriv: capset failed: %s" % os.strerror(ctypes.get_errno()), 127)
     if nnp and libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         fail("setpriv: PR_SET_NO_NEW_PRIVS failed: %s" % os.strerror(ctypes.get_errno()), 127)
+
+
 def main():
     target, wd, keep_lc, mask = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4], 16)
     nnp, user, argv = sys.argv[5] == "1", sys.argv[6], sys.argv[7:]
@@ -45,8 +55,7 @@ def main():
         last = int(fh.read())
     libc = ctypes.CDLL(None, use_errno=True)
     fds = []  # all opened first: once in the mount namespace, /proc is the sandbox's
-    spaces = [("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000),
-              ("pid", 0x20000000)]
+    spaces = [("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000), ("pid", 0x20000000)]
     try:  # the sandbox's own network namespace, when it has one (a host-network sandbox shares ours)
         if os.readlink("/proc/%d/ns/net" % target) != os.readlink("/proc/self/ns/net"):
             spaces.insert(1, ("net", 0x40000000))
@@ -66,8 +75,15 @@ def main():
         if libc.setns(fd, flag) != 0:
             fail("nsenter: reassociate to namespace '%s' failed: %s" % (name, os.strerror(ctypes.get_errno())), 1)
         os.close(fd)
-    sigs = [signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
-            signal.SIGALRM]
+    sigs = [
+        signal.SIGHUP,
+        signal.SIGINT,
+        signal.SIGQUIT,
+        signal.SIGTERM,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGALRM,
+    ]
     signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
         pid = os.fork()
@@ -117,4 +133,6 @@ def main():
         os.kill(os.getpid(), s)
         os._exit(128 + s)
     os._exit(os.waitstatus_to_exitcode(status))
+
+
 main()

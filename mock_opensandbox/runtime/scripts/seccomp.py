@@ -11,14 +11,123 @@
 import struct as _struct
 
 SECCOMP_DENY = {
-    "x86_64": (0xC000003E, 56, 435, 41, (
-        163, 248, 321, 227, 174, 176, 313, 177, 239, 175, 173, 172, 312, 320, 246, 250, 212, 237, 165, 279,
-        180, 304, 298, 155, 178, 179, 443, 169, 249, 238, 308, 164, 167, 168, 139, 156, 166, 272, 134, 323,
-        136, 103, 300, 438, 430, 431, 432, 433, 429, 428, 442, 425, 426, 427, 153)),
-    "aarch64": (0xC00000B7, 220, 435, 198, (
-        89, 217, 280, 112, 106, 273, 236, 105, 272, 294, 104, 219, 18, 235, 40, 239, 42, 265, 241, 41, 60,
-        443, 142, 218, 237, 268, 170, 224, 225, 39, 97, 282, 116, 262, 438, 430, 431, 432, 433, 429, 428,
-        442, 425, 426, 427, 58)),
+    "x86_64": (
+        0xC000003E,
+        56,
+        435,
+        41,
+        (
+            163,
+            248,
+            321,
+            227,
+            174,
+            176,
+            313,
+            177,
+            239,
+            175,
+            173,
+            172,
+            312,
+            320,
+            246,
+            250,
+            212,
+            237,
+            165,
+            279,
+            180,
+            304,
+            298,
+            155,
+            178,
+            179,
+            443,
+            169,
+            249,
+            238,
+            308,
+            164,
+            167,
+            168,
+            139,
+            156,
+            166,
+            272,
+            134,
+            323,
+            136,
+            103,
+            300,
+            438,
+            430,
+            431,
+            432,
+            433,
+            429,
+            428,
+            442,
+            425,
+            426,
+            427,
+            153,
+        ),
+    ),
+    "aarch64": (
+        0xC00000B7,
+        220,
+        435,
+        198,
+        (
+            89,
+            217,
+            280,
+            112,
+            106,
+            273,
+            236,
+            105,
+            272,
+            294,
+            104,
+            219,
+            18,
+            235,
+            40,
+            239,
+            42,
+            265,
+            241,
+            41,
+            60,
+            443,
+            142,
+            218,
+            237,
+            268,
+            170,
+            224,
+            225,
+            39,
+            97,
+            282,
+            116,
+            262,
+            438,
+            430,
+            431,
+            432,
+            433,
+            429,
+            428,
+            442,
+            425,
+            426,
+            427,
+            58,
+        ),
+    ),
 }
 CLONE_NS_MASK = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 AF_VSOCK = 40
@@ -32,14 +141,31 @@ def seccomp_program(machine):
     arch, clone, clone3, socket, deny = spec
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JSET|K, RET|K
-    ins = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm),  # another ABI: EPERM
-           (ld, 0, 0, 0), (jset, 0, 1, 0x40000000), (ret, 0, 0, eperm)]  # x32 numbers
+    ins = [
+        (ld, 0, 0, 4),
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, eperm),  # another ABI: EPERM
+        (ld, 0, 0, 0),
+        (jset, 0, 1, 0x40000000),
+        (ret, 0, 0, eperm),
+    ]  # x32 numbers
     for nr in deny:
         ins += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
-    ins += [(jeq, 0, 1, clone3), (ret, 0, 0, enosys),  # an argument check ends in its own ret
-            (jeq, 0, 4, clone), (ld, 0, 0, 16), (jset, 0, 1, CLONE_NS_MASK), (ret, 0, 0, eperm), (ret, 0, 0, allow),
-            (jeq, 0, 4, socket), (ld, 0, 0, 16), (jeq, 0, 1, AF_VSOCK), (ret, 0, 0, eperm), (ret, 0, 0, allow),
-            (ret, 0, 0, allow)]
+    ins += [
+        (jeq, 0, 1, clone3),
+        (ret, 0, 0, enosys),  # an argument check ends in its own ret
+        (jeq, 0, 4, clone),
+        (ld, 0, 0, 16),
+        (jset, 0, 1, CLONE_NS_MASK),
+        (ret, 0, 0, eperm),
+        (ret, 0, 0, allow),
+        (jeq, 0, 4, socket),
+        (ld, 0, 0, 16),
+        (jeq, 0, 1, AF_VSOCK),
+        (ret, 0, 0, eperm),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, allow),
+    ]
     return b"".join(_struct.pack("=HBBI", *i) for i in ins)
 
 
@@ -48,6 +174,7 @@ def seccomp_install(libc, machine=None):
     needed: called single-threaded). 0 on success, else the errno."""
     import ctypes
     import os
+
     prog = seccomp_program(machine or os.uname().machine)
     if prog is None:
         return 22

@@ -83,16 +83,32 @@ NOSUID_NODEV_NOEXEC = MS_NOSUID | MS_NODEV | MS_NOEXEC
 KEEP = ((2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC), (1024, MS_NOATIME), (2048, MS_NODIRATIME), (4096, MS_RELATIME))
 HOST_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0))
-DEV_LINKS = (("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))
+DEV_LINKS = (
+    ("ptmx", "pts/ptmx"),
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
 # moby oci/defaults.go (Docker 20.10): ReadonlyPaths, MaskedPaths (files: /dev/null; dirs: ro tmpfs)
 PROC_RO = ("bus", "fs", "irq", "sys", "sysrq-trigger")
 PROC_MASK_FILES = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug")
 PROC_MASK_DIRS = ("acpi", "asound", "scsi")
 SYS_MASK_DIRS = ("firmware", "devices/virtual/powercap")
 ETC_FROM_HOST = ("hosts", "resolv.conf", "nsswitch.conf", "ld.so.cache", "ssl/certs/ca-certificates.crt")
-PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "i686": 217, "i386": 217, "armv7l": 218,
-              "armv6l": 218, "ppc64le": 203, "ppc64": 203, "s390x": 217, "loongarch64": 41}
+PIVOT_ROOT = {
+    "x86_64": 155,
+    "aarch64": 41,
+    "riscv64": 41,
+    "i686": 217,
+    "i386": 217,
+    "armv7l": 218,
+    "armv6l": 218,
+    "ppc64le": 203,
+    "ppc64": 203,
+    "s390x": 217,
+    "loongarch64": 41,
+}
 UNSAFE_PREFIX = "OSB_MOCK_UNSAFE_"  # scripts.HELPER_ENV_PREFIX
 # a sandbox with a network namespace of its own: its /etc/hosts and /etc/resolv.conf (netns.py)
 NET_FILES = (("hosts", "OSB_MOCK_NET_HOSTS"), ("resolv.conf", "OSB_MOCK_NET_RESOLV"))
@@ -125,8 +141,7 @@ def remount_ro(path, extra=0):
 
 
 def _unescape(s):
-    return s.encode().decode("unicode_escape").encode("latin-1").decode("utf-8", "surrogateescape") \
-        if "\\" in s else s
+    return s.encode().decode("unicode_escape").encode("latin-1").decode("utf-8", "surrogateescape") if "\\" in s else s
 
 
 def mounts():
@@ -308,13 +323,15 @@ def loopback_up(addr=""):
         req = b"lo".ljust(16, b"\0") + bytes(16)
         flags = int.from_bytes(fcntl.ioctl(s.fileno(), 0x8913, req)[16:18], sys.byteorder)
         if not flags & 1:
-            fcntl.ioctl(s.fileno(), 0x8914, b"lo".ljust(16, b"\0") + (flags | 1).to_bytes(2, sys.byteorder)
-                        + bytes(14))
+            fcntl.ioctl(s.fileno(), 0x8914, b"lo".ljust(16, b"\0") + (flags | 1).to_bytes(2, sys.byteorder) + bytes(14))
         if addr:
             name = b"lo:0".ljust(16, b"\0")
             for req, ip in ((0x8916, addr), (0x891C, "255.255.255.255")):  # sockaddr_in: family, port 0, addr
-                fcntl.ioctl(s.fileno(), req, name + _socket.AF_INET.to_bytes(2, sys.byteorder) + bytes(2)
-                            + _socket.inet_aton(ip) + bytes(8))
+                fcntl.ioctl(
+                    s.fileno(),
+                    req,
+                    name + _socket.AF_INET.to_bytes(2, sys.byteorder) + bytes(2) + _socket.inet_aton(ip) + bytes(8),
+                )
     finally:
         s.close()
 
@@ -419,8 +436,9 @@ def mount_volumes(R, V):
                 pfd = beneath(R, parent, True)
                 try:
                     try:
-                        os.close(os.open(last, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                                         dir_fd=pfd))
+                        os.close(
+                            os.open(last, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=pfd)
+                        )
                     except IsADirectoryError:
                         pass
                     dst = os.open(last, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
@@ -496,7 +514,7 @@ def restore_env():
     if os.environ.pop("OSB_MOCK_KEEP_LC", "1") == "0":  # scripts.KEEP_LC_ENV
         os.environ.pop("LC_CTYPE", None)  # added by this Python's locale coercion (PEP 538)
     for k in [k for k in os.environ if k.startswith(UNSAFE_PREFIX)]:
-        os.environ[k[len(UNSAFE_PREFIX):]] = os.environ.pop(k)
+        os.environ[k[len(UNSAFE_PREFIX) :]] = os.environ.pop(k)
 
 
 # PID 1 runs the mock's bootstrap.sh (written by holder.write_bootstrap): execd in the background, then
@@ -589,7 +607,9 @@ def main():
                 os.dup2(r, 4)
                 os.close(r)
             os.set_inheritable(4, True)
-        argv = [BOOTSTRAP] + argv  # its "#!/bin/sh" line: comm "bootstrap.sh", args "/bin/sh BOOTSTRAP ..." as Docker runs it
+        argv = [
+            BOOTSTRAP
+        ] + argv  # its "#!/bin/sh" line: comm "bootstrap.sh", args "/bin/sh BOOTSTRAP ..." as Docker runs it
     else:
         try:
             os.chdir(arg)
