@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from mock_opensandbox.options import MockOptions
 from mock_opensandbox.server import MockOpenSandbox
 
 
@@ -42,30 +43,31 @@ def pytest_addoption(parser: Any) -> None:
     )
 
 
-def _egress_kwargs(config: Any) -> dict[str, Any]:
-    mode = config.getini("opensandbox_egress_mode") or None
-    upstream = config.getini("opensandbox_egress_dns_upstream") or None
-    return {
-        "egress_mode": mode,
-        "egress_dns_upstream": upstream,
-        "egress_bin": config.getini("opensandbox_egress_bin") or None,
-    }
+def fixture_options(config: Any) -> MockOptions:
+    """The fixtures' MockOptions: the defaults, with the ini file's egress settings (the command line
+    builds its own from its flags, mock_opensandbox/__main__.py)."""
+    return MockOptions(
+        egress_mode=config.getini("opensandbox_egress_mode") or None,
+        egress_dns_upstream=config.getini("opensandbox_egress_dns_upstream") or None,
+        egress_bin=config.getini("opensandbox_egress_bin") or None,
+    )
 
 
 @pytest.fixture
 def opensandbox_mock(pytestconfig: Any) -> Iterator[MockOpenSandbox]:
     """A started MockOpenSandbox (127.0.0.1, ephemeral port, generated API key), stopped afterwards."""
-    with MockOpenSandbox(**_egress_kwargs(pytestconfig)) as osb:
+    with MockOpenSandbox(fixture_options(pytestconfig)) as osb:
         yield osb
 
 
 @pytest.fixture
 def opensandbox_mock_factory(pytestconfig: Any) -> Iterator[Callable[..., MockOpenSandbox]]:
-    """Call with MockOpenSandbox keyword arguments to get started instances; all are stopped at teardown."""
+    """Call with MockOptions settings as keywords (or a MockOptions) to get started instances; all are
+    stopped at teardown."""
     made: list[MockOpenSandbox] = []
 
-    def make(**kwargs: Any) -> MockOpenSandbox:
-        osb = MockOpenSandbox(**dict(_egress_kwargs(pytestconfig), **kwargs))
+    def make(options: MockOptions | None = None, /, **changes: Any) -> MockOpenSandbox:
+        osb = MockOpenSandbox(options or fixture_options(pytestconfig), **changes)
         made.append(osb)
         osb.start()
         return osb
@@ -85,7 +87,7 @@ def opensandbox_mock_factory(pytestconfig: Any) -> Iterator[Callable[..., MockOp
 
 @pytest.fixture(scope="session")
 def _opensandbox_mock_session(pytestconfig: Any) -> Iterator[MockOpenSandbox]:
-    with MockOpenSandbox(**_egress_kwargs(pytestconfig)) as osb:
+    with MockOpenSandbox(fixture_options(pytestconfig)) as osb:
         yield osb
 
 

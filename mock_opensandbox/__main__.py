@@ -13,7 +13,8 @@ from typing import Sequence
 
 from mock_opensandbox.runtime import optional
 from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
-from mock_opensandbox.server import EXECD_MODES, MockOpenSandbox
+from mock_opensandbox.options import EXECD_MODES, MockOptions
+from mock_opensandbox.server import MockOpenSandbox
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,6 +187,36 @@ def raise_nofile() -> int:
     return soft
 
 
+def options_from_args(args: argparse.Namespace) -> MockOptions:
+    """The command line's MockOptions (the pytest fixtures build theirs in pytest_opensandbox_mock.py)."""
+    return MockOptions(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        insecure=args.insecure,
+        execd_mode=args.execd_mode,
+        execd_token=args.execd_token,
+        gateway=args.gateway,
+        root=args.root,
+        execd_bin=args.execd_bin,
+        verbose=args.verbose,
+        execd_start_delay=args.execd_start_delay,
+        max_sandbox_timeout=args.max_sandbox_timeout,
+        network=args.network,
+        volumes_dir=args.volumes_dir,
+        allowed_host_paths=tuple(args.allowed_host_path),
+        pids_limit=args.pids_limit,
+        execd_close_delay=args.execd_close_delay,
+        image_dir=args.image_dir,
+        image_cache=args.image_cache,
+        egress_mode=args.egress_mode,
+        egress_dns_upstream=args.egress_dns_upstream,
+        egress_ready_timeout=args.egress_ready_timeout,
+        jupyter_env=args.jupyter_env,
+        egress_bin=args.egress_bin,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     if args is None:
@@ -196,32 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[optional.ENV] = ",".join([os.environ.get(optional.ENV, "")] + args.no).strip(",")
     nofile = raise_nofile()
     try:
-        osb = MockOpenSandbox(
-            host=args.host,
-            port=args.port,
-            api_key=args.api_key,
-            insecure=args.insecure,
-            execd_mode=args.execd_mode,
-            execd_token=args.execd_token,
-            gateway=args.gateway,
-            root=args.root,
-            execd_bin=args.execd_bin,
-            verbose=args.verbose,
-            execd_start_delay=args.execd_start_delay,
-            max_sandbox_timeout=args.max_sandbox_timeout,
-            network=args.network,
-            volumes_dir=args.volumes_dir,
-            allowed_host_paths=args.allowed_host_path,
-            pids_limit=args.pids_limit,
-            execd_close_delay=args.execd_close_delay,
-            image_dir=args.image_dir,
-            image_cache=args.image_cache,
-            egress_mode=args.egress_mode,
-            egress_dns_upstream=args.egress_dns_upstream,
-            egress_ready_timeout=args.egress_ready_timeout,
-            jupyter_env=args.jupyter_env,
-            egress_bin=args.egress_bin,
-        )
+        osb = MockOpenSandbox(options_from_args(args))
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

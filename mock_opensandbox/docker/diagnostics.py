@@ -11,8 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from mock_opensandbox.lifecycle.model import docker_ts
-
-EXTENSIONS_PREFIX = "opensandbox.extensions."  # server extensions/keys.py: echoed back as labels
+from mock_opensandbox.lifecycle.quirks import EXTENSIONS_PREFIX
 
 
 def inline(sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str) -> dict:

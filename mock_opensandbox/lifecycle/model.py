@@ -265,7 +265,7 @@ class Sandbox:
         self.execd_port: int | None = None
         self.execd_mode: str | None = None
         self.entry_proc: Any = None
-        self.resources: dict[str, Any] = {}
+        self.container: Any = None  # the provisioner's own per-sandbox state (docker/provisioner.py ContainerState)
         self.platform: dict[str, str] | None = None
         self.rootfs_image: Any = None  # the image store's Image when the mock has an image store
         self.snapshot_id: str | None = None  # restored from this snapshot (GET: snapshotId, no image)

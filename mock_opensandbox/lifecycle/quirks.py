@@ -281,3 +281,5 @@ MAX_PAGE_SIZE = 200  # server api/lifecycle.py list_sandboxes: Query(20, ge=1, l
 DEFAULT_PAGE_SIZE = 20  # recording 05
 MIN_TIMEOUT = 60  # recording 03
 INGRESS_HEADER = "OpenSandbox-Ingress-To"  # server services/constants.py (gateway header route mode)
+
+EXTENSIONS_PREFIX = "opensandbox.extensions."  # server extensions/keys.py: echoed back as labels

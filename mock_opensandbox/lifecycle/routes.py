@@ -3,7 +3,9 @@
 /health, /version, /v1/sandboxes... (also served without /v1), the server-side proxy
 /v1/sandboxes/{id}/proxy/{port}/{path}, and the unimplemented snapshot/template/egress routes.
 Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the recordings show
-(lifecycle/pydantic_lite.py, lifecycle/validation.py); the proxy itself is lifecycle/proxy.py, the diagnostics text docker/diagnostics.py.
+(lifecycle/pydantic_lite.py, lifecycle/validation.py); the proxy itself is lifecycle/proxy.py. The Docker service behind the routes is given to LifecycleApp
+(the facade passes docker/'s snapshot store and diagnostics text): this layer never imports docker/ or the
+workbench, which adds its /__mock__/faults routes to the router itself (workbench/fault_routes.py).
 """
 
 from __future__ import annotations
@@ -19,19 +21,14 @@ from datetime import datetime
 from typing import Any, Callable
 from urllib.parse import parse_qsl
 
-from mock_opensandbox.docker import diagnostics
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import snapshot_routes
 from mock_opensandbox.lifecycle import validation as V
-from mock_opensandbox.workbench.admin import serve_faults
-from mock_opensandbox.docker.diagnostics import EXTENSIONS_PREFIX
-from mock_opensandbox.workbench.faults import FaultRegistry
 from mock_opensandbox.wire.http1 import App, Handler, Request, Router, host_allowed, new_request_id
 from mock_opensandbox.lifecycle.model import SandboxStore, format_ts, validate_metadata
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.lifecycle.proxy import BackendError, forward
-from mock_opensandbox.docker.snapshots import SnapshotStore
 
 
 # FastAPI/pydantic validation lives in lifecycle/pydantic_lite.py, the server's models and pre-provisioning checks
@@ -91,20 +88,25 @@ class LifecycleApp(App):
         verbose: bool = False,
         check_host: bool = True,
         reject_origin: bool = True,
-        faults: FaultRegistry | None = None,
+        faults: Any = None,
         max_timeout: int | None = None,
         allowed_host_paths: list[str] | None = None,
         volumes: Any = None,
+        snapshots: Any = None,
+        diagnostics: Any = None,
     ):
         self.store = store
         # server config: [server] max_sandbox_timeout_seconds (unset), [storage] allowed_host_paths ([])
         self.max_timeout = max_timeout
         self.allowed_host_paths = list(allowed_host_paths or [])
         self.volumes = volumes  # volumes.VolumeStore (None: a mock without a runtime refuses volumes)
-        # snapshots.SnapshotStore; MockOpenSandbox sets one that commits. Without a committer a create answers
-        # 501 SNAPSHOT::NOT_IMPLEMENTED and no snapshot exists (lifecycle/snapshot_routes.py)
-        self.snapshots: Any = SnapshotStore(store)
-        self.faults = faults  # fault injection rules (workbench/faults.py); the admin API below edits them
+        # the Docker service's snapshots (docker/snapshots.py SnapshotStore: create, list, get, delete,
+        # lookup) and diagnostics text (docker/diagnostics.py: logs_text, events_text, inspect_text,
+        # summary_text, limit_lines, inline), both given by the facade (server.py)
+        self.snapshots = snapshots
+        self.diagnostics = diagnostics
+        # the listener's fault rules (read by wire/http1.py's FAULT_HOOK; workbench/faults.py), or None
+        self.faults = faults
         self.provisioner = provisioner
         self.api_key = api_key
         self.bind_host = bind_host
@@ -153,13 +155,6 @@ class LifecycleApp(App):
             r.add("DELETE", prefix + "/sandboxes/{sid}/networkpolicy", self.policy_delete)
         r.add("GET", "/health", self.health)
         r.add("GET", "/version", self.version)
-        if faults is not None:
-            # mock-only admin API [choice, docs/FAULTS.md]: behind the API key like every other route
-            r.add("GET", "/__mock__/faults", self.faults_list)
-            r.add("POST", "/__mock__/faults", self.faults_add)
-            r.add("DELETE", "/__mock__/faults", self.faults_clear)
-            r.add("GET", "/__mock__/faults/{fid}", self.faults_get)
-            r.add("DELETE", "/__mock__/faults/{fid}", self.faults_remove)
 
     # -- dispatch -------------------------------------------------------------------------------------
     def handle(self, req: Request) -> None:
@@ -272,7 +267,7 @@ class LifecycleApp(App):
         restore = checks["snapshot"]  # a snapshot's image keeps its container's env under the request's
         if restore is not None:
             env = dict(restore.env, **env)
-        ext = {k: v for k, v in (r["extensions"] or {}).items() if k.startswith(EXTENSIONS_PREFIX)} or None
+        ext = {k: v for k, v in (r["extensions"] or {}).items() if k.startswith(quirks.EXTENSIONS_PREFIX)} or None
         try:
             sb = self.store.create(
                 image={"uri": r["image"]["uri"]},
@@ -421,23 +416,6 @@ class LifecycleApp(App):
             # server api/proxy.py: any other httpx error -> 500 {"detail": "An internal error occurred ..."}
             req.send_json(500, {"detail": "An internal error occurred in the proxy: %s" % (e.__cause__ or e)})
 
-    # -- fault injection admin API (mock only, docs/FAULTS.md): one route each, so a 405's allow header
-    #    names the methods of the first matching route, like every other route here ----------------------
-    def faults_list(self, req: Request) -> None:
-        serve_faults(req, self.faults)
-
-    def faults_add(self, req: Request) -> None:
-        serve_faults(req, self.faults)
-
-    def faults_clear(self, req: Request) -> None:
-        serve_faults(req, self.faults)
-
-    def faults_get(self, req: Request) -> None:
-        serve_faults(req, self.faults, req.params["fid"])
-
-    def faults_remove(self, req: Request) -> None:
-        serve_faults(req, self.faults, req.params["fid"])
-
     # -- query parameters (FastAPI Query(...) validation, loc ["query", name]) ---------------------------
     def _q_int(
         self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None, le: int | None = None
@@ -569,7 +547,7 @@ class LifecycleApp(App):
         sb = self.store.get(sid)
         if scope is not None:
             content, truncated = inline(sb)
-            req.send_json(200, diagnostics.inline(sid, kind, scope, content, truncated, warning))
+            req.send_json(200, self.diagnostics.inline(sid, kind, scope, content, truncated, warning))
             return
         req.send_text(200, legacy(sb, bound), "text/plain; charset=utf-8", headers={"deprecation": "true"})
 
@@ -580,8 +558,8 @@ class LifecycleApp(App):
             "logs",
             ("tail", 100, 10000),
             ("container", "all"),
-            lambda sb: diagnostics.limit_lines(diagnostics.logs_text(sb, 101, now=now), 100, True),
-            lambda sb, tail: diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
+            lambda sb: self.diagnostics.limit_lines(self.diagnostics.logs_text(sb, 101, now=now), 100, True),
+            lambda sb, tail: self.diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
             quirks.DIAG_LOGS_ALL_WARNING,
         )
 
@@ -592,13 +570,15 @@ class LifecycleApp(App):
             "events",
             ("limit", 50, 500),
             ("runtime", "all"),
-            lambda sb: diagnostics.limit_lines(diagnostics.events_text(sb), 50, False),
-            lambda sb, _limit: diagnostics.events_text(sb),
+            lambda sb: self.diagnostics.limit_lines(self.diagnostics.events_text(sb), 50, False),
+            lambda sb, _limit: self.diagnostics.events_text(sb),
             quirks.DIAG_EVENTS_ALL_WARNING,
         )
 
     def diag_inspect(self, req: Request) -> None:
-        req.send_text(200, diagnostics.inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8")
+        req.send_text(
+            200, self.diagnostics.inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8"
+        )
 
     def diag_summary(self, req: Request) -> None:
         errors: list = []
@@ -609,7 +589,7 @@ class LifecycleApp(App):
         sid = req.params["sid"]
         req.send_text(
             200,
-            diagnostics.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()),
+            self.diagnostics.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()),
             "text/plain; charset=utf-8",
         )
 

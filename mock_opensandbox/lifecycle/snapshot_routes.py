@@ -1,7 +1,7 @@
 """The snapshot routes of the lifecycle listener (server api/lifecycle.py "Snapshot Operations"), over the
-model in ``docker/snapshots.py``. ``LifecycleApp`` routes here; ``app.snapshots`` is its ``SnapshotStore`` (by default
-one without a committer: a create then answers 501 ``SNAPSHOT::NOT_IMPLEMENTED`` after the sandbox checks, as a
-runtime without snapshots does, and no snapshot is ever known)."""
+model in ``docker/snapshots.py``. ``LifecycleApp`` routes here; ``app.snapshots`` is the ``SnapshotStore`` the facade gives it (one
+without a committer answers a create with 501 ``SNAPSHOT::NOT_IMPLEMENTED`` after the sandbox checks, as a
+runtime without snapshots does, and never knows a snapshot)."""
 
 from __future__ import annotations
 

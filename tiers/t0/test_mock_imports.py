@@ -191,14 +191,6 @@ def test_one_execd_process_class_and_one_hop_by_hop_set():
 # (the facade server.py, __main__) may import any. The workbench plugs into the product through hooks
 # (wire/http1.py FAULT_HOOK, the apps' journal/faults attributes) and is imported by no product layer.
 LAYERS = ("wire", "runtime", "images", "execd", "lifecycle", "docker", "workbench")
-# crossings still to remove (lifecycle/routes.py serves /__mock__/faults and calls docker's diagnostics and
-# snapshot store itself); a new crossing fails this test
-KNOWN_CROSSINGS = {
-    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.diagnostics"),
-    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.docker.snapshots"),
-    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.admin"),
-    ("mock_opensandbox.lifecycle.routes", "mock_opensandbox.workbench.faults"),
-}
 
 
 def _layer(mod: str) -> str | None:
@@ -215,9 +207,8 @@ def test_layers_import_only_downward():
         for d in deps
         if _layer(m) and _layer(d) and LAYERS.index(_layer(d)) > LAYERS.index(_layer(m))
     )
-    assert [c for c in up if c not in KNOWN_CROSSINGS] == []
-    assert [c for c in KNOWN_CROSSINGS if c not in up] == [], "a crossing is gone: drop it from KNOWN_CROSSINGS"
-    product = ("wire", "runtime", "images", "execd")
+    assert up == []
+    product = ("wire", "runtime", "images", "execd", "lifecycle", "docker")
     assert (
         sorted((m, d) for m, deps in graph.items() for d in deps if _layer(m) in product and _layer(d) == "workbench")
         == []

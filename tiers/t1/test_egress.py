@@ -146,9 +146,9 @@ def test_the_sidecar_goes_with_the_sandbox(osb):
     assert r.status == 202, r.body
     sid = r.json()["id"]
     sb = osb.store.get(sid)
-    sc = sb.resources["egress"]
+    sc = sb.container.egress
     assert api(osb, "DELETE", "/v1/sandboxes/" + sid).status == 204
-    assert "egress" not in sb.resources and sc.dns.fileno() == -1 and not any(t.is_alive() for t in sc._threads)
+    assert sb.container.egress is None and sc.dns.fileno() == -1 and not any(t.is_alive() for t in sc._threads)
 
 
 @pytest.mark.parametrize(
@@ -270,6 +270,6 @@ def test_dns_nft_accepts_only_allowed_names_addresses_and_literal_rules(dns):
             sb.patch_egress_rules([NetworkRule(action="allow", target="10.7.0.1")])
             rules = _ruleset(pid)
             assert "10.7.0.1" in rules and "10.1.2.3" in rules  # resolved addresses survive a change
-            assert m.store.get(sb.id).resources["egress"].status("x")["enforcementMode"] == "dns+nft"
+            assert m.store.get(sb.id).container.egress.status("x")["enforcementMode"] == "dns+nft"
         finally:
             sb.kill()

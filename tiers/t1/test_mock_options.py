@@ -58,8 +58,8 @@ def test_cli_options_and_their_defaults(monkeypatch):
     class Stop(Exception):
         pass
 
-    def fake(**kwargs):
-        got.append(kwargs)
+    def fake(options):
+        got.append(options)  # the command line builds one MockOptions (mock_opensandbox/options.py)
         raise Stop
 
     monkeypatch.setattr(cli, "MockOpenSandbox", fake)
@@ -68,7 +68,7 @@ def test_cli_options_and_their_defaults(monkeypatch):
     with pytest.raises(Stop):
         cli.main(["--pids-limit", "64", "--execd-close-delay", "0", "--max-sandbox-timeout", "0"])
     pick = ("pids_limit", "execd_close_delay", "max_sandbox_timeout")
-    assert [tuple(k[p] for p in pick) for k in got] == [(4096, 1.0, 86400), (64, 0.0, 0)]
+    assert [tuple(getattr(o, p) for p in pick) for o in got] == [(4096, 1.0, 86400), (64, 0.0, 0)]
     monkeypatch.undo()
     assert cli.main(["--pids-limit", "-3"]) == 2
 

@@ -72,10 +72,10 @@ def test_every_listener_binds_loopback_by_default(osb, sandbox):
     bound = {
         "lifecycle": osb._server.server_address[0],
         "execd": sandbox.execd._server.server_address[0],
-        "port 8080": sandbox.resources["http"].server_address[0],
+        "port 8080": sandbox.container.http.server_address[0],
     }
     assert set(bound.values()) == {"127.0.0.1"}, bound
-    assert port8080 == sandbox.resources["http"].port
+    assert port8080 == sandbox.container.http.port
 
 
 def _route_samples(osb) -> list[tuple[str, str]]:

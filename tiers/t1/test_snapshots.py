@@ -166,11 +166,12 @@ def test_list_filters_states_exactly_newest_first(model):
 
 @pytest.mark.spec_exempt("server 1.1.1 snapshot routes (the June spec has none)")
 def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
-    """LifecycleApp's default SnapshotStore has no committer: the sandbox checks, then 501; no id is known."""
+    """A SnapshotStore without a committer: the sandbox checks, then 501; no id is known."""
+    from mock_opensandbox.docker.snapshots import SnapshotStore
     from mock_opensandbox.wire.http1 import Server
     from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
 
-    app = LifecycleApp(model, None, api_key=None)
+    app = LifecycleApp(model, None, api_key=None, snapshots=SnapshotStore(model))
     srv = Server(("127.0.0.1", 0), LifecycleHandler, app)
     srv.start(name="t-lifecycle-alone")
     try:

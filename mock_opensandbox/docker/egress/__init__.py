@@ -20,7 +20,6 @@ from mock_opensandbox.docker.egress.sidecar import AUTH_HEADER, EgressSidecar, t
 EGRESS_MODES = ("off", "dns", "dns+nft")
 DEFAULT_EGRESS_MODE = "dns"  # the server's example config: [egress] mode = "dns"
 READY_TIMEOUT = 30.0  # networking.py _wait_for_egress_sidecar_ready(timeout_seconds=30.0)
-STATE_KEY = "egress"  # Sandbox.resources key
 # the server's last urllib error polling the exited sidecar's published /healthz (docker-proxy resets the
 # connection): fixtures/26_network_policy.json, live with local/egress:src3bb6fad
 NOT_READY_CAUSE = "[Errno 104] Connection reset by peer"
@@ -106,18 +105,18 @@ def configure(
     return mode or DEFAULT_EGRESS_MODE, parse_upstream(upstream), float(ready_timeout), binary
 
 
-def check_host(mock: Any) -> None:
-    """At start(): a mode this host cannot run is refused when asked for; the default turns off."""
+def check_host(mode_given: str | None, network: str, binary: str | None) -> tuple[str, str]:
+    """At start(): a mode this host cannot run is refused when asked for (RuntimeError); the default turns
+    off. Returns (the mode in force, why it is off or "")."""
     from mock_opensandbox.docker.egress.realbin import binary_problem
 
-    why = mode_problem(mock.egress_mode_given or DEFAULT_EGRESS_MODE, mock.network)
-    bin_why = "" if why else binary_problem(mock.egress_bin, mock.egress_mode_given or DEFAULT_EGRESS_MODE)
+    why = mode_problem(mode_given or DEFAULT_EGRESS_MODE, network)
+    bin_why = "" if why else binary_problem(binary, mode_given or DEFAULT_EGRESS_MODE)
     if bin_why:
         raise RuntimeError("cannot start: %s" % bin_why)
-    if why and (mock.egress_mode_given is not None or mock.egress_bin):
+    if why and (mode_given is not None or binary):
         raise RuntimeError("cannot start: %s (use --egress-mode off)" % why)
-    mock.egress_mode = "off" if why else (mock.egress_mode_given or DEFAULT_EGRESS_MODE)
-    mock.egress_note = why
+    return ("off" if why else (mode_given or DEFAULT_EGRESS_MODE)), why
 
 
 def payload(network_policy: dict) -> str:
@@ -162,7 +161,6 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
     except OSError as exc:
         sc.close()
         raise _bad(START_FAILED, "Egress sidecar container failed to start. (%s)" % exc, 500) from None
-    sb.resources[STATE_KEY] = sc
     return sc
 
 
@@ -207,11 +205,9 @@ def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
     if not ready:
         sc.close()
         raise _not_ready(mock, sb)
-    sb.resources[STATE_KEY] = sc
     return sc
 
 
-def stop_for(sb: Any) -> None:
-    sc = sb.resources.pop(STATE_KEY, None)
-    if sc is not None:
-        sc.close()
+def stop_for(sidecar: Any) -> None:
+    """Stop a sidecar start_for made (the provisioner keeps it in the sandbox's ContainerState)."""
+    sidecar.close()

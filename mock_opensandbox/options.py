@@ -1,0 +1,114 @@
+"""MockOptions: every setting of a MockOpenSandbox, in one frozen dataclass.
+
+The command line (``python -m mock_opensandbox``, __main__.py) and the pytest fixtures
+(pytest_opensandbox_mock.py) both build one; ``MockOpenSandbox(options)`` takes it.
+
+    opts = MockOptions(execd_mode="latest", pids_limit=64)
+    with MockOpenSandbox(opts) as osb: ...
+    with MockOpenSandbox(opts, verbose=True) as osb: ...   # dataclasses.replace(opts, verbose=True)
+
+``checked()`` validates and normalises (ValueError saying which setting is wrong). The server's own
+settings keep the server's names and defaults: ``max_sandbox_timeout`` ([server]
+max_sandbox_timeout_seconds), ``pids_limit`` ([docker] pids_limit), ``allowed_host_paths`` ([storage]),
+``network`` ([docker] network_mode), ``egress_*`` ([egress]). Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from mock_opensandbox.runtime.cgroups import DEFAULT_PIDS_LIMIT
+from mock_opensandbox.runtime.jupyterenv import check as check_jupyter_env
+
+EXECD_MODES = ("v1.1.0", "latest")
+NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
+DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [server] max_sandbox_timeout_seconds
+
+
+@dataclass(frozen=True)
+class MockOptions:
+    """The settings of one mock. Defaults are a mock on 127.0.0.1, an ephemeral port, a generated API key."""
+
+    # -- the lifecycle listener ------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = ephemeral; the bound port is MockOpenSandbox.port
+    api_key: str | None = None  # None: generated per run (unless insecure)
+    insecure: bool = False  # no API key at all
+    verbose: bool = False
+    clock: Callable[[], datetime] | None = None  # the server's clock (timestamps, expiry, Date)
+    warn: Callable[[str], None] | None = None  # where start() warnings go (default: stderr)
+    # -- execd ---------------------------------------------------------------------------------------------
+    execd_mode: str = "v1.1.0"  # the in-process execd's generation (QUIRKS.md, execd modes)
+    execd_token: str | None = None  # X-EXECD-ACCESS-TOKEN every execd request must carry
+    gateway: bool = False  # the ingress routing header on every execd request
+    execd_close_delay: float = 1.0  # execd v1.0.19 keeps a stream open ~1 s after its last event
+    execd_start_delay: float = 0.0  # seconds a new execd refuses connections although the create says Running
+    execd_bin: str | None = None  # a real execd (or the mock's stand-alone one) per sandbox instead of in-process
+    # -- sandboxes -----------------------------------------------------------------------------------------
+    root: str | None = None  # where sandbox roots live (None: a temp dir removed at stop)
+    isolate: bool | None = None  # None: isolated where the host can, False: on the host
+    reap_interval: float = 0.1  # how often expired sandboxes are reaped (seconds)
+    pull_fails: Callable[[str], bool] | Iterable[str] | None = None  # images whose pull fails
+    max_sandbox_timeout: int | None = DEFAULT_MAX_SANDBOX_TIMEOUT  # 0/None: no upper bound
+    pids_limit: int | None = DEFAULT_PIDS_LIMIT  # 0/None: no limit
+    network: str = "bridge"  # "bridge": a network namespace per sandbox; "host": the host's
+    volumes_dir: str | None = None  # named volumes (default <root>/volumes)
+    allowed_host_paths: tuple[str, ...] = field(default=())  # host binds only under these ([] = none)
+    image_dir: str | None = None  # the image store's sources (docs/IMAGES.md); None: no image store
+    image_cache: str | None = None  # its unpacked layers (default ~/.cache/mock-opensandbox/images)
+    jupyter_env: str | None = None  # a Jupyter env for code-interpreter images (runtime/jupyterenv.py)
+    # -- networkPolicy (docker/egress/) --------------------------------------------------------------------
+    egress_mode: str | None = None  # off | dns | dns+nft; None: dns where this host can run it
+    egress_dns_upstream: str | None = None  # IPv4[:PORT] the policy resolvers forward to
+    egress_ready_timeout: float = 30.0  # the server's wait for a sidecar's /healthz
+    egress_bin: str | None = None  # the real egress sidecar binary instead of the mock's
+
+    def replace(self, **changes: Any) -> "MockOptions":
+        """A copy with these settings changed (TypeError naming an unknown one)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError("unknown MockOptions setting(s): %s" % ", ".join(unknown))
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def checked(self) -> "MockOptions":
+        """These options validated (ValueError saying which is wrong) and normalised: 0 -> None for
+        max_sandbox_timeout and pids_limit, allowed_host_paths a tuple of str, jupyter_env its real path."""
+        if self.execd_mode not in EXECD_MODES:
+            raise ValueError("execd_mode must be one of %s, not %r" % (", ".join(EXECD_MODES), self.execd_mode))
+        port = self.port
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ValueError("port must be an integer between 0 and 65535")
+        key = self.api_key
+        if key is not None and (not key or any(c in key for c in "\r\n\x00")):
+            raise ValueError("api_key must be a non-empty string without control characters")
+        timeout = None if self.max_sandbox_timeout == 0 else self.max_sandbox_timeout
+        if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 60):
+            raise ValueError("max_sandbox_timeout must be an integer >= 60 (seconds), or 0/None for no limit")
+        pids = None if self.pids_limit == 0 else self.pids_limit
+        if pids is not None and (not isinstance(pids, int) or isinstance(pids, bool) or pids < 1):
+            raise ValueError("pids_limit must be a positive integer, or 0/None for no limit")
+        delay = self.execd_close_delay
+        if not isinstance(delay, (int, float)) or not delay >= 0 or delay == float("inf"):
+            raise ValueError("execd_close_delay must be a number of seconds >= 0")
+        hosts = tuple(str(p) for p in self.allowed_host_paths)
+        for p in hosts:
+            if not p.startswith("/"):
+                raise ValueError("allowed_host_paths must be absolute paths, not %r" % p)
+        if self.network not in NETWORK_MODES:
+            raise ValueError("network must be one of %s, not %r" % (", ".join(NETWORK_MODES), self.network))
+        if self.image_dir is not None and not os.path.isdir(self.image_dir):
+            raise ValueError("image_dir %r is not a directory" % self.image_dir)
+        jenv = self.jupyter_env
+        if jenv is not None:
+            problem = check_jupyter_env(jenv)
+            if problem:
+                raise ValueError(problem)
+            jenv = os.path.realpath(jenv)  # bound into sandboxes at its real path
+        return dataclasses.replace(
+            self, max_sandbox_timeout=timeout, pids_limit=pids, allowed_host_paths=hosts, jupyter_env=jenv
+        )
