@@ -249,7 +249,7 @@ class MockProvisioner(Provisioner):
             runtime,
             host="127.0.0.1",
             port=0,
-            mode=sb.execd_mode,
+            mode=sb.execd_mode or self.mock.execd_mode,  # set at create (above); the default otherwise
             access_token=o.execd_token,
             required_headers=self._required_headers(sb),
             close_delay=o.execd_close_delay,
