@@ -1,12 +1,19 @@
 """execd's error answers as data (like lifecycle/quirks.py for the lifecycle): one typed exception, the
 codes of pkg/web/model/error.go and the message templates of the controllers. Model code raises
 ExecdError; the HTTP layer (execd/gin.py) turns it into Gin's JSON reply. Texts are the binary's
-(tiers/diff cases named in QUIRKS.md part 2)."""
+(tiers/diff cases named in QUIRKS.md part 2). GoError is a Go error value of the files API;
+handle_file_error turns it into an ExecdError."""
 
 from __future__ import annotations
 
+import errno
+
+from mock_opensandbox.wire.gojson import errno_text
+
 __all__ = [
     "ExecdError",
+    "GoError",
+    "handle_file_error",
     "INVALID_REQUEST",
     "MISSING_QUERY",
     "RUNTIME_ERROR",
@@ -91,3 +98,32 @@ def invalid(msg: str, template: str = "invalid") -> ExecdError:
 
 def missing_query(name: str) -> ExecdError:
     return ExecdError(400, MISSING_QUERY, MSG["missing_query"].format(name))
+
+
+class GoError(Exception):
+    """A Go error value: its text, and whether errors.Is(err, fs.ErrNotExist)."""
+
+    def __init__(self, text: str, not_exist: bool = False):
+        super().__init__(text)
+        self.text, self.not_exist = text, not_exist
+
+    def __str__(self) -> str:
+        return self.text
+
+    @classmethod
+    def path(cls, op: str, spath: str, exc: BaseException) -> "GoError":
+        """*PathError{op, path, errno}: "lstat /x: no such file or directory"."""
+        if isinstance(exc, ValueError):  # NUL byte (the syscall's EINVAL) or a refused mapping
+            exc = OSError(errno.EINVAL, "invalid argument")
+        return cls(f"{op} {spath}: {errno_text(exc)}", isinstance(exc, OSError) and exc.errno == errno.ENOENT)
+
+    def wrap(self, prefix: str) -> "GoError":
+        """fmt.Errorf(prefix + "%w", err): the text grows, errors.Is still sees through."""
+        return GoError(prefix + self.text, self.not_exist)
+
+
+def handle_file_error(err: GoError) -> ExecdError:
+    """controller handleFileError: ErrNotExist -> 404 FILE_NOT_FOUND, else 500 RUNTIME_ERROR."""
+    if err.not_exist:
+        return ExecdError(404, FILE_NOT_FOUND, f"file not found. {err}")
+    return ExecdError(500, RUNTIME_ERROR, f"error accessing file: {err}")

@@ -16,16 +16,19 @@ import re
 import stat
 from typing import Any, Iterable, Mapping
 
-from mock_opensandbox.wire.gojson import errno_text, go_time
+from mock_opensandbox.wire.gojson import errno_text
 from mock_opensandbox.runtime import openat2
 from mock_opensandbox.execd.errors import (
-    FILE_NOT_FOUND,
     INVALID_FILE_METADATA,
     INVALID_REQUEST,
     RUNTIME_ERROR,
     ExecdError,
+    GoError,
+    handle_file_error,
 )
+from mock_opensandbox.execd.fileinfo import Accounts, _map_id, file_info  # noqa: F401 - _map_id, file_info re-exported
 from mock_opensandbox.execd.fsat import mkdir_at as _mkdir_at, proc_fd as _proc_fd, read_fd as _read_fd
+from mock_opensandbox.execd.fsat import _DirHandle
 from mock_opensandbox.execd.fsat import remove_all_at as _remove_all_at, unlink_at as _unlink_at, write_fd as _write_fd
 from mock_opensandbox.execd.globmatch import glob_match
 from mock_opensandbox.execd.paths import PathExpandError, clean, expand_path
@@ -34,122 +37,6 @@ __all__ = ["SandboxFS", "GoError", "file_info", "UMASK", "MKDIR_MODE"]
 
 UMASK = 0o022  # a container's default umask: Go's MkdirAll/OpenFile(0777) give 0755 (recording 13: data.csv 755)
 MKDIR_MODE = 0o777 & ~UMASK
-
-
-class GoError(Exception):
-    """A Go error value: its text, and whether errors.Is(err, fs.ErrNotExist)."""
-
-    def __init__(self, text: str, not_exist: bool = False):
-        super().__init__(text)
-        self.text, self.not_exist = text, not_exist
-
-    def __str__(self) -> str:
-        return self.text
-
-    @classmethod
-    def path(cls, op: str, spath: str, exc: BaseException) -> "GoError":
-        """*PathError{op, path, errno}: "lstat /x: no such file or directory"."""
-        if isinstance(exc, ValueError):  # NUL byte (the syscall's EINVAL) or a refused mapping
-            exc = OSError(errno.EINVAL, "invalid argument")
-        return cls(f"{op} {spath}: {errno_text(exc)}", isinstance(exc, OSError) and exc.errno == errno.ENOENT)
-
-    def wrap(self, prefix: str) -> "GoError":
-        """fmt.Errorf(prefix + "%w", err): the text grows, errors.Is still sees through."""
-        return GoError(prefix + self.text, self.not_exist)
-
-
-def handle_file_error(err: GoError) -> ExecdError:
-    """controller handleFileError: ErrNotExist -> 404 FILE_NOT_FOUND, else 500 RUNTIME_ERROR."""
-    if err.not_exist:
-        return ExecdError(404, FILE_NOT_FOUND, f"file not found. {err}")
-    return ExecdError(500, RUNTIME_ERROR, f"error accessing file: {err}")
-
-
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def _group(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
-def _ftype(st: os.stat_result) -> str:
-    if stat.S_ISLNK(st.st_mode):
-        return "symlink"
-    if stat.S_ISDIR(st.st_mode):
-        return "directory"
-    if stat.S_ISREG(st.st_mode):
-        return "file"
-    return "other"
-
-
-def file_info(spath: str, st: os.stat_result, names: "Accounts | None" = None) -> dict[str, Any]:
-    """model.FileInfo (recording 13): mode is the permission bits written as octal digits, created_at
-    is the ctime (syscall_linux.go getFileCreateTime). Owner and group are named by the sandbox's
-    accounts (``names``) or, without a view of the sandbox's own, the host's."""
-    return {
-        "path": spath,
-        "type": _ftype(st),
-        "size": st.st_size,
-        "modified_at": go_time(st.st_mtime_ns),
-        "created_at": go_time(st.st_ctime_ns),
-        "owner": names.owner(st.st_uid) if names else _owner(st.st_uid),
-        "group": names.group(st.st_gid) if names else _group(st.st_gid),
-        "mode": int(oct(stat.S_IMODE(st.st_mode) & 0o777)[2:]),
-    }
-
-
-def _map_id(rows: list[tuple[int, int, int]], ident: int, outward: bool) -> int:
-    """An id through a user namespace's map (inside -> outside when outward); 65534 (the overflow
-    id) when unmapped; unchanged without a map."""
-    if not rows:
-        return ident
-    for inside, outside, count in rows:
-        a, b = (inside, outside) if outward else (outside, inside)
-        if a <= ident < a + count:
-            return b + ident - a
-    return 65534
-
-
-class Accounts:
-    """The sandbox's own users and groups, as execd inside the container sees them (Go's os/user reads
-    the container's /etc/passwd and /etc/group), with the user namespace's id mapping applied."""
-
-    def __init__(self, passwd: bytes, group: bytes, uid_map: list, gid_map: list):
-        def table(text: bytes) -> dict[str, int]:
-            out: dict[str, int] = {}
-            for line in text.decode("utf-8", "replace").splitlines():
-                f = line.split(":")
-                if len(f) >= 3 and f[2].isdigit() and f[0] not in out:
-                    out[f[0]] = int(f[2])
-            return out
-
-        self.users, self.groups = table(passwd), table(group)
-        self._uid_names = {v: k for k, v in reversed(list(self.users.items()))}
-        self._gid_names = {v: k for k, v in reversed(list(self.groups.items()))}
-        self.uid_map, self.gid_map = uid_map, gid_map
-
-    def owner(self, host_uid: int) -> str:
-        uid = _map_id(self.uid_map, host_uid, False)
-        return self._uid_names.get(uid, str(uid))
-
-    def group(self, host_gid: int) -> str:
-        gid = _map_id(self.gid_map, host_gid, False)
-        return self._gid_names.get(gid, str(gid))
-
-    def host_uid(self, name: str) -> int | None:
-        uid = self.users.get(name)
-        return None if uid is None else _map_id(self.uid_map, uid, True)
-
-    def host_gid(self, name: str) -> int | None:
-        gid = self.groups.get(name)
-        return None if gid is None else _map_id(self.gid_map, gid, True)
 
 
 def _octal_mode(mode: int) -> int:
@@ -672,30 +559,3 @@ class SandboxFS:
             return rp, _DirHandle(fd)  # Go opens a directory fine; reading it fails later
         fh = os.fdopen(fd, "rb")
         return rp, fh
-
-
-class _DirHandle:
-    """os.Open of a directory: Stat works, Seek(0, end) gives a huge size, Read fails."""
-
-    def __init__(self, fd: int):
-        self._fd = fd
-
-    def fileno(self) -> int:  # pragma: no cover - not used
-        raise OSError(errno.EISDIR, "is a directory")
-
-    def stat(self) -> os.stat_result:
-        return os.fstat(self._fd)
-
-    def read(self, n: int = -1) -> bytes:
-        raise IsADirectoryError(errno.EISDIR, "is a directory")
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> "_DirHandle":
-        return self
-
-    def __exit__(self, *a: Any) -> None:
-        self.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Any
 
 MKDIR_MODE = 0o755  # fsops.MKDIR_MODE (0777 &^ the container's 022 umask)
 
@@ -90,3 +91,30 @@ def remove_all_at(pfd: int, name: str) -> None:
 def empty_dir(dfd: int) -> None:
     for child in os.listdir(dfd):
         remove_all_at(dfd, child)
+
+
+class _DirHandle:
+    """os.Open of a directory: Stat works, Seek(0, end) gives a huge size, Read fails."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def fileno(self) -> int:  # pragma: no cover - not used
+        raise OSError(errno.EISDIR, "is a directory")
+
+    def stat(self) -> os.stat_result:
+        return os.fstat(self._fd)
+
+    def read(self, n: int = -1) -> bytes:
+        raise IsADirectoryError(errno.EISDIR, "is a directory")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "_DirHandle":
+        return self
+
+    def __exit__(self, *a: Any) -> None:
+        self.close()
