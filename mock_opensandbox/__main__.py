@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import sys
 from typing import Sequence
 
-from mock_opensandbox.runtime import optional
-from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
 from mock_opensandbox.options import EXECD_MODES, MockOptions
+from mock_opensandbox.runtime import isolation_note, netns, optional
+from mock_opensandbox.runtime.cgroups import host as cgroup_host
+from mock_opensandbox.runtime.jupyterenv import HINT
 from mock_opensandbox.server import MockOpenSandbox
+from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,8 +178,6 @@ def raise_nofile() -> int:
     """RLIMIT_NOFILE's soft limit raised to its hard limit (each sandbox holds a few fds in the mock:
     pipes, its execd listener, relay sockets; the common soft default 1024 ends a few hundred
     sandboxes early); the soft limit in force after."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
         want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
@@ -222,8 +224,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args is None:
         return 2
     if args.no:
-        import os
-
         os.environ[optional.ENV] = ",".join([os.environ.get(optional.ENV, "")] + args.no).strip(",")
     nofile = raise_nofile()
     try:
@@ -242,17 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             iso = osb.provisioner.isolation()
             print("Sandbox isolation: %s" % iso, flush=True)
             if iso.startswith("isolated"):  # what is and is not contained (README, "Isolation")
-                from mock_opensandbox.runtime import isolation_note
-
                 print("  " + isolation_note(), flush=True)
-            from mock_opensandbox.runtime.cgroups import host as cgroup_host
 
             cg = cgroup_host()
             print(
                 "Resource limits: %s" % (cg.note() or "memory, cpu and pids through cgroup v%d" % cg.version),
                 flush=True,
             )
-            from mock_opensandbox.runtime import netns
 
             if osb.network != "host" and not netns.find_stack()[0]:  # what each missing tool would add
                 print(
@@ -284,8 +280,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if osb.jupyter_env:
             print("Code interpreter: Jupyter from %s in every code-interpreter sandbox" % osb.jupyter_env, flush=True)
         else:
-            from mock_opensandbox.runtime.jupyterenv import HINT
-
             print(HINT[0].upper() + HINT[1:], flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)

@@ -9,10 +9,9 @@ environment the Jupyter languages and contexts go to that server (execd/code_jup
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any, Callable
 
-from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode
-from mock_opensandbox.wire.http1 import Request
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.errors import (
     CONTEXT_NOT_FOUND,
@@ -23,6 +22,9 @@ from mock_opensandbox.execd.errors import (
     invalid,
     missing_query,
 )
+from mock_opensandbox.wire import sse
+from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, go_json
+from mock_opensandbox.wire.http1 import Request
 
 __all__ = ["CodeAPI", "JUPYTER_LANGUAGES"]
 
@@ -94,10 +96,6 @@ class CodeAPI:
     def _sql_unreachable(self, req: Request) -> None:
         """runtime/sql.go: the stream starts, the DB dial fails (error event, traceback null), then the
         controller's RespondError JSON lands in the same body (headers already sent)."""
-        import uuid
-
-        from mock_opensandbox.wire import sse
-        from mock_opensandbox.wire.gojson import go_json
 
         why = "dial tcp 127.0.0.1:3306: connect: connection refused"
         w = gin.sse_start(req)

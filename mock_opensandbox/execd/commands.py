@@ -8,7 +8,10 @@ components/execd/pkg/runtime/{command.go,command_common.go,command_status.go,int
 from __future__ import annotations
 
 import codecs
+import grp
+import json
 import os
+import pwd
 import queue
 import signal
 import stat
@@ -18,10 +21,12 @@ import time
 import uuid
 from typing import Any
 
+from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
+from mock_opensandbox.execd.files import SandboxFS, _map_id
+from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
+from mock_opensandbox.runtime.rootfs import lookup_uid, user_word
 from mock_opensandbox.wire import pollio
 from mock_opensandbox.wire.gojson import GO_REPLACE, go_time
-from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
-from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
 
 __all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text", "StartFailure"]
 
@@ -238,8 +243,6 @@ class CommandRegistry:
     def _fs(self) -> Any:
         """The sandbox's files by fds on its "/" (fsops.SandboxFS: openat2 RESOLVE_IN_ROOT), so a
         symlink swapped in by code inside never sends a lookup to the host's files."""
-        from mock_opensandbox.execd.files import SandboxFS
-
         return SandboxFS(self.runtime)
 
     def _stat(self, spath: str) -> os.stat_result:
@@ -267,7 +270,6 @@ class CommandRegistry:
         uid, by the view's modes and owners (ids through the sandbox's user namespace map)."""
         if not uid or not cwd:
             return False
-        from mock_opensandbox.execd.files import _map_id
 
         rt = self.runtime
         groups = {gid if gid is not None else self._primary_gid(uid)}
@@ -306,8 +308,6 @@ class CommandRegistry:
         util-linux setpriv (tiers/diff command.uid_gid)."""
         if uid is None and gid is None:
             return []
-        import grp
-        import pwd
 
         u = uid or 0
         g = 0
@@ -334,7 +334,6 @@ class CommandRegistry:
         holder = getattr(self.runtime, "_holder", None)
         if (uid is None and gid is None) or holder is None or not getattr(holder, "fork_joins", False):
             return None
-        from mock_opensandbox.runtime.rootfs import lookup_uid, user_word
 
         def read(path: str) -> bytes | None:
             try:
@@ -360,9 +359,7 @@ class CommandRegistry:
         gid: int | None = None,
     ) -> Command:
         """Spawn a command. Raises StartFailure (message as execd reports it) or SandboxTerminated."""
-        import json as _json
-
-        content = command if argv is None else _json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
+        content = command if argv is None else json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
         full = self.build_argv(command, argv, cwd, envs)
         if any("\x00" in a for a in full):
             # Go's exec refuses a NUL in argv (syscall.ByteSliceFromString: EINVAL) before the fork

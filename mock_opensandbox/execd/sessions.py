@@ -18,11 +18,12 @@ import time
 import uuid
 from typing import Callable
 
-from mock_opensandbox.wire.gojson import GO_REPLACE
-from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.execd.commands import signal_text
 from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError
 from mock_opensandbox.execd.files import GoError, SandboxFS
 from mock_opensandbox.execd.paths import PathExpandError, expand_path, go_duration
+from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.wire.gojson import GO_REPLACE
 
 _RANDOM = random.SystemRandom()  # names apart from the seeded global random (hypothesis seeds it)
 
@@ -338,8 +339,6 @@ class SessionRegistry:
             if rc > 0:
                 msg = f"exit status {rc}"
             elif rc < 0:
-                from mock_opensandbox.execd.commands import signal_text
-
                 msg = f"signal: {signal_text(-rc)}"
             else:
                 msg = f"command exited with code {exit_code}"

@@ -38,6 +38,7 @@ from typing import Any, Iterator
 
 from mock_opensandbox.images.store import Image, ImageStore, _read_json
 from mock_opensandbox.images.unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, apply_layer, real_dir_chain
+from mock_opensandbox.runtime._util import SYSTEM_DIRS, make_image_root
 
 KINDS = ("overlay", "full", "host-tools")
 NEVER = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "opt/opensandbox")
@@ -70,8 +71,6 @@ def _excluded(rel: str, kind: str) -> bool:
     if any(rel == n or rel.startswith(n + "/") for n in NEVER):
         return True
     if kind == "host-tools":
-        from mock_opensandbox.runtime._util import SYSTEM_DIRS
-
         return rel.split("/", 1)[0] in SYSTEM_DIRS
     return False
 
@@ -242,8 +241,6 @@ class _TarLayer:
 
 
 def _host_tools_base(tmp: str) -> str:
-    from mock_opensandbox.runtime._util import make_image_root
-
     base = os.path.join(tmp, "base")
     os.mkdir(base, 0o755)
     make_image_root(base)

@@ -44,6 +44,7 @@ from mock_opensandbox.images.sources import (
     layers_from_manifest,
     load_json,
     pick_platform,
+    sha256,
     want_platform,
 )
 
@@ -319,7 +320,6 @@ class _Session:
                 mtype = json.loads(data).get("mediaType") or mtype
             except (ValueError, AttributeError):
                 pass
-        from mock_opensandbox.images.sources import sha256
 
         return data, mtype, sha256(data)
 

@@ -16,6 +16,7 @@ import platform as _platform
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
@@ -520,6 +521,4 @@ class LocalDaemon:
 
 
 def _mkstemp(d: str) -> tuple[int, str]:
-    import tempfile
-
     return tempfile.mkstemp(prefix="save-", suffix=".tar", dir=d)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import termios
 import threading
 import time
 
@@ -62,8 +65,6 @@ def readlink(path: str) -> str:
 
 
 def take_ctty() -> None:  # runs in the child after setsid(), before exec
-    import fcntl
-    import termios
 
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
@@ -227,8 +228,6 @@ def children(pid: int) -> list[int]:
 def open_in_root(root: str, rel: str, flags: int, mode: int = 0o644) -> int:
     """Open <root>/<rel> without following any symlink (a sandbox process may have planted one:
     the mock must never write outside the root); missing directories are created (0755)."""
-    import errno
-
     parts = [p for p in rel.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         raise ValueError(f"bad path inside the sandbox: {rel!r}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import signal
 import threading
@@ -525,8 +526,6 @@ def host() -> Host:
 
 def stale(host_: Host, mock_id: str = "*", sandbox_id: str = "*") -> list[str]:
     """The cgroup directories named osb-mock-<mock_id>-<sandbox_id> ("*": any)."""
-    import fnmatch
-
     pattern = "%s%s-%s" % (NAME_PREFIX, mock_id, sandbox_id)
     out = []
     for base in host_.bases.values():

@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import errno
 import os
+import platform
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 from typing import Any, Mapping, Protocol, Sequence
 
-from mock_opensandbox.wire.relay import free_port
 from mock_opensandbox.runtime._util import children, kill, kill_and_reap, killpg, open_in_root, read_cmdline
-
 from mock_opensandbox.runtime.agent import sandbox_python
 from mock_opensandbox.runtime.holder import Holder
+from mock_opensandbox.wire.relay import TCPRelay, free_port
 
 
 class SandboxRuntime(Protocol):
@@ -165,8 +166,6 @@ _IDLE_CODE_X86_64 = bytes.fromhex("31c031ff488d7424f8ba010000000f054885c07febb83
 
 
 def static_idle_elf() -> bytes | None:
-    import platform
-    import struct
 
     if platform.machine() not in ("x86_64", "amd64"):
         return None
@@ -332,8 +331,6 @@ def published(ex: ExecdProcess, rt: "SandboxRuntime", timeout: float) -> ExecdPr
     inside = getattr(rt, "has_netns", False)
     port = ex.inner_port
     if inside:
-        from mock_opensandbox.wire.relay import TCPRelay
-
         try:
             ex.relay = TCPRelay(lambda: rt.connect(port, timeout=5.0), name="osb-execd-relay")
         except OSError:

@@ -25,6 +25,7 @@ of the mock ends with its request, the lifeline thread only with the process.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import queue
 import secrets
@@ -49,7 +50,7 @@ from mock_opensandbox.runtime._util import (
     read_lines,
     start_time,
 )
-
+from mock_opensandbox.runtime.forkjoin import fork_join, namespace_fds
 
 HOLDER_READY_TIMEOUT = 15.0
 BOOTSTRAP_PATH = "/opt/opensandbox/bootstrap.sh"  # the server's container: /opt/opensandbox/bootstrap.sh
@@ -102,8 +103,6 @@ def _die_with_parent(parent: int, then: Callable[[], None] | None = None) -> Cal
     cgroups, cgroups.py) before the exec, so PID 1 is inside before it forks anything."""
     global _prctl
     if _prctl is None:
-        import ctypes
-
         _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def preexec() -> None:
@@ -122,8 +121,6 @@ def setns_function() -> Any:
     if _setns_fn is None:
         fn = getattr(os, "setns", None)
         if fn is None:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
             raw = libc.setns
             raw.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -485,8 +482,6 @@ class Holder:
     def fork_join(
         self, wd: str, cgroup: Any, controlling_tty: bool, user: str | None = None
     ) -> tuple[Callable[[], None], Any]:
-        from mock_opensandbox.runtime.forkjoin import fork_join, namespace_fds
-
         if self.ns_fds is None:
             self.ns_fds = namespace_fds(self.pid, self.net is not None)
         return fork_join(self.ns_fds, wd, user or self.user, cgroup, controlling_tty)

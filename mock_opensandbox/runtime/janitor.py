@@ -17,11 +17,15 @@ mock (network namespaces, relays) use the same kinds. Only the standard library.
 
 from __future__ import annotations
 
+import inspect
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from typing import Any, Callable
+
+from mock_opensandbox.runtime import cgroups
 
 KINDS = ("pid", "cgroup", "umount", "dir")
 LEDGER = ".osb-ledger"  # in a --root: what this mock is about to make (Janitor.intend)
@@ -115,10 +119,6 @@ for d in reversed(held["dir"]):
 
 def script() -> str:
     """SOURCE with the one function it shares with the mock, cgroups.rmdir_tree, defined first."""
-    import inspect
-
-    from mock_opensandbox.runtime import cgroups
-
     return "import os\n" + inspect.getsource(cgroups.rmdir_tree) + SOURCE
 
 
@@ -239,10 +239,6 @@ def reap_root(root: str, is_sandbox_dir: Any) -> list[str]:
     that stops removes its own, so any there now is a dead one's) and their cgroups
     (osb-mock-<mock id>-<sandbox id>, processes still in them killed). Returns what was removed.
     Needed when the dead mock's janitor died too (both killed at once, a reboot)."""
-    import shutil
-
-    from mock_opensandbox.runtime import cgroups
-
     host = cgroups.host()
     reaped: list[str] = []
     for kind, value in _ledger_entries(os.path.join(root, LEDGER)):

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
+from mock_opensandbox.runtime.mounts import plan as plan_mounts
+
 __all__ = [
     "ENTRYPOINT",
     "JUPYTER_PORT",
@@ -95,8 +97,6 @@ def for_image(jupyter_env: str | None, image: Any) -> str | None:
 
 def bind_into(runtime: Any, volumes: Any, path: str) -> None:
     """The env bound read-only at its own path, planned with the sandbox's volumes (before PID 1)."""
-    from mock_opensandbox.runtime.mounts import plan as plan_mounts
-
     runtime.volumes = plan_mounts(
         runtime.root, runtime.resolve_in_root, list(volumes.mounts if volumes is not None else []) + [BindMount(path)]
     )

@@ -30,11 +30,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable
 
 from mock_opensandbox.runtime import optional
+from mock_opensandbox.runtime.holder import setns_function
 from mock_opensandbox.wire.pollio import readable
 
 CLONE_NEWNET = 0x40000000
@@ -234,7 +236,6 @@ class SandboxNet:
             IFNAME,
         ]
         proc = None
-        import tempfile
 
         log = tempfile.TemporaryFile()  # its messages (a pipe nobody reads could fill and block it)
         try:
@@ -347,8 +348,6 @@ class SandboxNet:
         if not isinstance(port, int) or not 0 < port < 65536:
             raise OSError(22, "invalid port %r" % (port,))
         if self.netns_fd is not None:
-            from mock_opensandbox.runtime.holder import setns_function
-
             setns = setns_function()
             setns(self.netns_fd, CLONE_NEWNET)
             try:

@@ -7,8 +7,10 @@ namespace's id maps, its PTY pairs from its own devpts, and the processes that l
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
+import struct
 from typing import Any
 
 from mock_opensandbox.runtime._util import DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, readlink
@@ -163,8 +165,6 @@ class SandboxPaths:
 
 
 def sandbox_pty(pid1: int) -> tuple[int, int]:
-    import fcntl
-    import struct
 
     tiocsptlck, tiocgptpeer = 0x40045431, 0x5441  # asm-generic/ioctls.h
     master = os.open("/proc/%d/root/dev/pts/ptmx" % pid1, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)

@@ -11,10 +11,10 @@ import sys
 import tempfile
 import threading
 
-from mock_opensandbox.runtime import optional
-from mock_opensandbox.runtime import caps
+from mock_opensandbox.runtime import caps, optional
 from mock_opensandbox.runtime import stages as scripts
 from mock_opensandbox.runtime._util import DEFAULT_PATH, SYSTEM_DIRS, killpg, make_image_root, make_mountpoint, rmtree
+from mock_opensandbox.runtime.cgroups import host
 from mock_opensandbox.runtime.holder import Holder, own_pidns_fd, setns_function
 
 _probe_lock = threading.Lock()
@@ -260,7 +260,5 @@ def isolation_header() -> str:
 
 def _limits(sep: str) -> str:
     """What of resourceLimits / pids_limit cannot be applied here (cgroups.py), '' when all can."""
-    from mock_opensandbox.runtime.cgroups import host
-
     note = host().note()
     return sep + note if note else ""

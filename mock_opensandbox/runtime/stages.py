@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import stat
 import sys
 import threading
@@ -61,8 +62,6 @@ os.execv(sys.argv[2], sys.argv[2:])
 @functools.lru_cache(maxsize=None)
 def stage_python() -> str:
     """A Python the sandbox's view shows (/usr and /bin are the host's): the interpreter's real path."""
-    import shutil
-
     real = os.path.realpath(sys.executable)
     if real.startswith(("/usr/", "/bin/")):
         return real

@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 from typing import BinaryIO, Iterable, Iterator
+from urllib.parse import unquote
 
 __all__ = ["Part", "MultipartError", "MultipartParser", "parse", "boundary_from_content_type", "encode", "new_boundary"]
 
@@ -114,8 +115,6 @@ def _parse_header_value(value: str) -> tuple[str, dict[str, str]]:
         if len(v) >= 2 and v[0] == v[-1] == '"':
             v = re.sub(r"\\(.)", r"\1", v[1:-1])
         if k.endswith("*"):  # RFC 5987 ext-value: charset''percent-encoded
-            from urllib.parse import unquote
-
             k = k[:-1]
             if "''" in v:
                 cs, _, enc = v.partition("''")

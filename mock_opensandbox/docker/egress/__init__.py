@@ -15,7 +15,11 @@ import time
 from typing import Any
 
 from mock_opensandbox.docker.egress import policy as P
+from mock_opensandbox.docker.egress.nat import Filter
+from mock_opensandbox.docker.egress.realbin import RealSidecar, binary_problem
 from mock_opensandbox.docker.egress.sidecar import AUTH_HEADER, EgressSidecar, token
+from mock_opensandbox.docker.volumes import START_FAILED, _bad
+from mock_opensandbox.runtime.netns import resolv_conf
 
 EGRESS_MODES = ("off", "dns", "dns+nft")
 DEFAULT_EGRESS_MODE = "dns"  # the server's example config: [egress] mode = "dns"
@@ -40,8 +44,6 @@ def parse_upstream(addr: str | None) -> tuple[str, int]:
     """ "HOST[:PORT]" (IPv4) -> (host, port); None -> the host's first non-loopback nameserver (what
     the sidecar reads from the container's resolv.conf: Docker's copy of the host's), else 8.8.8.8."""
     if addr is None:
-        from mock_opensandbox.runtime.netns import resolv_conf
-
         for line in resolv_conf().splitlines():
             words = line.split()
             if words[:1] == ["nameserver"] and len(words) > 1:
@@ -61,8 +63,6 @@ def parse_upstream(addr: str | None) -> tuple[str, int]:
 def nameservers() -> tuple[str, ...]:
     """The IPv4 nameservers of a container's resolv.conf (Docker's copy of the host's), at most 10
     (constants.ResolvNameserverCap): what the real sidecar lets through in dns+nft."""
-    from mock_opensandbox.runtime.netns import resolv_conf
-
     out = []
     for line in resolv_conf().splitlines():
         w = line.split()
@@ -108,8 +108,6 @@ def configure(
 def check_host(mode_given: str | None, network: str, binary: str | None) -> tuple[str, str]:
     """At start(): a mode this host cannot run is refused when asked for (RuntimeError); the default turns
     off. Returns (the mode in force, why it is off or "")."""
-    from mock_opensandbox.docker.egress.realbin import binary_problem
-
     why = mode_problem(mode_given or DEFAULT_EGRESS_MODE, network)
     bin_why = "" if why else binary_problem(binary, mode_given or DEFAULT_EGRESS_MODE)
     if bin_why:
@@ -131,8 +129,6 @@ def payload(network_policy: dict) -> str:
 def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
     """Start the sandbox's sidecar after its PID 1 (the holder of its network namespace). Raises the
     server's MockError: a policy the sidecar refuses -> after the ready wait, 500 'did not become ready'."""
-    from mock_opensandbox.docker.volumes import _bad, START_FAILED
-
     if mock.egress_bin:
         return _start_real(sb, runtime, mock)
     try:
@@ -150,8 +146,6 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
     sc = EgressSidecar(pol, mode=mock.egress_mode, token=token(), upstream=mock.egress_upstream)
     try:
         if mock.egress_mode == "dns+nft":
-            from mock_opensandbox.docker.egress.nat import Filter
-
             filt = Filter(holder.pid, ("127.0.0.1",) + nameservers())
             filt.apply_static(pol)
             sc.on_policy, sc.on_resolved = filt.apply_static, filt.add_resolved
@@ -165,8 +159,6 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
 
 
 def _not_ready(mock: Any, sb: Any) -> Exception:
-    from mock_opensandbox.docker.volumes import _bad, START_FAILED
-
     return _bad(
         START_FAILED,
         "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
@@ -178,8 +170,6 @@ def _not_ready(mock: Any, sb: Any) -> Exception:
 def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
     """--egress-bin: the real sidecar in the sandbox's namespace; a policy it refuses (it exits at start-up)
     gives the server's 500 after the ready wait, as the server's /healthz poll does."""
-    from mock_opensandbox.docker.volumes import _bad, START_FAILED
-    from mock_opensandbox.docker.egress.realbin import RealSidecar
 
     holder = getattr(runtime, "_holder", None)
     netns_fd = getattr(getattr(holder, "net", None), "netns_fd", None)

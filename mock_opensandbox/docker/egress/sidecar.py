@@ -15,14 +15,17 @@ Sockets made in the namespace and threads of the mock: nothing in the sandbox's 
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import socketserver
 import struct
 import threading
 from typing import Any, Callable
 
-from mock_opensandbox.wire import http1 as httpcore
 from mock_opensandbox.docker.egress import policy as P
+from mock_opensandbox.runtime.holder import setns_function
+from mock_opensandbox.runtime.netns import own_netns_fd
+from mock_opensandbox.wire import http1 as httpcore
 
 AUTH_HEADER = "OPENSANDBOX-EGRESS-AUTH"  # server services/constants.py OPEN_SANDBOX_EGRESS_AUTH_HEADER
 API_PORT = 18080  # pkg/constants/configuration.go DefaultEgressServerAddr
@@ -51,8 +54,6 @@ def forward_udp(pkt: bytes, upstream: Any) -> bytes | None:
 
 def udp_socket_in(netns_fd: int) -> socket.socket:
     """A UDP socket made in the given network namespace (root: setns around socket())."""
-    from mock_opensandbox.runtime.holder import setns_function
-    from mock_opensandbox.runtime.netns import own_netns_fd
 
     setns = setns_function()
     setns(netns_fd, CLONE_NEWNET)
@@ -334,6 +335,4 @@ class PolicyHandler(httpcore.Handler):
 
 
 def token() -> str:
-    import secrets
-
     return secrets.token_urlsafe(24)  # server services/endpoint_auth.py generate_egress_token
