@@ -30,8 +30,9 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from mock_opensandbox.runtime import openat2
 from mock_opensandbox.lifecycle.quirks import MockError, Quirk
+from mock_opensandbox.lifecycle.validation import _host_path_errors  # the server's ensure_valid_host_path
+from mock_opensandbox.runtime import openat2
 
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 OSSFS_MOUNT_ROOT = "/mnt/ossfs"  # server config.py [storage] ossfs_mount_root default
@@ -237,8 +238,6 @@ class VolumeStore:
         return p
 
     def _host(self, v: dict) -> Mount:
-        from mock_opensandbox.lifecycle.validation import _host_path_errors  # the server's ensure_valid_host_path
-
         allowed = self.allowed_host_paths
         path = v["host"]["path"]
         resolved = os.path.normpath(os.path.join(path, v["sub_path"])) if v.get("sub_path") else path
