@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import hmac
 import http.client
-import io
 import os
 import socket
 import threading
-import time
 from typing import Any, Callable
 
 from mock_opensandbox.wire import sse
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, go_json
-from mock_opensandbox.wire.http1 import OBSERVERS, App, ChunkedWriter, Handler, Request, Router, Server
+from mock_opensandbox.wire.http1 import OBSERVERS, App, ChunkedWriter, Request, Router, Server
 from mock_opensandbox.wire.relay import FRAMING, HOP_BY_HOP, client_gone, forwardable
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.code_routes import CodeAPI
 from mock_opensandbox.execd.commands_routes import CommandRoutes
 from mock_opensandbox.execd.commands import CommandRegistry
+from mock_opensandbox.execd.connection import _ExecdHandler
 from mock_opensandbox.execd.errors import MSG, ExecdError
 from mock_opensandbox.execd.files_routes import FilesAPI
+from mock_opensandbox.execd.metrics import _CPU_SAMPLE_S, _metrics
 from mock_opensandbox.execd.pty_routes import PTYRoutes
 from mock_opensandbox.execd.sessions import SessionRegistry
 
@@ -38,47 +38,6 @@ HEARTBEAT_S = 3.0  # recording 17: pings 3 s apart; execd controller/sse.go wait
 # /proxy/<port>'s hop-by-hop policy (httputil.ReverseProxy), both ways: every hop-by-hop header, and the
 # framing it writes itself (Host and Content-Length of the request; Content-Length of the answer)
 PROXY_HOP_BY_HOP = HOP_BY_HOP | FRAMING
-
-
-_CPU_SAMPLE_S = 0.2  # [choice] execd samples CPU for 1 s (gopsutil cpu.Percent(time.Second)); shorter here
-
-
-def _cpu_times() -> tuple[int, int] | None:
-    try:
-        with open("/proc/stat", "rb") as fh:
-            vals = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return sum(vals), idle
-
-
-def _metrics() -> dict[str, Any]:
-    """model.Metrics: cpu_count, cpu_used_pct, mem_total_mib, mem_used_mib, timestamp (spec Metrics)."""
-    a = _cpu_times()
-    time.sleep(_CPU_SAMPLE_S)
-    b = _cpu_times()
-    pct = 0.0
-    if a and b and b[0] > a[0]:
-        pct = 100.0 * (1 - (b[1] - a[1]) / (b[0] - a[0]))
-    total = avail = 0
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                k, _, v = line.partition(":")
-                if k == "MemTotal":
-                    total = int(v.split()[0]) * 1024
-                elif k == "MemAvailable":
-                    avail = int(v.split()[0]) * 1024
-    except (OSError, ValueError):
-        pass
-    return {
-        "cpu_count": float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1),
-        "cpu_used_pct": round(max(0.0, pct), 6),
-        "mem_total_mib": total / 1048576,
-        "mem_used_mib": max(0, total - avail) / 1048576,
-        "timestamp": sse.now_ms(),
-    }
 
 
 # The one route table: router.go NewRouter at 3bb6fad, in its order (gin ":param" as "{param}").
@@ -140,82 +99,6 @@ def _param_tsr(method: str, path: str) -> bool:
 
 _CREATE_SESSION = Struct("model.CreateSessionRequest", {"cwd": "string"})
 _RUN_IN_SESSION = Struct("model.RunInSessionRequest", {"command": "string", "cwd": "string", "timeout": "int64"})
-
-
-def _frozen_wait(app: "ExecdServer") -> None:
-    """Block while the sandbox is paused: `docker pause` freezes the real execd, so a request in flight
-    (an upload's body, a streamed answer) stalls until resume (QUIRKS.md, "Pause"). stop() or the
-    sandbox's end lets it through (the connection is dropped then)."""
-    rt, stopping = app.runtime, app._stopping
-    while rt.paused and not stopping.is_set() and not rt.terminated:
-        rt.wait_unpaused(0.1)
-
-
-class _FrozenReader(io.RawIOBase):
-    """A connection's raw input that reads nothing while the sandbox is paused; one read returns at most
-    FROZEN_READ bytes, so a read blocked in recv when the pause comes takes no more than that."""
-
-    def __init__(self, raw: Any, app: "ExecdServer"):
-        super().__init__()
-        self._raw, self._app = raw, app
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> Any:
-        _frozen_wait(self._app)
-        with memoryview(b) as view:
-            return self._raw.readinto(view[:FROZEN_READ])
-
-    def fileno(self) -> int:
-        return self._raw.fileno()
-
-    def close(self) -> None:
-        try:
-            self._raw.close()
-        finally:
-            super().close()
-
-
-class _FrozenWriter:
-    """A connection's output that writes nothing while the sandbox is paused."""
-
-    def __init__(self, raw: Any, app: "ExecdServer"):
-        self._raw, self._app = raw, app
-
-    def write(self, b: Any) -> Any:
-        _frozen_wait(self._app)
-        return self._raw.write(b)
-
-    def flush(self) -> Any:
-        return self._raw.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._raw, name)
-
-
-FROZEN_READ = 64 * 1024
-
-
-class _ExecdHandler(Handler):
-    flavor = "gin"
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.app._track(self.connection, True)
-        app = self.server.app
-        raw = self.rfile.detach() if isinstance(self.rfile, io.BufferedReader) else self.rfile  # nothing read yet
-        self.rfile = io.BufferedReader(_FrozenReader(raw, app))
-        self.wfile = _FrozenWriter(self.wfile, app)  # type: ignore[assignment]
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.app._track(self.connection, False)
-
-    def dispatch(self, req: Request) -> None:
-        self.server.app.handle(req)
 
 
 class ExecdServer(App):

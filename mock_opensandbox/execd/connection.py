@@ -1,0 +1,85 @@
+"""The execd listener's connections: the request handler class, and the raw reads and writes that
+freeze while the sandbox is paused (a request in flight stalls like the real, frozen execd)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from mock_opensandbox.wire.http1 import Handler, Request
+
+
+def _frozen_wait(app: Any) -> None:
+    """Block while the sandbox is paused: `docker pause` freezes the real execd, so a request in flight
+    (an upload's body, a streamed answer) stalls until resume (QUIRKS.md, "Pause"). stop() or the
+    sandbox's end lets it through (the connection is dropped then)."""
+    rt, stopping = app.runtime, app._stopping
+    while rt.paused and not stopping.is_set() and not rt.terminated:
+        rt.wait_unpaused(0.1)
+
+
+class _FrozenReader(io.RawIOBase):
+    """A connection's raw input that reads nothing while the sandbox is paused; one read returns at most
+    FROZEN_READ bytes, so a read blocked in recv when the pause comes takes no more than that."""
+
+    def __init__(self, raw: Any, app: Any):
+        super().__init__()
+        self._raw, self._app = raw, app
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> Any:
+        _frozen_wait(self._app)
+        with memoryview(b) as view:
+            return self._raw.readinto(view[:FROZEN_READ])
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+class _FrozenWriter:
+    """A connection's output that writes nothing while the sandbox is paused."""
+
+    def __init__(self, raw: Any, app: Any):
+        self._raw, self._app = raw, app
+
+    def write(self, b: Any) -> Any:
+        _frozen_wait(self._app)
+        return self._raw.write(b)
+
+    def flush(self) -> Any:
+        return self._raw.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+FROZEN_READ = 64 * 1024
+
+
+class _ExecdHandler(Handler):
+    flavor = "gin"
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.app._track(self.connection, True)
+        app = self.server.app
+        raw = self.rfile.detach() if isinstance(self.rfile, io.BufferedReader) else self.rfile  # nothing read yet
+        self.rfile = io.BufferedReader(_FrozenReader(raw, app))
+        self.wfile = _FrozenWriter(self.wfile, app)  # type: ignore[assignment]
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.app._track(self.connection, False)
+
+    def dispatch(self, req: Request) -> None:
+        self.server.app.handle(req)
