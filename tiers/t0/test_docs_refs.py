@@ -149,6 +149,25 @@ def option_refs() -> list[str]:
     return bad
 
 
+MOCK_CALL = re.compile(r"MockOpenSandbox\(([^)]*)\)")
+
+
+def mock_keyword_refs() -> list[str]:
+    """Every keyword of a documented ``MockOpenSandbox(...)`` call is a MockOptions field (the facade takes one
+    options object, or its fields as keywords)."""
+    from mock_opensandbox.options import MockOptions
+
+    fields = set(MockOptions.__dataclass_fields__)
+    bad = []
+    for doc in DOCS + [os.path.join("mock_opensandbox", "QUIRKS.md")]:
+        for n, line in _lines(doc):
+            for m in MOCK_CALL.finditer(line):
+                for kw in re.findall(r"(?:^|[,(\s])([a-z_]\w*)\s*=", m.group(1)):
+                    if kw not in fields:
+                        bad.append("%s:%d: MockOpenSandbox(%s=): not a MockOptions field" % (doc, n, kw))
+    return bad
+
+
 def test_documented_modules_and_files_exist():
     assert module_refs() == []
 
@@ -159,6 +178,10 @@ def test_documented_make_targets_exist():
 
 def test_documented_options_exist():
     assert option_refs() == []
+
+
+def test_documented_mock_keywords_exist():
+    assert mock_keyword_refs() == []
 
 
 @pytest.mark.parametrize(
@@ -172,6 +195,7 @@ def test_documented_options_exist():
         ("python -m mock_opensandbox.no_such_module", module_refs, "python -m mock_opensandbox.no_such_module"),
         ("python -m mock_opensandbox --port 1 --no-such-option", option_refs, "--no-such-option is not an option"),
         ("make no-such-target", make_refs, "make no-such-target: no such target"),
+        ("`MockOpenSandbox(port=0, no_such=1)`", mock_keyword_refs, "no_such=): not a MockOptions field"),
     ],
 )
 def test_a_stale_reference_is_found(tmp_path, monkeypatch, doc_line, finder, expect):
