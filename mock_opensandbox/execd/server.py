@@ -14,21 +14,23 @@ import socket
 import threading
 from typing import Any, Callable
 
+from mock_opensandbox.execd import gin
+from mock_opensandbox.execd.code_jupyter_routes import JupyterCode, idle_poll_s
+from mock_opensandbox.execd.code_routes import CodeAPI
+from mock_opensandbox.execd.commands import CommandRegistry
+from mock_opensandbox.execd.commands_routes import CommandRoutes
+from mock_opensandbox.execd.connection import _ExecdHandler
+from mock_opensandbox.execd.errors import MSG, ExecdError
+from mock_opensandbox.execd.files_routes import FilesAPI
+from mock_opensandbox.execd.inside import InsideListener
+from mock_opensandbox.execd.metrics import _CPU_SAMPLE_S, _metrics
+from mock_opensandbox.execd.pty_routes import PTYRoutes
+from mock_opensandbox.execd.sessions import RunHooks, SessionRegistry, SessionTimeout
+from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire import sse
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, go_json
 from mock_opensandbox.wire.http1 import OBSERVERS, App, ChunkedWriter, Request, Router, Server
 from mock_opensandbox.wire.relay import FRAMING, HOP_BY_HOP, client_gone, forwardable
-from mock_opensandbox.runtime import SandboxRuntime
-from mock_opensandbox.execd import gin
-from mock_opensandbox.execd.code_routes import CodeAPI
-from mock_opensandbox.execd.commands_routes import CommandRoutes
-from mock_opensandbox.execd.commands import CommandRegistry
-from mock_opensandbox.execd.connection import _ExecdHandler
-from mock_opensandbox.execd.errors import MSG, ExecdError
-from mock_opensandbox.execd.files_routes import FilesAPI
-from mock_opensandbox.execd.metrics import _CPU_SAMPLE_S, _metrics
-from mock_opensandbox.execd.pty_routes import PTYRoutes
-from mock_opensandbox.execd.sessions import SessionRegistry
 
 __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
 
@@ -213,8 +215,6 @@ class ExecdServer(App):
         self._server = Server((self.host, self._want_port), _ExecdHandler, self, listen_delay=self.start_delay)
         self._server.start(name=f"execd-{self._server.port}")
         if self.runtime.has_netns:  # execd's :44772 as the sandbox sees it (inside.py)
-            from mock_opensandbox.execd.inside import InsideListener
-
             self._inside = InsideListener(self, _ExecdHandler, self.runtime, EXECD_PORT, delay=self.start_delay)
             self._inside.start()
 
@@ -265,8 +265,6 @@ class ExecdServer(App):
     def _jupyter(self) -> Any:
         """The sandbox's Jupyter server (execd/code_jupyter_routes.py), reached from inside its network
         namespace; None when JUPYTER_HOST or JUPYTER_TOKEN is unset (runtime/jupyter.go)."""
-        from mock_opensandbox.execd.code_jupyter_routes import JupyterCode, idle_poll_s
-
         try:
             env = self.runtime.base_env()
         except Exception:  # noqa: BLE001 - a runtime without an environment names no server
@@ -398,7 +396,6 @@ class ExecdServer(App):
             err = self.command.validate_cwd(cwd)
             if err:
                 raise ExecdError(400, "INVALID_REQUEST_BODY", MSG["invalid_session"].format(err))
-        from mock_opensandbox.execd.sessions import RunHooks, SessionTimeout
 
         state: dict[str, Any] = {"w": None, "gone": False}
 
