@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="REV",
         help="case 7: the baseline mock A, checked out at REV into a temporary git worktree that is "
-        "removed afterwards (default 5f292ba, the mock before issue 19)",
+        "removed afterwards (default 5f292ba, an earlier mock)",
     )
     ap.add_argument(
         "--sandbox-baseline-tree",

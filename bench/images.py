@@ -1,4 +1,4 @@
-"""python -m bench.images [--mb 30] [--repeat 3]: the image store's costs (issue 21), on a test image this
+"""python -m bench.images [--mb 30] [--repeat 3]: the image store's costs (QUIRKS.md, Image store), on a test image this
 script builds (busybox-static + a slice of the host's Python standard library, as an OCI layout, a docker-save
 tarball, and, when Debian's docker-registry is installed, pushed to a local registry).
 

@@ -1,4 +1,4 @@
-"""Case 7 "sandbox": what one sandbox costs the mock (issue 19 item 8), A/B against another mock tree in one run.
+"""Case 7 "sandbox": what one sandbox costs the mock (QUIRKS.md, Sandbox runtime), A/B against another mock tree in one run.
 
 Two mocks run side by side, each in its own process started from its own tree: **A** the baseline (by default
 main at 5f292ba, checked out by ``python -m bench`` into a temporary git worktree that it removes afterwards,
@@ -496,7 +496,7 @@ def run_case(ctx, make_row) -> list:
             base_name=a_name,
             base_s=[va / scale / idle_n],
             note=f"{idle_n} idle sandboxes, total / {idle_n}"
-            + ("; target <= 15 MB per idle sandbox (issue 19)" if key == "rss_kb" else ""),
+            + ("; target <= 15 MB per idle sandbox" if key == "rss_kb" else ""),
         )
         rows.append(row)
     return rows

@@ -1,4 +1,4 @@
-"""Differential check of the mock's execd against a real execd binary (issue 13).
+"""Differential check of the mock's execd against a real execd binary (QUIRKS.md, Accepted differences).
 
 ``python -m differential --execd-bin PATH`` runs the corpus (derived from execd's route
 table, components/execd/pkg/web/router.go at 3bb6fad) against the binary - only ever inside an

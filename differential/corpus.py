@@ -238,7 +238,7 @@ def _cmd_uid(c: Ctx) -> None:
 
 @case("command.start_failure", "POST /command", "GET /command/status/:id")
 def _cmd_start_failure(c: Ctx) -> None:
-    """cmd.Start fails after execd's own checks (issue 19, 6a): the child cannot chdir as that user."""
+    """cmd.Start fails after execd's own checks: the child cannot chdir as that user."""
     run(c, {"command": "pwd", "uid": 65534, "cwd": "/root"}, "uid nobody, cwd /root (0700)")
     r = run(c, {"command": "pwd", "uid": 65534, "cwd": "/root", "background": True}, "background: same")
     cid = _init_id(r)

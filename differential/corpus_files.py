@@ -62,7 +62,7 @@ def _info(c: Ctx) -> None:
     "POST /command",
 )
 def _view(c: Ctx) -> None:
-    """The sandbox's own view (issue 19): the image's /etc and the read-only system directories."""
+    """The sandbox's own view (QUIRKS.md, Files and directories, "Files and view"): the image's /etc and the read-only system directories."""
     c.get("/files/info", query=[("path", "/etc/os-release")], label="info /etc/os-release (a symlink)")
     c.get("/files/info", query=[("path", "/usr/lib/os-release"), ("path", "/usr/bin")], label="info /usr")
     c.get("/files/info", query=[("path", "/var/log"), ("path", "/run/lock")], label="info image dirs")

@@ -116,7 +116,7 @@ class RealExecd(Target):
         self._make_root()
         if not self.runtime.isolated:  # pragma: no cover - isolate=True raises before
             raise IsolationUnavailable("the real execd needs an isolated sandbox view")
-        # runtime.start_execd (contain, issue 11): copied to /opt/opensandbox/execd, started like
+        # runtime.start_execd (QUIRKS.md, MockOpenSandbox / CLI, `execd_bin`): copied to /opt/opensandbox/execd, started like
         # bootstrap.sh in the sandbox's own namespaces with its capability set; never on the host
         try:
             self.proc = self.runtime.start_execd(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 DEFAULT_ENTRYPOINT = "tail -f /dev/null"
-CODE_INTERPRETER_ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]  # seed 000 §1.4
+CODE_INTERPRETER_ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]  # fixtures/27_code_interpreter.json
 DEFAULTS: dict[str, Any] = {
     "base_url": DEFAULT_BASE_URL,
     "api_key": "",
@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "volumes": "",
 }
 SECRET_FIELDS = ("api_key", "registry_password", "execd_access_token")
-# Per-create `options` that may override the configuration for one sandbox (seed 002). Other keys
+# Per-create `options` that may override the configuration for one sandbox (plugin/README.md). Other keys
 # (base_url, api_key, ...) already reached this process through initialize.config and are ignored.
 CREATE_OPTIONS = (
     "default_image",

@@ -1,9 +1,9 @@
 """execd, the data plane of one sandbox: commands (``POST /command`` and its SSE stream), files,
 directories, the PTY API's REST part and WebSocket. ``Endpoint.headers`` are replayed on every
-request, SSE, uploads and WebSocket upgrades included (seed 000 §1.4); X-EXECD-ACCESS-TOKEN is
+request, SSE, uploads and WebSocket upgrades included (QUIRKS.md, Endpoints); X-EXECD-ACCESS-TOKEN is
 added when configured. Every call raises the transport's ``HttpError`` / ``NetError``.
 
-Facts quoted in comments: ``rec NN`` = ../shared/live/exchanges, seed 000 = the research notes.
+Facts quoted in comments: ``rec NN`` = recording NN, fixtures/NN_*.json; the others are rows of mock_opensandbox/QUIRKS.md.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     Query = dict[str, Any] | list[tuple[str, str]] | None  # urlencode() takes either
 
-LEGACY, LATEST = "v1.1.0", "latest"  # the two execd generations (seed 000 §1.1)
+LEGACY, LATEST = "v1.1.0", "latest"  # the two execd generations (QUIRKS.md, MockOpenSandbox / CLI)
 
 
 class Execd:
@@ -167,7 +167,7 @@ class Execd:
             retry = method == "GET"
         return with_retries(once, self.client.http.timeout) if retry else once()
 
-    # ---- framing (seed 000 §1.1): "latest" accepts argv and keeps line endings; v1.1.0 does not
+    # ---- framing (QUIRKS.md, POST /command): "latest" accepts argv and keeps line endings; v1.1.0 does not
 
     @property
     def mode(self) -> str | None:

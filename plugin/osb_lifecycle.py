@@ -2,7 +2,7 @@
 outlive a plugin process (execd endpoint, execd framing), kept under ABX_PROVIDER_DATA_DIR only.
 
 ``OpenSandbox.execd(sandbox_id)`` gives the data-plane client of one sandbox (execd.py).
-Facts quoted in comments: ``rec NN`` = ../shared/live/exchanges, seed 000 = the research notes.
+Facts quoted in comments: ``rec NN`` = recording NN, fixtures/NN_*.json; the others are rows of mock_opensandbox/QUIRKS.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """execd's event stream (``POST /command``), as pure codecs without I/O (unit-tested in tiers/t0):
 the SSE decoder for both execd framings, v1.1.0 output restoration, and exit-code mapping.
 
-Facts quoted in comments come from the recorded exchanges in ../shared/live/exchanges (``rec NN``)
-or from seed 000 (the OpenSandbox research notes).
+Facts quoted in comments come from the recorded exchanges (``rec NN`` = recording NN, fixtures/NN_*.json)
+or from mock_opensandbox/QUIRKS.md (POST /command).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def parse_error_body(status: int, body: bytes | None, reason: str = "") -> tuple
     """(server error code, human message) from any error body; never raises.
 
     Four shapes: ErrorResponse ``{"code","message"}`` (rec 02/04), FastAPI ``{"detail":[...]}``
-    (rec 03), execd ``{"error": "..."}`` (seed 000 §1.4) and non-JSON text such as an HTML 502.
+    (rec 03), execd ``{"error": "..."}`` (QUIRKS.md, Transport, routing, auth) and non-JSON text such as an HTML 502.
     """
     try:
         raw = (body or b"")[:MAX_ERROR_BODY]

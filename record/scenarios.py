@@ -2,7 +2,7 @@
 
 One scenario per file in the live recordings (``01_health_version`` ... ``18_sdk_sync_flow``, same
 request sequence, so a re-recording can be diffed against the committed fixture), plus
-``20_smoke_flow``: the seed 000 §5.1 smoke flow in one self-contained scenario.
+``20_smoke_flow``: the smoke flow of tiers/smoke_flow.py in one self-contained scenario.
 
 A scenario with ``needs_sandbox`` gets a sandbox and its execd endpoint from an unrecorded setup
 step (the live recordings 06-14 likewise used the sandbox created in 05), and an unrecorded teardown
@@ -413,7 +413,7 @@ def s18(s: Session, ctx: Ctx) -> None:
 
 
 def s20(s: Session, ctx: Ctx) -> None:
-    """Seed 000 §5.1 smoke flow: auth, create/get/list/endpoint, SSE exec with exit codes and timeout,
+    """The smoke flow (tiers/smoke_flow.py): auth, create/get/list/endpoint, SSE exec with exit codes and timeout,
     background command with log cursor and interrupt, files, renew, pause/resume, kill, second kill."""
     s.lc("GET", "/v1/sandboxes", auth=False)
     r = _create(s, ctx, ctx.default_create(timeout=600))
@@ -461,7 +461,7 @@ def s20(s: Session, ctx: Ctx) -> None:
     s.lc("DELETE", f"/v1/sandboxes/{sid}")
 
 
-# The containment probes (issue 11): what a process inside a real sandbox sees and may do. Each one is a
+# The containment probes (QUIRKS.md, Containment): what a process inside a real sandbox sees and may do. Each one is a
 # plain command through execd, recorded raw (tiers/t1/containment_probes.py reads the fixture by command text);
 # raw outputs of the same commands: /work/coord/live-probes/ (2026-12-01).
 CONTAINMENT_PROBES: list[tuple[str, str]] = [
@@ -501,7 +501,7 @@ def s21(s: Session, ctx: Ctx) -> None:
         ex.command({"command": cmd})
 
 
-# What the inside of a sandbox shows (issue 19): the files API, cwd, the root, processes, cgroup limits, the
+# What the inside of a sandbox shows (tiers/sandbox_inside.py): the files API, cwd, the root, processes, cgroup limits, the
 # network and the image's defaults, in a sandbox created with RESOURCES (500m / 512Mi). The commands are plain
 # shell run through execd and recorded raw; tiers/sandbox_inside.py holds the checks and reads this fixture by
 # command text. "@SERVER_PORT@" stands for the lifecycle server's port (the recorder fills it in; the probes
@@ -643,7 +643,7 @@ def s23(s: Session, ctx: Ctx) -> None:
         s.lc("DELETE", f"/v1/sandboxes/{sid}")
 
 
-# A Docker named volume (``pvc``, issue 20): created by the first sandbox, which writes it, and mounted read-only
+# A Docker named volume (``pvc``; QUIRKS.md, Volumes): created by the first sandbox, which writes it, and mounted read-only
 # by a second sandbox while the first one runs. The first create asks for deleteOnSandboxTermination: server 1.1.1
 # removes a volume only when the sandbox whose create made it is deleted (services/docker/volumes.py
 # ``was_created``), so deleting the reader first and the writer last leaves no volume behind.
@@ -666,7 +666,7 @@ def s24(s: Session, ctx: Ctx) -> None:
     s.lc("DELETE", f"/v1/sandboxes/{writer}")
 
 
-# Snapshots (issue 21 step 5; server services/snapshot_service.py, services/docker/snapshot_runtime.py: docker
+# Snapshots (QUIRKS.md, Snapshots; server services/snapshot_service.py, services/docker/snapshot_runtime.py: docker
 # commit). The source writes /tmp, /root and /workspace, removes an image file, starts a background process and
 # exports a variable in its shell; the restored sandbox shows which of these the commit kept. The snapshot is
 # polled (unrecorded) until it leaves Creating: Docker's commit takes 0.4-0.8 s here, during which the source
@@ -892,7 +892,7 @@ SCENARIOS: list[Scenario] = [
         "a replay cannot compare (ping count/position are timing); pings are checked in 07-18",
     ),
     Scenario("18_sdk_sync_flow", "the official Python SDK 1.1.1's request sequence", s18),
-    Scenario("20_smoke_flow", "seed 000 §5.1 smoke flow in one self-contained scenario", s20),
+    Scenario("20_smoke_flow", "the smoke flow of tiers/smoke_flow.py in one self-contained scenario", s20),
     Scenario(
         "21_containment_probes",
         "what a sandboxed process sees: capabilities, /dev, mounts, ids, masked /proc, "
@@ -927,7 +927,8 @@ SCENARIOS: list[Scenario] = [
         "a second; removed with its creator (deleteOnSandboxTermination)",
         s24,
         drift_noise=INSIDE_NOISE,
-        replay_skip="the mock refuses volumes until issue 20 (400 'volumes are not supported')",
+        replay_skip="host-specific output (the volume's mount line: the Docker host's device and ext4 options); "
+        "the flows are asserted by tiers/toolkit/volume_flows.py",
     ),
     Scenario(
         "25_snapshots",

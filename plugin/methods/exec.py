@@ -3,7 +3,7 @@ notifications after the answer), foreground or detached (``sessions``: a backgro
 outlives this process, followed by polling its logs). ``run_internal`` runs the helper scripts
 other methods need (process list, kill, user lookup).
 
-``rec NN`` = the recorded exchanges in ../shared/live/exchanges; seed 000 = the research notes.
+``rec NN`` = recording NN, fixtures/NN_*.json; the other facts are rows of mock_opensandbox/QUIRKS.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Files: files.read / write / list / stat / mkdir / remove / move / search / chmod on execd's
-files API (rec 13, 18: ``rec NN`` = the recorded exchanges in ../shared/live/exchanges).
+files API (rec 13, 18: ``rec NN`` = recording NN, fixtures/NN_*.json).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def m_files_mkdir(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, An
 
 
 def m_files_remove(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str, Any]:
-    """File or directory (recursively). DELETE /files only removes files (seed 000), so stat first."""
+    """File or directory (recursively). DELETE /files only removes files (rec 13; QUIRKS.md, Files and directories), so stat first."""
     path = path_param(p)
     execd = _execd(ctx, p)
     info = ctx.guard(lambda: execd.info(path), op="files", target=path)

@@ -1,7 +1,7 @@
 """Sandbox lifecycle methods: sandbox.create / get / connect / list / kill / set_timeout / pause /
 resume, and how an OpenSandbox Sandbox becomes an EPP SandboxRecord.
 
-``rec NN`` = the recorded exchanges in ../shared/live/exchanges; seed 000 = the research notes.
+``rec NN`` = recording NN, fixtures/NN_*.json; the other facts are rows of mock_opensandbox/QUIRKS.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from osb import OpenSandbox
 
-STATE_TO_STATUS = {  # seed 000 §2.5
+STATE_TO_STATUS = {  # the lifecycle API's sandbox states (`status.state`) -> EPP status
     "Pending": "creating",
     "Running": "running",
     "Pausing": "paused",
@@ -110,7 +110,7 @@ _DNS_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 
 
 def check_metadata(metadata: object) -> dict[str, Any]:
-    """Kubernetes label syntax (OpenSandbox stores metadata as labels, seed 000 §4.4)."""
+    """Kubernetes label syntax (OpenSandbox stores metadata as labels: QUIRKS.md, Create)."""
     import re
 
     if metadata is None:
