@@ -1,4 +1,4 @@
-"""Snapshots of the Docker runtime (issue 21 step 5): the records, their states and the server's answers.
+"""Snapshots of the Docker runtime (QUIRKS.md, Snapshots; recording 25): the records, their states and the server's answers.
 No HTTP (the routes are ``lifecycle/snapshot_routes.py``).
 
 Server 1.1.1 (``services/snapshot_service.py`` ``PersistedSnapshotService`` with ``DockerSnapshotRuntime``):

@@ -3,7 +3,7 @@
     python -m mock_opensandbox.execd --port P [-access-token T] [--mode v1.1.0|latest] [--root DIR]
                                      [--close-delay S] [--isolate auto|on|off]
 
-The root defaults to the current directory (seed 000 §5.3 runs execd with cwd = the sandbox dir).
+The root defaults to the current directory (the fallback runs execd with cwd = the sandbox dir: QUIRKS.md, Sandbox runtime).
 Prints only one ready line on stderr; SIGTERM/SIGINT stop it cleanly and kill all its commands.
 """
 

@@ -46,8 +46,8 @@ class CodeAPI:
         jupyter: Callable[[], Any] | None = None,
     ):
         """run_command(req, spec, linger): stream a /command-style run (spec as CommandRoutes.parse returns).
-        mode "latest": a code request without a language needs the (absent) runtime (seed 000 §1.4,
-        live); the v1.0.19 binary runs it as a command (tiers/diff code.plain_image)."""
+        mode "latest": a code request without a language needs the (absent) runtime (QUIRKS.md,
+        Transport, routing, auth: "latest mode"); the v1.0.19 binary runs it as a command (tiers/diff code.plain_image)."""
         self._run_command, self._interrupt, self._stall = run_command, interrupt, stall
         self.mode = mode
         self._jupyter_factory = jupyter  # () -> code_jupyter.JupyterCode | None (the sandbox names no server)

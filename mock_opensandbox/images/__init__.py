@@ -1,4 +1,4 @@
-"""The mock's image store (issue 21): OCI layouts, ``docker save`` tarballs, a local Docker/Podman and OCI
+"""The mock's image store (docs/IMAGES.md; QUIRKS.md, Image store): OCI layouts, ``docker save`` tarballs, a local Docker/Podman and OCI
 registries, unpacked once into a content-addressed cache shared by every sandbox. Standard library only.
 See docs/IMAGES.md."""
 

@@ -1,5 +1,5 @@
 """A snapshot's content side: commit what a sandbox wrote as a new layer and image in the image store, and put
-a committed layer back into a sandbox root that does not run on an image (issue 21 step 5; docs/IMAGES.md).
+a committed layer back into a sandbox root that does not run on an image (docs/IMAGES.md; QUIRKS.md, Snapshots).
 
 What Docker's ``container.commit`` does (server ``services/docker/snapshot_runtime.py``): the container's
 writable layer becomes one new layer on top of the image's layers, its config (``Env``, ``Labels``, ...)

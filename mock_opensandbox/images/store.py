@@ -1,6 +1,6 @@
 """ImageStore: resolve an ``image.uri`` to an unpacked image, once, shared by every sandbox.
 
-Order (issue 21): an OCI layout or ``docker save`` tarball in the image dir; a local Docker/Podman that
+Order (QUIRKS.md, Image store): an OCI layout or ``docker save`` tarball in the image dir; a local Docker/Podman that
 answers (``docker save``); an OCI distribution pull. A reference already resolved is served from the cache
 without asking any source again, as the server's ``_ensure_image_available`` uses a cached image without
 pulling (an image-dir archive that changed on disk is read again).

@@ -1,8 +1,8 @@
 """Recorded lifecycle-server behaviours as data: status codes, error codes, messages, and where each came from.
 
-Sources: ``recording NN`` = ../shared/live/exchanges/NN_*.json (real opensandbox-server 1.1.1);
-``server <file>`` = opensandbox-group/OpenSandbox server/opensandbox_server/<file>; ``seed 000 §x`` = the
-research notes; ``[choice]`` = the mock's own decision (reason in QUIRKS.md).
+Sources: ``recording NN`` = fixtures/NN_*.json (real opensandbox-server 1.1.1);
+``server <file>`` = opensandbox-group/OpenSandbox server/opensandbox_server/<file>; ``QUIRKS.md <section>`` =
+a row of mock_opensandbox/QUIRKS.md; ``[choice]`` = the mock's own decision (reason in QUIRKS.md).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ SNAPSHOT_SOURCE_NOT_RUNNING = Quirk(
     "Snapshot can only be created from a Running sandbox.",
     "server services/snapshot_service.py _ensure_source_sandbox_running; recording 25",
 )
-# snapshots of the Docker runtime (issue 21 step 5; recording 25; server services/snapshot_service.py,
+# snapshots of the Docker runtime (QUIRKS.md, Snapshots; recording 25; server services/snapshot_service.py,
 # services/snapshot_restore.py, services/docker/snapshot_runtime.py)
 SNAPSHOT_CREATING = Quirk(
     409,
@@ -275,7 +275,7 @@ EXECD_BANNER = {
     "built": "2026-12-01T05:44:47Z",
     "go": "go1.27.3",
 }
-EXECD_PORT = 44772  # execd's port inside a sandbox (seed 000 §1.2)
+EXECD_PORT = 44772  # execd's port inside a sandbox (recording 05; QUIRKS.md, Endpoints)
 HTTP_PORT = 8080  # the second port Docker bridge mode publishes (server services/docker/networking.py)
 MAX_PAGE_SIZE = 200  # server api/lifecycle.py list_sandboxes: Query(20, ge=1, le=200)
 DEFAULT_PAGE_SIZE = 20  # recording 05

@@ -13,7 +13,7 @@ process - the entrypoint and PID 1, foreground and background commands, PTY shel
 process - runs
 * in the sandbox's own mount, IPC and UTS namespaces (+ a user namespace mapping the caller to
   root when the mock is not root) and, normally, its own PID namespace (``ps`` shows only the
-  sandbox; seed 001 process list);
+  sandbox; QUIRKS.md, Sandbox runtime: the process list);
 * with the sandbox root as "/" after ``pivot_root`` (the host's tree is detached, not just
   hidden by a chroot): ``/usr /bin /sbin /lib*`` bound read-only from the host, a container
   ``/dev`` (tmpfs; null zero full random urandom tty; fresh devpts + ptmx; shm; mqueue; fd/stdin/
@@ -33,7 +33,7 @@ outbound traffic through slirp4netns when installed; ``network="host"`` shares t
 namespace (``OSB_MOCK_PIDNS=0``, no nsenter) each command builds the view in a mount namespace
 of its own and shares the host's processes. Where namespaces are unavailable at all (no
 ``unshare``/``setpriv``, user namespaces disabled, not Linux, ``OSB_MOCK_ISOLATION=0``) commands
-run ON THE HOST with cwd/HOME/TMPDIR inside the root (seed 000 §5.3), ``isolated`` is False and
+run ON THE HOST with cwd/HOME/TMPDIR inside the root (QUIRKS.md, Sandbox runtime: "Fallback"), ``isolated`` is False and
 the note says so (``x-mock-isolation``).
 
 Standard library only, Python >= 3.10.

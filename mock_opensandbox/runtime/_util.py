@@ -21,7 +21,7 @@ HOST_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 VIEW_DIRS = ("etc", "dev", "proc", "sys")
 SYSTEM_DIRS = HOST_DIRS + VIEW_DIRS
 # What every sandbox root starts with: the top-level directories of a Debian slim image (python:3.12-slim,
-# `ls /` in issue 19's live probe: bin boot dev etc home lib lib64 media mnt opt proc root run sbin srv sys
+# `ls /` in fixtures/22_sandbox_inside.json: bin boot dev etc home lib lib64 media mnt opt proc root run sbin srv sys
 # tmp usr var; bin/lib*/sbin/usr, dev/etc/proc/sys come from the view, SYSTEM_DIRS) with /var's usual
 # subdirectories, and /opt/opensandbox (bootstrap.sh + execd, like the server's container). The sandbox's
 # own directories: the host's /var, /opt, /srv, /run ... are never seen. (path, mode)

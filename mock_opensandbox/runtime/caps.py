@@ -5,7 +5,7 @@ created with ``cap_drop = DockerConfig.drop_capabilities`` and, since ``no_new_p
 defaults to true, ``security_opt = ["no-new-privileges=true"]`` (server ``config.py``
 ``DockerConfig``; ``services/docker/container_ops.py`` ``_base_host_config_kwargs``). Docker
 starts from its default set (moby ``oci/caps/defaults.go``, Engine 20.10 as recorded in
-../shared/live/VERSIONS.md) and gives a root process that set as bounding, permitted and
+fixtures/README.md) and gives a root process that set as bounding, permitted and
 effective set; inheritable is empty since Engine 20.10.14 (CVE-2022-24769) and ambient is empty.
 Result, as the real sandbox prints it: ``CapEff: 00000000800405fb``.
 """
@@ -94,7 +94,7 @@ SANDBOX_CAPS: tuple[str, ...] = tuple(
     sorted((c for c in DOCKER_DEFAULT_CAPS if c not in SERVER_DROP_CAPS), key=CAP_NUMBERS.__getitem__)
 )
 SANDBOX_CAP_MASK: int = sum(1 << CAP_NUMBERS[c] for c in SANDBOX_CAPS)
-# what `grep Cap /proc/self/status` prints in a sandbox of the real server (issue 11 / live probe)
+# what `grep Cap /proc/self/status` prints in a sandbox of the real server (fixtures/21_containment_probes.json)
 RECORDED_CAP_EFF = 0x00000000800405FB
 assert SANDBOX_CAP_MASK == RECORDED_CAP_EFF, "capability data out of step with the recorded value"
 

@@ -1,4 +1,4 @@
-"""How a command joins a sandbox that runs its image, as root (issue 21): the mock's own forked child does
+"""How a command joins a sandbox that runs its image, as root (docs/IMAGES.md): the mock's own forked child does
 what ``nsenter`` + ``setpriv`` do for the host-tools view, because an image's view has neither (nor the
 host's libraries to run them): in the Popen child, before the exec, it joins the sandbox's cgroups,
 ``setns`` into PID 1's mount, IPC, UTS (and network) namespaces (the spawning thread already sends the

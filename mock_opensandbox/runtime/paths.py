@@ -1,7 +1,7 @@
 """A sandbox's paths and processes as the host sees them, for SandboxRuntime (sandbox.py): sandbox paths
 mapped to host paths without ever leaving the sandbox's view (resolve(), view_path(), which()), its user
 namespace's id maps, its PTY pairs from its own devpts, and the processes that left its process groups
-(stray_pids). Split out of sandbox.py (issue 22: no module over 700 lines); no state of its own.
+(stray_pids). Split out of sandbox.py (no module over 700 lines); no state of its own.
 """
 
 from __future__ import annotations

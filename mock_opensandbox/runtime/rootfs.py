@@ -1,4 +1,4 @@
-"""A sandbox's root file system when it has an image (issue 21 step 2; docs/IMAGES.md): the image's own
+"""A sandbox's root file system when it has an image (docs/IMAGES.md; QUIRKS.md, Image store): the image's own
 tree with a writable layer of the sandbox's own over it, and the image config the container gets.
 
 * ``overlay`` (root, every layer's whiteouts in overlayfs form): the sandbox directory holds ``upper/``

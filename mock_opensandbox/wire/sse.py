@@ -1,5 +1,5 @@
 """execd's event-stream framing: bare JSON objects followed by a blank line, no "data:" prefix
-(recordings 07-12, 17; seed 000 §1.4). Pure functions, standard library only.
+(recordings 07-12, 17; QUIRKS.md, POST /command). Pure functions, standard library only.
 
 Writer key order follows the recordings:
   output/ping/init:      {"type", "text", "timestamp"}
