@@ -263,7 +263,7 @@ class CommandRoutes:
                     emit(sse.output_event(kind, text))
             now = time.monotonic()
             if self.runtime.paused:
-                next_ping = now + self.heartbeat  # a frozen execd sends nothing (QUIRKS.md, Transport, routing, auth: "Paused sandbox")
+                next_ping = now + self.heartbeat  # a frozen execd sends nothing (QUIRKS.md, "Paused sandbox")
             elif now >= next_ping:
                 emit(sse.ping_event())
                 next_ping += self.heartbeat
