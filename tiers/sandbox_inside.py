@@ -1,9 +1,9 @@
-"""What the inside of a sandbox shows (issue 19's table), one probe list for every tier.
+"""What the inside of a sandbox shows (fixtures/22_sandbox_inside.json), one probe list for every tier.
 
 The probes are the commands and execd requests of recorder scenario 22 (``record/scenarios.py``:
 ``INSIDE_FILES``, ``INSIDE_CWDS``, ``INSIDE_PROBES``), run in a sandbox created with
 ``"resourceLimits": {"cpu": "500m", "memory": "512Mi"}``. Each probe has a check that asserts what the real
-sandbox shows: the values of issue 19's table and of ``fixtures/22_sandbox_inside.json`` (recorded from
+sandbox shows: the values of ``fixtures/22_sandbox_inside.json`` (recorded from
 opensandbox-server 1.1.1 + Docker 20.10 + execd v1.0.19 by ``python -m record``). ``same_port_two_sandboxes``
 is scenario 23: two sandboxes serving port 9000, each endpoint answering with its own files.
 

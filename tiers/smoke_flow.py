@@ -1,4 +1,4 @@
-"""The live smoke flow (seed 000 §5.1), one body for every tier.
+"""The live smoke flow, one body for every tier.
 
 ``run_smoke_flow(base_url, api_key)`` drives an OpenSandbox server through: auth, create/get/list/endpoint,
 SSE exec + exit codes + timeout, background + logs cursor + interrupt, mkdir/upload/stat/list/search/mv/rm/rmdir,
@@ -6,8 +6,8 @@ renew, pause/resume, kill + second-kill 404. It runs unchanged against the live 
 mock with an execd process per sandbox (t3), so a behaviour the mock gets wrong fails the same assertion that the
 live server passes.
 
-Every expectation below comes from a recording in ../shared/live/exchanges (named in the step) unless it says
-otherwise. Output checks accept both execd framings (seed 000 §1.1): v1.1.0-style one event per line with the
+Every expectation below comes from a recording in fixtures/ (named in the step) unless it says
+otherwise. Output checks accept both execd framings (QUIRKS.md, POST /command): v1.1.0-style one event per line with the
 line ending stripped, and "latest"-style byte-exact chunks.
 
 Standard library only (http.client), so the flow needs nothing but a URL and a key.
@@ -374,13 +374,13 @@ class _Flow:
             assert output_of(events, "stdout") == "start\n", events
             last = events[-1]
             assert last["type"] == "error" and last["error"]["evalue"] == "-1", events
-            # The kill is SIGKILL, but the real execd forwards to the command's process group every signal it
-            # receives itself while a command runs (runtime/command.go: signal.Notify(signals) with no list, then
-            # Kill(-pid, sig) for all but SIGCHLD/SIGURG). The previous step's stream was closed by this reader at
-            # its terminal event, a reset when bytes were left unread; ~1 s later execd's handler writes the end of
-            # that response into it, gets SIGPIPE and passes it on: the command dies of "broken pipe" before the
-            # timeout (a client that resets its stream provoked it 6/6 with the real v1.0.19, issue 22). What the
-            # server guarantees is a death by signal: SIGKILL, or one execd passed on.
+            # The kill is SIGKILL, but the real execd forwards to the command's process group every signal it receives
+            # itself while a command runs (runtime/command.go: signal.Notify(signals) with no list, then Kill(-pid, sig)
+            # for all but SIGCHLD/SIGURG). The previous step's stream was closed by this reader at its terminal event, a
+            # reset when bytes were left unread; ~1 s later execd's handler writes the end of that response into it,
+            # gets SIGPIPE and passes it on: the command dies of "broken pipe" before the timeout (a client that resets
+            # its stream provoked it 6/6 with the real v1.0.19; QUIRKS.md, POST /command). What the server guarantees is
+            # a death by signal: SIGKILL, or one execd passed on.
             assert last["error"]["traceback"][0] in ("signal: killed", "signal: broken pipe"), events
 
         with self.step("background: logs, cursor, exit code"):  # 10_command_background_logs

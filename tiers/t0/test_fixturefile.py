@@ -1,4 +1,4 @@
-"""t0: fixturefile.Appender under a crash (issue 22): a write that fails puts the previous whole fixture back;
+"""t0: fixturefile.Appender under a crash: a write that fails puts the previous whole fixture back;
 a process killed in the middle of writing an exchange leaves every exchange recorded before it intact, and
 ``repair`` cuts the file back to them. The crash is real and bounded: a child process with a small
 RLIMIT_FSIZE, whose next write past it fails (EFBIG, SIGXFSZ ignored) or kills it (SIGXFSZ)."""

@@ -1,5 +1,5 @@
-"""The image store (mock_opensandbox/images, issue 21) on images the tests write themselves: OCI layouts and
-docker-save tarballs, whiteouts, hard links, hostile layers, digest checks, platforms, the cache."""
+"""The image store (mock_opensandbox/images; QUIRKS.md, Image store) on images the tests write themselves: OCI layouts
+and docker-save tarballs, whiteouts, hard links, hostile layers, digest checks, platforms, the cache."""
 
 from __future__ import annotations
 

@@ -845,7 +845,7 @@ def test_local_images_knob_must_be_0_or_1(world):
     assert r.returncode == 1 and "set OSB_LOCAL_IMAGES=1" in r.stderr and world.argv() == []
 
 
-# -- host binds (issue 20): [storage] allowed_host_paths under one prefix ---------------------------------------
+# -- host binds (QUIRKS.md, Volumes): [storage] allowed_host_paths under one prefix -----------------------------
 
 
 def test_host_binds_are_allowed_under_one_prefix_in_the_work_dir_by_default(world):

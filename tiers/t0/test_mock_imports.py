@@ -171,7 +171,7 @@ def _trees(root: str = ROOT) -> dict[str, ast.AST]:
 
 
 def test_one_execd_process_class_and_one_hop_by_hop_set():
-    """Issue 22: one ExecdProcess (runtime/execdproc.py; the stand-alone execd's too) and one hop-by-hop set
+    """One ExecdProcess (runtime/execdproc.py; the stand-alone execd's too) and one hop-by-hop set
     (relay.HOP_BY_HOP; each proxy passes its policy made of it)."""
     trees = _trees()
     classes = sorted(

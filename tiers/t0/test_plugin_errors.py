@@ -30,7 +30,7 @@ def http_error(status, body, *, plane="lifecycle", what="get sandbox", headers=N
     )
 
 
-# ---- the four shapes (bodies copied from the recordings / seed 000) -------------------------------------
+# ---- the four shapes (bodies copied from the recordings / QUIRKS.md) ------------------------------------
 
 
 def test_error_response_shape_sandbox_not_found():  # recording 04
@@ -56,7 +56,7 @@ def test_validation_422_shape():  # recording 03
     assert err.data["suggestion"]
 
 
-def test_execd_error_shape_token():  # seed 000 §1.4
+def test_execd_error_shape_token():  # QUIRKS.md, Transport, routing, auth
     body = '{"error":"Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}'
     err = failures.map_osb_error(http_error(401, body, plane="execd", what="run command"), op="exec")
     assert err.code == -32001 and err.data["sdk_code"] == "E1001"

@@ -141,7 +141,7 @@ def test_valid_labels_pass(prefix, name, value):
         ("", "error"),
     ],
 )
-def test_status_mapping(state, status):  # seed 000 §2.5
+def test_status_mapping(state, status):  # the lifecycle API's status.state -> EPP status
     rec = sandbox.to_record({"id": "s1", "status": {"state": state}})
     assert rec["status"] == status
 

@@ -599,7 +599,7 @@ def test_drift_noise_blanks_per_sandbox_values_but_not_real_changes():
 
 
 def test_the_fault_proxy_appends_each_exchange_and_the_file_stays_a_whole_fixture(tmp_path):
-    """Issue 22: the proxy's recording grows in place, one exchange at a time (no rewrite of what is
+    """The proxy's recording grows in place, one exchange at a time (no rewrite of what is
     already there), and after every exchange it is the fixture fixturefile.dumps writes, readable by
     fixturefile.load (record compare, replay), credentials scrubbed as before."""
     from mock_opensandbox.workbench.proxy import Recorder
@@ -634,7 +634,7 @@ def test_the_fault_proxy_appends_each_exchange_and_the_file_stays_a_whole_fixtur
 
 
 def test_one_secret_scrubber_and_one_fixture_writer():
-    """Issue 22: record/, the journal and the proxy scrub with mock_opensandbox/workbench/scrub.py and write
+    """record/, the journal and the proxy scrub with mock_opensandbox/workbench/scrub.py and write
     fixtures with mock_opensandbox/workbench/fixturefile.py; none keeps a table of credential headers, a
     credential pattern or a JSON fixture writer of its own."""
     import ast

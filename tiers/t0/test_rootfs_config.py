@@ -1,4 +1,4 @@
-"""runtime/rootfs.py: the image config a sandbox gets (issue 21), as Docker/runc apply it: User looked up in the
+"""runtime/rootfs.py: the image config a sandbox gets (docs/IMAGES.md), as Docker/runc apply it: User looked up in the
 image's own /etc/passwd and /etc/group (name, uid, name:group; groups = the primary gid + memberships; an unknown
 name is runc's "unable to find user"), HOME from the passwd entry, Env under the container's with Docker's default
 PATH, WorkingDir "" = "/". Pure: an image stand-in whose top layer holds the account files."""

@@ -1,4 +1,4 @@
-"""The type hints are checked (issue 22): mypy (pinned in requirements-test.txt) passes with --strict on
+"""The type hints are checked: mypy (pinned in requirements-test.txt) passes with --strict on
 plugin/ and with the defaults of pyproject.toml's [tool.mypy] on mock_opensandbox/. Both runs check
 against Python 3.10's standard library (python_version there), the oldest Python the project promises.
 The caches live in .mypy_cache/ (ignored by git): a warm run takes about a second."""

@@ -326,7 +326,7 @@ def test_server_close_reaches_the_client_with_its_code():
 
 
 def test_every_failure_of_an_open_connection_is_a_net_error():
-    """The client's one vocabulary (issue 22): silence, and a read or a send after the end, are the
+    """The client's one vocabulary: silence, and a read or a send after the end, are the
     transport's NetError (what methods/pty.py catches), a read that timed out of kind "timeout"."""
     server, client = _pair()
     try:

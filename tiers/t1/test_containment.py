@@ -1,6 +1,6 @@
-"""Issue 11: a mock sandbox is contained like a container of the real server - probed through the
-runtime directly, in every execution path (the sandbox's PID 1, joined commands as root, the
-per-command fallback without PID namespace, the non-root user-namespace paths).
+"""Containment (QUIRKS.md, Containment): a mock sandbox is contained like a container of the real server - probed
+through the runtime directly, in every execution path (the sandbox's PID 1, joined commands as root, the per-command
+fallback without PID namespace, the non-root user-namespace paths).
 
 Expected values: fixtures/21_containment_probes.json (the real sandbox). See containment_probes.py.
 """

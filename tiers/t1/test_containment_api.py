@@ -1,6 +1,6 @@
-"""Issue 11 through the mock's HTTP API: `POST /command` on a sandbox of `MockOpenSandbox()` (the
-in-process execd, as a new user would try it) and on a sandbox whose execd is the real binary
-(`execd_bin`), which now runs inside the sandbox at /opt/opensandbox/execd.
+"""Containment (QUIRKS.md, Containment) through the mock's HTTP API: `POST /command` on a sandbox of `MockOpenSandbox()`
+(the in-process execd, as a new user would try it) and on a sandbox whose execd is the real binary (`execd_bin`), which
+now runs inside the sandbox at /opt/opensandbox/execd.
 
 Expected values: fixtures/21_containment_probes.json (see containment_probes.py).
 """

@@ -139,7 +139,7 @@ def test_stop_unblocks_paused_and_stalled_requests(runtime):
     s = ExecdServer(runtime, close_delay=0)
     s.start()
     try:
-        # POST /code/context never answers (seed 000 §1.4), even on a running sandbox
+        # POST /code/context never answers (QUIRKS.md, Transport, routing, auth), even on a running sandbox
         stalled = http.client.HTTPConnection("127.0.0.1", s.port, timeout=20)
         stalled.request("POST", "/code/context", body=b"{}")
         time.sleep(0.2)
@@ -323,8 +323,9 @@ def test_metrics_snapshot_and_watch(make_execd):
 
 
 def test_start_delay_drops_then_answers_and_stop_during_the_delay_does_not_hang(runtime):
-    """execd_start_delay: Running arrives before execd answers /ping (DEVELOPERS.md traps). In that window the
-    port accepts and drops the connection unanswered, never refuses it (Docker's published port, QUIRKS.md)."""
+    """execd_start_delay: Running arrives before execd answers /ping (QUIRKS.md, Transport, routing, auth). In that
+    window the port accepts and drops the connection unanswered, never refuses it (Docker's published port,
+    QUIRKS.md)."""
     hc = http.client
     s = ExecdServer(runtime, start_delay=3, close_delay=0)
     s.start()

@@ -1,4 +1,4 @@
-"""The image store wired into the mock (issue 21 step 3): ``MockOpenSandbox(image_dir=)``, the create pulls
+"""The image store wired into the mock (QUIRKS.md, Image store): ``MockOpenSandbox(image_dir=)``, the create pulls
 through the store or fails like the server (500 DOCKER::SANDBOX_IMAGE_PULL_FAILED, no sandbox left), the
 ``/__mock__/images`` admin route, ``x-mock-isolation``, and imageAuth kept out of the journal."""
 

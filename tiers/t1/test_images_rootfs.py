@@ -1,4 +1,4 @@
-"""The image store's trees are usable roots (issue 21, for the runtime's next step): a busybox image the test
+"""The image store's trees are usable roots (QUIRKS.md, Image store): a busybox image the test
 builds from Debian's busybox-static, resolved by the store, runs from its flattened rootfs (chroot) and from its
 layers mounted as overlayfs lower dirs (whiteouts and opaque dirs honoured by the kernel). Each run is in its
 own mount namespace (unshare -m), so no mount outlives it."""

@@ -1,4 +1,4 @@
-"""A mock sandbox runs the image it was asked for (issue 21 step 2): images the test writes itself as OCI
+"""A mock sandbox runs the image it was asked for (QUIRKS.md, Image store): images the test writes itself as OCI
 layouts (Debian's static /bin/busybox in a layer, no bash, an /etc/os-release of its own), created through
 the lifecycle API of a ``MockOpenSandbox(image_dir=...)`` and probed through its execd like the live server
 (tiers/sandbox_inside.Target): the image's own files, whiteouts and opaque directories of an upper layer,

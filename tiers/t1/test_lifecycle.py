@@ -454,7 +454,7 @@ def test_pause_resume_and_frozen_execd(client, osb):
     )
     t.start()
     t.join(0.3)
-    assert answered == []  # a frozen sandbox does not answer (seed 000 §5.3)
+    assert answered == []  # a frozen sandbox does not answer (QUIRKS.md, "Paused sandbox")
     assert client.call("POST", "/v1/sandboxes/%s/resume" % sid).status == 202
     t.join(10)
     assert answered == [200]
@@ -778,7 +778,7 @@ def test_metrics_events_and_renew_state_machine(client):
 
 
 # -- configuration ----------------------------------------------------------------------------------
-@pytest.mark.spec_exempt("execd answers 401 without its access token (seed 000 §1.4)")
+@pytest.mark.spec_exempt("execd answers 401 without its access token (QUIRKS.md, Transport, routing, auth)")
 def test_execd_token_is_enforced_by_execd(opensandbox_mock_factory):
     m = opensandbox_mock_factory(execd_token="tok-123")
     c = Client(m.base_url, m.api_key)

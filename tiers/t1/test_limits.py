@@ -1,10 +1,10 @@
-"""Issue 19 items 4 and 7: resourceLimits and the server's pids_limit applied with cgroups, and hostile
+"""QUIRKS.md, Resource limits: resourceLimits and the server's pids_limit applied with cgroups, and hostile
 code held by them. Each hostile probe is bounded by itself (a count and a deadline) and uses small
 limits, so that a broken limit fails the test and never the machine.
 
 Expected values: opensandbox-server 1.1.1 passes Docker mem_limit / nano_cpus / pids_limit
 (services/docker/container_ops.py, config.py pids_limit = 4096); the real sandbox shows 536870912,
-4096 and 50000 of 100000 in its /sys/fs/cgroup (issue 19's table, recorded live).
+4096 and 50000 of 100000 in its /sys/fs/cgroup (fixtures/22_sandbox_inside.json, recorded live).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Issue 19 §6: --max-sandbox-timeout defaults to the server's example config (86400; 0 disables it),
---pids-limit (the server's [docker] pids_limit, 4096) and --execd-close-delay on the command line and in
-the pytest fixtures."""
+"""QUIRKS.md, MockOpenSandbox / CLI: --max-sandbox-timeout defaults to the server's example config (86400; 0 disables
+it), --pids-limit (the server's [docker] pids_limit, 4096) and --execd-close-delay on the command line and in the pytest
+fixtures."""
 
 from __future__ import annotations
 

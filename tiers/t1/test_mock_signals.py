@@ -1,6 +1,6 @@
-"""Issue 19 item 5: after SIGINT, SIGTERM or SIGKILL of ``python -m mock_opensandbox`` nothing of its
-sandboxes is left - no process, cgroup, mount or temp dir (at most a --root the user gave) - and a
-mock started again with the same --root reaps what a dead one (and its janitor) left.
+"""QUIRKS.md, MockOpenSandbox / CLI (the janitor): after SIGINT, SIGTERM or SIGKILL of ``python -m mock_opensandbox``
+nothing of its sandboxes is left - no process, cgroup, mount or temp dir (at most a --root the user gave) - and a mock
+started again with the same --root reaps what a dead one (and its janitor) left.
 
 The leftovers are counted before and after; "net" counts network namespaces and relays in its own
 tests. Each sandbox runs background processes (a setsid daemon among them) under resourceLimits.

@@ -1,4 +1,4 @@
-"""t1, issue 19 item 3: a mock sandbox has its own network, as a container of the server's example
+"""t1 (QUIRKS.md, Containment: "Network"): a mock sandbox has its own network, as a container of the server's example
 config (docker ``network_mode = "bridge"``) has - loopback of its own, the host's loopback out of
 reach, ports published through relays on 127.0.0.1 (execd's port, 8080, others through execd's
 /proxy/<port>), two sandboxes on the same port, outbound traffic through slirp4netns when it is
@@ -99,7 +99,7 @@ CONNECT = (
 
 
 def test_the_host_loopback_is_out_of_reach(mock):
-    """Recorded live (issue 19 table): connecting to the host's 127.0.0.1:<server port> is refused."""
+    """Recorded live (fixtures/22_sandbox_inside.json): connecting to the host's 127.0.0.1:<server port> is refused."""
     m = mock()
     sid = m.create()
     assert m.run(sid, CONNECT % ("127.0.0.1", m.osb.port)) == "REFUSED 111"

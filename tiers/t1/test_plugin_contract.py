@@ -1,5 +1,5 @@
-"""The plugin's contract with the host: the twelve checks of seed 000 §5.5 (a test is named by the behaviour it
-checks; the section comments keep the seed's numbers), driving the plugin (``python3 -S plugin/launch.py``) over
+"""The plugin's contract with the host: twelve checks (a test is named by the behaviour it
+checks; the section comments number them (1)-(12)), driving the plugin (``python3 -S plugin/launch.py``) over
 EPP/stdio against the mock, each in both execd generations (v1.1.0 as recorded, and "latest")."""
 
 from __future__ import annotations

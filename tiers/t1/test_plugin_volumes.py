@@ -1,4 +1,4 @@
-"""The plugin passes `volumes` (provider option, per create or configured) to the server (issue 20): through
+"""The plugin passes `volumes` (provider option, per create or configured) to the server (QUIRKS.md, Volumes): through
 EPP against the mock, a named volume outlives the sandbox that wrote it, and a refusal comes back with the
 server's code and message."""
 

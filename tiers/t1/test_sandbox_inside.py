@@ -1,7 +1,7 @@
-"""Issue 19's table on the mock: the probe list of tiers/sandbox_inside.py (the same assertions t4 runs on the
-live server, tiers/t4/test_live_inside.py) against a `MockOpenSandbox()` sandbox created with resourceLimits
-cpu 500m / memory 512Mi. The rows the mock does not pass yet are strict xfails naming the part of issue 19
-that fixes them; the lead removes a mark when that branch lands (a row that starts passing fails the run)."""
+"""The inside of a sandbox on the mock (fixtures/22_sandbox_inside.json): the probe list of tiers/sandbox_inside.py (the
+same assertions t4 runs on the live server, tiers/t4/test_live_inside.py) against a `MockOpenSandbox()` sandbox created
+with resourceLimits cpu 500m / memory 512Mi. The rows the mock does not pass yet are strict xfails naming what is
+missing (NOT_YET); the lead removes a mark when that branch lands (a row that starts passing fails the run)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""t1: a mock sandbox looks like a container to `ps` (seed 001: a real sandbox lists PID 1
+"""t1: a mock sandbox looks like a container to `ps` (QUIRKS.md, Sandbox runtime: a real sandbox lists PID 1
 `/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null`, execd and `tail -f /dev/null`, nothing of
 the host). Every process of a sandbox shares one PID namespace held by its main process; commands
 run through execd join it; two sandboxes never see each other; delete leaves no process.
@@ -117,7 +117,7 @@ def test_ps_shows_only_the_sandbox(api):
     try:
         rows = api.ps(sid)
         by_pid = {pid: (ppid, args) for pid, ppid, _, args in rows}
-        # what the real sandbox shows (issue 19, seed 001): PID 1 runs bootstrap.sh, which started
+        # what the real sandbox shows (fixtures/22_sandbox_inside.json): PID 1 runs bootstrap.sh, which started
         # /opt/opensandbox/execd and then the entrypoint, both its children
         assert by_pid[1] == (0, "/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null"), rows
         assert [a for _, (pp, a) in by_pid.items() if a == "tail -f /dev/null" and pp == 1], rows

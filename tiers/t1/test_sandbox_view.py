@@ -1,8 +1,8 @@
-"""One file system per sandbox (issue 19 items 1-3, 6a): the files API, `cwd`, sessions and commands
-all see the sandbox's own view - the image's /etc and read-only system directories, an image-like
-root with /opt/opensandbox - and `ps` shows bootstrap.sh, execd and the entrypoint, like the real
-sandbox (the issue's live table; tiers/diff files.view compares the answers with the real execd).
-As root (in this process) and as an unprivileged user (tiers/t1/view_probes.py in a child process)."""
+"""One file system per sandbox (QUIRKS.md, Files and directories: "Files and view"): the files API, `cwd`, sessions and
+commands all see the sandbox's own view - the image's /etc and read-only system directories, an image-like root with
+/opt/opensandbox - and `ps` shows bootstrap.sh, execd and the entrypoint, like the real sandbox (the issue's live table;
+tiers/diff files.view compares the answers with the real execd). As root (in this process) and as an unprivileged user
+(tiers/t1/view_probes.py in a child process)."""
 
 from __future__ import annotations
 

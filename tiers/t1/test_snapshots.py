@@ -1,4 +1,4 @@
-"""t1: snapshots on the mock (issue 21 step 5). The shared flow of tiers/snapshot_flow.py (recorder scenario 25's
+"""t1: snapshots on the mock (QUIRKS.md, Snapshots). The shared flow of tiers/snapshot_flow.py (recorder scenario 25's
 requests and recorded answers; tiers/t4/test_live_snapshots.py runs it live), the model's own states
 (docker/snapshots.py: a failed commit, a delete while it commits, reset), and the content side (images/commit.py): an
 overlayfs upper dir, a whole copied root and a host-tools root turned into a layer of the image store, whiteouts

@@ -1,9 +1,9 @@
-"""Issue 19 item 8 (costs) without weakening item 4 (limits): on cgroup v1 a sandbox's processes are
-forked by a thread of the mock that stays in the sandbox's cgroups (runtime/spawner.py), and PID 1
-moves itself in while it builds the view (scripts/view.py CgroupJoin), so no command and no create
-waits for a cgroup move. What must hold: PID 1, the entrypoint and every command are in the sandbox's
-cgroups; the spawner thread is in them while the sandbox lives and gone before they are removed; the
-forking caller never moves; the join variable of view.py is the mock's alone."""
+"""Sandbox costs without weakening the resource limits (QUIRKS.md, Resource limits): on cgroup v1 a sandbox's processes
+are forked by a thread of the mock that stays in the sandbox's cgroups (runtime/spawner.py), and PID 1 moves itself in
+while it builds the view (scripts/view.py CgroupJoin), so no command and no create waits for a cgroup move. What must
+hold: PID 1, the entrypoint and every command are in the sandbox's cgroups; the spawner thread is in them while the
+sandbox lives and gone before they are removed; the forking caller never moves; the join variable of view.py is the
+mock's alone."""
 
 from __future__ import annotations
 

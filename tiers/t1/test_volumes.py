@@ -1,4 +1,4 @@
-"""Volumes on the mock (issue 20): named volumes (pvc), host binds, readOnly, subPath, and every refusal with
+"""Volumes on the mock (QUIRKS.md, Volumes): named volumes (pvc), host binds, readOnly, subPath, and every refusal with
 the server's code and message. The same flows run live in tiers/t4/test_live_volumes.py
 (tiers/toolkit/volume_flows.py); a hostile subPath, symlink or `..` never reaches outside the volume or the
 allowed prefix.
@@ -302,7 +302,7 @@ def test_the_real_execd_inside_the_sandbox_sees_the_volume(tmp_path):
 
 
 def test_the_files_api_sees_the_volume(t):
-    """The in-process execd's files API works on the sandbox's view (PID 1's root, issue 19)."""
+    """The in-process execd's files API works on the sandbox's view (PID 1's root; QUIRKS.md, Volumes)."""
     from tiers.smoke_flow import request
 
     sid = t.sandbox([vf.pvc("d", vf.unique(), "/vol")])

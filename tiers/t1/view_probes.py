@@ -1,7 +1,7 @@
-"""Probes of one sandbox's file system and process list through the mock's HTTP APIs (issue 19 items
-1-3): what the files API, `cwd`, sessions and commands see is the sandbox's own view - the image's
-/etc, the read-only system directories, an image-like root, /opt/opensandbox - and `ps` shows
-bootstrap.sh, execd and the entrypoint like the real sandbox (values in the issue's live table).
+"""Probes of one sandbox's file system and process list through the mock's HTTP APIs (QUIRKS.md, Files and directories:
+"Files and view"): what the files API, `cwd`, sessions and commands see is the sandbox's own view - the image's /etc,
+the read-only system directories, an image-like root, /opt/opensandbox - and `ps` shows bootstrap.sh, execd and the
+entrypoint like the real sandbox (values in fixtures/22_sandbox_inside.json).
 
 Run in the test process (root) by tiers/t1/test_sandbox_view.py, and as a script by an unprivileged
 user (`python3 view_probes.py` prints one JSON object): the same probes, the non-root paths (user
@@ -19,7 +19,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: the repository joins sys.path
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-# python:3.12-slim `ls /` (issue 19's live probe)
+# python:3.12-slim `ls /` (fixtures/22_sandbox_inside.json)
 IMAGE_LS = "bin boot dev etc home lib lib64 media mnt opt proc root run sbin srv sys tmp usr var".split()
 PS_LIVE = {1: (0, "/bin/sh /opt/opensandbox/bootstrap.sh tail -f /dev/null")}
 

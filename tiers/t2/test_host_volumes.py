@@ -1,5 +1,6 @@
 """The host's Sandbox.create (agent-sandbox-client 0.4.0a6) with the plugin installed: volumes pass through
-provider_options (issue 20) and reach the mock; the host's own volume_mounts= is refused for an exec provider."""
+provider_options (QUIRKS.md, Volumes) and reach the mock; the host's own volume_mounts= is refused for an exec
+provider."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.spec_exempt(
 )
 
 
-SESSION = "command session"  # execd /session: the mock's execd is issue 13 (../coord/NEEDS-diff.md)
+SESSION = "command session"  # execd /session (the mock's execd serves it)
 
 
 @pytest.fixture(scope="module")
@@ -43,5 +43,5 @@ def test_cli_bash_sessions_against_the_mock(steps):
 
     sess = [s for s in steps if s.name.startswith(SESSION)]
     if sess and not sess[0].ok and "404 page not found" in sess[0].detail:
-        pytest.xfail("the mock's execd has no /session routes yet (issue 13, ../coord/NEEDS-diff.md)")
+        pytest.xfail("the mock's execd answered /session with 404 page not found")
     assert len(sess) == 6 and all(s.ok for s in sess), cli_flow.summary(sess)

@@ -15,8 +15,8 @@ from tiers.t2.clients.code_interpreter_flow import EXPECTED, run_flow
 
 pytestmark = pytest.mark.spec_exempt("code API calls on a plain image fail by design (execd has no Jupyter)")
 
-# execd routes that belong to issue 13 (the mock's execd; ../coord/NEEDS-diff.md §3)
-PENDING = {"delete_context": "the mock's execd lacks DELETE /code/contexts/{id} (issue 13)"}
+# execd routes whose outcome may still differ from live (the mock's execd)
+PENDING = {"delete_context": "the mock's execd answered DELETE /code/contexts/{id} unlike live"}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""Oracle: the official Python SDK's snapshot calls (opensandbox==1.1.1, unchanged) against the mock (issue 21
-step 5), sync and async: Sandbox.create_snapshot, SandboxManager get/list/delete_snapshot, Sandbox.create with
+"""Oracle: the official Python SDK's snapshot calls (opensandbox==1.1.1, unchanged) against the mock (QUIRKS.md,
+Snapshots), sync and async: Sandbox.create_snapshot, SandboxManager get/list/delete_snapshot, Sandbox.create with
 snapshot_id restoring the files, and the server's typed errors as SandboxApiException."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Oracle: the official Python SDK's volume models (opensandbox==1.1.1 Volume, PVC, Host) end to end against the
-mock (issue 20), sync and async: a named volume shared by two sandboxes, read-only, subPath, a host bind under
+mock (QUIRKS.md, Volumes), sync and async: a named volume shared by two sandboxes, read-only, subPath, a host bind under
 the allowed prefix, and the server's typed errors as SandboxApiException."""
 
 from __future__ import annotations

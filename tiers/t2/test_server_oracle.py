@@ -388,7 +388,7 @@ def _vol(**v):
 
 
 def test_volume_answers(mock, oracle):
-    """Named volumes and host binds against the server's own _validate_volumes (issue 20): both sides see the
+    """Named volumes and host binds against the server's own _validate_volumes (QUIRKS.md, Volumes): both sides see the
     same prefix and the same volume directory, links planted in them included."""
     import os
 
@@ -678,7 +678,7 @@ def _create_case(mock, oracle, body):
 
 
 # =====================================================================================================
-# snapshots (issue 21 step 5): the server's snapshot service + Docker snapshot runtime over the fake daemon's
+# snapshots (QUIRKS.md, Snapshots): the server's snapshot service + Docker snapshot runtime over the fake daemon's
 # commit/images (server_oracle_app.py), next to the mock; snapshot ids differ per side and are normalised
 # =====================================================================================================
 def _snap_norm(status: int, body: bytes, ids: dict) -> Any:

@@ -1,4 +1,4 @@
-"""Tier t3: the mock lifecycle with one execd *process* per sandbox (seed 000 §5.3).
+"""Tier t3: the mock lifecycle with one execd *process* per sandbox (QUIRKS.md, MockOpenSandbox / CLI: `execd_bin`).
 
 The execd executable is ``$OSB_EXECD_BIN`` when set, else the real execd at ``../shared/opensandbox/execd`` when it
 exists (``execd --port P [-access-token T]``), else the mock's stand-alone execd (``python -m
@@ -97,9 +97,9 @@ def t3_factory(execd_bin) -> Iterator[Callable[..., MockOpenSandbox]]:
     made = []
 
     def make(**kwargs) -> MockOpenSandbox:
-        # isolate=False: the execd process runs on the host with cwd = the per-sandbox directory (seed 000 §5.3).
-        # Inside the mock's mount-namespace view only system dirs are visible, so neither the wrapper (in a temp
-        # dir) nor an $OSB_EXECD_BIN outside /usr could be executed there. The mock's stand-alone execd then
+        # isolate=False: the execd process runs on the host with cwd = the per-sandbox directory (QUIRKS.md, Sandbox
+        # runtime). Inside the mock's mount-namespace view only system dirs are visible, so neither the wrapper (in a
+        # temp dir) nor an $OSB_EXECD_BIN outside /usr could be executed there. The mock's stand-alone execd then
         # isolates the commands it runs by itself (its --isolate defaults to auto).
         kwargs.setdefault("isolate", False)
         osb = MockOpenSandbox(execd_bin=execd_bin.path, **kwargs)

@@ -1,9 +1,9 @@
 """Which execd framing is the server under test using? Learned, not assumed (tiers t3 and t4).
 
-The two generations (seed 000 §1.1, the plugin's ``LEGACY``/``LATEST``): ``v1.1.0`` runs only a ``command`` string,
-one event per output line with line endings stripped, and answers ``argv`` with 400; ``latest`` takes ``argv`` and
-keeps output byte-exact. The real execd v1.0.19 (``../shared/opensandbox/execd``, recordings 11/12) frames like
-``v1.1.0``.
+The two generations (QUIRKS.md, MockOpenSandbox / CLI: `execd_mode`; the plugin's ``LEGACY``/``LATEST``): ``v1.1.0``
+runs only a ``command`` string, one event per output line with line endings stripped, and answers ``argv`` with 400;
+``latest`` takes ``argv`` and keeps output byte-exact. The real execd v1.0.19 (``../shared/opensandbox/execd``,
+recordings 11/12) frames like ``v1.1.0``.
 
 ``OSB_EXECD_MODE`` (``v1.1.0`` or ``latest``) wins when set. Otherwise one sandbox's execd is asked the way the
 plugin asks it (``plugin/osb_execd.py``: an ``argv`` POST /command; a 400 the plugin's own ``_is_argv_rejection``

@@ -10,7 +10,7 @@ import pytest
 from tiers.toolkit.waits import port_closed, wait_until
 from tiers.smoke_flow import STEPS, request, run_smoke_flow, stream_command, output_of
 
-UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}  # seed 000 §1.4
+UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}  # QUIRKS.md, Transport
 
 
 def _create(osb) -> str:
@@ -84,7 +84,7 @@ def test_pause_freezes_the_execd_process(t3_mock):
     url = _execd_url(t3_mock, sid)
     hdr = {"OPEN-SANDBOX-API-KEY": t3_mock.api_key}
     assert request("POST", t3_mock.base_url, f"/v1/sandboxes/{sid}/pause", headers=hdr).status == 202
-    if pid is not None:  # SIGSTOP of the sandbox's process groups (seed 000 §5.3); the stop lands asynchronously
+    if pid is not None:  # SIGSTOP of its process groups (QUIRKS.md, Sandbox runtime); the stop lands asynchronously
         assert wait_until(lambda: _proc_state(pid) == "T", 5.0), "execd process not stopped after 5 s"
     # a frozen execd accepts the connection but never answers (retry only while the stop is still landing)
 

@@ -1,5 +1,5 @@
-"""Tier t3: the t1 plugin contract bodies (seed 000 §5.5), unchanged, and the host's contract kit, against the
-mock lifecycle with one execd *process* per sandbox ($OSB_EXECD_BIN, else the mock's stand-alone execd)."""
+"""Tier t3: the t1 plugin contract bodies (tiers/t1/test_plugin_contract.py), unchanged, and the host's contract kit,
+against the mock lifecycle with one execd *process* per sandbox ($OSB_EXECD_BIN, else the mock's stand-alone execd)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Live and mock on the same image (issue 21): the live stack's own images (``local/python:3-slim``,
+"""Live and mock on the same image (QUIRKS.md, Image store): the live stack's own images (``local/python:3-slim``,
 ``local/busybox:latest``) and one built here ``FROM local/python:3-slim`` with ``ENV``/``WORKDIR``/``USER``, saved
 with ``docker save`` into the image dir of a ``MockOpenSandbox``; the same commands give the same answers on both
 (version, OS release, shell, user, working directory, environment). The two live images are also pushed, as

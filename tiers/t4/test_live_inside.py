@@ -1,4 +1,4 @@
-"""Live: the inside of a real sandbox (issue 19's table), asserted with the shared probe list of
+"""Live: the inside of a real sandbox (fixtures/22_sandbox_inside.json), asserted with the shared probe list of
 tiers/sandbox_inside.py, the same assertions tiers/t1/test_sandbox_inside.py runs on the mock. The sandbox is
 created with resourceLimits cpu 500m / memory 512Mi and deleted at the end."""
 

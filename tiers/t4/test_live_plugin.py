@@ -1,6 +1,6 @@
-"""Tier t4, the differential rule (seed 000 §5.4): the t1 plugin contract bodies run unchanged against a live
-server, and so does the host's contract kit. Tests marked ``mock_only`` (they build their own mocks or
-inspect mock internals) are skipped here by tiers/t4/conftest.py.
+"""Tier t4, the differential rule (what passes on the mock must pass live, unchanged): the t1 plugin contract bodies run
+unchanged against a live server, and so does the host's contract kit. Tests marked ``mock_only`` (they build their own
+mocks or inspect mock internals) are skipped here by tiers/t4/conftest.py.
 
 One image knob: the plugin's ``default_image`` (t1 bodies create ``template: base``) and the kit's
 ``--option default_image=`` are OPENSANDBOX_IMAGE (live_server.image), so a server whose images are local

@@ -1,4 +1,4 @@
-"""The seed's live smoke flow (seed 000 §5.1) against a real server. The same body runs against the mock in
+"""The live smoke flow (tiers/smoke_flow.py) against a real server. The same body runs against the mock in
 tiers/t1/test_smoke_flow_mock.py and against mock + execd processes in tiers/t3."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Live: snapshots of the Docker runtime (issue 21 step 5), the shared flow of tiers/snapshot_flow.py (recorder
+"""Live: snapshots of the Docker runtime (QUIRKS.md, Snapshots), the shared flow of tiers/snapshot_flow.py (recorder
 scenario 25's requests with their recorded answers asserted); tiers/t1/test_snapshots.py runs the same flow on the
 mock. Every sandbox and snapshot it makes is deleted at the end."""
 

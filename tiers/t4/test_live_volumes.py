@@ -1,4 +1,4 @@
-"""Volumes on a live server (issue 20): the flows tiers/t1/test_volumes.py runs on the mock
+"""Volumes on a live server (QUIRKS.md, Volumes): the flows tiers/t1/test_volumes.py runs on the mock
 (tiers/toolkit/volume_flows.py), with the same expectations. Host binds only when the live config allows them
 (OPENSANDBOX_ALLOWED_HOST_PATHS, exported by `./local-up.sh env`). Named volumes this tier makes are called
 osbvt-<random>; they are removed at the end with `docker volume rm` when the docker CLI is here.

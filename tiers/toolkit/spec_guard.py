@@ -304,7 +304,7 @@ class SpecGuard:
             if path.startswith("/v1/") or path == "/v1":
                 return "lifecycle", path
             if path.startswith("/sandboxes") or path.startswith("/snapshots"):
-                return "lifecycle", "/v1" + path  # routes are also served without /v1 (seed 000 §1.3)
+                return "lifecycle", "/v1" + path  # routes are also served without /v1 (QUIRKS.md, Wire format)
             return "lifecycle", path
         if path.startswith("/proxy/"):
             rest = path[len("/proxy/") :]

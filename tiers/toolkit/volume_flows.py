@@ -1,4 +1,4 @@
-"""Volume flows (issue 20) against any OpenSandbox server: the mock in tiers/t1/test_volumes.py, a live
+"""Volume flows (QUIRKS.md, Volumes) against any OpenSandbox server: the mock in tiers/t1/test_volumes.py, a live
 server in tiers/t4/test_live_volumes.py. Same requests, same expectations.
 
 ``Target(root, api_key, image)``: ``create(volumes)`` -> (status, body); ``run(sid, command)`` -> (exit status,

@@ -27,7 +27,7 @@ API_KEY = "oracle-key"
 
 
 def _config(root: str) -> str:
-    # the live stack's configuration (../shared/live/VERSIONS.md, ../shared/opensandbox/README.md step 5)
+    # the live stack's configuration (fixtures/README.md; local-up.sh)
     path = os.path.join(root, "sandbox.toml")
     with open(path, "w") as fh:
         fh.write(f"""
