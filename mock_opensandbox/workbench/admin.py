@@ -21,7 +21,8 @@ session cookie it gets from ``GET /__mock__/?key=<api key>``):
                                        for the proxy and for the dashboard's session)
 
 The API is served by ``AdminLayer``, which sits in front of an app's ``handle(req)``; the backend
-(``MockBackend`` here, ``proxy.ProxyBackend`` for the fault proxy) says what the sandboxes are.
+(``MockBackend`` in workbench/mock_backend.py, ``proxy.ProxyBackend`` for the fault proxy) says what the
+sandboxes are. ``serve_faults`` is in workbench/fault_routes.py, ``assert_requested`` in workbench/assertions.py.
 Standard library only.
 """
 
@@ -29,17 +30,21 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 import secrets
 import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from mock_opensandbox.workbench.faults import FaultError, FaultRegistry
 from mock_opensandbox.wire.http1 import Request, host_allowed
-from mock_opensandbox.workbench.journal import Journal
 from mock_opensandbox.wire.relay import client_gone
+from mock_opensandbox.workbench.assertions import assert_requested
+from mock_opensandbox.workbench.fault_routes import serve_faults
+from mock_opensandbox.workbench.faults import FaultRegistry
+from mock_opensandbox.workbench.journal import Journal
+from mock_opensandbox.workbench.mock_backend import MockBackend
+
+__all__ = ["AdminAPI", "AdminLayer", "MockBackend", "assert_requested", "serve_faults"]
 
 PREFIX = "/__mock__"
 COOKIE = "osb_mock_session"
@@ -52,215 +57,12 @@ def _error(req: Request, status: int, code: str, message: str) -> None:
     req.send_json(status, {"code": code, "message": message})
 
 
-def _iso(dt: datetime | None) -> str | None:
-    return None if dt is None else dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def light(entry: dict[str, Any]) -> dict[str, Any]:
     """A journal entry without headers and bodies (the dashboard's table row)."""
     return {
         k: entry.get(k)
         for k in ("seq", "time", "method", "path", "listener", "sandbox", "status", "duration_ms", "fault", "error")
     }
-
-
-def view_of(runtime: Any, sb: Any) -> dict[str, Any]:
-    """Which root the sandbox got (issue 21): "image" (its image's tree: "overlay" or "copy", the image id)
-    or "host-tools" (the host's /usr, /bin, /lib read-only under an image-like tree: no image store, or
-    none could be applied)."""
-    ir = getattr(runtime, "image_root", None)
-    img = getattr(sb, "rootfs_image", None)
-    if ir is not None:
-        return {
-            "kind": "image",
-            "rootfs": ir.mode,
-            "image_id": ir.image.id,
-            "user": ir.image.user or "root",
-            "working_dir": ir.working_dir(),
-        }
-    why = "no image store (--image-dir)" if img is None else getattr(runtime, "isolation_note", "")
-    return {"kind": "host-tools", "rootfs": None, "image_id": getattr(img, "id", None), "why": why}
-
-
-def processes_of(pgids: list[int]) -> list[dict[str, Any]]:
-    """Every live process in these process groups and their descendants, from /proc (pid, ppid, pgid,
-    state, command line cut to 300 characters)."""
-    wanted = set(pgids)
-    if not wanted:
-        return []
-    try:
-        names = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return []
-    table: dict[int, tuple[int, int, str]] = {}
-    for name in names:
-        try:
-            with open("/proc/%s/stat" % name, "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            table[int(name)] = (int(fields[1]), int(fields[2]), fields[0].decode())
-        except (OSError, IndexError, ValueError):
-            continue
-    keep = {pid for pid, (_, pgid, _) in table.items() if pgid in wanted}
-    grew = True
-    while grew:
-        grew = False
-        for pid, (ppid, _, _) in table.items():
-            if ppid in keep and pid not in keep:
-                keep.add(pid)
-                grew = True
-    out = []
-    for pid in sorted(keep):
-        ppid, pgid, state = table[pid]
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as fh:
-                cmd = " ".join(a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a)
-        except OSError:
-            continue
-        cmd = " ".join(cmd.split())
-        out.append(
-            {
-                "pid": pid,
-                "ppid": ppid,
-                "pgid": pgid,
-                "state": state,
-                "cmdline": cmd if len(cmd) <= 300 else cmd[:297] + "...",
-            }
-        )
-    return out
-
-
-# =====================================================================================================
-# the backend: what the sandboxes are
-# =====================================================================================================
-class MockBackend:
-    """The admin view of a MockOpenSandbox."""
-
-    kind = "mock"
-
-    def __init__(self, mock: Any):
-        self.mock = mock
-
-    def info(self) -> dict[str, Any]:
-        m = self.mock
-        prov = m.provisioner
-        return {
-            "kind": "mock",
-            "base_url": m.base_url if m._server is not None else None,
-            "execd_mode": m.execd_mode,
-            "execd": "process %s" % m.execd_bin if m.execd_bin else "in-process",
-            "isolation": prov.isolation() if prov is not None else "unknown",
-            "gateway": bool(m.gateway),
-            "execd_token": m.execd_token is not None,
-            "auth": m.api_key is not None,
-        }
-
-    def sandbox_ids(self) -> list[str]:
-        return list(self.mock.sandboxes)
-
-    def sandbox(self, sid: str, *, processes: bool = True) -> dict[str, Any] | None:
-        sb = self.mock.sandboxes.get(sid)
-        if sb is None:
-            return None
-        m = self.mock
-        now = m.store.clock() if m.store is not None else datetime.now(timezone.utc)
-        with sb.lock:
-            state = sb.state
-            ttl = None if sb.expires_at is None else round((sb.expires_at - now).total_seconds(), 1)
-            runtime, execd = sb.runtime, sb.execd
-            out: dict[str, Any] = {
-                "id": sb.id,
-                "state": state,
-                "image": sb.image.get("uri"),
-                "entrypoint": list(sb.entrypoint),
-                "metadata": dict(sb.metadata or {}),
-                "created_at": _iso(sb.started_at),
-                "expires_at": _iso(sb.expires_at),
-                "ttl_left_s": ttl,
-                "paused": sb.paused,
-                "exit_code": sb.exit_code,
-                "root": getattr(runtime, "root", None),
-            }
-        out["view"] = view_of(runtime, sb)
-        out["volumes"] = m.volumes.of(sid) if m.volumes is not None else []
-        headers = m.provisioner._required_headers(sb) if m.provisioner is not None else None
-        out["execd"] = {
-            "mode": sb.execd_mode,
-            "port": sb.execd_port,
-            "kind": "process" if m.execd_bin else "in-process",
-            "access_token": "<set>" if m.execd_token else None,
-            "gateway": bool(m.gateway),
-            "required_headers": headers or {},
-        }
-        cmds = getattr(getattr(execd, "commands", None), "_cmds", None)
-        if isinstance(cmds, dict):
-            out["commands"] = [
-                {"id": c.id, "content": c.content[:200], "background": c.background, "running": c.running}
-                for c in list(cmds.values())[-50:]
-            ]
-        if processes:
-            try:
-                pgids = runtime.process_groups() if runtime is not None else []
-            except Exception:
-                pgids = []
-            if execd is not None and hasattr(execd, "proc"):
-                pgids = list(pgids) + [execd.proc.pid]
-            out["processes"] = processes_of(pgids)
-        return out
-
-    def images(self) -> dict[str, Any]:
-        """The image store: whether the mock has one, its sources and cache, every cached image (id, refs,
-        digest, size, layers, config) with the sandboxes using it."""
-        p = self.mock.images
-        snaps = getattr(self.mock, "snapshots", None)
-        snapshots = snaps.view() if snaps is not None else []  # docker/snapshots.py: each one's image and users
-        if p is None:
-            return {"available": False, "sources": [], "cache": None, "images": [], "snapshots": snapshots}
-        return {
-            "available": True,
-            "sources": p.store.sources(),
-            "cache": p.store.cache_dir,
-            "images": p.images(self.mock.sandboxes),
-            "snapshots": snapshots,
-        }
-
-    def clear_images(self) -> None:
-        if self.mock.images is not None:
-            if getattr(self.mock, "snapshots", None) is not None:  # their images are in this cache
-                self.mock.snapshots.clear()
-            self.mock.images.store.clear()
-
-    def kill(self, sid: str) -> bool:
-        if self.mock.store is None:
-            return False
-        try:
-            self.mock.store.delete(sid)
-        except Exception:
-            return False
-        return True
-
-    def reset(self, sid: str | None) -> dict[str, Any]:
-        m = self.mock
-        removed = 0
-        ids = [sid] if sid is not None else self.sandbox_ids()
-        for one in ids:
-            if self.kill(one):
-                removed += 1
-        out = {"sandboxes_removed": removed}
-        if sid is None:
-            m.execd_mode = m._initial_execd_mode
-            snaps = getattr(m, "snapshots", None)  # after the sandboxes: none uses a snapshot any more
-            out["snapshots_removed"] = snaps.clear() if snaps is not None else 0
-        return out
-
-    def volumes(self, limit: int | None = None) -> dict[str, Any]:
-        vs = self.mock.volumes
-        if vs is None:
-            return {"named": [], "hostBinds": []}
-        return vs.view() if limit is None else vs.view(limit)
-
-    def reset_volumes(self, keep: bool) -> int:
-        vs = self.mock.volumes
-        return vs.reset(keep) if vs is not None else 0
 
 
 # =====================================================================================================
@@ -621,45 +423,6 @@ class AdminAPI:
         return serve_faults(req, self.faults, rest[0] if rest else None) or self._method(req)
 
 
-def serve_faults(req: Request, registry: FaultRegistry, fid: str | None = None) -> bool:
-    """``/__mock__/faults`` (GET lists, POST adds a rule or a list, DELETE clears) and ``/__mock__/faults/{fid}``
-    (GET, DELETE), for the admin layer and the lifecycle app alike (docs/FAULTS.md). False: a method not
-    served here (the caller answers 405 its own way)."""
-    m = req.method
-    if fid is None:
-        if m == "GET":
-            req.send_json(200, {"rules": registry.to_json()})
-        elif m == "POST":
-            try:
-                payload = json.loads(req.body.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                _error(req, 400, "MOCK::INVALID_FAULT", "The body must be a JSON fault rule or a list of them.")
-                return True
-            try:
-                added = registry.add_json(payload)
-            except FaultError as e:
-                _error(req, 400, "MOCK::INVALID_FAULT", str(e))
-                return True
-            req.send_json(201, {"rules": [r.to_json() for r in added]})
-        elif m == "DELETE":
-            registry.clear()
-            req.send(204)
-        else:
-            return False
-        return True
-    if m not in ("GET", "DELETE"):
-        return False
-    rule = registry.get(fid)
-    if rule is None:
-        _error(req, 404, "MOCK::FAULT_NOT_FOUND", "No fault rule %s." % fid[:64])
-    elif m == "GET":
-        req.send_json(200, rule.to_json())
-    else:
-        registry.remove(fid)
-        req.send(204)
-    return True
-
-
 class AdminLayer:
     """Puts the admin API in front of an app: ``handle(req)`` serves /__mock__/ routes it owns and
     passes everything else on. Every other attribute is the wrapped app's (faults, store, ...)."""
@@ -682,45 +445,8 @@ class AdminLayer:
 
 
 # =====================================================================================================
-# Python helpers (MockOpenSandbox and the proxy get them through WorkbenchMixin)
+# Python helpers (the proxy gets them through WorkbenchMixin)
 # =====================================================================================================
-def assert_requested(
-    journal: Journal, *, count: int | None = None, at_least: int | None = None, **filters: Any
-) -> list[dict[str, Any]]:
-    """WireMock's verify: the journal holds requests matching ``filters`` (exactly ``count`` of them,
-    or at least ``at_least``, default 1). Returns the matches; raises AssertionError saying what was seen."""
-    found = journal.entries(**filters)
-    if count is not None:
-        ok = len(found) == count
-        want = "exactly %d" % count
-    else:
-        n = 1 if at_least is None else at_least
-        ok = len(found) >= n
-        want = "at least %d" % n
-    if ok:
-        return found
-    recent = journal.entries(limit=15)
-    seen = (
-        "\n".join(
-            "  #%d %s %s -> %s [%s%s]"
-            % (
-                e["seq"],
-                e["method"],
-                e["path"][:120],
-                e["status"] or e["error"],
-                e["listener"],
-                (" " + e["sandbox"][:8]) if e["sandbox"] else "",
-            )
-            for e in recent
-        )
-        or "  (the journal is empty)"
-    )
-    crit = ", ".join("%s=%r" % kv for kv in filters.items()) or "any request"
-    raise AssertionError(
-        "expected %s request(s) matching %s, found %d. Most recent requests:\n%s" % (want, crit, len(found), seen)
-    )
-
-
 class WorkbenchMixin:
     """``requests``, ``assert_requested``, ``reset``, ``sandbox_state`` for an object with ``journal``
     and ``admin`` attributes."""
