@@ -21,8 +21,9 @@ session cookie it gets from ``GET /__mock__/?key=<api key>``):
                                        for the proxy and for the dashboard's session)
 
 The API is served by ``AdminLayer``, which sits in front of an app's ``handle(req)``; the backend
-(``MockBackend`` in workbench/mock_backend.py, ``proxy.ProxyBackend`` for the fault proxy) says what the
-sandboxes are. ``serve_faults`` is in workbench/fault_routes.py, ``assert_requested`` in workbench/assertions.py.
+(``MockBackend`` in workbench/mock_backend.py, ``ProxyBackend`` in workbench/proxy_backend.py for the fault
+proxy) says what the sandboxes are. ``serve_faults`` is in workbench/fault_routes.py, ``assert_requested``
+in workbench/assertions.py.
 Standard library only.
 """
 

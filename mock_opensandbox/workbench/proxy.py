@@ -31,11 +31,9 @@ import socket
 import sys
 import threading
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 from urllib.parse import urlsplit
 
-from mock_opensandbox.workbench import fixturefile
 from mock_opensandbox.wire import pollio
 from mock_opensandbox.wire import relay
 from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer, WorkbenchMixin
@@ -43,14 +41,21 @@ from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreg
 from mock_opensandbox.workbench.faults import FaultRegistry
 from mock_opensandbox.wire.http1 import OBSERVERS, App, Handler, Request, Server, host_allowed
 from mock_opensandbox.workbench.journal import Journal
-from mock_opensandbox.workbench.scrub import SECRET_HEADERS, scrub_text, strip_secrets
+from mock_opensandbox.workbench.proxy_backend import ProxyBackend
+from mock_opensandbox.workbench.proxy_recording import (  # noqa: F401 - MIN_RECORDED_WAIT re-exported
+    MAX_RECORDED_BODY,
+    MIN_RECORDED_WAIT,
+    STREAM_ABOVE,
+    Recorder,
+    _stream_request,
+    _text_or_b64,
+)
+from mock_opensandbox.workbench.scrub import SECRET_HEADERS
 
 _CREATE_RE = re.compile(r"^(?:/v1)?/sandboxes/?$")
 _SANDBOX_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/?$")
 _ENDPOINT_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/endpoints/(\d+)/?$")
 _ADDR_RE = re.compile(r"^(?P<scheme>https?://)?(?P<host>\[[^\]]+\]|[^/:]+):(?P<port>\d{1,5})(?P<rest>/.*)?$")
-MAX_RECORDED_BODY = 8 << 20
-MIN_RECORDED_WAIT = 0.5  # a client pause at least this long before a request is recorded (wait_before_s)
 CONNECT_TIMEOUT = 10.0
 
 
@@ -60,106 +65,6 @@ class ProxyError(Exception):
 
 def _json_error(req: Request, status: int, code: str, message: str) -> None:
     req.send_json(status, {"code": code, "message": message})
-
-
-# =====================================================================================================
-# recording (fixtures/ format; the placeholders for ids/ports/times are added by `python -m record`)
-# =====================================================================================================
-STREAM_ABOVE = 1 << 20
-
-
-def _stream_request(req: Request, conn: http.client.HTTPConnection, length: int) -> bytes:
-    """Copy ``length`` body bytes from the client to ``conn``; the first MAX_RECORDED_BODY of them."""
-    kept = bytearray()
-    left = length
-    req._body = b""  # read here, never again (drain)
-    while left:
-        data = req.handler.rfile.read(min(left, 1 << 16))
-        if not data:
-            req.handler.close_connection = True
-            raise OSError("the client closed before its body ended")
-        if len(kept) < MAX_RECORDED_BODY:
-            kept += data[: MAX_RECORDED_BODY - len(kept)]
-        conn.send(data)
-        left -= len(data)
-    return bytes(kept)
-
-
-def _text_or_b64(data: bytes | None) -> dict[str, Any]:
-    if data is None:
-        return {"body": None}
-    try:
-        return {"body": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        import base64
-
-        return {"body_b64": base64.b64encode(data).decode("ascii")}
-
-
-class Recorder:
-    """Scrubs each upstream exchange as it comes and appends it to ``DIR/<name>.json`` (fixturefile.Appender:
-    a whole fixture after every exchange, only the new one written). ``secrets``: values the proxy
-    already knows (its keys, execd tokens) to scrub besides those the requests' credential headers carry."""
-
-    def __init__(self, directory: str, name: str, upstream: str, secrets: Callable[[], Iterable[str]] = lambda: ()):
-        if not re.fullmatch(r"[\w.-]{1,100}", name):
-            raise ValueError("the recording name may use letters, digits, '.', '_' and '-' only")
-        os.makedirs(directory, exist_ok=True)
-        self.path = os.path.join(directory, name + ".json")
-        self.name = name
-        self.upstream = upstream
-        self.secrets: set[str] = set()
-        self._known = secrets
-        self._lock = threading.Lock()
-        self._last_end: float | None = None
-        self.started = datetime.now(timezone.utc)
-        self._file = fixturefile.Appender(
-            self.path,
-            fixturefile.make(
-                name,
-                "recorded by the fault proxy in front of %s" % upstream,
-                {
-                    "where": "fault proxy (python -m mock_opensandbox.workbench.proxy) in front of %s" % upstream,
-                    "when": self.started.strftime("%Y-%m-%d"),
-                    "source": "proxy",
-                    "tool": "python -m mock_opensandbox.workbench.proxy --record",
-                    "templated": False,
-                },
-                {"replayable": True},
-                [],
-            ),
-        )
-
-    def add(self, request: dict[str, Any], response: dict[str, Any], started: float | None = None) -> None:
-        """``started``: time.monotonic() when the request was sent. A client that waited before it (a
-        background command left to finish, a sleep) gets the same pause noted as ``wait_before_s``,
-        so a replay waits too (record.replay caps it at 5 s)."""
-        with self._lock:
-            for k, v in request["headers"].items():
-                if k.lower() in SECRET_HEADERS and v and not v.startswith("<"):
-                    self.secrets.add(v)
-            ex: dict[str, Any] = {}
-            now = time.monotonic()
-            if started is not None and self._last_end is not None and started - self._last_end >= MIN_RECORDED_WAIT:
-                ex["wait_before_s"] = round(started - self._last_end, 2)
-            self._last_end = now if self._last_end is None else max(self._last_end, now)
-            ex["request"], ex["response"] = self._scrub(request, response)
-            self._file.append(ex)
-
-    def _scrub(self, request: dict[str, Any], response: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Credential headers as their placeholders; known secrets as <api-key>; in bodies also
-        credential-looking fields (env keys...) as <redacted>."""
-        known = self.secrets | {s for s in self._known() if s}
-        req, resp = dict(request), dict(response)
-        for part in (req, resp):
-            part["headers"] = {
-                k: SECRET_HEADERS[k.lower()] if k.lower() in SECRET_HEADERS else strip_secrets(v, known, "<api-key>")
-                for k, v in part["headers"].items()
-            }
-            if part.get("body") is not None:
-                part["body"] = scrub_text(part["body"], known, "<api-key>")
-        req["path"] = strip_secrets(req["path"], known, "<api-key>")
-        return req, resp
 
 
 # =====================================================================================================
@@ -425,95 +330,6 @@ class EndpointProxyApp(App):
             _json_error(req, 403, "PROXY::ORIGIN_NOT_ALLOWED", "Browser requests and foreign Host names are refused.")
             return
         self.proxy.forwarder.forward(req, self.target[0], self.target[1], sandbox=self.sandbox_id)
-
-
-# =====================================================================================================
-# admin backend
-# =====================================================================================================
-class ProxyBackend:
-    """The admin view of the proxy: sandboxes seen through it, their state asked from the upstream."""
-
-    kind = "proxy"
-
-    def __init__(self, proxy: "FaultProxy"):
-        self.proxy = proxy
-
-    def info(self) -> dict[str, Any]:
-        p = self.proxy
-        return {
-            "kind": "proxy",
-            "upstream": p.upstream,
-            "base_url": p.base_url if p._server else None,
-            "execd_mode": "upstream's",
-            "execd": "upstream's (through the proxy)",
-            "isolation": "upstream's",
-            "recording": p.recorder.path if p.recorder else None,
-            "auth": p.api_key is not None,
-        }
-
-    def sandbox_ids(self) -> list[str]:
-        with self.proxy._lock:
-            return list(self.proxy.known)
-
-    def sandbox(self, sid: str, *, processes: bool = True) -> dict[str, Any] | None:
-        p = self.proxy
-        with p._lock:
-            if sid not in p.known:
-                return None
-            eps = [
-                {"upstream": "%s:%d" % app.target, "local": "127.0.0.1:%d" % srv.port, "listener": app.fault_listener}
-                for (hp, sb), (srv, app) in p.listeners.items()
-                if sb == sid
-            ]
-            meta = dict(p.known[sid])
-        doc: dict[str, Any] = {
-            "id": sid,
-            "state": "unknown",
-            "image": meta.get("image"),
-            "endpoints": eps,
-            "created_through_proxy": meta.get("created", False),
-            "processes": None,
-            "root": None,
-            "execd": {
-                "mode": "upstream's",
-                "headers": meta.get("headers") or {},
-                "access_token": "<sent by the client>" if meta.get("token") else None,
-                "gateway": bool(meta.get("headers")),
-            },
-        }
-        st, body = p.upstream_call("GET", "/v1/sandboxes/%s" % sid)
-        if st == 200 and isinstance(body, dict):
-            status = body.get("status") or {}
-            doc["state"] = status.get("state", "unknown")
-            doc["paused"] = doc["state"] == "Paused"
-            doc["image"] = (body.get("image") or {}).get("uri", doc["image"])
-            doc["expires_at"] = body.get("expiresAt")
-            doc["metadata"] = body.get("metadata") or {}
-            try:
-                exp = datetime.fromisoformat(str(body.get("expiresAt")).replace("Z", "+00:00"))
-                doc["ttl_left_s"] = round((exp - datetime.now(timezone.utc)).total_seconds(), 1)
-            except ValueError:
-                doc["ttl_left_s"] = None
-        elif st == 404:
-            doc["state"] = "Deleted"
-        return doc
-
-    def kill(self, sid: str) -> bool:
-        p = self.proxy
-        st, _ = p.upstream_call("DELETE", "/v1/sandboxes/%s" % sid)
-        p.forget(sid)
-        return st in (200, 202, 204, 404) and st != 0
-
-    def reset(self, sid: str | None) -> dict[str, Any]:
-        """Deletes the sandboxes created through the proxy (all of them, or the one) on the upstream."""
-        p = self.proxy
-        with p._lock:
-            ids = [sid] if sid is not None else [s for s, m in p.known.items() if m.get("created")]
-        removed = sum(1 for s in ids if self.kill(s))
-        if sid is None:
-            for s in list(p.known):
-                p.forget(s)
-        return {"sandboxes_removed": removed}
 
 
 # =====================================================================================================
