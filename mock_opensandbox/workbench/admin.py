@@ -40,6 +40,7 @@ from typing import Any, Callable
 from mock_opensandbox.wire.http1 import Request, host_allowed
 from mock_opensandbox.wire.relay import client_gone
 from mock_opensandbox.workbench.assertions import assert_requested
+from mock_opensandbox.workbench.dashboard import page
 from mock_opensandbox.workbench.fault_routes import serve_faults
 from mock_opensandbox.workbench.faults import FaultRegistry
 from mock_opensandbox.workbench.journal import Journal
@@ -160,7 +161,6 @@ class AdminAPI:
             if not parts:
                 if m not in ("GET", "HEAD"):
                     return self._method(req)
-                from mock_opensandbox.workbench.dashboard import page
 
                 req.send(
                     200,

@@ -3,6 +3,7 @@ and the streaming of large request bodies upstream, keeping the first MAX_RECORD
 
 from __future__ import annotations
 
+import base64
 import http.client
 import os
 import re
@@ -48,8 +49,6 @@ def _text_or_b64(data: bytes | None) -> dict[str, Any]:
     try:
         return {"body": data.decode("utf-8")}
     except UnicodeDecodeError:
-        import base64
-
         return {"body_b64": base64.b64encode(data).decode("ascii")}
 
 
