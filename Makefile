@@ -16,16 +16,18 @@ venv: $(STAMP)
 
 ## Offline tiers t0-t3 and the differential tier (tiers/diff: the real execd vs the mock, skips without ../shared/opensandbox/execd; t3 runs against ../shared/opensandbox/execd, isolated, when it exists or OSB_EXECD_BIN, else the stand-in);
 ## t4 skips with one line unless OPENSANDBOX_LIVE=1.
-## Six concurrent groups (most tests wait on sockets and subprocesses, so a 2-core machine runs at about half its
-## CPU with four): t1's mock tests in two halves by file name (test_a* to test_k*, test_l* to test_z*); the
-## differential tier and t1's plugin-over-EPP tests (T1_EPP); t0; t3; t2 and t4.
-T1_EPP := $(wildcard tiers/t1/test_plugin_*.py) tiers/t1/test_faults_plugin.py tiers/t1/test_argv_probe_faults.py \
-          tiers/t1/test_secret_canary.py tiers/t1/test_workbench_dashboard.py
-T1_MOCK := $(filter-out $(T1_EPP),$(sort $(wildcard tiers/t1/test_*.py)))
-T1_AK := $(foreach l,a b c d e f g h i j k,$(filter tiers/t1/test_$(l)%,$(T1_MOCK)))
-T1_LZ := $(filter-out $(T1_AK),$(T1_MOCK))
+## Inside each tier the tests sit in a folder per component (tiers/t1/execd, tiers/t1/sandbox, ...). make test runs
+## six concurrent groups of those folders (most tests wait on sockets and subprocesses, so a 2-core machine runs at
+## about half its CPU with four), balanced by their measured times; tiers/t0/repo/test_suite_habits.py checks that
+## the groups name every test folder once.
+TEST_GROUPS := "tiers/t1/sandbox tiers/t1/images tiers/t1/tools" \
+               "tiers/t1/execd tiers/t1/lifecycle" \
+               "tiers/t1/docker tiers/t1/workbench tiers/t3" \
+               "tiers/diff tiers/t1/plugin" \
+               "tiers/t0 tiers/t2/host" \
+               "tiers/t2/clients tiers/t2/server tiers/t4"
 test: $(STAMP)
-	$(PY) tiers/run_tiers.py "$(T1_AK)" "$(T1_LZ)" "tiers/diff $(T1_EPP)" "tiers/t0" "tiers/t3" "tiers/t2 tiers/t4"
+	$(PY) tiers/run_tiers.py $(TEST_GROUPS)
 
 ## The same tiers in one pytest process (slower; easier to read when debugging).
 test-serial: $(STAMP)

@@ -2,7 +2,7 @@
 
 Registers the mock's pytest plugin (other projects get it through the ``pytest11`` entry point,
 which carries the module's own name, so an install of this project into the venv registers it once:
-tiers/t0/test_editable_install.py).
+tiers/t0/repo/test_editable_install.py).
 """
 
 from __future__ import annotations

@@ -462,7 +462,7 @@ def s20(s: Session, ctx: Ctx) -> None:
 
 
 # The containment probes (QUIRKS.md, Containment): what a process inside a real sandbox sees and may do. Each one is a
-# plain command through execd, recorded raw (tiers/t1/containment_probes.py reads the fixture by command text);
+# plain command through execd, recorded raw (tiers/t1/sandbox/containment_probes.py reads the fixture by command text);
 # raw outputs of the same commands: /work/coord/live-probes/ (2026-12-01).
 CONTAINMENT_PROBES: list[tuple[str, str]] = [
     ("capabilities", "grep Cap /proc/self/status"),
@@ -939,7 +939,7 @@ SCENARIOS: list[Scenario] = [
         s25,
         drift_noise=INSIDE_NOISE,
         replay_skip="the snapshot leaves Creating by itself (polled unrecorded); asserted by "
-        "tiers/t1/test_snapshots.py (mock) and tiers/t4/test_live_snapshots.py (live)",
+        "tiers/t1/docker/test_snapshots.py (mock) and tiers/t4/docker/test_live_snapshots.py (live)",
     ),
     Scenario(
         "26_network_policy",
@@ -948,7 +948,7 @@ SCENARIOS: list[Scenario] = [
         "500 after the 30 s ready wait)",
         s26,
         replay_skip="needs a server with an egress image and the sidecar's token; asserted by "
-        "tiers/t1/test_egress*.py (mock) and tiers/t4/test_live_egress.py (live)",
+        "tiers/t1/test_egress*.py (mock) and tiers/t4/docker/test_live_egress.py (live)",
     ),
 ]
 

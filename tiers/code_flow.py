@@ -1,6 +1,6 @@
 """The official code-interpreter SDK's flow (opensandbox-code-interpreter, unchanged), step by step, for
-any server: the mock (tiers/t1/test_code_interpreter_mock.py) or a live stack with a code-interpreter
-image (tiers/t4/test_live_code_interpreter.py). ``run_code_flow`` (sync classes) and
+any server: the mock (tiers/t1/execd/test_code_interpreter_mock.py) or a live stack with a code-interpreter
+image (tiers/t4/execd/test_live_code_interpreter.py). ``run_code_flow`` (sync classes) and
 ``run_code_flow_async`` (async classes, the same steps) return {step: "ok" | "FAIL: <why>"}; every step
 runs even after a failure so the table compares step by step. The sandbox is created with the image's
 entrypoint, as OpenSandbox's own e2e does (tests/python/tests/test_code_interpreter_e2e_sync.py at 3bb6fad):

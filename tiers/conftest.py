@@ -9,7 +9,7 @@
   the spec tests skip with the reason.
 * ``@pytest.mark.spec_exempt("reason")`` exempts the traffic of one test (deliberately broken
   traffic, fault injection); it is counted and reported, not hidden.
-* Fixture replay scores (tiers/t2/test_fixture_replay.py) are printed at the end of the session.
+* Fixture replay scores (tiers/t2/server/test_fixture_replay.py) are printed at the end of the session.
 * ``OSB_SPEC_GUARD=0`` switches the guard off (e.g. to profile the suite).
 * The toolkit's fixtures (``mock``, ``epp``, ``sid``: tiers/toolkit/fixtures.py) reach every tier.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tiers.toolkit.spec_guard import SESSION as _STATE  # shared with tiers/t2/test_spec_guard.py
+from tiers.toolkit.spec_guard import SESSION as _STATE  # shared with tiers/t2/server/test_spec_guard.py
 from tiers.toolkit.fixtures import epp, mock, sid  # noqa: F401 - fixtures for every tier (tiers/toolkit/fixtures.py)
 
 

@@ -1,7 +1,7 @@
 """Kernel interfaces Docker's default seccomp profile and capability set close, probed from inside a
 sandbox by one bounded command: the same probe and the same expected answers on the mock
-(tiers/t1/test_seccomp.py) and on a real Docker container behind the live server
-(tiers/t4/test_live_kernel.py). Each line is ``name result errno`` (a raw syscall through ctypes) or
+(tiers/t1/sandbox/test_seccomp.py) and on a real Docker container behind the live server
+(tiers/t4/sandbox/test_live_kernel.py). Each line is ``name result errno`` (a raw syscall through ctypes) or
 ``name exit-status stderr`` (a command), so the two sides compare line by line.
 """
 
@@ -38,7 +38,7 @@ for argv in (["unshare", "-U", "true"], ["unshare", "-m", "true"]):
 """
 
 # What a container of the default profile answers (local/python:3-slim behind the live server 1.1.1 on
-# Docker 20.10.24, its default seccomp profile and capability set, measured by tiers/t4/test_live_kernel.py;
+# Docker 20.10.24, its default seccomp profile and capability set, measured by tiers/t4/sandbox/test_live_kernel.py;
 # QUIRKS.md "seccomp"): (result, errno) per syscall, (exit status, stderr with "_" for " ") per command.
 EXPECTED: Dict[str, Tuple[str, str]] = {
     "add_key": ("-1", "1"),

@@ -8,8 +8,8 @@ opensandbox-server 1.1.1 + Docker 20.10 + execd v1.0.19 by ``python -m record``)
 is scenario 23: two sandboxes serving port 9000, each endpoint answering with its own files.
 
 ``Target`` talks to any OpenSandbox server over HTTP with the standard library only (``tiers.smoke_flow``), so
-the same assertions run on the live server (tiers/t4/test_live_inside.py) and on the mock
-(tiers/t1/test_sandbox_inside.py). Checks accept cgroup v1 and v2 file names and do not depend on the host's
+the same assertions run on the live server (tiers/t4/sandbox/test_live_inside.py) and on the mock
+(tiers/t1/sandbox/test_sandbox_inside.py). Checks accept cgroup v1 and v2 file names and do not depend on the host's
 load (the CPU probe asserts the CFS quota at work and an upper bound on the share, never a lower bound).
 """
 

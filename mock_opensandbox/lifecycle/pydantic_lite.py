@@ -6,7 +6,7 @@ key the input used, ``input``, ``ctx``) and FastAPI's request-body decoding (``d
 ``validate_body``: 422 ``{"detail": errors}`` via ``ValidationFailed``).
 
 The server's own request models and checks, written with this engine, are in lifecycle/validation.py;
-tiers/t2/test_server_oracle.py and tiers/t0/test_model_validation.py compare both with the real thing.
+tiers/t2/server/test_server_oracle.py and tiers/t0/lifecycle/test_model_validation.py compare both with the real thing.
 """
 
 from __future__ import annotations

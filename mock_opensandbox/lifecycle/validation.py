@@ -7,7 +7,7 @@ aliases with ``populate_by_name``, ``extra="forbid"`` models, ``min_length``/``m
 ``ge``/``le``, ``Literal``, ``model_validator(mode="after")``), validated the way pydantic v2 validates
 Python objects in lax mode (FastAPI calls ``validate_python`` on ``json.loads`` output). Error types,
 messages, ``loc`` (the key the input used: alias or field name), ``input`` and ``ctx`` follow
-pydantic-core; tiers/t2/test_server_oracle.py compares every rule here with the server's own models and
+pydantic-core; tiers/t2/server/test_server_oracle.py compares every rule here with the server's own models and
 validators (``services/validators.py``, ``extensions/validation.py``, ``services/helpers.py``,
 ``services/docker/*``). Standard library only.
 """

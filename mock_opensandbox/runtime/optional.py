@@ -18,11 +18,11 @@ ENV = "OSB_MOCK_NO"
 TOOLS: dict[str, tuple[str, str]] = {
     "slirp4netns": ("outbound traffic from a sandbox (eth0 and a default route)", "apt-get install slirp4netns"),
     "chromium": (
-        "the dashboard's headless-browser test (tiers/t1/test_workbench_dashboard.py)",
+        "the dashboard's headless-browser test (tiers/t1/workbench/test_workbench_dashboard.py)",
         "apt-get install chromium",
     ),
     "docker-registry": (
-        "the image-store tests against a real registry (tiers/t1/test_images_registry.py)",
+        "the image-store tests against a real registry (tiers/t1/images/test_images_registry.py)",
         "apt-get install docker-registry",
     ),
     "execd": (

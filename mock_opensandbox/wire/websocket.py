@@ -12,7 +12,7 @@ module reproduces what a client can observe of that:
   protocol violations close with 1002, oversized messages with 1009.
 
 Pure codec functions (``encode_frame``, ``FrameReader``, ``MessageAssembler``) take plain byte
-readers so they can be tested without sockets (tiers/t0/test_ws_codec.py).
+readers so they can be tested without sockets (tiers/t0/wire/test_ws_codec.py).
 """
 
 from __future__ import annotations

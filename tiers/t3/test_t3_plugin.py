@@ -1,4 +1,4 @@
-"""Tier t3: the t1 plugin contract bodies (tiers/t1/test_plugin_contract.py), unchanged, and the host's contract kit,
+"""Tier t3: the t1 plugin contract bodies (tiers/t1/plugin/test_plugin_contract.py), unchanged, and the host's contract kit,
 against the mock lifecycle with one execd *process* per sandbox ($OSB_EXECD_BIN, else the mock's stand-alone execd)."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.host_kit import assert_18_of_18
-from tiers.t1.test_plugin_contract import *  # noqa: F403  (the same test functions, run here again)
+from tiers.t1.plugin.test_plugin_contract import *  # noqa: F403  (the same test functions, run here again)
 from tiers.t3 import framing
 
 
 @pytest.fixture(scope="module")
 def mock(execd_bin):
-    """Overrides t1's ``mock`` (tiers/t1/test_plugin_contract.py): the server under test is the mock with execd processes. Which framing that execd
+    """Overrides t1's ``mock`` (tiers/t1/plugin/test_plugin_contract.py): the server under test is the mock with execd processes. Which framing that execd
     speaks (the real v1.0.19 and the stand-alone one: v1.1.0; a newer real one: latest) is learned the way the
     plugin learns it, or given by OSB_EXECD_MODE (tiers/t3/framing.py); t1's assertions read mock.execd_mode."""
     osb = MockOpenSandbox(execd_bin=execd_bin.path, isolate=False, execd_mode=framing.mode_from_env() or "v1.1.0")

@@ -1,5 +1,5 @@
-"""Volume flows (QUIRKS.md, Volumes) against any OpenSandbox server: the mock in tiers/t1/test_volumes.py, a live
-server in tiers/t4/test_live_volumes.py. Same requests, same expectations.
+"""Volume flows (QUIRKS.md, Volumes) against any OpenSandbox server: the mock in tiers/t1/docker/test_volumes.py, a live
+server in tiers/t4/docker/test_live_volumes.py. Same requests, same expectations.
 
 ``Target(root, api_key, image)``: ``create(volumes)`` -> (status, body); ``run(sid, command)`` -> (exit status,
 stdout + stderr) through execd's POST /command; ``delete(sid)``. Sandboxes are deleted at ``close()``.

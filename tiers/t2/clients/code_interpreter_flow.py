@@ -1,6 +1,6 @@
 """opensandbox-code-interpreter 1.1.1 (pinned, unchanged; in the host venv: its pins fit) on a plain image
 (no Jupyter): the sandbox part works, every code call fails the way the live stack fails. Shared by
-tiers/t2/test_official_code_interpreter.py (mock) and tiers/t4/test_live_clients.py (live).
+tiers/t2/clients/test_official_code_interpreter.py (mock) and tiers/t4/server/test_live_clients.py (live).
 ``run_flow`` returns ``[(step, outcome)]``; outcomes are compared between mock and live by the tests,
 and each one is also checked here against what the live stack answered (``EXPECTED``)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 
 # What the live stack answered (server 1.1.1, execd v1.0.19, local/python:3-slim without Jupyter;
-# 2026-12-01 07:20 UTC, tiers/t4/test_live_clients.py prints the same table).
+# 2026-12-01 07:20 UTC, tiers/t4/server/test_live_clients.py prints the same table).
 EXPECTED = [
     ("create (health check)", ("error", "SandboxReadyTimeoutException", "READY_TIMEOUT", None)),
     ("ping", ("ok", True)),

@@ -1,0 +1,137 @@
+"""bench/ runs end to end and writes well-formed results. No timing is asserted: a benchmark is not a test.
+
+One `python -m bench --smoke` subprocess (every case, one repetition per side, tiny sizes) with a temporary
+--out; then the JSON schema, the Markdown table and the chart-or-install-hint rule are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROW_KEYS = ("median", "p90", "ratio", "target", "met")
+CASE_IDS = {1, 2, 3, 4, 5, 6}
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench-out")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return proc, out
+
+
+def test_bench_smoke_run_succeeds(bench_run):
+    proc, out = bench_run
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert (out / "results.json").is_file()
+    assert (out / "results.md").is_file()
+
+
+def test_results_json_schema(bench_run):
+    _, out = bench_run
+    results = json.loads((out / "results.json").read_text())
+    assert results["schema"] == 1 and results["mode"] == "smoke"
+    assert results["server"]["kind"] == "mock"
+    for key in ("nproc", "cpu", "python", "load_before", "load_after"):
+        assert results["machine"][key] not in (None, "")
+    rows = results["cases"]
+    assert {r["case"] for r in rows} == CASE_IDS
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids))
+    for row in rows:
+        for key in ROW_KEYS:
+            assert key in row, (row["id"], key)
+        assert "error" not in row, row
+        assert isinstance(row["median"], (int, float)) and row["median"] > 0, row["id"]
+        assert isinstance(row["p90"], (int, float)), row["id"]
+        assert row["unit"] in ("ms", "MB/s")
+        if row["target"] is None:
+            assert row["met"] is None
+        else:
+            assert isinstance(row["ratio"], float) and row["ratio"] > 0
+            assert isinstance(row["met"], bool)
+            limit = row["target_ratio"]
+            assert row["met"] == (row["ratio"] <= limit if row["better"] == "lower" else row["ratio"] >= limit)
+    # the official SDK's own sandbox on the mock gets execd's close delay 0 (ExecdServer.close_delay), so the
+    # SDK rows compare like with like instead of waiting out ~1 s per command
+    assert results["details"]["flow"]["sdk_close_delay_0"] is True
+    targets = {r["id"] for r in rows if r["target"]}
+    assert {"cold_start", "exec_roundtrip", "host_flow"} <= targets
+    assert any(i.startswith("stream_") for i in targets)
+    assert sum(i.startswith("files_") for i in targets) == 4
+
+
+def test_markdown_and_chart(bench_run):
+    proc, out = bench_run
+    md = (out / "results.md").read_text()
+    assert "| # | case | ours: median |" in md
+    results = json.loads((out / "results.json").read_text())
+    for row in results["cases"]:
+        assert row["title"] in md
+    if results.get("chart"):
+        assert (out / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:  # matplotlib is bench-only: without it the run says how to get it
+        assert "pip install -r bench/requirements.txt" in proc.stderr
+        assert not (out / "chart.png").exists()
+
+
+def test_report_without_matplotlib(tmp_path, monkeypatch):
+    from bench import report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    results = {
+        "schema": 1,
+        "date": "2026-01-01T00:00:00Z",
+        "quick": True,
+        "mode": "quick",
+        "wall_s": 1.0,
+        "machine": {"nproc": 2, "cpu": "x", "python": "3.11", "load_before": "-", "load_after": "-"},
+        "server": {"kind": "live"},
+        "details": {},
+        "cases": [
+            {
+                "id": "r",
+                "case": 2,
+                "title": "T",
+                "unit": "ms",
+                "better": "lower",
+                "median": 2.0,
+                "p90": 3.0,
+                "ratio": 1.05,
+                "target": "<= 1.1x",
+                "target_ratio": 1.1,
+                "met": True,
+                "baseline": {"name": "b", "median": 1.9, "p90": 2.0},
+                "note": "",
+            }
+        ],
+    }
+    paths = report.write_all(results, str(tmp_path))
+    assert "png" not in paths and not (tmp_path / "chart.png").exists()
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["chart"] is None and "pip install -r bench/requirements.txt" in saved["chart_problem"]
+    assert (
+        "| 2 | T (ms) | 2.00 | 3.00 | b | 1.90 | 2.00 | 1.05x | <= 1.1x | yes |"
+        in (tmp_path / "results.md").read_text()
+    )
+
+
+def test_bad_case_name_is_a_usage_error():
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--cases", "nope"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert "unknown case 'nope'" in proc.stderr

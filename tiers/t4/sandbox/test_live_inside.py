@@ -1,0 +1,31 @@
+"""Live: the inside of a real sandbox (fixtures/22_sandbox_inside.json), asserted with the shared probe list of
+tiers/sandbox_inside.py, the same assertions tiers/t1/sandbox/test_sandbox_inside.py runs on the mock. The sandbox is
+created with resourceLimits cpu 500m / memory 512Mi and deleted at the end."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiers import sandbox_inside as si
+
+
+@pytest.fixture(scope="module")
+def target(live_server):
+    t = si.Target(live_server.root, live_server.api_key, live_server.image)
+    yield t
+    t.delete_all()
+
+
+@pytest.fixture(scope="module")
+def inside(target):
+    return si.Inside(target, target.create())
+
+
+@pytest.mark.parametrize("name", si.NAMES)
+def test_inside_live(inside, name):
+    probe = si.PROBES[name]
+    probe.check(probe.run(inside), inside)
+
+
+def test_same_port_two_sandboxes_live(target):
+    si.same_port_two_sandboxes(target)
