@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from mock_opensandbox.runtime import netns
 from mock_opensandbox.runtime.agent import AgentChannel, oneshot_call
+from mock_opensandbox.runtime.execdproc import idle_execd
 from mock_opensandbox.runtime.holder import Holder
 from mock_opensandbox.runtime.paths import SandboxPaths, sandbox_pty
 from mock_opensandbox.runtime.rootfs import ImageRoot, user_word
@@ -125,8 +126,6 @@ class SandboxPid1(SandboxPaths):
             if execd is not None and execd != "binary" and (self._pid_mode == "direct" or self.image_root):
                 # root: connect/listen go through setns, agent_call through a one-shot agent, so
                 # /opt/opensandbox/execd is an idle placeholder (execd.IDLE_EXECD: ~1 MB, not ~9)
-                from mock_opensandbox.runtime.execdproc import idle_execd
-
                 idle = idle_execd(self.home if self.image_root is not None else None)
             if execd is not None and execd != "binary" and idle is None:
                 python = execd

@@ -18,10 +18,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from mock_opensandbox.runtime import cgjoin
-from mock_opensandbox.runtime import cgroups
+from mock_opensandbox.runtime import cgjoin, cgroups, netns
 from mock_opensandbox.runtime import stages as scripts
-from mock_opensandbox.runtime import netns
 from mock_opensandbox.runtime._util import (
     DEFAULT_PATH,
     SYSTEM_DIRS,
@@ -33,10 +31,11 @@ from mock_opensandbox.runtime._util import (
     rmtree,
 )
 from mock_opensandbox.runtime.agent import AgentChannel
+from mock_opensandbox.runtime.execdproc import install_agent, install_binary, prepare_execd, start_execd
 from mock_opensandbox.runtime.holder import Holder
-from mock_opensandbox.runtime.probe import probe_isolation, probe_result
 from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, stray_pids  # noqa: F401 - PathEscape re-exported
 from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, SandboxNotRunning, SandboxPid1, SandboxTerminated  # noqa: F401 - re-exported
+from mock_opensandbox.runtime.probe import probe_isolation, probe_result
 from mock_opensandbox.runtime.rootfs import ImageRoot
 from mock_opensandbox.runtime.spawner import Spawner
 
@@ -488,8 +487,6 @@ class SandboxRuntime(SandboxPid1):
         bootstrap.sh as ``/opt/opensandbox/execd --port PORT [-access-token TOKEN] ARGS...`` when
         the sandbox starts (call before start_entrypoint(); start_execd() waits for it). Returns the
         port (a free one when None). Raises RuntimeError (not isolated), ValueError (bad binary)."""
-        from mock_opensandbox.runtime.execdproc import prepare_execd
-
         with self._lock:
             self._execd_spec = prepare_execd(self, binary, port=port, token=token, env=env, args=args)
             return self._execd_spec["port"]
@@ -498,8 +495,6 @@ class SandboxRuntime(SandboxPid1):
         """Put PID 1's execd in place: "binary" (a real execd, env gets its flags for bootstrap.sh),
         the host path of the Python interpreter to bind there for the mock's agent, or None (no
         Python 3 in the view: no execd process)."""
-        from mock_opensandbox.runtime.execdproc import install_agent, install_binary
-
         spec = self._execd_spec
         if spec is not None:
             install_binary(self.root, spec["binary"])
@@ -525,6 +520,4 @@ class SandboxRuntime(SandboxPid1):
         nothing did yet; after use_execd() + start_entrypoint() it only waits. Returns once execd
         accepts connections on 127.0.0.1:PORT. Raises RuntimeError when the sandbox is not isolated
         (a real execd never runs on the host) or execd does not come up, ValueError for a bad binary."""
-        from mock_opensandbox.runtime.execdproc import start_execd
-
         return start_execd(self, binary, port=port, token=token, env=env, args=args, timeout=timeout)

@@ -15,6 +15,7 @@ import socket
 import tempfile
 import threading
 import uuid
+from email.errors import MissingHeaderBodySeparatorDefect
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -499,8 +500,6 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 def _headers_valid(headers: Any) -> bool:
     """net/http's header checks: token names, values without control characters but HTAB."""
-    from email.errors import MissingHeaderBodySeparatorDefect
-
     if any(isinstance(d, MissingHeaderBodySeparatorDefect) for d in getattr(headers, "defects", ())):
         return False  # a line without a colon ("malformed MIME header line")
     for k, v in headers.items():
