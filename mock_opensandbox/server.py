@@ -33,7 +33,7 @@ from mock_opensandbox.images import ImageStore
 from mock_opensandbox.images.commit import Committer
 from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
-from mock_opensandbox.lifecycle.validation import resolve_resource_limits
+from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
 from mock_opensandbox.options import DEFAULT_MAX_SANDBOX_TIMEOUT, EXECD_MODES, NETWORK_MODES, MockOptions
 from mock_opensandbox.runtime._util import default_signals_for_children, inherited_signals_back
 from mock_opensandbox.runtime.cgroups import Limits

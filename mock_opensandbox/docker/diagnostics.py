@@ -1,7 +1,7 @@
 """The Docker diagnostics text of the mock's lifecycle server (server api/devops.py and
 services/docker/docker_diagnostics.py): a sandbox's container logs, events, ``docker inspect``-like
 summary and labels, and the inline JSON shape of a scoped answer. Plain functions of a ``Sandbox``
-(lifecycle/model.py) and the server's clock; lifecycle/routes.py's diagnostics routes call them. No HTTP.
+(lifecycle/model.py) and the server's clock; lifecycle/diagnostics_routes.py calls them. No HTTP.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from mock_opensandbox.lifecycle.model import docker_ts
+from mock_opensandbox.lifecycle.container_log import docker_ts
 from mock_opensandbox.lifecycle.quirks import EXTENSIONS_PREFIX
 
 

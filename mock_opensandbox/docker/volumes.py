@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mock_opensandbox.lifecycle.quirks import MockError, Quirk
-from mock_opensandbox.lifecycle.validation import _host_path_errors  # the server's ensure_valid_host_path
+from mock_opensandbox.lifecycle.validation_checks import _host_path_errors  # the server's ensure_valid_host_path
 from mock_opensandbox.runtime import openat2
 
 O_PATH = getattr(os, "O_PATH", 0o10000000)

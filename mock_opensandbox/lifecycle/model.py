@@ -1,7 +1,8 @@
 """Sandbox records and the sandbox table: ids, states, metadata, TTL, pagination and filters. No HTTP.
 
 What a sandbox *runs* (root directory, entrypoint process, execd) is delegated to a ``Provisioner``
-(server.py wires the real one: SandboxRuntime + ExecdServer); tests use a fake.
+(server.py wires the real one: SandboxRuntime + ExecdServer); tests use a fake. What its container prints (the
+boot lines, the timestamped log) is lifecycle/container_log.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 from urllib.parse import quote_plus
 
 from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle.container_log import ContainerLog, boot_log
+from mock_opensandbox.lifecycle.container_log import docker_ts  # noqa: F401 - re-exported: its old import path
 from mock_opensandbox.lifecycle.quirks import MockError
 
 Clock = Callable[[], datetime]
@@ -130,98 +133,6 @@ def docker_pull_params(uri: str) -> tuple[str, str]:
 def default_pull_fails(uri: str) -> bool:
     # [choice] recording 16 used "local/does-not-exist:1"; any image name containing it fails to pull.
     return "does-not-exist" in uri
-
-
-def docker_ts(dt: datetime, fixed: bool = False) -> str:
-    """Docker's timestamps: RFC3339Nano (trailing zeros trimmed: container Created/StartedAt/FinishedAt,
-    live "Started: …35.9695341Z") or RFC3339NanoFixed (9 digits: ``docker logs --timestamps`` prefixes)."""
-    head = dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    frac = "%06d000" % dt.microsecond
-    if not fixed:
-        frac = frac.rstrip("0")
-    return head + ("." + frac if frac else "") + "Z"
-
-
-def boot_log(now: datetime) -> bytes:
-    """What a sandbox container prints before and around its entrypoint: bootstrap.sh's line and execd
-    v1.0.19's banner and first log lines (live stack, diagnostics/logs of a fresh sandbox)."""
-    ts = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (now.microsecond // 1000)
-    lines = [
-        "starting OpenSandbox Execd daemon at /opt/opensandbox/execd.",
-        "=" * 53,
-        " OpenSandbox Execd",
-        "-" * 53,
-        " Version     : " + quirks.EXECD_BANNER["version"],
-        " Git Commit  : " + quirks.EXECD_BANNER["commit"],
-        " Build Time  : " + quirks.EXECD_BANNER["built"],
-        " Go Version  : " + quirks.EXECD_BANNER["go"],
-        " Platform    : linux/amd64",
-        "=" * 53,
-    ]
-    for msg in ("Jupyter server host is: ", "Jupyter server token is: ****", "execd listening on :44772 (IPv4)"):
-        lines.append('{"level":"info","ts":"%s","msg":"%s"}' % (ts, msg))
-    return ("\n".join(lines) + "\n").encode()
-
-
-class ContainerLog:
-    """The container's stdout+stderr as ``docker logs --timestamps`` returns it: one timestamp per line,
-    bounded (the oldest lines go first). Fed by a reader thread on the entrypoint's output pipe."""
-
-    MAX_LINES = 10000
-    MAX_LINE = 16384  # Docker splits longer lines at 16 KiB
-
-    def __init__(self, clock: Callable[[], datetime] | None = None):
-        self._clock = clock or utcnow
-        self._lines: list[str] = []
-        self._partial = b""
-        self._lock = threading.Lock()
-
-    def feed(self, data: bytes) -> None:
-        with self._lock:
-            buf = self._partial + data
-            parts = buf.split(b"\n")
-            self._partial = parts.pop()
-            while len(self._partial) >= self.MAX_LINE:
-                parts.append(self._partial[: self.MAX_LINE])
-                self._partial = self._partial[self.MAX_LINE :]
-            for raw in parts:
-                self._add(raw + b"\n")
-
-    def close(self) -> None:
-        with self._lock:
-            if self._partial:
-                self._add(self._partial)
-                self._partial = b""
-
-    def _add(self, raw: bytes) -> None:
-        self._lines.append("%s %s" % (docker_ts(self._clock(), fixed=True), raw.decode("utf-8", "replace")))
-        if len(self._lines) > self.MAX_LINES:
-            del self._lines[: len(self._lines) - self.MAX_LINES]
-
-    def pump(self, stream: Any) -> None:
-        """Read ``stream`` (the entrypoint's stdout pipe) to EOF in a daemon thread."""
-
-        def run() -> None:
-            try:
-                while True:
-                    data = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
-                    if not data:
-                        break
-                    self.feed(data)
-            except (OSError, ValueError):
-                pass
-            finally:
-                self.close()
-                try:
-                    stream.close()
-                except OSError:  # pragma: no cover
-                    pass
-
-        threading.Thread(target=run, name="mock-osb-log", daemon=True).start()
-
-    def tail(self, n: int) -> str:
-        with self._lock:
-            return "".join(self._lines[-n:]) if n > 0 else ""
 
 
 # -- records -----------------------------------------------------------------------------------------

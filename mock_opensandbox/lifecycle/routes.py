@@ -3,9 +3,11 @@
 /health, /version, /v1/sandboxes... (also served without /v1), the server-side proxy
 /v1/sandboxes/{id}/proxy/{port}/{path}, and the unimplemented snapshot/template/egress routes.
 Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the recordings show
-(lifecycle/pydantic_lite.py, lifecycle/validation.py); the proxy itself is lifecycle/proxy.py. The Docker service behind the routes is given to LifecycleApp
-(the facade passes docker/'s snapshot store and diagnostics text): this layer never imports docker/ or the
-workbench, which adds its /__mock__/faults routes to the router itself (workbench/fault_routes.py).
+(lifecycle/pydantic_lite.py, lifecycle/validation.py); the proxy itself is lifecycle/proxy.py, the snapshot and
+diagnostics routes lifecycle/snapshot_routes.py and lifecycle/diagnostics_routes.py. The Docker service behind the
+routes is given to LifecycleApp (the facade passes docker/'s snapshot store and diagnostics text): this layer never
+imports docker/ or the workbench, which adds its /__mock__/faults routes to the router itself
+(workbench/fault_routes.py).
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ import socket
 import sys
 import traceback
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qsl
 
+from mock_opensandbox.lifecycle import diagnostics_routes
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import snapshot_routes
 from mock_opensandbox.lifecycle import validation as V
+from mock_opensandbox.lifecycle import validation_checks
 from mock_opensandbox.wire.http1 import App, Handler, Request, Router, host_allowed, new_request_id
 from mock_opensandbox.lifecycle.model import SandboxStore, format_ts, validate_metadata
 from mock_opensandbox.lifecycle.quirks import MockError
@@ -249,7 +253,7 @@ class LifecycleApp(App):
         r = _body(req, V.CreateSandboxRequest)
         # the provisioner's [egress] image/mode and docker network_mode (egress/: "off" = no egress image)
         egress_mode, network = getattr(self.provisioner, "egress_settings", ("off", "bridge"))
-        checks = V.docker_create_checks(
+        checks = validation_checks.docker_create_checks(
             r,
             now=self.store.clock(),
             max_timeout=self.max_timeout,
@@ -514,84 +518,18 @@ class LifecycleApp(App):
     def policy_delete(self, req: Request) -> None:
         self._policy(req, V.TargetList)
 
-    # -- diagnostics (server api/devops.py + services/docker/docker_diagnostics.py) ------------------------
-    def _scope(self, req: Request, kind: str, supported: tuple[str, ...]) -> str | None:
-        scope = _q_last(req, "scope")
-        if scope is None:
-            return None
-        norm = scope.strip().lower()
-        if norm not in supported:
-            raise MockError(
-                quirks.DIAGNOSTICS_SCOPE_UNSUPPORTED, kind=kind, scope=repr(scope), supported=", ".join(supported)
-            )
-        return norm
-
-    def _diag(
-        self,
-        req: Request,
-        kind: str,
-        knob: tuple[str, int, int],
-        scopes: tuple[str, ...],
-        inline: Callable[[Any], tuple[str, bool]],
-        legacy: Callable[[Any, int], str],
-        warning: str,
-    ) -> None:
-        """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
-        the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
-        errors: list = []
-        bound = self._q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
-        if errors:
-            raise ValidationFailed(errors)
-        scope = self._scope(req, kind, scopes)
-        sid = req.params["sid"]
-        sb = self.store.get(sid)
-        if scope is not None:
-            content, truncated = inline(sb)
-            req.send_json(200, self.diagnostics.inline(sid, kind, scope, content, truncated, warning))
-            return
-        req.send_text(200, legacy(sb, bound), "text/plain; charset=utf-8", headers={"deprecation": "true"})
-
+    # -- diagnostics: lifecycle/diagnostics_routes.py over docker/diagnostics.py (self.diagnostics) ---------
     def diag_logs(self, req: Request) -> None:
-        now = self.store.clock()
-        self._diag(
-            req,
-            "logs",
-            ("tail", 100, 10000),
-            ("container", "all"),
-            lambda sb: self.diagnostics.limit_lines(self.diagnostics.logs_text(sb, 101, now=now), 100, True),
-            lambda sb, tail: self.diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
-            quirks.DIAG_LOGS_ALL_WARNING,
-        )
+        diagnostics_routes.logs(self, req)
 
     def diag_events(self, req: Request) -> None:
-        # `limit` only bounds Docker health-check entries, which a mock sandbox has none of
-        self._diag(
-            req,
-            "events",
-            ("limit", 50, 500),
-            ("runtime", "all"),
-            lambda sb: self.diagnostics.limit_lines(self.diagnostics.events_text(sb), 50, False),
-            lambda sb, _limit: self.diagnostics.events_text(sb),
-            quirks.DIAG_EVENTS_ALL_WARNING,
-        )
+        diagnostics_routes.events(self, req)
 
     def diag_inspect(self, req: Request) -> None:
-        req.send_text(
-            200, self.diagnostics.inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8"
-        )
+        diagnostics_routes.inspect(self, req)
 
     def diag_summary(self, req: Request) -> None:
-        errors: list = []
-        tail = self._q_int(req, "tail", 50, errors, ge=1, le=10000)
-        self._q_int(req, "event_limit", 20, errors, ge=1, le=500)
-        if errors:
-            raise ValidationFailed(errors)
-        sid = req.params["sid"]
-        req.send_text(
-            200,
-            self.diagnostics.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()),
-            "text/plain; charset=utf-8",
-        )
+        diagnostics_routes.summary(self, req)
 
 
 class LifecycleHandler(Handler):
