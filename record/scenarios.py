@@ -901,7 +901,7 @@ SCENARIOS: list[Scenario] = [
         needs_sandbox=True,
         drift_noise=PROBE_NOISE,
         replay_skip="host-specific output (container id as hostname, overlay layer paths, the Docker host's "
-        "ulimits); the values are asserted by the containment tests (tiers/t1/test_containment*)",
+        "ulimits); the values are asserted by the containment tests (tiers/t1/sandbox/test_containment*)",
     ),
     Scenario(
         "22_sandbox_inside",
@@ -948,7 +948,7 @@ SCENARIOS: list[Scenario] = [
         "500 after the 30 s ready wait)",
         s26,
         replay_skip="needs a server with an egress image and the sidecar's token; asserted by "
-        "tiers/t1/test_egress*.py (mock) and tiers/t4/docker/test_live_egress.py (live)",
+        "tiers/t1/docker/test_egress*.py (mock) and tiers/t4/docker/test_live_egress.py (live)",
     ),
 ]
 

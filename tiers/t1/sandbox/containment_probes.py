@@ -1,5 +1,5 @@
 """The containment probes (QUIRKS.md, Containment; fixtures/21_containment_probes.json), shared by
-tiers/t1/test_containment*.py.
+tiers/t1/sandbox/test_containment*.py.
 
 Each probe is a shell command run inside a sandbox plus a check of what it printed and of the
 host afterwards. The expected values come from the real sandbox: fixtures/21_containment_probes.json
