@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from bench import cases as C
+from bench import context as K
 from bench import report
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
@@ -28,16 +29,16 @@ DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 def parse_cases(text: str | None) -> list[str]:
     if not text:
-        return list(C.DEFAULT_CASES)
+        return list(K.DEFAULT_CASES)
     out = []
     for item in text.split(","):
         item = item.strip().lower()
         if not item:
             continue
-        name = C.CASE_NUMBERS.get(item, item)
-        if name not in C.CASES:
+        name = K.CASE_NUMBERS.get(item, item)
+        if name not in K.CASES:
             raise argparse.ArgumentTypeError(
-                f"unknown case {item!r}; choose from {', '.join(C.CASES)} (or 1-{len(C.CASES)})"
+                f"unknown case {item!r}; choose from {', '.join(K.CASES)} (or 1-{len(K.CASES)})"
             )
         if name not in out:
             out.append(name)
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cases",
         default=None,
-        help="comma-separated subset: " + ",".join(C.CASES) + " (or numbers 1-7); default 1-6 "
+        help="comma-separated subset: " + ",".join(K.CASES) + " (or numbers 1-7); default 1-6 "
         "(7, sandbox: what one sandbox costs the mock, A/B; see bench/sandbox_costs.py)",
     )
     ap.add_argument(
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="KEY=INT",
         help="override one repetition/size parameter, e.g. --set stream_bytes=16777216 --set exec_n=80 "
-        "(keys: see FULL in bench/cases.py)",
+        "(keys: see FULL in bench/context.py)",
     )
     ap.add_argument(
         "--compare",
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         selected = parse_cases(args.cases)
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
-    params = dict(C.SMOKE if args.smoke else C.QUICK if args.quick else C.FULL)
+    params = dict(K.SMOKE if args.smoke else K.QUICK if args.quick else K.FULL)
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or key not in params:
@@ -168,30 +169,30 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = uptime()
     base_url = os.environ.get("OPENSANDBOX_BASE_URL", "").strip()
-    target = C.Target(base_url or None, os.environ.get("OPENSANDBOX_API_KEY") or None, nodelay=not args.mock_as_is)
+    target = K.Target(base_url or None, os.environ.get("OPENSANDBOX_API_KEY") or None, nodelay=not args.mock_as_is)
     log(f"server: {target.kind} ({target.base_url if target.kind == 'mock' else 'OPENSANDBOX_BASE_URL'})")
     tmp = tempfile.mkdtemp(prefix="bench-")
-    worker = C.Worker()
+    worker = K.Worker()
     rows: list = []
     failed = False
     ctx = None
     try:
-        ctx = C.Context(target, worker, params, tmp, log, plugin_src=args.plugin, compare_src=args.compare)
+        ctx = K.Context(target, worker, params, tmp, log, plugin_src=args.plugin, compare_src=args.compare)
         ctx.sandbox_baseline_rev = args.sandbox_baseline_rev
         ctx.sandbox_baseline_tree = os.path.abspath(args.sandbox_baseline_tree) if args.sandbox_baseline_tree else None
         if args.profile:
             ctx.profile_dir = os.path.join(os.path.abspath(args.out), "profiles")
         for name in selected:
-            log(f"case {C.CASES.index(name) + 1}: {name}")
+            log(f"case {K.CASES.index(name) + 1}: {name}")
             t = time.perf_counter()
             try:
                 got = C.FUNCS[name](ctx)
             except Exception as exc:  # noqa: BLE001 - a failed case is reported, the others still run
                 log(f"case {name} FAILED: {type(exc).__name__}: {exc}")
-                got = [C.error_row(name, exc)]
+                got = [K.error_row(name, exc)]
                 failed = True
                 if worker.proc.poll() is not None:
-                    worker = C.Worker()
+                    worker = K.Worker()
                     ctx.worker = worker
             rows += got
             log(f"case {name}: {time.perf_counter() - t:.1f} s")
