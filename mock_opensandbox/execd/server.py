@@ -1,7 +1,7 @@
 """ExecdServer: one mock execd listener per sandbox (Go/Gin flavour of httpcore).
 
 Every route is served bare and under /proxy/44772 (recording 06); /proxy/<other port>/... is
-reverse-proxied to 127.0.0.1:<port> (seed 000 §1.2, execd pkg/web/proxy.go). Behaviour sources
+reverse-proxied to 127.0.0.1:<port> (QUIRKS.md, Transport, routing, auth; execd pkg/web/proxy.go). Behaviour sources
 are listed in mock_opensandbox/QUIRKS.md (part 2).
 """
 
@@ -124,7 +124,7 @@ class ExecdServer(App):
         journal: Any = None,
     ):
         """``start_delay``: seconds after start() before the port listens (connections are refused until
-        then): the lifecycle answers Running before execd answers /ping (DEVELOPERS.md traps, issue 3).
+        then): the lifecycle answers Running before execd answers /ping (QUIRKS.md, Transport, routing, auth: execd_start_delay).
         ``faults`` / ``sandbox_id`` / ``journal``: the fault registry whose rules reach this listener,
         the sandbox it belongs to, the request journal (httpcore.App)."""
         if mode not in ("v1.1.0", "latest"):
@@ -314,7 +314,7 @@ class ExecdServer(App):
                     404, f"sandbox not found: missing or wrong routing header {name}\n", "text/plain; charset=utf-8"
                 )
                 return
-        # 2. a paused sandbox is frozen: execd does not answer until resume (seed 000 §5.3)
+        # 2. a paused sandbox is frozen: execd does not answer until resume (QUIRKS.md, Transport, routing, auth: paused sandbox)
         if self.runtime.paused:
             while self.runtime.paused and not self._stopping.is_set() and not self.runtime.terminated:
                 self.runtime.wait_unpaused(0.1)
@@ -329,7 +329,7 @@ class ExecdServer(App):
         inside = self._inside
         if inside is not None and not inside.ready.is_set():
             inside.ready.wait(10.0)
-        # 3. access token (execd router.go accessTokenMiddleware; seed 000 §1.4)
+        # 3. access token (execd router.go accessTokenMiddleware; QUIRKS.md, Transport, routing, auth)
         if self.access_token is not None:
             got = (req.headers.get(TOKEN_HEADER) or "").strip(" \t")  # Go's textproto trims values
             if not got or not hmac.compare_digest(

@@ -19,7 +19,7 @@ from mock_opensandbox.runtime.paths import SandboxPaths, sandbox_pty
 from mock_opensandbox.runtime.rootfs import ImageRoot, user_word
 
 # A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
-# the usual keep-alive entrypoint of OpenSandbox sandboxes (seed 001).
+# the usual keep-alive entrypoint of OpenSandbox sandboxes.
 IMPLICIT_ENTRYPOINT = ("tail", "-f", "/dev/null")
 
 

@@ -2,7 +2,7 @@
 "/", path mapping that never leaves it, and real processes (one process group per command, like
 execd's Setpgid) contained the way a container of the real server is (see __init__.py).
 
-Pause = SIGSTOP of every process group (seed 000 §5.3, "docker pause ~ SIGSTOP"), resume = SIGCONT.
+Pause = SIGSTOP of every process group (QUIRKS.md, Delete, pause, resume, renew, metadata patch), resume = SIGCONT.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class SandboxRuntime(SandboxPid1):
         self._agent: AgentChannel | None = None
         self._root_fd: int | None = None
         self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
-        # -- issue 21: the image's own tree as the root (rootfs.py), else the host-tools view --------
+        # -- the image's own tree as the root (rootfs.py), else the host-tools view --------
         self.home = self.root  # the sandbox's own directory (removed by cleanup())
         self.image_root: ImageRoot | None = None
         self.view_kind = "host-tools"

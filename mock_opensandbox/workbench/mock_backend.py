@@ -13,7 +13,7 @@ def _iso(dt: datetime | None) -> str | None:
 
 
 def view_of(runtime: Any, sb: Any) -> dict[str, Any]:
-    """Which root the sandbox got (issue 21): "image" (its image's tree: "overlay" or "copy", the image id)
+    """Which root the sandbox got (QUIRKS.md, Image store): "image" (its image's tree: "overlay" or "copy", the image id)
     or "host-tools" (the host's /usr, /bin, /lib read-only under an image-like tree: no image store, or
     none could be applied)."""
     ir = getattr(runtime, "image_root", None)
