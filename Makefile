@@ -22,9 +22,9 @@ venv: $(STAMP)
 ## the groups name every test folder once.
 TEST_GROUPS := "tiers/t1/sandbox tiers/t1/images tiers/t1/tools" \
                "tiers/t1/execd tiers/t1/lifecycle" \
-               "tiers/t1/docker tiers/t1/workbench tiers/t3" \
+               "tiers/t1/docker tiers/t1/workbench tiers/t2/host" \
                "tiers/diff tiers/t1/plugin" \
-               "tiers/t0 tiers/t2/host" \
+               "tiers/t0 tiers/t3" \
                "tiers/t2/clients tiers/t2/server tiers/t4"
 test: $(STAMP)
 	$(PY) tiers/run_tiers.py $(TEST_GROUPS)
