@@ -10,6 +10,7 @@ import os
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.t2.server import oracle_support as support
 from tiers.t2.server import test_server_oracle as corpus
 from tiers.t4.liveconfig import allowed_host_paths
 
@@ -23,7 +24,7 @@ class Live:
     def request(self, method, path, headers, body, keep=False):
         h = {k: v for k, v in dict(headers).items() if v is not None}
         h.setdefault("OPEN-SANDBOX-API-KEY", self.api_key)
-        out = corpus.urllib_exchange(self.root + path, method, h, body, 60)
+        out = support.urllib_exchange(self.root + path, method, h, body, 60)
         if not keep and method == "POST" and path.rstrip("/").endswith("/sandboxes") and out[0] == 202:
             sid = json.loads(out[2]).get("id")
             if sid:  # never leave a sandbox behind on the shared stack
@@ -52,19 +53,19 @@ def mock():
     "method,path,body", corpus.FIXED, ids=["%s %s %s" % (m, p, json.dumps(b)[:40]) for m, p, b in corpus.FIXED]
 )
 def test_fixed_corpus_live(mock, live, method, path, body):
-    corpus.compare(mock, live, method, path, body)
+    support.compare(mock, live, method, path, body)
 
 
 @pytest.mark.parametrize("raw,ctype", corpus.RAW, ids=[repr(r[:20]) + str(c) for r, c in corpus.RAW])
 def test_malformed_bodies_live(mock, live, raw, ctype):
-    corpus.compare(mock, live, "POST", "/v1/sandboxes", headers={"Content-Type": ctype} if ctype else {}, raw=raw)
+    support.compare(mock, live, "POST", "/v1/sandboxes", headers={"Content-Type": ctype} if ctype else {}, raw=raw)
 
 
 @pytest.mark.parametrize(
     "headers", [{"OPEN-SANDBOX-API-KEY": ""}, {"OPEN-SANDBOX-API-KEY": "wrong-key"}, {"x-request-id": "my-trace-1"}, {}]
 )
 def test_auth_and_request_id_live(mock, live, headers):
-    corpus.compare(mock, live, "GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000", headers=headers)
+    support.compare(mock, live, "GET", "/v1/sandboxes/00000000-0000-0000-0000-000000000000", headers=headers)
 
 
 def _create(target_request, body):
@@ -102,7 +103,7 @@ def test_state_machine_and_diagnostics_live(mock, live):
         "metadata": {"team": "t4"},
     }
     lsid = _create(live.request, body)
-    msid = _create(lambda *a, keep=True: corpus.mock_request(mock, *a), body)
+    msid = _create(lambda *a, keep=True: support.mock_request(mock, *a), body)
     future = "2999-01-01T00:00:00Z"
     steps = [
         ("GET", "/v1/sandboxes/{id}", None),
@@ -137,8 +138,8 @@ def test_state_machine_and_diagnostics_live(mock, live):
             raw = json.dumps(b).encode() if b is not None else None
             hdrs = {"Content-Type": "application/json"} if b is not None else {}
             want = _shape(*live.request(method, path.format(id=lsid), hdrs, raw), lsid)
-            got = _shape(*corpus.mock_request(mock, method, path.format(id=msid), hdrs, raw), msid)
+            got = _shape(*support.mock_request(mock, method, path.format(id=msid), hdrs, raw), msid)
             assert got == want, (method, path)
     finally:
         live.request("DELETE", "/v1/sandboxes/" + lsid, {}, None)
-        corpus.mock_request(mock, "DELETE", "/v1/sandboxes/" + msid, {}, None)
+        support.mock_request(mock, "DELETE", "/v1/sandboxes/" + msid, {}, None)
