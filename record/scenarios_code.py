@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from record.client import Session, created_id, execd_from
-from record.scenarios import Ctx, Scenario, _create
+from record.scenarios_common import Ctx, Scenario, _create
 
 CODE_IMAGE = os.environ.get("OPENSANDBOX_CODE_INTERPRETER_IMAGE") or "local/code-interpreter:py-bash"
 ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]

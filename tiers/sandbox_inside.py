@@ -1,6 +1,6 @@
 """What the inside of a sandbox shows (fixtures/22_sandbox_inside.json), one probe list for every tier.
 
-The probes are the commands and execd requests of recorder scenario 22 (``record/scenarios.py``:
+The probes are the commands and execd requests of recorder scenario 22 (``record/scenarios_inside.py``:
 ``INSIDE_FILES``, ``INSIDE_CWDS``, ``INSIDE_PROBES``), run in a sandbox created with
 ``"resourceLimits": {"cpu": "500m", "memory": "512Mi"}``. Each probe has a check that asserts what the real
 sandbox shows: the values of ``fixtures/22_sandbox_inside.json`` (recorded from

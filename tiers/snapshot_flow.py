@@ -1,5 +1,5 @@
 """Snapshots (QUIRKS.md, Snapshots), one flow for every tier: the requests of recorder scenario 25
-(``record/scenarios.py`` ``s25``, ``fixtures/25_snapshots.json``, recorded from opensandbox-server 1.1.1 with
+(``record/scenarios_docker.py`` ``s25``, ``fixtures/25_snapshots.json``, recorded from opensandbox-server 1.1.1 with
 Docker 20.10) with their answers asserted. ``run(target)`` runs it on any server through
 ``tiers.sandbox_inside.Target`` (standard library HTTP): tiers/t1/docker/test_snapshots.py on the mock,
 tiers/t4/docker/test_live_snapshots.py on the live stack.
