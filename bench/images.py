@@ -7,7 +7,7 @@ hit in the same store, a cache hit in a new store on the same cache (a mock rest
 Then create -> ready (``POST /v1/sandboxes`` until the sandbox's execd answers ``GET /ping``, bench/
 sandbox_costs.py's Server) of a sandbox in the busybox image from the cache (a mock with ``image_dir``) next to
 today's create in the host-tools view (a mock without one), both mocks of this tree in their own processes,
-interleaved A B A B; the ratio of the medians against the issue's target of 1.5x.
+interleaved A B A B; the ratio of the medians against the target of at most 1.5x.
 Prints a Markdown table; a measurement, not a test."""
 
 from __future__ import annotations

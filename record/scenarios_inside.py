@@ -12,7 +12,7 @@ from record.scenarios_common import Ctx, _create
 
 # The containment probes (QUIRKS.md, Containment): what a process inside a real sandbox sees and may do. Each one is a
 # plain command through execd, recorded raw (tiers/t1/sandbox/containment_probes.py reads the fixture by command text);
-# raw outputs of the same commands: /work/coord/live-probes/ (2026-12-01).
+# their raw outputs on a live stack are recording 21 (fixtures/21_containment_probes.json, 2026-12-01).
 CONTAINMENT_PROBES: list[tuple[str, str]] = [
     ("capabilities", "grep Cap /proc/self/status"),
     ("dev", "ls -la /dev"),

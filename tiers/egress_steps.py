@@ -28,8 +28,9 @@ BODY = {"image": {"uri": ""}, "entrypoint": ["sleep", "600"], "resourceLimits": 
 SETTLE = 5.0  # how long a PATCH/DELETE may take to show inside (live: within 2 s)
 
 
-# What the steps answer with the real sidecar (live, server 1.1.1 + local/egress:src3bb6fad; issue text) and
-# what the mock must answer too. "s" (how long a change took to show) is not compared.
+# What the steps answer with the real sidecar (live, server 1.1.1 + local/egress:src3bb6fad; tiers/t4/docker/
+# test_live_egress.py checks them there) and what the mock must answer too. "s" (how long a change took to show)
+# is not compared.
 EXPECTED: Dict[str, Any] = {
     "deny_default": {ALLOWED: True, WILD[0]: True, WILD[1]: True, OTHER: False, "debian.org": False, "localhost": True},
     "own_hostname": True,

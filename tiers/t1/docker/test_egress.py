@@ -1,7 +1,7 @@
 """t1: networkPolicy on a mock that behaves as a server with an egress image ([egress] mode "dns", the
 server's example config): each sandbox's names go through a policy resolver (allowed -> the test's
 own resolver on 127.0.0.1, denied -> NXDOMAIN), the policy is read and changed at run time through
-the official SDK (opensandbox 1.1.1), and create answers the server's validation (issue text:
+the official SDK (opensandbox 1.1.1), and create answers the server's validation (recording 26:
 measured with the real sidecar). Every lookup runs inside a mock sandbox; the test resolver is told
 which names it was asked, so a denied name must never reach it."""
 

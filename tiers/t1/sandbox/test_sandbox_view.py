@@ -1,6 +1,6 @@
 """One file system per sandbox (QUIRKS.md, Files and directories: "Files and view"): the files API, `cwd`, sessions and
 commands all see the sandbox's own view - the image's /etc and read-only system directories, an image-like root with
-/opt/opensandbox - and `ps` shows bootstrap.sh, execd and the entrypoint, like the real sandbox (the issue's live table;
+/opt/opensandbox - and `ps` shows bootstrap.sh, execd and the entrypoint, like the real sandbox (recording 22's `ps`;
 tiers/diff files.view compares the answers with the real execd). As root (in this process) and as an unprivileged user
 (tiers/t1/sandbox/view_probes.py in a child process)."""
 

@@ -10,7 +10,7 @@ proxy. Timings are scaled to a real server, whose create answers only once the c
 8 s (the "timeout" kind waits 9 s), creates get 8 s to become ready (= http_timeout, as in t1), answers are
 bounded at 60 s.
 
-Found this way (reported in /work/coord/NEEDS-plugin-from-workbench.md): when the plugin's first
+Found this way: when the plugin's first
 ``POST /command`` to a v1.0.19 execd (the argv probe, answered 400) is itself cut short (``truncate`` /
 ``reset_body``), the plugin cannot read the rejection message and reports ``HTTP 400`` instead of a
 connection error (E5001); the lane below therefore makes the probe before the faults.
