@@ -2,8 +2,8 @@
 modules - at module level and inside functions alike (the old execd/files_routes.py <-> execd/server.py
 circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_CHECKING:`` count
 too (a circle of type names is still a circle for a reader). plugin/ is a root, not a package (launch.py runs
-with that directory as sys.path[0]): its modules and packages are named from there (``epp``, ``osb_transport``,
-``methods.pty``). No module of mock_opensandbox/ is over 700 lines, none of plugin/ over 600."""
+with that directory as sys.path[0]): its modules and packages are named from there (``epp``, ``osb``,
+``osb.transport``, ``methods.pty``). No module of mock_opensandbox/ is over 700 lines, none of plugin/ over 600."""
 
 from __future__ import annotations
 
@@ -72,14 +72,14 @@ def _graph(root: str = ROOT) -> dict[str, set[str]]:
     "root,known",
     [
         (ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.wire.gojson")),
-        (PLUGIN, ("epp", "osb_transport", "methods.pty")),
+        (PLUGIN, ("epp", "osb", "osb.transport", "methods.pty")),
     ],
     ids=["mock_opensandbox", "plugin"],
 )
 def test_no_import_cycle(root, known):
     graph = _graph(root)
     assert all(k in graph for k in known)
-    assert root != PLUGIN or (graph["osb_ws"] == {"osb_transport"} and "osb" in graph["methods.pty"])
+    assert root != PLUGIN or (graph["osb.ws"] == {"osb.transport"} and "osb" in graph["methods.pty"])
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -110,19 +110,19 @@ def _sizes(root: str) -> dict[str, int]:
 
 def test_plugin_modules_are_at_most_600_lines():
     sizes = _sizes(PLUGIN)
-    assert "osb_transport" in sizes and "methods.exec" in sizes
+    assert "osb.transport" in sizes and "methods.exec" in sizes
     assert {m: n for m, n in sizes.items() if n > PLUGIN_MAX_LINES} == {}
 
 
 def test_plugin_layers():
-    """The client (osb.py and the osb_*.py modules) imports only itself and the errors leaf, and the rest of
+    """The client (the package osb/: osb and osb.*) imports only itself and the errors leaf, and the rest of
     the plugin only its public surface (``from osb import ...``, osb.py); the methods (methods/) are imported by
     no module below them (provider.py imports them by name, on a method's first call), and by each
     other only within the package."""
     graph = _graph(PLUGIN)
-    client = {m for m in graph if m == "osb" or m.startswith("osb_")}
+    client = {m for m in graph if m == "osb" or m.startswith("osb.")}
     methods = {m for m in graph if m.startswith("methods.")}
-    assert {"osb_transport", "osb_retries", "osb_execd", "osb_ws"} <= client
+    assert {"osb.transport", "osb.retries", "osb.execd", "osb.ws"} <= client
     assert {"methods." + n for n in ("sandbox", "exec", "process", "files", "ports", "pty")} <= methods
     for m in sorted(client):
         assert graph[m] - client <= {"errors"}, (m, graph[m] - client)
