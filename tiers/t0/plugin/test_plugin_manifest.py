@@ -160,6 +160,28 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+def test_sandbox_get_loads_only_the_lifecycle_part_of_the_client(tmp_path):
+    """sandbox.get, a lifecycle call, loads the client's public surface and the modules behind the names it
+    uses (transport, retries, lifecycle), never execd's (osb/execd.py, sse.py, multipart.py, ws.py): the
+    host starts a new plugin process for most calls, and each pays only for what it needs."""
+    init = json.loads(json.dumps(INIT))
+    init["params"]["config"] = {"base_url": f"http://127.0.0.1:{_closed_port()}"}
+    get = {"jsonrpc": "2.0", "id": 2, "method": "sandbox.get", "params": {"sandbox_id": "x"}}
+    out = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", str(PLUGIN / "provider.py")],
+        input="".join(json.dumps(m) + "\n" for m in (init, get)).encode(),
+        capture_output=True,
+        env={"PATH": os.environ.get("PATH", ""), "ABX_PROVIDER_DATA_DIR": str(tmp_path)},
+        cwd=str(tmp_path),
+        timeout=30,
+    )
+    assert b'"E5001"' in out.stdout, out.stdout  # answered: connection refused
+    lines = out.stderr.decode(errors="replace").splitlines()
+    loaded = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    client = {m for m in loaded if m == "osb" or m.startswith("osb.")}
+    assert client == {"osb", "osb.transport", "osb.retries", "osb.lifecycle"}
+
+
 def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):
     before = sorted(str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*"))
     init = json.loads(json.dumps(INIT))

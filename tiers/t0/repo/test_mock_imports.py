@@ -21,7 +21,8 @@ PLUGIN_MAX_LINES = 600
 
 
 def _module(path: str, root: str = ROOT) -> str:
-    base = root if root == PLUGIN else os.path.dirname(root)  # plugin/ is sys.path[0], not a package
+    # a root without an __init__.py (plugin/) is sys.path[0], not a package: names start below it
+    base = os.path.dirname(root) if os.path.exists(os.path.join(root, "__init__.py")) else root
     rel = os.path.relpath(path, base)[:-3].replace(os.sep, ".")
     return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
 
@@ -114,22 +115,55 @@ def test_plugin_modules_are_at_most_600_lines():
     assert {m: n for m, n in sizes.items() if n > PLUGIN_MAX_LINES} == {}
 
 
-def test_plugin_layers():
-    """The client (the package osb/: osb and osb.*) imports only itself and the errors leaf, and the rest of
-    the plugin only its public surface (``from osb import ...``, osb.py); the methods (methods/) are imported by
-    no module below them (provider.py imports them by name, on a method's first call), and by each
-    other only within the package."""
-    graph = _graph(PLUGIN)
+def _plugin_layer_breaches(root: str = PLUGIN) -> list[tuple[str, str]]:
+    """(importer, imported) pairs that break the plugin's layers: the client (the package osb/: osb and
+    osb.*) imports only itself and the errors leaf; the rest of the plugin imports only the client's public
+    surface (``from osb import ...``, the package itself), never one of its modules (``osb.transport``); the
+    methods (methods/) are imported by no module outside the package (provider.py imports them by name, on a
+    method's first call), and by each other only within it."""
+    graph = _graph(root)
     client = {m for m in graph if m == "osb" or m.startswith("osb.")}
     methods = {m for m in graph if m.startswith("methods.")}
-    assert {"osb.transport", "osb.retries", "osb.execd", "osb.ws"} <= client
-    assert {"methods." + n for n in ("sandbox", "exec", "process", "files", "ports", "pty")} <= methods
-    for m in sorted(client):
-        assert graph[m] - client <= {"errors"}, (m, graph[m] - client)
-    for m in sorted(set(graph) - client):
-        assert graph[m] & client <= {"osb"}, (m, graph[m] & client)
-    for m in sorted(set(graph) - methods):
-        assert graph[m] & methods == set(), (m, graph[m] & methods)
+    out = [(m, d) for m in sorted(client) for d in sorted(graph[m] - client - {"errors"})]
+    out += [(m, d) for m in sorted(set(graph) - client) for d in sorted(graph[m] & client - {"osb"})]
+    out += [(m, d) for m in sorted(set(graph) - methods) for d in sorted(graph[m] & methods)]
+    return out
+
+
+def test_plugin_layers():
+    graph = _graph(PLUGIN)
+    client = {m for m in graph if m == "osb" or m.startswith("osb.")}
+    assert {"osb", "osb.transport", "osb.retries", "osb.lifecycle", "osb.execd", "osb.ws"} <= client
+    assert {"methods." + n for n in ("sandbox", "exec", "process", "files", "ports", "pty")} <= set(graph)
+    assert _plugin_layer_breaches() == []
+
+
+def test_plugin_layer_breaches_are_found(tmp_path):
+    """The check can fail: a plugin tree whose client reaches outside itself and whose methods name a
+    module of the client (however the import is spelt) or a module of methods/."""
+    root = tmp_path / "plugin"
+    (root / "osb").mkdir(parents=True)
+    (root / "methods").mkdir()
+    files = {
+        "errors.py": "",
+        "config.py": "",
+        "context.py": "import methods.y\n",
+        "osb/__init__.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from .transport import Http\n",
+        "osb/transport.py": "from errors import SECRETS\n",
+        "osb/ws.py": "from .transport import NetError\nfrom config import Config\n",
+        "methods/__init__.py": "",
+        "methods/x.py": "from osb import Http\nfrom osb import transport\n",
+        "methods/y.py": "import osb.ws\nfrom osb.transport import Http\nfrom . import x\n",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text, encoding="utf-8")
+    assert _plugin_layer_breaches(str(root)) == [
+        ("osb.ws", "config"),
+        ("methods.x", "osb.transport"),
+        ("methods.y", "osb.transport"),
+        ("methods.y", "osb.ws"),
+        ("context", "methods.y"),
+    ]
 
 
 def test_mock_modules_are_at_most_600_lines():
