@@ -1,4 +1,4 @@
-"""mock_opensandbox/ and plugin/ have no import circle (issues 13, 22): the imports between their
+"""mock_opensandbox/ and plugin/ have no import circle: the imports between their
 modules - at module level and inside functions alike (the old execd/files_routes.py <-> execd/server.py
 circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_CHECKING:`` count
 too (a circle of type names is still a circle for a reader). plugin/ is a root, not a package (launch.py runs
