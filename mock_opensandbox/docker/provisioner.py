@@ -233,7 +233,7 @@ class MockProvisioner(Provisioner):
                 "own (%s)" % runtime.isolation_note
             )
         try:
-            runtime.volumes = plan(runtime.root, runtime.resolve_in_root, sb.volumes.mounts)  # before PID 1
+            runtime.volumes = plan(runtime.root, runtime.paths.resolve_in_root, sb.volumes.mounts)  # before PID 1
         except VolumeTargetError as exc:
             raise start_failed(str(exc)) from None
         vs.attach(sb.id, sb.volumes)

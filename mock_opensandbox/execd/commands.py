@@ -224,7 +224,7 @@ class CommandRegistry:
         """Shell form (bash -c when bash exists, else sh -c) or, in latest mode, native argv with the
         executable looked up like execd's resolveExecutable (runtime/command_argv.go)."""
         if argv is None:
-            return self.runtime.shell() + ["-c", command or ""]
+            return self.runtime.paths.shell() + ["-c", command or ""]
         name = argv[0]
         if not name:
             raise StartFailure("argv requires a non-empty executable")
@@ -235,7 +235,7 @@ class CommandRegistry:
             return [os.path.normpath(os.path.join(base, name))] + list(argv[1:])
         env = self.runtime.base_env()
         env.update(envs or {})
-        found = self.runtime.which(name, env.get("PATH", ""))
+        found = self.runtime.paths.which(name, env.get("PATH", ""))
         if found is None:
             raise StartFailure(f'exec: "{name}": executable file not found in $PATH')
         return [found] + list(argv[1:])
@@ -256,7 +256,7 @@ class CommandRegistry:
         """Native argv with a path: Go's fork/exec fails before anything runs."""
         path = full[0]
         try:
-            host = self.runtime.view_path(path) if self.runtime.isolated else path
+            host = self.runtime.paths.view_path(path) if self.runtime.isolated else path
         except (OSError, ValueError) as exc:
             raise StartFailure(f"fork/exec {path}: {exc}") from exc
         if not os.path.exists(host):
@@ -273,7 +273,7 @@ class CommandRegistry:
 
         rt = self.runtime
         groups = {gid if gid is not None else self._primary_gid(uid)}
-        umap, gmap = rt.id_map("uid"), rt.id_map("gid")
+        umap, gmap = rt.paths.id_map("uid"), rt.paths.id_map("gid")
         cur = ""
         for comp in [c for c in cwd.split("/") if c] + [""]:
             try:
@@ -321,7 +321,7 @@ class CommandRegistry:
                 pass
         if gid is not None:
             g = gid
-        setpriv = self.runtime.which("setpriv") or "setpriv"
+        setpriv = self.runtime.paths.which("setpriv") or "setpriv"
         return (
             [setpriv, f"--reuid={u}", f"--regid={g}"]
             + ([f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"])
@@ -331,7 +331,7 @@ class CommandRegistry:
     def image_credentials(self, uid: int | None, gid: int | None) -> dict[str, str] | None:
         """buildCredential for a sandbox running its image as root: the user looked up in the sandbox's own
         /etc/passwd and /etc/group, set by the forked child (spawn's ``user``); None elsewhere."""
-        holder = getattr(self.runtime, "_holder", None)
+        holder = self.runtime.pid1.holder
         if (uid is None and gid is None) or holder is None or not getattr(holder, "fork_joins", False):
             return None
 
@@ -364,14 +364,14 @@ class CommandRegistry:
         if any("\x00" in a for a in full):
             # Go's exec refuses a NUL in argv (syscall.ByteSliceFromString: EINVAL) before the fork
             # (QUIRKS, "NUL byte in a command")
-            exe = full[0] if full[0].startswith("/") else (self.runtime.which(full[0]) or full[0])
+            exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
             raise StartFailure(f"fork/exec {exe}: invalid argument")
         if argv is not None:
             self._check_exec_target(full)
         if self._chdir_denied(cwd or "/", uid, gid):
             # Go reports the child's failed chdir as the exec of the program (runtime/command.go
             # cmd.Start; tiers/diff command.start_failure): "fork/exec /usr/bin/bash: permission denied"
-            exe = full[0] if full[0].startswith("/") else (self.runtime.which(full[0]) or full[0])
+            exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
             msg = f"fork/exec {exe}: permission denied"
             failed = None
             if background:
@@ -389,7 +389,7 @@ class CommandRegistry:
         env = {k: v for k, v in (envs or {}).items() if k and "=" not in k and "\x00" not in k + v}
         odd = [f"{k}={v}" for k, v in (envs or {}).items() if k and "=" in k and "\x00" not in k + v]
         if odd:
-            full = [self.runtime.which("env") or "/usr/bin/env"] + odd + full
+            full = [self.runtime.paths.which("env") or "/usr/bin/env"] + odd + full
         # an image sandbox as root has no setpriv of the host: the fork sets the credentials (runtime/forkjoin.py)
         creds = self.image_credentials(uid, gid)
         full = (self.credential_prefix(uid, gid) if creds is None else []) + full

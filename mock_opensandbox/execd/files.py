@@ -118,8 +118,8 @@ class SandboxFS:
 
     def names(self) -> Accounts | None:
         """The sandbox's accounts when execd works on the sandbox's own view, else None (the host's)."""
-        view = getattr(self.rt, "view_root", None)
-        if view is None or not getattr(self.rt, "isolated", False) or view() == self.rt.root:
+        pid1 = getattr(self.rt, "pid1", None)
+        if pid1 is None or not getattr(self.rt, "isolated", False) or pid1.view_root() == self.rt.root:
             return None
 
         def read(sp: str) -> bytes:
@@ -130,7 +130,7 @@ class SandboxFS:
                 return b""
 
         passwd, group = read("/etc/passwd"), read("/etc/group")
-        return Accounts(passwd, group, self.rt.id_map("uid"), self.rt.id_map("gid"))
+        return Accounts(passwd, group, self.rt.paths.id_map("uid"), self.rt.paths.id_map("gid"))
 
     def check_dotdot(self, spath: str) -> None:
         """The kernel walks an uncleaned path: "a/x/../b" needs a/x to exist and be a directory

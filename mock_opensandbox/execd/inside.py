@@ -70,7 +70,7 @@ class InsideListener:
     def start(self) -> None:
         """Listen now when that is cheap (root: setns), else from the accept thread (the agent's
         answer is awaited there, never by the caller)."""
-        net = getattr(getattr(self.runtime, "_holder", None), "net", None)
+        net = getattr(self.runtime.pid1.holder, "net", None)
         if self.delay == 0 and getattr(net, "netns_fd", None) is not None:
             self._open()
             if self._sock is None:

@@ -198,7 +198,7 @@ class PtySession:
             return self.pid != 0
 
     def _shell_argv(self) -> list[str]:
-        shell = self.registry.runtime.shell()[0]
+        shell = self.registry.runtime.paths.shell()[0]
         argv = [shell]
         if os.path.basename(shell) == "bash":  # runtime/command.go shellCommand: bash only
             argv += ["--noprofile", "--norc"]

@@ -333,7 +333,11 @@ class SessionRegistry:
                 s.env = updated
             if pwd_line:
                 s.cwd = (
-                    pwd_line if rt.isolated else rt.to_sandbox(pwd_line) if pwd_line.startswith(rt.root) else pwd_line
+                    pwd_line
+                    if rt.isolated
+                    else rt.paths.to_sandbox(pwd_line)
+                    if pwd_line.startswith(rt.root)
+                    else pwd_line
                 )
         if exit_code != 0:
             if rc > 0:

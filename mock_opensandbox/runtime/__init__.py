@@ -1,8 +1,10 @@
 """The sandbox underneath one mock execd, contained the way a container of the real server is.
 
-Modules: ``sandbox`` (SandboxRuntime: root, path mapping through the sandbox's view, processes,
-pause/resume), ``holder`` (a sandbox's PID 1 - the mock's bootstrap.sh: execd, then the entrypoint -
-and how commands join its namespaces), ``agent`` (the in-sandbox agent's channel: ``agent_call``),
+Modules: ``sandbox`` (SandboxRuntime: root, processes, pause/resume), its components ``paths``
+(SandboxPaths, ``runtime.paths``: path mapping through the sandbox's view) and ``pid1`` (Pid1,
+``runtime.pid1``: PID 1 started on first use, its view, devpts, network namespace, agent), ``holder``
+(a sandbox's PID 1 - the mock's bootstrap.sh: execd, then the entrypoint - and how commands join its
+namespaces), ``agent`` (the in-sandbox agent's channel: ``agent_call``),
 ``probe`` (can this OS contain a sandbox? once per process), ``scripts`` (the programs in ``scripts/`` and their arguments),
 ``caps`` (the capability set, data), ``execd`` (a real execd binary inside a sandbox), ``netns`` (its
 own network namespace), ``cgroups`` (its resource limits), ``spawner`` (cgroup v1: the thread that

@@ -32,6 +32,15 @@ from mock_opensandbox.runtime.holder import Holder
 from mock_opensandbox.wire.relay import TCPRelay, free_port
 
 
+class _Pid1(Protocol):
+    """What this module uses of pid1.Pid1 (which imports this module: no import back)."""
+
+    holder: Holder | None
+    mode: str | None
+
+    def ensure_holder(self) -> Holder | None: ...
+
+
 class SandboxRuntime(Protocol):
     """What this module uses of sandbox.SandboxRuntime (which imports this module: no import back)."""
 
@@ -39,12 +48,11 @@ class SandboxRuntime(Protocol):
     isolated: bool
     isolation_note: str
     terminated: bool
-    _holder: Holder | None
     _lock: Any
-    _pid_mode: str | None
     _execd_spec: dict[str, Any] | None
 
-    def _ensure_holder(self) -> Holder | None: ...
+    @property
+    def pid1(self) -> _Pid1: ...
 
     def connect(self, port: int, timeout: float | None = None) -> socket.socket: ...
 
@@ -282,7 +290,7 @@ class _HostProcess:
 
 def _bootstrap_execd(rt: "SandboxRuntime", timeout: float) -> _HostProcess | None:
     """The execd process bootstrap.sh started (a child of PID 1 running /opt/opensandbox/execd)."""
-    holder = rt._holder
+    holder = rt.pid1.holder
     if holder is None:
         return None
     want = EXECD_PATH.encode() + b"\0"
@@ -309,14 +317,14 @@ def start_execd(
     spec = rt._execd_spec
     if spec is None or spec["binary"] != binary or (port is not None and spec["port"] != port):
         with rt._lock:
-            fresh = rt._holder is None
+            fresh = rt.pid1.holder is None
         if fresh:
             rt.use_execd(binary, port=port, token=token, env=env, args=args)
             spec = rt._execd_spec
     with rt._lock:
         if rt.terminated:
             raise RuntimeError("the sandbox is terminated")
-        holder = rt._ensure_holder() if rt._pid_mode is not None else None
+        holder = rt.pid1.ensure_holder() if rt.pid1.mode is not None else None
     if spec is not None and spec.get("started") and holder is not None:
         proc = _bootstrap_execd(rt, timeout)
         if proc is None:

@@ -98,7 +98,9 @@ def for_image(jupyter_env: str | None, image: Any) -> str | None:
 def bind_into(runtime: Any, volumes: Any, path: str) -> None:
     """The env bound read-only at its own path, planned with the sandbox's volumes (before PID 1)."""
     runtime.volumes = plan_mounts(
-        runtime.root, runtime.resolve_in_root, list(volumes.mounts if volumes is not None else []) + [BindMount(path)]
+        runtime.root,
+        runtime.paths.resolve_in_root,
+        list(volumes.mounts if volumes is not None else []) + [BindMount(path)],
     )
 
 

@@ -1,7 +1,7 @@
-"""A sandbox's paths and processes as the host sees them, for SandboxRuntime (sandbox.py): sandbox paths
-mapped to host paths without ever leaving the sandbox's view (resolve(), view_path(), which()), its user
-namespace's id maps, its PTY pairs from its own devpts, and the processes that left its process groups
-(stray_pids). Split out of sandbox.py (no module over 700 lines); no state of its own.
+"""SandboxPaths, the component of SandboxRuntime (sandbox.py) that maps sandbox paths to host paths
+without ever leaving the sandbox's view (resolve(), view_path(), which(), shell()) and reads its user
+namespace's id maps; held as ``runtime.paths``. Also, for the runtime, its PTY pairs from its own devpts
+(sandbox_pty) and the processes that left its process groups (stray_pids).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import fcntl
 import os
 import stat
 import struct
-from typing import Any
+from typing import Callable
 
 from mock_opensandbox.runtime._util import DEFAULT_PATH, MAX_SYMLINKS, SYSTEM_DIRS, readlink
 
@@ -23,17 +23,24 @@ class PathEscape(ValueError):
 
 
 class SandboxPaths:
-    """Path mapping of SandboxRuntime (its root, isolated, view_root(), base_env(), _holder)."""
+    """Path mapping of one sandbox (held as SandboxRuntime.paths): its root directory, whether it is
+    isolated, and what it asks of the runtime: ``view_root`` (Pid1.view_root: the host path of the
+    sandbox's "/", starts PID 1), ``base_env`` (SandboxRuntime.base_env: the PATH of which() and
+    shell()), ``pid1`` (Pid1.holder_pid: whose user namespace id_map() reads, None without one)."""
 
-    root: str
-    isolated: bool
-    _holder: Any
-
-    def view_root(self) -> str:  # pragma: no cover - SandboxRuntime's
-        raise NotImplementedError
-
-    def base_env(self) -> dict[str, str]:  # pragma: no cover - SandboxRuntime's
-        raise NotImplementedError
+    def __init__(
+        self,
+        root: str,
+        isolated: bool,
+        *,
+        view_root: Callable[[], str],
+        base_env: Callable[[], dict[str, str]],
+        pid1: Callable[[], int | None],
+    ):
+        self.root, self.isolated = root, isolated
+        self._view_root, self._base_env, self._pid1 = view_root, base_env, pid1
+        self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
+        self._bash_at: tuple[str, str] | None = None  # (PATH directory, path) where shell() last found bash
 
     def resolve_in_root(self, sandbox_path: str, *, follow_symlinks: bool = True) -> str:
         """resolve() against the root directory itself, never the view (what view.py mounts into before
@@ -49,7 +56,7 @@ class SandboxPaths:
             raise ValueError("path must be a string")
         if "\x00" in sandbox_path:
             raise ValueError("path contains a NUL byte")
-        root = _base or self.view_root()
+        root = _base or self._view_root()
         todo = [p for p in sandbox_path.split("/") if p not in ("", ".")]
         todo.reverse()  # a stack: next component at the end
         done: list[str] = []
@@ -102,13 +109,13 @@ class SandboxPaths:
     def id_map(self, kind: str = "uid") -> list[tuple[int, int, int]]:
         """PID 1's user namespace mapping ("uid" or "gid"): (id inside, id outside, count) rows; [] when
         the sandbox has no user namespace of its own (root) or no PID 1."""
-        holder = self._holder
-        if holder is None or os.geteuid() == 0:
+        pid = self._pid1()
+        if pid is None or os.geteuid() == 0:
             return []
         cached = self._id_maps.get(kind)
         if cached is None:
             try:
-                with open("/proc/%d/%s_map" % (holder.pid, kind)) as fh:
+                with open("/proc/%d/%s_map" % (pid, kind)) as fh:
                     rows = [[int(x) for x in line.split()] for line in fh if len(line.split()) == 3]
             except (OSError, ValueError):
                 return []
@@ -120,7 +127,7 @@ class SandboxPaths:
         """Host path of what a *command* sees at sandbox_path: the sandbox's view (view_root()), else,
         isolated without one, the host's own system directories (they are bind-mounted) or the
         sandbox root's file (resolve())."""
-        if self.isolated and self.view_root() != self.root:
+        if self.isolated and self._view_root() != self.root:
             return self.resolve(sandbox_path)
         if self.isolated:
             norm = os.path.normpath("/" + sandbox_path.lstrip("/"))
@@ -131,7 +138,7 @@ class SandboxPaths:
 
     def which(self, name: str, path: str | None = None) -> str | None:
         """PATH lookup of an executable as a command inside the sandbox would do it."""
-        for d in (path if path is not None else self.base_env().get("PATH", DEFAULT_PATH)).split(":"):
+        for d in (path if path is not None else self._base_env().get("PATH", DEFAULT_PATH)).split(":"):
             if not d.startswith("/"):
                 continue
             cand = d.rstrip("/") + "/" + name
@@ -143,8 +150,6 @@ class SandboxPaths:
                 return cand
         return None
 
-    _bash_at: tuple[str, str] | None = None  # (PATH directory, path) where shell() last found bash
-
     def shell(self) -> list[str]:
         """The shell execd would use: "bash" when present in the sandbox view, else "sh" (execd
         runtime/command.go getShell; recording 11 stderr "bash: line 1: ...")."""
@@ -153,7 +158,7 @@ class SandboxPaths:
         last = self._bash_at
         if last is not None and self.which("bash", path=last[0]) == last[1]:
             return ["bash"]
-        found = self.which("bash", self.base_env().get("PATH", DEFAULT_PATH))
+        found = self.which("bash", self._base_env().get("PATH", DEFAULT_PATH))
         self._bash_at = (found.rsplit("/", 1)[0], found) if found else None
         return ["bash"] if found else ["sh"]
 
@@ -177,21 +182,20 @@ def sandbox_pty(pid1: int) -> tuple[int, int]:
     return master, slave
 
 
-def stray_pids(self: Any) -> list[int]:
-    """Processes of this sandbox that left our process groups (setsid daemons, `cmd &` + setsid).
-    Isolated: their root is our root or they are in our PID namespace. Not isolated: they carry
-    our marker variable or are chrooted into our root."""
+def stray_pids(root: str, isolated: bool, token: str, pidns: str, root_id: tuple[int, int] | None) -> list[int]:
+    """Processes of a sandbox that left its process groups (setsid daemons, `cmd &` + setsid).
+    Isolated: their root is the sandbox's root (root_id: its (st_dev, st_ino)) or they are in its PID
+    namespace (pidns: PID 1's /proc/PID/ns/pid link, "" without one). Not isolated: they carry its
+    marker variable (token) or are chrooted into its root."""
     out: list[int] = []
-    if self.isolated and self.root == "/":
+    if isolated and root == "/":
         return out  # every process has "/" as its root: nothing identifies ours
     try:
         names = os.listdir("/proc")
     except OSError:
         return out
     me = os.getpid()
-    marker = f"{_MARKER_ENV}={self._token}".encode()
-    holder = self._holder
-    pidns = holder.pidns_id if holder is not None else ""
+    marker = f"{_MARKER_ENV}={token}".encode()
     for name in names:
         if not name.isdigit():
             continue
@@ -199,14 +203,14 @@ def stray_pids(self: Any) -> list[int]:
         if pid == me:
             continue
         try:
-            if self.isolated:
+            if isolated:
                 # its root is our root (pivot_root: readlink says "/", the inode tells) or it
                 # is anywhere in our PID namespace
                 if not (pidns and readlink(f"/proc/{pid}/ns/pid") == pidns):
                     st = os.stat(f"/proc/{pid}/root")
-                    if (st.st_dev, st.st_ino) != self._root_id:
+                    if (st.st_dev, st.st_ino) != root_id:
                         continue
-            elif readlink(f"/proc/{pid}/root") != self.root:
+            elif readlink(f"/proc/{pid}/root") != root:
                 # not chrooted into the root (what an execd *process* started here runs its
                 # commands in, PID 1 of its own namespace included): it must carry our marker
                 with open(f"/proc/{pid}/environ", "rb") as fh:

@@ -1,6 +1,8 @@
-"""SandboxPid1, the part of SandboxRuntime (sandbox.py) around the sandbox's main process: PID 1 (the
+"""Pid1, the component of SandboxRuntime (sandbox.py) around the sandbox's main process: PID 1 (the
 namespace holder, holder.py) started on first use, its view of "/", its devpts, its network namespace
-and its agent. A mixin with no state of its own; split out of sandbox.py.
+and its agent. The runtime holds it as ``runtime.pid1`` and gives it what it cannot know itself (the
+``Owner`` protocol below: the sandbox's lifecycle flag, its notes, its mounts and the runtime's part of
+a start); everything else comes in through the constructor.
 """
 
 from __future__ import annotations
@@ -9,13 +11,13 @@ import errno
 import os
 import socket
 import subprocess
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from mock_opensandbox.runtime import netns
-from mock_opensandbox.runtime.agent import AgentChannel, oneshot_call
+from mock_opensandbox.runtime.agent import AgentChannel
 from mock_opensandbox.runtime.execdproc import idle_execd
 from mock_opensandbox.runtime.holder import Holder
-from mock_opensandbox.runtime.paths import SandboxPaths, sandbox_pty
+from mock_opensandbox.runtime.paths import sandbox_pty
 from mock_opensandbox.runtime.rootfs import ImageRoot, user_word
 
 # A runtime used without start_entrypoint() (stand-alone execd, unit tests) gets this main process,
@@ -32,38 +34,54 @@ class SandboxNotRunning(SandboxTerminated):
     dead like a stopped container and nothing can join its namespaces."""
 
 
-class SandboxPid1(SandboxPaths):
-    """PID 1 of SandboxRuntime (the attributes below are set by its __init__)."""
+class Owner(Protocol):
+    """What Pid1 uses of the SandboxRuntime holding it (sandbox.py, which imports this module)."""
 
-    hostname: str
-    home: str
-    image_root: ImageRoot | None
-    isolation_note: str
-    net_note: str
-    terminated: bool
-    volumes: str
-    _agent: AgentChannel | None
-    _execd_spec: dict[str, Any] | None
-    _holder: Holder | None
-    _janitor: Any
-    _lock: Any
-    _netns: bool
-    _pid_mode: str | None
-    _root_fd: int | None
-    _unshare: str
-    _user: tuple[int, int, list[int], str] | None
+    terminated: bool  # read before PID 1 starts or is used; set when a start cannot mount the sandbox
+    isolation_note: str  # + why this sandbox has no PID namespace of its own, when PID 1 cannot start
+    volumes: str  # view.py's "mount the volumes" argument (mounts.plan), set before PID 1 starts
 
-    def _holder_join(self) -> dict[str, Any]:  # pragma: no cover - SandboxRuntime's
-        raise NotImplementedError
+    def base_env(self) -> dict[str, str]: ...  # the implicit main process's environment
 
-    def _view_env(self) -> dict[str, str]:  # pragma: no cover - SandboxRuntime's
-        raise NotImplementedError
+    # the runtime's part of a start: Holder.start's cgroup join arguments, what only view.py reads, and
+    # PID 1's execd ("binary": a real one, env gets its flags; the agent's Python; None: no execd process)
+    def _pid1_start(self, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, str], str | None]: ...
 
-    def _install_execd(self, env: dict[str, str]) -> str | None:  # pragma: no cover - SandboxRuntime's
-        raise NotImplementedError
+    def _track(self, proc: subprocess.Popen) -> None: ...  # PID 1 is one of the sandbox's processes (pause)
 
-    def _track(self, proc: subprocess.Popen) -> None:  # pragma: no cover - SandboxRuntime's
-        raise NotImplementedError
+    # the network namespace's way in when not root (netns.SandboxNet): the resident agent
+    def agent_call(self, request: Mapping[str, Any], timeout: float = 5.0) -> tuple[dict[str, Any], list[int]]: ...
+
+
+class Pid1:
+    """PID 1 of one sandbox (held as SandboxRuntime.pid1). ``mode``: how commands join its namespaces
+    (holder.py), None when the sandbox has no PID namespace of its own (also once PID 1 could not start);
+    ``netns``: it holds a network namespace of the sandbox's own; ``net_note``: what of the network is not
+    like a container's ("" = nothing). ``holder``, ``agent`` while it runs."""
+
+    def __init__(
+        self,
+        owner: Owner,
+        lock: Any,
+        *,
+        root: str,
+        hostname: str,
+        mode: str | None,
+        unshare: str,
+        netns: bool,
+        net_note: str,
+        image_root: ImageRoot | None,
+        user: tuple[int, int, list[int], str] | None,
+        intend: Callable[[str, str], Any] | None,
+    ):
+        self._owner, self._lock = owner, lock  # the runtime's RLock (ensure_holder, start, detach: held by the caller)
+        self.root, self.hostname, self.mode, self._unshare = root, hostname, mode, unshare
+        self.netns, self.net_note = netns, net_note
+        self._image_root, self._user, self._intend = image_root, user, intend
+        self.holder: Holder | None = None
+        self.agent: AgentChannel | None = None  # the resident agent's channel (PID 1's execd is the mock's)
+        # an O_PATH fd on PID 1's root ("/" of the sandbox's mount namespace: the view the files API works on)
+        self.root_fd: int | None = None
 
     def view_root(self) -> str:
         """The host path that is the sandbox's "/" for every file operation of its execd: with a PID 1
@@ -73,24 +91,29 @@ class SandboxPid1(SandboxPaths):
         sandbox's own holds a view: the per-command fallback, or no isolation). Never realpath() it:
         the link text of /proc/PID/root is "/". Starts PID 1 (with the implicit entrypoint) when
         nothing did yet, like spawn()."""
-        if not self.isolated or self._pid_mode is None:
+        if self.mode is None:  # also when not isolated (no PID namespace then)
             return self.root
         with self._lock:
-            if self.terminated:
+            if self._owner.terminated:
                 return self.root
-            holder = self._ensure_holder()
-            if holder is not None and self._root_fd is not None:
-                return "/proc/self/fd/%d/." % self._root_fd  # "/." : lstat sees the directory, not the fd link
+            holder = self.ensure_holder()
+            if holder is not None and self.root_fd is not None:
+                return "/proc/self/fd/%d/." % self.root_fd  # "/." : lstat sees the directory, not the fd link
         return self.root
+
+    def holder_pid(self) -> int | None:
+        """PID 1's host pid (its holder's), None while there is none."""
+        holder = self.holder
+        return holder.pid if holder is not None else None
 
     def openpty(self) -> tuple[int, int]:
         """(master, slave) for a PTY session. With a PID namespace the pair comes from the sandbox's
         own devpts (like execd opening /dev/ptmx inside the container), so `tty` inside names it
         /dev/pts/N; otherwise (no holder, the per-command fallback, not isolated) the host's."""
         with self._lock:
-            if self.terminated:
+            if self._owner.terminated:
                 raise SandboxTerminated("sandbox is terminated")
-            holder = self._ensure_holder() if self._pid_mode is not None else None
+            holder = self.ensure_holder() if self.mode is not None else None
             if holder is not None and holder.alive():
                 try:
                     return sandbox_pty(holder.pid)
@@ -98,35 +121,34 @@ class SandboxPid1(SandboxPaths):
                     pass
         return os.openpty()
 
-    def _ensure_holder(self) -> Holder | None:
+    def ensure_holder(self) -> Holder | None:
         """The sandbox's namespace holder, started with the implicit main process on first use.
         None (and PID namespaces off for this sandbox) when it cannot start. Call with the lock held."""
-        if self._holder is None and self._pid_mode is not None:
-            self._start_holder(
+        if self.holder is None and self.mode is not None:
+            self.start(
                 list(IMPLICIT_ENTRYPOINT),
-                self.base_env(),
+                self._owner.base_env(),
                 implicit=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-        return self._holder
+        return self.holder
 
-    def _start_holder(
+    def start(
         self, argv: list[str], env: Mapping[str, str], *, implicit: bool, stdout: Any, stderr: Any
     ) -> Holder | None:
-        assert self._pid_mode is not None
+        """PID 1 with argv as the sandbox's main process. Call with the lock held, no holder yet."""
+        assert self.mode is not None
         env = dict(env)
-        if self._netns:
+        if self.netns:
             env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
         agent = agent_fd = python = idle = None
-        holder_join = self._holder_join()
-        view_env = {**self._view_env(), "OSB_MOCK_CGROUP_JOIN": "", **holder_join.pop("view_env", {})}
+        holder_join, view_env, execd = self._owner._pid1_start(env)
         try:
-            execd = self._install_execd(env)
-            if execd is not None and execd != "binary" and (self._pid_mode == "direct" or self.image_root):
+            if execd is not None and execd != "binary" and (self.mode == "direct" or self._image_root):
                 # root: connect/listen go through setns, agent_call through a one-shot agent, so
                 # /opt/opensandbox/execd is an idle placeholder (execd.IDLE_EXECD: ~1 MB, not ~9)
-                idle = idle_execd(self.home if self.image_root is not None else None)
+                idle = idle_execd(self._image_root.home if self._image_root is not None else None)
             if execd is not None and execd != "binary" and idle is None:
                 python = execd
                 agent, agent_fd = AgentChannel.pair()
@@ -136,18 +158,18 @@ class SandboxPid1(SandboxPaths):
                 self.hostname,
                 argv,
                 env,
-                self._pid_mode,
+                self.mode,
                 implicit=implicit,
                 stdout=stdout,
                 stderr=stderr,
-                net=self._netns,
-                volumes=self.volumes,
+                net=self.netns,
+                volumes=self._owner.volumes,
                 agent_fd=agent_fd,
                 agent_python=python,
                 execd=execd is not None,
                 idle_execd=idle,
                 view_env=view_env,
-                intend=self._janitor.intend if self._janitor is not None else None,
+                intend=self._intend,
                 **holder_join,
             )
         finally:
@@ -155,51 +177,55 @@ class SandboxPid1(SandboxPaths):
                 os.close(agent_fd)
         if holder is not None:
             try:
-                self._root_fd = os.open("/proc/%d/root" % holder.pid, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                self.root_fd = os.open("/proc/%d/root" % holder.pid, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
-                self._root_fd = None  # PID 1 already ended: files are the root directory's
-            if self.image_root is not None:  # commands join through scripts/nsexec.py: nothing of the host in the view
+                self.root_fd = None  # PID 1 already ended: files are the root directory's
+            if self._image_root is not None:  # commands join through scripts/nsexec.py: nothing of the host in the view
                 holder.via_helper, holder.user = True, user_word(self._user) if self._user else "-"
         if agent is not None:
             if holder is not None:
-                self._agent = agent
+                self.agent = agent
             else:
                 agent.close()
-        if holder is None and (self.volumes or self.image_root is not None):
+        volumes = self._owner.volumes
+        if holder is None and (volumes or self._image_root is not None):
             # the volumes or the image's root could not be mounted (view.py failed closed): no sandbox,
             # like a container whose mounts fail (no fallback without them)
-            self.terminated = True
+            self._owner.terminated = True
             raise SandboxTerminated(
-                "the sandbox's %s could not be mounted (%s)" % ("volumes" if self.volumes else "root", why)
+                "the sandbox's %s could not be mounted (%s)" % ("volumes" if volumes else "root", why)
             )
-        if holder is not None and self._netns:
-            self._attach_net(holder)
+        if holder is not None and self.netns:
+            # a real execd ("binary") spawns its own: wait for eth0 now (_attach_net)
+            self._attach_net(holder, wait=execd == "binary")
         if holder is None:
             # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)
-            self._pid_mode = None
-            self.isolation_note += f"; this sandbox has no PID namespace of its own ({why})"
-            if self._netns:
-                self._netns = False
+            self.mode = None
+            self._owner.isolation_note += f"; this sandbox has no PID namespace of its own ({why})"
+            if self.netns:
+                self.netns = False
                 self.net_note = "not contained: the host network (no PID 1 to hold a network namespace)"
             return None
-        self._holder = holder
-        self._track(holder.proc)
+        self.holder = holder
+        self._owner._track(holder.proc)
         return holder
 
-    def _attach_net(self, holder: Holder) -> None:
+    def _attach_net(self, holder: Holder, *, wait: bool) -> None:
         """The holder's network namespace: connect() and, when installed, slirp4netns for eth0."""
         try:
             # the resident agent (the mock's own execd) connects from inside; else netns's helper
-            holder.net = netns.SandboxNet(holder.pid, holder.mode, self.agent_call if self._agent is not None else None)
+            holder.net = netns.SandboxNet(
+                holder.pid, holder.mode, self._owner.agent_call if self.agent is not None else None
+            )
         except OSError:  # PID 1 already ended (a stopped sandbox): nothing to reach
             return
         # no wait for slirp4netns's readiness here when the mock's execd runs the commands: eth0 is
         # used from a command, and spawn() awaits it first (a real execd spawns its own: wait now)
-        note = holder.net.start_stack(wait=self._execd_spec is not None)
+        note = holder.net.start_stack(wait=wait)
         if note:
             self.net_note = note
 
-    def _await_net(self, holder: Holder) -> None:
+    def await_net(self, holder: Holder) -> None:
         """eth0 is up (or known not to come) before a command runs: slirp4netns's ready fd (netns)."""
         net = holder.net
         if net is not None and net.stack_pending:
@@ -207,19 +233,14 @@ class SandboxPid1(SandboxPaths):
             if note:
                 self.net_note = note
 
-    @property
-    def has_netns(self) -> bool:
-        """True when the sandbox has a network namespace of its own (reach its ports with connect())."""
-        return self._netns
-
     def connect(self, port: int, timeout: float | None = None) -> socket.socket:
         """A TCP connection to 127.0.0.1:port as seen from inside the sandbox: in its own network
         namespace (bridge), else the host's loopback (--network host, no namespaces). Raises OSError
         (ECONNREFUSED when nothing listens there, or the sandbox is not running)."""
         with self._lock:
-            holder = self._ensure_holder() if self._netns and not self.terminated else self._holder
+            holder = self.ensure_holder() if self.netns and not self._owner.terminated else self.holder
             net = holder.net if holder is not None else None
-            netns_wanted = self._netns
+            netns_wanted = self.netns
         if net is not None:
             return net.connect(port, timeout)
         if netns_wanted:  # a bridge sandbox that is not running: nothing listens inside
@@ -232,9 +253,9 @@ class SandboxPid1(SandboxPaths):
         sandbox with a network namespace; never starts its PID 1. Raises OSError (ENOTSUP without a
         namespace of its own, ECONNREFUSED when it is not running, EADDRINUSE)."""
         with self._lock:
-            holder = None if self.terminated else self._holder
+            holder = None if self._owner.terminated else self.holder
             net = holder.net if holder is not None else None
-            netns_wanted = self._netns
+            netns_wanted = self.netns
         if net is None:
             raise OSError(
                 errno.ENOTSUP if not netns_wanted else errno.ECONNREFUSED,
@@ -242,31 +263,35 @@ class SandboxPid1(SandboxPaths):
             )
         return net.listen(port)
 
-    def _release_view(self) -> None:
-        """The root fd now names the root directory: a file operation still in flight never meets a
-        reused descriptor number, and the dead namespace's mounts are let go. Lock held."""
-        if self._root_fd is None:
-            return
-        try:
-            fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            os.dup2(fd, self._root_fd, inheritable=False)
-            os.close(fd)
-        except OSError:
-            pass
-
-    def agent_call(self, request: Mapping[str, Any], timeout: float = 5.0) -> tuple[dict[str, Any], list[int]]:
-        """One request to the sandbox's agent (runtime/agent.py), in the sandbox's namespaces:
-        ``{"op": "ping"}`` -> ``{"ok": True, "pid": N}``; ``{"op": "connect", "port": P}`` ->
-        ``({"ok": True}, [fd])`` (a TCP socket connected to 127.0.0.1:P in the sandbox's network
-        namespace; the caller owns the fd) or ``{"ok": False, "errno": E, "error": "..."}``.
-        Without a resident agent (a real execd binary, per-command fallback) a one-shot agent runs
-        as a sandbox command. Raises AgentError (none can run, timeout), SandboxTerminated."""
+    def resident_agent(self) -> AgentChannel | None:
+        """The agent PID 1 runs (PID 1 started when nothing did yet), None when it has none or its
+        channel closed (SandboxRuntime.agent_call then runs a one-shot agent). Raises SandboxTerminated."""
         with self._lock:
-            if self.terminated:
+            if self._owner.terminated:
                 raise SandboxTerminated("sandbox is terminated")
-            if self._pid_mode is not None:
-                self._ensure_holder()
-            agent = self._agent
-        if agent is not None and not agent.closed:
-            return agent.call(request, timeout)
-        return oneshot_call(self, request, timeout)
+            if self.mode is not None:
+                self.ensure_holder()
+            agent = self.agent
+        return agent if agent is not None and not agent.closed else None
+
+    def detach(self) -> tuple[Holder | None, AgentChannel | None]:
+        """terminate(): (holder, agent) for the caller to close, none kept; the root fd now names the
+        root directory: a file operation still in flight never meets a reused descriptor number, and
+        the dead namespace's mounts are let go. Lock held."""
+        holder, self.holder = self.holder, None
+        agent, self.agent = self.agent, None
+        if self.root_fd is not None:
+            try:
+                fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                os.dup2(fd, self.root_fd, inheritable=False)
+                os.close(fd)
+            except OSError:
+                pass
+        return holder, agent
+
+    def close_view(self) -> None:
+        """cleanup(): the root fd closed."""
+        with self._lock:
+            fd, self.root_fd = self.root_fd, None
+        if fd is not None:
+            os.close(fd)

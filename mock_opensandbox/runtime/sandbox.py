@@ -12,6 +12,7 @@ import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -30,11 +31,10 @@ from mock_opensandbox.runtime._util import (
     make_mountpoint,
     rmtree,
 )
-from mock_opensandbox.runtime.agent import AgentChannel
+from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.execdproc import install_agent, install_binary, prepare_execd, start_execd
-from mock_opensandbox.runtime.holder import Holder
-from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, stray_pids  # noqa: F401 - PathEscape re-exported
-from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, SandboxNotRunning, SandboxPid1, SandboxTerminated  # noqa: F401 - re-exported
+from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, SandboxPaths, stray_pids  # noqa: F401 - PathEscape re-exported
+from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, Pid1, SandboxNotRunning, SandboxTerminated  # noqa: F401 - re-exported
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
 from mock_opensandbox.runtime.rootfs import ImageRoot
 from mock_opensandbox.runtime.spawner import Spawner
@@ -71,8 +71,10 @@ def network_note(network: str) -> str:
     return netns.no_outbound_note()
 
 
-class SandboxRuntime(SandboxPid1):
-    """One sandbox: a root directory and the process groups running in it."""
+class SandboxRuntime:
+    """One sandbox: a root directory and the process groups running in it. Its components: ``pid1``
+    (pid1.Pid1: PID 1, its view, devpts, network namespace and agent) and ``paths`` (paths.SandboxPaths:
+    sandbox paths as host paths through that view)."""
 
     # cgroup v1: the thread that forks the sandbox's processes, in its cgroups for good (spawner.py)
     _spawner: Spawner | None = None
@@ -117,25 +119,24 @@ class SandboxRuntime(SandboxPid1):
         self._nsenter = shutil.which("nsenter") or "nsenter"
         self._setpriv = shutil.which("setpriv", path=DEFAULT_PATH) or "/usr/bin/setpriv"
         # one PID (+ mount, IPC, UTS) namespace per sandbox, held by its main process (see holder.py)
-        self._pid_mode: str | None = result[3] if result else None
-        self._holder: Holder | None = None
+        pid_mode: str | None = result[3] if result else None
         self._root_id: tuple[int, int] | None = None
         # a network namespace of the sandbox's own ("bridge", netns.py), held by its PID 1
         if network not in netns.NETWORK_MODES:
             raise ValueError("network must be one of %s, not %r" % (", ".join(netns.NETWORK_MODES), network))
         self.network = network
-        self.net_note = ""  # what of the network is not like a container's ("" = nothing)
-        self._netns = False
+        net_note = ""  # what of the network is not like a container's ("" = nothing): Pid1.net_note
+        has_netns = False
         if network == "host":
-            self.net_note = "not contained: the host network (--network host)"
-        elif self._pid_mode is not None:
-            self._netns, why = _netns_probe(self._unshare)
-            if not self._netns:
-                self.net_note = "not contained: the host network (%s)" % why
+            net_note = "not contained: the host network (--network host)"
+        elif pid_mode is not None:
+            has_netns, why = _netns_probe(self._unshare)
+            if not has_netns:
+                net_note = "not contained: the host network (%s)" % why
             else:
-                self.net_note = netns.no_outbound_note()
+                net_note = netns.no_outbound_note()
         elif self.isolated:
-            self.net_note = "not contained: the host network (no PID namespace to hold a network namespace)"
+            net_note = "not contained: the host network (no PID namespace to hold a network namespace)"
         self._token = uuid.uuid4().hex
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -145,18 +146,14 @@ class SandboxRuntime(SandboxPid1):
         self.paused = False
         self.terminated = False
         # what PID 1's bootstrap.sh starts as /opt/opensandbox/execd: a real binary (use_execd) or the
-        # mock's agent (scripts/agent.py, when the view has a Python); the agent's channel; an O_PATH fd
-        # on PID 1's root ("/" of the sandbox's mount namespace: the view the files API works on)
+        # mock's agent (scripts/agent.py, when the view has a Python)
         self._execd_spec: dict[str, Any] | None = None
-        self._agent: AgentChannel | None = None
-        self._root_fd: int | None = None
-        self._id_maps: dict[str, list[tuple[int, int, int]]] = {}
         # -- the image's own tree as the root (rootfs.py), else the host-tools view --------
         self.home = self.root  # the sandbox's own directory (removed by cleanup())
         self.image_root: ImageRoot | None = None
         self.view_kind = "host-tools"
         self._user: tuple[int, int, list[int], str] | None = None
-        if image is not None and self._pid_mode is not None:
+        if image is not None and pid_mode is not None:
             self._use_image(image)
         elif image is not None:
             self.isolation_note += "; the image's tree needs a PID namespace of the sandbox's own: host tools"
@@ -167,6 +164,23 @@ class SandboxRuntime(SandboxPid1):
                 make_mountpoint(self.root, d)
             st = os.stat(self.root)
             self._root_id = (st.st_dev, st.st_ino)
+        # the components, on the final root (the image's once _use_image() ran)
+        self.pid1 = Pid1(
+            self,
+            self._lock,
+            root=self.root,
+            hostname=self.hostname,
+            mode=pid_mode,
+            unshare=self._unshare,
+            netns=has_netns,
+            net_note=net_note,
+            image_root=self.image_root,
+            user=self._user,
+            intend=janitor.intend if janitor is not None else None,
+        )
+        self.paths = SandboxPaths(
+            self.root, self.isolated, view_root=self.pid1.view_root, base_env=self.base_env, pid1=self.pid1.holder_pid
+        )
         # resource limits (cgroups.py): one cgroup per sandbox that every process of it joins
         # before it execs; the janitor (janitor.py) removes it should the mock die first
         self.cgroup: cgroups.Cgroup | None = None
@@ -213,8 +227,12 @@ class SandboxRuntime(SandboxPid1):
     def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
         return cgjoin.command_join(self.cgroup, self._spawner, cmd, controlling_tty)
 
-    def _holder_join(self) -> dict[str, Any]:
-        return cgjoin.holder_join(self.cgroup, self._setpriv)
+    def _pid1_start(self, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, str], str | None]:
+        """The runtime's part of PID 1's start (pid1.Owner): how it joins the cgroup (cgjoin.holder_join),
+        what only view.py reads (the cgroup's and the image's view, the v1 join) and its execd."""
+        holder_join = cgjoin.holder_join(self.cgroup, self._setpriv)
+        view_env = {**self._view_env(), "OSB_MOCK_CGROUP_JOIN": "", **holder_join.pop("view_env", {})}
+        return holder_join, view_env, self._install_execd(env)
 
     def _view_env(self) -> dict[str, str]:
         out = {"OSB_MOCK_CGROUP_VIEW": self.cgroup.view_env()} if self.cgroup is not None else {}
@@ -235,7 +253,42 @@ class SandboxRuntime(SandboxPid1):
     @property
     def pid_namespace(self) -> bool:
         """True when the sandbox's processes share one PID namespace of their own (`ps` shows only them)."""
-        return self._pid_mode is not None
+        return self.pid1.mode is not None
+
+    # -- the sandbox's paths and PID 1 (paths.py, pid1.py) --------------------------------------
+    def resolve(self, sandbox_path: str, *, follow_symlinks: bool = True) -> str:
+        """The host path of sandbox_path in the sandbox's view, never outside it (SandboxPaths.resolve:
+        symlinks resolved as a process inside would; raises ValueError, PathEscape, OSError ELOOP)."""
+        return self.paths.resolve(sandbox_path, follow_symlinks=follow_symlinks)
+
+    @property
+    def has_netns(self) -> bool:
+        """True when the sandbox has a network namespace of its own (reach its ports with connect())."""
+        return self.pid1.netns
+
+    def connect(self, port: int, timeout: float | None = None) -> socket.socket:
+        """A TCP connection to 127.0.0.1:port as seen from inside the sandbox (Pid1.connect)."""
+        return self.pid1.connect(port, timeout)
+
+    def listen(self, port: int) -> socket.socket:
+        """A TCP socket listening on 0.0.0.0:port inside the sandbox's own network namespace (Pid1.listen)."""
+        return self.pid1.listen(port)
+
+    def openpty(self) -> tuple[int, int]:
+        """(master, slave) for a PTY session, from the sandbox's own devpts when it has one (Pid1.openpty)."""
+        return self.pid1.openpty()
+
+    def agent_call(self, request: Mapping[str, Any], timeout: float = 5.0) -> tuple[dict[str, Any], list[int]]:
+        """One request to the sandbox's agent (runtime/agent.py), in the sandbox's namespaces:
+        ``{"op": "ping"}`` -> ``{"ok": True, "pid": N}``; ``{"op": "connect", "port": P}`` ->
+        ``({"ok": True}, [fd])`` (a TCP socket connected to 127.0.0.1:P in the sandbox's network
+        namespace; the caller owns the fd) or ``{"ok": False, "errno": E, "error": "..."}``.
+        Without a resident agent (a real execd binary, per-command fallback) a one-shot agent runs
+        as a sandbox command. Raises AgentError (none can run, timeout), SandboxTerminated."""
+        agent = self.pid1.resident_agent()
+        if agent is not None:
+            return agent.call(request, timeout)
+        return oneshot_call(self, request, timeout)
 
     # -- processes -----------------------------------------------------------------------------
     def base_env(self) -> dict[str, str]:
@@ -286,11 +339,11 @@ class SandboxRuntime(SandboxPid1):
         with self._lock:
             if self.terminated:
                 raise SandboxTerminated("sandbox is terminated")
-            holder = self._ensure_holder() if self._pid_mode is not None else None
+            holder = self.pid1.ensure_holder() if self.pid1.mode is not None else None
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
-                self._await_net(holder)
+                self.pid1.await_net(holder)
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
@@ -300,7 +353,7 @@ class SandboxRuntime(SandboxPid1):
                 host_cwd = self.root
             else:
                 cmd = list(argv)
-                host_cwd = self.host_cwd(wd)
+                host_cwd = self.paths.host_cwd(wd)
             stages = holder.stages(cmd) if holder is not None else None
             # cgroup v1: forked by the sandbox's spawner thread, in its cgroups already (spawner.py)
             spawner = self._spawner if self.cgroup is not None and self.cgroup.thread_join else None
@@ -359,15 +412,15 @@ class SandboxRuntime(SandboxPid1):
         argv = list(argv)
         stdout = subprocess.DEVNULL if stdout is None else stdout
         stderr = subprocess.DEVNULL if stderr is None else stderr
-        if self._pid_mode is not None:
+        if self.pid1.mode is not None:
             if not argv or not all(isinstance(a, str) and "\x00" not in a for a in argv):
                 raise ValueError("argv must be a non-empty list of strings without NUL bytes")
             env = self.base_env()
             with self._lock:
                 if self.terminated:
                     raise SandboxTerminated("sandbox is terminated")
-                if self._holder is None:
-                    holder = self._start_holder(argv, env, implicit=False, stdout=stdout, stderr=stderr)
+                if self.pid1.holder is None:
+                    holder = self.pid1.start(argv, env, implicit=False, stdout=stdout, stderr=stderr)
                     if holder is not None:
                         return holder.proc
         return self.spawn(argv, cwd="/", stdout=stdout, stderr=stderr)
@@ -376,7 +429,8 @@ class SandboxRuntime(SandboxPid1):
         """Process groups started through spawn()/start_entrypoint() that are still running (an
         implicit main process started on first use is the runtime's own and not listed)."""
         with self._lock:
-            skip = self._holder.proc if self._holder is not None and self._holder.implicit else None
+            holder = self.pid1.holder
+            skip = holder.proc if holder is not None and holder.implicit else None
             return [p.pid for p in self._procs if p.poll() is None and p is not skip]
 
     # -- pause / resume / terminate -------------------------------------------------------------
@@ -436,7 +490,7 @@ class SandboxRuntime(SandboxPid1):
             if pending:
                 time.sleep(0.005)
         # PID 1 outlives its killed holder by a moment (reparented, it is still emptying the namespace)
-        holder = self._holder
+        holder = self.pid1.holder
         while holder is not None and not holder.gone() and time.monotonic() < deadline:
             time.sleep(0.005)
         for p in procs:
@@ -448,9 +502,7 @@ class SandboxRuntime(SandboxPid1):
                         pass
         with self._lock:
             self._procs = []
-            holder, self._holder = self._holder, None
-            agent, self._agent = self._agent, None
-            self._release_view()
+            holder, agent = self.pid1.detach()
         if holder is not None:
             holder.close()
         self._remove_cgroup()
@@ -460,10 +512,7 @@ class SandboxRuntime(SandboxPid1):
     def cleanup(self) -> None:
         """terminate() and remove the root directory (never "/")."""
         self.terminate()
-        with self._lock:
-            fd, self._root_fd = self._root_fd, None
-        if fd is not None:
-            os.close(fd)
+        self.pid1.close_view()
         if self.home != "/":
             rmtree(self.home)
 
@@ -471,7 +520,9 @@ class SandboxRuntime(SandboxPid1):
         return [p.pid for p in self._procs if p.poll() is None]
 
     def _stray_pids(self) -> list[int]:
-        return stray_pids(self)
+        holder = self.pid1.holder
+        pidns = holder.pidns_id if holder is not None else ""
+        return stray_pids(self.root, self.isolated, self._token, pidns, self._root_id)
 
     # -- execd ------------------------------------------------------------------------------------
     def use_execd(

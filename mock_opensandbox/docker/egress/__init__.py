@@ -138,7 +138,7 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
         # /healthz never answers; the server polls it for its whole ready wait
         time.sleep(mock.egress_ready_timeout)
         raise _not_ready(mock, sb) from None
-    holder = getattr(runtime, "_holder", None)
+    holder = runtime.pid1.holder
     net = getattr(holder, "net", None)
     netns_fd = getattr(net, "netns_fd", None)
     if holder is None or netns_fd is None:
@@ -171,7 +171,7 @@ def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
     """--egress-bin: the real sidecar in the sandbox's namespace; a policy it refuses (it exits at start-up)
     gives the server's 500 after the ready wait, as the server's /healthz poll does."""
 
-    holder = getattr(runtime, "_holder", None)
+    holder = runtime.pid1.holder
     netns_fd = getattr(getattr(holder, "net", None), "netns_fd", None)
     if holder is None or netns_fd is None:
         raise _bad(START_FAILED, "Egress sidecar container failed to start.", 500)

@@ -83,7 +83,7 @@ def test_loops_and_bad_input(rt):
         rt.resolve("/tmp/\x00x")
     with pytest.raises(ValueError):
         rt.resolve(b"/tmp")  # type: ignore[arg-type]
-    assert rt.to_sandbox(rt.resolve("/tmp/q")) == "/tmp/q"
+    assert rt.paths.to_sandbox(rt.resolve("/tmp/q")) == "/tmp/q"
 
 
 @settings(max_examples=80, deadline=None)

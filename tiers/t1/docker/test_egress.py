@@ -255,7 +255,7 @@ def test_dns_nft_accepts_only_allowed_names_addresses_and_literal_rules(dns):
         )
         sb = SandboxSync.create("python:3", connection_config=sdk_config(m, sync=True), network_policy=pol)
         try:
-            pid = m.store.get(sb.id).runtime._holder.pid
+            pid = m.store.get(sb.id).runtime.pid1.holder.pid
             rules = _ruleset(pid)
             from mock_opensandbox.docker.egress import nameservers
 

@@ -140,7 +140,7 @@ def test_an_address_is_reachable_only_when_the_policy_allows_it(mode, real, requ
             pol = NetworkPolicy(default_action="deny", egress=[NetworkRule(action="allow", target="peer.test")])
             sb = SandboxSync.create("python:3", connection_config=sdk_config(m, sync=True), network_policy=pol)
             try:
-                peer.link(m.store.get(sb.id).runtime._holder.pid)
+                peer.link(m.store.get(sb.id).runtime.pid1.holder.pid)
                 if mode == "dns":
                     assert reach(sb) == "hi"  # dns: a literal address is not filtered (live: the same)
                     return

@@ -124,7 +124,7 @@ def test_exit_matrix(client, cmd, evalue, tb):
 def test_missing_binary_uses_bash_message(client, runtime):
     ev = client.run("/no/such/binary").events()
     assert ev[-1]["error"]["evalue"] == "127"
-    if runtime.which("bash"):
+    if runtime.paths.which("bash"):
         assert outputs(ev, "stderr")[0].rstrip("\n") == "bash: line 1: /no/such/binary: No such file or directory"
 
 
@@ -132,7 +132,7 @@ def test_nul_byte_in_a_command_is_execs_einval(client, runtime):
     """QUIRKS "NUL byte in a command": the real execd's answer (Go's exec: EINVAL before the fork)."""
     ev = client.run("echo a\x00b").events()
     errs = [e["error"] for e in ev if e.get("type") == "error"]
-    exe = runtime.which("bash") or "bash"
+    exe = runtime.paths.which("bash") or "bash"
     assert errs == [
         {
             "ename": "CommandExecError",

@@ -68,6 +68,7 @@ class _StandInRuntime:
         self.root = root
         self.paused = False
         self._procs: list[subprocess.Popen] = []
+        self.paths = self  # its shell() stands in for SandboxPaths.shell()
 
     def shell(self) -> list[str]:
         return [shutil.which("bash") or "/bin/sh"]

@@ -1,4 +1,4 @@
-"""SandboxRuntime.shell(): execd's getShell ("bash" when the sandbox has one on its PATH, else "sh") is
+"""SandboxPaths.shell(): execd's getShell ("bash" when the sandbox has one on its PATH, else "sh") is
 asked on every command; the runtime re-checks only where it found bash last time and looks again
 along the whole PATH when that one is gone, so removing or adding bash is seen by the next command."""
 
@@ -27,15 +27,15 @@ def test_shell_follows_bash_coming_and_going(tmp_path):
         rt.start_entrypoint([os.path.realpath(tail), "-f", "/dev/null"])
         own = os.path.join(rt.root, "opt", "x")
         os.makedirs(own)
-        assert rt.shell() == ["sh"]  # nothing on PATH yet
+        assert rt.paths.shell() == ["sh"]  # nothing on PATH yet
         shutil.copy(bash, os.path.join(own, "bash"))
-        assert rt.shell() == ["bash"]
-        assert rt.shell() == ["bash"]  # the quick re-check
+        assert rt.paths.shell() == ["bash"]
+        assert rt.paths.shell() == ["bash"]  # the quick re-check
         os.unlink(os.path.join(own, "bash"))
-        assert rt.shell() == ["sh"]
+        assert rt.paths.shell() == ["sh"]
         # a link resolved in the sandbox's view (its /usr is the host's, read-only)
         os.symlink(bash, os.path.join(own, "bash"))
-        assert rt.shell() == ["bash"]
-        assert rt.view_root() != rt.root  # all of it was looked up in the running sandbox's view
+        assert rt.paths.shell() == ["bash"]
+        assert rt.pid1.view_root() != rt.root  # all of it was looked up in the running sandbox's view
     finally:
         rt.cleanup()

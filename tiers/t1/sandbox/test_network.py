@@ -310,7 +310,7 @@ def _sandbox_parts(m: Mock, sids: list[str]) -> tuple[set[str], set[int], set[in
     nets, slirps, ports = set(), set(), set()
     for sid in sids:
         sb = m.osb.sandboxes[sid]
-        holder = sb.runtime._holder
+        holder = sb.runtime.pid1.holder
         nets.add(os.readlink("/proc/%d/ns/net" % holder.pid))
         if holder.net is not None and holder.net.stack is not None:
             slirps.add(holder.net.stack.pid)
@@ -426,7 +426,7 @@ def test_mock_execd_listens_inside_and_the_listener_dies_with_the_sandbox(mock):
     nets = set()
     for sid in sids:
         assert m.run(sid, CONNECT % ("127.0.0.1", 44772)) == "CONNECTED"
-        nets.add(os.readlink("/proc/%d/ns/net" % m.osb.sandboxes[sid].runtime._holder.pid))
+        nets.add(os.readlink("/proc/%d/ns/net" % m.osb.sandboxes[sid].runtime.pid1.holder.pid))
     if os.geteuid() == 0:
         assert nets <= _netns_of_my_sockets()
     assert len([t for t in threading.enumerate() if t.name.startswith("execd-inside")]) >= 2

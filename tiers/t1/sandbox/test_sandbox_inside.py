@@ -123,7 +123,7 @@ with MockOpenSandbox(execd_close_delay=0.05) as osb:
     tok = osb.execd_token or ""
     st, body = call(ehp, "POST", "/" + prefix + "/command", {"command": "TOK=%s " % tok + sys.stdin.read()},
                     dict(ep.get("headers") or {}, **{"X-EXECD-ACCESS-TOKEN": tok}))
-    print(json.dumps([st, body.decode(), osb.sandboxes[sid].runtime._holder.mode]))
+    print(json.dumps([st, body.decode(), osb.sandboxes[sid].runtime.pid1.holder.mode]))
     call(hp, "DELETE", "/v1/sandboxes/" + sid, None, key)
     print(json.dumps([t.name for t in threading.enumerate() if t.name.startswith("execd-inside")]))
 """

@@ -168,8 +168,8 @@ def test_two_sandboxes_do_not_see_each_other(api):
         assert not [r for r in rows_b if r[3] == "sleep 31"], rows_b
         # each has its own PID 1
         assert [r for r in rows_a if r[0] == 1] and [r for r in rows_b if r[0] == 1]
-        ns_a = api.osb.sandboxes[a].runtime._holder.pidns_id
-        ns_b = api.osb.sandboxes[b].runtime._holder.pidns_id
+        ns_a = api.osb.sandboxes[a].runtime.pid1.holder.pidns_id
+        ns_b = api.osb.sandboxes[b].runtime.pid1.holder.pidns_id
         assert ns_a and ns_b and ns_a != ns_b
     finally:
         api.call("DELETE", f"/v1/sandboxes/{a}")
@@ -182,7 +182,7 @@ def test_delete_leaves_no_process(api):
     api.run(sid, "setsid sleep 34 > /dev/null 2>&1 < /dev/null & echo daemon")
     api.run(sid, "nohup sh -c 'sleep 35' > /dev/null 2>&1 &")
     rt = api.osb.sandboxes[sid].runtime
-    holder = rt._holder
+    holder = rt.pid1.holder
     assert holder is not None
     assert _wait(lambda: len(_pidns_members(holder.pidns_id)) >= 5)  # init, tail, 3 sleeps (+ shells)
     members = _pidns_members(holder.pidns_id) | {holder.proc.pid}
@@ -195,7 +195,7 @@ def test_paused_sandbox_freezes_every_process(api):
     sid = api.create()
     try:
         api.run(sid, "sleep 36", background=True)
-        holder = api.osb.sandboxes[sid].runtime._holder
+        holder = api.osb.sandboxes[sid].runtime.pid1.holder
         assert _wait(lambda: len(_pidns_members(holder.pidns_id)) >= 3)
         assert api.call("POST", f"/v1/sandboxes/{sid}/pause")[0] == 202
 
@@ -312,7 +312,7 @@ rt = SandboxRuntime(sys.argv[1])
 t = threading.Thread(target=lambda: rt.spawn(["true"]).wait())  # like a request thread: it ends
 t.start()
 t.join()
-h = rt._holder
+h = rt.pid1.holder
 print(h.proc.pid, h.pid, int(alive(h.proc.pid) and alive(h.pid)), flush=True)
 os.kill(os.getpid(), 9)  # the mock dies without any cleanup
 """

@@ -42,7 +42,7 @@ def test_pid1_entrypoint_commands_and_the_spawner_are_in_the_sandbox_cgroups(tmp
     try:
         assert dirs, rt.limits_note
         rt.start_entrypoint(["sleep", "60"])
-        holder = rt._holder
+        holder = rt.pid1.holder
         assert holder is not None
         assert _cgroup_names("/proc/%d/cgroup" % holder.pid) == {name}  # PID 1 (view.py joined)
         assert wait_until(lambda: len(_children(holder.pid)) >= 1, 10.0)
@@ -80,7 +80,7 @@ def test_the_cgroup_join_variable_of_the_view_is_never_the_sandbox_environment(t
         try:
             p = rt.spawn(["true"])
             assert p.wait(timeout=30) == 0
-            assert rt._holder is not None and rt._holder.alive()
+            assert rt.pid1.holder is not None and rt.pid1.holder.alive()
         finally:
             rt.cleanup()
         assert bait.read_text() == ""
