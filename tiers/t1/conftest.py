@@ -5,7 +5,7 @@
 * ``sandbox_root``, ``runtime``, ``make_execd``: a bare execd over a SandboxRuntime (conftest_execd.py);
 * ``cli_factory``: ``python -m mock_opensandbox`` in the foreground (tiers/toolkit/mockcli.py).
 
-The plugin's modules are importable by their own names here too (``from osb import transport``).
+The plugin's modules are importable by their own names here too (``import osb_transport``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import epp
 import errors
 import failures
 from config import Config
-from osb import transport
+import osb_transport as transport
 
 CANARY = "abx-canary-0123456789abcdef"
 

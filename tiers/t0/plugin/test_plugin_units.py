@@ -23,7 +23,8 @@ import methods.sandbox as sandbox
 from config import Config
 from epp import MAX_LINE_BYTES, Request
 from errors import EppError
-from osb import execd, transport
+import osb_execd as execd
+import osb_transport as transport
 
 HOST_DEFAULTS = {
     "template": "base",

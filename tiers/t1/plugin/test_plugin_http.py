@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from osb import sse, transport  # plugin/: importable through tiers/t1/conftest.py
+import osb_sse as sse
+import osb_transport as transport  # plugin/: importable through tiers/t1/conftest.py
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -29,7 +29,7 @@ import threading
 from typing import Any, BinaryIO, Callable, Mapping
 from urllib.parse import urlsplit
 
-from .transport import NetError
+from osb_transport import NetError
 
 __all__ = [
     "connect",
