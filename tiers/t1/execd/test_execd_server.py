@@ -293,8 +293,15 @@ def test_standalone_process(tmp_path):
         sleeper = "sleep 400.%06d" % random.randrange(10**6)
         cid = c.run(sleeper, background=True).events()[0]["text"]
         assert c.get(f"/command/status/{cid}").json()["running"] is True
-        before = subprocess.run(["pgrep", "-f", sleeper], capture_output=True, text=True).stdout.split()
-        assert before
+        # the command is running once it is spawned; its argv is the sleep's only after the stages before it
+        # (runtime/stages.py) exec'd it, a moment later on a loaded machine
+        before: list[str] = []
+
+        def found() -> bool:
+            before[:] = subprocess.run(["pgrep", "-f", sleeper], capture_output=True, text=True).stdout.split()
+            return bool(before)
+
+        assert wait_until(found)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
         assert proc.stdout.read() == b""
