@@ -215,6 +215,8 @@ class Holder:
         self.via_helper = False
         self.user = "-"
         self.ns_fds: list[tuple[int, int]] | None = None  # root + image: forkjoin.py's namespace fds
+        self.contained: Any = None  # the thread inside it that forks its commands (contained.py)
+        self.contained_tried = False
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
         try:
             if mode == "direct":
@@ -491,6 +493,9 @@ class Holder:
         self.close()
 
     def close(self) -> None:
+        contained, self.contained = self.contained, None
+        if contained is not None:
+            contained.stop()  # out of the sandbox's cgroups before they are removed
         net, self.net = self.net, None
         if net is not None:
             net.close()

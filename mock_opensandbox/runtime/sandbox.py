@@ -30,6 +30,7 @@ from mock_opensandbox.runtime._util import (
     make_image_root,
     make_mountpoint,
     rmtree,
+    take_ctty,
 )
 from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.execdproc import install_agent, install_binary, prepare_execd, start_execd
@@ -37,6 +38,7 @@ from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, SandboxPaths
 from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, Pid1, SandboxNotRunning, SandboxTerminated  # noqa: F401 - re-exported
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
 from mock_opensandbox.runtime.rootfs import ImageRoot
+from mock_opensandbox.runtime.contained import contained_spawner, creds as _creds
 from mock_opensandbox.runtime.spawner import Spawner
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -221,11 +223,20 @@ class SandboxRuntime:
         if self.cgroup is not None and self._janitor is not None:
             for d in self.cgroup.dirs:
                 self._janitor.track("cgroup", d)
-        if self.cgroup is not None and self.cgroup.thread_join:
-            self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % name[-12:])
+
+    def _cg_spawner(self) -> Spawner | None:
+        """cgroup v1: the thread in the sandbox's cgroups that forks what the contained thread does not
+        (spawner.py), made on first use: with a contained thread it is not needed."""
+        if self._spawner is None and self.cgroup is not None and self.cgroup.thread_join and not self.cgroup.removed:
+            self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % self.hostname)
+        return self._spawner
+
+    def _contained(self, holder: Any) -> Spawner | None:
+        """The thread inside the sandbox that forks its commands (contained.py), started on first use."""
+        return contained_spawner(holder, self.cgroup, self.hostname)
 
     def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
-        return cgjoin.command_join(self.cgroup, self._spawner, cmd, controlling_tty)
+        return cgjoin.command_join(self.cgroup, self._cg_spawner(), cmd, controlling_tty)
 
     def _pid1_start(self, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, str], str | None]:
         """The runtime's part of PID 1's start (pid1.Owner): how it joins the cgroup (cgjoin.holder_join),
@@ -340,10 +351,17 @@ class SandboxRuntime:
             if self.terminated:
                 raise SandboxTerminated("sandbox is terminated")
             holder = self.pid1.ensure_holder() if self.pid1.mode is not None else None
+            contained = None
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
                 self.pid1.await_net(holder)
+                contained = self._contained(holder)
+            creds: dict[str, Any] = {}
+            if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
+                cmd, host_cwd, joining, stages = list(argv), wd, None, None
+                preexec, creds = (take_ctty if controlling_tty else None), _creds(user or holder.user)
+            elif holder is not None:
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
@@ -354,22 +372,24 @@ class SandboxRuntime:
             else:
                 cmd = list(argv)
                 host_cwd = self.paths.host_cwd(wd)
-            stages = holder.stages(cmd) if holder is not None else None
             # cgroup v1: forked by the sandbox's spawner thread, in its cgroups already (spawner.py)
-            spawner = self._spawner if self.cgroup is not None and self.cgroup.thread_join else None
-            if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
-                preexec, joining = holder.fork_join(
-                    wd, self.cgroup if spawner is None else None, controlling_tty, user
-                )  # user: "UID GID G,.."
-            else:
-                joined, preexec, joining = self._join(cmd, controlling_tty)
-                if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
-                    stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
-                cmd = joined
+            spawner = contained or (self._cg_spawner() if self.cgroup is not None else None)
+            if contained is None:
+                stages = holder.stages(cmd) if holder is not None else None
+                if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
+                    preexec, joining = holder.fork_join(
+                        wd, self.cgroup if spawner is None else None, controlling_tty, user
+                    )  # user: "UID GID G,.."
+                else:
+                    joined, preexec, joining = self._join(cmd, controlling_tty)
+                    if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
+                        stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
+                    cmd = joined
+            inside = holder.children_inside() if holder is not None and contained is None else None
 
             def fork() -> subprocess.Popen:
                 with (
-                    holder.children_inside() if holder is not None else contextlib.nullcontext(),
+                    inside if inside is not None else contextlib.nullcontext(),
                     joining if joining is not None else contextlib.nullcontext(),
                 ):
                     return subprocess.Popen(
@@ -382,6 +402,7 @@ class SandboxRuntime:
                         stdout=stdout,
                         stderr=stderr,
                         preexec_fn=preexec,
+                        **creds,
                     )
 
             try:
@@ -393,7 +414,7 @@ class SandboxRuntime:
                 raise
             self._track(proc)
             paused = self.paused
-        if holder is not None and not paused:
+        if holder is not None and stages is not None and not paused:
             # like Go's cmd.Start (execd), return once the command itself runs: a `ps` right after
             # must not see the joining wrapper (nsenter/unshare or the helper, host paths included)
             await_exec(proc, stages)

@@ -33,8 +33,9 @@ class Spawner:
     """A daemon thread that joins ``cgroup`` (a cgroups.Cgroup whose ``thread_join`` is True) once and then
     runs the callables given to ``call`` (forks of the sandbox's processes)."""
 
-    def __init__(self, cgroup: Any, name: str = "osb-sandbox-spawner"):
-        self._cgroup = cgroup
+    def __init__(self, cgroup: Any, name: str = "osb-sandbox-spawner", enter: Callable[[], None] | None = None):
+        self._cgroup = cgroup  # None: no cgroup to join (a contained thread without limits: contained.py)
+        self._enter = enter  # run in the thread after the cgroup join, before any call (contained.py)
         self._work: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._ready = threading.Event()
         self._error: OSError | None = None
@@ -47,11 +48,16 @@ class Spawner:
     def _run(self) -> None:
         self._tid = threading.get_native_id()
         try:
-            self._cgroup.enter_thread()
+            if self._cgroup is not None:
+                self._cgroup.enter_thread()
+            if self._enter is not None:
+                self._enter()
         except OSError as exc:
             self._error = exc
         finally:
             self._ready.set()
+        if self._error is not None and self._enter is not None:
+            return  # half entered: it forks nothing (call raises; the caller falls back)
         while True:
             item = self._work.get()
             if item is None:
@@ -62,6 +68,10 @@ class Spawner:
             except BaseException as exc:  # handed back to the caller
                 box.append((False, exc))
             done.set()
+
+    def ok(self, timeout: float | None = None) -> bool:
+        """The thread joined (and entered) and takes calls; waits for that at most timeout."""
+        return self._ready.wait(timeout) and self._error is None and not self._stopped
 
     def call(self, fn: Callable[[], _T]) -> _T:
         """fn() run in the spawner thread, once it is in the cgroups. Raises what fn raises, or OSError

@@ -1,0 +1,131 @@
+"""Containment paid once per sandbox, not per command: a thread of the mock that enters a sandbox for good
+and forks its commands (root only; ``SandboxRuntime.spawn`` uses it when ``contained_thread`` says it can).
+
+Every attribute a container's process has from runc is a per-thread attribute in Linux: the cgroups (v1
+lets one thread join: spawner.py), ``pid_for_children`` (``setns(CLONE_NEWPID)``), the mount namespace
+with the root and working directory (``setns(CLONE_NEWNS)`` once the thread has a ``fs_struct`` of its
+own: ``unshare(CLONE_FS)``), the IPC, UTS and network namespaces, the seccomp filter (``prctl
+PR_SET_SECCOMP`` without TSYNC filters the calling thread only), the capability sets (``capset`` and
+``PR_CAPBSET_DROP`` act on the calling thread's credentials) and ``no_new_privs``. A child inherits all of
+them from the thread that forks it, and ``execve`` keeps them. So the thread takes them once, in the order
+runc does (namespaces, then the filter while CAP_SYS_ADMIN still allows it, then the capability drop), and
+every command after that is a plain ``vfork`` + ``execve`` of the command itself from that thread: no
+``nsenter``, no Python stage for the filter, no ``setpriv``, no ``env`` (the ~9 ms per command they cost:
+bench/README.md). What the command gets is what those stages gave it: the same filter program
+(scripts/seccomp.py), the same capability set (caps.py), the same view, namespaces and cgroups.
+
+The thread runs nothing but ``subprocess.Popen`` after that: every module it needs is imported before it
+enters (its "/" is then the sandbox's, where the mock's files are not), and the caller passes sandbox paths
+(cwd, argv). It ends with the sandbox (``stop``), which also takes it out of the cgroups. Standard library
+only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from mock_opensandbox.runtime import caps
+from mock_opensandbox.runtime import stages as scripts
+from mock_opensandbox.runtime.forkjoin import _CapData, _CapHeader, _setup, _SockFprog
+from mock_opensandbox.runtime.spawner import Spawner
+
+CLONE_FS, CLONE_NEWPID = 0x00000200, 0x20000000
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, _PR_SET_NO_NEW_PRIVS = 24, 47, 4, 38
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        e = ctypes.get_errno() or 22
+        raise OSError(e, "%s: %s" % (what, os.strerror(e)))
+
+
+def enter_sandbox(pidns_fd: int, ns_fds: list[tuple[int, int]]) -> None:
+    """Make the calling thread a process of the sandbox whose namespace fds these are, for good: its
+    children are born in the PID namespace, see the sandbox's "/" and run filtered with its capability
+    set. Raises OSError (the thread is then unusable: the caller stops it)."""
+    libc, last = _setup()
+    prog = scripts.SECCOMP["seccomp_program"](os.uname().machine)
+    _check(libc.setns(pidns_fd, CLONE_NEWPID), "setns(pid)")
+    _check(libc.unshare(CLONE_FS), "unshare(CLONE_FS)")  # the thread's own root and cwd, so setns(mnt) may
+    for fd, flag in ns_fds:
+        _check(libc.setns(fd, flag), "setns(%#x)" % flag)
+    os.chdir("/")
+    if prog:  # the filter while CAP_SYS_ADMIN is still held (no no_new_privs needed for it)
+        fbuf = ctypes.create_string_buffer(prog, len(prog))
+        fprog = _SockFprog(len(prog) // 8, ctypes.cast(fbuf, ctypes.c_void_p))
+        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+            if ctypes.get_errno() != 22:  # EINVAL: no filter support (the stages go on without it too)
+                _check(-1, "seccomp")
+    mask = caps.SANDBOX_CAP_MASK
+    for cap in range(last + 1):
+        if not mask >> cap & 1:
+            _check(libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "PR_CAPBSET_DROP")
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    hdr = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3; pid 0: this thread
+    data = (_CapData * 2)()
+    for i in (0, 1):
+        data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
+    _check(libc.capset(ctypes.byref(hdr), data), "capset")
+    if caps.NO_NEW_PRIVILEGES:
+        _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+
+
+def contained_thread(holder: Any, cgroup: Any, name: str) -> Spawner | None:
+    """A Spawner whose thread has entered the sandbox of ``holder`` (a root ``direct`` holder), or None
+    where it cannot: not root, the cgroups of a kind a thread cannot join (v2), no PID namespace fd."""
+    if os.geteuid() != 0 or holder.mode != "direct" or holder.pidns_fd is None:
+        return None
+    if cgroup is not None and not cgroup.thread_join:
+        return None
+    if holder.ns_fds is None:
+        from mock_opensandbox.runtime.forkjoin import namespace_fds
+
+        holder.ns_fds = namespace_fds(holder.pid, holder.net is not None)
+    # its own copies: the holder may close its fds (a sandbox ending) before the thread has entered
+    fds = [os.dup(holder.pidns_fd)]
+    try:
+        for fd, _ in holder.ns_fds:
+            fds.append(os.dup(fd))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    flags = [flag for _, flag in holder.ns_fds]
+
+    def enter() -> None:
+        try:
+            enter_sandbox(fds[0], list(zip(fds[1:], flags, strict=True)))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    return Spawner(cgroup, name, enter=enter)
+
+
+def creds(user: str | None) -> dict[str, Any]:
+    """Popen's user/group/extra_groups for a "UID GID G1,G2" word (rootfs.user_word; "-" or None: the
+    thread's own, root). The sandbox's capability set keeps CAP_SETUID/CAP_SETGID for that switch."""
+    if not user or user == "-":
+        return {}
+    ids = user.split(" ")
+    return {
+        "user": int(ids[0]),
+        "group": int(ids[1]),
+        "extra_groups": [int(g) for g in ids[2].split(",")] if ids[2] != "-" else [],
+    }
+
+
+def contained_spawner(holder: Any, cgroup: Any, hostname: str) -> Spawner | None:
+    """holder's contained thread, started on its first use (OSB_MOCK_CONTAINED=0: never, for an A/B);
+    None where there is none (the wrapper stages then contain each command)."""
+    if not holder.contained_tried and os.environ.get("OSB_MOCK_CONTAINED", "1") != "0":
+        holder.contained_tried = True
+        try:
+            holder.contained = contained_thread(holder, cgroup, "osb-in-%s" % hostname)
+        except OSError:
+            holder.contained = None
+    sp = holder.contained
+    return sp if sp is not None and sp.ok() else None
