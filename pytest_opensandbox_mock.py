@@ -13,6 +13,9 @@ package, and through ``pytest_plugins`` in this repository's conftest.py.
     def test_fork_bomb(opensandbox_mock_factory):   # the server's options: pids_limit (4096),
         osb = opensandbox_mock_factory(pids_limit=64, execd_close_delay=0)   # max_sandbox_timeout (86400)
 
+    def test_quick(opensandbox_mock_factory):   # no delay a client does not depend on (ini: opensandbox_timing)
+        osb = opensandbox_mock_factory(timing="fast")
+
     def test_fast(opensandbox_mock_shared):   # one mock per session, reset() after every test
         opensandbox_mock_shared.assert_requested(method="POST", path="^/v1/sandboxes$", count=0)
 """
@@ -34,6 +37,12 @@ def pytest_addoption(parser: Any) -> None:
         "(MockOpenSandbox egress_mode; default: dns where the host can run it)",
         default="",
     )
+    parser.addini(
+        "opensandbox_timing",
+        "the opensandbox_mock fixtures' timing: faithful (a real server's delays) | fast (execd's start and "
+        "close delays 0; MockOpenSandbox timing)",
+        default="",
+    )
     parser.addini("opensandbox_egress_dns_upstream", "IP[:PORT] the fixtures' policy resolvers forward to", default="")
     parser.addini(
         "opensandbox_egress_bin",
@@ -47,6 +56,7 @@ def fixture_options(config: Any) -> MockOptions:
     """The fixtures' MockOptions: the defaults, with the ini file's egress settings (the command line
     builds its own from its flags, mock_opensandbox/__main__.py)."""
     return MockOptions(
+        timing=config.getini("opensandbox_timing") or "faithful",
         egress_mode=config.getini("opensandbox_egress_mode") or None,
         egress_dns_upstream=config.getini("opensandbox_egress_dns_upstream") or None,
         egress_bin=config.getini("opensandbox_egress_bin") or None,

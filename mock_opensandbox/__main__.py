@@ -13,7 +13,7 @@ import resource
 import sys
 from typing import Sequence
 
-from mock_opensandbox.options import EXECD_MODES, MockOptions
+from mock_opensandbox.options import EXECD_MODES, TIMINGS, MockOptions
 from mock_opensandbox.runtime import isolation_note, netns, optional
 from mock_opensandbox.runtime.cgroups import host as cgroup_host
 from mock_opensandbox.runtime.jupyterenv import HINT
@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run this execd binary as one process per sandbox instead of the in-process execd",
     )
     p.add_argument("--gateway", action="store_true", help="endpoints carry routing headers clients must replay")
+    p.add_argument(
+        "--timing",
+        choices=TIMINGS,
+        default="faithful",
+        help="faithful (default): a real server's delays; fast: the ones no client depends on set to 0 "
+        "(--execd-start-delay and --execd-close-delay, whatever they say; docs/MOCK.md, Timing)",
+    )
     numbers: tuple[tuple[str, type, float, str, str], ...] = (  # (flag, type, default, metavar, help)
         (
             "--execd-start-delay",
@@ -209,6 +216,7 @@ def options_from_args(args: argparse.Namespace) -> MockOptions:
         allowed_host_paths=tuple(args.allowed_host_path),
         pids_limit=args.pids_limit,
         execd_close_delay=args.execd_close_delay,
+        timing=args.timing,
         image_dir=args.image_dir,
         image_cache=args.image_cache,
         egress_mode=args.egress_mode,
@@ -283,6 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(HINT[0].upper() + HINT[1:], flush=True)
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
+        o = osb.options
+        print(
+            "Timing: %s (execd start delay %gs, stream close delay %gs)"
+            % (o.timing, o.execd_start_delay, o.execd_close_delay),
+            flush=True,
+        )
         print("Open files: up to %d (RLIMIT_NOFILE)." % nofile, flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)
 

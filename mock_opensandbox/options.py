@@ -25,6 +25,13 @@ from mock_opensandbox.runtime.cgroups import DEFAULT_PIDS_LIMIT
 from mock_opensandbox.runtime.jupyterenv import check as check_jupyter_env
 
 EXECD_MODES = ("v1.1.0", "latest")
+TIMINGS = ("faithful", "fast")
+# timing="fast": the delays of a real server that no client's outcome depends on, each set to 0 (docs/MOCK.md,
+# "Timing"): execd's refusal of connections for a moment after Running (a client polls /ping through it) and
+# the ~1 s a finished command's SSE stream stays open (the official SDK's commands.run reads it to its end).
+# Kept: the code interpreter's 100 ms idle poll (it decides which output a /code run's stream carries) and
+# the ~3 s heartbeat cadence (events, not waits).
+FAST_TIMING = {"execd_start_delay": 0.0, "execd_close_delay": 0.0}
 NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
 DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [server] max_sandbox_timeout_seconds
 
@@ -48,6 +55,7 @@ class MockOptions:
     execd_close_delay: float = 1.0  # execd v1.0.19 keeps a stream open ~1 s after its last event
     execd_start_delay: float = 0.0  # seconds a new execd refuses connections although the create says Running
     execd_bin: str | None = None  # a real execd (or the mock's stand-alone one) per sandbox instead of in-process
+    timing: str = "faithful"  # "fast": every delay in FAST_TIMING set to 0, whatever the fields above say
     # -- sandboxes -----------------------------------------------------------------------------------------
     root: str | None = None  # where sandbox roots live (None: a temp dir removed at stop)
     isolate: bool | None = None  # None: isolated where the host can, False: on the host
@@ -92,6 +100,8 @@ class MockOptions:
         pids = None if self.pids_limit == 0 else self.pids_limit
         if pids is not None and (not isinstance(pids, int) or isinstance(pids, bool) or pids < 1):
             raise ValueError("pids_limit must be a positive integer, or 0/None for no limit")
+        if self.timing not in TIMINGS:
+            raise ValueError("timing must be one of %s, not %r" % (", ".join(TIMINGS), self.timing))
         delay = self.execd_close_delay
         if not isinstance(delay, (int, float)) or not delay >= 0 or delay == float("inf"):
             raise ValueError("execd_close_delay must be a number of seconds >= 0")
@@ -109,6 +119,7 @@ class MockOptions:
             if problem:
                 raise ValueError(problem)
             jenv = os.path.realpath(jenv)  # bound into sandboxes at its real path
+        fast: dict[str, Any] = dict(FAST_TIMING) if self.timing == "fast" else {}
         return dataclasses.replace(
-            self, max_sandbox_timeout=timeout, pids_limit=pids, allowed_host_paths=hosts, jupyter_env=jenv
+            self, max_sandbox_timeout=timeout, pids_limit=pids, allowed_host_paths=hosts, jupyter_env=jenv, **fast
         )

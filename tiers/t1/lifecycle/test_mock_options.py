@@ -106,3 +106,36 @@ def test_non_root_on_cgroup_v1_names_the_limits_it_cannot_apply():
     note, header = p.stdout.decode().splitlines()
     assert note == "resource limits memory/cpu/pids (cgroup v1 needs root)"
     assert header.endswith("; not contained: " + note) or header.endswith(", " + note), header
+
+
+def test_fast_timing_zeroes_the_named_delays_and_only_them(opensandbox_mock_factory, monkeypatch):
+    """docs/MOCK.md, Timing: --timing fast sets execd's start and close delays to 0 whatever they say; faithful
+    keeps them; anything else is refused by name."""
+    from mock_opensandbox.options import FAST_TIMING, MockOptions
+
+    assert sorted(FAST_TIMING) == ["execd_close_delay", "execd_start_delay"]
+    slow = MockOptions(execd_start_delay=0.2, execd_close_delay=1.0)
+    assert (slow.checked().execd_start_delay, slow.checked().execd_close_delay) == (0.2, 1.0)
+    fast = slow.replace(timing="fast").checked()
+    assert (fast.execd_start_delay, fast.execd_close_delay, fast.pids_limit) == (0.0, 0.0, slow.pids_limit)
+    with pytest.raises(ValueError, match="timing must be one of faithful, fast"):
+        MockOptions(timing="quick").checked()
+    m = opensandbox_mock_factory(timing="fast", execd_close_delay=1.0)
+    assert (m.options.timing, m.execd_close_delay) == ("fast", 0.0)
+    got = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(options):
+        got.append(options.checked())
+        raise Stop
+
+    monkeypatch.setattr(cli, "MockOpenSandbox", fake)
+    with pytest.raises(Stop):
+        cli.main(["--timing", "fast"])
+    assert (got[0].execd_start_delay, got[0].execd_close_delay) == (0.0, 0.0)
+    monkeypatch.undo()
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--timing", "quick"])
+    assert exc.value.code == 2

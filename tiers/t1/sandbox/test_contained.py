@@ -1,0 +1,101 @@
+"""Containment paid once per sandbox (runtime/contained.py): as root, a thread of the mock enters the sandbox once
+and forks every command from there. What must hold: the command is the spawned process itself (no nsenter,
+seccomp stage, setpriv or env in front of it) and it has exactly what the per-command stages gave it (the same
+namespaces as PID 1, the seccomp filter, the capability sets, no_new_privs, the cgroups, the view); the thread
+leaves with the sandbox; OSB_MOCK_CONTAINED=0 brings the stages back, with the same answers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from mock_opensandbox.runtime import SandboxRuntime, caps, cgroups
+from tiers.toolkit.marks import needs_isolation
+
+pytestmark = [needs_isolation, pytest.mark.skipif(os.geteuid() != 0, reason="the contained thread is root's way in")]
+
+PROBE = (
+    "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Uid|Gid|PPid):' /proc/self/status;"
+    " for n in mnt pid net uts ipc; do readlink /proc/self/ns/$n; done; cat /proc/self/cgroup | sort;"
+    " hostname; ls /; echo LC=$LC_CTYPE; pwd"
+)
+
+
+def _run(rt: SandboxRuntime, cmd: str, **kw) -> tuple[subprocess.Popen, str]:
+    p = rt.spawn(["/bin/sh", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+    return p, p.communicate(timeout=30)[0].decode()
+
+
+def _probe(tmp_path, name: str, contained: bool, monkeypatch) -> tuple[list, str, str]:
+    monkeypatch.setenv("OSB_MOCK_CONTAINED", "1" if contained else "0")
+    rt = SandboxRuntime(
+        str(tmp_path / name), limits=cgroups.Limits(pids=64), cgroup_name="osb-mock-t1-%s-%d" % (name, os.getpid())
+    )
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        holder = rt.pid1.holder
+        assert holder is not None
+        p, out = _run(rt, PROBE, cwd="/tmp", env={"LC_CTYPE": "C"})
+        pid1 = "".join(
+            os.readlink("/proc/%d/ns/%s" % (holder.pid, n)) + "\n" for n in ("mnt", "pid", "net", "uts", "ipc")
+        )
+        assert pid1 in out, out  # PID 1's namespaces, every one
+        thread = holder.contained
+        return p.args, out.replace(rt.hostname, "HOST"), "up" if thread is not None and thread.ok(0) else "none"
+    finally:
+        rt.cleanup()
+        if contained:
+            assert holder.contained is None  # stopped with the sandbox (before its cgroups went)
+
+
+def test_commands_are_forked_inside_with_what_the_stages_gave_them(tmp_path, monkeypatch):
+    args, out, thread = _probe(tmp_path, "fast", True, monkeypatch)
+    assert thread == "up"
+    assert args == ["/bin/sh", "-c", PROBE]  # the command itself: no wrapper stage
+    mask = "%016x" % caps.SANDBOX_CAP_MASK
+    for line in (
+        "CapPrm:\t" + mask,
+        "CapEff:\t" + mask,
+        "CapBnd:\t" + mask,
+        "CapInh:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "LC=C",
+        "/tmp",
+    ):
+        assert line in out.splitlines(), (line, out)
+    old_args, old_out, old_thread = _probe(tmp_path, "stages", False, monkeypatch)
+    assert old_thread == "none" and old_args[0].endswith("nsenter")
+    strip = lambda text: [  # noqa: E731 - ids of namespaces and cgroups differ between two sandboxes
+        line.split(":[")[0].rsplit("osb-mock-t1-", 1)[0] for line in text.splitlines() if not line.startswith("LC=")
+    ]
+    assert strip(out) == strip(old_out)
+
+
+def test_a_seccomp_closed_call_and_a_dropped_capability_stay_closed(tmp_path):
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        _, out = _run(rt, "unshare -m true; echo rc=$?; mount -t tmpfs x /mnt; echo rc=$?; touch /usr/x; echo rc=$?")
+        assert out.count("rc=1") == 2 and "rc=32" in out, out
+        assert rt.pid1.holder is not None and rt.pid1.holder.contained is not None
+    finally:
+        rt.cleanup()
+
+
+def test_a_non_root_command_user_is_set_by_the_fork(tmp_path):
+    from mock_opensandbox.runtime.contained import creds
+
+    assert creds("-") == {} and creds(None) == {}
+    assert creds("65534 65534 -") == {"user": 65534, "group": 65534, "extra_groups": []}
+    assert creds("1000 100 100,27") == {"user": 1000, "group": 100, "extra_groups": [100, 27]}
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        _, out = _run(rt, "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status", user="65534 65534 -")
+        assert out.split()[:2] == ["65534", "65534"] and "0000000000000000" in out and "NoNewPrivs:\t1" in out, out
+    finally:
+        rt.cleanup()
