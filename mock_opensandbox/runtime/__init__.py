@@ -27,7 +27,8 @@ process - runs
 * with the server's capability set (``caps.SANDBOX_CAP_MASK`` = 0x800405fb as bounding,
   permitted and effective set; inheritable and ambient empty) and no_new_privs, set right
   before the exec of the sandbox process (``scripts/view.py`` and ``scripts/nsexec.py`` with
-  prctl/capset; a root join with util-linux ``setpriv``).
+  prctl/capset; as root, once per sandbox for a thread that forks every command from inside,
+  ``contained.py``, or per command with util-linux ``setpriv`` where that thread cannot be made).
 The view is built while still privileged, in a namespace the host never sees; a failure of any
 step stops the process before anything of the sandbox runs. The network (``netns``): a network
 namespace per sandbox held by its PID 1, loopback up, ports reached with ``SandboxRuntime.connect``,

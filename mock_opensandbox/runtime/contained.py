@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 from typing import Any
 
 from mock_opensandbox.runtime import caps
 from mock_opensandbox.runtime import stages as scripts
+from mock_opensandbox.runtime._util import take_ctty
 from mock_opensandbox.runtime.forkjoin import _CapData, _CapHeader, _setup, _SockFprog
 from mock_opensandbox.runtime.spawner import Spawner
 
@@ -129,3 +131,19 @@ def contained_spawner(holder: Any, cgroup: Any, hostname: str) -> Spawner | None
             holder.contained = None
     sp = holder.contained
     return sp if sp is not None and sp.ok() else None
+
+
+_SETSID = shutil.which("setsid", path="/usr/bin:/bin")
+
+
+def ctty_stage(argv: list[str], host_tools: bool) -> tuple[list[str], Any, bool, Any]:
+    """(argv, await_exec stages, start_new_session, preexec_fn) for a PTY shell from the contained thread. In
+    the host-tools view util-linux ``setsid --ctty`` (the host's, which that view shows) makes the command a
+    session leader and takes stdin as its controlling terminal, then execs it in place: the fork stays a vfork
+    (not a process group leader, so setsid(1) does not fork). An image's view has no host tool: a preexec_fn
+    then does it (a full fork of the mock)."""
+    if host_tools and _SETSID:
+        cmd = [_SETSID, "--ctty", "--"] + argv
+        stage = b"\0".join(a.encode("utf-8", "surrogateescape") for a in cmd) + b"\0"
+        return cmd, (False, {stage}), False, None
+    return argv, None, True, take_ctty

@@ -30,7 +30,6 @@ from mock_opensandbox.runtime._util import (
     make_image_root,
     make_mountpoint,
     rmtree,
-    take_ctty,
 )
 from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.execdproc import install_agent, install_binary, prepare_execd, start_execd
@@ -38,7 +37,8 @@ from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, SandboxPaths
 from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, Pid1, SandboxNotRunning, SandboxTerminated  # noqa: F401 - re-exported
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
 from mock_opensandbox.runtime.rootfs import ImageRoot
-from mock_opensandbox.runtime.contained import contained_spawner, creds as _creds
+from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage
+from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.spawner import Spawner
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -358,9 +358,12 @@ class SandboxRuntime:
                 self.pid1.await_net(holder)
                 contained = self._contained(holder)
             creds: dict[str, Any] = {}
+            new_session = True
             if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
-                cmd, host_cwd, joining, stages = list(argv), wd, None, None
-                preexec, creds = (take_ctty if controlling_tty else None), _creds(user or holder.user)
+                cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
+                creds = _creds(user or holder.user)
+                if controlling_tty:  # a PTY shell: setsid(1) takes the terminal where the view has it (vfork)
+                    cmd, stages, new_session, preexec = ctty_stage(cmd, self.image_root is None)
             elif holder is not None:
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
@@ -397,7 +400,7 @@ class SandboxRuntime:
                         cwd=host_cwd,
                         env=full_env,
                         close_fds=True,
-                        start_new_session=True,
+                        start_new_session=new_session,
                         stdin=subprocess.DEVNULL if stdin is None else stdin,
                         stdout=stdout,
                         stderr=stderr,

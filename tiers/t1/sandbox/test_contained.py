@@ -7,6 +7,7 @@ leaves with the sandbox; OSB_MOCK_CONTAINED=0 brings the stages back, with the s
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -97,5 +98,29 @@ def test_a_non_root_command_user_is_set_by_the_fork(tmp_path):
         rt.start_entrypoint(["sleep", "60"])
         _, out = _run(rt, "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status", user="65534 65534 -")
         assert out.split()[:2] == ["65534", "65534"] and "0000000000000000" in out and "NoNewPrivs:\t1" in out, out
+    finally:
+        rt.cleanup()
+
+
+def test_a_pty_shell_gets_its_terminal_without_a_fork_of_the_mock(tmp_path):
+    """The host-tools view: setsid --ctty execs the shell in place (the spawn stays a vfork); the shell leads its
+    own session with the PTY as its controlling terminal, contained like any command."""
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        master, slave = rt.openpty()
+        p = rt.spawn(["/bin/sh", "-c", "sleep 30"], stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
+        os.close(slave)
+        assert p.args[:3] == [shutil.which("setsid", path="/usr/bin:/bin"), "--ctty", "--"], p.args
+        with open("/proc/%d/stat" % p.pid) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        assert int(fields[2]) == p.pid and int(fields[3]) == p.pid  # its own process group and session
+        assert int(fields[4]) != 0  # tty_nr: the PTY is its controlling terminal
+        with open("/proc/%d/status" % p.pid) as fh:
+            status = fh.read()
+        assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
+        with open("/proc/%d/cmdline" % p.pid, "rb") as fh:
+            assert fh.read() == b"/bin/sh\0-c\0sleep 30\0"  # setsid exec'd in place before spawn returned
+        os.close(master)
     finally:
         rt.cleanup()
