@@ -44,11 +44,22 @@ def _check(rc: int, what: str) -> None:
         raise OSError(e, "%s: %s" % (what, os.strerror(e)))
 
 
-def enter_sandbox(pidns_fd: int, ns_fds: list[tuple[int, int]]) -> None:
+_SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159}
+
+
+def enter_sandbox(pidns_fd: int, ns_fds: list[tuple[int, int]], groups: list[int] | None = None) -> None:
     """Make the calling thread a process of the sandbox whose namespace fds these are, for good: its
     children are born in the PID namespace, see the sandbox's "/" and run filtered with its capability
-    set. Raises OSError (the thread is then unusable: the caller stops it)."""
+    set; ``groups``: its supplementary groups (the image's root user's), set for this thread alone (the raw
+    system call: glibc's setgroups would change every thread of the mock). Raises OSError (the thread is
+    then unusable: the caller stops it)."""
     libc, last = _setup()
+    if groups is not None:
+        nr = _SYS_SETGROUPS.get(os.uname().machine)
+        if nr is None:
+            raise OSError(38, "setgroups: no system call number for this machine")
+        arr = (ctypes.c_uint32 * max(1, len(groups)))(*groups)
+        _check(libc.syscall(nr, len(groups), arr), "setgroups")
     prog = scripts.SECCOMP["seccomp_program"](os.uname().machine)
     _check(libc.setns(pidns_fd, CLONE_NEWPID), "setns(pid)")
     _check(libc.unshare(CLONE_FS), "unshare(CLONE_FS)")  # the thread's own root and cwd, so setns(mnt) may
@@ -96,28 +107,38 @@ def contained_thread(holder: Any, cgroup: Any, name: str) -> Spawner | None:
             os.close(fd)
         raise
     flags = [flag for _, flag in holder.ns_fds]
+    # an image's root user (rootfs.user_word "0 0 G1,G2"): the thread takes its groups, so its commands fork
+    # without a switch; another user is switched per command (Popen user=, a full fork)
+    ids = holder.user.split(" ") if holder.user and holder.user != "-" else []
+    groups = [int(g) for g in ids[2].split(",") if g] if ids[:2] == ["0", "0"] and ids[2] != "-" else None
+    if ids[:2] == ["0", "0"] and groups is None:
+        groups = []
 
     def enter() -> None:
         try:
-            enter_sandbox(fds[0], list(zip(fds[1:], flags, strict=True)))
+            enter_sandbox(fds[0], list(zip(fds[1:], flags, strict=True)), groups)
         finally:
             for fd in fds:
                 os.close(fd)
 
-    return Spawner(cgroup, name, enter=enter)
+    sp = Spawner(cgroup, name, enter=enter)
+    sp.identity = (0, 0, sorted(set(groups if groups is not None else os.getgroups())))
+    return sp
 
 
-def creds(user: str | None) -> dict[str, Any]:
+def creds(user: str | None, identity: tuple[int, int, list[int]] | None = None) -> dict[str, Any]:
     """Popen's user/group/extra_groups for a "UID GID G1,G2" word (rootfs.user_word; "-" or None: the
-    thread's own, root). The sandbox's capability set keeps CAP_SETUID/CAP_SETGID for that switch."""
+    thread's own). ``identity``: the contained thread's (uid, gid, sorted groups); a word that names exactly
+    that switches nothing (the fork stays a vfork). The sandbox's capability set keeps CAP_SETUID/CAP_SETGID
+    for a switch."""
     if not user or user == "-":
         return {}
     ids = user.split(" ")
-    return {
-        "user": int(ids[0]),
-        "group": int(ids[1]),
-        "extra_groups": [int(g) for g in ids[2].split(",")] if ids[2] != "-" else [],
-    }
+    uid, gid = int(ids[0]), int(ids[1])
+    groups = [int(g) for g in ids[2].split(",") if g] if ids[2] != "-" else []
+    if identity is not None and (uid, gid, sorted(set(groups))) == identity:
+        return {}
+    return {"user": uid, "group": gid, "extra_groups": groups}
 
 
 def contained_spawner(holder: Any, cgroup: Any, hostname: str) -> Spawner | None:

@@ -361,7 +361,7 @@ class SandboxRuntime:
             new_session = True
             if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
-                creds = _creds(user or holder.user)
+                creds = _creds(user or holder.user, contained.identity)
                 if controlling_tty:  # a PTY shell: setsid(1) takes the terminal where the view has it (vfork)
                     cmd, stages, new_session, preexec = ctty_stage(cmd, self.image_root is None)
             elif holder is not None:

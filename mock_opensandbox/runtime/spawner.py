@@ -36,6 +36,7 @@ class Spawner:
     def __init__(self, cgroup: Any, name: str = "osb-sandbox-spawner", enter: Callable[[], None] | None = None):
         self._cgroup = cgroup  # None: no cgroup to join (a contained thread without limits: contained.py)
         self._enter = enter  # run in the thread after the cgroup join, before any call (contained.py)
+        self.identity: tuple[int, int, list[int]] | None = None  # (uid, gid, groups) its forks have (contained.py)
         self._work: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._ready = threading.Event()
         self._error: OSError | None = None

@@ -91,6 +91,8 @@ def test_a_non_root_command_user_is_set_by_the_fork(tmp_path):
     from mock_opensandbox.runtime.contained import creds
 
     assert creds("-") == {} and creds(None) == {}
+    assert creds("0 0 0", (0, 0, [0])) == {} and creds("0 0 -", (0, 0, [])) == {}  # the thread's own: a vfork
+    assert creds("0 0 0", (0, 0, [])) == {"user": 0, "group": 0, "extra_groups": [0]}
     assert creds("65534 65534 -") == {"user": 65534, "group": 65534, "extra_groups": []}
     assert creds("1000 100 100,27") == {"user": 1000, "group": 100, "extra_groups": [100, 27]}
     rt = SandboxRuntime(str(tmp_path / "sb"))
