@@ -1,8 +1,10 @@
-"""python -m bench [--quick] [--out bench/out] [--cases cold,exec,stream,files,flow,capacity]
+"""python -m bench [--quick] [--out bench/out] [--cases cold,exec,stream,files,flow,capacity,live]
 
 Starts the mock OpenSandbox in this process (or uses OPENSANDBOX_BASE_URL + OPENSANDBOX_API_KEY
 when OPENSANDBOX_BASE_URL is set), runs the selected cases with every client in one worker process,
-and writes results.json, results.md and chart.png (when matplotlib is installed) to --out.
+and writes results.json, results.md and chart.png (when matplotlib is installed) to --out. The case
+"live" measures the mock (its own `python -m mock_opensandbox` processes) next to that live server and
+is skipped, with one line saying so, when OPENSANDBOX_BASE_URL is not set.
 
 Exit status: 0 when every selected case ran (targets met or not: this is a measurement, not a test),
 1 when a case failed to run, 2 on bad arguments.
@@ -100,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cases",
         default=None,
-        help="comma-separated subset: " + ",".join(K.CASES) + " (or numbers 1-7); default 1-6 "
-        "(7, sandbox: what one sandbox costs the mock, A/B; see bench/sandbox_costs.py)",
+        help="comma-separated subset: " + ",".join(K.CASES) + " (or numbers 1-8); default 1-6 and 8 "
+        "(7, sandbox: what one sandbox costs the mock, A/B; see bench/sandbox_costs.py; 8, live: the mock "
+        "next to the live server of OPENSANDBOX_BASE_URL, skipped without one; see bench/vs_live.py)",
     )
     ap.add_argument(
         "--sandbox-baseline-rev",

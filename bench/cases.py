@@ -1,5 +1,6 @@
-"""The six cases. Each case function returns result rows; each row pairs "ours" with a baseline
-measured in the same run, on the same server, interleaved in the same worker process.
+"""The cases (7 and 8 are in bench/sandbox_costs.py and bench/vs_live.py). Each case function returns result rows;
+each row of cases 1-6 pairs "ours" with a baseline measured in the same run, on the same server, interleaved in the
+same worker process (case 8 pairs the mock with a live server).
 
 A row: id, case, title, unit ("ms" or "MB/s"), better ("lower"/"higher"), ours {name, median, p90,
 n, samples_s}, baseline {...} or None, median, p90 (ours), ratio (ours / baseline, in the row's
@@ -485,6 +486,12 @@ def case_sandbox(ctx: Context) -> list:
     return sandbox_costs.run_case(ctx, make_row)
 
 
+def case_live(ctx: Context) -> list:
+    from bench import vs_live
+
+    return vs_live.run_case(ctx, make_row)
+
+
 FUNCS = {
     "cold": case_cold,
     "exec": case_exec,
@@ -493,4 +500,5 @@ FUNCS = {
     "flow": case_flow,
     "capacity": case_capacity,
     "sandbox": case_sandbox,
+    "live": case_live,
 }

@@ -46,6 +46,13 @@ FULL = {
     "sandbox_cmd_n": 100,
     "sandbox_cmd_gap_ms": 50,
     "sandbox_settle_ms": 1000,
+    "live_warmup": 2,
+    "live_cmd_n": 60,
+    "live_create_n": 8,
+    "live_files_n": 12,
+    "live_stream_n": 5,
+    "live_stream_bytes": 6 * MiB,
+    "live_idle_n": 3,
 }
 QUICK = {
     "cold_n": 5,
@@ -69,6 +76,13 @@ QUICK = {
     "sandbox_idle_n": 3,
     "sandbox_cmd_n": 10,
     "sandbox_settle_ms": 1000,
+    "live_warmup": 1,
+    "live_cmd_n": 15,
+    "live_create_n": 3,
+    "live_files_n": 4,
+    "live_stream_n": 2,
+    "live_stream_bytes": 6 * MiB,
+    "live_idle_n": 2,
 }
 
 # --smoke (for tests of the harness itself): one repetition per side, tiny sizes. Numbers from a smoke
@@ -95,12 +109,21 @@ SMOKE = {
     "sandbox_idle_n": 1,
     "sandbox_cmd_n": 1,
     "sandbox_settle_ms": 100,
+    "live_warmup": 0,
+    "live_cmd_n": 1,
+    "live_create_n": 1,
+    "live_files_n": 1,
+    "live_stream_n": 1,
+    "live_stream_bytes": 96 * 1024,
+    "live_idle_n": 1,
 }
 
 # Case 7 "sandbox" (bench/sandbox_costs.py: what one sandbox costs the mock, A/B against another mock tree) runs
 # only when asked for (--cases sandbox): it checks out a second tree and starts two more mocks.
-CASES = ("cold", "exec", "stream", "files", "flow", "capacity", "sandbox")
-DEFAULT_CASES = CASES[:6]
+# Case 8 "live" (bench/vs_live.py: the mock as a user starts it next to a live server, in one run) is a default
+# case: without a live server (OPENSANDBOX_BASE_URL) it says so in one line and measures nothing.
+CASES = ("cold", "exec", "stream", "files", "flow", "capacity", "sandbox", "live")
+DEFAULT_CASES = (*CASES[:6], "live")
 CASE_NUMBERS = {str(i + 1): name for i, name in enumerate(CASES)}
 
 

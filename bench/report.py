@@ -192,6 +192,12 @@ def markdown(results: dict) -> str:
             f"* plugin install (python -m agent_sandbox.providers install --yes): {f['install_s']:.2f} s",
             "",
         ]
+    if "live" in d:
+        lv = d["live"]
+        if lv.get("skipped"):
+            out += [f"Mock vs live (case 8): skipped: {lv['skipped']}", ""]
+        else:
+            out += ["Mock vs live (case 8), ratios mock / live:", ""] + [f"* {n}" for n in lv.get("notes", [])] + [""]
     if "capacity" in d:
         c = d["capacity"]
         out += [

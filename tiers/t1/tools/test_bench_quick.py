@@ -135,3 +135,53 @@ def test_bad_case_name_is_a_usage_error():
     )
     assert proc.returncode == 2
     assert "unknown case 'nope'" in proc.stderr
+
+
+def test_live_case_without_a_live_server_is_one_line(bench_run):
+    """Case 8 (mock vs live) is a default case: without OPENSANDBOX_BASE_URL it says so in one line, measures
+    nothing, and the rest of the run is as before."""
+    from bench.vs_live import SKIP_LINE
+
+    proc, out = bench_run
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    said = [line for line in proc.stderr.splitlines() if "mock vs live" in line.lower()]
+    assert len(said) == 1 and said[0].endswith(SKIP_LINE), said
+    results = json.loads((out / "results.json").read_text())
+    assert "live" in results["cases_selected"]
+    assert not [r for r in results["cases"] if r["case"] == 8]
+    assert results["details"]["live"]["skipped"].startswith("no live server")
+
+
+def test_live_case_against_a_mock_as_live(opensandbox_mock, tmp_path):
+    """Case 8 with a second mock (this process's) standing in for the live server: both sides measured in one
+    run, the ratio rows written. An image no docker has, so the case's own mocks run the host-tools view."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY")}
+    env["OPENSANDBOX_BASE_URL"] = opensandbox_mock.base_url + "/v1"  # as ./local-up.sh env gives it
+    env["OPENSANDBOX_API_KEY"] = opensandbox_mock.api_key
+    env["OPENSANDBOX_IMAGE"] = "local/bench-mock-as-live:none"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--cases", "live", "--out", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["server"]["kind"] == "live"
+    rows = {r["id"]: r for r in results["cases"]}
+    ratios = {"live_command_true", "live_create_ready", "live_create_ready_faithful", "live_stream"}
+    ratios |= {"live_files_upload_1mib", "live_files_download_1mib"}
+    assert ratios <= set(rows), sorted(rows)
+    for key in ratios:
+        row = rows[key]
+        assert row["case"] == 8 and "error" not in row, row
+        assert row["median"] > 0 and row["baseline"]["median"] > 0 and row["ratio"] > 0, row
+        assert row["rounds"] == 1, row
+    assert rows["live_command_true"]["target_ratio"] == 0.5 and rows["live_create_ready"]["target_ratio"] == 0.05
+    detail = results["details"]["live"]
+    assert detail["views"]["mock"] == "host-tools" and not detail["image_dir"], detail
+    assert "host-tools view" in rows["live_command_true"]["ours"]["name"]
+    assert "Mock vs live (case 8)" in (tmp_path / "results.md").read_text()
+    assert not opensandbox_mock.sandboxes  # every sandbox of the "live" side was deleted
