@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -31,6 +32,7 @@ PATHS = ("tests/python", "sdks/sandbox/python", "sdks/code-interpreter/python")
 DEPS = ("pytest==9.0.3", "pytest-asyncio", "pytest-timeout", "pytest-order", "pydantic", "redis>=5.0,<6.0")
 HOST_VOLUME_DIR = "/tmp/opensandbox-e2e"  # the suite binds /tmp/opensandbox-e2e/logs (execd-log volume)
 LANGS = ("java", "python", "go", "typescript", "javascript", "bash")
+DURATIONS: dict[str, float] = {}  # test id -> seconds, from the junit reports of run()
 
 
 def prepare(work: str = WORK, mirror: str = MIRROR) -> str:
@@ -99,9 +101,9 @@ def _one(py: str, ids: list[str], cwd: str, env: dict[str, str], timeout: float)
         for case in ET.parse(xml).getroot().iter("testcase"):
             kinds = [c.tag for c in case]
             verdict = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
-            out["%s::%s" % (case.get("classname", "").rsplit(".", 1)[-1], case.get("name"))] = {
-                "failure": "failed"
-            }.get(verdict, verdict)
+            tid = "%s::%s" % (case.get("classname", "").rsplit(".", 1)[-1], case.get("name"))
+            out[tid] = {"failure": "failed"}.get(verdict, verdict)
+            DURATIONS[tid] = float(case.get("time") or 0.0)
         return out
 
 
@@ -149,7 +151,11 @@ def counts(results: dict[str, str]) -> dict[str, dict[str, int]]:
 def _mock(args: argparse.Namespace) -> Any:
     from mock_opensandbox.server import MockOpenSandbox
 
-    kw: dict[str, Any] = {"allowed_host_paths": [HOST_VOLUME_DIR], "execd_close_delay": 0.05}
+    # the command line's timing: faithful = its defaults (execd start delay 0.2 s, stream close 1 s), fast =
+    # --timing fast (docs/MOCK.md, Timing)
+    kw: dict[str, Any] = {"allowed_host_paths": [HOST_VOLUME_DIR], "timing": args.timing}
+    if args.timing == "faithful":
+        kw.update(execd_start_delay=0.2, execd_close_delay=1.0)
     if args.jupyter_env:
         kw["jupyter_env"] = args.jupyter_env
     if args.image_dir:
@@ -169,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jupyter-env")
     p.add_argument("--image-dir")
     p.add_argument("--execd-bin")
+    p.add_argument("--timing", choices=("faithful", "fast"), default="faithful", help="the mock's timing")
     p.add_argument("--json")
     p.add_argument("--jobs", type=int, default=1, help="tests run in parallel, one pytest process each")
     p.add_argument("--timeout", type=float, default=3000, help="seconds for one pytest process")
@@ -181,19 +188,33 @@ def main(argv: list[str] | None = None) -> int:
         osb = _mock(args)
         base, key = osb.base_url, osb.api_key or ""
     domain = re.sub(r"/v1/?$", "", base.split("://", 1)[-1]).rstrip("/")
+    started = time.monotonic()
     try:
         results = run(py, domain, key, args.image, args.files, timeout=args.timeout, jobs=args.jobs)
+        wall = time.monotonic() - started
     finally:
         if osb is not None:
             osb.stop()
     for test, verdict in sorted(results.items()):
-        print("%-8s %s" % (verdict, test))
+        print("%-8s %7.2fs %s" % (verdict, DURATIONS.get(test, 0.0), test))
+    print("wall %.1f s, sum of test durations %.1f s" % (wall, sum(DURATIONS.get(t, 0.0) for t in results)))
     table = counts(results)
     for lang, row in sorted(table.items()):
         print("%-10s %s" % (lang, " ".join("%s=%d" % kv for kv in sorted(row.items()))))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"target": args.target, "results": results, "counts": table}, f, indent=1)
+            json.dump(
+                {
+                    "target": args.target,
+                    "timing": args.timing if args.target == "mock" else None,
+                    "results": results,
+                    "counts": table,
+                    "durations": {t: DURATIONS.get(t, 0.0) for t in results},
+                    "wall_s": wall,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
