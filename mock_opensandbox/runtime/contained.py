@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 from typing import Any
 
 from mock_opensandbox.runtime import caps
@@ -154,17 +153,23 @@ def contained_spawner(holder: Any, cgroup: Any, hostname: str) -> Spawner | None
     return sp if sp is not None and sp.ok() else None
 
 
-_SETSID = shutil.which("setsid", path="/usr/bin:/bin")
-
-
-def ctty_stage(argv: list[str], host_tools: bool) -> tuple[list[str], Any, bool, Any]:
-    """(argv, await_exec stages, start_new_session, preexec_fn) for a PTY shell from the contained thread. In
-    the host-tools view util-linux ``setsid --ctty`` (the host's, which that view shows) makes the command a
-    session leader and takes stdin as its controlling terminal, then execs it in place: the fork stays a vfork
-    (not a process group leader, so setsid(1) does not fork). An image's view has no host tool: a preexec_fn
-    then does it (a full fork of the mock)."""
-    if host_tools and _SETSID:
-        cmd = [_SETSID, "--ctty", "--"] + argv
-        stage = b"\0".join(a.encode("utf-8", "surrogateescape") for a in cmd) + b"\0"
-        return cmd, (False, {stage}), False, None
-    return argv, None, True, take_ctty
+def ctty_stage(argv: list[str], tty: Any, pid1: int) -> tuple[list[str], Any, Any]:
+    """(argv, await_exec stages, preexec_fn) for a PTY shell from the contained thread, whose stdin ``tty`` is
+    a terminal of the sandbox's own devpts. The fork stays a vfork: the child leads a new session (Popen's
+    start_new_session) and execs the sandbox's ``/bin/sh`` (every mock sandbox has one: PID 1 runs
+    bootstrap.sh with it), which opens the terminal by its path inside the sandbox as the command's stdin:
+    a session leader without a controlling terminal that opens one gets it (the kernel's tty_open, no
+    O_NOCTTY in a shell's redirection), then execs the command in place. Where the terminal is not the
+    sandbox's ``/dev/pts/N`` (a host PTY) a preexec_fn does TIOCSCTTY instead (a full fork of the mock)."""
+    try:
+        st = os.fstat(tty if isinstance(tty, int) else tty.fileno())
+        index = (os.major(st.st_rdev) - 136) * 256 + os.minor(st.st_rdev)  # Unix98 PTY slaves: majors 136-143
+        inside = os.stat("/proc/%d/root/dev/pts/%d" % (pid1, index))
+        same = 136 <= os.major(st.st_rdev) <= 143 and (inside.st_dev, inside.st_rdev) == (st.st_dev, st.st_rdev)
+    except (OSError, ValueError, AttributeError):
+        same = False
+    if not same:
+        return argv, None, take_ctty
+    cmd = ["/bin/sh", "-c", 'exec "$@" 0<>/dev/pts/%d' % index, "sh"] + argv
+    stage = b"\0".join(a.encode("utf-8", "surrogateescape") for a in cmd) + b"\0"
+    return cmd, (False, {stage}), None

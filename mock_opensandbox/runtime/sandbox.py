@@ -30,6 +30,7 @@ from mock_opensandbox.runtime._util import (
     make_image_root,
     make_mountpoint,
     rmtree,
+    take_ctty,
 )
 from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.execdproc import install_agent, install_binary, prepare_execd, start_execd
@@ -231,10 +232,6 @@ class SandboxRuntime:
             self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % self.hostname)
         return self._spawner
 
-    def _contained(self, holder: Any) -> Spawner | None:
-        """The thread inside the sandbox that forks its commands (contained.py), started on first use."""
-        return contained_spawner(holder, self.cgroup, self.hostname)
-
     def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
         return cgjoin.command_join(self.cgroup, self._cg_spawner(), cmd, controlling_tty)
 
@@ -356,14 +353,15 @@ class SandboxRuntime:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
                 self.pid1.await_net(holder)
-                contained = self._contained(holder)
+                contained = contained_spawner(holder, self.cgroup, self.hostname)  # forks from inside
             creds: dict[str, Any] = {}
-            new_session = True
             if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
                 creds = _creds(user or holder.user, contained.identity)
-                if controlling_tty:  # a PTY shell: setsid(1) takes the terminal where the view has it (vfork)
-                    cmd, stages, new_session, preexec = ctty_stage(cmd, self.image_root is None)
+                if controlling_tty and not creds:  # a PTY shell: the sandbox's sh takes the terminal (a vfork)
+                    cmd, stages, preexec = ctty_stage(cmd, stdin, holder.pid)
+                elif controlling_tty:  # another user: a full fork anyway (Popen user=), TIOCSCTTY before the exec
+                    preexec = take_ctty
             elif holder is not None:
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
@@ -400,7 +398,7 @@ class SandboxRuntime:
                         cwd=host_cwd,
                         env=full_env,
                         close_fds=True,
-                        start_new_session=new_session,
+                        start_new_session=True,
                         stdin=subprocess.DEVNULL if stdin is None else stdin,
                         stdout=stdout,
                         stderr=stderr,

@@ -7,7 +7,6 @@ leaves with the sandbox; OSB_MOCK_CONTAINED=0 brings the stages back, with the s
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -105,15 +104,16 @@ def test_a_non_root_command_user_is_set_by_the_fork(tmp_path):
 
 
 def test_a_pty_shell_gets_its_terminal_without_a_fork_of_the_mock(tmp_path):
-    """The host-tools view: setsid --ctty execs the shell in place (the spawn stays a vfork); the shell leads its
-    own session with the PTY as its controlling terminal, contained like any command."""
+    """The sandbox's /bin/sh opens the PTY by its path inside as the new session's first terminal, then execs the
+    shell in place (the spawn stays a vfork); the shell leads its own session with the PTY as its controlling
+    terminal, contained like any command."""
     rt = SandboxRuntime(str(tmp_path / "sb"))
     try:
         rt.start_entrypoint(["sleep", "60"])
         master, slave = rt.openpty()
         p = rt.spawn(["/bin/sh", "-c", "sleep 30"], stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
         os.close(slave)
-        assert p.args[:3] == [shutil.which("setsid", path="/usr/bin:/bin"), "--ctty", "--"], p.args
+        assert p.args[:2] == ["/bin/sh", "-c"] and p.args[2].startswith('exec "$@" 0<>/dev/pts/'), p.args
         with open("/proc/%d/stat" % p.pid) as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
         assert int(fields[2]) == p.pid and int(fields[3]) == p.pid  # its own process group and session
