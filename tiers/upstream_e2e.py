@@ -154,6 +154,9 @@ def _mock(args: argparse.Namespace) -> Any:
     # the command line's timing: faithful = its defaults (execd start delay 0.2 s, stream close 1 s), fast =
     # --timing fast (docs/MOCK.md, Timing)
     kw: dict[str, Any] = {"allowed_host_paths": [HOST_VOLUME_DIR], "timing": args.timing}
+    if args.like_live:  # the live stack's own settings (local-up.sh env), so both sides refuse the same creates
+        kw["allowed_host_paths"] = [p for p in os.environ.get("OPENSANDBOX_ALLOWED_HOST_PATHS", "").split(":") if p]
+        kw["egress_mode"] = os.environ.get("OSB_EGRESS_MODE") or None
     if args.timing == "faithful":
         kw.update(execd_start_delay=0.2, execd_close_delay=1.0)
     if args.jupyter_env:
@@ -176,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-dir")
     p.add_argument("--execd-bin")
     p.add_argument("--timing", choices=("faithful", "fast"), default="faithful", help="the mock's timing")
+    p.add_argument(
+        "--like-live",
+        action="store_true",
+        help='the mock with the live stack\'s allowed host paths and egress mode (eval "$(./local-up.sh env)")',
+    )
     p.add_argument("--json")
     p.add_argument("--jobs", type=int, default=1, help="tests run in parallel, one pytest process each")
     p.add_argument("--timeout", type=float, default=3000, help="seconds for one pytest process")
