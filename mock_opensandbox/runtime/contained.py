@@ -85,9 +85,12 @@ def enter_sandbox(pidns_fd: int, ns_fds: list[tuple[int, int]], groups: list[int
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-def contained_thread(holder: Any, cgroup: Any, name: str) -> Spawner | None:
+def contained_thread(holder: Any, cgroup: Any, name: str, reuse: Spawner | None = None) -> Spawner | None:
     """A Spawner whose thread has entered the sandbox of ``holder`` (a root ``direct`` holder), or None
-    where it cannot: not root, the cgroups of a kind a thread cannot join (v2), no PID namespace fd."""
+    where it cannot: not root, the cgroups of a kind a thread cannot join (v2), no PID namespace fd.
+    ``reuse``: the sandbox's cgroup v1 spawner, whose thread joined the cgroups when they were made (a v1
+    move that soon after another skips the RCU grace period: PID 1's own move then comes cheap); it enters
+    in place. Raises OSError when entering failed (``reuse`` is then unusable)."""
     if os.geteuid() != 0 or holder.mode != "direct" or holder.pidns_fd is None:
         return None
     if cgroup is not None and not cgroup.thread_join:
@@ -120,7 +123,11 @@ def contained_thread(holder: Any, cgroup: Any, name: str) -> Spawner | None:
             for fd in fds:
                 os.close(fd)
 
-    sp = Spawner(cgroup, name, enter=enter)
+    if reuse is not None:
+        reuse.call(enter)
+        sp = reuse
+    else:
+        sp = Spawner(cgroup, name, enter=enter)
     sp.identity = (0, 0, sorted(set(groups if groups is not None else os.getgroups())))
     return sp
 
@@ -140,15 +147,17 @@ def creds(user: str | None, identity: tuple[int, int, list[int]] | None = None) 
     return {"user": uid, "group": gid, "extra_groups": groups}
 
 
-def contained_spawner(holder: Any, cgroup: Any, hostname: str) -> Spawner | None:
-    """holder's contained thread, started on its first use (OSB_MOCK_CONTAINED=0: never, for an A/B);
-    None where there is none (the wrapper stages then contain each command)."""
+def contained_spawner(holder: Any, cgroup: Any, hostname: str, reuse: Spawner | None = None) -> Spawner | None:
+    """holder's contained thread, made on its first use (OSB_MOCK_CONTAINED=0: never, for an A/B) from
+    ``reuse`` when given; None where there is none (the wrapper stages then contain each command)."""
     if not holder.contained_tried and os.environ.get("OSB_MOCK_CONTAINED", "1") != "0":
         holder.contained_tried = True
         try:
-            holder.contained = contained_thread(holder, cgroup, "osb-in-%s" % hostname)
+            holder.contained = contained_thread(holder, cgroup, "osb-in-%s" % hostname, reuse)
         except OSError:
             holder.contained = None
+            if reuse is not None:
+                reuse.stop()  # half entered: it forks nothing more (the caller makes a new one)
     sp = holder.contained
     return sp if sp is not None and sp.ok() else None
 

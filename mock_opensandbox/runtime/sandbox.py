@@ -79,8 +79,7 @@ class SandboxRuntime:
     (pid1.Pid1: PID 1, its view, devpts, network namespace and agent) and ``paths`` (paths.SandboxPaths:
     sandbox paths as host paths through that view)."""
 
-    # cgroup v1: the thread that forks the sandbox's processes, in its cgroups for good (spawner.py)
-    _spawner: Spawner | None = None
+    _spawner: Spawner | None = None  # cgroup v1: the thread that forks its processes (_cg_spawner)
 
     def __init__(
         self,
@@ -224,13 +223,18 @@ class SandboxRuntime:
         if self.cgroup is not None and self._janitor is not None:
             for d in self.cgroup.dirs:
                 self._janitor.track("cgroup", d)
+        self._cg_spawner()  # its cgroup move now, in the background: PID 1's move right after skips the RCU wait
 
     def _cg_spawner(self) -> Spawner | None:
-        """cgroup v1: the thread in the sandbox's cgroups that forks what the contained thread does not
-        (spawner.py), made on first use: with a contained thread it is not needed."""
-        if self._spawner is None and self.cgroup is not None and self.cgroup.thread_join and not self.cgroup.removed:
-            self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % self.hostname)
-        return self._spawner
+        """cgroup v1: the thread in the sandbox's cgroups that forks its processes (spawner.py); once it has
+        entered the sandbox it is the holder's (contained.py), and an uncontained fork gets a new one."""
+        sp = self._spawner
+        holder = self.pid1.holder
+        if sp is not None and (sp.stopped or (holder is not None and holder.contained is sp)):
+            sp = self._spawner = None
+        if sp is None and self.cgroup is not None and self.cgroup.thread_join and not self.cgroup.removed:
+            sp = self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % self.hostname)
+        return sp
 
     def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
         return cgjoin.command_join(self.cgroup, self._cg_spawner(), cmd, controlling_tty)
@@ -353,7 +357,7 @@ class SandboxRuntime:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
                 self.pid1.await_net(holder)
-                contained = contained_spawner(holder, self.cgroup, self.hostname)  # forks from inside
+                contained = contained_spawner(holder, self.cgroup, self.hostname, self._spawner)  # forks from inside
             creds: dict[str, Any] = {}
             if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None

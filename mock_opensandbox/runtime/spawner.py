@@ -70,6 +70,11 @@ class Spawner:
                 box.append((False, exc))
             done.set()
 
+    @property
+    def stopped(self) -> bool:
+        """stop() was called, or the thread could not join or enter (it forks nothing)."""
+        return self._stopped or (self._ready.is_set() and self._error is not None)
+
     def ok(self, timeout: float | None = None) -> bool:
         """The thread joined (and entered) and takes calls; waits for that at most timeout."""
         return self._ready.wait(timeout) and self._error is None and not self._stopped

@@ -43,6 +43,10 @@ def _probe(tmp_path, name: str, contained: bool, monkeypatch) -> tuple[list, str
         )
         assert pid1 in out, out  # PID 1's namespaces, every one
         thread = holder.contained
+        if thread is not None and rt.cgroup is not None and rt.cgroup.thread_join:
+            # cgroup v1: the spawner made with the cgroups (its move primes PID 1's) entered in place
+            assert thread is rt._spawner
+            assert rt._cg_spawner() is not thread  # an uncontained fork would get a thread of its own
         return p.args, out.replace(rt.hostname, "HOST"), "up" if thread is not None and thread.ok(0) else "none"
     finally:
         rt.cleanup()
