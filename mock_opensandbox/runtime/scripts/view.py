@@ -470,9 +470,14 @@ def bind_agent(R, python):
 
 def main():
     mode, R, arg, H, X, E, mask, nnp, V = sys.argv[1:10]
-    seccomp = {}  # seccomp.py beside this file: Docker's default profile's closed calls (read before pivot)
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "seccomp.py"), "rb") as fh:
-        exec(compile(fh.read(), "seccomp.py", "exec"), seccomp)
+    # seccomp.py beside this file: Docker's default profile's closed calls (loaded before the pivot, from its
+    # bytecode cache where there is one, like this file: osb_view.py)
+    import _frozen_importlib_external as _ext
+
+    mod = type(sys)("__osb_seccomp__")
+    mod.__file__ = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seccomp.py")
+    _ext.SourceFileLoader(mod.__name__, mod.__file__).exec_module(mod)
+    seccomp = vars(mod)
     argv = sys.argv[10:]
     mask, nnp = int(mask, 16), nnp == "1"
     with open("/proc/sys/kernel/cap_last_cap") as fh:
