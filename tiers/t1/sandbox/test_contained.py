@@ -130,3 +130,28 @@ def test_a_pty_shell_gets_its_terminal_without_a_fork_of_the_mock(tmp_path):
         os.close(master)
     finally:
         rt.cleanup()
+
+
+def test_the_view_runs_from_its_bytecode_cache(tmp_path):
+    """scripts/osb_view.py runs view.py through the import system, so its compiled form is cached (a script run as
+    __main__ is compiled on every sandbox start): after a start the cache is there and names view.py's source."""
+    import importlib.util
+
+    from mock_opensandbox.runtime import stages
+
+    assert os.path.basename(stages.VIEW_PY) == "osb_view.py"
+    source = os.path.join(stages.SCRIPTS_DIR, "view.py")
+    cache = importlib.util.cache_from_source(source)
+    if not os.access(stages.SCRIPTS_DIR, os.W_OK):
+        pytest.skip("the scripts directory is read-only here: Python keeps no cache of view.py")
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        assert rt.pid1.holder is not None
+        with open(cache, "rb") as fh:
+            head = fh.read(16)
+        st = os.stat(source)
+        assert int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF  # a timestamp pyc of it
+        assert int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF
+    finally:
+        rt.cleanup()
