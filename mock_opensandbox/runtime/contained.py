@@ -27,14 +27,11 @@ import os
 from typing import Any
 
 from mock_opensandbox.runtime import caps
-from mock_opensandbox.runtime import stages as scripts
 from mock_opensandbox.runtime._util import take_ctty
-from mock_opensandbox.runtime.forkjoin import _CapData, _CapHeader, _setup, _SockFprog
+from mock_opensandbox.runtime.forkjoin import _setup, capset_args, confine, namespace_fds, seccomp_args
 from mock_opensandbox.runtime.spawner import Spawner
 
 CLONE_FS, CLONE_NEWPID = 0x00000200, 0x20000000
-_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, _PR_SET_NO_NEW_PRIVS = 24, 47, 4, 38
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
 def _check(rc: int, what: str) -> None:
@@ -59,30 +56,17 @@ def enter_sandbox(pidns_fd: int, ns_fds: list[tuple[int, int]], groups: list[int
             raise OSError(38, "setgroups: no system call number for this machine")
         arr = (ctypes.c_uint32 * max(1, len(groups)))(*groups)
         _check(libc.syscall(nr, len(groups), arr), "setgroups")
-    prog = scripts.SECCOMP["seccomp_program"](os.uname().machine)
+    fprog = seccomp_args()
+    hdr, data = capset_args(caps.SANDBOX_CAP_MASK)
     _check(libc.setns(pidns_fd, CLONE_NEWPID), "setns(pid)")
     _check(libc.unshare(CLONE_FS), "unshare(CLONE_FS)")  # the thread's own root and cwd, so setns(mnt) may
     for fd, flag in ns_fds:
         _check(libc.setns(fd, flag), "setns(%#x)" % flag)
     os.chdir("/")
-    if prog:  # the filter while CAP_SYS_ADMIN is still held (no no_new_privs needed for it)
-        fbuf = ctypes.create_string_buffer(prog, len(prog))
-        fprog = _SockFprog(len(prog) // 8, ctypes.cast(fbuf, ctypes.c_void_p))
-        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-            if ctypes.get_errno() != 22:  # EINVAL: no filter support (the stages go on without it too)
-                _check(-1, "seccomp")
-    mask = caps.SANDBOX_CAP_MASK
-    for cap in range(last + 1):
-        if not mask >> cap & 1:
-            _check(libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "PR_CAPBSET_DROP")
-    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    hdr = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3; pid 0: this thread
-    data = (_CapData * 2)()
-    for i in (0, 1):
-        data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
-    _check(libc.capset(ctypes.byref(hdr), data), "capset")
-    if caps.NO_NEW_PRIVILEGES:
-        _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+    # the filter while CAP_SYS_ADMIN is still held (no no_new_privs needed for it), then the drop
+    step = confine(libc, last, caps.SANDBOX_CAP_MASK, caps.NO_NEW_PRIVILEGES, fprog, hdr, data)
+    if step:
+        _check(-1, step)
 
 
 def contained_thread(holder: Any, cgroup: Any, name: str, reuse: Spawner | None = None) -> Spawner | None:
@@ -96,8 +80,6 @@ def contained_thread(holder: Any, cgroup: Any, name: str, reuse: Spawner | None 
     if cgroup is not None and not cgroup.thread_join:
         return None
     if holder.ns_fds is None:
-        from mock_opensandbox.runtime.forkjoin import namespace_fds
-
         holder.ns_fds = namespace_fds(holder.pid, holder.net is not None)
     # its own copies: the holder may close its fds (a sandbox ending) before the thread has entered
     fds = [os.dup(holder.pidns_fd)]
@@ -111,10 +93,8 @@ def contained_thread(holder: Any, cgroup: Any, name: str, reuse: Spawner | None 
     flags = [flag for _, flag in holder.ns_fds]
     # an image's root user (rootfs.user_word "0 0 G1,G2"): the thread takes its groups, so its commands fork
     # without a switch; another user is switched per command (Popen user=, a full fork)
-    ids = holder.user.split(" ") if holder.user and holder.user != "-" else []
-    groups = [int(g) for g in ids[2].split(",") if g] if ids[:2] == ["0", "0"] and ids[2] != "-" else None
-    if ids[:2] == ["0", "0"] and groups is None:
-        groups = []
+    user = _user(holder.user)
+    groups = user[2] if user is not None and user[:2] == (0, 0) else None
 
     def enter() -> None:
         try:
@@ -132,19 +112,23 @@ def contained_thread(holder: Any, cgroup: Any, name: str, reuse: Spawner | None 
     return sp
 
 
+def _user(word: str | None) -> tuple[int, int, list[int]] | None:
+    """(uid, gid, groups) of a "UID GID G1,G2" word (rootfs.user_word; groups "-" for none), None for "-"."""
+    if not word or word == "-":
+        return None
+    ids = word.split(" ")
+    return int(ids[0]), int(ids[1]), [int(g) for g in ids[2].split(",") if g] if ids[2] != "-" else []
+
+
 def creds(user: str | None, identity: tuple[int, int, list[int]] | None = None) -> dict[str, Any]:
     """Popen's user/group/extra_groups for a "UID GID G1,G2" word (rootfs.user_word; "-" or None: the
     thread's own). ``identity``: the contained thread's (uid, gid, sorted groups); a word that names exactly
     that switches nothing (the fork stays a vfork). The sandbox's capability set keeps CAP_SETUID/CAP_SETGID
     for a switch."""
-    if not user or user == "-":
+    ids = _user(user)
+    if ids is None or (identity is not None and (ids[0], ids[1], sorted(set(ids[2]))) == identity):
         return {}
-    ids = user.split(" ")
-    uid, gid = int(ids[0]), int(ids[1])
-    groups = [int(g) for g in ids[2].split(",") if g] if ids[2] != "-" else []
-    if identity is not None and (uid, gid, sorted(set(groups))) == identity:
-        return {}
-    return {"user": uid, "group": gid, "extra_groups": groups}
+    return {"user": ids[0], "group": ids[1], "extra_groups": ids[2]}
 
 
 def contained_spawner(holder: Any, cgroup: Any, hostname: str, reuse: Spawner | None = None) -> Spawner | None:

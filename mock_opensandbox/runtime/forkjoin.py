@@ -63,6 +63,44 @@ def namespace_fds(pid: int, net: bool) -> list[tuple[int, int]]:
     return out
 
 
+def capset_args(mask: int) -> tuple[Any, Any]:
+    """(header, data) of capset(2) for ``mask`` as the effective and permitted sets (inheritable empty)."""
+    hdr = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3; pid 0: the calling thread
+    data = (_CapData * 2)()
+    for i in (0, 1):
+        data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
+    return hdr, data
+
+
+def seccomp_args() -> Any:
+    """The sock_fprog of the sandbox's seccomp filter (scripts/seccomp.py; it holds its program buffer), None on
+    a machine it has no program for."""
+    prog = scripts.SECCOMP["seccomp_program"](os.uname().machine)
+    if not prog:
+        return None
+    fbuf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(fbuf, ctypes.c_void_p))
+    fprog.program = fbuf  # alive as long as the fprog that points into it
+    return fprog
+
+
+def confine(libc: Any, last: int, mask: int, nnp: bool, fprog: Any, hdr: Any, data: Any) -> str:
+    """For the calling thread, in runc's order: the seccomp filter (EINVAL, no filter support, is let pass, as
+    the stages do), the bounding set down to ``mask``, no ambient capabilities, the capability sets, and
+    no_new_privs. "" on success, else the step that failed (ctypes' errno says why)."""
+    if fprog is not None and libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0 and ctypes.get_errno() != 22:
+        return "seccomp"  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    for cap in range(last + 1):
+        if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            return "PR_CAPBSET_DROP"
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    if libc.capset(ctypes.byref(hdr), data) != 0:
+        return "capset"
+    if nnp and libc.prctl(38, 1, 0, 0, 0) != 0:
+        return "PR_SET_NO_NEW_PRIVS"
+    return ""
+
+
 def fork_join(
     fds: list[tuple[int, int]], wd: str, user: str, cgroup: Any, controlling_tty: bool
 ) -> tuple[Callable[[], None], Any]:
@@ -72,13 +110,8 @@ def fork_join(
     ids = None if user == "-" else user.split(" ")
     thread = cgroup is not None and cgroup.thread_join
     join_cg = cgroup.join_preexec() if cgroup is not None and not thread else None
-    hdr = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-    data = (_CapData * 2)()
-    for i in (0, 1):
-        data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
-    prog = scripts.SECCOMP["seccomp_program"](os.uname().machine)  # built here: the child only installs
-    fbuf = ctypes.create_string_buffer(prog, len(prog)) if prog else None
-    fprog = _SockFprog(len(prog) // 8, ctypes.cast(fbuf, ctypes.c_void_p)) if prog else None
+    hdr, data = capset_args(mask)
+    fprog = seccomp_args()  # built here: the child only installs
     bad = b"unshare: cannot change directory to " + wd.encode("utf-8", "surrogateescape") + b": "
 
     def preexec() -> None:
@@ -94,18 +127,7 @@ def fork_join(
             os._exit(1)
         if controlling_tty:  # _util.take_ctty, with its modules imported here: the image has no stdlib
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        if (
-            fprog is not None
-            and fbuf is not None
-            and libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0
-            and ctypes.get_errno() != 22
-        ):  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER (scripts/seccomp.py)
-            os._exit(127)
-        for cap in range(last + 1):
-            if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-                os._exit(127)
-        libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
-        if libc.capset(ctypes.byref(hdr), data) != 0 or (nnp and libc.prctl(38, 1, 0, 0, 0) != 0):
+        if confine(libc, last, mask, nnp, fprog, hdr, data):
             os._exit(127)
         if ids is not None:
             os.setgroups([int(g) for g in ids[2].split(",")] if ids[2] != "-" else [])

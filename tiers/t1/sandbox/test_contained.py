@@ -16,6 +16,12 @@ from tiers.toolkit.marks import needs_isolation
 
 pytestmark = [needs_isolation, pytest.mark.skipif(os.geteuid() != 0, reason="the contained thread is root's way in")]
 
+
+@pytest.fixture(autouse=True)
+def _contained_on(monkeypatch):
+    monkeypatch.setenv("OSB_MOCK_CONTAINED", "1")  # the path under test, whatever the run's environment says
+
+
 PROBE = (
     "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Uid|Gid|PPid):' /proc/self/status;"
     " for n in mnt pid net uts ipc; do readlink /proc/self/ns/$n; done; cat /proc/self/cgroup | sort;"
