@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from tiers.toolkit.benchrun import env_without_live, smoke
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ROW_KEYS = ("median", "p90", "ratio", "target", "met")
 CASE_IDS = {1, 2, 3, 4, 5, 6}
@@ -155,20 +157,12 @@ def test_live_case_without_a_live_server_is_one_line(bench_run):
 def test_live_case_against_a_mock_as_live(opensandbox_mock, tmp_path):
     """Case 8 with a second mock (this process's) standing in for the live server: both sides measured in one
     run, the ratio rows written. An image no docker has, so the case's own mocks run the host-tools view."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY")}
-    env["OPENSANDBOX_BASE_URL"] = opensandbox_mock.base_url + "/v1"  # as ./local-up.sh env gives it
-    env["OPENSANDBOX_API_KEY"] = opensandbox_mock.api_key
-    env["OPENSANDBOX_IMAGE"] = "local/bench-mock-as-live:none"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--cases", "live", "--out", str(tmp_path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    env = env_without_live(
+        OPENSANDBOX_BASE_URL=opensandbox_mock.base_url + "/v1",  # as ./local-up.sh env gives it
+        OPENSANDBOX_API_KEY=opensandbox_mock.api_key or "",
+        OPENSANDBOX_IMAGE="local/bench-mock-as-live:none",
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = smoke(["--cases", "live"], str(tmp_path), env)
     assert results["server"]["kind"] == "live"
     rows = {r["id"]: r for r in results["cases"]}
     ratios = {"live_command_true", "live_create_ready", "live_create_ready_faithful", "live_stream"}

@@ -4,11 +4,9 @@ timing is asserted: a benchmark is not a test. The baseline tree is this reposit
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
+from tiers.toolkit.benchrun import smoke
 from tiers.toolkit.waits import poll
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -23,28 +21,7 @@ def _start_time(pid: int):
 
 
 def test_sandbox_case_ab_smoke(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY")}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--smoke",
-            "--cases",
-            "sandbox",
-            "--sandbox-baseline-tree",
-            REPO,
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    results = json.loads((tmp_path / "results.json").read_text())
+    results = smoke(["--cases", "sandbox", "--sandbox-baseline-tree", REPO], str(tmp_path))
     rows = {r["id"]: r for r in results["cases"]}
     assert {
         "sandbox_create_ready",
