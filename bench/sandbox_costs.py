@@ -143,7 +143,7 @@ class Server:
             headers["X-EXECD-ACCESS-TOKEN"] = self.token
         return ep["endpoint"], headers
 
-    def wait_ready(self, sid: str, budget: float = 60.0) -> None:
+    def wait_ready(self, sid: str, budget: float = 60.0, poll: float = 0.005) -> None:
         url, headers = self.execd(sid)
         deadline = time.monotonic() + budget
         while True:
@@ -154,7 +154,7 @@ class Server:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.label}: execd of {sid} never answered /ping")
-            time.sleep(0.005)
+            time.sleep(poll)
 
     def command_true(self, url: str, headers: dict) -> None:
         """POST /command `true`, read to the terminal event and drop the connection (the ~1 s close unwaited)."""

@@ -37,7 +37,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 
 from bench import direct, sandbox_costs
 
@@ -50,23 +49,12 @@ DEFAULT_IMAGE = "local/python:3-slim"
 EXECD_PORT = 44772
 FILE_BYTES = 1024 * 1024
 SEED = 8  # the shuffled order of the sides is the same in every run
-BODY = {
-    "entrypoint": ["tail", "-f", "/dev/null"],
-    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
-    "timeout": 600,
-    "metadata": {"purpose": "bench-vs-live"},
-}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CODE_INTERP_SKIP = (
     "code interpreter: skipped: bench/code_interp.py measures one server per run through the SDK (a sandbox per "
     "measurement, whole streams read) and needs a pip-made Jupyter env for the mock and the code-interpreter image "
     "live; run `python -m bench.code_interp` once without and once with OPENSANDBOX_BASE_URL instead"
 )
-
-
-def _split(url: str) -> tuple[str, int, str]:
-    p = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
-    return p.hostname or "127.0.0.1", p.port or 80, p.path.rstrip("/")
 
 
 def _load() -> str:
@@ -132,67 +120,32 @@ class MockProcess:
         self.proc.stdout.close()
 
 
-class Side:
-    """One server as the bench sees it: lifecycle on a new connection per request, execd through the endpoint."""
+class Side(sandbox_costs.Server):
+    """One server as the bench sees it (sandbox_costs.Server: lifecycle on a new connection per request, execd
+    through the endpoint), plus the wait for Running and what the mock says of a sandbox's view."""
 
     def __init__(self, label: str, base_url: str, api_key: str | None, image: str, poll: float, mock=None):
-        base = base_url.rstrip("/")
-        self.base_url = base[:-3] if base.endswith("/v1") else base
-        self.label, self.api_key, self.image, self.poll, self.mock = label, api_key, image, poll, mock
-        self.sandboxes: set[str] = set()
+        super().__init__(label, base_url=base_url, api_key=api_key, image=image)
+        self.poll, self.mock = poll, mock
 
-    def _req(self, method: str, path: str, payload=None, ok=(200,)) -> dict | None:
-        host, port, prefix = _split(self.base_url)
-        c = http.client.HTTPConnection(host, port, timeout=120)
-        try:
-            headers = {"OPEN-SANDBOX-API-KEY": self.api_key} if self.api_key else {}
-            body = None
-            if payload is not None:
-                body, headers["Content-Type"] = json.dumps(payload).encode(), "application/json"
-            c.request(method, prefix + path, body=body, headers=headers)
-            r = c.getresponse()
-            data = r.read()
-        finally:
-            c.close()
-        if r.status not in ok:
-            raise RuntimeError(f"{self.label}: {method} {path} answered {r.status}: {data[:300]!r}")
-        return json.loads(data) if data else None
-
-    def create(self) -> str:
-        sid = str(self._req("POST", "/v1/sandboxes", {"image": {"uri": self.image}, **BODY}, ok=(200, 201, 202))["id"])
-        self.sandboxes.add(sid)
-        return sid
-
-    def endpoint(self, sid: str) -> tuple[str, dict]:
-        ep = self._req("GET", f"/v1/sandboxes/{sid}/endpoints/{EXECD_PORT}")
-        headers = ep.get("headers") if isinstance(ep.get("headers"), dict) else {}
-        return ep["endpoint"], dict(headers)
+    def _get(self, path: str) -> dict:
+        status, data = sandbox_costs._call(self.base_url, "GET", path, self.headers, timeout=120)
+        if status != 200:
+            raise RuntimeError(f"{self.label}: GET {path} answered {status}: {data[:300]!r}")
+        return json.loads(data)
 
     def ready(self, sid: str, budget: float = 180.0) -> tuple[str, dict]:
         """GET until Running, the endpoint, /ping until 200; polled every ``self.poll`` seconds."""
         deadline = time.monotonic() + budget
         while True:
-            state = ((self._req("GET", f"/v1/sandboxes/{sid}") or {}).get("status") or {}).get("state")
+            state = (self._get(f"/v1/sandboxes/{sid}").get("status") or {}).get("state")
             if state == "Running":
                 break
             if state in ("Failed", "Terminated") or time.monotonic() > deadline:
                 raise RuntimeError(f"{self.label}: sandbox {sid} is {state}, not Running")
             time.sleep(self.poll)
-        url, headers = self.endpoint(sid)
-        host, port, prefix = _split(url)
-        while True:
-            c = http.client.HTTPConnection(host, port, timeout=10)
-            try:
-                c.request("GET", prefix + "/ping", headers=headers)
-                if c.getresponse().status == 200:
-                    return url, headers
-            except OSError:
-                pass
-            finally:
-                c.close()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.label}: execd of {sid} never answered /ping")
-            time.sleep(self.poll)
+        self.wait_ready(sid, max(1.0, deadline - time.monotonic()), self.poll)
+        return self.execd(sid)
 
     def create_ready(self) -> float:
         t0 = time.perf_counter()
@@ -207,20 +160,12 @@ class Side:
         if self.mock is None:
             return "container"
         try:
-            return str((self._req("GET", f"/__mock__/sandboxes/{sid}") or {}).get("view", {}).get("kind"))
+            return str(self._get(f"/__mock__/sandboxes/{sid}").get("view", {}).get("kind"))
         except (OSError, RuntimeError, ValueError):
             return "?"
 
-    def delete(self, sid: str) -> None:
-        self.sandboxes.discard(sid)
-        try:
-            self._req("DELETE", f"/v1/sandboxes/{sid}", ok=(200, 202, 204, 404))
-        except (OSError, RuntimeError):
-            pass
-
     def close(self) -> None:
-        for sid in list(self.sandboxes):
-            self.delete(sid)
+        self.stop()
 
 
 # --------------------------------------------------------------------------------------------- execd
@@ -229,7 +174,7 @@ class Side:
 def command(url: str, headers: dict, cmd: str) -> tuple[float, int, str]:
     """``POST /command`` on a new connection, the SSE body read line by line up to the terminal event, then the
     connection dropped. Returns (seconds to the terminal event, body bytes read, terminal event type)."""
-    host, port, prefix = _split(url)
+    host, port, prefix = direct._split(url)
     t0 = time.perf_counter()
     c = http.client.HTTPConnection(host, port, timeout=300)
     try:
@@ -396,12 +341,9 @@ def run_case(ctx, make_row) -> list:
         idle_n, settle = p.get("live_idle_n", 2), p.get("sandbox_settle_ms", 1000) / 1000
         idle = {}
         for s in pair:
-            server = sandbox_costs.Server(s.label, None, s.base_url, s.api_key, image=image)
-            server.pid = s.mock.pid if s.mock else None  # the mock: its descendants; live: OPENSANDBOX_ID in env
-            try:
-                idle[s.label] = sandbox_costs.measure_idle(server, idle_n, settle)
-            finally:
-                server.stop()
+            s.pid = s.mock.pid if s.mock else None  # the mock: its descendants; live: OPENSANDBOX_ID in env
+            idle[s.label] = sandbox_costs.measure_idle(s, idle_n, settle)
+            s.stop()
         banner = {
             "isolation": fast.banner("Sandbox isolation"),
             "timing": fast.banner("Timing"),
