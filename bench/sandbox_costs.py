@@ -312,15 +312,18 @@ def fd_count(pid: int | None) -> int | None:
 
 
 def measure_idle(server: Server, n: int, settle: float) -> dict:
+    """What ``n`` idle sandboxes add: their processes (not the mock's own helpers that ran before them, the
+    janitor and the view's zygote: one per mock, like the server's RSS growth reported beside), RSS and PSS."""
     base_rss = proc_memory(server.pid)["rss_kb"] if server.pid else None
     base_fds = fd_count(server.pid)
+    helpers = set(sandbox_processes(server.pid, []))
     sids = []
     for _ in range(n):
         sid = server.create()
         server.wait_ready(sid)
         sids.append(sid)
     time.sleep(settle)
-    procs = [proc_memory(pid) for pid in sandbox_processes(server.pid, sids)]
+    procs = [proc_memory(pid) for pid in sandbox_processes(server.pid, sids) if pid not in helpers]
     grown = (proc_memory(server.pid)["rss_kb"] - base_rss) if server.pid else None
     fds = fd_count(server.pid)
     fds_grown = fds - base_fds if fds is not None and base_fds is not None else None

@@ -454,7 +454,7 @@ def run_case(ctx, make_row) -> list:
                 unit,
                 [vm / scale / idle_n],
                 [vl / scale / idle_n],
-                "bench/sandbox_costs.py measure_idle: the mock's descendant processes (shared helpers included), "
+                "bench/sandbox_costs.py measure_idle: the mock's descendant processes that came with the sandboxes, "
                 "live the processes whose environment names the sandbox and their containerd-shim; total / "
                 f"{idle_n}, after {settle:g} s idle",
             )
