@@ -35,6 +35,7 @@ from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
 from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
 from mock_opensandbox.options import DEFAULT_MAX_SANDBOX_TIMEOUT, EXECD_MODES, NETWORK_MODES, MockOptions
+from mock_opensandbox.runtime import zygote
 from mock_opensandbox.runtime._util import default_signals_for_children, inherited_signals_back
 from mock_opensandbox.runtime.cgroups import Limits
 from mock_opensandbox.runtime.janitor import LEDGER as JANITOR_LEDGER
@@ -222,6 +223,7 @@ class MockOpenSandbox:
                 self._teardown()
                 raise
             self._started = True
+            zygote.hold()  # its sandboxes' PID 1s come from the view's zygote (runtime/zygote.py)
             atexit.register(self.stop)
             return self
 
@@ -278,9 +280,11 @@ class MockOpenSandbox:
         with self._lock:
             if not self._started and self.store is None and self._server is None:
                 return
-            self._started = False
+            was_started, self._started = self._started, False
             self.faults.close()  # stalled, delayed and dribbling requests end now
             self._teardown()
+            if was_started:
+                zygote.release()  # after the sandboxes: the last mock of this process ends it
             if self._signals_taken:
                 self._signals_taken = False
                 inherited_signals_back()

@@ -372,6 +372,25 @@ PROBES = {p.name: p for p in probes()}
 NAMES = list(PROBES)
 
 
+PROC_STATS = 'for f in /proc/[0-9]*/stat; do read -r line < "$f" && echo "$line"; done'
+
+
+def pid1_session(ins: Inside) -> None:
+    """PID 1 leads its own session and process group, and so do its children (execd, the entrypoint) belong to
+    both: /proc/N/stat's pgrp and session are 1, as runc makes a container's init (measured live by
+    tiers/t4/sandbox/test_live_inside.py, the mock's PID 1 by tiers/t1/sandbox/test_sandbox_inside.py)."""
+    res = ins.target.command(ins.sid, PROC_STATS)
+    assert res.rc == 0, res
+    rows = {}
+    for line in _lines(res.out):
+        pid, rest = line.split(" (", 1)
+        _state, ppid, pgrp, sid = rest.rsplit(") ", 1)[1].split()[:4]
+        rows[int(pid)] = (int(ppid), int(pgrp), int(sid))
+    assert rows.get(1) == (0, 1, 1), rows
+    kids = [pid for pid, (ppid, _, _) in rows.items() if ppid == 1]
+    assert len(kids) >= 2 and all(rows[k][1:] == (1, 1) for k in kids), rows  # execd and the entrypoint
+
+
 def same_port_two_sandboxes(target: Target, port: int = SAME_PORT) -> None:
     """Scenario 23: each of two sandboxes serves its own id on ``port`` (9000 recorded; on 127.0.0.1 inside);
     each endpoint answers with its own. A mock without its own network binds it on the host's loopback: pass a

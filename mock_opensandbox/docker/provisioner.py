@@ -194,6 +194,9 @@ class MockProvisioner(Provisioner):
         sb.execd_port = sb.execd.port
         if sb.network_policy is not None and m.egress_mode != "off":
             st.egress = start_for(sb, runtime, m)  # raises the server's 500 (a policy the sidecar refuses)
+        holder = runtime.pid1.holder
+        if holder is not None:  # like `docker start`: create answers once the entrypoint runs (Holder.settle)
+            holder.settle()
         return entry
 
     @property

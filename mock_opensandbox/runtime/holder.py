@@ -1,9 +1,10 @@
 """A sandbox's namespace holder (its PID 1) and the ways a later command joins its namespaces.
 
-The holder is ``unshare [--user --map-root-user] --mount --ipc --uts --pid --fork --kill-child
-python -I -S scripts/view.py holder ...``: it builds the sandbox view, pivots into it, reports its
-host pid through a FIFO and becomes PID 1 (an init running the entrypoint) with the sandbox's
-capability set and no_new_privs. Joining:
+The holder is PID 1 itself, cloned by the view's zygote as a child of the mock (root: zygote.py), or
+``unshare [--user --map-root-user] --mount --ipc --uts --pid --fork --kill-child python -I -S
+scripts/view.py holder ...``: view.py builds the sandbox view, pivots into it, reports PID 1's host pid
+through a FIFO and becomes PID 1 (an init running the entrypoint) with the sandbox's capability set
+and no_new_privs. Joining:
 
 * ``direct`` (root): the spawning thread switches its ``pid_for_children`` to the sandbox's PID
   namespace (``setns``) for the one ``fork`` and the child runs ``nsenter --target=PID1 --mount
@@ -38,7 +39,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from mock_opensandbox.runtime import caps
+from mock_opensandbox.runtime import caps, zygote
 from mock_opensandbox.runtime import stages as scripts
 from mock_opensandbox.runtime._util import (
     CLONE_NEWPID,
@@ -203,7 +204,7 @@ class Holder:
     namespaces."""
 
     def __init__(self, proc: subprocess.Popen, pid: int, mode: str, implicit: bool):
-        self.proc = proc  # the outer `unshare --fork` (host PID namespace); its exit status is PID 1's
+        self.proc = proc  # PID 1 (zygote.Adopted), or the outer `unshare --fork` whose exit status is PID 1's
         self.pid = pid  # host pid of PID 1
         self.mode = mode  # "direct" (root: setns + fork, nsenter) | "helper" (scripts/nsexec.py)
         self.implicit = implicit  # started on first use, not by start_entrypoint()
@@ -218,6 +219,7 @@ class Holder:
         self.contained: Any = None  # the thread inside it that forks its commands (contained.py)
         self.contained_tried = False
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
+        self.unsettled = 0  # children of PID 1 that settle() still waits for
         try:
             if mode == "direct":
                 self.pidns_fd = os.open("/proc/%d/ns/pid" % pid, os.O_RDONLY | os.O_CLOEXEC)
@@ -292,14 +294,28 @@ class Holder:
             release = intend("holder-dir", fifo_dir)
             os.mkdir(fifo_dir, 0o700)
         fifo = os.path.join(fifo_dir, "ready")
-        proc = None
+        proc: Any = None  # a subprocess.Popen, or a zygote.Adopted
         try:
             os.mkfifo(fifo, 0o600)
             r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 cmd = scripts.holder_argv(holder_prefix(unshare, net), root, fifo, hostname, argv, volumes)
                 pass_fds = (agent_fd,) if agent_fd is not None else ()
-                if pdeathsig_argv and join is None:
+                if pdeathsig_argv and join is None and joining is None and zygote.wanted():
+                    # no setpriv, unshare or interpreter start: PID 1 forked from the zygote (zygote.py)
+                    at = cmd.index(scripts.VIEW_PY) + 1
+                    proc = zygote.spawn(
+                        lifeline_call,
+                        cmd[at:],
+                        safe_env,
+                        cwd=root,
+                        fifo=fifo,
+                        net=net,
+                        stdout=stdout,
+                        stderr=stderr,
+                        pass_fds=pass_fds,
+                    )
+                if proc is None and pdeathsig_argv and join is None:
                     cmd = list(pdeathsig_argv) + cmd  # setpriv sets PR_SET_PDEATHSIG, then execs unshare
 
                     def fork() -> subprocess.Popen:
@@ -317,7 +333,7 @@ class Holder:
                             )
 
                     proc = lifeline_call(fork)
-                else:
+                elif proc is None:
                     preexec = _die_with_parent(os.getpid(), join)
                     proc = lifeline_call(
                         lambda: subprocess.Popen(
@@ -350,14 +366,14 @@ class Holder:
                 pid = int(lines[0][4:])
             except ValueError:
                 pid = 0
-        if pid > 1 and is_child_init(pid, proc.pid):
-            # PID 1 runs bootstrap.sh: execd first, then the entrypoint
-            await_children(pid, 2 if execd else 1, timeout=2.0)
-        if pid > 1 and not is_child_init(pid, proc.pid) and _exited(proc, 2.0):
+        outer = os.getpid() if isinstance(proc, zygote.Adopted) else proc.pid  # PID 1's parent
+        if isinstance(proc, zygote.Adopted) and pid != proc.pid:
+            pid = 0  # a zygote's PID 1 is the process itself
+        if pid > 1 and not is_child_init(pid, outer) and _exited(proc, 2.0):
             # both lines came, then the entrypoint ended at once and PID 1 with it (`true`): the
             # sandbox started and stopped, like a container whose main process exits right away
             return cls(proc, pid, mode, implicit), ""
-        if pid <= 1 or not is_child_init(pid, proc.pid):
+        if pid <= 1 or not is_child_init(pid, outer):
             why = "no ready signal"
             kill_and_reap(proc)
             if proc.stderr is not None:
@@ -369,10 +385,20 @@ class Holder:
                 proc.stderr.close()
             return None, "the sandbox's PID namespace did not come up (exit %s: %s)" % (proc.returncode, why[:160])
         try:
-            return cls(proc, pid, mode, implicit), ""
+            holder = cls(proc, pid, mode, implicit)
         except OSError as exc:
             kill_and_reap(proc)
             return None, f"cannot open the sandbox's PID namespace: {exc}"
+        holder.unsettled = 2 if execd else 1  # PID 1 runs bootstrap.sh: execd first, then the entrypoint
+        return holder, ""
+
+    def settle(self) -> None:
+        """Wait (once, bounded) until PID 1 runs bootstrap.sh and its execd and entrypoint have exec'd
+        (await_children): start() leaves that to its caller, so the mock's own part of a start (the
+        network, execd's listener) overlaps the sandbox's; every command and the create wait for it."""
+        want, self.unsettled = self.unsettled, 0
+        if want:
+            await_children(self.pid, want, timeout=2.0)
 
     def alive(self) -> bool:
         """PID 1 runs and is not exiting (an exiting init waits for the mock to reap the processes it

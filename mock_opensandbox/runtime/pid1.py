@@ -208,6 +208,8 @@ class Pid1:
             return None
         self.holder = holder
         self._owner._track(holder.proc)
+        if implicit:
+            holder.settle()
         return holder
 
     def _attach_net(self, holder: Holder, *, wait: bool) -> None:
@@ -226,7 +228,9 @@ class Pid1:
             self.net_note = note
 
     def await_net(self, holder: Holder) -> None:
-        """eth0 is up (or known not to come) before a command runs: slirp4netns's ready fd (netns)."""
+        """Before a command runs: PID 1's execd and entrypoint run (Holder.settle), and eth0 is up (or known
+        not to come): slirp4netns's ready fd (netns)."""
+        holder.settle()
         net = holder.net
         if net is not None and net.stack_pending:
             note = net.await_stack()

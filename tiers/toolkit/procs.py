@@ -70,6 +70,22 @@ def children(parent: int | None = None) -> set[int]:
     return out
 
 
+def sandbox_holders(parent: int | None = None) -> set[int]:
+    """The live sandbox PID 1s a mock process (default: this one) started: its children that are PID 1 of a PID
+    namespace of their own (forked by the view's zygote, runtime/zygote.py), or ``unshare ... view.py holder``
+    (the way without the zygote)."""
+    out = set()
+    for pid in children(parent):
+        argv = cmdline(pid) or [b""]
+        nspid = next(
+            (line.split()[1:] for line in read_text(f"/proc/{pid}/status").splitlines() if line.startswith("NSpid:")),
+            [],
+        )
+        if (argv[0].endswith(b"unshare") and b"holder" in argv) or nspid[-1:] == ["1"]:
+            out.add(pid)
+    return out
+
+
 def descendants(pid: int) -> set[int]:
     """Every process whose parent chain leads to ``pid`` (new sessions included; zombies too)."""
     parents = {}

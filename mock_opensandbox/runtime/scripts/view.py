@@ -487,6 +487,11 @@ def main():
         fifo = os.open(arg, os.O_WRONLY | os.O_CLOEXEC)
         with open("/proc/self/stat", "rb") as fh:  # still the host's /proc: the host pid
             host_pid = int(fh.read().split()[0])
+    if mode == "holder":
+        try:
+            os.setsid()  # runc makes a container's init lead its session and group (1 and 1 inside)
+        except OSError:
+            pass  # it leads one already (the zygote's PID 1)
     try:
         _socket.sethostname(H)
     except OSError:
@@ -560,7 +565,11 @@ def main():
         fail("osb-view: seccomp: %s" % os.strerror(err))
     drop_caps(mask, last, nnp)
     if user:
+        pdeath = ctypes.c_int(0)
+        libc.prctl(2, ctypes.byref(pdeath), 0, 0, 0)  # PR_GET_PDEATHSIG: a new uid clears it
         drop_user(user)
+        if pdeath.value:
+            libc.prctl(1, pdeath.value, 0, 0, 0)  # PR_SET_PDEATHSIG: PID 1 still dies with its parent
     restore_env()
     for s in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(s, signal.SIG_DFL)
@@ -577,4 +586,5 @@ def main():
         fail("unshare: failed to execute %s: %s" % (argv[0], e.strerror), 127 if e.errno == 2 else 126)
 
 
-main()
+if __name__ != "__osb_view_lib__":  # scripts/osb_zygote.py loads it as a library
+    main()

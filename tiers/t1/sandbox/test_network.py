@@ -365,8 +365,9 @@ def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
         pids = [int(x) for x in os.listdir("/proc") if x.isdigit()]
         kids = [p for p in pids if _ppid(p) == cli.proc.pid]
         slirps = {p for p in kids if _comm(p) == "slirp4netns"}
-        holders = [p for p in kids if _comm(p) == "unshare"]
-        nets = {os.readlink("/proc/%d/ns/net" % h) for h in holders}  # unshare --net joined it itself
+        # PID 1 itself (the view's zygote forks it as the mock's child), or `unshare --net` (joined it itself)
+        holders = [p for p in kids if _comm(p) == "unshare" or _nspid(p)[-1:] == ["1"]]
+        nets = {os.readlink("/proc/%d/ns/net" % h) for h in holders}
         ports = set()
         for sid in sids:
             for port in (44772, 8080):
@@ -389,6 +390,14 @@ def _ppid(pid: int) -> int:
             return int(fh.read().rsplit(b")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return -1
+
+
+def _nspid(pid: int) -> list[str]:
+    try:
+        with open("/proc/%d/status" % pid) as fh:
+            return next((line.split()[1:] for line in fh if line.startswith("NSpid:")), [])
+    except OSError:
+        return []
 
 
 def _comm(pid: int) -> str:

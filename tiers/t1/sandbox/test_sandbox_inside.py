@@ -53,6 +53,10 @@ def test_inside_mock(inside, name):
     probe.check(probe.run(inside), inside)
 
 
+def test_pid1_leads_its_session_mock(inside):
+    si.pid1_session(inside)
+
+
 @pytest.mark.parametrize("name", [_mark("same_port_two_sandboxes")])
 def test_same_port_two_sandboxes_mock(target, name):
     with socket.socket() as s:  # today's mock serves on the host's loopback: a free ephemeral port, not 9000

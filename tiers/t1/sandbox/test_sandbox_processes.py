@@ -236,10 +236,10 @@ def test_a_sandbox_deleted_while_it_starts_leaves_no_process(tmp_path):
 
 
 def _holders() -> set[int]:
-    """This process's live `unshare ... view.py holder` children (the sandboxes' namespace holders)."""
-    from tiers.toolkit.procs import children, cmdline
+    """This process's live sandbox PID 1s (procs.sandbox_holders)."""
+    from tiers.toolkit.procs import sandbox_holders
 
-    return {pid for pid in children() if (argv := cmdline(pid) or [b""])[0].endswith(b"unshare") and b"holder" in argv}
+    return sandbox_holders()
 
 
 # -- the runtime underneath ---------------------------------------------------------------------

@@ -27,5 +27,9 @@ def test_inside_live(inside, name):
     probe.check(probe.run(inside), inside)
 
 
+def test_pid1_leads_its_session_live(inside):
+    si.pid1_session(inside)
+
+
 def test_same_port_two_sandboxes_live(target):
     si.same_port_two_sandboxes(target)
