@@ -8,18 +8,18 @@ components/execd/pkg/runtime/{command.go,command_common.go,command_status.go,int
 from __future__ import annotations
 
 import codecs
+import collections
 import grp
 import json
 import os
 import pwd
-import queue
 import signal
 import stat
 import subprocess
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Generator, Iterator
 
 from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
 from mock_opensandbox.execd.files import SandboxFS, _map_id
@@ -147,9 +147,9 @@ class Command:
         self.running = True
         self.proc: subprocess.Popen | None = None
         self.output = bytearray()  # background: merged stdout+stderr (execd's <id>.output file)
-        self.events: "queue.Queue[tuple[str, Any]]" = (
-            queue.Queue()
-        )  # foreground: ("stdout"|"stderr", bytes) / ("exit", rc)
+        # foreground: the output, pumped by the thread that streams it (CommandRegistry.pump): ("stdout"|"stderr",
+        # bytes) ... ("exit", rc), and (None, None) while nothing came (about every 50 ms)
+        self.events: Iterator[tuple[str | None, Any]] = iter(())
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.killed_by_timeout = False
@@ -199,6 +199,29 @@ class Command:
                 os.killpg(p.pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _exit_of(proc: subprocess.Popen) -> Generator[tuple[None, None], None, int]:
+    """proc's exit status; (None, None) about every 50 ms until then (a command that closed its output and
+    runs on still gets its heartbeat)."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd here (Linux < 5.3), or already reaped
+        pidfd = None
+    try:
+        while True:
+            if pidfd is None:
+                try:
+                    return proc.wait(timeout=0.05)
+                except subprocess.TimeoutExpired:
+                    yield None, None
+                    continue
+            if pollio.readable([pidfd], 0.05) or proc.poll() is not None:
+                return proc.wait()
+            yield None, None
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 class CommandRegistry:
@@ -428,11 +451,18 @@ class CommandRegistry:
                 target=self._wait_background, args=(cmd,), daemon=True, name=f"bg-wait-{cmd.id[:8]}"
             ).start()
         else:
-            threading.Thread(target=self._pump_foreground, args=(cmd,), daemon=True, name=f"fg-{cmd.id[:8]}").start()
+            cmd.events = self._pump_foreground(cmd)
         return cmd
 
     # -- output pumps --------------------------------------------------------------------------
-    def _pump_foreground(self, cmd: Command) -> None:
+    @staticmethod
+    def drain(cmd: Command) -> None:
+        """The rest of a foreground command's output, unread, in a thread of its own: its caller stopped
+        reading before the exit (an error), and the command's bookkeeping does not depend on anyone reading."""
+        threading.Thread(target=collections.deque, args=(cmd.events, 0), daemon=True, name=f"fg-{cmd.id[:8]}").start()
+
+    def _pump_foreground(self, cmd: Command) -> Iterator[tuple[str | None, Any]]:
+        """Run by the request thread that streams the command (no thread and no queue between them)."""
         proc = cmd.proc
         assert proc is not None and proc.stdout is not None and proc.stderr is not None
         fds = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
@@ -452,6 +482,7 @@ class CommandRegistry:
                     if proc.poll() is not None:
                         exited = True  # one more pass to drain what is already buffered
                         drain_until = time.monotonic() + 0.5
+                    yield None, None
                     continue
                 if exited and time.monotonic() > drain_until:
                     break  # children keep writing after the command exited: stop like execd's final tail
@@ -465,19 +496,19 @@ class CommandRegistry:
                     if not data:
                         del fds[fd]
                         continue
-                    cmd.events.put((fds[fd], data))
+                    yield fds[fd], data
                 if not exited and proc.poll() is not None:
                     exited = True
                     drain_until = time.monotonic() + 0.5
-            rc = proc.wait()
         finally:
             for f in (proc.stdout, proc.stderr):
                 try:
                     f.close()
                 except OSError:
                     pass
-        cmd.finish(rc)  # bookkeeping does not depend on anyone reading the stream
-        cmd.events.put(("exit", rc))
+        rc = yield from _exit_of(proc)
+        cmd.finish(rc)
+        yield "exit", rc
 
     def _pump_background(self, cmd: Command) -> None:
         proc = cmd.proc

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import queue
 import signal
 import stat
 import threading
@@ -245,19 +244,37 @@ class CommandRoutes:
     def _foreground_stream(self, req: Request, cmd, linger: bool = True) -> None:
         out = sse.SSEWriter(gin.sse_start(req))
         emit = out.emit
-        emit(sse.init_event(cmd.id))
-        emit(sse.ping_event())
+        emit(sse.init_event(cmd.id), sse.ping_event())
         framers = {"stdout": self.commands.framer(), "stderr": self.commands.framer()}
-        next_ping = time.monotonic() + self.heartbeat
         rc = None
-        while rc is None:
-            try:
-                kind, val = cmd.events.get(timeout=0.1)
-            except queue.Empty:
-                kind, val = None, None
+        try:
+            rc = self._pump(req, cmd, out, framers)
+        finally:
+            if rc is None:  # an error on the way: the command's bookkeeping goes on without a reader
+                self.commands.drain(cmd)
+        for name, fr in framers.items():
+            for text in fr.flush():
+                emit(sse.output_event(name, text))
+        code, err = cmd.finish(rc)
+        last = sse.complete_event(cmd.execution_ms()) if rc == 0 else sse.error_event(str(code), [err])
+        if linger and self.close_delay > 0:
+            emit(last)
+            if not out.gone:
+                self._linger(req)
+            out.close()
+        else:
+            out.close(last)  # the last event and the body's end in one write
+        if out.gone:
+            req.handler.close_connection = True
+
+    def _pump(self, req: Request, cmd, out: sse.SSEWriter, framers: dict) -> int:
+        """The command's output as events until it exits (its status), pumped by this request's thread;
+        a heartbeat ping while it runs."""
+        emit = out.emit
+        next_ping = time.monotonic() + self.heartbeat
+        for kind, val in cmd.events:
             if kind == "exit":
-                rc = val
-                break
+                return val
             if kind in framers:
                 for text in framers[kind].feed(val):
                     emit(sse.output_event(kind, text))
@@ -274,19 +291,7 @@ class CommandRoutes:
             if self.stopping.is_set() and cmd.proc is not None and cmd.proc.poll() is None:
                 out.gone = True
                 cmd.kill(signal.SIGKILL)
-        for name, fr in framers.items():
-            for text in fr.flush():
-                emit(sse.output_event(name, text))
-        code, err = cmd.finish(rc)
-        if rc == 0:
-            emit(sse.complete_event(cmd.execution_ms()))
-        else:
-            emit(sse.error_event(str(code), [err]))
-        if not out.gone and linger:
-            self._linger(req)
-        out.close()
-        if out.gone:
-            req.handler.close_connection = True
+        raise RuntimeError("the output pump ended without the exit")  # pragma: no cover - it always yields it
 
     def interrupt(self, req: Request) -> None:
         cid = req.q("id")

@@ -255,26 +255,32 @@ class ChunkedWriter:
         self._on_end = on_end
         self.closed = False
 
-    def write(self, data: bytes) -> None:
-        if not data:
+    def write(self, *parts: bytes) -> None:
+        """One chunk per part, all sent in one write (the same bytes as one write each, fewer syscalls)."""
+        parts = tuple(p for p in parts if p)
+        if not parts:
             return
         with self._lock:
             if self.closed:
                 return
-            self._h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self._h.wfile.write(b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts))
             self._h.wfile.flush()
             if self._capture is not None:
-                self._capture += data
+                for p in parts:
+                    self._capture += p
 
-    def close(self) -> None:
+    def close(self, last: bytes = b"") -> None:
+        """The end of the body; ``last``: a final chunk sent in the same write."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
+            if last and self._capture is not None:
+                self._capture += last
             if self._on_end is not None:
                 self._on_end()
             try:
-                self._h.wfile.write(b"0\r\n\r\n")
+                self._h.wfile.write((b"%x\r\n%s\r\n" % (len(last), last) if last else b"") + b"0\r\n\r\n")
                 self._h.wfile.flush()
             except OSError:
                 pass

@@ -54,12 +54,13 @@ class SSEWriter:
         self.gone = False
         self._lock = threading.Lock()
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, *events: dict[str, Any]) -> None:
+        """One frame per event (one chunk each), written together."""
         with self._lock:
             if self.gone:
                 return
             try:
-                self.w.write(encode_event(event))
+                self.w.write(*(encode_event(e) for e in events))
             except OSError:
                 self.gone = True
 
@@ -72,8 +73,14 @@ class SSEWriter:
             except OSError:
                 pass
 
-    def close(self) -> None:
-        self.w.close()
+    def close(self, last: dict[str, Any] | None = None) -> None:
+        """The end of the stream; ``last``: a final event sent in the same write (dropped when gone)."""
+        with self._lock:
+            frame = encode_event(last) if last is not None and not self.gone else b""
+        try:
+            self.w.close(frame) if frame else self.w.close()
+        except OSError:
+            self.gone = True
 
 
 def init_event(command_id: str, ts: int | None = None) -> dict[str, Any]:
