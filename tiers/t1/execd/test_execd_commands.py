@@ -339,3 +339,33 @@ def test_status_of_foreground_command_after_finish(client):
     ev = client.run("echo hi").events()
     st = client.get(f"/command/status/{ev[0]['text']}").json()
     assert st["running"] is False and st["exit_code"] == 0 and "error" not in st
+
+
+def test_a_stream_that_breaks_leaves_the_command_to_finish(make_execd, monkeypatch):
+    """The request thread pumps a foreground command's output; when its stream ends on an error before the
+    exit, the rest is pumped without a reader (CommandRegistry.drain) and the command's status still ends."""
+    from mock_opensandbox.execd import commands_routes
+
+    def broken(self, req, cmd, out, framers):
+        next(iter(cmd.events))  # one step of the pump, then the stream breaks
+        raise RuntimeError("a stream that breaks")
+
+    monkeypatch.setattr(commands_routes.CommandRoutes, "_pump", broken)
+    c = Client(make_execd().port)
+    conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=10)
+    conn.request("POST", "/command", body=json.dumps({"command": "echo a; sleep 0.3; exit 3"}))
+    buf = b""
+    try:
+        r = conn.getresponse()
+        while b'"ping"' not in buf:
+            chunk = r.read1(4096)
+            if not chunk:
+                break
+            buf += chunk
+    except (http.client.HTTPException, OSError):
+        pass
+    conn.close()
+    cid = json.loads(buf.split(b"\n")[0])["text"]  # the init event
+    wait_until(lambda: not c.get(f"/command/status/{cid}").json()["running"], 10)
+    st = c.get(f"/command/status/{cid}").json()
+    assert (st["exit_code"], st["error"]) == (3, "exit status 3"), st
