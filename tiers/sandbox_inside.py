@@ -375,7 +375,7 @@ NAMES = list(PROBES)
 PROC_STATS = 'for f in /proc/[0-9]*/stat; do read -r line < "$f" && echo "$line"; done'
 
 
-def pid1_session(ins: Inside) -> None:
+def pid1_session(ins: Inside) -> Dict[int, Tuple[int, int, int]]:
     """PID 1 leads its own session and process group, and so do its children (execd, the entrypoint) belong to
     both: /proc/N/stat's pgrp and session are 1, as runc makes a container's init (measured live by
     tiers/t4/sandbox/test_live_inside.py, the mock's PID 1 by tiers/t1/sandbox/test_sandbox_inside.py)."""
@@ -389,6 +389,9 @@ def pid1_session(ins: Inside) -> None:
     assert rows.get(1) == (0, 1, 1), rows
     kids = [pid for pid, (ppid, _, _) in rows.items() if ppid == 1]
     assert len(kids) >= 2 and all(rows[k][1:] == (1, 1) for k in kids), rows  # execd and the entrypoint
+    command = {pid: row for pid, row in rows.items() if pid != 1 and row[0] != 1}  # the probe's own shell
+    assert len(command) == 1 and all(row[1] == pid for pid, row in command.items()), rows  # a group of its own
+    return command  # {pid: (ppid, pgrp, session)}: the session differs (QUIRKS, "Joining, as root")
 
 
 def same_port_two_sandboxes(target: Target, port: int = SAME_PORT) -> None:

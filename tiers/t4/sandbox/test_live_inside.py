@@ -28,7 +28,8 @@ def test_inside_live(inside, name):
 
 
 def test_pid1_leads_its_session_live(inside):
-    si.pid1_session(inside)
+    command = si.pid1_session(inside)
+    assert [row[2] for row in command.values()] == [1], command  # execd's Setpgid, no Setsid: PID 1's session
 
 
 def test_same_port_two_sandboxes_live(target):
