@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any, Sequence
 
 from mock_opensandbox.runtime.mounts import plan as plan_mounts
@@ -64,12 +65,24 @@ def make(
     subprocess.run(
         [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pip_args, *requirements], check=True
     )
-    subprocess.run(
-        [py, "-m", "ipykernel", "install", "--name", "python", "--display-name", "Python", "--sys-prefix"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    subprocess.run([py, "-m", "bash_kernel.install", "--sys-prefix"], check=True, stdout=subprocess.DEVNULL)
+    register_kernels(path)
+
+
+def register_kernels(path: str, prefix: str | None = None) -> None:
+    """The python and bash kernels registered in the env at ``path`` (or under ``prefix``). ipykernel's install
+    removes the kernel it wrote to a ``tempfile.mkdtemp(suffix="_kernels")`` directory but not that directory:
+    their temporary files go to one of ours, removed afterwards."""
+    py = os.path.join(path, "bin", "python")
+    where = ["--prefix", prefix] if prefix else ["--sys-prefix"]
+    with tempfile.TemporaryDirectory(prefix="osb-kernels-") as tmp:
+        env = dict(os.environ, TMPDIR=tmp)
+        subprocess.run(
+            [py, "-m", "ipykernel", "install", "--name", "python", "--display-name", "Python", *where],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
+        subprocess.run([py, "-m", "bash_kernel.install", *where], check=True, stdout=subprocess.DEVNULL, env=env)
 
 
 def sandbox_env(path: str) -> dict[str, str]:
