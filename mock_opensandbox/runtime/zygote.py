@@ -146,7 +146,9 @@ def _fd(spec: Any, default: int, stdout_fd: int | None, opened: list[int]) -> in
         return stdout_fd
     if isinstance(spec, int) and spec >= 0:
         return spec
-    return spec.fileno()
+    if hasattr(spec, "fileno"):
+        return spec.fileno()
+    raise OSError(22, "not an fd the zygote takes: %r" % (spec,))  # spawn() answers None: the old way
 
 
 def spawn(

@@ -77,10 +77,7 @@ class SSEWriter:
         """The end of the stream; ``last``: a final event sent in the same write (dropped when gone)."""
         with self._lock:
             frame = encode_event(last) if last is not None and not self.gone else b""
-        try:
-            self.w.close(frame) if frame else self.w.close()
-        except OSError:
-            self.gone = True
+        self.w.close(frame)  # ChunkedWriter.close: a failed write ends the response all the same
 
 
 def init_event(command_id: str, ts: int | None = None) -> dict[str, Any]:

@@ -64,8 +64,7 @@ def child(req, fds):
         libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
         # the mock's FIFO has a reader while the mock waits: none (ENXIO) = it died before the line above.
         # Held open until the exec (a close here would be an EOF the mock reads before the "pid" line)
-        held = os.open(req["fifo"], os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        view.HELD_FIFO = held  # closed by the exec
+        os.open(req["fifo"], os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # the exec closes it
         if libc.unshare(req["ns"] & NS_FLAGS) != 0:
             raise OSError(ctypes.get_errno(), "unshare")
         view.mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -94,7 +93,7 @@ def check(req, fds):
         and strs(list(env))
         and strs(list(env.values()))
         and strs(req.get("args"))
-        and len(req["args"]) >= 9
+        and len(req["args"]) >= 9  # view.py: MODE R FIFO H X E MASK NNP V, then the entrypoint
         and strs([req.get("cwd"), req.get("fifo")])
         and isinstance(req.get("ns"), int)
         and not req["ns"] & ~NS_FLAGS
