@@ -35,7 +35,7 @@ from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
 from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
 from mock_opensandbox.options import DEFAULT_MAX_SANDBOX_TIMEOUT, EXECD_MODES, NETWORK_MODES, MockOptions
-from mock_opensandbox.runtime import zygote
+from mock_opensandbox.runtime import nethub, zygote
 from mock_opensandbox.runtime._util import default_signals_for_children, inherited_signals_back
 from mock_opensandbox.runtime.cgroups import Limits
 from mock_opensandbox.runtime.janitor import LEDGER as JANITOR_LEDGER
@@ -224,6 +224,7 @@ class MockOpenSandbox:
                 raise
             self._started = True
             zygote.hold()  # its sandboxes' PID 1s come from the view's zygote (runtime/zygote.py)
+            nethub.hold()  # and their eth0 from the sandboxes' bridge (runtime/nethub.py)
             atexit.register(self.stop)
             return self
 
@@ -285,6 +286,7 @@ class MockOpenSandbox:
             self._teardown()
             if was_started:
                 zygote.release()  # after the sandboxes: the last mock of this process ends it
+                nethub.release()
             if self._signals_taken:
                 self._signals_taken = False
                 inherited_signals_back()

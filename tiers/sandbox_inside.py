@@ -409,3 +409,55 @@ def same_port_two_sandboxes(target: Target, port: int = SAME_PORT) -> None:
     finally:
         for sid in sids:
             target.delete(sid)
+
+
+# eth0 as a command inside reads it (the address from SIOCGIFADDR, the rest from /sys, /proc and /etc/hosts)
+ETH0_FACTS = r"""python3 - <<'PY'
+import fcntl, os, socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print("ip=" + socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", b"eth0"))[20:24]))
+for f in ("address", "tx_queue_len", "operstate", "mtu"):
+    print(f + "=" + open("/sys/class/net/eth0/" + f).read().strip())
+print("tun_flags=%s" % os.path.exists("/sys/class/net/eth0/tun_flags"))
+print("inet6=%d" % len(open("/proc/net/if_inet6").read().split()))
+gw = [r.split() for r in open("/proc/net/route") if r.split()[1] == "00000000"]
+print("gateway=" + (socket.inet_ntoa(struct.pack("<I", int(gw[0][2], 16))) if gw else "-"))
+print("hosts=" + open("/etc/hosts").read().splitlines()[-1].split()[0])
+PY"""
+PEER_PORT = 9001
+PEER_FETCH = (
+    'python3 -c "import urllib.request; '
+    "print(urllib.request.urlopen('http://@IP@:@PORT@/who.txt', timeout=5).read().decode().strip())\""
+)
+
+
+def eth0_facts(target: Target, sid: str) -> Dict[str, str]:
+    """A sandbox's eth0 on Docker's default bridge (live, local-up with Docker 20.10): a veth (no tun_flags), up,
+    txqueuelen 0, MTU 1500, its own 172.17.0.N whose bytes end the MAC Docker gives it (02:42:ac:11:..), IPv6
+    off, the default route via 172.17.0.1, and /etc/hosts mapping the hostname to that address."""
+    res = target.command(sid, ETH0_FACTS)
+    assert res.rc == 0, res
+    got = _kv(res.out)
+    ip = got.get("ip", "")
+    assert ip.startswith("172.17.") and ip != "172.17.0.1", got
+    mac = "02:42:" + ":".join("%02x" % int(b) for b in ip.split("."))
+    want = {"address": mac, "tx_queue_len": "0", "operstate": "up", "mtu": "1500", "tun_flags": "False"}
+    want.update({"inet6": "0", "gateway": "172.17.0.1", "hosts": ip})
+    assert {k: got.get(k) for k in want} == want, got
+    return got
+
+
+def bridge_peers(target: Target, port: int = PEER_PORT) -> None:
+    """Two sandboxes on the bridge, as two containers on Docker's: each has eth0 as above, the addresses differ,
+    and one reaches a server the other binds on its eth0 address."""
+    sids = [target.create(), target.create()]
+    try:
+        a, b = (eth0_facts(target, sid)["ip"] for sid in sids)
+        assert a != b, (a, b)
+        serve = serve_command(sids[1], port).replace("127.0.0.1", b)
+        assert _lines(target.command(sids[1], serve).out)[-1:] == ["serving"]
+        res = target.command(sids[0], PEER_FETCH.replace("@IP@", b).replace("@PORT@", str(port)))
+        assert (res.rc, res.out.strip()) == (0, f"i am {sids[1]}"), res
+    finally:
+        for sid in sids:
+            target.delete(sid)

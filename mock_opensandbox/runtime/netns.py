@@ -139,14 +139,14 @@ def resolv_conf(host_text: str | None = None) -> str:
     return "\n".join(out).strip("\n") + "\n"
 
 
-def holder_env(hostname: str, with_stack: bool) -> dict[str, str]:
+def holder_env(hostname: str, with_stack: bool, ip: str = GUEST_IP) -> dict[str, str]:
     """The variables view.py turns into /etc/hosts and /etc/resolv.conf of a sandbox with its own
-    network namespace. The hostname maps to GUEST_IP with or without outbound traffic (a container's
-    hostname resolves whatever its network): slirp4netns puts GUEST_IP on eth0, else view.py binds
-    it on lo (ENV_ADDR)."""
-    env = {ENV_HOSTS: hosts_file(hostname, GUEST_IP), ENV_RESOLV: resolv_conf()}
+    network namespace. The hostname maps to the sandbox's address with or without outbound traffic (a
+    container's hostname resolves whatever its network): eth0 has it (the bridge's lease, nethub.py, or
+    slirp4netns's GUEST_IP), else view.py binds it on lo (ENV_ADDR)."""
+    env = {ENV_HOSTS: hosts_file(hostname, ip), ENV_RESOLV: resolv_conf()}
     if not with_stack:
-        env[ENV_ADDR] = GUEST_IP
+        env[ENV_ADDR] = ip
     return env
 
 
@@ -194,10 +194,12 @@ except OSError as e:
 
 
 class SandboxNet:
-    """The network namespace of one sandbox (held by its PID 1) and its user-mode stack."""
+    """The network namespace of one sandbox (held by its PID 1) and its way out: a veth on the bridge
+    (lease: nethub.Lease) or a user-mode stack of its own."""
 
-    def __init__(self, pid: int, mode: str, agent: Callable[[dict], Any] | None = None):
+    def __init__(self, pid: int, mode: str, agent: Callable[[dict], Any] | None = None, lease: Any = None):
         self.pid = pid
+        self.lease = lease
         self.mode = mode  # "direct" (root: setns) | "helper" (non-root)
         self.agent = agent
         self.netns_fd: int | None = None
@@ -216,6 +218,12 @@ class SandboxNet:
         wait=False: return once it is started (""), and await_stack() waits for its ready fd later
         (a sandbox uses eth0 only from a command: SandboxRuntime.spawn awaits it first)."""
         global _stack_failure
+        if self.lease is not None and self.netns_fd is not None:
+            try:
+                self.lease.attach(self.netns_fd)
+            except OSError as exc:
+                self.note = "no outbound network (the sandboxes' bridge: %s)" % (exc.strerror or exc)
+            return self.note
         name, path = find_stack()
         if not name:
             self.note = no_outbound_note()
@@ -428,6 +436,9 @@ class SandboxNet:
 
     def close(self) -> None:
         self.stop_stack()
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            lease.close()
         if self.netns_fd is not None:
             try:
                 os.close(self.netns_fd)

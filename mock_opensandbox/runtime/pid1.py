@@ -13,7 +13,7 @@ import socket
 import subprocess
 from typing import Any, Callable, Mapping, Protocol
 
-from mock_opensandbox.runtime import netns
+from mock_opensandbox.runtime import netns, nethub
 from mock_opensandbox.runtime.agent import AgentChannel
 from mock_opensandbox.runtime.execdproc import idle_execd
 from mock_opensandbox.runtime.holder import Holder
@@ -140,8 +140,11 @@ class Pid1:
         """PID 1 with argv as the sandbox's main process. Call with the lock held, no holder yet."""
         assert self.mode is not None
         env = dict(env)
+        # root: an address on the sandboxes' bridge (nethub.py), else a slirp4netns of its own
+        lease = nethub.lease() if self.netns and self.mode == "direct" else None
         if self.netns:
-            env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0])))
+            ip = lease.ip if lease is not None else netns.GUEST_IP
+            env.update(netns.holder_env(self.hostname, bool(netns.find_stack()[0]), ip))
         agent = agent_fd = python = idle = None
         holder_join, view_env, execd = self._owner._pid1_start(env)
         try:
@@ -172,6 +175,10 @@ class Pid1:
                 intend=self._intend,
                 **holder_join,
             )
+        except BaseException:
+            if lease is not None:
+                lease.close()
+            raise
         finally:
             if agent_fd is not None:
                 os.close(agent_fd)
@@ -187,6 +194,8 @@ class Pid1:
                 self.agent = agent
             else:
                 agent.close()
+        if holder is None and lease is not None:
+            lease.close()
         volumes = self._owner.volumes
         if holder is None and (volumes or self._image_root is not None):
             # the volumes or the image's root could not be mounted (view.py failed closed): no sandbox,
@@ -197,7 +206,7 @@ class Pid1:
             )
         if holder is not None and self.netns:
             # a real execd ("binary") spawns its own: wait for eth0 now (_attach_net)
-            self._attach_net(holder, wait=execd == "binary")
+            self._attach_net(holder, wait=execd == "binary", lease=lease)
         if holder is None:
             # graceful degradation: this sandbox's commands get one mount namespace each (no PID namespace)
             self.mode = None
@@ -212,14 +221,17 @@ class Pid1:
             holder.settle()
         return holder
 
-    def _attach_net(self, holder: Holder, *, wait: bool) -> None:
-        """The holder's network namespace: connect() and, when installed, slirp4netns for eth0."""
+    def _attach_net(self, holder: Holder, *, wait: bool, lease: Any) -> None:
+        """The holder's network namespace: connect() and eth0, from the bridge's lease or, when installed,
+        a slirp4netns of its own."""
         try:
             # the resident agent (the mock's own execd) connects from inside; else netns's helper
             holder.net = netns.SandboxNet(
-                holder.pid, holder.mode, self._owner.agent_call if self.agent is not None else None
+                holder.pid, holder.mode, self._owner.agent_call if self.agent is not None else None, lease
             )
         except OSError:  # PID 1 already ended (a stopped sandbox): nothing to reach
+            if lease is not None:
+                lease.close()
             return
         # no wait for slirp4netns's readiness here when the mock's execd runs the commands: eth0 is
         # used from a command, and spawn() awaits it first (a real execd spawns its own: wait now)

@@ -314,7 +314,8 @@ def build_sys(R, own):
 
 def loopback_up(addr=""):
     """A fresh network namespace has lo down: bring it up (SIOCGIFFLAGS, SIOCSIFFLAGS | IFF_UP), no
-    iproute2 needed. In the host's namespace lo is up already and nothing changes. addr (../netns.py
+    iproute2 needed, and IPv6 off (net.ipv6.conf.{all,default}.disable_ipv6, live: no address in
+    /proc/net/if_inet6). In the host's namespace lo is up already and nothing changes. addr (../netns.py
     ENV_ADDR, set when no slirp4netns gives the namespace eth0): the sandbox's own address, bound as
     addr/32 on lo (label lo:0; SIOCSIFADDR, SIOCSIFNETMASK), so its hostname resolves to an address
     of its own, as in a container on Docker's bridge."""
@@ -322,7 +323,13 @@ def loopback_up(addr=""):
     try:
         req = b"lo".ljust(16, b"\0") + bytes(16)
         flags = int.from_bytes(fcntl.ioctl(s.fileno(), 0x8913, req)[16:18], sys.byteorder)
-        if not flags & 1:
+        if not flags & 1:  # a fresh namespace: IPv6 off in it, as in a container on Docker's default bridge
+            for conf in ("all", "default"):
+                try:
+                    with open("/proc/sys/net/ipv6/conf/%s/disable_ipv6" % conf, "w") as fh:
+                        fh.write("1")
+                except OSError:
+                    pass
             fcntl.ioctl(s.fileno(), 0x8914, b"lo".ljust(16, b"\0") + (flags | 1).to_bytes(2, sys.byteorder) + bytes(14))
         if addr:
             name = b"lo:0".ljust(16, b"\0")

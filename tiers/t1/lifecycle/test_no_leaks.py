@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from mock_opensandbox.runtime import zygote
+from mock_opensandbox.runtime import nethub, zygote
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import procs
 from tiers.toolkit.procs import alive as _alive
@@ -128,12 +128,12 @@ def test_context_manager_and_delete_clean_up_per_sandbox():
             hostport=hostport,
         )
         time.sleep(0.2)
-        # the mock's janitor (runtime/janitor.py) and the view's zygote (runtime/zygote.py) live as long as the
-        # mock, not the sandbox
+        # the mock's janitor (runtime/janitor.py), the view's zygote (runtime/zygote.py) and the sandboxes' bridge
+        # (runtime/nethub.py: its slirp4netns) live as long as the mock, not the sandbox
         pids = (
             ({p for p in _proc_entries() if _refers_to(p, sb.runtime.root)} | _children_tree(os.getpid()))
             - before_children
-            - {osb.janitor.pid, zygote.pid()}
+            - {osb.janitor.pid, zygote.pid(), nethub.stack_pid()}
         )
         assert pids
         assert c.call("DELETE", "/v1/sandboxes/" + sid)[0] == 204

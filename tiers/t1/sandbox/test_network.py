@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from mock_opensandbox.runtime import optional
+from mock_opensandbox.runtime import nethub, optional
 from mock_opensandbox.wire.relay import TCPRelay
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.runtime.probe import probe_result
@@ -136,7 +136,14 @@ def test_interfaces_hosts_and_hostname_are_a_containers(mock, monkeypatch, stack
     lines = hosts.splitlines()
     assert lines[:2] == ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     hostname, ip, peer = tail.split()
-    assert lines[-1] == "172.17.0.100\t%s" % hostname and ip == peer == "172.17.0.100"
+    # on the bridge (root, runtime/nethub.py) the lowest free address from 172.17.0.2, as Docker's IPAM gives;
+    # a slirp4netns of its own puts 172.17.0.100 on eth0, and without one view.py binds that on lo
+    # (the lowest free one of this process's bridge: other mocks of the process may hold .2)
+    if stack == "slirp4netns" and nethub.wanted():
+        assert ip.startswith("172.17.") and ip not in ("172.17.0.1", "172.17.0.100"), ip
+    else:
+        assert ip == "172.17.0.100"
+    assert lines[-1] == "%s\t%s" % (ip, hostname) and peer == ip
 
 
 def _serve(m: Mock, sid: str, port: int, text: str) -> None:
@@ -290,16 +297,7 @@ def _netns_ids_in_use() -> set[str]:
             continue
         try:
             out.add(os.readlink("/proc/%s/ns/net" % name))
-        except OSError:
-            continue
-        try:
-            for fd in os.listdir("/proc/%s/fd" % name):
-                try:
-                    link = os.readlink("/proc/%s/fd/%s" % (name, fd))
-                except OSError:
-                    continue
-                if link.startswith("net:["):
-                    out.add(link)
+            out |= _netns_fds(int(name))
         except OSError:
             continue
     return out
@@ -339,13 +337,17 @@ def test_delete_leaves_no_netns_relay_or_slirp(mock):
     for sid in sids:
         _serve(m, sid, 8080, "x")
     nets, slirps, ports = _sandbox_parts(m, sids)
-    assert len(nets) == 2 and len(slirps) == (2 if SLIRP else 0)
+    hub = bool(SLIRP) and nethub.wanted()  # eth0 from the bridge: no slirp4netns of their own (runtime/nethub.py)
+    assert len(nets) == 2 and len(slirps) == (0 if hub or not SLIRP else 2)
+    veths = {m.osb.sandboxes[sid].runtime.pid1.holder.net.lease.veth for sid in sids} if hub else set()
+    assert len(veths) == 2 and veths <= nethub.links() if hub else not veths
     held = http.client.HTTPConnection(*m.endpoint(sids[0], 8080)[0].split(":"), timeout=10)
     held.request("GET", "/who.txt")
     assert held.getresponse().read() == b"x\n"  # a keep-alive connection through the published port
     for sid in sids:
         assert m.api("DELETE", "/v1/sandboxes/" + sid)[0] == 204
     assert _gone(nets, slirps, ports) == []
+    assert poll(lambda: veths & nethub.links(), lambda got: not got, 5.0) == set()  # out of the bridge
     held.close()
     assert not [t for t in threading.enumerate() if t.name.startswith(("osb-execd-relay", "mock-osb-8080"))]
 
@@ -373,7 +375,12 @@ def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
             for port in (44772, 8080):
                 status, body = cli.call("GET", "/v1/sandboxes/%s/endpoints/%d" % (sid, port))
                 ports.add(int(json.loads(body)["endpoint"].split("/")[0].rpartition(":")[2]))
-        assert len(nets) == 2 and len(slirps) == (2 if SLIRP else 0), (holders, kids)
+        # with the bridge (root): one slirp4netns for both, in the hub's namespace, which the mock holds open
+        hub = bool(SLIRP) and nethub.wanted()
+        assert len(nets) == 2 and len(slirps) == (1 if hub else 2 if SLIRP else 0), (holders, kids)
+        held = _netns_fds(cli.proc.pid) - nets - {os.readlink("/proc/%d/ns/net" % cli.proc.pid)}
+        assert len(held) == (1 if hub else 0), held
+        nets |= held
         if sig == signal.SIGKILL:
             cli.proc.kill()
             cli.proc.wait(10)
@@ -382,6 +389,19 @@ def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
         assert _gone(nets, slirps, ports | {cli.port}) == []
     finally:
         cli.kill()
+
+
+def _netns_fds(pid: int) -> set[str]:
+    """The network namespaces a process holds through open files."""
+    out = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("net:["):
+            out.add(link)
+    return out
 
 
 def _ppid(pid: int) -> int:

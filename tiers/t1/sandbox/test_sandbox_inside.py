@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from mock_opensandbox.runtime import nethub
 from mock_opensandbox.runtime.cgroups import host as cgroup_host
 from mock_opensandbox.server import MockOpenSandbox
 from tiers import sandbox_inside as si
@@ -65,6 +66,11 @@ def test_same_port_two_sandboxes_mock(target, name):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     si.same_port_two_sandboxes(target, port)
+
+
+@pytest.mark.skipif(not nethub.wanted(), reason="the sandboxes' bridge needs root and slirp4netns (runtime/nethub.py)")
+def test_bridge_peers_mock(target):
+    si.bridge_peers(target)
 
 
 # a command inside asks execd at 127.0.0.1:44772 (the real one listens on :44772 in the container; fixture 22

@@ -34,3 +34,7 @@ def test_pid1_leads_its_session_live(inside):
 
 def test_same_port_two_sandboxes_live(target):
     si.same_port_two_sandboxes(target)
+
+
+def test_bridge_peers_live(target):
+    si.bridge_peers(target)
