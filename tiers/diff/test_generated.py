@@ -93,10 +93,9 @@ def _prop_paths(pair, accepted, parts, trailing, which):
         elif which == "search":
             c.get("/files/search", query={"path": c.p("d"), "pattern": parts[-1]}, label="search")
         elif which == "download":
-            if os.path.isdir(c.target.host(p.rstrip("/") or "/")):
-                c.get("/files/info", query=[("path", p)], label="info")  # directory downloads: accepted difference
-            else:
-                c.get("/files/download", query={"path": p}, label="download")
+            c.get(
+                "/files/download", query={"path": p}, label="download"
+            )  # a directory too (QUIRKS, "Download of a directory")
         elif which == "mkdir":
             c.post("/directories", {p: {"mode": 750}}, label="mkdir")
             c.snapshot("d", "fs")

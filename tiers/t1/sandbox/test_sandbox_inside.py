@@ -68,6 +68,10 @@ def test_same_port_two_sandboxes_mock(target, name):
     si.same_port_two_sandboxes(target, port)
 
 
+def test_directory_download_mock(inside):
+    si.directory_download(inside)
+
+
 @pytest.mark.skipif(not nethub.wanted(), reason="the sandboxes' bridge needs root and slirp4netns (runtime/nethub.py)")
 def test_bridge_peers_mock(target):
     si.bridge_peers(target)

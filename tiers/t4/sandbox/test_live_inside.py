@@ -38,3 +38,7 @@ def test_same_port_two_sandboxes_live(target):
 
 def test_bridge_peers_live(target):
     si.bridge_peers(target)
+
+
+def test_directory_download_live(inside):
+    si.directory_download(inside)
