@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
             "the real one (~1 s; default 1.0; 0 = close at once)",
         ),
     )
+    p.add_argument(
+        "--code-context-wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="bound the retries of a code context's kernel start (an unknown language) to this long, then 500 "
+        "with the last error (default: until the client leaves, like execd's kernelWaitingBackoff)",
+    )
     for flag, kind, default, metavar, text in numbers:
         p.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
     p.add_argument(
@@ -216,6 +224,7 @@ def options_from_args(args: argparse.Namespace) -> MockOptions:
         allowed_host_paths=tuple(args.allowed_host_path),
         pids_limit=args.pids_limit,
         execd_close_delay=args.execd_close_delay,
+        code_context_wait=args.code_context_wait,
         timing=args.timing,
         image_dir=args.image_dir,
         image_cache=args.image_cache,

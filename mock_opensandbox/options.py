@@ -55,6 +55,9 @@ class MockOptions:
     execd_close_delay: float = 1.0  # execd v1.0.19 keeps a stream open ~1 s after its last event
     execd_start_delay: float = 0.0  # seconds a new execd refuses connections although the create says Running
     execd_bin: str | None = None  # a real execd (or the mock's stand-alone one) per sandbox instead of in-process
+    # POST /code/context retries a failing kernel start until the client leaves, as execd's kernelWaitingBackoff
+    # does (an unknown language never answers); a number of seconds bounds it (then 500 with the last error)
+    code_context_wait: float | None = None
     timing: str = "faithful"  # "fast": every delay in FAST_TIMING set to 0, whatever the fields above say
     # -- sandboxes -----------------------------------------------------------------------------------------
     root: str | None = None  # where sandbox roots live (None: a temp dir removed at stop)
@@ -105,6 +108,9 @@ class MockOptions:
         delay = self.execd_close_delay
         if not isinstance(delay, (int, float)) or not delay >= 0 or delay == float("inf"):
             raise ValueError("execd_close_delay must be a number of seconds >= 0")
+        wait = self.code_context_wait
+        if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 < wait < 1e9):
+            raise ValueError("code_context_wait must be a number of seconds > 0, or None (until the client leaves)")
         hosts = tuple(str(p) for p in self.allowed_host_paths)
         for p in hosts:
             if not p.startswith("/"):

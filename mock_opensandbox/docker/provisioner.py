@@ -256,6 +256,7 @@ class MockProvisioner(Provisioner):
             access_token=o.execd_token,
             required_headers=self._required_headers(sb),
             close_delay=o.execd_close_delay,
+            context_wait=o.code_context_wait,
             verbose=o.verbose,
             start_delay=o.execd_start_delay,
             # fault rules and the request journal (workbench/admin.py) reach its listener too

@@ -24,11 +24,11 @@ from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError
 from mock_opensandbox.execd.jupyter import JupyterClient, JupyterError
 
-__all__ = ["JupyterCode", "CREATE_WAIT_S"]
+__all__ = ["JupyterCode"]
 
-# [choice] kernelWaitingBackoff (runtime/ctrl.go: 60 steps from 0.5 s, factor 1.5, no cap) retries for
-# longer than any client waits; the mock retries this long, then answers the last error (QUIRKS.md)
-CREATE_WAIT_S = 30.0
+# kernelWaitingBackoff (runtime/ctrl.go: 60 steps from 0.5 s, factor 1.5, no cap) retries for longer than any
+# client waits, so by default the mock retries until the client leaves; MockOptions.code_context_wait bounds it
+GONE_POLL_S = 0.2  # how soon a client that left is noticed between attempts
 # execute.go finalizeExecution: on the first idle status, of any parent (handleExecutionStatus does not look at
 # parent_header: the notebook server's own kernel_info requests on a new channel end in an idle that often
 # comes before the run's output), execution_complete is sent at once; then every JupyterIdlePollInterval
@@ -81,8 +81,10 @@ class JupyterCode:
         mkdir: Callable[[str], None],
         heartbeat: float = HEARTBEAT_S,
         idle_poll: float = IDLE_POLL_S,
+        create_wait: float | None = None,
     ):
         self.idle_poll = idle_poll
+        self.create_wait = create_wait
         self.client = JupyterClient(base_url, token, connect)
         self.stopping = stopping
         self._mkdir = mkdir
@@ -120,18 +122,24 @@ class JupyterCode:
         return (sess or {}).get("id", ""), kid
 
     def _create(self, language: str, cwd: str, gone: Callable[[], bool]) -> tuple[str, str]:
-        """retry.OnError(kernelWaitingBackoff, ...): every error is retried (bounded here: CREATE_WAIT_S)."""
-        deadline = time.monotonic() + CREATE_WAIT_S
+        """retry.OnError(kernelWaitingBackoff, ...): every error is retried, until the client leaves or the
+        execd stops (or create_wait seconds, when set); then JupyterError with the last error."""
+        deadline = None if self.create_wait is None else time.monotonic() + self.create_wait
         delay = 0.5
         while True:
             try:
                 return self._create_once(language, cwd)
             except (JupyterError, OSError, ValueError) as exc:
                 last = exc
-            if time.monotonic() + delay > deadline or gone():
+            until = time.monotonic() + delay
+            if deadline is not None and until > deadline:
                 raise JupyterError(str(last))
-            if self.stopping.wait(delay):
-                raise JupyterError(str(last))
+            while True:  # the backoff's wait, watching the client
+                left = until - time.monotonic()
+                if gone() or self.stopping.wait(max(0.0, min(GONE_POLL_S, left))):
+                    raise JupyterError(str(last))
+                if left <= GONE_POLL_S:
+                    break
             delay = min(delay * 1.5, 5.0)
 
     def create_context(self, req: Request, language: str, cwd: str) -> None:

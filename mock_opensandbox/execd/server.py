@@ -122,8 +122,10 @@ class ExecdServer(App):
         faults: Any = None,
         sandbox_id: str | None = None,
         journal: Any = None,
+        context_wait: float | None = None,
     ):
-        """``start_delay``: seconds after start() before the port listens (connections are refused until
+        """``context_wait``: how long a code context's kernel start is retried (None: until the client leaves).
+        ``start_delay``: seconds after start() before the port listens (connections are refused until
         then): the lifecycle answers Running before execd answers /ping (QUIRKS.md, Transport, routing, auth: execd_start_delay).
         ``faults`` / ``sandbox_id`` / ``journal``: the fault registry whose rules reach this listener,
         the sandbox it belongs to, the request journal (httpcore.App)."""
@@ -136,6 +138,7 @@ class ExecdServer(App):
         self.access_token = access_token or None
         self.required_headers = dict(required_headers or {})
         self.start_delay = max(0.0, float(start_delay))
+        self.context_wait = context_wait
         self.verbose = verbose
         self.faults = faults
         self.sandbox_id = sandbox_id
@@ -292,6 +295,7 @@ class ExecdServer(App):
             self._stopping,
             mkdir,
             idle_poll=idle_poll_s(env.get("EXECD_JUPYTER_IDLE_POLL_INTERVAL")),
+            create_wait=self.context_wait,
         )
 
     def _stall(self, req: Request) -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
+import traceback
 from datetime import timedelta
 
 import httpx
@@ -22,6 +24,7 @@ from mock_opensandbox.wire.sse import parse_stream
 from tiers.code_flow import STEPS, run_code_flow
 from tiers.toolkit.jupyter import jupyter_env_or_skip
 from tiers.toolkit.sdk import sdk_config
+from tiers.toolkit.waits import wait_until
 
 IMAGE = "opensandbox/code-interpreter:v1.0.2"
 
@@ -145,8 +148,26 @@ def test_a_busy_context_answers_session_is_busy(osb, ci):
     assert b"KeyboardInterrupt" in b"".join(out), out
 
 
-def test_an_unknown_language_context_waits_then_fails(osb, ci, monkeypatch):
-    monkeypatch.setattr(code_jupyter, "CREATE_WAIT_S", 1.0)
+def _creating() -> int:
+    """Threads of this process retrying a context's kernel start (JupyterCode._create)."""
+    return sum(
+        1
+        for frame in sys._current_frames().values()
+        for f in traceback.walk_stack(frame)
+        if f[0].f_code is code_jupyter.JupyterCode._create.__code__
+    )
+
+
+def test_an_unknown_language_context_never_answers_until_the_client_leaves(osb, ci):
+    """As execd's kernelWaitingBackoff: no answer while the client waits; its thread ends when the client leaves."""
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(_execd(osb, ci.id) + "/code/context", json={"language": "cobol"}, timeout=1.5)
+    assert wait_until(lambda: _creating() == 0, 3.0), "the retrying thread outlived its client"
+
+
+def test_an_unknown_language_context_fails_after_code_context_wait(osb, ci, monkeypatch):
+    # MockOptions.code_context_wait, as the sandbox's execd passed it on to its Jupyter client (made at first use)
+    monkeypatch.setattr(osb.sandboxes[ci.id].execd.code.jupyter(), "create_wait", 1.0)
     r = httpx.post(_execd(osb, ci.id) + "/code/context", json={"language": "cobol"}, timeout=30)
     assert r.status_code == 500 and r.json() == {
         "code": "RUNTIME_ERROR",
@@ -242,12 +263,13 @@ def test_an_unreachable_jupyter_fails_the_create_after_the_bounded_wait(osb, mon
     """JUPYTER_HOST from the request's env, nothing listening there (a server still starting, or none)."""
     from opensandbox.sync import SandboxSync
 
-    monkeypatch.setattr(code_jupyter, "CREATE_WAIT_S", 1.0)
     sb = SandboxSync.create(
         "python:3.12-slim",
         connection_config=sdk_config(osb, sync=True, timeout=60),
         env={"JUPYTER_HOST": "http://127.0.0.1:9", "JUPYTER_TOKEN": "t"},
     )
+    monkeypatch.setattr(osb.sandboxes[sb.id].execd, "context_wait", 1.0)  # MockOptions.code_context_wait
+    assert osb.sandboxes[sb.id].execd.code.jupyter().create_wait == 1.0  # passed on at first use
     try:
         r = httpx.post(_execd(osb, sb.id) + "/code/context", json={"language": "python"}, timeout=30)
         assert r.status_code == 500 and r.json()["message"] == (

@@ -47,6 +47,9 @@ def test_pids_limit_and_close_delay_reach_the_mock(opensandbox_mock_factory):
         {"pids_limit": "64"},
         {"execd_close_delay": -1},
         {"execd_close_delay": float("nan")},
+        {"code_context_wait": 0},
+        {"code_context_wait": True},
+        {"code_context_wait": "5"},
     ):
         with pytest.raises(ValueError):
             opensandbox_mock_factory(**bad)
@@ -66,9 +69,12 @@ def test_cli_options_and_their_defaults(monkeypatch):
     with pytest.raises(Stop):
         cli.main([])
     with pytest.raises(Stop):
-        cli.main(["--pids-limit", "64", "--execd-close-delay", "0", "--max-sandbox-timeout", "0"])
-    pick = ("pids_limit", "execd_close_delay", "max_sandbox_timeout")
-    assert [tuple(getattr(o, p) for p in pick) for o in got] == [(4096, 1.0, 86400), (64, 0.0, 0)]
+        cli.main(
+            ["--pids-limit", "64", "--execd-close-delay", "0", "--max-sandbox-timeout", "0"]
+            + ["--code-context-wait", "30"]
+        )
+    pick = ("pids_limit", "execd_close_delay", "max_sandbox_timeout", "code_context_wait")
+    assert [tuple(getattr(o, p) for p in pick) for o in got] == [(4096, 1.0, 86400, None), (64, 0.0, 0, 30.0)]
     monkeypatch.undo()
     assert cli.main(["--pids-limit", "-3"]) == 2
 
