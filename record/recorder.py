@@ -4,7 +4,10 @@ Modes (like VCR's record modes):
   all    re-record every selected scenario, overwriting its fixture
   new    record only the scenarios that have no fixture yet
   --check  record into a temporary directory and report drift against the fixtures in --out
-           (status, content types, key sets/types, SSE framing and event types...); exit 1 on drift
+           (status, content types, key sets/types, SSE framing and event types...); exit 1 on drift.
+           Host-specific values are blanked by each scenario's ``drift_noise``; a difference that a ``replay``
+           rule of tiers/t2/ALLOWED_DIFFERENCES matches, when its reason begins with "(race)" or "(host)" (about
+           the live server, not the mock), is reported as explained, with the reason, and is not drift. On drift the fresh recordings are kept and the report says where.
 """
 
 from __future__ import annotations
@@ -161,8 +164,14 @@ def _denoise(fx: dict[str, Any], noise: tuple[tuple[str, str], ...]) -> dict[str
 def drift(old: dict[str, Any], new: dict[str, Any], noise: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """Differences between a committed fixture and a fresh recording of the same scenario (``noise``: regex
     substitutions applied to both first, for values that differ between any two sandboxes)."""
+    return [d if isinstance(d, str) else d.text() for d in drift_checks(old, new, noise)]
+
+
+def drift_checks(old: dict[str, Any], new: dict[str, Any], noise: tuple[tuple[str, str], ...] = ()) -> list[Any]:
+    """``drift`` as failed ``Check``s (index, aspect, detail: what an ALLOWED_DIFFERENCES ``replay`` rule matches),
+    and plain text for what no rule may explain (the exchange count, a request that changed)."""
     old, new = _denoise(old, noise), _denoise(new, noise)
-    out: list[str] = []
+    out: list[Any] = []
     oe, ne = old["exchanges"], new["exchanges"]
     if len(oe) != len(ne):
         out.append(f"exchange count: {len(oe)} recorded, {len(ne)} now")
@@ -185,8 +194,30 @@ def drift(old: dict[str, Any], new: dict[str, Any], noise: tuple[tuple[str, str]
         else:
             data = body.encode("utf-8")
         checks: list[Check] = cmp.compare(i, o["response"], resp["status"], headers, data)
-        out.extend(c.text() for c in checks if not c.ok)
+        out.extend(c for c in checks if not c.ok)
     return out
+
+
+# the replay rules that are about the live server itself (a race recorded live, a value of the host), not about what
+# the mock lacks: only these explain drift between two recordings of a live server
+LIVE_RULES = ("(race)", "(host)")
+
+
+def explain(scenario: str, diffs: list[Any], allow: list[Any]) -> tuple[list[str], list[str]]:
+    """(unexplained, explained) lines: a ``Check`` that a ``replay`` rule of ALLOWED_DIFFERENCES matches (host-specific
+    values, races recorded live: the rules the fixture replay uses) is explained, with the rule's reason."""
+    unexplained: list[str] = []
+    explained: list[str] = []
+    for d in diffs:
+        if isinstance(d, str):
+            unexplained.append(d)
+            continue
+        entry = next((a for a in allow if a.matches(scenario, d.index, f"{d.aspect}: {d.detail}")), None)
+        if entry is None:
+            unexplained.append(d.text())
+        else:
+            explained.append(f"{d.text()}\n        -> {entry.reason}")
+    return unexplained, explained
 
 
 def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -254,6 +285,13 @@ def run(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
 def _check(
     session: Session, scenarios: list[Scenario], args: Any, meta: dict[str, Any], out: TextIO, err: TextIO
 ) -> int:
+    from record.compare_dir import DEFAULT_ALLOW, load_allow
+
+    allow = (
+        [a for a in load_allow([DEFAULT_ALLOW]) if a.reason.startswith(LIVE_RULES)]
+        if os.path.isfile(DEFAULT_ALLOW)
+        else []
+    )
     tmp = tempfile.mkdtemp(prefix="record-check-")
     drifted = failed = 0
     print(f"drift check: server {meta['server_version']} at {meta['where']} vs the fixtures in {args.out}", file=out)
@@ -283,18 +321,23 @@ def _check(
                 print(f"{sc.name}: FAILED (not compared)", file=out)
                 continue
             fixture.write(os.path.join(tmp, sc.name + ".json"), new)
-            diffs = drift(old, new, sc.drift_noise)
+            diffs, explained = explain(sc.name, drift_checks(old, new, sc.drift_noise), allow)
             if diffs:
                 drifted += 1
                 print(f"{sc.name}: DRIFT ({len(diffs)})", file=out)
                 for d in diffs:
                     print(f"    {d}", file=out)
             else:
-                print(f"{sc.name}: no drift", file=out)
+                print(f"{sc.name}: no drift" + (f" ({len(explained)} explained)" if explained else ""), file=out)
+            for d in explained:
+                print(f"    explained {d}", file=out)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not drifted:
+            shutil.rmtree(tmp, ignore_errors=True)
     print(f"{drifted} scenario(s) drifted" + (f", {failed} failed" if failed else ""), file=out)
+    if drifted:
+        print(f"the fresh recordings are kept in {tmp} (fixtures/ format) to compare by hand", file=out)
     return 2 if failed else (1 if drifted else 0)
 
 
-__all__ = ["run", "record_one", "drift", "select", "httpx"]
+__all__ = ["run", "record_one", "drift", "drift_checks", "explain", "select", "httpx"]

@@ -273,3 +273,43 @@ def test_drift_noise_blanks_per_sandbox_values_but_not_real_changes():
         "/x/%s Dec 11 17:05 5d58ab97d956" % ("b" * 64)
     )
     assert drift(a, c, PROBE_NOISE)  # rw -> ro is a real change
+
+
+def test_the_pending_signals_ulimit_is_the_hosts_not_drift():
+    """`ulimit -a` in scenario 21: RLIMIT_SIGPENDING follows the host's memory (96369 recorded, 96367 live later)."""
+    from record.scenarios import PROBE_NOISE
+
+    def probe(n):
+        body = '{"type":"stdout","text":"pending signals                     (-i) %d","timestamp":1}\n\n' % n
+        hdr = {"Content-Type": "text/event-stream"}
+        return fixture.make("21", "", {}, {}, [ex("POST", "/proxy/44772/command", "h", 200, body, resp_headers=hdr)])
+
+    assert drift(probe(96369), probe(96367)) and drift(probe(96369), probe(96367), PROBE_NOISE) == []
+
+
+def test_a_race_recorded_live_is_explained_and_a_planted_change_is_not():
+    """--check applies the replay rules of tiers/t2/ALLOWED_DIFFERENCES: scenario 27's execution_complete race is
+    explained there (with its reason); a field renamed in a recorded answer is still drift."""
+    from record.compare_dir import DEFAULT_ALLOW, load_allow
+    from record.recorder import drift_checks, explain
+
+    def code_run(order, key="code"):
+        events = {
+            "init": '{"type":"init","text":"x","timestamp":1}',
+            "stdout": '{"type":"stdout","text":"1\\n","timestamp":1}',
+            "done": '{"type":"execution_complete","execution_time":1,"timestamp":1}',
+        }
+        body = "".join(events[e] + "\n\n" for e in order)
+        hdr = {"Content-Type": "text/event-stream"}
+        exs = [ex("GET", "/v1/sandboxes/x", "h", 200, '{"%s": 1}' % key) for _ in range(3)]
+        exs.append(ex("POST", "/proxy/44772/code", "h", 200, body, resp_headers=hdr))
+        return fixture.make("27_code_interpreter", "", {}, {}, exs)
+
+    allow = load_allow([DEFAULT_ALLOW])
+    recorded = code_run(["init", "stdout", "done"])
+    raced = explain("27_code_interpreter", drift_checks(recorded, code_run(["init", "done", "stdout"])), allow)
+    assert raced[0] == [] and len(raced[1]) == 1 and "(race)" in raced[1][0], raced
+    renamed = code_run(["init", "stdout", "done"], key="codes")
+    unexplained, _ = explain("27_code_interpreter", drift_checks(recorded, renamed), allow)
+    assert unexplained and all(line.startswith("#") for line in unexplained), unexplained
+    assert explain("26_network_policy", drift_checks(recorded, code_run(["init", "done", "stdout"])), allow)[0]
