@@ -10,6 +10,7 @@ requirements file says ``# requires-python >= X.Y`` (its pins need a newer Pytho
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import os
 import re
@@ -41,26 +42,63 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
+def _floor(requirements: str) -> tuple[int, int] | None:
+    with open(os.path.join(REPO, requirements)) as fh:
+        floor = re.search(r"^# requires-python >= (\d+)\.(\d+)", fh.read(), re.M)
+    return (int(floor[1]), int(floor[2])) if floor else None
+
+
 def python_too_old(requirements: str) -> str | None:
     """Why ``requirements`` (a file in the repo root) cannot be installed on this Python, or None: the file's
     ``# requires-python >= X.Y`` line."""
-    with open(os.path.join(REPO, requirements)) as fh:
-        floor = re.search(r"^# requires-python >= (\d+)\.(\d+)", fh.read(), re.M)
-    if floor and sys.version_info < (int(floor[1]), int(floor[2])):
-        return "%s needs Python >= %s.%s" % (requirements, floor[1], floor[2])
+    floor = _floor(requirements)
+    if floor and sys.version_info < floor:
+        return "%s needs Python >= %d.%d" % (requirements, *floor)
     return None
 
 
-def python_env(name: str, requirements: str) -> str:
-    """The python of ``.venv-<name>`` with ``requirements`` (a file in the repo root) installed."""
+def newer_python(requirements: str) -> str:
+    """This interpreter when it meets ``requirements``' floor, else the first ``python3.N`` on PATH that does
+    (N from the floor up). Raises Unavailable (one line) when there is none."""
+    floor = _floor(requirements)
+    if not floor or sys.version_info >= floor:
+        return sys.executable
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = [os.environ.get("OSB_NEWER_PYTHON", "")]
+    for minor in range(floor[1], 20):
+        candidates.append(shutil.which("python%d.%d" % (floor[0], minor)) or "")
+        candidates += sorted(
+            glob.glob(os.path.join(pyenv, "versions", "%d.%d.*" % (floor[0], minor), "bin", "python3"))
+        )
+    for path in filter(None, candidates):
+        try:
+            ok = subprocess.run(
+                [path, "-c", "import sys, venv, ensurepip; assert sys.version_info >= %r" % (floor,)],
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if ok.returncode == 0:
+            return path
+    raise Unavailable(
+        "%s needs Python >= %d.%d: none found (OSB_NEWER_PYTHON, python%d.%d+ on PATH, pyenv)"
+        % (requirements, *floor, *floor)
+    )
+
+
+def python_env(name: str, requirements: str, python: str | None = None) -> str:
+    """The python of ``.venv-<name>`` with ``requirements`` (a file in the repo root) installed, made with
+    ``python`` (default: this interpreter, which must meet the file's floor)."""
     venv = os.path.join(REPO, ".venv-" + name)
     req = os.path.join(REPO, requirements)
     with open(req) as fh:
         text = fh.read()
-    why = python_too_old(requirements)
+    why = python_too_old(requirements) if python is None else None
     if why:
         raise Unavailable(why)
-    want = _digest(text, sys.version)
+    base = python or sys.executable
+    want = _digest(text, sys.version if python is None else os.path.realpath(python))
     py = os.path.join(venv, "bin", "python")
     stamp = os.path.join(venv, ".stamp")
     with _locked(os.path.join(REPO, ".cache", "venv-" + name)):
@@ -71,7 +109,7 @@ def python_env(name: str, requirements: str) -> str:
         except OSError:
             pass
         shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True)
+        subprocess.run([base, "-m", "venv", venv], check=True, capture_output=True)
         r = subprocess.run(
             [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", req],
             capture_output=True,

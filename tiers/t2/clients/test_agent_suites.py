@@ -1,0 +1,27 @@
+"""langchain-tests' SandboxIntegrationTests through both published OpenSandbox backends of LangChain deepagents
+(tiers/agent_suites.py: their own test files, unchanged, in .venv-agents) against the mock: the same outcome as on
+the live stack, test by test (tiers/agent_suites_live.json, recorded live; t4 holds live to the same file).
+Skips with one line without a Python >= 3.12, the packages (requirements-agents.txt) or a Jupyter env."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+from tiers import agent_suites
+from tiers.t2.clients import Unavailable
+from tiers.toolkit.jupyter import jupyter_env_or_skip
+
+
+def test_the_agent_suites_give_the_live_outcomes_on_the_mock():
+    try:
+        agent_suites.prepare()
+    except Unavailable as exc:
+        pytest.skip("agent suites: %s" % exc)
+    env = jupyter_env_or_skip()  # deepagents' code-interpreter image: its Jupyter
+    with MockOpenSandbox(timing="fast", jupyter_env=env) as osb:
+        domain = re.sub(r"^https?://", "", osb.base_url).rstrip("/")
+        got = agent_suites.results(domain, osb.api_key or "", {})
+    assert len(got) > 150 and agent_suites.differences(got) == []
