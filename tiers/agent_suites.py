@@ -42,6 +42,7 @@ WORK = os.environ.get("OSB_AGENT_SUITES_WORK") or os.path.join(
     os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "opensandbox-provider", "agent-suites"
 )
 PUBLIC_IMAGES = ("python:3.12", "opensandbox/code-interpreter:v1.1.0")
+MCP_IMAGE = "local/python:3-slim"  # the flow's sandbox: local-up's base image (any name is the host tools on the mock)
 LIVE_OUTCOMES = os.path.join(HERE, "agent_suites_live.json")  # recorded with --target live (its "recorded" says how)
 
 
@@ -114,6 +115,28 @@ def results(
     return out
 
 
+def mcp_outcomes(domain: str, api_key: str, image: str, timeout: float = 600) -> dict[str, Any]:
+    """tiers/mcp_flow.py in .venv-agents: {step: [ok | error, what the client acts on]} for every opensandbox-mcp tool."""
+    py, _ = prepare()
+    r = subprocess.run(
+        [py, os.path.join(HERE, "mcp_flow.py"), domain, api_key, image],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if r.returncode != 0:
+        raise AssertionError("mcp flow failed: %s" % (r.stderr or r.stdout)[-2000:])
+    return json.loads(r.stdout)
+
+
+def mcp_differences(got: dict[str, Any]) -> list[str]:
+    with open(LIVE_OUTCOMES, encoding="utf-8") as fh:
+        live = json.load(fh).get("mcp", {})
+    return [
+        "%s: %s -> %s" % (k, live.get(k), got.get(k)) for k in sorted(set(live) | set(got)) if live.get(k) != got.get(k)
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tiers.agent_suites")
     p.add_argument("--target", choices=("live", "mock"), required=True)
@@ -135,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         got = results(domain, key, images)
+        mcp = mcp_outcomes(domain, key, images.get(PUBLIC_IMAGES[0], MCP_IMAGE))
     except Unavailable as exc:
         print("agent suites: %s" % exc)
         return 2
@@ -148,9 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     for verdict in got.values():
         counts[verdict] = counts.get(verdict, 0) + 1
     print("wall %.1f s: %s" % (wall, " ".join("%s=%d" % kv for kv in sorted(counts.items()))))
+    for step, outcome in sorted(mcp.items()):
+        print("mcp      %s: %s" % (step, json.dumps(outcome)[:160]))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"target": args.target, "results": got, "wall_s": wall}, fh, indent=1, sort_keys=True)
+            json.dump({"target": args.target, "results": got, "mcp": mcp, "wall_s": wall}, fh, indent=1, sort_keys=True)
     return 0
 
 

@@ -23,3 +23,13 @@ def test_the_agent_suites_give_the_recorded_outcomes_live(live_server):
     domain = re.sub(r"^https?://", "", live_server.root).rstrip("/")
     got = agent_suites.results(domain, live_server.api_key, images)
     assert agent_suites.differences(got) == []
+
+
+def test_the_mcp_tools_give_the_recorded_outcomes_live(live_server):
+    try:
+        agent_suites.prepare()
+    except Unavailable as exc:
+        pytest.skip("agent suites: %s" % exc)
+    domain = re.sub(r"^https?://", "", live_server.root).rstrip("/")
+    image = os.environ.get("OPENSANDBOX_IMAGE") or agent_suites.MCP_IMAGE
+    assert agent_suites.mcp_differences(agent_suites.mcp_outcomes(domain, live_server.api_key, image)) == []
