@@ -476,12 +476,7 @@ def directory_download(ins: Inside, path: str = "/tmp") -> Dict[str, str]:
     head += "".join("%s: %s\r\n" % kv for kv in headers.items()) + "\r\n"
     with socket.create_connection((u.hostname, u.port or 80), timeout=15) as s:
         s.sendall(head.encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = b"".join(iter(lambda: s.recv(65536), b""))  # to EOF: the server ends the cut-off answer
     raw_head, _, body = data.partition(b"\r\n\r\n")
     lines = raw_head.decode("latin-1").split("\r\n")
     got = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}

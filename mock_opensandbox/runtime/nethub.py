@@ -254,15 +254,15 @@ class Lease:
 _lock = threading.Lock()
 _hub: Hub | None = None
 _owner = 0  # the pid that made it (a forked child makes its own)
-_failure = ""  # why the last hub could not start
+_failed = 0  # the pid whose hub could not start: it does not try again (a kernel without bridge or veth)
 _users = 0
 
 
 def lease() -> Lease | None:
-    """An address on the hub (started on first use), or None: not wanted, or the hub cannot start (then
-    ``failure()`` says why and the sandbox gets a slirp4netns of its own)."""
-    global _hub, _owner, _failure
-    if not wanted():
+    """An address on the hub (started on first use), or None: not wanted, the hub cannot start or the bridge is
+    full (then the sandbox gets a slirp4netns of its own, contained the same way)."""
+    global _hub, _owner, _failed
+    if not wanted() or _failed == os.getpid():
         return None
     with _lock:
         if _hub is not None and (_owner != os.getpid() or not _hub.alive()):
@@ -273,21 +273,16 @@ def lease() -> Lease | None:
             hub = Hub()
             try:
                 hub.start()
-            except OSError as exc:
+            except OSError:
                 hub.close()
-                _failure = "the sandboxes' bridge: %s" % (exc.strerror or exc)
+                _failed = os.getpid()
                 return None
-            _hub, _owner, _failure = hub, os.getpid(), ""
+            _hub, _owner = hub, os.getpid()
         hub = _hub
     try:
         return hub.lease()
-    except OSError as exc:
-        _failure = "the sandboxes' bridge: %s" % (exc.strerror or exc)
+    except OSError:  # full
         return None
-
-
-def failure() -> str:
-    return _failure
 
 
 def stack_pid() -> int | None:
