@@ -40,9 +40,9 @@ PROBE_NOISE: tuple[tuple[str, str], ...] = (
     (r"(master|shared):\d+", r"\1:<n>"),
     (r"overlay2/(l/)?[A-Za-z0-9]+", r"overlay2/\1<layer>"),
     (r"[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d", "<mtime>"),
-    # `ulimit -a`: the kernel sizes RLIMIT_SIGPENDING from the host's memory (96369 recorded, 96367 on a later
-    # host), so a drift there is the host's, never the server's
-    (r"(pending signals +\(-i\) )\d+", r"\1<host>"),
+    # `ulimit -a`: the kernel sizes RLIMIT_SIGPENDING and the default RLIMIT_NPROC from the host's memory (96369
+    # recorded, 96367 on a later host), so a drift there is the host's, never the server's
+    (r"((?:pending signals +\(-i\)|max user processes +\(-u\)) )\d+", r"\1<host>"),
 )
 
 

@@ -276,11 +276,12 @@ def test_drift_noise_blanks_per_sandbox_values_but_not_real_changes():
 
 
 def test_the_pending_signals_ulimit_is_the_hosts_not_drift():
-    """`ulimit -a` in scenario 21: RLIMIT_SIGPENDING follows the host's memory (96369 recorded, 96367 live later)."""
+    """`ulimit -a` in scenario 21: RLIMIT_SIGPENDING and RLIMIT_NPROC follow the host's memory (96369, then 96367)."""
     from record.scenarios import PROBE_NOISE
 
     def probe(n):
         body = '{"type":"stdout","text":"pending signals                     (-i) %d","timestamp":1}\n\n' % n
+        body += '{"type":"stdout","text":"max user processes                  (-u) %d","timestamp":1}\n\n' % n
         hdr = {"Content-Type": "text/event-stream"}
         return fixture.make("21", "", {}, {}, [ex("POST", "/proxy/44772/command", "h", 200, body, resp_headers=hdr)])
 
