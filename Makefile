@@ -20,12 +20,12 @@ venv: $(STAMP)
 ## six concurrent groups of those folders (most tests wait on sockets and subprocesses, so a 2-core machine runs at
 ## about half its CPU with four), balanced by their measured times; tiers/t0/repo/test_suite_habits.py checks that
 ## the groups name every test folder once.
-TEST_GROUPS := "tiers/t1/sandbox tiers/t1/images tiers/t1/tools" \
+TEST_GROUPS := "tiers/t1/sandbox tiers/t1/images tiers/t1/tools tiers/t2/server" \
                "tiers/t1/execd tiers/t1/lifecycle" \
                "tiers/t1/docker tiers/t1/workbench tiers/t2/host" \
                "tiers/diff tiers/t1/plugin" \
                "tiers/t0 tiers/t3" \
-               "tiers/t2/clients tiers/t2/server tiers/t4"
+               "tiers/t2/clients tiers/t4"
 test: $(STAMP)
 	$(PY) tiers/run_tiers.py $(TEST_GROUPS)
 
