@@ -41,4 +41,5 @@ def test_bridge_peers_live(target):
 
 
 def test_directory_download_live(inside):
-    si.directory_download(inside)
+    for path in ("/tmp", "/", "/etc"):
+        si.directory_download(inside, path)
