@@ -46,14 +46,15 @@ MCP_IMAGE = "local/python:3-slim"  # the flow's sandbox: local-up's base image (
 LIVE_OUTCOMES = os.path.join(HERE, "agent_suites_live.json")  # recorded with --target live (its "recorded" says how)
 
 
-def differences(got: dict[str, str]) -> list[str]:
-    """Each test whose outcome is not the live stack's (tiers/agent_suites_live.json), as "test: live -> here"."""
+def differences(got: dict[str, Any], part: str = "results") -> list[str]:
+    """Each entry of ``part`` ("results": the suites' tests; "mcp": tiers/mcp_flow.py's steps) whose outcome is not
+    the live stack's (tiers/agent_suites_live.json), as "name: live -> here"."""
     with open(LIVE_OUTCOMES, encoding="utf-8") as fh:
-        live = json.load(fh)["results"]
+        live = json.load(fh).get(part, {})
     return [
-        "%s: %s -> %s" % (t, live.get(t, "absent"), got.get(t, "absent"))
-        for t in sorted(set(live) | set(got))
-        if live.get(t) != got.get(t)
+        "%s: %s -> %s" % (k, live.get(k, "absent"), got.get(k, "absent"))
+        for k in sorted(set(live) | set(got))
+        if live.get(k) != got.get(k)
     ]
 
 
@@ -127,14 +128,6 @@ def mcp_outcomes(domain: str, api_key: str, image: str, timeout: float = 600) ->
     if r.returncode != 0:
         raise AssertionError("mcp flow failed: %s" % (r.stderr or r.stdout)[-2000:])
     return json.loads(r.stdout)
-
-
-def mcp_differences(got: dict[str, Any]) -> list[str]:
-    with open(LIVE_OUTCOMES, encoding="utf-8") as fh:
-        live = json.load(fh).get("mcp", {})
-    return [
-        "%s: %s -> %s" % (k, live.get(k), got.get(k)) for k in sorted(set(live) | set(got)) if live.get(k) != got.get(k)
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,4 +27,4 @@ def test_the_agent_suites_and_the_mcp_tools_give_the_live_outcomes_on_the_mock()
         got = agent_suites.results(domain, osb.api_key or "", {})
         mcp = agent_suites.mcp_outcomes(domain, osb.api_key or "", agent_suites.MCP_IMAGE)
     assert len(got) > 150 and agent_suites.differences(got) == []
-    assert len(mcp) > 35 and agent_suites.mcp_differences(mcp) == []  # every tool, good and bad input
+    assert len(mcp) > 35 and agent_suites.differences(mcp, "mcp") == []  # every tool, good and bad input

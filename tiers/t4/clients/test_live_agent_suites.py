@@ -32,4 +32,4 @@ def test_the_mcp_tools_give_the_recorded_outcomes_live(live_server):
         pytest.skip("agent suites: %s" % exc)
     domain = re.sub(r"^https?://", "", live_server.root).rstrip("/")
     image = os.environ.get("OPENSANDBOX_IMAGE") or agent_suites.MCP_IMAGE
-    assert agent_suites.mcp_differences(agent_suites.mcp_outcomes(domain, live_server.api_key, image)) == []
+    assert agent_suites.differences(agent_suites.mcp_outcomes(domain, live_server.api_key, image), "mcp") == []
