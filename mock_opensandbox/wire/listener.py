@@ -4,6 +4,7 @@ serve only after a delay, and App, the interface of the application it serves. S
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -35,12 +36,16 @@ class App:
 
 
 class Server(ThreadingHTTPServer):
-    """A ThreadingHTTPServer that never blocks interpreter exit and can be stopped from any thread."""
+    """A ThreadingHTTPServer that never blocks interpreter exit and can be stopped from any thread. Its
+    threads accept and serve (``_accept_loop``): a connection is served by the thread the kernel woke for
+    it, not handed to a thread started for it (that start and hand-off cost ~0.3 ms a request:
+    bench/README.md)."""
 
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
     request_queue_size = 128
+    SPARE = 2  # threads of the accept pool left waiting in accept() once the connections they served are over
 
     def __init__(
         self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: App, listen_delay: float = 0.0
@@ -56,6 +61,9 @@ class Server(ThreadingHTTPServer):
         self._listen_delay = max(0.0, float(listen_delay))
         self._cancel = threading.Event()
         self._serving = threading.Event()
+        self._pool_lock = threading.Lock()
+        self._idle = 0  # pool threads in accept() (_accept_loop)
+        self._name = "mock-http"
         super().__init__(address, handler, bind_and_activate=self._listen_delay == 0)
         if self._listen_delay:
             try:
@@ -71,6 +79,7 @@ class Server(ThreadingHTTPServer):
     def start(self, name: str = "mock-http") -> None:
         if self._listen_delay:
             self.server_activate()  # the port accepts from now on; _run drops what arrives before the delay ends
+        self._name = name
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -88,7 +97,38 @@ class Server(ThreadingHTTPServer):
             if self._cancel.is_set():
                 return
         self._serving.set()
-        self.serve_forever(poll_interval=0.1)
+        self._accept_loop()
+
+    def _accept_loop(self) -> None:
+        """One thread of the pool: blocked in accept(), it serves the connection it gets itself (no hand-off to
+        a thread started for it: the kernel wakes this one), then accepts again. A thread that takes the
+        last idle place starts another first, so one always waits in accept() while any serves a
+        connection; one that finds SPARE others idle when done ends. stop() shuts the socket down, which
+        wakes every accept() (EINVAL)."""
+        while True:
+            with self._pool_lock:
+                if self._cancel.is_set():
+                    return
+                self._idle += 1
+            try:
+                conn, addr = self.socket.accept()
+            except OSError as exc:
+                with self._pool_lock:
+                    self._idle -= 1
+                if self._cancel.is_set() or exc.errno in (errno.EINVAL, errno.EBADF):
+                    return
+                time.sleep(0.05)  # EMFILE, ECONNABORTED, ...: back off and go on (as Go's http.Server)
+                continue
+            with self._pool_lock:
+                self._idle -= 1
+                more = self._idle == 0 and not self._cancel.is_set()
+            if more:
+                threading.Thread(target=self._accept_loop, name=self._name, daemon=True).start()
+            conn.setblocking(True)
+            self.process_request_thread(conn, addr)  # ThreadingMixIn: finish_request, then shutdown_request
+            with self._pool_lock:
+                if self._idle >= self.SPARE:
+                    return
 
     def stop(self) -> None:
         self._cancel.set()
@@ -97,16 +137,10 @@ class Server(ThreadingHTTPServer):
             if not self._serving.is_set():
                 self._thread = None
         if self._thread is not None:
-            # shutdown() waits for serve_forever to notice the request, up to a poll interval; poking
-            # the listener wakes its selector at once (the wake-up connection is never accepted)
-            stopper = threading.Thread(target=self.shutdown, daemon=True)
-            stopper.start()
-            while stopper.is_alive():
-                try:
-                    socket.create_connection(self.server_address[:2], timeout=0.2).close()
-                except OSError:
-                    pass
-                stopper.join(0.01)
+            try:
+                self.socket.shutdown(socket.SHUT_RDWR)  # wakes every thread blocked in accept()
+            except OSError:
+                pass
             self._thread.join(timeout=5)
             self._thread = None
         self.server_close()
