@@ -269,9 +269,23 @@ def _scan_start(body: bytes, empty: str) -> tuple[str, _Scan, int]:
     return text, sc, sc.i
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError("not JSON: " + name)  # NaN, Infinity: json.loads takes them, Go does not
+
+
 def decode_value(body: bytes) -> Any:
     """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
     "EOF", truncated "unexpected EOF"; invalid UTF-8 becomes U+FFFD). Numbers come back as _Num."""
+    if len(body) < MAX_DEPTH:
+        # a body that is one JSON value and nothing else, too short to nest past Go's depth limit: what
+        # json.loads takes (NaN and Infinity aside) the scanner takes too, and the value is the same; the
+        # scanner below runs only where json.loads refuses (it says what Go says)
+        try:
+            return json.loads(
+                body.decode("utf-8", GO_REPLACE), parse_int=_Num, parse_float=_Num, parse_constant=_no_constant
+            )
+        except (ValueError, RecursionError):
+            pass
     text, sc, start = _scan_start(body, "EOF")
     _deep(sc.value)
     return _deep(_loads, text[start : sc.i])
@@ -466,10 +480,27 @@ def _encode(obj: Any) -> str:
     raise TypeError(f"cannot encode {type(obj).__name__}")
 
 
+# Python's own encoder writes what _encode writes for everything but floats (compact separators, the
+# same string escapes with ensure_ascii=False, ints and keys alike), in C: one call instead of one per value
+_C_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+
+def _float_free(obj: Any) -> bool:
+    """obj holds no float and nothing _encode refuses (str keys, JSON types only)."""
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return True
+    if t is dict:
+        return all(type(k) is str and _float_free(v) for k, v in obj.items())
+    if t is list or t is tuple:
+        return all(_float_free(v) for v in obj)
+    return False
+
+
 def go_json(obj: Any) -> str:
     """Compact JSON as Go's encoding/json writes it: HTML-safe escapes of <, >, &, U+2028/9, and
     floats in Go's shortest form (2.0 is "2")."""
-    s = _encode(obj)
+    s = _C_ENCODER.encode(obj) if _float_free(obj) else _encode(obj)
     return (
         s.replace("<", "\\u003c")
         .replace(">", "\\u003e")

@@ -8,6 +8,7 @@ server shows in the recordings (uvicorn: lower-case ``server: uvicorn`` + ``x-re
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 import re
@@ -337,6 +338,33 @@ class Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return "uvicorn" if self.flavor == "uvicorn" else ""
 
+    def parse_request(self) -> bool:
+        """BaseHTTPRequestHandler.parse_request, without the email parser for a plain request: a request line
+        "METHOD /target HTTP/1.x" and a head of "Name: value" lines (token names, no folding, no bare CR or
+        LF), all in the read buffer already. The fields, the Connection and Expect handling are the
+        stdlib's; anything else goes to the stdlib's parser, which answers it as before."""
+        line: bytes = self.raw_requestline  # type: ignore[attr-defined]  # set by handle_one_request
+        fast = _plain_request(line, self.rfile)
+        if fast is None:
+            return super().parse_request()
+        command, path, version, fields, size = fast
+        self.rfile.read(size)  # the head, from the buffer
+        headers = self.MessageClass()
+        for name, value in fields:
+            headers.set_raw(name, value)
+        headers.set_payload("")  # what the parser leaves (the head had no body part)
+        self.command, self.request_version, self.headers = command, version, headers
+        self.requestline = str(line, "iso-8859-1").rstrip("\r\n")
+        self.path = "/" + path.lstrip("/") if path.startswith("//") else path
+        conntype = (headers.get("Connection") or "").lower()
+        self.close_connection = version == "HTTP/1.0" or conntype == "close"
+        if conntype == "keep-alive":
+            self.close_connection = False
+        expect = headers.get("Expect") or ""
+        if expect.lower() == "100-continue" and version == "HTTP/1.1":
+            return bool(self.handle_expect_100())
+        return True
+
     def send_response(self, code: int, message: str | None = None) -> None:
         # Gin sends no Server header; uvicorn sends "server: uvicorn" (recordings 01 and 06).
         self.log_request(code)
@@ -502,6 +530,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_CTL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")  # control characters but HTAB
+_FOLD = re.compile(r"\r?\n[ \t]+")
 
 
 def _headers_valid(headers: Any) -> bool:
@@ -509,10 +539,32 @@ def _headers_valid(headers: Any) -> bool:
     if any(isinstance(d, MissingHeaderBodySeparatorDefect) for d in getattr(headers, "defects", ())):
         return False  # a line without a colon ("malformed MIME header line")
     for k, v in headers.items():
-        v = re.sub(r"\r?\n[ \t]+", " ", v)  # obs-fold continuation lines are joined, not refused
-        if not _TOKEN.match(k) or any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in v):
+        if "\n" in v:
+            v = _FOLD.sub(" ", v)  # obs-fold continuation lines are joined, not refused
+        if not _TOKEN.match(k) or _CTL.search(v):
             return False
     return True
+
+
+_REQUEST_LINE = re.compile(rb"([A-Z]+) ([!-~]+) (HTTP/1\.[01])\r?\n\Z")
+_PLAIN_HEAD = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*\r\n){0,100}\r\n")
+_FIELD = re.compile(rb"([^:]+):[ \t]*([^\r\n]*)\r\n")
+
+
+def _plain_request(line: bytes, rfile: Any) -> tuple[str, str, str, list[tuple[str, str]], int] | None:
+    """(method, target, version, fields, head size) of a plain request whose head is all in rfile's buffer,
+    or None (nothing consumed). Fields as http.client.parse_headers gives them: the name as sent, the value
+    without its leading blanks."""
+    m = _REQUEST_LINE.match(line)
+    if m is None or not isinstance(rfile, io.BufferedReader):
+        return None
+    buf = rfile.peek(65536)
+    h = _PLAIN_HEAD.match(buf)
+    if h is None or h.end() > 65536:
+        return None
+    head = buf[: h.end()]
+    fields = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in _FIELD.findall(head)]
+    return m.group(1).decode(), m.group(2).decode("latin-1"), m.group(3).decode(), fields, h.end()
 
 
 def new_request_id() -> str:

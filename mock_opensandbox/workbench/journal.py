@@ -146,34 +146,42 @@ class _TeeWriter:
             self._chunks(data)
 
     def _chunks(self, data: bytes) -> None:
-        i = 0
-        while i < len(data) and not self.complete:
+        i, n = 0, len(data)
+        while i < n and not self.complete:
             if self._cleft:
-                take = min(self._cleft, len(data) - i)
+                take = min(self._cleft, n - i)
                 self._cleft -= take
                 i += take
                 continue
-            self._cbuf += data[i : i + 1]
-            i += 1
-            if self._cbuf.endswith(b"\r\n"):
-                line = bytes(self._cbuf[:-2])
-                self._cbuf.clear()
-                if self._trailer:
-                    if not line:
-                        self._done()
-                    continue
-                try:
-                    size = int(line.split(b";", 1)[0].strip() or b"0", 16)
-                except ValueError:
-                    self._chunked = False  # not chunk framing after all: give up
-                    return
-                if size == 0:
-                    self._trailer = True
-                else:
-                    self._cleft = size + 2
-            elif len(self._cbuf) > 4096:
-                self._chunked = False
+            # a size (or trailer) line: up to its CRLF, which may come in a later write
+            end = data.find(b"\n", i)
+            if end < 0:
+                self._cbuf += data[i:]
+                if len(self._cbuf) > 4096:
+                    self._chunked = False
                 return
+            self._cbuf += data[i : end + 1]
+            i = end + 1
+            if not self._cbuf.endswith(b"\r\n"):
+                if len(self._cbuf) > 4096:
+                    self._chunked = False
+                    return
+                continue  # a bare LF inside the line: it goes on
+            line = bytes(self._cbuf[:-2])
+            self._cbuf.clear()
+            if self._trailer:
+                if not line:
+                    self._done()
+                continue
+            try:
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+            except ValueError:
+                self._chunked = False  # not chunk framing after all: give up
+                return
+            if size == 0:
+                self._trailer = True
+            else:
+                self._cleft = size + 2
 
     def _feed(self, data: bytes) -> None:
         while data and not self.head_done:
