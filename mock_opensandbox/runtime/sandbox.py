@@ -38,7 +38,7 @@ from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, SandboxPaths
 from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, Pid1, SandboxNotRunning, SandboxTerminated  # noqa: F401 - re-exported
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
 from mock_opensandbox.runtime.rootfs import ImageRoot
-from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage
+from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs
 from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.spawner import Spawner
 
@@ -332,7 +332,7 @@ class SandboxRuntime:
         controlling_tty: bool = False,
         user: str | None = None,
     ) -> subprocess.Popen:
-        """Start argv in its own process group (a new session) inside the sandbox. cwd is a sandbox
+        """Start argv in its own process group (contained.group_kwargs) inside the sandbox. cwd is a sandbox
         path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
         (a terminal) the session's controlling terminal (for PTY sessions).
         Raises SandboxTerminated, OSError, ValueError."""
@@ -402,12 +402,12 @@ class SandboxRuntime:
                         cwd=host_cwd,
                         env=full_env,
                         close_fds=True,
-                        start_new_session=True,
                         stdin=subprocess.DEVNULL if stdin is None else stdin,
                         stdout=stdout,
                         stderr=stderr,
                         preexec_fn=preexec,
                         **creds,
+                        **(group_kwargs(controlling_tty) if contained is not None else {"start_new_session": True}),
                     )
 
             try:

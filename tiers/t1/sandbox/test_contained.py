@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
 from mock_opensandbox.runtime import SandboxRuntime, caps, cgroups
+from mock_opensandbox.runtime.contained import group_kwargs
 from tiers.toolkit.marks import needs_isolation
 
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 pytestmark = [needs_isolation, pytest.mark.skipif(os.geteuid() != 0, reason="the contained thread is root's way in")]
 
 
@@ -161,3 +164,72 @@ def test_the_view_runs_from_its_bytecode_cache(tmp_path):
         assert int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF
     finally:
         rt.cleanup()
+
+
+_SESSION_CHILD = r"""
+import os, subprocess, sys
+from mock_opensandbox.runtime import SandboxRuntime
+rt = SandboxRuntime(sys.argv[1])
+try:
+    rt.start_entrypoint(["sleep", "60"])
+    cmd = ('read -r a b c d pgrp sid rest < /proc/$$/stat; echo "PID=$$ PGRP=$pgrp SID=$sid";'
+           ' if (echo LEAK-FROM-SANDBOX > /dev/tty) 2>/dev/null; then echo OPENED; else echo REFUSED; fi')
+    p = rt.spawn(["/bin/sh", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    print("OUT " + p.communicate(timeout=30)[0].decode().replace("\n", " "), flush=True)
+finally:
+    rt.cleanup()
+"""
+
+
+def _session_facts(out: str) -> dict:
+    line = next(ln for ln in out.splitlines() if ln.startswith("OUT "))
+    words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+    return {"pid": int(words["PID"]), "pgrp": int(words["PGRP"]), "sid": int(words["SID"]), "tty": line.split()[-1]}
+
+
+def test_a_command_of_a_mock_without_a_terminal_takes_a_group_in_its_session(tmp_path):
+    """execd's Setpgid: the command leads a process group of its own and stays in the forking process's session
+    (the mock's: 0 inside the namespace, whose leader is outside); no controlling terminal to reach."""
+    if "process_group" not in group_kwargs(False):
+        pytest.skip("this process has a controlling terminal or Python < 3.11: the command leads a session")
+    out = subprocess.run(
+        [sys.executable, "-c", _SESSION_CHILD, str(tmp_path / "sb")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+        cwd=_REPO,
+    )
+    facts = _session_facts(out.stdout)
+    assert facts["pgrp"] == facts["pid"] and facts["sid"] == 0 and facts["tty"] == "REFUSED", out
+
+
+def test_a_command_of_a_mock_with_a_terminal_cannot_reach_it(tmp_path):
+    """A mock started from a terminal: a command leads a session of its own (no controlling terminal), so it
+    cannot open /dev/tty and write to the user's terminal (a hostile probe, run inside the sandbox)."""
+    import pty
+
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session leader whose controlling terminal is the pty
+        try:
+            os.chdir(_REPO)
+            os.execv(sys.executable, [sys.executable, "-c", _SESSION_CHILD, str(tmp_path / "sb")])
+        finally:
+            os._exit(127)
+    seen = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            seen += data
+    finally:
+        os.close(master)
+        os.waitpid(pid, 0)
+    text = seen.decode("utf-8", "replace")
+    assert "LEAK-FROM-SANDBOX" not in text, text
+    facts = _session_facts(text.replace("\r", ""))
+    assert facts["sid"] == facts["pid"] == facts["pgrp"] and facts["tty"] == "REFUSED", text
