@@ -45,7 +45,7 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     block_on_close = False
     request_queue_size = 128
-    SPARE = 2  # threads of the accept pool left waiting in accept() once the connections they served are over
+    SPARE = 4  # threads of the accept pool left waiting in accept() once the connections they served are over
 
     def __init__(
         self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], app: App, listen_delay: float = 0.0
@@ -57,13 +57,7 @@ class Server(ThreadingHTTPServer):
         without an answer - a client sees EOF, or a reset when it had already sent its request - it
         is never refused (QUIRKS.md)."""
         self.app = app
-        self._thread: threading.Thread | None = None
-        self._listen_delay = max(0.0, float(listen_delay))
-        self._cancel = threading.Event()
-        self._serving = threading.Event()
-        self._pool_lock = threading.Lock()
-        self._idle = 0  # pool threads in accept() (_accept_loop)
-        self._name = "mock-http"
+        self._init_state(listen_delay)
         super().__init__(address, handler, bind_and_activate=self._listen_delay == 0)
         if self._listen_delay:
             try:
@@ -71,6 +65,16 @@ class Server(ThreadingHTTPServer):
             except BaseException:
                 self.server_close()
                 raise
+
+    def _init_state(self, listen_delay: float) -> None:
+        """The listener's own state (a subclass that makes its socket itself calls this instead of __init__)."""
+        self._thread: threading.Thread | None = None
+        self._listen_delay = max(0.0, float(listen_delay))
+        self._cancel = threading.Event()
+        self._serving = threading.Event()
+        self._pool_lock = threading.Lock()
+        self._idle = 0  # pool threads in accept() (_accept_loop)
+        self._name = "mock-http"
 
     @property
     def port(self) -> int:
@@ -138,9 +142,10 @@ class Server(ThreadingHTTPServer):
                 self._thread = None
         if self._thread is not None:
             try:
-                self.socket.shutdown(socket.SHUT_RDWR)  # wakes every thread blocked in accept()
+                # wakes every thread blocked in accept() (EINVAL): they end; a thread serving a connection ends
+                # when that is over (not waited for: it may be a stream of minutes); none accepts again
+                self.socket.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            self._thread.join(timeout=5)
             self._thread = None
         self.server_close()

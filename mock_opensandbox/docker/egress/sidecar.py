@@ -236,20 +236,9 @@ class _ApiServer(httpcore.Server):
 
     def __init__(self, sock: socket.socket, app: PolicyApp):
         self.app = app
-        self._thread = None
-        self._listen_delay = 0.0
-        self._cancel = threading.Event()
-        self._serving = threading.Event()
+        self._init_state(0.0)
         socketserver.BaseServer.__init__(self, sock.getsockname(), PolicyHandler)
         self.socket = sock
-
-    def stop(self) -> None:  # no wake-up connection: the address is inside the sandbox's namespace
-        self._cancel.set()
-        if self._thread is not None:
-            self.shutdown()  # serve_forever notices within its poll interval (0.1 s)
-            self._thread.join(timeout=5)
-            self._thread = None
-        self.server_close()
 
 
 class PolicyHandler(httpcore.Handler):
