@@ -74,6 +74,7 @@ class Server(ThreadingHTTPServer):
         self._serving = threading.Event()
         self._pool_lock = threading.Lock()
         self._idle = 0  # pool threads in accept() (_accept_loop)
+        self._accepting: set[threading.Thread] = set()  # those threads (stop() waits for them to end)
         self._name = "mock-http"
 
     @property
@@ -110,21 +111,25 @@ class Server(ThreadingHTTPServer):
         connection; one that finds SPARE others idle when done ends. stop() shuts the socket down, which
         wakes every accept() (EINVAL)."""
         while True:
+            me = threading.current_thread()
             with self._pool_lock:
                 if self._cancel.is_set():
                     return
                 self._idle += 1
+                self._accepting.add(me)
             try:
                 conn, addr = self.socket.accept()
             except OSError as exc:
                 with self._pool_lock:
                     self._idle -= 1
+                    self._accepting.discard(me)
                 if self._cancel.is_set() or exc.errno in (errno.EINVAL, errno.EBADF):
                     return
                 time.sleep(0.05)  # EMFILE, ECONNABORTED, ...: back off and go on (as Go's http.Server)
                 continue
             with self._pool_lock:
                 self._idle -= 1
+                self._accepting.discard(me)
                 more = self._idle == 0 and not self._cancel.is_set()
             if more:
                 threading.Thread(target=self._accept_loop, name=self._name, daemon=True).start()
@@ -141,11 +146,16 @@ class Server(ThreadingHTTPServer):
             if not self._serving.is_set():
                 self._thread = None
         if self._thread is not None:
+            with self._pool_lock:
+                accepting = list(self._accepting)
             try:
-                # wakes every thread blocked in accept() (EINVAL): they end; a thread serving a connection ends
-                # when that is over (not waited for: it may be a stream of minutes); none accepts again
+                # wakes every thread blocked in accept() (EINVAL): they end, and stop() waits for that; a thread
+                # serving a connection ends when that is over (not waited for: it may be a stream of minutes)
                 self.socket.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            deadline = time.monotonic() + 5
+            for t in accepting:
+                t.join(max(0.0, deadline - time.monotonic()))
             self._thread = None
         self.server_close()

@@ -51,7 +51,9 @@ def test_sequential_requests_start_no_thread_each():
             assert name == "pool-test-%d" % srv.port, answer  # a pool thread served it, no thread made for it
             servers.add(int(tid))
         time.sleep(0.1)
-        assert len(_pool(srv)) == started <= Server.SPARE + 1 and len(servers) <= Server.SPARE + 1, servers
+        # a few threads served all twenty (one more may be made when a request beats a finishing thread back to
+        # accept(), and stays), not one thread a request
+        assert started <= len(_pool(srv)) <= Server.SPARE + 1 and len(servers) <= Server.SPARE + 1, servers
     finally:
         srv.stop()
 
