@@ -349,9 +349,12 @@ def test_delete_leaves_no_netns_relay_or_slirp(mock):
     assert _gone(nets, slirps, ports) == []
     assert poll(lambda: veths & nethub.links(), lambda got: not got, 5.0) == set()  # out of the bridge
     held.close()
+
     # the listener's threads: those in accept() end before DELETE answers; the one that served the kept-alive
     # connection ends when it reads the close
-    left = lambda: [t for t in threading.enumerate() if t.name.startswith(("osb-execd-relay", "mock-osb-8080"))]  # noqa: E731
+    def left() -> list:
+        return [t for t in threading.enumerate() if t.name.startswith(("osb-execd-relay", "mock-osb-8080"))]
+
     assert poll(left, lambda got: not got, 5.0) == []
 
 
