@@ -120,7 +120,6 @@ def run(
     """{test id: passed | failed | error | skipped | timeout}, from the suite's own junit reports. jobs > 1:
     each test in its own pytest process, that many at a time (a test of a language the image lacks waits
     for the SDK's 3-minute request timeout on the real execd)."""
-    os.makedirs(os.path.join(HOST_VOLUME_DIR, "logs"), exist_ok=True)
     env = dict(
         os.environ,
         OPENSANDBOX_TEST_DOMAIN=domain,
@@ -129,13 +128,19 @@ def run(
         OPENSANDBOX_TEST_PROTOCOL="http",
     )
     cwd = os.path.join(work, PATHS[0])
+    ids = _collect(py, files, cwd, env)
+    out: dict[str, str] = {}
+    for i in ids:  # never run: they fetch addresses off this machine
+        if i.rsplit("::", 1)[-1] in OFF_MACHINE:
+            out["%s::%s" % (i.split("::")[-2], i.rsplit("::", 1)[-1])] = "deselected"
+    ids = [i for i in ids if i.rsplit("::", 1)[-1] not in OFF_MACHINE]
     if jobs <= 1:
-        return _one(py, ["tests/" + f for f in files], cwd, env, timeout)
+        out.update(_one(py, ids, cwd, env, timeout))
+        return out
     from concurrent.futures import ThreadPoolExecutor
 
-    out: dict[str, str] = {}
     with ThreadPoolExecutor(jobs) as pool:
-        for part in pool.map(lambda i: _one(py, [i], cwd, env, timeout), _collect(py, files, cwd, env)):
+        for part in pool.map(lambda i: _one(py, [i], cwd, env, timeout), ids):
             out.update(part)
     return out
 
@@ -146,6 +151,104 @@ def counts(results: dict[str, str]) -> dict[str, dict[str, int]]:
         row = table.setdefault(language(test), {})
         row[verdict] = row.get(verdict, 0) + 1
     return table
+
+
+# the network-policy tests run `curl -I https://www.github.com` and `https://pypi.org` inside a sandbox: no test
+# here sends to an address off this machine, so they are deselected (reported "deselected" on both sides)
+OFF_MACHINE = frozenset(
+    (
+        "test_01a_network_policy_create",
+        "test_01aa_network_policy_get_and_patch",
+        "test_01ab_network_policy_get_and_patch_with_server_proxy",
+        "test_01ac_network_policy_delete",
+    )
+)
+PVC_CLAIM = "opensandbox-e2e-pvc-test"  # tests/python/tests/base_e2e_test.py DEFAULT_PVC_NAME
+# what scripts/python-e2e.sh at 3bb6fad puts in place before the suite: the host-volume marker and the named
+# volume's files (relative path, content)
+HOST_MARKER = ("host-volume-test/marker.txt", "opensandbox-e2e-marker\n")
+PVC_FILES = (("marker.txt", "pvc-marker-data\n"), ("datasets/train/marker.txt", "pvc-subpath-marker\n"))
+
+
+def host_fixture() -> None:
+    """The host directory the volume tests bind (under HOST_VOLUME_DIR) with its marker, world-readable."""
+    rel, text = HOST_MARKER
+    path = os.path.join(HOST_VOLUME_DIR, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.join(HOST_VOLUME_DIR, "logs"), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    for top, dirs, files in os.walk(HOST_VOLUME_DIR):
+        for name in dirs + files:
+            os.chmod(os.path.join(top, name), 0o755)
+    os.chmod(HOST_VOLUME_DIR, 0o755)
+
+
+def pvc_fixture_live(image: str) -> None:
+    """The named volume, made again and seeded by a throw-away container of ``image`` (the script uses alpine;
+    local-up's busybox image has what it takes: sh, mkdir, echo)."""
+    subprocess.run(["docker", "volume", "rm", PVC_CLAIM], capture_output=True)
+    subprocess.run(["docker", "volume", "create", PVC_CLAIM], check=True, capture_output=True)
+    script = " && ".join(
+        "mkdir -p /data/%s && printf %%s '%s' > /data/%s" % (os.path.dirname(rel) or ".", text, rel)
+        for rel, text in PVC_FILES
+    )
+    subprocess.run(["docker", "run", "--rm", "-v", PVC_CLAIM + ":/data", image, "sh", "-c", script], check=True)
+
+
+def pvc_fixture_mock(osb: Any) -> None:
+    """The same files in the mock's named volume (a directory of its volume store, made as Docker makes one)."""
+    top = os.path.join(osb.volumes.dir, PVC_CLAIM)
+    for rel, text in PVC_FILES:
+        os.makedirs(os.path.dirname(os.path.join(top, rel)), exist_ok=True)
+        with open(os.path.join(top, rel), "w") as f:
+            f.write(text)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the runner dies, however it dies (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)
+
+
+def redis_server() -> tuple[Any, str] | None:
+    """(process, redis://127.0.0.1:PORT/0) of a throw-away redis-server for the Redis-backed pool tests (the
+    workflow runs redis:7-alpine for them), or None without redis-server on PATH (those tests skip)."""
+    import shutil
+    import socket
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        print("redis-server not installed: the Redis-backed pool tests skip (apt-get install redis-server)")
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [
+        exe,
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        tempfile.gettempdir(),
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, "redis://127.0.0.1:%d/0" % port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError("redis-server did not listen on 127.0.0.1:%d" % port)
 
 
 def _mock(args: argparse.Namespace) -> Any:
@@ -190,12 +293,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     py = prepare()
     osb = None
+    host_fixture()
     if args.target == "live":
         base, key = os.environ["OPENSANDBOX_BASE_URL"], os.environ["OPENSANDBOX_API_KEY"]
+        pvc_fixture_live(os.environ.get("OPENSANDBOX_BUSYBOX_IMAGE", "local/busybox:latest"))
     else:
         osb = _mock(args)
         base, key = osb.base_url, osb.api_key or ""
+        pvc_fixture_mock(osb)
     domain = re.sub(r"/v1/?$", "", base.split("://", 1)[-1]).rstrip("/")
+    redis = redis_server()
+    if redis is not None:
+        os.environ["OPENSANDBOX_TEST_REDIS_URL"] = redis[1]
     started = time.monotonic()
     try:
         results = run(py, domain, key, args.image, args.files, timeout=args.timeout, jobs=args.jobs)
@@ -203,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if osb is not None:
             osb.stop()
+        if redis is not None:
+            redis[0].terminate()
+            redis[0].wait()
+        if args.target == "live":
+            subprocess.run(["docker", "volume", "rm", PVC_CLAIM], capture_output=True)  # leaves nothing behind
     for test, verdict in sorted(results.items()):
         print("%-8s %7.2fs %s" % (verdict, DURATIONS.get(test, 0.0), test))
     print("wall %.1f s, sum of test durations %.1f s" % (wall, sum(DURATIONS.get(t, 0.0) for t in results)))
