@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import io
 import os
+import re
+import shutil
 import types
 
 import httpx
@@ -97,6 +99,9 @@ def test_run_modes_all_new_and_check(tmp_path):
         report = out.getvalue()
         assert "01_health_version: DRIFT" in report and "#1 status: expected 200, got 500" in report
         assert "02_auth_failures: no drift" in report
+        kept = re.search(r"the fresh recordings are kept in (\S+) ", report)  # on drift the recorder keeps them
+        assert kept and os.path.isdir(kept[1]), report
+        shutil.rmtree(kept[1])  # a test leaves no temp dir
     assert sorted(os.listdir(tmp_path / "fx")) == files  # --check never touches the fixtures
 
 
