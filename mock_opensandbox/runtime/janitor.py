@@ -38,6 +38,7 @@ HOLDER_PREFIX = "osb-holder-"  # holder.py's readiness FIFO directories
 SOURCE = r"""
 import os, signal, sys, time, errno, shutil, ctypes
 held = {k: [] for k in ("pid", "cgroup", "umount", "dir")}
+mock = os.getppid()  # never killed: a thread of a live mock may still sit in a sandbox's cgroup (runtime/spawner.py)
 data = b""
 while True:
     try:
@@ -70,7 +71,7 @@ def members(d):
     for dp, dn, fn in os.walk(d):
         try:
             with open(os.path.join(dp, "cgroup.procs")) as fh:
-                out += [int(x) for x in fh.read().split() if x.isdigit()]
+                out += [int(x) for x in fh.read().split() if x.isdigit() and int(x) not in (mock, os.getpid())]
         except OSError:
             pass
     return out
