@@ -73,9 +73,7 @@ class Server(ThreadingHTTPServer):
         self._cancel = threading.Event()
         self._serving = threading.Event()
         self._pool_lock = threading.Lock()
-        self._idle = 0  # pool threads in accept() (_accept_loop)
-        self._accepting: set[threading.Thread] = set()  # those threads (stop() waits for them to end)
-        self._name = "mock-http"
+        self._accepting: set[threading.Thread] = set()  # pool threads in accept() (_accept_loop; stop() waits for them)
 
     @property
     def port(self) -> int:
@@ -84,7 +82,6 @@ class Server(ThreadingHTTPServer):
     def start(self, name: str = "mock-http") -> None:
         if self._listen_delay:
             self.server_activate()  # the port accepts from now on; _run drops what arrives before the delay ends
-        self._name = name
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -115,28 +112,25 @@ class Server(ThreadingHTTPServer):
             with self._pool_lock:
                 if self._cancel.is_set():
                     return
-                self._idle += 1
                 self._accepting.add(me)
             try:
                 conn, addr = self.socket.accept()
             except OSError as exc:
                 with self._pool_lock:
-                    self._idle -= 1
                     self._accepting.discard(me)
                 if self._cancel.is_set() or exc.errno in (errno.EINVAL, errno.EBADF):
                     return
                 time.sleep(0.05)  # EMFILE, ECONNABORTED, ...: back off and go on (as Go's http.Server)
                 continue
             with self._pool_lock:
-                self._idle -= 1
                 self._accepting.discard(me)
-                more = self._idle == 0 and not self._cancel.is_set()
+                more = not self._accepting and not self._cancel.is_set()
             if more:
-                threading.Thread(target=self._accept_loop, name=self._name, daemon=True).start()
+                threading.Thread(target=self._accept_loop, name=me.name, daemon=True).start()
             conn.setblocking(True)
             self.process_request_thread(conn, addr)  # ThreadingMixIn: finish_request, then shutdown_request
             with self._pool_lock:
-                if self._idle >= self.SPARE:
+                if len(self._accepting) >= self.SPARE:
                     return
 
     def stop(self) -> None:
