@@ -243,9 +243,13 @@ class _Num(float):
         return obj
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError("not JSON: " + name)  # NaN, Infinity: json.loads takes them, Go does not
+
+
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text, parse_int=_Num, parse_float=_Num)
+        return json.loads(text, parse_int=_Num, parse_float=_Num, parse_constant=_no_constant)
     except RecursionError:
         if sys.version_info < (3, 11):
             raise
@@ -253,7 +257,7 @@ def _loads(text: str) -> Any:
     # sys.setrecursionlimit says); json's pure-Python scanner recurses in Python frames, off the C stack
     from json.scanner import py_make_scanner  # type: ignore[attr-defined]  # not in typeshed
 
-    dec = json.JSONDecoder(parse_int=_Num, parse_float=_Num)
+    dec = json.JSONDecoder(parse_int=_Num, parse_float=_Num, parse_constant=_no_constant)
     dec.scan_once = py_make_scanner(dec)  # type: ignore[attr-defined]
     return dec.decode(text)
 
@@ -269,10 +273,6 @@ def _scan_start(body: bytes, empty: str) -> tuple[str, _Scan, int]:
     return text, sc, sc.i
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError("not JSON: " + name)  # NaN, Infinity: json.loads takes them, Go does not
-
-
 def decode_value(body: bytes) -> Any:
     """The first JSON value of body with json.Decoder semantics (trailing data ignored, empty body
     "EOF", truncated "unexpected EOF"; invalid UTF-8 becomes U+FFFD). Numbers come back as _Num."""
@@ -281,10 +281,8 @@ def decode_value(body: bytes) -> Any:
         # json.loads takes (NaN and Infinity aside) the scanner takes too, and the value is the same; the
         # scanner below runs only where json.loads refuses (it says what Go says)
         try:
-            return json.loads(
-                body.decode("utf-8", GO_REPLACE), parse_int=_Num, parse_float=_Num, parse_constant=_no_constant
-            )
-        except (ValueError, RecursionError):
+            return _loads(body.decode("utf-8", GO_REPLACE))
+        except ValueError:
             pass
     text, sc, start = _scan_start(body, "EOF")
     _deep(sc.value)

@@ -529,7 +529,8 @@ class Handler(BaseHTTPRequestHandler):
     # fmt: on
 
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_TCHAR = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]"  # RFC 9110 tchar
+_TOKEN = re.compile(_TCHAR + r"+\Z")
 _CTL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")  # control characters but HTAB
 _FOLD = re.compile(r"\r?\n[ \t]+")
 
@@ -547,7 +548,7 @@ def _headers_valid(headers: Any) -> bool:
 
 
 _REQUEST_LINE = re.compile(rb"([A-Z]+) ([!-~]+) (HTTP/1\.[01])\r?\n\Z")
-_PLAIN_HEAD = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*\r\n){0,100}\r\n")
+_PLAIN_HEAD = re.compile(b"(?:" + _TCHAR.encode() + rb"+:[^\r\n]*\r\n){0,100}\r\n")
 _FIELD = re.compile(rb"([^:]+):[ \t]*([^\r\n]*)\r\n")
 
 
