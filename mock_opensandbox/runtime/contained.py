@@ -23,6 +23,7 @@ only.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from typing import Any
@@ -132,10 +133,17 @@ def creds(user: str | None, identity: tuple[int, int, list[int]] | None = None) 
     return {"user": ids[0], "group": ids[1], "extra_groups": ids[2]}
 
 
-_CTTY: list[bool] = []  # whether the mock has a controlling terminal (asked once)
+@functools.cache
+def _has_ctty() -> bool:
+    """The mock has a controlling terminal (asked once: a process that is not a session leader gains none)."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC))
+        return True
+    except OSError:  # ENXIO: none
+        return False
 
 
-def group_kwargs(controlling_tty: bool) -> dict[str, Any]:
+def group_kwargs(new_session: bool) -> dict[str, Any]:
     """Popen's process-group arguments for a command the contained thread forks. execd starts a command in a
     process group of its own inside execd's session (``Setpgid``: components/execd/pkg/runtime/command.go
     at 3bb6fad); the contained thread's session is the mock's, so a command gets a group of its own there
@@ -143,16 +151,11 @@ def group_kwargs(controlling_tty: bool) -> dict[str, Any]:
     reach through ``/dev/tty``. Where it has one (started from a terminal), on Python 3.10, and for a command
     that takes a terminal (PTY), the command leads a session of its own instead. The group is also the
     cheaper fork: a child's ``setsid`` in a cgroup with a ``cpu`` controller kept its vfork parent waiting
-    ~0.6-1 ms longer here (bench/README.md)."""
-    if controlling_tty or sys.version_info < (3, 11):
+    ~0.6-1 ms longer here (bench/README.md). ``new_session``: a command that must lead one (a PTY; every
+    command not forked by the contained thread)."""
+    if new_session or sys.version_info < (3, 11) or _has_ctty():
         return {"start_new_session": True}
-    if not _CTTY:
-        try:
-            os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC))
-            _CTTY.append(True)
-        except OSError:  # ENXIO: no controlling terminal
-            _CTTY.append(False)
-    return {"start_new_session": True} if _CTTY[0] else {"process_group": 0}
+    return {"process_group": 0}
 
 
 def contained_spawner(holder: Any, cgroup: Any, hostname: str, reuse: Spawner | None = None) -> Spawner | None:

@@ -71,7 +71,7 @@ def members(d):
     for dp, dn, fn in os.walk(d):
         try:
             with open(os.path.join(dp, "cgroup.procs")) as fh:
-                out += [int(x) for x in fh.read().split() if x.isdigit() and int(x) not in (mock, os.getpid())]
+                out += [int(x) for x in fh.read().split() if x.isdigit() and int(x) != mock]
         except OSError:
             pass
     return out

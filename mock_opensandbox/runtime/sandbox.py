@@ -407,7 +407,7 @@ class SandboxRuntime:
                         stderr=stderr,
                         preexec_fn=preexec,
                         **creds,
-                        **(group_kwargs(controlling_tty) if contained is not None else {"start_new_session": True}),
+                        **group_kwargs(controlling_tty or contained is None),
                     )
 
             try:
