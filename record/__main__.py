@@ -39,6 +39,11 @@ def _record_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--check", action="store_true", help="record into a temp dir and report drift against --out; exit 1 on drift"
     )
+    p.add_argument(
+        "--keep-dir",
+        default=None,
+        help="with --check: where the fresh recordings go (a record-check-* directory in it; default: the temp dir)",
+    )
     p.add_argument("--scenario", action="append", help="only this scenario (name or number; repeatable)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--execd-version", default=None, help="execd version to note in the fixture header")

@@ -292,7 +292,7 @@ def _check(
         if os.path.isfile(DEFAULT_ALLOW)
         else []
     )
-    tmp = tempfile.mkdtemp(prefix="record-check-")
+    tmp = tempfile.mkdtemp(prefix="record-check-", dir=getattr(args, "keep_dir", None))
     drifted = failed = 0
     print(f"drift check: server {meta['server_version']} at {meta['where']} vs the fixtures in {args.out}", file=out)
     try:

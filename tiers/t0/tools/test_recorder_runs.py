@@ -8,7 +8,6 @@ import copy
 import io
 import os
 import re
-import shutil
 import types
 
 import httpx
@@ -95,13 +94,12 @@ def test_run_modes_all_new_and_check(tmp_path):
     with respx.mock(assert_all_called=False) as mock:  # the server changed: /version now fails
         _lifecycle_routes(mock, version_status=500)
         out = io.StringIO()
-        assert run(_args(tmp_path, check=True), out) == 1
+        assert run(_args(tmp_path, check=True, keep_dir=str(tmp_path)), out) == 1
         report = out.getvalue()
         assert "01_health_version: DRIFT" in report and "#1 status: expected 200, got 500" in report
         assert "02_auth_failures: no drift" in report
-        kept = re.search(r"the fresh recordings are kept in (\S+) ", report)  # on drift the recorder keeps them
-        assert kept and os.path.isdir(kept[1]), report
-        shutil.rmtree(kept[1])  # a test leaves no temp dir
+        kept = re.search(r"the fresh recordings are kept in (\S+) ", report)  # on drift, in --keep-dir
+        assert kept and os.path.dirname(kept[1]) == str(tmp_path), report
     assert sorted(os.listdir(tmp_path / "fx")) == files  # --check never touches the fixtures
 
 

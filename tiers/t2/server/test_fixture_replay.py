@@ -14,7 +14,6 @@ replay of those recordings: 100 %).
 from __future__ import annotations
 
 import io
-import shutil
 import re
 import os
 import types
@@ -177,6 +176,7 @@ def test_check_reports_drift_against_the_live_fixtures(tmp_path, opensandbox_moc
             api_key=mock.api_key,
             out=FIXTURES,
             check=True,
+            keep_dir=str(tmp_path),
             scenario=["01", "15"],
             image="local/python:3-slim",
         ),
@@ -186,6 +186,5 @@ def test_check_reports_drift_against_the_live_fixtures(tmp_path, opensandbox_moc
     assert "01_health_version: no drift" in text, text
     assert "15_create_variants: DRIFT" in text and "sse-output" in text, text
     assert rc == 1
-    kept = re.search(r"the fresh recordings are kept in (\S+) ", text)  # on drift the recorder keeps them
-    assert kept and os.path.isdir(kept[1]), text
-    shutil.rmtree(kept[1])
+    kept = re.search(r"the fresh recordings are kept in (\S+) ", text)  # on drift, in --keep-dir
+    assert kept and os.path.dirname(kept[1]) == str(tmp_path), text
