@@ -205,26 +205,20 @@ def pvc_fixture_mock(osb: Any) -> None:
             f.write(text)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the runner dies, however it dies (PR_SET_PDEATHSIG)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)
-
-
 def redis_server() -> tuple[Any, str] | None:
     """(process, redis://127.0.0.1:PORT/0) of a throw-away redis-server for the Redis-backed pool tests (the
     workflow runs redis:7-alpine for them), or None without redis-server on PATH (those tests skip)."""
     import shutil
-    import socket
+
+    from mock_opensandbox.runtime.holder import _die_with_parent  # SIGKILL when the runner dies, however it dies
+    from mock_opensandbox.wire.relay import free_port
+    from tiers.toolkit.waits import port_closed, wait_until
 
     exe = shutil.which("redis-server")
     if exe is None:
         print("redis-server not installed: the Redis-backed pool tests skip (apt-get install redis-server)")
         return None
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     args = [
         exe,
         "--bind",
@@ -238,14 +232,11 @@ def redis_server() -> tuple[Any, str] | None:
         "--dir",
         tempfile.gettempdir(),
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, "redis://127.0.0.1:%d/0" % port
-        except OSError:
-            time.sleep(0.05)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent(os.getpid())
+    )
+    if wait_until(lambda: not port_closed(port, 0.5), 10):
+        return proc, "redis://127.0.0.1:%d/0" % port
     proc.kill()
     proc.wait()
     raise RuntimeError("redis-server did not listen on 127.0.0.1:%d" % port)
