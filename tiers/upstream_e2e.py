@@ -1,14 +1,20 @@
-"""OpenSandbox's own Python e2e suites, unchanged, against a live stack or a mock.
+"""OpenSandbox's own e2e suites (Python and JavaScript), unchanged, against a live stack or a mock.
 
     python -m tiers.upstream_e2e --target live [--files test_code_interpreter_e2e*.py] [--json OUT]
     python -m tiers.upstream_e2e --target mock --jupyter-env DIR | --image-dir DIR [--execd-bin BIN]
+    python -m tiers.upstream_e2e --suite js --target live|mock [--files test_sandbox_e2e.test.ts ...]
 
 The tests and the SDKs they import come from the upstream mirror at 3bb6fad (``tests/python`` with
 ``sdks/sandbox/python`` and ``sdks/code-interpreter/python``, as its pyproject's uv sources name them),
 ``git archive``d into a work dir with their own venv (pytest-asyncio, pytest-timeout, pytest-order: the
 suite's pyproject). The suite reads OPENSANDBOX_TEST_DOMAIN / OPENSANDBOX_TEST_API_KEY /
 OPENSANDBOX_SANDBOX_DEFAULT_IMAGE (tests/python/tests/base_e2e_test.py). Prints one line per test and the
-counts per language (from the test's name: python, java, go, typescript, multi for mixed ones)."""
+counts per language (from the test's name: python, java, go, typescript, multi for mixed ones).
+
+The JavaScript suite (``tests/javascript`` with ``sdks/`` and ``specs/``, which the SDK's build generates its
+client from) runs as upstream's scripts/javascript-e2e.sh runs it: pnpm 9.15.0 (installed into the work dir with
+npm), the SDKs built by their workspace's ``build:js``, then ``vitest run`` with its junit reporter. It needs node
+>= 20 and npm."""
 
 from __future__ import annotations
 
@@ -63,6 +69,7 @@ def prepare(work: str = WORK, mirror: str = MIRROR) -> str:
 
 
 def language(name: str) -> str:
+    name = name.replace(" ", "_")  # the JS suite's names are sentences: "02 java code execution"
     if "multi_language" in name or "concurrent" in name:
         return "multi"
     return next((lang for lang in LANGS if "_%s_" % lang in name), "python")  # creation, interrupt, contexts
@@ -143,6 +150,89 @@ def run(
         for part in pool.map(lambda i: _one(py, [i], cwd, env, timeout), ids):
             out.update(part)
     return out
+
+
+JS_PATHS = (
+    "tests/javascript",
+    "specs",
+    "sdks/package.json",
+    "sdks/pnpm-lock.yaml",
+    "sdks/pnpm-workspace.yaml",
+    "sdks/tsconfig.base.json",
+    "sdks/eslint.base.mjs",
+    "sdks/sandbox/javascript",
+    "sdks/code-interpreter/javascript",
+)
+JS_FILES = (  # every test file of tests/javascript/tests at 3bb6fad
+    "test_sandbox_e2e.test.ts",
+    "test_sandbox_manager_e2e.test.ts",
+    "test_wait_until_ready_diagnostics.test.ts",
+    "test_credential_vault_e2e.test.ts",
+    "test_code_interpreter_e2e.test.ts",
+)
+# the JS suite's network-policy tests curl www.github.com and pypi.org from inside a sandbox (see OFF_MACHINE)
+JS_OFF_MACHINE = ("01a sandbox create with networkPolicy", "01aa sandbox create with networkPolicy via server proxy")
+
+
+def prepare_js(work: str = WORK + "-js", mirror: str = MIRROR) -> str:
+    """The work dir with the JS suite, its pnpm and the SDKs built (made once). Returns the suite's dir."""
+    suite = os.path.join(work, JS_PATHS[0])
+    if os.path.exists(os.path.join(work, ".ready")):
+        return suite
+    os.makedirs(work, exist_ok=True)
+    arch = subprocess.run(["git", "-C", mirror, "archive", COMMIT, *JS_PATHS], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-C", work, "-xf", "-"], input=arch, check=True)
+    tools = os.path.join(work, "tools")
+    subprocess.run(["npm", "install", "-q", "--no-fund", "--no-audit", "--prefix", tools, "pnpm@9.15.0"], check=True)
+    bin_dir = os.path.join(tools, "node_modules", ".bin")
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))  # the scripts call pnpm
+    sdks = os.path.join(work, "sdks")
+    for step in (["-C", sdks, "install", "--frozen-lockfile"], ["-C", sdks, "run", "build:js"]):
+        subprocess.run(["pnpm", *step], check=True, env=env)
+    subprocess.run(["pnpm", "-C", suite, "install", "--frozen-lockfile"], check=True, env=env)
+    open(os.path.join(work, ".ready"), "w").close()
+    return suite
+
+
+def js_name_filter() -> str:
+    """vitest's ``-t`` pattern (a JS regex) that every test name but the off-machine ones match. vitest matches
+    it against the full name; these files have no describe blocks, so that is the test's own name."""
+    return "^(?!(%s))" % "|".join(re.escape(n) + "$" for n in JS_OFF_MACHINE)
+
+
+def run_js(
+    suite: str, domain: str, api_key: str, image: str, files: list[str], timeout: float, jobs: int
+) -> dict[str, str]:
+    """{file::test name: verdict} from vitest's junit report; the off-machine tests are filtered out by name
+    (``-t``) and reported "deselected"."""
+    env = dict(
+        os.environ,
+        OPENSANDBOX_TEST_DOMAIN=domain,
+        OPENSANDBOX_TEST_API_KEY=api_key,
+        OPENSANDBOX_SANDBOX_DEFAULT_IMAGE=image,
+        OPENSANDBOX_TEST_PROTOCOL="http",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = os.path.join(tmp, "junit.xml")
+        log = open(os.path.join(tmp, "log"), "w") if os.environ.get("E2E_QUIET") else None
+        cmd = [os.path.join(suite, "node_modules", ".bin", "vitest"), "run", "--reporter=junit", "--outputFile=" + xml]
+        cmd += ["--maxWorkers=%d" % max(jobs, 1), "-t", js_name_filter(), *["tests/" + f for f in files]]
+        try:
+            subprocess.run(cmd, cwd=suite, env=env, stdout=log, stderr=log, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {f: "timeout" for f in files}
+        finally:
+            if log is not None:
+                log.close()
+        out: dict[str, str] = {}
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            kinds = [c.tag for c in case]
+            verdict = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
+            name = case.get("name", "")
+            tid = "%s::%s" % (os.path.basename(case.get("classname", "")), name)
+            out[tid] = "deselected" if name in JS_OFF_MACHINE else {"failure": "failed"}.get(verdict, verdict)
+            DURATIONS[tid] = float(case.get("time") or 0.0)
+        return out
 
 
 def counts(results: dict[str, str]) -> dict[str, dict[str, int]]:
@@ -265,7 +355,8 @@ def _mock(args: argparse.Namespace) -> Any:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tiers.upstream_e2e")
     p.add_argument("--target", choices=("live", "mock"), required=True)
-    p.add_argument("--files", nargs="+", default=["test_code_interpreter_e2e.py", "test_code_interpreter_e2e_sync.py"])
+    p.add_argument("--suite", choices=("python", "js"), default="python", help="tests/python or tests/javascript")
+    p.add_argument("--files", nargs="+", help="test files (default: the code interpreter's; for js, all five)")
     p.add_argument(
         "--image", default=os.environ.get("OPENSANDBOX_CODE_INTERPRETER_IMAGE", "local/code-interpreter:py-bash")
     )
@@ -282,7 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="tests run in parallel, one pytest process each")
     p.add_argument("--timeout", type=float, default=3000, help="seconds for one pytest process")
     args = p.parse_args(argv)
-    py = prepare()
+    if args.suite == "js":
+        suite = prepare_js()
+        files = args.files or list(JS_FILES)
+    else:
+        py = prepare()
+        files = args.files or ["test_code_interpreter_e2e.py", "test_code_interpreter_e2e_sync.py"]
     osb = None
     host_fixture()
     if args.target == "live":
@@ -298,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["OPENSANDBOX_TEST_REDIS_URL"] = redis[1]
     started = time.monotonic()
     try:
-        results = run(py, domain, key, args.image, args.files, timeout=args.timeout, jobs=args.jobs)
+        if args.suite == "js":
+            results = run_js(suite, domain, key, args.image, files, args.timeout, args.jobs)
+        else:
+            results = run(py, domain, key, args.image, files, timeout=args.timeout, jobs=args.jobs)
         wall = time.monotonic() - started
     finally:
         if osb is not None:
@@ -319,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(
                 {
                     "target": args.target,
+                    "suite": args.suite,
                     "timing": args.timing if args.target == "mock" else None,
                     "results": results,
                     "counts": table,
