@@ -43,6 +43,7 @@ OSB_EGRESS_IMAGE="${OSB_EGRESS_IMAGE:-}"  # default: see the egress block below
 OSB_EGRESS_MODE="${OSB_EGRESS_MODE:-dns}"
 OSB_EGRESS_BIN="${OSB_EGRESS_BIN:-$SCRIPT_DIR/../shared/opensandbox/egress}"
 OSB_WITH_CODE_INTERPRETER="${OSB_WITH_CODE_INTERPRETER:-0}"
+OSB_WITH_TSLAB="${OSB_WITH_TSLAB:-auto}"  # the TypeScript kernel in the local code-interpreter image: auto | 1 | 0
 OSB_CODE_INTERPRETER_IMAGE="${OSB_CODE_INTERPRETER_IMAGE:-}"  # default: see the code-interpreter block below
 OSB_PYTHON="${OSB_PYTHON:-python3}"
 OSB_DOCKERD_ARGS="${OSB_DOCKERD_ARGS:-}"
@@ -104,7 +105,8 @@ knobs: OSB_PORT (8080)  OSB_WORKDIR (~/.cache/opensandbox-provider/local-up)  OS
        OSB_EGRESS_IMAGE (local/egress:src3bb6fad with OSB_LOCAL_IMAGES=1, else opensandbox/egress:v1.1.7)
        OSB_EGRESS_BIN (../shared/opensandbox/egress: egress, opensandbox-supervisor, cleanup.sh)
        OSB_WITH_CODE_INTERPRETER (0)  OSB_CODE_INTERPRETER_IMAGE (local/code-interpreter:py-bash with
-       OSB_LOCAL_IMAGES=1, else opensandbox/code-interpreter:v1.1.0)
+       OSB_LOCAL_IMAGES=1, else opensandbox/code-interpreter:v1.1.0)  OSB_WITH_TSLAB (auto: the local
+       code-interpreter image gets tslab, the TypeScript kernel, when node and npm are on PATH; 1; 0)
        OSB_PYTHON (python3)  OSB_DOCKERD_ARGS ()  OSB_DOCKERD_TIMEOUT (30)  OSB_HEALTH_TIMEOUT (60)
        OSB_LOCAL_IMAGES (0; 1 = build, defaults become OSB_EXECD_IMAGE=local/execd:from-binary
        OSB_BASE_IMAGE=local/python:3-slim)  OSB_BUSYBOX_IMAGE (local/busybox:latest)
@@ -680,8 +682,9 @@ egress_env() {
 # runtime/jupyterenv.py REQUIREMENTS) installed by pip in a chroot of the base image's root file system (a `docker build`
 # RUN needs the build's network, which a fresh dockerd here may not have), then `docker import` with the
 # upstream image's ENV/WORKDIR/ENTRYPOINT (sandboxes/code-interpreter/Dockerfile at 3bb6fad). Its entrypoint is
-# upstream's scripts/code-interpreter.sh reduced to the kernels it has: python and bash (no Java, Go or
-# TypeScript kernel: docs/LOCAL_UP.md). Else OSB_CODE_INTERPRETER_IMAGE is pulled.
+# upstream's scripts/code-interpreter.sh reduced to the kernels it has: python, bash and, where this machine has node
+# and npm (OSB_WITH_TSLAB), TypeScript and JavaScript through tslab (upstream's Dockerfile: `npm install -g tslab`);
+# no Java or Go kernel (docs/LOCAL_UP.md). Else OSB_CODE_INTERPRETER_IMAGE is pulled.
 code_interpreter_defaults() {
     if [ -z "$OSB_CODE_INTERPRETER_IMAGE" ]; then
         if [ "$OSB_LOCAL_IMAGES" = 1 ]; then OSB_CODE_INTERPRETER_IMAGE="local/code-interpreter:py-bash"
@@ -691,10 +694,42 @@ code_interpreter_defaults() {
         0 | 1) ;;
         *) die knobs "OSB_WITH_CODE_INTERPRETER=$OSB_WITH_CODE_INTERPRETER" "set OSB_WITH_CODE_INTERPRETER=1 (a code-interpreter image) or 0" ;;
     esac
+    case "$OSB_WITH_TSLAB" in
+        auto | 0 | 1) ;;
+        *) die knobs "OSB_WITH_TSLAB=$OSB_WITH_TSLAB" "set OSB_WITH_TSLAB=auto (with node and npm on PATH), 1 or 0" ;;
+    esac
+}
+
+TSLAB_PIN="tslab@1.0.22"  # upstream's Dockerfile installs the latest; this is it on 2026-12-06
+
+# 1 when the local code-interpreter image gets tslab: OSB_WITH_TSLAB=1, or auto with node and npm on PATH
+tslab_wanted() {
+    case "$OSB_WITH_TSLAB" in
+        1) return 0 ;;
+        0) return 1 ;;
+        *) command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ;;
+    esac
+}
+
+# tslab into the image's root file system: the package tree by this machine's npm (zeromq's prebuilt addon is
+# in the package), this machine's node binary as /usr/local/bin/node, and its kernelspecs (tslab, jslab) made
+# in the chroot as upstream's entrypoint makes them
+install_tslab() {
+    local dir="$1" log="$2" node
+    node="$(command -v node)" || die local-images "command -v node" "install node >= 18 and npm, or set OSB_WITH_TSLAB=0"
+    command -v npm >/dev/null 2>&1 || die local-images "command -v npm" "install npm, or set OSB_WITH_TSLAB=0"
+    say "images: tslab ($TSLAB_PIN) with $node $("$node" --version 2>/dev/null)"
+    # a global install, as upstream's (its dependencies nested under it, where tslab finds @types/node)
+    npm install -g -q --no-fund --no-audit --prefix "$dir/usr/local" "$TSLAB_PIN" >>"$log" 2>&1 ||
+        die local-images "npm install -g --prefix $dir/usr/local $TSLAB_PIN" "check access to the npm registry, or set OSB_WITH_TSLAB=0; read $log" "$(tail -n 1 "$log")"
+    cp -L "$node" "$dir/usr/local/bin/node"
+    if ! sudo_cmd chroot "$dir" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root tslab install >>"$log" 2>&1; then
+        die local-images "chroot $dir tslab install" "this machine's node may not run on $OSB_BASE_IMAGE's libraries: set OSB_WITH_TSLAB=0; read $log" "$(tail -n 1 "$log")"
+    fi
 }
 
 code_interpreter_entrypoint() {
-    # upstream 3bb6fad sandboxes/code-interpreter/scripts/code-interpreter.sh, python and bash kernels only
+    # upstream 3bb6fad sandboxes/code-interpreter/scripts/code-interpreter.sh, python, bash and (with tslab) TypeScript
     cat <<'SCRIPT'
 #!/bin/bash
 # Written by local-up.sh: upstream's sandboxes/code-interpreter/scripts/code-interpreter.sh (3bb6fad) reduced
@@ -702,11 +737,15 @@ code_interpreter_entrypoint() {
 declare -a pids=()
 setup_python() { python3 --version; python3 -m ipykernel install --name python --display-name "Python"; }
 setup_bash() { python3 -m bash_kernel.install; }
+# upstream's setup_node without the npm install (done at build time, when this image has tslab at all)
+setup_node() { command -v tslab >/dev/null 2>&1 || return 0; jupyter kernelspec list 2>/dev/null | grep -Eq '^[[:space:]]+tslab[[:space:]]' || tslab install; }
 if [ -n "${EXECD_ENVS:-}" ]; then
 	mkdir -p "$(dirname "$EXECD_ENVS")" 2>/dev/null || true
 	printf 'PATH=%s\n' "$PATH" >>"$EXECD_ENVS" 2>/dev/null || true
 fi
 setup_python &
+pids+=($!)
+setup_node &
 pids+=($!)
 setup_bash &
 pids+=($!)
@@ -720,10 +759,12 @@ code_interpreter_requirements() {
 
 build_code_interpreter_image() {
     local img="$OSB_CODE_INTERPRETER_IMAGE" dir="$BUILD_DIR/code-interpreter-rootfs" wheels="$BUILD_DIR/pip-wheel"
-    local reqs sum have cid whl log="$BUILD_DIR/code-interpreter-pip.log" start ca ca_arg=""
+    local reqs sum have cid whl log="$BUILD_DIR/code-interpreter-pip.log" start ca ca_arg="" tslab
     reqs="$(code_interpreter_requirements)" ||
         die local-images "$OSB_PYTHON -c 'from mock_opensandbox.runtime.jupyterenv import REQUIREMENTS'" "run local-up.sh from the project's checkout (it reads the pins there)"
-    sum="code-interpreter $( (printf '%s\n' "$reqs"; code_interpreter_entrypoint; docker image inspect --format '{{.Id}}' "$OSB_BASE_IMAGE") | sha256sum | cut -c1-16)"
+    tslab=""
+    if tslab_wanted; then tslab="$TSLAB_PIN -g node $(node --version 2>/dev/null)"; fi
+    sum="code-interpreter $( (printf '%s\n' "$reqs" "$tslab"; code_interpreter_entrypoint; docker image inspect --format '{{.Id}}' "$OSB_BASE_IMAGE") | sha256sum | cut -c1-16)"
     if image_present "$img"; then
         have="$(image_label "$img")"
         if [ "$have" = "$LABEL: $sum" ] || [ -z "$have" ]; then
@@ -758,6 +799,7 @@ build_code_interpreter_image() {
     fi
     [ -x "$dir/usr/local/bin/jupyter-notebook" ] ||
         die local-images "test -x $dir/usr/local/bin/jupyter-notebook" "read $log" "pip did not install jupyter-notebook"
+    if [ -n "$tslab" ]; then install_tslab "$dir" "$log"; fi
     rm -f "$dir/tmp/$whl" "$dir/tmp/local-up-ca.crt"
     : >"$dir/etc/resolv.conf"
     mkdir -p "$dir/opt/code-interpreter" "$dir/workspace" "$dir/root/.jupyter"
