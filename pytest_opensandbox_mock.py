@@ -16,6 +16,9 @@ package, and through ``pytest_plugins`` in this repository's conftest.py.
     def test_quick(opensandbox_mock_factory):   # no delay a client does not depend on (ini: opensandbox_timing)
         osb = opensandbox_mock_factory(timing="fast")
 
+    def test_pools(opensandbox_mock_factory):   # /v1/pools and extensions.poolRef (ini: opensandbox_runtime)
+        osb = opensandbox_mock_factory(runtime="kubernetes")
+
     def test_fast(opensandbox_mock_shared):   # one mock per session, reset() after every test
         opensandbox_mock_shared.assert_requested(method="POST", path="^/v1/sandboxes$", count=0)
 """
@@ -43,6 +46,12 @@ def pytest_addoption(parser: Any) -> None:
         "close delays 0; MockOpenSandbox timing)",
         default="",
     )
+    parser.addini(
+        "opensandbox_runtime",
+        "the opensandbox_mock fixtures' server runtime: docker (default) | kubernetes (the pools API and poolRef "
+        "creates; MockOpenSandbox runtime)",
+        default="",
+    )
     parser.addini("opensandbox_egress_dns_upstream", "IP[:PORT] the fixtures' policy resolvers forward to", default="")
     parser.addini(
         "opensandbox_egress_bin",
@@ -57,6 +66,7 @@ def fixture_options(config: Any) -> MockOptions:
     builds its own from its flags, mock_opensandbox/__main__.py)."""
     return MockOptions(
         timing=config.getini("opensandbox_timing") or "faithful",
+        runtime=config.getini("opensandbox_runtime") or "docker",
         egress_mode=config.getini("opensandbox_egress_mode") or None,
         egress_dns_upstream=config.getini("opensandbox_egress_dns_upstream") or None,
         egress_bin=config.getini("opensandbox_egress_bin") or None,

@@ -13,7 +13,7 @@ import resource
 import sys
 from typing import Sequence
 
-from mock_opensandbox.options import EXECD_MODES, TIMINGS, MockOptions
+from mock_opensandbox.options import EXECD_MODES, RUNTIMES, TIMINGS, MockOptions
 from mock_opensandbox.runtime import isolation_note, netns, optional
 from mock_opensandbox.runtime.cgroups import host as cgroup_host
 from mock_opensandbox.runtime.jupyterenv import HINT
@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="faithful",
         help="faithful (default): a real server's delays; fast: the ones no client depends on set to 0 "
         "(--execd-start-delay and --execd-close-delay, whatever they say; docs/MOCK.md, Timing)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="docker",
+        help="the server's runtime.type: docker (default) or kubernetes (the /v1/pools API and "
+        "extensions.poolRef creates; every other answer stays the Docker runtime's; QUIRKS.md)",
     )
     numbers: tuple[tuple[str, type, float, str, str], ...] = (  # (flag, type, default, metavar, help)
         (
@@ -226,6 +233,7 @@ def options_from_args(args: argparse.Namespace) -> MockOptions:
         execd_close_delay=args.execd_close_delay,
         code_context_wait=args.code_context_wait,
         timing=args.timing,
+        runtime=args.runtime,
         image_dir=args.image_dir,
         image_cache=args.image_cache,
         egress_mode=args.egress_mode,
@@ -301,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rule in osb.faults.rules:
             print("Fault rule %s: %s" % (rule.id, json.dumps(rule.to_json(), sort_keys=True)), flush=True)
         o = osb.options
+        if o.runtime == "kubernetes":
+            print("Runtime: kubernetes (the /v1/pools API and extensions.poolRef creates; QUIRKS.md)", flush=True)
         print(
             "Timing: %s (execd start delay %gs, stream close delay %gs)"
             % (o.timing, o.execd_start_delay, o.execd_close_delay),

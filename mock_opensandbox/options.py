@@ -26,6 +26,9 @@ from mock_opensandbox.runtime.jupyterenv import check as check_jupyter_env
 
 EXECD_MODES = ("v1.1.0", "latest")
 TIMINGS = ("faithful", "fast")
+# runtime="kubernetes": the server's [runtime] type kubernetes as far as the mock answers it (QUIRKS.md, "Kubernetes
+# runtime: pools"): the /v1/pools API and extensions.poolRef creates; every other answer is the Docker runtime's
+RUNTIMES = ("docker", "kubernetes")
 # timing="fast": the delays of a real server that no client's outcome depends on, each set to 0 (docs/MOCK.md,
 # "Timing"): execd's refusal of connections for a moment after Running (a client polls /ping through it) and
 # the ~1 s a finished command's SSE stream stays open (the official SDK's commands.run reads it to its end).
@@ -59,6 +62,7 @@ class MockOptions:
     # does (an unknown language never answers); a number of seconds bounds it (then 500 with the last error)
     code_context_wait: float | None = None
     timing: str = "faithful"  # "fast": every delay in FAST_TIMING set to 0, whatever the fields above say
+    runtime: str = "docker"  # the server's [runtime] type: "docker" or "kubernetes" (pools, poolRef; RUNTIMES)
     # -- sandboxes -----------------------------------------------------------------------------------------
     root: str | None = None  # where sandbox roots live (None: a temp dir removed at stop)
     isolate: bool | None = None  # None: isolated where the host can, False: on the host
@@ -103,6 +107,8 @@ class MockOptions:
         pids = None if self.pids_limit == 0 else self.pids_limit
         if pids is not None and (not isinstance(pids, int) or isinstance(pids, bool) or pids < 1):
             raise ValueError("pids_limit must be a positive integer, or 0/None for no limit")
+        if self.runtime not in RUNTIMES:
+            raise ValueError("runtime must be one of %s, not %r" % (", ".join(RUNTIMES), self.runtime))
         if self.timing not in TIMINGS:
             raise ValueError("timing must be one of %s, not %r" % (", ".join(TIMINGS), self.timing))
         delay = self.execd_close_delay

@@ -32,6 +32,7 @@ from mock_opensandbox.docker.volumes import VolumeStore
 from mock_opensandbox.images import ImageStore
 from mock_opensandbox.images.commit import Committer
 from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
+from mock_opensandbox.lifecycle.pools import PoolStore
 from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
 from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
 from mock_opensandbox.options import DEFAULT_MAX_SANDBOX_TIMEOUT, EXECD_MODES, NETWORK_MODES, MockOptions
@@ -108,6 +109,7 @@ class MockOpenSandbox:
         self.images: ImagePuller | None = None  # while started with an image_dir (docker/images.py)
         self.snapshots: SnapshotStore | None = None  # while started (docker/snapshots.py)
         self.store: SandboxStore | None = None
+        self.pools: PoolStore | None = None  # while started with runtime="kubernetes" (lifecycle/pools.py)
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
         self._lock = threading.Lock()
@@ -253,6 +255,9 @@ class MockOpenSandbox:
             self.images = ImagePuller(ImageStore(o.image_cache or default_cache_dir(), o.image_dir))
             self.store.images = self.images
         self.snapshots = self._snapshot_store()
+        if o.runtime == "kubernetes":  # the pools API and poolRef creates (lifecycle/pools.py)
+            store = self.store
+            self.pools = PoolStore(store.clock, alive=lambda sid: sid in store.snapshot())
         self.faults.reopen()
         lifecycle = LifecycleApp(
             self.store,
@@ -266,6 +271,7 @@ class MockOpenSandbox:
             volumes=self.volumes,
             snapshots=self.snapshots,
             diagnostics=diagnostics,
+            pools=self.pools,
         )
         add_fault_routes(lifecycle.router, self.faults)  # /__mock__/faults behind the API key (docs/FAULTS.md)
         app = AdminLayer(lifecycle, self.admin)  # /__mock__/ workbench routes in front (workbench/admin.py)
@@ -306,6 +312,7 @@ class MockOpenSandbox:
                 self.store.close()
             finally:
                 self.store = None
+        self.pools = None
         if self.snapshots is not None:  # the mock's snapshots go with it (their images too, from any cache)
             self.snapshots.clear()
             self.snapshots = None

@@ -190,6 +190,68 @@ POOLS_UNSUPPORTED = Quirk(
     "Pool management is only available when runtime.type is 'kubernetes'.",
     "server api/pool.py (docker runtime); oracle",
 )
+# -- pools of the Kubernetes runtime (--runtime kubernetes; lifecycle/pools.py, lifecycle/pool_routes.py) ---------
+POOL_ALREADY_EXISTS = Quirk(
+    409,
+    "KUBERNETES::POOL_ALREADY_EXISTS",
+    "Pool '{name}' already exists.",
+    "server services/k8s/pool_service.py create_pool (the API server's 409 AlreadyExists); oracle k8s",
+)
+POOL_NOT_FOUND = Quirk(
+    404,
+    "KUBERNETES::POOL_NOT_FOUND",
+    "Pool '{name}' not found.",
+    "server services/k8s/pool_service.py get/update/delete_pool, services/k8s/kubernetes_service.py "
+    "_ensure_pool_ref_exists; oracle k8s",
+)
+# a poolRef create with no idle pod and the pool at poolMax: the server waits sandbox_create_timeout_seconds for a
+# pod the controller never gives (it sets no PoolAllocationPending at 3bb6fad, so no POOL_CAPACITY_EXHAUSTED);
+# the mock answers at once [choice]
+POOL_POD_READY_TIMEOUT = Quirk(
+    504,
+    "KUBERNETES::POD_READY_TIMEOUT",
+    "Timeout waiting for sandbox {id} to be Running with IP. Elapsed: {elapsed:.1f}s, Last state: Pending",
+    "server services/k8s/kubernetes_service.py _wait_for_sandbox_ready; [choice] no wait",
+)
+POOL_MODE_NETWORK_POLICY = Quirk(
+    400,
+    "SANDBOX::INVALID_PARAMETER",
+    "networkPolicy cannot be used together with extensions.poolRef because pooled pods are pre-created. "
+    "Remove 'networkPolicy' from the request or use template mode.",
+    "server services/k8s/kubernetes_service.py _ensure_pool_mode_compatible",
+)
+POOL_MODE_CREDENTIAL_PROXY = Quirk(
+    400,
+    "SANDBOX::INVALID_PARAMETER",
+    "credentialProxy.enabled cannot be used together with extensions.poolRef because pooled pods are "
+    "pre-created. Disable credential proxy or use template mode.",
+    "server services/k8s/kubernetes_service.py _ensure_pool_mode_compatible",
+)
+POOL_MODE_VOLUMES = Quirk(
+    400,
+    "SANDBOX::INVALID_PARAMETER",
+    "Pool mode (extensions.poolRef) does not support volumes. Remove 'volumes' from the request or use template mode.",
+    "server services/k8s/kubernetes_service.py create_sandbox",
+)
+POOL_MODE_PLATFORM = Quirk(
+    400,
+    "SANDBOX::INVALID_PARAMETER",
+    "platform is not supported together with extensions.poolRef yet. Pool-level platform modeling is not "
+    "available in this iteration.",
+    "server services/k8s/batchsandbox_provider.py create_workload (ValueError -> 400)",
+)
+K8S_SECURE_ACCESS_UNSUPPORTED = Quirk(
+    400,
+    "SANDBOX::INVALID_PARAMETER",
+    "secureAccess is currently supported only for Kubernetes sandboxes exposed through ingress.mode='gateway'. "
+    "Configure ingress gateway mode or disable secureAccess.",
+    "server services/k8s/kubernetes_service.py _ensure_secure_access_support (no [ingress] gateway)",
+)
+POOL_REF_KEY = "poolRef"  # extensions["poolRef"] (server services/k8s/kubernetes_service.py create_sandbox)
+# (state, reason, message) of a BatchSandbox in phase Succeed (server services/k8s/batchsandbox_provider.py
+# get_status); lastTransitionAt is its Ready condition's time, whole seconds
+K8S_STATUS_RUNNING = ("Running", "RUNNING", "Sandbox is running")
+K8S_DEFAULT_ENTRYPOINT = ["tail", "-f", "/dev/null"]  # server services/k8s/provider_common.py DEFAULT_ENTRYPOINT
 FSB_SANDBOX_NOT_FOUND = Quirk(
     404,
     "GENERAL::UNKNOWN_ERROR",

@@ -24,9 +24,11 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from mock_opensandbox.lifecycle import diagnostics_routes
+from mock_opensandbox.lifecycle import pool_routes
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import snapshot_routes
+from mock_opensandbox.lifecycle.pools import PoolStore
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle import validation_checks
 from mock_opensandbox.wire.http1 import App, Handler, Request, Router, host_allowed, new_request_id
@@ -98,8 +100,10 @@ class LifecycleApp(App):
         volumes: Any = None,
         snapshots: Any = None,
         diagnostics: Any = None,
+        pools: PoolStore | None = None,
     ):
         self.store = store
+        self.pools = pools  # the Kubernetes runtime's PoolStore (lifecycle/pools.py); None: the Docker runtime
         # server config: [server] max_sandbox_timeout_seconds (unset), [storage] allowed_host_paths ([])
         self.max_timeout = max_timeout
         self.allowed_host_paths = list(allowed_host_paths or [])
@@ -141,10 +145,10 @@ class LifecycleApp(App):
             r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/events", self.diag_events)
             r.add("GET", prefix + "/sandboxes/{sid}/diagnostics/summary", self.diag_summary)
             r.add("POST", prefix + "/pools", self.pools_create)
-            r.add("GET", prefix + "/pools", self.pools_unsupported)
-            r.add("GET", prefix + "/pools/{pool}", self.pools_unsupported)
+            r.add("GET", prefix + "/pools", self.pools_list)
+            r.add("GET", prefix + "/pools/{pool}", self.pools_get)
             r.add("PUT", prefix + "/pools/{pool}", self.pools_update)
-            r.add("DELETE", prefix + "/pools/{pool}", self.pools_unsupported)
+            r.add("DELETE", prefix + "/pools/{pool}", self.pools_delete)
             r.add("POST", prefix + "/templates", self.templates_create)
             r.add("GET", prefix + "/templates", self.templates_list)
             r.add("GET", prefix + "/templates/{tid}", self.templates_unsupported)
@@ -251,6 +255,8 @@ class LifecycleApp(App):
 
     def create(self, req: Request) -> None:
         r = _body(req, V.CreateSandboxRequest)
+        if self.pools is not None and (r["extensions"] or {}).get(quirks.POOL_REF_KEY, "").strip():
+            return pool_routes.create_from_pool(self, req, r)
         # the provisioner's [egress] image/mode and docker network_mode (egress/: "off" = no egress image)
         egress_mode, network = getattr(self.provisioner, "egress_settings", ("off", "bridge"))
         checks = validation_checks.docker_create_checks(
@@ -453,17 +459,33 @@ class LifecycleApp(App):
     def snapshot_delete(self, req: Request) -> None:
         snapshot_routes.delete(self, req)
 
-    # -- pools and templates: Kubernetes only (server api/pool.py, api/templates.py); bodies first -------
+    # -- pools and templates: Kubernetes only (server api/pool.py, api/templates.py); bodies first. With a
+    #    PoolStore (runtime kubernetes) the pools are lifecycle/pool_routes.py's ------------------------------
     def pools_create(self, req: Request) -> None:
+        if self.pools is not None:
+            return pool_routes.create(self, req)
         _body(req, V.CreatePoolRequest)
         raise MockError(quirks.POOLS_UNSUPPORTED)
 
     def pools_update(self, req: Request) -> None:
+        if self.pools is not None:
+            return pool_routes.update(self, req)
         _body(req, V.UpdatePoolRequest)
         raise MockError(quirks.POOLS_UNSUPPORTED)
 
-    def pools_unsupported(self, req: Request) -> None:
-        raise MockError(quirks.POOLS_UNSUPPORTED)
+    def pools_list(self, req: Request) -> None:
+        self._pools_or_501(req, pool_routes.list_)
+
+    def pools_get(self, req: Request) -> None:
+        self._pools_or_501(req, pool_routes.get)
+
+    def pools_delete(self, req: Request) -> None:
+        self._pools_or_501(req, pool_routes.delete)
+
+    def _pools_or_501(self, req: Request, route: Any) -> None:
+        if self.pools is None:
+            raise MockError(quirks.POOLS_UNSUPPORTED)
+        route(self, req)
 
     def templates_create(self, req: Request) -> None:
         _body(req, V.CreateFsbTemplateRequest)

@@ -198,6 +198,9 @@ class MockBackend:
             m.execd_mode = m._initial_execd_mode
             snaps = getattr(m, "snapshots", None)  # after the sandboxes: none uses a snapshot any more
             out["snapshots_removed"] = snaps.clear() if snaps is not None else 0
+            pools = getattr(m, "pools", None)  # runtime kubernetes only (lifecycle/pools.py)
+            if pools is not None:
+                out["pools_removed"] = pools.clear()
         return out
 
     def volumes(self, limit: int | None = None) -> dict[str, Any]:
