@@ -28,6 +28,7 @@ import pytest
 
 from mock_opensandbox.wire import http1 as httpcore
 from mock_opensandbox.execd.pty_routes import register_pty_routes
+from mock_opensandbox.runtime import nethub, zygote
 
 # plugin modules: importable through tiers/t1/conftest.py
 import methods.pty as terminal
@@ -109,6 +110,10 @@ class _Execd(httpcore.App):
 
     def __init__(self, *, with_pty: bool = True):
         self.root = tempfile.mkdtemp(prefix="osb-pty-t1-")
+        # a mock's per-process helpers (the bridge's slirp4netns, the zygote) live while a mock holds them and end
+        # with the last one (MockOpenSandbox.start/stop): this stand-in holds them the same way
+        nethub.hold()
+        zygote.hold()
         self.runtime = SandboxRuntime(self.root) if SandboxRuntime else _StandInRuntime(self.root)
         self.mode = "latest"
         self.router = httpcore.Router()
@@ -145,6 +150,8 @@ class _Execd(httpcore.App):
             self.registry.close_all()
         self.server.stop()
         self.runtime.cleanup()
+        nethub.release()
+        zygote.release()
 
 
 class _Events:
