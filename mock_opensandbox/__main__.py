@@ -13,7 +13,7 @@ import resource
 import sys
 from typing import Sequence
 
-from mock_opensandbox.options import EXECD_MODES, RUNTIMES, TIMINGS, MockOptions
+from mock_opensandbox.options import EXECD_MODES, GATEWAY_ROUTES, RUNTIMES, TIMINGS, MockOptions
 from mock_opensandbox.runtime import isolation_note, netns, optional
 from mock_opensandbox.runtime.cgroups import host as cgroup_host
 from mock_opensandbox.runtime.jupyterenv import HINT
@@ -48,6 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--gateway", action="store_true", help="endpoints carry routing headers clients must replay")
     p.add_argument(
+        "--gateway-route",
+        choices=GATEWAY_ROUTES,
+        default="header",
+        help="with --runtime kubernetes --gateway: the gateway's route mode, header (OpenSandbox-Ingress-To) or uri "
+        "(/<id>/<port>/...) (QUIRKS.md, Kubernetes runtime: gateway and secure access)",
+    )
+    p.add_argument(
+        "--secure-access-keys",
+        default=None,
+        metavar="ID=BASE64[,...]",
+        help="with --runtime kubernetes --gateway: [ingress.secure_access] signing keys (default: one random key a)",
+    )
+    p.add_argument("--secure-access-active-key", default="", metavar="ID", help="the signing key (default: the first)")
+    p.add_argument(
         "--timing",
         choices=TIMINGS,
         default="faithful",
@@ -58,8 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime",
         choices=RUNTIMES,
         default="docker",
-        help="the server's runtime.type: docker (default) or kubernetes (the /v1/pools API and "
-        "extensions.poolRef creates; every other answer stays the Docker runtime's; QUIRKS.md)",
+        help="the server's runtime.type: docker (default) or kubernetes (the /v1/pools API, extensions.poolRef "
+        "creates, the sandbox lifecycle as the Kubernetes service answers it; QUIRKS.md)",
+    )
+    p.add_argument(
+        "--sandbox-create-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --runtime kubernetes: [kubernetes] sandbox_create_timeout_seconds, how long a create waits for a "
+        "pod that is not Ready (fault kind pod, docs/FAULTS.md) before 504 KUBERNETES::POD_READY_TIMEOUT",
     )
     numbers: tuple[tuple[str, type, float, str, str], ...] = (  # (flag, type, default, metavar, help)
         (
@@ -221,6 +243,9 @@ def options_from_args(args: argparse.Namespace) -> MockOptions:
         execd_mode=args.execd_mode,
         execd_token=args.execd_token,
         gateway=args.gateway,
+        gateway_route=args.gateway_route,
+        secure_access_keys=args.secure_access_keys,
+        secure_access_active_key=args.secure_access_active_key,
         root=args.root,
         execd_bin=args.execd_bin,
         verbose=args.verbose,
@@ -234,6 +259,7 @@ def options_from_args(args: argparse.Namespace) -> MockOptions:
         code_context_wait=args.code_context_wait,
         timing=args.timing,
         runtime=args.runtime,
+        sandbox_create_timeout=args.sandbox_create_timeout,
         image_dir=args.image_dir,
         image_cache=args.image_cache,
         egress_mode=args.egress_mode,
@@ -311,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         o = osb.options
         if o.runtime == "kubernetes":
             print("Runtime: kubernetes (the /v1/pools API and extensions.poolRef creates; QUIRKS.md)", flush=True)
+            if osb.ingress is not None:
+                print("Gateway: http://%s (route %s)" % (osb.ingress.address, osb.ingress.route), flush=True)
         print(
             "Timing: %s (execd start delay %gs, stream close delay %gs)"
             % (o.timing, o.execd_start_delay, o.execd_close_delay),

@@ -21,14 +21,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
+from mock_opensandbox.lifecycle.signing import KeyRing
 from mock_opensandbox.runtime.cgroups import DEFAULT_PIDS_LIMIT
 from mock_opensandbox.runtime.jupyterenv import check as check_jupyter_env
 
 EXECD_MODES = ("v1.1.0", "latest")
 TIMINGS = ("faithful", "fast")
 # runtime="kubernetes": the server's [runtime] type kubernetes as far as the mock answers it (QUIRKS.md, "Kubernetes
-# runtime: pools"): the /v1/pools API and extensions.poolRef creates; every other answer is the Docker runtime's
+# runtime: pools" and "... sandboxes"): the /v1/pools API, extensions.poolRef creates and the sandbox lifecycle
 RUNTIMES = ("docker", "kubernetes")
+GATEWAY_ROUTES = ("header", "uri")  # lifecycle/ingress.py ROUTES (server GatewayRouteModeConfig, without wildcard)
 # timing="fast": the delays of a real server that no client's outcome depends on, each set to 0 (docs/MOCK.md,
 # "Timing"): execd's refusal of connections for a moment after Running (a client polls /ping through it) and
 # the ~1 s a finished command's SSE stream stays open (the official SDK's commands.run reads it to its end).
@@ -63,6 +65,15 @@ class MockOptions:
     code_context_wait: float | None = None
     timing: str = "faithful"  # "fast": every delay in FAST_TIMING set to 0, whatever the fields above say
     runtime: str = "docker"  # the server's [runtime] type: "docker" or "kubernetes" (pools, poolRef; RUNTIMES)
+    # runtime="kubernetes": [kubernetes] sandbox_create_timeout_seconds (server default 60): how long a create waits
+    # for a pod that is not Ready (a fault rule of kind "pod", docs/FAULTS.md) before its 504 POD_READY_TIMEOUT
+    sandbox_create_timeout: float = 60.0
+    # runtime="kubernetes" with gateway=True: [ingress] mode "gateway", a real gateway in front of the sandboxes
+    # (docker/gateway.py), its route mode "header" | "uri", and [ingress.secure_access] keys "<id>=<base64>,..."
+    # (None: one random key "a"), the active one ("": the first id) (QUIRKS.md, "Kubernetes runtime: gateway ...")
+    gateway_route: str = "header"
+    secure_access_keys: str | None = None
+    secure_access_active_key: str = ""
     # -- sandboxes -----------------------------------------------------------------------------------------
     root: str | None = None  # where sandbox roots live (None: a temp dir removed at stop)
     isolate: bool | None = None  # None: isolated where the host can, False: on the host
@@ -107,8 +118,16 @@ class MockOptions:
         pids = None if self.pids_limit == 0 else self.pids_limit
         if pids is not None and (not isinstance(pids, int) or isinstance(pids, bool) or pids < 1):
             raise ValueError("pids_limit must be a positive integer, or 0/None for no limit")
+        if isinstance(self.sandbox_create_timeout, bool) or not self.sandbox_create_timeout > 0:
+            raise ValueError("sandbox_create_timeout must be a positive number of seconds")
         if self.runtime not in RUNTIMES:
             raise ValueError("runtime must be one of %s, not %r" % (", ".join(RUNTIMES), self.runtime))
+        if self.gateway_route not in GATEWAY_ROUTES:
+            raise ValueError(
+                "gateway_route must be one of %s, not %r" % (", ".join(GATEWAY_ROUTES), self.gateway_route)
+            )
+        if self.secure_access_keys is not None or self.secure_access_active_key:
+            KeyRing(self.secure_access_keys, self.secure_access_active_key)  # raises ValueError saying what is wrong
         if self.timing not in TIMINGS:
             raise ValueError("timing must be one of %s, not %r" % (", ".join(TIMINGS), self.timing))
         delay = self.execd_close_delay

@@ -25,6 +25,7 @@ from typing import Any
 
 from mock_opensandbox.docker import diagnostics
 from mock_opensandbox.docker.egress import check_host, configure
+from mock_opensandbox.docker.gateway import Gateway
 from mock_opensandbox.docker.images import ImagePuller, default_cache_dir
 from mock_opensandbox.docker.provisioner import MockProvisioner
 from mock_opensandbox.docker.snapshots import SnapshotStore
@@ -32,6 +33,9 @@ from mock_opensandbox.docker.volumes import VolumeStore
 from mock_opensandbox.images import ImageStore
 from mock_opensandbox.images.commit import Committer
 from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
+from mock_opensandbox.lifecycle.ingress import Ingress
+from mock_opensandbox.lifecycle.k8s_sandboxes import K8sSandboxes
+from mock_opensandbox.lifecycle.k8s_sandboxes import install as install_k8s_sandboxes
 from mock_opensandbox.lifecycle.pools import PoolStore
 from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
 from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
@@ -110,6 +114,10 @@ class MockOpenSandbox:
         self.snapshots: SnapshotStore | None = None  # while started (docker/snapshots.py)
         self.store: SandboxStore | None = None
         self.pools: PoolStore | None = None  # while started with runtime="kubernetes" (lifecycle/pools.py)
+        self.k8s: K8sSandboxes | None = None  # its sandbox routes (lifecycle/k8s_sandboxes.py), likewise
+        # runtime="kubernetes" with gateway=True: [ingress] gateway endpoints and the gateway (docker/gateway.py)
+        self.ingress: Ingress | None = None
+        self._gateway: Any = None
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
         self._lock = threading.Lock()
@@ -272,7 +280,10 @@ class MockOpenSandbox:
             snapshots=self.snapshots,
             diagnostics=diagnostics,
             pools=self.pools,
+            ingress=self._start_gateway(),
         )
+        if self.pools is not None:  # the Kubernetes runtime's sandbox answers (lifecycle/k8s_sandboxes.py)
+            self.k8s = install_k8s_sandboxes(lifecycle, o.sandbox_create_timeout)
         add_fault_routes(lifecycle.router, self.faults)  # /__mock__/faults behind the API key (docs/FAULTS.md)
         app = AdminLayer(lifecycle, self.admin)  # /__mock__/ workbench routes in front (workbench/admin.py)
         app.journal = self.journal
@@ -301,7 +312,24 @@ class MockOpenSandbox:
             except Exception:  # pragma: no cover
                 pass
 
+    def _start_gateway(self) -> Ingress | None:
+        o = self.options
+        if o.runtime != "kubernetes" or not o.gateway:
+            return None
+        self.ingress = Ingress(o.gateway_route, o.secure_access_keys, o.secure_access_active_key)
+        self._gateway = Gateway(self, self.ingress, verbose=o.verbose)  # 127.0.0.1, an ephemeral port
+        self._gateway.start()
+        return self.ingress
+
     def _teardown(self) -> None:
+        if self.k8s is not None:  # creates waiting for a pod answer now
+            self.k8s.closing.set()
+            self.k8s = None
+        if self._gateway is not None:
+            try:
+                self._gateway.stop()
+            finally:
+                self._gateway, self.ingress = None, None
         if self._server is not None:
             try:
                 self._server.stop()

@@ -242,7 +242,8 @@ class MockProvisioner(Provisioner):
         vs.attach(sb.id, sb.volumes)
 
     def _required_headers(self, sb: Sandbox) -> dict[str, str] | None:
-        if not self.opts.gateway:
+        # the Kubernetes runtime has a real gateway (docker/gateway.py) that deletes the header before execd
+        if not self.opts.gateway or self.opts.runtime == "kubernetes":
             return None
         return {quirks.INGRESS_HEADER: "%s-%d" % (sb.id, quirks.EXECD_PORT)}
 
@@ -373,7 +374,7 @@ class MockProvisioner(Provisioner):
         """Docker bridge mode (server services/docker/networking.py, recording 05): 8080 has its own
         published host port, every other port goes through execd's /proxy/<port>."""
         headers = None
-        if self.opts.gateway:
+        if self.opts.gateway and self.opts.runtime != "kubernetes":  # kubernetes: the pod's own address (gateway.py)
             # [choice] gateway (header route mode) keeps the direct address but requires the routing
             # header on every execd request (QUIRKS.md, "gateway")
             headers = {quirks.INGRESS_HEADER: "%s-%d" % (sb.id, quirks.EXECD_PORT)}

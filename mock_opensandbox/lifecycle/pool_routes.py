@@ -6,13 +6,13 @@ here when it has a PoolStore (``app.pools``, a mock started with ``runtime="kube
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle import validation_checks as C
-from mock_opensandbox.lifecycle.model import format_ts, validate_metadata
+from mock_opensandbox.lifecycle.model import Sandbox, format_ts, validate_metadata
 from mock_opensandbox.lifecycle.pools import CAPACITY_KEYS
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.wire.http1 import Request
@@ -91,10 +91,13 @@ def _pod_spec(template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def create_from_pool(app: Any, req: Request, r: dict[str, Any]) -> None:
+def create_from_pool(
+    app: Any, req: Request, r: dict[str, Any], on_bound: Callable[[Sandbox], None] | None = None
+) -> None:
     """POST /sandboxes with ``extensions.poolRef``: the checks, a pod of the pool, then the mock's usual sandbox
     (the pool template's image, the request's entrypoint or the server's default) answered as the Kubernetes
-    runtime answers a BatchSandbox whose pod is Ready (202 Running/RUNNING)."""
+    runtime answers a BatchSandbox whose pod is Ready (202 Running/RUNNING). ``on_bound(sandbox)``: once it has
+    its pod (lifecycle/k8s_sandboxes.py notes the pool-mode workload)."""
     pool = r["extensions"][quirks.POOL_REF_KEY].strip()
     _pool_mode_checks(app, r, pool)
     key = app.pools.reserve(pool)
@@ -117,6 +120,8 @@ def create_from_pool(app: Any, req: Request, r: dict[str, Any]) -> None:
         app.pools.cancel(pool, key)
         raise
     app.pools.bind(pool, key, sb.id)
+    if on_bound is not None:
+        on_bound(sb)
     state, reason, message = quirks.K8S_STATUS_RUNNING
     status = {"state": state, "reason": reason, "message": message}
     status["lastTransitionAt"] = format_ts(sb.created_at.replace(microsecond=0))

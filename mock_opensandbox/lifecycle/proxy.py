@@ -74,13 +74,16 @@ def forward(
     location_prefix: str | None = None,
     connect: Callable[[], socket.socket] | None = None,
     hop_by_hop: frozenset[str] = HOP_BY_HOP,
+    host: str | None = None,
+    response_headers: dict[str, str] | None = None,
 ) -> None:
     """Forward ``req`` to ``http://<target>/<rest>?<query>`` and stream the answer back.
 
     ``client_facing`` = the lifecycle server's proxy: strip auth/forwarding headers, add X-Forwarded-*,
     and answer with uvicorn's headers; otherwise a transparent port mapping (the 8080 listener).
     ``connect`` opens the backend connection (a port inside the sandbox's network namespace);
-    ``hop_by_hop``: the headers never forwarded either way (with those the Connection header names)."""
+    ``hop_by_hop``: the headers never forwarded either way (with those the Connection header names).
+    ``host``: the Host sent instead (the ingress gateway's target); ``response_headers``: added to the answer."""
     h = req.handler
     hostport, _, base_path = target.partition("/")
     host, _, port_s = hostport.rpartition(":")
@@ -146,7 +149,7 @@ def forward(
         try:
             conn.putrequest(req.method, path, skip_host=True, skip_accept_encoding=True)
             # a published port (not client_facing) is transparent: the app sees the client's Host
-            conn.putheader("Host", req.headers.get("Host") or hostport if not client_facing else hostport)
+            conn.putheader("Host", host or (req.headers.get("Host") or hostport if not client_facing else hostport))
             for k, v in headers:
                 conn.putheader(k, v)
             conn.endheaders()
@@ -170,7 +173,7 @@ def forward(
         except framing.ChunkError:  # the client's chunked body broke off or is malformed: so does this
             h.close_connection = True
             return
-        _relay_response(req, resp, client_facing, location_prefix, hop_by_hop)
+        _relay_response(req, resp, client_facing, location_prefix, hop_by_hop, response_headers)
     finally:
         conn.close()
         if pre is not None:
@@ -183,6 +186,7 @@ def _relay_response(
     client_facing: bool,
     location_prefix: str | None,
     hop_by_hop: frozenset[str],
+    response_headers: dict[str, str] | None = None,
 ) -> None:
     h = req.handler
     out: list[tuple[str, str]] = []
@@ -199,6 +203,7 @@ def _relay_response(
         if kl == "location" and location_prefix and v.startswith("/") and not v.startswith("//"):
             v = location_prefix + v
         out.append((kl if client_facing else k, v))
+    out.extend((response_headers or {}).items())
     no_body = req.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
     use_chunked = length is None and not no_body
     if client_facing:

@@ -252,6 +252,46 @@ POOL_REF_KEY = "poolRef"  # extensions["poolRef"] (server services/k8s/kubernete
 # get_status); lastTransitionAt is its Ready condition's time, whole seconds
 K8S_STATUS_RUNNING = ("Running", "RUNNING", "Sandbox is running")
 K8S_DEFAULT_ENTRYPOINT = ["tail", "-f", "/dev/null"]  # server services/k8s/provider_common.py DEFAULT_ENTRYPOINT
+
+# -- Kubernetes runtime: sandboxes (lifecycle/k8s_sandboxes.py; QUIRKS.md "Kubernetes runtime: sandboxes") -------------
+# (state, reason, message) by BatchSandbox phase (server services/k8s/batchsandbox_provider.py get_status phase_map)
+K8S_STATUS_PENDING = ("Pending", "CREATING", "Sandbox is being created")
+K8S_STATUS_PAUSED = ("Paused", "PAUSED", "Sandbox is paused")
+# the template-mode pod's command: the execd bootstrap before the request's entrypoint (provider_common.py)
+K8S_BOOTSTRAP = "/opt/opensandbox/bootstrap.sh"
+K8S_SANDBOX_NOT_FOUND = Quirk(
+    404,
+    "KUBERNETES::SANDBOX_NOT_FOUND",
+    "Sandbox '{id}' not found",
+    "server services/k8s/error_helpers.py (get, delete, renew, metadata), batchsandbox_provider.py pause/resume; "
+    "oracle k8s",
+)
+K8S_INVALID_STATE = Quirk(
+    409,
+    "KUBERNETES::INVALID_STATE",
+    "{message}",
+    "server services/k8s/kubernetes_service.py pause/resume_sandbox (ValueError of batchsandbox_provider.py "
+    "pause/resume_sandbox -> 409); oracle k8s",
+)
+K8S_POD_FAILED = Quirk(
+    500,
+    "KUBERNETES::POD_FAILED",
+    "Sandbox {id} failed: {total}/{total} observed pods failed; primary reason={reason}; sample pod={id}-0",
+    "server services/k8s/kubernetes_service.py _wait_for_sandbox_ready (the PodFailed condition's message of "
+    "upstream kubernetes/internal/controller/batchsandbox_status.go at 3bb6fad); oracle k8s",
+)
+K8S_CONTAINER_NOT_FOUND = Quirk(
+    404,
+    "KUBERNETES::SANDBOX_NOT_FOUND",
+    "Container '{container}' not found on pod '{pod}'. Available: {names}",
+    "server services/k8s/k8s_diagnostics.py _resolve_log_container; oracle k8s",
+)
+K8S_POD_READY_TIMEOUT = Quirk(
+    504,
+    "KUBERNETES::POD_READY_TIMEOUT",
+    "Timeout waiting for sandbox {id} to be Running with IP. Elapsed: {elapsed:.1f}s, Last state: Pending",
+    "server services/k8s/kubernetes_service.py _wait_for_sandbox_ready; oracle k8s",
+)
 FSB_SANDBOX_NOT_FOUND = Quirk(
     404,
     "GENERAL::UNKNOWN_ERROR",

@@ -101,9 +101,11 @@ class LifecycleApp(App):
         snapshots: Any = None,
         diagnostics: Any = None,
         pools: PoolStore | None = None,
+        ingress: Any = None,
     ):
         self.store = store
         self.pools = pools  # the Kubernetes runtime's PoolStore (lifecycle/pools.py); None: the Docker runtime
+        self.ingress = ingress  # the Kubernetes runtime's [ingress] gateway (lifecycle/ingress.py), or None
         # server config: [server] max_sandbox_timeout_seconds (unset), [storage] allowed_host_paths ([])
         self.max_timeout = max_timeout
         self.allowed_host_paths = list(allowed_host_paths or [])
@@ -259,6 +261,9 @@ class LifecycleApp(App):
             return pool_routes.create_from_pool(self, req, r)
         # the provisioner's [egress] image/mode and docker network_mode (egress/: "off" = no egress image)
         egress_mode, network = getattr(self.provisioner, "egress_settings", ("off", "bridge"))
+        # secureAccess with the Kubernetes runtime's gateway: accepted, a token granted (lifecycle/ingress.py)
+        secure = bool(r["secure_access"]) and self.ingress is not None
+        r["secure_access"] = r["secure_access"] and not secure
         checks = validation_checks.docker_create_checks(
             r,
             now=self.store.clock(),
@@ -298,6 +303,8 @@ class LifecycleApp(App):
             if vols is not None:  # the server removes the volumes it auto-created for this create
                 self.volumes.abandon(vols)
             raise
+        if secure:
+            self.ingress.grant(sb.id)
         req.send_json(202, sb.create_json())
 
     def list(self, req: Request) -> None:
@@ -365,6 +372,9 @@ class LifecycleApp(App):
         if errors:
             raise ValidationFailed(errors)
         assert port is not None
+        if self.ingress is not None:  # the Kubernetes runtime's gateway endpoints (lifecycle/ingress.py)
+            req.send_json(200, self.ingress.endpoint(self, req, req.params["sid"], port, use_proxy, expires))
+            return
         if use_proxy and expires is not None:
             raise MockError(quirks.SERVER_PROXY_WITH_EXPIRES)
         if expires is not None:

@@ -14,6 +14,7 @@ import struct
 from http import HTTPStatus
 from typing import Any
 
+from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome
 from mock_opensandbox.workbench.faults import FaultRegistry, Rule
 from mock_opensandbox.wire import http1
 from mock_opensandbox.wire.relay import client_gone
@@ -170,6 +171,9 @@ class Injection:
         kind = rule.kind
         if kind == "delay":
             return
+        if kind == "pod":  # the route answers; a Kubernetes-runtime create reads it (lifecycle/k8s_sandboxes.py)
+            h.pod_outcome = PodOutcome(rule.pod, rule.after, rule.reason)
+            return
         if kind == "reset":
             _reset(h)
             self.done = True
@@ -236,6 +240,7 @@ class Injection:
 
     def finish(self) -> None:
         h = self.handler
+        h.pod_outcome = None
         if self._raw_wfile is not None:
             w = h.wfile
             h.wfile = self._raw_wfile

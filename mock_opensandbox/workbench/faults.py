@@ -25,6 +25,10 @@ Kinds (the toxics of WireMock / MockServer / Toxiproxy that an OpenSandbox clien
                  body: the Content-Length (or the missing last chunk) promises more than arrives.
 * ``dribble``    answer normally but send the body ``chunk`` bytes every ``interval`` seconds.
 * ``stall``      never answer; the connection is held until the client leaves or the mock stops.
+* ``pod``        (``runtime="kubernetes"`` creates) the route answers, but the new sandbox's pod does ``pod``:
+                 ``ready`` after ``after`` seconds Pending, ``failed`` after ``after`` seconds (a container
+                 waiting on ``reason``: 500 KUBERNETES::POD_FAILED) or ``unschedulable`` (Pending until the
+                 create timeout: 504 KUBERNETES::POD_READY_TIMEOUT). Default match: POST /sandboxes.
 
 Body byte counts are of the body as written on the wire (chunk framing included); a body of at most
 ``after_bytes`` bytes goes through intact. Matching: ``method`` (None or "*" = any; "GET|DELETE" or a
@@ -56,7 +60,10 @@ from typing import Any, Callable, Iterable
 
 __all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_rule"]
 
-KINDS = ("delay", "status", "reset", "reset_body", "truncate", "dribble", "stall")
+KINDS = ("delay", "status", "reset", "reset_body", "truncate", "dribble", "stall", "pod")
+# kind pod: what a create's pod does (lifecycle/k8s_workloads.py PodOutcome; the Kubernetes oracle's pods)
+POD_OUTCOMES = ("ready", "failed", "unschedulable")
+POD_CREATE_PATH = r"^(/v1)?/sandboxes$"
 LISTENERS = ("lifecycle", "execd", "port")
 EXECD_PREFIX = "/proxy/44772"  # execd serves every route bare and under this prefix (recording 06)
 ADMIN_PREFIX = "/__mock__/"
@@ -84,6 +91,7 @@ _PARAMS = {
     "truncate": ("after_bytes",),
     "dribble": ("chunk", "interval"),
     "stall": (),
+    "pod": ("pod", "reason", "after"),
 }
 
 
@@ -144,11 +152,17 @@ class Rule:
         after_bytes: int = 0,
         chunk: int = 1,
         interval: float = 0.1,
+        pod: str = "",
+        reason: str = "ImagePullBackOff",
+        after: float = 0.0,
     ):
         if kind not in KINDS:
             raise FaultError("kind must be one of %s, not %r" % (", ".join(KINDS), kind))
         self.kind = kind
         self.id = id
+        if kind == "pod":  # a create's pod: POST /sandboxes unless the rule says otherwise
+            method = "POST" if method is None else method
+            path = POD_CREATE_PATH if path is None else path
         self.methods = self._methods(method)
         if path is not None and not isinstance(path, str):
             raise FaultError("path must be a regular expression string")
@@ -206,6 +220,14 @@ class Rule:
                 raise FaultError("echo_headers and echo_body must be true or false")
             self.echo_headers = echo_headers
             self.echo_body = echo_body
+        self.pod, self.reason, self.after = "", "", 0.0
+        if kind == "pod":
+            if pod not in POD_OUTCOMES:
+                raise FaultError("pod must be one of %s" % ", ".join(POD_OUTCOMES))
+            if not isinstance(reason, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,63}", reason):
+                raise FaultError("reason must be a container waiting reason like ImagePullBackOff")
+            self.pod, self.reason = pod, reason
+            self.after = _number(after, "after", 0.0, MAX_DELAY)
         self.after_bytes = _integer(after_bytes, "after_bytes", 0, 1 << 40)
         self.chunk = _integer(chunk, "chunk", 1, 1 << 20)
         self.interval = _number(interval, "interval", 0.0, 60.0)
@@ -293,6 +315,11 @@ class Rule:
         if self.kind == "dribble":
             out["chunk"] = self.chunk
             out["interval"] = self.interval
+        if self.kind == "pod":
+            out["pod"] = self.pod
+            if self.pod == "failed":
+                out["reason"] = self.reason
+            out["after"] = self.after
         if self.note:
             out["note"] = self.note
         out["hits"] = self.hits

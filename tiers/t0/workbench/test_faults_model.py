@@ -47,6 +47,10 @@ SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"
         ({"kind": "status", "status": 500, "headers": {"X-A\n": "x"}}, "not a valid token"),
         ({"kind": "dribble", "chunk": 0}, "chunk must be between"),
         ({"kind": "truncate", "after_bytes": "10"}, "after_bytes must be an integer"),
+        ({"kind": "pod"}, "pod must be one of"),
+        ({"kind": "pod", "pod": "failed", "reason": "Bad Reason"}, "reason must be"),
+        ({"kind": "pod", "pod": "ready", "after": -1}, "after must be between"),
+        ({"kind": "pod", "pod": "ready", "status": 500}, "unknown field"),
     ],
 )
 def test_bad_rules_are_refused_with_a_reason(obj, needle):
@@ -62,6 +66,7 @@ def test_json_round_trip(kind):
         "reset_body": {"after_bytes": 7},
         "truncate": {"after_bytes": 3},
         "dribble": {"chunk": 4, "interval": 0.01},
+        "pod": {"pod": "failed", "reason": "CrashLoopBackOff", "after": 1.5},
     }.get(kind, {})
     rule = parse_rule(
         {

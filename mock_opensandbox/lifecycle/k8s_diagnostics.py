@@ -1,0 +1,132 @@
+"""The diagnostics of the Kubernetes runtime (``--runtime kubernetes``): what server 1.1.1's ``K8sDiagnosticsMixin``
+(server services/k8s/k8s_diagnostics.py) and api/devops.py answer about a sandbox's pod, for the mock's sandbox as
+the pod ``<id>-0`` of its BatchSandbox (template mode). lifecycle/k8s_sandboxes.py routes here; the query checks, the
+scopes and the inline JSON are lifecycle/diagnostics_routes.py's (the same FastAPI routes on both runtimes).
+
+What the mock makes up (QUIRKS.md, "Kubernetes runtime: sandboxes"): the node (``mock-node``), the pod and host IP
+(``127.0.0.1``) and the namespace (``opensandbox``, the server's default); the pod has no events; its log is the mock
+sandbox's own container log.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from mock_opensandbox.lifecycle import diagnostics_routes as D
+from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle.k8s_workloads import Workload, Workloads
+from mock_opensandbox.lifecycle.model import Sandbox
+from mock_opensandbox.lifecycle.quirks import MockError
+from mock_opensandbox.wire.http1 import Request
+
+NAMESPACE, NODE, POD_IP = "opensandbox", "mock-node", "127.0.0.1"
+# the BatchSandbox pod's containers and init containers (server services/k8s/batchsandbox_provider.py, the
+# execd-installer init container of provider_common.py); the log container by default (k8s_diagnostics.py)
+CONTAINERS, INIT_CONTAINERS = ("sandbox",), ("execd-installer",)
+NO_EVENTS = "(no events)"
+B = "batch-sandbox.sandbox.opensandbox.io/"  # the controller's pod labels (upstream batchsandbox_controller.go)
+
+
+def pod_name(sb: Sandbox) -> str:
+    return sb.id + "-0"
+
+
+def _k8s_time(dt: datetime) -> str:
+    """A V1Pod datetime as str() gives it: ``2026-12-06 19:38:34+00:00`` (whole seconds)."""
+    return str(dt.astimezone(timezone.utc).replace(microsecond=0))
+
+
+def inspect_text(sb: Sandbox, w: Workload | None) -> str:
+    """k8s_diagnostics.py get_sandbox_inspect: the pod; a pod not yet Ready shows no node, IPs or containers."""
+    ready = w is not None and w.phase != "Pending"
+    started = _k8s_time(sb.started_at)
+    lines = [
+        "Pod Name:       " + pod_name(sb),
+        "Namespace:      " + NAMESPACE,
+        "Node:           " + (NODE if ready else "N/A"),
+        "Phase:          " + ("Running" if ready else "Pending"),
+        "Pod IP:         " + (POD_IP if ready else "None"),
+        "Host IP:        " + (POD_IP if ready else "None"),
+        "Start Time:     " + (started if ready else "None"),
+    ]
+    if ready:
+        lines += ["", "Containers:"]
+        for name in CONTAINERS:
+            lines += [
+                "  %s:" % name,
+                "    Ready:          True",
+                "    Restart Count:  0",
+                "    Image:          " + sb.image["uri"],
+                "    State:          Running (since %s)" % started,
+            ]
+        lines += ["", "Conditions:"]
+        lines += ["  %s: True (reason=N/A)" % c for c in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
+    labels = dict(sb.label_metadata, **{B + "name": sb.id, B + "pod-index": "0", quirks.RESERVED_PREFIX + "id": sb.id})
+    lines += ["", "Labels:"] + ["  %s=%s" % (k, v) for k, v in sorted(labels.items())]
+    if sb.resource_limits:  # requests = limits (server services/k8s/create_helpers.py)
+        lines += ["", "Resources:", "  sandbox:"]
+        lines += ["    Requests: %r" % dict(sb.resource_limits), "    Limits:   %r" % dict(sb.resource_limits)]
+    return "\n".join(lines)
+
+
+def _container_checked(req: Request, sb: Sandbox) -> None:
+    """k8s_diagnostics.py _resolve_log_container: a ``container`` the pod does not have → 404."""
+    name = D._q_last(req, "container")
+    names = list(CONTAINERS + INIT_CONTAINERS)
+    if name and name not in names:
+        raise MockError(quirks.K8S_CONTAINER_NOT_FOUND, container=name, pod=pod_name(sb), names=names)
+
+
+def logs(app: Any, workloads: Workloads, req: Request) -> None:
+    now = app.store.clock()
+    diag = app.diagnostics
+
+    def legacy(sb: Sandbox, tail: int) -> str:
+        _container_checked(req, sb)
+        return str(diag.logs_text(sb, tail, D._q_last(req, "since"), now=now))
+
+    D._diag(
+        app,
+        req,
+        "logs",
+        ("tail", 100, 10000),
+        ("container", "all"),
+        lambda sb: diag.limit_lines(diag.logs_text(sb, 101, now=now), 100, True),
+        legacy,
+        quirks.DIAG_LOGS_ALL_WARNING,
+    )
+
+
+def events(app: Any, workloads: Workloads, req: Request) -> None:
+    D._diag(
+        app,
+        req,
+        "events",
+        ("limit", 50, 500),
+        ("runtime", "all"),
+        lambda sb: (NO_EVENTS, False),
+        lambda sb, _limit: NO_EVENTS,
+        quirks.DIAG_EVENTS_ALL_WARNING,
+    )
+
+
+def inspect(app: Any, workloads: Workloads, req: Request) -> None:
+    sb = app.store.get(req.params["sid"])
+    req.send_text(200, inspect_text(sb, workloads.get(sb.id)), "text/plain; charset=utf-8")
+
+
+def summary(app: Any, workloads: Workloads, req: Request) -> None:
+    """api/devops.py get_sandbox_diagnostics_summary over the pod's inspect, events and log tail."""
+    errors: list = []
+    tail = app._q_int(req, "tail", 50, errors, ge=1, le=10000)
+    app._q_int(req, "event_limit", 20, errors, ge=1, le=500)
+    if errors:
+        raise D.P.ValidationFailed(errors)
+    sid = req.params["sid"]
+    sb = app.store.get(sid)
+    bar, sub = "=" * 72, "-" * 40
+    parts = [bar, "SANDBOX DIAGNOSTICS SUMMARY", "Sandbox ID: %s" % sid, bar, "", sub, "INSPECT", sub]
+    parts += [inspect_text(sb, workloads.get(sid)), "", sub, "EVENTS", sub, NO_EVENTS, "", sub]
+    parts += ["LOGS (last %d lines)" % tail, sub, app.diagnostics.logs_text(sb, tail, now=app.store.clock())]
+    req.send_text(200, "\n".join(parts) + "\n", "text/plain; charset=utf-8")
