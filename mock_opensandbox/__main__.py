@@ -18,6 +18,7 @@ from mock_opensandbox.runtime import isolation_note, netns, optional
 from mock_opensandbox.runtime.cgroups import host as cgroup_host
 from mock_opensandbox.runtime.jupyterenv import HINT
 from mock_opensandbox.server import MockOpenSandbox
+from mock_opensandbox.server_config import ConfigError, explicit_flags, merge, options_from_toml
 from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
 
 
@@ -26,8 +27,26 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m mock_opensandbox",
         description="Offline mock OpenSandbox server (lifecycle API + one execd per sandbox).",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; anything else warns)")
-    p.add_argument("--port", type=int, default=8080, help="lifecycle port (default 8080; 0 = any free port)")
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="SERVER_TOML",
+        help="read an opensandbox-server 1.1.1 config file and honour what applies (docs/MOCK.md, Server "
+        "configuration file); a flag given explicitly wins over the file; keys not honoured are named at start-up "
+        "(needs Python 3.11+)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; anything else warns); given explicitly, wins over --config's "
+        "[server] host",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8080,
+        help="lifecycle port (default 8080; 0 = any free port); given explicitly, wins over --config's [server] port",
+    )
     p.add_argument(
         "--api-key",
         default=None,
@@ -277,14 +296,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no:
         os.environ[optional.ENV] = ",".join([os.environ.get(optional.ENV, "")] + args.no).strip(",")
     nofile = raise_nofile()
+    opts, notes = options_from_args(args), list[str]()
     try:
-        osb = MockOpenSandbox(options_from_args(args))
+        if args.config:
+            fields, notes = options_from_toml(args.config)
+            opts = merge(opts, fields, explicit_flags(build_parser(), argv))
+        osb = MockOpenSandbox(opts)
+    except ConfigError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
 
     def banner() -> None:
         print("Mock OpenSandbox listening on %s" % osb.base_url, flush=True)
+        for note in notes:  # --config: one line per key set that the mock does not honour
+            print(note, flush=True)
         if osb.generated_api_key:
             print("API key (generated for this run, header OPEN-SANDBOX-API-KEY): %s" % osb.api_key, flush=True)
         elif osb.api_key is None:
@@ -347,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("Open files: up to %d (RLIMIT_NOFILE)." % nofile, flush=True)
         print("Sandbox roots under %s. Press Ctrl-C to stop." % osb.root, flush=True)
 
-    return run_foreground(osb, args.fault, args.host, args.port, banner)
+    return run_foreground(osb, args.fault, osb.options.host, osb.options.port, banner)
 
 
 if __name__ == "__main__":
