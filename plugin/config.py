@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "network_policy": "",
     "platform": "",
     "secure_access": False,
+    "pool": "",
     "execd_access_token": "",
     "volumes": "",
 }
@@ -49,6 +50,7 @@ CREATE_OPTIONS = (
     "network_policy",
     "platform",
     "secure_access",
+    "pool",
     "volumes",
 )
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
@@ -79,6 +81,7 @@ class Config:
         self.volumes = _volumes(merged["volumes"])
         self.platform = _platform(merged["platform"])
         self.secure_access = _bool("secure_access", merged["secure_access"])
+        self.pool = as_text(merged["pool"])
         self.execd_access_token = as_text(merged["execd_access_token"])
         try:
             self.http_timeout = max(1.0, float(core.get("http_timeout") or 30.0))

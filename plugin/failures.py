@@ -130,7 +130,10 @@ def _map_http_error(exc: HttpError, op: str, target: str) -> EppError:
                 -32000, text, sdk_code="E4002", **extra, suggestion="The sandbox user may not access this path."
             )
         return EppError(-32001, text, **extra, suggestion="The credentials are valid but not allowed to do this.")
-    if "QUOTA" in code.upper():
+    kube = _map_kubernetes_error(exc, code.upper(), text, extra)
+    if kube is not None:
+        return kube
+    if "QUOTA" in code.upper() or code.upper().endswith("CAPACITY_EXHAUSTED"):
         return EppError(-32004, text, **extra, suggestion="Delete unused sandboxes or raise the quota.")
     if "IMAGE_PULL" in code.upper():
         return EppError(
@@ -189,6 +192,51 @@ def _map_http_error(exc: HttpError, op: str, target: str) -> EppError:
     if status >= 500:
         return EppError(-32000, text, **extra, suggestion="OpenSandbox failed; see the server log.")
     return EppError(-32000, text, **extra, suggestion="See the message; retry if the condition was temporary.")
+
+
+_IMAGE_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull")
+
+
+def _map_kubernetes_error(exc: HttpError, upper: str, text: str, extra: dict[str, Any]) -> EppError | None:
+    """The Kubernetes runtime's create failures (server services/k8s/kubernetes_service.py
+    _wait_for_sandbox_ready, create_sandbox; the server deletes the workload of a failed create):
+    the same EPP errors as the plugin's own readiness wait (methods/sandbox.py wait_ready)."""
+    if upper == "KUBERNETES::POD_READY_TIMEOUT":
+        return EppError(
+            -32000,
+            text,
+            sdk_code="E3001",
+            retryable=True,
+            **extra,
+            suggestion="The sandbox's pod did not become Ready in the server's sandbox_create_timeout_seconds "
+            "(no node could take it, or a slow image pull); the server deleted it. Retry, or check the cluster.",
+        )
+    if upper == "KUBERNETES::POD_FAILED":
+        if any(reason in exc.message for reason in _IMAGE_REASONS):
+            return EppError(
+                -32000,
+                text,
+                sdk_code="E2001",
+                **extra,
+                suggestion="Check the template (image name), the registry and registry_username/registry_password.",
+            )
+        return EppError(
+            -32000,
+            text,
+            state="Failed",
+            **extra,
+            suggestion="Check the image and the entrypoint setting: the entrypoint must keep "
+            "running (default: tail -f /dev/null).",
+        )
+    if upper == "KUBERNETES::POOL_NOT_FOUND":
+        return EppError(
+            -32002,
+            text,
+            sdk_code="E2001",
+            **extra,
+            suggestion="Check the pool setting (ABX_OPENSANDBOX_POOL or the pool option): the server has no such pool.",
+        )
+    return None
 
 
 def is_http(exc: BaseException, *statuses: int) -> bool:

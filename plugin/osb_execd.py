@@ -18,7 +18,7 @@ from collections import deque
 
 from osb_retries import with_retries
 from osb_sse import SSEDecoder, restore_legacy_text
-from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, safe_url
+from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, register_endpoint_secrets, safe_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class Execd:
 
     def __init__(self, client: Client, sandbox_id: str, base_url: str, headers: dict[str, Any]) -> None:
         self.client, self.sandbox_id, self.base, self.endpoint_headers = client, sandbox_id, base_url, headers
+        register_endpoint_secrets(headers)  # also when the endpoint comes from the cache of an earlier process
 
     def headers(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         h = dict(self.endpoint_headers)

@@ -17,7 +17,7 @@ import urllib.parse
 from errors import SECRETS
 
 from osb_retries import with_retries
-from osb_transport import Http, HttpError, Reply
+from osb_transport import Http, HttpError, Reply, register_endpoint_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -260,6 +260,7 @@ class OpenSandbox:
             url = f"{self.scheme}://{url}"
         raw = body.get("headers")
         headers = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        register_endpoint_secrets(headers)
         return url, headers
 
     # ---- execd

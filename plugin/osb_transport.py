@@ -116,6 +116,17 @@ def _clip(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# The Kubernetes runtime's gateway: a secureAccess sandbox's endpoint carries its access token in this header
+# (server services/k8s/endpoint_resolver.py _attach_secure_access_headers; QUIRKS.md, "Kubernetes runtime: gateway
+# and secure access"). It is a credential: masked in errors and logs like the API key.
+SECURE_ACCESS_HEADER = "opensandbox-secure-access"
+
+
+def register_endpoint_secrets(headers: dict[str, Any]) -> None:
+    """Add an endpoint's access token (if any) to ``errors.SECRETS``."""
+    SECRETS.add(*(str(v) for k, v in headers.items() if str(k).lower() == SECURE_ACCESS_HEADER))
+
+
 class HttpError(Exception):
     """The server answered with a status >= 400."""
 

@@ -192,6 +192,8 @@ def create_body(cfg: Config, p: dict[str, Any], image: str) -> dict[str, Any]:
         body["volumes"] = cfg.volumes  # the server checks and mounts them
     if cfg.platform:
         body["platform"] = cfg.platform
+    if cfg.pool:
+        body["extensions"] = {"poolRef": cfg.pool}  # the Kubernetes runtime's pools (Docker refuses it: 400)
     secure = p["secure"] if isinstance(p.get("secure"), bool) else cfg.secure_access
     if secure:
         body["secureAccess"] = True
