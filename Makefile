@@ -22,7 +22,7 @@ venv: $(STAMP)
 ## the groups name every test folder once.
 TEST_GROUPS := "tiers/t1/sandbox tiers/t1/images tiers/t1/tools tiers/t2/server" \
                "tiers/t1/execd tiers/t1/lifecycle" \
-               "tiers/t1/docker tiers/t1/workbench tiers/t2/host" \
+               "tiers/t1/docker tiers/t1/workbench tiers/t2/host tiers/t2/k8s" \
                "tiers/diff tiers/t1/plugin" \
                "tiers/t0 tiers/t3" \
                "tiers/t2/clients tiers/t4"

@@ -2,7 +2,7 @@
 renew, metadata and the diagnostics' missing sandbox, answered as server 1.1.1's ``KubernetesSandboxService`` with
 the BatchSandbox provider answers them (server services/k8s/kubernetes_service.py, batchsandbox_provider.py,
 workload_mapper.py, error_helpers.py). QUIRKS.md, "Kubernetes runtime: sandboxes", lists each behaviour and its
-source; tiers/t2/server/test_server_oracle_k8s_sandboxes.py compares them with the Kubernetes oracle.
+source; tiers/t2/k8s/test_server_oracle_k8s_sandboxes.py compares them with the Kubernetes oracle.
 
 ``install(app, create_timeout)`` puts these routes in front of the Docker ones of ``LifecycleApp`` (lifecycle/
 routes.py); the facade calls it for ``runtime="kubernetes"``. The mock's sandbox underneath is its usual one: a

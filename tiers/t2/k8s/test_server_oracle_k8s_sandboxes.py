@@ -22,8 +22,8 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2.clients import Unavailable
-from tiers.t2.server.test_server_oracle_k8s import CREATE, TEMPLATE, K8sOracle, pending_create
-from tiers.t2.server.test_server_oracle_k8s_pools import mock_call, settled
+from tiers.t2.k8s.test_server_oracle_k8s import CREATE, TEMPLATE, K8sOracle, pending_create
+from tiers.t2.k8s.test_server_oracle_k8s_pools import mock_call, settled
 from tiers.toolkit.waits import poll
 
 pytestmark = pytest.mark.spec_exempt("server 1.1.1 Kubernetes-runtime sandboxes the June OpenAPI spec does not show")

@@ -17,8 +17,8 @@ import pytest
 from mock_opensandbox.lifecycle.signing import canonical, hex8
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2.clients import Unavailable
-from tiers.t2.server.test_server_oracle_k8s import CREATE, K8sOracle, pending_create
-from tiers.t2.server.test_server_oracle_k8s_pools import mock_call
+from tiers.t2.k8s.test_server_oracle_k8s import CREATE, K8sOracle, pending_create
+from tiers.t2.k8s.test_server_oracle_k8s_pools import mock_call
 
 pytestmark = pytest.mark.spec_exempt("server 1.1.1 Kubernetes-runtime gateway endpoints the June OpenAPI spec omits")
 
