@@ -115,18 +115,6 @@ class K8sOracle:
         close_and_wait(self.proc, 10)
 
 
-@pytest.fixture(scope="module")
-def oracle():
-    try:
-        o = K8sOracle()
-    except Unavailable as e:
-        pytest.skip("server oracle unavailable: %s" % e)
-    try:
-        yield o
-    finally:
-        o.close()
-
-
 def pending_create(oracle: K8sOracle, body: dict, case: str) -> tuple[Future, str]:
     """Start a create (it answers only once the pod is Ready or it fails) and find its sandbox id in the list."""
     fut = oracle.start("POST", "/v1/sandboxes", dict(body, metadata={"case": case}))

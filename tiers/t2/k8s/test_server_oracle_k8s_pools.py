@@ -28,18 +28,6 @@ TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 
 @pytest.fixture(scope="module")
-def oracle():
-    try:
-        o = K8sOracle()
-    except Unavailable as e:
-        pytest.skip("server oracle unavailable: %s" % e)
-    try:
-        yield o
-    finally:
-        o.close()
-
-
-@pytest.fixture(scope="module")
 def mock():
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a mock on the Kubernetes runtime, one per
     module like the oracle."""

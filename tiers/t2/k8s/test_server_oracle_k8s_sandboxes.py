@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.t2.clients import Unavailable
 from tiers.t2.k8s.test_server_oracle_k8s import CREATE, TEMPLATE, K8sOracle, pending_create
 from tiers.t2.k8s.test_server_oracle_k8s_pools import mock_call, settled
 from tiers.toolkit.waits import poll
@@ -31,18 +30,6 @@ pytestmark = pytest.mark.spec_exempt("server 1.1.1 Kubernetes-runtime sandboxes 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 ELAPSED = re.compile(r"Elapsed: \d+\.\ds")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@pytest.fixture(scope="module")
-def oracle():
-    try:
-        o = K8sOracle()
-    except Unavailable as e:
-        pytest.skip("server oracle unavailable: %s" % e)
-    try:
-        yield o
-    finally:
-        o.close()
 
 
 @pytest.fixture(scope="module")
