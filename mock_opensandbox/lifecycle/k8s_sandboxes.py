@@ -26,7 +26,7 @@ from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome, Workload, Workloads
-from mock_opensandbox.lifecycle.model import Sandbox, format_ts, validate_metadata
+from mock_opensandbox.lifecycle.model import apply_metadata_patch, Sandbox, format_ts
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.wire.http1 import Request, Router
 
@@ -245,18 +245,7 @@ class K8sSandboxes:
         the sandbox as GET shows it."""
         patch = _body(req, V.PatchSandboxMetadataRequest)
         sb = self._sandbox(req.params["sid"])
-        for key in patch:
-            if key.startswith(quirks.RESERVED_PREFIX):
-                raise MockError(quirks.PATCH_RESERVED_KEY, key=key)
-        validate_metadata({k: v for k, v in patch.items() if v is not None})
-        with sb.lock:
-            merged = dict(sb.metadata or {})
-            for k, v in patch.items():
-                if v is None:
-                    merged.pop(k, None)
-                else:
-                    merged[k] = v
-            sb.metadata = merged
+        apply_metadata_patch(sb, patch)
         req.send_json(200, self.sandbox_json(sb))
 
     def diagnostics(self, route: Callable[[Any, Workloads, Request], None]) -> Callable[[Request], None]:

@@ -119,6 +119,23 @@ def validate_metadata(metadata: Mapping[str, str] | None) -> None:
             raise MockError(quirks.METADATA_INVALID_VALUE, value=value)
 
 
+def apply_metadata_patch(sb: "Sandbox", patch: Mapping[str, str | None]) -> None:
+    """A JSON Merge Patch of ``sb``'s metadata as both runtimes' patch_sandbox_metadata applies it, after the
+    sandbox was found: reserved keys first (null ones too), then label syntax, then the merge (null removes)."""
+    for key in patch:
+        if key.startswith(quirks.RESERVED_PREFIX):
+            raise MockError(quirks.PATCH_RESERVED_KEY, key=key)
+    validate_metadata({k: v for k, v in patch.items() if v is not None})
+    with sb.lock:
+        merged = dict(sb.metadata or {})
+        for k, v in patch.items():
+            if v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = v
+        sb.metadata = merged
+
+
 def docker_pull_params(uri: str) -> tuple[str, str]:
     """(repository, tag) the way docker-py splits an image reference before /images/create."""
     if "@" in uri:

@@ -32,7 +32,7 @@ from mock_opensandbox.lifecycle.pools import PoolStore
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle import validation_checks
 from mock_opensandbox.wire.http1 import App, Handler, Request, Router, host_allowed, new_request_id
-from mock_opensandbox.lifecycle.model import SandboxStore, format_ts, validate_metadata
+from mock_opensandbox.lifecycle.model import apply_metadata_patch, SandboxStore, format_ts
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.lifecycle.proxy import BackendError, forward
 
@@ -345,18 +345,7 @@ class LifecycleApp(App):
         patch_sandbox_metadata): the sandbox first, then reserved keys (null ones too), then label syntax."""
         patch = _body(req, V.PatchSandboxMetadataRequest)
         sb = self.store.get(req.params["sid"])
-        for key in patch:
-            if key.startswith(quirks.RESERVED_PREFIX):
-                raise MockError(quirks.PATCH_RESERVED_KEY, key=key)
-        validate_metadata({k: v for k, v in patch.items() if v is not None})
-        with sb.lock:
-            merged = dict(sb.metadata or {})
-            for k, v in patch.items():
-                if v is None:
-                    merged.pop(k, None)
-                else:
-                    merged[k] = v
-            sb.metadata = merged
+        apply_metadata_patch(sb, patch)
         req.send_json(200, sb.to_json())
 
     def _port_param(self, req: Request, errors: list) -> int | None:
