@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import Any, Callable
 
 COMMIT = "3bb6fad"
 MIRROR = os.environ.get("OSB_UPSTREAM_MIRROR", "/work/.mirror/opensandbox-group+OpenSandbox/repo")
@@ -86,32 +86,51 @@ def _collect(py: str, files: list[str], cwd: str, env: dict[str, str]) -> list[s
     return [line for line in out.stdout.splitlines() if "::" in line]
 
 
-def _one(py: str, ids: list[str], cwd: str, env: dict[str, str], timeout: float) -> dict[str, str]:
+def _junit(
+    cmd_of: Callable[[str], list[str]], cwd: str, env: dict[str, str], timeout: float
+) -> list[tuple[str, str, str, float]] | None:
+    """Run ``cmd_of(junit path)`` (its output in a throw-away log under E2E_QUIET); (classname, name, verdict,
+    seconds) of each testcase of its junit report, verdict passed | failed | error | skipped; None: it timed out."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = os.path.join(tmp, "junit.xml")
         log = open(os.path.join(tmp, "log"), "w") if os.environ.get("E2E_QUIET") else None
         try:
-            subprocess.run(
-                [py, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_cli=false", "--junitxml", xml, *ids],
-                cwd=cwd,
-                env=env,
-                stdout=log,
-                stderr=log,
-                timeout=timeout,
-            )
+            subprocess.run(cmd_of(xml), cwd=cwd, env=env, stdout=log, stderr=log, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return {i.split("::", 1)[1]: "timeout" for i in ids}
+            return None
         finally:
             if log is not None:
                 log.close()
-        out: dict[str, str] = {}
+        out = []
         for case in ET.parse(xml).getroot().iter("testcase"):
             kinds = [c.tag for c in case]
             verdict = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
-            tid = "%s::%s" % (case.get("classname", "").rsplit(".", 1)[-1], case.get("name"))
-            out[tid] = {"failure": "failed"}.get(verdict, verdict)
-            DURATIONS[tid] = float(case.get("time") or 0.0)
+            verdict = {"failure": "failed"}.get(verdict, verdict)
+            out.append((case.get("classname", ""), case.get("name", ""), verdict, float(case.get("time") or 0.0)))
         return out
+
+
+def suite_env(domain: str, api_key: str, image: str) -> dict[str, str]:
+    """What both suites read (tests/python/tests/base_e2e_test.py, tests/javascript/tests/base_e2e.ts)."""
+    return dict(
+        os.environ,
+        OPENSANDBOX_TEST_DOMAIN=domain,
+        OPENSANDBOX_TEST_API_KEY=api_key,
+        OPENSANDBOX_SANDBOX_DEFAULT_IMAGE=image,
+        OPENSANDBOX_TEST_PROTOCOL="http",
+    )
+
+
+def _one(py: str, ids: list[str], cwd: str, env: dict[str, str], timeout: float) -> dict[str, str]:
+    args = [py, "-m", "pytest", "-p", "no:cacheprovider", "-o", "log_cli=false"]
+    cases = _junit(lambda xml: [*args, "--junitxml", xml, *ids], cwd, env, timeout)
+    if cases is None:
+        return {i.split("::", 1)[1]: "timeout" for i in ids}
+    out: dict[str, str] = {}
+    for classname, name, verdict, seconds in cases:
+        tid = "%s::%s" % (classname.rsplit(".", 1)[-1], name)
+        out[tid], DURATIONS[tid] = verdict, seconds
+    return out
 
 
 def run(
@@ -127,13 +146,7 @@ def run(
     """{test id: passed | failed | error | skipped | timeout}, from the suite's own junit reports. jobs > 1:
     each test in its own pytest process, that many at a time (a test of a language the image lacks waits
     for the SDK's 3-minute request timeout on the real execd)."""
-    env = dict(
-        os.environ,
-        OPENSANDBOX_TEST_DOMAIN=domain,
-        OPENSANDBOX_TEST_API_KEY=api_key,
-        OPENSANDBOX_SANDBOX_DEFAULT_IMAGE=image,
-        OPENSANDBOX_TEST_PROTOCOL="http",
-    )
+    env = suite_env(domain, api_key, image)
     cwd = os.path.join(work, PATHS[0])
     ids = _collect(py, files, cwd, env)
     out: dict[str, str] = {}
@@ -205,34 +218,17 @@ def run_js(
 ) -> dict[str, str]:
     """{file::test name: verdict} from vitest's junit report; the off-machine tests are filtered out by name
     (``-t``) and reported "deselected"."""
-    env = dict(
-        os.environ,
-        OPENSANDBOX_TEST_DOMAIN=domain,
-        OPENSANDBOX_TEST_API_KEY=api_key,
-        OPENSANDBOX_SANDBOX_DEFAULT_IMAGE=image,
-        OPENSANDBOX_TEST_PROTOCOL="http",
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        xml = os.path.join(tmp, "junit.xml")
-        log = open(os.path.join(tmp, "log"), "w") if os.environ.get("E2E_QUIET") else None
-        cmd = [os.path.join(suite, "node_modules", ".bin", "vitest"), "run", "--reporter=junit", "--outputFile=" + xml]
-        cmd += ["--maxWorkers=%d" % max(jobs, 1), "-t", js_name_filter(), *["tests/" + f for f in files]]
-        try:
-            subprocess.run(cmd, cwd=suite, env=env, stdout=log, stderr=log, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {f: "timeout" for f in files}
-        finally:
-            if log is not None:
-                log.close()
-        out: dict[str, str] = {}
-        for case in ET.parse(xml).getroot().iter("testcase"):
-            kinds = [c.tag for c in case]
-            verdict = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
-            name = case.get("name", "")
-            tid = "%s::%s" % (os.path.basename(case.get("classname", "")), name)
-            out[tid] = "deselected" if name in JS_OFF_MACHINE else {"failure": "failed"}.get(verdict, verdict)
-            DURATIONS[tid] = float(case.get("time") or 0.0)
-        return out
+    env = suite_env(domain, api_key, image)
+    vitest = [os.path.join(suite, "node_modules", ".bin", "vitest"), "run", "--reporter=junit"]
+    rest = ["--maxWorkers=%d" % max(jobs, 1), "-t", js_name_filter(), *["tests/" + f for f in files]]
+    cases = _junit(lambda xml: [*vitest, "--outputFile=" + xml, *rest], suite, env, timeout)
+    if cases is None:
+        return {f: "timeout" for f in files}
+    out: dict[str, str] = {}
+    for classname, name, verdict, seconds in cases:
+        tid = "%s::%s" % (os.path.basename(classname), name)
+        out[tid], DURATIONS[tid] = ("deselected" if name in JS_OFF_MACHINE else verdict), seconds
+    return out
 
 
 def counts(results: dict[str, str]) -> dict[str, dict[str, int]]:

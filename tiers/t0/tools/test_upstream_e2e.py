@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 from tiers import upstream_e2e as e2e
 
@@ -35,3 +36,23 @@ def test_languages_of_python_and_js_names():
 def test_counts_group_verdicts_by_language():
     table = e2e.counts({"a::02 java code execution": "failed", "b::test_05_typescript_x": "passed", "c::x": "passed"})
     assert table == {"java": {"failed": 1}, "typescript": {"passed": 1}, "python": {"passed": 1}}
+
+
+JUNIT = (
+    '<testsuites><testsuite><testcase classname="tests.t.TestA" name="test_ok" time="1.5"/>'
+    '<testcase classname="tests.t.TestA" name="test_bad" time="0.25"><failure/></testcase>'
+    '<testcase classname="x" name="test_skip"><skipped/></testcase></testsuite></testsuites>'
+)
+
+
+def test_junit_reads_each_testcase_and_a_timeout(tmp_path):
+    def write(xml: str) -> list[str]:
+        return [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", xml, JUNIT]
+
+    cases = e2e._junit(write, str(tmp_path), {}, 30)
+    assert cases == [
+        ("tests.t.TestA", "test_ok", "passed", 1.5),
+        ("tests.t.TestA", "test_bad", "failed", 0.25),
+        ("x", "test_skip", "skipped", 0.0),
+    ]
+    assert e2e._junit(lambda xml: [sys.executable, "-c", "import time; time.sleep(5)"], str(tmp_path), {}, 0.2) is None

@@ -17,7 +17,7 @@ import json
 import subprocess
 import threading
 import urllib.request
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -73,16 +73,22 @@ class Oracle:
         close_and_wait(self.proc, 10)
 
 
-@pytest.fixture(scope="module")
-def oracle():
+def started_or_skip(make: Callable[[], Any]) -> Iterator[Any]:
+    """A module fixture's body for an oracle process: ``make()``'s oracle until the module ends (closed then), or a
+    skip when its venv cannot be had (tiers/t2/k8s/conftest.py uses it for the Kubernetes oracle)."""
     try:
-        o = Oracle()
+        o = make()
     except Unavailable as e:
         pytest.skip("server oracle unavailable: %s" % e)
     try:
         yield o
     finally:
         o.close()
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    yield from started_or_skip(Oracle)
 
 
 @pytest.fixture
