@@ -19,6 +19,9 @@ package, and through ``pytest_plugins`` in this repository's conftest.py.
     def test_pools(opensandbox_mock_factory):   # /v1/pools and extensions.poolRef (ini: opensandbox_runtime)
         osb = opensandbox_mock_factory(runtime="kubernetes")
 
+    def test_config(opensandbox_mock_factory):   # the real server's server.toml (ini: opensandbox_config)
+        osb = opensandbox_mock_factory(config="server.toml")
+
     def test_fast(opensandbox_mock_shared):   # one mock per session, reset() after every test
         opensandbox_mock_shared.assert_requested(method="POST", path="^/v1/sandboxes$", count=0)
 """
@@ -52,6 +55,12 @@ def pytest_addoption(parser: Any) -> None:
         "creates; MockOpenSandbox runtime)",
         default="",
     )
+    parser.addini(
+        "opensandbox_config",
+        "an opensandbox-server 1.1.1 config file the fixtures' mocks honour (MockOpenSandbox config; default: "
+        "$OSB_MOCK_CONFIG, if set)",
+        default="",
+    )
     parser.addini("opensandbox_egress_dns_upstream", "IP[:PORT] the fixtures' policy resolvers forward to", default="")
     parser.addini(
         "opensandbox_egress_bin",
@@ -62,11 +71,12 @@ def pytest_addoption(parser: Any) -> None:
 
 
 def fixture_options(config: Any) -> MockOptions:
-    """The fixtures' MockOptions: the defaults, with the ini file's egress settings (the command line
-    builds its own from its flags, mock_opensandbox/__main__.py)."""
+    """The fixtures' MockOptions: the defaults, with the ini file's settings (the command line builds its own
+    from its flags, mock_opensandbox/__main__.py); a config file's settings go under those that differ from a default."""
     return MockOptions(
         timing=config.getini("opensandbox_timing") or "faithful",
         runtime=config.getini("opensandbox_runtime") or "docker",
+        config=config.getini("opensandbox_config") or None,
         egress_mode=config.getini("opensandbox_egress_mode") or None,
         egress_dns_upstream=config.getini("opensandbox_egress_dns_upstream") or None,
         egress_bin=config.getini("opensandbox_egress_bin") or None,

@@ -300,8 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.config:
             fields, notes = options_from_toml(args.config)
-            opts = merge(opts, fields, explicit_flags(build_parser(), argv))
+            # config="": applied here, with the command line's own rule for explicit flags ($OSB_MOCK_CONFIG unread)
+            opts = merge(opts, fields, explicit_flags(build_parser(), argv)).replace(config="")
         osb = MockOpenSandbox(opts)
+        notes = notes or osb.config_notes  # $OSB_MOCK_CONFIG's, when no --config
     except ConfigError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

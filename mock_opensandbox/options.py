@@ -53,6 +53,9 @@ class MockOptions:
     verbose: bool = False
     clock: Callable[[], datetime] | None = None  # the server's clock (timestamps, expiry, Date)
     warn: Callable[[str], None] | None = None  # where start() warnings go (default: stderr)
+    # an opensandbox-server 1.1.1 config file (server_config.py): what it sets is the default under every setting
+    # given explicitly; None: the file named by $OSB_MOCK_CONFIG, if any, without its listener address; "": none
+    config: str | None = None
     # -- execd ---------------------------------------------------------------------------------------------
     execd_mode: str = "v1.1.0"  # the in-process execd's generation (QUIRKS.md, execd modes)
     execd_token: str | None = None  # X-EXECD-ACCESS-TOKEN every execd request must carry

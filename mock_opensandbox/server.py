@@ -45,6 +45,7 @@ from mock_opensandbox.runtime._util import default_signals_for_children, inherit
 from mock_opensandbox.runtime.cgroups import Limits
 from mock_opensandbox.runtime.janitor import LEDGER as JANITOR_LEDGER
 from mock_opensandbox.runtime.janitor import Janitor, reap_root
+from mock_opensandbox.server_config import configured
 from mock_opensandbox.wire.http1 import Server
 from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer, MockBackend, assert_requested
 from mock_opensandbox.workbench.fault_routes import add_fault_routes
@@ -86,7 +87,8 @@ class MockOpenSandbox:
     def __init__(self, options: MockOptions | None = None, /, **changes: Any):
         if options is not None and not isinstance(options, MockOptions):
             raise TypeError("MockOpenSandbox(options): a MockOptions, not %s" % type(options).__name__)
-        o = self.options = (options or MockOptions()).replace(**changes).checked()
+        o, self.config_notes = configured((options or MockOptions()).replace(**changes), options, changes)
+        o = self.options = o.checked()  # config_notes: a key of the config file the mock does not honour, a line each
         self.generated_api_key = o.api_key is None and not o.insecure
         self._api_key = o.api_key if o.api_key is not None else (None if o.insecure else secrets.token_urlsafe(24))
         self._execd_mode = self._initial_execd_mode = o.execd_mode  # the default for new sandboxes

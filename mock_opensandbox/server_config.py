@@ -34,6 +34,8 @@ SERVER_DROP_CAPS = (  # config.py DockerConfig.drop_capabilities default (= runt
 )
 # the mock's CLI dest of each MockOptions field the file can set, where the two names differ
 FLAG_OF = {"allowed_host_paths": "allowed_host_path"}
+# a config file for every MockOpenSandbox of a process that names none (a test suite run "against" a server.toml)
+ENV = "OSB_MOCK_CONFIG"
 
 
 class ConfigError(ValueError):
@@ -446,3 +448,22 @@ def merge(options: Any, fields: dict[str, Any], explicit: set[str]) -> Any:
     was given explicitly."""
     keep = {"insecure", "api_key"} if explicit & {"insecure", "api_key"} else set()
     return options.replace(**{f: v for f, v in fields.items() if FLAG_OF.get(f, f) not in explicit and f not in keep})
+
+
+def configured(options: Any, given: Any, changes: dict[str, Any]) -> tuple[Any, list[str]]:
+    """(MockOptions, notes): ``options`` over the config file it names (``options.config``; None: $OSB_MOCK_CONFIG).
+
+    A setting given explicitly wins over the file: a keyword in ``changes``, or a field of the ``given`` MockOptions
+    that differs from MockOptions' default. A file named by the environment never sets a mock's identity, the
+    listener's host and port and the API key: every mock of the process keeps its own (an ephemeral port, a key
+    generated per instance), as separate servers would. No file: ``options`` unchanged, no notes."""
+    path = os.environ.get(ENV, "") if options.config is None else options.config
+    if not path:
+        return options, []
+    fields, notes = options_from_toml(path)
+    if not options.config:
+        for f in ("host", "port", "api_key", "insecure"):
+            fields.pop(f, None)
+    defaults = type(options)()
+    explicit = set(changes) | {f for f in fields if given is not None and getattr(given, f) != getattr(defaults, f)}
+    return merge(options, fields, {FLAG_OF.get(f, f) for f in explicit}), notes
