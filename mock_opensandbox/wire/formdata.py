@@ -25,14 +25,14 @@ class MultipartError(ValueError):
 
 
 class Part:
-    __slots__ = ("headers", "name", "filename", "content_type", "data", "size", "spool", "spool_at")
+    __slots__ = ("headers", "name", "filename", "content_type", "pieces", "size", "spool", "spool_at")
 
     def __init__(self, headers: list[tuple[str, str]], spool_at: int | None = None):
         self.headers = headers
         self.name: str | None = None
         self.filename: str | None = None
         self.content_type: str | None = None
-        self.data = bytearray()
+        self.pieces: list[bytes | bytearray] = []  # the data as it was cut from the body (no copy into one buffer)
         self.size = 0
         self.spool: BinaryIO | None = None  # an unnamed temporary file once the data passed spool_at
         self.spool_at = spool_at
@@ -46,23 +46,33 @@ class Part:
                 self.content_type = v.strip()
 
     def add(self, b: bytes | bytearray) -> None:
-        """Append data; past ``spool_at`` bytes it goes to disk (Go's ParseMultipartForm writes a file
-        part above its memory limit to a temporary file), so memory stays bounded."""
+        """Append data (a piece the caller no longer changes); past ``spool_at`` bytes it goes to disk (Go's
+        ParseMultipartForm writes a file part above its memory limit to a temporary file), so memory stays
+        bounded."""
+        if not b:
+            return
         self.size += len(b)
         if self.spool is not None:
             self.spool.write(b)
             return
-        self.data += b
-        if self.spool_at is not None and len(self.data) > self.spool_at:
+        self.pieces.append(b)
+        if self.spool_at is not None and self.size > self.spool_at:
             self.spool = tempfile.TemporaryFile(prefix="osb-multipart-")
-            self.spool.write(self.data)
-            self.data = bytearray()
+            for piece in self.pieces:
+                self.spool.write(piece)
+            self.pieces = []
 
-    def chunks(self, n: int = 1 << 20) -> Iterator[bytes]:
+    @property
+    def data(self) -> bytes:
+        """The whole data in memory (not spooled)."""
+        return b"".join(self.pieces)
+
+    def chunks(self, n: int = 1 << 20) -> Iterator[bytes | bytearray]:
         """The data, in pieces of at most n bytes (read back from the spool file when there is one)."""
         if self.spool is None:
-            if self.data:
-                yield bytes(self.data)
+            for piece in self.pieces:
+                for i in range(0, len(piece), n):
+                    yield piece if len(piece) <= n else piece[i : i + n]
             return
         self.spool.seek(0)
         while True:
