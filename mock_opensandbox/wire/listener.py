@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +66,14 @@ class Server(ThreadingHTTPServer):
             except BaseException:
                 self.server_close()
                 raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a reset or a broken pipe, e.g. a kept-alive connection closed with unread
+        data) is no error of the mock's: nothing is printed, as Go's server prints nothing. Anything else is
+        socketserver's traceback on stderr."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
 
     def _init_state(self, listen_delay: float) -> None:
         """The listener's own state (a subclass that makes its socket itself calls this instead of __init__)."""

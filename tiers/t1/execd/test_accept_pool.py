@@ -79,3 +79,22 @@ def test_a_kept_connection_does_not_hold_up_the_next():
     while _pool(srv) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not _pool(srv)  # stop() ended every pool thread, idle or serving
+
+
+def test_a_client_that_resets_a_kept_connection_leaves_no_traceback(capsys):
+    """A client that closes a kept-alive connection with a reset (unread data, or SO_LINGER 0: pooled HTTP clients
+    do) is a client gone, as for Go's server: nothing is printed (socketserver's handle_error printed a traceback)."""
+    srv = Server(("127.0.0.1", 0), _Handler, App())
+    srv.start("pool-test-%d" % srv.port)
+    try:
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+            assert b" 200 " in _get(srv.port, sock=s)  # a pool thread now waits on this connection's next request
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()  # RST
+        time.sleep(0.3)
+        assert b" 200 " in _get(srv.port)
+    finally:
+        srv.stop()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Connection reset" not in err, err
