@@ -19,6 +19,7 @@ import uuid
 from typing import Callable
 
 from mock_opensandbox.execd.commands import signal_text
+from mock_opensandbox.execd.deadlines import DEADLINES
 from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError
 from mock_opensandbox.execd.files import GoError, SandboxFS
 from mock_opensandbox.execd.paths import PathExpandError, expand_path, go_duration
@@ -260,9 +261,7 @@ class SessionRegistry:
             except OSError:
                 pass
 
-        timer = threading.Timer(wait_ms / 1000.0, on_timeout)
-        timer.daemon = True
-        timer.start()
+        timer = DEADLINES.add(wait_ms / 1000.0, on_timeout)  # one thread for all, not a thread per run
         env_lines: list[str] = []
         pwd_line, exit_code, in_env, too_long = "", None, False, False
         buf = b""
