@@ -49,6 +49,7 @@ FULL = {
     "live_warmup": 2,
     "live_cmd_n": 60,
     "live_create_n": 8,
+    "live_ops_n": 20,  # session command, background first log line, PTY start
     "live_files_n": 12,
     "live_stream_n": 5,
     "live_stream_bytes": 6 * MiB,
@@ -79,6 +80,7 @@ QUICK = {
     "live_warmup": 1,
     "live_cmd_n": 15,
     "live_create_n": 3,
+    "live_ops_n": 5,
     "live_files_n": 4,
     "live_stream_n": 2,
     "live_stream_bytes": 6 * MiB,
@@ -112,6 +114,7 @@ SMOKE = {
     "live_warmup": 0,
     "live_cmd_n": 1,
     "live_create_n": 1,
+    "live_ops_n": 1,
     "live_files_n": 1,
     "live_stream_n": 1,
     "live_stream_bytes": 96 * 1024,

@@ -13,6 +13,7 @@ run of each side per round in an order shuffled every round with a fixed seed:
 
 * command round trip: ``POST /command`` of ``true`` on a new connection, the SSE body read line by line up to the
   terminal event (``execution_complete`` or ``error``), then the connection dropped (execd's ~1 s close unwaited);
+* a session command, a background command's first log line and a PTY start (bench/execd_ops.py);
 * files: upload of 1 MiB (multipart, bench/direct.py) and its download, each on a new connection, timed apart;
 * streaming: ``head -c N /dev/zero | base64 -w 76`` (8 MiB of output by default) to the terminal event, as MB/s
   of the SSE body received;
@@ -38,7 +39,7 @@ import tempfile
 import threading
 import time
 
-from bench import direct, sandbox_costs
+from bench import direct, execd_ops, sandbox_costs
 
 CASE = 8
 SKIP_LINE = (
@@ -312,6 +313,16 @@ def run_case(ctx, make_row) -> list:
             return took
 
         cmd = interleave({s.label: (lambda s=s: run_true(s.label)) for s in pair}, cmd_n, warm)
+        ops_n = p.get("live_ops_n", 5)
+        ctx.log("case live: session command, background command's first log line, PTY start")
+        sess = {s.label: execd_ops.session_create(*ep[s.label]) for s in pair}
+        session = interleave(
+            {s.label: (lambda s=s: execd_ops.session_run(*ep[s.label], sess[s.label])) for s in pair}, ops_n, warm
+        )
+        bg = interleave(
+            {s.label: (lambda s=s: execd_ops.background_first_line(*ep[s.label])) for s in pair}, ops_n, warm
+        )
+        pty = interleave({s.label: (lambda s=s: execd_ops.pty_start(*ep[s.label])) for s in pair}, ops_n, warm)
         files_n = p.get("live_files_n", 4)
         data = os.urandom(FILE_BYTES)
         path = "/tmp/bench-vs-live.bin"
@@ -416,12 +427,43 @@ def run_case(ctx, make_row) -> list:
             mock_label=mock_name.replace("--timing fast", "default timing"),
         ),
         row(
+            "session_true",
+            f"session command `true` ({rounds(ops_n)})",
+            "ms",
+            session["mock"],
+            session["live"],
+            "POST /session/{id}/run on a session made once, a new connection each, SSE to the terminal event "
+            "(bench/execd_ops.py); " + order,
+            target=0.5,
+        ),
+        row(
+            "background_first_line",
+            f"background command's first log line ({rounds(ops_n)})",
+            "ms",
+            bg["mock"],
+            bg["live"],
+            "POST /command background `echo; sleep 30`, its SSE to the end, then GET /command/{id}/logs every 1 ms "
+            "until the line is in it (bench/execd_ops.py); " + order,
+            target=0.5,
+        ),
+        row(
+            "pty_start",
+            f"PTY start ({rounds(ops_n)})",
+            "ms",
+            pty["mock"],
+            pty["live"],
+            "POST /pty, the WebSocket /pty/{id}/ws, frames to the first output byte (the prompt) "
+            "(bench/execd_ops.py); " + order,
+            target=0.5,
+        ),
+        row(
             "files_upload_1mib",
             f"files upload 1 MiB ({rounds(files_n)})",
             "ms",
             up["mock"],
             up["live"],
             "POST /files/upload multipart (bench/direct.py), a new connection each; " + order,
+            target=0.5,
         ),
         row(
             "files_download_1mib",
@@ -430,6 +472,7 @@ def run_case(ctx, make_row) -> list:
             down["mock"],
             down["live"],
             "GET /files/download, a new connection each, content checked; " + order,
+            target=0.5,
         ),
         row(
             "stream",
