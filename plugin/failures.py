@@ -124,7 +124,7 @@ def _map_http_error(exc: HttpError, op: str, target: str) -> EppError:
             **extra,
             suggestion="Set api_key (ABX_OPENSANDBOX_API_KEY or OPEN_SANDBOX_API_KEY) to the server's API key.",
         )
-    if status == 403:
+    if status == 403 and "QUOTA" not in code.upper():  # a namespace quota's 403 is a quota (below), not a denial
         if op == "files":
             return EppError(
                 -32000, text, sdk_code="E4002", **extra, suggestion="The sandbox user may not access this path."

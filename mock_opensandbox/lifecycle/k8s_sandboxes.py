@@ -121,6 +121,10 @@ class K8sSandboxes:
                 self.app, req, r, on_bound=lambda sb: self.workloads.ready(sb.id, sb.created_at, pooled=True)
             )
         outcome: PodOutcome = getattr(req.handler, "pod_outcome", None) or PodOutcome()
+        if outcome.to == "quota":  # the API server refuses the workload: nothing is made, nothing to roll back
+            self.app.create_checks(dict(r))  # the request's own 400s come first (the server checks before it creates)
+            used = sum(1 for sb in self.store.snapshot().values() if not sb.deleted)
+            raise MockError(quirks.K8S_QUOTA_EXCEEDED, id=str(uuid.uuid4()), quota=quirks.K8S_QUOTA_NAME, used=used)
         captured = _Captured(req)
         try:
             self.app.create(cast(Request, captured))  # a Request in all but where its answer goes

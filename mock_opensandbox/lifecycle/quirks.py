@@ -280,6 +280,19 @@ K8S_POD_FAILED = Quirk(
     "server services/k8s/kubernetes_service.py _wait_for_sandbox_ready (the PodFailed condition's message of "
     "upstream kubernetes/internal/controller/batchsandbox_status.go at 3bb6fad); oracle k8s",
 )
+# a namespace ResourceQuota on the count of BatchSandboxes (a fault rule of kind pod, "quota"): used = limited =
+# the workloads there are; the quota's name is the mock's own
+K8S_QUOTA_NAME = "sandbox-quota"
+_K8S_COUNT = "count/batchsandboxes.sandbox.opensandbox.io"
+K8S_QUOTA_EXCEEDED = Quirk(
+    403,
+    "KUBERNETES::QUOTA_EXCEEDED",
+    'Namespace ResourceQuota exceeded: batchsandboxes.sandbox.opensandbox.io "{id}" is forbidden: exceeded quota: '
+    + "{quota}, requested: %s=1, used: %s={used}, limited: %s={used}" % (_K8S_COUNT, _K8S_COUNT, _K8S_COUNT),
+    "server services/k8s/kubernetes_service.py create_sandbox, error_helpers.py _build_quota_exceeded_error and "
+    "_quota_rejection_message (the API server's 403: k8s.io/apiserver resourcequota admission 'exceeded quota: ...', "
+    "apimachinery errors.NewForbidden); oracle k8s",
+)
 K8S_CONTAINER_NOT_FOUND = Quirk(
     404,
     "KUBERNETES::SANDBOX_NOT_FOUND",

@@ -255,10 +255,9 @@ class LifecycleApp(App):
     def version(self, req: Request) -> None:
         req.send_json(200, quirks.VERSION_BODY)
 
-    def create(self, req: Request) -> None:
-        r = _body(req, V.CreateSandboxRequest)
-        if self.pools is not None and (r["extensions"] or {}).get(quirks.POOL_REF_KEY, "").strip():
-            return pool_routes.create_from_pool(self, req, r)
+    def create_checks(self, r: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """(secure access granted, the checked request: env, limits, snapshot) of a create's decoded body, or the
+        MockError a check raises; nothing is made. ``r["secure_access"]`` is cleared when the gateway grants it."""
         # the provisioner's [egress] image/mode and docker network_mode (egress/: "off" = no egress image)
         egress_mode, network = getattr(self.provisioner, "egress_settings", ("off", "bridge"))
         # secureAccess with the Kubernetes runtime's gateway: accepted, a token granted (lifecycle/ingress.py)
@@ -273,6 +272,13 @@ class LifecycleApp(App):
             egress_mode=egress_mode,
             network=network,
         )
+        return secure, checks
+
+    def create(self, req: Request) -> None:
+        r = _body(req, V.CreateSandboxRequest)
+        if self.pools is not None and (r["extensions"] or {}).get(quirks.POOL_REF_KEY, "").strip():
+            return pool_routes.create_from_pool(self, req, r)
+        secure, checks = self.create_checks(r)
         vols = None
         if r["volumes"]:
             if self.volumes is None:

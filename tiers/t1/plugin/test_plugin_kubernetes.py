@@ -101,12 +101,27 @@ def test_pod_ready_timeout_is_the_servers_answer(tmp_path, k8s, cfg, ready_timeo
     k8s.faults.add(kind="pod", pod="unschedulable", count=1)
     with EppClient(str(tmp_path), cfg, core={"http_timeout": 1}) as epp:  # the create's HTTP wait: its ready_timeout
         with pytest.raises(RpcError) as info:
-            epp.call("sandbox.create", {"template": "base", "timeout": 300, "options": {"ready_timeout": ready_timeout}})
+            epp.call(
+                "sandbox.create", {"template": "base", "timeout": 300, "options": {"ready_timeout": ready_timeout}}
+            )
     err = info.value
     assert err.code == -32000 and err.sdk_code == "E3001", err.data
     assert err.data["osb_code"] == "KUBERNETES::POD_READY_TIMEOUT" and err.data["retryable"] is True
     assert "sandbox_create_timeout_seconds" in err.data["suggestion"]
     assert all(sb.deleted for sb in k8s.sandboxes.values() if sb.id not in _live(k8s))
+
+
+def test_quota_exceeded_is_the_quota_error(tmp_path, k8s, cfg):
+    """A namespace ResourceQuota that admits no more workloads: the server's 403 KUBERNETES::QUOTA_EXCEEDED is the
+    EPP quota error (-32004), not a permission error, and no sandbox is left."""
+    k8s.faults.add(kind="pod", pod="quota", count=1)
+    before = _live(k8s)
+    with EppClient(str(tmp_path), cfg) as epp:
+        with pytest.raises(RpcError) as info:
+            epp.call("sandbox.create", {"template": "base", "timeout": 300})
+    err = info.value
+    assert err.code == -32004 and err.data["osb_code"] == "KUBERNETES::QUOTA_EXCEEDED", err.data
+    assert "exceeded quota" in err.message and _live(k8s) == before
 
 
 def _live(osb):

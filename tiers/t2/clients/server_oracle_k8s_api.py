@@ -99,6 +99,7 @@ class FakeApiServer:
         self.lock = threading.Condition(threading.RLock())
         self.objs: dict[tuple, dict] = {}
         self.rv, self.log, self.rvs = 1000, [], []  # log: (rv, (prefix, plural, ns), type, obj)
+        self.quotas: dict[str, tuple[str, int]] = {}  # plural -> (ResourceQuota name, hard count/<resource>)
         self.changed = threading.Event()
 
     def _event(self, key: tuple, typ: str, obj: dict) -> None:
@@ -120,6 +121,9 @@ class FakeApiServer:
             if not name:
                 return 422, _status(422, "Invalid", "%s is invalid: metadata.name: Required value" % kind)
             key = (prefix, plural, ns, name)
+            refused = self._over_quota(prefix, plural, ns, name)
+            if refused is not None:
+                return 403, refused
             if key in self.objs:
                 return 409, _status(409, "AlreadyExists", '%s "%s" already exists' % (_res(prefix, plural), name))
             md.update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
@@ -129,6 +133,22 @@ class FakeApiServer:
             self.objs[key] = obj
             self._event(key, "ADDED", obj)
             return 201, copy.deepcopy(obj)
+
+    def _over_quota(self, prefix: str, plural: str, ns: str, name: str) -> dict | None:
+        """The ResourceQuota admission of an object count (``count/<resource>``, set by the ``quota`` op): over its
+        hard limit, 403 as kube-apiserver words it (k8s.io/apiserver admission/plugin/resourcequota controller.go
+        "exceeded quota: ...", apimachinery errors.NewForbidden "<resource> \"<name>\" is forbidden: ...")."""
+        if plural not in self.quotas:
+            return None
+        quota, hard = self.quotas[plural]
+        used = sum(1 for k in self.objs if k[:3] == (prefix, plural, ns))
+        if used + 1 <= hard:
+            return None
+        res = "count/" + _res(prefix, plural)
+        why = "exceeded quota: %s, requested: %s=1, used: %s=%d, limited: %s=%d" % (quota, res, res, used, res, hard)
+        doc = _status(403, "Forbidden", '%s "%s" is forbidden: %s' % (_res(prefix, plural), name, why))
+        doc["details"] = {"name": name, "group": prefix.split("/")[1] if prefix != "api/v1" else "", "kind": plural}
+        return doc
 
     def get(self, key: tuple) -> dict | None:
         with self.lock:

@@ -21,7 +21,7 @@ bufferMin/bufferMax/poolMin/poolMax with the 25 % maxUnavailable ramp, status to
 revision / updated. Pods whose owner is gone are garbage-collected.
 
 What the stand-in cannot show: no scheduler (no node fit, affinity, taints or quota admission: a pod is
-unschedulable only when the driver says so; a ResourceQuota 403 never happens); no kubelet (no images, containers,
+unschedulable only when the driver says so; the only ResourceQuota is an object count set by the ``quota`` op); no kubelet (no images, containers,
 execd, probes, restarts, logs or events: pods move only by ``{"op": "pods"}``); no task-executor (pool-mode task
 counts follow pod readiness, ``taskFailed`` never rises); no pause/resume or snapshots (spec.pause is stored, not
 acted on); no pool auto-assign (``poolRef = "*"``); no PoolAllocationPending condition (the controller at 3bb6fad
@@ -37,7 +37,9 @@ Protocol (JSON lines; a message may carry ``seq``, echoed in its answer; request
 come out of order): ``{"op": "request", "method", "path", "headers", "body"}`` -> ``{"status", "headers", "body"}``
 (latin-1 bodies); ``{"op": "pods", "owner", "to", "reason"?, "sticky"?}`` -> ``{"pods": [names]}``: the pods of
 BatchSandbox or Pool ``owner`` go ``to`` ``scheduled`` (node, IP), ``ready``, ``failed`` (a waiting container,
-``reason`` ImagePullBackOff by default) or ``unschedulable``; ``sticky``: its later pods too; ``{"op": "get",
+``reason`` ImagePullBackOff by default) or ``unschedulable``; ``sticky``: its later pods too; ``{"op": "quota",
+"plural", "hard", "name"?}`` -> ``{"quotas"}``: a ResourceQuota of ``hard`` objects of that resource (``name``
+sandbox-quota; ``hard`` null removes it), refused on create with kube-apiserver's 403; ``{"op": "get",
 "plural", "name"?}`` -> ``{"items": [...]}``, the stored objects.
 """
 
@@ -131,6 +133,13 @@ def main() -> int:
         elif msg.get("op") == "pods":
             names = controller.pods_op(msg["owner"], msg["to"], msg.get("reason", ""), bool(msg.get("sticky")))
             reply(msg, {"pods": names})
+        elif msg.get("op") == "quota":  # a ResourceQuota on the count of one resource; hard None: none
+            with api.lock:
+                if msg.get("hard") is None:
+                    api.quotas.pop(msg["plural"], None)
+                else:
+                    api.quotas[msg["plural"]] = (msg.get("name") or "sandbox-quota", int(msg["hard"]))
+            reply(msg, {"quotas": {k: list(v) for k, v in api.quotas.items()}})
         elif msg.get("op") == "get":
             key = (CRD if msg["plural"] != "pods" else "api/v1", msg["plural"], NS, msg.get("name"))
             reply(msg, {"items": [i for i in ([api.get(key)] if key[3] else api.items(*key[:3])) if i]})

@@ -212,6 +212,31 @@ def test_pod_never_ready_times_out(oracle, mock):
     both(oracle, mock, "GET", "/v1/sandboxes/" + oid, "/v1/sandboxes/" + mid)
 
 
+def test_quota_exceeded_is_403_and_leaves_nothing(oracle, mock):
+    """A namespace ResourceQuota that admits no more BatchSandboxes: the create's workload is refused by the API
+    server (403 "exceeded quota"), the server answers 403 KUBERNETES::QUOTA_EXCEEDED "Namespace ResourceQuota
+    exceeded: <the API server's message>" at once, and nothing is left. The mock: a fault rule of kind pod,
+    ``quota``, with the mock's own count of workloads as used and limited."""
+    oid, mid, _ = ready_pair(oracle, mock, CREATE, "sb-quota-first")
+    used = len(oracle.get("batchsandboxes"))
+    assert used == len(mock_call(mock, "GET", "/v1/sandboxes")[1]["items"])
+    oracle.quota("batchsandboxes", used)
+    try:
+        bad = dict(CREATE, metadata={"opensandbox.io/x": "1"})  # the request's own check comes first
+        mock.faults.add(kind="pod", pod="quota", count=1)
+        both(oracle, mock, "POST", "/v1/sandboxes", "/v1/sandboxes", bad)
+        mock.faults.add(kind="pod", pod="quota", count=1)
+        ost, _, odoc = oracle.request("POST", "/v1/sandboxes", dict(CREATE, metadata={"case": "sb-quota"}))
+        got = mock_call(mock, "POST", "/v1/sandboxes", dict(CREATE, metadata={"case": "sb-quota"}))
+        same("create over the quota", got, (ost, odoc))
+        assert ost == 403 and odoc["code"] == "KUBERNETES::QUOTA_EXCEEDED", odoc
+        assert "exceeded quota: sandbox-quota" in odoc["message"], odoc
+        both(oracle, mock, "GET", "/v1/sandboxes?metadata=case%3Dsb-quota", "/v1/sandboxes?metadata=case%3Dsb-quota")
+    finally:
+        oracle.quota("batchsandboxes", None)
+    both(oracle, mock, "DELETE", "/v1/sandboxes/" + oid, "/v1/sandboxes/" + mid)
+
+
 def test_pool_sandbox_as_get_and_list_show_it(oracle, mock):
     """A poolRef sandbox: GET and list show image ``unknown`` and entrypoint ``[]`` (no pod template), Running;
     its metadata patch and delete as any other's."""
