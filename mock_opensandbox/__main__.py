@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --runtime kubernetes: [kubernetes] sandbox_create_timeout_seconds, how long a create waits for a "
         "pod that is not Ready (fault kind pod, docs/FAULTS.md) before 504 KUBERNETES::POD_READY_TIMEOUT",
     )
+    p.add_argument(
+        "--pool-acquisition-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --runtime kubernetes: [kubernetes] pool_acquisition_timeout_seconds, how long a create waits while "
+        "Pool capacity is exhausted (fault kind pod, pod capacity) before 429 KUBERNETES::POOL_CAPACITY_EXHAUSTED",
+    )
     numbers: tuple[tuple[str, type, float, str, str], ...] = (  # (flag, type, default, metavar, help)
         (
             "--execd-start-delay",
@@ -279,6 +287,7 @@ def options_from_args(args: argparse.Namespace) -> MockOptions:
         timing=args.timing,
         runtime=args.runtime,
         sandbox_create_timeout=args.sandbox_create_timeout,
+        pool_acquisition_timeout=args.pool_acquisition_timeout,
         image_dir=args.image_dir,
         image_cache=args.image_cache,
         egress_mode=args.egress_mode,

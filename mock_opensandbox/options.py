@@ -71,6 +71,9 @@ class MockOptions:
     # runtime="kubernetes": [kubernetes] sandbox_create_timeout_seconds (server default 60): how long a create waits
     # for a pod that is not Ready (a fault rule of kind "pod", docs/FAULTS.md) before its 504 POD_READY_TIMEOUT
     sandbox_create_timeout: float = 60.0
+    # [kubernetes] pool_acquisition_timeout_seconds (server default 30): how long a create waits while its workload
+    # reports exhausted Pool capacity (a fault rule of kind "pod", pod "capacity") before its 429
+    pool_acquisition_timeout: float = 30.0
     # runtime="kubernetes" with gateway=True: [ingress] mode "gateway", a real gateway in front of the sandboxes
     # (docker/gateway.py), its route mode "header" | "uri", and [ingress.secure_access] keys "<id>=<base64>,..."
     # (None: one random key "a"), the active one ("": the first id) (QUIRKS.md, "Kubernetes runtime: gateway ...")
@@ -123,6 +126,8 @@ class MockOptions:
             raise ValueError("pids_limit must be a positive integer, or 0/None for no limit")
         if isinstance(self.sandbox_create_timeout, bool) or not self.sandbox_create_timeout > 0:
             raise ValueError("sandbox_create_timeout must be a positive number of seconds")
+        if isinstance(self.pool_acquisition_timeout, bool) or not self.pool_acquisition_timeout > 0:
+            raise ValueError("pool_acquisition_timeout must be a positive number of seconds")
         if self.runtime not in RUNTIMES:
             raise ValueError("runtime must be one of %s, not %r" % (", ".join(RUNTIMES), self.runtime))
         if self.gateway_route not in GATEWAY_ROUTES:

@@ -285,7 +285,7 @@ class MockOpenSandbox:
             ingress=self._start_gateway(),
         )
         if self.pools is not None:  # the Kubernetes runtime's sandbox answers (lifecycle/k8s_sandboxes.py)
-            self.k8s = install_k8s_sandboxes(lifecycle, o.sandbox_create_timeout)
+            self.k8s = install_k8s_sandboxes(lifecycle, o.sandbox_create_timeout, o.pool_acquisition_timeout)
         add_fault_routes(lifecycle.router, self.faults)  # /__mock__/faults behind the API key (docs/FAULTS.md)
         app = AdminLayer(lifecycle, self.admin)  # /__mock__/ workbench routes in front (workbench/admin.py)
         app.journal = self.journal

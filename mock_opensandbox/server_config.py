@@ -423,6 +423,7 @@ def _map(cfg: dict[str, dict[str, Any]], notes: list[str]) -> tuple[dict[str, An
         out["secure_access_keys"], out["secure_access_active_key"] = _secure_access(ingress["secure_access"])
     if runtime == "kubernetes":
         out["sandbox_create_timeout"] = float(take("kubernetes", "sandbox_create_timeout_seconds", 60))
+        out["pool_acquisition_timeout"] = float(take("kubernetes", "pool_acquisition_timeout_seconds", 30))
     # one note per key set and not honoured
     for table, body in cfg.items():
         for k in body:

@@ -13,6 +13,7 @@ outcome comes from a fault rule of kind ``pod`` (docs/FAULTS.md) on the request'
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -67,16 +68,19 @@ class _Captured:
 
 
 class K8sSandboxes:
-    def __init__(self, app: "LifecycleApp", create_timeout: float):
+    def __init__(self, app: "LifecycleApp", create_timeout: float, pool_timeout: float = 30.0):
         self.app = app
         self.store = app.store
         self.workloads = Workloads()
         self.create_timeout = float(create_timeout)  # [kubernetes] sandbox_create_timeout_seconds
+        self.pool_timeout = float(pool_timeout)  # [kubernetes] pool_acquisition_timeout_seconds
         self.closing = threading.Event()
 
     # -- the BatchSandbox as the API shows it ------------------------------------------------------------------
     def _status(self, sb: Sandbox, w: Workload | None) -> tuple[str, str, str]:
         """batchsandbox_provider.py get_status: Pending (CREATING) until the pod is Ready, then the phase's."""
+        if w is not None and w.phase == "Pending" and w.capacity:
+            return quirks.K8S_STATUS_POOL_CAPACITY
         if w is None or w.phase == "Pending":
             return quirks.K8S_STATUS_PENDING
         if sb.paused:
@@ -135,6 +139,8 @@ class K8sSandboxes:
         sb = self.store.get(captured.doc["id"])
         w = self.workloads.pending(sb.id, sb.created_at)
         start = time.monotonic()
+        if outcome.to == "capacity":
+            return self._no_capacity(req, sb, w, start)
         wait = outcome.after if outcome.to != "unschedulable" else self.create_timeout
         self.closing.wait(min(wait, self.create_timeout))
         if outcome.to == "failed" and outcome.after < self.create_timeout:
@@ -145,6 +151,17 @@ class K8sSandboxes:
             raise MockError(quirks.K8S_POD_READY_TIMEOUT, id=sb.id, elapsed=time.monotonic() - start)
         self.workloads.ready(sb.id, sb.created_at)
         req.send_json(202, self._create_json(sb, w, r))
+
+    def _no_capacity(self, req: Request, sb: Sandbox, w: Workload, start: float) -> None:
+        """_wait_for_sandbox_ready while the workload reports exhausted Pool capacity: 429 once that lasted
+        pool_acquisition_timeout_seconds, unless the create timeout (checked first) ends the wait before it."""
+        w.capacity = True
+        self.closing.wait(min(self.pool_timeout, self.create_timeout))
+        self._abandon(sb.id)
+        if self.pool_timeout >= self.create_timeout:
+            raise MockError(quirks.K8S_POD_READY_TIMEOUT, id=sb.id, elapsed=time.monotonic() - start)
+        retry = str(max(1, math.ceil(self.pool_timeout)))
+        req.send_json(429, quirks.K8S_POOL_CAPACITY_EXHAUSTED.body(), {"Retry-After": retry})
 
     def _abandon(self, sandbox_id: str) -> None:
         """The server deletes the workload of a create that failed (kubernetes_service.py create_sandbox)."""
@@ -262,9 +279,9 @@ class K8sSandboxes:
         return run
 
 
-def install(app: "LifecycleApp", create_timeout: float) -> K8sSandboxes:
+def install(app: "LifecycleApp", create_timeout: float, pool_timeout: float = 30.0) -> K8sSandboxes:
     """The Kubernetes runtime's sandbox routes in front of ``app``'s (a LifecycleApp with a PoolStore)."""
-    ks = K8sSandboxes(app, create_timeout)
+    ks = K8sSandboxes(app, create_timeout, pool_timeout)
     r = Router()
     for prefix in ("", "/v1"):
         s = prefix + "/sandboxes"

@@ -23,6 +23,7 @@ class Workload:
     created: datetime  # metadata.creationTimestamp (whole seconds)
     phase: str = "Pending"  # status.phase: Pending, Succeed
     pooled: bool = False  # spec.poolRef: no template, image "unknown", command []
+    capacity: bool = False  # the PoolAllocationPending condition: Pool capacity exhausted
 
 
 class Workloads:
@@ -57,15 +58,17 @@ class Workloads:
             self._items.clear()
 
 
-POD_OUTCOMES = ("ready", "failed", "unschedulable")
+POD_OUTCOMES = ("ready", "failed", "unschedulable", "quota", "capacity")
 FAIL_REASONS = ("ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "CreateContainerConfigError")
 
 
 @dataclass(frozen=True)
 class PodOutcome:
     """What a create's pod does (a fault rule of kind ``pod``, workbench/faults.py; docs/FAULTS.md): ``ready``
-    after ``after`` seconds Pending, ``failed`` after ``after`` seconds (a container waiting on ``reason``), or
-    ``unschedulable``: never Ready, Pending until the server's create timeout."""
+    after ``after`` seconds Pending, ``failed`` after ``after`` seconds (a container waiting on ``reason``),
+    ``unschedulable``: never Ready, Pending until the server's create timeout, ``quota``: the workload itself
+    refused by a namespace ResourceQuota (no pod at all), or ``capacity``: no Pool capacity for it (the
+    PoolAllocationPending condition of a controller that reports it)."""
 
     to: str = "ready"
     after: float = 0.0

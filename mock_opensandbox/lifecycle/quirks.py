@@ -257,6 +257,8 @@ K8S_DEFAULT_ENTRYPOINT = ["tail", "-f", "/dev/null"]  # server services/k8s/prov
 # (state, reason, message) by BatchSandbox phase (server services/k8s/batchsandbox_provider.py get_status phase_map)
 K8S_STATUS_PENDING = ("Pending", "CREATING", "Sandbox is being created")
 K8S_STATUS_PAUSED = ("Paused", "PAUSED", "Sandbox is paused")
+# a workload whose PoolAllocationPending condition is True, its message empty (batchsandbox_provider.py get_status)
+K8S_STATUS_POOL_CAPACITY = ("Pending", "POOL_CAPACITY_EXHAUSTED", "Pool capacity is currently unavailable")
 # the template-mode pod's command: the execd bootstrap before the request's entrypoint (provider_common.py)
 K8S_BOOTSTRAP = "/opt/opensandbox/bootstrap.sh"
 K8S_SANDBOX_NOT_FOUND = Quirk(
@@ -292,6 +294,13 @@ K8S_QUOTA_EXCEEDED = Quirk(
     "server services/k8s/kubernetes_service.py create_sandbox, error_helpers.py _build_quota_exceeded_error and "
     "_quota_rejection_message (the API server's 403: k8s.io/apiserver resourcequota admission 'exceeded quota: ...', "
     "apimachinery errors.NewForbidden); oracle k8s",
+)
+K8S_POOL_CAPACITY_EXHAUSTED = Quirk(
+    429,
+    "KUBERNETES::POOL_CAPACITY_EXHAUSTED",
+    "No Pool capacity became available before the acquisition timeout.",
+    "server services/k8s/kubernetes_service.py _wait_for_sandbox_ready, _pool_capacity_exhausted_error (with "
+    "Retry-After: the configured pool_acquisition_timeout_seconds, whole, at least 1); oracle k8s",
 )
 K8S_CONTAINER_NOT_FOUND = Quirk(
     404,

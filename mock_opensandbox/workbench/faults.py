@@ -62,7 +62,7 @@ __all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_r
 
 KINDS = ("delay", "status", "reset", "reset_body", "truncate", "dribble", "stall", "pod")
 # kind pod: what a create's pod does (lifecycle/k8s_workloads.py PodOutcome; the Kubernetes oracle's pods)
-POD_OUTCOMES = ("ready", "failed", "unschedulable", "quota")
+POD_OUTCOMES = ("ready", "failed", "unschedulable", "quota", "capacity")
 POD_CREATE_PATH = r"^(/v1)?/sandboxes$"
 LISTENERS = ("lifecycle", "execd", "port")
 EXECD_PREFIX = "/proxy/44772"  # execd serves every route bare and under this prefix (recording 06)

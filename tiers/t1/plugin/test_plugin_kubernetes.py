@@ -1,7 +1,7 @@
 """The plugin against the mock in Kubernetes mode (``runtime="kubernetes"``) with the ingress gateway and secure
 access (QUIRKS.md, "Kubernetes runtime: ..."): commands, files and a port through the gateway's ``uri`` route with
 the access token replayed and masked, the server's ``KUBERNETES::*`` create failures as EPP errors, and pools.
-One mock per module (its creates time out after 2 s: ``sandbox_create_timeout``)."""
+One mock per module (its creates time out after 2 s, ``sandbox_create_timeout``; Pool capacity after 1 s)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ SECURE = "OpenSandbox-Secure-Access"
 
 @pytest.fixture(scope="module")
 def k8s():
-    with MockOpenSandbox(runtime="kubernetes", gateway=True, gateway_route="uri", sandbox_create_timeout=2) as osb:
+    with MockOpenSandbox(
+        runtime="kubernetes", gateway=True, gateway_route="uri", sandbox_create_timeout=2, pool_acquisition_timeout=1
+    ) as osb:
         yield osb
 
 
@@ -111,6 +113,7 @@ def test_pod_ready_timeout_is_the_servers_answer(tmp_path, k8s, cfg, ready_timeo
     assert all(sb.deleted for sb in k8s.sandboxes.values() if sb.id not in _live(k8s))
 
 
+@pytest.mark.spec_exempt("the lifecycle spec lists no 403 for a create; the Kubernetes runtime answers one")
 def test_quota_exceeded_is_the_quota_error(tmp_path, k8s, cfg):
     """A namespace ResourceQuota that admits no more workloads: the server's 403 KUBERNETES::QUOTA_EXCEEDED is the
     EPP quota error (-32004), not a permission error, and no sandbox is left."""
@@ -122,6 +125,20 @@ def test_quota_exceeded_is_the_quota_error(tmp_path, k8s, cfg):
     err = info.value
     assert err.code == -32004 and err.data["osb_code"] == "KUBERNETES::QUOTA_EXCEEDED", err.data
     assert "exceeded quota" in err.message and _live(k8s) == before
+
+
+@pytest.mark.spec_exempt("the lifecycle spec lists no 429 for a create; the Kubernetes runtime answers one")
+def test_pool_capacity_exhausted_is_the_quota_error(tmp_path, k8s, cfg):
+    """No Pool capacity within the acquisition timeout: the server's 429 KUBERNETES::POOL_CAPACITY_EXHAUSTED (with
+    Retry-After) is the EPP quota error (-32004), and the workload is gone."""
+    k8s.faults.add(kind="pod", pod="capacity", count=1)
+    before = _live(k8s)
+    with EppClient(str(tmp_path), cfg) as epp:
+        with pytest.raises(RpcError) as info:
+            epp.call("sandbox.create", {"template": "base", "timeout": 300})
+    err = info.value
+    assert err.code == -32004 and err.data["osb_code"] == "KUBERNETES::POOL_CAPACITY_EXHAUSTED", err.data
+    assert _live(k8s) == before
 
 
 def _live(osb):

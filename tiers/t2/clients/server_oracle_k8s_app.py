@@ -37,7 +37,9 @@ Protocol (JSON lines; a message may carry ``seq``, echoed in its answer; request
 come out of order): ``{"op": "request", "method", "path", "headers", "body"}`` -> ``{"status", "headers", "body"}``
 (latin-1 bodies); ``{"op": "pods", "owner", "to", "reason"?, "sticky"?}`` -> ``{"pods": [names]}``: the pods of
 BatchSandbox or Pool ``owner`` go ``to`` ``scheduled`` (node, IP), ``ready``, ``failed`` (a waiting container,
-``reason`` ImagePullBackOff by default) or ``unschedulable``; ``sticky``: its later pods too; ``{"op": "quota",
+``reason`` ImagePullBackOff by default) or ``unschedulable``; ``sticky``: its later pods too; ``{"op": "condition", "owner", "type", "status"?, "message"?}`` -> ``{"conditions"}``: a
+condition on BatchSandbox ``owner`` that the controller keeps (PoolAllocationPending: a controller that reports
+exhausted Pool capacity, which the one at 3bb6fad never does); ``{"op": "quota",
 "plural", "hard", "name"?}`` -> ``{"quotas"}``: a ResourceQuota of ``hard`` objects of that resource (``name``
 sandbox-quota; ``hard`` null removes it), refused on create with kube-apiserver's 403; ``{"op": "get",
 "plural", "name"?}`` -> ``{"items": [...]}``, the stored objects.
@@ -77,7 +79,7 @@ namespace = "{NS}"
 workload_provider = "batchsandbox"
 sandbox_create_timeout_seconds = 5
 sandbox_create_poll_interval_seconds = 0.2
-pool_acquisition_timeout_seconds = 5
+pool_acquisition_timeout_seconds = 2
 [ingress]
 mode = "gateway"
 gateway = {{ address = "{GATEWAY}", route = {{ mode = "{route}" }} }}
@@ -133,6 +135,11 @@ def main() -> int:
         elif msg.get("op") == "pods":
             names = controller.pods_op(msg["owner"], msg["to"], msg.get("reason", ""), bool(msg.get("sticky")))
             reply(msg, {"pods": names})
+        elif msg.get("op") == "condition":  # a BatchSandbox condition no controller at 3bb6fad sets, kept
+            conds = controller.condition_op(
+                msg["owner"], msg["type"], msg.get("status", "True"), msg.get("message", "")
+            )
+            reply(msg, {"conditions": conds})
         elif msg.get("op") == "quota":  # a ResourceQuota on the count of one resource; hard None: none
             with api.lock:
                 if msg.get("hard") is None:

@@ -261,6 +261,18 @@ class Controller:
         status.update(conditions=conds, containerStatuses=statuses, startTime=now)
         self.api.patch(key, {"spec": {"nodeName": "oracle-node"}, "status": status}, status=True)
 
+    def condition_op(self, owner: str, typ: str, status: str, message: str) -> list[dict]:
+        """Set a condition on BatchSandbox ``owner`` as a controller would (the reconcile keeps conditions of other
+        types); its conditions after, [] for no such BatchSandbox."""
+        key = (CRD, "batchsandboxes", NS, owner)
+        with self.api.lock:
+            bs = self.api.get(key)
+            if bs is None:
+                return []
+            conds = _set_cond(list((bs.get("status") or {}).get("conditions") or []), typ, status, "", message)
+            self.api.patch(key, {"status": {"conditions": conds}}, status=True)
+            return conds
+
     def pods_op(self, owner: str, to: str, reason: str, sticky: bool) -> list[str]:
         with self.api.lock:
             if sticky:

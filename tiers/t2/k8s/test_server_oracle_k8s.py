@@ -108,6 +108,10 @@ class K8sOracle:
         msg = {"op": "pods", "owner": owner, "to": to, "reason": reason, "sticky": sticky}
         return self.submit(msg).result(timeout=10)["pods"]
 
+    def condition(self, owner: str, typ: str, status: str = "True", message: str = "") -> list[dict]:
+        msg = {"op": "condition", "owner": owner, "type": typ, "status": status, "message": message}
+        return self.submit(msg).result(timeout=10)["conditions"]
+
     def quota(self, plural: str, hard: int | None, name: str = "sandbox-quota") -> dict:
         """A ResourceQuota on the count of ``plural`` (None: none): creates over it get kube-apiserver's 403."""
         return self.submit({"op": "quota", "plural": plural, "hard": hard, "name": name}).result(timeout=10)["quotas"]
