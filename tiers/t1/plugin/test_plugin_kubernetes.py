@@ -113,32 +113,26 @@ def test_pod_ready_timeout_is_the_servers_answer(tmp_path, k8s, cfg, ready_timeo
     assert all(sb.deleted for sb in k8s.sandboxes.values() if sb.id not in _live(k8s))
 
 
-@pytest.mark.spec_exempt("the lifecycle spec lists no 403 for a create; the Kubernetes runtime answers one")
-def test_quota_exceeded_is_the_quota_error(tmp_path, k8s, cfg):
-    """A namespace ResourceQuota that admits no more workloads: the server's 403 KUBERNETES::QUOTA_EXCEEDED is the
-    EPP quota error (-32004), not a permission error, and no sandbox is left."""
-    k8s.faults.add(kind="pod", pod="quota", count=1)
+@pytest.mark.spec_exempt("the lifecycle spec lists no 403 or 429 for a create; the Kubernetes runtime answers them")
+@pytest.mark.parametrize(
+    ("pod", "osb_code", "text"),
+    [
+        ("quota", "KUBERNETES::QUOTA_EXCEEDED", "exceeded quota"),
+        ("capacity", "KUBERNETES::POOL_CAPACITY_EXHAUSTED", ""),
+    ],
+)
+def test_quota_and_pool_capacity_are_the_quota_error(tmp_path, k8s, cfg, pod, osb_code, text):
+    """A namespace ResourceQuota that admits no more workloads (the server's 403) and no Pool capacity within the
+    acquisition timeout (429 with Retry-After): the EPP quota error (-32004), not a permission error, and no sandbox
+    is left."""
+    k8s.faults.add(kind="pod", pod=pod, count=1)
     before = _live(k8s)
     with EppClient(str(tmp_path), cfg) as epp:
         with pytest.raises(RpcError) as info:
             epp.call("sandbox.create", {"template": "base", "timeout": 300})
     err = info.value
-    assert err.code == -32004 and err.data["osb_code"] == "KUBERNETES::QUOTA_EXCEEDED", err.data
-    assert "exceeded quota" in err.message and _live(k8s) == before
-
-
-@pytest.mark.spec_exempt("the lifecycle spec lists no 429 for a create; the Kubernetes runtime answers one")
-def test_pool_capacity_exhausted_is_the_quota_error(tmp_path, k8s, cfg):
-    """No Pool capacity within the acquisition timeout: the server's 429 KUBERNETES::POOL_CAPACITY_EXHAUSTED (with
-    Retry-After) is the EPP quota error (-32004), and the workload is gone."""
-    k8s.faults.add(kind="pod", pod="capacity", count=1)
-    before = _live(k8s)
-    with EppClient(str(tmp_path), cfg) as epp:
-        with pytest.raises(RpcError) as info:
-            epp.call("sandbox.create", {"template": "base", "timeout": 300})
-    err = info.value
-    assert err.code == -32004 and err.data["osb_code"] == "KUBERNETES::POOL_CAPACITY_EXHAUSTED", err.data
-    assert _live(k8s) == before
+    assert err.code == -32004 and err.data["osb_code"] == osb_code, err.data
+    assert text in err.message and _live(k8s) == before
 
 
 def _live(osb):
