@@ -54,7 +54,7 @@ class MockOptions:
     clock: Callable[[], datetime] | None = None  # the server's clock (timestamps, expiry, Date)
     warn: Callable[[str], None] | None = None  # where start() warnings go (default: stderr)
     # an opensandbox-server 1.1.1 config file (server_config.py): what it sets is the default under every setting
-    # given explicitly; None: the file named by $OSB_MOCK_CONFIG, if any, without its listener address; "": none
+    # given explicitly; None: the file named by $OSB_MOCK_CONFIG, if any, without its host, port and API key; "": none
     config: str | None = None
     # -- execd ---------------------------------------------------------------------------------------------
     execd_mode: str = "v1.1.0"  # the in-process execd's generation (QUIRKS.md, execd modes)
