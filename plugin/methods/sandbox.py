@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
     from osb import OpenSandbox
 
-CREATE_ANSWER_GRACE = 5.0  # seconds the create's HTTP answer may take beyond ready_timeout (m_sandbox_create)
 STATE_TO_STATUS = {  # the lifecycle API's sandbox states (`status.state`) -> EPP status
     "Pending": "creating",
     "Running": "running",
@@ -77,14 +76,11 @@ def m_sandbox_create(ctx: Context, req: Request, p: dict[str, Any]) -> dict[str,
     client = ctx.client()
     image = resolve_image(cfg, p.get("template"))
     body = create_body(cfg, p, image)
-    budget, grace = float(cfg.ready_timeout), CREATE_ANSWER_GRACE
+    budget = float(cfg.ready_timeout)
     if is_number(p.get("request_timeout")) and p["request_timeout"] > 0:
         budget = min(budget, max(1.0, float(p["request_timeout"]) - 1.0))
-        grace = max(0.0, min(grace, float(p["request_timeout"]) - 0.5 - budget))
     deadline = time.monotonic() + budget
-    # a Kubernetes server answers a create only once its pod is Ready, or with its own 504 after
-    # sandbox_create_timeout_seconds (60 s, as ready_timeout): its answer, not ours, when both wait as long
-    reply = ctx.guard(lambda: client.create(body, timeout=max(cfg.http_timeout, budget + grace)), op="create")
+    reply = ctx.guard(lambda: client.create(body, timeout=max(cfg.http_timeout, budget)), op="create")
     sb = reply.json() if isinstance(reply.json(), dict) else {}
     sid = str(sb.get("id") or "")
     if not sid:
