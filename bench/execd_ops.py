@@ -15,7 +15,6 @@ needs no mask).
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import socket
@@ -27,101 +26,66 @@ from mock_opensandbox.wire.websocket import FrameReader
 MARK = "bench-first-line"
 
 
-def _conn(url: str) -> tuple[http.client.HTTPConnection, str]:
-    host, port, prefix = direct._split(url)
-    return http.client.HTTPConnection(host, port, timeout=60), prefix
-
-
-def _json(url: str, headers: dict, method: str, path: str, payload: dict | None = None) -> tuple[int, bytes]:
-    c, prefix = _conn(url)
+def _call(url: str, headers: dict, method: str, path: str, payload: dict | None = None, ok=(200,)) -> bytes:
+    """One request on a new connection (bench/direct.py Conn, dropped after); HttpFailure unless its status is ok."""
+    conn = direct.Conn(url, headers)
     try:
-        body = None if payload is None else json.dumps(payload).encode()
-        c.request(method, prefix + path, body=body, headers={**headers, "Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, r.read()
+        body = json.dumps(payload).encode() if payload is not None else None
+        return conn.request(method, path, body, {"Content-Type": "application/json"}, ok=ok)[2]
     finally:
-        c.close()
+        conn.drop()
 
 
-def _sse_to_end(r: http.client.HTTPResponse) -> list[dict]:
-    """The events of an SSE body (bare JSON lines or ``data:`` lines) up to a terminal event or the end."""
-    events = []
-    while True:
-        line = r.readline()
-        if not line:
-            return events
-        text = line.strip()
-        text = text[5:].strip() if text.startswith(b"data:") else text
-        if not text.startswith(b"{"):
-            continue
-        try:
-            ev = json.loads(text)
-        except ValueError:
-            continue
-        events.append(ev)
-        if ev.get("type") in ("execution_complete", "error"):
-            return events
+def _stream(url: str, headers: dict, path: str, payload: dict) -> list[dict]:
+    """POST an SSE route on a new connection; its events (bench/direct.py iter_sse) up to the terminal one."""
+    conn = direct.Conn(url, headers)
+    try:
+        hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        r = conn.open("POST", path, json.dumps(payload).encode(), hdrs)
+        if r.status != 200:
+            raise RuntimeError(f"POST {path} answered {r.status}: {r.read(300)!r}")
+        events = []
+        for ev in direct.iter_sse(r):
+            events.append(ev)
+            if ev.get("type") in ("execution_complete", "error"):
+                break
+        return events
+    finally:
+        conn.drop()
 
 
 def session_create(url: str, headers: dict) -> str:
-    status, body = _json(url, headers, "POST", "/session", {})
-    if status != 200:
-        raise RuntimeError(f"POST /session answered {status}: {body[:300]!r}")
-    return json.loads(body)["session_id"]
+    return json.loads(_call(url, headers, "POST", "/session", {}))["session_id"]
 
 
 def session_run(url: str, headers: dict, sid: str, cmd: str = "true") -> float:
-    c, prefix = _conn(url)
     t0 = time.perf_counter()
-    try:
-        hdrs = {**headers, "Content-Type": "application/json", "Accept": "text/event-stream"}
-        c.request("POST", f"{prefix}/session/{sid}/run", body=json.dumps({"command": cmd}).encode(), headers=hdrs)
-        r = c.getresponse()
-        if r.status != 200:
-            raise RuntimeError(f"POST /session/{{id}}/run answered {r.status}: {r.read(300)!r}")
-        events = _sse_to_end(r)
-        took = time.perf_counter() - t0
-    finally:
-        c.close()
+    events = _stream(url, headers, f"/session/{sid}/run", {"command": cmd})
+    took = time.perf_counter() - t0
     if not events or events[-1].get("type") != "execution_complete":
         raise RuntimeError(f"a session's `{cmd}` ended with {events[-1:]}")
     return took
 
 
 def background_first_line(url: str, headers: dict) -> float:
-    c, prefix = _conn(url)
     t0 = time.perf_counter()
-    try:
-        body = json.dumps({"command": f"echo {MARK}; sleep 30", "background": True}).encode()
-        hdrs = {**headers, "Content-Type": "application/json", "Accept": "text/event-stream"}
-        c.request("POST", prefix + "/command", body=body, headers=hdrs)
-        r = c.getresponse()
-        if r.status != 200:
-            raise RuntimeError(f"POST /command (background) answered {r.status}: {r.read(300)!r}")
-        events = _sse_to_end(r)
-    finally:
-        c.close()
+    events = _stream(url, headers, "/command", {"command": f"echo {MARK}; sleep 30", "background": True})
     cid = next((e.get("text") for e in events if e.get("type") == "init"), None)
     if not cid:
         raise RuntimeError(f"a background command without its init event: {events}")
     try:
-        deadline = t0 + 30
-        while time.perf_counter() < deadline:
-            status, out = _json(url, headers, "GET", f"/command/{cid}/logs?cursor=0")
-            if status == 200 and MARK.encode() in out:
+        while time.perf_counter() < t0 + 30:
+            if MARK.encode() in _call(url, headers, "GET", f"/command/{cid}/logs?cursor=0"):
                 return time.perf_counter() - t0
             time.sleep(0.001)
         raise RuntimeError("a background command's first line never reached its logs")
     finally:
-        _json(url, headers, "DELETE", f"/command?id={cid}")
+        _call(url, headers, "DELETE", f"/command?id={cid}", ok=(200, 400, 404))
 
 
 def pty_start(url: str, headers: dict) -> float:
     t0 = time.perf_counter()
-    status, body = _json(url, headers, "POST", "/pty", {})
-    if status != 201:
-        raise RuntimeError(f"POST /pty answered {status}: {body[:300]!r}")
-    sid = json.loads(body)["session_id"]
+    sid = json.loads(_call(url, headers, "POST", "/pty", {}, ok=(201,)))["session_id"]
     host, port, prefix = direct._split(url)
     s = socket.create_connection((host, port), timeout=30)
     try:
@@ -149,4 +113,4 @@ def pty_start(url: str, headers: dict) -> float:
                 raise RuntimeError("the PTY WebSocket closed before any output")
     finally:
         s.close()
-        _json(url, headers, "DELETE", f"/pty/{sid}")
+        _call(url, headers, "DELETE", f"/pty/{sid}", ok=(200, 404))
