@@ -71,8 +71,10 @@ class Part:
         """The data, in pieces of at most n bytes (read back from the spool file when there is one)."""
         if self.spool is None:
             for piece in self.pieces:
-                for i in range(0, len(piece), n):
-                    yield piece if len(piece) <= n else piece[i : i + n]
+                if len(piece) <= n:
+                    yield piece
+                else:
+                    yield from (piece[i : i + n] for i in range(0, len(piece), n))
             return
         self.spool.seek(0)
         while True:

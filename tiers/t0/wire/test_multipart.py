@@ -78,3 +78,14 @@ def test_lf_only_bodies_and_errors():
         multipart.parse(b"--b\r\nbroken header line\r\n\r\nx\r\n--b--", "b")
     assert multipart.boundary_from_content_type("application/json") is None
     assert multipart.boundary_from_content_type('multipart/form-data; boundary="a b"') == "a b"
+
+
+def test_a_parts_chunks_are_its_pieces_at_most_n_bytes_each():
+    from mock_opensandbox.wire.formdata import Part
+
+    part = Part([("Content-Disposition", 'form-data; name="file"; filename="x"')])
+    part.add(bytearray(b"a" * 10))
+    part.add(b"")
+    part.add(b"bc")
+    assert [bytes(c) for c in part.chunks(4)] == [b"aaaa", b"aaaa", b"aa", b"bc"]
+    assert part.data == b"a" * 10 + b"bc" and part.size == 12
