@@ -107,6 +107,9 @@ def _map_http_error(exc: HttpError, op: str, target: str) -> EppError:
     plane = "execd" if exc.plane == "execd" else "OpenSandbox"
     text = f"{plane} HTTP {status} ({exc.what}): {msg}"
     extra: dict[str, Any] = {"http_status": status, "osb_code": code or None, "request_id": exc.request_id or None}
+    # a quota by its code, whatever the status (a Kubernetes namespace ResourceQuota answers 403)
+    if "QUOTA" in code.upper() or code.upper().endswith("CAPACITY_EXHAUSTED"):
+        return EppError(-32004, text, **extra, suggestion="Delete unused sandboxes or raise the quota.")
     if status == 401:
         if exc.plane == "execd":
             return EppError(
@@ -124,7 +127,7 @@ def _map_http_error(exc: HttpError, op: str, target: str) -> EppError:
             **extra,
             suggestion="Set api_key (ABX_OPENSANDBOX_API_KEY or OPEN_SANDBOX_API_KEY) to the server's API key.",
         )
-    if status == 403 and "QUOTA" not in code.upper():  # a namespace quota's 403 is a quota (below), not a denial
+    if status == 403:
         if op == "files":
             return EppError(
                 -32000, text, sdk_code="E4002", **extra, suggestion="The sandbox user may not access this path."
@@ -133,8 +136,6 @@ def _map_http_error(exc: HttpError, op: str, target: str) -> EppError:
     kube = _map_kubernetes_error(exc, code.upper(), text, extra)
     if kube is not None:
         return kube
-    if "QUOTA" in code.upper() or code.upper().endswith("CAPACITY_EXHAUSTED"):
-        return EppError(-32004, text, **extra, suggestion="Delete unused sandboxes or raise the quota.")
     if "IMAGE_PULL" in code.upper():
         return EppError(
             -32000,
