@@ -14,15 +14,9 @@ import urllib.request
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.t1.lifecycle.test_k8s_gateway import CREATE
 
 pytestmark = pytest.mark.spec_exempt("the Kubernetes runtime answers a create 429 or 504; the June spec lists neither")
-
-CREATE = {
-    "image": {"uri": "python:3-slim"},
-    "entrypoint": ["sleep", "1000"],
-    "timeout": 600,
-    "resourceLimits": {"cpu": "500m", "memory": "512Mi"},
-}
 
 
 def _create(osb: MockOpenSandbox) -> tuple[int, dict, dict]:
