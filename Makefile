@@ -16,18 +16,15 @@ venv: $(STAMP)
 
 ## Offline tiers t0-t3 and the differential tier (tiers/diff: the real execd vs the mock, skips without ../shared/opensandbox/execd; t3 runs against ../shared/opensandbox/execd, isolated, when it exists or OSB_EXECD_BIN, else the stand-in);
 ## t4 skips with one line unless OPENSANDBOX_LIVE=1.
-## Inside each tier the tests sit in a folder per component (tiers/t1/execd, tiers/t1/sandbox, ...). make test runs
-## six concurrent groups of those folders (most tests wait on sockets and subprocesses, so a 2-core machine runs at
-## about half its CPU with four), balanced by their measured times; tiers/t0/repo/test_suite_habits.py checks that
-## the groups name every test folder once.
-TEST_GROUPS := "tiers/t1/sandbox tiers/t1/images tiers/t1/tools tiers/t2/server" \
-               "tiers/t1/execd tiers/t1/lifecycle" \
-               "tiers/t1/docker tiers/t1/workbench tiers/t2/host tiers/t2/k8s" \
-               "tiers/diff tiers/t1/plugin" \
-               "tiers/t0 tiers/t3" \
-               "tiers/t2/clients tiers/t4"
+## Inside each tier the tests sit in a folder per component (tiers/t1/execd, tiers/t1/sandbox, ...); every test carries
+## its tier as a marker (tiers/conftest.py), and make test selects the tiers by marker (TEST_TIERS). pytest-xdist runs
+## the files in TEST_JOBS workers, a file at a time to the next free worker (--dist loadfile: most tests wait on sockets
+## and subprocesses, so a 2-core machine runs six at about its CPU); tiers/toolkit/session_report.py brings the
+## workers' end-of-session reports to one summary.
+TEST_TIERS ?= t0 or t1 or t2 or t3 or t4 or diff
+TEST_JOBS  ?= 6
 test: $(STAMP)
-	$(PY) tiers/run_tiers.py $(TEST_GROUPS)
+	$(PYTEST) -q -n $(TEST_JOBS) --dist loadfile -m "$(TEST_TIERS)" tiers
 
 ## The same tiers in one pytest process (slower; easier to read when debugging).
 test-serial: $(STAMP)

@@ -61,10 +61,10 @@ def accepted() -> list[Any]:
     return load_accepted(QUIRKS_MD)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The runs' reports, printed at the end by tiers/conftest.py (across pytest-xdist workers)."""
     from differential.runner import REPORTS  # a stable module (conftests load under importlib names)
+    from tiers.toolkit import session_report
 
     for text in REPORTS:
-        terminalreporter.write_line("")
-        for line in text.rstrip().splitlines():
-            terminalreporter.write_line(line)
+        session_report.add_result("diff", text)

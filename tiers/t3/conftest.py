@@ -21,6 +21,8 @@ from typing import Callable, Iterator, NamedTuple
 
 import pytest
 
+from tiers.toolkit import session_report
+
 from mock_opensandbox.server import MockOpenSandbox
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,12 +42,6 @@ def _describe(bin_: "ExecdBin") -> str:
     return f"the real execd {shown} (inside the mock's isolated sandbox view)"
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    which = config.stash.get(_WHICH, None)
-    if which:
-        terminalreporter.write_line(f"t3 ran against {which}")
-
-
 def _wrapper_text() -> str:
     return (
         "#!/bin/sh\n"
@@ -60,6 +56,7 @@ def _wrapper_text() -> str:
 def execd_bin(pytestconfig) -> Iterator[ExecdBin]:
     for bin_ in _execd_bin():
         pytestconfig.stash[_WHICH] = _describe(bin_)
+        session_report.add_lines("t3", [f"t3 ran against {_describe(bin_)}"])  # printed at the end
         yield bin_
 
 

@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional
 import pytest
 
 from tiers.smoke_flow import request, server_root
+from tiers.toolkit import session_report
 
 
 class LiveServer(NamedTuple):
@@ -48,14 +49,9 @@ def pytest_ignore_collect(collection_path, config):
         and HERE in collection_path.resolve().parents
     ):
         config.stash[_SKIPPED] = reason
+        session_report.add_lines("t4", [f"SKIPPED tiers/t4 (the live tier): {reason}"])  # printed at the end
         return True
     return None
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    reason = config.stash.get(_SKIPPED, None)
-    if reason:
-        terminalreporter.write_line(f"SKIPPED tiers/t4 (the live tier): {reason}")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -268,6 +268,29 @@ class SpecGuard:
         self.current_test = ""
         self.exempt_reason = ""
 
+    # -- across pytest-xdist workers (tiers/toolkit/session_report.py) --------------------------------
+    def export(self) -> dict[str, Any]:
+        """What this guard counted, as JSON-able data (a worker's share of the session)."""
+        with self._lock:
+            return {
+                "checked": self.checked,
+                "violations": [dataclasses.asdict(v) for v in self.violations],
+                "allowed_hits": {str(k): n for k, n in self.allowed_hits.items()},
+                "exempt_hits": dict(self.exempt_hits),
+                "unobserved": dict(self.unobserved),
+            }
+
+    def absorb(self, data: dict[str, Any]) -> None:
+        """Add a worker's export() to this guard's counts."""
+        with self._lock:
+            self.checked += int(data.get("checked", 0))
+            self.violations.extend(Violation(**v) for v in data.get("violations", []))
+            for field, target in (("exempt_hits", self.exempt_hits), ("unobserved", self.unobserved)):
+                for k, n in (data.get(field) or {}).items():
+                    target[k] = target.get(k, 0) + n
+            for k, n in (data.get("allowed_hits") or {}).items():
+                self.allowed_hits[int(k)] = self.allowed_hits.get(int(k), 0) + n
+
     # -- spec loading ------------------------------------------------------------------------------
     def apps(self) -> dict[str, Any]:
         if self._apps is None:

@@ -134,25 +134,31 @@ def misplaced_tests(tiers_dir: str = TIERS) -> list[str]:
     return bad
 
 
-def _make_groups(makefile: str) -> list[str]:
-    """The folders `make test` runs: the quoted words of the Makefile's TEST_GROUPS."""
+TIER_NAMES = ("t0", "t1", "t2", "t3", "t4", "diff")  # tiers/conftest.py TIERS: the markers make test selects
+
+
+def _make_tiers(makefile: str) -> list[str]:
+    """The tier markers `make test` selects: the names in the Makefile's TEST_TIERS expression."""
     with open(makefile, encoding="utf-8") as fh:
         text = fh.read()
-    block = re.search(r"^TEST_GROUPS :=((?:.*\\\n)*.*)$", text, re.M)
-    assert block, "no TEST_GROUPS in the Makefile"
-    return [w for group in re.findall(r'"([^"]*)"', block.group(1)) for w in group.split()]
+    found = re.search(r"^TEST_TIERS \?=(.*)$", text, re.M)
+    assert found, "no TEST_TIERS in the Makefile"
+    return [w for w in found.group(1).split() if w not in ("or", "and", "not")]
 
 
-def ungrouped_folders(tiers_dir: str = TIERS, makefile: str = os.path.join(REPO, "Makefile")) -> list[str]:
-    """Every folder holding tests is run by exactly one group of `make test` (itself or a folder above it)."""
-    named = _make_groups(makefile)
-    bad = ["%s named %d times" % (w, named.count(w)) for w in sorted(set(named)) if named.count(w) > 1]
+def unselected_folders(tiers_dir: str = TIERS, makefile: str = os.path.join(REPO, "Makefile")) -> list[str]:
+    """Every folder holding tests sits in a tier whose marker `make test` selects."""
+    chosen = _make_tiers(makefile)
+    bad = [f"TEST_TIERS names {w!r}, which is no tier" for w in chosen if w not in TIER_NAMES]
     for d, _, fs in os.walk(tiers_dir):
         if "__pycache__" in d or not any(f.startswith("test_") and f.endswith(".py") for f in fs):
             continue
         rel = os.path.relpath(d, os.path.dirname(tiers_dir))
-        if not any(rel == w or rel.startswith(w + os.sep) for w in named):
-            bad.append("%s is in no group of TEST_GROUPS" % rel)
+        parts = rel.split(os.sep)
+        if len(parts) < 2 or parts[1] not in TIER_NAMES:
+            bad.append(f"{rel} is in no tier")
+        elif parts[1] not in chosen:
+            bad.append(f"{rel}: make test does not select its tier {parts[1]}")
     return bad
 
 
@@ -160,20 +166,29 @@ def test_tests_sit_in_component_folders():
     assert misplaced_tests() == []
 
 
-def test_make_test_runs_every_test_folder_once():
-    assert ungrouped_folders() == []
+def test_make_test_selects_every_test_folder():
+    assert unselected_folders() == []
 
 
-def test_a_misplaced_or_ungrouped_test_is_found(tmp_path):
+def test_the_tiers_here_are_the_conftests():
+    from tiers.conftest import TIERS as MARKED
+
+    assert tuple(MARKED) == TIER_NAMES
+
+
+def test_a_misplaced_or_unselected_test_is_found(tmp_path):
     for tier in BY_COMPONENT:
         (tmp_path / "tiers" / tier / "execd").mkdir(parents=True)
     (tmp_path / "tiers" / "t1" / "test_stray.py").write_text("")
     (tmp_path / "tiers" / "t1" / "execd" / "test_ok.py").write_text("")
-    (tmp_path / "tiers" / "t2" / "execd" / "test_lost.py").write_text("")
+    (tmp_path / "tiers" / "t4" / "execd" / "test_live.py").write_text("")
+    (tmp_path / "tiers" / "t9" / "test_lost.py").parent.mkdir(parents=True)
+    (tmp_path / "tiers" / "t9" / "test_lost.py").write_text("")
     mk = tmp_path / "Makefile"
-    mk.write_text('TEST_GROUPS := "tiers/t1" \\\n               "tiers/t0 tiers/t1"\n')
+    mk.write_text("TEST_TIERS ?= t0 or t1 or t2 or t3 or t5\n")
     assert misplaced_tests(str(tmp_path / "tiers")) == ["t1/test_stray.py"]
-    assert ungrouped_folders(str(tmp_path / "tiers"), str(mk)) == [
-        "tiers/t1 named 2 times",
-        "tiers/t2/execd is in no group of TEST_GROUPS",
+    assert sorted(unselected_folders(str(tmp_path / "tiers"), str(mk))) == [
+        "TEST_TIERS names 't5', which is no tier",
+        "tiers/t4/execd: make test does not select its tier t4",
+        "tiers/t9 is in no tier",
     ]
