@@ -4,7 +4,7 @@ shapes (``bad_input``, ``unsupported``), and ``SECRETS``, the plugin's one regis
 
 ``SECRETS`` masks every credential this process holds in its plain, JSON-escaped and URL-quoted
 forms: ``epp.py`` passes every error answer and every stderr line through it, and the OpenSandbox
-client (``osb_transport.py``) scrubs the error bodies it reads with it. (Not named secrets.py: the
+client (``osb/transport.py``) scrubs the error bodies it reads with it. (Not named secrets.py: the
 plugin's directory is sys.path[0], where that name would hide the standard library's module.)
 """
 

@@ -6,7 +6,7 @@ frame, then binary output frames (first byte 0x01 stdout, 0x02 stderr, 0x03 repl
 big-endian offset), and at the end a JSON ``{"type":"exit","exit_code":N}`` frame followed by close
 1000. Input is a binary frame 0x00 + bytes; resize is ``{"type":"resize","cols":C,"rows":R}``.
 ``DELETE /pty/{id}`` kills the shell. A fresh shell is 80x24. All of it goes through the plugin's
-OpenSandbox client (osb_execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
+OpenSandbox client (osb/execd.py: retries, endpoint refresh, scrubbed error bodies, its errors).
 
 EPP side (epp-host-reference §3.4): ``pty.open{sandbox_id, cols, rows}`` -> ``{"process_id"}``;
 notifications ``pty.output{process_id, data_b64}`` and exactly one ``pty.exit{process_id,

@@ -1,5 +1,5 @@
 """t0 (unit tests): the plugin's modules are importable by their own names (``import epp``,
-``import osb_transport``), as the plugin imports them."""
+``from osb import transport``), as the plugin imports them."""
 
 from tiers.toolkit.plugin import importable
 

@@ -5,7 +5,7 @@
 * ``sandbox_root``, ``runtime``, ``make_execd``: a bare execd over a SandboxRuntime (conftest_execd.py);
 * ``cli_factory``: ``python -m mock_opensandbox`` in the foreground (tiers/toolkit/mockcli.py).
 
-The plugin's modules are importable by their own names here too (``import osb_transport``).
+The plugin's modules are importable by their own names here too (``import epp``, ``from osb import transport``).
 """
 
 from __future__ import annotations

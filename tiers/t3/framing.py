@@ -6,7 +6,7 @@ runs only a ``command`` string, one event per output line with line endings stri
 recordings 11/12) frames like ``v1.1.0``.
 
 ``OSB_EXECD_MODE`` (``v1.1.0`` or ``latest``) wins when set. Otherwise one sandbox's execd is asked the way the
-plugin asks it (``plugin/osb_execd.py``: an ``argv`` POST /command; a 400 the plugin's own ``_is_argv_rejection``
+plugin asks it (``plugin/osb/execd.py``: an ``argv`` POST /command; a 400 the plugin's own ``_is_argv_rejection``
 recognises means ``v1.1.0``).
 """
 
@@ -22,7 +22,7 @@ from tiers.toolkit.plugin import importable
 
 importable()  # the plugin's modules import each other by their own names (epp, osb)
 
-from osb_execd import LATEST, LEGACY, _is_argv_rejection  # noqa: E402 - needs plugin/ on sys.path first
+from osb.execd import LATEST, LEGACY, _is_argv_rejection  # noqa: E402 - needs plugin/ on sys.path first
 from tiers.smoke_flow import request  # noqa: E402 - after importable() above, like the line before
 
 MODES = (LEGACY, LATEST)

@@ -1,7 +1,7 @@
 """The test toolkit shared by every tier and by bench/: one place for what tests keep needing.
 
 * ``tiers.toolkit.plugin``: where the plugin is; ``importable()`` puts its directory on sys.path so
-  tests import its modules by their own names (``import epp``, ``import osb_transport``), as
+  tests import its modules by their own names (``import epp``, ``from osb import transport``), as
   the plugin itself does;
 * ``tiers.toolkit.epp``: the EPP/1 clients (``EppClient`` for tests, ``Plugin`` the lean driver of
   bench/), both starting the plugin the way the host does;

@@ -15,10 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import osb_execd as execd
-import osb_multipart as multipart
-import osb_sse as sse
-import osb_transport as transport
+from osb import execd, multipart, sse, transport
 
 # ---- SSE ------------------------------------------------------------------------------------------
 

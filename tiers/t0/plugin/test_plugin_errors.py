@@ -14,7 +14,7 @@ import epp
 import errors
 import failures
 from config import Config
-import osb_transport as transport
+from osb import transport
 
 CANARY = "abx-canary-0123456789abcdef"
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import epp
-import osb_transport as transport
+from osb import transport
 from errors import EppError
 from params import b64_param
 from tiers.toolkit.waits import wait_until

@@ -128,7 +128,8 @@ def test_plugin_runs_on_python_310(tmp_path):
     assert by_id[3]["result"] == {}
     modules = ", ".join(
         ["methods." + m for m in sorted(set(provider.METHODS.values()))]
-        + ["osb", "osb_transport", "osb_retries", "osb_lifecycle", "osb_execd", "osb_ws"]
+        + ["osb"]
+        + ["osb." + p.stem for p in sorted((PLUGIN / "osb").glob("*.py")) if p.stem != "__init__"]
     )
     code = "import sys; sys.path.insert(0, %r); import provider, %s; print('ok')" % (str(PLUGIN), modules)
     assert subprocess.run([PY310, "-c", code], capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
@@ -136,7 +137,7 @@ def test_plugin_runs_on_python_310(tmp_path):
 
 def test_startup_is_cheap_nothing_networky_imported(tmp_path):
     """Start and initialize import the loop, the provider, its context and the errors leaf only: the
-    configuration, the client (osb.py, osb_*.py) and the methods (methods/) wait for the call that needs them."""
+    configuration, the client (the package osb/) and the methods (methods/) wait for the call that needs them."""
     init = json.dumps(INIT["params"])
     code = (
         "import io, json, sys; sys.path.insert(0, %r); before = set(sys.modules); import provider; "
@@ -161,7 +162,7 @@ def _closed_port() -> int:
 
 def test_sandbox_get_loads_only_the_lifecycle_part_of_the_client(tmp_path):
     """sandbox.get, a lifecycle call, loads the client's public surface and the modules behind the names it
-    uses (transport, retries, lifecycle), never execd's (osb_execd.py, osb_sse.py, osb_multipart.py, osb_ws.py): the
+    uses (transport, retries, lifecycle), never execd's (osb/execd.py, osb/sse.py, osb/multipart.py, osb/ws.py): the
     host starts a new plugin process for most calls, and each pays only for what it needs."""
     init = json.loads(json.dumps(INIT))
     init["params"]["config"] = {"base_url": f"http://127.0.0.1:{_closed_port()}"}
@@ -177,8 +178,8 @@ def test_sandbox_get_loads_only_the_lifecycle_part_of_the_client(tmp_path):
     assert b'"E5001"' in out.stdout, out.stdout  # answered: connection refused
     lines = out.stderr.decode(errors="replace").splitlines()
     loaded = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
-    client = {m for m in loaded if m == "osb" or m.startswith("osb_")}
-    assert client == {"osb", "osb_transport", "osb_retries", "osb_lifecycle"}
+    client = {m for m in loaded if m == "osb" or m.startswith(("osb.", "osb_"))}
+    assert client == {"osb", "osb.transport", "osb.retries", "osb.lifecycle"}
 
 
 def test_only_protocol_lines_on_stdout_and_no_writes_outside_data_dir(tmp_path):

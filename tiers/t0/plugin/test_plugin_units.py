@@ -23,8 +23,7 @@ import methods.sandbox as sandbox
 from config import Config
 from epp import MAX_LINE_BYTES, Request
 from errors import EppError
-import osb_execd as execd
-import osb_transport as transport
+from osb import execd, transport
 
 HOST_DEFAULTS = {
     "template": "base",

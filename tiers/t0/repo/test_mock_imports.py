@@ -3,7 +3,7 @@ modules - at module level and inside functions alike (the old execd/files_routes
 circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_CHECKING:`` count
 too (a circle of type names is still a circle for a reader). plugin/ is a root, not a package (launch.py runs
 with that directory as sys.path[0]): its modules and packages are named from there (``epp``, ``osb``,
-``osb_transport``, ``methods.pty``). Their size (600 lines at most) is test_module_size.py's, with every other module's."""
+``osb.transport``, ``methods.pty``). Their size (600 lines at most) is test_module_size.py's, with every other module's."""
 
 from __future__ import annotations
 
@@ -71,14 +71,14 @@ def _graph(root: str = ROOT) -> dict[str, set[str]]:
     "root,known",
     [
         (ROOT, ("mock_opensandbox.execd.server", "mock_opensandbox.wire.gojson")),
-        (PLUGIN, ("epp", "osb_transport", "methods.pty")),
+        (PLUGIN, ("epp", "osb", "osb.transport", "methods.pty")),
     ],
     ids=["mock_opensandbox", "plugin"],
 )
 def test_no_import_cycle(root, known):
     graph = _graph(root)
     assert all(k in graph for k in known)
-    assert root != PLUGIN or (graph["osb_ws"] == {"osb_transport"} and "osb" in graph["methods.pty"])
+    assert root != PLUGIN or (graph["osb.ws"] == {"osb.transport"} and "osb" in graph["methods.pty"])
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -99,13 +99,13 @@ def test_no_import_cycle(root, known):
 
 
 def _plugin_layer_breaches(root: str = PLUGIN) -> list[tuple[str, str]]:
-    """(importer, imported) pairs that break the plugin's layers: the client (osb.py over the osb_*.py
-    modules) imports only itself and the errors leaf; the rest of the plugin imports only the client's public
-    surface (``from osb import ...``), never one of its modules (``osb_transport``); the methods (methods/) are
-    imported by no module outside the package (provider.py imports them by name, on a method's first call), and
-    by each other only within it."""
+    """(importer, imported) pairs that break the plugin's layers: the client (the package osb/: osb and osb.*)
+    imports only itself and the errors leaf; the rest of the plugin imports only the client's public surface
+    (``from osb import ...``, osb/__init__.py), never one of its modules (``osb.transport``); the methods
+    (methods/) are imported by no module outside the package (provider.py imports them by name, on a method's
+    first call), and by each other only within it."""
     graph = _graph(root)
-    client = {m for m in graph if m == "osb" or m.startswith("osb_")}
+    client = {m for m in graph if m == "osb" or m.startswith("osb.")}
     methods = {m for m in graph if m.startswith("methods.")}
     out = [(m, d) for m in sorted(client) for d in sorted(graph[m] - client - {"errors"})]
     out += [(m, d) for m in sorted(set(graph) - client) for d in sorted(graph[m] & client - {"osb"})]
@@ -115,8 +115,8 @@ def _plugin_layer_breaches(root: str = PLUGIN) -> list[tuple[str, str]]:
 
 def test_plugin_layers():
     graph = _graph(PLUGIN)
-    client = {m for m in graph if m == "osb" or m.startswith("osb_")}
-    assert {"osb", "osb_transport", "osb_retries", "osb_lifecycle", "osb_execd", "osb_ws"} <= client
+    client = {m for m in graph if m == "osb" or m.startswith("osb.")}
+    assert {"osb", "osb.transport", "osb.retries", "osb.lifecycle", "osb.execd", "osb.ws"} <= client
     assert {"methods." + n for n in ("sandbox", "exec", "process", "files", "ports", "pty")} <= set(graph)
     assert _plugin_layer_breaches() == []
 
@@ -126,24 +126,25 @@ def test_plugin_layer_breaches_are_found(tmp_path):
     module of the client or a module of methods/."""
     root = tmp_path / "plugin"
     (root / "methods").mkdir(parents=True)
+    (root / "osb").mkdir()
     files = {
         "errors.py": "",
         "config.py": "",
         "context.py": "import methods.y\n",
-        "osb.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from osb_transport import Http\n",
-        "osb_transport.py": "from errors import SECRETS\n",
-        "osb_ws.py": "from osb_transport import NetError\nfrom config import Config\n",
+        "osb/__init__.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from .transport import Http\n",
+        "osb/transport.py": "from errors import SECRETS\n",
+        "osb/ws.py": "from .transport import NetError\nfrom config import Config\n",
         "methods/__init__.py": "",
-        "methods/x.py": "from osb import Http\nimport osb_transport\n",
-        "methods/y.py": "import osb_ws\nfrom osb_transport import Http\nfrom . import x\n",
+        "methods/x.py": "from osb import Http\nimport osb.transport\n",
+        "methods/y.py": "from osb import ws\nfrom osb.transport import Http\nfrom . import x\n",
     }
     for name, text in files.items():
         (root / name).write_text(text, encoding="utf-8")
     assert _plugin_layer_breaches(str(root)) == [
-        ("osb_ws", "config"),
-        ("methods.x", "osb_transport"),
-        ("methods.y", "osb_transport"),
-        ("methods.y", "osb_ws"),
+        ("osb.ws", "config"),
+        ("methods.x", "osb.transport"),
+        ("methods.y", "osb.transport"),
+        ("methods.y", "osb.ws"),
         ("context", "methods.y"),
     ]
 

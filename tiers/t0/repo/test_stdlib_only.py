@@ -46,16 +46,16 @@ def test_only_standard_library_imports(root):
 
 
 def test_plugin_subpackages_are_walked_and_real():
-    """plugin/'s one directory of Python, methods/, is a package (an __init__.py: no namespace package an
-    import could take for a third-party one), does not shadow a standard-library name, and the walk above
-    reads its modules."""
+    """plugin/'s directories of Python, methods/ and osb/, are top-level packages (an __init__.py: no namespace
+    package an import could take for a third-party one), do not shadow a standard-library name, and the walk
+    above reads their modules."""
     plugin = REPO / "plugin"
     dirs = {p.parent for p in plugin.rglob("*.py")} - {plugin}
-    assert sorted(d.name for d in dirs) == ["methods"]
-    assert all((d / "__init__.py").exists() for d in dirs)
+    assert sorted(d.name for d in dirs) == ["methods", "osb"]
+    assert all(d.parent == plugin and (d / "__init__.py").exists() for d in dirs)
     assert {d.name for d in dirs} & STDLIB == set()
     walked = {path.relative_to(plugin).as_posix() for path in plugin.rglob("*.py")}
-    assert {"osb_transport.py", "methods/pty.py"} <= walked
+    assert {"osb/__init__.py", "osb/transport.py", "methods/pty.py"} <= walked
 
 
 def test_a_third_party_import_in_a_subpackage_is_found(tmp_path, monkeypatch):

@@ -48,7 +48,7 @@ def _check(*args: str, cache: str) -> None:
     "tree,flags", [("plugin", ("--strict",)), ("mock_opensandbox", ())], ids=["plugin-strict", "mock-basic"]
 )
 def test_mypy_finds_nothing(tree, flags):
-    # plugin/ has no __init__.py: mypy names its modules from there (epp, osb_transport, methods.pty), as
+    # plugin/ has no __init__.py: mypy names its modules from there (epp, osb.transport, methods.pty), as
     # launch.py's sys.path does
     _check(*flags, tree, cache=tree)
 

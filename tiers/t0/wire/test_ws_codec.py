@@ -1,5 +1,5 @@
 """Properties of the two WebSocket codecs: the mock's server side (mock_opensandbox/wire/websocket.py) and the
-plugin's client (plugin/osb_ws.py). They share no code, so each direction is checked across them:
+plugin's client (plugin/osb/ws.py). They share no code, so each direction is checked across them:
 client encoder -> server decoder and server encoder -> client decoder, for payloads of 0 to 1 MiB,
 text and binary, whole or fragmented, with control frames between the fragments.
 Sockets only appear as socketpair() (no ports)."""
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mock_opensandbox.wire import websocket as srv
-import osb_transport as transport
-import osb_ws as cli
+from osb import transport
+from osb import ws as cli
 
 MIB = 1 << 20
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

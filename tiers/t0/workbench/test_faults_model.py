@@ -1,4 +1,4 @@
-"""Fault rules as data (mock_opensandbox/workbench/faults.py) and the plugin's retry policy (plugin/osb_retries.py):
+"""Fault rules as data (mock_opensandbox/workbench/faults.py) and the plugin's retry policy (plugin/osb/retries.py):
 parsing and validation, matching by method / path / listener / sandbox, count and seeded probability,
 the admin prefix, JSON round trip; which failures an idempotent call retries and for how long."""
 
@@ -15,8 +15,7 @@ from mock_opensandbox.workbench.faults import KINDS, FaultError, FaultRegistry, 
 
 from errors import SECRETS, Secrets
 from failures import map_osb_error
-import osb_retries as retries
-import osb_transport as transport
+from osb import retries, transport
 
 SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"
 

@@ -1,6 +1,6 @@
 """Terminals end to end at the HTTP level: the mock's execd PTY routes (mock_opensandbox/execd/pty_routes.py)
 on a small httpcore server with a real SandboxRuntime, driven by the plugin's terminal manager
-(plugin/methods/pty.py) through the plugin's OpenSandbox client (plugin/osb_execd.py, osb_ws.py).
+(plugin/methods/pty.py) through the plugin's OpenSandbox client (plugin/osb/execd.py, osb/ws.py).
 
 The tiny server here stands in for ExecdServer: it registers only the PTY routes and checks the
 access token and a gateway header the way execd's middleware would (401 {"error": ...}), so the
@@ -33,7 +33,7 @@ from mock_opensandbox.runtime import nethub, zygote
 # plugin modules: importable through tiers/t1/conftest.py
 import methods.pty as terminal
 from errors import EppError
-import osb_ws as _ws
+from osb import ws as _ws
 from osb import Http, OpenSandbox
 from tiers.toolkit import procs
 from tiers.toolkit import rest

@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-import osb_sse as sse
-import osb_transport as transport  # plugin/: importable through tiers/t1/conftest.py
+from osb import sse, transport  # plugin/: importable through tiers/t1/conftest.py
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -29,7 +29,7 @@ import threading
 from typing import Any, BinaryIO, Callable, Mapping
 from urllib.parse import urlsplit
 
-from osb_transport import NetError
+from .transport import NetError
 
 __all__ = [
     "connect",

@@ -16,16 +16,16 @@ import time
 import urllib.parse
 from collections import deque
 
-from osb_retries import with_retries
-from osb_sse import SSEDecoder, restore_legacy_text
-from osb_transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, register_endpoint_secrets, safe_url
+from .retries import with_retries
+from .sse import SSEDecoder, restore_legacy_text
+from .transport import MAX_ERROR_BODY, HttpError, NetError, Reply, Stream, register_endpoint_secrets, safe_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator, Protocol, TypeVar
 
-    from osb_transport import Body, Http
-    from osb_ws import WebSocketClient
+    from .transport import Body, Http
+    from .ws import WebSocketClient
 
     T = TypeVar("T")
 
@@ -267,7 +267,7 @@ class Execd:
         if mode is not None:
             meta["mode"] = mode
         name = path.rstrip("/").rsplit("/", 1)[-1] or "file"
-        from osb_multipart import multipart_pieces
+        from .multipart import multipart_pieces
 
         ctype, body = multipart_pieces(
             [
@@ -396,7 +396,7 @@ class Execd:
     def websocket(self, path: str, query: str = "", *, timeout: float, what: str) -> WebSocketClient:
         """A WebSocket (ws.py) to ``path``; a refused upgrade raises HttpError (its body parsed
         and scrubbed like any other), a failed connection NetError."""
-        import osb_ws as ws
+        from . import ws
 
         def once() -> WebSocketClient:
             url = self.base + path + (f"?{query}" if query else "")

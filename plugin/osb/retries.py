@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from osb_transport import HttpError, NetError
+from .transport import HttpError, NetError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -16,14 +16,14 @@ import urllib.parse
 
 from errors import SECRETS
 
-from osb_retries import with_retries
-from osb_transport import Http, HttpError, Reply, register_endpoint_secrets
+from .retries import with_retries
+from .transport import Http, HttpError, Reply, register_endpoint_secrets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-    from osb_execd import Execd
+    from .execd import Execd
 
     Query = dict[str, Any] | list[tuple[str, str]] | None  # urlencode() takes either
 
@@ -277,7 +277,7 @@ class OpenSandbox:
             url, headers = self.endpoint(sandbox_id, EXECD_PORT)
             ep = {"url": url, "headers": headers}
             self.cache.update(sandbox_id, **{key: ep})
-        from osb_execd import Execd
+        from .execd import Execd
 
         ex = Execd(self, sandbox_id, ep["url"], ep["headers"])
         with self._lock:

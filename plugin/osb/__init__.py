@@ -1,21 +1,22 @@
 """The OpenSandbox client: the plugin's only way to the lifecycle server and to execd.
 
 Its public surface is the names below (``from osb import OpenSandbox, HttpError``); the rest of the
-plugin imports nothing else of the client. Its modules, ``osb_*.py`` beside this one (plugin/ is a flat
-root for its imports: launch.py runs with it as sys.path[0], and every import names a module there), import
-each other and, outside the client, only the standard library and the leaf
-``errors.py`` (``SECRETS`` scrubs the error bodies read here). Every failure of a call is an
+plugin imports nothing else of the client, no ``osb.<module>``. Its modules, beside this file in osb/
+(plugin/ is a flat root for its imports: launch.py runs with it as sys.path[0], and osb/ is a package
+there), import each other by relative imports and, outside the client, only the standard library and the
+leaf ``errors.py`` (``SECRETS`` scrubs the error bodies read here). Every failure of a call is an
 ``HttpError`` (the server answered >= 400) or a ``NetError`` (no usable answer: refused, reset,
 timeout, an answer cut short, a WebSocket that broke).
 
-    osb_transport.py   keep-alive HTTP, deadlines, HttpError / NetError, the error-body parser
-    osb_retries.py     retries of idempotent calls (429/502/503/504, resets, cut-short answers)
-    osb_lifecycle.py   OpenSandbox (/v1/sandboxes...) and SandboxCache (per-sandbox state on disk)
-    osb_execd.py       Execd (commands, files, the PTY API) and CommandRun
-    osb_sse.py · osb_multipart.py · osb_ws.py   execd's event stream, uploads, the WebSocket client
+    transport.py   keep-alive HTTP, deadlines, HttpError / NetError, the error-body parser
+    retries.py     retries of idempotent calls (429/502/503/504, resets, cut-short answers)
+    lifecycle.py   OpenSandbox (/v1/sandboxes...) and SandboxCache (per-sandbox state on disk)
+    execd.py       Execd (commands, files, the PTY API) and CommandRun
+    sse.py · multipart.py · ws.py   execd's event stream, uploads, the WebSocket client
 
-A name is imported on first use (PEP 562): the host starts a new plugin process for most calls,
-and a call pays only for the modules it needs (sandbox.get never loads osb_execd.py or osb_ws.py).
+This file imports none of them: a name is imported on first use (PEP 562). The host starts a new plugin
+process for most calls, and a call pays only for the modules it needs (``initialize`` loads no part of the
+client, sandbox.get never loads osb/execd.py or osb/ws.py).
 """
 
 from __future__ import annotations
@@ -67,18 +68,18 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from osb_execd import CommandRun, Execd, TooLarge, shell_join
-    from osb_lifecycle import OpenSandbox, SandboxCache
-    from osb_retries import http_date, retry_after_seconds
-    from osb_sse import StartFailure, signal_exit_code, terminal_exit_code
-    from osb_transport import Http, HttpError, NetError, Reply, safe_url
-    from osb_ws import OP_BINARY, OP_TEXT, WebSocketClient
+    from .execd import CommandRun, Execd, TooLarge, shell_join
+    from .lifecycle import OpenSandbox, SandboxCache
+    from .retries import http_date, retry_after_seconds
+    from .sse import StartFailure, signal_exit_code, terminal_exit_code
+    from .transport import Http, HttpError, NetError, Reply, safe_url
+    from .ws import OP_BINARY, OP_TEXT, WebSocketClient
 else:
 
     def __getattr__(name: str) -> object:
         module = _WHERE.get(name)
         if module is None:
             raise AttributeError(f"module 'osb' has no attribute {name!r}")
-        value = getattr(__import__("osb_" + module, globals(), None, (name,), 0), name)  # from osb_<module> import name
+        value = getattr(__import__(module, globals(), None, (name,), 1), name)  # from .<module> import name
         globals()[name] = value  # the next lookup is a plain module attribute
         return value

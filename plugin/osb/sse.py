@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from osb_transport import json_or_none
+from .transport import json_or_none
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
