@@ -1,11 +1,16 @@
 """tools/commit_msg_check.py, the commit-msg hook of .pre-commit-config.yaml: a subject over 72 characters
-is refused with a message that says why, a subject of 72 passes, git's comment lines do not count."""
+is refused with a message that says why, a subject of 72 passes, git's comment lines do not count. Its
+``--history`` mode checks the commits already made: `make lint` runs it on this repository (the test marked
+``lint``); the others, which show that each check can fail, run in `make test`."""
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "tools" / "commit_msg_check.py"
@@ -45,3 +50,51 @@ def test_an_empty_message_and_a_two_line_subject_are_refused(tmp_path):
 def test_the_hook_is_configured():
     text = (REPO / ".pre-commit-config.yaml").read_text(encoding="utf-8")
     assert "tools/commit_msg_check.py" in text and "commit-msg" in text
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("commit_msg_check", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _commit(repo: pathlib.Path, message: str) -> str:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    subprocess.run(
+        [*git, "commit", "-q", "--allow-empty", "--no-verify", "-m", message],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+
+
+def test_the_history_check_refuses_the_commits_after_the_mark(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, capture_output=True, timeout=60)
+    old = _commit(tmp_path, "o" * 80)
+    mark = _commit(tmp_path, "the mark")
+    _commit(tmp_path, "a fine subject\n\nthe body")
+    late = _commit(tmp_path, "n" * 73)
+    history = _tool().history
+    checked, bad = history(str(tmp_path), after=mark)
+    assert checked == 2 and len(bad) == 1, bad
+    assert bad[0].startswith(f"{late[:7]}: the subject is 73 characters, over 72") and "n" * 73 in bad[0]
+    checked, bad = history(str(tmp_path), after=None)
+    assert checked == 4 and [b[:7] for b in bad] == [late[:7], old[:7]]
+    assert history(str(tmp_path), after="0" * 40)[0] == 4  # a mark the clone lacks (shallow): every commit it has
+
+
+def test_the_history_check_says_when_it_cannot_look(tmp_path):
+    with pytest.raises(RuntimeError, match="git log"):
+        _tool().history(str(tmp_path), after=None)
+
+
+@pytest.mark.lint
+def test_every_commit_after_the_mark_passes():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--history"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "0 refused" in out.stdout, out.stdout + out.stderr

@@ -192,3 +192,48 @@ def test_a_misplaced_or_unselected_test_is_found(tmp_path):
         "tiers/t4/execd: make test does not select its tier t4",
         "tiers/t9 is in no tier",
     ]
+
+
+# `make lint` runs the tests marked `lint` in one folder; `make test` and `make test-serial` deselect them
+def _recipe(makefile: str, target: str) -> str:
+    with open(makefile, encoding="utf-8") as fh:
+        found = re.search(rf"^{re.escape(target)}:[^\n]*\n((?:\t[^\n]*\n)+)", fh.read(), re.M)
+    return found.group(1) if found else ""
+
+
+def lint_split(tiers_dir: str = TIERS, makefile: str = os.path.join(REPO, "Makefile")) -> list[str]:
+    """Every check marked `lint` runs in `make lint` and only there: it sits in tiers/t0/repo (the only folder
+    `make lint` collects), `make lint` selects the marker there and the test targets deselect it."""
+    home = os.path.join(tiers_dir, "t0", "repo")
+    bad = []
+    for d, _, fs in os.walk(tiers_dir):
+        for f in sorted(fs):
+            path = os.path.join(d, f)
+            if f.endswith(".py") and "__pycache__" not in d and d != home:
+                with open(path, encoding="utf-8") as fh:
+                    if "mark.lint" in fh.read():
+                        bad.append(f"{os.path.relpath(path, tiers_dir)} marks a test `lint` outside t0/repo")
+    if not re.search(r"-m lint tiers/t0/repo\b", _recipe(makefile, "lint")):
+        bad.append("make lint does not run `-m lint tiers/t0/repo`")
+    for target in ("test", "test-serial"):
+        if not re.search(r'-m "[^"]*\bnot lint"', _recipe(makefile, target)):
+            bad.append(f'make {target} does not deselect the lint checks (-m "not lint")')
+    return bad
+
+
+def test_make_lint_runs_the_lint_checks_and_make_test_does_not():
+    assert lint_split() == []
+
+
+def test_the_lint_split_check_can_fail(tmp_path):
+    (tmp_path / "tiers" / "t0" / "repo").mkdir(parents=True)
+    (tmp_path / "tiers" / "t1").mkdir()
+    (tmp_path / "tiers" / "t0" / "repo" / "test_ok.py").write_text("@pytest.mark.lint\ndef test_x(): pass\n")
+    (tmp_path / "tiers" / "t1" / "test_lost.py").write_text("@pytest.mark.lint\ndef test_x(): pass\n")
+    mk = tmp_path / "Makefile"
+    mk.write_text('test: x\n\trun -- -m "not lint"\n\nlint: x\n\tpytest -q tiers/t0/repo\n')
+    assert lint_split(str(tmp_path / "tiers"), str(mk)) == [
+        "t1/test_lost.py marks a test `lint` outside t0/repo",
+        "make lint does not run `-m lint tiers/t0/repo`",
+        'make test-serial does not deselect the lint checks (-m "not lint")',
+    ]

@@ -1,7 +1,8 @@
 """The type hints are checked: mypy (pinned in requirements-test.txt) passes with --strict on
 plugin/ and with the defaults of pyproject.toml's [tool.mypy] on mock_opensandbox/. Both runs check
 against Python 3.10's standard library (python_version there), the oldest Python the project promises.
-The caches live in .mypy_cache/ (ignored by git): a warm run takes about a second."""
+The caches live in .mypy_cache/ (ignored by git): a warm run takes about a second. Marked ``lint``: `make lint`
+runs these, `make test` deselects them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.lint
 
 
 def _mypy() -> str:

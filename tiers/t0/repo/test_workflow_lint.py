@@ -1,6 +1,7 @@
 """The workflows (nightly, and ci on every push/PR) stay clean under actionlint and zizmor (pinned in
 requirements-test.txt). Each check skips with one line when its linter is not installed (zizmor 1.32 installs only on
-Python >= 3.11: an environment marker); neither needs the network (zizmor --offline)."""
+Python >= 3.11: an environment marker); neither needs the network (zizmor --offline). Marked ``lint``: `make lint`
+runs these, `make test` deselects them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.lint
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 WORKFLOWS = sorted(
     os.path.join(REPO, ".github", "workflows", f)
