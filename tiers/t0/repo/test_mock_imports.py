@@ -3,7 +3,8 @@ modules - at module level and inside functions alike (the old execd/files_routes
 circle was one of function-level imports) - form a DAG. Imports under ``if TYPE_CHECKING:`` count
 too (a circle of type names is still a circle for a reader). plugin/ is a root, not a package (launch.py runs
 with that directory as sys.path[0]): its modules and packages are named from there (``epp``, ``osb``,
-``osb.transport``, ``methods.pty``). Their size (600 lines at most) is test_module_size.py's, with every other module's."""
+``osb.transport``, ``methods.pty``). Their size (800 lines at most, a smell detector) is test_module_size.py's,
+with every other module's."""
 
 from __future__ import annotations
 

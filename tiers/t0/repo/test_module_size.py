@@ -1,7 +1,8 @@
-"""No Python module of the repository is over 600 lines: a module that long holds more than one subject, and a
-reader (or the reviewer of a diff) cannot keep it in view. Every git-tracked ``*.py`` file counts: the mock, the
-plugin, the tests, the tools. The allow-list names the files that are data rather than code, each with why (none in mock_opensandbox/ or
-plugin/).
+"""A smell detector for subjects, not a splitting rule: no Python module of the repository is over 800 lines. A
+module that long most likely holds more than one subject, and a reader (or the reviewer of a diff) cannot keep it in
+view; a module is split where its subjects part, never to get under the number. Every git-tracked ``*.py`` file
+counts: the mock, the plugin, the tests, the tools. The allow-list names the files that are data rather than code,
+each with why (none in mock_opensandbox/ or plugin/).
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import subprocess
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-MAX_LINES = 600
+MAX_LINES = 800
+SMELL = (
+    "a smell detector for subjects, not a splitting rule: does it hold more than one subject? Split it where its "
+    "subjects part, or, if it is data, add it to DATA with why"
+)
 # Files that are data, not code: a longer one is a longer table, not a module doing more. Only data corpora.
 DATA = {
     # the differential corpus: request cases, one per execd route behaviour, run unchanged against the real
@@ -42,11 +47,11 @@ def oversized(repo: str = REPO, allowed: dict[str, str] = DATA) -> list[str]:
             continue
         n = _lines(path)
         if n > MAX_LINES:
-            bad.append(f"{rel}: {n} lines, over {MAX_LINES}: split it by subject")
+            bad.append(f"{rel}: {n} lines, over {MAX_LINES}: {SMELL}")
     return bad
 
 
-def test_no_python_module_is_over_600_lines():
+def test_no_python_module_is_over_800_lines():
     assert oversized() == []
 
 
@@ -54,18 +59,16 @@ def test_the_allow_list_names_tracked_files():
     assert set(DATA) <= set(tracked_python(REPO))
 
 
-def test_a_601_line_module_fails(tmp_path):
+def test_an_801_line_module_fails(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, capture_output=True, timeout=60)
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * 601)
-    (tmp_path / "pkg" / "just.py").write_text("x = 1\n" * 600)
-    (tmp_path / "table.py").write_text("ROWS = [\n" + "    1,\n" * 700 + "]\n")
-    (tmp_path / "untracked.py").write_text("x = 1\n" * 700)
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * 801)
+    (tmp_path / "pkg" / "just.py").write_text("x = 1\n" * 800)
+    (tmp_path / "table.py").write_text("ROWS = [\n" + "    1,\n" * 900 + "]\n")
+    (tmp_path / "untracked.py").write_text("x = 1\n" * 900)
     subprocess.run(["git", "add", "pkg", "table.py"], cwd=tmp_path, check=True, capture_output=True, timeout=60)
-    assert oversized(str(tmp_path), {"table.py": "a table"}) == [
-        "pkg/long.py: 601 lines, over 600: split it by subject"
-    ]
+    assert oversized(str(tmp_path), {"table.py": "a table"}) == [f"pkg/long.py: 801 lines, over 800: {SMELL}"]
     assert oversized(str(tmp_path), {}) == [
-        "pkg/long.py: 601 lines, over 600: split it by subject",
-        "table.py: 702 lines, over 600: split it by subject",
+        f"pkg/long.py: 801 lines, over 800: {SMELL}",
+        f"table.py: 902 lines, over 800: {SMELL}",
     ]
