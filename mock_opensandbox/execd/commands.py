@@ -22,13 +22,14 @@ import uuid
 from typing import Any, Generator, Iterator
 
 from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
-from mock_opensandbox.execd.files import SandboxFS, _map_id
+from mock_opensandbox.execd.fileinfo import _map_id
+from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.runtime.rootfs import lookup_uid, user_word
 from mock_opensandbox.wire import pollio
 from mock_opensandbox.wire.gojson import GO_REPLACE, go_time
 
-__all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "go_time", "signal_text", "StartFailure"]
+__all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "signal_text", "StartFailure"]
 
 # Go's syscall.Signal.String() texts (what exec.ExitError prints as "signal: <text>").
 _GO_SIGNALS = {

@@ -26,14 +26,14 @@ from mock_opensandbox.execd.errors import (
     GoError,
     handle_file_error,
 )
-from mock_opensandbox.execd.fileinfo import Accounts, _map_id, file_info  # noqa: F401 - _map_id, file_info re-exported
+from mock_opensandbox.execd.fileinfo import Accounts, file_info
 from mock_opensandbox.execd.fsat import mkdir_at as _mkdir_at, proc_fd as _proc_fd, read_fd as _read_fd
 from mock_opensandbox.execd.fsat import _DirHandle
 from mock_opensandbox.execd.fsat import remove_all_at as _remove_all_at, unlink_at as _unlink_at, write_fd as _write_fd
 from mock_opensandbox.execd.globmatch import glob_match
 from mock_opensandbox.execd.paths import PathExpandError, clean, expand_path
 
-__all__ = ["SandboxFS", "GoError", "file_info", "UMASK", "MKDIR_MODE"]
+__all__ = ["SandboxFS", "UMASK", "MKDIR_MODE"]
 
 UMASK = 0o022  # a container's default umask: Go's MkdirAll/OpenFile(0777) give 0755 (recording 13: data.csv 755)
 MKDIR_MODE = 0o777 & ~UMASK

@@ -29,10 +29,9 @@ from mock_opensandbox.execd.errors import (
     bad_body,
     missing_query,
 )
-from mock_opensandbox.execd.files import SandboxFS, _DirHandle, file_info
-from mock_opensandbox.execd.globmatch import glob_match
+from mock_opensandbox.execd.files import SandboxFS, _DirHandle
 
-__all__ = ["FilesAPI", "glob_match", "file_info", "execd_parse_range", "go_parse_range", "content_disposition"]
+__all__ = ["FilesAPI", "execd_parse_range", "go_parse_range", "content_disposition"]
 
 
 SPOOL_BYTES = 1 << 20  # an upload part's data above this goes to an unnamed temporary file

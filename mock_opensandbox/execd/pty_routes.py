@@ -32,10 +32,11 @@ from typing import Any
 
 from mock_opensandbox.wire import websocket as wsproto
 from mock_opensandbox.wire.gojson import GIN_JSON, go_json_bytes
-from mock_opensandbox.execd.files import GoError, SandboxFS
-from mock_opensandbox.execd.pty import OutputPipe, PtyRegistry, PtySession, ReplayBuffer
+from mock_opensandbox.execd.errors import GoError
+from mock_opensandbox.execd.files import SandboxFS
+from mock_opensandbox.execd.pty import OutputPipe, PtyRegistry, PtySession
 
-__all__ = ["PtySession", "PtyRegistry", "ReplayBuffer", "PTYRoutes", "register_pty_routes"]
+__all__ = ["PTYRoutes", "register_pty_routes"]
 
 # pkg/web/model/pty_ws.go
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03

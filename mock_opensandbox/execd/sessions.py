@@ -20,8 +20,8 @@ from typing import Callable
 
 from mock_opensandbox.execd.commands import signal_text
 from mock_opensandbox.execd.deadlines import DEADLINES
-from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError
-from mock_opensandbox.execd.files import GoError, SandboxFS
+from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError, GoError
+from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.execd.paths import PathExpandError, expand_path, go_duration
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire.gojson import GO_REPLACE
