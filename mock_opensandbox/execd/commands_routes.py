@@ -35,10 +35,10 @@ from mock_opensandbox.execd.errors import (
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.execd.paths import PathExpandError, expand_path
 
-__all__ = ["CommandRoutes"]
+__all__ = ["CommandsRoutes"]
 
 
-class CommandRoutes:
+class CommandsRoutes:
     """The /command routes of one execd: ``run``, ``interrupt``, ``status``, ``logs`` (ROUTES targets
     "command.*"), ``stream`` for /code, ``validate_cwd`` for /session. ``stopping`` is the server's
     stop event (it ends lingers and kills the foreground commands still streaming)."""

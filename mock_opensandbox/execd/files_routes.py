@@ -31,7 +31,7 @@ from mock_opensandbox.execd.errors import (
 )
 from mock_opensandbox.execd.files import SandboxFS, _DirHandle
 
-__all__ = ["FilesAPI", "execd_parse_range", "go_parse_range", "content_disposition"]
+__all__ = ["FilesRoutes", "execd_parse_range", "go_parse_range", "content_disposition"]
 
 
 SPOOL_BYTES = 1 << 20  # an upload part's data above this goes to an unnamed temporary file
@@ -71,7 +71,7 @@ def _decode_container(body: bytes, gotype: str, elem: Struct, as_list: bool) -> 
     return out
 
 
-class FilesAPI:
+class FilesRoutes:
     def __init__(self, runtime: Any, stopping: threading.Event | None = None):
         self.rt = runtime
         self.fs = SandboxFS(runtime)

@@ -1,5 +1,5 @@
-"""model.Metrics of the sandbox's host as execd's /metrics reports it: CPU from /proc/stat (sampled),
-memory from /proc/meminfo."""
+"""model.Metrics of the sandbox's host as execd's /metrics reports it, no HTTP (execd/metrics_routes.py is its
+HTTP side): CPU from /proc/stat (sampled), memory from /proc/meminfo."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import os
 import time
 from typing import Any
 
-from mock_opensandbox.wire import sse
+__all__ = ["CPU_SAMPLE_S", "sample"]
 
-
-_CPU_SAMPLE_S = 0.2  # [choice] execd samples CPU for 1 s (gopsutil cpu.Percent(time.Second)); shorter here
+CPU_SAMPLE_S = 0.2  # [choice] execd samples CPU for 1 s (gopsutil cpu.Percent(time.Second)); shorter here
 
 
 def _cpu_times() -> tuple[int, int] | None:
@@ -23,10 +22,10 @@ def _cpu_times() -> tuple[int, int] | None:
     return sum(vals), idle
 
 
-def _metrics() -> dict[str, Any]:
+def sample() -> dict[str, Any]:
     """model.Metrics: cpu_count, cpu_used_pct, mem_total_mib, mem_used_mib, timestamp (spec Metrics)."""
     a = _cpu_times()
-    time.sleep(_CPU_SAMPLE_S)
+    time.sleep(CPU_SAMPLE_S)
     b = _cpu_times()
     pct = 0.0
     if a and b and b[0] > a[0]:
@@ -47,5 +46,5 @@ def _metrics() -> dict[str, Any]:
         "cpu_used_pct": round(max(0.0, pct), 6),
         "mem_total_mib": total / 1048576,
         "mem_used_mib": max(0, total - avail) / 1048576,
-        "timestamp": sse.now_ms(),
+        "timestamp": int(time.time() * 1000),  # sse.now_ms(), without the HTTP layer
     }

@@ -36,7 +36,7 @@ from mock_opensandbox.execd.errors import GoError
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.execd.pty import OutputPipe, PtyRegistry, PtySession
 
-__all__ = ["PTYRoutes", "register_pty_routes"]
+__all__ = ["PtyRoutes", "register_pty_routes"]
 
 # pkg/web/model/pty_ws.go
 BIN_STDIN, BIN_STDOUT, BIN_STDERR, BIN_REPLAY = 0x00, 0x01, 0x02, 0x03
@@ -162,7 +162,7 @@ def _parse_client_frame(data: bytes) -> dict[str, Any] | None:
     return out
 
 
-class PTYRoutes:
+class PtyRoutes:
     """The HTTP side of execd's PTY routes (pty_controller.go): handlers take an httpcore.Request
     whose ``params`` the dispatcher filled in; ``registry`` holds the sessions (``close_all()`` when
     the sandbox ends). ``mode``: "v1.1.0" status answers carry session_id/running/output_offset only
@@ -231,7 +231,7 @@ class PTYRoutes:
 def register_pty_routes(router: Any, execd_server: Any, *, prefixes: tuple[str, ...] = ("",)) -> PtyRegistry:
     """Add execd's PTY routes to an httpcore.Router (for callers outside ExecdServer, whose own route
     table lists them). Returns the session registry."""
-    routes = PTYRoutes(execd_server.runtime, getattr(execd_server, "mode", "v1.1.0"))
+    routes = PtyRoutes(execd_server.runtime, getattr(execd_server, "mode", "v1.1.0"))
     for p in prefixes:
         router.add("POST", p + "/pty", routes.create)
         router.add("GET", p + "/pty/{sessionId}", routes.status)

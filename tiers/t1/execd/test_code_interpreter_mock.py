@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("code_interpreter")
 
 from mock_opensandbox import MockOpenSandbox
-from mock_opensandbox.execd import code_jupyter_routes as code_jupyter
+from mock_opensandbox.execd import code as execd_code
 from mock_opensandbox.wire.sse import parse_stream
 from tiers.code_flow import STEPS, run_code_flow
 from tiers.toolkit.jupyter import jupyter_env_or_skip
@@ -149,12 +149,12 @@ def test_a_busy_context_answers_session_is_busy(osb, ci):
 
 
 def _creating() -> int:
-    """Threads of this process retrying a context's kernel start (JupyterCode._create)."""
+    """Threads of this process retrying a context's kernel start (JupyterContexts._create)."""
     return sum(
         1
         for frame in sys._current_frames().values()
         for f in traceback.walk_stack(frame)
-        if f[0].f_code is code_jupyter.JupyterCode._create.__code__
+        if f[0].f_code is execd_code.JupyterContexts._create.__code__
     )
 
 

@@ -350,7 +350,7 @@ def test_a_stream_that_breaks_leaves_the_command_to_finish(make_execd, monkeypat
         next(iter(cmd.events))  # one step of the pump, then the stream breaks
         raise RuntimeError("a stream that breaks")
 
-    monkeypatch.setattr(commands_routes.CommandRoutes, "_pump", broken)
+    monkeypatch.setattr(commands_routes.CommandsRoutes, "_pump", broken)
     c = Client(make_execd().port)
     conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=10)
     conn.request("POST", "/command", body=json.dumps({"command": "echo a; sleep 0.3; exit 3"}))
