@@ -417,15 +417,16 @@ class CommandRegistry:
         # an image sandbox as root has no setpriv of the host: the fork sets the credentials (runtime/forkjoin.py)
         creds = self.image_credentials(uid, gid)
         full = (self.credential_prefix(uid, gid) if creds is None else []) + full
+        user: dict[str, Any] = creds or {}  # spawn's ``user`` (absent: the runtime's default)
         cmd = Command(uuid.uuid4().hex, content or "", background)
         try:
             if background:
                 cmd.proc = self.runtime.spawn(
-                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **creds or {}
+                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **user
                 )
             else:
                 cmd.proc = self.runtime.spawn(
-                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **creds or {}
+                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **user
                 )
         except SandboxTerminated:
             raise

@@ -20,7 +20,7 @@ from mock_opensandbox.wire import sse
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, errno_text, go_json
 from mock_opensandbox.wire.http1 import Request
 from mock_opensandbox.wire.relay import client_gone
-from mock_opensandbox.runtime import SandboxTerminated
+from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.commands import CommandRegistry, StartFailure
 from mock_opensandbox.execd.errors import (
@@ -45,7 +45,7 @@ class CommandsRoutes:
 
     def __init__(
         self,
-        runtime: Any,
+        runtime: SandboxRuntime,
         fs: SandboxFS,
         commands: CommandRegistry,
         stopping: threading.Event,

@@ -4,16 +4,31 @@ freeze while the sandbox is paused (a request in flight stalls like the real, fr
 from __future__ import annotations
 
 import io
-from typing import Any
+import socket
+import threading
+from typing import Any, Protocol, cast
 
+from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire.http1 import Handler, Request
 
 
-def _frozen_wait(app: Any) -> None:
+class ExecdApp(Protocol):
+    """What a connection needs of its app (execd/server.py ExecdServer): the sandbox, the server's stop
+    event, the register of open connections (stop() shuts them) and the dispatch."""
+
+    runtime: SandboxRuntime
+    stopping: threading.Event
+
+    def track(self, conn: socket.socket, add: bool) -> None: ...
+
+    def handle(self, req: Request) -> None: ...
+
+
+def _frozen_wait(app: ExecdApp) -> None:
     """Block while the sandbox is paused: `docker pause` freezes the real execd, so a request in flight
     (an upload's body, a streamed answer) stalls until resume (QUIRKS.md, "Pause"). stop() or the
     sandbox's end lets it through (the connection is dropped then)."""
-    rt, stopping = app.runtime, app._stopping
+    rt, stopping = app.runtime, app.stopping
     while rt.paused and not stopping.is_set() and not rt.terminated:
         rt.wait_unpaused(0.1)
 
@@ -22,7 +37,7 @@ class _FrozenReader(io.RawIOBase):
     """A connection's raw input that reads nothing while the sandbox is paused; one read returns at most
     FROZEN_READ bytes, so a read blocked in recv when the pause comes takes no more than that."""
 
-    def __init__(self, raw: Any, app: Any):
+    def __init__(self, raw: io.RawIOBase | io.BufferedIOBase, app: ExecdApp):
         super().__init__()
         self._raw, self._app = raw, app
 
@@ -47,7 +62,7 @@ class _FrozenReader(io.RawIOBase):
 class _FrozenWriter:
     """A connection's output that writes nothing while the sandbox is paused."""
 
-    def __init__(self, raw: Any, app: Any):
+    def __init__(self, raw: io.BufferedIOBase, app: ExecdApp):
         self._raw, self._app = raw, app
 
     def write(self, b: Any) -> Any:
@@ -67,10 +82,13 @@ FROZEN_READ = 64 * 1024
 class _ExecdHandler(Handler):
     flavor = "gin"
 
+    def _app(self) -> ExecdApp:
+        return cast(ExecdApp, self.server.app)  # the App this handler class is given to: an ExecdServer
+
     def setup(self) -> None:
         super().setup()
-        self.server.app._track(self.connection, True)
-        app = self.server.app
+        app = self._app()
+        app.track(self.connection, True)
         raw = self.rfile.detach() if isinstance(self.rfile, io.BufferedReader) else self.rfile  # nothing read yet
         self.rfile = io.BufferedReader(_FrozenReader(raw, app))
         self.wfile = _FrozenWriter(self.wfile, app)  # type: ignore[assignment]
@@ -79,7 +97,7 @@ class _ExecdHandler(Handler):
         try:
             super().finish()
         finally:
-            self.server.app._track(self.connection, False)
+            self._app().track(self.connection, False)
 
     def dispatch(self, req: Request) -> None:
-        self.server.app.handle(req)
+        self._app().handle(req)

@@ -17,7 +17,7 @@ import stat
 from typing import Any, Iterable, Mapping
 
 from mock_opensandbox.wire.gojson import errno_text
-from mock_opensandbox.runtime import openat2
+from mock_opensandbox.runtime import SandboxRuntime, openat2
 from mock_opensandbox.execd.errors import (
     INVALID_FILE_METADATA,
     INVALID_REQUEST,
@@ -58,7 +58,7 @@ def _octal_mode(mode: int) -> int:
 class SandboxFS:
     """execd's file operations on one sandbox."""
 
-    def __init__(self, runtime: Any):
+    def __init__(self, runtime: SandboxRuntime):
         self.rt = runtime
 
     # -- paths ----------------------------------------------------------------------------------
@@ -503,7 +503,7 @@ class SandboxFS:
         return content.count(ob)
 
     # -- upload ---------------------------------------------------------------------------------
-    def upload(self, target: str, data: bytes | Iterable[bytes], perm: Mapping[str, Any]) -> None:
+    def upload(self, target: str, data: bytes | Iterable[bytes | bytearray], perm: Mapping[str, Any]) -> None:
         """processUploadPair after the metadata was parsed: resolve, MkdirAll the parent, write
         (O_TRUNC, 0777 &^ umask for a new file), ChmodFile."""
         if not target:

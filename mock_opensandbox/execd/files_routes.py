@@ -19,6 +19,7 @@ from mock_opensandbox.wire import http1 as httpcore
 from mock_opensandbox.wire import formdata as multipart
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
 from mock_opensandbox.wire.http1 import Request
+from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.execd import gin, linerange
 from mock_opensandbox.execd.errors import (
     INVALID_FILE,
@@ -57,7 +58,7 @@ def _decode_container(body: bytes, gotype: str, elem: Struct, as_list: bool) -> 
         return [] if as_list else {}
     if not isinstance(v, list if as_list else dict):
         raise bad_body(f"json: cannot unmarshal {kind_of(v)} into Go value of type {gotype}")
-    items = enumerate(v) if as_list else v.items()
+    items = enumerate(v) if isinstance(v, list) else v.items()  # a list exactly when as_list (checked above)
     out: Any = [] if as_list else {}
     for k, el in items:
         try:
@@ -72,7 +73,7 @@ def _decode_container(body: bytes, gotype: str, elem: Struct, as_list: bool) -> 
 
 
 class FilesRoutes:
-    def __init__(self, runtime: Any, stopping: threading.Event | None = None):
+    def __init__(self, runtime: SandboxRuntime, stopping: threading.Event | None = None):
         self.rt = runtime
         self.fs = SandboxFS(runtime)
         self._stopping = stopping or threading.Event()  # set when the sandbox's execd goes
@@ -349,9 +350,10 @@ def execd_parse_range(s: str, size: int) -> list[tuple[int, int]] | None:
             n = min(n, size)
             start, length = size - n, n
         else:
-            start = _parse_int64(a)
-            if start is None or start < 0:
+            first = _parse_int64(a)
+            if first is None or first < 0:
                 return None
+            start = first
             if b == "":
                 length = size - start
             else:

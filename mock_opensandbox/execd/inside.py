@@ -23,9 +23,9 @@ import socket
 import socketserver
 import threading
 import time
-from typing import Any
 
-from mock_opensandbox.wire.http1 import Server
+from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.wire.http1 import App, Handler, Server
 
 EXECD_PORT = 44772
 
@@ -35,7 +35,7 @@ class _InsideServer(Server):
 
     inside = True
 
-    def __init__(self, sock: socket.socket, handler: Any, app: Any):  # no bind, no listen: the socket is given
+    def __init__(self, sock: socket.socket, handler: type[Handler], app: App):  # no bind, no listen: sock is given
         self.app = app
         self._thread = None
         self._listen_delay = 0.0
@@ -43,14 +43,16 @@ class _InsideServer(Server):
         self._serving = threading.Event()
         socketserver.BaseServer.__init__(self, sock.getsockname(), handler)
         self.socket = sock
-        host, port = self.server_address[:2]
+        host, port = sock.getsockname()[:2]  # server_address, as BaseServer set it
         self.server_name, self.server_port = host, port
 
 
 class InsideListener:
     """Listen on 0.0.0.0:``port`` in ``runtime``'s network namespace and feed ``app``'s handler."""
 
-    def __init__(self, app: Any, handler: Any, runtime: Any, port: int = EXECD_PORT, delay: float = 0.0):
+    def __init__(
+        self, app: App, handler: type[Handler], runtime: SandboxRuntime, port: int = EXECD_PORT, delay: float = 0.0
+    ):
         self.app = app
         self.handler = handler
         self.runtime = runtime

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from mock_opensandbox.wire.http1 import Request
 from mock_opensandbox.wire.relay import client_gone
 from mock_opensandbox.execd import gin
 
@@ -29,7 +30,7 @@ class GoWriter:
     """A Go handler's writes: the first 2048 bytes buffered (Content-Length when the handler ends
     within them), chunked after (gin.send's framing, streamed)."""
 
-    def __init__(self, req: Any, content_type: str):
+    def __init__(self, req: Request, content_type: str):
         self.req, self.ctype = req, content_type
         self.buf = bytearray()
         self.chunked: Any = None
@@ -57,7 +58,7 @@ class GoWriter:
 class Gone:
     """Has the client left or the sandbox's execd stopped? Asked at most every 0.2 s."""
 
-    def __init__(self, req: Any, stopping: threading.Event):
+    def __init__(self, req: Request, stopping: threading.Event):
         self.req, self.stopping = req, stopping
         self.next = time.monotonic() + 0.2
 

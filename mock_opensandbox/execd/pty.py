@@ -31,6 +31,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire import websocket as wsproto
 
 __all__ = ["PtySession", "PtyRegistry", "ReplayBuffer", "OutputPipe"]
@@ -440,7 +441,7 @@ class PtySession:
             }
 
 
-def _spawn_params(runtime: Any) -> set[str]:
+def _spawn_params(runtime: SandboxRuntime) -> set[str]:
     try:
         return set(inspect.signature(runtime.spawn).parameters)
     except (TypeError, ValueError):
@@ -450,7 +451,7 @@ def _spawn_params(runtime: Any) -> set[str]:
 class PtyRegistry:
     """All PTY sessions of one execd (the ``ptySessionMap`` of runtime/ctrl.go)."""
 
-    def __init__(self, runtime: Any):
+    def __init__(self, runtime: SandboxRuntime):
         self.runtime = runtime
         self._lock = threading.Lock()
         self.sessions: dict[str, PtySession] = {}

@@ -30,6 +30,7 @@ import threading
 import uuid
 from typing import Any
 
+from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire import websocket as wsproto
 from mock_opensandbox.wire.gojson import GIN_JSON, go_json_bytes
 from mock_opensandbox.execd.errors import GoError
@@ -168,7 +169,7 @@ class PtyRoutes:
     the sandbox ends). ``mode``: "v1.1.0" status answers carry session_id/running/output_offset only
     (model/pty.go at 3bb6fad, tiers/diff pty.lifecycle); "latest" adds launch_attempted/launch_failed."""
 
-    def __init__(self, runtime: Any, mode: str = "v1.1.0", registry: "PtyRegistry | None" = None):
+    def __init__(self, runtime: SandboxRuntime, mode: str = "v1.1.0", registry: PtyRegistry | None = None):
         self.runtime = runtime
         self.mode = mode
         self.registry = registry if registry is not None else PtyRegistry(runtime)
@@ -299,7 +300,11 @@ def _run_ws(ws: wsproto.WebSocket, s: PtySession, registry: PtyRegistry, req: An
     gen = 0
     try:
         # close-only eviction hook while the first frames are written
-        gen = s.set_evict_handler(lambda: (cancel.set(), ws.abort()))
+        def evict() -> None:
+            cancel.set()
+            ws.abort()
+
+        gen = s.set_evict_handler(evict)
         if snap:  # 8. replay frame: 0x03 + 8-byte big-endian offset + bytes
             if not ws.send_binary(bytes([BIN_REPLAY]) + struct.pack(">Q", snap_off) + snap):
                 return

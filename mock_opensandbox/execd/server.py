@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 import socket
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.code import CodeInterpreter, jupyter_from_env
@@ -28,7 +28,7 @@ from mock_opensandbox.execd.pty_routes import PtyRoutes
 from mock_opensandbox.execd.sessions import SessionRegistry
 from mock_opensandbox.execd.sessions_routes import SessionsRoutes
 from mock_opensandbox.runtime import SandboxRuntime
-from mock_opensandbox.wire.http1 import App, Request, Router, Server
+from mock_opensandbox.wire.http1 import App, Handler, Request, Router, Server
 
 __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
 
@@ -94,6 +94,24 @@ def _param_tsr(method: str, path: str) -> bool:
     return False
 
 
+class FaultRules(Protocol):
+    """The fault registry whose rules reach this listener (workbench/faults.py FaultRegistry), as the listener
+    reads it: ``armed`` (any rule that can still fire), then the registry goes to wire's FAULT_HOOK."""
+
+    armed: bool
+
+
+class JournalEntry(Protocol):
+    def end(self, fault: Any = None) -> None: ...
+
+
+class RequestJournal(Protocol):
+    """The request journal (workbench/journal.py Journal): an entry per request, begun before anything is
+    read or faulted, ended once the request is over (wire/http1.py Handler)."""
+
+    def begin(self, handler: Handler, method: str) -> JournalEntry | None: ...
+
+
 class ExecdServer(App):
     """The execd half of one sandbox. See ARCHITECTURE.md for the interface."""
 
@@ -110,9 +128,9 @@ class ExecdServer(App):
         heartbeat: float = HEARTBEAT_S,
         verbose: bool = False,
         start_delay: float = 0.0,
-        faults: Any = None,
+        faults: FaultRules | None = None,
         sandbox_id: str | None = None,
-        journal: Any = None,
+        journal: RequestJournal | None = None,
         context_wait: float | None = None,
     ):
         """``context_wait``: how long a code context's kernel start is retried (None: until the client leaves).
@@ -135,30 +153,30 @@ class ExecdServer(App):
         self.sandbox_id = sandbox_id
         self.journal = journal
         self.commands = CommandRegistry(runtime, mode)
-        self._stopping = threading.Event()
+        self.stopping = threading.Event()
         self._server: Server | None = None
-        self._inside: Any = None  # inside.InsideListener: 127.0.0.1:44772 in the sandbox's netns
+        self._inside: InsideListener | None = None  # 127.0.0.1:44772 in the sandbox's netns
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         self.sessions = SessionRegistry(runtime)
-        self.interpreter = CodeInterpreter(lambda: jupyter_from_env(runtime, self._stopping, self.context_wait))
+        self.interpreter = CodeInterpreter(lambda: jupyter_from_env(runtime, self.stopping, self.context_wait))
         # one route class per execd API (execd/<api>_routes.py), ROUTES targets "<attribute>.<method>"
         self.ping = PingRoutes()
-        self.files = FilesRoutes(runtime, self._stopping)
+        self.files = FilesRoutes(runtime, self.stopping)
         self.pty = PtyRoutes(runtime, mode)
         self.pty_sessions = self.pty.registry
         self.command = CommandsRoutes(
             runtime,
             self.files.fs,
             self.commands,
-            self._stopping,
+            self.stopping,
             mode=mode,
             close_delay=max(0.0, float(close_delay)),
             heartbeat=max(0.05, float(heartbeat)),
         )
-        self.code = CodeRoutes(self.command.stream, self.command.interrupt, self._stopping, self.interpreter, mode)
+        self.code = CodeRoutes(self.command.stream, self.command.interrupt, self.stopping, self.interpreter, mode)
         self.session = SessionsRoutes(self.sessions, self.command.validate_cwd)
-        self.metrics = MetricsRoutes(self._stopping)
+        self.metrics = MetricsRoutes(self.stopping)
         self.proxy = ProxyRoutes(runtime)
         self.router = Router()
         for method, pattern, target in ROUTES:
@@ -210,7 +228,7 @@ class ExecdServer(App):
     def start(self) -> None:
         if self._server is not None:
             return
-        self._stopping.clear()
+        self.stopping.clear()
         self._server = Server((self.host, self._want_port), _ExecdHandler, self, listen_delay=self.start_delay)
         self._server.start(name=f"execd-{self._server.port}")
         if self.runtime.has_netns:  # execd's :44772 as the sandbox sees it (inside.py)
@@ -220,7 +238,7 @@ class ExecdServer(App):
     def stop(self) -> None:
         """Close the listener, unblock every waiting request (paused / stalled / streaming) and kill
         the foreground commands whose streams are still open."""
-        self._stopping.set()
+        self.stopping.set()
         srv, self._server = self._server, None
         if srv is not None:
             srv.stop()
@@ -245,7 +263,8 @@ class ExecdServer(App):
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def _track(self, conn: socket.socket, add: bool) -> None:
+    def track(self, conn: socket.socket, add: bool) -> None:
+        """Register (add) or forget a connection of this listener: stop() shuts those still open."""
         with self._conns_lock:
             if add:
                 self._conns.add(conn)
@@ -267,12 +286,12 @@ class ExecdServer(App):
                 return
         # 2. a paused sandbox is frozen: execd does not answer until resume (QUIRKS.md, Transport, routing, auth: paused sandbox)
         if self.runtime.paused:
-            while self.runtime.paused and not self._stopping.is_set() and not self.runtime.terminated:
+            while self.runtime.paused and not self.stopping.is_set() and not self.runtime.terminated:
                 self.runtime.wait_unpaused(0.1)
-            if self._stopping.is_set() or self.runtime.terminated:
+            if self.stopping.is_set() or self.runtime.terminated:
                 req.handler.close_connection = True  # never answer: close without a response
                 return
-        if self._stopping.is_set():
+        if self.stopping.is_set():
             req.handler.close_connection = True  # never answer: close without a response
             return
         # the real execd listens on :44772 once, for the sandbox and the host alike: as non-root the inside

@@ -81,8 +81,9 @@ def _go_unquote(raw: str) -> str | None:
                 "v": "\v",
                 "'": None,
             }
-            if e in simple and simple[e] is not None:
-                out.append(simple[e])
+            rep = simple.get(e)  # None: not an escape, or one Unquote refuses here
+            if rep is not None:
+                out.append(rep)
                 i += 2
                 continue
             return None
