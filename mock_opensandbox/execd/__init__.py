@@ -1,4 +1,5 @@
-"""The execd half of the mock OpenSandbox: one ExecdServer per sandbox (commands, files, proxy).
+"""The execd half of the mock OpenSandbox: one ExecdServer per sandbox (commands, files, pty, sessions, code,
+metrics, ping, proxy: each API an <api>_routes.py, over its state module <api>.py when it keeps state).
 
 ``from mock_opensandbox.execd import ExecdServer`` (imported lazily so that ``python -m
 mock_opensandbox.execd`` and the submodules stay cheap to import).

@@ -152,7 +152,15 @@ def test_plugin_layer_breaches_are_found(tmp_path):
 
 # the execd model modules (no HTTP by their own docs, docs/ARCHITECTURE.md): no import of the HTTP layer,
 # and none of its text (the Range parsers and Content-Disposition live in execd/files_routes.py)
-EXECD_MODELS = ("execd.files", "execd.globmatch", "execd.pty", "execd.commands", "execd.sessions")
+EXECD_MODELS = (
+    "execd.files",
+    "execd.globmatch",
+    "execd.pty",
+    "execd.commands",
+    "execd.sessions",
+    "execd.code",
+    "execd.metrics",
+)
 HTTP_MODULES = {
     "mock_opensandbox.wire.http1",
     "mock_opensandbox.execd.gin",
