@@ -231,15 +231,22 @@ def download(url: str, headers: dict, path: str, expect: bytes | None = None) ->
 def interleave(sides: dict, n: int, warmup: int, seed: int = SEED) -> dict[str, list[float]]:
     """Each side's callable (it returns the seconds it measured) ``warmup`` times, then ``n`` rounds of one run per
     side, in an order shuffled every round (seeded: the same orders in every run)."""
+
+    def run(name: str) -> float:
+        try:
+            return float(sides[name]())
+        except RuntimeError as exc:  # which side failed, in the case's one-line error
+            raise RuntimeError(f"{name}: {exc}") from exc
+
     for _ in range(warmup):
-        for fn in sides.values():
-            fn()
+        for name in sides:
+            run(name)
     out: dict[str, list[float]] = {name: [] for name in sides}
     names, rng = list(sides), random.Random(seed)
     for _ in range(n):
         rng.shuffle(names)
         for name in names:
-            out[name].append(sides[name]())
+            out[name].append(run(name))
     return out
 
 
