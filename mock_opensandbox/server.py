@@ -24,7 +24,7 @@ import uuid
 from typing import Any
 
 from mock_opensandbox.docker import diagnostics
-from mock_opensandbox.docker.egress import check_host, configure
+from mock_opensandbox.docker.egress import EgressSettings, configure
 from mock_opensandbox.docker.gateway import Gateway
 from mock_opensandbox.docker.images import ImagePuller, default_cache_dir
 from mock_opensandbox.docker.provisioner import MockProvisioner
@@ -38,17 +38,16 @@ from mock_opensandbox.lifecycle.k8s_sandboxes import K8sSandboxes
 from mock_opensandbox.lifecycle.k8s_sandboxes import install as install_k8s_sandboxes
 from mock_opensandbox.lifecycle.pools import PoolStore
 from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
-from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
 from mock_opensandbox.options import DEFAULT_MAX_SANDBOX_TIMEOUT, EXECD_MODES, NETWORK_MODES, MockOptions
 from mock_opensandbox.runtime import nethub, zygote
 from mock_opensandbox.runtime._util import default_signals_for_children, inherited_signals_back
-from mock_opensandbox.runtime.cgroups import Limits
 from mock_opensandbox.runtime.janitor import LEDGER as JANITOR_LEDGER
 from mock_opensandbox.runtime.janitor import Janitor, reap_root
 from mock_opensandbox.server_config import configured
 from mock_opensandbox.wire.http1 import Server
 from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer, MockBackend, assert_requested
 from mock_opensandbox.workbench.fault_routes import add_fault_routes
+from mock_opensandbox.workbench.faultinject import inject
 from mock_opensandbox.workbench.faults import FaultRegistry
 from mock_opensandbox.workbench.journal import Journal
 
@@ -97,15 +96,15 @@ class MockOpenSandbox:
         # the janitor process (runtime/janitor.py)
         self.mock_id = secrets.token_hex(4)
         self.janitor = Janitor()
-        # networkPolicy: a server with an egress image (docker/egress/); the mode in force is decided at start
-        self.egress_mode, self.egress_upstream, self.egress_ready_timeout, _ = configure(
+        # networkPolicy: a server with an egress image (docker/egress/); the mode in force (and egress_note, why
+        # networkPolicy is refused on this host) is decided at start
+        self.egress: EgressSettings = configure(
             o.egress_mode, o.egress_dns_upstream, o.egress_ready_timeout, o.egress_bin
         )
-        self.egress_note = ""  # why networkPolicy is refused on this host (set at start)
         self._warn = o.warn or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        # fault injection rules for every listener of this mock (workbench/faults.py, docs/FAULTS.md); rules may be
-        # added before start()
-        self.faults = FaultRegistry(verbose=o.verbose)
+        # fault injection rules for every listener of this mock (workbench/faults.py, docs/FAULTS.md), with the
+        # injector that faults their requests (workbench/faultinject.py); rules may be added before start()
+        self.faults = FaultRegistry(verbose=o.verbose, injector=inject)
         # the workbench (workbench/admin.py, workbench/journal.py): request journal + /__mock__/ admin API and dashboard
         self.journal = Journal(secrets=lambda: (self._api_key or "", o.execd_token or ""))
         self.admin = AdminAPI(
@@ -119,7 +118,7 @@ class MockOpenSandbox:
         self.k8s: K8sSandboxes | None = None  # its sandbox routes (lifecycle/k8s_sandboxes.py), likewise
         # runtime="kubernetes" with gateway=True: [ingress] gateway endpoints and the gateway (docker/gateway.py)
         self.ingress: Ingress | None = None
-        self._gateway: Any = None
+        self._gateway: Gateway | None = None
         self.provisioner: MockProvisioner | None = None
         self._server: Server | None = None
         self._lock = threading.Lock()
@@ -131,6 +130,23 @@ class MockOpenSandbox:
         if name in _OPTION_NAMES:
             return getattr(self.__dict__["options"], name)
         raise AttributeError("%r object has no attribute %r" % (type(self).__name__, name))
+
+    # -- the egress settings in force (docker/egress/: EgressSettings) ----------------------------------
+    @property
+    def egress_mode(self) -> str:
+        return self.egress.mode
+
+    @property
+    def egress_note(self) -> str:
+        return self.egress.note
+
+    @property
+    def egress_upstream(self) -> tuple[str, int]:
+        return self.egress.upstream
+
+    @property
+    def egress_ready_timeout(self) -> float:
+        return self.egress.ready_timeout
 
     # -- the workbench (workbench/admin.py, workbench/journal.py) --------------------------------------
     def requests(self, method: Any = None, path: Any = None, sandbox: str | None = None, **filters: Any) -> list:
@@ -192,6 +208,8 @@ class MockOpenSandbox:
         if mode not in EXECD_MODES:
             raise ValueError("execd_mode must be one of %s" % ", ".join(EXECD_MODES))
         self._execd_mode = mode  # the default for sandboxes created from now on
+        if self.provisioner is not None:
+            self.provisioner.execd_mode = mode
 
     @property
     def sandboxes(self) -> dict[str, Sandbox]:
@@ -225,7 +243,7 @@ class MockOpenSandbox:
                 )
             if self.janitor.closed:
                 self.janitor = Janitor()
-            self.egress_mode, self.egress_note = check_host(o.egress_mode, o.network, o.egress_bin)
+            self.egress = self.egress.checked(o.egress_mode, o.network)
             default_signals_for_children()  # a container's processes never inherit ignored signals
             self._signals_taken = True
             self._make_root()
@@ -257,13 +275,24 @@ class MockOpenSandbox:
         workbench in front of them (its admin layer and /__mock__/faults routes), one listener."""
         o = self.options
         self.volumes = VolumeStore(o.volumes_dir or os.path.join(self.root, "volumes"), list(o.allowed_host_paths))
-        self.provisioner = MockProvisioner(self)
+        if o.image_dir:
+            self.images = ImagePuller(ImageStore(o.image_cache or default_cache_dir(), o.image_dir))
+        self.provisioner = MockProvisioner(
+            o,
+            root=self.root,
+            mock_id=self.mock_id,
+            janitor=self.janitor,
+            volumes=self.volumes,
+            egress=self.egress,
+            images=self.images,
+            faults=self.faults,
+            journal=self.journal,
+            execd_mode=self._execd_mode,
+        )
         self.store = SandboxStore(
             clock=o.clock, provisioner=self.provisioner, pull_fails=o.pull_fails, reap_interval=o.reap_interval
         )
-        if o.image_dir:
-            self.images = ImagePuller(ImageStore(o.image_cache or default_cache_dir(), o.image_dir))
-            self.store.images = self.images
+        self.store.images = self.images
         self.snapshots = self._snapshot_store()
         if o.runtime == "kubernetes":  # the pools API and poolRef creates (lifecycle/pools.py)
             store = self.store
@@ -319,7 +348,9 @@ class MockOpenSandbox:
         if o.runtime != "kubernetes" or not o.gateway:
             return None
         self.ingress = Ingress(o.gateway_route, o.secure_access_keys, o.secure_access_active_key)
-        self._gateway = Gateway(self, self.ingress, verbose=o.verbose)  # 127.0.0.1, an ephemeral port
+        assert self.store is not None and self.provisioner is not None  # _wire made them
+        # 127.0.0.1, an ephemeral port; a sandbox's port is reached where the provisioner says
+        self._gateway = Gateway(self.store, self.provisioner, self.ingress, verbose=o.verbose)
         self._gateway.start()
         return self.ingress
 
@@ -366,15 +397,6 @@ class MockOpenSandbox:
 
         c = Committer(own_store)
         return SnapshotStore(self.store, c, c.remove)
-
-    def sandbox_limits(self, sb: Sandbox) -> Limits:
-        """The sandbox's cgroup limits: resourceLimits (server container_ops.py mem_limit, nano_cpus)
-        and [docker] pids_limit (runtime/cgroups.py)."""
-        try:
-            r = resolve_resource_limits(sb.resource_limits)
-        except Exception:  # noqa: BLE001 - validated at create; never fail a start over it
-            r = {}
-        return Limits(memory=r.get("memory"), nano_cpus=r.get("cpu"), pids=self.options.pids_limit)
 
     def __enter__(self) -> "MockOpenSandbox":
         return self.start()

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.ingress import Ingress
+from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.proxy import BackendError, forward
 from mock_opensandbox.lifecycle.signing import SECURE_ACCESS_HEADER, RouteError, check_access
 from mock_opensandbox.lifecycle.signing import parse_expires_b36, parse_port_segment, parse_route_token
@@ -89,17 +90,24 @@ def parse_uri_route(path: str, legacy: bool = False) -> tuple[str, int, str, str
     return parts[0], port, "", "", "/" + parts[2] if len(parts) >= 3 and parts[2] else "/", False
 
 
+class Endpoints(Protocol):
+    """Where a sandbox's port is reached (provisioner.py MockProvisioner.endpoint): ("host:port[/path]", headers)."""
+
+    def endpoint(self, sb: Sandbox, port: int) -> tuple[str, dict[str, str] | None]: ...
+
+
 class GatewayApp(App):
     fault_listener = "gateway"
 
-    def __init__(self, mock: Any, ingress: Ingress, verbose: bool = False):
-        self.mock, self.ingress, self.verbose = mock, ingress, verbose
+    def __init__(self, store: SandboxStore, endpoints: Endpoints, ingress: Ingress, verbose: bool = False):
+        """``store``: the sandboxes it routes to; ``endpoints``: where a sandbox's port is reached (the Docker
+        provisioner's ``endpoint``)."""
+        self.store, self.endpoints, self.ingress, self.verbose = store, endpoints, ingress, verbose
 
     def resolve(self, sid: str) -> Any:
         """sandbox/batchsandbox_provider.go GetEndpoint: 404 unknown, 503 not Ready."""
-        store = self.mock.store
         try:
-            sb = store.get(sid) if store is not None else None
+            sb = self.store.get(sid)
         except quirks.MockError:
             sb = None
         if sb is None:
@@ -146,7 +154,7 @@ class GatewayHandler(Handler):
         app: Any = self.server.app  # a GatewayApp
         try:
             sb, port, uri = app.route(req)
-            target, _ = app.mock.provisioner.endpoint(sb, port)
+            target, _ = app.endpoints.endpoint(sb, port)
         except RouteError as e:
             self._error(req, e.status, "OpenSandbox Ingress: %s" % e)
             return
@@ -259,8 +267,15 @@ class GatewayHandler(Handler):
 class Gateway:
     """The listener: ``start()`` binds 127.0.0.1:0 and sets ``ingress.address``; ``stop()`` closes it."""
 
-    def __init__(self, mock: Any, ingress: Ingress, host: str = "127.0.0.1", verbose: bool = False):
-        self.server = Server((host, 0), GatewayHandler, GatewayApp(mock, ingress, verbose))
+    def __init__(
+        self,
+        store: SandboxStore,
+        endpoints: Endpoints,
+        ingress: Ingress,
+        host: str = "127.0.0.1",
+        verbose: bool = False,
+    ):
+        self.server = Server((host, 0), GatewayHandler, GatewayApp(store, endpoints, ingress, verbose))
         ingress.address = "%s:%d" % (host, self.server.port)
 
     def start(self) -> None:

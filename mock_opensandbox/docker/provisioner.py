@@ -4,8 +4,9 @@
 or a snapshot's (images/), its volumes (docker/volumes.py), an execd (the in-process one, execd/, or an
 execd process: runtime/execdproc.py), its egress sidecar (docker/egress/) and, on demand, a listener for the
 published container port 8080 (lifecycle/proxy.py). ``ContainerState`` is what it keeps per sandbox
-(``Sandbox.container``). It reads its settings from the facade's ``options`` (options.py).
-Standard library only.
+(``Sandbox.container``). Its collaborators are named in its constructor (the settings, MockOptions; the
+janitor, the volume and image stores, the workbench's fault rules and journal as wire/listener.py declares them,
+the egress settings); the facade (server.py) builds it and never hears from it. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,22 +19,28 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from mock_opensandbox.docker.egress import AUTH_HEADER, start_for, stop_for
-from mock_opensandbox.docker.volumes import start_failed
+from mock_opensandbox.docker.egress import AUTH_HEADER, EgressSettings, start_for, stop_for
+from mock_opensandbox.docker.images import ImagePuller
+from mock_opensandbox.docker.volumes import VolumeStore, start_failed
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.images.commit import restore_into
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.model import Provisioner, Sandbox
 from mock_opensandbox.lifecycle.proxy import PortForwardApp, PortForwardHandler
+from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
+from mock_opensandbox.options import MockOptions
 from mock_opensandbox.runtime import SandboxRuntime, jupyterenv
 from mock_opensandbox.runtime._util import rmtree
+from mock_opensandbox.runtime.cgroups import Limits
 from mock_opensandbox.runtime.execdproc import ExecdProcess, published
+from mock_opensandbox.runtime.janitor import Janitor
 from mock_opensandbox.runtime.mounts import VolumeTargetError, plan
 from mock_opensandbox.runtime.openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines files
 from mock_opensandbox.runtime.probe import isolation_header, probe_result
 from mock_opensandbox.runtime.rootfs import RootfsError, UserNotFound
 from mock_opensandbox.runtime.sandbox import SandboxTerminated, network_note
 from mock_opensandbox.wire.http1 import Server
+from mock_opensandbox.wire.listener import FaultRules, RequestJournal
 from mock_opensandbox.wire.relay import free_port
 
 
@@ -88,6 +95,16 @@ def _is_mock_execd(path: str) -> bool:
     return head.startswith(b"#!") and b"mock_opensandbox.execd" in head
 
 
+def sandbox_limits(sb: Sandbox, pids_limit: int | None) -> Limits:
+    """The sandbox's cgroup limits: resourceLimits (server container_ops.py mem_limit, nano_cpus)
+    and [docker] pids_limit (runtime/cgroups.py)."""
+    try:
+        r = resolve_resource_limits(sb.resource_limits)
+    except Exception:  # noqa: BLE001 - validated at create; never fail a start over it
+        r = {}
+    return Limits(memory=r.get("memory"), nano_cpus=r.get("cpu"), pids=pids_limit)
+
+
 class _ExitedExecd:
     """The execd of a sandbox whose main process ended before execd listened (nothing to stop)."""
 
@@ -102,14 +119,34 @@ class MockProvisioner(Provisioner):
     """Gives every sandbox a SandboxRuntime (root dir + processes), an execd listener and, on demand, a
     listener standing in for the published container port 8080."""
 
-    def __init__(self, mock: Any):
-        """``mock``: the facade (server.py), duck-typed: its ``options``, ``root``, ``janitor``, ``mock_id``,
-        ``execd_mode``, ``volumes``, ``images``, ``faults``, ``journal``, egress state and ``sandbox_limits``."""
-        self.mock = mock
-        self.opts = o = mock.options
+    def __init__(
+        self,
+        options: MockOptions,
+        *,
+        root: str,
+        mock_id: str,
+        janitor: Janitor,
+        volumes: VolumeStore,
+        egress: EgressSettings,
+        images: ImagePuller | None = None,
+        faults: FaultRules | None = None,
+        journal: RequestJournal | None = None,
+        execd_mode: str | None = None,
+    ):
+        """``options``: the settings; ``root``: the directory of the sandboxes' roots; ``mock_id``: names their
+        cgroups (osb-mock-<id>-<sandbox>); ``janitor``: removes what a dead mock leaves (runtime/janitor.py);
+        ``volumes``: named volumes and binds (docker/volumes.py); ``egress``: the networkPolicy sidecars' settings
+        (docker/egress/); ``images``: the image store with an image_dir (docker/images.py), else None; ``faults``
+        and ``journal``: the workbench's fault rules and request journal for every listener it opens, or None;
+        ``execd_mode``: the execd mode of sandboxes created from now on (the facade sets ``execd_mode``)."""
+        self.opts = o = options
+        self.root, self.mock_id, self.janitor = root, mock_id, janitor
+        self.volumes, self.images, self.egress = volumes, images, egress
+        self.faults, self.journal = faults, journal
+        self.execd_mode: str = execd_mode or o.execd_mode
         self._lock = threading.Lock()  # creates a sandbox's ContainerState once (state())
         # decided once per start() of the mock (execd_bin and isolate are settings)
-        self.mock_execd = bool(o.execd_bin) and _is_mock_execd(o.execd_bin)
+        self.mock_execd = bool(o.execd_bin and _is_mock_execd(o.execd_bin))
         isolate = o.isolate
         if self.mock_execd:
             # the mock's own stand-alone execd (a wrapper around `python -m mock_opensandbox.execd`)
@@ -135,11 +172,11 @@ class MockProvisioner(Provisioner):
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self, sb: Sandbox) -> Any:
-        m, o = self.mock, self.opts
+        o = self.opts
         st = self.state(sb)
-        root = os.path.join(m.root, sb.id)
+        root = os.path.join(self.root, sb.id)
         if o.root:
-            m.janitor.track("dir", root)  # the temp root as a whole is tracked at start()
+            self.janitor.track("dir", root)  # the temp root as a whole is tracked at start()
         # server services/docker/container_ops.py: [docker] sandbox_env, the request's env, then
         # OPENSANDBOX_ID=<sandbox id> last (Docker keeps the last of a repeated name)
         env = {k: v for k, v in (sb.env or {}).items() if v is not None}
@@ -153,9 +190,9 @@ class MockProvisioner(Provisioner):
                 env=env,
                 isolate=self.isolate,
                 network=o.network,
-                limits=m.sandbox_limits(sb),
-                cgroup_name="osb-mock-%s-%s" % (m.mock_id, sb.id),
-                janitor=m.janitor,
+                limits=sandbox_limits(sb, o.pids_limit),
+                cgroup_name="osb-mock-%s-%s" % (self.mock_id, sb.id),
+                janitor=self.janitor,
                 image=sb.rootfs_image,
             )
         except (RootfsError, UserNotFound) as exc:
@@ -168,7 +205,7 @@ class MockProvisioner(Provisioner):
             self._plan_volumes(sb, runtime)
         if jenv and runtime.isolated:  # the env bound read-only at its own path, with the volumes (before PID 1)
             jupyterenv.bind_into(runtime, sb.volumes, jenv)
-        sb.execd_mode = m.execd_mode
+        sb.execd_mode = self.execd_mode
         if o.execd_bin and not self.mock_execd:
             # a real execd is the sandbox's /opt/opensandbox/execd: PID 1's bootstrap.sh starts it, then
             # the entrypoint (raises when the sandbox is not isolated)
@@ -192,8 +229,9 @@ class MockProvisioner(Provisioner):
         else:
             sb.execd = self._start_execd_server(sb, runtime)
         sb.execd_port = sb.execd.port
-        if sb.network_policy is not None and m.egress_mode != "off":
-            st.egress = start_for(sb, runtime, m)  # raises the server's 500 (a policy the sidecar refuses)
+        if sb.network_policy is not None and self.egress.mode != "off":
+            # raises the server's 500 (a policy the sidecar refuses)
+            st.egress = start_for(sb, runtime, self.egress, self.janitor)
         holder = runtime.pid1.holder
         if holder is not None:  # like `docker start`: create answers once the entrypoint runs (Holder.settle)
             holder.settle()
@@ -202,7 +240,7 @@ class MockProvisioner(Provisioner):
     @property
     def egress_settings(self) -> tuple[str, str]:
         """([egress] mode or "off" without an egress image, docker network_mode) for create's checks."""
-        return self.mock.egress_mode, self.opts.network
+        return self.egress.mode, self.opts.network
 
     def _start_entrypoint(self, sb: Sandbox, runtime: Any) -> Any:
         try:
@@ -226,7 +264,7 @@ class MockProvisioner(Provisioner):
 
     def _plan_volumes(self, sb: Sandbox, runtime: Any) -> None:
         """server _provision_sandbox: ossfs mounts, then the container's binds (docker/volumes.py, runtime/mounts.py)."""
-        vs = self.mock.volumes
+        vs = self.volumes
         vs.mount_ossfs(sb.volumes)
         if not sb.volumes.mounts:
             return
@@ -253,7 +291,7 @@ class MockProvisioner(Provisioner):
             runtime,
             host="127.0.0.1",
             port=0,
-            mode=sb.execd_mode or self.mock.execd_mode,  # set at create (above); the default otherwise
+            mode=sb.execd_mode or self.execd_mode,  # set at create (above); the default otherwise
             access_token=o.execd_token,
             required_headers=self._required_headers(sb),
             close_delay=o.execd_close_delay,
@@ -261,9 +299,9 @@ class MockProvisioner(Provisioner):
             verbose=o.verbose,
             start_delay=o.execd_start_delay,
             # fault rules and the request journal (workbench/admin.py) reach its listener too
-            faults=self.mock.faults,
+            faults=self.faults,
             sandbox_id=sb.id,
-            journal=self.mock.journal,
+            journal=self.journal,
         )
         execd.start()
         return execd
@@ -337,9 +375,9 @@ class MockProvisioner(Provisioner):
         if sb.runtime is not None:
             sb.runtime.cleanup()
             if self.opts.root:
-                self.mock.janitor.untrack("dir", sb.runtime.home)
-        if sb.volumes is not None and self.mock.volumes is not None:
-            self.mock.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
+                self.janitor.untrack("dir", sb.runtime.home)
+        if sb.volumes is not None:
+            self.volumes.abandon(sb.volumes, sb.id)  # deleteOnSandboxTermination
 
     def isolation(self) -> str:
         """One line for /health's x-mock-isolation header: "isolated" or "host; <why>"."""
@@ -350,7 +388,7 @@ class MockProvisioner(Provisioner):
             )
         head = isolation_header()
         net = network_note(self.opts.network) if head.startswith("isolated") else ""
-        egress = "; egress off (%s)" % self.mock.egress_note if self.mock.egress_note else ""
+        egress = "; egress off (%s)" % self.egress.note if self.egress.note else ""
         return (
             (head + "; " + net if net else head)
             + ("; " + files_note if files_note else "")
@@ -361,7 +399,7 @@ class MockProvisioner(Provisioner):
     def _images_note(self) -> str:
         """x-mock-isolation's image part: "; images from <sources> (cache <dir>)" when the mock has an image
         store; nothing without one (every sandbox gets the host-tools view, as before)."""
-        images = self.mock.images
+        images = self.images
         if images is None:
             return ""
         ok, _, _, pid_mode = probe_result()
@@ -408,9 +446,9 @@ class MockProvisioner(Provisioner):
                 app = PortForwardApp(
                     lambda: self._http_target(sb),
                     verbose=self.opts.verbose,
-                    faults=self.mock.faults,
+                    faults=self.faults,
                     sandbox_id=sb.id,
-                    journal=self.mock.journal,
+                    journal=self.journal,
                     connect=connect,
                 )
                 srv = Server(("127.0.0.1", 0), PortForwardHandler, app)

@@ -31,11 +31,6 @@ MAX_BODY = framing.MAX_BODY  # a request body above 2 GiB is refused with 413
 OBSERVERS: list[Callable[["Exchange"], None]] = []
 
 
-# The fault hook: the workbench plugs in here (workbench/faultinject.py sets it when the workbench package is
-# imported); the wire never imports the workbench. ``FAULT_HOOK(handler, method, registry) -> fault | None``.
-FAULT_HOOK: Callable[..., Any] | None = None
-
-
 class Exchange:
     """One request/response pair as a mock listener saw it (the response body of a stream is the
     concatenation of its chunks)."""
@@ -435,10 +430,11 @@ class Handler(BaseHTTPRequestHandler):
         entry = journal.begin(self, method) if journal is not None else None
         fault = None
         try:
-            # fault injection (workbench/faults.py rules, workbench/faultinject.py): one hook for every listener; the app exposes its registry
+            # fault injection (workbench/faults.py rules, workbench/faultinject.py): the app's rules (listener.py
+            # FaultRules), with the injector their builder plugged in
             registry = app.faults
             if registry is not None and registry.armed:
-                fault = FAULT_HOOK(self, method, registry) if FAULT_HOOK is not None else None
+                fault = registry.inject(self, method)
                 if fault is not None and fault.done:
                     return
             try:

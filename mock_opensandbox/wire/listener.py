@@ -10,9 +10,41 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from mock_opensandbox.wire import pollio
+
+
+class Fault(Protocol):
+    """A fault started on one request (workbench/faultinject.py Injection): ``done`` when it has answered (or
+    broken off) the request itself, ``finish()`` once the request is over."""
+
+    done: bool
+
+    def finish(self) -> None: ...
+
+
+class FaultRules(Protocol):
+    """A listener's fault rules as the wire uses them (workbench/faults.py FaultRegistry): ``armed`` while a rule
+    can still fire; ``inject(handler, method)`` starts the fault a rule makes of this request, or None. Whoever
+    builds the registry plugs the injector in (server.py, workbench/proxy.py); the wire never imports it."""
+
+    armed: bool
+
+    def inject(self, handler: Any, method: str) -> Fault | None: ...
+
+
+class JournalEntry(Protocol):
+    """One request in a RequestJournal: ``end(fault)`` once it is over (answered, faulted, reset or broken off)."""
+
+    def end(self, fault: Fault | None = None) -> None: ...
+
+
+class RequestJournal(Protocol):
+    """The request journal as the wire uses it (workbench/journal.py Journal): ``begin(handler, method)`` before
+    anything is read or faulted."""
+
+    def begin(self, handler: Any, method: str) -> JournalEntry | None: ...
 
 
 class App:
@@ -29,11 +61,11 @@ class App:
       method) -> entry`` before anything is read or faulted, ``entry.end(fault)`` once it is over.
     """
 
-    faults: Any = None
+    faults: FaultRules | None = None
     sandbox_id: str | None = None
     fault_listener: str | None = None
     verbose: bool = False
-    journal: Any = None
+    journal: RequestJournal | None = None
 
 
 class Server(ThreadingHTTPServer):

@@ -16,7 +16,6 @@ from typing import Any
 
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome
 from mock_opensandbox.workbench.faults import FaultRegistry, Rule
-from mock_opensandbox.wire import http1
 from mock_opensandbox.wire.relay import client_gone
 
 __all__ = ["inject", "classify", "request_sandbox", "proxy_error_page", "Injection"]
@@ -287,7 +286,3 @@ def inject(handler: Any, method: str, registry: FaultRegistry) -> Injection | No
     if inj.done:
         inj.finish()
     return inj
-
-
-# the workbench plugs into the wire: every listener's request runs through inject() while rules are armed
-http1.FAULT_HOOK = inject

@@ -355,7 +355,17 @@ def parse_rule(obj: Any) -> Rule:
 class FaultRegistry:
     """The fault rules of one mock (shared by its lifecycle, execd and port listeners)."""
 
-    def __init__(self, *, verbose: bool = False, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        *,
+        verbose: bool = False,
+        log: Callable[[str], None] | None = None,
+        injector: Callable[[Any, str, "FaultRegistry"], Any] | None = None,
+    ):
+        """``injector(handler, method, registry) -> fault | None`` starts the fault a rule makes of a request
+        (workbench/faultinject.py inject); whoever builds the registry plugs it in (server.py, proxy.py).
+        Without one, the rules are kept and listed but no listener's request is faulted."""
+        self.injector = injector
         self._rules: list[Rule] = []
         self._lock = threading.Lock()
         self._next = 1
@@ -431,6 +441,10 @@ class FaultRegistry:
         self.armed = any(r.active for r in self._rules)
 
     # -- matching -----------------------------------------------------------------------------------
+    def inject(self, handler: Any, method: str) -> Any:
+        """wire/listener.py FaultRules: the injector's fault for this request, or None."""
+        return self.injector(handler, method, self) if self.injector is not None else None
+
     def match(self, method: str, path: str, listener: str, sandbox: str | None) -> Rule | None:
         if path.startswith(ADMIN_PREFIX):
             return None

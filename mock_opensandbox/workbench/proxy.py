@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer
 from mock_opensandbox.workbench.assertions import assert_requested
 from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
+from mock_opensandbox.workbench.faultinject import inject
 from mock_opensandbox.workbench.faults import FaultRegistry
 from mock_opensandbox.wire.http1 import App, Handler, Request, Server, host_allowed
 from mock_opensandbox.workbench.journal import Journal
@@ -159,7 +160,7 @@ class FaultProxy:
         self.api_key = api_key if api_key is not None else secrets.token_urlsafe(24)
         self._upstream_key = upstream_api_key
         self.verbose = verbose
-        self.faults = FaultRegistry(verbose=verbose)
+        self.faults = FaultRegistry(verbose=verbose, injector=inject)  # its listeners' requests are faulted
         self._seen_secrets: set[str] = set()
         self.journal = Journal(secrets=lambda: [self.api_key, *self._seen_secrets])
         self.admin = AdminAPI(

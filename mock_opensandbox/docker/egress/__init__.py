@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mock_opensandbox.docker.egress import policy as P
@@ -19,6 +20,7 @@ from mock_opensandbox.docker.egress.nat import Filter
 from mock_opensandbox.docker.egress.realbin import RealSidecar, binary_problem
 from mock_opensandbox.docker.egress.sidecar import AUTH_HEADER, EgressSidecar, token
 from mock_opensandbox.docker.volumes import START_FAILED, _bad
+from mock_opensandbox.runtime.janitor import Janitor
 from mock_opensandbox.runtime.netns import resolv_conf
 
 EGRESS_MODES = ("off", "dns", "dns+nft")
@@ -32,6 +34,7 @@ __all__ = [
     "AUTH_HEADER",
     "DEFAULT_EGRESS_MODE",
     "EGRESS_MODES",
+    "EgressSettings",
     "EgressSidecar",
     "mode_problem",
     "parse_upstream",
@@ -88,9 +91,28 @@ def mode_problem(mode: str, network: str) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class EgressSettings:
+    """The egress settings of one mock, what the provisioner (docker/provisioner.py) starts sidecars with:
+    ``mode`` in force ("off" = no egress image), the DNS ``upstream``, the server's ``ready_timeout``, the real
+    sidecar's ``binary`` (--egress-bin) or None, and ``note``: why networkPolicy is refused on this host ("" when
+    it is not). configure() makes them; check_host() at start decides ``mode`` and ``note``."""
+
+    mode: str
+    upstream: tuple[str, int]
+    ready_timeout: float
+    binary: str | None = None
+    note: str = ""
+
+    def checked(self, mode_given: str | None, network: str) -> "EgressSettings":
+        """These settings with the mode in force on this host and its note (check_host)."""
+        mode, note = check_host(mode_given, network, self.binary)
+        return replace(self, mode=mode, note=note)
+
+
 def configure(
     mode: str | None, upstream: str | None, ready_timeout: float, binary: str | None = None
-) -> tuple[str, tuple[str, int], float, str | None]:
+) -> EgressSettings:
     """MockOpenSandbox's egress settings -> (mode, upstream, ready wait): [egress] mode "dns" (the server's
     example config) unless given, "off" = no egress image (400 to every networkPolicy); None = "dns" where
     this host can run it, else "off" with the reason in egress_note (check_host: the banner and
@@ -102,7 +124,7 @@ def configure(
         raise ValueError("egress_mode must be one of %s, not %r" % (", ".join(EGRESS_MODES), mode))
     if isinstance(ready_timeout, bool) or not isinstance(ready_timeout, (int, float)) or not 0 <= ready_timeout <= 600:
         raise ValueError("egress_ready_timeout must be a number of seconds between 0 and 600")
-    return mode or DEFAULT_EGRESS_MODE, parse_upstream(upstream), float(ready_timeout), binary
+    return EgressSettings(mode or DEFAULT_EGRESS_MODE, parse_upstream(upstream), float(ready_timeout), binary)
 
 
 def check_host(mode_given: str | None, network: str, binary: str | None) -> tuple[str, str]:
@@ -126,26 +148,26 @@ def payload(network_policy: dict) -> str:
     return json.dumps(out)
 
 
-def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
+def start_for(sb: Any, runtime: Any, egress: EgressSettings, janitor: Janitor | None = None) -> EgressSidecar:
     """Start the sandbox's sidecar after its PID 1 (the holder of its network namespace). Raises the
     server's MockError: a policy the sidecar refuses -> after the ready wait, 500 'did not become ready'."""
-    if mock.egress_bin:
-        return _start_real(sb, runtime, mock)
+    if egress.binary:
+        return _start_real(sb, runtime, egress.binary, egress, janitor)
     try:
         pol = P.parse_policy(payload(sb.network_policy))
     except P.PolicyError:
         # the sidecar exits at start-up (main.go: policy.ParsePolicy of OPENSANDBOX_EGRESS_RULES), so
         # /healthz never answers; the server polls it for its whole ready wait
-        time.sleep(mock.egress_ready_timeout)
-        raise _not_ready(mock, sb) from None
+        time.sleep(egress.ready_timeout)
+        raise _not_ready(egress, sb) from None
     holder = runtime.pid1.holder
     net = getattr(holder, "net", None)
     netns_fd = getattr(net, "netns_fd", None)
     if holder is None or netns_fd is None:
         raise _bad(START_FAILED, "Egress sidecar container failed to start.", 500)
-    sc = EgressSidecar(pol, mode=mock.egress_mode, token=token(), upstream=mock.egress_upstream)
+    sc = EgressSidecar(pol, mode=egress.mode, token=token(), upstream=egress.upstream)
     try:
-        if mock.egress_mode == "dns+nft":
+        if egress.mode == "dns+nft":
             filt = Filter(holder.pid, ("127.0.0.1",) + nameservers())
             filt.apply_static(pol)
             sc.on_policy, sc.on_resolved = filt.apply_static, filt.add_resolved
@@ -158,16 +180,16 @@ def start_for(sb: Any, runtime: Any, mock: Any) -> EgressSidecar:
     return sc
 
 
-def _not_ready(mock: Any, sb: Any) -> Exception:
+def _not_ready(egress: EgressSettings, sb: Any) -> Exception:
     return _bad(
         START_FAILED,
         "Egress sidecar did not become ready within %.0fs for sandbox %s: %s"
-        % (mock.egress_ready_timeout, sb.id, NOT_READY_CAUSE),
+        % (egress.ready_timeout, sb.id, NOT_READY_CAUSE),
         500,
     )
 
 
-def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
+def _start_real(sb: Any, runtime: Any, binary: str, egress: EgressSettings, janitor: Janitor | None) -> Any:
     """--egress-bin: the real sidecar in the sandbox's namespace; a policy it refuses (it exits at start-up)
     gives the server's 500 after the ready wait, as the server's /healthz poll does."""
 
@@ -176,16 +198,16 @@ def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
     if holder is None or netns_fd is None:
         raise _bad(START_FAILED, "Egress sidecar container failed to start.", 500)
     sc = RealSidecar(
-        mock.egress_bin,
+        binary,
         payload(sb.network_policy),
-        mode=mock.egress_mode,
+        mode=egress.mode,
         token=token(),
-        upstream=mock.egress_upstream,
-        janitor=getattr(mock, "janitor", None),
+        upstream=egress.upstream,
+        janitor=janitor,
     )
     try:
         sc.start(holder.pid, netns_fd)
-        ready = sc.wait_ready(mock.egress_ready_timeout, runtime.connect)
+        ready = sc.wait_ready(egress.ready_timeout, runtime.connect)
         if ready:
             with open("/proc/%d/root/etc/resolv.conf" % holder.pid, "w") as fh:
                 fh.write("nameserver 127.0.0.1\n")
@@ -194,7 +216,7 @@ def _start_real(sb: Any, runtime: Any, mock: Any) -> Any:
         raise _bad(START_FAILED, "Egress sidecar container failed to start. (%s)" % exc, 500) from None
     if not ready:
         sc.close()
-        raise _not_ready(mock, sb)
+        raise _not_ready(egress, sb)
     return sc
 
 

@@ -31,6 +31,7 @@ import time
 from typing import Any, Callable
 
 from mock_opensandbox.docker.egress.sidecar import API_PORT, forward_udp, reply_rcode, udp_socket_in
+from mock_opensandbox.runtime.janitor import Janitor
 
 GRACE = 10.0  # SIGTERM -> SIGKILL (the supervisor's --grace-period is 20 s; the sidecar is done in < 1 s)
 
@@ -101,7 +102,7 @@ class RealSidecar:
         mode: str,
         token: str,
         upstream: tuple[str, int],
-        janitor: Any = None,
+        janitor: Janitor | None = None,
         log_path: str | None = None,
     ):
         self.binary, self.rules_json, self.mode, self.token = binary, rules_json, mode, token

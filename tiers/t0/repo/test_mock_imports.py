@@ -208,8 +208,8 @@ def test_one_execd_process_class_and_one_hop_by_hop_set():
 
 
 # The mock's layers, bottom first: a package imports only packages before it in this order. The top level
-# (the facade server.py, __main__) may import any. The workbench plugs into the product through hooks
-# (wire/http1.py FAULT_HOOK, the apps' journal/faults attributes) and is imported by no product layer.
+# (the facade server.py, __main__) may import any. The workbench is plugged into the product by whoever builds a
+# server (the apps' journal/faults: wire/listener.py RequestJournal, FaultRules) and is imported by no product layer.
 LAYERS = ("wire", "runtime", "images", "execd", "lifecycle", "docker", "workbench")
 
 
