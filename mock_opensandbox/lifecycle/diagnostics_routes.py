@@ -9,18 +9,13 @@ from typing import Any, Callable
 
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.wire.http1 import Request
 
 
-def _q_last(req: Request, name: str) -> str | None:
-    """A scalar query parameter as FastAPI reads it: the last of repeated values (as routes.py's)."""
-    vals = req.query.get(name)
-    return vals[-1] if vals else None
-
-
 def _scope(req: Request, kind: str, supported: tuple[str, ...]) -> str | None:
-    scope = _q_last(req, "scope")
+    scope = V.q_last(req, "scope")
     if scope is None:
         return None
     norm = scope.strip().lower()
@@ -31,7 +26,7 @@ def _scope(req: Request, kind: str, supported: tuple[str, ...]) -> str | None:
     return norm
 
 
-def _diag(
+def diag(
     app: Any,
     req: Request,
     kind: str,
@@ -44,7 +39,7 @@ def _diag(
     """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
     the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
     errors: list = []
-    bound = app._q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
+    bound = V.q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
     if errors:
         raise P.ValidationFailed(errors)
     scope = _scope(req, kind, scopes)
@@ -59,21 +54,21 @@ def _diag(
 
 def logs(app: Any, req: Request) -> None:
     now = app.store.clock()
-    _diag(
+    diag(
         app,
         req,
         "logs",
         ("tail", 100, 10000),
         ("container", "all"),
         lambda sb: app.diagnostics.limit_lines(app.diagnostics.logs_text(sb, 101, now=now), 100, True),
-        lambda sb, tail: app.diagnostics.logs_text(sb, tail, _q_last(req, "since"), now=now),
+        lambda sb, tail: app.diagnostics.logs_text(sb, tail, V.q_last(req, "since"), now=now),
         quirks.DIAG_LOGS_ALL_WARNING,
     )
 
 
 def events(app: Any, req: Request) -> None:
     # `limit` only bounds Docker health-check entries, which a mock sandbox has none of
-    _diag(
+    diag(
         app,
         req,
         "events",
@@ -91,8 +86,8 @@ def inspect(app: Any, req: Request) -> None:
 
 def summary(app: Any, req: Request) -> None:
     errors: list = []
-    tail = app._q_int(req, "tail", 50, errors, ge=1, le=10000)
-    app._q_int(req, "event_limit", 20, errors, ge=1, le=500)
+    tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
+    V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
     if errors:
         raise P.ValidationFailed(errors)
     sid = req.params["sid"]

@@ -14,7 +14,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mock_opensandbox.lifecycle import diagnostics_routes as D
+from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle.k8s_workloads import Workload, Workloads
 from mock_opensandbox.lifecycle.model import Sandbox
 from mock_opensandbox.lifecycle.quirks import MockError
@@ -72,7 +74,7 @@ def inspect_text(sb: Sandbox, w: Workload | None) -> str:
 
 def _container_checked(req: Request, sb: Sandbox) -> None:
     """k8s_diagnostics.py _resolve_log_container: a ``container`` the pod does not have → 404."""
-    name = D._q_last(req, "container")
+    name = V.q_last(req, "container")
     names = list(CONTAINERS + INIT_CONTAINERS)
     if name and name not in names:
         raise MockError(quirks.K8S_CONTAINER_NOT_FOUND, container=name, pod=pod_name(sb), names=names)
@@ -84,9 +86,9 @@ def logs(app: Any, workloads: Workloads, req: Request) -> None:
 
     def legacy(sb: Sandbox, tail: int) -> str:
         _container_checked(req, sb)
-        return str(diag.logs_text(sb, tail, D._q_last(req, "since"), now=now))
+        return str(diag.logs_text(sb, tail, V.q_last(req, "since"), now=now))
 
-    D._diag(
+    D.diag(
         app,
         req,
         "logs",
@@ -99,7 +101,7 @@ def logs(app: Any, workloads: Workloads, req: Request) -> None:
 
 
 def events(app: Any, workloads: Workloads, req: Request) -> None:
-    D._diag(
+    D.diag(
         app,
         req,
         "events",
@@ -119,10 +121,10 @@ def inspect(app: Any, workloads: Workloads, req: Request) -> None:
 def summary(app: Any, workloads: Workloads, req: Request) -> None:
     """api/devops.py get_sandbox_diagnostics_summary over the pod's inspect, events and log tail."""
     errors: list = []
-    tail = app._q_int(req, "tail", 50, errors, ge=1, le=10000)
-    app._q_int(req, "event_limit", 20, errors, ge=1, le=500)
+    tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
+    V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
     if errors:
-        raise D.P.ValidationFailed(errors)
+        raise P.ValidationFailed(errors)
     sid = req.params["sid"]
     sb = app.store.get(sid)
     bar, sub = "=" * 72, "-" * 40

@@ -19,11 +19,10 @@ import time
 import uuid
 from contextlib import contextmanager
 from datetime import timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 from urllib.parse import parse_qsl
 
 from mock_opensandbox.lifecycle import k8s_diagnostics, pool_routes
-from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome, Workload, Workloads
@@ -38,10 +37,6 @@ _NOT_FOUND = ("DOCKER::SANDBOX_NOT_FOUND",)
 _PULL_FAILED = "DOCKER::SANDBOX_IMAGE_PULL_FAILED"
 
 
-def _body(req: Request, spec: P.Spec) -> Any:
-    return P.validate_body(spec, P.decode_body(req.body, req.headers.get("Content-Type")))
-
-
 @contextmanager
 def _k8s_errors(sandbox_id: str) -> Iterator[None]:
     """The Docker route's missing sandbox as the Kubernetes service says it (error_helpers.py)."""
@@ -51,20 +46,6 @@ def _k8s_errors(sandbox_id: str) -> Iterator[None]:
         if e.quirk.code in _NOT_FOUND:
             raise MockError(quirks.K8S_SANDBOX_NOT_FOUND, id=sandbox_id) from None
         raise
-
-
-class _Captured:
-    """A request whose JSON answer is kept, not sent: the Docker create route's 202, replaced by the Kubernetes one."""
-
-    def __init__(self, req: Request):
-        self._req = req
-        self.doc: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._req, name)
-
-    def send_json(self, status: int, doc: Any, headers: Any = None) -> None:
-        self.doc = doc
 
 
 class K8sSandboxes:
@@ -119,7 +100,7 @@ class K8sSandboxes:
 
     # -- create -----------------------------------------------------------------------------------------------
     def create(self, req: Request) -> None:
-        r = _body(req, V.CreateSandboxRequest)
+        r = V.body(req, V.CreateSandboxRequest)
         if (r["extensions"] or {}).get(quirks.POOL_REF_KEY, "").strip():
             return pool_routes.create_from_pool(
                 self.app, req, r, on_bound=lambda sb: self.workloads.ready(sb.id, sb.created_at, pooled=True)
@@ -129,14 +110,13 @@ class K8sSandboxes:
             self.app.create_checks(dict(r))  # the request's own 400s come first (the server checks before it creates)
             used = sum(1 for sb in self.store.snapshot().values() if not sb.deleted)
             raise MockError(quirks.K8S_QUOTA_EXCEEDED, id=str(uuid.uuid4()), quota=quirks.K8S_QUOTA_NAME, used=used)
-        captured = _Captured(req)
         try:
-            self.app.create(cast(Request, captured))  # a Request in all but where its answer goes
+            made = self.app.create_sandbox(dict(r))  # the Docker route's create (its checks, volumes, the sandbox)
         except MockError as e:  # the image cannot be pulled: on Kubernetes, the pod's container waits on it
             if e.quirk.code != _PULL_FAILED:
                 raise
             raise MockError(quirks.K8S_POD_FAILED, id=str(uuid.uuid4()), total=1, reason="ErrImagePull") from None
-        sb = self.store.get(captured.doc["id"])
+        sb = self.store.get(made.id)
         w = self.workloads.pending(sb.id, sb.created_at)
         start = time.monotonic()
         if outcome.to == "capacity":
@@ -194,10 +174,8 @@ class K8sSandboxes:
     def list(self, req: Request) -> None:
         """list_helpers.py: the state and metadata filters on the mapped sandboxes, newest creationTimestamp first
         (whole seconds; ties in the API server's order, by name), then the page."""
-        captured = _Captured(req)
         # the query's checks (422 page, pageSize; 400 metadata) as the Docker route's
-        self.app.list(cast(Request, captured))
-        page, size = captured.doc["pagination"]["page"], captured.doc["pagination"]["pageSize"]
+        _, page, size = V.list_query(req)
         states = {s.lower() for s in req.query.get("state") or []}
         raw = (req.query.get("metadata") or [""])[-1]
         wanted = dict(parse_qsl(raw, keep_blank_values=True)) if raw else {}
@@ -250,7 +228,7 @@ class K8sSandboxes:
     def renew(self, req: Request) -> None:
         """kubernetes_service.py renew_expiration: the time first (400), then the sandbox (404), then 409 for one
         without expiry; the codes and messages are the Docker ones (shared validators)."""
-        r = _body(req, V.RenewSandboxExpirationRequest)
+        r = V.body(req, V.RenewSandboxExpirationRequest)
         when = r["expires_at"]
         if when.tzinfo is None:
             when = when.replace(tzinfo=timezone.utc)
@@ -264,7 +242,7 @@ class K8sSandboxes:
     def patch_metadata(self, req: Request) -> None:
         """kubernetes_service.py patch_sandbox_metadata: the body, the sandbox, then the label checks; the answer is
         the sandbox as GET shows it."""
-        patch = _body(req, V.PatchSandboxMetadataRequest)
+        patch = V.body(req, V.PatchSandboxMetadataRequest)
         sb = self._sandbox(req.params["sid"])
         apply_metadata_patch(sb, patch)
         req.send_json(200, self.sandbox_json(sb))

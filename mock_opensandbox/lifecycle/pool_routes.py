@@ -8,7 +8,6 @@ from __future__ import annotations
 import uuid
 from typing import Any, Callable
 
-from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle import validation_checks as C
@@ -29,13 +28,9 @@ def _capacity_of(r: dict[str, Any]) -> dict[str, int]:
     )
 
 
-def _body(req: Request, spec: P.Spec) -> Any:
-    return P.validate_body(spec, P.decode_body(req.body, req.headers.get("Content-Type")))
-
-
 def create(app: Any, req: Request) -> None:
     """POST /pools: 201 with the pool (no status yet), 409 for a name in use."""
-    r = _body(req, V.CreatePoolRequest)
+    r = V.body(req, V.CreatePoolRequest)
     req.send_json(201, app.pools.create(r["name"], r["template"], _capacity_of(r)))
 
 
@@ -49,7 +44,7 @@ def get(app: Any, req: Request) -> None:
 
 def update(app: Any, req: Request) -> None:
     """PUT /pools/{name}: the body first, then the pool; only capacitySpec changes."""
-    r = _body(req, V.UpdatePoolRequest)
+    r = V.body(req, V.UpdatePoolRequest)
     req.send_json(200, app.pools.update(req.params["pool"], _capacity_of(r)))
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import http.client
 import socket
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from mock_opensandbox.wire import framing
 from mock_opensandbox.wire import relay
 from mock_opensandbox.wire.http1 import OBSERVERS, App, Handler, Request
+from mock_opensandbox.wire.listener import FaultRules, RequestJournal
 
 # server api/proxy.py: the hop-by-hop headers it drops (relay.HOP_BY_HOP has proxy-connection too)
 HOP_BY_HOP = relay.HOP_BY_HOP - {"proxy-connection"}
@@ -262,9 +263,9 @@ class PortForwardApp(App):
         target: Callable[[], tuple[str, dict[str, str]]],
         verbose: bool = False,
         *,
-        faults: Any = None,
+        faults: FaultRules | None = None,
         sandbox_id: str | None = None,
-        journal: Any = None,
+        journal: RequestJournal | None = None,
         connect: Callable[[], socket.socket] | None = None,
     ):
         self.target = target
@@ -277,7 +278,7 @@ class PortForwardHandler(Handler):
     flavor = "gin"
 
     def dispatch(self, req: Request) -> None:
-        app: PortForwardApp = self.server.app
+        app = cast(PortForwardApp, self.server.app)
         try:
             target, headers = app.target()
         except Exception:

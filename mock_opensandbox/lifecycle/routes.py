@@ -3,7 +3,7 @@
 /health, /version, /v1/sandboxes... (also served without /v1), the server-side proxy
 /v1/sandboxes/{id}/proxy/{port}/{path}, and the unimplemented snapshot/template/egress routes.
 Request validation reproduces FastAPI/pydantic 422 bodies for the shapes the recordings show
-(lifecycle/pydantic_lite.py, lifecycle/validation.py); the proxy itself is lifecycle/proxy.py, the snapshot and
+(lifecycle/pydantic_lite.py; lifecycle/validation.py reads every request with them); the proxy itself is lifecycle/proxy.py, the snapshot and
 diagnostics routes lifecycle/snapshot_routes.py and lifecycle/diagnostics_routes.py. The Docker service behind the
 routes is given to LifecycleApp (the facade passes docker/'s snapshot store and diagnostics text): this layer never
 imports docker/ or the workbench, which adds its /__mock__/faults routes to the router itself
@@ -19,58 +19,23 @@ import re
 import socket
 import sys
 import traceback
-from datetime import datetime
-from typing import Any
-from urllib.parse import parse_qsl
+from typing import Any, Protocol, cast
 
 from mock_opensandbox.lifecycle import diagnostics_routes
 from mock_opensandbox.lifecycle import pool_routes
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import snapshot_routes
+from mock_opensandbox.lifecycle.ingress import Ingress
 from mock_opensandbox.lifecycle.pools import PoolStore
+from mock_opensandbox.lifecycle.services import ContainerService, DiagnosticsText, SnapshotService, VolumeService
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle import validation_checks
 from mock_opensandbox.wire.http1 import App, Handler, Request, Router, host_allowed, new_request_id
-from mock_opensandbox.lifecycle.model import apply_metadata_patch, SandboxStore, format_ts
+from mock_opensandbox.wire.listener import FaultRules
+from mock_opensandbox.lifecycle.model import apply_metadata_patch, Sandbox, SandboxStore, format_ts
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.lifecycle.proxy import BackendError, forward
-
-
-# FastAPI/pydantic validation lives in lifecycle/pydantic_lite.py, the server's models and pre-provisioning checks
-# in lifecycle/validation.py; these names stay importable from here.
-ValidationFailed = P.ValidationFailed
-_err = P._err
-
-
-def _int(value: Any, loc: list, errors: list) -> int | None:
-    out = P.to_int(value, loc, errors)
-    return None if out is P._MISSING else out
-
-
-def _bool(value: Any, loc: list, errors: list) -> bool | None:
-    out = P.to_bool(value, loc, errors)
-    return None if out is P._MISSING else out
-
-
-def parse_datetime(value: Any, loc: list, errors: list) -> datetime | None:
-    out = P.to_datetime(value, loc, errors)
-    return None if out is P._MISSING else out
-
-
-def _q_last(req: Request, name: str) -> str | None:
-    """A scalar query parameter as FastAPI reads it: the last of repeated values (Starlette QueryParams)."""
-    vals = req.query.get(name)
-    return vals[-1] if vals else None
-
-
-def validate_create(body: Any) -> dict[str, Any]:
-    """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
-    return P.validate_body(V.CreateSandboxRequest, body)
-
-
-def _body(req: Request, spec: P.Spec, *, required: bool = True) -> Any:
-    return P.validate_body(spec, P.decode_body(req.body, req.headers.get("Content-Type")), required=required)
 
 
 # =====================================================================================================
@@ -81,27 +46,28 @@ _PROXY_PATH_RE = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
 
 
 class LifecycleApp(App):
-    """Routes + policy of the lifecycle listener. ``provisioner`` answers endpoint questions
-    (``endpoint(sb, port) -> (endpoint, headers|None)``)."""
+    """Routes + policy of the lifecycle listener. What the runtime service gives it is declared in
+    lifecycle/services.py: ``provisioner`` answers endpoint questions (``endpoint(sb, port) -> (endpoint,
+    headers|None)``), ``volumes``, ``snapshots`` and ``diagnostics`` are docker/'s."""
 
     def __init__(
         self,
         store: SandboxStore,
-        provisioner: Any,
+        provisioner: ContainerService | None,
         *,
         api_key: str | None,
         bind_host: str = "127.0.0.1",
         verbose: bool = False,
         check_host: bool = True,
         reject_origin: bool = True,
-        faults: Any = None,
+        faults: FaultRules | None = None,
         max_timeout: int | None = None,
         allowed_host_paths: list[str] | None = None,
-        volumes: Any = None,
-        snapshots: Any = None,
-        diagnostics: Any = None,
+        volumes: VolumeService | None = None,
+        snapshots: SnapshotService | None = None,
+        diagnostics: DiagnosticsText | None = None,
         pools: PoolStore | None = None,
-        ingress: Any = None,
+        ingress: Ingress | None = None,
     ):
         self.store = store
         self.pools = pools  # the Kubernetes runtime's PoolStore (lifecycle/pools.py); None: the Docker runtime
@@ -115,7 +81,7 @@ class LifecycleApp(App):
         # summary_text, limit_lines, inline), both given by the facade (server.py)
         self.snapshots = snapshots
         self.diagnostics = diagnostics
-        # the listener's fault rules (read by wire/http1.py's FAULT_HOOK; workbench/faults.py), or None
+        # the listener's fault rules (wire/listener.py FaultRules: workbench/faults.py, injected by wire/http1.py)
         self.faults = faults
         self.provisioner = provisioner
         self.api_key = api_key
@@ -170,7 +136,9 @@ class LifecycleApp(App):
     def handle(self, req: Request) -> None:
         h = req.handler
         raw_rid = req.headers.get("X-Request-ID")
-        h.request_id = (raw_rid and raw_rid.strip()) or new_request_id()  # server middleware/request_id.py
+        cast(LifecycleHandler, h).request_id = (
+            raw_rid and raw_rid.strip()
+        ) or new_request_id()  # server middleware/request_id.py
         try:
             if self.check_host and not self._host_allowed(req.headers.get("Host")):
                 raise MockError(quirks.HOST_NOT_ALLOWED, host=(req.headers.get("Host") or "")[:200])
@@ -192,7 +160,7 @@ class LifecycleApp(App):
         except P.DetailError as e:
             if not req.responded:
                 req.send_json(e.status, {"detail": e.detail})
-        except ValidationFailed as e:
+        except P.ValidationFailed as e:
             if not req.responded:
                 try:  # Starlette's JSONResponse uses allow_nan=False: a NaN input in an error -> 500
                     json.dumps(e.errors, allow_nan=False)
@@ -252,6 +220,12 @@ class LifecycleApp(App):
         except Exception:  # pragma: no cover
             return "unknown"
 
+    def container(self) -> ContainerService:
+        """The runtime service behind the routes (a lifecycle app alone, in a test, has none: a 500)."""
+        if self.provisioner is None:
+            raise RuntimeError("this lifecycle app has no runtime service")
+        return self.provisioner
+
     def version(self, req: Request) -> None:
         req.send_json(200, quirks.VERSION_BODY)
 
@@ -275,9 +249,14 @@ class LifecycleApp(App):
         return secure, checks
 
     def create(self, req: Request) -> None:
-        r = _body(req, V.CreateSandboxRequest)
+        r = V.body(req, V.CreateSandboxRequest)
         if self.pools is not None and (r["extensions"] or {}).get(quirks.POOL_REF_KEY, "").strip():
             return pool_routes.create_from_pool(self, req, r)
+        req.send_json(202, self.create_sandbox(r).create_json())
+
+    def create_sandbox(self, r: dict[str, Any]) -> Sandbox:
+        """The Docker runtime's create of a validated CreateSandboxRequest (``r``, V.body's): its checks, its
+        volumes, the sandbox (the Kubernetes create, k8s_sandboxes.py, makes its sandbox with this too)."""
         secure, checks = self.create_checks(r)
         vols = None
         if r["volumes"]:
@@ -306,24 +285,17 @@ class LifecycleApp(App):
                 network_policy=r["network_policy"],
             )
         except BaseException:
-            if vols is not None:  # the server removes the volumes it auto-created for this create
+            if vols is not None and self.volumes is not None:  # the server removes the volumes it auto-created
                 self.volumes.abandon(vols)
             raise
-        if secure:
+        if secure and self.ingress is not None:
             self.ingress.grant(sb.id)
-        req.send_json(202, sb.create_json())
+        return sb
 
     def list(self, req: Request) -> None:
         states = req.query.get("state") or None
-        md_raw = _q_last(req, "metadata")
-        page, size = self._q_page(req)
-        md = None
-        if md_raw:
-            try:
-                md = dict(parse_qsl(md_raw, keep_blank_values=True, strict_parsing=True))
-            except ValueError as e:
-                raise MockError(quirks.INVALID_METADATA_FORMAT, error=str(e)) from None
-        items, pagination = self.store.list(states=states, metadata=md or None, page=page, page_size=size)
+        md, page, size = V.list_query(req)
+        items, pagination = self.store.list(states=states, metadata=md, page=page, page_size=size)
         req.send_json(200, {"items": [sb.to_json() for sb in items], "pagination": pagination})
 
     def get(self, req: Request) -> None:
@@ -342,31 +314,28 @@ class LifecycleApp(App):
         req.send(202)
 
     def renew(self, req: Request) -> None:
-        r = _body(req, V.RenewSandboxExpirationRequest)
+        r = V.body(req, V.RenewSandboxExpirationRequest)
         new = self.store.renew(req.params["sid"], r["expires_at"])
         req.send_json(200, {"expiresAt": format_ts(new)})
 
     def patch_metadata(self, req: Request) -> None:
         """JSON Merge Patch of metadata (server api/lifecycle.py, services/docker/docker_service.py
         patch_sandbox_metadata): the sandbox first, then reserved keys (null ones too), then label syntax."""
-        patch = _body(req, V.PatchSandboxMetadataRequest)
+        patch = V.body(req, V.PatchSandboxMetadataRequest)
         sb = self.store.get(req.params["sid"])
         apply_metadata_patch(sb, patch)
         req.send_json(200, sb.to_json())
 
-    def _port_param(self, req: Request, errors: list) -> int | None:
-        return _int(req.params["port"], ["path", "port"], errors)
-
     def endpoint(self, req: Request) -> None:
         errors: list = []
-        port = self._port_param(req, errors)
-        usp_raw = _q_last(req, "use_server_proxy")
-        use_proxy = _bool(usp_raw, ["query", "use_server_proxy"], errors) if usp_raw is not None else False
-        exp_raw = _q_last(req, "expires")
-        expires = _int(exp_raw, ["query", "expires"], errors) if exp_raw is not None else None
+        port = V.path_port(req, errors)
+        usp_raw = V.q_last(req, "use_server_proxy")
+        use_proxy = V.to_bool(usp_raw, ["query", "use_server_proxy"], errors) if usp_raw is not None else False
+        exp_raw = V.q_last(req, "expires")
+        expires = V.to_int(exp_raw, ["query", "expires"], errors) if exp_raw is not None else None
         if errors:
-            raise ValidationFailed(errors)
-        assert port is not None
+            raise P.ValidationFailed(errors)
+        assert port is not None and use_proxy is not None
         if self.ingress is not None:  # the Kubernetes runtime's gateway endpoints (lifecycle/ingress.py)
             req.send_json(200, self.ingress.endpoint(self, req, req.params["sid"], port, use_proxy, expires))
             return
@@ -378,7 +347,7 @@ class LifecycleApp(App):
             raise MockError(quirks.INVALID_PORT)
         sid = req.params["sid"]
         sb = self.store.get(sid)
-        endpoint, headers = self.provisioner.endpoint(sb, port)
+        endpoint, headers = self.container().endpoint(sb, port)
         if use_proxy:
             # server api/lifecycle.py: same host and mount prefix the client used, no scheme
             mount = req.path.split("/sandboxes/", 1)[0]
@@ -392,9 +361,9 @@ class LifecycleApp(App):
 
     def proxy(self, req: Request) -> None:
         errors: list = []
-        port = self._port_param(req, errors)
+        port = V.path_port(req, errors)
         if errors:
-            raise ValidationFailed(errors)
+            raise P.ValidationFailed(errors)
         assert port is not None
         if (req.headers.get("Upgrade") or "").lower() == "websocket":
             req.send_json(400, {"detail": quirks.WEBSOCKET_UNSUPPORTED_DETAIL})
@@ -403,7 +372,7 @@ class LifecycleApp(App):
             raise MockError(quirks.INVALID_PORT)
         sid = req.params["sid"]
         sb = self.store.get(sid)
-        endpoint, headers = self.provisioner.endpoint(sb, port)
+        endpoint, headers = self.container().endpoint(sb, port)
         proxy_suffix = "/sandboxes/%s/proxy/%s" % (sid, req.params["port"])
         idx = req.path.find(proxy_suffix)
         location_prefix = req.path[: idx + len(proxy_suffix)] if idx >= 0 else None
@@ -431,26 +400,6 @@ class LifecycleApp(App):
             # server api/proxy.py: any other httpx error -> 500 {"detail": "An internal error occurred ..."}
             req.send_json(500, {"detail": "An internal error occurred in the proxy: %s" % (e.__cause__ or e)})
 
-    # -- query parameters (FastAPI Query(...) validation, loc ["query", name]) ---------------------------
-    def _q_int(
-        self, req: Request, name: str, default: int, errors: list, *, ge: int | None = None, le: int | None = None
-    ) -> int:
-        raw = _q_last(req, name)
-        if raw is None:
-            return default
-        out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
-        return default if out is P._MISSING else out
-
-    def _q_page(self, req: Request) -> tuple[int, int]:
-        """``page`` (>= 1, default 1) and ``pageSize`` (1..MAX_PAGE_SIZE, default DEFAULT_PAGE_SIZE) of a list
-        route (sandboxes, snapshots, templates); 422 with both errors when either is bad."""
-        errors: list = []
-        page = self._q_int(req, "page", 1, errors, ge=1)
-        size = self._q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
-        if errors:
-            raise ValidationFailed(errors)
-        return page, size
-
     # -- snapshots: lifecycle/snapshot_routes.py over docker/snapshots.py (self.snapshots: a SnapshotStore) ------------------
     def snapshot_create(self, req: Request) -> None:
         snapshot_routes.create(self, req)
@@ -469,13 +418,13 @@ class LifecycleApp(App):
     def pools_create(self, req: Request) -> None:
         if self.pools is not None:
             return pool_routes.create(self, req)
-        _body(req, V.CreatePoolRequest)
+        V.body(req, V.CreatePoolRequest)
         raise MockError(quirks.POOLS_UNSUPPORTED)
 
     def pools_update(self, req: Request) -> None:
         if self.pools is not None:
             return pool_routes.update(self, req)
-        _body(req, V.UpdatePoolRequest)
+        V.body(req, V.UpdatePoolRequest)
         raise MockError(quirks.POOLS_UNSUPPORTED)
 
     def pools_list(self, req: Request) -> None:
@@ -493,11 +442,11 @@ class LifecycleApp(App):
         route(self, req)
 
     def templates_create(self, req: Request) -> None:
-        _body(req, V.CreateFsbTemplateRequest)
+        V.body(req, V.CreateFsbTemplateRequest)
         raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
     def templates_list(self, req: Request) -> None:
-        self._q_page(req)
+        V.q_page(req)
         raise MockError(quirks.TEMPLATES_UNSUPPORTED)
 
     def templates_unsupported(self, req: Request) -> None:
@@ -505,19 +454,19 @@ class LifecycleApp(App):
 
     # -- SDK metrics (server api/metrics.py, /v1 only): accepted, recorded nowhere ---------------------------
     def metrics_event(self, req: Request) -> None:
-        _body(req, V.MetricsEvent)
+        V.body(req, V.MetricsEvent)
         req.send(204)
 
     # -- egress network policy (server api/network_policy.py): the body, then the sandbox's egress sidecar
     #    on port 18080 through execd's proxy, like every Docker sandbox without a sidecar -----------------
     def _policy(self, req: Request, spec: P.Spec | None) -> None:
         if spec is not None:
-            _body(req, spec)
+            V.body(req, spec)
         sid = req.params["sid"]
         if sid.startswith("fsb-"):
             raise MockError(quirks.FSB_SANDBOX_NOT_FOUND)
         sb = self.store.get(sid)
-        endpoint, headers = self.provisioner.endpoint(sb, quirks.EGRESS_PORT)
+        endpoint, headers = self.container().endpoint(sb, quirks.EGRESS_PORT)
         hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "opensandbox-secure-access"}
 
         def connect_failed(e: Exception) -> None:
@@ -559,6 +508,14 @@ class LifecycleApp(App):
         diagnostics_routes.summary(self, req)
 
 
+class _Front(Protocol):
+    """What the lifecycle listener serves: a LifecycleApp, or the workbench's AdminLayer in front of one."""
+
+    store: SandboxStore
+
+    def handle(self, req: Request) -> None: ...
+
+
 class LifecycleHandler(Handler):
     flavor = "uvicorn"
     browser_guard = False  # LifecycleApp.handle answers these with ErrorResponse bodies (lifecycle/quirks.py)
@@ -569,10 +526,10 @@ class LifecycleHandler(Handler):
         return {"vary": "Origin", "x-request-id": self.request_id or new_request_id()}
 
     def dispatch(self, req: Request) -> None:
-        self.server.app.handle(req)
+        cast(_Front, self.server.app).handle(req)
 
     def date_time_string(self, timestamp: float | None = None) -> str:
         # the Date header is the server's clock: with MockOpenSandbox(clock=) it follows that clock
         if timestamp is None:
-            timestamp = self.server.app.store.clock().timestamp()
+            timestamp = cast(_Front, self.server.app).store.clock().timestamp()
         return email.utils.formatdate(timestamp, usegmt=True)

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.wire.http1 import Request
 
 
 def create(app: Any, req: Request) -> None:
     """POST /sandboxes/{id}/snapshots: the body (optional, {"name"}), the sandbox, Running; 202 + Location."""
-    r = P.validate_body(
-        V.CreateSnapshotRequest, P.decode_body(req.body, req.headers.get("Content-Type")), required=False
-    )
+    r = V.body(req, V.CreateSnapshotRequest, required=False)
     name = r["name"] if isinstance(r, dict) else None
     snap = app.snapshots.create(req.params["sid"], name)
     req.send_json(202, snap.accepted, headers={"location": "/v1/snapshots/%s" % snap.id})
@@ -24,13 +21,11 @@ def create(app: Any, req: Request) -> None:
 
 def list_(app: Any, req: Request) -> None:
     """GET /snapshots?sandboxId&name&state*&page&pageSize (FastAPI Query: the last of a repeated scalar)."""
-    page, size = app._q_page(req)
-    sandbox_ids = req.query.get("sandboxId")
-    names = req.query.get("name")
+    page, size = V.q_page(req)
     states = req.query.get("state") or None
     items, pagination = app.snapshots.list(
-        sandbox_id=sandbox_ids[-1] if sandbox_ids else None,
-        name=names[-1] if names else None,
+        sandbox_id=V.q_last(req, "sandboxId"),
+        name=V.q_last(req, "name"),
         states=states,
         page=page,
         page_size=size,

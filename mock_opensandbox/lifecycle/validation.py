@@ -1,6 +1,7 @@
 """Request validation of opensandbox-server 1.1.1, without pydantic: the server's request models (FastAPI's
-422 bodies). Its own pre-provisioning checks for the Docker runtime (HTTP 400 ``{code, message}``) are
-lifecycle/validation_checks.py; their names stay importable from here.
+422 bodies) and how every lifecycle route reads a request with them (``body``, ``q_last``, ``q_int``, ``q_page``,
+``path_port``: the route modules call only these). Its own pre-provisioning checks for the Docker runtime (HTTP 400
+``{code, message}``) are lifecycle/validation_checks.py.
 
 A small declarative re-statement, on the engine in lifecycle/pydantic_lite.py, of the request models in the server's
 ``api/schema.py`` (field order,
@@ -14,6 +15,11 @@ library only.
 
 from __future__ import annotations
 
+import urllib.parse
+from datetime import datetime
+from typing import Any
+
+from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.pydantic_lite import (
     Bool,
@@ -26,28 +32,9 @@ from mock_opensandbox.lifecycle.pydantic_lite import (
     Model,
     Opt,
     Str,
+    ValidationFailed,
 )
-from mock_opensandbox.lifecycle.validation_checks import (  # noqa: F401 - re-exported: their old import path
-    ACCESS_RENEW_KEY,
-    ACCESS_RENEW_MAX,
-    ACCESS_RENEW_MIN,
-    ALLOWED_EGRESS_ENV_VARS,
-    EGRESS_ENV_PREFIX,
-    INVALID_PARAMETER,
-    WINDOWS_UNSUPPORTED,
-    _bad,
-    _host_path_errors,
-    docker_create_checks,
-    ensure_platform_valid,
-    ensure_volumes_valid,
-    parse_gpu_request,
-    parse_memory_limit,
-    parse_nano_cpus,
-    resolve_resource_limits,
-    split_egress_env,
-    timeout_or_raise,
-    validate_extensions,
-)
+from mock_opensandbox.wire.http1 import Request
 
 
 # =====================================================================================================
@@ -310,3 +297,79 @@ CreateFsbTemplateRequest = Model(
 )
 NetworkRuleList = ListOf(NetworkRule)
 TargetList = ListOf(Str())
+
+
+# =====================================================================================================
+# reading a request with them (FastAPI's Body, Path and Query validation)
+# =====================================================================================================
+def body(req: Request, spec: P.Spec, *, required: bool = True) -> Any:
+    """The request's JSON body validated against ``spec`` (422 ValidationFailed, or FastAPI's 400/422 of an
+    undecodable body: pydantic_lite.decode_body)."""
+    return P.validate_body(spec, P.decode_body(req.body, req.headers.get("Content-Type")), required=required)
+
+
+def validate_create(value: Any) -> dict[str, Any]:
+    """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
+    return P.validate_body(CreateSandboxRequest, value)
+
+
+def to_int(value: Any, loc: list, errors: list) -> int | None:
+    """An int as pydantic reads it (lax), None with the error appended."""
+    out = P.to_int(value, loc, errors)
+    return None if out is P._MISSING else out
+
+
+def to_bool(value: Any, loc: list, errors: list) -> bool | None:
+    out = P.to_bool(value, loc, errors)
+    return None if out is P._MISSING else out
+
+
+def to_datetime(value: Any, loc: list, errors: list) -> datetime | None:
+    out = P.to_datetime(value, loc, errors)
+    return None if out is P._MISSING else out
+
+
+def path_port(req: Request, errors: list) -> int | None:
+    """The ``{port}`` path parameter (loc ["path", "port"])."""
+    return to_int(req.params["port"], ["path", "port"], errors)
+
+
+def q_last(req: Request, name: str) -> str | None:
+    """A scalar query parameter as FastAPI reads it: the last of repeated values (Starlette QueryParams)."""
+    vals = req.query.get(name)
+    return vals[-1] if vals else None
+
+
+def q_int(req: Request, name: str, default: int, errors: list, *, ge: int | None = None, le: int | None = None) -> int:
+    """An int query parameter (FastAPI Query(default, ge=, le=), loc ["query", name]); the default with the error
+    appended when it is bad."""
+    raw = q_last(req, name)
+    if raw is None:
+        return default
+    out = P.Int(ge=ge, le=le).run(raw, ["query", name], errors)
+    return default if out is P._MISSING else out
+
+
+def q_page(req: Request) -> tuple[int, int]:
+    """``page`` (>= 1, default 1) and ``pageSize`` (1..MAX_PAGE_SIZE, default DEFAULT_PAGE_SIZE) of a list
+    route (sandboxes, snapshots, templates, pools); 422 with both errors when either is bad."""
+    errors: list = []
+    page = q_int(req, "page", 1, errors, ge=1)
+    size = q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
+    if errors:
+        raise ValidationFailed(errors)
+    return page, size
+
+
+def list_query(req: Request) -> tuple[dict[str, str] | None, int, int]:
+    """GET /sandboxes' query as the server checks it: (metadata filter or None, page, pageSize); 422 for the page,
+    then 400 INVALID_METADATA_FORMAT (the Kubernetes list, k8s_sandboxes.py, checks its query with this too)."""
+    md_raw = q_last(req, "metadata")
+    page, size = q_page(req)
+    md = None
+    if md_raw:
+        try:
+            md = dict(urllib.parse.parse_qsl(md_raw, keep_blank_values=True, strict_parsing=True))
+        except ValueError as e:
+            raise quirks.MockError(quirks.INVALID_METADATA_FORMAT, error=str(e)) from None
+    return md or None, page, size

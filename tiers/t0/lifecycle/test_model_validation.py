@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, RootModel, TypeAdapter, ValidationError, model_validator
 
-from mock_opensandbox.lifecycle.routes import ValidationFailed, _bool, _int, parse_datetime, validate_create
+from mock_opensandbox.lifecycle.validation import ValidationFailed, to_bool, to_datetime, to_int, validate_create
 
 
 # -- oracle: the server's models (field names/aliases/constraints as in server api/schema.py) ------------
@@ -255,7 +255,7 @@ def test_int_parsing_matches_pydantic(value):
     # (signs are only generated in front: pydantic-core also reads "0-0" as 0, a quirk not modelled)
     if isinstance(value, float) and abs(value) > 2**62:
         return  # pydantic's size limits for huge floats are not modelled
-    assert _mine(_int, value) == _theirs(int, value)
+    assert _mine(to_int, value) == _theirs(int, value)
 
 
 @settings(max_examples=200, deadline=None)
@@ -268,7 +268,7 @@ def test_int_parsing_matches_pydantic(value):
     )
 )
 def test_bool_parsing_matches_pydantic(value):
-    assert _mine(_bool, value) == _theirs(bool, value)
+    assert _mine(to_bool, value) == _theirs(bool, value)
 
 
 DATES = [
@@ -299,7 +299,7 @@ DATES = [
 
 @pytest.mark.parametrize("value", DATES + [1795938427, 1795938427.25, True, None, [], {}])
 def test_datetime_parsing_matches_pydantic(value):
-    mine = _mine(parse_datetime, value)
+    mine = _mine(to_datetime, value)
     theirs = _theirs(datetime, value)
     if mine[0] == "ok" and theirs[0] == "ok":
         a, b = mine[1], theirs[1]
@@ -312,7 +312,7 @@ def test_datetime_parsing_matches_pydantic(value):
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="0123456789-:TZ+. ", max_size=26))
 def test_datetime_parsing_fuzz_agrees_on_accept_reject(value):
-    mine = _mine(parse_datetime, value)
+    mine = _mine(to_datetime, value)
     theirs = _theirs(datetime, value)
     assert mine[0] == theirs[0], (value, mine, theirs)
     if mine[0] == "err":
