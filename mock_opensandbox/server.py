@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from mock_opensandbox.docker import diagnostics
 from mock_opensandbox.docker.egress import EgressSettings, configure
@@ -200,6 +200,16 @@ class MockOpenSandbox:
         return "http://%s:%d" % (host, self.port)
 
     @property
+    def running_url(self) -> str | None:
+        """base_url while the mock listens, else None."""
+        return self.base_url if self._server is not None else None
+
+    @property
+    def initial_execd_mode(self) -> str:
+        """The execd mode the mock was made with (``reset()`` sets ``execd_mode`` back to it)."""
+        return self._initial_execd_mode
+
+    @property
     def execd_mode(self) -> str:
         return self._execd_mode
 
@@ -318,9 +328,9 @@ class MockOpenSandbox:
         add_fault_routes(lifecycle.router, self.faults)  # /__mock__/faults behind the API key (docs/FAULTS.md)
         app = AdminLayer(lifecycle, self.admin)  # /__mock__/ workbench routes in front (workbench/admin.py)
         app.journal = self.journal
-        srv_cls = Server
+        srv_cls: type[Server] = Server
         if ":" in o.host:
-            srv_cls = type("Server6", (Server,), {"address_family": socket.AF_INET6})
+            srv_cls = cast("type[Server]", type("Server6", (Server,), {"address_family": socket.AF_INET6}))
         self._server = srv_cls((o.host, o.port), LifecycleHandler, app)
         self._server.start(name="mock-osb-lifecycle")
 
@@ -396,6 +406,7 @@ class MockOpenSandbox:
             return ImageStore(os.path.join(self.root, "snapshot-images"), local_daemon=False, registry=False)
 
         c = Committer(own_store)
+        assert self.store is not None  # _wire made it
         return SnapshotStore(self.store, c, c.remove)
 
     def __enter__(self) -> "MockOpenSandbox":

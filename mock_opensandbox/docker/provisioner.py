@@ -38,7 +38,8 @@ from mock_opensandbox.runtime.mounts import VolumeTargetError, plan
 from mock_opensandbox.runtime.openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines files
 from mock_opensandbox.runtime.probe import isolation_header, probe_result
 from mock_opensandbox.runtime.rootfs import RootfsError, UserNotFound
-from mock_opensandbox.runtime.sandbox import SandboxTerminated, network_note
+from mock_opensandbox.runtime.pid1 import SandboxTerminated
+from mock_opensandbox.runtime.sandbox import network_note
 from mock_opensandbox.wire.http1 import Server
 from mock_opensandbox.wire.listener import FaultRules, RequestJournal
 from mock_opensandbox.wire.relay import free_port
@@ -279,7 +280,7 @@ class MockProvisioner(Provisioner):
             raise start_failed(str(exc)) from None
         vs.attach(sb.id, sb.volumes)
 
-    def _required_headers(self, sb: Sandbox) -> dict[str, str] | None:
+    def required_headers(self, sb: Sandbox) -> dict[str, str] | None:
         # the Kubernetes runtime has a real gateway (docker/gateway.py) that deletes the header before execd
         if not self.opts.gateway or self.opts.runtime == "kubernetes":
             return None
@@ -293,7 +294,7 @@ class MockProvisioner(Provisioner):
             port=0,
             mode=sb.execd_mode or self.execd_mode,  # set at create (above); the default otherwise
             access_token=o.execd_token,
-            required_headers=self._required_headers(sb),
+            required_headers=self.required_headers(sb),
             close_delay=o.execd_close_delay,
             context_wait=o.code_context_wait,
             verbose=o.verbose,
@@ -462,5 +463,5 @@ class MockProvisioner(Provisioner):
         headers: dict[str, str] = {}
         if self.opts.execd_token:
             headers["X-EXECD-ACCESS-TOKEN"] = self.opts.execd_token
-        headers.update(self._required_headers(sb) or {})
+        headers.update(self.required_headers(sb) or {})
         return "127.0.0.1:%d/proxy/%d" % (sb.execd_port or 0, quirks.HTTP_PORT), headers

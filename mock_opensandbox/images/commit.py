@@ -34,7 +34,7 @@ import stat
 import tarfile
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from mock_opensandbox.images.store import Image, ImageStore, _read_json
 from mock_opensandbox.images.unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, apply_layer, real_dir_chain
@@ -350,7 +350,7 @@ class Committer:
     ``--image-dir`` store) or, without one, a store of the mock's own under its root that goes with it
     (``store_factory`` makes it on the first snapshot)."""
 
-    def __init__(self, store_factory: Any):
+    def __init__(self, store_factory: Callable[[], ImageStore]):
         self._factory = store_factory
         self._store: ImageStore | None = None
 

@@ -7,6 +7,7 @@ boot lines, the timestamped log) is lifecycle/container_log.py.
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 import threading
@@ -17,7 +18,6 @@ from urllib.parse import quote_plus
 
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.container_log import ContainerLog, boot_log
-from mock_opensandbox.lifecycle.container_log import docker_ts  # noqa: F401 - re-exported: its old import path
 from mock_opensandbox.lifecycle.quirks import MockError
 
 Clock = Callable[[], datetime]
@@ -370,7 +370,7 @@ class SandboxStore:
         self,
         *,
         image: dict[str, Any],
-        entrypoint: list[str],
+        entrypoint: builtins.list[str],
         env: dict[str, str] | None = None,
         metadata: dict[str, str] | None = None,
         resource_limits: dict[str, str] | None = None,
@@ -534,7 +534,7 @@ class SandboxStore:
         self.provisioner.stop(sb)
 
     # -- TTL -----------------------------------------------------------------------------------------
-    def reap(self) -> list[str]:
+    def reap(self) -> builtins.list[str]:  # (`list` is a method of this class)
         """Delete every sandbox whose expiresAt has passed; returns their ids."""
         now = self.clock()
         with self._lock:

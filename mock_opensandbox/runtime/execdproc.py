@@ -99,7 +99,7 @@ class ExecdProcess:
         proc: "subprocess.Popen | _HostProcess",
         port: int,
         runtime: "SandboxRuntime",
-        relay: Any = None,
+        relay: TCPRelay | None = None,
         inner_port: int | None = None,
         grace: float = 3.0,
     ):
@@ -191,7 +191,7 @@ def idle_execd(image_home: str | None = None) -> str | None:
     `cat` in the view's read-only /usr or /bin, None when there is none. image_home: the sandbox runs
     its image (rootfs.py), the static idle program is written there (outside its root)."""
     elf = static_idle_elf() if image_home is not None else None
-    if elf is not None:
+    if elf is not None and image_home is not None:
         path = os.path.join(image_home, "execd-idle")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755)
         try:

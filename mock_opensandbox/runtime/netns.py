@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from mock_opensandbox.runtime import optional
 from mock_opensandbox.runtime.holder import setns_function
@@ -193,11 +193,22 @@ except OSError as e:
 )
 
 
+class AddressLease(Protocol):
+    """A sandbox's address on the sandboxes' bridge (nethub.py Lease: nethub imports this module, not the other
+    way round): ``attach`` gives the namespace its eth0, ``close`` takes the address back."""
+
+    def attach(self, netns_fd: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class SandboxNet:
     """The network namespace of one sandbox (held by its PID 1) and its way out: a veth on the bridge
     (lease: nethub.Lease) or a user-mode stack of its own."""
 
-    def __init__(self, pid: int, mode: str, agent: Callable[[dict], Any] | None = None, lease: Any = None):
+    def __init__(
+        self, pid: int, mode: str, agent: Callable[[dict], Any] | None = None, lease: AddressLease | None = None
+    ):
         self.pid = pid
         self.lease = lease
         self.mode = mode  # "direct" (root: setns) | "helper" (non-root)

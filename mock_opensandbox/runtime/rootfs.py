@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-from typing import Any
+from typing import Protocol
 
 OVERLAY_OPTS_MAX = 4000  # overlay mount options live in one page (4096 bytes) with upperdir/workdir
 DOCKER_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # moby oci.DefaultPathEnv
@@ -39,11 +39,25 @@ class UserNotFound(ValueError):
     """The image's User names an account its /etc/passwd (or /etc/group) does not have."""
 
 
+class ImageTree(Protocol):
+    """What a sandbox's root reads of its image (images/store.py Image: the runtime layer never imports it): its
+    layers as overlayfs lower dirs (None: not usable so), the flattened tree, and its config."""
+
+    @property
+    def env(self) -> list[str]: ...
+    @property
+    def working_dir(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    def lowerdirs(self) -> list[str] | None: ...
+    def rootfs(self) -> str: ...
+
+
 class ImageRoot:
     """What one sandbox gets of its image: its root directory (``root``), how view.py mounts it, the
     image's environment, user and working directory."""
 
-    def __init__(self, home: str, image: Any, *, overlay: bool | None = None):
+    def __init__(self, home: str, image: ImageTree, *, overlay: bool | None = None):
         self.home = home  # the sandbox's own directory (upper/ + work/, or rootfs/)
         self.image = image
         lower = image.lowerdirs()

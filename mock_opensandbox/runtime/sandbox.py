@@ -34,12 +34,12 @@ from mock_opensandbox.runtime._util import (
 )
 from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.execdproc import install_agent, install_binary, prepare_execd, start_execd
-from mock_opensandbox.runtime.paths import _MARKER_ENV, PathEscape, SandboxPaths, stray_pids  # noqa: F401 - PathEscape re-exported
-from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, Pid1, SandboxNotRunning, SandboxTerminated  # noqa: F401 - re-exported
+from mock_opensandbox.runtime.janitor import Janitor
+from mock_opensandbox.runtime.paths import _MARKER_ENV, SandboxPaths, stray_pids
+from mock_opensandbox.runtime.pid1 import Pid1, SandboxNotRunning, SandboxTerminated
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
-from mock_opensandbox.runtime.rootfs import ImageRoot
-from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs
-from mock_opensandbox.runtime.contained import creds as _creds
+from mock_opensandbox.runtime.rootfs import ImageRoot, ImageTree
+from mock_opensandbox.runtime.contained import contained_spawner, creds as _creds, ctty_stage, group_kwargs
 from mock_opensandbox.runtime.spawner import Spawner
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,8 +92,8 @@ class SandboxRuntime:
         network: str = netns.DEFAULT_NETWORK,
         limits: "cgroups.Limits | None" = None,
         cgroup_name: str | None = None,
-        janitor: Any = None,
-        image: Any = None,
+        janitor: Janitor | None = None,
+        image: ImageTree | None = None,
     ):
         if create:
             os.makedirs(root, exist_ok=True)
@@ -191,7 +191,7 @@ class SandboxRuntime:
         if limits is not None and limits.wanted():
             self._make_cgroup(limits, cgroup_name or "%s%s" % (cgroups.NAME_PREFIX, self._token[:12]))
 
-    def _use_image(self, image: Any) -> None:
+    def _use_image(self, image: ImageTree) -> None:
         """The sandbox's root is its image (rootfs.py: an overlay or a copy in the sandbox's directory).
         Raises rootfs.RootfsError / UserNotFound: the create fails like a container Docker cannot make."""
         ir = ImageRoot(self.root, image)

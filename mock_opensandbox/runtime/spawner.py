@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
+from mock_opensandbox.runtime.cgroups import Cgroup
+
 _T = TypeVar("_T")
 
 
@@ -33,7 +35,9 @@ class Spawner:
     """A daemon thread that joins ``cgroup`` (a cgroups.Cgroup whose ``thread_join`` is True) once and then
     runs the callables given to ``call`` (forks of the sandbox's processes)."""
 
-    def __init__(self, cgroup: Any, name: str = "osb-sandbox-spawner", enter: Callable[[], None] | None = None):
+    def __init__(
+        self, cgroup: Cgroup | None, name: str = "osb-sandbox-spawner", enter: Callable[[], None] | None = None
+    ):
         self._cgroup = cgroup  # None: no cgroup to join (a contained thread without limits: contained.py)
         self._enter = enter  # run in the thread after the cgroup join, before any call (contained.py)
         self.identity: tuple[int, int, list[int]] | None = None  # (uid, gid, groups) its forks have (contained.py)

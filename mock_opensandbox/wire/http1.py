@@ -486,7 +486,7 @@ class Handler(BaseHTTPRequestHandler):
         req = Request(self, method)
         if self.browser_guard and (
             self.headers.get("Origin") is not None
-            or not host_allowed(self.headers.get("Host"), self.server.server_address[0])
+            or not host_allowed(self.headers.get("Host"), str(self.server.server_address[0]))
         ):
             req.send_json(
                 403,

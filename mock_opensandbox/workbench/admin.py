@@ -37,7 +37,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from mock_opensandbox.wire.http1 import Request, host_allowed
+from mock_opensandbox.wire.http1 import App, Request, host_allowed
+from mock_opensandbox.wire.listener import FaultRules, RequestJournal
 from mock_opensandbox.wire.relay import client_gone
 from mock_opensandbox.workbench.assertions import assert_requested
 from mock_opensandbox.workbench.dashboard import page
@@ -287,11 +288,12 @@ class AdminAPI:
     def _reset(self, req: Request) -> bool:
         body = self._body_json(req)
         sid = req.q("sandbox")
-        keep = req.q("keep_volumes")
-        if keep is not None:
-            if keep.lower() not in ("1", "true", "0", "false"):
+        keep_q = req.q("keep_volumes")
+        keep: bool | None = None
+        if keep_q is not None:
+            if keep_q.lower() not in ("1", "true", "0", "false"):
                 raise ValueError("keep_volumes must be true or false")
-            keep = keep.lower() in ("1", "true")
+            keep = keep_q.lower() in ("1", "true")
         if isinstance(body, dict) and body.get("sandbox") is not None:
             sid = body["sandbox"]
         elif body is not None and not isinstance(body, dict):
@@ -424,13 +426,56 @@ class AdminAPI:
         return serve_faults(req, self.faults, rest[0] if rest else None) or self._method(req)
 
 
-class AdminLayer:
+class AdminLayer(App):
     """Puts the admin API in front of an app: ``handle(req)`` serves /__mock__/ routes it owns and
-    passes everything else on. Every other attribute is the wrapped app's (faults, store, ...)."""
+    passes everything else on. Every other attribute is the wrapped app's (faults, store, ...): the App
+    interface (wire/listener.py) by the properties below, anything else by __getattr__; every assignment
+    goes to the wrapped app (__setattr__)."""
 
-    def __init__(self, app: Any, admin: AdminAPI):
+    def __init__(self, app: App, admin: AdminAPI):
         self.__dict__["_app"] = app
         self.__dict__["admin"] = admin
+
+    # the App interface: the wrapped app's, read and written through
+    @property
+    def faults(self) -> FaultRules | None:
+        return self._app.faults
+
+    @faults.setter
+    def faults(self, value: FaultRules | None) -> None:
+        self._app.faults = value
+
+    @property
+    def journal(self) -> RequestJournal | None:
+        return self._app.journal
+
+    @journal.setter
+    def journal(self, value: RequestJournal | None) -> None:
+        self._app.journal = value
+
+    @property
+    def sandbox_id(self) -> str | None:
+        return self._app.sandbox_id
+
+    @sandbox_id.setter
+    def sandbox_id(self, value: str | None) -> None:
+        self._app.sandbox_id = value
+
+    @property
+    def fault_listener(self) -> str | None:
+        return self._app.fault_listener
+
+    @fault_listener.setter
+    def fault_listener(self, value: str | None) -> None:
+        self._app.fault_listener = value
+
+    @property
+    def verbose(self) -> bool:
+        return self._app.verbose
+
+    @verbose.setter
+    def verbose(self, value: bool) -> None:
+        self._app.verbose = value
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_app"], name)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
+
+from mock_opensandbox.docker.images import ImagePuller
+from mock_opensandbox.docker.provisioner import MockProvisioner
+from mock_opensandbox.docker.snapshots import SnapshotStore
+from mock_opensandbox.docker.volumes import VolumeStore
+from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
+from mock_opensandbox.lifecycle.pools import PoolStore
+from mock_opensandbox.options import MockOptions
 
 
 def _iso(dt: datetime | None) -> str | None:
@@ -80,25 +88,54 @@ def processes_of(pgids: list[int]) -> list[dict[str, Any]]:
 # =====================================================================================================
 # the backend: what the sandboxes are
 # =====================================================================================================
+class MockParts(Protocol):
+    """What the admin view reads of the mock (server.py MockOpenSandbox), live: its parts are None while it is
+    stopped. ``execd_mode`` is the default for new sandboxes (reset to ``initial_execd_mode``)."""
+
+    options: MockOptions
+    execd_mode: str
+
+    @property
+    def initial_execd_mode(self) -> str: ...
+    @property
+    def running_url(self) -> str | None: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def sandboxes(self) -> dict[str, Sandbox]: ...
+    @property
+    def store(self) -> SandboxStore | None: ...
+    @property
+    def provisioner(self) -> MockProvisioner | None: ...
+    @property
+    def volumes(self) -> VolumeStore | None: ...
+    @property
+    def images(self) -> ImagePuller | None: ...
+    @property
+    def snapshots(self) -> SnapshotStore | None: ...
+    @property
+    def pools(self) -> PoolStore | None: ...
+
+
 class MockBackend:
     """The admin view of a MockOpenSandbox."""
 
     kind = "mock"
 
-    def __init__(self, mock: Any):
+    def __init__(self, mock: MockParts):
         self.mock = mock
 
     def info(self) -> dict[str, Any]:
-        m = self.mock
+        m, o = self.mock, self.mock.options
         prov = m.provisioner
         return {
             "kind": "mock",
-            "base_url": m.base_url if m._server is not None else None,
+            "base_url": m.running_url,
             "execd_mode": m.execd_mode,
-            "execd": "process %s" % m.execd_bin if m.execd_bin else "in-process",
+            "execd": "process %s" % o.execd_bin if o.execd_bin else "in-process",
             "isolation": prov.isolation() if prov is not None else "unknown",
-            "gateway": bool(m.gateway),
-            "execd_token": m.execd_token is not None,
+            "gateway": bool(o.gateway),
+            "execd_token": o.execd_token is not None,
             "auth": m.api_key is not None,
         }
 
@@ -109,7 +146,7 @@ class MockBackend:
         sb = self.mock.sandboxes.get(sid)
         if sb is None:
             return None
-        m = self.mock
+        m, o = self.mock, self.mock.options
         now = m.store.clock() if m.store is not None else datetime.now(timezone.utc)
         with sb.lock:
             state = sb.state
@@ -130,13 +167,13 @@ class MockBackend:
             }
         out["view"] = view_of(runtime, sb)
         out["volumes"] = m.volumes.of(sid) if m.volumes is not None else []
-        headers = m.provisioner._required_headers(sb) if m.provisioner is not None else None
+        headers = m.provisioner.required_headers(sb) if m.provisioner is not None else None
         out["execd"] = {
             "mode": sb.execd_mode,
             "port": sb.execd_port,
-            "kind": "process" if m.execd_bin else "in-process",
-            "access_token": "<set>" if m.execd_token else None,
-            "gateway": bool(m.gateway),
+            "kind": "process" if o.execd_bin else "in-process",
+            "access_token": "<set>" if o.execd_token else None,
+            "gateway": bool(o.gateway),
             "required_headers": headers or {},
         }
         cmds = getattr(getattr(execd, "commands", None), "_cmds", None)
@@ -159,7 +196,7 @@ class MockBackend:
         """The image store: whether the mock has one, its sources and cache, every cached image (id, refs,
         digest, size, layers, config) with the sandboxes using it."""
         p = self.mock.images
-        snaps = getattr(self.mock, "snapshots", None)
+        snaps = self.mock.snapshots
         snapshots = snaps.view() if snaps is not None else []  # docker/snapshots.py: each one's image and users
         if p is None:
             return {"available": False, "sources": [], "cache": None, "images": [], "snapshots": snapshots}
@@ -172,16 +209,18 @@ class MockBackend:
         }
 
     def clear_images(self) -> None:
-        if self.mock.images is not None:
-            if getattr(self.mock, "snapshots", None) is not None:  # their images are in this cache
-                self.mock.snapshots.clear()
-            self.mock.images.store.clear()
+        images, snaps = self.mock.images, self.mock.snapshots
+        if images is not None:
+            if snaps is not None:  # their images are in this cache
+                snaps.clear()
+            images.store.clear()
 
     def kill(self, sid: str) -> bool:
-        if self.mock.store is None:
+        store = self.mock.store
+        if store is None:
             return False
         try:
-            self.mock.store.delete(sid)
+            store.delete(sid)
         except Exception:
             return False
         return True
@@ -195,10 +234,10 @@ class MockBackend:
                 removed += 1
         out = {"sandboxes_removed": removed}
         if sid is None:
-            m.execd_mode = m._initial_execd_mode
-            snaps = getattr(m, "snapshots", None)  # after the sandboxes: none uses a snapshot any more
+            m.execd_mode = m.initial_execd_mode
+            snaps = m.snapshots  # after the sandboxes: none uses a snapshot any more
             out["snapshots_removed"] = snaps.clear() if snaps is not None else 0
-            pools = getattr(m, "pools", None)  # runtime kubernetes only (lifecycle/pools.py)
+            pools = m.pools  # runtime kubernetes only (lifecycle/pools.py)
             if pools is not None:
                 out["pools_removed"] = pools.clear()
         return out

@@ -29,7 +29,7 @@ import re
 import secrets
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 from urllib.parse import urlsplit
 
 from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer
@@ -40,21 +40,8 @@ from mock_opensandbox.workbench.faults import FaultRegistry
 from mock_opensandbox.wire.http1 import App, Handler, Request, Server, host_allowed
 from mock_opensandbox.workbench.journal import Journal
 from mock_opensandbox.workbench.proxy_backend import ProxyBackend
-from mock_opensandbox.workbench.proxy_forwarding import (  # noqa: F401 - the names re-exported from here
-    _ENDPOINT_RE,
-    CONNECT_TIMEOUT,
-    _Forwarder,
-    _json_error,
-    _tunnel,
-)
-from mock_opensandbox.workbench.proxy_recording import (  # noqa: F401 - the names re-exported from here
-    MAX_RECORDED_BODY,
-    MIN_RECORDED_WAIT,
-    STREAM_ABOVE,
-    Recorder,
-    _stream_request,
-    _text_or_b64,
-)
+from mock_opensandbox.workbench.proxy_forwarding import _Forwarder, _json_error
+from mock_opensandbox.workbench.proxy_recording import Recorder
 from mock_opensandbox.workbench.scrub import SECRET_HEADERS
 
 _CREATE_RE = re.compile(r"^(?:/v1)?/sandboxes/?$")
@@ -74,7 +61,7 @@ class _ProxyHandler(Handler):
     browser_guard = False  # checked below (the admin API allows its own dashboard's requests)
 
     def dispatch(self, req: Request) -> None:
-        self.server.app.handle(req)
+        cast(AdminLayer, self.server.app).handle(req)
 
 
 class _EndpointHandler(_ProxyHandler):

@@ -69,7 +69,7 @@ def sandbox_root() -> Iterator[str]:
     yield d
     # SandboxRuntime.cleanup() normally removes it; make sure nothing stays behind
     if os.path.exists(d):
-        from mock_opensandbox.runtime import _rmtree
+        from mock_opensandbox.runtime._util import rmtree as _rmtree
 
         _rmtree(d)
 

@@ -342,7 +342,7 @@ def test_the_fault_proxy_appends_each_exchange_and_the_file_stays_a_whole_fixtur
     """The proxy's recording grows in place, one exchange at a time (no rewrite of what is
     already there), and after every exchange it is the fixture fixturefile.dumps writes, readable by
     fixturefile.load (record compare, replay), credentials scrubbed as before."""
-    from mock_opensandbox.workbench.proxy import Recorder
+    from mock_opensandbox.workbench.proxy_recording import Recorder
 
     rec = Recorder(str(tmp_path), "rec", "http://127.0.0.1:1")
     assert not os.path.exists(rec.path)  # nothing before the first exchange
