@@ -44,7 +44,7 @@ from mock_opensandbox.runtime._util import default_signals_for_children, inherit
 from mock_opensandbox.runtime.janitor import LEDGER as JANITOR_LEDGER
 from mock_opensandbox.runtime.janitor import Janitor, reap_root
 from mock_opensandbox.server_config import configured
-from mock_opensandbox.wire.http1 import Server
+from mock_opensandbox.wire.listener import Server
 from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer, MockBackend, assert_requested
 from mock_opensandbox.workbench.fault_routes import add_fault_routes
 from mock_opensandbox.workbench.faultinject import inject
@@ -90,7 +90,8 @@ class MockOpenSandbox:
         o = self.options = o.checked()  # config_notes: a key of the config file the mock does not honour, a line each
         self.generated_api_key = o.api_key is None and not o.insecure
         self._api_key = o.api_key if o.api_key is not None else (None if o.insecure else secrets.token_urlsafe(24))
-        self._execd_mode = self._initial_execd_mode = o.execd_mode  # the default for new sandboxes
+        self._execd_mode: str = o.execd_mode  # the default for new sandboxes
+        self._initial_execd_mode: str = o.execd_mode
         self.root = ""  # the sandbox roots' directory while started (o.root, or a temp dir)
         # what a dead mock leaves is found by this id (cgroups osb-mock-<id>-<sandbox>) and removed by
         # the janitor process (runtime/janitor.py)
@@ -149,7 +150,9 @@ class MockOpenSandbox:
         return self.egress.ready_timeout
 
     # -- the workbench (workbench/admin.py, workbench/journal.py) --------------------------------------
-    def requests(self, method: Any = None, path: Any = None, sandbox: str | None = None, **filters: Any) -> list:
+    def requests(
+        self, method: Any = None, path: Any = None, sandbox: str | None = None, **filters: Any
+    ) -> list[dict[str, Any]]:
         """Journal entries, oldest first. Filters: method ("GET", "GET|POST"), path (regex), sandbox,
         listener ("lifecycle", "execd", "port"), status (404, "4xx"), fault (rule id or "*"), since, limit."""
         return self.journal.entries(method=method, path=path, sandbox=sandbox, **filters)
@@ -163,7 +166,7 @@ class MockOpenSandbox:
         count: int | None = None,
         at_least: int | None = None,
         **filters: Any,
-    ) -> list:
+    ) -> list[dict[str, Any]]:
         """WireMock's verify: the journal holds requests matching these filters (exactly ``count``, or at
         least ``at_least``, default 1); AssertionError saying what was seen."""
         return assert_requested(

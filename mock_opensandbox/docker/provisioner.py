@@ -40,8 +40,7 @@ from mock_opensandbox.runtime.probe import isolation_header, probe_result
 from mock_opensandbox.runtime.rootfs import RootfsError, UserNotFound
 from mock_opensandbox.runtime.pid1 import SandboxTerminated
 from mock_opensandbox.runtime.sandbox import network_note
-from mock_opensandbox.wire.http1 import Server
-from mock_opensandbox.wire.listener import FaultRules, RequestJournal
+from mock_opensandbox.wire.listener import FaultRules, RequestJournal, Server
 from mock_opensandbox.wire.relay import free_port
 
 

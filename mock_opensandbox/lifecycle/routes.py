@@ -31,8 +31,8 @@ from mock_opensandbox.lifecycle.pools import PoolStore
 from mock_opensandbox.lifecycle.services import ContainerService, DiagnosticsText, SnapshotService, VolumeService
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle import validation_checks
-from mock_opensandbox.wire.http1 import App, Handler, Request, Router, host_allowed, new_request_id
-from mock_opensandbox.wire.listener import FaultRules
+from mock_opensandbox.wire.http1 import Handler, Request, Router, host_allowed, new_request_id
+from mock_opensandbox.wire.listener import App, FaultRules
 from mock_opensandbox.lifecycle.model import apply_metadata_patch, Sandbox, SandboxStore, format_ts
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.lifecycle.proxy import BackendError, forward
@@ -327,7 +327,7 @@ class LifecycleApp(App):
         req.send_json(200, sb.to_json())
 
     def endpoint(self, req: Request) -> None:
-        errors: list = []
+        errors: list[dict[str, Any]] = []
         port = V.path_port(req, errors)
         usp_raw = V.q_last(req, "use_server_proxy")
         use_proxy = V.to_bool(usp_raw, ["query", "use_server_proxy"], errors) if usp_raw is not None else False
@@ -360,7 +360,7 @@ class LifecycleApp(App):
         req.send_json(200, out)
 
     def proxy(self, req: Request) -> None:
-        errors: list = []
+        errors: list[dict[str, Any]] = []
         port = V.path_port(req, errors)
         if errors:
             raise P.ValidationFailed(errors)

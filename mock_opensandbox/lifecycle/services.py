@@ -27,7 +27,7 @@ class ContainerService(Protocol):
 class VolumeService(Protocol):
     """docker/volumes.py VolumeStore: a create's volumes checked and made (``prepare``), or given back."""
 
-    def prepare(self, volumes: list[dict] | None) -> Any: ...
+    def prepare(self, volumes: list[dict[str, Any]] | None) -> Any: ...
 
     def abandon(self, p: Any, sandbox_id: str | None = None) -> None: ...
 
@@ -57,7 +57,9 @@ class SnapshotService(Protocol):
 class DiagnosticsText(Protocol):
     """docker/diagnostics.py (the module): the diagnostics routes' text, as the Docker runtime writes it."""
 
-    def inline(self, sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str) -> dict: ...
+    def inline(
+        self, sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str
+    ) -> dict[str, Any]: ...
 
     def limit_lines(self, content: str, limit: int, keep_tail: bool) -> tuple[str, bool]: ...
 

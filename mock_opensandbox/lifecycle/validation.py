@@ -313,23 +313,23 @@ def validate_create(value: Any) -> dict[str, Any]:
     return P.validate_body(CreateSandboxRequest, value)
 
 
-def to_int(value: Any, loc: list, errors: list) -> int | None:
+def to_int(value: Any, loc: list[Any], errors: list[Any]) -> int | None:
     """An int as pydantic reads it (lax), None with the error appended."""
     out = P.to_int(value, loc, errors)
     return None if out is P._MISSING else out
 
 
-def to_bool(value: Any, loc: list, errors: list) -> bool | None:
+def to_bool(value: Any, loc: list[Any], errors: list[Any]) -> bool | None:
     out = P.to_bool(value, loc, errors)
     return None if out is P._MISSING else out
 
 
-def to_datetime(value: Any, loc: list, errors: list) -> datetime | None:
+def to_datetime(value: Any, loc: list[Any], errors: list[Any]) -> datetime | None:
     out = P.to_datetime(value, loc, errors)
     return None if out is P._MISSING else out
 
 
-def path_port(req: Request, errors: list) -> int | None:
+def path_port(req: Request, errors: list[Any]) -> int | None:
     """The ``{port}`` path parameter (loc ["path", "port"])."""
     return to_int(req.params["port"], ["path", "port"], errors)
 
@@ -340,7 +340,9 @@ def q_last(req: Request, name: str) -> str | None:
     return vals[-1] if vals else None
 
 
-def q_int(req: Request, name: str, default: int, errors: list, *, ge: int | None = None, le: int | None = None) -> int:
+def q_int(
+    req: Request, name: str, default: int, errors: list[Any], *, ge: int | None = None, le: int | None = None
+) -> int:
     """An int query parameter (FastAPI Query(default, ge=, le=), loc ["query", name]); the default with the error
     appended when it is bad."""
     raw = q_last(req, name)
@@ -353,7 +355,7 @@ def q_int(req: Request, name: str, default: int, errors: list, *, ge: int | None
 def q_page(req: Request) -> tuple[int, int]:
     """``page`` (>= 1, default 1) and ``pageSize`` (1..MAX_PAGE_SIZE, default DEFAULT_PAGE_SIZE) of a list
     route (sandboxes, snapshots, templates, pools); 422 with both errors when either is bad."""
-    errors: list = []
+    errors: list[dict[str, Any]] = []
     page = q_int(req, "page", 1, errors, ge=1)
     size = q_int(req, "pageSize", quirks.DEFAULT_PAGE_SIZE, errors, ge=1, le=quirks.MAX_PAGE_SIZE)
     if errors:

@@ -35,10 +35,10 @@ import secrets
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, cast
 
-from mock_opensandbox.wire.http1 import App, Request, host_allowed
-from mock_opensandbox.wire.listener import FaultRules, RequestJournal
+from mock_opensandbox.wire.http1 import Request, host_allowed
+from mock_opensandbox.wire.listener import App, FaultRules, RequestJournal
 from mock_opensandbox.wire.relay import client_gone
 from mock_opensandbox.workbench.assertions import assert_requested
 from mock_opensandbox.workbench.dashboard import page
@@ -426,11 +426,20 @@ class AdminAPI:
         return serve_faults(req, self.faults, rest[0] if rest else None) or self._method(req)
 
 
+class Routed(Protocol):
+    """An app whose listener's handler hands it every request (lifecycle/routes.py LifecycleApp, the proxy's app)."""
+
+    def handle(self, req: Request) -> None: ...
+
+
 class AdminLayer(App):
     """Puts the admin API in front of an app: ``handle(req)`` serves /__mock__/ routes it owns and
     passes everything else on. Every other attribute is the wrapped app's (faults, store, ...): the App
     interface (wire/listener.py) by the properties below, anything else by __getattr__; every assignment
     goes to the wrapped app (__setattr__)."""
+
+    _app: App  # (in __dict__: set without __setattr__)
+    admin: AdminAPI
 
     def __init__(self, app: App, admin: AdminAPI):
         self.__dict__["_app"] = app
@@ -487,4 +496,4 @@ class AdminLayer(App):
         if req.path == PREFIX or req.path.startswith(PREFIX + "/"):
             if self.admin.handle(req):
                 return
-        self._app.handle(req)
+        cast(Routed, self._app).handle(req)
