@@ -303,9 +303,12 @@ class MockOpenSandbox:
             execd_mode=self._execd_mode,
         )
         self.store = SandboxStore(
-            clock=o.clock, provisioner=self.provisioner, pull_fails=o.pull_fails, reap_interval=o.reap_interval
+            clock=o.clock,
+            provisioner=self.provisioner,
+            pull_fails=o.pull_fails,
+            reap_interval=o.reap_interval,
+            images=self.images,
         )
-        self.store.images = self.images
         self.snapshots = self._snapshot_store()
         if o.runtime == "kubernetes":  # the pools API and poolRef creates (lifecycle/pools.py)
             store = self.store

@@ -53,7 +53,7 @@ class ContainerState:
     argv: list[str] | None = None  # the entrypoint PID 1 runs (a code-interpreter image's, with --jupyter-env)
     execd_port: int | None = None  # a real execd's port, chosen before PID 1 starts (runtime.use_execd)
     execd_stopped: bool = False  # execd.stop() was called (once per sandbox)
-    http: Any = None  # the listener standing in for the published port 8080 (wire/http1.py Server)
+    http: Server | None = None  # the listener standing in for the published port 8080 (wire/listener.py Server)
     egress: Any = None  # the egress sidecar (docker/egress/), while the sandbox runs
 
 
@@ -162,7 +162,7 @@ class MockProvisioner(Provisioner):
 
     def state(self, sb: Sandbox) -> ContainerState:
         """The sandbox's ContainerState, made on first use (an endpoint may be asked for before start ends)."""
-        st = sb.container
+        st: ContainerState | None = sb.container
         if st is None:
             with self._lock:
                 st = sb.container
@@ -441,7 +441,8 @@ class MockProvisioner(Provisioner):
                 if rt is not None and getattr(rt, "has_netns", False):
                     # Docker publishes 8080 itself: straight to the sandbox's own port 8080
                     def connect() -> socket.socket:
-                        return rt.connect(quirks.HTTP_PORT, timeout=10)
+                        sock: socket.socket = rt.connect(quirks.HTTP_PORT, timeout=10)
+                        return sock
 
                 app = PortForwardApp(
                     lambda: self._http_target(sb),

@@ -13,7 +13,7 @@ import re
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 from urllib.parse import quote_plus
 
 from mock_opensandbox.lifecycle import quirks
@@ -274,6 +274,12 @@ class Sandbox:
             return out
 
 
+class ImagePull(Protocol):
+    """The image store as a create pulls (docker/images.py ImagePuller): the image, or the server's MockError."""
+
+    def pull(self, uri: str, auth: dict[str, Any] | None, platform: dict[str, str] | None) -> Any: ...
+
+
 class Provisioner:
     """What makes a sandbox run. The base class runs nothing (pure model)."""
 
@@ -303,10 +309,11 @@ class SandboxStore:
         pull_fails: Callable[[str], bool] | Iterable[str] | None = None,
         reap_interval: float = 0.1,
         start_reaper: bool = True,
+        images: ImagePull | None = None,
     ):
         self.clock: Clock = clock or utcnow
         self.provisioner = provisioner or Provisioner()
-        self.images: Any = None  # an images.mock.ImagePuller (set by MockOpenSandbox) or None
+        self.images = images  # the image store (docker/images.py ImagePuller) or None: no pull
         if pull_fails is None:
             self._pull_fails: Callable[[str], bool] = default_pull_fails
         elif callable(pull_fails):

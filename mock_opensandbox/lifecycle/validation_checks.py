@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.model import validate_metadata
 from mock_opensandbox.lifecycle.quirks import MockError, Quirk
+from mock_opensandbox.lifecycle.services import SnapshotService
 
 
 def _bad(code: str, message: str, status: int = 400) -> MockError:
@@ -298,7 +299,7 @@ def docker_create_checks(
     now: datetime,
     max_timeout: int | None = None,
     allowed_host_paths: Iterable[str] | None = (),
-    snapshots: Any = None,
+    snapshots: SnapshotService | None = None,
     egress_mode: str = "off",
     network: str = "bridge",
 ) -> dict:

@@ -11,6 +11,7 @@ import errno
 import os
 import socket
 import subprocess
+import threading
 from typing import Any, Callable, Mapping, Protocol
 
 from mock_opensandbox.runtime import netns, nethub
@@ -62,7 +63,7 @@ class Pid1:
     def __init__(
         self,
         owner: Owner,
-        lock: Any,
+        lock: threading.RLock,
         *,
         root: str,
         hostname: str,

@@ -46,6 +46,7 @@ from mock_opensandbox.workbench.fault_routes import serve_faults
 from mock_opensandbox.workbench.faults import FaultRegistry
 from mock_opensandbox.workbench.journal import Journal
 from mock_opensandbox.workbench.mock_backend import MockBackend
+from mock_opensandbox.workbench.proxy_backend import ProxyBackend
 
 __all__ = ["AdminAPI", "AdminLayer", "MockBackend", "assert_requested", "serve_faults"]
 
@@ -77,7 +78,7 @@ class AdminAPI:
 
     def __init__(
         self,
-        backend: Any,
+        backend: MockBackend | ProxyBackend,
         journal: Journal,
         faults: FaultRegistry,
         *,
@@ -208,10 +209,10 @@ class AdminAPI:
                         _error(req, 404, "MOCK::SANDBOX_NOT_FOUND", "No sandbox %s." % sid[:64])
                     return True
                 return self._method(req)
-            if head == "images" and len(parts) == 1 and hasattr(self.backend, "images"):
+            if head == "images" and len(parts) == 1 and isinstance(self.backend, MockBackend):  # the proxy has none
                 if m == "GET":
-                    return self._images(req)
-                return self._clear_images(req) if m == "DELETE" else self._method(req)
+                    return self._images(req, self.backend)
+                return self._clear_images(req, self.backend) if m == "DELETE" else self._method(req)
             if head == "volumes" and len(parts) == 1 and hasattr(self.backend, "volumes"):
                 if m != "GET":
                     return self._method(req)
@@ -229,22 +230,22 @@ class AdminAPI:
         _error(req, 404, "MOCK::NOT_FOUND", "No admin route %s %s." % (m, path[:200]))
         return True
 
-    def _images(self, req: Request) -> bool:
+    def _images(self, req: Request, backend: MockBackend) -> bool:
         """``GET /__mock__/images``: the image store's cache (docs/IMAGES.md)."""
-        req.send_json(200, self.backend.images())
+        req.send_json(200, backend.images())
         return True
 
-    def _clear_images(self, req: Request) -> bool:
+    def _clear_images(self, req: Request, backend: MockBackend) -> bool:
         """``DELETE /__mock__/images``: empty the image cache (``/__mock__/reset`` leaves it); 409 while a
         live sandbox was created from a cached image."""
-        state = self.backend.images()
+        state = backend.images()
         users = sorted(sid for img in state["images"] for sid in img.get("sandboxes", []))
         if users:
             _error(req, 409, "MOCK::IMAGES_IN_USE", "Images are in use by sandboxes %s." % ", ".join(users[:20]))
         elif not state["available"]:
             _error(req, 404, "MOCK::NO_IMAGE_STORE", "The mock has no image store (start it with --image-dir).")
         else:
-            self.backend.clear_images()
+            backend.clear_images()
             req.send(204)
         return True
 

@@ -37,7 +37,8 @@ from mock_opensandbox.workbench.assertions import assert_requested
 from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
 from mock_opensandbox.workbench.faultinject import inject
 from mock_opensandbox.workbench.faults import FaultRegistry
-from mock_opensandbox.wire.http1 import App, Handler, Request, Server, host_allowed
+from mock_opensandbox.wire.http1 import Handler, Request, host_allowed
+from mock_opensandbox.wire.listener import App, Server
 from mock_opensandbox.workbench.journal import Journal
 from mock_opensandbox.workbench.proxy_backend import ProxyBackend
 from mock_opensandbox.workbench.proxy_forwarding import _Forwarder, _json_error
@@ -209,6 +210,16 @@ class FaultProxy:
     @property
     def base_url(self) -> str:
         return "http://%s:%d" % (self.host, self.port)
+
+    @property
+    def running_url(self) -> str | None:
+        """base_url while the proxy listens, else None."""
+        return self.base_url if self._server else None
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Guards ``known`` and ``listeners``."""
+        return self._lock
 
     # -- start / stop -----------------------------------------------------------------------------
     def start(self) -> "FaultProxy":

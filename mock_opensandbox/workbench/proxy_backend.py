@@ -3,19 +3,41 @@ from the upstream, for the /__mock__/ routes of workbench/admin.py."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
+
+from mock_opensandbox.wire.listener import Server
+from mock_opensandbox.workbench.proxy_recording import Recorder
 
 
 # =====================================================================================================
 # admin backend
 # =====================================================================================================
+class Proxied(Protocol):
+    """What the admin view reads of its fault proxy (proxy.py FaultProxy, which imports this module): the sandboxes
+    it saw (``known``, guarded by ``lock``), its per-endpoint listeners, and a call to the upstream."""
+
+    upstream: str
+    api_key: str
+    recorder: Recorder | None
+    known: dict[str, dict[str, Any]]
+    listeners: dict[tuple[str, str], tuple[Server, Any]]
+
+    @property
+    def lock(self) -> threading.RLock: ...
+    @property
+    def running_url(self) -> str | None: ...
+    def forget(self, sid: str) -> None: ...
+    def upstream_call(self, method: str, path: str) -> tuple[int, Any]: ...
+
+
 class ProxyBackend:
     """The admin view of the proxy: sandboxes seen through it, their state asked from the upstream."""
 
     kind = "proxy"
 
-    def __init__(self, proxy: Any):
+    def __init__(self, proxy: Proxied):
         self.proxy = proxy
 
     def info(self) -> dict[str, Any]:
@@ -23,7 +45,7 @@ class ProxyBackend:
         return {
             "kind": "proxy",
             "upstream": p.upstream,
-            "base_url": p.base_url if p._server else None,
+            "base_url": p.running_url,
             "execd_mode": "upstream's",
             "execd": "upstream's (through the proxy)",
             "isolation": "upstream's",
@@ -32,12 +54,12 @@ class ProxyBackend:
         }
 
     def sandbox_ids(self) -> list[str]:
-        with self.proxy._lock:
+        with self.proxy.lock:
             return list(self.proxy.known)
 
     def sandbox(self, sid: str, *, processes: bool = True) -> dict[str, Any] | None:
         p = self.proxy
-        with p._lock:
+        with p.lock:
             if sid not in p.known:
                 return None
             eps = [
@@ -87,7 +109,7 @@ class ProxyBackend:
     def reset(self, sid: str | None) -> dict[str, Any]:
         """Deletes the sandboxes created through the proxy (all of them, or the one) on the upstream."""
         p = self.proxy
-        with p._lock:
+        with p.lock:
             ids = [sid] if sid is not None else [s for s, m in p.known.items() if m.get("created")]
         removed = sum(1 for s in ids if self.kill(s))
         if sid is None:

@@ -8,11 +8,17 @@ import re
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from mock_opensandbox.wire import pollio, relay
 from mock_opensandbox.wire.http1 import OBSERVERS, Request
-from mock_opensandbox.workbench.proxy_recording import MAX_RECORDED_BODY, STREAM_ABOVE, _stream_request, _text_or_b64
+from mock_opensandbox.workbench.proxy_recording import (
+    MAX_RECORDED_BODY,
+    STREAM_ABOVE,
+    Recorder,
+    _stream_request,
+    _text_or_b64,
+)
 
 _ENDPOINT_RE = re.compile(r"^(?:/v1)?/sandboxes/([^/?]+)/endpoints/(\d+)/?$")
 CONNECT_TIMEOUT = 10.0
@@ -40,11 +46,25 @@ def _tunnel(client: socket.socket, upstream: socket.socket, stop: threading.Even
         return
 
 
+class Forwarding(Protocol):
+    """What a _Forwarder uses of its fault proxy (proxy.py FaultProxy, which imports this module)."""
+
+    upstream_prefix: str
+    recorder: Recorder | None
+    stopping: threading.Event
+
+    def note_key(self, key: str) -> None: ...
+
+    def observe_lifecycle(self, req: Request, status: int, body: bytes) -> None: ...
+
+    def rewrite_endpoint(self, data: bytes, sid: str, container_port: int, client_host: str | None) -> bytes: ...
+
+
 class _Forwarder:
     """Forwards one request to ``host:port`` and relays the answer (streaming), optionally rewriting
     an endpoint document. Shared by the lifecycle app and the per-endpoint apps."""
 
-    def __init__(self, proxy: Any):
+    def __init__(self, proxy: Forwarding):
         self.proxy = proxy
 
     def forward(

@@ -139,7 +139,7 @@ def check_host(mode_given: str | None, network: str, binary: str | None) -> tupl
     return ("off" if why else (mode_given or DEFAULT_EGRESS_MODE)), why
 
 
-def payload(network_policy: dict) -> str:
+def payload(network_policy: dict[str, Any]) -> str:
     """The sidecar's OPENSANDBOX_EGRESS_RULES: model_dump(by_alias=True, exclude_none=True)."""
     out: dict[str, Any] = {}
     if network_policy.get("default_action") is not None:
@@ -148,7 +148,9 @@ def payload(network_policy: dict) -> str:
     return json.dumps(out)
 
 
-def start_for(sb: Any, runtime: Any, egress: EgressSettings, janitor: Janitor | None = None) -> EgressSidecar:
+def start_for(
+    sb: Any, runtime: Any, egress: EgressSettings, janitor: Janitor | None = None
+) -> EgressSidecar | RealSidecar:
     """Start the sandbox's sidecar after its PID 1 (the holder of its network namespace). Raises the
     server's MockError: a policy the sidecar refuses -> after the ready wait, 500 'did not become ready'."""
     if egress.binary:
@@ -189,7 +191,7 @@ def _not_ready(egress: EgressSettings, sb: Any) -> Exception:
     )
 
 
-def _start_real(sb: Any, runtime: Any, binary: str, egress: EgressSettings, janitor: Janitor | None) -> Any:
+def _start_real(sb: Any, runtime: Any, binary: str, egress: EgressSettings, janitor: Janitor | None) -> RealSidecar:
     """--egress-bin: the real sidecar in the sandbox's namespace; a policy it refuses (it exits at start-up)
     gives the server's 500 after the ready wait, as the server's /healthz poll does."""
 
