@@ -14,7 +14,7 @@ from mock_opensandbox.lifecycle.container_log import docker_ts
 from mock_opensandbox.lifecycle.quirks import EXTENSIONS_PREFIX
 
 
-def inline(sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str) -> dict:
+def inline(sid: str, kind: str, scope: str, content: str, truncated: bool, warning: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "sandboxId": sid,
         "kind": kind,

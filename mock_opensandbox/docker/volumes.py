@@ -170,7 +170,7 @@ class Mount:
     """One volume of one sandbox: what view.py binds (anchor + rel: the source, reached without
     following links; target: the sandbox path) and what the admin view shows."""
 
-    def __init__(self, volume: dict, kind: str, anchor: str, rel: str):
+    def __init__(self, volume: dict[str, Any], kind: str, anchor: str, rel: str):
         self.name = volume["name"]
         self.kind = kind  # "pvc" | "host"
         self.claim = volume["pvc"]["claim_name"] if kind == "pvc" else None
@@ -202,7 +202,7 @@ class Prepared:
     def __init__(self) -> None:
         self.mounts: list[Mount] = []
         self.auto_created: list[str] = []  # claim names to remove when the sandbox goes (deleteOnSandboxTermination)
-        self.ossfs: list[dict] = []
+        self.ossfs: list[dict[str, Any]] = []
         self.released = False
 
 
@@ -216,7 +216,7 @@ class VolumeStore:
         self._users: dict[str, list[Mount]] = {}  # sandbox id -> its mounts
 
     # -- create ---------------------------------------------------------------------------------------
-    def prepare(self, volumes: list[dict] | None) -> Prepared | None:
+    def prepare(self, volumes: list[dict[str, Any]] | None) -> Prepared | None:
         """server _validate_volumes: host, pvc, ossfs checks in request order (after ensure_volumes_valid);
         named volumes are created here. On failure the volumes this call created for
         deleteOnSandboxTermination are removed again, like the server's."""
@@ -237,7 +237,7 @@ class VolumeStore:
             raise
         return p
 
-    def _host(self, v: dict) -> Mount:
+    def _host(self, v: dict[str, Any]) -> Mount:
         allowed = self.allowed_host_paths
         path = v["host"]["path"]
         resolved = os.path.normpath(os.path.join(path, v["sub_path"])) if v.get("sub_path") else path
@@ -272,7 +272,7 @@ class VolumeStore:
                 ) from None
         return Mount(v, "host", anchor, rel)
 
-    def _pvc(self, v: dict, p: Prepared) -> Mount:
+    def _pvc(self, v: dict[str, Any], p: Prepared) -> Mount:
         name, claim = v["name"], v["pvc"]["claim_name"]
         mountpoint = os.path.join(self.dir, claim)
         with self._lock:
@@ -320,7 +320,7 @@ class VolumeStore:
         return Mount(v, "pvc", mountpoint, rel)
 
     @staticmethod
-    def _ossfs_paths(v: dict) -> str:
+    def _ossfs_paths(v: dict[str, Any]) -> str:
         """server ossfs_mixin._resolve_ossfs_paths with the default ossfs_mount_root."""
         bucket_root = posixpath.normpath(posixpath.join(OSSFS_MOUNT_ROOT, v["ossfs"]["bucket"]))
         backend = posixpath.normpath(posixpath.join(bucket_root, (v.get("sub_path") or "").lstrip("/")))

@@ -38,7 +38,7 @@ def diag(
 ) -> None:
     """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
     the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
-    errors: list = []
+    errors: list[dict[str, Any]] = []
     bound = V.q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
     if errors:
         raise P.ValidationFailed(errors)
@@ -85,7 +85,7 @@ def inspect(app: Any, req: Request) -> None:
 
 
 def summary(app: Any, req: Request) -> None:
-    errors: list = []
+    errors: list[dict[str, Any]] = []
     tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
     V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
     if errors:

@@ -120,7 +120,7 @@ def inspect(app: Any, workloads: Workloads, req: Request) -> None:
 
 def summary(app: Any, workloads: Workloads, req: Request) -> None:
     """api/devops.py get_sandbox_diagnostics_summary over the pod's inspect, events and log tail."""
-    errors: list = []
+    errors: list[dict[str, Any]] = []
     tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
     V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
     if errors:

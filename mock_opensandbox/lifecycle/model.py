@@ -202,7 +202,7 @@ class Sandbox:
         self.extensions: dict[str, str] | None = None
         self.limits: dict[str, Any] = {}
         self.volumes: Any = None  # volumes.Prepared of the create request (None: no volumes)
-        self.network_policy: dict | None = None  # the create request's networkPolicy (egress/ sidecar)
+        self.network_policy: dict[str, Any] | None = None  # the create request's networkPolicy (egress/ sidecar)
         self.log = ContainerLog()
         self.container_id = uuid.uuid5(uuid.NAMESPACE_URL, "mock-opensandbox/" + self.id).hex * 2
 
@@ -388,7 +388,7 @@ class SandboxStore:
         volumes: Any = None,
         image_auth: dict[str, str] | None = None,
         snapshot: Any = None,
-        network_policy: dict | None = None,
+        network_policy: dict[str, Any] | None = None,
     ) -> Sandbox:
         validate_metadata(metadata)
         uri = image["uri"]

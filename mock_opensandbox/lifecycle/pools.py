@@ -48,7 +48,7 @@ def revision(template: Any) -> str:
 
 
 class Pool:
-    def __init__(self, name: str, template: dict, capacity: dict[str, int], created_at: datetime):
+    def __init__(self, name: str, template: dict[str, Any], capacity: dict[str, int], created_at: datetime):
         self.name = name
         self.template = copy.deepcopy(template)
         self.capacity = dict(capacity)
@@ -133,7 +133,7 @@ class PoolStore:
         with self.lock:
             return name in self._pools
 
-    def create(self, name: str, template: dict, capacity: dict[str, int]) -> dict[str, Any]:
+    def create(self, name: str, template: dict[str, Any], capacity: dict[str, int]) -> dict[str, Any]:
         with self.lock:
             if name in self._pools:
                 raise MockError(quirks.POOL_ALREADY_EXISTS, name=name)

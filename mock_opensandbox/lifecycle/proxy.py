@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator, cast
 
 from mock_opensandbox.wire import framing
 from mock_opensandbox.wire import relay
-from mock_opensandbox.wire.http1 import OBSERVERS, App, Handler, Request
-from mock_opensandbox.wire.listener import FaultRules, RequestJournal
+from mock_opensandbox.wire.http1 import OBSERVERS, Handler, Request
+from mock_opensandbox.wire.listener import App, FaultRules, RequestJournal
 
 # server api/proxy.py: the hop-by-hop headers it drops (relay.HOP_BY_HOP has proxy-connection too)
 HOP_BY_HOP = relay.HOP_BY_HOP - {"proxy-connection"}
@@ -34,7 +34,7 @@ class _BodyReader:
         if self._left <= 0:
             return b""
         size = self._left if size is None or size < 0 else min(size, self._left)
-        data = self._f.read(size)
+        data: bytes = self._f.read(size)
         self._left -= len(data)
         if not data:
             self._left = 0

@@ -28,7 +28,7 @@ class ValidationFailed(Exception):
         self.errors = errors
 
 
-def _err(type_: str, loc: list, msg: str, input_: Any, ctx: dict | None = None) -> dict[str, Any]:
+def _err(type_: str, loc: list[Any], msg: str, input_: Any, ctx: dict[str, Any] | None = None) -> dict[str, Any]:
     e: dict[str, Any] = {"type": type_, "loc": list(loc), "msg": msg, "input": input_}
     if ctx is not None:
         e["ctx"] = ctx
@@ -68,7 +68,7 @@ def _strip_leading_zeros(s: str) -> str | None:
     return s[-1]
 
 
-def to_int(value: Any, loc: list, errors: list) -> Any:
+def to_int(value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
     """pydantic lax int: int, bool, integral float, numeric string (whitespace, sign, '_', '.0')."""
     if isinstance(value, bool):
         return int(value)
@@ -112,7 +112,7 @@ def to_int(value: Any, loc: list, errors: list) -> Any:
     return _MISSING
 
 
-def to_bool(value: Any, loc: list, errors: list) -> Any:
+def to_bool(value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)):
@@ -164,7 +164,7 @@ def _date_error(s: str) -> str:
     return "unexpected extra characters at the end of the input"
 
 
-def to_datetime(value: Any, loc: list, errors: list) -> Any:
+def to_datetime(value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
     """pydantic v2 lax datetime: RFC 3339 / ISO strings, a bare date, or unix seconds (ms when large)."""
     if isinstance(value, bool) or value is None or not isinstance(value, (int, float, str)):
         errors.append(_err("datetime_type", loc, "Input should be a valid datetime", value))
@@ -228,7 +228,7 @@ def to_datetime(value: Any, loc: list, errors: list) -> Any:
 # type specs
 # =====================================================================================================
 class Spec:
-    def run(self, value: Any, loc: list, errors: list) -> Any:  # pragma: no cover - interface
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -238,7 +238,7 @@ class Str(Spec):
         # Rust regex: ``$`` is end of text only; search (not match) semantics
         self._rx = re.compile(pattern.replace("$", r"\Z")) if pattern else None
 
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         if not isinstance(value, str):
             errors.append(_err("string_type", loc, "Input should be a valid string", value))
             return _MISSING
@@ -283,7 +283,7 @@ class Int(Spec):
     def __init__(self, ge: int | None = None, le: int | None = None):
         self.ge, self.le = ge, le
 
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         out = to_int(value, loc, errors)
         if out is _MISSING:
             return out
@@ -309,12 +309,12 @@ class Int(Spec):
 
 
 class Bool(Spec):
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         return to_bool(value, loc, errors)
 
 
 class DateTime(Spec):
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         return to_datetime(value, loc, errors)
 
 
@@ -324,7 +324,7 @@ class Literal(Spec):
         quoted = ["'%s'" % v for v in values]
         self.expected = quoted[0] if len(quoted) == 1 else "%s or %s" % (", ".join(quoted[:-1]), quoted[-1])
 
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         if isinstance(value, str) and value in self.values:
             return value
         errors.append(
@@ -339,7 +339,7 @@ class Opt(Spec):
     def __init__(self, inner: Spec):
         self.inner = inner
 
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         if value is None:
             return None
         return self.inner.run(value, loc, errors)
@@ -349,7 +349,7 @@ class ListOf(Spec):
     def __init__(self, item: Spec, min_length: int | None = None):
         self.item, self.min_length = item, min_length
 
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         if not isinstance(value, (list, tuple)):
             errors.append(_err("list_type", loc, "Input should be a valid list", value))
             return _MISSING
@@ -378,7 +378,7 @@ class DictOf(Spec):
     def __init__(self, value_spec: Spec | None):
         self.value_spec = value_spec  # None: any value (bare ``Dict``)
 
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         if not isinstance(value, dict):
             errors.append(_err("dict_type", loc, "Input should be a valid dictionary", value))
             return _MISSING
@@ -405,12 +405,12 @@ class Model(Spec):
         *,
         forbid_extra: bool = False,
         populate_by_name: bool = True,
-        after: Callable[[dict], None] | None = None,
+        after: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.cls_name, self.fields, self.forbid_extra = cls_name, fields, forbid_extra
         self.populate_by_name, self.after = populate_by_name, after
 
-    def run(self, value, loc, errors):
+    def run(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         if not isinstance(value, dict):
             # FastAPI validates with from_attributes=True: pydantic's "model_attributes_type", no ctx
             errors.append(
@@ -498,9 +498,9 @@ class DetailError(Exception):
         self.status, self.detail = status, detail
 
 
-def validate_body(spec: Spec, value: Any, *, required: bool = True, errors: list | None = None) -> Any:
+def validate_body(spec: Spec, value: Any, *, required: bool = True, errors: list[dict[str, Any]] | None = None) -> Any:
     """Validate a decoded body against ``spec`` with loc ``["body", ...]``; raise ValidationFailed."""
-    errs: list = [] if errors is None else errors
+    errs: list[dict[str, Any]] = [] if errors is None else errors
     if value is _MISSING:
         if required:
             errs.append(_err("missing", ["body"], "Field required", None))

@@ -57,12 +57,12 @@ NetworkPolicy = Model(
 CredentialProxyConfig = Model("CredentialProxyConfig", [Field("enabled", Bool(), default=False)])
 
 
-def _hook_after(h: dict) -> None:
+def _hook_after(h: dict[str, Any]) -> None:
     if not h["command"][0].strip():
         raise ValueError("Lifecycle hook command must not be empty.")
 
 
-def _periodic_after(h: dict) -> None:
+def _periodic_after(h: dict[str, Any]) -> None:
     h["name"], h["schedule"] = h["name"].strip(), h["schedule"].strip()
     if not h["name"]:
         raise ValueError("Periodic lifecycle hook name must not be blank.")
@@ -72,7 +72,7 @@ def _periodic_after(h: dict) -> None:
         raise ValueError("Periodic lifecycle hook command must not be empty.")
 
 
-def _lifecycle_after(lc: dict) -> None:
+def _lifecycle_after(lc: dict[str, Any]) -> None:
     names = [h["name"] for h in lc.get("periodic") or []]
     if len(names) != len(set(names)):
         raise ValueError("Periodic lifecycle hook names must be unique.")
@@ -122,7 +122,7 @@ PVC = Model(
 )
 
 
-def _ossfs_after(o: dict) -> None:
+def _ossfs_after(o: dict[str, Any]) -> None:
     if not o.get("access_key_id") or not o.get("access_key_secret"):
         raise ValueError("OSSFS inline credentials are required: accessKeyId and accessKeySecret.")
 
@@ -141,7 +141,7 @@ OSSFS = Model(
 )
 
 
-def _volume_after(v: dict) -> None:
+def _volume_after(v: dict[str, Any]) -> None:
     n = sum(v.get(b) is not None for b in ("host", "pvc", "ossfs"))
     if n == 0:
         raise ValueError("Exactly one backend (host, pvc, ossfs) must be specified, but none was provided.")
@@ -164,7 +164,7 @@ Volume = Model(
 )
 
 
-def _create_after(r: dict) -> None:
+def _create_after(r: dict[str, Any]) -> None:
     """CreateSandboxRequest.validate_source_and_entrypoint (server api/schema.py); normalizes in place."""
     if r["env"] and OPENSANDBOX_LIFECYCLE in r["env"]:
         raise ValueError(
@@ -310,7 +310,8 @@ def body(req: Request, spec: P.Spec, *, required: bool = True) -> Any:
 
 def validate_create(value: Any) -> dict[str, Any]:
     """CreateSandboxRequest as FastAPI validates a decoded JSON body (server api/schema.py)."""
-    return P.validate_body(CreateSandboxRequest, value)
+    out: dict[str, Any] = P.validate_body(CreateSandboxRequest, value)
+    return out
 
 
 def to_int(value: Any, loc: list[Any], errors: list[Any]) -> int | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.model import validate_metadata
@@ -172,7 +172,7 @@ def resolve_resource_limits(limits: Mapping[str, str] | None) -> dict[str, int |
     return out
 
 
-def ensure_platform_valid(platform: dict | None) -> None:
+def ensure_platform_valid(platform: dict[str, Any] | None) -> None:
     if platform is None:
         return
     os_, arch = platform["os"].strip().lower(), platform["arch"].strip().lower()
@@ -221,7 +221,7 @@ def _host_path_errors(path: str, allowed: list[str] | None) -> None:
             )
 
 
-def ensure_volumes_valid(volumes: list[dict] | None, allowed_host_prefixes: list[str] | None) -> None:
+def ensure_volumes_valid(volumes: list[dict[str, Any]] | None, allowed_host_prefixes: list[str] | None) -> None:
     """server services/validators.py ensure_volumes_valid."""
     if not volumes:
         return
@@ -294,7 +294,7 @@ def timeout_or_raise(now: datetime, timeout: int | None, max_timeout: int | None
 
 
 def docker_create_checks(
-    r: dict,
+    r: dict[str, Any],
     *,
     now: datetime,
     max_timeout: int | None = None,
@@ -302,7 +302,7 @@ def docker_create_checks(
     snapshots: SnapshotService | None = None,
     egress_mode: str = "off",
     network: str = "bridge",
-) -> dict:
+) -> dict[str, Any]:
     """Everything the server checks between a valid CreateSandboxRequest and touching Docker, in its order
     (server api/lifecycle.py create_sandbox -> services/docker/docker_service.py create_sandbox). Returns
     {"env", "limits", "snapshot"}; raises MockError with the server's status/code/message. ``snapshots``

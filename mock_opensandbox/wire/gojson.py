@@ -258,7 +258,7 @@ def _loads(text: str) -> Any:
     from json.scanner import py_make_scanner  # type: ignore[attr-defined]  # not in typeshed
 
     dec = json.JSONDecoder(parse_int=_Num, parse_float=_Num, parse_constant=_no_constant)
-    dec.scan_once = py_make_scanner(dec)  # type: ignore[attr-defined]
+    dec.scan_once = py_make_scanner(dec)
     return dec.decode(text)
 
 
@@ -426,7 +426,8 @@ def check_struct(obj: Any, struct: Struct, _path: str = "") -> dict[str, Any]:
 
 def decode(body: bytes, struct: Struct) -> dict[str, Any]:
     """bindJSON (json.NewDecoder(body).Decode) into struct."""
-    return _deep(check_struct, decode_value(body), struct)
+    out: dict[str, Any] = _deep(check_struct, decode_value(body), struct)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,7 +73,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """An ephemeral TCP port of ``host`` that was free a moment ago (the caller binds it next)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def client_gone(sock: Any) -> bool:

@@ -250,7 +250,7 @@ class MessageAssembler:
         self._parts: list[bytes] = []
         self._size = 0
 
-    def next_event(self) -> tuple:
+    def next_event(self) -> tuple[Any, ...]:
         while True:
             f = self.reader.read_frame()
             if f.opcode in CONTROL_OPCODES:

@@ -251,7 +251,7 @@ class Injection:
 
 def request_sandbox(app: Any, listener: str, path: str) -> str | None:
     """The sandbox a request belongs to: the listener's own (execd, port) or the lifecycle path's."""
-    sid = app.sandbox_id
+    sid: str | None = app.sandbox_id
     if sid:
         return sid
     if listener == "lifecycle":

@@ -90,7 +90,7 @@ class _TeeReader:
         return self._keep(self._raw.readline(*a))
 
     def readinto(self, b: Any) -> int:
-        n = self._raw.readinto(b)
+        n: int = self._raw.readinto(b)
         if n:
             self._keep(bytes(memoryview(b)[:n]))
         return n
@@ -222,7 +222,8 @@ class _TeeWriter:
                 self._feed(bytes(data))
             except Exception:  # the journal never breaks an answer
                 pass
-        return self._raw.write(data)
+        written: int = self._raw.write(data)
+        return written
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
@@ -447,7 +448,7 @@ class Journal:
                         self._expand(e, raw, secrets)
         return out
 
-    def _expand(self, e: dict[str, Any], raw: tuple, secrets: list[str]) -> None:
+    def _expand(self, e: dict[str, Any], raw: tuple[Any, ...], secrets: list[str]) -> None:
         """Fill in an entry's scrubbed headers and body previews (what _record left for the first read)."""
         req_headers, req_body, resp_headers, resp_body = raw
         e["request"]["headers"] = self.scrub_headers(req_headers, secrets)

@@ -35,7 +35,9 @@ def _kind(target: str) -> str:
 class Policy:
     """A normalised NetworkPolicy: defaultAction + egress rules [(action, target, kind)]."""
 
-    def __init__(self, default_action: str = DENY, egress: list[dict] | None = None, egress_null: bool = False):
+    def __init__(
+        self, default_action: str = DENY, egress: list[dict[str, Any]] | None = None, egress_null: bool = False
+    ):
         self.default_action = default_action
         self.rules: list[tuple[str, str, str]] = [(r["action"], r["target"], _kind(r["target"])) for r in egress or []]
         self.egress_null = egress_null  # Go marshals a nil slice as null
@@ -88,7 +90,7 @@ class Policy:
         return "enforcing"
 
 
-def _rules_from(value: Any) -> list[dict]:
+def _rules_from(value: Any) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -115,7 +117,7 @@ def _go_type(v: Any) -> str:
     )
 
 
-def normalize_rules(rules: list[dict]) -> list[dict]:
+def normalize_rules(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """normalizePolicy's rule part: lower-cased action ("" -> deny), allow|deny only, non-empty target."""
     out = []
     for r in rules:

@@ -109,7 +109,7 @@ class RealSidecar:
         self.upstream = upstream
         self.janitor = janitor
         self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.relay: UpstreamRelay | None = None
         self._tracked = ""
 

@@ -26,6 +26,7 @@ from mock_opensandbox.docker.egress import policy as P
 from mock_opensandbox.runtime.holder import setns_function
 from mock_opensandbox.runtime.netns import own_netns_fd
 from mock_opensandbox.wire import http1 as httpcore
+from mock_opensandbox.wire.listener import App, Server
 
 AUTH_HEADER = "OPENSANDBOX-EGRESS-AUTH"  # server services/constants.py OPEN_SANDBOX_EGRESS_AUTH_HEADER
 API_PORT = 18080  # pkg/constants/configuration.go DefaultEgressServerAddr
@@ -224,14 +225,14 @@ class EgressSidecar:
         return out
 
 
-class PolicyApp(httpcore.App):
+class PolicyApp(App):
     """The policy API's httpcore application: one sidecar's policy (no faults, no journal)."""
 
     def __init__(self, sc: "EgressSidecar"):
         self.sidecar = sc
 
 
-class _ApiServer(httpcore.Server):
+class _ApiServer(Server):
     """An httpcore Server on a socket made in the sandbox's namespace (never binds on the host)."""
 
     def __init__(self, sock: socket.socket, app: PolicyApp):
@@ -252,7 +253,7 @@ class PolicyHandler(httpcore.Handler):
         assert isinstance(app, PolicyApp)
         sc: EgressSidecar = app.sidecar
 
-        def error(code: int, msg: str, extra: dict | None = None) -> None:  # net/http http.Error
+        def error(code: int, msg: str, extra: dict[str, Any] | None = None) -> None:  # net/http http.Error
             req.send(
                 code,
                 (msg + "\n").encode(),
@@ -260,7 +261,7 @@ class PolicyHandler(httpcore.Handler):
                 dict({"X-Content-Type-Options": "nosniff"}, **(extra or {})),
             )
 
-        def send_json(code: int, doc: dict) -> None:  # writeJSON: json.Encoder, a trailing newline
+        def send_json(code: int, doc: dict[str, Any]) -> None:  # writeJSON: json.Encoder, a trailing newline
             req.send(code, (json.dumps(doc, separators=(",", ":")) + "\n").encode(), "application/json")
 
         def commit(new: P.Policy) -> bool:
