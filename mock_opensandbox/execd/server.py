@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 import socket
 import threading
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.code import CodeInterpreter, jupyter_from_env
@@ -31,7 +31,8 @@ from mock_opensandbox.execd.pty_routes import PtyRoutes
 from mock_opensandbox.execd.sessions import SessionRegistry
 from mock_opensandbox.execd.sessions_routes import SessionsRoutes
 from mock_opensandbox.runtime import SandboxRuntime
-from mock_opensandbox.wire.http1 import App, Handler, Request, Router, Server
+from mock_opensandbox.wire.http1 import App, Request, Router, Server
+from mock_opensandbox.wire.listener import FaultRules, RequestJournal
 
 __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
 
@@ -95,24 +96,6 @@ def _param_tsr(method: str, path: str) -> bool:
         ):
             return True
     return False
-
-
-class FaultRules(Protocol):
-    """The fault registry whose rules reach this listener (workbench/faults.py FaultRegistry), as the listener
-    reads it: ``armed`` (any rule that can still fire), then the registry goes to wire's FAULT_HOOK."""
-
-    armed: bool
-
-
-class JournalEntry(Protocol):
-    def end(self, fault: Any = None) -> None: ...
-
-
-class RequestJournal(Protocol):
-    """The request journal (workbench/journal.py Journal): an entry per request, begun before anything is
-    read or faulted, ended once the request is over (wire/http1.py Handler)."""
-
-    def begin(self, handler: Handler, method: str) -> JournalEntry | None: ...
 
 
 class ExecdServer(App):
