@@ -186,6 +186,68 @@ def test_documented_make_targets_exist():
     assert make_refs() == []
 
 
+ARCHITECTURE = os.path.join("docs", "ARCHITECTURE.md")
+TICKED_NAME = re.compile(r"`([A-Z][A-Za-z0-9]+)(?:\.([a-z_]\w*))?`")
+
+
+@functools.lru_cache(maxsize=1)
+def _classes() -> dict[str, set[str]]:
+    """Every class defined in mock_opensandbox/ and plugin/ -> the names its body defines or assigns."""
+    import ast
+
+    out: dict[str, set[str]] = {}
+    for top in ("mock_opensandbox", "plugin"):
+        for d, _, fs in os.walk(os.path.join(REPO, top)):
+            for f in fs:
+                if not f.endswith(".py") or "__pycache__" in d:
+                    continue
+                with open(os.path.join(d, f), encoding="utf-8") as fh:
+                    tree = ast.parse(fh.read())
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.ClassDef):
+                        names = out.setdefault(node.name, set())
+                        for sub in ast.walk(node):
+                            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                                names.add(sub.name)
+                            elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
+                                names.add(sub.attr)
+                            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                                names.add(sub.id)
+    return out
+
+
+def architecture_name_refs(docs: list[str] | None = None) -> list[str]:
+    """The mechanisms in docs/ARCHITECTURE.md name classes and their methods (`SandboxRuntime.spawn`): each is a
+    class of mock_opensandbox/ or plugin/, and the member is defined in it."""
+    classes = _classes()
+    bad = []
+    for doc in docs or [ARCHITECTURE]:
+        for n, line in _lines(doc):
+            for m in TICKED_NAME.finditer(line):
+                cls, member = m.group(1), m.group(2)
+                if cls.isupper():
+                    continue  # a constant or an acronym (`ROUTES`, `PID`), not a class
+                if cls not in classes:
+                    bad.append(f"{doc}:{n}: `{m.group(0).strip('`')}`: no class {cls}")
+                elif member and member not in classes[cls]:
+                    bad.append(f"{doc}:{n}: `{m.group(0).strip('`')}`: {cls} has no {member}")
+    return bad
+
+
+def test_architecture_names_exist():
+    assert architecture_name_refs() == []
+
+
+def test_a_stale_architecture_name_is_found(tmp_path):
+    doc = tmp_path / "ARCH.md"
+    doc.write_text("`SandboxRuntime.spawn` `SandboxRuntime.no_such` `NoSuchClass` `ROUTES`\n")
+    found = architecture_name_refs([str(doc)])
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "`SandboxRuntime.no_such`: SandboxRuntime has no no_such",
+        "`NoSuchClass`: no class NoSuchClass",
+    ]
+
+
 def test_documented_options_exist():
     assert option_refs() == []
 
