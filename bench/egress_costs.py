@@ -33,7 +33,7 @@ FLOOR = LOOKUP_OF % "localhost"  # /etc/hosts: the same call without any DNS que
 
 
 def _sdk(url: str, key: str) -> Any:
-    from tiers.egress_steps import sdk_conn
+    from tiers.flows.docker.egress_steps import sdk_conn
 
     return sdk_conn(url, key)
 

@@ -2,7 +2,7 @@
 
 One scenario per file in the live recordings (``01_health_version`` ... ``18_sdk_sync_flow``, same
 request sequence, so a re-recording can be diffed against the committed fixture), plus
-``20_smoke_flow``: the smoke flow of tiers/smoke_flow.py in one self-contained scenario.
+``20_smoke_flow``: the smoke flow of tiers/flows/server/smoke_flow.py in one self-contained scenario.
 
 A scenario with ``needs_sandbox`` gets a sandbox and its execd endpoint from an unrecorded setup
 step (the live recordings 06-14 likewise used the sandbox created in 05), and an unrecorded teardown
@@ -36,7 +36,7 @@ from record.scenarios_inside import (
 )
 from record.scenarios_lifecycle import s01, s02, s03, s04, s05, s14, s15, s16, s17
 
-# what other modules import from here (the recorder, convert, the t0 tests, tiers/sandbox_inside.py)
+# what other modules import from here (the recorder, convert, the t0 tests, tiers/flows/sandbox/sandbox_inside.py)
 __all__ = [
     "BY_NAME",
     "SCENARIOS",
@@ -139,7 +139,7 @@ SCENARIOS: list[Scenario] = [
         "a replay cannot compare (ping count/position are timing); pings are checked in 07-18",
     ),
     Scenario("18_sdk_sync_flow", "the official Python SDK 1.1.1's request sequence", s18),
-    Scenario("20_smoke_flow", "the smoke flow of tiers/smoke_flow.py in one self-contained scenario", s20),
+    Scenario("20_smoke_flow", "the smoke flow of tiers/flows/server/smoke_flow.py in one self-contained scenario", s20),
     Scenario(
         "21_containment_probes",
         "what a sandboxed process sees: capabilities, /dev, mounts, ids, masked /proc, "
@@ -159,14 +159,14 @@ SCENARIOS: list[Scenario] = [
         needs_sandbox=True,
         drift_noise=INSIDE_NOISE,
         replay_skip="host-specific output (addresses, counters, measured CPU share); the values are asserted by "
-        "tiers/sandbox_inside.py (t4 live, t1 on the mock)",
+        "tiers/flows/sandbox/sandbox_inside.py (t4 live, t1 on the mock)",
     ),
     Scenario(
         "23_same_port_two_sandboxes",
         "two sandboxes serve port 9000; each endpoint answers with its own files",
         s23,
         drift_noise=INSIDE_NOISE,
-        replay_skip="background servers started by commands; asserted by tiers/sandbox_inside.py",
+        replay_skip="background servers started by commands; asserted by tiers/flows/sandbox/sandbox_inside.py",
     ),
     Scenario(
         "24_volume_pvc",

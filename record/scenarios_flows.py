@@ -1,5 +1,5 @@
 """Recording scenarios that replay a whole client flow: 18, the official Python SDK 1.1.1's request sequence with
-its headers and bodies; 20, the smoke flow of tiers/smoke_flow.py in one self-contained scenario."""
+its headers and bodies; 20, the smoke flow of tiers/flows/server/smoke_flow.py in one self-contained scenario."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def s18(s: Session, ctx: Ctx) -> None:
 
 
 def s20(s: Session, ctx: Ctx) -> None:
-    """The smoke flow (tiers/smoke_flow.py): auth, create/get/list/endpoint, SSE exec with exit codes and timeout,
+    """The smoke flow (tiers/flows/server/smoke_flow.py): auth, create/get/list/endpoint, SSE exec with exit codes and timeout,
     background command with log cursor and interrupt, files, renew, pause/resume, kill, second kill."""
     s.lc("GET", "/v1/sandboxes", auth=False)
     r = _create(s, ctx, ctx.default_create(timeout=600))

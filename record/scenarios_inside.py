@@ -1,6 +1,6 @@
 """Recording scenarios of what a sandbox looks like from inside: 21, the containment probes; 22, the inside of a
 500m/512Mi sandbox (files, cwd, processes, cgroup limits, network, disk, identity); 23, two sandboxes serving the
-same port. Their commands and the noise the drift check blanks are read by the tests too (tiers/sandbox_inside.py,
+same port. Their commands and the noise the drift check blanks are read by the tests too (tiers/flows/sandbox/sandbox_inside.py,
 tiers/t1/sandbox/containment_probes.py, tiers/t0/tools/test_recorder_runs.py)."""
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ def s21(s: Session, ctx: Ctx) -> None:
         ex.command({"command": cmd})
 
 
-# What the inside of a sandbox shows (tiers/sandbox_inside.py): the files API, cwd, the root, processes, cgroup limits, the
+# What the inside of a sandbox shows (tiers/flows/sandbox/sandbox_inside.py): the files API, cwd, the root, processes, cgroup limits, the
 # network and the image's defaults, in a sandbox created with RESOURCES (500m / 512Mi). The commands are plain
-# shell run through execd and recorded raw; tiers/sandbox_inside.py holds the checks and reads this fixture by
+# shell run through execd and recorded raw; tiers/flows/sandbox/sandbox_inside.py holds the checks and reads this fixture by
 # command text. "@SERVER_PORT@" stands for the lifecycle server's port (the recorder fills it in; the probes
 # print no host:port pair, so the scrubber leaves their output alone).
 INSIDE_FILES: list[tuple[str, str]] = [

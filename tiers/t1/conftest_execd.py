@@ -19,7 +19,6 @@ from mock_opensandbox.runtime import SandboxRuntime
 from tiers.toolkit import rest
 from tiers.toolkit.procs import live_pids  # noqa: F401 - re-exported for the execd tests
 
-
 Resp = rest.Reply  # status, headers (any case), body, json(), text, events(), header()
 
 

@@ -21,9 +21,8 @@ from typing import Callable, Iterator, NamedTuple
 
 import pytest
 
-from tiers.toolkit import session_report
-
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import session_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_EXECD = os.path.normpath(os.path.join(REPO, "..", "shared", "opensandbox", "execd"))

@@ -23,7 +23,7 @@ from tiers.toolkit.plugin import importable
 importable()  # the plugin's modules import each other by their own names (epp, osb)
 
 from osb.execd import LATEST, LEGACY, _is_argv_rejection  # noqa: E402 - needs plugin/ on sys.path first
-from tiers.smoke_flow import request  # noqa: E402 - after importable() above, like the line before
+from tiers.flows.server.smoke_flow import request  # noqa: E402 - after importable() above, like the line before
 
 MODES = (LEGACY, LATEST)
 

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
+from tiers.flows.server.smoke_flow import STEPS, output_of, request, run_smoke_flow, stream_command
 from tiers.toolkit.waits import port_closed, wait_until
-from tiers.smoke_flow import STEPS, request, run_smoke_flow, stream_command, output_of
 
 UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}  # QUIRKS.md, Transport
 

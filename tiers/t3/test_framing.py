@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.smoke_flow import request
+from tiers.flows.server.smoke_flow import request
 from tiers.t3 import framing
 
 

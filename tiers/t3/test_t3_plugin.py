@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.host_kit import assert_18_of_18
+from tiers.flows.host.host_kit import assert_18_of_18
 from tiers.t1.plugin.test_plugin_contract import *  # noqa: F403  (the same test functions, run here again)
 from tiers.t3 import framing
 

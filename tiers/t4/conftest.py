@@ -13,7 +13,7 @@ from typing import NamedTuple, Optional
 
 import pytest
 
-from tiers.smoke_flow import request, server_root
+from tiers.flows.server.smoke_flow import request, server_root
 from tiers.toolkit import session_report
 
 

@@ -11,7 +11,7 @@ import http.client
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from tiers.smoke_flow import _poll, output_of, request, server_root, stream_command
+from tiers.flows.server.smoke_flow import _poll, output_of, request, server_root, stream_command
 
 EXECD_PORT = 44772
 READ_ONLY = "Read-only file system"

@@ -3,7 +3,6 @@ coerced by the host, manifest defaults as typed. Bad values are -32006 naming th
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st

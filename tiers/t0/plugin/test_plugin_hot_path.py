@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import epp
-from osb import transport
 from errors import EppError
+from osb import transport
 from params import b64_param
 from tiers.toolkit.waits import wait_until
 

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import methods.exec as commands
 import epp
+import methods.exec as commands
 import methods.files as files
-import provider
 import methods.sandbox as sandbox
+import provider
 from config import Config
 from epp import MAX_LINE_BYTES, Request
 from errors import EppError

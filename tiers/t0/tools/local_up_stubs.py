@@ -17,7 +17,6 @@ import sys
 
 from mock_opensandbox.wire.relay import free_port
 
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SCRIPT = os.path.join(REPO, "local-up.sh")
 PY = sys.executable

@@ -1,11 +1,11 @@
-"""tiers/upstream_e2e.py without a server: how tests are named, counted and kept off the network."""
+"""tiers/flows/clients/upstream_e2e.py without a server: how tests are named, counted and kept off the network."""
 
 from __future__ import annotations
 
 import re
 import sys
 
-from tiers import upstream_e2e as e2e
+from tiers.flows.clients import upstream_e2e as e2e
 
 # test names of tests/javascript/tests/*.test.ts at 3bb6fad
 JS_KEPT = (

@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox.wire import sse
 from mock_opensandbox.execd.commands import ChunkDecoder, LineSplitter
+from mock_opensandbox.wire import sse
 
 texts = st.text(max_size=40)
 events = st.one_of(

@@ -10,11 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mock_opensandbox.workbench.faultinject import proxy_error_page
-from mock_opensandbox.workbench.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule
-
 from errors import SECRETS, Secrets
 from failures import map_osb_error
+from mock_opensandbox.workbench.faultinject import proxy_error_page
+from mock_opensandbox.workbench.faults import KINDS, FaultError, FaultRegistry, Rule, parse_rule
 from osb import retries, transport
 
 SID = "15795f29-605c-4208-81d7-7bc9a4a8f280"

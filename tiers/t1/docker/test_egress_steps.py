@@ -1,4 +1,4 @@
-"""t1: the networkPolicy steps of tiers/egress_steps.py on the mock ([egress] mode dns, a stub resolver on
+"""t1: the networkPolicy steps of tiers/flows/docker/egress_steps.py on the mock ([egress] mode dns, a stub resolver on
 loopback with the names the live sandboxes resolve) answer what the live server with the real sidecar answers
 (tiers/t4/docker/test_live_egress.py runs the same steps there). The literal-address step needs two sandboxes on one
 bridge, which the mock has not: test_egress_nft.py checks dns+nft's drop on a veth pair instead."""
@@ -10,7 +10,7 @@ import pytest
 from mock_opensandbox.docker.egress import mode_problem
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
-from tiers import egress_steps as E
+from tiers.flows.docker import egress_steps as E
 from tiers.toolkit.dnsserver import StubResolver
 from tiers.toolkit.marks import ISOLATED
 

@@ -1,4 +1,4 @@
-"""t1: snapshots on the mock (QUIRKS.md, Snapshots). The shared flow of tiers/snapshot_flow.py (recorder scenario 25's
+"""t1: snapshots on the mock (QUIRKS.md, Snapshots). The shared flow of tiers/flows/docker/snapshot_flow.py (recorder scenario 25's
 requests and recorded answers; tiers/t4/docker/test_live_snapshots.py runs it live), the model's own states
 (docker/snapshots.py: a failed commit, a delete while it commits, reset), and the content side (images/commit.py): an
 overlayfs upper dir, a whole copied root and a host-tools root turned into a layer of the image store, whiteouts
@@ -15,15 +15,15 @@ import types
 
 import pytest
 
-from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.docker.snapshots import SnapshotStore
 from mock_opensandbox.images import ImageStore
 from mock_opensandbox.images import commit as C
+from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.model import SandboxStore
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.server import MockOpenSandbox
-from mock_opensandbox.docker.snapshots import SnapshotStore
-from tiers import sandbox_inside as si
-from tiers import snapshot_flow
+from tiers.flows.docker import snapshot_flow
+from tiers.flows.sandbox import sandbox_inside as si
 from tiers.toolkit import rest
 from tiers.toolkit.images import BuiltImage, docker_has, layer, write_oci_layout
 from tiers.toolkit.marks import needs_isolation
@@ -168,8 +168,8 @@ def test_list_filters_states_exactly_newest_first(model):
 def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
     """A SnapshotStore without a committer: the sandbox checks, then 501; no id is known."""
     from mock_opensandbox.docker.snapshots import SnapshotStore
-    from mock_opensandbox.wire.http1 import Server
     from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
+    from mock_opensandbox.wire.http1 import Server
 
     app = LifecycleApp(model, None, api_key=None, snapshots=SnapshotStore(model))
     srv = Server(("127.0.0.1", 0), LifecycleHandler, app)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 
-
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import volume_flows as vf

@@ -11,8 +11,7 @@ import os
 
 import pytest
 
-from mock_opensandbox.runtime import optional
-from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
+from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated, optional
 from mock_opensandbox.runtime.mounts import encode
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit import rest
@@ -283,7 +282,7 @@ def test_the_real_execd_inside_the_sandbox_sees_the_volume(tmp_path):
     work in the view with the volume mounted."""
     if optional.off("execd") or not (os.path.isfile(REAL_EXECD) and os.access(REAL_EXECD, os.X_OK)):
         pytest.skip("the real execd binary (../shared/opensandbox/execd) is not here (or OSB_MOCK_NO=execd)")
-    from tiers.smoke_flow import request
+    from tiers.flows.server.smoke_flow import request
 
     with MockOpenSandbox(execd_bin=REAL_EXECD, volumes_dir=str(tmp_path / "v")) as m:
         t = vf.Target(m.base_url, m.api_key)
@@ -303,7 +302,7 @@ def test_the_real_execd_inside_the_sandbox_sees_the_volume(tmp_path):
 
 def test_the_files_api_sees_the_volume(t):
     """The in-process execd's files API works on the sandbox's view (PID 1's root; QUIRKS.md, Volumes)."""
-    from tiers.smoke_flow import request
+    from tiers.flows.server.smoke_flow import request
 
     sid = t.sandbox([vf.pvc("d", vf.unique(), "/vol")])
     t.run(sid, "echo through-files > /vol/f")

@@ -1,5 +1,5 @@
 """The official code-interpreter SDK (opensandbox-code-interpreter, unchanged) on the mock with a pip-made
-Jupyter env (--jupyter-env, mock_opensandbox/runtime/jupyterenv.py): the step flow of tiers/code_flow.py, the raw
+Jupyter env (--jupyter-env, mock_opensandbox/runtime/jupyterenv.py): the step flow of tiers/flows/execd/code_flow.py, the raw
 /code event stream in execd's order (QUIRKS.md part 2, "/code with Jupyter"), the per-context lock, the
 bounded create of an unknown language, and a plain image that stays plain."""
 
@@ -21,7 +21,7 @@ pytest.importorskip("code_interpreter")
 from mock_opensandbox import MockOpenSandbox
 from mock_opensandbox.execd import code as execd_code
 from mock_opensandbox.wire.sse import parse_stream
-from tiers.code_flow import STEPS, run_code_flow
+from tiers.flows.execd.code_flow import STEPS, run_code_flow
 from tiers.toolkit.jupyter import jupyter_env_or_skip
 from tiers.toolkit.sdk import sdk_config
 from tiers.toolkit.waits import wait_until

@@ -26,17 +26,15 @@ import urllib.request
 
 import pytest
 
-from mock_opensandbox.wire import http1 as httpcore
-from mock_opensandbox.execd.pty_routes import register_pty_routes
-from mock_opensandbox.runtime import nethub, zygote
-
 # plugin modules: importable through tiers/t1/conftest.py
 import methods.pty as terminal
 from errors import EppError
-from osb import ws as _ws
+from mock_opensandbox.execd.pty_routes import register_pty_routes
+from mock_opensandbox.runtime import nethub, zygote
+from mock_opensandbox.wire import http1 as httpcore
 from osb import Http, OpenSandbox
-from tiers.toolkit import procs
-from tiers.toolkit import rest
+from osb import ws as _ws
+from tiers.toolkit import procs, rest
 from tiers.toolkit.waits import wait_until
 
 try:

@@ -10,7 +10,6 @@ import socket
 
 import pytest
 
-from mock_opensandbox.runtime import optional
 from mock_opensandbox.images import (
     CorruptImage,
     DigestMismatch,
@@ -19,6 +18,7 @@ from mock_opensandbox.images import (
     ImageStore,
     RegistryUnreachable,
 )
+from mock_opensandbox.runtime import optional
 from tiers.toolkit import registry as reg
 from tiers.toolkit.images import MT_MANIFEST, BuiltImage, layer, push, sha
 

@@ -14,7 +14,6 @@ import pytest
 from mock_opensandbox.images import ImageStore
 from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout
 
-
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="chroot and overlay mounts need root"),
     pytest.mark.skipif(not static_busybox(), reason="no static /bin/busybox (Debian busybox-static)"),

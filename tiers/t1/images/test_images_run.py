@@ -1,7 +1,7 @@
 """A mock sandbox runs the image it was asked for (QUIRKS.md, Image store): images the test writes itself as OCI
 layouts (Debian's static /bin/busybox in a layer, no bash, an /etc/os-release of its own), created through
 the lifecycle API of a ``MockOpenSandbox(image_dir=...)`` and probed through its execd like the live server
-(tiers/sandbox_inside.Target): the image's own files, whiteouts and opaque directories of an upper layer,
+(tiers/flows/sandbox/sandbox_inside.Target): the image's own files, whiteouts and opaque directories of an upper layer,
 the image's User / WorkingDir / Env as server 1.1.1 + Docker apply them (fixtures/README.md, "Seen by hand"),
 PID 1 and execd as on live in local/busybox:latest, a layer with ``../`` refused, an image without /bin/sh
 ending like live (Failed, CONTAINER_EXITED_ERROR, runc's line in the log), a root that cannot be mounted
@@ -16,7 +16,7 @@ import pytest
 
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
-from tiers import sandbox_inside as si
+from tiers.flows.sandbox import sandbox_inside as si
 from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout
 from tiers.toolkit.waits import poll
 
@@ -254,7 +254,7 @@ def test_pty_shell_and_capabilities_in_an_image(target, osb):
 def test_command_uid_uses_the_images_accounts(target):
     """``uid``/``gid`` of POST /command (execd buildCredential) in an image without setpriv: the user's primary
     gid and groups from the sandbox's own /etc/passwd and /etc/group, gid 0 for a uid without an entry."""
-    from tiers.smoke_flow import output_of, stream_command
+    from tiers.flows.server.smoke_flow import output_of, stream_command
 
     sid = target.create()
     url, headers = target.endpoint(sid)

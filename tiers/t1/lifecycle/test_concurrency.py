@@ -16,7 +16,6 @@ import random
 import threading
 import time
 
-
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.epp import EppClient
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.smoke_flow import request, stream_command
+from tiers.flows.server.smoke_flow import request, stream_command
 
 CREATE = {
     "image": {"uri": "python:3.12-slim"},

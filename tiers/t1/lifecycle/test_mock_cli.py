@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from tiers.toolkit.waits import port_closed, wait_until
-from tiers.toolkit.procs import alive, descendants
 from tiers.toolkit.mockcli import REPO
+from tiers.toolkit.procs import alive, descendants
+from tiers.toolkit.waits import port_closed, wait_until
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

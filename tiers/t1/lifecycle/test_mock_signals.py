@@ -19,9 +19,9 @@ import pytest
 from mock_opensandbox.runtime import cgroups
 from mock_opensandbox.runtime.janitor import script as janitor_script
 from tiers.toolkit import rest
+from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.mockcli import Cli
 from tiers.toolkit.procs import alive, cmdline, descendants
-from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import poll, wait_until
 
 HOST = cgroups.host()

@@ -15,13 +15,13 @@ import pytest
 
 from mock_opensandbox.runtime import nethub, zygote
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.toolkit import procs
+from tiers.toolkit import procs, rest
 from tiers.toolkit.procs import alive as _alive
 from tiers.toolkit.procs import descendants as _children_tree
 from tiers.toolkit.procs import pids as _proc_entries
 from tiers.toolkit.procs import refers_to as _refers_to
-from tiers.toolkit.waits import port_closed, wait_until as wait
-from tiers.toolkit import rest
+from tiers.toolkit.waits import port_closed
+from tiers.toolkit.waits import wait_until as wait
 
 BODY = {"image": {"uri": "python:3"}, "entrypoint": ["sleep", "300"], "resourceLimits": {}, "timeout": 600}
 

@@ -1,12 +1,11 @@
-"""The live smoke flow (tiers/smoke_flow.py, also run by t4 against a real server) against the mock.
+"""The live smoke flow (tiers/flows/server/smoke_flow.py, also run by t4 against a real server) against the mock.
 
 Differential rule: the body that passes against the live server must pass here unchanged.
 """
 
 from __future__ import annotations
 
-
-from tiers.smoke_flow import STEPS, run_smoke_flow
+from tiers.flows.server.smoke_flow import STEPS, run_smoke_flow
 
 
 def test_smoke_flow_against_the_mock(opensandbox_mock):

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from mock_opensandbox.wire import http1 as httpcore
 from mock_opensandbox.server import MockOpenSandbox
+from mock_opensandbox.wire import http1 as httpcore
 from tiers.toolkit.epp import PLUGIN, EppClient, RpcError
 from tiers.toolkit.waits import wait_until
 

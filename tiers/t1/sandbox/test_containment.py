@@ -17,8 +17,7 @@ import sys
 
 import pytest
 
-from mock_opensandbox.runtime import optional
-from mock_opensandbox.runtime import SANDBOX_CAP_MASK, SandboxRuntime
+from mock_opensandbox.runtime import SANDBOX_CAP_MASK, SandboxRuntime, optional
 from mock_opensandbox.runtime import caps as caps_data
 from tiers.t1.sandbox import containment_probes as cp
 from tiers.toolkit.marks import needs_isolation

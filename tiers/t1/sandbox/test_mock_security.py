@@ -29,12 +29,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-
-from mock_opensandbox.wire import formdata as multipart
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.toolkit import procs
+from mock_opensandbox.wire import formdata as multipart
+from tiers.toolkit import procs, rest
 from tiers.toolkit.epp import EppClient
-from tiers.toolkit import rest
 from tiers.toolkit.waits import wait_until
 
 pytestmark = pytest.mark.spec_exempt("hostile requests on purpose")
@@ -183,8 +181,9 @@ paths = st.one_of(
 def _whole_view(rt, p: str) -> bool:
     """A search there walks the sandbox's whole view or a system directory (/usr: 100k+ files, many
     seconds, like the real execd): test_search_of_the_root_stays_inside covers it once."""
-    from mock_opensandbox.runtime import SYSTEM_DIRS
     import posixpath
+
+    from mock_opensandbox.runtime import SYSTEM_DIRS
 
     try:
         hp = rt.resolve(posixpath.normpath("/" + p))  # execd cleans the path first

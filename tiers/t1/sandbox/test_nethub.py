@@ -1,5 +1,5 @@
 """The sandboxes' bridge (mock_opensandbox/runtime/nethub.py, QUIRKS "Outbound traffic and the bridge"): what a
-sandbox sees of it is asserted against live in tiers/sandbox_inside.py (``eth0_facts``, ``bridge_peers``); here, the
+sandbox sees of it is asserted against live in tiers/flows/sandbox/sandbox_inside.py (``eth0_facts``, ``bridge_peers``); here, the
 mock's side: addresses given back, and the way without it (a slirp4netns of the sandbox's own) when it is off or
 full."""
 

@@ -17,15 +17,14 @@ import time
 
 import pytest
 
-from mock_opensandbox.runtime import nethub, optional
-from mock_opensandbox.wire.relay import TCPRelay
-from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.runtime import SandboxRuntime, nethub, optional
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.toolkit.marks import ISOLATED, NOTE
-from tiers.toolkit.waits import poll, port_closed
+from mock_opensandbox.wire.relay import TCPRelay
 from tiers.toolkit import rest
+from tiers.toolkit.marks import ISOLATED, NOTE
 from tiers.toolkit.procs import alive
+from tiers.toolkit.waits import poll, port_closed
 
 pytestmark = pytest.mark.skipif(
     not (ISOLATED and probe_result()[3] is not None), reason="no per-sandbox namespaces here: " + " ".join(NOTE.split())

@@ -1,4 +1,4 @@
-"""The inside of a sandbox on the mock (fixtures/22_sandbox_inside.json): the probe list of tiers/sandbox_inside.py (the
+"""The inside of a sandbox on the mock (fixtures/22_sandbox_inside.json): the probe list of tiers/flows/sandbox/sandbox_inside.py (the
 same assertions t4 runs on the live server, tiers/t4/sandbox/test_live_inside.py) against a `MockOpenSandbox()` sandbox created
 with resourceLimits cpu 500m / memory 512Mi. The rows the mock does not pass yet are strict xfails naming what is
 missing (NOT_YET); the lead removes a mark when that branch lands (a row that starts passing fails the run)."""
@@ -14,7 +14,7 @@ from mock_opensandbox.runtime import nethub
 from mock_opensandbox.runtime.cgroups import host as cgroup_host
 from mock_opensandbox.runtime.contained import group_kwargs
 from mock_opensandbox.server import MockOpenSandbox
-from tiers import sandbox_inside as si
+from tiers.flows.sandbox import sandbox_inside as si
 from tiers.toolkit.marks import needs_isolation
 
 # the probes allocate 1 GiB and spin for 2 s: only inside an isolated sandbox

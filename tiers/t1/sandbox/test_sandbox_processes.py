@@ -18,11 +18,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mock_opensandbox.wire import sse
 from mock_opensandbox.execd.server import ExecdServer
-from mock_opensandbox.runtime.janitor import LEDGER
 from mock_opensandbox.runtime import SandboxNotRunning, SandboxRuntime, probe_isolation
+from mock_opensandbox.runtime.janitor import LEDGER
 from mock_opensandbox.server import MockOpenSandbox
+from mock_opensandbox.wire import sse
 from tiers.toolkit import rest
 from tiers.toolkit.procs import alive as _alive
 from tiers.toolkit.waits import wait_until as _wait

@@ -179,8 +179,8 @@ def test_agent_connects_to_a_port_inside(tmp_path):
 def test_failed_spawn_answers_with_execds_text(tmp_path):
     """6a: cmd.Start fails (the uid cannot enter its cwd): execd's own text, as tiers/diff
     command.start_failure records from the real binary."""
-    from mock_opensandbox.wire import sse
     from mock_opensandbox.execd.server import ExecdServer
+    from mock_opensandbox.wire import sse
 
     rt = SandboxRuntime(str(tmp_path / "root"), isolate=True)
     srv = ExecdServer(rt, close_delay=0)

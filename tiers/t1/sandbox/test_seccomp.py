@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from mock_opensandbox.runtime import forkjoin, isolation_note
-from tiers import kernel_probes as kp
+from tiers.flows.sandbox import kernel_probes as kp
 from tiers.t1.sandbox import containment_probes as cp
 from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
@@ -45,7 +45,7 @@ def test_keyring_bpf_perf_mount_answer_eperm(rt):
 
 
 def test_the_kernel_probe_answers_as_a_docker_container(rt):
-    """tiers/kernel_probes.py, the probe tiers/t4/sandbox/test_live_kernel.py runs in a real container: every
+    """tiers/flows/sandbox/kernel_probes.py, the probe tiers/t4/sandbox/test_live_kernel.py runs in a real container: every
     answer (errno, exit status, stderr) is the container's."""
     rc, out = cp.run_probe(rt, cp.Probe("kernel", kp.COMMAND, lambda rc, out: None))
     assert rc == 0, out

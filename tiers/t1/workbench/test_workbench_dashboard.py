@@ -13,7 +13,6 @@ import pytest
 
 from mock_opensandbox.runtime import optional
 from mock_opensandbox.server import MockOpenSandbox
-
 from tiers.t1.workbench import cdp
 from tiers.toolkit import rest
 from tiers.toolkit.images import BUSYBOX, BuiltImage, layer, static_busybox, write_oci_layout

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from mock_opensandbox.workbench.proxy import FaultProxy
 from mock_opensandbox.server import MockOpenSandbox
+from mock_opensandbox.workbench.proxy import FaultProxy
 from tiers.toolkit import rest
 
 pytestmark = pytest.mark.spec_exempt("fault proxy: deliberately faulted answers and mock-only /__mock__/ routes")

@@ -14,9 +14,10 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
-from . import python_env
 from tiers.toolkit.procs import close_and_wait
 from tiers.toolkit.waits import wait_until
+
+from . import python_env
 
 
 @dataclass

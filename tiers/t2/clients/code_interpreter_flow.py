@@ -9,7 +9,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-
 # What the live stack answered (server 1.1.1, execd v1.0.19, local/python:3-slim without Jupyter;
 # 2026-12-01 07:20 UTC, tiers/t4/server/test_live_clients.py prints the same table).
 EXPECTED = [

@@ -218,13 +218,13 @@ def build():
 
     fake = FakeDocker(root)
     docker.from_env = lambda *a, **k: fake
-    from opensandbox_server.services.docker.docker_service import DockerSandboxService
+    from opensandbox_server.api.schema import CreateSandboxResponse, SandboxStatus
     from opensandbox_server.services.constants import (
         SANDBOX_EXPIRES_AT_LABEL,
         SANDBOX_ID_LABEL,
         SANDBOX_MANUAL_CLEANUP_LABEL,
     )
-    from opensandbox_server.api.schema import CreateSandboxResponse, SandboxStatus
+    from opensandbox_server.services.docker.docker_service import DockerSandboxService
 
     def provision(self, sandbox_id, request, created_at, expires_at, *args, **kwargs):
         # the server's own label/env building and response shape; only the container is fake

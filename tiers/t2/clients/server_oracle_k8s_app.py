@@ -55,7 +55,6 @@ import sys
 import tempfile
 import threading
 
-
 from server_oracle_k8s_api import API_KEY, CRD, GATEWAY, NS, SECURE_KEY, FakeApiServer
 from server_oracle_k8s_controller import Controller
 

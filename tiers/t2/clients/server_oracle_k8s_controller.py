@@ -11,7 +11,6 @@ import sys
 import threading
 from datetime import datetime, timezone
 
-
 from server_oracle_k8s_api import (
     ALLOC,
     BS_NAME,
@@ -19,7 +18,6 @@ from server_oracle_k8s_api import (
     ENDPOINTS,
     FAIL_REASONS,
     FINALIZER,
-    FakeApiServer,
     NS,
     POD_INDEX,
     POOL_NAME,
@@ -27,6 +25,7 @@ from server_oracle_k8s_api import (
     RELEASE,
     RELEASED,
     TASKS,
+    FakeApiServer,
     _now,
 )
 

@@ -1,7 +1,7 @@
 """langchain-tests' SandboxIntegrationTests through both published OpenSandbox backends of LangChain deepagents
-(tiers/agent_suites.py: their own test files, unchanged, in .venv-agents) against the mock: the same outcome as on
+(tiers/flows/clients/agent_suites.py: their own test files, unchanged, in .venv-agents) against the mock: the same outcome as on
 the live stack, test by test, and so does every tool of OpenSandbox's MCP server through an MCP client
-(tiers/mcp_flow.py) (tiers/agent_suites_live.json, recorded live; t4 holds live to the same file).
+(tiers/flows/clients/mcp_flow.py) (tiers/flows/clients/agent_suites_live.json, recorded live; t4 holds live to the same file).
 Skips with one line without a Python >= 3.12, the packages (requirements-agents.txt) or a Jupyter env."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers import agent_suites
+from tiers.flows.clients import agent_suites
 from tiers.t2.clients import Unavailable
 from tiers.toolkit.jupyter import jupyter_env_or_skip
 

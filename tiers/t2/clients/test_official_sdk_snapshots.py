@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.sdk import sdk_config
 from tiers.toolkit.waits import wait_until
-from tiers.toolkit.marks import needs_isolation
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxManager, SandboxManagerSync, SandboxSync  # noqa: E402 - after the importorskip above

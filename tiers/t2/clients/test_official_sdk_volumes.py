@@ -11,8 +11,8 @@ import shutil
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.toolkit.sdk import sdk_config
 from tiers.toolkit.marks import needs_isolation
+from tiers.toolkit.sdk import sdk_config
 
 opensandbox = pytest.importorskip("opensandbox")
 from opensandbox import Sandbox, SandboxSync  # noqa: E402 - after the importorskip above

@@ -15,9 +15,8 @@ import sys
 import pytest
 
 import demo  # (host_env / host / install_plugin helpers)
-from tiers.host_kit import assert_18_of_18
-
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.flows.host.host_kit import assert_18_of_18
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

@@ -11,7 +11,6 @@ import sys
 import pytest
 
 import demo
-
 from mock_opensandbox.server import MockOpenSandbox
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -10,7 +10,7 @@ import pytest
 
 import demo  # (install_plugin)
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.host_kit import assert_18_of_18
+from tiers.flows.host.host_kit import assert_18_of_18
 
 SECURE = "OpenSandbox-Secure-Access"
 

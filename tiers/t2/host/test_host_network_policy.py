@@ -1,6 +1,6 @@
 """The host's Sandbox.create with the plugin's ``network_policy`` (config and per create) on a mock that runs
 an egress image ([egress] mode dns; a stub resolver on loopback): the policy reaches the sandbox's resolver,
-and the server's and the sidecar's refusals come back as typed errors (tiers/host_network_policy.py; the same
+and the server's and the sidecar's refusals come back as typed errors (tiers/flows/host/host_network_policy.py; the same
 flow runs live in tiers/t4/docker/test_live_egress.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from mock_opensandbox.docker.egress import mode_problem
 from mock_opensandbox.server import MockOpenSandbox
-from tiers import host_network_policy as H
-from tiers.egress_steps import RECORDS
+from tiers.flows.docker.egress_steps import RECORDS
+from tiers.flows.host import host_network_policy as H
 from tiers.toolkit.dnsserver import StubResolver
 from tiers.toolkit.marks import needs_isolation
 

@@ -9,9 +9,7 @@ import os
 import subprocess
 import sys
 
-
 import demo
-
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.toolkit.marks import needs_isolation
 

@@ -17,8 +17,8 @@ import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
 from tiers.t2.clients import Unavailable
-from tiers.t2.server import oracle_support
 from tiers.t2.k8s.test_server_oracle_k8s import CREATE, TEMPLATE, K8sOracle
+from tiers.t2.server import oracle_support
 from tiers.toolkit.waits import poll
 
 pytestmark = pytest.mark.spec_exempt("server 1.1.1 Kubernetes-runtime pools the June OpenAPI spec does not show")

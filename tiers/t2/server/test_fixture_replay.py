@@ -14,8 +14,8 @@ replay of those recordings: 100 %).
 from __future__ import annotations
 
 import io
-import re
 import os
+import re
 import types
 
 import pytest

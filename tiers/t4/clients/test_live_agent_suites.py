@@ -1,5 +1,5 @@
-"""Live: langchain-tests' SandboxIntegrationTests through both published OpenSandbox backends (tiers/agent_suites.py)
-give the outcomes recorded in tiers/agent_suites_live.json, the file t2 holds the mock to. About 9 minutes (every
+"""Live: langchain-tests' SandboxIntegrationTests through both published OpenSandbox backends (tiers/flows/clients/agent_suites.py)
+give the outcomes recorded in tiers/flows/clients/agent_suites_live.json, the file t2 holds the mock to. About 9 minutes (every
 command waits out execd's 1 s stream linger)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tiers import agent_suites
+from tiers.flows.clients import agent_suites
 from tiers.t2.clients import Unavailable
 
 

@@ -1,5 +1,5 @@
 """t4: networkPolicy on the live server with the egress image (``OSB_WITH_EGRESS=1 OSB_LOCAL_IMAGES=1
-./local-up.sh up``; OSB_EGRESS_MODE dns or dns+nft): the steps of tiers/egress_steps.py through the official
+./local-up.sh up``; OSB_EGRESS_MODE dns or dns+nft): the steps of tiers/flows/docker/egress_steps.py through the official
 SDK, answered as the mock answers them (tiers/t1/docker/test_egress_steps.py). Skips unless the server at
 OPENSANDBOX_BASE_URL is the local-up one with an ``[egress] image`` (tiers/t4/liveconfig.py), or
 OPENSANDBOX_EGRESS_IMAGE says so. The invalid-action create waits out the server's 30 s: -m slow."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiers import egress_steps as E
+from tiers.flows.docker import egress_steps as E
 from tiers.t4.liveconfig import egress_config
 
 EGRESS = egress_config()
@@ -45,7 +45,7 @@ def test_a_policy_the_sidecar_refuses_fails_after_the_ready_wait(live_server, re
 
 
 def test_the_plugins_network_policy_through_the_host(live_server, tmp_path):
-    from tiers import host_network_policy as H
+    from tiers.flows.host import host_network_policy as H
 
     seen = H.run(H.install(str(tmp_path)), live_server.root, live_server.api_key, live_server.image, slow=False)
     assert {k: seen[k] for k in H.EXPECTED} == H.EXPECTED, seen

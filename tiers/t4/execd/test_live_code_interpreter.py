@@ -1,7 +1,7 @@
 """The official code-interpreter SDK (opensandbox-code-interpreter, unchanged) on the live stack with local-up's
 code-interpreter image (OSB_LOCAL_IMAGES=1 OSB_WITH_CODE_INTERPRETER=1: ``local/code-interpreter:py-bash``,
 named by ``./local-up.sh env`` as OPENSANDBOX_CODE_INTERPRETER_IMAGE), sync and async classes, step by step
-(tiers/code_flow.py), and the same steps on mocks given the same image: its own tree (``docker save`` into the
+(tiers/flows/execd/code_flow.py), and the same steps on mocks given the same image: its own tree (``docker save`` into the
 mock's image dir, the image's entrypoint starts its Jupyter), with the mock's execd and with the real one
 (--execd-bin), and the host-tools view with a pip-made Jupyter env (--jupyter-env). Every table must equal the
 live one. Skips with one line without the image in a Docker here."""
@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("code_interpreter")
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers.code_flow import STEPS, run_code_flow, run_code_flow_async
+from tiers.flows.execd.code_flow import STEPS, run_code_flow, run_code_flow_async
 from tiers.toolkit.images import docker_has
 from tiers.toolkit.jupyter import jupyter_env_or_skip
 

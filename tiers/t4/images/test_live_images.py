@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from mock_opensandbox.server import MockOpenSandbox
-from tiers import sandbox_inside as si
+from tiers.flows.sandbox import sandbox_inside as si
 from tiers.toolkit import registry as reg
 from tiers.toolkit.images import docker_has, push, read_docker_save
 

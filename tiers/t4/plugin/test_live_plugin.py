@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tiers.host_kit import assert_18_of_18
-from tiers.t1.plugin.test_plugin_contract import EppClient
+from tiers.flows.host.host_kit import assert_18_of_18
 from tiers.t1.plugin.test_plugin_contract import *  # noqa: F403  (the same test functions, run here again)
+from tiers.t1.plugin.test_plugin_contract import EppClient
 from tiers.t4.live_target import LiveTarget
 
 

@@ -1,12 +1,12 @@
 """Live: the inside of a real sandbox (fixtures/22_sandbox_inside.json), asserted with the shared probe list of
-tiers/sandbox_inside.py, the same assertions tiers/t1/sandbox/test_sandbox_inside.py runs on the mock. The sandbox is
+tiers/flows/sandbox/sandbox_inside.py, the same assertions tiers/t1/sandbox/test_sandbox_inside.py runs on the mock. The sandbox is
 created with resourceLimits cpu 500m / memory 512Mi and deleted at the end."""
 
 from __future__ import annotations
 
 import pytest
 
-from tiers import sandbox_inside as si
+from tiers.flows.sandbox import sandbox_inside as si
 
 
 @pytest.fixture(scope="module")

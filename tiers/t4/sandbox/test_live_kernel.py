@@ -1,5 +1,5 @@
 """Live: the kernel interfaces Docker's default seccomp profile and capability set close, probed inside a
-real sandbox (tiers/kernel_probes.py: add_key, keyctl, request_key, mount, umount2, bpf, perf_event_open,
+real sandbox (tiers/flows/sandbox/kernel_probes.py: add_key, keyctl, request_key, mount, umount2, bpf, perf_event_open,
 unshare(CLONE_NEWUSER), ptrace of PID 1, kexec_load, `unshare -U true`, `unshare -m true`). The same probe
 and the same expected answers run on the mock in tiers/t1/sandbox/test_seccomp.py."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tiers import kernel_probes as kp
-from tiers import sandbox_inside as si
+from tiers.flows.sandbox import kernel_probes as kp
+from tiers.flows.sandbox import sandbox_inside as si
 
 
 @pytest.fixture(scope="module")

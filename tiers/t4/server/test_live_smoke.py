@@ -1,11 +1,11 @@
-"""The live smoke flow (tiers/smoke_flow.py) against a real server. The same body runs against the mock in
+"""The live smoke flow (tiers/flows/server/smoke_flow.py) against a real server. The same body runs against the mock in
 tiers/t1/lifecycle/test_smoke_flow_mock.py and against mock + execd processes in tiers/t3."""
 
 from __future__ import annotations
 
 import pytest
 
-from tiers.smoke_flow import STEPS, request, run_smoke_flow
+from tiers.flows.server.smoke_flow import STEPS, request, run_smoke_flow
 
 pytestmark = pytest.mark.live
 

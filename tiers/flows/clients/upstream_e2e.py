@@ -1,8 +1,8 @@
 """OpenSandbox's own e2e suites (Python and JavaScript), unchanged, against a live stack or a mock.
 
-    python -m tiers.upstream_e2e --target live [--files test_code_interpreter_e2e*.py] [--json OUT]
-    python -m tiers.upstream_e2e --target mock --jupyter-env DIR | --image-dir DIR [--execd-bin BIN]
-    python -m tiers.upstream_e2e --suite js --target live|mock [--files test_sandbox_e2e.test.ts ...]
+    python -m tiers.flows.clients.upstream_e2e --target live [--files test_code_interpreter_e2e*.py] [--json OUT]
+    python -m tiers.flows.clients.upstream_e2e --target mock --jupyter-env DIR | --image-dir DIR [--execd-bin BIN]
+    python -m tiers.flows.clients.upstream_e2e --suite js --target live|mock [--files test_sandbox_e2e.test.ts ...]
 
 The tests and the SDKs they import come from the upstream mirror at 3bb6fad (``tests/python`` with
 ``sdks/sandbox/python`` and ``sdks/code-interpreter/python``, as its pyproject's uv sources name them),
@@ -349,7 +349,7 @@ def _mock(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tiers.upstream_e2e")
+    p = argparse.ArgumentParser(prog="python -m tiers.flows.clients.upstream_e2e")
     p.add_argument("--target", choices=("live", "mock"), required=True)
     p.add_argument("--suite", choices=("python", "js"), default="python", help="tests/python or tests/javascript")
     p.add_argument("--files", nargs="+", help="test files (default: the code interpreter's; for js, all five)")

@@ -7,7 +7,7 @@ sandbox shows: the values of ``fixtures/22_sandbox_inside.json`` (recorded from
 opensandbox-server 1.1.1 + Docker 20.10 + execd v1.0.19 by ``python -m record``). ``same_port_two_sandboxes``
 is scenario 23: two sandboxes serving port 9000, each endpoint answering with its own files.
 
-``Target`` talks to any OpenSandbox server over HTTP with the standard library only (``tiers.smoke_flow``), so
+``Target`` talks to any OpenSandbox server over HTTP with the standard library only (``tiers.flows.server.smoke_flow``), so
 the same assertions run on the live server (tiers/t4/sandbox/test_live_inside.py) and on the mock
 (tiers/t1/sandbox/test_sandbox_inside.py). Checks accept cgroup v1 and v2 file names and do not depend on the host's
 load (the CPU probe asserts the CFS quota at work and an upper bound on the share, never a lower bound).
@@ -30,10 +30,10 @@ from record.scenarios import (
     inside_command,
     serve_command,
 )
-from tiers.smoke_flow import Reply, output_of, request, server_root, stream_command
+from tiers.flows.server.smoke_flow import Reply, output_of, request, server_root, stream_command
 from tiers.toolkit.waits import wait_until
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 FIXTURE = os.path.join(REPO, "fixtures", "22_sandbox_inside.json")
 EXECD_PORT = 44772
 GIB = 1 << 30

@@ -1,7 +1,7 @@
 """Snapshots (QUIRKS.md, Snapshots), one flow for every tier: the requests of recorder scenario 25
 (``record/scenarios_docker.py`` ``s25``, ``fixtures/25_snapshots.json``, recorded from opensandbox-server 1.1.1 with
 Docker 20.10) with their answers asserted. ``run(target)`` runs it on any server through
-``tiers.sandbox_inside.Target`` (standard library HTTP): tiers/t1/docker/test_snapshots.py on the mock,
+``tiers.flows.sandbox.sandbox_inside.Target`` (standard library HTTP): tiers/t1/docker/test_snapshots.py on the mock,
 tiers/t4/docker/test_live_snapshots.py on the live stack.
 
 What it asserts (every value is what the recording shows):
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from tiers.sandbox_inside import Target
+from tiers.flows.sandbox.sandbox_inside import Target
 from tiers.toolkit.waits import poll, wait_until
 
 NIL = "00000000-0000-0000-0000-000000000000"

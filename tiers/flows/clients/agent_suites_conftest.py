@@ -1,4 +1,4 @@
-"""The conftest.py that tiers/agent_suites.py puts beside the backends' own integration tests (unchanged): what
+"""The conftest.py that tiers/flows/clients/agent_suites.py puts beside the backends' own integration tests (unchanged): what
 their fixtures leave to the environment of a developer's machine, set from the runner's environment.
 
 * deepagents-opensandbox-backend's fixture calls ``OpenSandboxBackend.create()`` with its defaults (a server at

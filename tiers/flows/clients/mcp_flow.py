@@ -1,12 +1,12 @@
 """OpenSandbox's own MCP server (``opensandbox-mcp`` 1.1.1) driven by an in-process MCP client (``mcp.Client``):
 every one of its 19 tools with good input and with bad input, in one flow, against whatever server the
-connection names. Runs inside .venv-agents (requirements-agents.txt), started by ``tiers.agent_suites.mcp_outcomes``:
+connection names. Runs inside .venv-agents (requirements-agents.txt), started by ``tiers.flows.clients.agent_suites.mcp_outcomes``:
 
-    python tiers/mcp_flow.py DOMAIN API_KEY IMAGE      ->  one JSON object {step: outcome} on stdout
+    python tiers/flows/clients/mcp_flow.py DOMAIN API_KEY IMAGE      ->  one JSON object {step: outcome} on stdout
 
 An outcome keeps what a client of the tool acts on: ``ok`` or ``error`` (the tool result's ``isError``), and for
 some steps a value (a command's stdout and exit code, a file's content, a search's names), never an id, a time or
-an address. The same flow on the mock and on live must give the same object (tiers/agent_suites_live.json).
+an address. The same flow on the mock and on live must give the same object (tiers/flows/clients/agent_suites_live.json).
 """
 
 from __future__ import annotations

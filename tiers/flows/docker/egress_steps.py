@@ -6,7 +6,7 @@ address is reachable, whether the sidecar shows in ``ps``.
 Names: ``NAMES`` are the ones this machine's resolver answers (live sandboxes use it); a mock test gives them
 to its stub resolver (tiers/toolkit/dnsserver.py), so only allow/deny is compared, never addresses.
 
-``python -m tiers.egress_steps URL KEY IMAGE [--slow]`` prints the answers as JSON (the step table of the
+``python -m tiers.flows.docker.egress_steps URL KEY IMAGE [--slow]`` prints the answers as JSON (the step table of the
 notes); ``--slow`` adds the invalid-action create, which takes the server's whole 30 s ready wait.
 """
 

@@ -2,7 +2,7 @@
 ``network_policy`` from its configuration (``ABX_OPENSANDBOX_NETWORK_POLICY``) and per create
 (``provider_options``), which names resolve inside, and the errors of a policy the server or the sidecar
 refuses. ``run(home, url, key, image)`` answers one dict; t2 runs it on the mock, t4 on the live server
-with the egress image. Names: tiers/egress_steps.py (the mock's stub resolver has them)."""
+with the egress image. Names: tiers/flows/docker/egress_steps.py (the mock's stub resolver has them)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import sys
 from typing import Any, Dict
 
 import demo
-
-from tiers.egress_steps import ALLOWED, OTHER
+from tiers.flows.docker.egress_steps import ALLOWED, OTHER
 
 EXPECTED = {"from_config": {ALLOWED: True, OTHER: False}, "per_create": {ALLOWED: False, OTHER: True}}
 CONFIG_POLICY = {"defaultAction": "deny", "egress": [{"action": "allow", "target": ALLOWED}]}

@@ -1,12 +1,12 @@
 """langchain-tests' SandboxIntegrationTests through the published OpenSandbox backends, unchanged, against a live
 stack or the mock.
 
-    python -m tiers.agent_suites --target live [--json OUT]          (after eval "$(./local-up.sh env)")
-    python -m tiers.agent_suites --target mock [--jupyter-env DIR] [--json OUT]
+    python -m tiers.flows.clients.agent_suites --target live [--json OUT]          (after eval "$(./local-up.sh env)")
+    python -m tiers.flows.clients.agent_suites --target mock [--jupyter-env DIR] [--json OUT]
 
 Each backend's own ``tests/integration_tests/test_sandbox.py``, from its sdist at the version pinned in
 requirements-agents.txt (downloaded once into the cache, never into the repository), runs unchanged in
-.venv-agents (Python >= 3.12), with tiers/agent_suites_conftest.py beside it as its conftest.py: it gives
+.venv-agents (Python >= 3.12), with tiers/flows/clients/agent_suites_conftest.py beside it as its conftest.py: it gives
 deepagents' ``OpenSandboxBackend.create()`` the server and key, and renames the public images the fixtures name
 to the stack's local ones (AGENT_SUITES_IMAGES; the live stack has no registry). Prints one line per test;
 ``results()`` returns {test id: passed | failed | error | skipped | timeout}.
@@ -29,8 +29,8 @@ import tarfile
 import time
 from typing import Any
 
+from tiers.flows.clients.upstream_e2e import DURATIONS, _one
 from tiers.t2.clients import Unavailable, newer_python, python_env
-from tiers.upstream_e2e import DURATIONS, _one
 
 REQUIREMENTS = "requirements-agents.txt"
 SUITES = {  # sdist -> its conformance test file
@@ -47,8 +47,8 @@ LIVE_OUTCOMES = os.path.join(HERE, "agent_suites_live.json")  # recorded with --
 
 
 def differences(got: dict[str, Any], part: str = "results") -> list[str]:
-    """Each entry of ``part`` ("results": the suites' tests; "mcp": tiers/mcp_flow.py's steps) whose outcome is not
-    the live stack's (tiers/agent_suites_live.json), as "name: live -> here"."""
+    """Each entry of ``part`` ("results": the suites' tests; "mcp": tiers/flows/clients/mcp_flow.py's steps) whose outcome is not
+    the live stack's (tiers/flows/clients/agent_suites_live.json), as "name: live -> here"."""
     with open(LIVE_OUTCOMES, encoding="utf-8") as fh:
         live = json.load(fh).get(part, {})
     return [
@@ -59,7 +59,7 @@ def differences(got: dict[str, Any], part: str = "results") -> list[str]:
 
 
 def pins() -> dict[str, str]:
-    with open(os.path.join(os.path.dirname(HERE), REQUIREMENTS)) as fh:
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), REQUIREMENTS)) as fh:
         return dict(m.groups() for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)$", fh.read(), re.M))
 
 
@@ -117,7 +117,7 @@ def results(
 
 
 def mcp_outcomes(domain: str, api_key: str, image: str, timeout: float = 600) -> dict[str, Any]:
-    """tiers/mcp_flow.py in .venv-agents: {step: [ok | error, what the client acts on]} for every opensandbox-mcp tool."""
+    """tiers/flows/clients/mcp_flow.py in .venv-agents: {step: [ok | error, what the client acts on]} for every opensandbox-mcp tool."""
     py, _ = prepare()
     r = subprocess.run(
         [py, os.path.join(HERE, "mcp_flow.py"), domain, api_key, image],
@@ -131,7 +131,7 @@ def mcp_outcomes(domain: str, api_key: str, image: str, timeout: float = 600) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tiers.agent_suites")
+    p = argparse.ArgumentParser(prog="python -m tiers.flows.clients.agent_suites")
     p.add_argument("--target", choices=("live", "mock"), required=True)
     p.add_argument("--jupyter-env", help="the mock: a Jupyter env for the code-interpreter image (deepagents)")
     p.add_argument("--json")

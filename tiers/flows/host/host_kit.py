@@ -9,7 +9,7 @@ import re
 
 import demo  # host_env / host / install_plugin helpers (the repository root is on sys.path: pyproject's pythonpath)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 CONTRACT_TESTS = {
     "test_declared_features_are_known",
