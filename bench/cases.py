@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 
-from bench.context import REPO, MiB, SIX_MB, fmt_bytes, make_row, Context, summarise_importtime, install_plugin
+from bench.context import REPO, SIX_MB, Context, MiB, fmt_bytes, install_plugin, make_row, summarise_importtime
 from bench.stats import median, p90
 
 

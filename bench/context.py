@@ -222,8 +222,8 @@ class Target:
             base = base[:-3] if base.endswith("/v1") else base  # ./local-up.sh env gives .../v1; the SDK wants the root
             self.base_url, self.api_key, self.kind = base, api_key, "live"
         else:
-            from mock_opensandbox.wire import http1 as httpcore
             from mock_opensandbox.server import MockOpenSandbox
+            from mock_opensandbox.wire import http1 as httpcore
 
             if nodelay:
                 # Real servers answer with TCP_NODELAY (Go's net/http sets it on every connection,

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from tiers.toolkit import session_report
-from tiers.toolkit.spec_guard import SESSION as _STATE  # shared with tiers/t2/server/test_spec_guard.py
 from tiers.toolkit.fixtures import epp, mock, sid  # noqa: F401 - fixtures for every tier (tiers/toolkit/fixtures.py)
+from tiers.toolkit.spec_guard import SESSION as _STATE  # shared with tiers/t2/server/test_spec_guard.py
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -32,9 +32,15 @@ from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.ingress import Ingress
 from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.proxy import BackendError, forward
-from mock_opensandbox.lifecycle.signing import SECURE_ACCESS_HEADER, RouteError, check_access
-from mock_opensandbox.lifecycle.signing import parse_expires_b36, parse_port_segment, parse_route_token
-from mock_opensandbox.lifecycle.signing import validate_signature_format
+from mock_opensandbox.lifecycle.signing import (
+    SECURE_ACCESS_HEADER,
+    RouteError,
+    check_access,
+    parse_expires_b36,
+    parse_port_segment,
+    parse_route_token,
+    validate_signature_format,
+)
 from mock_opensandbox.wire import relay
 from mock_opensandbox.wire.http1 import Handler, Request
 from mock_opensandbox.wire.listener import App, Server

@@ -14,11 +14,11 @@ import os
 from typing import Any
 from urllib.parse import quote_plus
 
+from mock_opensandbox.images.errors import ImageAuthError, ImageError, ImageNotFound
+from mock_opensandbox.images.store import Image, ImageStore
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.model import docker_pull_params
 from mock_opensandbox.lifecycle.quirks import MockError
-from mock_opensandbox.images.errors import ImageAuthError, ImageError, ImageNotFound
-from mock_opensandbox.images.store import Image, ImageStore
 
 
 def default_cache_dir() -> str:

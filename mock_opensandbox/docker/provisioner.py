@@ -36,9 +36,9 @@ from mock_opensandbox.runtime.execdproc import ExecdProcess, published
 from mock_opensandbox.runtime.janitor import Janitor
 from mock_opensandbox.runtime.mounts import VolumeTargetError, plan
 from mock_opensandbox.runtime.openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines files
+from mock_opensandbox.runtime.pid1 import SandboxTerminated
 from mock_opensandbox.runtime.probe import isolation_header, probe_result
 from mock_opensandbox.runtime.rootfs import RootfsError, UserNotFound
-from mock_opensandbox.runtime.pid1 import SandboxTerminated
 from mock_opensandbox.runtime.sandbox import network_note
 from mock_opensandbox.wire.listener import FaultRules, RequestJournal, Server
 from mock_opensandbox.wire.relay import free_port

@@ -15,8 +15,8 @@ import signal
 import sys
 import threading
 
-from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.execd.server import ExecdServer
+from mock_opensandbox.runtime import SandboxRuntime
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,11 +16,6 @@ import time
 import uuid
 from typing import Any, ClassVar
 
-from mock_opensandbox.wire import sse
-from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, errno_text, go_json
-from mock_opensandbox.wire.http1 import Request
-from mock_opensandbox.wire.relay import client_gone
-from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.commands import CommandRegistry, StartFailure
 from mock_opensandbox.execd.errors import (
@@ -34,6 +29,11 @@ from mock_opensandbox.execd.errors import (
 )
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.execd.paths import PathExpandError, expand_path
+from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
+from mock_opensandbox.wire import sse
+from mock_opensandbox.wire.gojson import GoJSONError, Struct, decode, errno_text, go_json
+from mock_opensandbox.wire.http1 import Request
+from mock_opensandbox.wire.relay import client_gone
 
 __all__ = ["CommandsRoutes"]
 

@@ -16,8 +16,6 @@ import re
 import stat
 from typing import Any, Iterable, Mapping
 
-from mock_opensandbox.wire.gojson import errno_text
-from mock_opensandbox.runtime import SandboxRuntime, openat2
 from mock_opensandbox.execd.errors import (
     INVALID_FILE_METADATA,
     INVALID_REQUEST,
@@ -27,11 +25,17 @@ from mock_opensandbox.execd.errors import (
     handle_file_error,
 )
 from mock_opensandbox.execd.fileinfo import Accounts, file_info
-from mock_opensandbox.execd.fsat import mkdir_at as _mkdir_at, proc_fd as _proc_fd, read_fd as _read_fd
 from mock_opensandbox.execd.fsat import _DirHandle
-from mock_opensandbox.execd.fsat import remove_all_at as _remove_all_at, unlink_at as _unlink_at, write_fd as _write_fd
+from mock_opensandbox.execd.fsat import mkdir_at as _mkdir_at
+from mock_opensandbox.execd.fsat import proc_fd as _proc_fd
+from mock_opensandbox.execd.fsat import read_fd as _read_fd
+from mock_opensandbox.execd.fsat import remove_all_at as _remove_all_at
+from mock_opensandbox.execd.fsat import unlink_at as _unlink_at
+from mock_opensandbox.execd.fsat import write_fd as _write_fd
 from mock_opensandbox.execd.globmatch import glob_match
 from mock_opensandbox.execd.paths import PathExpandError, clean, expand_path
+from mock_opensandbox.runtime import SandboxRuntime, openat2
+from mock_opensandbox.wire.gojson import errno_text
 
 __all__ = ["SandboxFS", "UMASK", "MKDIR_MODE"]
 

@@ -15,11 +15,6 @@ import threading
 from typing import Any
 from urllib.parse import quote
 
-from mock_opensandbox.wire import http1 as httpcore
-from mock_opensandbox.wire import formdata as multipart
-from mock_opensandbox.wire.gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
-from mock_opensandbox.wire.http1 import Request
-from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.execd import gin, linerange
 from mock_opensandbox.execd.errors import (
     INVALID_FILE,
@@ -31,6 +26,11 @@ from mock_opensandbox.execd.errors import (
     missing_query,
 )
 from mock_opensandbox.execd.files import SandboxFS, _DirHandle
+from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.wire import formdata as multipart
+from mock_opensandbox.wire import http1 as httpcore
+from mock_opensandbox.wire.gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
+from mock_opensandbox.wire.http1 import Request
 
 __all__ = ["FilesRoutes", "execd_parse_range", "go_parse_range", "content_disposition"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mock_opensandbox.execd.errors import ExecdError
 from mock_opensandbox.wire.gojson import GIN_JSON, go_json
 from mock_opensandbox.wire.http1 import ChunkedWriter, Request
-from mock_opensandbox.execd.errors import ExecdError
 
 __all__ = ["send", "json_reply", "error_reply", "ok", "sse_start", "not_found", "redirect"]
 

@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any
 
+from mock_opensandbox.execd import gin
 from mock_opensandbox.wire.http1 import Request
 from mock_opensandbox.wire.relay import client_gone
-from mock_opensandbox.execd import gin
 
 __all__ = ["GoWriter", "Gone", "line_range"]
 

@@ -30,12 +30,12 @@ import threading
 import uuid
 from typing import Any
 
-from mock_opensandbox.runtime import SandboxRuntime
-from mock_opensandbox.wire import websocket as wsproto
-from mock_opensandbox.wire.gojson import GIN_JSON, go_json_bytes
 from mock_opensandbox.execd.errors import GoError
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.execd.pty import OutputPipe, PtyRegistry, PtySession
+from mock_opensandbox.runtime import SandboxRuntime
+from mock_opensandbox.wire import websocket as wsproto
+from mock_opensandbox.wire.gojson import GIN_JSON, go_json_bytes
 
 __all__ = ["PtyRoutes", "register_pty_routes"]
 

@@ -29,8 +29,8 @@ import tarfile
 import zlib
 from typing import IO, Any
 
-from mock_opensandbox.wire.fsutil import remove_all
 from mock_opensandbox.images.errors import CorruptImage, DigestMismatch, UnsafeLayer, UnsupportedImage
+from mock_opensandbox.wire.fsutil import remove_all
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

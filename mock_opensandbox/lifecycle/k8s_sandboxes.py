@@ -22,11 +22,10 @@ from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 from urllib.parse import parse_qsl
 
-from mock_opensandbox.lifecycle import k8s_diagnostics, pool_routes
-from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle import k8s_diagnostics, pool_routes, quirks
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome, Workload, Workloads
-from mock_opensandbox.lifecycle.model import apply_metadata_patch, Sandbox, format_ts
+from mock_opensandbox.lifecycle.model import Sandbox, apply_metadata_patch, format_ts
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.wire.http1 import Request, Router
 

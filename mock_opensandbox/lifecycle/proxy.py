@@ -13,8 +13,7 @@ import http.client
 import socket
 from typing import Any, Callable, Iterator, cast
 
-from mock_opensandbox.wire import framing
-from mock_opensandbox.wire import relay
+from mock_opensandbox.wire import framing, relay
 from mock_opensandbox.wire.http1 import OBSERVERS, Handler, Request
 from mock_opensandbox.wire.listener import App, FaultRules, RequestJournal
 

@@ -16,7 +16,6 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-
 _MISSING = object()
 
 

@@ -21,22 +21,17 @@ import sys
 import traceback
 from typing import Any, Protocol, cast
 
-from mock_opensandbox.lifecycle import diagnostics_routes
-from mock_opensandbox.lifecycle import pool_routes
+from mock_opensandbox.lifecycle import diagnostics_routes, pool_routes, quirks, snapshot_routes, validation_checks
 from mock_opensandbox.lifecycle import pydantic_lite as P
-from mock_opensandbox.lifecycle import quirks
-from mock_opensandbox.lifecycle import snapshot_routes
-from mock_opensandbox.lifecycle.ingress import Ingress
-from mock_opensandbox.lifecycle.pools import PoolStore
-from mock_opensandbox.lifecycle.services import ContainerService, DiagnosticsText, SnapshotService, VolumeService
 from mock_opensandbox.lifecycle import validation as V
-from mock_opensandbox.lifecycle import validation_checks
+from mock_opensandbox.lifecycle.ingress import Ingress
+from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore, apply_metadata_patch, format_ts
+from mock_opensandbox.lifecycle.pools import PoolStore
+from mock_opensandbox.lifecycle.proxy import BackendError, forward
+from mock_opensandbox.lifecycle.quirks import MockError
+from mock_opensandbox.lifecycle.services import ContainerService, DiagnosticsText, SnapshotService, VolumeService
 from mock_opensandbox.wire.http1 import Handler, Request, Router, host_allowed, new_request_id
 from mock_opensandbox.wire.listener import App, FaultRules
-from mock_opensandbox.lifecycle.model import apply_metadata_patch, Sandbox, SandboxStore, format_ts
-from mock_opensandbox.lifecycle.quirks import MockError
-from mock_opensandbox.lifecycle.proxy import BackendError, forward
-
 
 # =====================================================================================================
 # the application

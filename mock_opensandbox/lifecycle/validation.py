@@ -36,7 +36,6 @@ from mock_opensandbox.lifecycle.pydantic_lite import (
 )
 from mock_opensandbox.wire.http1 import Request
 
-
 # =====================================================================================================
 # the server's request models (api/schema.py)
 # =====================================================================================================

@@ -50,9 +50,9 @@ from mock_opensandbox.runtime import probe as _probe_mod
 from mock_opensandbox.runtime._util import BASE_DIRS, DEFAULT_PATH, HOST_DIRS, SYSTEM_DIRS, VIEW_DIRS
 from mock_opensandbox.runtime.caps import SANDBOX_CAP_MASK, SANDBOX_CAPS
 from mock_opensandbox.runtime.execdproc import EXECD_PATH, ExecdProcess
-from mock_opensandbox.runtime.probe import isolation_note, probe_isolation
 from mock_opensandbox.runtime.paths import PathEscape
 from mock_opensandbox.runtime.pid1 import IMPLICIT_ENTRYPOINT, SandboxNotRunning, SandboxTerminated
+from mock_opensandbox.runtime.probe import isolation_note, probe_isolation
 from mock_opensandbox.runtime.sandbox import SandboxRuntime
 
 __all__ = [

@@ -14,7 +14,7 @@ import subprocess
 import threading
 from typing import Any, Callable, Mapping, Protocol
 
-from mock_opensandbox.runtime import netns, nethub
+from mock_opensandbox.runtime import nethub, netns
 from mock_opensandbox.runtime.agent import AgentChannel
 from mock_opensandbox.runtime.execdproc import idle_execd
 from mock_opensandbox.runtime.holder import Holder

@@ -15,8 +15,8 @@ from http import HTTPStatus
 from typing import Any
 
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome
-from mock_opensandbox.workbench.faults import FaultRegistry, Rule
 from mock_opensandbox.wire.relay import client_gone
+from mock_opensandbox.workbench.faults import FaultRegistry, Rule
 
 __all__ = ["inject", "classify", "request_sandbox", "proxy_error_page", "Injection"]
 

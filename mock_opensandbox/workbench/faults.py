@@ -57,7 +57,6 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable
 
-
 __all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_rule"]
 
 KINDS = ("delay", "status", "reset", "reset_body", "truncate", "dribble", "stall", "pod")

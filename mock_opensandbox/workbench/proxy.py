@@ -32,13 +32,13 @@ import threading
 from typing import Any, Sequence, cast
 from urllib.parse import urlsplit
 
+from mock_opensandbox.wire.http1 import Handler, Request, host_allowed
+from mock_opensandbox.wire.listener import App, Server
 from mock_opensandbox.workbench.admin import AdminAPI, AdminLayer
 from mock_opensandbox.workbench.assertions import assert_requested
 from mock_opensandbox.workbench.cli import FAULT_ARG_HELP, parse_args, run_foreground
 from mock_opensandbox.workbench.faultinject import inject
 from mock_opensandbox.workbench.faults import FaultRegistry
-from mock_opensandbox.wire.http1 import Handler, Request, host_allowed
-from mock_opensandbox.wire.listener import App, Server
 from mock_opensandbox.workbench.journal import Journal
 from mock_opensandbox.workbench.proxy_backend import ProxyBackend
 from mock_opensandbox.workbench.proxy_forwarding import _Forwarder, _json_error

@@ -5,11 +5,12 @@ process.stdin (not offered by execd).
 
 from __future__ import annotations
 
-from .exec import run_internal
 from context import Context
 from epp import Request
 from errors import EppError, bad_input, unsupported
 from params import sandbox_id
+
+from .exec import run_internal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

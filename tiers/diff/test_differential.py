@@ -8,8 +8,8 @@ import pytest
 
 from differential import report, run_corpus
 from differential.corpus import CASES, ROUTES
-from mock_opensandbox.execd.server import ROUTES as MOCK_ROUTES
 from differential.runner import REPORTS
+from mock_opensandbox.execd.server import ROUTES as MOCK_ROUTES
 from tiers.diff.conftest import binary
 
 

@@ -8,12 +8,12 @@
 # sees what it would see for the command itself. Run as `python -I -S -c SOURCE target-pid wd
 # keep-LC_CTYPE-flag capability-mask-hex no_new_privs-flag user command...` (user: "UID GID G1,G2" after
 # the drop, "-" to stay root; an image's User, ../rootfs.py). As root the user namespace is our own: not entered.
+import _signal as signal  # the C module: `signal` would import enum (~5 ms per command)
 import ctypes
 import errno
 import os
 import sys
 import warnings  # noqa: F401 - os.execvp imports it lazily: after setns the stdlib may be gone
-import _signal as signal  # the C module: `signal` would import enum (~5 ms per command)
 
 
 def fail(msg, code):

@@ -3,8 +3,8 @@
 # directory allows) spares every sandbox start the compile of a ~600-line script run as __main__ (~5 ms here;
 # a script is never cached). Only what the interpreter has loaded already (sys, the frozen import machinery):
 # view.py starts its cgroup move before its own imports. Written by the OpenSandbox mock; standard library only.
-import sys
 import _frozen_importlib_external as _ext
+import sys
 
 _path = __file__.rpartition("/")[0] + "/view.py"
 _mod = type(sys)("__osb_view__")

@@ -9,6 +9,7 @@
 # session leader, as runc makes a container's init (live: PID 1's session and group are 1). The answer is
 # {"pid": HOSTPID} or {"errno": N, "error": TEXT}. The zygote ends at EOF or with the mock (PR_SET_PDEATHSIG).
 # Written by the OpenSandbox mock; standard library only.
+import _frozen_importlib_external as _ext
 import ctypes
 import fcntl
 import json
@@ -16,8 +17,6 @@ import os
 import socket
 import sys
 import traceback
-
-import _frozen_importlib_external as _ext
 
 view = type(sys)("__osb_view_lib__")  # view.py runs main() only when it is not this module
 view.__file__ = __file__.rpartition("/")[0] + "/view.py"

@@ -13,9 +13,9 @@
 # pivot_roots into it (the host's tree is detached), drops to the capability set and execs.
 # Every step fails closed: nothing of the sandbox runs after a failed step (exit 125).
 # One process with mount(2) calls instead of a shell and ~50 mount(8) processes: ~10x faster.
+import _thread
 import posix  # os's own builtin, loaded with the interpreter: the cgroup move starts before any import
 import sys
-import _thread
 
 
 class CgroupJoin:
@@ -65,13 +65,13 @@ class CgroupJoin:
 _JOIN = [p for p in posix.environ.get(b"OSB_MOCK_CGROUP_JOIN", b"").decode("utf-8", "surrogateescape").split("\n") if p]
 JOINING = CgroupJoin(_JOIN) if _JOIN and sys.argv[1:2] == ["holder"] else None
 
+import _signal as signal  # noqa: E402 - the C module: `signal` would import enum
+import _socket  # noqa: E402 - after the cgroup move started
 import ctypes  # noqa: E402 - after the cgroup move started (CgroupJoin), so these imports overlap it
+import fcntl  # noqa: E402 - after the cgroup move started
 import os  # noqa: E402 - after the cgroup move started
 import stat  # noqa: E402 - after the cgroup move started
 import warnings  # noqa: E402,F401 - os.execvp imports it lazily: after pivot_root the stdlib may be gone
-import _signal as signal  # noqa: E402 - the C module: `signal` would import enum
-import _socket  # noqa: E402 - after the cgroup move started
-import fcntl  # noqa: E402 - after the cgroup move started
 
 libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
