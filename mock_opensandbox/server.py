@@ -32,12 +32,12 @@ from mock_opensandbox.docker.snapshots import SnapshotStore
 from mock_opensandbox.docker.volumes import VolumeStore
 from mock_opensandbox.images import ImageStore
 from mock_opensandbox.images.commit import Committer
+from mock_opensandbox.lifecycle.app import LifecycleApp, LifecycleHandler
 from mock_opensandbox.lifecycle.ingress import Ingress
 from mock_opensandbox.lifecycle.k8s_sandboxes import K8sSandboxes
 from mock_opensandbox.lifecycle.k8s_sandboxes import install as install_k8s_sandboxes
 from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.pools import PoolStore
-from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
 from mock_opensandbox.options import DEFAULT_MAX_SANDBOX_TIMEOUT, EXECD_MODES, NETWORK_MODES, MockOptions
 from mock_opensandbox.runtime import nethub, zygote
 from mock_opensandbox.runtime._util import default_signals_for_children, inherited_signals_back

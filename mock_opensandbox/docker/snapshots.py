@@ -1,5 +1,5 @@
 """Snapshots of the Docker runtime (QUIRKS.md, Snapshots; recording 25): the records, their states and the server's answers.
-No HTTP (the routes are ``lifecycle/snapshot_routes.py``).
+No HTTP (the routes are ``lifecycle/snapshots_routes.py``).
 
 Server 1.1.1 (``services/snapshot_service.py`` ``PersistedSnapshotService`` with ``DockerSnapshotRuntime``):
 a create checks the sandbox (404 ``DOCKER::SANDBOX_NOT_FOUND``) and that it is Running (409

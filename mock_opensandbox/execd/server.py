@@ -1,7 +1,7 @@
 """ExecdServer: one mock execd listener per sandbox (Go/Gin flavour of httpcore). The server's wiring only:
 the route table (ROUTES), the route classes it sends them to (one per execd API, execd/<api>_routes.py), the
 dispatch in front of them (routing headers, pause, access token, /proxy/<port>), connection handling, start and
-stop. No request handler lives here (tiers/t0/repo/test_execd_layout.py).
+stop. No request handler lives here (tiers/t0/repo/test_routes_layout.py).
 
 Every route is served bare and under /proxy/44772 (recording 06); /proxy/<other port>/... is
 reverse-proxied to 127.0.0.1:<port> (execd/proxy_routes.py; QUIRKS.md, Transport, routing, auth; execd

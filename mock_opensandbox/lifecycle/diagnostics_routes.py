@@ -1,7 +1,7 @@
-"""The diagnostics routes of the lifecycle listener (server api/devops.py), over the Docker diagnostics text in
-``docker/diagnostics.py``. ``LifecycleApp`` routes here; ``app.diagnostics`` is what the facade gives it
-(``logs_text``, ``events_text``, ``inspect_text``, ``summary_text``, ``limit_lines``, ``inline``) and
-``app.store`` the sandbox table."""
+"""The diagnostics routes of the lifecycle listener (server api/devops.py). Routes only: the state is behind
+``services.DiagnosticsText``, served by docker/ (``docker/diagnostics.py``: ``logs_text``, ``events_text``,
+``inspect_text``, ``summary_text``, ``limit_lines``, ``inline``), over the sandbox table (lifecycle/model.py).
+The Kubernetes runtime's diagnostics (lifecycle/k8s_diagnostics.py) use ``DiagnosticsRoutes.diag`` too."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any, Callable
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
+from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.quirks import MockError
+from mock_opensandbox.lifecycle.services import DiagnosticsText
 from mock_opensandbox.wire.http1 import Request
 
 
@@ -26,73 +28,80 @@ def _scope(req: Request, kind: str, supported: tuple[str, ...]) -> str | None:
     return norm
 
 
-def diag(
-    app: Any,
-    req: Request,
-    kind: str,
-    knob: tuple[str, int, int],
-    scopes: tuple[str, ...],
-    inline: Callable[[Any], tuple[str, bool]],
-    legacy: Callable[[Any, int], str],
-    warning: str,
-) -> None:
-    """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
-    the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
-    errors: list[dict[str, Any]] = []
-    bound = V.q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
-    if errors:
-        raise P.ValidationFailed(errors)
-    scope = _scope(req, kind, scopes)
-    sid = req.params["sid"]
-    sb = app.store.get(sid)
-    if scope is not None:
-        content, truncated = inline(sb)
-        req.send_json(200, app.diagnostics.inline(sid, kind, scope, content, truncated, warning))
-        return
-    req.send_text(200, legacy(sb, bound), "text/plain; charset=utf-8", headers={"deprecation": "true"})
+class DiagnosticsRoutes:
+    """The diagnostics routes of the sandboxes in ``store``, their text ``diagnostics``'s (None: a lifecycle app
+    without a runtime, a 500 once the sandbox is found)."""
 
+    def __init__(self, store: SandboxStore, diagnostics: DiagnosticsText | None):
+        self.store = store
+        self.diagnostics = diagnostics
 
-def logs(app: Any, req: Request) -> None:
-    now = app.store.clock()
-    diag(
-        app,
-        req,
-        "logs",
-        ("tail", 100, 10000),
-        ("container", "all"),
-        lambda sb: app.diagnostics.limit_lines(app.diagnostics.logs_text(sb, 101, now=now), 100, True),
-        lambda sb, tail: app.diagnostics.logs_text(sb, tail, V.q_last(req, "since"), now=now),
-        quirks.DIAG_LOGS_ALL_WARNING,
-    )
+    def text(self) -> DiagnosticsText:
+        if self.diagnostics is None:
+            raise RuntimeError("this lifecycle app has no diagnostics")
+        return self.diagnostics
 
+    def diag(
+        self,
+        req: Request,
+        kind: str,
+        knob: tuple[str, int, int],
+        scopes: tuple[str, ...],
+        inline: Callable[[Sandbox], tuple[str, bool]],
+        legacy: Callable[[Sandbox, int], str],
+        warning: str,
+    ) -> None:
+        """GET .../diagnostics/{logs,events}: with `scope`, the JSON inline form (its own fixed bound); without,
+        the deprecated plain-text form bounded by the `knob` query parameter (name, default, maximum)."""
+        errors: list[dict[str, Any]] = []
+        bound = V.q_int(req, knob[0], knob[1], errors, ge=1, le=knob[2])
+        if errors:
+            raise P.ValidationFailed(errors)
+        scope = _scope(req, kind, scopes)
+        sid = req.params["sid"]
+        sb = self.store.get(sid)
+        if scope is not None:
+            content, truncated = inline(sb)
+            req.send_json(200, self.text().inline(sid, kind, scope, content, truncated, warning))
+            return
+        req.send_text(200, legacy(sb, bound), "text/plain; charset=utf-8", headers={"deprecation": "true"})
 
-def events(app: Any, req: Request) -> None:
-    # `limit` only bounds Docker health-check entries, which a mock sandbox has none of
-    diag(
-        app,
-        req,
-        "events",
-        ("limit", 50, 500),
-        ("runtime", "all"),
-        lambda sb: app.diagnostics.limit_lines(app.diagnostics.events_text(sb), 50, False),
-        lambda sb, _limit: app.diagnostics.events_text(sb),
-        quirks.DIAG_EVENTS_ALL_WARNING,
-    )
+    def logs(self, req: Request) -> None:
+        now = self.store.clock()
+        self.diag(
+            req,
+            "logs",
+            ("tail", 100, 10000),
+            ("container", "all"),
+            lambda sb: self.text().limit_lines(self.text().logs_text(sb, 101, now=now), 100, True),
+            lambda sb, tail: self.text().logs_text(sb, tail, V.q_last(req, "since"), now=now),
+            quirks.DIAG_LOGS_ALL_WARNING,
+        )
 
+    def events(self, req: Request) -> None:
+        # `limit` only bounds Docker health-check entries, which a mock sandbox has none of
+        self.diag(
+            req,
+            "events",
+            ("limit", 50, 500),
+            ("runtime", "all"),
+            lambda sb: self.text().limit_lines(self.text().events_text(sb), 50, False),
+            lambda sb, _limit: self.text().events_text(sb),
+            quirks.DIAG_EVENTS_ALL_WARNING,
+        )
 
-def inspect(app: Any, req: Request) -> None:
-    req.send_text(200, app.diagnostics.inspect_text(app.store.get(req.params["sid"])), "text/plain; charset=utf-8")
+    def inspect(self, req: Request) -> None:
+        text = self.text()  # before the sandbox, as the server's route reads its service
+        req.send_text(200, text.inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8")
 
-
-def summary(app: Any, req: Request) -> None:
-    errors: list[dict[str, Any]] = []
-    tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
-    V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
-    if errors:
-        raise P.ValidationFailed(errors)
-    sid = req.params["sid"]
-    req.send_text(
-        200,
-        app.diagnostics.summary_text(sid, app.store.get(sid), tail, now=app.store.clock()),
-        "text/plain; charset=utf-8",
-    )
+    def summary(self, req: Request) -> None:
+        errors: list[dict[str, Any]] = []
+        tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
+        V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
+        if errors:
+            raise P.ValidationFailed(errors)
+        sid = req.params["sid"]
+        text = self.text()
+        req.send_text(
+            200, text.summary_text(sid, self.store.get(sid), tail, now=self.store.clock()), "text/plain; charset=utf-8"
+        )

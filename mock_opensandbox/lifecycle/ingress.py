@@ -63,7 +63,7 @@ class Ingress:
         return {"endpoint": self.address, "headers": {quirks.INGRESS_HEADER: value}}
 
     def endpoint(
-        self, app: Any, req: Any, sandbox_id: str, port: int, use_proxy: bool, expires: int | None
+        self, store: Any, req: Any, sandbox_id: str, port: int, use_proxy: bool, expires: int | None
     ) -> dict[str, Any]:
         """The endpoint document, or MockError with the server's 400/404 (the checks in the server's order)."""
         if use_proxy and expires is not None:
@@ -78,7 +78,7 @@ class Ingress:
                 raise _bad("expires (%d) must be greater than current time (%d)." % (expires, now))
             if expires > MAX_UINT64:
                 raise _bad("expires exceeds uint64 maximum value.")
-        app.store.get(sandbox_id)  # the sandbox's 404
+        store.get(sandbox_id)  # the sandbox's 404
         if expires is not None:
             e, sig = self.keys.sign(sandbox_id, port, expires)
             out = self.format(sandbox_id, port, e, sig)  # a signed route carries no access-token header

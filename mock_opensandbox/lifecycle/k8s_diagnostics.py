@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from mock_opensandbox.lifecycle import diagnostics_routes as D
 from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
+from mock_opensandbox.lifecycle.diagnostics_routes import DiagnosticsRoutes
 from mock_opensandbox.lifecycle.k8s_workloads import Workload, Workloads
 from mock_opensandbox.lifecycle.model import Sandbox
 from mock_opensandbox.lifecycle.quirks import MockError
@@ -80,16 +80,15 @@ def _container_checked(req: Request, sb: Sandbox) -> None:
         raise MockError(quirks.K8S_CONTAINER_NOT_FOUND, container=name, pod=pod_name(sb), names=names)
 
 
-def logs(app: Any, workloads: Workloads, req: Request) -> None:
-    now = app.store.clock()
-    diag = app.diagnostics
+def logs(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
+    now = routes.store.clock()
+    diag = routes.text()
 
     def legacy(sb: Sandbox, tail: int) -> str:
         _container_checked(req, sb)
         return str(diag.logs_text(sb, tail, V.q_last(req, "since"), now=now))
 
-    D.diag(
-        app,
+    routes.diag(
         req,
         "logs",
         ("tail", 100, 10000),
@@ -100,9 +99,8 @@ def logs(app: Any, workloads: Workloads, req: Request) -> None:
     )
 
 
-def events(app: Any, workloads: Workloads, req: Request) -> None:
-    D.diag(
-        app,
+def events(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
+    routes.diag(
         req,
         "events",
         ("limit", 50, 500),
@@ -113,12 +111,12 @@ def events(app: Any, workloads: Workloads, req: Request) -> None:
     )
 
 
-def inspect(app: Any, workloads: Workloads, req: Request) -> None:
-    sb = app.store.get(req.params["sid"])
+def inspect(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
+    sb = routes.store.get(req.params["sid"])
     req.send_text(200, inspect_text(sb, workloads.get(sb.id)), "text/plain; charset=utf-8")
 
 
-def summary(app: Any, workloads: Workloads, req: Request) -> None:
+def summary(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
     """api/devops.py get_sandbox_diagnostics_summary over the pod's inspect, events and log tail."""
     errors: list[dict[str, Any]] = []
     tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
@@ -126,9 +124,9 @@ def summary(app: Any, workloads: Workloads, req: Request) -> None:
     if errors:
         raise P.ValidationFailed(errors)
     sid = req.params["sid"]
-    sb = app.store.get(sid)
+    sb = routes.store.get(sid)
     bar, sub = "=" * 72, "-" * 40
     parts = [bar, "SANDBOX DIAGNOSTICS SUMMARY", "Sandbox ID: %s" % sid, bar, "", sub, "INSPECT", sub]
     parts += [inspect_text(sb, workloads.get(sid)), "", sub, "EVENTS", sub, NO_EVENTS, "", sub]
-    parts += ["LOGS (last %d lines)" % tail, sub, app.diagnostics.logs_text(sb, tail, now=app.store.clock())]
+    parts += ["LOGS (last %d lines)" % tail, sub, routes.text().logs_text(sb, tail, now=routes.store.clock())]
     req.send_text(200, "\n".join(parts) + "\n", "text/plain; charset=utf-8")

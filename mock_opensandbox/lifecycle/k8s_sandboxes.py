@@ -5,7 +5,7 @@ workload_mapper.py, error_helpers.py). QUIRKS.md, "Kubernetes runtime: sandboxes
 source; tiers/t2/k8s/test_server_oracle_k8s_sandboxes.py compares them with the Kubernetes oracle.
 
 ``install(app, create_timeout)`` puts these routes in front of the Docker ones of ``LifecycleApp`` (lifecycle/
-routes.py); the facade calls it for ``runtime="kubernetes"``. The mock's sandbox underneath is its usual one: a
+app.py); the facade calls it for ``runtime="kubernetes"``. The mock's sandbox underneath is its usual one: a
 create goes through the Docker route (validation, images, the sandbox's start) and its answer is replaced by the
 Kubernetes one once the pod is Ready. The workload state is lifecycle/k8s_workloads.py's table; a create's pod
 outcome comes from a fault rule of kind ``pod`` (docs/FAULTS.md) on the request's handler (``pod_outcome``).
@@ -22,15 +22,16 @@ from datetime import timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 from urllib.parse import parse_qsl
 
-from mock_opensandbox.lifecycle import k8s_diagnostics, pool_routes, quirks
+from mock_opensandbox.lifecycle import k8s_diagnostics, quirks
 from mock_opensandbox.lifecycle import validation as V
+from mock_opensandbox.lifecycle.diagnostics_routes import DiagnosticsRoutes
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome, Workload, Workloads
 from mock_opensandbox.lifecycle.model import Sandbox, apply_metadata_patch, format_ts
 from mock_opensandbox.lifecycle.quirks import MockError
 from mock_opensandbox.wire.http1 import Request, Router
 
-if TYPE_CHECKING:  # routes.py never imports this module; the facade installs it (server.py)
-    from mock_opensandbox.lifecycle.routes import LifecycleApp
+if TYPE_CHECKING:  # app.py never imports this module; the facade installs it (server.py)
+    from mock_opensandbox.lifecycle.app import LifecycleApp
 
 _NOT_FOUND = ("DOCKER::SANDBOX_NOT_FOUND",)
 _PULL_FAILED = "DOCKER::SANDBOX_IMAGE_PULL_FAILED"
@@ -101,16 +102,20 @@ class K8sSandboxes:
     def create(self, req: Request) -> None:
         r = V.body(req, V.CreateSandboxRequest)
         if (r["extensions"] or {}).get(quirks.POOL_REF_KEY, "").strip():
-            return pool_routes.create_from_pool(
-                self.app, req, r, on_bound=lambda sb: self.workloads.ready(sb.id, sb.created_at, pooled=True)
+            return self.app.pools.create_from_pool(
+                req, r, on_bound=lambda sb: self.workloads.ready(sb.id, sb.created_at, pooled=True)
             )
         outcome: PodOutcome = getattr(req.handler, "pod_outcome", None) or PodOutcome()
         if outcome.to == "quota":  # the API server refuses the workload: nothing is made, nothing to roll back
-            self.app.create_checks(dict(r))  # the request's own 400s come first (the server checks before it creates)
+            self.app.sandboxes.create_checks(
+                dict(r)
+            )  # the request's own 400s come first (the server checks before it creates)
             used = sum(1 for sb in self.store.snapshot().values() if not sb.deleted)
             raise MockError(quirks.K8S_QUOTA_EXCEEDED, id=str(uuid.uuid4()), quota=quirks.K8S_QUOTA_NAME, used=used)
         try:
-            made = self.app.create_sandbox(dict(r))  # the Docker route's create (its checks, volumes, the sandbox)
+            made = self.app.sandboxes.create_sandbox(
+                dict(r)
+            )  # the Docker route's create (its checks, volumes, the sandbox)
         except MockError as e:  # the image cannot be pulled: on Kubernetes, the pod's container waits on it
             if e.quirk.code != _PULL_FAILED:
                 raise
@@ -246,12 +251,12 @@ class K8sSandboxes:
         apply_metadata_patch(sb, patch)
         req.send_json(200, self.sandbox_json(sb))
 
-    def diagnostics(self, route: Callable[[Any, Workloads, Request], None]) -> Callable[[Request], None]:
+    def diagnostics(self, route: Callable[[DiagnosticsRoutes, Workloads, Request], None]) -> Callable[[Request], None]:
         """A diagnostics route of lifecycle/k8s_diagnostics.py, its missing sandbox as the Kubernetes service's."""
 
         def run(req: Request) -> None:
             with _k8s_errors(req.params["sid"]):
-                route(self.app, self.workloads, req)
+                route(self.app.diagnostics, self.workloads, req)
 
         return run
 

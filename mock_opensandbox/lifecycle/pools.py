@@ -1,4 +1,4 @@
-"""Pools of the Kubernetes runtime (``--runtime kubernetes``): state only, no HTTP (lifecycle/pool_routes.py).
+"""Pools of the Kubernetes runtime (``--runtime kubernetes``): state only, no HTTP (lifecycle/pools_routes.py).
 
 A pool is what the server keeps in its Pool resource (server services/k8s/pool_service.py: name, template,
 capacitySpec, creationTimestamp) plus the status OpenSandbox's pool controller writes for it

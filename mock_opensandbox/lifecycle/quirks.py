@@ -190,7 +190,7 @@ POOLS_UNSUPPORTED = Quirk(
     "Pool management is only available when runtime.type is 'kubernetes'.",
     "server api/pool.py (docker runtime); oracle",
 )
-# -- pools of the Kubernetes runtime (--runtime kubernetes; lifecycle/pools.py, lifecycle/pool_routes.py) ---------
+# -- pools of the Kubernetes runtime (--runtime kubernetes; lifecycle/pools.py, lifecycle/pools_routes.py) ---------
 POOL_ALREADY_EXISTS = Quirk(
     409,
     "KUBERNETES::POOL_ALREADY_EXISTS",

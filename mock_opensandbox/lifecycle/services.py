@@ -1,6 +1,7 @@
-"""What the lifecycle routes (routes.py LifecycleApp) are given by the server's runtime service above them, as
-protocols: this layer never imports docker/, the facade (server.py) passes docker/'s objects in. The objects they
-return (a volume plan, a snapshot) stay docker/'s own and are opaque here. Standard library only."""
+"""What the lifecycle routes (the <Api>Routes of lifecycle/*_routes.py, wired by app.py LifecycleApp) are given by
+the server's runtime service above them, as protocols: this layer never imports docker/, the facade (server.py)
+passes docker/'s objects in. The objects they return (a volume plan, a snapshot) stay docker/'s own and are opaque
+here. Standard library only."""
 
 from __future__ import annotations
 

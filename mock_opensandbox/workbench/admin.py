@@ -428,7 +428,7 @@ class AdminAPI:
 
 
 class Routed(Protocol):
-    """An app whose listener's handler hands it every request (lifecycle/routes.py LifecycleApp, the proxy's app)."""
+    """An app whose listener's handler hands it every request (lifecycle/app.py LifecycleApp, the proxy's app)."""
 
     def handle(self, req: Request) -> None: ...
 

@@ -168,7 +168,7 @@ def test_list_filters_states_exactly_newest_first(model):
 def test_a_lifecycle_app_alone_knows_no_snapshot_and_cannot_commit(model):
     """A SnapshotStore without a committer: the sandbox checks, then 501; no id is known."""
     from mock_opensandbox.docker.snapshots import SnapshotStore
-    from mock_opensandbox.lifecycle.routes import LifecycleApp, LifecycleHandler
+    from mock_opensandbox.lifecycle.app import LifecycleApp, LifecycleHandler
     from mock_opensandbox.wire.http1 import Server
 
     app = LifecycleApp(model, None, api_key=None, snapshots=SnapshotStore(model))
