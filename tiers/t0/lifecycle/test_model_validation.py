@@ -294,6 +294,8 @@ DATES = [
     "1795938427",
     "1795938427.5",
     "20000000000000",
+    "260000000000000",  # after 9999 as a string of digits: datetime_from_date_parsing (hypothesis found it)
+    260000000000000,  # the same number: datetime_parsing
 ]
 
 
