@@ -19,11 +19,11 @@ venv: $(STAMP)
 ## Inside each tier the tests sit in a folder per component (tiers/t1/execd, tiers/t1/sandbox, ...); every test carries
 ## its tier as a marker (tiers/conftest.py), and make test selects the tiers by marker (TEST_TIERS). pytest-xdist runs
 ## the files in TEST_JOBS workers, a file at a time to the next free worker (--dist loadfile: most tests wait on sockets
-## and subprocesses, so a 2-core machine runs six at about its CPU); tiers/toolkit/session_report.py brings the
+## and subprocesses, so a 2-core machine runs eight at about its CPU); tiers/toolkit/session_report.py brings the
 ## workers' end-of-session reports to one summary. The checks marked `lint` (ruff, mypy, actionlint, zizmor, commit
 ## subjects) are deselected: `make lint` runs them.
 TEST_TIERS ?= t0 or t1 or t2 or t3 or t4 or diff
-TEST_JOBS  ?= 6
+TEST_JOBS  ?= 8
 test: $(STAMP)
 	$(PYTEST) -q -n $(TEST_JOBS) --dist loadfile -m "($(TEST_TIERS)) and not lint" tiers
 
