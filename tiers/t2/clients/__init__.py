@@ -1,10 +1,13 @@
 """Pinned official clients whose dependencies clash with the host's get their own cached environment.
 
-``python_env(name, requirements)`` returns the interpreter of ``<repo>/.venv-<name>``, creating it from the
-pinned requirements file on first use (reused while the file is unchanged: a stamp holds its hash).
-``node_modules(name, packages)`` does the same for npm packages under ``<repo>/.cache/npm-<name>``.
+``python_env(name, requirements)`` returns the interpreter of a venv with the pinned requirements file installed,
+created on first use in the machine's cache (``ENVS``: ``$OSB_TEST_ENVS``, else
+``$XDG_CACHE_HOME/opensandbox-provider/test-envs``, else ``~/.cache/...``), one directory per name and digest of the
+file and interpreter, so every clone of the repository on the machine reuses it (as pre-commit keeps its hook
+environments in ``~/.cache/pre-commit``). ``node_modules(name, packages)`` does the same for npm packages.
 Both raise ``Unavailable`` (the test skips with one line) when the tool or the registry is missing, or when the
 requirements file says ``# requires-python >= X.Y`` (its pins need a newer Python than the running one).
+A digest no longer wanted stays until removed (``rm -r`` of the directory; nothing else points into it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ENVS = os.environ.get("OSB_TEST_ENVS") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "opensandbox-provider", "test-envs"
+)
 
 
 class Unavailable(Exception):
@@ -88,9 +94,8 @@ def newer_python(requirements: str) -> str:
 
 
 def python_env(name: str, requirements: str, python: str | None = None) -> str:
-    """The python of ``.venv-<name>`` with ``requirements`` (a file in the repo root) installed, made with
-    ``python`` (default: this interpreter, which must meet the file's floor)."""
-    venv = os.path.join(REPO, ".venv-" + name)
+    """The python of the cached venv ``<ENVS>/venv-<name>-<digest>`` with ``requirements`` (a file in the repo root)
+    installed, made with ``python`` (default: this interpreter, which must meet the file's floor)."""
     req = os.path.join(REPO, requirements)
     with open(req) as fh:
         text = fh.read()
@@ -99,9 +104,10 @@ def python_env(name: str, requirements: str, python: str | None = None) -> str:
         raise Unavailable(why)
     base = python or sys.executable
     want = _digest(text, sys.version if python is None else os.path.realpath(python))
+    venv = os.path.join(ENVS, "venv-%s-%s" % (name, want))
     py = os.path.join(venv, "bin", "python")
-    stamp = os.path.join(venv, ".stamp")
-    with _locked(os.path.join(REPO, ".cache", "venv-" + name)):
+    stamp = os.path.join(venv, ".stamp")  # written last: the venv is complete
+    with _locked(venv):
         try:
             with open(stamp) as fh:
                 if fh.read().strip() == want and os.path.exists(py):
@@ -130,8 +136,8 @@ def node_modules(name: str, packages: list[str]) -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     if not node or not npm:
         raise Unavailable("node/npm not installed")
-    d = os.path.join(REPO, ".cache", "npm-" + name)
     want = _digest(*packages)
+    d = os.path.join(ENVS, "npm-%s-%s" % (name, want))
     stamp = os.path.join(d, ".stamp")
     with _locked(d):
         try:
