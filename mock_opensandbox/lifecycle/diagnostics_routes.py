@@ -94,12 +94,18 @@ class DiagnosticsRoutes:
         text = self.text()  # before the sandbox, as the server's route reads its service
         req.send_text(200, text.inspect_text(self.store.get(req.params["sid"])), "text/plain; charset=utf-8")
 
-    def summary(self, req: Request) -> None:
+    @staticmethod
+    def summary_tail(req: Request) -> int:
+        """The summary route's query (api/devops.py: tail 1-10000, event_limit 1-500, both checked): its tail."""
         errors: list[dict[str, Any]] = []
         tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
         V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
         if errors:
             raise P.ValidationFailed(errors)
+        return tail
+
+    def summary(self, req: Request) -> None:
+        tail = self.summary_tail(req)
         sid = req.params["sid"]
         text = self.text()
         req.send_text(

@@ -11,9 +11,7 @@ sandbox's own container log.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
 
-from mock_opensandbox.lifecycle import pydantic_lite as P
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
 from mock_opensandbox.lifecycle.diagnostics_routes import DiagnosticsRoutes
@@ -118,11 +116,7 @@ def inspect(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> No
 
 def summary(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
     """api/devops.py get_sandbox_diagnostics_summary over the pod's inspect, events and log tail."""
-    errors: list[dict[str, Any]] = []
-    tail = V.q_int(req, "tail", 50, errors, ge=1, le=10000)
-    V.q_int(req, "event_limit", 20, errors, ge=1, le=500)
-    if errors:
-        raise P.ValidationFailed(errors)
+    tail = routes.summary_tail(req)
     sid = req.params["sid"]
     sb = routes.store.get(sid)
     bar, sub = "=" * 72, "-" * 40
