@@ -152,6 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="bound the retries of a code context's kernel start (an unknown language) to this long, then 500 "
         "with the last error (default: until the client leaves, like execd's kernelWaitingBackoff)",
     )
+    p.add_argument(
+        "--code-unknown-language-wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="once the sandbox's Jupyter server has no kernel spec of a context's language, retry this long at most, "
+        "then 500 (default: as --code-context-wait; --timing fast: 0)",
+    )
     for flag, kind, default, metavar, text in numbers:
         p.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
     p.add_argument(
@@ -284,6 +292,7 @@ def options_from_args(args: argparse.Namespace) -> MockOptions:
         pids_limit=args.pids_limit,
         execd_close_delay=args.execd_close_delay,
         code_context_wait=args.code_context_wait,
+        code_unknown_language_wait=args.code_unknown_language_wait,
         timing=args.timing,
         runtime=args.runtime,
         sandbox_create_timeout=args.sandbox_create_timeout,
@@ -379,8 +388,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if osb.ingress is not None:
                 print("Gateway: http://%s (route %s)" % (osb.ingress.address, osb.ingress.route), flush=True)
         print(
-            "Timing: %s (execd start delay %gs, stream close delay %gs)"
-            % (o.timing, o.execd_start_delay, o.execd_close_delay),
+            "Timing: %s (execd start delay %gs, stream close delay %gs, unknown code language %s)"
+            % (
+                o.timing,
+                o.execd_start_delay,
+                o.execd_close_delay,
+                "retried" if o.code_unknown_language_wait is None else "%gs" % o.code_unknown_language_wait,
+            ),
             flush=True,
         )
         print("Open files: up to %d (RLIMIT_NOFILE)." % nofile, flush=True)

@@ -34,9 +34,11 @@ GATEWAY_ROUTES = ("header", "uri")  # lifecycle/ingress.py ROUTES (server Gatewa
 # timing="fast": the delays of a real server that no client's outcome depends on, each set to 0 (docs/MOCK.md,
 # "Timing"): execd's refusal of connections for a moment after Running (a client polls /ping through it) and
 # the ~1 s a finished command's SSE stream stays open (the official SDK's commands.run reads it to its end).
+# The code interpreter's retries for a language its Jupyter server has no kernel spec of (execd's backoff retries
+# past any client's timeout; a client meets its own timeout, the fast timing a 500 at once).
 # Kept: the code interpreter's 100 ms idle poll (it decides which output a /code run's stream carries) and
 # the ~3 s heartbeat cadence (events, not waits).
-FAST_TIMING = {"execd_start_delay": 0.0, "execd_close_delay": 0.0}
+FAST_TIMING = {"execd_start_delay": 0.0, "execd_close_delay": 0.0, "code_unknown_language_wait": 0.0}
 NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
 DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [server] max_sandbox_timeout_seconds
 
@@ -66,6 +68,9 @@ class MockOptions:
     # POST /code/context retries a failing kernel start until the client leaves, as execd's kernelWaitingBackoff
     # does (an unknown language never answers); a number of seconds bounds it (then 500 with the last error)
     code_context_wait: float | None = None
+    # ... and once the Jupyter server has answered with no kernel spec of the language, retries for this long at
+    # most (None: as code_context_wait; the fast timing: 0, a 500 at once)
+    code_unknown_language_wait: float | None = None
     timing: str = "faithful"  # "fast": every delay in FAST_TIMING set to 0, whatever the fields above say
     runtime: str = "docker"  # the server's [runtime] type: "docker" or "kubernetes" (pools, poolRef; RUNTIMES)
     # runtime="kubernetes": [kubernetes] sandbox_create_timeout_seconds (server default 60): how long a create waits
@@ -144,6 +149,9 @@ class MockOptions:
         wait = self.code_context_wait
         if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 < wait < 1e9):
             raise ValueError("code_context_wait must be a number of seconds > 0, or None (until the client leaves)")
+        wait = self.code_unknown_language_wait
+        if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait < 1e9):
+            raise ValueError("code_unknown_language_wait must be a number of seconds >= 0, or None")
         hosts = tuple(str(p) for p in self.allowed_host_paths)
         for p in hosts:
             if not p.startswith("/"):

@@ -296,6 +296,7 @@ class MockProvisioner(Provisioner):
             required_headers=self.required_headers(sb),
             close_delay=o.execd_close_delay,
             context_wait=o.code_context_wait,
+            unknown_language_wait=o.code_unknown_language_wait,
             verbose=o.verbose,
             start_delay=o.execd_start_delay,
             # fault rules and the request journal (workbench/admin.py) reach its listener too

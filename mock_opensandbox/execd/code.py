@@ -21,7 +21,7 @@ from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR,
 from mock_opensandbox.execd.jupyter import JupyterClient, JupyterError
 from mock_opensandbox.runtime import SandboxRuntime
 
-__all__ = ["CodeInterpreter", "JupyterContexts", "Kernel", "jupyter_from_env"]
+__all__ = ["CodeInterpreter", "JupyterContexts", "Kernel", "NoKernelSpec", "jupyter_from_env"]
 
 # kernelWaitingBackoff (runtime/ctrl.go: 60 steps from 0.5 s, factor 1.5, no cap) retries for longer than any
 # client waits, so by default the mock retries until the client leaves; MockOptions.code_context_wait bounds it
@@ -39,6 +39,10 @@ def idle_poll_s(value: str | None) -> float:
         return IDLE_POLL_S
     total = sum(float(n) * _GO_UNITS[u] for n, u in _GO_DURATION.findall(value))
     return total if total > 0 else IDLE_POLL_S
+
+
+class NoKernelSpec(JupyterError):
+    """The Jupyter server answered and has kernel specs, none of them for the language asked."""
 
 
 class Kernel:
@@ -62,9 +66,11 @@ class JupyterContexts:
         mkdir: Callable[[str], None],
         idle_poll: float = IDLE_POLL_S,
         create_wait: float | None = None,
+        unknown_language_wait: float | None = None,
     ):
         self.idle_poll = idle_poll
         self.create_wait = create_wait
+        self.unknown_language_wait = unknown_language_wait
         self.client = JupyterClient(base_url, token, connect)
         self.stopping = stopping
         self._mkdir = mkdir
@@ -85,7 +91,7 @@ class JupyterContexts:
             if ((spec or {}).get("spec") or {}).get("language") == language:
                 name = k
         if not name:
-            raise JupyterError("no kernel specs found")
+            raise NoKernelSpec("no kernel specs found")
         return name
 
     def _create_once(self, language: str, cwd: str) -> tuple[str, str]:
@@ -102,8 +108,11 @@ class JupyterContexts:
 
     def _create(self, language: str, cwd: str, gone: Callable[[], bool]) -> tuple[str, str]:
         """retry.OnError(kernelWaitingBackoff, ...): every error is retried, until the client leaves or the
-        execd stops (or create_wait seconds, when set); then JupyterError with the last error."""
-        deadline = None if self.create_wait is None else time.monotonic() + self.create_wait
+        execd stops (or create_wait seconds, when set); then JupyterError with the last error.
+        ``unknown_language_wait`` (when set, 0 with the fast timing) bounds the retries once the server has
+        answered with kernel specs and none is of the language: that answer does not change while it runs."""
+        start = time.monotonic()
+        deadline = None if self.create_wait is None else start + self.create_wait
         delay = 0.5
         while True:
             try:
@@ -112,6 +121,9 @@ class JupyterContexts:
                 last = exc
             until = time.monotonic() + delay
             if deadline is not None and until > deadline:
+                raise JupyterError(str(last))
+            unknown = self.unknown_language_wait
+            if isinstance(last, NoKernelSpec) and unknown is not None and until > start + unknown:
                 raise JupyterError(str(last))
             while True:  # the backoff's wait, watching the client
                 left = until - time.monotonic()
@@ -211,11 +223,15 @@ class CodeInterpreter:
 
 
 def jupyter_from_env(
-    runtime: SandboxRuntime, stopping: threading.Event, create_wait: float | None
+    runtime: SandboxRuntime,
+    stopping: threading.Event,
+    create_wait: float | None,
+    unknown_language_wait: float | None = None,
 ) -> JupyterContexts | None:
     """The sandbox's Jupyter server, reached from inside its network namespace; None when JUPYTER_HOST or
     JUPYTER_TOKEN is unset (runtime/jupyter.go). ``create_wait``: how long a context's kernel start is retried
-    (None: until the client leaves)."""
+    (None: until the client leaves); ``unknown_language_wait``: how long once the server has no spec of the
+    language (None: as create_wait)."""
     try:
         env = runtime.base_env()
     except Exception:  # noqa: BLE001 - a runtime without an environment names no server
@@ -243,4 +259,5 @@ def jupyter_from_env(
         mkdir,
         idle_poll=idle_poll_s(env.get("EXECD_JUPYTER_IDLE_POLL_INTERVAL")),
         create_wait=create_wait,
+        unknown_language_wait=unknown_language_wait,
     )

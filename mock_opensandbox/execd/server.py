@@ -118,8 +118,10 @@ class ExecdServer(App):
         sandbox_id: str | None = None,
         journal: RequestJournal | None = None,
         context_wait: float | None = None,
+        unknown_language_wait: float | None = None,
     ):
-        """``context_wait``: how long a code context's kernel start is retried (None: until the client leaves).
+        """``context_wait``: how long a code context's kernel start is retried (None: until the client leaves);
+        ``unknown_language_wait``: how long once Jupyter has no kernel spec of the language (None: as context_wait).
         ``start_delay``: seconds after start() before the port listens (connections are refused until
         then): the lifecycle answers Running before execd answers /ping (QUIRKS.md, Transport, routing, auth: execd_start_delay).
         ``faults`` / ``sandbox_id`` / ``journal``: the fault registry whose rules reach this listener,
@@ -134,6 +136,7 @@ class ExecdServer(App):
         self.required_headers = dict(required_headers or {})
         self.start_delay = max(0.0, float(start_delay))
         self.context_wait = context_wait
+        self.unknown_language_wait = unknown_language_wait
         self.verbose = verbose
         self.faults = faults
         self.sandbox_id = sandbox_id
@@ -145,7 +148,9 @@ class ExecdServer(App):
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         self.sessions = SessionRegistry(runtime)
-        self.interpreter = CodeInterpreter(lambda: jupyter_from_env(runtime, self.stopping, self.context_wait))
+        self.interpreter = CodeInterpreter(
+            lambda: jupyter_from_env(runtime, self.stopping, self.context_wait, self.unknown_language_wait)
+        )
         # one route class per execd API (execd/<api>_routes.py), ROUTES targets "<attribute>.<method>"
         self.ping = PingRoutes()
         self.files = FilesRoutes(runtime, self.stopping)

@@ -175,6 +175,25 @@ def test_an_unknown_language_context_fails_after_code_context_wait(osb, ci, monk
     }
 
 
+def test_an_unknown_language_fails_at_once_with_the_fast_timing_and_a_known_one_still_waits(osb, ci, monkeypatch):
+    # MockOptions.code_unknown_language_wait (0 with --timing fast): only "no spec of that language" is final
+    jupyter = osb.sandboxes[ci.id].execd.code.jupyter()
+    monkeypatch.setattr(jupyter, "unknown_language_wait", 0.0)
+    calls = []
+    real = jupyter.client.kernelspecs
+    monkeypatch.setattr(jupyter.client, "kernelspecs", lambda: calls.append(1) or real())
+    r = httpx.post(_execd(osb, ci.id) + "/code/context", json={"language": "cobol"}, timeout=30)
+    assert r.status_code == 500 and r.json() == {
+        "code": "RUNTIME_ERROR",
+        "message": "error creating code context. no kernel specs found",
+    }
+    assert len(calls) == 1  # asked once, not retried
+    calls.clear()
+    monkeypatch.setattr(jupyter.client, "kernelspecs", lambda: calls.append(1) or ({} if len(calls) < 2 else real()))
+    r = httpx.post(_execd(osb, ci.id) + "/code/context", json={"language": "python"}, timeout=30)
+    assert r.status_code == 200 and len(calls) == 2, (r.text, calls)  # a server with no specs yet is retried
+
+
 def test_a_plain_image_gets_no_jupyter(osb):
     from opensandbox.sync import SandboxSync
 

@@ -50,6 +50,8 @@ def test_pids_limit_and_close_delay_reach_the_mock(opensandbox_mock_factory):
         {"code_context_wait": 0},
         {"code_context_wait": True},
         {"code_context_wait": "5"},
+        {"code_unknown_language_wait": -1},
+        {"code_unknown_language_wait": False},
     ):
         with pytest.raises(ValueError):
             opensandbox_mock_factory(**bad)
@@ -119,11 +121,12 @@ def test_fast_timing_zeroes_the_named_delays_and_only_them(opensandbox_mock_fact
     keeps them; anything else is refused by name."""
     from mock_opensandbox.options import FAST_TIMING, MockOptions
 
-    assert sorted(FAST_TIMING) == ["execd_close_delay", "execd_start_delay"]
+    assert sorted(FAST_TIMING) == ["code_unknown_language_wait", "execd_close_delay", "execd_start_delay"]
     slow = MockOptions(execd_start_delay=0.2, execd_close_delay=1.0)
     assert (slow.checked().execd_start_delay, slow.checked().execd_close_delay) == (0.2, 1.0)
     fast = slow.replace(timing="fast").checked()
     assert (fast.execd_start_delay, fast.execd_close_delay, fast.pids_limit) == (0.0, 0.0, slow.pids_limit)
+    assert (slow.checked().code_unknown_language_wait, fast.code_unknown_language_wait) == (None, 0.0)
     with pytest.raises(ValueError, match="timing must be one of faithful, fast"):
         MockOptions(timing="quick").checked()
     m = opensandbox_mock_factory(timing="fast", execd_close_delay=1.0)
