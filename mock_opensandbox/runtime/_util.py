@@ -259,11 +259,11 @@ def first_child(pid: int) -> int | None:
 
 
 def await_exec(
-    proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None, timeout: float = 2.0
+    proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None, timeout: float = 5.0
 ) -> None:
     """Wait (bounded) until the process running the command - proc itself, or its first child when
     stages[0] - no longer shows one of the wrapper cmdlines stages[1]: it has exec'd the command,
-    exited, or been reaped."""
+    exited, or been reaped. The bound is for a machine so loaded that a shell does not run for seconds."""
     child, stale = stages
     parent = pid if pid is not None else proc.pid
     target = None if child else proc.pid
@@ -274,14 +274,28 @@ def await_exec(
         if target is None:
             target = first_child(parent)
             if target is None:
-                if read_cmdline(parent) in (None, b""):
-                    return  # the parent is gone
+                if _gone(parent):
+                    return
                 time.sleep(0.0005)
                 continue
         line = read_cmdline(target)
+        if line == b"" and not _gone(target):
+            # mid-execve: the new image's mm has no arguments until its stack is built (the kernel's
+            # get_mm_cmdline reads nothing while mm->env_end is 0)
+            time.sleep(0.0005)
+            continue
         if line is None or line == b"" or line not in stale:
             return
         time.sleep(0.0005)
+
+
+def _gone(pid: int) -> bool:
+    """pid has exited (reaped, or a zombie)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def start_time(pid: int) -> int:
