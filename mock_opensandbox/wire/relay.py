@@ -180,12 +180,12 @@ class TCPRelay:
             back_thread.join()
         finally:
             with self._lock:
-                for s in (client, backend):
-                    if s is not None:
-                        self._conns.discard(s)
-            for s in (client, backend):
-                if s is not None:
-                    s.close()
+                for end in (client, backend):
+                    if end is not None:
+                        self._conns.discard(end)
+            for end in (client, backend):
+                if end is not None:
+                    end.close()
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop accepting, cut every relayed connection, wait (bounded) for the relay threads."""
