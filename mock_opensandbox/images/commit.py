@@ -34,7 +34,7 @@ import stat
 import tarfile
 import tempfile
 import time
-from typing import Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from mock_opensandbox.images.store import Image, ImageStore, _read_json
 from mock_opensandbox.images.unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOUT, apply_layer, real_dir_chain
@@ -127,12 +127,12 @@ def changes(path: str, kind: str, base: str | None) -> Iterator[tuple[str, str, 
                 continue
             bfull = os.path.join(base, rel) if base else None
             bst = _lstat(bfull) if bfull and base_dir else None
-            if bst is None or not _same(st, bst, full, bfull):
+            if bst is None or bfull is None or not _same(st, bst, full, bfull):  # bfull is set when bst is
                 yield rel, "entry", st
             if stat.S_ISDIR(st.st_mode):
                 keep.append(name)
         dirnames[:] = [d for d in dirnames if d in keep]
-        if kind != "overlay" and base_dir:  # gone since the base: whiteouts
+        if kind != "overlay" and base is not None and base_dir:  # gone since the base: whiteouts
             try:
                 gone = sorted(set(os.listdir(os.path.join(base, rel_dir))) - present)
             except OSError:
@@ -204,7 +204,7 @@ class _Exact:
     """A file read as exactly ``size`` bytes (a file that shrank is padded, one that grew is cut), so that the
     tar header stays true."""
 
-    def __init__(self, f: Any, size: int):
+    def __init__(self, f: IO[bytes], size: int):
         self.f, self.left = f, size
 
     def read(self, n: int = -1) -> bytes:
@@ -222,7 +222,7 @@ class _HashingWriter:
     """A write-only stream that hashes (sha256) what passes through it on its way to ``f``: the layer's
     diff_id in the same pass that writes it (tarfile's stream mode only writes)."""
 
-    def __init__(self, f: Any):
+    def __init__(self, f: IO[bytes]):
         self.f = f
         self.sha = hashlib.sha256()
 
@@ -287,7 +287,7 @@ def commit(
         config.get("Labels") or {}, **labels, **{LABEL_SNAPSHOT: snapshot_id, LABEL_VIEW: kind, LABEL_LAYER: diff_id}
     )
     layers = parent_layers + [layer]
-    doc = {
+    doc: dict[str, Any] = {
         "architecture": base.architecture if base else "",
         "os": base.os if base else "linux",
         "config": config,

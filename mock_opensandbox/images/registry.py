@@ -22,7 +22,7 @@ import socket
 import ssl
 import threading
 import urllib.parse
-from typing import IO, Any
+from typing import Any
 
 from mock_opensandbox.images import reference
 from mock_opensandbox.images.errors import (
@@ -39,6 +39,7 @@ from mock_opensandbox.images.sources import (
     MT_DOCKER_MANIFEST,
     MT_OCI_INDEX,
     MT_OCI_MANIFEST,
+    Blob,
     Found,
     check_digest,
     layers_from_manifest,
@@ -331,9 +332,9 @@ class _Session:
         check_digest(what, data, digest, self.uri)
         return data
 
-    def open_blob(self, digest: str) -> IO[bytes]:
+    def open_blob(self, digest: str) -> Blob:
         try:
-            return self.get("/v2/%s/blobs/%s" % (self.ref.path, digest))  # type: ignore[return-value]
+            return self.get("/v2/%s/blobs/%s" % (self.ref.path, digest))
         except ImageNotFound:
             raise CorruptImage(
                 "blob %s of %s is missing from the registry" % (digest, self.uri), ref=self.uri
@@ -368,6 +369,8 @@ def _error_code(resp: _Resp) -> str:
     try:
         doc = json.loads(resp.read(65536) or b"{}")
         errs = doc.get("errors") or []
-        return "; ".join("%s" % (e.get("message") or e.get("code")).lower() for e in errs if isinstance(e, dict))
+        # JSON values: an entry with neither a message nor a code gives None, whose AttributeError below ends in ""
+        texts: list[Any] = [e.get("message") or e.get("code") for e in errs if isinstance(e, dict)]
+        return "; ".join("%s" % t.lower() for t in texts)
     except (ValueError, AttributeError, RegistryUnreachable):
         return ""

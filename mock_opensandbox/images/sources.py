@@ -8,6 +8,7 @@ the blob digest, diff_id and a way to open the blob. Layers are verified while t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -19,10 +20,13 @@ import tarfile
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 from mock_opensandbox.images import reference
 from mock_opensandbox.images.errors import CorruptImage, DigestMismatch, ImageError, ImageNotFound, UnsupportedImage
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 MT_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MT_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -46,6 +50,21 @@ _ARCH = {
     "s390x": "s390x",
     "riscv64": "riscv64",
 }
+
+
+class Blob(Protocol):
+    """An open blob, read front to back and closed (a ``with`` block): a file of an image directory, a member
+    of an archive (``_Slice``, ``_Owned``), a registry's answer (registry.py's ``_Resp``)."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Blob: ...
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None, /
+    ) -> object: ...
 
 
 def host_platform() -> dict[str, str]:
@@ -87,7 +106,8 @@ def load_json(what: str, data: bytes, ref: str = "") -> Any:
 def pick_platform(index: dict[str, Any], want: dict[str, str], ref: str = "") -> dict[str, Any]:
     """The descriptor of an index/manifest list for the wanted platform (attestation entries skipped)."""
     seen = []
-    for d in index.get("manifests") or []:
+    manifests: list[dict[str, Any]] = index.get("manifests") or []
+    for d in manifests:
         p = d.get("platform") or {}
         if (
             p.get("os") == "unknown"
@@ -111,7 +131,7 @@ class LayerRef:
     diff_id: str
     blob_digest: str | None  # None for a legacy docker-save layer.tar (only its diff_id is known)
     media_type: str
-    open: Callable[[], IO[bytes]]
+    open: Callable[[], Blob]
 
 
 @dataclass
@@ -135,7 +155,7 @@ class Found:
 
 
 def layers_from_manifest(
-    manifest: dict[str, Any], config: dict[str, Any], blob_opener: Callable[[str], IO[bytes]], ref: str
+    manifest: dict[str, Any], config: dict[str, Any], blob_opener: Callable[[str], Blob], ref: str
 ) -> list[LayerRef]:
     descs = manifest.get("layers") or []
     diff_ids = ((config.get("rootfs") or {}).get("diff_ids")) or []
@@ -150,7 +170,7 @@ def layers_from_manifest(
                 ref=ref,
             )
         dg = d.get("digest")
-        out.append(LayerRef(diff, dg, mt, (lambda dg=dg: blob_opener(dg))))
+        out.append(LayerRef(diff, dg, mt, functools.partial(blob_opener, dg)))
     return out
 
 
@@ -188,7 +208,7 @@ class Archive:
             except KeyError:
                 return False
 
-    def open(self, name: str) -> IO[bytes]:
+    def open(self, name: str) -> Blob:
         comps = reference_path(name)
         if self.is_dir:
             return open(os.path.join(self.path, *comps), "rb")
@@ -214,7 +234,7 @@ class Archive:
         with self.open(name) as f:
             return f.read()
 
-    def blob(self, digest: str) -> IO[bytes]:
+    def blob(self, digest: str) -> Blob:
         alg, _, hexd = digest.partition(":")
         return self.open("blobs/%s/%s" % (alg, hexd))
 
@@ -277,7 +297,7 @@ class Archive:
             blob = None
             if ln.startswith("blobs/sha256/"):
                 blob = "sha256:" + ln.rsplit("/", 1)[1]
-            layers.append(LayerRef(diff, blob, "", (lambda ln=ln: self.open(ln))))
+            layers.append(LayerRef(diff, blob, "", functools.partial(self.open, ln)))
         return Found(uri, "image-dir", self.path, None, cfg_digest, config, layers)
 
     def _oci(self, uri: str, desc: dict[str, Any], platform: dict[str, str] | None) -> Found:
@@ -307,7 +327,7 @@ class Archive:
             layers_from_manifest(manifest, config, self.blob, uri),
         )
 
-    def _blob_bytes(self, digest: str, what: str, uri: str) -> bytes:
+    def _blob_bytes(self, digest: str | None, what: str, uri: str) -> bytes:
         if not digest:
             raise CorruptImage("%s has no digest" % what, ref=uri)
         try:
@@ -428,7 +448,7 @@ class ImageDir:
         return None
 
     def names(self) -> list[str]:
-        out = []
+        out: list[str] = []
         for a in self.archives():
             try:
                 out.extend(n for n, _ in a.names())
@@ -451,7 +471,7 @@ class LocalDaemon:
     def __init__(self, tmp_dir: str, clis: tuple[str, ...] = ("docker", "podman")):
         self.tmp_dir = tmp_dir
         self.clis = clis
-        self._cli: str | None | bool = False  # False = not decided yet
+        self._cli: str | None | Literal[False] = False  # False = not decided yet
 
     def cli(self) -> str | None:
         if self._cli is False:

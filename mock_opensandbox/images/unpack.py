@@ -27,7 +27,7 @@ import shutil
 import stat
 import tarfile
 import zlib
-from typing import IO, Any
+from typing import IO, Any, Literal, Protocol, cast, overload
 
 from mock_opensandbox.images.errors import CorruptImage, DigestMismatch, UnsafeLayer, UnsupportedImage
 from mock_opensandbox.wire.fsutil import remove_all
@@ -41,10 +41,17 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 _CHUNK = 1 << 20
 
 
+class Reader(Protocol):
+    """What a layer is read from: a byte stream read front to back (a blob of the image sources, a gzip
+    stream, a HashingReader); nothing seeks it."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 class HashingReader:
     """A read-only stream that hashes (sha256) and counts what passes through it."""
 
-    def __init__(self, raw: IO[bytes], limit: int | None = None):
+    def __init__(self, raw: Reader, limit: int | None = None):
         self.raw = raw
         self.sha = hashlib.sha256()
         self.count = 0
@@ -71,7 +78,7 @@ class HashingReader:
 class _Prefixed:
     """A stream whose first bytes were already read (to sniff the compression)."""
 
-    def __init__(self, head: bytes, raw: IO[bytes]):
+    def __init__(self, head: bytes, raw: Reader):
         self.head = head
         self.raw = raw
 
@@ -87,7 +94,7 @@ class _Prefixed:
         return self.raw.read(n)
 
 
-def sniff(raw: IO[bytes]) -> tuple[str, IO[bytes]]:
+def sniff(raw: Reader) -> tuple[str, Reader]:
     """('gzip'|'tar'|'zstd', stream starting at byte 0)."""
     head = raw.read(4)
     stream = _Prefixed(head, raw)
@@ -121,6 +128,10 @@ class _Root:
             os.close(self.fd)
             self.fd = -1
 
+    @overload
+    def parent(self, comps: list[str], *, create: Literal[True], name: str) -> int: ...
+    @overload
+    def parent(self, comps: list[str], *, create: bool, name: str) -> int | None: ...
     def parent(self, comps: list[str], *, create: bool, name: str) -> int | None:
         """An fd of the directory holding comps[-1] (caller closes it). None when a component is missing
         and create is False. UnsafeLayer when a component is a symlink or not a directory."""
@@ -162,7 +173,7 @@ def _remove(dfd: int, base: str, host_path: str) -> None:
 
 
 def unpack_layer(
-    raw: IO[bytes],
+    raw: Reader,
     dest: str,
     *,
     diff_id: str | None = None,
@@ -183,7 +194,11 @@ def unpack_layer(
             "zstd-compressed layers are not supported by the mock's image store "
             "(standard library only: gzip and uncompressed tar)"
         )
-    plain = HashingReader(gzip.GzipFile(fileobj=stream, mode="rb") if kind == "gzip" else stream, limit)
+    # (the casts: typeshed's fileobj protocols of GzipFile and tarfile.open also name seek, tell and write, for
+    # every mode; a read-only stream, read in order ("rb", "r|"), is never asked for them)
+    plain = HashingReader(
+        gzip.GzipFile(fileobj=cast("IO[bytes]", stream), mode="rb") if kind == "gzip" else stream, limit
+    )
     info: dict[str, Any] = {
         "compression": kind,
         "whiteouts": [],
@@ -198,7 +213,7 @@ def unpack_layer(
     dir_modes: list[tuple[list[str], tarfile.TarInfo]] = []
     try:
         try:
-            tf = tarfile.open(fileobj=plain, mode="r|")
+            tf = tarfile.open(fileobj=cast("IO[bytes]", plain), mode="r|")
         except tarfile.TarError as e:
             raise CorruptImage("layer is not a tar archive (%s)" % e) from None
         try:
@@ -241,7 +256,12 @@ def _meta(pfd: int, base: str, m: tarfile.TarInfo, as_root: bool, *, is_dir: boo
 
 
 def _entry(
-    tf: tarfile.TarFile, m: tarfile.TarInfo, root: _Root, info: dict[str, Any], dir_modes: list, as_root: bool
+    tf: tarfile.TarFile,
+    m: tarfile.TarInfo,
+    root: _Root,
+    info: dict[str, Any],
+    dir_modes: list[tuple[list[str], tarfile.TarInfo]],
+    as_root: bool,
 ) -> None:
     comps = split_name(m.name)
     if not comps:  # "./": the layer root itself
