@@ -24,7 +24,7 @@ NAME = "/opt/opensandbox/execd"
 CHANNEL_FD = 3
 
 
-def serve(fd, once):
+def serve(fd: int, once: bool) -> None:
     import _socket
 
     try:
@@ -35,7 +35,7 @@ def serve(fd, once):
     os.dup2(null, fd)
     os.close(null)
 
-    def send(text, fd=None):
+    def send(text: str, fd: "int | None" = None) -> None:
         anc = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))] if fd is not None else []
         chan.sendmsg([text.encode()], anc)
 

@@ -15,8 +15,14 @@ import os
 import sys
 import warnings  # noqa: F401 - os.execvp imports it lazily: after setns the stdlib may be gone
 
+TYPE_CHECKING = False  # (typing's is not imported: it costs every command; annotations are text)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
-def fail(msg, code):
+    from mock_opensandbox.runtime.scripts.seccomp import seccomp_install  # prepended at run time (scripts.NSEXEC_PY)
+
+
+def fail(msg: str, code: int) -> "NoReturn":
     try:
         os.write(2, msg.encode("utf-8", "replace") + b"\n")
     finally:
@@ -31,7 +37,7 @@ class CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def drop_caps(libc, mask, last, nnp):
+def drop_caps(libc: "ctypes.CDLL", mask: int, last: int, nnp: bool) -> None:
     for cap in range(last + 1):
         if not mask >> cap & 1 and libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
             fail("setpriv: PR_CAPBSET_DROP failed: %s" % os.strerror(ctypes.get_errno()), 127)
@@ -46,7 +52,7 @@ def drop_caps(libc, mask, last, nnp):
         fail("setpriv: PR_SET_NO_NEW_PRIVS failed: %s" % os.strerror(ctypes.get_errno()), 127)
 
 
-def main():
+def main() -> None:
     target, wd, keep_lc, mask = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4], 16)
     nnp, user, argv = sys.argv[5] == "1", sys.argv[6], sys.argv[7:]
     if not keep_lc:
@@ -54,7 +60,7 @@ def main():
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last = int(fh.read())
     libc = ctypes.CDLL(None, use_errno=True)
-    fds = []  # all opened first: once in the mount namespace, /proc is the sandbox's
+    fds: list[tuple[str, int, int]] = []  # all opened first: once in the mount namespace, /proc is the sandbox's
     spaces = [("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000), ("pid", 0x20000000)]
     try:  # the sandbox's own network namespace, when it has one (a host-network sandbox shares ours)
         if os.readlink("/proc/%d/ns/net" % target) != os.readlink("/proc/self/ns/net"):
@@ -98,7 +104,7 @@ def main():
             os.chdir(wd)
         except OSError as e:
             fail("unshare: cannot change directory to %s: %s" % (wd, e.strerror), 1)
-        err = seccomp_install(libc)  # noqa: F821 - seccomp.py, prepended (scripts.NSEXEC_PY)
+        err = seccomp_install(libc)  # seccomp.py, prepended (scripts.NSEXEC_PY)
         if err not in (0, 22):
             fail("setpriv: seccomp: %s" % os.strerror(err), 127)
         drop_caps(libc, mask, last, nnp)

@@ -18,9 +18,15 @@ import socket
 import sys
 import traceback
 
-view = type(sys)("__osb_view_lib__")  # view.py runs main() only when it is not this module
-view.__file__ = __file__.rpartition("/")[0] + "/view.py"
-_ext.SourceFileLoader(view.__name__, view.__file__).exec_module(view)
+TYPE_CHECKING = False  # (typing's is not imported; annotations are text)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    from mock_opensandbox.runtime.scripts import view  # what the loader below makes of view.py
+else:
+    view = type(sys)("__osb_view_lib__")  # view.py runs main() only when it is not this module
+    view.__file__ = __file__.rpartition("/")[0] + "/view.py"
+    _ext.SourceFileLoader(view.__name__, view.__file__).exec_module(view)
 
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID = (
@@ -42,7 +48,7 @@ _syscall.restype = ctypes.c_long
 _py = ctypes.pythonapi
 
 
-def child(req, fds):
+def child(req: "dict[str, Any]", fds: "list[int]") -> "NoReturn":
     """PID 1 before view.py's main(); never returns."""
     try:
         targets = [0, 1, 2] + list(req["pass"])
@@ -80,10 +86,10 @@ def child(req, fds):
     os._exit(125)
 
 
-def check(req, fds):
+def check(req: "Any", fds: "list[int]") -> None:
     """The request's shape, before anything is cloned (ValueError: a bad request)."""
 
-    def strs(xs):
+    def strs(xs: "Any") -> bool:
         return isinstance(xs, list) and all(isinstance(x, str) and "\0" not in x for x in xs)
 
     env = req.get("env") if isinstance(req, dict) else None
@@ -103,7 +109,7 @@ def check(req, fds):
         raise ValueError("args, env, cwd, fifo, ns, pass and the fds [stdin, stdout, stderr, *pass] are required")
 
 
-def spawn(req, fds, own_pidns):
+def spawn(req: "Any", fds: "list[int]", own_pidns: int) -> int:
     check(req, fds)
     nr = SYS_CLONE.get(os.uname().machine)
     if nr is None:
@@ -112,7 +118,7 @@ def spawn(req, fds, own_pidns):
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
     try:
         _py.PyOS_BeforeFork()
-        pid = _syscall(nr, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0)
+        pid: int = _syscall(nr, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0)
         if pid == 0:
             _py.PyOS_AfterFork_Child()
             child(req, fds)
@@ -126,7 +132,7 @@ def spawn(req, fds, own_pidns):
     return pid
 
 
-def main():
+def main() -> None:
     sock_fd, mock = int(sys.argv[1]), int(sys.argv[2])
     libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
     if os.getppid() != mock:
@@ -141,7 +147,7 @@ def main():
         if not msg:
             return
         try:
-            answer = {"pid": spawn(json.loads(msg), fds, own_pidns)}
+            answer: dict[str, int | str] = {"pid": spawn(json.loads(msg), fds, own_pidns)}
         except OSError as e:
             answer = {"errno": e.errno or 5, "error": str(e)}
         except (ValueError, KeyError, TypeError) as e:

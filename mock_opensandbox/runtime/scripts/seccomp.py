@@ -10,6 +10,10 @@
 # no_new_privs set or CAP_SYS_ADMIN held; it returns 0 or the errno (EINVAL: no filter support).
 import struct as _struct
 
+TYPE_CHECKING = False  # (typing's is not imported: this runs before every sandbox command; annotations are text)
+if TYPE_CHECKING:
+    import ctypes
+
 SECCOMP_DENY = {
     "x86_64": (
         0xC000003E,
@@ -133,7 +137,7 @@ CLONE_NS_MASK = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID
 AF_VSOCK = 40
 
 
-def seccomp_program(machine):
+def seccomp_program(machine: str) -> "bytes | None":
     """The BPF program (packed sock_filter array) for this machine, None for an unknown one."""
     spec = SECCOMP_DENY.get(machine)
     if spec is None:
@@ -169,7 +173,7 @@ def seccomp_program(machine):
     return b"".join(_struct.pack("=HBBI", *i) for i in ins)
 
 
-def seccomp_install(libc, machine=None):
+def seccomp_install(libc: "ctypes.CDLL", machine: "str | None" = None) -> int:
     """Install the filter in this thread (prctl PR_SET_SECCOMP, SECCOMP_MODE_FILTER; flag TSYNC is not
     needed: called single-threaded). 0 on success, else the errno."""
     import ctypes

@@ -17,6 +17,10 @@ import _thread
 import posix  # os's own builtin, loaded with the interpreter: the cgroup move starts before any import
 import sys
 
+TYPE_CHECKING = False  # (typing's is not imported: it costs every sandbox start; annotations are text)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 
 class CgroupJoin:
     """PID 1 moves itself into the sandbox's cgroups (OSB_MOCK_CGROUP_JOIN: cgroup.procs paths, one a
@@ -26,8 +30,9 @@ class CgroupJoin:
     anything of the sandbox runs; a failed write fails the start (closed). Only posix and _thread
     (loaded with the interpreter)."""
 
-    def __init__(self, paths):
-        self.fds, self.error = [], None  # error: (errno, text)
+    def __init__(self, paths: "list[str]") -> None:
+        self.fds: list[int] = []
+        self.error: tuple[int | None, str] | None = None  # (errno, text)
         self.done = _thread.allocate_lock()
         self.done.acquire()
         try:
@@ -43,7 +48,7 @@ class CgroupJoin:
             return
         _thread.start_new_thread(self._run, ())
 
-    def _run(self):
+    def _run(self) -> None:
         try:
             for fd in self.fds:
                 posix.write(fd, b"0")
@@ -54,7 +59,7 @@ class CgroupJoin:
                 posix.close(fd)
             self.done.release()
 
-    def wait(self):
+    def wait(self) -> None:
         self.done.acquire()
         if self.error:
             raise OSError(*self.error)
@@ -114,24 +119,24 @@ UNSAFE_PREFIX = "OSB_MOCK_UNSAFE_"  # scripts.HELPER_ENV_PREFIX
 NET_FILES = (("hosts", "OSB_MOCK_NET_HOSTS"), ("resolv.conf", "OSB_MOCK_NET_RESOLV"))
 
 
-def fail(msg, code=125):
+def fail(msg: str, code: int = 125) -> "NoReturn":
     try:
         os.write(2, ("%s\n" % msg).encode("utf-8", "replace"))
     finally:
         os._exit(code)
 
 
-def _b(s):
+def _b(s: "str | None") -> "bytes | None":
     return None if s is None else s.encode("utf-8", "surrogateescape")
 
 
-def mount(src, target, fstype, flags, data=None):
+def mount(src: "str | None", target: str, fstype: "str | None", flags: int, data: "str | None" = None) -> None:
     if libc.mount(_b(src), _b(target), _b(fstype), flags, _b(data)) != 0:
         e = ctypes.get_errno()
         raise OSError(e, "mount %s on %s: %s" % (src or fstype, target, os.strerror(e)))
 
 
-def remount_ro(path, extra=0):
+def remount_ro(path: str, extra: int = 0) -> None:
     f = os.statvfs(path).f_flag
     keep = extra
     for st_bit, ms_bit in KEEP:
@@ -140,13 +145,13 @@ def remount_ro(path, extra=0):
     mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
 
 
-def _unescape(s):
+def _unescape(s: str) -> str:
     return s.encode().decode("unicode_escape").encode("latin-1").decode("utf-8", "surrogateescape") if "\\" in s else s
 
 
-def mounts():
+def mounts() -> "list[tuple[str, str]]":
     """(mount point, fs type) of every mount, in mount order (parents first)."""
-    out = []
+    out: list[tuple[str, str]] = []
     with open("/proc/self/mountinfo") as fh:
         for line in fh:
             left, _, right = line.partition(" - ")
@@ -154,13 +159,13 @@ def mounts():
     return out
 
 
-def ro_tree(path):
+def ro_tree(path: str) -> None:
     for mp, _ in mounts():
         if mp == path or mp.startswith(path + "/"):
             remount_ro(mp)
 
 
-def real_dir(path):
+def real_dir(path: str) -> str:
     """path (inside R) becomes a real directory: a planted symlink or file goes (a mount must never
     follow a link out of the root)."""
     try:
@@ -175,14 +180,14 @@ def real_dir(path):
     return path
 
 
-def empty_file(path):
+def empty_file(path: str) -> None:
     if os.path.islink(path):
         os.unlink(path)
     if not os.path.isfile(path):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
 
 
-def build_etc(R, H, X, E):
+def build_etc(R: str, H: str, X: str, E: str) -> None:
     p = real_dir(R + "/etc")
     mount("osb-etc", p, "tmpfs", 0, "mode=755")
     up, work = p + "/up", p + "/work"
@@ -211,7 +216,7 @@ def build_etc(R, H, X, E):
             os.makedirs(up + "/" + parent, 0o755, exist_ok=True)
         if not os.path.lexists(up + "/" + rel):
             os.mknod(up + "/" + rel, stat.S_IFCHR, os.makedev(0, 0))  # an overlay whiteout
-    own = {}
+    own: dict[str, str] = {}
     for name, var in NET_FILES:
         text = os.environ.pop(var, None)
         if text is not None:
@@ -229,7 +234,7 @@ def build_etc(R, H, X, E):
             remount_ro(t)
 
 
-def build_dev(R):
+def build_dev(R: str) -> None:
     p = real_dir(R + "/dev")
     mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_STRICTATIME, "mode=755,size=65536k")
     for name, major, minor in DEVICES:
@@ -252,7 +257,7 @@ def build_dev(R):
     mount("mqueue", p + "/mqueue", "mqueue", NOSUID_NODEV_NOEXEC)
 
 
-def build_proc(R, fresh):
+def build_proc(R: str, fresh: bool) -> None:
     p = real_dir(R + "/proc")
     if fresh:
         mount("proc", p, "proc", NOSUID_NODEV_NOEXEC)
@@ -271,10 +276,10 @@ def build_proc(R, fresh):
             mount("tmpfs", p + "/" + name, "tmpfs", MS_RDONLY)
 
 
-def cgroup_view():
+def cgroup_view() -> "dict[str, str]":
     """The sandbox's own cgroup directories (runtime/cgroups.py), "name=dir" lines from the mock:
     v1 mount dir name -> dir, "" -> the v2 dir. Docker binds a container's own cgroup the same way."""
-    out = {}
+    out: dict[str, str] = {}
     for line in os.environ.pop("OSB_MOCK_CGROUP_VIEW", "").split("\n"):
         name, sep, d = line.partition("=")
         if sep and d.startswith("/sys/fs/cgroup/") and "/../" not in d + "/":
@@ -282,7 +287,7 @@ def cgroup_view():
     return out
 
 
-def build_sys(R, own):
+def build_sys(R: str, own: "dict[str, str]") -> None:
     p = real_dir(R + "/sys")
     try:
         mount("sysfs", p, "sysfs", MS_RDONLY | NOSUID_NODEV_NOEXEC)
@@ -312,7 +317,7 @@ def build_sys(R, own):
             mount("tmpfs", p + "/" + name, "tmpfs", MS_RDONLY)
 
 
-def loopback_up(addr=""):
+def loopback_up(addr: str = "") -> None:
     """A fresh network namespace has lo down: bring it up (SIOCGIFFLAGS, SIOCSIFFLAGS | IFF_UP), no
     iproute2 needed, and IPv6 off (net.ipv6.conf.{all,default}.disable_ipv6, live: no address in
     /proc/net/if_inet6). In the host's namespace lo is up already and nothing changes. addr (../netns.py
@@ -333,17 +338,17 @@ def loopback_up(addr=""):
             fcntl.ioctl(s.fileno(), 0x8914, b"lo".ljust(16, b"\0") + (flags | 1).to_bytes(2, sys.byteorder) + bytes(14))
         if addr:
             name = b"lo:0".ljust(16, b"\0")
-            for req, ip in ((0x8916, addr), (0x891C, "255.255.255.255")):  # sockaddr_in: family, port 0, addr
+            for op, ip in ((0x8916, addr), (0x891C, "255.255.255.255")):  # sockaddr_in: family, port 0, addr
                 fcntl.ioctl(
                     s.fileno(),
-                    req,
+                    op,
                     name + _socket.AF_INET.to_bytes(2, sys.byteorder) + bytes(2) + _socket.inet_aton(ip) + bytes(8),
                 )
     finally:
         s.close()
 
 
-def image_etc(R, H, F):
+def image_etc(R: str, H: str, F: str) -> None:
     """An image's /etc stays the image's; Docker binds the container's own resolv.conf, hostname and
     hosts over it (in that order), written outside the sandbox's layer (F)."""
     for name, var in (("resolv.conf", "OSB_MOCK_NET_RESOLV"), ("hostname", None), ("hosts", "OSB_MOCK_NET_HOSTS")):
@@ -366,7 +371,7 @@ def image_etc(R, H, F):
         mount(src, t, None, MS_BIND)
 
 
-def build_view(R, H, X, E, fresh_proc, image=None):
+def build_view(R: str, H: str, X: str, E: str, fresh_proc: bool, image: "tuple[str, ...] | None" = None) -> None:
     if image is not None:  # the image's tree (../rootfs.py): its own /usr, /bin, /lib and /etc
         kind, lower, work, files = image
         if kind == "overlay":
@@ -394,7 +399,7 @@ def build_view(R, H, X, E, fresh_proc, image=None):
     build_sys(R, cgroup_view())
 
 
-def pivot(R):
+def pivot(R: str) -> None:
     """R becomes "/" and the host's tree is detached from this mount namespace (a chroot would
     leave it reachable to a process holding CAP_SYS_CHROOT)."""
     old = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
@@ -419,7 +424,7 @@ class CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def drop_caps(mask, last, nnp):
+def drop_caps(mask: int, last: int, nnp: bool) -> None:
     """Bounding set, then permitted = effective = mask, inheritable and ambient empty, no_new_privs
     (what setpriv --bounding-set ... --inh-caps -all --no-new-privs does)."""
     for cap in range(last + 1):
@@ -436,7 +441,7 @@ def drop_caps(mask, last, nnp):
         fail("osb-view: PR_SET_NO_NEW_PRIVS: %s" % os.strerror(ctypes.get_errno()))
 
 
-def drop_user(word):
+def drop_user(word: str) -> None:
     """The image's User (../rootfs.py): supplementary groups, gid, uid; setuid clears the permitted and
     effective capabilities of a non-root user, as for a container process (the bounding set stays)."""
     uid, gid, groups = word.split(" ")
@@ -448,7 +453,7 @@ def drop_user(word):
         fail("osb-view: cannot become user %s:%s: %s" % (uid, gid, e.strerror))
 
 
-def restore_env():
+def restore_env() -> None:
     if os.environ.pop("OSB_MOCK_KEEP_LC", "1") == "0":  # scripts.KEEP_LC_ENV
         os.environ.pop("LC_CTYPE", None)  # added by this Python's locale coercion (PEP 538)
     for k in [k for k in os.environ if k.startswith(UNSAFE_PREFIX)]:
@@ -464,7 +469,7 @@ AGENT_AT = "/opt/opensandbox/execd"
 IDLE = "idle"  # holder.AGENT_IDLE: AGENT_FD_ENV's value for an execd placeholder without a channel
 
 
-def bind_agent(R, python):
+def bind_agent(R: str, python: str) -> None:
     """The sandbox's execd when it is the mock's agent: the Python interpreter, bound read-only over
     the placeholder file the mock wrote (a regular file, never a planted link)."""
     t = R + AGENT_AT
@@ -475,8 +480,8 @@ def bind_agent(R, python):
     remount_ro(t)
 
 
-def main():
-    mode, R, arg, H, X, E, mask, nnp, V = sys.argv[1:10]
+def main() -> None:
+    mode, R, arg, H, X, E, mask_hex, nnp_flag, V = sys.argv[1:10]
     # seccomp.py beside this file: Docker's default profile's closed calls (loaded before the pivot, from its
     # bytecode cache where there is one, like this file: osb_view.py)
     import _frozen_importlib_external as _ext
@@ -486,10 +491,10 @@ def main():
     _ext.SourceFileLoader(mod.__name__, mod.__file__).exec_module(mod)
     seccomp = vars(mod)
     argv = sys.argv[10:]
-    mask, nnp = int(mask, 16), nnp == "1"
+    mask, nnp = int(mask_hex, 16), nnp_flag == "1"
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last = int(fh.read())
-    fifo = None
+    fifo: int  # holder only, as host_pid
     if mode == "holder":
         fifo = os.open(arg, os.O_WRONLY | os.O_CLOEXEC)
         with open("/proc/self/stat", "rb") as fh:  # still the host's /proc: the host pid
@@ -507,8 +512,8 @@ def main():
     agent_py = os.environ.pop(AGENT_PY_ENV, "")
     agent_src = None
     os.environ.pop("OSB_MOCK_CGROUP_JOIN", None)  # JOINING read it
-    image = os.environ.pop("OSB_MOCK_IMAGE", "")  # ../rootfs.py VIEW_*_ENV
-    image = tuple(image.split(" ")) if image else None
+    image_env = os.environ.pop("OSB_MOCK_IMAGE", "")  # ../rootfs.py VIEW_*_ENV
+    image = tuple(image_env.split(" ")) if image_env else None
     user = os.environ.pop("OSB_MOCK_USER", "")
     workdir = os.environ.pop("OSB_MOCK_WORKDIR", "")
     try:
@@ -516,7 +521,7 @@ def main():
             loopback_up(os.environ.pop("OSB_MOCK_NET_ADDR", ""))
         build_view(R, H, X, E, fresh_proc=(mode == "holder"), image=image)
         if V:  # view_volumes.py beside this file (read before the pivot), only for a sandbox with volumes
-            vol = {}
+            vol: dict[str, Any] = {}
             with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "view_volumes.py"), "rb") as fh:
                 exec(compile(fh.read(), "view_volumes.py", "exec"), vol)
             vol["mount_volumes"](R, V, mount, ro_tree, MS_BIND, MS_REC)

@@ -3,10 +3,14 @@
 import os
 import stat
 
+TYPE_CHECKING = False  # (typing's is not imported: view.py runs this before every sandbox start)
+if TYPE_CHECKING:
+    from typing import Callable
+
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 
-def beneath(top, rel, create):
+def beneath(top: str, rel: str, create: bool) -> int:
     """O_PATH fd of top/rel, one component at a time, never through a symlink (a link planted after
     the mock's checks fails the start instead of leading anywhere); missing directories are made
     when create."""
@@ -32,7 +36,14 @@ def beneath(top, rel, create):
         raise
 
 
-def mount_volumes(R, V, mount, ro_tree, MS_BIND, MS_REC):
+def mount_volumes(
+    R: str,
+    V: str,
+    mount: "Callable[[str | None, str, str | None, int], None]",
+    ro_tree: "Callable[[str], None]",
+    MS_BIND: int,
+    MS_REC: int,
+) -> None:
     """Mount the volumes V (../mounts.py's plan) under the root R; view.py hands in its mount(2) helpers
     and flags (this file is run by it and imports nothing of it). Raises OSError."""
     for entry in V.split(",") if V else ():
