@@ -15,6 +15,10 @@ import time
 
 from mock_opensandbox.wire.pollio import readable
 
+TYPE_CHECKING = False  # (typing's: this module imports no typing at run time)
+if TYPE_CHECKING:
+    from typing import Callable
+
 # Host directories bound read-only into every isolated sandbox view, and the directories the
 # view builds itself (container /dev, procfs, read-only /sys, the per-sandbox /etc overlay).
 HOST_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -76,7 +80,7 @@ def killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def kill_and_reap(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+def kill_and_reap(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
     """SIGKILL proc's process group when it still runs, then reap proc (bounded)."""
     if proc.poll() is None:
         killpg(proc.pid, signal.SIGKILL)
@@ -98,7 +102,7 @@ def rmtree(path: str) -> None:
     if not os.path.lexists(path):
         return
 
-    def onerror(func, p, exc_info):
+    def onerror(func: Callable[[str], object], p: str, exc_info: object) -> None:
         parent = os.path.dirname(p)
         try:
             os.chmod(parent, 0o700)
@@ -171,7 +175,7 @@ def make_mountpoint(root: str, d: str) -> None:
         pass
 
 
-def read_lines(fd: int, n: int, timeout: float, proc: subprocess.Popen) -> list[str]:
+def read_lines(fd: int, n: int, timeout: float, proc: subprocess.Popen[bytes]) -> list[str]:
     """Up to n lines from a non-blocking pipe/FIFO within timeout; fewer on EOF, timeout or when proc
     exits (a FIFO without a writer yet shows no EOF, hence the poll of proc)."""
     buf = b""
@@ -259,7 +263,11 @@ def first_child(pid: int) -> int | None:
 
 
 def await_exec(
-    proc: subprocess.Popen, stages: tuple[bool, set[bytes | None]], *, pid: int | None = None, timeout: float = 5.0
+    proc: subprocess.Popen[bytes],
+    stages: tuple[bool, set[bytes | None]],
+    *,
+    pid: int | None = None,
+    timeout: float = 5.0,
 ) -> None:
     """Wait (bounded) until the process running the command - proc itself, or its first child when
     stages[0] - no longer shows one of the wrapper cmdlines stages[1]: it has exec'd the command,

@@ -24,12 +24,24 @@ import socket
 import struct
 import subprocess
 import time
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence, TypedDict
 
 from mock_opensandbox.runtime._util import children, kill, kill_and_reap, killpg, open_in_root, read_cmdline
 from mock_opensandbox.runtime.agent import sandbox_python
 from mock_opensandbox.runtime.holder import Holder
 from mock_opensandbox.wire.relay import TCPRelay, free_port
+
+
+class ExecdSpec(TypedDict):
+    """prepare_execd's answer, kept on the sandbox until its PID 1's bootstrap.sh starts execd."""
+
+    binary: str
+    port: int
+    flags: list[str]
+    env: dict[str, str]  # PID 1's extra environment
+    token: str | None
+    args: list[str] | None
+    started: bool  # PID 1 was started with it
 
 
 class _Pid1(Protocol):
@@ -49,7 +61,7 @@ class SandboxRuntime(Protocol):
     isolation_note: str
     terminated: bool
     _lock: Any
-    _execd_spec: dict[str, Any] | None
+    _execd_spec: ExecdSpec | None
 
     @property
     def pid1(self) -> _Pid1: ...
@@ -67,7 +79,7 @@ class SandboxRuntime(Protocol):
         stderr: Any = None,
         controlling_tty: bool = False,
         user: str | None = None,
-    ) -> subprocess.Popen: ...
+    ) -> subprocess.Popen[bytes]: ...
 
     def use_execd(
         self,
@@ -96,7 +108,7 @@ class ExecdProcess:
 
     def __init__(
         self,
-        proc: "subprocess.Popen | _HostProcess",
+        proc: "subprocess.Popen[bytes] | _HostProcess",
         port: int,
         runtime: "SandboxRuntime",
         relay: TCPRelay | None = None,
@@ -234,7 +246,7 @@ def prepare_execd(
     token: str | None,
     env: Mapping[str, str] | None,
     args: list[str] | None,
-) -> dict:
+) -> ExecdSpec:
     """What bootstrap.sh needs to start a real execd: PID 1's extra environment (bootstrap.sh reads
     and unsets OSB_EXECD_ARGS / OSB_EXECD_LOG)."""
     if not rt.isolated:
@@ -329,7 +341,7 @@ def start_execd(
         proc = _bootstrap_execd(rt, timeout)
         if proc is None:
             raise RuntimeError("execd did not start (see %s in the sandbox)" % EXECD_LOG)
-        return published(ExecdProcess(proc, spec["port"], rt), rt, timeout)  # type: ignore[arg-type]
+        return published(ExecdProcess(proc, spec["port"], rt), rt, timeout)
     return _spawn_execd(rt, binary, port=port, token=token, env=env, args=args, timeout=timeout)
 
 

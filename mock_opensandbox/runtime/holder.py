@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar
 
 from mock_opensandbox.runtime import caps, zygote
 from mock_opensandbox.runtime import stages as scripts
@@ -88,14 +88,14 @@ def lifeline_call(fn: Callable[[], _T]) -> _T:
             threading.Thread(target=_lifeline_loop, args=(work,), name="osb-sandbox-lifeline", daemon=True).start()
             _lifeline = (os.getpid(), work)
         work = _lifeline[1]
-    box: list[tuple[bool, Any]] = []
+    box: list[tuple[Literal[True], _T] | tuple[Literal[False], BaseException]] = []
     done = threading.Event()
     work.put((fn, box, done))
     done.wait()
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
+    answer = box[0]
+    if not answer[0]:
+        raise answer[1]
+    return answer[1]
 
 
 def _die_with_parent(parent: int, then: Callable[[], None] | None = None) -> Callable[[], None]:
@@ -191,7 +191,7 @@ def holder_prefix(unshare: str, net: bool = False) -> list[str]:
     return cmd + ["--mount", "--ipc", "--uts", "--propagation", "private", "--pid", "--fork", "--kill-child"]
 
 
-def _exited(proc: subprocess.Popen, timeout: float) -> bool:
+def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -203,7 +203,7 @@ class Holder:
     """A sandbox's main process: PID 1 of its PID namespace, owner of its mount, IPC and UTS (+ user)
     namespaces."""
 
-    def __init__(self, proc: subprocess.Popen, pid: int, mode: str, implicit: bool):
+    def __init__(self, proc: subprocess.Popen[bytes], pid: int, mode: str, implicit: bool):
         self.proc = proc  # PID 1 (zygote.Adopted), or the outer `unshare --fork` whose exit status is PID 1's
         self.pid = pid  # host pid of PID 1
         self.mode = mode  # "direct" (root: setns + fork, nsenter) | "helper" (scripts/nsexec.py)
@@ -318,7 +318,7 @@ class Holder:
                 if proc is None and pdeathsig_argv and join is None:
                     cmd = list(pdeathsig_argv) + cmd  # setpriv sets PR_SET_PDEATHSIG, then execs unshare
 
-                    def fork() -> subprocess.Popen:
+                    def fork() -> subprocess.Popen[bytes]:
                         with joining if joining is not None else contextlib.nullcontext():
                             return subprocess.Popen(
                                 cmd,

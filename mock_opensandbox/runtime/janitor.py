@@ -128,7 +128,7 @@ class Janitor:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
         self._failed = False
         self.ledger: str | None = None  # <root>/LEDGER under a --root given (reap_root reads it)

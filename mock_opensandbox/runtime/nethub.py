@@ -34,6 +34,7 @@ import threading
 from typing import Iterator
 
 from mock_opensandbox.runtime import netns
+from mock_opensandbox.runtime.holder import setns_function
 from mock_opensandbox.runtime.rtnl import Rtnl, open_rtnl
 from mock_opensandbox.wire.pollio import readable
 
@@ -84,7 +85,7 @@ def write_sysctls(pairs: tuple[tuple[str, str], ...]) -> None:
 @contextlib.contextmanager
 def inside(netns_fd: int) -> Iterator[None]:
     """The calling thread in a network namespace (sockets made here stay there), then back."""
-    setns = netns.setns_function()
+    setns = setns_function()
     setns(netns_fd, CLONE_NEWNET)
     try:
         yield
@@ -98,7 +99,7 @@ class Hub:
     def __init__(self) -> None:
         self.fd = -1
         self.rtnl: Rtnl | None = None
-        self.stack: subprocess.Popen | None = None
+        self.stack: subprocess.Popen[bytes] | None = None
         self._exit_w = -1
         self.lock = threading.Lock()
         self.used: set[int] = set()  # leased, or given back and its veth not deleted yet
@@ -122,7 +123,7 @@ class Hub:
             self.bridge = socket.if_nametoindex(BRIDGE)
             self.rtnl.add_addr(self.bridge, GATEWAY, PREFIX, BROADCAST)
         finally:
-            netns.setns_function()(own, CLONE_NEWNET)
+            setns_function()(own, CLONE_NEWNET)
         path = netns.find_stack()[1]
         ready_r, ready_w = os.pipe()
         exit_r, self._exit_w = os.pipe()

@@ -207,14 +207,18 @@ class SandboxNet:
     (lease: nethub.Lease) or a user-mode stack of its own."""
 
     def __init__(
-        self, pid: int, mode: str, agent: Callable[[dict], Any] | None = None, lease: AddressLease | None = None
+        self,
+        pid: int,
+        mode: str,
+        agent: Callable[[dict[str, Any]], tuple[dict[str, Any], list[int]]] | None = None,
+        lease: AddressLease | None = None,
     ):
         self.pid = pid
         self.lease = lease
         self.mode = mode  # "direct" (root: setns) | "helper" (non-root)
         self.agent = agent
         self.netns_fd: int | None = None
-        self.stack: subprocess.Popen | None = None
+        self.stack: subprocess.Popen[bytes] | None = None
         self._exit_w: int | None = None
         self._pending: tuple[int, Any, float] | None = None  # (ready fd, log, deadline) until await_stack()
         self._pending_lock = threading.Lock()

@@ -48,7 +48,7 @@ class Owner(Protocol):
     # PID 1's execd ("binary": a real one, env gets its flags; the agent's Python; None: no execd process)
     def _pid1_start(self, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, str], str | None]: ...
 
-    def _track(self, proc: subprocess.Popen) -> None: ...  # PID 1 is one of the sandbox's processes (pause)
+    def _track(self, proc: subprocess.Popen[bytes]) -> None: ...  # PID 1 is one of the sandbox's processes (pause)
 
     # the network namespace's way in when not root (netns.SandboxNet): the resident agent
     def agent_call(self, request: Mapping[str, Any], timeout: float = 5.0) -> tuple[dict[str, Any], list[int]]: ...
@@ -256,7 +256,7 @@ class Pid1:
         (ECONNREFUSED when nothing listens there, or the sandbox is not running)."""
         with self._lock:
             holder = self.ensure_holder() if self.netns and not self._owner.terminated else self.holder
-            net = holder.net if holder is not None else None
+            net: netns.SandboxNet | None = holder.net if holder is not None else None
             netns_wanted = self.netns
         if net is not None:
             return net.connect(port, timeout)
@@ -271,7 +271,7 @@ class Pid1:
         namespace of its own, ECONNREFUSED when it is not running, EADDRINUSE)."""
         with self._lock:
             holder = None if self._owner.terminated else self.holder
-            net = holder.net if holder is not None else None
+            net: netns.SandboxNet | None = holder.net if holder is not None else None
             netns_wanted = self.netns
         if net is None:
             raise OSError(

@@ -35,7 +35,7 @@ from mock_opensandbox.runtime._util import (
 from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs
 from mock_opensandbox.runtime.contained import creds as _creds
-from mock_opensandbox.runtime.execdproc import install_agent, install_binary, prepare_execd, start_execd
+from mock_opensandbox.runtime.execdproc import ExecdSpec, install_agent, install_binary, prepare_execd, start_execd
 from mock_opensandbox.runtime.janitor import Janitor
 from mock_opensandbox.runtime.paths import _MARKER_ENV, SandboxPaths, stray_pids
 from mock_opensandbox.runtime.pid1 import Pid1, SandboxNotRunning, SandboxTerminated
@@ -143,14 +143,14 @@ class SandboxRuntime:
         self._token = uuid.uuid4().hex
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
         # view.py's "mount the volumes" argument (mounts.plan); set before the first process starts
         self.volumes = ""
         self.paused = False
         self.terminated = False
         # what PID 1's bootstrap.sh starts as /opt/opensandbox/execd: a real binary (use_execd) or the
         # mock's agent (scripts/agent.py, when the view has a Python)
-        self._execd_spec: dict[str, Any] | None = None
+        self._execd_spec: ExecdSpec | None = None
         # -- the image's own tree as the root (rootfs.py), else the host-tools view --------
         self.home = self.root  # the sandbox's own directory (removed by cleanup())
         self.image_root: ImageRoot | None = None
@@ -332,7 +332,7 @@ class SandboxRuntime:
         stderr: Any = None,
         controlling_tty: bool = False,
         user: str | None = None,
-    ) -> subprocess.Popen:
+    ) -> subprocess.Popen[bytes]:
         """Start argv in its own process group (contained.group_kwargs) inside the sandbox. cwd is a sandbox
         path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
         (a terminal) the session's controlling terminal (for PTY sessions).
@@ -393,7 +393,7 @@ class SandboxRuntime:
                     cmd = joined
             inside = holder.children_inside() if holder is not None and contained is None else None
 
-            def fork() -> subprocess.Popen:
+            def fork() -> subprocess.Popen[bytes]:
                 with (
                     inside if inside is not None else contextlib.nullcontext(),
                     joining if joining is not None else contextlib.nullcontext(),
@@ -426,13 +426,15 @@ class SandboxRuntime:
             await_exec(proc, stages)
         return proc
 
-    def _track(self, proc: subprocess.Popen) -> None:
+    def _track(self, proc: subprocess.Popen[bytes]) -> None:
         self._procs = [p for p in self._procs if p.poll() is None]
         self._procs.append(proc)
         if self.paused:  # a frozen sandbox runs nothing (docker pause freezes new processes too)
             killpg(proc.pid, signal.SIGSTOP)
 
-    def start_entrypoint(self, argv: Sequence[str], *, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
+    def start_entrypoint(
+        self, argv: Sequence[str], *, stdout: Any = None, stderr: Any = None
+    ) -> subprocess.Popen[bytes]:
         """Run the sandbox entrypoint (exec form, no shell), like the container's main process. With a
         PID namespace it is the child of the sandbox's PID 1, and the returned process exits with its
         status (128 + n when a signal n ended it, like the container's exit code)."""

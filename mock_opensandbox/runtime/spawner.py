@@ -24,7 +24,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 from mock_opensandbox.runtime.cgroups import Cgroup
 
@@ -91,17 +91,17 @@ class Spawner:
             raise OSError(
                 self._error.errno, "cannot join the sandbox's cgroup: %s" % (self._error.strerror or self._error)
             )
-        box: list[tuple[bool, Any]] = []
+        box: list[tuple[Literal[True], _T] | tuple[Literal[False], BaseException]] = []
         done = threading.Event()
         with self._lock:
             if self._stopped:
                 raise OSError(3, "the sandbox's spawner has stopped")  # ESRCH
             self._work.put((fn, box, done))
         done.wait()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
+        answer = box[0]
+        if not answer[0]:
+            raise answer[1]
+        return answer[1]
 
     def stop(self, timeout: float = 5.0) -> None:
         """End the thread and wait until the kernel has let it go (its cgroups can be removed then).

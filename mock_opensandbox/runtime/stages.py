@@ -16,7 +16,7 @@ import shutil
 import stat
 import sys
 import threading
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from mock_opensandbox.runtime import caps
 
@@ -40,7 +40,7 @@ def resource(name: str) -> str:
 VIEW_PY = os.path.join(SCRIPTS_DIR, "osb_view.py")  # runs view.py from its bytecode cache; a file: `ps` reads well
 SECCOMP_PY = _read("seccomp.py")  # Docker's default profile's closed calls (BPF)
 NSEXEC_PY = SECCOMP_PY + _read("nsexec.py")  # run with -c (one per command, non-root)
-SECCOMP: dict = {}
+SECCOMP: dict[str, Any] = {}
 exec(compile(SECCOMP_PY, os.path.join(SCRIPTS_DIR, "seccomp.py"), "exec"), SECCOMP)
 # a root join's stage in front of setpriv (CAP_SYS_ADMIN still held): the filter, then exec; argv[1]
 # "0" drops the LC_CTYPE this Python's locale coercion added (PEP 538), as view.py and nsexec.py do

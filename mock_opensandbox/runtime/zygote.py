@@ -114,12 +114,13 @@ class _Zygote:
             theirs.close()
         self.sock = mine
 
-    def ask(self, req: dict, fds: list[int]) -> dict:
+    def ask(self, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         socket.send_fds(self.sock, [json.dumps(req).encode()], fds)
         data = self.sock.recv(1 << 16)
         if not data:
             raise OSError("the zygote ended")
-        return json.loads(data)
+        answer: dict[str, Any] = json.loads(data)  # scripts/osb_zygote.py's JSON object
+        return answer
 
     def close(self) -> None:
         self.sock.close()  # EOF: it exits
@@ -147,7 +148,8 @@ def _fd(spec: Any, default: int, stdout_fd: int | None, opened: list[int]) -> in
     if isinstance(spec, int) and spec >= 0:
         return spec
     if hasattr(spec, "fileno"):
-        return spec.fileno()
+        fileno: int = spec.fileno()  # a file object Popen would take
+        return fileno
     raise OSError(22, "not an fd the zygote takes: %r" % (spec,))  # spawn() answers None: the old way
 
 
