@@ -14,9 +14,13 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.runtime import SandboxRuntime
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     stop = threading.Event()
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.code import CodeInterpreter, JupyterContexts, Kernel
@@ -263,7 +263,7 @@ class CodeRoutes:
         idle_poll: float,
         interrupt: Callable[[str], Any],
     ) -> None:
-        msgs: queue.Queue = queue.Queue()
+        msgs: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
         def reader() -> None:
             while True:
@@ -280,6 +280,7 @@ class CodeRoutes:
             return
         threading.Thread(target=reader, name="osb-code-ws", daemon=True).start()
         count, errored, finished, dead, next_check = 0, False, False, False, 0.0
+        m: dict[str, Any] | Literal[False] | None  # a message, False: none came in time, None: the socket ended
         while True:
             if finished and time.monotonic() >= next_check:
                 if count > 0 or errored:

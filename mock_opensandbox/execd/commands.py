@@ -146,7 +146,7 @@ class Command:
         self.exit_code: int | None = None
         self.error = ""
         self.running = True
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.output = bytearray()  # background: merged stdout+stderr (execd's <id>.output file)
         # foreground: the output, pumped by the thread that streams it (CommandRegistry.pump): ("stdout"|"stderr",
         # bytes) ... ("exit", rc), and (None, None) while nothing came (about every 50 ms)
@@ -202,7 +202,7 @@ class Command:
                 pass
 
 
-def _exit_of(proc: subprocess.Popen) -> Generator[tuple[None, None], None, int]:
+def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None, int]:
     """proc's exit status; (None, None) about every 50 ms until then (a command that closed its output and
     runs on still gets its heartbeat)."""
     try:

@@ -17,7 +17,7 @@ import uuid
 from typing import Any, ClassVar
 
 from mock_opensandbox.execd import gin
-from mock_opensandbox.execd.commands import CommandRegistry, StartFailure
+from mock_opensandbox.execd.commands import ChunkDecoder, Command, CommandRegistry, LineSplitter, StartFailure
 from mock_opensandbox.execd.errors import (
     INVALID_REQUEST,
     MSG,
@@ -229,7 +229,7 @@ class CommandsRoutes:
         if self.close_delay > 0:
             self.stopping.wait(self.close_delay)
 
-    def _background_stream(self, req: Request, cmd, linger: bool = True) -> None:
+    def _background_stream(self, req: Request, cmd: Command, linger: bool = True) -> None:
         w = gin.sse_start(req)
         try:
             w.write(sse.encode_event(sse.init_event(cmd.id)))
@@ -241,7 +241,7 @@ class CommandsRoutes:
             pass
         w.close()
 
-    def _foreground_stream(self, req: Request, cmd, linger: bool = True) -> None:
+    def _foreground_stream(self, req: Request, cmd: Command, linger: bool = True) -> None:
         out = sse.SSEWriter(gin.sse_start(req))
         emit = out.emit
         emit(sse.init_event(cmd.id), sse.ping_event())
@@ -267,14 +267,17 @@ class CommandsRoutes:
         if out.gone:
             req.handler.close_connection = True
 
-    def _pump(self, req: Request, cmd, out: sse.SSEWriter, framers: dict) -> int:
+    def _pump(
+        self, req: Request, cmd: Command, out: sse.SSEWriter, framers: dict[str, LineSplitter | ChunkDecoder]
+    ) -> int:
         """The command's output as events until it exits (its status), pumped by this request's thread;
         a heartbeat ping while it runs."""
         emit = out.emit
         next_ping = time.monotonic() + self.heartbeat
         for kind, val in cmd.events:
             if kind == "exit":
-                return val
+                status: int = val
+                return status
             if kind in framers:
                 for text in framers[kind].feed(val):
                     emit(sse.output_event(kind, text))

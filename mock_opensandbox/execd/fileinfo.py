@@ -70,7 +70,9 @@ class Accounts:
     """The sandbox's own users and groups, as execd inside the container sees them (Go's os/user reads
     the container's /etc/passwd and /etc/group), with the user namespace's id mapping applied."""
 
-    def __init__(self, passwd: bytes, group: bytes, uid_map: list, gid_map: list):
+    def __init__(
+        self, passwd: bytes, group: bytes, uid_map: list[tuple[int, int, int]], gid_map: list[tuple[int, int, int]]
+    ):
         def table(text: bytes) -> dict[str, int]:
             out: dict[str, int] = {}
             for line in text.decode("utf-8", "replace").splitlines():

@@ -14,7 +14,7 @@ import posixpath
 import pwd
 import re
 import stat
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from mock_opensandbox.execd.errors import (
     INVALID_FILE_METADATA,
@@ -36,6 +36,8 @@ from mock_opensandbox.execd.globmatch import glob_match
 from mock_opensandbox.execd.paths import PathExpandError, clean, expand_path
 from mock_opensandbox.runtime import SandboxRuntime, openat2
 from mock_opensandbox.wire.gojson import errno_text
+
+_T = TypeVar("_T")
 
 __all__ = ["SandboxFS", "UMASK", "MKDIR_MODE"]
 
@@ -169,7 +171,7 @@ class SandboxFS:
         head, name = os.path.split(hp)
         return os.open(head, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), name
 
-    def _fdcall(self, op: str, spath: str, flags: int, fn: Any) -> Any:
+    def _fdcall(self, op: str, spath: str, flags: int, fn: Callable[[int], _T]) -> _T:
         """fn(fd) on the sandbox path opened with flags; errors as Go's *PathError."""
         try:
             fd = self.fd(spath, flags)
@@ -182,7 +184,7 @@ class SandboxFS:
         finally:
             os.close(fd)
 
-    def _atcall(self, op: str, spath: str, fn: Any) -> Any:
+    def _atcall(self, op: str, spath: str, fn: Callable[[int, str], _T]) -> _T:
         """fn(parent fd, name) on a sandbox path's parent directory; errors as Go's *PathError."""
         try:
             pfd, name = self.parent(spath)

@@ -25,7 +25,8 @@ from mock_opensandbox.execd.errors import (
     bad_body,
     missing_query,
 )
-from mock_opensandbox.execd.files import SandboxFS, _DirHandle
+from mock_opensandbox.execd.files import SandboxFS
+from mock_opensandbox.execd.fsat import _DirHandle
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire import formdata as multipart
 from mock_opensandbox.wire import http1 as httpcore

@@ -25,7 +25,8 @@ import threading
 import time
 
 from mock_opensandbox.runtime import SandboxRuntime
-from mock_opensandbox.wire.http1 import App, Handler, Server
+from mock_opensandbox.wire.http1 import Handler
+from mock_opensandbox.wire.listener import App, Server
 
 EXECD_PORT = 44772
 

@@ -80,9 +80,10 @@ class JupyterClient:
         return self._http("GET", "/api/kernels") or []
 
     def create_session(self, name: str, path: str, kernel: str) -> dict[str, Any]:
-        return self._http(
+        session: dict[str, Any] = self._http(
             "POST", "/api/sessions", {"path": path, "name": name, "type": "notebook", "kernel": {"name": kernel}}
         )
+        return session
 
     def delete_session(self, session_id: str) -> None:
         self._http("DELETE", "/api/sessions/" + session_id)

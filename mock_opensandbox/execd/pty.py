@@ -92,7 +92,7 @@ class OutputPipe:
     _CLOSE = object()
 
     def __init__(self) -> None:
-        self._q: queue.Queue = queue.Queue(maxsize=64)
+        self._q: queue.Queue[Any] = queue.Queue(maxsize=64)  # output chunks, then _CLOSE
         self.closed = False
 
     def put(self, item: Any) -> bool:
@@ -136,7 +136,7 @@ class PtySession:
         self.start_attempted = False
         self.launch_failed = False
         self.pid = 0
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.exit_code = -1
         self.done: threading.Event | None = None
         self.is_pty = False
@@ -224,7 +224,7 @@ class PtySession:
                 self.launch_failed = True
                 raise
 
-    def _begin(self, proc: subprocess.Popen, streams: list[tuple[int, bool]]) -> None:
+    def _begin(self, proc: subprocess.Popen[bytes], streams: list[tuple[int, bool]]) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.exit_code = -1
@@ -327,7 +327,7 @@ class PtySession:
         if sink is not None:
             sink.put(chunk)
 
-    def _wait_loop(self, proc: subprocess.Popen, done: threading.Event) -> None:
+    def _wait_loop(self, proc: subprocess.Popen[bytes], done: threading.Event) -> None:
         rc = proc.wait()
         self._stop_readers.set()
         for t in self._readers:

@@ -130,7 +130,7 @@ def _is_ws_upgrade(headers: Any) -> bool:
     return "upgrade" in conn and "websocket" in upg
 
 
-def _go_field(frame: dict, name: str) -> Any:
+def _go_field(frame: dict[str, Any], name: str) -> Any:
     if name in frame:
         return frame[name]
     for k in frame:

@@ -31,8 +31,8 @@ from mock_opensandbox.execd.pty_routes import PtyRoutes
 from mock_opensandbox.execd.sessions import SessionRegistry
 from mock_opensandbox.execd.sessions_routes import SessionsRoutes
 from mock_opensandbox.runtime import SandboxRuntime
-from mock_opensandbox.wire.http1 import App, Request, Router, Server
-from mock_opensandbox.wire.listener import FaultRules, RequestJournal
+from mock_opensandbox.wire.http1 import Request, Router
+from mock_opensandbox.wire.listener import App, FaultRules, RequestJournal, Server
 
 __all__ = ["ExecdServer", "EXECD_PORT", "ROUTES"]
 

@@ -116,7 +116,7 @@ class BashSession:
         self.cwd = cwd
         self.started = True
         self.lock = threading.Lock()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def script(self, command: str, env: dict[str, str], cwd: str) -> str:
         lines = []
