@@ -36,7 +36,7 @@ test-slow: $(STAMP)
 	$(PYTEST) -q -m slow tiers
 
 ## The checks marked `lint`, all in tiers/t0/repo: ruff check (rules and import sorting in pyproject.toml), ruff format
-## --check, a reason on every noqa, mypy (--strict on plugin/, pyproject's defaults on mock_opensandbox/), actionlint
+## --check, a reason on every noqa, mypy (--strict on plugin/ and on mock_opensandbox/), actionlint
 ## and zizmor on the workflows (zizmor installs only on Python >= 3.11: it skips with one line elsewhere), the commit
 ## subjects (tools/commit_msg_check.py --history), the pinned versions. CI runs it before the tests.
 lint: $(STAMP)

@@ -12,8 +12,12 @@ from __future__ import annotations
 __version__ = "0.1.0"
 __all__ = ["MockOpenSandbox", "__version__"]
 
+TYPE_CHECKING = False  # (not typing's: importing typing would cost every import of the package)
+if TYPE_CHECKING:
+    from mock_opensandbox.server import MockOpenSandbox
 
-def __getattr__(name: str):  # lazy: importing the package must not start or import the servers
+
+def __getattr__(name: str) -> type[MockOpenSandbox]:  # lazy: importing the package must not start or import the servers
     if name == "MockOpenSandbox":
         from mock_opensandbox.server import MockOpenSandbox
 
