@@ -10,6 +10,7 @@ from typing import Any, Protocol, cast
 
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire.http1 import Handler, Request
+from mock_opensandbox.wire.listener import ResponseStream
 
 
 class ExecdApp(Protocol):
@@ -62,7 +63,7 @@ class _FrozenReader(io.RawIOBase):
 class _FrozenWriter:
     """A connection's output that writes nothing while the sandbox is paused."""
 
-    def __init__(self, raw: io.BufferedIOBase, app: ExecdApp):
+    def __init__(self, raw: ResponseStream, app: ExecdApp):
         self._raw, self._app = raw, app
 
     def write(self, b: Any) -> Any:
@@ -89,9 +90,10 @@ class _ExecdHandler(Handler):
         super().setup()
         app = self._app()
         app.track(self.connection, True)
-        raw = self.rfile.detach() if isinstance(self.rfile, io.BufferedReader) else self.rfile  # nothing read yet
+        rfile = self.rfile  # StreamRequestHandler.setup's own reader (no wrapper yet), nothing read yet
+        raw = rfile.detach() if isinstance(rfile, io.BufferedReader) else cast(io.BufferedIOBase, rfile)
         self.rfile = io.BufferedReader(_FrozenReader(raw, app))
-        self.wfile = _FrozenWriter(self.wfile, app)  # type: ignore[assignment]
+        self.wfile = _FrozenWriter(self.wfile, app)
 
     def finish(self) -> None:
         try:

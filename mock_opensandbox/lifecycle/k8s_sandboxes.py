@@ -105,7 +105,8 @@ class K8sSandboxes:
             return self.app.pools.create_from_pool(
                 req, r, on_bound=lambda sb: self.workloads.ready(sb.id, sb.created_at, pooled=True)
             )
-        outcome: PodOutcome = getattr(req.handler, "pod_outcome", None) or PodOutcome()
+        told = req.handler.pod_outcome  # what a fault rule of kind pod says (workbench/faultinject.py), or None
+        outcome = told if isinstance(told, PodOutcome) else PodOutcome()
         if outcome.to == "quota":  # the API server refuses the workload: nothing is made, nothing to roll back
             self.app.sandboxes.create_checks(
                 dict(r)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 from mock_opensandbox.wire import framing
-from mock_opensandbox.wire.listener import App, Server
+from mock_opensandbox.wire.listener import App, RequestStream, ResponseStream, Server
 
 MAX_BODY = framing.MAX_BODY  # a request body above 2 GiB is refused with 413
 
@@ -324,6 +324,13 @@ class Handler(BaseHTTPRequestHandler):
     server: Server
     prefetched: Any = None  # a chunked lifecycle body read before dispatch (wire/framing.py): a spool file
     framing_broken = False  # a malformed chunked body: the answer carries Connection: close
+    # the connection's streams, or what wraps them for one request (the journal's tee, a fault's writer, a paused
+    # sandbox's writer): listener.py RequestStream / ResponseStream, what this module and its users call of them
+    rfile: RequestStream  # type: ignore[assignment]  # StreamRequestHandler says BufferedIOBase: wrappers too
+    wfile: ResponseStream  # type: ignore[assignment]  # likewise
+    # a fault's word to the route (workbench/faultinject.py, kind pod: a lifecycle/k8s_workloads.py PodOutcome that
+    # lifecycle/k8s_sandboxes.py reads on a Kubernetes create); opaque here, None when no fault set it
+    pod_outcome: object | None = None
 
     # quiet: the mock never writes access logs to stderr unless asked
     def log_message(self, format: str, *args: Any) -> None:

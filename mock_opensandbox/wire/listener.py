@@ -1,5 +1,6 @@
 """The mock's HTTP listener: Server, a threaded server that can be stopped from any thread and
-serve only after a delay, and App, the interface of the application it serves. Split out of http1.py.
+serve only after a delay, and App, the interface of the application it serves, with what an app is given
+(FaultRules, RequestJournal) and what those are given of a request (RequestHandler). Split out of http1.py.
 """
 
 from __future__ import annotations
@@ -9,10 +10,79 @@ import socket
 import sys
 import threading
 import time
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from mock_opensandbox.wire import pollio
+
+
+class RequestStream(Protocol):
+    """A request's input as its handler reads it: the connection's buffered reader, or a wrapper of it that keeps
+    what crosses (workbench/journal.py _TeeReader)."""
+
+    def read(self, size: int | None = -1, /) -> bytes: ...
+
+    def read1(self, size: int = -1, /) -> bytes: ...
+
+    def readline(self, size: int | None = -1, /) -> bytes: ...
+
+    def readinto(self, buffer: bytearray | memoryview, /) -> int: ...
+
+
+class ResponseStream(Protocol):
+    """A request's output as its handler writes it: the connection's buffered writer, or a wrapper of it (the
+    journal's tee, a fault's cut or dribbled body: workbench/journal.py _TeeWriter, workbench/faultinject.py
+    _FaultyWriter; a paused sandbox's: execd/connection.py _FrozenWriter)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+class RequestHandler(Protocol):
+    """The handler of one request as the fault rules and the request journal use it (wire/http1.py ``Handler``
+    is one: it passes itself to ``FaultRules.inject`` and ``RequestJournal.begin``, which mypy checks against
+    this). Read only: the request line's target, its headers, the peer, the socket, the listener (``server.app``
+    names its sandbox and fault listener), the ``flavor`` (uvicorn: lifecycle, gin: execd); set as well: whether
+    the connection closes after this request, the input and output streams (a journal's tee, a fault's writer
+    put in and taken out again), and ``pod_outcome`` (a fault's word to a Kubernetes create). The methods are
+    BaseHTTPRequestHandler's, to read the body and answer in place of the route."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def headers(self) -> Message: ...
+
+    @property
+    def client_address(self) -> tuple[str, int] | tuple[str, int, int, int]: ...
+
+    @property
+    def connection(self) -> socket.socket: ...
+
+    @property
+    def server(self) -> Server: ...
+
+    @property
+    def flavor(self) -> str: ...
+
+    close_connection: bool
+    rfile: RequestStream
+    wfile: ResponseStream
+    pod_outcome: object | None
+
+    def read_body(self) -> bytes: ...
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None: ...
+
+    def send_response_only(self, code: int, message: str | None = None) -> None: ...
+
+    def send_header(self, keyword: str, value: str) -> None: ...
+
+    def end_headers(self) -> None: ...
+
+    def date_time_string(self, timestamp: float | None = None) -> str: ...
 
 
 class Fault(Protocol):
@@ -31,7 +101,7 @@ class FaultRules(Protocol):
 
     armed: bool
 
-    def inject(self, handler: Any, method: str) -> Fault | None: ...
+    def inject(self, handler: RequestHandler, method: str) -> Fault | None: ...
 
 
 class JournalEntry(Protocol):
@@ -44,7 +114,7 @@ class RequestJournal(Protocol):
     """The request journal as the wire uses it (workbench/journal.py Journal): ``begin(handler, method)`` before
     anything is read or faulted."""
 
-    def begin(self, handler: Any, method: str) -> JournalEntry | None: ...
+    def begin(self, handler: RequestHandler, method: str) -> JournalEntry | None: ...
 
 
 class App:

@@ -15,6 +15,7 @@ from http import HTTPStatus
 from typing import Any
 
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome
+from mock_opensandbox.wire.listener import App, RequestHandler, ResponseStream
 from mock_opensandbox.wire.relay import client_gone
 from mock_opensandbox.workbench.faults import FaultRegistry, Rule
 
@@ -36,7 +37,7 @@ def proxy_error_page(status: int, extra: str = "") -> str:
     )
 
 
-def _reset(handler: Any) -> None:
+def _reset(handler: RequestHandler) -> None:
     """Abort the connection with a TCP RST (SO_LINGER 0, then close the descriptor at once). The
     socket object is detached first, so the handler's later clean-up never touches a reused fd."""
     sock = handler.connection
@@ -56,7 +57,7 @@ def _reset(handler: Any) -> None:
     handler.close_connection = True
 
 
-def _fin(handler: Any) -> None:
+def _fin(handler: RequestHandler) -> None:
     """Close the connection cleanly (FIN) after what was sent."""
     try:
         handler.connection.shutdown(socket.SHUT_RDWR)
@@ -71,7 +72,7 @@ class _FaultyWriter:
     BaseHTTPRequestHandler writes the status line and all headers in one write (flush_headers), so
     the first write ending in a blank line is the head; everything after it is body."""
 
-    def __init__(self, raw: Any, injection: "Injection"):
+    def __init__(self, raw: ResponseStream, injection: "Injection"):
         self._raw = raw
         self._inj = injection
         self._rule = injection.rule
@@ -148,10 +149,10 @@ class Injection:
     """One request under a fault. ``done`` = the fault answered (or refused to answer) by itself and
     the route must not run; otherwise the route runs, maybe through a faulty writer."""
 
-    def __init__(self, handler: Any, method: str, registry: FaultRegistry, rule: Rule):
+    def __init__(self, handler: RequestHandler, method: str, registry: FaultRegistry, rule: Rule):
         self.handler, self.method, self.registry, self.rule = handler, method, registry, rule
         self.done = False
-        self._raw_wfile = None
+        self._raw_wfile: ResponseStream | None = None
         self.request_body = b""
 
     def _drain(self) -> None:
@@ -249,7 +250,7 @@ class Injection:
         self.registry._done()
 
 
-def request_sandbox(app: Any, listener: str, path: str) -> str | None:
+def request_sandbox(app: App, listener: str, path: str) -> str | None:
     """The sandbox a request belongs to: the listener's own (execd, port) or the lifecycle path's."""
     sid: str | None = app.sandbox_id
     if sid:
@@ -261,7 +262,7 @@ def request_sandbox(app: Any, listener: str, path: str) -> str | None:
     return None
 
 
-def classify(handler: Any) -> tuple[str, str, str | None]:
+def classify(handler: RequestHandler) -> tuple[str, str, str | None]:
     """(listener, path without the query, sandbox) of a request: what fault rules match and the journal
     notes."""
     app = handler.server.app
@@ -270,7 +271,7 @@ def classify(handler: Any) -> tuple[str, str, str | None]:
     return listener, path, request_sandbox(app, listener, path)
 
 
-def inject(handler: Any, method: str, registry: FaultRegistry) -> Injection | None:
+def inject(handler: RequestHandler, method: str, registry: FaultRegistry) -> Injection | None:
     """Match the request against the rules and start the fault; None when no rule fires."""
     listener, path, sandbox = classify(handler)
     rule = registry.match(method, path, listener, sandbox)

@@ -57,6 +57,8 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable
 
+from mock_opensandbox.wire.listener import Fault, RequestHandler
+
 __all__ = ["KINDS", "LISTENERS", "FaultError", "Rule", "FaultRegistry", "parse_rule"]
 
 KINDS = ("delay", "status", "reset", "reset_body", "truncate", "dribble", "stall", "pod")
@@ -359,7 +361,7 @@ class FaultRegistry:
         *,
         verbose: bool = False,
         log: Callable[[str], None] | None = None,
-        injector: Callable[[Any, str, "FaultRegistry"], Any] | None = None,
+        injector: Callable[[RequestHandler, str, "FaultRegistry"], Fault | None] | None = None,
     ):
         """``injector(handler, method, registry) -> fault | None`` starts the fault a rule makes of a request
         (workbench/faultinject.py inject); whoever builds the registry plugs it in (server.py, proxy.py).
@@ -440,7 +442,7 @@ class FaultRegistry:
         self.armed = any(r.active for r in self._rules)
 
     # -- matching -----------------------------------------------------------------------------------
-    def inject(self, handler: Any, method: str) -> Any:
+    def inject(self, handler: RequestHandler, method: str) -> Fault | None:
         """wire/listener.py FaultRules: the injector's fault for this request, or None."""
         return self.injector(handler, method, self) if self.injector is not None else None
 

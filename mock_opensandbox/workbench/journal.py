@@ -24,6 +24,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
+from mock_opensandbox.wire.listener import Fault, RequestHandler, RequestStream, ResponseStream
 from mock_opensandbox.workbench.faultinject import classify
 from mock_opensandbox.workbench.scrub import REDACTED, SECRET_HEADERS, scrub_text
 
@@ -67,7 +68,7 @@ def _dechunk(raw: bytes) -> bytes:
 class _TeeReader:
     """Wraps the handler's rfile; keeps the first ``limit`` bytes read and counts the rest."""
 
-    def __init__(self, raw: Any, limit: int):
+    def __init__(self, raw: RequestStream, limit: int):
         self._raw, self._limit = raw, limit
         self.captured = bytearray()
         self.total = 0
@@ -113,7 +114,7 @@ class _TeeWriter:
     notices the moment the answer is complete (Content-Length reached, last chunk, or no body), so the
     entry is in the journal before the client can have read the end of the answer."""
 
-    def __init__(self, raw: Any, limit: int, method: str, on_complete: Callable[[], None]):
+    def __init__(self, raw: ResponseStream, limit: int, method: str, on_complete: Callable[[], None]):
         self._raw, self._limit, self._method = raw, limit, method
         self._on_complete = on_complete
         self._head = bytearray()
@@ -251,7 +252,7 @@ class JournalEntry:
         "entry",
     )
 
-    def __init__(self, journal: "Journal", handler: Any, method: str, listener: str, sandbox: str | None):
+    def __init__(self, journal: "Journal", handler: RequestHandler, method: str, listener: str, sandbox: str | None):
         self.journal, self.handler, self.method = journal, handler, method
         self.path = handler.path
         self.listener, self.sandbox = listener, sandbox
@@ -263,11 +264,11 @@ class JournalEntry:
         self.rtee = _TeeReader(handler.rfile, limit)
         self.wtee = _TeeWriter(handler.wfile, limit, method, self._record)
         self.recorded = False
-        self.fault: Any = None
+        self.fault: Fault | None = None
         self.entry: dict[str, Any] | None = None
         handler.rfile, handler.wfile = self.rtee, self.wtee
 
-    def end(self, fault: Any = None) -> None:
+    def end(self, fault: Fault | None = None) -> None:
         h = self.handler
         # put the raw files back (only if nobody replaced ours meanwhile)
         if h.rfile is self.rtee:
@@ -341,7 +342,7 @@ def _body_of(raw: bytes, headers: Iterable[tuple[str, str]]) -> bytes:
     return raw
 
 
-def _listener_and_sandbox(handler: Any) -> tuple[str, str | None]:
+def _listener_and_sandbox(handler: RequestHandler) -> tuple[str, str | None]:
     listener, _, sandbox = classify(handler)
     return listener, sandbox
 
@@ -355,7 +356,7 @@ class Journal:
         preview: int = DEFAULT_PREVIEW,
         *,
         secrets: Callable[[], Iterable[str]] | None = None,
-        classify: Callable[[Any], tuple[str, str | None]] | None = None,
+        classify: Callable[[RequestHandler], tuple[str, str | None]] | None = None,
     ):
         if max_entries < 1 or preview < 0:
             raise ValueError("max_entries must be >= 1 and preview >= 0")
@@ -370,7 +371,7 @@ class Journal:
         self.dropped = 0
 
     # -- the httpcore hook ---------------------------------------------------------------------------
-    def begin(self, handler: Any, method: str) -> JournalEntry | None:
+    def begin(self, handler: RequestHandler, method: str) -> JournalEntry | None:
         if not self.enabled or handler.path.split("?", 1)[0].rstrip("/").startswith(ADMIN_PREFIX):
             return None
         try:
