@@ -35,7 +35,7 @@ from mock_opensandbox.images.commit import Committer
 from mock_opensandbox.lifecycle.app import LifecycleApp, LifecycleHandler
 from mock_opensandbox.lifecycle.ingress import Ingress
 from mock_opensandbox.lifecycle.k8s_sandboxes import K8sSandboxes
-from mock_opensandbox.lifecycle.k8s_sandboxes import install as install_k8s_sandboxes
+from mock_opensandbox.lifecycle.k8s_sandboxes_routes import install as install_k8s_sandboxes
 from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore
 from mock_opensandbox.lifecycle.pools import PoolStore
 from mock_opensandbox.options import DEFAULT_MAX_SANDBOX_TIMEOUT, EXECD_MODES, NETWORK_MODES, MockOptions
@@ -116,7 +116,7 @@ class MockOpenSandbox:
         self.snapshots: SnapshotStore | None = None  # while started (docker/snapshots.py)
         self.store: SandboxStore | None = None
         self.pools: PoolStore | None = None  # while started with runtime="kubernetes" (lifecycle/pools.py)
-        self.k8s: K8sSandboxes | None = None  # its sandbox routes (lifecycle/k8s_sandboxes.py), likewise
+        self.k8s: K8sSandboxes | None = None  # its sandboxes' state (lifecycle/k8s_sandboxes.py), likewise
         # runtime="kubernetes" with gateway=True: [ingress] gateway endpoints and the gateway (docker/gateway.py)
         self.ingress: Ingress | None = None
         self._gateway: Gateway | None = None
@@ -329,7 +329,7 @@ class MockOpenSandbox:
             pools=self.pools,
             ingress=self._start_gateway(),
         )
-        if self.pools is not None:  # the Kubernetes runtime's sandbox answers (lifecycle/k8s_sandboxes.py)
+        if self.pools is not None:  # the Kubernetes runtime's sandbox answers (lifecycle/k8s_sandboxes_routes.py)
             self.k8s = install_k8s_sandboxes(lifecycle, o.sandbox_create_timeout, o.pool_acquisition_timeout)
         add_fault_routes(lifecycle.router, self.faults)  # /__mock__/faults behind the API key (docs/FAULTS.md)
         app = AdminLayer(lifecycle, self.admin)  # /__mock__/ workbench routes in front (workbench/admin.py)

@@ -1,7 +1,7 @@
 """The diagnostics routes of the lifecycle listener (server api/devops.py). Routes only: the state is behind
 ``services.DiagnosticsText``, served by docker/ (``docker/diagnostics.py``: ``logs_text``, ``events_text``,
 ``inspect_text``, ``summary_text``, ``limit_lines``, ``inline``), over the sandbox table (lifecycle/model.py).
-The Kubernetes runtime's diagnostics (lifecycle/k8s_diagnostics.py) use ``DiagnosticsRoutes.diag`` too."""
+The Kubernetes runtime's diagnostics (lifecycle/k8s_diagnostics_routes.py) use ``DiagnosticsRoutes.diag`` too."""
 
 from __future__ import annotations
 

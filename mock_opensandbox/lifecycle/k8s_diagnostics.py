@@ -1,7 +1,8 @@
-"""The diagnostics of the Kubernetes runtime (``--runtime kubernetes``): what server 1.1.1's ``K8sDiagnosticsMixin``
-(server services/k8s/k8s_diagnostics.py) and api/devops.py answer about a sandbox's pod, for the mock's sandbox as
-the pod ``<id>-0`` of its BatchSandbox (template mode). lifecycle/k8s_sandboxes.py routes here; the query checks, the
-scopes and the inline JSON are lifecycle/diagnostics_routes.py's (the same FastAPI routes on both runtimes).
+"""The diagnostics of the Kubernetes runtime (``--runtime kubernetes``), the text only, no HTTP: what server 1.1.1's
+``K8sDiagnosticsMixin`` (server services/k8s/k8s_diagnostics.py) and api/devops.py say about a sandbox's pod, for
+the mock's sandbox as the pod ``<id>-0`` of its BatchSandbox (template mode). Its routes are
+lifecycle/k8s_diagnostics_routes.py's; the query checks, the scopes and the inline JSON are
+lifecycle/diagnostics_routes.py's (the same FastAPI routes on both runtimes).
 
 What the mock makes up (QUIRKS.md, "Kubernetes runtime: sandboxes"): the node (``mock-node``), the pod and host IP
 (``127.0.0.1``) and the namespace (``opensandbox``, the server's default); the pod has no events; its log is the mock
@@ -13,12 +14,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from mock_opensandbox.lifecycle import quirks
-from mock_opensandbox.lifecycle import validation as V
-from mock_opensandbox.lifecycle.diagnostics_routes import DiagnosticsRoutes
-from mock_opensandbox.lifecycle.k8s_workloads import Workload, Workloads
+from mock_opensandbox.lifecycle.k8s_workloads import Workload
 from mock_opensandbox.lifecycle.model import Sandbox
 from mock_opensandbox.lifecycle.quirks import MockError
-from mock_opensandbox.wire.http1 import Request
 
 NAMESPACE, NODE, POD_IP = "opensandbox", "mock-node", "127.0.0.1"
 # the BatchSandbox pod's containers and init containers (server services/k8s/batchsandbox_provider.py, the
@@ -70,57 +68,17 @@ def inspect_text(sb: Sandbox, w: Workload | None) -> str:
     return "\n".join(lines)
 
 
-def _container_checked(req: Request, sb: Sandbox) -> None:
+def check_container(name: str | None, sb: Sandbox) -> None:
     """k8s_diagnostics.py _resolve_log_container: a ``container`` the pod does not have → 404."""
-    name = V.q_last(req, "container")
     names = list(CONTAINERS + INIT_CONTAINERS)
     if name and name not in names:
         raise MockError(quirks.K8S_CONTAINER_NOT_FOUND, container=name, pod=pod_name(sb), names=names)
 
 
-def logs(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
-    now = routes.store.clock()
-    diag = routes.text()
-
-    def legacy(sb: Sandbox, tail: int) -> str:
-        _container_checked(req, sb)
-        return str(diag.logs_text(sb, tail, V.q_last(req, "since"), now=now))
-
-    routes.diag(
-        req,
-        "logs",
-        ("tail", 100, 10000),
-        ("container", "all"),
-        lambda sb: diag.limit_lines(diag.logs_text(sb, 101, now=now), 100, True),
-        legacy,
-        quirks.DIAG_LOGS_ALL_WARNING,
-    )
-
-
-def events(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
-    routes.diag(
-        req,
-        "events",
-        ("limit", 50, 500),
-        ("runtime", "all"),
-        lambda sb: (NO_EVENTS, False),
-        lambda sb, _limit: NO_EVENTS,
-        quirks.DIAG_EVENTS_ALL_WARNING,
-    )
-
-
-def inspect(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
-    sb = routes.store.get(req.params["sid"])
-    req.send_text(200, inspect_text(sb, workloads.get(sb.id)), "text/plain; charset=utf-8")
-
-
-def summary(routes: DiagnosticsRoutes, workloads: Workloads, req: Request) -> None:
-    """api/devops.py get_sandbox_diagnostics_summary over the pod's inspect, events and log tail."""
-    tail = routes.summary_tail(req)
-    sid = req.params["sid"]
-    sb = routes.store.get(sid)
+def summary_text(sid: str, sb: Sandbox, w: Workload | None, tail: int, logs: str) -> str:
+    """api/devops.py get_sandbox_diagnostics_summary over the pod's inspect, events and log tail (``logs``)."""
     bar, sub = "=" * 72, "-" * 40
     parts = [bar, "SANDBOX DIAGNOSTICS SUMMARY", "Sandbox ID: %s" % sid, bar, "", sub, "INSPECT", sub]
-    parts += [inspect_text(sb, workloads.get(sid)), "", sub, "EVENTS", sub, NO_EVENTS, "", sub]
-    parts += ["LOGS (last %d lines)" % tail, sub, routes.text().logs_text(sb, tail, now=routes.store.clock())]
-    req.send_text(200, "\n".join(parts) + "\n", "text/plain; charset=utf-8")
+    parts += [inspect_text(sb, w), "", sub, "EVENTS", sub, NO_EVENTS, "", sub]
+    parts += ["LOGS (last %d lines)" % tail, sub, logs]
+    return "\n".join(parts) + "\n"

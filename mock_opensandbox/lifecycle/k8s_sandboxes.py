@@ -1,14 +1,13 @@
-"""The sandbox routes of the Kubernetes runtime (``--runtime kubernetes``): create, get, list, delete, pause, resume,
-renew, metadata and the diagnostics' missing sandbox, answered as server 1.1.1's ``KubernetesSandboxService`` with
-the BatchSandbox provider answers them (server services/k8s/kubernetes_service.py, batchsandbox_provider.py,
-workload_mapper.py, error_helpers.py). QUIRKS.md, "Kubernetes runtime: sandboxes", lists each behaviour and its
-source; tiers/t2/k8s/test_server_oracle_k8s_sandboxes.py compares them with the Kubernetes oracle.
+"""The sandboxes of the Kubernetes runtime (``--runtime kubernetes``): state and answers, no HTTP. What server 1.1.1's
+``KubernetesSandboxService`` with the BatchSandbox provider keeps and answers (server services/k8s/
+kubernetes_service.py, batchsandbox_provider.py, workload_mapper.py, error_helpers.py): the workloads, the service's
+timeouts, a create's wait for its pod, the sandbox as the API shows it, and its errors. QUIRKS.md, "Kubernetes
+runtime: sandboxes", lists each behaviour and its source; tiers/t2/k8s/test_server_oracle_k8s_sandboxes.py compares
+them with the Kubernetes oracle.
 
-``install(app, create_timeout)`` puts these routes in front of the Docker ones of ``LifecycleApp`` (lifecycle/
-app.py); the facade calls it for ``runtime="kubernetes"``. The mock's sandbox underneath is its usual one: a
-create goes through the Docker route (validation, images, the sandbox's start) and its answer is replaced by the
-Kubernetes one once the pod is Ready. The workload state is lifecycle/k8s_workloads.py's table; a create's pod
-outcome comes from a fault rule of kind ``pod`` (docs/FAULTS.md) on the request's handler (``pod_outcome``).
+The routes are lifecycle/k8s_sandboxes_routes.py's (``K8sSandboxesRoutes``; ``install`` puts them in front of the
+Docker ones of ``LifecycleApp``). The mock's sandbox underneath is its usual one (lifecycle/model.py); the workload
+state is lifecycle/k8s_workloads.py's table.
 """
 
 from __future__ import annotations
@@ -18,27 +17,20 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from datetime import timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator
-from urllib.parse import parse_qsl
+from datetime import datetime, timezone
+from typing import Any, Iterator, Mapping
 
-from mock_opensandbox.lifecycle import k8s_diagnostics, quirks
-from mock_opensandbox.lifecycle import validation as V
-from mock_opensandbox.lifecycle.diagnostics_routes import DiagnosticsRoutes
+from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.k8s_workloads import PodOutcome, Workload, Workloads
-from mock_opensandbox.lifecycle.model import Sandbox, apply_metadata_patch, format_ts
+from mock_opensandbox.lifecycle.model import Sandbox, SandboxStore, apply_metadata_patch, format_ts
 from mock_opensandbox.lifecycle.quirks import MockError
-from mock_opensandbox.wire.http1 import Request, Router
-
-if TYPE_CHECKING:  # app.py never imports this module; the facade installs it (server.py)
-    from mock_opensandbox.lifecycle.app import LifecycleApp
 
 _NOT_FOUND = ("DOCKER::SANDBOX_NOT_FOUND",)
 _PULL_FAILED = "DOCKER::SANDBOX_IMAGE_PULL_FAILED"
 
 
 @contextmanager
-def _k8s_errors(sandbox_id: str) -> Iterator[None]:
+def k8s_errors(sandbox_id: str) -> Iterator[None]:
     """The Docker route's missing sandbox as the Kubernetes service says it (error_helpers.py)."""
     try:
         yield
@@ -48,10 +40,21 @@ def _k8s_errors(sandbox_id: str) -> Iterator[None]:
         raise
 
 
+def pod_failed_on_pull(e: MockError) -> MockError | None:
+    """A Docker create's error as the Kubernetes create answers it: an image that cannot be pulled is a pod whose
+    container waits on it (500 POD_FAILED, ErrImagePull); None: any other error, answered as it is."""
+    if e.quirk.code != _PULL_FAILED:
+        return None
+    return MockError(quirks.K8S_POD_FAILED, id=str(uuid.uuid4()), total=1, reason="ErrImagePull")
+
+
 class K8sSandboxes:
-    def __init__(self, app: "LifecycleApp", create_timeout: float, pool_timeout: float = 30.0):
-        self.app = app
-        self.store = app.store
+    """The sandboxes in ``store`` as the Kubernetes service keeps them: their workloads, and the server's
+    ``[kubernetes]`` sandbox_create_timeout_seconds and pool_acquisition_timeout_seconds. ``closing`` ends the
+    creates waiting for a pod (the facade sets it at stop)."""
+
+    def __init__(self, store: SandboxStore, create_timeout: float, pool_timeout: float = 30.0):
+        self.store = store
         self.workloads = Workloads()
         self.create_timeout = float(create_timeout)  # [kubernetes] sandbox_create_timeout_seconds
         self.pool_timeout = float(pool_timeout)  # [kubernetes] pool_acquisition_timeout_seconds
@@ -93,39 +96,32 @@ class K8sSandboxes:
             out["createdAt"] = format_ts(created)
             return out
 
-    def _sandbox(self, sandbox_id: str) -> Sandbox:
-        with _k8s_errors(sandbox_id):
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        with k8s_errors(sandbox_id):
             sb: Sandbox = self.store.get(sandbox_id)
             return sb
 
     # -- create -----------------------------------------------------------------------------------------------
-    def create(self, req: Request) -> None:
-        r = V.body(req, V.CreateSandboxRequest)
-        if (r["extensions"] or {}).get(quirks.POOL_REF_KEY, "").strip():
-            return self.app.pools.create_from_pool(
-                req, r, on_bound=lambda sb: self.workloads.ready(sb.id, sb.created_at, pooled=True)
-            )
-        told = req.handler.pod_outcome  # what a fault rule of kind pod says (workbench/faultinject.py), or None
-        outcome = told if isinstance(told, PodOutcome) else PodOutcome()
-        if outcome.to == "quota":  # the API server refuses the workload: nothing is made, nothing to roll back
-            self.app.sandboxes.create_checks(
-                dict(r)
-            )  # the request's own 400s come first (the server checks before it creates)
-            used = sum(1 for sb in self.store.snapshot().values() if not sb.deleted)
-            raise MockError(quirks.K8S_QUOTA_EXCEEDED, id=str(uuid.uuid4()), quota=quirks.K8S_QUOTA_NAME, used=used)
-        try:
-            made = self.app.sandboxes.create_sandbox(
-                dict(r)
-            )  # the Docker route's create (its checks, volumes, the sandbox)
-        except MockError as e:  # the image cannot be pulled: on Kubernetes, the pod's container waits on it
-            if e.quirk.code != _PULL_FAILED:
-                raise
-            raise MockError(quirks.K8S_POD_FAILED, id=str(uuid.uuid4()), total=1, reason="ErrImagePull") from None
-        sb = self.store.get(made.id)
+    def pooled(self, sb: Sandbox) -> None:
+        """A poolRef create's sandbox has its pod (lifecycle/pools_routes.py ``on_bound``): a pool-mode workload."""
+        self.workloads.ready(sb.id, sb.created_at, pooled=True)
+
+    def quota_exceeded(self) -> MockError:
+        """A namespace ResourceQuota refuses the workload: nothing is made, nothing to roll back."""
+        used = sum(1 for sb in self.store.snapshot().values() if not sb.deleted)
+        return MockError(quirks.K8S_QUOTA_EXCEEDED, id=str(uuid.uuid4()), quota=quirks.K8S_QUOTA_NAME, used=used)
+
+    def pod_ready(self, sandbox_id: str, outcome: PodOutcome) -> tuple[Sandbox, Workload] | None:
+        """kubernetes_service.py _wait_for_sandbox_ready for the sandbox a create just made: its workload Pending
+        until the pod does what ``outcome`` says; (the sandbox, its workload) once Ready. A pod that fails or is
+        never Ready raises (the workload deleted); None when Pool capacity stayed exhausted (the workload deleted,
+        the create answers 429 with ``retry_after()``)."""
+        sb = self.store.get(sandbox_id)
         w = self.workloads.pending(sb.id, sb.created_at)
         start = time.monotonic()
         if outcome.to == "capacity":
-            return self._no_capacity(req, sb, w, start)
+            self._no_capacity(sb, w, start)
+            return None
         wait = outcome.after if outcome.to != "unschedulable" else self.create_timeout
         self.closing.wait(min(wait, self.create_timeout))
         if outcome.to == "failed" and outcome.after < self.create_timeout:
@@ -135,18 +131,20 @@ class K8sSandboxes:
             self._abandon(sb.id)
             raise MockError(quirks.K8S_POD_READY_TIMEOUT, id=sb.id, elapsed=time.monotonic() - start)
         self.workloads.ready(sb.id, sb.created_at)
-        req.send_json(202, self._create_json(sb, w, r))
+        return sb, w
 
-    def _no_capacity(self, req: Request, sb: Sandbox, w: Workload, start: float) -> None:
-        """_wait_for_sandbox_ready while the workload reports exhausted Pool capacity: 429 once that lasted
+    def _no_capacity(self, sb: Sandbox, w: Workload, start: float) -> None:
+        """_wait_for_sandbox_ready while the workload reports exhausted Pool capacity: the 429 once that lasted
         pool_acquisition_timeout_seconds, unless the create timeout (checked first) ends the wait before it."""
         w.capacity = True
         self.closing.wait(min(self.pool_timeout, self.create_timeout))
         self._abandon(sb.id)
         if self.pool_timeout >= self.create_timeout:
             raise MockError(quirks.K8S_POD_READY_TIMEOUT, id=sb.id, elapsed=time.monotonic() - start)
-        retry = str(max(1, math.ceil(self.pool_timeout)))
-        req.send_json(429, quirks.K8S_POOL_CAPACITY_EXHAUSTED.body(), {"Retry-After": retry})
+
+    def retry_after(self) -> str:
+        """The 429's Retry-After: the acquisition timeout in whole seconds, at least 1."""
+        return str(max(1, math.ceil(self.pool_timeout)))
 
     def _abandon(self, sandbox_id: str) -> None:
         """The server deletes the workload of a create that failed (kubernetes_service.py create_sandbox)."""
@@ -156,7 +154,7 @@ class K8sSandboxes:
         except MockError:
             pass
 
-    def _create_json(self, sb: Sandbox, w: Workload, r: dict[str, Any]) -> dict[str, Any]:
+    def create_json(self, sb: Sandbox, w: Workload, r: dict[str, Any]) -> dict[str, Any]:
         """CreateSandboxResponse: the request's metadata and entrypoint, the Ready status, createdAt of the request."""
         state, reason, message = quirks.K8S_STATUS_RUNNING
         out: dict[str, Any] = {"id": sb.id}
@@ -172,18 +170,10 @@ class K8sSandboxes:
             out["entrypoint"] = list(r["entrypoint"])
         return out
 
-    # -- the other sandbox routes -----------------------------------------------------------------------------
-    def get(self, req: Request) -> None:
-        req.send_json(200, self.sandbox_json(self._sandbox(req.params["sid"])))
-
-    def list(self, req: Request) -> None:
+    # -- the other sandbox operations -------------------------------------------------------------------------
+    def page(self, states: set[str], wanted: Mapping[str, str], page: int, size: int) -> dict[str, Any]:
         """list_helpers.py: the state and metadata filters on the mapped sandboxes, newest creationTimestamp first
         (whole seconds; ties in the API server's order, by name), then the page."""
-        # the query's checks (422 page, pageSize; 400 metadata) as the Docker route's
-        _, page, size = V.list_query(req)
-        states = {s.lower() for s in req.query.get("state") or []}
-        raw = (req.query.get("metadata") or [""])[-1]
-        wanted = dict(parse_qsl(raw, keep_blank_values=True)) if raw else {}
         items = []
         for sb in sorted(self.store.snapshot().values(), key=lambda s: s.id):
             doc = self.sandbox_json(sb)
@@ -197,86 +187,48 @@ class K8sSandboxes:
         pages = (total + size - 1) // size
         pagination = {"page": page, "pageSize": size, "totalItems": total, "totalPages": pages}
         pagination["hasNextPage"] = page < pages
-        req.send_json(200, {"items": items[(page - 1) * size : page * size], "pagination": pagination})
+        return {"items": items[(page - 1) * size : page * size], "pagination": pagination}
 
-    def delete(self, req: Request) -> None:
-        sid = req.params["sid"]
-        with _k8s_errors(sid):
-            self.store.delete(sid)
-        self.workloads.forget(sid)
-        req.send(204)
+    def delete(self, sandbox_id: str) -> None:
+        with k8s_errors(sandbox_id):
+            self.store.delete(sandbox_id)
+        self.workloads.forget(sandbox_id)
 
-    def pause(self, req: Request) -> None:
+    def pause(self, sandbox_id: str) -> None:
         """batchsandbox_provider.py pause_sandbox: only a Ready (Succeed) workload; the mock pauses its sandbox at
         once (Paused, no Pausing in between) [choice]."""
-        sb = self._sandbox(req.params["sid"])
+        sb = self.sandbox(sandbox_id)
         w = self.workloads.get(sb.id)
         if w is None or w.phase == "Pending":
             raise MockError(quirks.K8S_INVALID_STATE, message="Cannot pause: sandbox is being created (phase=Pending)")
         if sb.paused:
             raise MockError(quirks.K8S_INVALID_STATE, message="Sandbox is already paused")
-        with _k8s_errors(sb.id):
+        with k8s_errors(sb.id):
             self.store.pause(sb.id)
-        req.send(202)
 
-    def resume(self, req: Request) -> None:
-        sb = self._sandbox(req.params["sid"])
+    def resume(self, sandbox_id: str) -> None:
+        sb = self.sandbox(sandbox_id)
         w = self.workloads.get(sb.id)
         if w is None or w.phase == "Pending":
             raise MockError(quirks.K8S_INVALID_STATE, message="Cannot resume: sandbox is being created (phase=Pending)")
         if not sb.paused:
             raise MockError(quirks.K8S_INVALID_STATE, message="Cannot resume sandbox in state Running, expected Paused")
-        with _k8s_errors(sb.id):
+        with k8s_errors(sb.id):
             self.store.resume(sb.id)
-        req.send(202)
 
-    def renew(self, req: Request) -> None:
+    def renew(self, sandbox_id: str, expires_at: datetime) -> datetime:
         """kubernetes_service.py renew_expiration: the time first (400), then the sandbox (404), then 409 for one
-        without expiry; the codes and messages are the Docker ones (shared validators)."""
-        r = V.body(req, V.RenewSandboxExpirationRequest)
-        when = r["expires_at"]
+        without expiry; the codes and messages are the Docker ones (shared validators). The new expiry."""
+        when = expires_at
         if when.tzinfo is None:
             when = when.replace(tzinfo=timezone.utc)
         if when <= self.store.clock():
             raise MockError(quirks.INVALID_EXPIRATION)
-        sid = req.params["sid"]
-        with _k8s_errors(sid):
-            new = self.store.renew(sid, r["expires_at"])
-        req.send_json(200, {"expiresAt": format_ts(new)})
+        with k8s_errors(sandbox_id):
+            return self.store.renew(sandbox_id, expires_at)
 
-    def patch_metadata(self, req: Request) -> None:
-        """kubernetes_service.py patch_sandbox_metadata: the body, the sandbox, then the label checks; the answer is
-        the sandbox as GET shows it."""
-        patch = V.body(req, V.PatchSandboxMetadataRequest)
-        sb = self._sandbox(req.params["sid"])
+    def patch_metadata(self, sandbox_id: str, patch: Mapping[str, str | None]) -> Sandbox:
+        """kubernetes_service.py patch_sandbox_metadata: the sandbox, then the label checks; the patched sandbox."""
+        sb = self.sandbox(sandbox_id)
         apply_metadata_patch(sb, patch)
-        req.send_json(200, self.sandbox_json(sb))
-
-    def diagnostics(self, route: Callable[[DiagnosticsRoutes, Workloads, Request], None]) -> Callable[[Request], None]:
-        """A diagnostics route of lifecycle/k8s_diagnostics.py, its missing sandbox as the Kubernetes service's."""
-
-        def run(req: Request) -> None:
-            with _k8s_errors(req.params["sid"]):
-                route(self.app.diagnostics, self.workloads, req)
-
-        return run
-
-
-def install(app: "LifecycleApp", create_timeout: float, pool_timeout: float = 30.0) -> K8sSandboxes:
-    """The Kubernetes runtime's sandbox routes in front of ``app``'s (a LifecycleApp with a PoolStore)."""
-    ks = K8sSandboxes(app, create_timeout, pool_timeout)
-    r = Router()
-    for prefix in ("", "/v1"):
-        s = prefix + "/sandboxes"
-        r.add("POST", s, ks.create)
-        r.add("GET", s, ks.list)
-        r.add("GET", s + "/{sid}", ks.get)
-        r.add("PATCH", s + "/{sid}/metadata", ks.patch_metadata)
-        r.add("DELETE", s + "/{sid}", ks.delete)
-        r.add("POST", s + "/{sid}/pause", ks.pause)
-        r.add("POST", s + "/{sid}/resume", ks.resume)
-        r.add("POST", s + "/{sid}/renew-expiration", ks.renew)
-        for kind in ("logs", "inspect", "events", "summary"):
-            r.add("GET", s + "/{sid}/diagnostics/" + kind, ks.diagnostics(getattr(k8s_diagnostics, kind)))
-    app.router.routes[:0] = r.routes
-    return ks
+        return sb

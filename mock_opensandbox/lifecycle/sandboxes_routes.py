@@ -84,7 +84,7 @@ class SandboxesRoutes:
 
     def create_sandbox(self, r: dict[str, Any]) -> Sandbox:
         """The Docker runtime's create of a validated CreateSandboxRequest (``r``, V.body's): its checks, its
-        volumes, the sandbox (the Kubernetes create, k8s_sandboxes.py, makes its sandbox with this too)."""
+        volumes, the sandbox (the Kubernetes create, k8s_sandboxes_routes.py, makes its sandbox with this too)."""
         secure, checks = self.create_checks(r)
         vols = None
         if r["volumes"]:

@@ -365,7 +365,7 @@ def q_page(req: Request) -> tuple[int, int]:
 
 def list_query(req: Request) -> tuple[dict[str, str] | None, int, int]:
     """GET /sandboxes' query as the server checks it: (metadata filter or None, page, pageSize); 422 for the page,
-    then 400 INVALID_METADATA_FORMAT (the Kubernetes list, k8s_sandboxes.py, checks its query with this too)."""
+    then 400 INVALID_METADATA_FORMAT (the Kubernetes list, k8s_sandboxes_routes.py, checks its query with this too)."""
     md_raw = q_last(req, "metadata")
     page, size = q_page(req)
     md = None

@@ -329,7 +329,7 @@ class Handler(BaseHTTPRequestHandler):
     rfile: RequestStream  # type: ignore[assignment]  # StreamRequestHandler says BufferedIOBase: wrappers too
     wfile: ResponseStream  # type: ignore[assignment]  # likewise
     # a fault's word to the route (workbench/faultinject.py, kind pod: a lifecycle/k8s_workloads.py PodOutcome that
-    # lifecycle/k8s_sandboxes.py reads on a Kubernetes create); opaque here, None when no fault set it
+    # lifecycle/k8s_sandboxes_routes.py reads on a Kubernetes create); opaque here, None when no fault set it
     pod_outcome: object | None = None
 
     # quiet: the mock never writes access logs to stderr unless asked

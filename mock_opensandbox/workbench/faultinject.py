@@ -171,7 +171,7 @@ class Injection:
         kind = rule.kind
         if kind == "delay":
             return
-        if kind == "pod":  # the route answers; a Kubernetes-runtime create reads it (lifecycle/k8s_sandboxes.py)
+        if kind == "pod":  # the route answers; a Kubernetes-runtime create reads it (lifecycle/k8s_sandboxes_routes.py)
             h.pod_outcome = PodOutcome(rule.pod, rule.after, rule.reason)
             return
         if kind == "reset":
