@@ -10,7 +10,10 @@
 * the server module is wiring only: no function of it takes a ``Request`` but the dispatch (``ExecdServer.handle``,
   ``LifecycleApp.handle``, ``LifecycleHandler.dispatch`` and the ``_Front.handle`` it calls), the API-key check
   (``LifecycleApp._authenticate``) and the wrapper ``_endpoint`` makes of a ROUTES target (ExecdError -> Gin's
-  JSON error).
+  JSON error);
+* in lifecycle/, no other module outside a ``*_routes.py`` has a function or method that takes a ``Request`` (a
+  request handler), but the ones ``Package.request_modules`` lists with the reason (how every route reads a
+  request, the reverse proxy).
 
 ``test_layout_breaches_are_found`` and ``test_lifecycle_layout_breaches_are_found`` show each rule failing on a
 tree that breaks it."""
@@ -39,6 +42,8 @@ class Package:
     routes_only: dict[str, str]  # routes modules without a state module, each with why
     request_functions: frozenset[str]  # the functions of the server module that may take a Request
     state: dict[str, str] = field(default_factory=dict)  # api -> its state module when not <api>.py
+    # the modules besides the server and the *_routes.py that may take a Request, each with why; None: not checked
+    request_modules: dict[str, str] | None = None
 
 
 EXECD_PACKAGE = Package(
@@ -66,6 +71,12 @@ LIFECYCLE_PACKAGE = Package(
     # the sandbox table keeps its name: lifecycle/model.py is what the other layers (docker/, the workbench, the
     # facade) import the Sandbox and SandboxStore from
     {"sandboxes": "model"},
+    {
+        "validation": "how every route reads its request (body, q_last, q_int, q_page, list_query, path_port): "
+        "helpers the routes call, no route of its own",
+        "proxy": "the server's reverse proxy: forward() relays a request SandboxesRoutes.proxy hands it, and the "
+        "per-sandbox port listener (PortForwardHandler) dispatches its own requests",
+    },
 )
 ROUTES_ONLY = EXECD_PACKAGE.routes_only
 REQUEST = re.compile(r"\bRequest\b")  # the annotation names wire's Request (not RequestJournal)
@@ -217,6 +228,14 @@ def layout_breaches(root: str = EXECD, pkg: Package = EXECD_PACKAGE) -> list[str
         for fn in _request_functions(server)
         if fn not in pkg.request_functions
     ]
+    if pkg.request_modules is not None:
+        for f in files:
+            if f.endswith("_routes.py") or f == server_name or f[:-3] in pkg.request_modules:
+                continue
+            out += [
+                f"{f}: {fn} takes a Request (a handler: it belongs in a *_routes.py)"
+                for fn in _request_functions(_parse(root, f))
+            ]
     return out
 
 
@@ -270,14 +289,25 @@ def test_one_file_set_per_lifecycle_api():
     assert {"sandboxes", "pools", "snapshots", "diagnostics"} <= routes
     assert set(LIFECYCLE_PACKAGE.routes_only) <= routes, "a ROUTES_ONLY entry names no module"
     assert "routes.py" not in os.listdir(LIFECYCLE), "the app is lifecycle/app.py"
+    modules = {f[: -len(".py")] for f in os.listdir(LIFECYCLE) if f.endswith(".py")}
+    assert set(LIFECYCLE_PACKAGE.request_modules or {}) <= modules, "a request_modules entry names no module"
 
 
 def test_lifecycle_layout_breaches_are_found(tmp_path):
     """The lifecycle rules fail too: a routes module without its state module, the sandboxes' state module
     (model.py) importing a routes module, a route class named otherwise, a route whose handler is the app's own
-    method, and a handler left in app.py."""
+    method, a handler left in app.py, and handlers in a module that is no *_routes.py (a method and a function
+    of widgets.py; validation.py's request readers are allowed)."""
     files = {
         "model.py": "from mock_opensandbox.lifecycle.sandboxes_routes import SandboxesRoutes\n",
+        "validation.py": "def body(req: Request, model: type) -> dict: ...\n",
+        "widgets.py": (
+            "class Widgets:\n"
+            "    def get(self, req: Request) -> None: ...\n"
+            "    def count(self) -> int: ...\n"
+            "def answer(req: 'Request', status: int) -> None: ...\n"
+            "def journal(j: RequestJournal) -> None: ...\n"
+        ),
         "sandboxes_routes.py": "class SandboxesRoutes:\n    pass\n",
         "pools_routes.py": "class PoolRoutes:\n    pass\n",
         "health_routes.py": "class HealthRoutes:\n    pass\n",
@@ -305,4 +335,6 @@ def test_lifecycle_layout_breaches_are_found(tmp_path):
         "model.py: a state module imports the HTTP side: mock_opensandbox.lifecycle.sandboxes_routes",
         "app.py: ROUTES target 'version' is not <attribute>.<method>",
         "app.py: LifecycleApp.version takes a Request (a handler: it belongs in a *_routes.py)",
+        "widgets.py: Widgets.get takes a Request (a handler: it belongs in a *_routes.py)",
+        "widgets.py: answer takes a Request (a handler: it belongs in a *_routes.py)",
     ]
