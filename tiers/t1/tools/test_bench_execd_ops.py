@@ -12,6 +12,7 @@ import pytest
 
 from bench import direct, execd_ops
 from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit.waits import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,9 @@ def test_background_first_line_then_interrupted(execd):
 def test_pty_start_then_deleted(execd):
     _, _, url, hdrs = execd
     assert 0 < execd_ops.pty_start(url, hdrs) < 30
-    assert "--noprofile" not in _ps(url, hdrs)  # the session's shell was deleted with it
+    # the session's shell was deleted with it: SIGKILLed by the DELETE, which does not wait for its end (execd's
+    # ptySession.close neither), so a `ps` right after may still catch it for a moment
+    assert wait_until(lambda: "--noprofile" not in _ps(url, hdrs), 10.0), _ps(url, hdrs)
 
 
 def _ps(url: str, hdrs: dict) -> str:
