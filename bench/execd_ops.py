@@ -80,7 +80,22 @@ def background_first_line(url: str, headers: dict) -> float:
             time.sleep(0.001)
         raise RuntimeError("a background command's first line never reached its logs")
     finally:
-        _call(url, headers, "DELETE", f"/command?id={cid}", ok=(200, 400, 404))
+        _stop_background(url, headers, cid)
+
+
+def _stop_background(url: str, headers: dict, cid: str) -> None:
+    """DELETE /command?id=, untimed. execd v1.0.19 stores a background command in its table from a goroutine
+    after the process started (components/execd/pkg/runtime/command.go runBackgroundCommand at 3bb6fad), so its
+    output can be in the logs while an interrupt still answers 500 "no such session" for a moment: retried."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            _call(url, headers, "DELETE", f"/command?id={cid}", ok=(200, 400, 404))
+            return
+        except direct.HttpFailure as exc:
+            if "no such session" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
 
 
 def pty_start(url: str, headers: dict) -> float:

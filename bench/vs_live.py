@@ -235,7 +235,7 @@ def interleave(sides: dict, n: int, warmup: int, seed: int = SEED) -> dict[str, 
     def run(name: str) -> float:
         try:
             return float(sides[name]())
-        except RuntimeError as exc:  # which side failed, in the case's one-line error
+        except (RuntimeError, direct.HttpFailure) as exc:  # which side failed, in the case's one-line error
             raise RuntimeError(f"{name}: {exc}") from exc
 
     for _ in range(warmup):
