@@ -10,6 +10,7 @@ import http.server
 import os
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -257,15 +258,23 @@ def test_kill_is_idempotent(epp, mock):
 
 
 def test_bad_metadata_label_is_rejected_before_anything_is_created(epp, mock):
-    before = len(mock.sandboxes)
+    # every create below carries this test's own label beside the bad one: on a live server other tests (other
+    # xdist workers) create sandboxes at the same time, so the check is "none with this label", not a count
+    mark = {"osb-test-run": uuid.uuid4().hex[:12]}
     for key in ("bad key", "opensandbox.io/x", "a" * 64):
         with pytest.raises(RpcError) as info:
-            epp.call("sandbox.create", {"template": "base", "timeout": 300, "metadata": {key: "v"}})
+            epp.call("sandbox.create", {"template": "base", "timeout": 300, "metadata": {key: "v", **mark}})
         assert info.value.code == -32000 and repr(key) in info.value.message
     with pytest.raises(RpcError) as info:
-        epp.call("sandbox.create", {"template": "base", "timeout": 300, "metadata": {"ok": "x" * 64}})
+        epp.call("sandbox.create", {"template": "base", "timeout": 300, "metadata": {"ok": "x" * 64, **mark}})
     assert "'ok'" in info.value.message
-    assert len(mock.sandboxes) == before
+    made = [sid for sid, sb in mock.sandboxes.items() if mark.items() <= (_metadata_of(sb) or {}).items()]
+    assert made == []
+
+
+def _metadata_of(sb: object) -> dict | None:
+    """A sandbox's metadata: the mock's Sandbox object, or a live server's list item."""
+    return sb.get("metadata") if isinstance(sb, dict) else getattr(sb, "metadata", None)
 
 
 # (8) no call to execd's code endpoints (POST /code/context hangs on images without the interpreter) --------
