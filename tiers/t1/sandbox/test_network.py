@@ -288,20 +288,6 @@ def test_relay_drops_while_nothing_listens_then_relays():
 
 
 # -- nothing left behind ----------------------------------------------------------------------------
-def _netns_ids_in_use() -> set[str]:
-    """Every network namespace a process holds (as its own or through an open file)."""
-    out: set[str] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            out.add(os.readlink("/proc/%s/ns/net" % name))
-            out |= _netns_fds(int(name))
-        except OSError:
-            continue
-    return out
-
-
 def _sandbox_parts(m: Mock, sids: list[str]) -> tuple[set[str], set[int], set[int]]:
     """(network namespaces, slirp4netns pids, published ports) of these sandboxes."""
     nets, slirps, ports = set(), set(), set()
@@ -316,17 +302,56 @@ def _sandbox_parts(m: Mock, sids: list[str]) -> tuple[set[str], set[int], set[in
     return nets, slirps, ports
 
 
-def _gone(nets: set[str], slirps: set[int], ports: set[int], timeout: float = 5.0) -> list[str]:
-    """What is still there of the given namespaces, slirp4netns processes and ports after up to ``timeout`` s."""
+def _start_time(pid: int) -> int | None:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _holders(nets: set[str]) -> set[tuple[int, int | None]]:
+    """(pid, start time) of every process that holds one of these namespaces now, as its own or through a file."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            held = {os.readlink("/proc/%d/ns/net" % pid)} | _netns_fds(pid)
+        except OSError:
+            continue
+        if held & nets:
+            out.add((pid, _start_time(pid)))
+    return out
+
+
+def _gone(
+    nets: set[str], slirps: set[int], ports: set[int], holders: set[tuple[int, int | None]], timeout: float = 5.0
+) -> list[str]:
+    """What is still there of the given namespaces, slirp4netns processes and ports after up to ``timeout`` s.
+    A namespace counts as left while one of its ``holders`` from before (the same pid, started at the same time)
+    or this process still holds one by that id: the kernel hands a freed namespace's inode number to the next
+    namespace made, here by any other test or container on the machine (xdist workers, a live stack)."""
 
     def left() -> list[str]:
+        now = _holders(nets) & holders
+        mine = _netns_fds(os.getpid()) | _netns_of_my_sockets() | {os.readlink("/proc/self/ns/net")}
+        still = {n for n in nets if n in mine} | {n for pid, _ in now for n in _held_by(pid) & nets}
         return (
-            ["netns %s" % n for n in nets & _netns_ids_in_use()]
+            ["netns %s" % n for n in sorted(still)]
             + ["slirp4netns %d" % p for p in slirps if alive(p)]
             + ["port %d" % p for p in ports if not port_closed(p)]
         )
 
     return poll(left, lambda got: not got, timeout)
+
+
+def _held_by(pid: int) -> set[str]:
+    try:
+        return {os.readlink("/proc/%d/ns/net" % pid)} | _netns_fds(pid)
+    except OSError:
+        return set()
 
 
 def test_delete_leaves_no_netns_relay_or_slirp(mock):
@@ -343,9 +368,10 @@ def test_delete_leaves_no_netns_relay_or_slirp(mock):
     held = http.client.HTTPConnection(*m.endpoint(sids[0], 8080)[0].split(":"), timeout=10)
     held.request("GET", "/who.txt")
     assert held.getresponse().read() == b"x\n"  # a keep-alive connection through the published port
+    holders = _holders(nets)
     for sid in sids:
         assert m.api("DELETE", "/v1/sandboxes/" + sid)[0] == 204
-    assert _gone(nets, slirps, ports) == []
+    assert _gone(nets, slirps, ports, holders) == []
     assert poll(lambda: veths & nethub.links(), lambda got: not got, 5.0) == set()  # out of the bridge
     held.close()
 
@@ -386,12 +412,13 @@ def test_mock_signals_leave_no_netns_relay_or_slirp(sig):
         held = _netns_fds(cli.proc.pid) - nets - {os.readlink("/proc/%d/ns/net" % cli.proc.pid)}
         assert len(held) == (1 if hub else 0), held
         nets |= held
+        before = _holders(nets)
         if sig == signal.SIGKILL:
             cli.proc.kill()
             cli.proc.wait(10)
         else:
             assert cli.stop(sig)[0] == 0
-        assert _gone(nets, slirps, ports | {cli.port}) == []
+        assert _gone(nets, slirps, ports | {cli.port}, before) == []
     finally:
         cli.kill()
 
@@ -464,8 +491,9 @@ def test_mock_execd_listens_inside_and_the_listener_dies_with_the_sandbox(mock):
     if os.geteuid() == 0:
         assert nets <= _netns_of_my_sockets()
     assert len([t for t in threading.enumerate() if t.name.startswith("execd-inside")]) >= 2
+    holders = _holders(nets)
     for sid in sids:
         assert m.api("DELETE", "/v1/sandboxes/" + sid)[0] == 204
-    assert _gone(nets, set(), set()) == []
+    assert _gone(nets, set(), set(), holders) == []
     assert not nets & _netns_of_my_sockets()
     assert not [t for t in threading.enumerate() if t.name.startswith("execd-inside")]
