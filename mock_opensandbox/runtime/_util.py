@@ -297,13 +297,18 @@ def await_exec(
         time.sleep(0.0005)
 
 
-def _gone(pid: int) -> bool:
-    """pid has exited (reaped, or a zombie)."""
+def proc_state(pid: int) -> bytes | None:
+    """The state letter of /proc/PID/stat (b"R", b"S", b"Z", ...); None when pid is gone."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+            return fh.read().rsplit(b")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return True
+        return None
+
+
+def _gone(pid: int) -> bool:
+    """pid has exited (reaped, or a zombie)."""
+    return proc_state(pid) in (b"Z", b"X", None)
 
 
 def start_time(pid: int) -> int:

@@ -47,6 +47,7 @@ from mock_opensandbox.runtime._util import (
     is_child_init,
     kill_and_reap,
     open_in_root,
+    proc_state,
     read_cmdline,
     read_lines,
     start_time,
@@ -165,21 +166,13 @@ def await_children(pid: int, want: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         own = read_cmdline(pid)
-        if own is None or (not own and _state(pid) in (b"Z", b"X", None)):
+        if own is None or (not own and proc_state(pid) in (b"Z", b"X", None)):
             return  # gone, or a zombie (an exec under way shows no cmdline for a moment too)
         if marker in own:
             lines = [read_cmdline(k) for k in children(pid)]
             if len([c for c in lines if c and c != own]) >= want:
                 return
         time.sleep(0.0005)
-
-
-def _state(pid: int) -> bytes | None:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
 
 
 def holder_prefix(unshare: str, net: bool = False) -> list[str]:

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from mock_opensandbox.runtime import SandboxRuntime, nethub, optional
+from mock_opensandbox.runtime._util import start_time
 from mock_opensandbox.runtime.probe import probe_result
 from mock_opensandbox.server import MockOpenSandbox
 from mock_opensandbox.wire.relay import TCPRelay
@@ -302,32 +303,14 @@ def _sandbox_parts(m: Mock, sids: list[str]) -> tuple[set[str], set[int], set[in
     return nets, slirps, ports
 
 
-def _start_time(pid: int) -> int | None:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _holders(nets: set[str]) -> set[tuple[int, int | None]]:
+def _holders(nets: set[str]) -> set[tuple[int, int]]:
     """(pid, start time) of every process that holds one of these namespaces now, as its own or through a file."""
-    out = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        try:
-            held = {os.readlink("/proc/%d/ns/net" % pid)} | _netns_fds(pid)
-        except OSError:
-            continue
-        if held & nets:
-            out.add((pid, _start_time(pid)))
-    return out
+    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    return {(pid, start_time(pid)) for pid in pids if _held_by(pid) & nets}
 
 
 def _gone(
-    nets: set[str], slirps: set[int], ports: set[int], holders: set[tuple[int, int | None]], timeout: float = 5.0
+    nets: set[str], slirps: set[int], ports: set[int], holders: set[tuple[int, int]], timeout: float = 5.0
 ) -> list[str]:
     """What is still there of the given namespaces, slirp4netns processes and ports after up to ``timeout`` s.
     A namespace counts as left while one of its ``holders`` from before (the same pid, started at the same time)
