@@ -14,7 +14,6 @@ outcome comes from a fault rule of kind ``pod`` (docs/FAULTS.md) on the request'
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl
 
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle import validation as V
@@ -68,12 +67,10 @@ class K8sSandboxesRoutes:
         req.send_json(200, self.k8s.sandbox_json(self.k8s.sandbox(req.params["sid"])))
 
     def list(self, req: Request) -> None:
-        # the query's checks (422 page, pageSize; 400 metadata) as the Docker route's
-        _, page, size = V.list_query(req)
+        # the query's checks (422 page, pageSize; 400 metadata) and its metadata filter, as the Docker route's
+        wanted, page, size = V.list_query(req)
         states = {s.lower() for s in req.query.get("state") or []}
-        raw = (req.query.get("metadata") or [""])[-1]
-        wanted = dict(parse_qsl(raw, keep_blank_values=True)) if raw else {}
-        req.send_json(200, self.k8s.page(states, wanted, page, size))
+        req.send_json(200, self.k8s.page(states, wanted or {}, page, size))
 
     def delete(self, req: Request) -> None:
         self.k8s.delete(req.params["sid"])
