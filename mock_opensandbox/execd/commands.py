@@ -384,8 +384,12 @@ class CommandRegistry:
     ) -> Command:
         """Spawn a command. Raises StartFailure (message as execd reports it) or SandboxTerminated."""
         content = command if argv is None else json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
-        full = self.build_argv(command, argv, cwd, envs)
+        # the shell form run as itself (no env(1) or setpriv before it): the fork picks the shell (spawn's
+        # ``shell_form``); otherwise it is picked here
+        shell_form = argv is None and uid is None and gid is None and not any("=" in k for k in envs or {})
+        full = ["bash", "-c", command or ""] if shell_form else self.build_argv(command, argv, cwd, envs)
         if any("\x00" in a for a in full):
+            full = self.build_argv(command, argv, cwd, envs)
             # Go's exec refuses a NUL in argv (syscall.ByteSliceFromString: EINVAL) before the fork
             # (QUIRKS, "NUL byte in a command")
             exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
@@ -422,11 +426,23 @@ class CommandRegistry:
         try:
             if background:
                 cmd.proc = self.runtime.spawn(
-                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **user
+                    full,
+                    cwd=cwd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    shell_form=shell_form,
+                    **user,
                 )
             else:
                 cmd.proc = self.runtime.spawn(
-                    full, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **user
+                    full,
+                    cwd=cwd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    shell_form=shell_form,
+                    **user,
                 )
         except SandboxTerminated:
             raise

@@ -212,6 +212,8 @@ class Holder:
         self.contained: Any = None  # the thread inside it that forks its commands (contained.py)
         self.contained_tried = False
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
+        self._stat_fd: int | None = None  # /proc/<PID 1>/stat, opened by alive() (closed by close())
+        self._stat_lock = threading.Lock()
         self.unsettled = 0  # children of PID 1 that settle() still waits for
         try:
             if mode == "direct":
@@ -399,8 +401,10 @@ class Holder:
         if self.proc.poll() is not None:
             return False
         try:
-            with open("/proc/%d/stat" % self.pid, "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
+            with self._stat_lock:  # one fd, read again at offset 0 (not reaped yet: the pid is still PID 1's)
+                if self._stat_fd is None:
+                    self._stat_fd = os.open("/proc/%d/stat" % self.pid, os.O_RDONLY | os.O_CLOEXEC)
+                fields = os.pread(self._stat_fd, 4096, 0).rsplit(b")", 1)[1].split()
             return fields[0] not in (b"Z", b"X") and not int(fields[6]) & 0x4  # PF_EXITING
         except (OSError, IndexError, ValueError):
             return False
@@ -533,3 +537,7 @@ class Holder:
             except OSError:
                 pass
             self.pidns_fd = None
+        with self._stat_lock:
+            stat_fd, self._stat_fd = self._stat_fd, None
+        if stat_fd is not None:
+            os.close(stat_fd)

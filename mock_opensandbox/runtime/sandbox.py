@@ -33,7 +33,7 @@ from mock_opensandbox.runtime._util import (
     take_ctty,
 )
 from mock_opensandbox.runtime.agent import oneshot_call
-from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs
+from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs, look_path
 from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.execdproc import ExecdSpec, install_agent, install_binary, prepare_execd, start_execd
 from mock_opensandbox.runtime.janitor import Janitor
@@ -332,16 +332,21 @@ class SandboxRuntime:
         stderr: Any = None,
         controlling_tty: bool = False,
         user: str | None = None,
+        shell_form: bool = False,
     ) -> subprocess.Popen[bytes]:
         """Start argv in its own process group (contained.group_kwargs) inside the sandbox. cwd is a sandbox
         path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
-        (a terminal) the session's controlling terminal (for PTY sessions).
+        (a terminal) the session's controlling terminal (for PTY sessions). ``shell_form``: argv is execd's
+        ``[shell, "-c", code]``, whose shell is getShell()'s: "bash" where LookPath finds it on execd's PATH
+        (the sandbox's), else "sh" (components/execd/pkg/runtime/command.go at 3bb6fad); the contained
+        thread looks it up in the sandbox's own "/" and runs the bash it found, as exec.Cmd runs its Path.
         Raises SandboxTerminated, OSError, ValueError."""
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a non-empty list of strings")
         if any("\x00" in a for a in argv):
             raise ValueError("argv contains a NUL byte")
         full_env = self.base_env()
+        execd_path = full_env.get("PATH", DEFAULT_PATH)  # LookPath's (execd's own environment, not the command's)
         full_env.update(env or {})
         for k, v in list(full_env.items()):
             if "\x00" in k or "\x00" in v or "=" in k or not k:
@@ -360,23 +365,30 @@ class SandboxRuntime:
                 self.pid1.await_net(holder)
                 contained = contained_spawner(holder, self.cgroup, self.hostname, self._spawner)  # forks from inside
             creds: dict[str, Any] = {}
+            look = None  # the contained thread's shell lookup: execd's PATH
             if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
+                if shell_form and controlling_tty:
+                    cmd = self.paths.shell() + cmd[1:]
+                elif shell_form:
+                    look = execd_path
                 creds = _creds(user or holder.user, contained.identity)
                 if controlling_tty and not creds:  # a PTY shell: the sandbox's sh takes the terminal (a vfork)
                     cmd, stages, preexec = ctty_stage(cmd, stdin, holder.pid)
                 elif controlling_tty:  # another user: a full fork anyway (Popen user=), TIOCSCTTY before the exec
                     preexec = take_ctty
             elif holder is not None:
+                argv = self.paths.shell() + list(argv[1:]) if shell_form else argv
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
+                argv = self.paths.shell() + list(argv[1:]) if shell_form else argv
                 full_env = scripts.protect_view_env(full_env)
                 full_env.update(self._view_env())
                 cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv, self.volumes)
                 host_cwd = self.root
             else:
-                cmd = list(argv)
+                cmd = self.paths.shell() + list(argv[1:]) if shell_form else list(argv)
                 host_cwd = self.paths.host_cwd(wd)
             # cgroup v1: forked by the sandbox's spawner thread, in its cgroups already (spawner.py)
             spawner = contained or (self._cg_spawner() if self.cgroup is not None else None)
@@ -394,12 +406,17 @@ class SandboxRuntime:
             inside = holder.children_inside() if holder is not None and contained is None else None
 
             def fork() -> subprocess.Popen[bytes]:
+                exe = None
+                if look is not None:  # in the sandbox already: its "/" is this thread's
+                    exe = look_path("bash", look)
+                    cmd[0] = "bash" if exe is not None else "sh"
                 with (
                     inside if inside is not None else contextlib.nullcontext(),
                     joining if joining is not None else contextlib.nullcontext(),
                 ):
                     return subprocess.Popen(
                         cmd,
+                        executable=exe,
                         cwd=host_cwd,
                         env=full_env,
                         close_fds=True,
