@@ -205,6 +205,9 @@ class Command:
 def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None, int]:
     """proc's exit status; (None, None) about every 50 ms until then (a command that closed its output and
     runs on still gets its heartbeat)."""
+    rc = proc.poll()  # most often gone already when its output has ended: no pidfd then
+    if rc is not None:
+        return rc
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # no pidfd here (Linux < 5.3), or already reaped

@@ -116,5 +116,5 @@ def install(app: "LifecycleApp", create_timeout: float, pool_timeout: float = 30
         r.add("GET", s + "/{sid}/diagnostics/inspect", kd.inspect)
         r.add("GET", s + "/{sid}/diagnostics/events", kd.events)
         r.add("GET", s + "/{sid}/diagnostics/summary", kd.summary)
-    app.router.routes[:0] = r.routes
+    app.router.prepend(r)
     return k8s

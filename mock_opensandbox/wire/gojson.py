@@ -325,6 +325,7 @@ class Struct:
 
     def __init__(self, name: str, fields: Mapping[str, Union[str, "Struct"]]):
         self.name, self.fields = name, dict(fields)
+        self.lower = {k.lower(): k for k in self.fields}  # check_struct's case-insensitive match
 
     @property
     def short(self) -> str:
@@ -393,7 +394,7 @@ def check_struct(obj: Any, struct: Struct, _path: str = "") -> dict[str, Any]:
             )
         raise GoJSONError(f"json: cannot unmarshal {kind_of(obj)} into Go value of type {struct.name}")
     out: dict[str, Any] = {}
-    lower = {k.lower(): k for k in struct.fields}
+    lower = struct.lower
     base = _path or struct.short
     for key, v in obj.items():
         name = key if key in struct.fields else lower.get(key.lower())

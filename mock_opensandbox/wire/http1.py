@@ -290,21 +290,35 @@ class Router:
 
     def __init__(self) -> None:
         self.routes: list[Route] = []
+        # (method, path) -> the scan's answer, for a path a route without parameters matched (a bounded set:
+        # the routes' own paths); emptied by add()
+        self._static: dict[tuple[str, str], tuple[Callable[[Request], None] | None, bool]] = {}
 
     def add(self, methods: str | Iterable[str], pattern: str, fn: Callable[[Request], None]) -> None:
         regex = re.sub(r"\{(\w+):path\}", r"(?P<\1>.*)", pattern)
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", regex)
         for m in [methods] if isinstance(methods, str) else methods:
             self.routes.append((m.upper(), re.compile("^" + regex + "$"), fn))
+        self._static.clear()
+
+    def prepend(self, other: "Router") -> None:
+        """other's routes before this one's (they match first)."""
+        self.routes[:0] = other.routes
+        self._static.clear()
 
     def match(self, method: str, path: str) -> tuple[Callable[[Request], None] | None, dict[str, str], bool]:
         """Returns (handler, params, path_matched_any_method)."""
+        hit = self._static.get((method, path))
+        if hit is not None:
+            return hit[0], {}, hit[1]
         path_seen = False
         for m, rx, fn in self.routes:
             mo = rx.match(path)
             if mo:
                 path_seen = True
                 if m == method:
+                    if not rx.groups:  # no parameters: this path's answer is always this one
+                        self._static[(method, path)] = (fn, True)
                     return fn, mo.groupdict(), True
         return None, {}, path_seen
 

@@ -313,7 +313,7 @@ class JournalEntry:
                 getattr(rule, "kind", ""), "no answer"
             )
         entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(self.wall, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "time": self.wall,  # the wall clock; text when first read (Journal._expand)
             "method": self.method,
             "path": self.path,
             "listener": self.listener,
@@ -325,7 +325,8 @@ class JournalEntry:
             "response": {"headers": None, "body_bytes": w.body_total, "body_preview": None},
             "fault": None if rule is None else {"id": rule.id, "kind": rule.kind},
             "error": error,
-            _RAW: (list(h.headers.items()), bytes(self.rtee.captured), rheaders, body),
+            # the request's headers as parsed (a handler replaces, never edits, them): listed when first read
+            _RAW: (h.headers, bytes(self.rtee.captured), rheaders, body),
         }
         if rule is None:  # a status fault answers with its rule id in a header
             fid = next((v for k, v in rheaders if k.lower() == "x-mock-fault"), None)
@@ -451,7 +452,9 @@ class Journal:
 
     def _expand(self, e: dict[str, Any], raw: tuple[Any, ...], secrets: list[str]) -> None:
         """Fill in an entry's scrubbed headers and body previews (what _record left for the first read)."""
-        req_headers, req_body, resp_headers, resp_body = raw
+        req_message, req_body, resp_headers, resp_body = raw
+        req_headers = list(req_message.items()) if req_message is not None else []
+        e["time"] = datetime.fromtimestamp(e["time"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         e["request"]["headers"] = self.scrub_headers(req_headers, secrets)
         e["request"]["body_preview"] = _preview(_body_of(req_body, req_headers), self.preview, secrets)
         e["response"]["headers"] = self.scrub_headers(resp_headers, secrets)
