@@ -13,6 +13,8 @@ run of each side per round in an order shuffled every round with a fixed seed:
 
 * command round trip: ``POST /command`` of ``true`` on a new connection, the SSE body read line by line up to the
   terminal event (``execution_complete`` or ``error``), then the connection dropped (execd's ~1 s close unwaited);
+  a third side in the same rounds, the floor (bench/floor.py: a one-thread Python server forking ``bash -c true``
+  on the host), gives floor / live and mock / floor;
 * a session command, a background command's first log line and a PTY start (bench/execd_ops.py);
 * files: upload of 1 MiB (multipart, bench/direct.py) and its download, each on a new connection, timed apart;
 * streaming: ``head -c N /dev/zero | base64 -w 76`` (8 MiB of output by default) to the terminal event, as MB/s
@@ -118,6 +120,31 @@ class MockProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._drain.join(timeout=10)
+        self.proc.stdout.close()
+
+
+class FloorProcess:
+    """``python -m bench.floor``: the command round trip's floor (a one-thread Python server forking ``bash -c
+    true`` on the host), beside the mock and live in the same rounds; it ends when its stdin closes."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.floor"], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        line = self.proc.stdout.readline().decode().strip()
+        if not line.isdigit():
+            self.stop()
+            raise RuntimeError(f"bench.floor did not start: {line!r}")
+        self.url = f"127.0.0.1:{line}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # its watcher exits
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         self.proc.stdout.close()
 
 
@@ -294,6 +321,7 @@ def run_case(ctx, make_row) -> list:
     tmp = tempfile.mkdtemp(prefix="bench-live-")
     mocks: list[MockProcess] = []
     sides: list[Side] = []
+    floor: FloorProcess | None = None
     try:
         image_dir, image_note = same_image(image, tmp)
         ctx.log(f"case live: {image_note}")
@@ -319,7 +347,12 @@ def run_case(ctx, make_row) -> list:
                 raise RuntimeError(f"{label}: `true` ended with {kind}")
             return took
 
-        cmd = interleave({s.label: (lambda s=s: run_true(s.label)) for s in pair}, cmd_n, warm)
+        floor = FloorProcess()
+        ep["floor"] = (floor.url, {})
+        cmd = interleave(
+            {label: (lambda label=label: run_true(label)) for label in ("mock", "live", "floor")}, cmd_n, warm
+        )
+        floor.stop()
         ops_n = p.get("live_ops_n", 5)
         ctx.log("case live: session command, background command's first log line, PTY start")
         sess = {s.label: execd_ops.session_create(*ep[s.label]) for s in pair}
@@ -372,6 +405,8 @@ def run_case(ctx, make_row) -> list:
             s.close()
         for m in mocks:
             m.stop()
+        if floor is not None:
+            floor.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     load_end = _load()
     ctx.log(CODE_INTERP_SKIP)
@@ -385,7 +420,9 @@ def run_case(ctx, make_row) -> list:
     def rounds(n: int) -> str:
         return f"{n} round" + ("" if n == 1 else "s")
 
-    def row(key, title, unit, mock_s, live_s, note, target=None, mock_label=mock_name, nbytes=None):
+    def row(
+        key, title, unit, mock_s, live_s, note, target=None, mock_label=mock_name, nbytes=None, base_label=live_name
+    ):
         r = make_row(
             id=f"live_{key}",
             case=CASE,
@@ -393,7 +430,7 @@ def run_case(ctx, make_row) -> list:
             unit=unit,
             ours_name=mock_label,
             ours_s=mock_s,
-            base_name=live_name,
+            base_name=base_label,
             base_s=live_s,
             target=target,
             nbytes=nbytes,
@@ -412,6 +449,26 @@ def run_case(ctx, make_row) -> list:
             "POST /command on a new connection, SSE read line by line to the terminal event, connection dropped; "
             + order,
             target=0.5,
+        ),
+        row(
+            "command_true_floor",
+            f"command round trip `true`, the floor vs live ({rounds(cmd_n)})",
+            "ms",
+            cmd["floor"],
+            cmd["live"],
+            "the floor: bench/floor.py, a one-thread Python server that forks `bash -c true` on the host (no "
+            "containment, journal, validation or routing), in the same rounds as the row above: how far below live "
+            "a Python server running real bash gets at all",
+            mock_label="floor (bench/floor.py)",
+        ),
+        row(
+            "command_true_mock_floor",
+            f"command round trip `true`, mock vs the floor ({rounds(cmd_n)})",
+            "ms",
+            cmd["mock"],
+            cmd["floor"],
+            "the same rounds: what the mock adds to the floor",
+            base_label="floor (bench/floor.py)",
         ),
         row(
             "create_ready",

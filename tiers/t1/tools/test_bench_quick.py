@@ -6,6 +6,7 @@ One `python -m bench --smoke` subprocess (every case, one repetition per side, t
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -167,6 +168,7 @@ def test_live_case_against_a_mock_as_live(opensandbox_mock, tmp_path):
     rows = {r["id"]: r for r in results["cases"]}
     ratios = {"live_command_true", "live_create_ready", "live_create_ready_faithful", "live_stream"}
     ratios |= {"live_files_upload_1mib", "live_files_download_1mib"}
+    ratios |= {"live_command_true_floor", "live_command_true_mock_floor"}
     assert ratios <= set(rows), sorted(rows)
     for key in ratios:
         row = rows[key]
@@ -177,5 +179,26 @@ def test_live_case_against_a_mock_as_live(opensandbox_mock, tmp_path):
     detail = results["details"]["live"]
     assert detail["views"]["mock"] == "host-tools" and not detail["image_dir"], detail
     assert "host-tools view" in rows["live_command_true"]["ours"]["name"]
+    assert rows["live_command_true_floor"]["ours"]["name"] == "floor (bench/floor.py)"
+    assert rows["live_command_true_mock_floor"]["baseline"]["name"] == "floor (bench/floor.py)"
     assert "Mock vs live (case 8)" in (tmp_path / "results.md").read_text()
     assert not opensandbox_mock.sandboxes  # every sandbox of the "live" side was deleted
+
+
+def test_floor_server_runs_true_only_and_ends_with_its_stdin():
+    """bench/floor.py, the command round trip's floor in case 8: `true` gets the event-stream head, init and
+    execution_complete; any other command a 400 (it forks on the host); closing its stdin ends it."""
+    from bench.vs_live import FloorProcess, command
+
+    floor = FloorProcess()
+    try:
+        took, nbytes, kind = command(floor.url, {}, "true")
+        assert kind == "execution_complete" and nbytes > 0 and took > 0
+        host, port = floor.url.split(":")
+        c = http.client.HTTPConnection(host, int(port), timeout=30)
+        c.request("POST", "/command", body=json.dumps({"command": "id"}), headers={"Content-Type": "application/json"})
+        assert c.getresponse().status == 400
+        c.close()
+    finally:
+        floor.stop()
+    assert floor.proc.returncode == 0
