@@ -9,6 +9,7 @@ the SDK's default entrypoint would not start the image's Jupyter."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import timedelta
 from typing import Any, Callable
@@ -20,6 +21,31 @@ from opensandbox.sync import SandboxSync
 __all__ = ["ENTRYPOINT", "STEPS", "run_code_flow", "run_code_flow_async"]
 
 ENTRYPOINT = ["/opt/code-interpreter/code-interpreter.sh"]  # the image's (e2e: entrypoint=...)
+# A run whose kernel reply never comes streams heartbeats forever, on execd as on the mock (finalizeExecution polls
+# until an execution count or an error: components/execd/pkg/jupyter/execute/execute.go at 3bb6fad); seen once on
+# the mock under load (an idle of another parent, then nothing). The step fails after this long instead of hanging.
+RUN_DEADLINE_S = 120.0
+
+
+def _bounded(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """fn(*args, **kw), or AssertionError when it has not returned after RUN_DEADLINE_S (the call goes on in a
+    daemon thread until its connection ends: the fixture's teardown)."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args, **kw)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the step
+            box["error"] = exc
+
+    t = threading.Thread(target=call, name="code-flow-run", daemon=True)
+    t.start()
+    t.join(RUN_DEADLINE_S)
+    if t.is_alive():
+        raise AssertionError("the run did not end in %.0f s: the kernel's reply never came" % RUN_DEADLINE_S)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _text(ex: Any) -> str:
@@ -46,14 +72,16 @@ def _steps(ci: Any) -> list[tuple[str, Callable[[], Any]]]:
         until a run's stream has closed (after output the SDK may not have waited for): a run meanwhile is
         RUNTIME_ERROR "session is busy", tried again every 0.5 s."""
         got = want or (lambda ex: ex.error is not None or ex.result or ex.logs.stdout or ex.logs.stderr)
-        ex, retried = codes.run(code, **kw), False
+        # the async classes' run is bounded on their loop (_Blocking); the sync ones' in a thread
+        once = codes.run if isinstance(codes, _Blocking) else (lambda c, **k: _bounded(codes.run, c, **k))
+        ex, retried = once(code, **kw), False
         for _ in range(10):
             busy = ex.error is not None and "busy" in (ex.error.value or "")
             if not busy and (retried or got(ex)):
                 break
             retried = retried or not busy
             time.sleep(0.5)
-            ex = codes.run(code, **kw)
+            ex = once(code, **kw)
         return ex
 
     def print_stdout() -> None:
@@ -234,6 +262,8 @@ class _Blocking:
             return _Blocking(self._loop, attr)
         if not callable(attr):
             return attr
+        if name == "run":  # a run is bounded (RUN_DEADLINE_S): the cancelled stream closes its connection
+            return lambda *a, **kw: self._loop.run_until_complete(asyncio.wait_for(attr(*a, **kw), RUN_DEADLINE_S))
         return lambda *a, **kw: self._loop.run_until_complete(attr(*a, **kw))
 
 

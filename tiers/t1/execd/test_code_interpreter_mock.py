@@ -342,3 +342,20 @@ def test_jupyter_dying_mid_run_keeps_the_stream_open_until_the_client_leaves(osb
         ), r.text
     finally:
         sb.kill()
+
+
+def test_a_flow_run_that_never_ends_fails_its_step_after_the_deadline(monkeypatch):
+    """code_flow's bound on one run (a kernel reply that never comes streams heartbeats forever, on execd as on the
+    mock): past RUN_DEADLINE_S the step fails instead of hanging; a value or an error inside comes back as is."""
+    from tiers.flows.execd import code_flow
+
+    monkeypatch.setattr(code_flow, "RUN_DEADLINE_S", 0.2)
+    release = threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(AssertionError, match="did not end in 0 s"):
+        code_flow._bounded(release.wait, 30)
+    assert time.monotonic() - t0 < 5
+    release.set()
+    assert code_flow._bounded(lambda x: x + 1, 1) == 2
+    with pytest.raises(KeyError):
+        code_flow._bounded({}.__getitem__, "k")
