@@ -427,26 +427,15 @@ class CommandRegistry:
         user: dict[str, Any] = creds or {}  # spawn's ``user`` (absent: the runtime's default)
         cmd = Command(uuid.uuid4().hex, content or "", background)
         try:
-            if background:
-                cmd.proc = self.runtime.spawn(
-                    full,
-                    cwd=cwd,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    shell_form=shell_form,
-                    **user,
-                )
-            else:
-                cmd.proc = self.runtime.spawn(
-                    full,
-                    cwd=cwd,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    shell_form=shell_form,
-                    **user,
-                )
+            cmd.proc = self.runtime.spawn(
+                full,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if background else subprocess.PIPE,  # background: one merged log
+                shell_form=shell_form,
+                **user,
+            )
         except SandboxTerminated:
             raise
         except (OSError, ValueError) as exc:
