@@ -153,18 +153,14 @@ class SandboxPaths:
     def shell(self) -> list[str]:
         """The shell execd would use: "bash" when present in the sandbox view, else "sh" (execd
         runtime/command.go getShell; recording 11 stderr "bash: line 1: ...")."""
-        return [self.shell_exe()[0]]
-
-    def shell_exe(self) -> tuple[str, str | None]:
-        """(shell(), the sandbox path of that bash, None for "sh"). Where bash was found last time is checked
-        again alone (one path resolved through the view, not every PATH directory: ~0.2 ms of each command),
-        the full lookup when it is gone."""
+        # where bash was found last time, checked again alone (one path resolved through the view,
+        # not every PATH directory: ~0.2 ms of each command); the full lookup when it is gone
         last = self._bash_at
         if last is not None and self.which("bash", path=last[0]) == last[1]:
-            return "bash", last[1]
+            return ["bash"]
         found = self.which("bash", self._base_env().get("PATH", DEFAULT_PATH))
         self._bash_at = (found.rsplit("/", 1)[0], found) if found else None
-        return ("bash", found) if found else ("sh", None)
+        return ["bash"] if found else ["sh"]
 
     def host_cwd(self, cwd: str | None) -> str:
         """Host directory a non-isolated process starts in for a sandbox cwd."""

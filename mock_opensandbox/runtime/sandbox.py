@@ -409,7 +409,8 @@ class SandboxRuntime:
                 exe = None
                 if look is not None:  # in the sandbox already: its "/" is this thread's
                     exe = look_path("bash", look)
-                    cmd[0] = "bash" if exe is not None else "sh"
+                    if exe is None:
+                        cmd[0], exe = "sh", look_path("sh", look)  # not found: the exec says so, as before
                 with (
                     inside if inside is not None else contextlib.nullcontext(),
                     joining if joining is not None else contextlib.nullcontext(),
