@@ -213,6 +213,7 @@ class Holder:
         self.contained_tried = False
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
         self._stat_fd: int | None = None  # /proc/<PID 1>/stat, opened by alive() (closed by close())
+        self._stat_fd_closed = False
         self._stat_lock = threading.Lock()
         self.unsettled = 0  # children of PID 1 that settle() still waits for
         try:
@@ -403,8 +404,17 @@ class Holder:
         try:
             with self._stat_lock:  # one fd, read again at offset 0 (not reaped yet: the pid is still PID 1's)
                 if self._stat_fd is None:
-                    self._stat_fd = os.open("/proc/%d/stat" % self.pid, os.O_RDONLY | os.O_CLOEXEC)
-                fields = os.pread(self._stat_fd, 4096, 0).rsplit(b")", 1)[1].split()
+                    fd = os.open("/proc/%d/stat" % self.pid, os.O_RDONLY | os.O_CLOEXEC)
+                    if self._stat_fd_closed:  # after close(): read once, keep nothing open
+                        try:
+                            data = os.pread(fd, 4096, 0)
+                        finally:
+                            os.close(fd)
+                    else:
+                        self._stat_fd = fd
+                if self._stat_fd is not None:
+                    data = os.pread(self._stat_fd, 4096, 0)
+            fields = data.rsplit(b")", 1)[1].split()
             return fields[0] not in (b"Z", b"X") and not int(fields[6]) & 0x4  # PF_EXITING
         except (OSError, IndexError, ValueError):
             return False
@@ -538,6 +548,6 @@ class Holder:
                 pass
             self.pidns_fd = None
         with self._stat_lock:
-            stat_fd, self._stat_fd = self._stat_fd, None
+            stat_fd, self._stat_fd, self._stat_fd_closed = self._stat_fd, None, True
         if stat_fd is not None:
             os.close(stat_fd)

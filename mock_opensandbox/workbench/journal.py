@@ -325,8 +325,7 @@ class JournalEntry:
             "response": {"headers": None, "body_bytes": w.body_total, "body_preview": None},
             "fault": None if rule is None else {"id": rule.id, "kind": rule.kind},
             "error": error,
-            # the request's headers as parsed (a handler replaces, never edits, them): listed when first read
-            _RAW: (h.headers, bytes(self.rtee.captured), rheaders, body),
+            _RAW: (_raw_headers(h.headers), bytes(self.rtee.captured), rheaders, body),
         }
         if rule is None:  # a status fault answers with its rule id in a header
             fid = next((v for k, v in rheaders if k.lower() == "x-mock-fault"), None)
@@ -334,6 +333,20 @@ class JournalEntry:
                 entry["fault"] = {"id": fid, "kind": "status"}
         self.entry = entry
         j.add(entry)
+
+
+def _raw_headers(message: Any) -> Any:
+    """The request's headers as they are when the entry is made (a route may have edited them: the gateway's
+    X-Forwarded-For; later edits do not reach the entry). An email Message's raw pairs are copied (cheap) and
+    given their parsed values, as Message.items() gives them, when the journal is first read (a callable)."""
+    if message is None:
+        return []
+    raw = getattr(message, "raw_items", None)
+    policy = getattr(message, "policy", None)
+    if raw is None or policy is None:
+        return list(message.items())
+    pairs = list(raw())
+    return lambda: [(k, policy.header_fetch_parse(k, v)) for k, v in pairs]
 
 
 def _body_of(raw: bytes, headers: Iterable[tuple[str, str]]) -> bytes:
@@ -452,8 +465,8 @@ class Journal:
 
     def _expand(self, e: dict[str, Any], raw: tuple[Any, ...], secrets: list[str]) -> None:
         """Fill in an entry's scrubbed headers and body previews (what _record left for the first read)."""
-        req_message, req_body, resp_headers, resp_body = raw
-        req_headers = list(req_message.items()) if req_message is not None else []
+        req_raw, req_body, resp_headers, resp_body = raw
+        req_headers = req_raw() if callable(req_raw) else req_raw
         e["time"] = datetime.fromtimestamp(e["time"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         e["request"]["headers"] = self.scrub_headers(req_headers, secrets)
         e["request"]["body_preview"] = _preview(_body_of(req_body, req_headers), self.preview, secrets)
