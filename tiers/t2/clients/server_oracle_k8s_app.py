@@ -7,7 +7,8 @@ Seam: the HTTP transport of the ``kubernetes`` client. Each ``RESTClientObject``
 WATCH as an event stream with resourceVersions), endpoint resolver, secure-access signing, and the client's own
 serialisation, models (V1Pod...) and ``ApiException`` mapping (404/409 Status bodies). Config (``_config``):
 namespace ``opensandbox``, BatchSandbox provider, ``[ingress] mode = "gateway"`` (route ``header`` or ``uri``,
-``--route``) with ``[ingress.secure_access]`` (one key), a 5 s create timeout.
+``--route``) with ``[ingress.secure_access]`` (one key), an 8 s create timeout (5 s left a create whose pod the
+test makes Ready timing out on a loaded machine).
 
 ``Controller`` stands in for OpenSandbox's (kubernetes/internal/controller/ at 3bb6fad), level-triggered on each
 change and every 0.5 s. BatchSandbox (batchsandbox_controller.go, batchsandbox_status.go): expireTime deletes;
@@ -76,7 +77,7 @@ store = {{ type = "sqlite", path = "{root}/store.db" }}
 kubeconfig_path = "{root}/kubeconfig"
 namespace = "{NS}"
 workload_provider = "batchsandbox"
-sandbox_create_timeout_seconds = 5
+sandbox_create_timeout_seconds = 8
 sandbox_create_poll_interval_seconds = 0.2
 pool_acquisition_timeout_seconds = 2
 [ingress]

@@ -288,7 +288,7 @@ def test_failed_pod_fails_the_create(oracle):
 
 
 def test_unschedulable_pod_times_out_pending(oracle):
-    """A pod the scheduler cannot place keeps the sandbox Pending until sandbox_create_timeout_seconds (5 s): 504
+    """A pod the scheduler cannot place keeps the sandbox Pending until sandbox_create_timeout_seconds (8 s): 504
     KUBERNETES::POD_READY_TIMEOUT (the controller at 3bb6fad sets no status.selector, so the provider's
     POD_PLATFORM_UNSCHEDULABLE path is not reached)."""
     fut, sid = pending_create(oracle, CREATE, "unschedulable")

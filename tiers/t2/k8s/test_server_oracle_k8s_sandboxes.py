@@ -6,7 +6,7 @@ and elapsed seconds normalised only; in the pod's diagnostics text also what onl
 
 The oracle's pods move when the test says so (``pods``); the mock's sandbox is Ready once it started, unless a fault
 rule of kind ``pod`` (docs/FAULTS.md) says what its pod does: ``ready`` later, ``failed`` or ``unschedulable``.
-Both wait 5 s for a pod that is never Ready (the oracle's ``sandbox_create_timeout_seconds``).
+Both wait 8 s for a pod that is never Ready (the oracle's ``sandbox_create_timeout_seconds``).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 @pytest.fixture(scope="module")
 def mock():
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a mock on the Kubernetes runtime with the
-    oracle's 5 s create timeout, one per module like the oracle."""
+    oracle's 8 s create timeout, one per module like the oracle."""
     with MockOpenSandbox(
-        runtime="kubernetes", egress_mode="off", timing="fast", sandbox_create_timeout=5, pool_acquisition_timeout=2
+        runtime="kubernetes", egress_mode="off", timing="fast", sandbox_create_timeout=8, pool_acquisition_timeout=2
     ) as m:
         yield m
 
@@ -243,7 +243,7 @@ def test_quota_exceeded_is_403_and_leaves_nothing(oracle, mock):
 def test_pool_capacity_exhausted_is_429_after_the_acquisition_timeout(oracle, mock):
     """A controller that reports exhausted Pool capacity (the PoolAllocationPending condition; none at 3bb6fad
     does): Pending / POOL_CAPACITY_EXHAUSTED "Pool capacity is currently unavailable", then, after
-    ``pool_acquisition_timeout_seconds`` (2 s, under the 5 s create timeout), 429 KUBERNETES::POOL_CAPACITY_EXHAUSTED
+    ``pool_acquisition_timeout_seconds`` (2 s, under the 8 s create timeout), 429 KUBERNETES::POOL_CAPACITY_EXHAUSTED
     with ``Retry-After`` its whole seconds; the workload is deleted. The mock: a fault rule of kind pod, ``capacity``."""
     ofut, oid = pending_create(oracle, CREATE, "sb-capacity")
     mock.faults.add(kind="pod", pod="capacity", count=1)
