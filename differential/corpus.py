@@ -163,6 +163,8 @@ def _fg_env(c: Ctx) -> None:
     run(c, {"command": "pwd", "cwd": c.p("wd") + "/../wd"}, "cwd dotdot")
     run(c, {"command": "echo $FOO-$BAR", "envs": {"FOO": "1", "BAR": "two words"}}, "envs")
     run(c, {"command": "echo $HOME", "envs": {"HOME": "/tmp"}}, "envs override HOME")
+    # execd runs the bash its own PATH names (exec.Command's LookPath), whatever PATH the command gets
+    run(c, {"command": "echo $PATH", "envs": {"PATH": "/nonexistent"}}, "envs PATH without the shell on it")
     run(c, {"command": "env | grep -c '^X='", "envs": {"X": ""}}, "envs empty value")
     run(c, {"command": "echo ok", "envs": {"1BAD": "v", "A-B": "v"}}, "envs odd names")
     run(c, {"command": "echo ok", "envs": {"": "v"}}, "envs empty name")
