@@ -387,12 +387,17 @@ class CommandRegistry:
     ) -> Command:
         """Spawn a command. Raises StartFailure (message as execd reports it) or SandboxTerminated."""
         content = command if argv is None else json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
-        # the shell form run as itself (no env(1) or setpriv before it): the fork picks the shell (spawn's
-        # ``shell_form``); otherwise it is picked here
-        shell_form = argv is None and uid is None and gid is None and not any("=" in k for k in envs or {})
+        # mergeEnvs writes "K=V" strings: a name with "=" in it ("0=" -> "0==") is passed through
+        # env(1), which yields the same environ string (tiers/diff gen.env); an empty name (execve
+        # refuses it from Python; no program reads it back, diff command.env_empty_name) and NUL are dropped
+        env = {k: v for k, v in (envs or {}).items() if k and "=" not in k and "\x00" not in k + v}
+        odd = [f"{k}={v}" for k, v in (envs or {}).items() if k and "=" in k and "\x00" not in k + v]
+        # the shell form run as itself (no env(1) or setpriv before it): spawn's ``shell_form`` puts the shell in
+        # argv[0] where it forks; otherwise it is picked here
+        shell_form = argv is None and uid is None and gid is None and not odd
         full = ["bash", "-c", command or ""] if shell_form else self.build_argv(command, argv, cwd, envs)
         if any("\x00" in a for a in full):
-            full = self.build_argv(command, argv, cwd, envs)
+            full = self.build_argv(command, argv, cwd, envs)  # the shell's name for the message
             # Go's exec refuses a NUL in argv (syscall.ByteSliceFromString: EINVAL) before the fork
             # (QUIRKS, "NUL byte in a command")
             exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
@@ -414,11 +419,6 @@ class CommandRegistry:
                 with self._lock:
                     self._cmds[failed.id] = failed
             raise StartFailure(msg, failed)
-        # mergeEnvs writes "K=V" strings: a name with "=" in it ("0=" -> "0==") is passed through
-        # env(1), which yields the same environ string (tiers/diff gen.env); an empty name (execve
-        # refuses it from Python; no program reads it back, diff command.env_empty_name) and NUL are dropped
-        env = {k: v for k, v in (envs or {}).items() if k and "=" not in k and "\x00" not in k + v}
-        odd = [f"{k}={v}" for k, v in (envs or {}).items() if k and "=" in k and "\x00" not in k + v]
         if odd:
             full = [self.runtime.paths.which("env") or "/usr/bin/env"] + odd + full
         # an image sandbox as root has no setpriv of the host: the fork sets the credentials (runtime/forkjoin.py)
@@ -439,8 +439,9 @@ class CommandRegistry:
         except SandboxTerminated:
             raise
         except (OSError, ValueError) as exc:
+            name = self.runtime.paths.shell()[0] if shell_form else full[0]
             raise StartFailure(
-                f"fork/exec {full[0]}: {getattr(exc, 'strerror', None) or exc}".lower()
+                f"fork/exec {name}: {getattr(exc, 'strerror', None) or exc}".lower()
                 if isinstance(exc, OSError)
                 else str(exc)
             ) from exc

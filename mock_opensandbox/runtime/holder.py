@@ -403,17 +403,13 @@ class Holder:
             return False
         try:
             with self._stat_lock:  # one fd, read again at offset 0 (not reaped yet: the pid is still PID 1's)
-                if self._stat_fd is None:
-                    fd = os.open("/proc/%d/stat" % self.pid, os.O_RDONLY | os.O_CLOEXEC)
-                    if self._stat_fd_closed:  # after close(): read once, keep nothing open
-                        try:
-                            data = os.pread(fd, 4096, 0)
-                        finally:
-                            os.close(fd)
-                    else:
-                        self._stat_fd = fd
+                if self._stat_fd is None and not self._stat_fd_closed:
+                    self._stat_fd = os.open("/proc/%d/stat" % self.pid, os.O_RDONLY | os.O_CLOEXEC)
                 if self._stat_fd is not None:
                     data = os.pread(self._stat_fd, 4096, 0)
+                else:  # after close(): read once, keep nothing open
+                    with open("/proc/%d/stat" % self.pid, "rb") as fh:
+                        data = fh.read()
             fields = data.rsplit(b")", 1)[1].split()
             return fields[0] not in (b"Z", b"X") and not int(fields[6]) & 0x4  # PF_EXITING
         except (OSError, IndexError, ValueError):

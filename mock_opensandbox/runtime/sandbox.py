@@ -365,30 +365,28 @@ class SandboxRuntime:
                 self.pid1.await_net(holder)
                 contained = contained_spawner(holder, self.cgroup, self.hostname, self._spawner)  # forks from inside
             creds: dict[str, Any] = {}
-            look = None  # the contained thread's shell lookup: execd's PATH
+            # the shell form: the contained thread looks the shell up where it forks (its "/" is the sandbox's);
+            # anywhere else it is picked here, through the view
+            look = execd_path if shell_form and contained is not None and not controlling_tty else None
+            if shell_form and look is None:
+                argv = self.paths.shell() + list(argv[1:])
             if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
-                if shell_form and controlling_tty:
-                    cmd = self.paths.shell() + cmd[1:]
-                elif shell_form:
-                    look = execd_path
                 creds = _creds(user or holder.user, contained.identity)
                 if controlling_tty and not creds:  # a PTY shell: the sandbox's sh takes the terminal (a vfork)
                     cmd, stages, preexec = ctty_stage(cmd, stdin, holder.pid)
                 elif controlling_tty:  # another user: a full fork anyway (Popen user=), TIOCSCTTY before the exec
                     preexec = take_ctty
             elif holder is not None:
-                argv = self.paths.shell() + list(argv[1:]) if shell_form else argv
                 cmd, full_env = holder.command(self._nsenter, self._setpriv, wd, argv, full_env)
                 host_cwd = self.root
             elif self.isolated:
-                argv = self.paths.shell() + list(argv[1:]) if shell_form else argv
                 full_env = scripts.protect_view_env(full_env)
                 full_env.update(self._view_env())
                 cmd = scripts.prelude_argv(self._prefix, self.root, wd, self.hostname, argv, self.volumes)
                 host_cwd = self.root
             else:
-                cmd = self.paths.shell() + list(argv[1:]) if shell_form else list(argv)
+                cmd = list(argv)
                 host_cwd = self.paths.host_cwd(wd)
             # cgroup v1: forked by the sandbox's spawner thread, in its cgroups already (spawner.py)
             spawner = contained or (self._cg_spawner() if self.cgroup is not None else None)

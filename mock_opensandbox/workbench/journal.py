@@ -335,16 +335,16 @@ class JournalEntry:
         j.add(entry)
 
 
-def _raw_headers(message: Any) -> Any:
+def _raw_headers(message: Any) -> Callable[[], list[tuple[str, str]]]:
     """The request's headers as they are when the entry is made (a route may have edited them: the gateway's
     X-Forwarded-For; later edits do not reach the entry). An email Message's raw pairs are copied (cheap) and
-    given their parsed values, as Message.items() gives them, when the journal is first read (a callable)."""
-    if message is None:
-        return []
+    given their parsed values, as Message.items() gives them, when the journal is first read: a callable that
+    lists them."""
     raw = getattr(message, "raw_items", None)
     policy = getattr(message, "policy", None)
-    if raw is None or policy is None:
-        return list(message.items())
+    if raw is None or policy is None:  # not an email Message (or none): listed now
+        items = list(message.items()) if message is not None else []
+        return lambda: items
     pairs = list(raw())
     return lambda: [(k, policy.header_fetch_parse(k, v)) for k, v in pairs]
 
@@ -466,7 +466,7 @@ class Journal:
     def _expand(self, e: dict[str, Any], raw: tuple[Any, ...], secrets: list[str]) -> None:
         """Fill in an entry's scrubbed headers and body previews (what _record left for the first read)."""
         req_raw, req_body, resp_headers, resp_body = raw
-        req_headers = req_raw() if callable(req_raw) else req_raw
+        req_headers = req_raw()
         e["time"] = datetime.fromtimestamp(e["time"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         e["request"]["headers"] = self.scrub_headers(req_headers, secrets)
         e["request"]["body_preview"] = _preview(_body_of(req_body, req_headers), self.preview, secrets)

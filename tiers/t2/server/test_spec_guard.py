@@ -210,6 +210,8 @@ def test_routing_of_traffic_to_the_specs():
     assert route("gin", "/proxy/8080/") is None
     assert route("gin", "/ping") == ("execd", "/ping")
     assert route("gin", "/index.html") is None  # application traffic on a published port
+    # the workbench's own API is the mock's, no spec's (a stream of it may end under the next test)
+    assert route("uvicorn", "/__mock__/events") is None and route("gin", "/__mock__/journal") is None
 
 
 @needs_specs
