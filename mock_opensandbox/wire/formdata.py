@@ -228,8 +228,11 @@ class MultipartParser:
                     # keep enough bytes to recognise a delimiter split across chunks
                     safe = len(self._buf) - len(self._delim)
                     if safe > 0:
-                        self._part.add(self._buf[:safe])
-                        del self._buf[:safe]
+                        # the buffer itself becomes the piece (cut at its end: no copy of the data), the
+                        # few bytes kept go to a new one
+                        piece, self._buf = self._buf, self._buf[safe:]
+                        del piece[safe:]
+                        self._part.add(piece)
                     return out
                 if len(self._buf) < cut + skip + 2:
                     # need the two bytes after the boundary to decide

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import pytest
@@ -89,3 +90,14 @@ def test_a_parts_chunks_are_its_pieces_at_most_n_bytes_each():
     part.add(b"bc")
     assert [bytes(c) for c in part.chunks(4)] == [b"aaaa", b"aaaa", b"aa", b"bc"]
     assert part.data == b"a" * 10 + b"bc" and part.size == 12
+
+
+def test_pieces_handed_to_a_part_keep_their_bytes_while_the_parser_goes_on():
+    """The data state hands its buffer itself to the part (no copy) and starts a new one: what a part holds
+    is the payload byte for byte whatever the chunking, a boundary-like run inside included."""
+    payload = os.urandom(200_000) + b"\r\n--bx" + os.urandom(70_000)
+    body, _ = multipart.encode([("file", "f", "application/octet-stream", payload)], "bx0")
+    for size in (1, 7, 4096, 65536, 1 << 20):
+        parts = multipart.parse(body, "bx0", size if size < len(body) else None)
+        assert len(parts) == 1 and bytes(parts[0].data) == payload, size
+        assert sum(len(p) for p in parts[0].pieces) == len(payload)

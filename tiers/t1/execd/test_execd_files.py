@@ -72,6 +72,30 @@ def test_upload_download_byte_exact(c):
     assert info["mode"] == 755 and info["type"] == "file" and info["size"] == len(blobs["/tmp/bin/zero.bin"])
 
 
+def test_upload_over_an_existing_file_leaves_exactly_the_new_bytes(c):
+    """The mock writes over an existing file and cuts it to the new length (files._write_over) where execd
+    opens it O_TRUNC: shorter, empty, longer and equal uploads read back byte for byte, mode kept."""
+    p = "/tmp/over/f.bin"
+    for data in (os.urandom(200_000), b"short", b"", os.urandom(70_001), os.urandom(70_001)):
+        assert upload(c, [(p, data, None)]).status == 200
+        r = c.get(f"/files/download?path={p}")
+        assert r.status == 200 and r.body == data and r.header("Content-Length") == str(len(data))
+    assert upload(c, [(p, b"x" * 10, {"mode": 600})]).status == 200
+    assert upload(c, [(p, b"y", None)]).status == 200
+    info = c.get(f"/files/info?path={p}").json()[p]
+    assert info["size"] == 1 and info["mode"] == 600  # an existing file keeps its mode, as O_TRUNC keeps it
+
+
+def test_upload_through_a_dangling_symlink_and_to_a_device(c):
+    """O_CREATE follows a dangling symlink (the target is made); a character device takes the write and is
+    not cut (O_TRUNC does nothing to one)."""
+    assert c.run("mkdir -p /tmp/ln && ln -sf /tmp/ln/target /tmp/ln/link").status == 200
+    assert upload(c, [("/tmp/ln/link", b"via link", None)]).status == 200
+    assert c.get("/files/download?path=/tmp/ln/target").body == b"via link"
+    assert upload(c, [("/dev/null", b"gone", None)]).status == 200
+    assert c.get("/files/download?path=/dev/null").body == b""
+
+
 def test_upload_mode_and_sdk_shape(c):
     assert (
         upload(
