@@ -3,7 +3,9 @@ freeze while the sandbox is paused (a request in flight stalls like the real, fr
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import socket
 import threading
 from typing import Any, Protocol, cast
@@ -73,8 +75,30 @@ class _FrozenWriter:
     def flush(self) -> Any:
         return self._raw.flush()
 
+    def sendfile(self, sock: socket.socket, fd: int, offset: int, count: int) -> int:
+        """``count`` bytes of the file ``fd`` from ``offset`` to the connection's (blocking) socket by
+        sendfile(2), FROZEN_READ at a time so a pause stalls the copy as it stalls write(); the bytes sent
+        (fewer when the file ended first). Raises OSError like write()."""
+        sent = 0
+        while sent < count:
+            _frozen_wait(self._app)
+            try:
+                n = os.sendfile(sock.fileno(), fd, offset + sent, min(count - sent, FROZEN_READ))
+            except OSError as exc:
+                if sent == 0 and exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise SendfileRefused(str(exc)) from None
+                raise
+            if n == 0:
+                break
+            sent += n
+        return sent
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
+
+
+class SendfileRefused(Exception):
+    """sendfile(2) takes no byte of this file (EINVAL: not a file it maps; nothing was sent): copy it instead."""
 
 
 FROZEN_READ = 64 * 1024

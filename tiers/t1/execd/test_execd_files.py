@@ -96,6 +96,19 @@ def test_upload_through_a_dangling_symlink_and_to_a_device(c):
     assert c.get("/files/download?path=/dev/null").body == b""
 
 
+def test_download_ranges_of_a_large_file_by_sendfile(c):
+    """A download goes out by sendfile(2) (connection._FrozenWriter.sendfile), the observers still get the
+    bytes: whole, a range in the middle, a suffix range, byte for byte."""
+    data = os.urandom(300_000)
+    assert upload(c, [("/tmp/sf.bin", data, None)]).status == 200
+    r = c.get("/files/download?path=/tmp/sf.bin")
+    assert r.status == 200 and r.body == data
+    r = c.get("/files/download?path=/tmp/sf.bin", headers={"Range": "bytes=65530-200000"})
+    assert r.status == 206 and r.body == data[65530:200001]
+    r = c.get("/files/download?path=/tmp/sf.bin", headers={"Range": "bytes=-70000"})
+    assert r.status == 206 and r.body == data[-70000:]
+
+
 def test_upload_mode_and_sdk_shape(c):
     assert (
         upload(

@@ -135,6 +135,44 @@ def test_upload_in_flight_stalls_while_paused(make_execd, runtime):
         assert fh.read() == data
 
 
+def test_download_in_flight_stalls_while_paused(make_execd, runtime):
+    """A download going out by sendfile (connection._FrozenWriter.sendfile) stalls too: with the client not
+    reading, the socket fills, the pause comes, and not one byte more arrives until resume; then the whole
+    file (QUIRKS.md, "Pause")."""
+    s = make_execd()
+    data = os.urandom(24 * 1024 * 1024)
+    with open(os.path.join(runtime.root, "tmp", "big.bin"), "wb") as fh:
+        fh.write(data)
+    with socket.create_connection(("127.0.0.1", s.port), timeout=20) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.sendall(b"GET /files/download?path=/tmp/big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(0.3)  # the handler is in sendfile, blocked on the full socket
+        runtime.pause()
+        try:
+            got = bytearray()
+            sock.settimeout(0.5)
+            try:
+                while True:  # what was in flight when the pause came: the socket buffers and one piece
+                    chunk = sock.recv(1 << 20)
+                    if not chunk:
+                        break
+                    got += chunk
+            except socket.timeout:
+                pass
+            assert len(got) < len(data) // 2, len(got)
+        finally:
+            runtime.resume()
+        sock.settimeout(20)
+        head, _, rest = bytes(got).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        body = bytearray(rest)
+        while len(body) < len(data):
+            chunk = sock.recv(1 << 20)
+            assert chunk
+            body += chunk
+    assert bytes(body) == data
+
+
 def test_stop_unblocks_paused_and_stalled_requests(runtime):
     s = ExecdServer(runtime, close_delay=0)
     s.start()
