@@ -58,13 +58,32 @@ def session_create(url: str, headers: dict) -> str:
     return json.loads(_call(url, headers, "POST", "/session", {}))["session_id"]
 
 
+class IncompleteSession(RuntimeError):
+    """A session run whose stream ended without its terminal event."""
+
+
 def session_run(url: str, headers: dict, sid: str, cmd: str = "true") -> float:
     t0 = time.perf_counter()
     events = _stream(url, headers, f"/session/{sid}/run", {"command": cmd})
     took = time.perf_counter() - t0
     if not events or events[-1].get("type") != "execution_complete":
-        raise RuntimeError(f"a session's `{cmd}` ended with {events[-1:]}")
+        raise IncompleteSession(f"a session's `{cmd}` ended with {events[-1:]}")
     return took
+
+
+def session_run_retried(url: str, headers: dict, sid: str, seen: list[str], tries: int = 3) -> float:
+    """session_run, run again (up to ``tries`` in all) when the stream ended without ``execution_complete``: the
+    real execd v1.0.19 does that to about one session run in 60 here (the stream closes after ``init`` or a
+    ``ping``; 1 of 60 back to back on local-up, 2026-12-07). Each such run is appended to ``seen`` (for the notes);
+    the time is that of the run that completed."""
+    for attempt in range(tries):
+        try:
+            return session_run(url, headers, sid)
+        except IncompleteSession as exc:
+            seen.append(str(exc))
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def background_first_line(url: str, headers: dict) -> float:
@@ -75,8 +94,14 @@ def background_first_line(url: str, headers: dict) -> float:
         raise RuntimeError(f"a background command without its init event: {events}")
     try:
         while time.perf_counter() < t0 + 30:
-            if MARK.encode() in _call(url, headers, "GET", f"/command/{cid}/logs?cursor=0"):
-                return time.perf_counter() - t0
+            # execd v1.0.19 stores a background command in its table from a goroutine after the process started
+            # (_stop_background): until then its logs answer 400 "command not found", and the poll goes on
+            try:
+                if MARK.encode() in _call(url, headers, "GET", f"/command/{cid}/logs?cursor=0"):
+                    return time.perf_counter() - t0
+            except direct.HttpFailure as exc:
+                if "command not found" not in str(exc):
+                    raise
             time.sleep(0.001)
         raise RuntimeError("a background command's first line never reached its logs")
     finally:

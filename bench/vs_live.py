@@ -356,8 +356,14 @@ def run_case(ctx, make_row) -> list:
         ops_n = p.get("live_ops_n", 5)
         ctx.log("case live: session command, background command's first log line, PTY start")
         sess = {s.label: execd_ops.session_create(*ep[s.label]) for s in pair}
+        incomplete: dict[str, list[str]] = {s.label: [] for s in pair}
         session = interleave(
-            {s.label: (lambda s=s: execd_ops.session_run(*ep[s.label], sess[s.label])) for s in pair}, ops_n, warm
+            {
+                s.label: (lambda s=s: execd_ops.session_run_retried(*ep[s.label], sess[s.label], incomplete[s.label]))
+                for s in pair
+            },
+            ops_n,
+            warm,
         )
         bg = interleave(
             {s.label: (lambda s=s: execd_ops.background_first_line(*ep[s.label])) for s in pair}, ops_n, warm
@@ -574,6 +580,8 @@ def run_case(ctx, make_row) -> list:
         f"mock isolation: {banner['isolation']}",
         f"live: {ctx.target.base_url.split('://')[-1]}, image {image}",
         f"streaming: SSE body bytes per run, mock {body_bytes['mock'][:3]}, live {body_bytes['live'][:3]}",
+        "session runs that ended without execution_complete and were run again: "
+        + ", ".join(f"{k} {len(v)}" for k, v in incomplete.items()),
         load,
         CODE_INTERP_SKIP,
     ]

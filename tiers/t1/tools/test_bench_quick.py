@@ -202,3 +202,26 @@ def test_floor_server_runs_true_only_and_ends_with_its_stdin():
     finally:
         floor.stop()
     assert floor.proc.returncode == 0
+
+
+def test_a_session_run_without_its_terminal_event_is_run_again_and_counted(monkeypatch):
+    """Case 8's session row: a run whose stream ended without execution_complete (the real execd does that now
+    and then) is run again, up to three times in all, each one noted; the third in a row fails the case."""
+    from bench import execd_ops
+
+    results = iter([execd_ops.IncompleteSession("a"), execd_ops.IncompleteSession("b"), 0.002])
+
+    def fake(url, headers, sid, cmd="true"):
+        r = next(results)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    monkeypatch.setattr(execd_ops, "session_run", fake)
+    seen: list[str] = []
+    assert execd_ops.session_run_retried("u", {}, "s", seen) == 0.002
+    assert seen == ["a", "b"]
+    results = iter([execd_ops.IncompleteSession(str(i)) for i in range(3)])
+    with pytest.raises(execd_ops.IncompleteSession):
+        execd_ops.session_run_retried("u", {}, "s", seen)
+    assert seen == ["a", "b", "0", "1", "2"]
