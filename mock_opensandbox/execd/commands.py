@@ -13,6 +13,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import signal
 import stat
 import subprocess
@@ -82,6 +83,9 @@ class StartFailure(Exception):
         self.command = command
 
 
+_EOL = re.compile(rb"([\r\n])")
+
+
 class LineSplitter:
     """execd v1.x output framing (runtime/command_common.go commandOutputTail): "\\n" and "\\r"
     both end a line and are dropped, "\\r\\n" counts once, an empty line is emitted as "\\n", a
@@ -92,20 +96,28 @@ class LineSplitter:
         self.last_cr = False
 
     def feed(self, data: bytes) -> list[str]:
+        """The lines ``data`` completes. Byte by byte the rule is: CR or LF ends the pending line (emitted) or,
+        with nothing pending, emits "\\n", except an LF right after a CR; any other byte is pending. Here the
+        data is cut at its CRs and LFs once (re.split) and the rule runs per line, not per byte."""
         out: list[str] = []
-        for b in data:
-            if b in (10, 13):
-                if self.pending:
-                    out.append(self.pending.decode("utf-8", GO_REPLACE))
-                    self.pending.clear()
-                elif b == 10 and self.last_cr:
-                    pass
-                else:
-                    out.append("\n")
-                self.last_cr = b == 13
-                continue
-            self.last_cr = False
-            self.pending.append(b)
+        parts = _EOL.split(data)
+        head = parts[0]
+        if self.pending and len(parts) > 1:
+            head = bytes(self.pending) + head
+            self.pending.clear()
+        last_cr = self.last_cr
+        for i in range(1, len(parts), 2):
+            eol = parts[i]
+            if head:
+                out.append(head.decode("utf-8", GO_REPLACE))
+            elif not (last_cr and eol == b"\n"):
+                out.append("\n")
+            last_cr = eol == b"\r"
+            head = parts[i + 1]
+        if head:
+            self.pending += head
+            last_cr = False
+        self.last_cr = last_cr
         return out
 
     def flush(self) -> list[str]:

@@ -279,8 +279,8 @@ class CommandsRoutes:
                 status: int = val
                 return status
             if kind in framers:
-                for text in framers[kind].feed(val):
-                    emit(sse.output_event(kind, text))
+                # the lines of one read: one event (one chunk) each, written together
+                out.frames(sse.output_frames(kind, framers[kind].feed(val)))
             now = time.monotonic()
             if self.runtime.paused:
                 next_ping = now + self.heartbeat  # a frozen execd sends nothing (QUIRKS.md, "Paused sandbox")

@@ -64,6 +64,16 @@ class SSEWriter:
             except OSError:
                 self.gone = True
 
+    def frames(self, frames: list[bytes]) -> None:
+        """Frames already encoded (output_frames), one chunk each, written together like emit's."""
+        with self._lock:
+            if self.gone or not frames:
+                return
+            try:
+                self.w.write(*frames)
+            except OSError:
+                self.gone = True
+
     def raw(self, data: bytes) -> None:
         """Bytes that are not an event (execd's RespondError JSON once the stream has begun); a failed write
         is ignored, as the response is over either way."""
@@ -78,6 +88,31 @@ class SSEWriter:
         with self._lock:
             frame = encode_event(last) if last is not None and not self.gone else b""
         self.w.close(frame)  # ChunkedWriter.close: a failed write ends the response all the same
+
+
+def output_frames(stream: str, texts: list[str], ts: int | None = None) -> list[bytes]:
+    """encode_event(output_event(stream, text, ts)) for each text, one timestamp for all (the lines of one read of
+    the pipe), without a dict and an encoder pass per line: the same bytes (tiers/t0/wire/test_sse_codec.py)."""
+    if stream not in ("stdout", "stderr"):
+        raise ValueError(f"bad stream {stream!r}")
+    head = '{"type":"%s","text":' % stream
+    tail = ',"timestamp":%d}\n\n' % (now_ms() if ts is None else ts)
+    return [
+        (
+            head
+            + _STR_ENCODER.encode(t)
+            .replace("<", "\\u003c")
+            .replace(">", "\\u003e")
+            .replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028")
+            .replace("\u2029", "\\u2029")
+            + tail
+        ).encode("utf-8")
+        for t in texts
+    ]
+
+
+_STR_ENCODER = json.JSONEncoder(ensure_ascii=False)  # a str alone: what go_json's C encoder writes for it
 
 
 def init_event(command_id: str, ts: int | None = None) -> dict[str, Any]:

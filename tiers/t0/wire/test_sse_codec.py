@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from mock_opensandbox.execd.commands import ChunkDecoder, LineSplitter
 from mock_opensandbox.wire import sse
+from mock_opensandbox.wire.gojson import GO_REPLACE
 
 texts = st.text(max_size=40)
 events = st.one_of(
@@ -100,6 +101,50 @@ def test_line_splitter_is_chunking_invariant(data, cuts):
         got += s.feed(c)
     assert got + s.flush() == expect
     assert all(t == "\n" or ("\n" not in t and "\r" not in t and t) for t in got)
+
+
+def _splitter_by_bytes(chunks: list[bytes]) -> list[str]:
+    """The framing rule of commandOutputTail byte by byte (what LineSplitter did before it cut at CR/LF)."""
+    out: list[str] = []
+    pending, last_cr = bytearray(), False
+    for data in chunks:
+        for b in data:
+            if b in (10, 13):
+                if pending:
+                    out.append(pending.decode("utf-8", GO_REPLACE))
+                    pending.clear()
+                elif not (b == 10 and last_cr):
+                    out.append("\n")
+                last_cr = b == 13
+                continue
+            last_cr = False
+            pending.append(b)
+    if pending:
+        out.append(pending.decode("utf-8", GO_REPLACE))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"\r", b"\n", b"\r\n", b"\n\r", b"a", b"bc", b"\xc3\xa9", b"\xff", b""]), max_size=60),
+    st.lists(st.integers(0, 10**6), max_size=10),
+)
+def test_line_splitter_agrees_with_the_rule_byte_by_byte(pieces, cuts):
+    data = b"".join(pieces)
+    chunks = list(split(data, cuts))
+    s = LineSplitter()
+    got = []
+    for c in chunks:
+        got += s.feed(c)
+    assert got + s.flush() == _splitter_by_bytes(chunks)
+
+
+def test_output_frames_are_the_events_encoded_one_by_one():
+    texts = ["plain", "<a&b>", "\u2028\u2029", 'tab\tquote"back\\', "é ✓ \U0001f600", "\x00\x1f", "\n"]
+    for stream in ("stdout", "stderr"):
+        assert sse.output_frames(stream, texts, 1234) == [
+            sse.encode_event(sse.output_event(stream, t, 1234)) for t in texts
+        ]
 
 
 @settings(max_examples=200, deadline=None)
