@@ -12,7 +12,7 @@ from typing import Any, Protocol, cast
 
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire.http1 import Handler, Request
-from mock_opensandbox.wire.listener import ResponseStream
+from mock_opensandbox.wire.listener import ResponseStream, SendfileRefused
 
 
 class ExecdApp(Protocol):
@@ -97,8 +97,15 @@ class _FrozenWriter:
         return getattr(self._raw, name)
 
 
-class SendfileRefused(Exception):
-    """sendfile(2) takes no byte of this file (EINVAL: not a file it maps; nothing was sent): copy it instead."""
+def cork(sock: socket.socket, on: bool) -> bool:
+    """TCP_CORK on a connection (on: what is written waits for more, up to a full segment; off: it leaves), so a
+    head and the bytes right behind it reach the client in one segment and one wake-up, not two; False where the
+    socket takes none (not TCP)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 FROZEN_READ = 64 * 1024

@@ -11,13 +11,12 @@ import email.utils
 import os
 import posixpath
 import re
-import socket
 import threading
 from typing import Any
 from urllib.parse import quote
 
 from mock_opensandbox.execd import gin, linerange
-from mock_opensandbox.execd.connection import SendfileRefused
+from mock_opensandbox.execd.connection import cork
 from mock_opensandbox.execd.errors import (
     INVALID_FILE,
     INVALID_FILE_CONTENT,
@@ -34,6 +33,7 @@ from mock_opensandbox.wire import formdata as multipart
 from mock_opensandbox.wire import http1 as httpcore
 from mock_opensandbox.wire.gojson import GoJSONError, Struct, check_struct, decode_value, kind_of, unmarshal_value
 from mock_opensandbox.wire.http1 import Request
+from mock_opensandbox.wire.listener import SendfileRefused
 
 __all__ = ["FilesRoutes", "execd_parse_range", "go_parse_range", "content_disposition"]
 
@@ -490,27 +490,17 @@ def _serve_error(req: Request, headers: dict[str, str], status: int, text: str) 
             req.sent_body += body
 
 
-def _cork(sock: Any, on: bool) -> bool:
-    """TCP_CORK on the connection (the head waits for the file's first bytes: one segment, one wake-up of the
-    client, not two); False where the socket takes none."""
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)
-        return True
-    except (OSError, AttributeError):
-        return False
-
-
 def _send_file(req: Request, status: int, headers: dict[str, str], fh: Any, start: int, length: int) -> None:
     h = req.handler
     sendfile = getattr(h.wfile, "sendfile", None) if req.method != "HEAD" and length > 0 else None
-    corked = sendfile is not None and _cork(h.connection, True)
+    corked = sendfile is not None and cork(h.connection, True)  # the head waits for the file's first bytes
     try:
         _send_head(req, status, headers)
         if req.method != "HEAD":
             _send_body(req, sendfile, fh, start, length)
     finally:
         if corked:
-            _cork(h.connection, False)
+            cork(h.connection, False)
 
 
 def _send_body(req: Request, sendfile: Any, fh: Any, start: int, length: int) -> None:

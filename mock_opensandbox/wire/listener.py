@@ -33,11 +33,19 @@ class RequestStream(Protocol):
 class ResponseStream(Protocol):
     """A request's output as its handler writes it: the connection's buffered writer, or a wrapper of it (the
     journal's tee, a fault's cut or dribbled body: workbench/journal.py _TeeWriter, workbench/faultinject.py
-    _FaultyWriter; a paused sandbox's: execd/connection.py _FrozenWriter)."""
+    _FaultyWriter; a paused sandbox's: execd/connection.py _FrozenWriter). A stream may also have
+    ``sendfile(sock, fd, offset, count) -> int``: a file's bytes to the socket without a copy through Python (the
+    execd download); a wrapper that must see the bytes either has one that accounts for them or sets it to None
+    (then the route writes them)."""
 
     def write(self, data: bytes, /) -> int: ...
 
     def flush(self) -> None: ...
+
+
+class SendfileRefused(Exception):
+    """A stream's sendfile took no byte of the file (sendfile(2) EINVAL: not a file it maps; or no stream under
+    the wrapper can send a file): the caller writes the bytes instead."""
 
 
 class RequestHandler(Protocol):

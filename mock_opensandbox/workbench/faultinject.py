@@ -133,6 +133,9 @@ class _FaultyWriter:
             self._sent += len(piece)
         return n
 
+    # a body fault cuts or dribbles what is written: a download's file is written through it, never sent past it
+    sendfile = None
+
     def flush(self) -> None:
         if not self.cut:
             self._raw.flush()

@@ -17,6 +17,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -24,7 +25,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from mock_opensandbox.wire.listener import Fault, RequestHandler, RequestStream, ResponseStream
+from mock_opensandbox.wire.listener import Fault, RequestHandler, RequestStream, ResponseStream, SendfileRefused
 from mock_opensandbox.workbench.faultinject import classify
 from mock_opensandbox.workbench.scrub import REDACTED, SECRET_HEADERS, scrub_text
 
@@ -225,6 +226,29 @@ class _TeeWriter:
                 pass
         written: int = self._raw.write(data)
         return written
+
+    def sendfile(self, sock: Any, fd: int, offset: int, count: int) -> int:
+        """The stream's sendfile (a download's body, sent after its head went through write): the bytes count
+        as written, the first ones the entry keeps read back from the file. SendfileRefused when the stream
+        under it has none."""
+        raw = getattr(self._raw, "sendfile", None)
+        if raw is None:
+            raise SendfileRefused("no sendfile under the journal")
+        sent: int = raw(sock, fd, offset, count)
+        if sent and self.head_done and not self.complete:
+            try:
+                room = max(0, self._limit - len(self.body))
+                self._body_sent(os.pread(fd, min(room, sent), offset) if room else b"", sent)
+            except Exception:  # the journal never breaks an answer
+                pass
+        return sent
+
+    def _body_sent(self, kept: bytes, n: int) -> None:
+        """``n`` body bytes went out (a Content-Length body: the only kind a sendfile sends), ``kept`` the first."""
+        self.body_total += n
+        self.body += kept
+        if self._length is not None and self.body_total >= self._length:
+            self._done()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)

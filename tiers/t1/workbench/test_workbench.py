@@ -131,6 +131,21 @@ def test_journal_records_lifecycle_and_execd_with_filters(osb):
     assert call(osb, "GET", "/__mock__/requests")[2]["requests"] == []
 
 
+def test_journal_counts_a_download_sent_by_sendfile(osb):
+    """A download's body leaves by sendfile (execd/files_routes.py), past the journal's write: the entry still has
+    its size, its first bytes and its end."""
+    sid = create(osb)
+    hp = execd(osb, sid)
+    tok = {"X-EXECD-ACCESS-TOKEN": "tok-secret-123"}
+    run(osb, sid, "head -c 300000 /dev/zero | tr '\\0' 'q' > /tmp/j.bin")
+    st, _, body = call(osb, "GET", "/proxy/44772/files/download?path=/tmp/j.bin", key=False, hostport=hp, headers=tok)
+    assert st == 200 and body == b"q" * 300_000
+    _, _, doc = call(osb, "GET", f"/__mock__/requests?listener=execd&sandbox={sid}&path=/files/download")
+    (e,) = doc["requests"]
+    assert e["status"] == 200 and e["response"]["body_bytes"] == 300_000 and e["duration_ms"] > 0
+    assert e["response"]["body_preview"].startswith("qqqq")
+
+
 def test_journal_shows_faults_resets_and_is_bounded():
     with MockOpenSandbox() as osb:
         osb.faults.add(kind="status", status=503, path="^/v1/sandboxes$", method="GET", count=1, id="five-oh-three")
