@@ -7,6 +7,7 @@ components/execd/pkg/runtime/{command.go,command_common.go,command_status.go,int
 
 from __future__ import annotations
 
+import _thread
 import codecs
 import collections
 import grp
@@ -160,6 +161,7 @@ class Command:
         self.running = True
         self.proc: subprocess.Popen[bytes] | None = None
         self.output = bytearray()  # background: merged stdout+stderr (execd's <id>.output file)
+        self.output_fd: int | None = None  # background: the pipe's read end while it is open (read under ``lock``)
         # foreground: the output, pumped by the thread that streams it (CommandRegistry.pump): ("stdout"|"stderr",
         # bytes) ... ("exit", rc), and (None, None) while nothing came (about every 50 ms)
         self.events: Iterator[tuple[str | None, Any]] = iter(())
@@ -212,6 +214,23 @@ class Command:
                 os.killpg(p.pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _drain(cmd: Command) -> bool:
+    """What a background command's pipe holds now, appended to its output (the caller holds ``cmd.lock`` and
+    ``cmd.output_fd`` is set; the pipe does not block); True at its end (EOF or an error)."""
+    fd = cmd.output_fd
+    assert fd is not None
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        if not data:
+            return True
+        cmd.output += data
 
 
 def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None, int]:
@@ -467,12 +486,13 @@ class CommandRegistry:
 
             cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)  # (one thread for all: deadlines.py)
         if background:
-            threading.Thread(
-                target=self._pump_background, args=(cmd,), daemon=True, name=f"bg-out-{cmd.id[:8]}"
-            ).start()
-            threading.Thread(
-                target=self._wait_background, args=(cmd,), daemon=True, name=f"bg-wait-{cmd.id[:8]}"
-            ).start()
+            assert cmd.proc.stdout is not None
+            cmd.output_fd = cmd.proc.stdout.fileno()  # logs drain it too, from now on (_drain)
+            os.set_blocking(cmd.output_fd, False)
+            # two bare threads (daemon-like, not waited for: threading.Thread.start waits until each runs, ~60 us
+            # apiece cold, on the way to the POST's answer)
+            _thread.start_new_thread(self._pump_background, (cmd,))
+            _thread.start_new_thread(self._wait_background, (cmd,))
         else:
             cmd.events = self._pump_foreground(cmd)
         return cmd
@@ -534,24 +554,28 @@ class CommandRegistry:
         yield "exit", rc
 
     def _pump_background(self, cmd: Command) -> None:
+        """Move a background command's output from its pipe to ``cmd.output`` as it comes, until its end. The
+        reads happen under ``cmd.lock`` and never block there, so ``logs`` may drain the pipe too (_drain) and
+        the bytes stay in order."""
         proc = cmd.proc
         assert proc is not None and proc.stdout is not None
-        fd = proc.stdout.fileno()
+        fd = proc.stdout.fileno()  # cmd.output_fd, non-blocking (start)
         try:
             while True:
                 try:
-                    data = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not data:
+                    pollio.readable([fd], None)
+                except (OSError, ValueError):
                     break
                 with cmd.lock:
-                    cmd.output += data
+                    if cmd.output_fd is None or _drain(cmd):
+                        break
         finally:
-            try:
-                proc.stdout.close()
-            except OSError:
-                pass
+            with cmd.lock:
+                cmd.output_fd = None
+                try:
+                    proc.stdout.close()
+                except OSError:
+                    pass
 
     def _wait_background(self, cmd: Command) -> None:
         assert cmd.proc is not None
@@ -571,6 +595,10 @@ class CommandRegistry:
         if cursor < 0:  # os.File.Seek(negative) on the <id>.output file
             raise ValueError(f"error seek file: seek /tmp/{cid}.output: invalid argument")
         with cmd.lock:
+            # execd's command writes its <id>.output file itself: what it wrote is there at once. Here it is in the
+            # pipe until read, so the read is not left to the pump thread's turn
+            if cmd.output_fd is not None and _drain(cmd):
+                cmd.output_fd = None  # at its end: the pump thread closes it
             data = bytes(cmd.output)
         if cursor >= len(data):  # seeking past the end is fine; the position is the cursor
             return b"", cursor

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from mock_opensandbox.execd import gin
 from mock_opensandbox.execd.commands import ChunkDecoder, Command, CommandRegistry, LineSplitter, StartFailure
+from mock_opensandbox.execd.connection import cork
 from mock_opensandbox.execd.errors import (
     INVALID_REQUEST,
     MSG,
@@ -230,15 +231,25 @@ class CommandsRoutes:
             self.stopping.wait(self.close_delay)
 
     def _background_stream(self, req: Request, cmd: Command, linger: bool = True) -> None:
+        # the head and the three events leave in one segment (TCP_CORK until the last is written: one wake-up of
+        # the client, the same bytes and chunks)
+        corked = cork(req.handler.connection, True)
         w = gin.sse_start(req)
         try:
-            w.write(sse.encode_event(sse.init_event(cmd.id)))
-            w.write(sse.encode_event(sse.ping_event()))
-            w.write(sse.encode_event(sse.complete_event(cmd.execution_ms())))
+            w.write(
+                sse.encode_event(sse.init_event(cmd.id)),
+                sse.encode_event(sse.ping_event()),
+                sse.encode_event(sse.complete_event(cmd.execution_ms())),
+            )
+            if corked:
+                corked = not cork(req.handler.connection, False)
             if linger:
                 self._linger(req)
         except OSError:
             pass
+        finally:
+            if corked:
+                cork(req.handler.connection, False)
         w.close()
 
     def _foreground_stream(self, req: Request, cmd: Command, linger: bool = True) -> None:

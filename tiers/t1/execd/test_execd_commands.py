@@ -6,6 +6,7 @@ import http.client
 import json
 import re
 import socket
+import threading
 import time
 
 import pytest
@@ -247,6 +248,46 @@ def test_background_status_logs_cursor_recording_10(client):
     neg = client.get(f"/command/{cid}/logs?cursor=-1")
     # Seek(-1) on the <id>.output file (the binary; tiers/diff command.background)
     assert neg.status == 400 and neg.json()["message"] == f"error seek file: seek /tmp/{cid}.output: invalid argument"
+
+
+def test_background_logs_read_while_it_writes_keep_every_byte_in_order(client):
+    """A background command's logs drain its pipe themselves (execd's command writes its <id>.output file, whose
+    bytes are there at once) while the pump thread drains it too: read with the tail cursor while the command
+    writes, the pieces join into exactly its output."""
+    ev = client.run("seq 1 40000; sleep 0.1; seq 40001 80000", background=True).events()
+    cid = ev[0]["text"]
+    got, cursor = bytearray(), 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = client.get(f"/command/{cid}/logs?cursor={cursor}")
+        got += r.body
+        cursor = int(r.header("Execd-Commands-Tail-Cursor"))
+        if not r.body and not client.get(f"/command/status/{cid}").json()["running"]:
+            break
+        time.sleep(0.003)
+    got += client.get(f"/command/{cid}/logs?cursor={cursor}").body
+    assert bytes(got) == "".join(f"{i}\n" for i in range(1, 80_001)).encode()
+
+
+def test_background_logs_do_not_wait_for_the_pump_thread(client, monkeypatch):
+    """With the pump thread held before its first read, what the command wrote is in its logs all the same."""
+    from mock_opensandbox.execd import commands
+
+    held = threading.Event()
+    real = commands.CommandRegistry._pump_background
+
+    def pump(self, cmd):
+        held.wait(60)  # the pump thread does nothing until the test ends
+        return real(self, cmd)
+
+    monkeypatch.setattr(commands.CommandRegistry, "_pump_background", pump)
+    try:
+        ev = client.run("echo first-line; sleep 30", background=True).events()
+        cid = ev[0]["text"]
+        assert wait_until(lambda: client.get(f"/command/{cid}/logs").body == b"first-line\n", 5)
+        assert client.delete(f"/command?id={cid}").status == 200
+    finally:
+        held.set()
 
 
 def test_unknown_command_ids(client):
