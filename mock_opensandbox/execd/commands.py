@@ -221,7 +221,7 @@ def _drain(cmd: Command) -> bool:
     ``cmd.output_fd`` is set; the pipe does not block); True at its end (EOF or an error)."""
     fd = cmd.output_fd
     assert fd is not None
-    while True:
+    for _ in range(16):  # at most 1 MiB per call: a command that writes without pause does not hold the lock
         try:
             data = os.read(fd, 65536)
         except BlockingIOError:
@@ -231,6 +231,7 @@ def _drain(cmd: Command) -> bool:
         if not data:
             return True
         cmd.output += data
+    return False
 
 
 def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None, int]:
