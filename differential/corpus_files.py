@@ -98,6 +98,11 @@ def _download(c: Ctx) -> None:
     c.get("/files/download", query={"path": c.p("f/missing")}, label="missing")
     c.get("/files/download", query={"path": c.p("f/dir")}, label="directory", timeout=5)
     c.get("/files/download", query={"path": c.p("f/$NOPE")}, label="undefined env var")
+    c.write("f/big.bin", bytes(range(256)) * 1000)  # more than one sendfile piece (64 KiB) on the mock
+    big = c.p("f/big.bin")
+    c.get("/files/download", query={"path": big}, label="big whole")
+    c.get("/files/download", query={"path": big}, headers=[("Range", "bytes=65530-70000")], label="big range")
+    c.get("/files/download", query={"path": big}, headers=[("Range", "bytes=-70000")], label="big suffix")
     for rng in (
         "bytes=0-3",
         "bytes=5-",
@@ -408,6 +413,12 @@ def _upload_cases(c: Ctx) -> None:
         [("metadata", "m", _meta(P("u/own2"), owner="no-such-user-x"), None), ("file", "f", b"o", None)],
     )
     _upload(c, "overwrite", [("metadata", "m", _meta(P("u/one.txt")), None), ("file", "f", b"again", None)])
+    # one path uploaded again and again, longer and shorter (the mock writes over it and cuts it: files._write_over)
+    big = bytes(range(256)) * 800
+    for label, data in (("big", big), ("shorter", b"short"), ("empty", b""), ("longer", big[::-1])):
+        _upload(c, f"over {label}", [("metadata", "m", _meta(P("u/over.bin")), None), ("file", "f", data, None)])
+        c.get("/files/download", query={"path": P("u/over.bin")}, label=f"over {label}: download")
+        c.get("/files/info", query={"path": P("u/over.bin")}, label=f"over {label}: info")
     _upload(
         c,
         "two pairs",
