@@ -373,6 +373,9 @@ def _session(c: Ctx) -> None:
     c.post(f"/session/{sid}/run", {"command": "export FOO=bar; cd /tmp; echo hi"}, label="run 1")
     c.post(f"/session/{sid}/run", {"command": "echo $FOO; pwd"}, label="run 2 keeps env+cwd")
     c.post(f"/session/{sid}/run", {"command": "echo err >&2; exit 4"}, label="run exit 4")
+    # more than one read of the pipe, CRLF and CR inside lines (the mock splits a read at once: sessions.py)
+    many = "for i in $(seq 1 200); do printf '%0400d\\r\\n\\rx <&>\\n\\n' $i; done; printf tail"
+    c.post(f"/session/{sid}/run", {"command": many}, label="run 200 long lines")
     c.post(f"/session/{sid}/run", {"command": "printf 'a\\rb\\n\\nc'"}, label="run line endings")
     c.post(f"/session/{sid}/run", {"command": "pwd", "cwd": c.dir}, label="run cwd")
     c.post(f"/session/{sid}/run", {"command": "pwd"}, label="run after cwd")

@@ -44,14 +44,26 @@ class SessionTimeout(Exception):
 
 
 class RunHooks:
+    """What a run tells its stream. ``on_lines``: the output lines of one read of the pipe at once (one event each,
+    written together); without it each goes to ``on_stdout``."""
+
     def __init__(
         self,
         on_init: Callable[[str], None],
         on_stdout: Callable[[str], None],
         on_error: Callable[[str, list[str]], None],
         on_complete: Callable[[int], None],
+        on_lines: Callable[[list[str]], None] | None = None,
     ):
         self.on_init, self.on_stdout, self.on_error, self.on_complete = on_init, on_stdout, on_error, on_complete
+        self.on_lines = on_lines
+
+    def lines(self, texts: list[str]) -> None:
+        if self.on_lines is not None:
+            self.on_lines(texts)
+            return
+        for t in texts:
+            self.on_stdout(t)
 
 
 def _shell_escape(v: str) -> str:
@@ -273,13 +285,12 @@ class SessionRegistry:
                 if not chunk:
                     break
                 buf += chunk
-                while True:
-                    i = buf.find(b"\n")
-                    if i < 0:
-                        if len(buf) > MAX_LINE:
-                            too_long = True
-                        break
-                    raw, buf = buf[:i], buf[i + 1 :]
+                # the complete lines of the buffer at once (bufio.Scanner's ScanLines: LF ends a line, a CR before
+                # it is dropped); the output ones go to the stream together, after the read
+                raws = buf.split(b"\n")
+                buf = raws.pop()
+                out: list[str] = []
+                for raw in raws:
                     if raw.endswith(b"\r"):
                         raw = raw[:-1]
                     line = raw.decode("utf-8", GO_REPLACE)
@@ -296,9 +307,12 @@ class SessionRegistry:
                         pwd_line = line[len(PWD_PREFIX) :]
                     elif in_env:
                         env_lines.append(line)
-                    elif line and not gone():
-                        hooks.on_stdout(line)
-                if too_long:
+                    elif line:
+                        out.append(line)
+                if out and not gone():
+                    hooks.lines(out)
+                if len(buf) > MAX_LINE:
+                    too_long = True
                     break
             if buf and not too_long:
                 line = (buf[:-1] if buf.endswith(b"\r") else buf).decode("utf-8", GO_REPLACE)

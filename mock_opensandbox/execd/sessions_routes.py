@@ -43,6 +43,19 @@ class _Stream:
         except OSError:
             self.gone = True
 
+    def lines(self, texts: list[str]) -> None:
+        """stdout events for the lines of one read, one chunk each, in one write (the head went out with init)."""
+        if self.w is None:
+            for t in texts:
+                self.emit(sse.output_event("stdout", t))
+            return
+        if self.gone:
+            return
+        try:
+            self.w.write(*sse.output_frames("stdout", texts))
+        except OSError:
+            self.gone = True
+
 
 class SessionsRoutes:
     """The /session routes of one execd: ``create``, ``run``, ``delete`` (ROUTES targets "session.*").
@@ -88,6 +101,7 @@ class SessionsRoutes:
             on_stdout=lambda t: stream.emit(sse.output_event("stdout", t)),
             on_error=lambda ev, tb: stream.emit(sse.error_event(ev, tb)),
             on_complete=lambda ms: stream.emit(sse.complete_event(ms)),
+            on_lines=stream.lines,
         )
         try:
             self.sessions.run(

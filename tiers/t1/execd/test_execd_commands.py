@@ -290,6 +290,19 @@ def test_background_logs_do_not_wait_for_the_pump_thread(client, monkeypatch):
         held.set()
 
 
+def test_a_session_run_with_much_output_keeps_every_line_in_order(client):
+    """A session run's output lines leave a read of the pipe at a time (sessions.RunHooks.lines, one event each,
+    written together): 600 lines of 200 digits, more than one read, a CRLF line, then the run's env and cwd kept for the next."""
+    sid = client.post("/session", {}).json()["session_id"]
+    ev = client.post(
+        f"/session/{sid}/run", {"command": "seq -f '%0200g' 1 600; printf 'crlf\\r\\nlast\\n'; export KEPT=1; cd /tmp"}
+    ).events()
+    assert ev[0]["type"] == "init" and ev[-1]["type"] == "execution_complete"
+    assert outputs(ev) == ["%0200d" % i for i in range(1, 601)] + ["crlf", "last"]
+    ev = client.post(f"/session/{sid}/run", {"command": "echo $KEPT; pwd"}).events()
+    assert outputs(ev) == ["1", "/tmp"]
+
+
 def test_unknown_command_ids(client):
     st = client.get("/command/status/no-such-command")
     assert st.status == 404
