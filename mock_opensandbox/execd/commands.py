@@ -161,7 +161,10 @@ class Command:
         self.running = True
         self.proc: subprocess.Popen[bytes] | None = None
         self.output = bytearray()  # background: merged stdout+stderr (execd's <id>.output file)
-        self.output_fd: int | None = None  # background: the pipe's read end while it is open (read under ``lock``)
+        # background: its own copy of the pipe's read end (non-blocking; read under ``lock``; closed by the pump
+        # thread only, so no other close can hand its number to another file), and whether the pipe has ended
+        self.output_fd: int | None = None
+        self.output_eof = False
         # foreground: the output, pumped by the thread that streams it (CommandRegistry.pump): ("stdout"|"stderr",
         # bytes) ... ("exit", rc), and (None, None) while nothing came (about every 50 ms)
         self.events: Iterator[tuple[str | None, Any]] = iter(())
@@ -488,7 +491,7 @@ class CommandRegistry:
             cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)  # (one thread for all: deadlines.py)
         if background:
             assert cmd.proc.stdout is not None
-            cmd.output_fd = cmd.proc.stdout.fileno()  # logs drain it too, from now on (_drain)
+            cmd.output_fd = os.dup(cmd.proc.stdout.fileno())  # logs drain it too, from now on (_drain)
             os.set_blocking(cmd.output_fd, False)
             # two bare threads (daemon-like, not waited for: threading.Thread.start waits until each runs, ~60 us
             # apiece cold, on the way to the POST's answer)
@@ -557,26 +560,33 @@ class CommandRegistry:
     def _pump_background(self, cmd: Command) -> None:
         """Move a background command's output from its pipe to ``cmd.output`` as it comes, until its end. The
         reads happen under ``cmd.lock`` and never block there, so ``logs`` may drain the pipe too (_drain) and
-        the bytes stay in order."""
+        the bytes stay in order. It polls the command's own copy of the pipe (``output_fd``), which it alone
+        closes: the sandbox's end closing ``proc.stdout`` meanwhile changes nothing here."""
         proc = cmd.proc
-        assert proc is not None and proc.stdout is not None
-        fd = proc.stdout.fileno()  # cmd.output_fd, non-blocking (start)
+        assert proc is not None
+        with cmd.lock:
+            fd = cmd.output_fd
         try:
-            while True:
+            while fd is not None:
                 try:
                     pollio.readable([fd], None)
                 except (OSError, ValueError):
                     break
                 with cmd.lock:
-                    if cmd.output_fd is None or _drain(cmd):
+                    if cmd.output_eof or _drain(cmd):
+                        cmd.output_eof = True
                         break
         finally:
             with cmd.lock:
-                cmd.output_fd = None
-                try:
-                    proc.stdout.close()
-                except OSError:
-                    pass
+                cmd.output_eof = True
+                if cmd.output_fd is not None:
+                    os.close(cmd.output_fd)
+                    cmd.output_fd = None
+                if proc.stdout is not None:
+                    try:
+                        proc.stdout.close()
+                    except OSError:
+                        pass
 
     def _wait_background(self, cmd: Command) -> None:
         assert cmd.proc is not None
@@ -598,8 +608,8 @@ class CommandRegistry:
         with cmd.lock:
             # execd's command writes its <id>.output file itself: what it wrote is there at once. Here it is in the
             # pipe until read, so the read is not left to the pump thread's turn
-            if cmd.output_fd is not None and _drain(cmd):
-                cmd.output_fd = None  # at its end: the pump thread closes it
+            if cmd.output_fd is not None and not cmd.output_eof and _drain(cmd):
+                cmd.output_eof = True  # at its end: the pump thread closes it
             data = bytes(cmd.output)
         if cursor >= len(data):  # seeking past the end is fine; the position is the cursor
             return b"", cursor
