@@ -500,7 +500,11 @@ def _float_free(obj: Any) -> bool:
 def go_json(obj: Any) -> str:
     """Compact JSON as Go's encoding/json writes it: HTML-safe escapes of <, >, &, U+2028/9, and
     floats in Go's shortest form (2.0 is "2")."""
-    s = _C_ENCODER.encode(obj) if _float_free(obj) else _encode(obj)
+    return html_safe(_C_ENCODER.encode(obj) if _float_free(obj) else _encode(obj))
+
+
+def html_safe(s: str) -> str:
+    """Encoded JSON with Go's HTML-safe escapes of <, >, &, U+2028 and U+2029 (encoding/json's HTMLEscape)."""
     return (
         s.replace("<", "\\u003c")
         .replace(">", "\\u003e")

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Iterable, Iterator
 
-from mock_opensandbox.wire.gojson import go_json
+from mock_opensandbox.wire.gojson import go_json, html_safe
 
 __all__ = [
     "SSEWriter",
@@ -97,19 +97,7 @@ def output_frames(stream: str, texts: list[str], ts: int | None = None) -> list[
         raise ValueError(f"bad stream {stream!r}")
     head = '{"type":"%s","text":' % stream
     tail = ',"timestamp":%d}\n\n' % (now_ms() if ts is None else ts)
-    return [
-        (
-            head
-            + _STR_ENCODER.encode(t)
-            .replace("<", "\\u003c")
-            .replace(">", "\\u003e")
-            .replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028")
-            .replace("\u2029", "\\u2029")
-            + tail
-        ).encode("utf-8")
-        for t in texts
-    ]
+    return [(head + html_safe(_STR_ENCODER.encode(t)) + tail).encode("utf-8") for t in texts]
 
 
 _STR_ENCODER = json.JSONEncoder(ensure_ascii=False)  # a str alone: what go_json's C encoder writes for it
