@@ -136,8 +136,9 @@ class _TeeWriter:
             self.complete = True
             self._on_complete()
 
-    def _body(self, data: bytes) -> None:
-        self.body_total += len(data)
+    def _body(self, data: bytes, n: int | None = None) -> None:
+        """Body bytes written (``n``: how many went out when ``data`` holds only the first of them, a sendfile's)."""
+        self.body_total += len(data) if n is None else n
         room = self._limit - len(self.body)
         if room > 0:
             self.body += data[:room]
@@ -238,17 +239,10 @@ class _TeeWriter:
         if sent and self.head_done and not self.complete:
             try:
                 room = max(0, self._limit - len(self.body))
-                self._body_sent(os.pread(fd, min(room, sent), offset) if room else b"", sent)
+                self._body(os.pread(fd, min(room, sent), offset) if room else b"", sent)
             except Exception:  # the journal never breaks an answer
                 pass
         return sent
-
-    def _body_sent(self, kept: bytes, n: int) -> None:
-        """``n`` body bytes went out (a Content-Length body: the only kind a sendfile sends), ``kept`` the first."""
-        self.body_total += n
-        self.body += kept
-        if self._length is not None and self.body_total >= self._length:
-            self._done()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
