@@ -173,6 +173,24 @@ class Command:
         self.killed_by_timeout = False
         self._timer: Deadline | None = None
 
+    def read_output(self) -> bool:
+        """A background command: what its pipe holds now, appended to ``output`` (the caller holds ``lock``;
+        ``output_fd`` is set and does not block); True at the pipe's end (EOF or an error). At most 1 MiB per call:
+        a command that writes without pause does not keep the lock."""
+        fd = self.output_fd
+        assert fd is not None
+        for _ in range(16):
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+            if not data:
+                return True
+            self.output += data
+        return False
+
     # status JSON (model.CommandStatusResponse field order, omitempty as in recording 10)
     def status(self) -> dict[str, Any]:
         with self.lock:
@@ -217,24 +235,6 @@ class Command:
                 os.killpg(p.pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
-
-
-def _drain(cmd: Command) -> bool:
-    """What a background command's pipe holds now, appended to its output (the caller holds ``cmd.lock`` and
-    ``cmd.output_fd`` is set; the pipe does not block); True at its end (EOF or an error)."""
-    fd = cmd.output_fd
-    assert fd is not None
-    for _ in range(16):  # at most 1 MiB per call: a command that writes without pause does not hold the lock
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
-        if not data:
-            return True
-        cmd.output += data
-    return False
 
 
 def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None, int]:
@@ -491,7 +491,9 @@ class CommandRegistry:
             cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)  # (one thread for all: deadlines.py)
         if background:
             assert cmd.proc.stdout is not None
-            cmd.output_fd = os.dup(cmd.proc.stdout.fileno())  # logs drain it too, from now on (_drain)
+            # the command's own copy of the pipe (Command.output_fd), read by the pump thread and by the logs
+            cmd.output_fd = os.dup(cmd.proc.stdout.fileno())
+            cmd.proc.stdout.close()
             os.set_blocking(cmd.output_fd, False)
             # two bare threads (daemon-like, not waited for: threading.Thread.start waits until each runs, ~60 us
             # apiece cold, on the way to the POST's answer)
@@ -559,11 +561,9 @@ class CommandRegistry:
 
     def _pump_background(self, cmd: Command) -> None:
         """Move a background command's output from its pipe to ``cmd.output`` as it comes, until its end. The
-        reads happen under ``cmd.lock`` and never block there, so ``logs`` may drain the pipe too (_drain) and
-        the bytes stay in order. It polls the command's own copy of the pipe (``output_fd``), which it alone
-        closes: the sandbox's end closing ``proc.stdout`` meanwhile changes nothing here."""
-        proc = cmd.proc
-        assert proc is not None
+        reads happen under ``cmd.lock`` and never block there, so ``logs`` may read the pipe too (read_output) and
+        the bytes stay in order. It polls the command's own copy of the pipe (``output_fd``; ``proc.stdout`` is
+        closed at the start), which it alone closes."""
         with cmd.lock:
             fd = cmd.output_fd
         try:
@@ -573,7 +573,7 @@ class CommandRegistry:
                 except (OSError, ValueError):
                     break
                 with cmd.lock:
-                    if cmd.output_eof or _drain(cmd):
+                    if cmd.output_eof or cmd.read_output():
                         cmd.output_eof = True
                         break
         finally:
@@ -582,11 +582,6 @@ class CommandRegistry:
                 if cmd.output_fd is not None:
                     os.close(cmd.output_fd)
                     cmd.output_fd = None
-                if proc.stdout is not None:
-                    try:
-                        proc.stdout.close()
-                    except OSError:
-                        pass
 
     def _wait_background(self, cmd: Command) -> None:
         assert cmd.proc is not None
@@ -608,7 +603,7 @@ class CommandRegistry:
         with cmd.lock:
             # execd's command writes its <id>.output file itself: what it wrote is there at once. Here it is in the
             # pipe until read, so the read is not left to the pump thread's turn
-            if cmd.output_fd is not None and not cmd.output_eof and _drain(cmd):
+            if cmd.output_fd is not None and not cmd.output_eof and cmd.read_output():
                 cmd.output_eof = True  # at its end: the pump thread closes it
             data = bytes(cmd.output)
         if cursor >= len(data):  # seeking past the end is fine; the position is the cursor
