@@ -76,14 +76,15 @@ def session_run_retried(url: str, headers: dict, sid: str, seen: list[str], trie
     real execd v1.0.19 does that to about one session run in 60 here (the stream closes after ``init`` or a
     ``ping``; 1 of 60 back to back on local-up, 2026-12-07). Each such run is appended to ``seen`` (for the notes);
     the time is that of the run that completed."""
-    for attempt in range(tries):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return session_run(url, headers, sid)
         except IncompleteSession as exc:
             seen.append(str(exc))
-            if attempt == tries - 1:
+            if attempt >= tries:
                 raise
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def background_first_line(url: str, headers: dict) -> float:

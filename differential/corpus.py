@@ -351,7 +351,7 @@ def _long(c: Ctx) -> None:
     run(c, {"command": "seq 1 300"}, "300 lines")
     # more than one read of the pipe (83 KB), line ends of every kind across them (the mock cuts a read at CR/LF
     # once and writes its lines together: execd/commands.py LineSplitter, wire/sse.py output_frames); 800 events
-    # only: the tests' spec guard checks each event of a stream before its end goes out (~1 ms each)
+    # only: the tests' spec guard checks each event of a stream before its end goes out (~0.3 ms each)
     command = "for i in $(seq 1 200); do printf '%0400d\\r\\n\\r\\rx <&>\\n' $i; done; printf tail"
     run(c, {"command": command}, "200 mixed")
 

@@ -87,8 +87,7 @@ class Spawner:
     def call(self, fn: Callable[[], _T]) -> _T:
         """fn() run in the spawner thread, once it is in the cgroups. Raises what fn raises, or OSError
         when the thread could not join (no process is started outside the sandbox's cgroups)."""
-        if not self._ready.is_set():
-            self._ready.wait()
+        self._ready.wait()
         if self._error is not None:
             raise OSError(
                 self._error.errno, "cannot join the sandbox's cgroup: %s" % (self._error.strerror or self._error)
