@@ -20,7 +20,6 @@ import stat
 import subprocess
 import threading
 import time
-import uuid
 from typing import Any, Generator, Iterator
 
 from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
@@ -237,6 +236,15 @@ class Command:
                 pass
 
 
+def command_id() -> str:
+    """A command's id: 32 hex digits of a random (version 4) UUID, as ``uuid.uuid4().hex`` gives, without building
+    the UUID object on the way to the fork."""
+    b = bytearray(os.urandom(16))
+    b[6] = b[6] & 0x0F | 0x40
+    b[8] = b[8] & 0x3F | 0x80
+    return b.hex()
+
+
 def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None, int]:
     """proc's exit status; (None, None) about every 50 ms until then (a command that closed its output and
     runs on still gets its heartbeat)."""
@@ -446,7 +454,7 @@ class CommandRegistry:
             msg = f"fork/exec {exe}: permission denied"
             failed = None
             if background:
-                failed = Command(uuid.uuid4().hex, content or "", True)
+                failed = Command(command_id(), content or "", True)
                 with failed.lock:
                     failed.running, failed.exit_code, failed.error = False, 255, msg
                     failed.finished_ns = time.time_ns()
@@ -460,26 +468,36 @@ class CommandRegistry:
         creds = self.image_credentials(uid, gid)
         full = (self.credential_prefix(uid, gid) if creds is None else []) + full
         user: dict[str, Any] = creds or {}  # spawn's ``user`` (absent: the runtime's default)
-        cmd = Command(uuid.uuid4().hex, content or "", background)
+        cmd = Command(command_id(), content or "", background)
+        # the pipes as bare descriptors (no file objects around them: the pumps read the numbers); the write ends
+        # are the child's only (closed here once it runs), the read ends the command's (closed by its pump)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe() if not background else (-1, -1)  # background: one merged log
         try:
             cmd.proc = self.runtime.spawn(
                 full,
                 cwd=cwd,
                 env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if background else subprocess.PIPE,  # background: one merged log
+                stdout=out_w,
+                stderr=subprocess.STDOUT if background else err_w,
                 shell_form=shell_form,
                 **user,
             )
-        except SandboxTerminated:
-            raise
-        except (OSError, ValueError) as exc:
+        except BaseException as exc:
+            for fd in (out_r, out_w, err_r, err_w):
+                if fd >= 0:
+                    os.close(fd)
+            if isinstance(exc, SandboxTerminated) or not isinstance(exc, (OSError, ValueError)):
+                raise
             name = self.runtime.paths.shell()[0] if shell_form else full[0]
             raise StartFailure(
                 f"fork/exec {name}: {getattr(exc, 'strerror', None) or exc}".lower()
                 if isinstance(exc, OSError)
                 else str(exc)
             ) from exc
+        os.close(out_w)
+        if err_w >= 0:
+            os.close(err_w)
         with self._lock:
             self._cmds[cmd.id] = cmd
         if timeout_ms and timeout_ms > 0:
@@ -490,17 +508,15 @@ class CommandRegistry:
 
             cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)  # (one thread for all: deadlines.py)
         if background:
-            assert cmd.proc.stdout is not None
-            # the command's own copy of the pipe (Command.output_fd), read by the pump thread and by the logs
-            cmd.output_fd = os.dup(cmd.proc.stdout.fileno())
-            cmd.proc.stdout.close()
-            os.set_blocking(cmd.output_fd, False)
+            # the command's own pipe (Command.output_fd), read by the pump thread and by the logs
+            cmd.output_fd = out_r
+            os.set_blocking(out_r, False)
             # two bare threads (daemon-like, not waited for: threading.Thread.start waits until each runs, ~60 us
             # apiece cold, on the way to the POST's answer)
             _thread.start_new_thread(self._pump_background, (cmd,))
             _thread.start_new_thread(self._wait_background, (cmd,))
         else:
-            cmd.events = self._pump_foreground(cmd)
+            cmd.events = self._pump_foreground(cmd, out_r, err_r)
         return cmd
 
     # -- output pumps --------------------------------------------------------------------------
@@ -510,11 +526,12 @@ class CommandRegistry:
         reading before the exit (an error), and the command's bookkeeping does not depend on anyone reading."""
         threading.Thread(target=collections.deque, args=(cmd.events, 0), daemon=True, name=f"fg-{cmd.id[:8]}").start()
 
-    def _pump_foreground(self, cmd: Command) -> Iterator[tuple[str | None, Any]]:
-        """Run by the request thread that streams the command (no thread and no queue between them)."""
+    def _pump_foreground(self, cmd: Command, out_fd: int, err_fd: int) -> Iterator[tuple[str | None, Any]]:
+        """Run by the request thread that streams the command (no thread and no queue between them); it reads
+        and then closes the read ends of the command's stdout and stderr pipes."""
         proc = cmd.proc
-        assert proc is not None and proc.stdout is not None and proc.stderr is not None
-        fds = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        assert proc is not None
+        fds = {out_fd: "stdout", err_fd: "stderr"}
         for fd in fds:
             os.set_blocking(fd, False)
         exited = False
@@ -550,9 +567,9 @@ class CommandRegistry:
                     exited = True
                     drain_until = time.monotonic() + 0.5
         finally:
-            for f in (proc.stdout, proc.stderr):
+            for fd in (out_fd, err_fd):
                 try:
-                    f.close()
+                    os.close(fd)
                 except OSError:
                     pass
         rc = yield from _exit_of(proc)

@@ -253,7 +253,11 @@ class CommandsRoutes:
         w.close()
 
     def _foreground_stream(self, req: Request, cmd: Command, linger: bool = True) -> None:
-        out = sse.SSEWriter(gin.sse_start(req))
+        try:
+            out = sse.SSEWriter(gin.sse_start(req))
+        except BaseException:
+            self.commands.drain(cmd)  # its pipes are read to their end and closed all the same
+            raise
         emit = out.emit
         emit(sse.init_event(cmd.id), sse.ping_event())
         framers = {"stdout": self.commands.framer(), "stderr": self.commands.framer()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import socket
 import threading
@@ -423,3 +424,48 @@ def test_a_stream_that_breaks_leaves_the_command_to_finish(make_execd, monkeypat
     wait_until(lambda: not c.get(f"/command/status/{cid}").json()["running"], 10)
     st = c.get(f"/command/status/{cid}").json()
     assert (st["exit_code"], st["error"]) == (3, "exit status 3"), st
+
+
+def _pipe_fds() -> set[str]:
+    """This process's descriptors on a pipe (a command's output pipes are opened here, in-process)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            out.add(f"{fd} {target}")
+    return out
+
+
+def test_each_commands_pipes_are_closed_when_it_ends(make_execd, monkeypatch):
+    """A command's output pipes are bare descriptors read by its pump: a foreground command's, a background
+    command's, and those of one whose event stream could not even start (the pump still drains and closes
+    them) are all closed once each command ends."""
+    from mock_opensandbox.execd import commands_routes
+
+    c = Client(make_execd().port)
+    c.run("true")  # the server's own descriptors made before counting
+    before = _pipe_fds()
+    for _ in range(3):
+        assert outputs(c.run("echo fg; echo err >&2").events()) == ["fg"]
+    cid = c.run("echo bg", background=True).events()[0]["text"]
+    wait_until(lambda: not c.get(f"/command/status/{cid}").json()["running"], 10)
+    assert c.get(f"/command/{cid}/logs").body == b"bg\n"
+    real = commands_routes.gin.sse_start
+
+    def refused(req):
+        raise OSError("the stream's head could not be written")
+
+    monkeypatch.setattr(commands_routes.gin, "sse_start", refused)
+    conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=10)
+    try:
+        conn.request("POST", "/command", body=json.dumps({"command": "echo unread; sleep 0.2"}))
+        conn.getresponse().read()
+    except (http.client.HTTPException, OSError):
+        pass
+    conn.close()
+    monkeypatch.setattr(commands_routes.gin, "sse_start", real)
+    wait_until(lambda: _pipe_fds() <= before, 10)
+    assert _pipe_fds() <= before, sorted(_pipe_fds() - before)
