@@ -123,6 +123,11 @@ def _user(word: str | None) -> tuple[int, int, list[int]] | None:
     return int(ids[0]), int(ids[1]), [int(g) for g in ids[2].split(",") if g] if ids[2] != "-" else []
 
 
+def user_ids(word: str | None) -> tuple[int, int, list[int]] | None:
+    """(uid, gid, groups) of a "UID GID G1,G2" word, None for "-" or None (the forker's children: forker.py)."""
+    return _user(word)
+
+
 def creds(user: str | None, identity: tuple[int, int, list[int]] | None = None) -> dict[str, Any]:
     """Popen's user/group/extra_groups for a "UID GID G1,G2" word (rootfs.user_word; "-" or None: the
     thread's own). ``identity``: the contained thread's (uid, gid, sorted groups); a word that names exactly

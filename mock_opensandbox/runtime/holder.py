@@ -211,6 +211,8 @@ class Holder:
         self.ns_fds: list[tuple[int, int]] | None = None  # root + image: forkjoin.py's namespace fds
         self.contained: Any = None  # the thread inside it that forks its commands (contained.py)
         self.contained_tried = False
+        self.forker: Any = None  # else the process inside it that does (forker.py), made on first use
+        self.forker_tried = False
         self.start_time = start_time(pid)  # tells PID 1 from a later process reusing its pid
         self._stat_fd: int | None = None  # /proc/<PID 1>/stat, opened by alive() (closed by close())
         self._stat_fd_closed = False
@@ -521,10 +523,18 @@ class Holder:
         kill_and_reap(self.proc)
         self.close()
 
+    def drop_forker(self) -> None:
+        """The forker failed: it ends, and the sandbox's commands take the stages from now on."""
+        forker, self.forker = self.forker, None
+        self.forker_tried = True
+        if forker is not None:
+            forker.close()
+
     def close(self) -> None:
         contained, self.contained = self.contained, None
         if contained is not None:
             contained.stop()  # out of the sandbox's cgroups before they are removed
+        self.drop_forker()
         net, self.net = self.net, None
         if net is not None:
             net.close()

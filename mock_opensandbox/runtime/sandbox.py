@@ -35,7 +35,11 @@ from mock_opensandbox.runtime._util import (
 from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs, look_path
 from mock_opensandbox.runtime.contained import creds as _creds
+from mock_opensandbox.runtime.contained import user_ids as contained_user
 from mock_opensandbox.runtime.execdproc import ExecdSpec, install_agent, install_binary, prepare_execd, start_execd
+from mock_opensandbox.runtime.forker import Forker, ForkerError
+from mock_opensandbox.runtime.forker import wanted as forker_wanted
+from mock_opensandbox.runtime.holder import Holder, lifeline_call
 from mock_opensandbox.runtime.janitor import Janitor
 from mock_opensandbox.runtime.paths import _MARKER_ENV, SandboxPaths, stray_pids
 from mock_opensandbox.runtime.pid1 import Pid1, SandboxNotRunning, SandboxTerminated
@@ -237,6 +241,19 @@ class SandboxRuntime:
             sp = self._spawner = Spawner(self.cgroup, "osb-spawner-%s" % self.hostname)
         return sp
 
+    def _forker(self, holder: Holder) -> Forker | None:
+        """The sandbox's forker (forker.py), started on first use; None where it cannot start (the stages then,
+        for good) or is switched off. Lock held."""
+        if holder.forker is None and not holder.forker_tried and forker_wanted():
+            holder.forker_tried = True
+            procs = self.cgroup.procs if self.cgroup is not None else []
+            try:
+                holder.forker = Forker(lifeline_call, holder.pid, procs)
+            except OSError:
+                holder.forker = None
+        forker: Forker | None = holder.forker
+        return forker
+
     def _join(self, cmd: list[str], controlling_tty: bool) -> tuple[list[str], Any, Any]:
         return cgjoin.command_join(self.cgroup, self._cg_spawner(), cmd, controlling_tty)
 
@@ -358,19 +375,24 @@ class SandboxRuntime:
             if self.terminated:
                 raise SandboxTerminated("sandbox is terminated")
             holder = self.pid1.ensure_holder() if self.pid1.mode is not None else None
-            contained = None
+            contained = forker = None
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
                 self.pid1.await_net(holder)
                 contained = contained_spawner(holder, self.cgroup, self.hostname, self._spawner)  # forks from inside
+                if contained is None and not controlling_tty:  # a process inside instead (forker.py)
+                    forker = self._forker(holder)
             creds: dict[str, Any] = {}
-            # the shell form: the contained thread looks the shell up where it forks (its "/" is the sandbox's);
-            # anywhere else it is picked here, through the view
-            look = execd_path if shell_form and contained is not None and not controlling_tty else None
+            # the shell form: the contained thread or the forker looks the shell up where it forks (its "/" is the
+            # sandbox's); anywhere else it is picked here, through the view
+            inside_fork = contained is not None or forker is not None
+            look = execd_path if shell_form and inside_fork and not controlling_tty else None
             if shell_form and look is None:
                 argv = self.paths.shell() + list(argv[1:])
-            if contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
+            if forker is not None and holder is not None:  # the forker is inside: the command, nothing around it
+                cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
+            elif contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
                 creds = _creds(user or holder.user, contained.identity)
                 if controlling_tty and not creds:  # a PTY shell: the sandbox's sh takes the terminal (a vfork)
@@ -389,8 +411,8 @@ class SandboxRuntime:
                 cmd = list(argv)
                 host_cwd = self.paths.host_cwd(wd)
             # cgroup v1: forked by the sandbox's spawner thread, in its cgroups already (spawner.py)
-            spawner = contained or (self._cg_spawner() if self.cgroup is not None else None)
-            if contained is None:
+            spawner = contained or (self._cg_spawner() if self.cgroup is not None and forker is None else None)
+            if not inside_fork:
                 stages = holder.stages(cmd) if holder is not None else None
                 if holder is not None and holder.fork_joins:  # an image's view as root (forkjoin.py)
                     preexec, joining = holder.fork_join(
@@ -401,9 +423,20 @@ class SandboxRuntime:
                     if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
                         stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
                     cmd = joined
-            inside = holder.children_inside() if holder is not None and contained is None else None
+            inside = holder.children_inside() if holder is not None and not inside_fork else None
 
             def fork() -> subprocess.Popen[bytes]:
+                if forker is not None and holder is not None:
+                    return forker.spawn(
+                        cmd,
+                        env=full_env,
+                        cwd=host_cwd,
+                        stdin=subprocess.DEVNULL if stdin is None else stdin,
+                        stdout=stdout,
+                        stderr=stderr,
+                        user=contained_user(user or holder.user),
+                        look=look,
+                    )
                 exe = None
                 if look is not None:  # in the sandbox already: its "/" is this thread's
                     exe = look_path("bash", look)
@@ -429,13 +462,30 @@ class SandboxRuntime:
 
             try:
                 proc = spawner.call(fork) if spawner is not None else fork()
+            except ForkerError:
+                assert holder is not None  # (a forker is only made for a holder)
+                holder.drop_forker()
+                proc = None
             except OSError as exc:
                 # fork() into a PID namespace whose init is gone fails with ENOMEM
                 if holder is not None and exc.errno == errno.ENOMEM:
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text()) from exc
                 raise
-            self._track(proc)
+            if proc is not None:
+                self._track(proc)
             paused = self.paused
+        if proc is None:  # the forker failed: the stages, for this command and the sandbox's next ones
+            return self.spawn(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                controlling_tty=controlling_tty,
+                user=user,
+                shell_form=shell_form,
+            )
         if holder is not None and stages is not None and not paused:
             # like Go's cmd.Start (execd), return once the command itself runs: a `ps` right after
             # must not see the joining wrapper (nsenter/unshare or the helper, host paths included)
@@ -567,7 +617,11 @@ class SandboxRuntime:
     def _stray_pids(self) -> list[int]:
         holder = self.pid1.holder
         pidns = holder.pidns_id if holder is not None else ""
-        return stray_pids(self.root, self.isolated, self._token, pidns, self._root_id)
+        strays = stray_pids(self.root, self.isolated, self._token, pidns, self._root_id)
+        forker = holder.forker if holder is not None else None
+        if forker is not None:  # its root is the sandbox's, but it is the mock's: never stopped or killed as one
+            strays = [pid for pid in strays if pid != forker.proc.pid]
+        return strays
 
     # -- execd ------------------------------------------------------------------------------------
     def use_execd(

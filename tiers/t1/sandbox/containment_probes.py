@@ -444,6 +444,8 @@ if __name__ == "__main__":  # run the battery in a fresh process (non-root, OSB_
             p = rt.spawn(["/bin/sh", "-c", pr.cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd="/")
             out, _ = p.communicate(timeout=60)
             result["probes"][pr.name] = [p.returncode, out.decode("utf-8", "replace")]
+        holder = rt.pid1.holder
+        result["forker"] = holder is not None and holder.forker is not None  # runtime/forker.py forked them
     finally:
         rt.cleanup()
         os.rmdir(base)

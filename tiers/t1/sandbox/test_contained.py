@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,8 +38,9 @@ def _run(rt: SandboxRuntime, cmd: str, **kw) -> tuple[subprocess.Popen, str]:
     return p, p.communicate(timeout=30)[0].decode()
 
 
-def _probe(tmp_path, name: str, contained: bool, monkeypatch) -> tuple[list, str, str]:
+def _probe(tmp_path, name: str, contained: bool, monkeypatch, forker: bool = False) -> tuple[list, str, str]:
     monkeypatch.setenv("OSB_MOCK_CONTAINED", "1" if contained else "0")
+    monkeypatch.setenv("OSB_MOCK_FORKER", "1" if forker else "0")
     rt = SandboxRuntime(
         str(tmp_path / name), limits=cgroups.Limits(pids=64), cgroup_name="osb-mock-t1-%s-%d" % (name, os.getpid())
     )
@@ -56,11 +58,16 @@ def _probe(tmp_path, name: str, contained: bool, monkeypatch) -> tuple[list, str
             # cgroup v1: the spawner made with the cgroups (its move primes PID 1's) entered in place
             assert thread is rt._spawner
             assert rt._cg_spawner() is not thread  # an uncontained fork would get a thread of its own
+        if forker:
+            assert thread is None and holder.forker is not None and holder.forker.alive()
+            return p.args, out.replace(rt.hostname, "HOST"), "forker"
         return p.args, out.replace(rt.hostname, "HOST"), "up" if thread is not None and thread.ok(0) else "none"
     finally:
         rt.cleanup()
         if contained:
             assert holder.contained is None  # stopped with the sandbox (before its cgroups went)
+        if forker:
+            assert holder.forker is None  # ended with the sandbox (before its cgroups went)
 
 
 def test_commands_are_forked_inside_with_what_the_stages_gave_them(tmp_path, monkeypatch):
@@ -86,6 +93,11 @@ def test_commands_are_forked_inside_with_what_the_stages_gave_them(tmp_path, mon
         line.split(":[")[0].rsplit("osb-mock-t1-", 1)[0] for line in text.splitlines() if not line.startswith("LC=")
     ]
     assert strip(out) == strip(old_out)
+    # no thread (cgroup v2, OSB_MOCK_CONTAINED=0): the sandbox's forker process clones the command itself, which
+    # has the same (and LC_CTYPE as given, like the thread's)
+    f_args, f_out, f_mode = _probe(tmp_path, "forker", False, monkeypatch, forker=True)
+    assert f_mode == "forker" and f_args == ["/bin/sh", "-c", PROBE]
+    assert strip(f_out) == strip(out) and "LC=C" in f_out.splitlines(), f_out
 
 
 def test_a_seccomp_closed_call_and_a_dropped_capability_stay_closed(tmp_path):
@@ -233,3 +245,36 @@ def test_a_command_of_a_mock_with_a_terminal_cannot_reach_it(tmp_path):
     assert "LEAK-FROM-SANDBOX" not in text, text
     facts = _session_facts(text.replace("\r", ""))
     assert facts["sid"] == facts["pid"] == facts["pgrp"] and facts["tty"] == "REFUSED", text
+
+
+def test_a_forker_that_fails_gives_way_to_the_stages_and_is_never_stopped(tmp_path, monkeypatch):
+    """Without the thread, the sandbox's forker (runtime/forker.py) forks the commands; pausing the sandbox stops
+    its processes but not the forker (its root is the sandbox's, so it would look like one of them: a stopped
+    forker would hold every later spawn); a forker that died gives way to the stages for good, and the command
+    asked of it still runs."""
+    monkeypatch.setenv("OSB_MOCK_CONTAINED", "0")
+    monkeypatch.setenv("OSB_MOCK_FORKER", "1")
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        holder = rt.pid1.holder
+        p, out = _run(rt, "echo one")
+        assert out == "one\n" and p.args == ["/bin/sh", "-c", "echo one"] and holder.forker is not None
+        forker_pid = holder.forker.proc.pid
+        from mock_opensandbox.runtime import sandbox as sandbox_mod
+
+        real = sandbox_mod.stray_pids  # where the forker's "/" is the sandbox's very directory, it is found as one
+        monkeypatch.setattr(sandbox_mod, "stray_pids", lambda *a: real(*a) + [forker_pid])
+        rt.pause()
+        try:
+            time.sleep(0.2)  # a SIGSTOP takes a moment to land on a process asleep in recvmsg
+            with open("/proc/%d/stat" % forker_pid) as fh:
+                assert fh.read().rsplit(")", 1)[1].split()[0] != "T"
+        finally:
+            rt.resume()
+        os.kill(forker_pid, 9)
+        p, out = _run(rt, "echo two")
+        assert out == "two\n" and p.args[0].endswith("nsenter"), p.args
+        assert holder.forker is None and holder.forker_tried
+    finally:
+        rt.cleanup()

@@ -295,6 +295,8 @@ def test_probes_in_other_execution_paths(path, host_marker):
         cp.cleanup_host_leftovers()
     assert result["pid_namespace"] is (env.get("OSB_MOCK_PIDNS") != "0")
     assert result.get("path_lookup", 0) == 0
+    if path == "nonroot-helper":  # a non-root mock's commands come from the sandbox's forker (forker.py)
+        assert result["forker"] is True
     failures = []
     for pr in cp.probes(host_marker):
         if _skip_reason(pr, result["pid_namespace"]) or pr.name not in result["probes"]:

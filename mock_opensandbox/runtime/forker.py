@@ -1,0 +1,199 @@
+"""A sandbox's forker (scripts/osb_forker.py), the mock's side: containment paid once per sandbox where no thread
+of the mock can enter the sandbox (contained.py needs root and cgroup v1: a cgroup v2 thread cannot leave its
+process's cgroup, and only a single-threaded process may enter a user namespace, so a non-root mock cannot).
+
+Each command there went through a chain of stages - ``nsenter ... -- python3 -I -S -c SECCOMP_STAGE setpriv ...``
+as root, a cgroup v2 join stage, or ``python3 -I -S -c NSEXEC_PY`` as non-root - an interpreter start and a cgroup
+move (an RCU grace period) per command, 14-24 ms here. The forker makes them once: it joins the cgroups, enters
+the namespaces, installs the seccomp filter and drops the capabilities, and then clones each command with
+CLONE_PARENT, so the command is the mock's own child (a Popen waits for it and signals it: ``ForkedPopen``) and runs
+with the same filter, capability set, no_new_privs, namespaces, cgroups, view and identity as the stages gave it.
+
+One forker per sandbox, started on its first command by the lifeline thread (holder.lifeline_call: it dies with
+the mock, PR_SET_PDEATHSIG) and ended with the sandbox (``close``: EOF). It is a task of the sandbox's cgroups
+(``pids.current`` counts it, like the contained thread and runc's exec init) and invisible inside (it is outside
+the PID namespace, whose processes it only forks). When it cannot start or answer, ``spawn`` returns None and the
+caller takes the stages (``OSB_MOCK_FORKER=0``: always, the A/B). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+from mock_opensandbox.runtime import caps
+from mock_opensandbox.runtime import stages as scripts
+
+FORKER_PY = os.path.join(scripts.SCRIPTS_DIR, "osb_forker.py")
+FORKER_ENV = "OSB_MOCK_FORKER"  # "0": every command through its stages
+
+
+def wanted() -> bool:
+    return os.environ.get(FORKER_ENV, "1") != "0"
+
+
+class ForkerError(OSError):
+    """The forker could not start or answer (the caller takes the stages)."""
+
+
+class Forker:
+    """One sandbox's forker process and the socket to it; ``spawn`` is serialized."""
+
+    def __init__(self, launch: Callable[[Callable[[], Any]], Any], pid1: int, procs: Sequence[str]):
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        args = [
+            sys.executable,
+            "-I",
+            "-S",
+            FORKER_PY,
+            str(theirs.fileno()),
+            str(os.getpid()),
+            str(pid1),
+            "%x" % caps.SANDBOX_CAP_MASK,
+            "1" if caps.NO_NEW_PRIVILEGES else "0",
+            "\n".join(procs) or "-",
+        ]
+        try:
+            self.proc: subprocess.Popen[bytes] = launch(
+                lambda: subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    close_fds=True,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                )
+            )
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock = mine
+        self._lock = threading.Lock()
+        try:
+            mine.settimeout(30.0)  # a first start on a loaded machine; it answers in ~20 ms here
+            hello = json.loads(mine.recv(1 << 16) or b"{}")
+            mine.settimeout(None)
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise ForkerError(5, "the forker did not start: %s" % exc) from exc
+        if hello.get("ready") != 1:
+            self.close()
+            raise ForkerError(int(hello.get("errno") or 5), "the forker could not enter: %s" % hello.get("error"))
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        stdin: Any,
+        stdout: Any,
+        stderr: Any,
+        user: tuple[int, int, list[int]] | None = None,
+        look: str | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """The command, started in the sandbox in a process group of its own (``look``: the shell form's LookPath
+        on that PATH, as the contained thread does), as a Popen whose child the forker made. Raises OSError as
+        Popen would for a command that cannot run (the child's errno), and ForkerError when the forker failed
+        (the caller takes the stages)."""
+        return ForkedPopen(self, look, user, list(argv), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
+
+    def request(
+        self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], look: str | None, user: Any
+    ) -> int:
+        """One command cloned by the forker with ``fds`` as its stdin, stdout and stderr; its pid."""
+        req = {
+            "argv": argv,
+            "exe": None,
+            "look": look,
+            "env": env,
+            "cwd": cwd,
+            "session": False,  # the forker leads a session of its own, with no terminal to reach: a group
+            "user": [user[0], user[1], list(user[2])] if user is not None else None,
+        }
+        with self._lock:
+            try:
+                socket.send_fds(self.sock, [json.dumps(req).encode()], fds)
+                data = self.sock.recv(1 << 16)
+            except OSError as exc:
+                raise ForkerError(exc.errno or 5, "the forker did not answer: %s" % exc) from exc
+        if not data:
+            raise ForkerError(5, "the forker ended")
+        answer = json.loads(data)
+        pid = answer.get("pid")
+        if "errno" in answer:
+            if isinstance(pid, int) and pid > 1:  # the child could not exec; it exited 127
+                while True:
+                    try:
+                        os.waitpid(pid, 0)
+                        break
+                    except InterruptedError:
+                        continue
+                    except ChildProcessError:
+                        break
+                err = int(answer["errno"])
+                raise OSError(err, os.strerror(err))
+            if answer.get("clone"):  # the fork itself failed (EAGAIN at the pids limit, ENOMEM once PID 1 is gone)
+                err = int(answer["errno"])
+                raise OSError(err, os.strerror(err))
+            raise ForkerError(int(answer["errno"]), str(answer.get("error")))
+        if not isinstance(pid, int) or pid <= 1:
+            raise ForkerError(5, "the forker answered %r" % (answer,))
+        return pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        self.sock.close()  # EOF: it exits
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - it exits at EOF
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ForkedPopen(subprocess.Popen[bytes]):
+    """A Popen whose child the forker clones: Popen's own handling of the pipes, the wait, the signals and
+    ``communicate``; only the fork and exec (``_execute_child``) are the forker's."""
+
+    def __init__(self, forker: Forker, look: str | None, user: Any, args: list[str], **kw: Any):
+        self._forker_call = (forker, look, user)
+        super().__init__(args, close_fds=True, **kw)
+
+    def _execute_child(  # Popen's positional layout, 3.10 to 3.13
+        self,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: Any,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        startupinfo: Any,
+        creationflags: Any,
+        shell: Any,
+        p2cread: int,
+        p2cwrite: int,
+        c2pread: int,
+        c2pwrite: int,
+        errread: int,
+        errwrite: int,
+        *rest: Any,
+    ) -> None:
+        forker, look, user = self._forker_call
+        fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+        try:
+            self.pid = forker.request(list(args), dict(env), cwd, fds, look, user)
+            self._child_created = True
+        finally:  # the child's ends, as Popen's own _execute_child closes them
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]
