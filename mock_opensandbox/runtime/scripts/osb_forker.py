@@ -1,7 +1,7 @@
 # A sandbox's forker: one Python process per sandbox where no thread of the mock can enter it (cgroup v2, whose
 # threads cannot leave their process's cgroup; a non-root mock, whose threads cannot enter a user namespace;
 # OSB_MOCK_CONTAINED=0), started by runtime/forker.py on the sandbox's first command as `python -I -S
-# osb_forker.py SOCKFD MOCKPID PID1 CAPMASK NNP PROCS`. It does once what each command's stages did: it joins the
+# osb_forker.py SOCKFD MOCKPID PID1 CAPMASK NNP PROCS IDLE`. It does once what each command's stages did: it joins the
 # sandbox's cgroups (PROCS: the cgroup.procs files, "\n"-separated, "-" for none; a move costs an RCU grace period,
 # paid here once), enters PID 1's user (when it is not ours), network (when it has its own), mount, IPC and UTS
 # namespaces and makes the PID namespace its children's, installs the sandbox's seccomp filter (seccomp.py) and
@@ -12,7 +12,8 @@
 # {"pid": HOSTPID, "errno": N} when the child could not exec (it exits 127; the mock reaps it), {"errno": N,
 # "clone": 1} when the clone failed (the command's fork error: EAGAIN at the pids limit), or {"errno": N, "error":
 # TEXT} when the request was refused. The first message is {"ready": 1} or the setup's {"errno", "error"}.
-# The forker ends at EOF, or with the mock (PR_SET_PDEATHSIG). Written by the OpenSandbox mock; standard library.
+# The forker ends at EOF, after IDLE seconds without a request (an idle sandbox costs no process; the mock's next
+# send fails and it starts another), or with the mock (PR_SET_PDEATHSIG). Written by the OpenSandbox mock; standard library.
 import _frozen_importlib_external as _ext
 import _signal as signal  # the C module: `signal` would import enum
 import array  # noqa: F401 - socket.recv_fds/send_fds import it lazily: after setns the stdlib may be gone
@@ -41,6 +42,7 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_SET_NO_NEW_PRIVS = 1, 24, 
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220, "loongarch64": 220, "ppc64le": 120, "ppc64": 120}
 SPACES = [("user", 0x10000000), ("net", 0x40000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000)]
 CLONE_NEWPID = 0x20000000
+idle = 30.0  # seconds without a request before it ends (argv[7])
 libc = ctypes.CDLL(None, use_errno=True)
 _syscall = ctypes.PyDLL(None, use_errno=True).syscall  # the GIL stays held across the clone, as in os.fork()
 _syscall.restype = ctypes.c_long
@@ -211,6 +213,8 @@ def spawn(req: "Any", fds: "list[int]") -> "dict[str, Any]":
 def main() -> None:
     sock_fd, mock, target = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     mask, nnp, procs = int(sys.argv[4], 16), sys.argv[5] == "1", [p for p in sys.argv[6].split("\n") if p != "-"]
+    global idle
+    idle = float(sys.argv[7])
     libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
     if os.getppid() != mock:
         os._exit(0)
@@ -221,23 +225,42 @@ def main() -> None:
         sock.send(json.dumps({"errno": getattr(e, "errno", None) or 5, "error": str(e)}).encode())
         return
     sock.send(b'{"ready": 1}')
+    sock.settimeout(idle)
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
+        except TimeoutError:
+            # idle: the mock's next send fails (EPIPE) and it starts another forker; a request sent before the
+            # shutdown is still in the queue, and answered
+            sock.shutdown(socket.SHUT_RD)
+            sock.setblocking(False)
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
+            except OSError:
+                return
+            if msg:
+                answer(sock, msg, fds)
+            return
         except OSError:
             return
         if not msg:
             return
-        try:
-            answer = spawn(json.loads(msg), fds)
-        except OSError as e:
-            answer = {"errno": e.errno or 5, "error": str(e)}
-        except (ValueError, KeyError, TypeError, IndexError) as e:
-            answer = {"errno": 22, "error": "bad request: %s" % e}
-        finally:
-            for fd in fds:
-                os.close(fd)
-        sock.send(json.dumps(answer).encode())
+        answer(sock, msg, fds)
+
+
+def answer(sock: "socket.socket", msg: bytes, fds: "list[int]") -> None:
+    try:
+        reply = spawn(json.loads(msg), fds)
+    except OSError as e:
+        reply = {"errno": e.errno or 5, "error": str(e)}
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        reply = {"errno": 22, "error": "bad request: %s" % e}
+    finally:
+        for fd in fds:
+            os.close(fd)
+    sock.setblocking(True)
+    sock.send(json.dumps(reply).encode())
+    sock.settimeout(idle)
 
 
 main()

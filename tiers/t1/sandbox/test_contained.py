@@ -250,8 +250,8 @@ def test_a_command_of_a_mock_with_a_terminal_cannot_reach_it(tmp_path):
 def test_a_forker_that_fails_gives_way_to_the_stages_and_is_never_stopped(tmp_path, monkeypatch):
     """Without the thread, the sandbox's forker (runtime/forker.py) forks the commands; pausing the sandbox stops
     its processes but not the forker (its root is the sandbox's, so it would look like one of them: a stopped
-    forker would hold every later spawn); a forker that died gives way to the stages for good, and the command
-    asked of it still runs."""
+    forker would hold every later spawn); a forker that died is started again on the next command, and one that
+    cannot start gives way to the stages for good (the command asked of it still runs)."""
     monkeypatch.setenv("OSB_MOCK_CONTAINED", "0")
     monkeypatch.setenv("OSB_MOCK_FORKER", "1")
     rt = SandboxRuntime(str(tmp_path / "sb"))
@@ -272,9 +272,42 @@ def test_a_forker_that_fails_gives_way_to_the_stages_and_is_never_stopped(tmp_pa
                 assert fh.read().rsplit(")", 1)[1].split()[0] != "T"
         finally:
             rt.resume()
-        os.kill(forker_pid, 9)
+        forker = holder.forker
+        os.kill(forker_pid, 9)  # ended before a request: the next one starts another
+        forker.proc.wait(timeout=10)
         p, out = _run(rt, "echo two")
-        assert out == "two\n" and p.args[0].endswith("nsenter"), p.args
+        assert out == "two\n" and p.args == ["/bin/sh", "-c", "echo two"] and forker.restarts == 1
+        assert holder.forker is forker and forker.proc.pid != forker_pid
+        from mock_opensandbox.runtime.forker import Forker, ForkerError
+
+        def refused(self):
+            raise ForkerError(1, "refused")
+
+        monkeypatch.setattr(Forker, "_start", refused)
+        os.kill(forker.proc.pid, 9)  # and one that cannot start again gives way to the stages for good
+        forker.proc.wait(timeout=10)
+        p, out = _run(rt, "echo three")
+        assert out == "three\n" and p.args[0].endswith("nsenter"), p.args
         assert holder.forker is None and holder.forker_tried
+    finally:
+        rt.cleanup()
+
+
+def test_an_idle_forker_ends_and_the_next_command_starts_another(tmp_path, monkeypatch):
+    """An idle sandbox keeps no forker (~5 MiB): it ends after forker.IDLE seconds without a command."""
+    from mock_opensandbox.runtime import forker as forker_mod
+
+    monkeypatch.setenv("OSB_MOCK_CONTAINED", "0")
+    monkeypatch.setenv("OSB_MOCK_FORKER", "1")
+    monkeypatch.setattr(forker_mod, "IDLE", 0.3)
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        assert _run(rt, "echo one")[1] == "one\n"
+        forker = rt.pid1.holder.forker
+        first = forker.proc
+        first.wait(timeout=10)  # it ends by itself
+        assert _run(rt, "echo two")[1] == "two\n"
+        assert forker.restarts == 1 and forker.proc is not first and forker.alive()
     finally:
         rt.cleanup()
