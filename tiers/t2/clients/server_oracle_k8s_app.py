@@ -7,8 +7,8 @@ Seam: the HTTP transport of the ``kubernetes`` client. Each ``RESTClientObject``
 WATCH as an event stream with resourceVersions), endpoint resolver, secure-access signing, and the client's own
 serialisation, models (V1Pod...) and ``ApiException`` mapping (404/409 Status bodies). Config (``_config``):
 namespace ``opensandbox``, BatchSandbox provider, ``[ingress] mode = "gateway"`` (route ``header`` or ``uri``,
-``--route``) with ``[ingress.secure_access]`` (one key), an 8 s create timeout (5 s left a create whose pod the
-test makes Ready timing out on a loaded machine).
+``--route``) with ``[ingress.secure_access]`` (one key), a 5 s create timeout (a test that wants a create to end
+gives its pod's outcome before the create, ``pods`` by ``case``, not after finding the sandbox in the list).
 
 ``Controller`` stands in for OpenSandbox's (kubernetes/internal/controller/ at 3bb6fad), level-triggered on each
 change and every 0.5 s. BatchSandbox (batchsandbox_controller.go, batchsandbox_status.go): expireTime deletes;
@@ -38,12 +38,15 @@ Protocol (JSON lines; a message may carry ``seq``, echoed in its answer; request
 come out of order): ``{"op": "request", "method", "path", "headers", "body"}`` -> ``{"status", "headers", "body"}``
 (latin-1 bodies); ``{"op": "pods", "owner", "to", "reason"?, "sticky"?}`` -> ``{"pods": [names]}``: the pods of
 BatchSandbox or Pool ``owner`` go ``to`` ``scheduled`` (node, IP), ``ready``, ``failed`` (a waiting container,
-``reason`` ImagePullBackOff by default) or ``unschedulable``; ``sticky``: its later pods too; ``{"op": "condition", "owner", "type", "status"?, "message"?}`` -> ``{"conditions"}``: a
-condition on BatchSandbox ``owner`` that the controller keeps (PoolAllocationPending: a controller that reports
-exhausted Pool capacity, which the one at 3bb6fad never does); ``{"op": "quota",
-"plural", "hard", "name"?}`` -> ``{"quotas"}``: a ResourceQuota of ``hard`` objects of that resource (``name``
-sandbox-quota; ``hard`` null removes it), refused on create with kube-apiserver's 403; ``{"op": "get",
-"plural", "name"?}`` -> ``{"items": [...]}``, the stored objects.
+``reason`` ImagePullBackOff by default) or ``unschedulable``; ``sticky``: its later pods too; ``{"op": "pods",
+"case", "to", "reason"?}`` instead: the pods of every BatchSandbox whose create had ``metadata`` ``case`` (the
+server makes a create's metadata its BatchSandbox's labels), those there now and those of a later create, so a
+test says what a create's pod does before the create; ``{"op": "condition", "owner", "type", "status"?,
+"message"?}`` -> ``{"conditions"}``: a condition on BatchSandbox ``owner`` that the controller keeps
+(PoolAllocationPending: a controller that reports exhausted Pool capacity, which the one at 3bb6fad never does);
+``{"op": "quota", "plural", "hard", "name"?}`` -> ``{"quotas"}``: a ResourceQuota of ``hard`` objects of that
+resource (``name`` sandbox-quota; ``hard`` null removes it), refused on create with kube-apiserver's 403;
+``{"op": "get", "plural", "name"?}`` -> ``{"items": [...]}``, the stored objects.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ store = {{ type = "sqlite", path = "{root}/store.db" }}
 kubeconfig_path = "{root}/kubeconfig"
 namespace = "{NS}"
 workload_provider = "batchsandbox"
-sandbox_create_timeout_seconds = 8
+sandbox_create_timeout_seconds = 5
 sandbox_create_poll_interval_seconds = 0.2
 pool_acquisition_timeout_seconds = 2
 [ingress]
@@ -133,7 +136,8 @@ def main() -> int:
         if msg.get("op") == "request":
             threading.Thread(target=request, args=(msg,), daemon=True).start()
         elif msg.get("op") == "pods":
-            names = controller.pods_op(msg["owner"], msg["to"], msg.get("reason", ""), bool(msg.get("sticky")))
+            sticky, case = bool(msg.get("sticky")), msg.get("case") or ""
+            names = controller.pods_op(msg.get("owner") or "", msg["to"], msg.get("reason") or "", sticky, case)
             reply(msg, {"pods": names})
         elif msg.get("op") == "condition":  # a BatchSandbox condition no controller at 3bb6fad sets, kept
             conds = controller.condition_op(

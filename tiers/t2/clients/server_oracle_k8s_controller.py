@@ -71,6 +71,8 @@ def _set_cond(conds: list[dict], typ: str, status: str, reason: str = "", messag
     return out + ([new] if not found and status == "True" else [])
 
 
+CASE = "case"  # the metadata key the tests give each create (the server makes metadata the BatchSandbox's labels)
+
 PHASE_CONDS = {  # applyBatchSandboxPhaseConditions: (Ready, Progressing, Paused)
     "Pending": (("False",), ("True", "Creating", "Sandbox is being created"), ("False",)),
     "Succeed": (("True", "PodsReady", "Sandbox is running"), ("False",), ("False",)),
@@ -83,8 +85,9 @@ class Controller:
     watch event the server's informer sees."""
 
     def __init__(self, api: FakeApiServer) -> None:
-        # alloc: pool -> {pod: sandbox} (the InMemoryAllocationStore); sticky: owner -> (to, reason)
-        self.api, self.alloc, self.sticky, self.kubeleted, self.ips = api, {}, {}, set(), 0
+        # alloc: pool -> {pod: sandbox} (the InMemoryAllocationStore); sticky: owner -> (to, reason); by_case: the
+        # metadata ``case`` of a sandbox (a label on its BatchSandbox) -> (to, reason), given before its create
+        self.api, self.alloc, self.sticky, self.by_case, self.kubeleted, self.ips = api, {}, {}, {}, set(), 0
         threading.Thread(target=self._run, name="oracle-controller", daemon=True).start()
 
     def _run(self) -> None:
@@ -103,13 +106,16 @@ class Controller:
         for pool in self.api.items(CRD, "pools"):
             self._pool(pool)
         owners = {o["metadata"]["uid"] for pl in ("batchsandboxes", "pools") for o in self.api.items(CRD, pl)}
+        boxes = [b["metadata"] for b in self.api.items(CRD, "batchsandboxes")]
+        cases = {m["name"]: (m.get("labels") or {}).get(CASE, "") for m in boxes}  # BatchSandbox -> its case
         for pod in self.api.items("api/v1", "pods"):
             refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
             owner = pod["metadata"]["labels"].get(BS_NAME) or pod["metadata"]["labels"].get(POOL_NAME)
+            outcome = self.sticky.get(owner) or self.by_case.get(cases.get(owner, ""))
             if refs and refs[0]["uid"] not in owners:  # the garbage collector
                 self.api.delete(("api/v1", "pods", NS, pod["metadata"]["name"]))
-            elif pod["metadata"]["uid"] not in self.kubeleted and owner in self.sticky:
-                self.kubelet(pod, *self.sticky[owner])
+            elif pod["metadata"]["uid"] not in self.kubeleted and outcome:
+                self.kubelet(pod, *outcome)
 
     def _owned(self, owner: dict) -> list[dict]:
         uid, pods = owner["metadata"]["uid"], self.api.items("api/v1", "pods")
@@ -272,12 +278,23 @@ class Controller:
             self.api.patch(key, {"status": {"conditions": conds}}, status=True)
             return conds
 
-    def pods_op(self, owner: str, to: str, reason: str, sticky: bool) -> list[str]:
+    def pods_op(self, owner: str, to: str, reason: str, sticky: bool, case: str = "") -> list[str]:
+        """The pods of BatchSandbox or Pool ``owner`` go ``to`` (``sticky``: its later pods too); with ``case``
+        instead, those of every BatchSandbox labelled ``case`` (a create's metadata) now and later: the outcome of a
+        create given before it. The names of the pods moved now."""
         with self.api.lock:
-            if sticky:
-                self.sticky[owner] = (to, reason)
-            pods = self.api.items("api/v1", "pods", NS, "%s=%s" % (BS_NAME, owner))
-            pods += self.api.items("api/v1", "pods", NS, "%s=%s" % (POOL_NAME, owner))
+            if case:
+                self.by_case[case] = (to, reason)
+                boxes = self.api.items(CRD, "batchsandboxes", NS, "%s=%s" % (CASE, case))
+                owners = [b["metadata"]["name"] for b in boxes]
+            else:
+                owners = [owner]
+                if sticky:
+                    self.sticky[owner] = (to, reason)
+            pods: list[dict] = []
+            for name in owners:
+                pods += self.api.items("api/v1", "pods", NS, "%s=%s" % (BS_NAME, name))
+                pods += self.api.items("api/v1", "pods", NS, "%s=%s" % (POOL_NAME, name))
             for pod in pods:
                 self.kubelet(pod, to, reason)
             return [p["metadata"]["name"] for p in pods]

@@ -6,7 +6,9 @@ on that runtime: the pools API, creates (plain and ``extensions.poolRef``) that 
 Ready, gateway endpoints with their headers, and the ``KUBERNETES::*`` errors of a missing pool, a failed pod and a
 pod that never becomes Ready.
 
-The test plays the cluster's scheduler and kubelet (``pods``): pods move only when it says so.
+The test plays the cluster's scheduler and kubelet (``pods``): pods move only when it says so. A create the test
+wants to end gets its pod's outcome before it is sent (``pending_create(..., to=...)``), so the server's 5 s create
+timeout runs against the controller, not against the test finding the sandbox in the list.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import struct
 import subprocess
 import threading
@@ -38,6 +41,7 @@ TEMPLATE = {
     "metadata": {"labels": {"app": "oracle"}},
     "spec": {"containers": [{"name": "sandbox", "image": "local/python:3-slim"}]},
 }
+SANDBOX_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CREATE = {
     "image": {"uri": "local/python:3-slim"},
     "entrypoint": ["tail", "-f", "/dev/null"],
@@ -108,6 +112,10 @@ class K8sOracle:
         msg = {"op": "pods", "owner": owner, "to": to, "reason": reason, "sticky": sticky}
         return self.submit(msg).result(timeout=10)["pods"]
 
+    def pods_of_case(self, case: str, to: str, reason: str = "") -> list[str]:
+        """The pods of the sandbox created with metadata ``case`` go ``to``, those of a create still to come too."""
+        return self.submit({"op": "pods", "case": case, "to": to, "reason": reason}).result(timeout=10)["pods"]
+
     def condition(self, owner: str, typ: str, status: str = "True", message: str = "") -> list[dict]:
         msg = {"op": "condition", "owner": owner, "type": typ, "status": status, "message": message}
         return self.submit(msg).result(timeout=10)["conditions"]
@@ -123,18 +131,24 @@ class K8sOracle:
         close_and_wait(self.proc, 10)
 
 
-def pending_create(oracle: K8sOracle, body: dict, case: str) -> tuple[Future, str]:
-    """Start a create (it answers only once the pod is Ready or it fails) and find its sandbox id in the list."""
+def pending_create(oracle: K8sOracle, body: dict, case: str, to: str = "", reason: str = "") -> tuple[Future, str]:
+    """Start a create (it answers only once the pod is Ready or it fails) and find its sandbox id in the list.
+    ``to``: what its pod does (``pods``), said before the create; none: the pod waits for the test's ``pods``. A
+    create that failed before the list showed it (its workload deleted) gives the id its answer names."""
+    if to:
+        oracle.pods_of_case(case, to, reason)
     fut = oracle.start("POST", "/v1/sandboxes", dict(body, metadata={"case": case}))
 
     def mine():
         st, _, doc = oracle.request("GET", "/v1/sandboxes")
         assert st == 200, doc
-        return [s for s in doc["items"] if (s.get("metadata") or {}).get("case") == case]
+        return [s["id"] for s in doc["items"] if (s.get("metadata") or {}).get("case") == case]
 
-    found = poll(mine, lambda items: items, timeout=5)
+    found = poll(mine, lambda ids: ids or fut.done(), timeout=5)
+    if not found and fut.done():  # {"code": "KUBERNETES::POD_FAILED", "message": "Sandbox <id> failed: ..."}
+        found = sorted(set(SANDBOX_ID.findall(json.dumps(fut.result()[2]))))
     assert len(found) == 1, (found, fut.done() and fut.result())
-    return fut, found[0]["id"]
+    return fut, found[0]
 
 
 def pool_status(oracle: K8sOracle, name: str, **want) -> dict:
@@ -259,8 +273,7 @@ def _b36(n: int) -> str:
 def test_gateway_endpoint_headers_and_signed_route(oracle):
     """``[ingress] mode = "gateway"``, header route: the endpoint is the gateway address with the routing header
     and, for a secureAccess sandbox, its access token; ``?expires=`` gives a signed route instead."""
-    fut, sid = pending_create(oracle, dict(CREATE, secureAccess=True), "gateway")
-    oracle.pods(sid, "ready")
+    fut, sid = pending_create(oracle, dict(CREATE, secureAccess=True), "gateway", to="ready")
     assert fut.result(timeout=10)[0] == 202
     token = oracle.get("batchsandboxes", sid)[0]["metadata"]["annotations"]["opensandbox.io/secure-access-token"]
     st, _, doc = oracle.request("GET", "/v1/sandboxes/%s/endpoints/44772" % sid)
@@ -277,8 +290,7 @@ def test_gateway_endpoint_headers_and_signed_route(oracle):
 def test_failed_pod_fails_the_create(oracle):
     """A container stuck in ImagePullBackOff: the controller marks the BatchSandbox Failed, the create answers 500
     KUBERNETES::POD_FAILED with the controller's message, and the server deletes the workload."""
-    fut, sid = pending_create(oracle, CREATE, "failed")
-    oracle.pods(sid, "failed", reason="ImagePullBackOff", sticky=True)
+    fut, sid = pending_create(oracle, CREATE, "failed", to="failed", reason="ImagePullBackOff")
     st, _, doc = fut.result(timeout=10)
     assert (st, doc["code"]) == (500, "KUBERNETES::POD_FAILED"), doc
     pod = sid + "-0"
@@ -288,11 +300,10 @@ def test_failed_pod_fails_the_create(oracle):
 
 
 def test_unschedulable_pod_times_out_pending(oracle):
-    """A pod the scheduler cannot place keeps the sandbox Pending until sandbox_create_timeout_seconds (8 s): 504
+    """A pod the scheduler cannot place keeps the sandbox Pending until sandbox_create_timeout_seconds (5 s): 504
     KUBERNETES::POD_READY_TIMEOUT (the controller at 3bb6fad sets no status.selector, so the provider's
     POD_PLATFORM_UNSCHEDULABLE path is not reached)."""
-    fut, sid = pending_create(oracle, CREATE, "unschedulable")
-    oracle.pods(sid, "unschedulable", sticky=True)
+    fut, sid = pending_create(oracle, CREATE, "unschedulable", to="unschedulable")
     st, _, doc = oracle.request("GET", "/v1/sandboxes/" + sid)
     assert doc["status"]["state"] == "Pending", doc
     st, _, doc = fut.result(timeout=15)

@@ -40,8 +40,7 @@ def pair(request):
 
 
 def _sandboxes(o: K8sOracle, m: MockOpenSandbox, case: str, body: dict) -> tuple[str, str]:
-    fut, osid = pending_create(o, body, case + "-" + o.hello["route"])
-    o.pods(osid, "ready")
+    fut, osid = pending_create(o, body, case + "-" + o.hello["route"], to="ready")
     assert fut.result(timeout=10)[0] == 202
     st, doc = mock_call(m, "POST", "/v1/sandboxes", dict(body, metadata={"case": case}))
     assert st == 202, doc

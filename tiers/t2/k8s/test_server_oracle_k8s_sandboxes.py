@@ -4,9 +4,10 @@ its filters, metadata, renew, pause/resume, delete, diagnostics, the missing san
 ``KUBERNETES::*`` errors a create ends in, the same requests to both, compared on status and body (ids, timestamps
 and elapsed seconds normalised only; in the pod's diagnostics text also what only a cluster knows: node, IPs, logs).
 
-The oracle's pods move when the test says so (``pods``); the mock's sandbox is Ready once it started, unless a fault
-rule of kind ``pod`` (docs/FAULTS.md) says what its pod does: ``ready`` later, ``failed`` or ``unschedulable``.
-Both wait 8 s for a pod that is never Ready (the oracle's ``sandbox_create_timeout_seconds``).
+The oracle's pods move when the test says so (``pods``, or before the create: ``pending_create(..., to=...)``);
+the mock's sandbox is Ready once it started, unless a fault rule of kind ``pod`` (docs/FAULTS.md) says what its pod
+does: ``ready`` later, ``failed`` or ``unschedulable``.
+Both wait 5 s for a pod that is never Ready (the oracle's ``sandbox_create_timeout_seconds``).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 @pytest.fixture(scope="module")
 def mock():
     """Overrides the toolkit's ``mock`` (tiers/toolkit/fixtures.py): a mock on the Kubernetes runtime with the
-    oracle's 8 s create timeout, one per module like the oracle."""
+    oracle's 5 s create timeout, one per module like the oracle."""
     with MockOpenSandbox(
-        runtime="kubernetes", egress_mode="off", timing="fast", sandbox_create_timeout=8, pool_acquisition_timeout=2
+        runtime="kubernetes", egress_mode="off", timing="fast", sandbox_create_timeout=5, pool_acquisition_timeout=2
     ) as m:
         yield m
 
@@ -81,24 +82,27 @@ def mock_start(mock: MockOpenSandbox, body: dict) -> Future:
 
 
 def mock_pending(mock: MockOpenSandbox, body: dict, case: str, **pod: Any) -> tuple[Future, str]:
-    """A mock create whose pod does ``pod`` (a fault rule of kind pod), and its sandbox id from the list."""
+    """A mock create whose pod does ``pod`` (a fault rule of kind pod), and its sandbox id from the list (from its
+    answer when it failed before the list showed it, as ``pending_create``)."""
     mock.faults.add(kind="pod", count=1, **pod)
     fut = mock_start(mock, dict(body, metadata={"case": case}))
 
     def mine():
         st, doc = mock_call(mock, "GET", "/v1/sandboxes?metadata=case%3D" + case)
         assert st == 200, doc
-        return doc["items"]
+        return [s["id"] for s in doc["items"]]
 
-    found = poll(mine, lambda items: items, timeout=5)
-    assert len(found) == 1, found
-    return fut, found[0]["id"]
+    found = poll(mine, lambda ids: ids or fut.done(), timeout=5)
+    if not found and fut.done():  # {"code": "KUBERNETES::POD_FAILED", "message": "Sandbox <id> failed: ..."}
+        found = sorted(set(UUID.findall(json.dumps(fut.result()[1]))))
+    assert len(found) == 1, (found, fut.done() and fut.result())
+    return fut, found[0]
 
 
 def ready_pair(oracle: K8sOracle, mock: MockOpenSandbox, body: dict, case: str) -> tuple[str, str, Any]:
-    """One Running sandbox on each side (the oracle's pod made Ready); their ids and the oracle's 202 body."""
-    fut, oid = pending_create(oracle, body, case)
-    oracle.pods(oid, "ready")
+    """One Running sandbox on each side (the oracle's pod Ready, said before the create); their ids and the
+    oracle's 202 body."""
+    fut, oid = pending_create(oracle, body, case, to="ready")
     ost, _, odoc = fut.result(timeout=10)
     got = mock_call(mock, "POST", "/v1/sandboxes", dict(body, metadata={"case": case}))
     same("create " + case, got, (ost, odoc))
@@ -191,9 +195,8 @@ def test_missing_sandbox(oracle, mock):
 def test_failed_pod_fails_the_create(oracle, mock, reason):
     """A container waiting on ``reason``: 500 KUBERNETES::POD_FAILED with the controller's message; the workload is
     deleted (GET 404)."""
-    ofut, oid = pending_create(oracle, CREATE, "sb-failed-" + reason.lower())
+    ofut, oid = pending_create(oracle, CREATE, "sb-failed-" + reason.lower(), to="failed", reason=reason)
     mfut, mid = mock_pending(mock, CREATE, "sb-failed-" + reason.lower(), pod="failed", reason=reason, after=0.5)
-    oracle.pods(oid, "failed", reason=reason, sticky=True)
     ost, _, odoc = ofut.result(timeout=10)
     same("create", mfut.result(timeout=10), (ost, odoc))
     assert poll(lambda: oracle.get("batchsandboxes", oid), lambda b: not b) == []
@@ -203,9 +206,8 @@ def test_failed_pod_fails_the_create(oracle, mock, reason):
 def test_pod_never_ready_times_out(oracle, mock):
     """A pod that is never Ready (unschedulable): Pending for the create timeout, then 504
     KUBERNETES::POD_READY_TIMEOUT "... Elapsed: <s>, Last state: Pending"; the workload is deleted."""
-    ofut, oid = pending_create(oracle, CREATE, "sb-timeout")
+    ofut, oid = pending_create(oracle, CREATE, "sb-timeout", to="unschedulable")
     mfut, mid = mock_pending(mock, CREATE, "sb-timeout", pod="unschedulable")
-    oracle.pods(oid, "unschedulable", sticky=True)
     both(oracle, mock, "GET", "/v1/sandboxes/" + oid, "/v1/sandboxes/" + mid)
     t0 = time.monotonic()
     ost, _, odoc = ofut.result(timeout=15)
@@ -243,7 +245,7 @@ def test_quota_exceeded_is_403_and_leaves_nothing(oracle, mock):
 def test_pool_capacity_exhausted_is_429_after_the_acquisition_timeout(oracle, mock):
     """A controller that reports exhausted Pool capacity (the PoolAllocationPending condition; none at 3bb6fad
     does): Pending / POOL_CAPACITY_EXHAUSTED "Pool capacity is currently unavailable", then, after
-    ``pool_acquisition_timeout_seconds`` (2 s, under the 8 s create timeout), 429 KUBERNETES::POOL_CAPACITY_EXHAUSTED
+    ``pool_acquisition_timeout_seconds`` (2 s, under the 5 s create timeout), 429 KUBERNETES::POOL_CAPACITY_EXHAUSTED
     with ``Retry-After`` its whole seconds; the workload is deleted. The mock: a fault rule of kind pod, ``capacity``."""
     ofut, oid = pending_create(oracle, CREATE, "sb-capacity")
     mock.faults.add(kind="pod", pod="capacity", count=1)
