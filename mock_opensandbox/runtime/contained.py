@@ -25,7 +25,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import stat
 import sys
 from typing import Any
 
@@ -137,23 +136,6 @@ def creds(user: str | None, identity: tuple[int, int, list[int]] | None = None) 
     if ids is None or (identity is not None and (ids[0], ids[1], sorted(set(ids[2]))) == identity):
         return {}
     return {"user": ids[0], "group": ids[1], "extra_groups": ids[2]}
-
-
-def look_path(name: str, path: str) -> str | None:
-    """Go's exec.LookPath(name) on ``path`` (execd's PATH) from the contained thread, whose "/" is the
-    sandbox's: the first regular file the thread may execute (os/exec/lp_unix.go findExecutable: a stat,
-    then eaccess X_OK); None when there is none. Absolute directories only (a relative match is Go's
-    ErrDot)."""
-    for d in path.split(":"):
-        if not d.startswith("/"):
-            continue
-        cand = d.rstrip("/") + "/" + name
-        try:
-            if stat.S_ISREG(os.stat(cand).st_mode) and os.access(cand, os.X_OK):
-                return cand
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 @functools.cache

@@ -24,12 +24,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 from typing import Any, Callable, Sequence
 
 from mock_opensandbox.runtime import caps
 from mock_opensandbox.runtime import stages as scripts
+from mock_opensandbox.runtime.zygote import launch_helper
 
 FORKER_PY = os.path.join(scripts.SCRIPTS_DIR, "osb_forker.py")
 FORKER_ENV = "OSB_MOCK_FORKER"  # "0": every command through its stages
@@ -57,38 +57,19 @@ class Forker:
 
     def _start(self) -> tuple[socket.socket, subprocess.Popen[bytes]]:
         launch, pid1, procs, idle = self._how
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        args = [
-            sys.executable,
-            "-I",
-            "-S",
+        mine, proc = launch_helper(
+            launch,
             FORKER_PY,
-            str(theirs.fileno()),
-            str(os.getpid()),
-            str(pid1),
-            "%x" % caps.SANDBOX_CAP_MASK,
-            "1" if caps.NO_NEW_PRIVILEGES else "0",
-            "\n".join(procs) or "-",
-            repr(float(idle)),
-        ]
-        try:
-            proc: subprocess.Popen[bytes] = launch(
-                lambda: subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    close_fds=True,
-                    pass_fds=(theirs.fileno(),),
-                    start_new_session=True,
-                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                )
-            )
-        except BaseException:
-            mine.close()
-            raise
-        finally:
-            theirs.close()
+            lambda fd: [
+                str(fd),
+                str(os.getpid()),
+                str(pid1),
+                "%x" % caps.SANDBOX_CAP_MASK,
+                "1" if caps.NO_NEW_PRIVILEGES else "0",
+                "\n".join(procs) or "-",
+                repr(float(idle)),
+            ],
+        )
         try:
             mine.settimeout(30.0)  # a first start on a loaded machine; it answers in ~20 ms here
             hello = json.loads(mine.recv(1 << 16) or b"{}")

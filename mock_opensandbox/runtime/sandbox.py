@@ -33,7 +33,7 @@ from mock_opensandbox.runtime._util import (
     take_ctty,
 )
 from mock_opensandbox.runtime.agent import oneshot_call
-from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs, look_path
+from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs
 from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.contained import user_ids as contained_user
 from mock_opensandbox.runtime.execdproc import ExecdSpec, install_agent, install_binary, prepare_execd, start_execd
@@ -45,6 +45,7 @@ from mock_opensandbox.runtime.paths import _MARKER_ENV, SandboxPaths, stray_pids
 from mock_opensandbox.runtime.pid1 import Pid1, SandboxNotRunning, SandboxTerminated
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
 from mock_opensandbox.runtime.rootfs import ImageRoot, ImageTree
+from mock_opensandbox.runtime.scripts.lookpath import look_path
 from mock_opensandbox.runtime.spawner import Spawner
 
 if TYPE_CHECKING:  # pragma: no cover

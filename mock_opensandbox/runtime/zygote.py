@@ -91,28 +91,37 @@ class Adopted:
         self.send_signal(9)
 
 
+def launch_helper(
+    launch: Callable[[Callable[[], Any]], Any], script: str, args: Callable[[int], list[str]]
+) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """``python -I -S SCRIPT ARGS`` started by ``launch`` (holder.lifeline_call: it dies with the mock) in a session
+    of its own, holding one end of a SOCK_SEQPACKET pair (``args`` gets its number); the mock's end and the process.
+    The zygote's and each sandbox's forker's way to start."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        proc: subprocess.Popen[bytes] = launch(
+            lambda: subprocess.Popen(
+                [sys.executable, "-I", "-S", script, *args(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
+        )
+    except BaseException:
+        mine.close()
+        raise
+    finally:
+        theirs.close()
+    return mine, proc
+
+
 class _Zygote:
     def __init__(self, launch: Callable[[Callable[[], Any]], Any]):
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self.proc = launch(
-                lambda: subprocess.Popen(
-                    [sys.executable, "-I", "-S", ZYGOTE_PY, str(theirs.fileno()), str(os.getpid())],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    close_fds=True,
-                    pass_fds=(theirs.fileno(),),
-                    start_new_session=True,
-                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                )
-            )
-        except BaseException:
-            mine.close()
-            raise
-        finally:
-            theirs.close()
-        self.sock = mine
+        self.sock, self.proc = launch_helper(launch, ZYGOTE_PY, lambda fd: [str(fd), str(os.getpid())])
 
     def ask(self, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         socket.send_fds(self.sock, [json.dumps(req).encode()], fds)

@@ -22,7 +22,6 @@ import fcntl
 import json
 import os
 import socket
-import stat
 import sys
 import warnings  # noqa: F401 - os.execvpe's PATH search imports it lazily: after setns the stdlib may be gone
 
@@ -30,11 +29,14 @@ TYPE_CHECKING = False  # (typing's is not imported; annotations are text)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-    from mock_opensandbox.runtime.scripts import seccomp  # what the loader below makes of seccomp.py
+    from mock_opensandbox.runtime.scripts import lookpath, seccomp  # what the loaders below make of them
 else:
     seccomp = type(sys)("__osb_seccomp_lib__")
     seccomp.__file__ = __file__.rpartition("/")[0] + "/seccomp.py"
     _ext.SourceFileLoader(seccomp.__name__, seccomp.__file__).exec_module(seccomp)
+    lookpath = type(sys)("__osb_lookpath_lib__")
+    lookpath.__file__ = __file__.rpartition("/")[0] + "/lookpath.py"
+    _ext.SourceFileLoader(lookpath.__name__, lookpath.__file__).exec_module(lookpath)
 
 CLONE_PARENT, SIGCHLD, SIGKILL = 0x8000, 17, 9
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_SET_NO_NEW_PRIVS = 1, 24, 47, 38
@@ -98,20 +100,6 @@ def enter(target: int, mask: int, nnp: bool, procs: "list[str]") -> None:
         _fail("capset")
     if nnp and libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         _fail("PR_SET_NO_NEW_PRIVS")
-
-
-def look_path(name: str, path: str) -> "str | None":
-    """Go's exec.LookPath on execd's PATH, in the sandbox's "/" (runtime/contained.py look_path)."""
-    for d in path.split(":"):
-        if not d.startswith("/"):
-            continue
-        cand = d.rstrip("/") + "/" + name
-        try:
-            if stat.S_ISREG(os.stat(cand).st_mode) and os.access(cand, os.X_OK):
-                return cand
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 def child(req: "dict[str, Any]", fds: "list[int]", exe: "str | None", errpipe: int) -> "NoReturn":
@@ -180,9 +168,9 @@ def spawn(req: "Any", fds: "list[int]") -> "dict[str, Any]":
         raise OSError(38, "clone: no system call number for %s here" % os.uname().machine)
     exe = req.get("exe")
     if req.get("look") is not None:  # the shell form: execd's getShell() and exec.Command's LookPath
-        exe = look_path("bash", req["look"])
+        exe = lookpath.look_path("bash", req["look"])
         if exe is None:
-            req["argv"][0], exe = "sh", look_path("sh", req["look"]) or "sh"
+            req["argv"][0], exe = "sh", lookpath.look_path("sh", req["look"]) or "sh"
     r, w = os.pipe2(os.O_CLOEXEC)
     try:
         _py.PyOS_BeforeFork()
