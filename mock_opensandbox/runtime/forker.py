@@ -10,11 +10,13 @@ CLONE_PARENT, so the command is the mock's own child (a Popen waits for it and s
 with the same filter, capability set, no_new_privs, namespaces, cgroups, view and identity as the stages gave it.
 
 One forker per sandbox, started on its first command by the lifeline thread (holder.lifeline_call: it dies with
-the mock, PR_SET_PDEATHSIG) and ended with the sandbox (``close``: EOF), or by itself after ``IDLE`` seconds without
-a command (~5.4 MiB PSS, 11.6 MiB RSS here: an idle sandbox keeps none; the next command starts another, ~20 ms). It is a task of the sandbox's cgroups
-(``pids.current`` counts it, like the contained thread and runc's exec init) and invisible inside (it is outside
-the PID namespace, whose processes it only forks). When it cannot start or answer, ``spawn`` returns None and the
-caller takes the stages (``OSB_MOCK_FORKER=0``: always, the A/B). Standard library only.
+the mock, PR_SET_PDEATHSIG) and ended with the sandbox (``close``: EOF), or by itself after ``IDLE`` seconds
+without a command (~5.4 MiB PSS, 11.6 MiB RSS here: an idle sandbox keeps none; the next command starts another,
+~20 ms). It is a task of the sandbox's cgroups (``pids.current`` counts it, like the contained thread and runc's
+exec init; what it allocates after joining is charged to the sandbox's memory, as execd's is live) and invisible
+inside (it is outside the PID namespace, whose processes it only forks). When it cannot start or answer, ``spawn``
+raises ForkerError and the caller takes the stages, for that sandbox from then on (``OSB_MOCK_FORKER=0``: always,
+the A/B). Standard library only.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@
 # "clone": 1} when the clone failed (the command's fork error: EAGAIN at the pids limit), or {"errno": N, "error":
 # TEXT} when the request was refused. The first message is {"ready": 1} or the setup's {"errno", "error"}.
 # The forker ends at EOF, after IDLE seconds without a request (an idle sandbox costs no process; the mock's next
-# send fails and it starts another), or with the mock (PR_SET_PDEATHSIG). Written by the OpenSandbox mock; standard library.
+# send fails and it starts another), or with the mock (PR_SET_PDEATHSIG). The shell form's LookPath is
+# lookpath.py's, loaded like seccomp.py. Written by the OpenSandbox mock; standard library only.
 import _frozen_importlib_external as _ext
 import _signal as signal  # the C module: `signal` would import enum
 import array  # noqa: F401 - socket.recv_fds/send_fds import it lazily: after setns the stdlib may be gone
