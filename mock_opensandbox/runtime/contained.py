@@ -178,6 +178,18 @@ def contained_spawner(holder: Any, cgroup: Any, hostname: str, reuse: Spawner | 
     return sp if sp is not None and sp.ok() else None
 
 
+def pts_inside(tty: Any, pid1: int) -> int | None:
+    """N where ``tty`` (an fd or a file) is the sandbox's own ``/dev/pts/N`` (PID 1's view), else None."""
+    try:
+        st = os.fstat(tty if isinstance(tty, int) else tty.fileno())
+        index = (os.major(st.st_rdev) - 136) * 256 + os.minor(st.st_rdev)  # Unix98 PTY slaves: majors 136-143
+        inside = os.stat("/proc/%d/root/dev/pts/%d" % (pid1, index))
+        same = 136 <= os.major(st.st_rdev) <= 143 and (inside.st_dev, inside.st_rdev) == (st.st_dev, st.st_rdev)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return index if same else None
+
+
 def ctty_stage(argv: list[str], tty: Any, pid1: int) -> tuple[list[str], Any, Any]:
     """(argv, await_exec stages, preexec_fn) for a PTY shell from the contained thread, whose stdin ``tty`` is
     a terminal of the sandbox's own devpts. The fork stays a vfork: the child leads a new session (Popen's
@@ -186,14 +198,8 @@ def ctty_stage(argv: list[str], tty: Any, pid1: int) -> tuple[list[str], Any, An
     a session leader without a controlling terminal that opens one gets it (the kernel's tty_open, no
     O_NOCTTY in a shell's redirection), then execs the command in place. Where the terminal is not the
     sandbox's ``/dev/pts/N`` (a host PTY) a preexec_fn does TIOCSCTTY instead (a full fork of the mock)."""
-    try:
-        st = os.fstat(tty if isinstance(tty, int) else tty.fileno())
-        index = (os.major(st.st_rdev) - 136) * 256 + os.minor(st.st_rdev)  # Unix98 PTY slaves: majors 136-143
-        inside = os.stat("/proc/%d/root/dev/pts/%d" % (pid1, index))
-        same = 136 <= os.major(st.st_rdev) <= 143 and (inside.st_dev, inside.st_rdev) == (st.st_dev, st.st_rdev)
-    except (OSError, ValueError, AttributeError):
-        same = False
-    if not same:
+    index = pts_inside(tty, pid1)
+    if index is None:
         return argv, None, take_ctty
     cmd = ["/bin/sh", "-c", 'exec "$@" 0<>/dev/pts/%d' % index, "sh"] + argv
     stage = b"\0".join(a.encode("utf-8", "surrogateescape") for a in cmd) + b"\0"

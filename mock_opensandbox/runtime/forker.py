@@ -95,24 +95,29 @@ class Forker:
         stderr: Any,
         user: tuple[int, int, list[int]] | None = None,
         look: str | None = None,
+        ctty: str | None = None,
     ) -> subprocess.Popen[bytes]:
         """The command, started in the sandbox in a process group of its own (``look``: the shell form's LookPath
         on that PATH, as the contained thread does), as a Popen whose child the forker made. Raises OSError as
         Popen would for a command that cannot run (the child's errno), and ForkerError when the forker failed
         (the caller takes the stages)."""
-        return ForkedPopen(self, look, user, list(argv), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr)
+        return ForkedPopen(
+            self, (look, user, ctty), list(argv), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr
+        )
 
-    def request(
-        self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], look: str | None, user: Any
-    ) -> int:
-        """One command cloned by the forker with ``fds`` as its stdin, stdout and stderr; its pid."""
+    def request(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], extra: tuple[Any, ...]) -> int:
+        """One command cloned by the forker with ``fds`` as its stdin, stdout and stderr; its pid. ``extra``:
+        (look, user, ctty) of ``spawn``."""
+        look, user, ctty = extra
         req = {
             "argv": argv,
             "exe": None,
             "look": look,
             "env": env,
             "cwd": cwd,
-            "session": False,  # the forker leads a session of its own, with no terminal to reach: a group
+            # the forker leads a session of its own, with no terminal to reach: a group; a PTY shell leads its own
+            "session": ctty is not None,
+            "ctty": ctty,
             "user": [user[0], user[1], list(user[2])] if user is not None else None,
         }
         msg = json.dumps(req).encode()
@@ -180,8 +185,8 @@ class ForkedPopen(subprocess.Popen[bytes]):
     """A Popen whose child the forker clones: Popen's own handling of the pipes, the wait, the signals and
     ``communicate``; only the fork and exec (``_execute_child``) are the forker's."""
 
-    def __init__(self, forker: Forker, look: str | None, user: Any, args: list[str], **kw: Any):
-        self._forker_call = (forker, look, user)
+    def __init__(self, forker: Forker, extra: tuple[Any, ...], args: list[str], **kw: Any):
+        self._forker_call = (forker, extra)
         super().__init__(args, close_fds=True, **kw)
 
     def _execute_child(  # Popen's positional layout, 3.10 to 3.13
@@ -204,10 +209,10 @@ class ForkedPopen(subprocess.Popen[bytes]):
         errwrite: int,
         *rest: Any,
     ) -> None:
-        forker, look, user = self._forker_call
+        forker, extra = self._forker_call
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
         try:
-            self.pid = forker.request(list(args), dict(env), cwd, fds, look, user)
+            self.pid = forker.request(list(args), dict(env), cwd, fds, extra)
             self._child_created = True
         finally:  # the child's ends, as Popen's own _execute_child closes them
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]

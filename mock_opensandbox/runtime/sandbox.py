@@ -33,7 +33,7 @@ from mock_opensandbox.runtime._util import (
     take_ctty,
 )
 from mock_opensandbox.runtime.agent import oneshot_call
-from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs
+from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs, pts_inside
 from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.contained import user_ids as contained_user
 from mock_opensandbox.runtime.execdproc import ExecdSpec, install_agent, install_binary, prepare_execd, start_execd
@@ -382,7 +382,7 @@ class SandboxRuntime:
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
                 self.pid1.await_net(holder)
                 contained = contained_spawner(holder, self.cgroup, self.hostname, self._spawner)  # forks from inside
-                if contained is None and not controlling_tty:  # a process inside instead (forker.py)
+                if contained is None:  # a process inside instead (forker.py)
                     forker = self._forker(holder)
             creds: dict[str, Any] = {}
             # the shell form: the contained thread or the forker looks the shell up where it forks (its "/" is the
@@ -391,8 +391,12 @@ class SandboxRuntime:
             look = execd_path if shell_form and inside_fork and not controlling_tty else None
             if shell_form and look is None:
                 argv = self.paths.shell() + list(argv[1:])
+            ctty = None
             if forker is not None and holder is not None:  # the forker is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
+                if controlling_tty:  # a PTY shell: its terminal opened by its path inside, else TIOCSCTTY on stdin
+                    index = pts_inside(stdin, holder.pid)
+                    ctty = "/dev/pts/%d" % index if index is not None else ""
             elif contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
                 creds = _creds(user or holder.user, contained.identity)
@@ -437,6 +441,7 @@ class SandboxRuntime:
                         stderr=stderr,
                         user=contained_user(user or holder.user),
                         look=look,
+                        ctty=ctty,
                     )
                 exe = None
                 if look is not None:  # in the sandbox already: its "/" is this thread's

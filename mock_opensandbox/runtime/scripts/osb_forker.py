@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import sys
+import termios
 import warnings  # noqa: F401 - os.execvpe's PATH search imports it lazily: after setns the stdlib may be gone
 
 TYPE_CHECKING = False  # (typing's is not imported; annotations are text)
@@ -119,6 +120,13 @@ def child(req: "dict[str, Any]", fds: "list[int]", exe: "str | None", errpipe: i
             os.setsid()
         else:
             os.setpgid(0, 0)
+        ctty = req.get("ctty")
+        if ctty:  # the sandbox's /dev/pts/N by its path inside: a session leader's first terminal is its own
+            fd = os.open(ctty, os.O_RDWR)
+            os.dup2(fd, 0)
+            os.close(fd)
+        elif ctty is not None:  # a terminal from elsewhere: taken explicitly
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         user = req.get("user")
         if user is not None:
             os.setgroups(user[2])
@@ -155,6 +163,7 @@ def check(req: "Any", fds: "list[int]") -> None:
         and strs([req.get("cwd")])
         and (req.get("exe") is None or strs([req["exe"]]))
         and (req.get("look") is None or strs([req["look"]]))
+        and (req.get("ctty") is None or strs([req["ctty"]]))
         and isinstance(req.get("session"), bool)
         and (user is None or isinstance(user, list) and len(user) == 3 and isinstance(user[2], list))
         and len(fds) == 3

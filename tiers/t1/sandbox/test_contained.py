@@ -153,6 +153,36 @@ def test_a_pty_shell_gets_its_terminal_without_a_fork_of_the_mock(tmp_path):
         rt.cleanup()
 
 
+@pytest.mark.parametrize("path", ["thread", "forker"])
+def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path, monkeypatch, path):
+    """Thread or forker (runtime/forker.py, where no thread can enter), a PTY shell leads its own session and group
+    with the sandbox's /dev/pts/N, opened by that path inside, as its controlling terminal and stdin; through the
+    forker the shell is exec'd directly (no sh in front of it)."""
+    monkeypatch.setenv("OSB_MOCK_CONTAINED", "1" if path == "thread" else "0")
+    monkeypatch.setenv("OSB_MOCK_FORKER", "1")
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        master, slave = rt.openpty()
+        p = rt.spawn(["/bin/sh", "-c", "sleep 30"], stdin=slave, stdout=slave, stderr=slave, controlling_tty=True)
+        os.close(slave)
+        if path == "forker":
+            assert p.args == ["/bin/sh", "-c", "sleep 30"] and rt.pid1.holder.forker is not None, p.args
+        with open("/proc/%d/stat" % p.pid) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        assert int(fields[2]) == p.pid and int(fields[3]) == p.pid  # its own process group and session
+        assert int(fields[4]) != 0  # tty_nr: the PTY is its controlling terminal
+        assert os.readlink("/proc/%d/fd/0" % p.pid).startswith("/dev/pts/")  # the path inside the sandbox
+        with open("/proc/%d/status" % p.pid) as fh:
+            status = fh.read()
+        assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
+        with open("/proc/%d/cmdline" % p.pid, "rb") as fh:
+            assert fh.read() == b"/bin/sh\0-c\0sleep 30\0"
+        os.close(master)
+    finally:
+        rt.cleanup()
+
+
 def test_the_view_runs_from_its_bytecode_cache(tmp_path):
     """scripts/osb_view.py runs view.py through the import system, so its compiled form is cached (a script run as
     __main__ is compiled on every sandbox start): after a start the cache is there and names view.py's source."""
