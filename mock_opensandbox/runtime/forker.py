@@ -5,9 +5,11 @@ process's cgroup, and only a single-threaded process may enter a user namespace,
 Each command there went through a chain of stages - ``nsenter ... -- python3 -I -S -c SECCOMP_STAGE setpriv ...``
 as root, a cgroup v2 join stage, or ``python3 -I -S -c NSEXEC_PY`` as non-root - an interpreter start and a cgroup
 move (an RCU grace period) per command, 14-24 ms here. The forker makes them once: it joins the cgroups, enters
-the namespaces, installs the seccomp filter and drops the capabilities, and then clones each command with
-CLONE_PARENT, so the command is the mock's own child (a Popen waits for it and signals it: ``ForkedPopen``) and runs
-with the same filter, capability set, no_new_privs, namespaces, cgroups, view and identity as the stages gave it.
+the namespaces, installs the seccomp filter and drops the capabilities, and then starts each command by
+posix_spawn (a vfork; the command is the forker's child, whose exit status the forker sends back: ``_Relay``), or,
+for another user, clones it with CLONE_PARENT (the mock's own child); either way a Popen waits for it and signals it
+(``ForkedPopen``), and it runs with the same filter, capability set, no_new_privs, namespaces, cgroups, view and
+identity as the stages gave it.
 
 One forker per sandbox, started on its first command by the lifeline thread (holder.lifeline_call: it dies with
 the mock, PR_SET_PDEATHSIG) and ended with the sandbox (``close``: EOF), or by itself after ``IDLE`` seconds
@@ -21,9 +23,11 @@ the A/B). Standard library only.
 
 from __future__ import annotations
 
+import _thread
 import errno
 import json
 import os
+import queue
 import socket
 import subprocess
 import threading
@@ -55,9 +59,17 @@ class Forker:
         self._how = (launch, pid1, list(procs), IDLE if idle is None else idle)
         self._lock = threading.Lock()
         self.restarts = 0
+        self._gen = _Relay()
         self.sock, self.proc = self._start()
 
     def _start(self) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+        """A forker process, and its reader (``_Relay``: answers to this object, exits to their Popens)."""
+        sock, proc = self._launch()
+        self._gen = _Relay()
+        _thread.start_new_thread(self._gen.read, (sock,))
+        return sock, proc
+
+    def _launch(self) -> tuple[socket.socket, subprocess.Popen[bytes]]:
         launch, pid1, procs, idle = self._how
         mine, proc = launch_helper(
             launch,
@@ -105,8 +117,11 @@ class Forker:
             self, (look, user, ctty), list(argv), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr
         )
 
-    def request(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], extra: tuple[Any, ...]) -> int:
-        """One command cloned by the forker with ``fds`` as its stdin, stdout and stderr; its pid. ``extra``:
+    def request(
+        self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], extra: tuple[Any, ...]
+    ) -> tuple[int, _Relay | None]:
+        """One command started by the forker with ``fds`` as its stdin, stdout and stderr: its pid, and the relay
+        of its exit when it is the forker's child (posix_spawn), None when it is the mock's (the clone). ``extra``:
         (look, user, ctty) of ``spawn``."""
         look, user, ctty = extra
         req = {
@@ -135,14 +150,11 @@ class Forker:
                     socket.send_fds(self.sock, [msg], fds)
                 except OSError as exc2:
                     raise ForkerError(exc2.errno or 5, "the forker did not take a request: %s" % exc2) from exc2
-            try:
-                data = self.sock.recv(1 << 16)
-            except OSError:
-                data = b""
-        if not data:  # it took the request and died without an answer: the command failed to start, as far as
-            # anyone knows (not run again through the stages); the next request starts another forker
+            gen = self._gen
+            answer = gen.answers.get()
+        if answer is None:  # it took the request and died without an answer: the command failed to start, as far
+            # as anyone knows (not run again through the stages); the next request starts another forker
             raise OSError(errno.EIO, "the sandbox's forker ended")
-        answer = json.loads(data)
         pid = answer.get("pid")
         if "errno" in answer:
             if isinstance(pid, int) and pid > 1:  # the child could not exec; it exited 127
@@ -156,13 +168,14 @@ class Forker:
                         break
                 err = int(answer["errno"])
                 raise OSError(err, os.strerror(err))
-            if answer.get("clone"):  # the fork itself failed (EAGAIN at the pids limit, ENOMEM once PID 1 is gone)
+            if answer.get("clone") or answer.get("start"):  # the fork failed (EAGAIN at the pids limit, ENOMEM once
+                # PID 1 is gone), or the exec or the chdir did (posix_spawn): the command's start failure
                 err = int(answer["errno"])
                 raise OSError(err, os.strerror(err))
             raise ForkerError(int(answer["errno"]), str(answer.get("error")))
         if not isinstance(pid, int) or pid <= 1:
             raise ForkerError(5, "the forker answered %r" % (answer,))
-        return pid
+        return pid, (gen if answer.get("relay") else None)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -172,8 +185,64 @@ class Forker:
             _end(self.sock, self.proc)
 
 
+class _Relay:
+    """What one forker process sends: answers, in order, to ``answers`` (None once it has ended), and the exit
+    status of each command it started as its own child to that command's Popen (an exit may come before the
+    Popen is registered: kept until it is). When the forker ends, its children's statuses are lost: their Popens
+    get 255, as Popen reports a child reaped elsewhere."""
+
+    def __init__(self) -> None:
+        self.answers: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._procs: dict[int, ForkedPopen] = {}
+        self._early: dict[int, int] = {}
+        self._ended = False
+
+    def read(self, sock: socket.socket) -> None:
+        try:
+            while True:
+                try:
+                    data = sock.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if not data:
+                    return
+                msg = json.loads(data)
+                if "exit" in msg:
+                    self._exited(int(msg["exit"]), int(msg["status"]))
+                else:
+                    self.answers.put(msg)
+        finally:
+            self.answers.put(None)
+            with self._lock:
+                self._ended = True
+                lost, self._procs = list(self._procs.values()), {}
+            for proc in lost:
+                proc._relayed(255)
+
+    def register(self, pid: int, proc: ForkedPopen) -> None:
+        with self._lock:
+            rc = self._early.pop(pid, None)
+            if rc is None and not self._ended:
+                self._procs[pid] = proc
+                return
+        proc._relayed(255 if rc is None else rc)
+
+    def _exited(self, pid: int, rc: int) -> None:
+        with self._lock:
+            proc = self._procs.pop(pid, None)
+            if proc is None:
+                self._early[pid] = rc
+                return
+        proc._relayed(rc)
+
+
 def _end(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
-    sock.close()  # EOF: it exits
+    try:  # EOF both ways: it exits, and the reader's recv returns (a close alone would wait for that recv)
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - it exits at EOF
@@ -187,7 +256,29 @@ class ForkedPopen(subprocess.Popen[bytes]):
 
     def __init__(self, forker: Forker, extra: tuple[Any, ...], args: list[str], **kw: Any):
         self._forker_call = (forker, extra)
+        self._relay: threading.Event | None = None  # set: the forker's child, whose exit the forker relays
         super().__init__(args, close_fds=True, **kw)
+
+    def _relayed(self, rc: int) -> None:
+        if self.returncode is None:
+            self.returncode = rc
+        assert self._relay is not None
+        self._relay.set()
+
+    def _internal_poll(self, *args: Any, **kw: Any) -> int | None:
+        if self._relay is None:
+            rc: int | None = super()._internal_poll(*args, **kw)  # type: ignore[misc]
+            return rc
+        return self.returncode
+
+    def _wait(self, timeout: float | None) -> int:
+        if self._relay is None:
+            rc: int = super()._wait(timeout)  # type: ignore[misc]
+            return rc
+        if not self._relay.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
 
     def _execute_child(  # Popen's positional layout, 3.10 to 3.13
         self,
@@ -212,7 +303,10 @@ class ForkedPopen(subprocess.Popen[bytes]):
         forker, extra = self._forker_call
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
         try:
-            self.pid = forker.request(list(args), dict(env), cwd, fds, extra)
+            self.pid, relay = forker.request(list(args), dict(env), cwd, fds, extra)
             self._child_created = True
+            if relay is not None:
+                self._relay = threading.Event()
+                relay.register(self.pid, self)
         finally:  # the child's ends, as Popen's own _execute_child closes them
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]

@@ -6,15 +6,19 @@
 # paid here once), enters PID 1's user (when it is not ours), network (when it has its own), mount, IPC and UTS
 # namespaces and makes the PID namespace its children's, installs the sandbox's seccomp filter (seccomp.py) and
 # drops to the sandbox's capability set with no_new_privs. Then, per request (JSON plus the fds [stdin, stdout,
-# stderr] over a SOCK_SEQPACKET socket), it clones the command with CLONE_PARENT - a child of the mock itself,
-# which waits for it and signals it like any process it started - and the child sets its fds, process group or
-# session, identity and directory and execs it. The answer is {"pid": HOSTPID} once the exec succeeded, or
-# {"pid": HOSTPID, "errno": N} when the child could not exec (it exits 127; the mock reaps it), {"errno": N,
-# "clone": 1} when the clone failed (the command's fork error: EAGAIN at the pids limit), or {"errno": N, "error":
-# TEXT} when the request was refused. The first message is {"ready": 1} or the setup's {"errno", "error"}.
-# The forker ends at EOF, after IDLE seconds without a request (an idle sandbox costs no process; the mock's next
-# send fails and it starts another), or with the mock (PR_SET_PDEATHSIG). The shell form's LookPath is
-# lookpath.py's, loaded like seccomp.py. Written by the OpenSandbox mock; standard library only.
+# stderr] over a SOCK_SEQPACKET socket), it starts the command: by posix_spawn (a vfork, in the command's directory,
+# its own process group or, for a PTY shell, session with its terminal opened by its path inside) as its own child,
+# answering {"pid": HOSTPID, "relay": 1} and later {"exit": HOSTPID, "status": CODE} when it reaps it, or
+# {"errno": N, "start": 1} when the chdir or the exec failed; for another user (or a terminal to take with
+# TIOCSCTTY) it clones it with CLONE_PARENT - the mock's own child, which waits for it - and the child sets its
+# fds, session, identity and directory and execs it: {"pid": HOSTPID} once the exec succeeded, {"pid": HOSTPID,
+# "errno": N} when it could not (it exits 127; the mock reaps it), {"errno": N, "clone": 1} when the clone failed
+# (EAGAIN at the pids limit). {"errno": N, "error": TEXT}: the request was refused. The first message is
+# {"ready": 1} or the setup's {"errno", "error"}.
+# The forker ends at EOF, after IDLE seconds without a request and with no child of its own running (an idle
+# sandbox costs no process; the mock's next send fails and it starts another), or with the mock
+# (PR_SET_PDEATHSIG). The shell form's LookPath is lookpath.py's, loaded like seccomp.py. Written by the OpenSandbox
+# mock; standard library only.
 import _frozen_importlib_external as _ext
 import _signal as signal  # the C module: `signal` would import enum
 import array  # noqa: F401 - socket.recv_fds/send_fds import it lazily: after setns the stdlib may be gone
@@ -22,6 +26,7 @@ import ctypes
 import fcntl
 import json
 import os
+import select
 import socket
 import sys
 import termios
@@ -171,6 +176,74 @@ def check(req: "Any", fds: "list[int]") -> None:
         raise ValueError("argv, env, cwd, session and the fds [stdin, stdout, stderr] are required")
 
 
+SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD)  # ignored or handled here
+children: "set[int]" = set()  # the commands spawn_direct started: the forker's own, their exits go to the mock
+
+
+def spawn_direct(req: "dict[str, Any]", fds: "list[int]", exe: "str | None") -> "dict[str, Any] | None":
+    """The command by posix_spawn (a vfork: no copy of this process, ~0.1 ms), as this process's child, whose exit
+    status is relayed to the mock ({"exit": PID, "status": CODE}); {"pid", "relay": 1}, {"errno", "start": 1} when
+    it cannot start (its directory, its exec), or None where only the clone will do (another user; a terminal to
+    take with TIOCSCTTY)."""
+    ctty = req.get("ctty")
+    if req.get("user") is not None or ctty == "":
+        return None
+    actions: "list[Any]" = [(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds)]
+    if ctty:  # after setsid: a session leader's first terminal, opened by its path inside, is its own
+        actions.append((os.POSIX_SPAWN_OPEN, 0, ctty, os.O_RDWR, 0))
+    argv, env = req["argv"], req["env"]
+    if exe is not None or "/" in argv[0]:
+        paths = [exe or argv[0]]
+    else:  # the command's own PATH, as Popen searches it
+        paths = [os.path.join(d, argv[0]) for d in os.get_exec_path(env)]
+    try:
+        os.chdir(req["cwd"])  # (this process alone: the child starts there)
+    except OSError as e:
+        return {"errno": e.errno or 5, "start": 1}
+    try:
+        first: "OSError | None" = None
+        last: "OSError | None" = None
+        for path in paths:
+            try:
+                pid = os.posix_spawn(
+                    path,
+                    argv,
+                    env,
+                    file_actions=actions,
+                    setsigdef=SIGDEF,
+                    setsigmask=(),
+                    **({"setsid": True} if req["session"] else {"setpgroup": 0}),
+                )
+            except (FileNotFoundError, NotADirectoryError) as e:
+                last = e
+                continue
+            except OSError as e:
+                last = e
+                first = first or e
+                continue
+            children.add(pid)
+            return {"pid": pid, "relay": 1}
+        err = first or last
+        return {"errno": (err.errno if err is not None else None) or 2, "start": 1}
+    finally:
+        os.chdir("/")
+
+
+def reap(sock: "socket.socket") -> None:
+    """The exits of spawn_direct's commands, to the mock."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            children.clear()
+            return
+        if pid == 0:
+            return
+        if pid in children:
+            children.discard(pid)
+            sock.send(json.dumps({"exit": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
+
+
 def spawn(req: "Any", fds: "list[int]") -> "dict[str, Any]":
     check(req, fds)
     nr = SYS_CLONE.get(os.uname().machine)
@@ -181,6 +254,9 @@ def spawn(req: "Any", fds: "list[int]") -> "dict[str, Any]":
         exe = lookpath.look_path("bash", req["look"])
         if exe is None:
             req["argv"][0], exe = "sh", lookpath.look_path("sh", req["look"]) or "sh"
+    direct = spawn_direct(req, fds, exe)
+    if direct is not None:
+        return direct
     r, w = os.pipe2(os.O_CLOEXEC)
     try:
         _py.PyOS_BeforeFork()
@@ -216,6 +292,12 @@ def main() -> None:
     libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
     if os.getppid() != mock:
         os._exit(0)
+    for name in os.listdir("/proc/self/fd"):  # a posix_spawn'd command inherits every fd without close-on-exec
+        if int(name) > 2:
+            try:
+                os.set_inheritable(int(name), False)
+            except OSError:
+                pass
     sock = socket.socket(fileno=sock_fd)
     try:
         enter(target, mask, nnp, procs)
@@ -223,11 +305,18 @@ def main() -> None:
         sock.send(json.dumps({"errno": getattr(e, "errno", None) or 5, "error": str(e)}).encode())
         return
     sock.send(b'{"ready": 1}')
-    sock.settimeout(idle)
+    wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    poller = select.poll()
+    poller.register(sock_fd, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
-        except TimeoutError:
+            ready = poller.poll(idle * 1000)
+        except InterruptedError:
+            continue
+        if not ready and not children:
             # idle: the mock's next send fails (EPIPE) and it starts another forker; a request sent before the
             # shutdown is still in the queue, and answered
             sock.shutdown(socket.SHUT_RD)
@@ -239,15 +328,33 @@ def main() -> None:
             if msg:
                 answer(sock, msg, fds)
             return
-        except OSError:
-            return
-        if not msg:
-            return
-        answer(sock, msg, fds)
+        for fd, _ in ready:
+            if fd == wake_r:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                reap(sock)
+                continue
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            if not msg:
+                return
+            answer(sock, msg, fds)
+        reap(sock)
 
 
 def answer(sock: "socket.socket", msg: bytes, fds: "list[int]") -> None:
     try:
+        for (
+            fd
+        ) in fds:  # never a posix_spawn'd command's (recv_fds drops its flags before Python 3.13: no MSG_CMSG_CLOEXEC)
+            os.set_inheritable(fd, False)
         reply = spawn(json.loads(msg), fds)
     except OSError as e:
         reply = {"errno": e.errno or 5, "error": str(e)}
@@ -258,7 +365,6 @@ def answer(sock: "socket.socket", msg: bytes, fds: "list[int]") -> None:
             os.close(fd)
     sock.setblocking(True)
     sock.send(json.dumps(reply).encode())
-    sock.settimeout(idle)
 
 
 main()

@@ -183,6 +183,25 @@ def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path,
         rt.cleanup()
 
 
+@pytest.mark.parametrize("path", ["thread", "forker-spawn", "forker-clone"])
+def test_a_command_holds_no_descriptor_but_its_own_three(tmp_path, monkeypatch, path):
+    """Whoever forks it (the thread; the forker by posix_spawn, or by a clone for another user), a command starts
+    with its stdin, stdout and stderr and nothing else of the mock's or the forker's."""
+    monkeypatch.setenv("OSB_MOCK_CONTAINED", "1" if path == "thread" else "0")
+    monkeypatch.setenv("OSB_MOCK_FORKER", "1")
+    rt = SandboxRuntime(str(tmp_path / "sb"))
+    try:
+        rt.start_entrypoint(["sleep", "60"])
+        user = "0 0 0,1" if path == "forker-clone" else None  # a user word the forker's clone sets
+        p, out = _run(rt, "ls /proc/$$/fd; echo --; id -G", user=user)
+        fds, _, groups = out.partition("--\n")
+        assert fds.split() == ["0", "1", "2"] and groups.split() == (["0", "1"] if user else ["0"]), out
+        if path != "thread":
+            assert (p._relay is not None) is (path == "forker-spawn")
+    finally:
+        rt.cleanup()
+
+
 def test_the_view_runs_from_its_bytecode_cache(tmp_path):
     """scripts/osb_view.py runs view.py through the import system, so its compiled form is cached (a script run as
     __main__ is compiled on every sandbox start): after a start the cache is there and names view.py's source."""
