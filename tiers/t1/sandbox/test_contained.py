@@ -16,6 +16,7 @@ import pytest
 from mock_opensandbox.runtime import SandboxRuntime, caps, cgroups
 from mock_opensandbox.runtime.contained import group_kwargs
 from tiers.toolkit.marks import needs_isolation
+from tiers.toolkit.waits import wait_until
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 pytestmark = [needs_isolation, pytest.mark.skipif(os.geteuid() != 0, reason="the contained thread is root's way in")]
@@ -153,6 +154,11 @@ def test_a_pty_shell_gets_its_terminal_without_a_fork_of_the_mock(tmp_path):
         rt.cleanup()
 
 
+def _cmdline(pid: int) -> bytes:
+    with open("/proc/%d/cmdline" % pid, "rb") as fh:
+        return fh.read()
+
+
 @pytest.mark.parametrize("path", ["thread", "forker"])
 def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path, monkeypatch, path):
     """Thread or forker (runtime/forker.py, where no thread can enter), a PTY shell leads its own session and group
@@ -176,8 +182,10 @@ def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path,
         with open("/proc/%d/status" % p.pid) as fh:
             status = fh.read()
         assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
-        with open("/proc/%d/cmdline" % p.pid, "rb") as fh:
-            assert fh.read() == b"/bin/sh\0-c\0sleep 30\0"
+        # the spawn returns once the exec has begun: its arguments are in place a moment later (as after Go's
+        # cmd.Start, whose close-on-exec pipe closes at the same step)
+        wait_until(lambda: _cmdline(p.pid) != b"", 5)
+        assert _cmdline(p.pid) == b"/bin/sh\0-c\0sleep 30\0"
         os.close(master)
     finally:
         rt.cleanup()
