@@ -59,7 +59,6 @@ class Forker:
         self._how = (launch, pid1, list(procs), IDLE if idle is None else idle)
         self._lock = threading.Lock()
         self.restarts = 0
-        self._gen = _Relay()
         self.sock, self.proc = self._start()
 
     def _start(self) -> tuple[socket.socket, subprocess.Popen[bytes]]:
@@ -126,7 +125,6 @@ class Forker:
         look, user, ctty = extra
         req = {
             "argv": argv,
-            "exe": None,
             "look": look,
             "env": env,
             "cwd": cwd,
@@ -158,14 +156,10 @@ class Forker:
         pid = answer.get("pid")
         if "errno" in answer:
             if isinstance(pid, int) and pid > 1:  # the child could not exec; it exited 127
-                while True:
-                    try:
-                        os.waitpid(pid, 0)
-                        break
-                    except InterruptedError:
-                        continue
-                    except ChildProcessError:
-                        break
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
                 err = int(answer["errno"])
                 raise OSError(err, os.strerror(err))
             if answer.get("clone") or answer.get("start"):  # the fork failed (EAGAIN at the pids limit, ENOMEM once

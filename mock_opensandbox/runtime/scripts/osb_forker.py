@@ -166,7 +166,6 @@ def check(req: "Any", fds: "list[int]") -> None:
         and strs(req.get("argv"))
         and req["argv"]
         and strs([req.get("cwd")])
-        and (req.get("exe") is None or strs([req["exe"]]))
         and (req.get("look") is None or strs([req["look"]]))
         and (req.get("ctty") is None or strs([req["ctty"]]))
         and isinstance(req.get("session"), bool)
@@ -249,7 +248,7 @@ def spawn(req: "Any", fds: "list[int]") -> "dict[str, Any]":
     nr = SYS_CLONE.get(os.uname().machine)
     if nr is None:
         raise OSError(38, "clone: no system call number for %s here" % os.uname().machine)
-    exe = req.get("exe")
+    exe = None
     if req.get("look") is not None:  # the shell form: execd's getShell() and exec.Command's LookPath
         exe = lookpath.look_path("bash", req["look"])
         if exe is None:
@@ -312,10 +311,7 @@ def main() -> None:
     poller.register(sock_fd, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
     while True:
-        try:
-            ready = poller.poll(idle * 1000)
-        except InterruptedError:
-            continue
+        ready = poller.poll(idle * 1000)  # (EINTR is retried: PEP 475)
         if not ready and not children:
             # idle: the mock's next send fails (EPIPE) and it starts another forker; a request sent before the
             # shutdown is still in the queue, and answered
