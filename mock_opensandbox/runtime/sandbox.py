@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from mock_opensandbox.runtime import cgjoin, cgroups, netns
+from mock_opensandbox.runtime import cgjoin, cgroups, netns, pspawn
 from mock_opensandbox.runtime import stages as scripts
 from mock_opensandbox.runtime._util import (
     DEFAULT_PATH,
@@ -44,6 +44,7 @@ from mock_opensandbox.runtime.janitor import Janitor
 from mock_opensandbox.runtime.paths import _MARKER_ENV, SandboxPaths, stray_pids
 from mock_opensandbox.runtime.pid1 import Pid1, SandboxNotRunning, SandboxTerminated
 from mock_opensandbox.runtime.probe import probe_isolation, probe_result
+from mock_opensandbox.runtime.pspawn import SpawnedPopen
 from mock_opensandbox.runtime.rootfs import ImageRoot, ImageTree
 from mock_opensandbox.runtime.scripts.lookpath import look_path
 from mock_opensandbox.runtime.spawner import Spawner
@@ -377,6 +378,7 @@ class SandboxRuntime:
                 raise SandboxTerminated("sandbox is terminated")
             holder = self.pid1.ensure_holder() if self.pid1.mode is not None else None
             contained = forker = None
+            spawn_tty: str | None = None  # a PTY shell's terminal: the contained thread's posix_spawn opens it
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
@@ -400,7 +402,12 @@ class SandboxRuntime:
             elif contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
                 creds = _creds(user or holder.user, contained.identity)
-                if controlling_tty and not creds:  # a PTY shell: the sandbox's sh takes the terminal (a vfork)
+                if controlling_tty and not creds and pspawn.available():
+                    # a PTY shell by posix_spawn (pspawn.py): the child opens its terminal by its path inside
+                    index = pts_inside(stdin, holder.pid)
+                    spawn_tty = "/dev/pts/%d" % index if index is not None else None
+                    preexec = take_ctty if index is None else None  # a host PTY: TIOCSCTTY (a full fork)
+                elif controlling_tty and not creds:  # a PTY shell: the sandbox's sh takes the terminal (a vfork)
                     cmd, stages, preexec = ctty_stage(cmd, stdin, holder.pid)
                 elif controlling_tty:  # another user: a full fork anyway (Popen user=), TIOCSCTTY before the exec
                     preexec = take_ctty
@@ -448,6 +455,17 @@ class SandboxRuntime:
                     exe = look_path("bash", look)
                     if exe is None:
                         cmd[0], exe = "sh", look_path("sh", look)  # not found: the exec says so, as before
+                if spawn_tty is not None:
+                    return SpawnedPopen(
+                        cmd,
+                        executable=exe,
+                        cwd=host_cwd,
+                        env=full_env,
+                        stdin=subprocess.DEVNULL if stdin is None else stdin,
+                        stdout=stdout,
+                        stderr=stderr,
+                        ctty=spawn_tty,
+                    )
                 with (
                     inside if inside is not None else contextlib.nullcontext(),
                     joining if joining is not None else contextlib.nullcontext(),

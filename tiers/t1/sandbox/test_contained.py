@@ -15,6 +15,7 @@ import pytest
 
 from mock_opensandbox.runtime import SandboxRuntime, caps, cgroups
 from mock_opensandbox.runtime.contained import group_kwargs
+from mock_opensandbox.runtime.pspawn import SpawnedPopen
 from tiers.toolkit.marks import needs_isolation
 from tiers.toolkit.waits import wait_until
 
@@ -134,15 +135,19 @@ def _cmdline(pid: int) -> bytes:
         return fh.read()
 
 
-@pytest.mark.parametrize("path", ["thread", "forker"])
+@pytest.mark.parametrize("path", ["thread", "thread-sh", "forker"])
 def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path, monkeypatch, path):
     """Thread or forker (runtime/forker.py, where no thread can enter), a PTY shell leads its own session and group
     with the sandbox's /dev/pts/N, opened by that path inside, as its controlling terminal and stdin, contained like
-    any command. The thread's fork stays a vfork: the sandbox's /bin/sh opens the PTY by its path inside as the new
-    session's first terminal, then execs the shell in place; the forker execs the shell directly."""
-    monkeypatch.setenv("OSB_MOCK_CONTAINED", "1" if path == "thread" else "0")
+    any command. The thread's posix_spawn (runtime/pspawn.py) and the forker exec the shell directly, its child
+    opening the PTY after its setsid; without pspawn (thread-sh) the fork stays a vfork: the sandbox's /bin/sh
+    opens the PTY by its path inside as the new session's first terminal, then execs the shell in place."""
+    monkeypatch.setenv("OSB_MOCK_CONTAINED", "0" if path == "forker" else "1")
     monkeypatch.setenv("OSB_MOCK_FORKER", "1")
+    monkeypatch.setenv("OSB_MOCK_PSPAWN", "0" if path == "thread-sh" else "1")
     rt = SandboxRuntime(str(tmp_path / "sb"))
+    leak = os.open("/dev/null", os.O_RDONLY)
+    os.set_inheritable(leak, True)  # another thread's, a moment before: the shell must not hold it
     try:
         rt.start_entrypoint(["sleep", "60"])
         master, slave = rt.openpty()
@@ -150,6 +155,8 @@ def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path,
         os.close(slave)
         if path == "forker":
             assert p.args == ["/bin/sh", "-c", "sleep 30"] and rt.pid1.holder.forker is not None, p.args
+        elif path == "thread":
+            assert p.args == ["/bin/sh", "-c", "sleep 30"] and isinstance(p, SpawnedPopen), p.args
         else:
             assert p.args[:2] == ["/bin/sh", "-c"] and p.args[2].startswith('exec "$@" 0<>/dev/pts/'), p.args
         with open("/proc/%d/stat" % p.pid) as fh:
@@ -157,6 +164,7 @@ def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path,
         assert int(fields[2]) == p.pid and int(fields[3]) == p.pid  # its own process group and session
         assert int(fields[4]) != 0  # tty_nr: the PTY is its controlling terminal
         assert os.readlink("/proc/%d/fd/0" % p.pid).startswith("/dev/pts/")  # the path inside the sandbox
+        assert sorted(os.listdir("/proc/%d/fd" % p.pid)) == ["0", "1", "2"]
         with open("/proc/%d/status" % p.pid) as fh:
             status = fh.read()
         assert "Seccomp:\t2" in status and "NoNewPrivs:\t1" in status
@@ -166,16 +174,20 @@ def test_a_pty_shell_leads_its_session_with_its_terminal_opened_inside(tmp_path,
         assert _cmdline(p.pid) == b"/bin/sh\0-c\0sleep 30\0"
         os.close(master)
     finally:
+        os.close(leak)
         rt.cleanup()
 
 
 @pytest.mark.parametrize("path", ["thread", "forker-spawn", "forker-clone"])
 def test_a_command_holds_no_descriptor_but_its_own_three(tmp_path, monkeypatch, path):
     """Whoever forks it (the thread; the forker by posix_spawn, or by a clone for another user), a command starts
-    with its stdin, stdout and stderr and nothing else of the mock's or the forker's."""
+    with its stdin, stdout and stderr and nothing else of the mock's or the forker's, not even a descriptor
+    another thread of the mock has made inheritable."""
     monkeypatch.setenv("OSB_MOCK_CONTAINED", "1" if path == "thread" else "0")
     monkeypatch.setenv("OSB_MOCK_FORKER", "1")
     rt = SandboxRuntime(str(tmp_path / "sb"))
+    leak = os.open("/dev/null", os.O_RDONLY)
+    os.set_inheritable(leak, True)
     try:
         rt.start_entrypoint(["sleep", "60"])
         user = "0 0 0,1" if path == "forker-clone" else None  # a user word the forker's clone sets
@@ -185,6 +197,7 @@ def test_a_command_holds_no_descriptor_but_its_own_three(tmp_path, monkeypatch, 
         if path != "thread":
             assert (p._relay is not None) is (path == "forker-spawn")
     finally:
+        os.close(leak)
         rt.cleanup()
 
 
