@@ -17,7 +17,7 @@ from mock_opensandbox.wire.pollio import readable
 
 TYPE_CHECKING = False  # (typing's: this module imports no typing at run time)
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
 # Host directories bound read-only into every isolated sandbox view, and the directories the
 # view builds itself (container /dev, procfs, read-only /sys, the per-sandbox /etc overlay).
@@ -381,3 +381,41 @@ def inherited_signals_back() -> None:
                     signal.signal(sig, signal.SIG_IGN)
             except (OSError, ValueError, RuntimeError):
                 pass
+
+
+class ChildPopen(subprocess.Popen[bytes]):
+    """A Popen whose fork and exec are ``_start``'s (the forker's request: forker.py; glibc's posix_spawn:
+    pspawn.py): Popen's own pipes, wait, signals and ``communicate`` around them. ``_start`` sets ``self.pid``
+    (and ``self._child_created``) or raises; the child's ends of the pipes are closed after it either way, as
+    Popen's own ``_execute_child`` closes them (Popen's positional layout of it, 3.10 to 3.13)."""
+
+    def _start(
+        self, args: list[str], executable: str | None, cwd: str | None, env: dict[str, str], fds: list[int]
+    ) -> None:
+        raise NotImplementedError
+
+    def _execute_child(
+        self,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: Any,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        startupinfo: Any,
+        creationflags: Any,
+        shell: Any,
+        p2cread: int,
+        p2cwrite: int,
+        c2pread: int,
+        c2pwrite: int,
+        errread: int,
+        errwrite: int,
+        *rest: Any,
+    ) -> None:
+        fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+        try:
+            self._start(list(args), executable, cwd, dict(env), fds)
+        finally:
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 from mock_opensandbox.runtime import caps
 from mock_opensandbox.runtime import stages as scripts
+from mock_opensandbox.runtime._util import ChildPopen
 from mock_opensandbox.runtime.zygote import launch_helper
 
 FORKER_PY = os.path.join(scripts.SCRIPTS_DIR, "osb_forker.py")
@@ -244,9 +245,9 @@ def _end(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-class ForkedPopen(subprocess.Popen[bytes]):
-    """A Popen whose child the forker clones: Popen's own handling of the pipes, the wait, the signals and
-    ``communicate``; only the fork and exec (``_execute_child``) are the forker's."""
+class ForkedPopen(ChildPopen):
+    """A Popen whose child the forker starts: Popen's own handling of the pipes, the wait, the signals and
+    ``communicate``; only the fork and exec (``_start``) are the forker's."""
 
     def __init__(self, forker: Forker, extra: tuple[Any, ...], args: list[str], **kw: Any):
         self._forker_call = (forker, extra)
@@ -274,33 +275,13 @@ class ForkedPopen(subprocess.Popen[bytes]):
         assert self.returncode is not None
         return self.returncode
 
-    def _execute_child(  # Popen's positional layout, 3.10 to 3.13
-        self,
-        args: Any,
-        executable: Any,
-        preexec_fn: Any,
-        close_fds: Any,
-        pass_fds: Any,
-        cwd: Any,
-        env: Any,
-        startupinfo: Any,
-        creationflags: Any,
-        shell: Any,
-        p2cread: int,
-        p2cwrite: int,
-        c2pread: int,
-        c2pwrite: int,
-        errread: int,
-        errwrite: int,
-        *rest: Any,
+    def _start(
+        self, args: list[str], executable: str | None, cwd: str | None, env: dict[str, str], fds: list[int]
     ) -> None:
         forker, extra = self._forker_call
-        fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
-        try:
-            self.pid, relay = forker.request(list(args), dict(env), cwd, fds, extra)
-            self._child_created = True
-            if relay is not None:
-                self._relay = threading.Event()
-                relay.register(self.pid, self)
-        finally:  # the child's ends, as Popen's own _execute_child closes them
-            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]
+        assert cwd is not None  # (Forker.spawn always gives one)
+        self.pid, relay = forker.request(args, env, cwd, fds, extra)
+        self._child_created = True
+        if relay is not None:
+            self._relay = threading.Event()
+            relay.register(self.pid, self)

@@ -25,9 +25,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import subprocess
 import threading
 from typing import Any
+
+from mock_opensandbox.runtime._util import ChildPopen
 
 _SETSIGDEF, _SETSIGMASK, _SETSID = 0x04, 0x08, 0x80  # <spawn.h> (glibc)
 _SIZE = 1024  # bytes for posix_spawn_file_actions_t / posix_spawnattr_t / sigset_t (80 / 336 / 128 on x86_64)
@@ -84,7 +85,7 @@ def _strings(items: list[bytes]) -> Any:
 
 
 def spawn(
-    paths: list[bytes], argv: list[bytes], env: list[bytes], fds: tuple[int, int, int], cwd: bytes | None, ctty: bytes
+    paths: list[bytes], argv: list[bytes], env: list[bytes], fds: list[int], cwd: bytes | None, ctty: bytes
 ) -> int:
     """The child's pid: ``argv`` exec'd from the first of ``paths`` that exists (each tried as execve tries a
     PATH entry: ENOENT and ENOTDIR go on to the next, the first other error is kept), stdin/stdout/stderr
@@ -159,44 +160,22 @@ def _dir_ok(cwd: bytes) -> bool:
         return False
 
 
-class SpawnedPopen(subprocess.Popen[bytes]):
-    """A Popen whose child ``spawn`` starts, with ``ctty`` its terminal (Popen's positional ``_execute_child``
-    layout, 3.10 to 3.13). ``executable``: the file to run; without it argv[0] is searched on the command's
-    own PATH, as Popen searches it."""
+class SpawnedPopen(ChildPopen):
+    """A Popen whose child ``spawn`` starts, with ``ctty`` its terminal. ``executable``: the file to run; without
+    it argv[0] is searched on the command's own PATH, as Popen searches it."""
 
     def __init__(self, args: list[str], *, ctty: str, **kw: Any):
         self._ctty = os.fsencode(ctty)
         super().__init__(args, close_fds=True, **kw)
 
-    def _execute_child(
-        self,
-        args: Any,
-        executable: Any,
-        preexec_fn: Any,
-        close_fds: Any,
-        pass_fds: Any,
-        cwd: Any,
-        env: Any,
-        startupinfo: Any,
-        creationflags: Any,
-        shell: Any,
-        p2cread: int,
-        p2cwrite: int,
-        c2pread: int,
-        c2pwrite: int,
-        errread: int,
-        errwrite: int,
-        *rest: Any,
+    def _start(
+        self, args: list[str], executable: str | None, cwd: str | None, env: dict[str, str], fds: list[int]
     ) -> None:
-        fds = (p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2)
-        try:
-            argv = [os.fsencode(a) for a in args]
-            if executable is not None or b"/" in argv[0]:
-                paths = [os.fsencode(executable) if executable is not None else argv[0]]
-            else:
-                paths = [os.path.join(os.fsencode(d), argv[0]) for d in os.get_exec_path(env)]
-            env_list = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
-            self.pid = spawn(paths, argv, env_list, fds, None if cwd is None else os.fsencode(cwd), self._ctty)
-            self._child_created = True
-        finally:  # the child's ends, as Popen's own _execute_child closes them
-            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]
+        argv = [os.fsencode(a) for a in args]
+        if executable is not None or b"/" in argv[0]:
+            paths = [os.fsencode(executable) if executable is not None else argv[0]]
+        else:
+            paths = [os.path.join(os.fsencode(d), argv[0]) for d in os.get_exec_path(env)]
+        env_list = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
+        self.pid = spawn(paths, argv, env_list, fds, None if cwd is None else os.fsencode(cwd), self._ctty)
+        self._child_created = True
