@@ -82,7 +82,10 @@ CASES = [
 @pytest.mark.parametrize("image,commands", CASES)
 def test_same_answers_live_and_mock(pair, image, commands):
     live, mock = pair
-    assert _answers(mock, image, commands) == _answers(live, image, commands)
+    mine, theirs = _answers(mock, image, commands), _answers(live, image, commands)
+    if mine != theirs:  # live execd v1.0.19 loses a command's output now and then (QUIRKS, "Not reproduced: ...")
+        theirs = _answers(live, image, commands)
+    assert mine == theirs
 
 
 @pytest.fixture(scope="module")
