@@ -54,6 +54,9 @@ if e not in (0, 22):
     os._exit(127)
 if sys.argv[1] == "0":
     os.environ.pop("LC_CTYPE", None)
+import _signal
+for s in (_signal.SIGPIPE, _signal.SIGXFSZ):  # Python ignores them; exec(2) would hand that on
+    _signal.signal(s, _signal.SIG_DFL)
 os.execv(sys.argv[2], sys.argv[2:])
 """
 )

@@ -17,7 +17,8 @@
 # {"ready": 1} or the setup's {"errno", "error"}.
 # The forker ends at EOF, after IDLE seconds without a request and with no child of its own running (an idle
 # sandbox costs no process; the mock's next send fails and it starts another), or with the mock
-# (PR_SET_PDEATHSIG). The shell form's LookPath is lookpath.py's, loaded like seccomp.py. Written by the OpenSandbox
+# (PR_SET_PDEATHSIG). The shell form's LookPath is lookpath.py's, the spawn spawn.py's (glibc's posix_spawn by
+# ctypes: glibc's own two signals at their defaults), loaded like seccomp.py. Written by the OpenSandbox
 # mock; standard library only.
 import _frozen_importlib_external as _ext
 import _signal as signal  # the C module: `signal` would import enum
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
     from mock_opensandbox.runtime.scripts import lookpath, seccomp  # what the loaders below make of them
+    from mock_opensandbox.runtime.scripts import spawn as spawnlib
 else:
     seccomp = type(sys)("__osb_seccomp_lib__")
     seccomp.__file__ = __file__.rpartition("/")[0] + "/seccomp.py"
@@ -44,6 +46,9 @@ else:
     lookpath = type(sys)("__osb_lookpath_lib__")
     lookpath.__file__ = __file__.rpartition("/")[0] + "/lookpath.py"
     _ext.SourceFileLoader(lookpath.__name__, lookpath.__file__).exec_module(lookpath)
+    spawnlib = type(sys)("__osb_spawn_lib__")
+    spawnlib.__file__ = __file__.rpartition("/")[0] + "/spawn.py"
+    _ext.SourceFileLoader(spawnlib.__name__, spawnlib.__file__).exec_module(spawnlib)
 
 CLONE_PARENT, SIGCHLD, SIGKILL = 0x8000, 17, 9
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_SET_NO_NEW_PRIVS = 1, 24, 47, 38
@@ -75,6 +80,7 @@ def enter(target: int, mask: int, nnp: bool, procs: "list[str]") -> None:
     """Everything a command of the sandbox is born with, done once to this (single-threaded) process."""
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last = int(fh.read())
+    spawnlib.load()  # its libc lookups, before the mount namespace changes
     for path in procs:  # the host's cgroupfs: before the mount namespace changes
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
@@ -200,9 +206,25 @@ def spawn_direct(req: "dict[str, Any]", fds: "list[int]", exe: "str | None") -> 
     except OSError as e:
         return {"errno": e.errno or 5, "start": 1}
     try:
+        if spawnlib.load() is not None:  # glibc's own two signals at their defaults too (spawn.py)
+            try:
+                pid = spawnlib.spawn(
+                    spawnlib.existing([os.fsencode(p) for p in paths]),
+                    [os.fsencode(a) for a in argv],
+                    [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()],
+                    fds,
+                    session=bool(req["session"]),
+                    ctty=os.fsencode(ctty) if ctty else None,
+                    sigdef=tuple(int(s) for s in SIGDEF),
+                    closefrom=spawnlib.has_closefrom,
+                )
+            except OSError as e:
+                return {"errno": e.errno or 2, "start": 1}
+            children.add(pid)
+            return {"pid": pid, "relay": 1}
         first: "OSError | None" = None
         last: "OSError | None" = None
-        for path in paths:
+        for path in paths:  # no posix_spawn by ctypes here: os.posix_spawn's
             try:
                 pid = os.posix_spawn(
                     path,
