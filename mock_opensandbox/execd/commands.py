@@ -10,7 +10,9 @@ from __future__ import annotations
 import _thread
 import codecs
 import collections
+import functools
 import grp
+import inspect
 import json
 import os
 import pwd
@@ -271,6 +273,50 @@ def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None
             os.close(pidfd)
 
 
+class Sigint:
+    """execd's own SIGINT disposition, which a process it starts outside a command run inherits (a PTY shell, a
+    session's bash: exec(2) keeps an ignored signal). bootstrap.sh starts execd with ``&`` in a shell without job
+    control, so SIGINT comes in ignored, and Go leaves an inherited SIG_IGN of SIGINT as it is; each command run
+    catches every signal while it lasts (``signal.Notify`` at the top of runCommand and runBackgroundCommand) and
+    puts them back as they came when it returns (``defer signal.Reset()``: after a foreground command's exit, right
+    after a background command's start). So a PTY shell or a session started while no foreground command runs
+    starts with SIGINT ignored (live: ``trap -p`` prints ``trap -- '' SIGINT``, a child's SigIgn ``...0002``); a
+    command itself never (QUIRKS "SIGINT of a PTY shell or a session"; components/execd/pkg/runtime/command.go at
+    3bb6fad)."""
+
+    def __init__(self) -> None:
+        self.caught = False  # one bool, set and read whole (no lock: Go's Notify and Reset race the same way)
+
+    def notify(self) -> None:
+        self.caught = True
+
+    def reset(self) -> None:
+        self.caught = False
+
+    @property
+    def ignored(self) -> bool:
+        return not self.caught
+
+
+def sigint_kwargs(runtime: Any, sigint: Sigint) -> dict[str, Any]:
+    """``runtime.spawn``'s ``ignore_sigint=True`` for a process execd starts outside a command run while its SIGINT
+    is ignored (``Sigint``), where the runtime takes that keyword; else nothing."""
+    return {"ignore_sigint": True} if sigint.ignored and "ignore_sigint" in _spawn_params(runtime) else {}
+
+
+def _spawn_params(runtime: Any) -> frozenset[str]:
+    fn = getattr(type(runtime), "spawn", None) or getattr(runtime, "spawn", None)
+    return _params_of(fn) if fn is not None else frozenset()
+
+
+@functools.lru_cache(maxsize=32)
+def _params_of(fn: Any) -> frozenset[str]:
+    try:
+        return frozenset(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
 class CommandRegistry:
     """All commands of one execd."""
 
@@ -279,6 +325,7 @@ class CommandRegistry:
         self.mode = mode
         self._cmds: dict[str, Command] = {}
         self._lock = threading.Lock()
+        self.sigint = Sigint()
 
     def get(self, cid: str) -> Command | None:
         with self._lock:
@@ -416,7 +463,21 @@ class CommandRegistry:
         g = gid if gid is not None else g
         return {"user": user_word((uid or 0, g, groups))}
 
-    def start(
+    def start(self, **kw: Any) -> Command:
+        """Spawn a command (``_start``'s keywords). Raises StartFailure (message as execd reports it) or
+        SandboxTerminated. execd's SIGINT is caught from here until the run returns (``Sigint``): a foreground
+        command's at its exit (``_pump_foreground``), a background command's once it started or failed to."""
+        self.sigint.notify()
+        try:
+            cmd = self._start(**kw)
+        except BaseException:
+            self.sigint.reset()
+            raise
+        if cmd.background:
+            self.sigint.reset()
+        return cmd
+
+    def _start(
         self,
         *,
         command: str | None,
@@ -428,7 +489,6 @@ class CommandRegistry:
         uid: int | None = None,
         gid: int | None = None,
     ) -> Command:
-        """Spawn a command. Raises StartFailure (message as execd reports it) or SandboxTerminated."""
         content = command if argv is None else json.dumps(argv, separators=(",", ":"), ensure_ascii=False)
         # mergeEnvs writes "K=V" strings: a name with "=" in it ("0=" -> "0==") is passed through
         # env(1), which yields the same environ string (tiers/diff gen.env); an empty name (execve
@@ -574,6 +634,7 @@ class CommandRegistry:
                     pass
         rc = yield from _exit_of(proc)
         cmd.finish(rc)
+        self.sigint.reset()  # runCommand returns: signal.Reset()
         yield "exit", rc
 
     def _pump_background(self, cmd: Command) -> None:

@@ -31,6 +31,7 @@ import time
 import uuid
 from typing import Any, Callable
 
+from mock_opensandbox.execd.commands import Sigint, sigint_kwargs
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire import websocket as wsproto
 
@@ -249,9 +250,10 @@ class PtySession:
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", INITIAL_ROWS, INITIAL_COLS, 0, 0))
             argv = self._shell_argv()
+            sig = sigint_kwargs(rt, self.registry.sigint)  # the shell inherits execd's SIGINT (commands.py)
             if "controlling_tty" in _spawn_params(rt):
                 proc = rt.spawn(
-                    argv, cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave, controlling_tty=True
+                    argv, cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave, controlling_tty=True, **sig
                 )
             else:
                 tty_path = os.ttyname(slave)
@@ -261,6 +263,7 @@ class PtySession:
                     stdin=slave,
                     stdout=slave,
                     stderr=slave,
+                    **sig,
                 )
         except BaseException:
             os.close(master)
@@ -281,6 +284,7 @@ class PtySession:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            **sigint_kwargs(rt, self.registry.sigint),
         )
         self.is_pty = False
         self._master = None
@@ -451,8 +455,9 @@ def _spawn_params(runtime: SandboxRuntime) -> set[str]:
 class PtyRegistry:
     """All PTY sessions of one execd (the ``ptySessionMap`` of runtime/ctrl.go)."""
 
-    def __init__(self, runtime: SandboxRuntime):
+    def __init__(self, runtime: SandboxRuntime, sigint: Sigint | None = None):
         self.runtime = runtime
+        self.sigint = sigint if sigint is not None else Sigint()  # execd's (commands.py): a shell inherits it
         self._lock = threading.Lock()
         self.sessions: dict[str, PtySession] = {}
         self._sockets: set[wsproto.WebSocket] = set()

@@ -27,6 +27,7 @@ from mock_opensandbox.execd.inside import InsideListener
 from mock_opensandbox.execd.metrics_routes import MetricsRoutes
 from mock_opensandbox.execd.ping_routes import PingRoutes
 from mock_opensandbox.execd.proxy_routes import ProxyRoutes
+from mock_opensandbox.execd.pty import PtyRegistry
 from mock_opensandbox.execd.pty_routes import PtyRoutes
 from mock_opensandbox.execd.sessions import SessionRegistry
 from mock_opensandbox.execd.sessions_routes import SessionsRoutes
@@ -147,14 +148,14 @@ class ExecdServer(App):
         self._inside: InsideListener | None = None  # 127.0.0.1:44772 in the sandbox's netns
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-        self.sessions = SessionRegistry(runtime)
+        self.sessions = SessionRegistry(runtime, self.commands.sigint)
         self.interpreter = CodeInterpreter(
             lambda: jupyter_from_env(runtime, self.stopping, self.context_wait, self.unknown_language_wait)
         )
         # one route class per execd API (execd/<api>_routes.py), ROUTES targets "<attribute>.<method>"
         self.ping = PingRoutes()
         self.files = FilesRoutes(runtime, self.stopping)
-        self.pty = PtyRoutes(runtime, mode)
+        self.pty = PtyRoutes(runtime, mode, PtyRegistry(runtime, self.commands.sigint))
         self.pty_sessions = self.pty.registry
         self.command = CommandsRoutes(
             runtime,

@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Callable
 
-from mock_opensandbox.execd.commands import signal_text
+from mock_opensandbox.execd.commands import Sigint, sigint_kwargs, signal_text
 from mock_opensandbox.execd.deadlines import DEADLINES
 from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError, GoError
 from mock_opensandbox.execd.files import SandboxFS
@@ -150,8 +150,9 @@ class BashSession:
 
 
 class SessionRegistry:
-    def __init__(self, runtime: SandboxRuntime):
+    def __init__(self, runtime: SandboxRuntime, sigint: Sigint | None = None):
         self.runtime = runtime
+        self.sigint = sigint if sigint is not None else Sigint()  # execd's (commands.py): a session's bash inherits it
         self._sessions: dict[str, BashSession] = {}
         self._lock = threading.Lock()
 
@@ -262,6 +263,7 @@ class SessionRegistry:
             ["bash", "--noprofile", "--norc", script_sandbox if rt.isolated else host_script],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            **sigint_kwargs(rt, self.sigint),
         )
         with s.lock:
             s.proc = proc

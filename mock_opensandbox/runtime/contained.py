@@ -34,6 +34,11 @@ from mock_opensandbox.runtime.forkjoin import _setup, capset_args, confine, name
 from mock_opensandbox.runtime.spawner import Spawner
 
 CLONE_FS, CLONE_NEWPID = 0x00000200, 0x20000000
+# A process execd starts outside a command run (a PTY shell, a session's bash) inherits execd's ignored SIGINT
+# (execd/commands.py Sigint). The mock's own SIGINT is Python's handler, which every exec resets (and a
+# disposition is the whole process's, so no thread of the mock may ignore it for a child): the sandbox's sh
+# ignores it and execs the process in place (spawn awaits the exec, so `ps` never shows the sh).
+SIGINT_STAGE = ["/bin/sh", "-c", "trap '' INT; exec \"$@\"", "sh"]
 
 
 def _check(rc: int, what: str) -> None:
@@ -190,17 +195,19 @@ def pts_inside(tty: Any, pid1: int) -> int | None:
     return index if same else None
 
 
-def ctty_stage(argv: list[str], tty: Any, pid1: int) -> tuple[list[str], Any, Any]:
+def ctty_stage(argv: list[str], tty: Any, pid1: int, ignore_sigint: bool = False) -> tuple[list[str], Any, Any]:
     """(argv, await_exec stages, preexec_fn) for a PTY shell from the contained thread, whose stdin ``tty`` is
     a terminal of the sandbox's own devpts. The fork stays a vfork: the child leads a new session (Popen's
     start_new_session) and execs the sandbox's ``/bin/sh`` (every mock sandbox has one: PID 1 runs
     bootstrap.sh with it), which opens the terminal by its path inside the sandbox as the command's stdin:
     a session leader without a controlling terminal that opens one gets it (the kernel's tty_open, no
     O_NOCTTY in a shell's redirection), then execs the command in place. Where the terminal is not the
-    sandbox's ``/dev/pts/N`` (a host PTY) a preexec_fn does TIOCSCTTY instead (a full fork of the mock)."""
+    sandbox's ``/dev/pts/N`` (a host PTY) a preexec_fn does TIOCSCTTY instead (a full fork of the mock).
+    ``ignore_sigint``: the same sh ignores SIGINT first (``SIGINT_STAGE``'s ``trap``), one stage for both."""
     index = pts_inside(tty, pid1)
     if index is None:
-        return argv, None, take_ctty
-    cmd = ["/bin/sh", "-c", 'exec "$@" 0<>/dev/pts/%d' % index, "sh"] + argv
+        return (SIGINT_STAGE + argv if ignore_sigint else argv), None, take_ctty
+    trap = "trap '' INT; " if ignore_sigint else ""
+    cmd = ["/bin/sh", "-c", trap + 'exec "$@" 0<>/dev/pts/%d' % index, "sh"] + argv
     stage = b"\0".join(a.encode("utf-8", "surrogateescape") for a in cmd) + b"\0"
     return cmd, (False, {stage}), None

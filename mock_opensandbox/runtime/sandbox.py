@@ -33,7 +33,13 @@ from mock_opensandbox.runtime._util import (
     take_ctty,
 )
 from mock_opensandbox.runtime.agent import oneshot_call
-from mock_opensandbox.runtime.contained import contained_spawner, ctty_stage, group_kwargs, pts_inside
+from mock_opensandbox.runtime.contained import (
+    SIGINT_STAGE,
+    contained_spawner,
+    ctty_stage,
+    group_kwargs,
+    pts_inside,
+)
 from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.contained import user_ids as contained_user
 from mock_opensandbox.runtime.execdproc import ExecdSpec, install_agent, install_binary, prepare_execd, start_execd
@@ -352,6 +358,7 @@ class SandboxRuntime:
         controlling_tty: bool = False,
         user: str | None = None,
         shell_form: bool = False,
+        ignore_sigint: bool = False,
     ) -> subprocess.Popen[bytes]:
         """Start argv in its own process group (contained.group_kwargs) inside the sandbox. cwd is a sandbox
         path (default "/"); env overrides the sandbox environment. controlling_tty=True makes stdin
@@ -359,11 +366,17 @@ class SandboxRuntime:
         ``[shell, "-c", code]``, whose shell is getShell()'s: "bash" where LookPath finds it on execd's PATH
         (the sandbox's), else "sh" (components/execd/pkg/runtime/command.go at 3bb6fad); the contained
         thread looks it up in the sandbox's own "/" and runs the bash it found, as exec.Cmd runs its Path.
-        Raises SandboxTerminated, OSError, ValueError."""
+        ``ignore_sigint`` (not with ``shell_form``): argv starts with SIGINT ignored, through the sandbox's sh
+        (contained.SIGINT_STAGE). Raises SandboxTerminated, OSError, ValueError."""
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a non-empty list of strings")
         if any("\x00" in a for a in argv):
             raise ValueError("argv contains a NUL byte")
+        given = argv
+        trap = None  # the SIGINT stage's own cmdline, awaited past like the other wrappers
+        if ignore_sigint:
+            argv = SIGINT_STAGE + list(argv)
+            trap = b"\0".join(a.encode("utf-8", "surrogateescape") for a in argv) + b"\0"
         full_env = self.base_env()
         execd_path = full_env.get("PATH", DEFAULT_PATH)  # LookPath's (execd's own environment, not the command's)
         full_env.update(env or {})
@@ -402,13 +415,17 @@ class SandboxRuntime:
             elif contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
                 creds = _creds(user or holder.user, contained.identity)
-                if controlling_tty and not creds and pspawn.available():
+                if controlling_tty and not creds and trap is None and pspawn.available():
                     # a PTY shell by posix_spawn (pspawn.py): the child opens its terminal by its path inside
                     index = pts_inside(stdin, holder.pid)
                     spawn_tty = "/dev/pts/%d" % index if index is not None else None
                     preexec = take_ctty if index is None else None  # a host PTY: TIOCSCTTY (a full fork)
                 elif controlling_tty and not creds:  # a PTY shell: the sandbox's sh takes the terminal (a vfork)
-                    cmd, stages, preexec = ctty_stage(cmd, stdin, holder.pid)
+                    if trap is not None:  # one sh for both: it ignores SIGINT and opens the terminal
+                        cmd, trap = cmd[len(SIGINT_STAGE) :], None
+                        cmd, stages, preexec = ctty_stage(cmd, stdin, holder.pid, ignore_sigint=True)
+                    else:
+                        cmd, stages, preexec = ctty_stage(cmd, stdin, holder.pid)
                 elif controlling_tty:  # another user: a full fork anyway (Popen user=), TIOCSCTTY before the exec
                     preexec = take_ctty
             elif holder is not None:
@@ -435,6 +452,8 @@ class SandboxRuntime:
                     if stages is not None and joined is not cmd:  # the v2 join stage is a wrapper stage too
                         stages[1].add(b"\0".join(a.encode("utf-8", "surrogateescape") for a in joined) + b"\0")
                     cmd = joined
+            if trap is not None:
+                stages = (False, {trap}) if stages is None else (stages[0], stages[1] | {trap})
             inside = holder.children_inside() if holder is not None and not inside_fork else None
 
             def fork() -> subprocess.Popen[bytes]:
@@ -500,7 +519,7 @@ class SandboxRuntime:
             paused = self.paused
         if proc is None:  # the forker failed: the stages, for this command and the sandbox's next ones
             return self.spawn(
-                argv,
+                given,
                 cwd=cwd,
                 env=env,
                 stdin=stdin,
@@ -509,6 +528,7 @@ class SandboxRuntime:
                 controlling_tty=controlling_tty,
                 user=user,
                 shell_form=shell_form,
+                ignore_sigint=ignore_sigint,
             )
         if holder is not None and stages is not None and not paused:
             # like Go's cmd.Start (execd), return once the command itself runs: a `ps` right after

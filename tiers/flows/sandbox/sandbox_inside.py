@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+import time
 import urllib.parse
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -503,3 +505,29 @@ def directory_download(ins: Inside, path: str = "/tmp") -> Dict[str, str]:
             assert got[":status"] == "500" and got.get("content-type") == "text/plain; charset=utf-8", got
             assert body == b"seeker can't seek\n", body[:200]
     return got
+
+
+SIGIGN = "grep ^SigIgn /proc/self/status"
+
+
+def sigint_dispositions(ins: Inside) -> Dict[str, str]:
+    """The SigIgn line of a process started by a session run while no command runs, by ``POST /command``, by a
+    session run while a foreground command runs, and by one after it ended. execd comes in with SIGINT ignored
+    (bootstrap.sh's ``execd &``), catches every signal while a command run lasts and puts them back when it
+    returns (QUIRKS "SIGINT of a PTY shell or a session"): live 0000000000000002, 0, 0, 2."""
+    url, headers = ins.target.endpoint(ins.sid)
+    session = json.loads(request("POST", url, "/session", headers=headers, json_body={}).body)["session_id"]
+
+    def run() -> str:
+        status, _h, events = stream_command(url, headers, {"command": SIGIGN}, path="/session/%s/run" % session)
+        assert status == 200, events
+        return output_of(events, "stdout").split()[-1]
+
+    out = {"session": run(), "command": ins.target.command(ins.sid, SIGIGN).out.split()[-1]}
+    fg = threading.Thread(target=ins.target.command, args=(ins.sid, "sleep 2"))
+    fg.start()
+    time.sleep(0.7)
+    out["session during a command"] = run()
+    fg.join(30)
+    out["session after it"] = run()
+    return out

@@ -109,9 +109,10 @@ def parse_sse_frames(buffer: bytes) -> Tuple[List[dict], bytes]:
 
 
 def stream_command(
-    execd: str, headers: Dict[str, str], payload: dict, timeout: float = REQUEST_TIMEOUT
+    execd: str, headers: Dict[str, str], payload: dict, timeout: float = REQUEST_TIMEOUT, path: str = "/command"
 ) -> Tuple[int, Dict[str, str], List[dict]]:
-    """POST /command and read SSE events until the terminal one (error / execution_complete).
+    """POST /command (or another SSE route: ``path``) and read SSE events until the terminal one (error /
+    execution_complete).
 
     The real server keeps the stream open ~1 s after the last event, so the reader stops at the terminal event
     instead of waiting for the end of the body.
@@ -119,7 +120,7 @@ def stream_command(
     conn, prefix = _connect(execd, timeout)
     try:
         hdrs = {**headers, "Content-Type": "application/json", "Cache-Control": "no-cache"}
-        conn.request("POST", prefix + "/command", body=json.dumps(payload).encode(), headers=hdrs)
+        conn.request("POST", prefix + path, body=json.dumps(payload).encode(), headers=hdrs)
         resp = conn.getresponse()
         rheaders = {k.lower(): v for k, v in resp.getheaders()}
         if resp.status != 200:

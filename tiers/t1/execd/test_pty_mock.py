@@ -276,9 +276,15 @@ def test_terminal_echo_resize_ctrl_c_and_exit_status(execd, events, terms):
 
     _write(terms, pid, "sleep 100\n")
     assert events.wait(lambda: _sleep_running(execd, pid)), "sleep did not start"
-    _write(terms, pid, "\x03")  # Ctrl-C: SIGINT to the terminal's foreground process group
+    # Ctrl-C: SIGINT to the terminal's foreground process group, which ignores it as live (the shell started with
+    # execd's ignored SIGINT: QUIRKS "SIGINT of a PTY shell or a session"); Ctrl-\ (SIGQUIT) stops it
+    _write(terms, pid, "\x03")
+    events.wait_output(pid, r"\^C")
+    time.sleep(0.3)
+    assert _sleep_running(execd, pid), "Ctrl-C stopped sleep: live ignores SIGINT there"
+    _write(terms, pid, "\x1c")
     _write(terms, pid, "echo rc=$?\n")
-    events.wait_output(pid, r"^rc=130\r?$")  # 128 + SIGINT: sleep was interrupted
+    events.wait_output(pid, r"^rc=131\r?$")  # 128 + SIGQUIT
     assert not _sleep_running(execd, pid)
 
     _write(terms, pid, "exit 3\n")

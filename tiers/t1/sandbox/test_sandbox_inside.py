@@ -191,3 +191,14 @@ def test_execd_answers_inside_as_non_root_through_the_agent():
     assert status == 200 and mode == "helper", lines[0]
     assert '"text":"ping=200"' in body and "stdout=from-42" in body, body
     assert json.loads(lines[1]) == [], lines[1]  # no accept thread after the delete
+
+
+def test_sigint_of_sessions_mock(inside):
+    """As tiers/t4/sandbox/test_live_inside.py::test_sigint_of_sessions_live (execd's SIGINT: execd/commands.py
+    Sigint): a session's bash starts with SIGINT ignored unless a foreground command runs; a command never."""
+    assert si.sigint_dispositions(inside) == {
+        "session": "0000000000000002",
+        "command": "0000000000000000",
+        "session during a command": "0000000000000000",
+        "session after it": "0000000000000002",
+    }

@@ -44,9 +44,12 @@ async def main():
         await until(term, b"40 120")
         await term.send("sleep 100\n")
         await asyncio.sleep(0.5)
-        await term.send("\x03")
+        await term.send("\x03")  # SIGINT ignored in the shell's jobs, as live (QUIRKS "SIGINT of a PTY shell ...")
+        await until(term, b"^C")
+        await asyncio.sleep(0.3)
+        await term.send("\x1c")  # Ctrl-\: SIGQUIT stops it, 128 + 3
         await term.send("echo rc=$?\n")
-        await until(term, b"rc=130")
+        await until(term, b"rc=131")
         await term.send("exit 3\n")
         closed = False
         try:

@@ -43,3 +43,12 @@ def test_bridge_peers_live(target):
 def test_directory_download_live(inside):
     for path in ("/tmp", "/", "/etc"):
         si.directory_download(inside, path)
+
+
+def test_sigint_of_sessions_live(inside):
+    assert si.sigint_dispositions(inside) == {
+        "session": "0000000000000002",
+        "command": "0000000000000000",
+        "session during a command": "0000000000000000",
+        "session after it": "0000000000000002",
+    }
