@@ -22,11 +22,13 @@ only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import sys
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 from mock_opensandbox.runtime import caps
 from mock_opensandbox.runtime._util import take_ctty
@@ -39,6 +41,33 @@ CLONE_FS, CLONE_NEWPID = 0x00000200, 0x20000000
 # disposition is the whole process's, so no thread of the mock may ignore it for a child): the sandbox's sh
 # ignores it and execs the process in place (spawn awaits the exec, so `ps` never shows the sh).
 SIGINT_STAGE = ["/bin/sh", "-c", "trap '' INT; exec \"$@\"", "sh"]
+# The contained thread does without that exec: it forks under SPAWN_LOCK (every fork of a contained thread takes
+# it), and one that must leave SIGINT ignored sets the mock's SIGINT to SIG_IGN for the fork's duration
+# (``sigint_ignored``: a vfork child copies the dispositions, and both Popen's child and glibc's posix_spawn's
+# keep an ignored signal ignored) and puts the handler back after it, byte for byte. For those ~0.1 ms a Ctrl-C
+# sent to the mock itself would be lost; no other contained fork can happen then (the lock).
+SPAWN_LOCK = threading.Lock()
+_SIGACTION = 256  # bytes for a struct sigaction (152 on x86_64 and aarch64, whose sa_handler is its first member)
+
+
+def sigint_native() -> bool:
+    """The contained thread can fork with SIGINT ignored itself (``sigint_ignored``): glibc's struct sigaction is
+    laid out as assumed here, and ``OSB_MOCK_SIGINT_STAGE`` is not "1" (the sh stage then, the A/B)."""
+    return os.uname().machine in ("x86_64", "aarch64") and os.environ.get("OSB_MOCK_SIGINT_STAGE", "0") != "1"
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """The mock's SIGINT disposition SIG_IGN for the block (hold SPAWN_LOCK), the one before it back after."""
+    libc, _ = _setup()
+    ign, old = ctypes.create_string_buffer(_SIGACTION), ctypes.create_string_buffer(_SIGACTION)
+    ctypes.memmove(ign, ctypes.byref(ctypes.c_void_p(1)), ctypes.sizeof(ctypes.c_void_p))  # sa_handler = SIG_IGN
+    if libc.sigaction(2, ign, old) != 0:
+        raise OSError(ctypes.get_errno() or 22, "sigaction(SIGINT)")
+    try:
+        yield
+    finally:
+        libc.sigaction(2, old, None)
 
 
 def _check(rc: int, what: str) -> None:

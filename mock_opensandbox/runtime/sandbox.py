@@ -35,10 +35,13 @@ from mock_opensandbox.runtime._util import (
 from mock_opensandbox.runtime.agent import oneshot_call
 from mock_opensandbox.runtime.contained import (
     SIGINT_STAGE,
+    SPAWN_LOCK,
     contained_spawner,
     ctty_stage,
     group_kwargs,
     pts_inside,
+    sigint_ignored,
+    sigint_native,
 )
 from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.contained import user_ids as contained_user
@@ -392,6 +395,7 @@ class SandboxRuntime:
             holder = self.pid1.ensure_holder() if self.pid1.mode is not None else None
             contained = forker = None
             spawn_tty: str | None = None  # a PTY shell's terminal: the contained thread's posix_spawn opens it
+            quiet = False  # the contained thread forks with the mock's SIGINT ignored (contained.sigint_ignored)
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
@@ -415,6 +419,8 @@ class SandboxRuntime:
             elif contained is not None and holder is not None:  # the thread is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
                 creds = _creds(user or holder.user, contained.identity)
+                if trap is not None and not creds and sigint_native():  # the thread's own fork leaves it ignored
+                    cmd, trap, quiet = cmd[len(SIGINT_STAGE) :], None, True
                 if controlling_tty and not creds and trap is None and pspawn.available():
                     # a PTY shell by posix_spawn (pspawn.py): the child opens its terminal by its path inside
                     index = pts_inside(stdin, holder.pid)
@@ -474,6 +480,12 @@ class SandboxRuntime:
                     exe = look_path("bash", look)
                     if exe is None:
                         cmd[0], exe = "sh", look_path("sh", look)  # not found: the exec says so, as before
+                if contained is not None:  # (one contained fork at a time: contained.SPAWN_LOCK)
+                    with SPAWN_LOCK, sigint_ignored() if quiet else contextlib.nullcontext():
+                        return popen(exe)
+                return popen(exe)
+
+            def popen(exe: str | None) -> subprocess.Popen[bytes]:
                 if spawn_tty is not None:
                     return SpawnedPopen(
                         cmd,

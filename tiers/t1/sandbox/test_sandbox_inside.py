@@ -193,12 +193,27 @@ def test_execd_answers_inside_as_non_root_through_the_agent():
     assert json.loads(lines[1]) == [], lines[1]  # no accept thread after the delete
 
 
-def test_sigint_of_sessions_mock(inside):
+@pytest.mark.parametrize("stage", ["0", "1"])
+def test_sigint_of_sessions_mock(inside, monkeypatch, stage):
     """As tiers/t4/sandbox/test_live_inside.py::test_sigint_of_sessions_live (execd's SIGINT: execd/commands.py
-    Sigint): a session's bash starts with SIGINT ignored unless a foreground command runs; a command never."""
+    Sigint): a session's bash starts with SIGINT ignored unless a foreground command runs; a command never. The
+    contained thread forks with the mock's SIGINT ignored for the fork (contained.sigint_ignored), or, with
+    OSB_MOCK_SIGINT_STAGE=1 (and on every other path), through the sandbox's sh (contained.SIGINT_STAGE)."""
+    monkeypatch.setenv("OSB_MOCK_SIGINT_STAGE", stage)
     assert si.sigint_dispositions(inside) == {
         "session": "0000000000000002",
         "command": "0000000000000000",
         "session during a command": "0000000000000000",
         "session after it": "0000000000000002",
     }
+
+
+def test_the_mocks_sigint_is_its_own_again_after_a_fork_that_ignored_it(inside):
+    """contained.sigint_ignored puts the mock's SIGINT disposition back: Python's handler, caught, not ignored."""
+    import signal
+
+    si.sigint_dispositions(inside)
+    with open("/proc/self/status") as fh:
+        status = dict(line.split(":\t", 1) for line in fh.read().splitlines() if ":\t" in line)
+    assert not int(status["SigIgn"], 16) & 0x2 and int(status["SigCgt"], 16) & 0x2, status
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
