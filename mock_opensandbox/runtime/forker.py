@@ -108,13 +108,22 @@ class Forker:
         user: tuple[int, int, list[int]] | None = None,
         look: str | None = None,
         ctty: str | None = None,
+        ignore_sigint: bool = False,
     ) -> subprocess.Popen[bytes]:
         """The command, started in the sandbox in a process group of its own (``look``: the shell form's LookPath
-        on that PATH, as the contained thread does), as a Popen whose child the forker made. Raises OSError as
+        on that PATH, as the contained thread does; ``ignore_sigint``: it starts with SIGINT ignored, as a process
+        execd starts outside a command run), as a Popen whose child the forker made. Raises OSError as
         Popen would for a command that cannot run (the child's errno), and ForkerError when the forker failed
         (the caller takes the stages)."""
         return ForkedPopen(
-            self, (look, user, ctty), list(argv), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr
+            self,
+            (look, user, ctty, ignore_sigint),
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
         )
 
     def request(
@@ -122,8 +131,8 @@ class Forker:
     ) -> tuple[int, _Relay | None]:
         """One command started by the forker with ``fds`` as its stdin, stdout and stderr: its pid, and the relay
         of its exit when it is the forker's child (posix_spawn), None when it is the mock's (the clone). ``extra``:
-        (look, user, ctty) of ``spawn``."""
-        look, user, ctty = extra
+        (look, user, ctty, ignore_sigint) of ``spawn``."""
+        look, user, ctty, ignore_sigint = extra
         req = {
             "argv": argv,
             "look": look,
@@ -132,6 +141,7 @@ class Forker:
             # the forker leads a session of its own, with no terminal to reach: a group; a PTY shell leads its own
             "session": ctty is not None,
             "ctty": ctty,
+            "ignore_sigint": ignore_sigint,
             "user": [user[0], user[1], list(user[2])] if user is not None else None,
         }
         msg = json.dumps(req).encode()

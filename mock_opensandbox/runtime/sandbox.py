@@ -395,7 +395,7 @@ class SandboxRuntime:
             holder = self.pid1.ensure_holder() if self.pid1.mode is not None else None
             contained = forker = None
             spawn_tty: str | None = None  # a PTY shell's terminal: the contained thread's posix_spawn opens it
-            quiet = False  # the contained thread forks with the mock's SIGINT ignored (contained.sigint_ignored)
+            quiet = False  # SIGINT left ignored by the fork itself: the contained thread's or the forker's
             if holder is not None:
                 if not holder.alive():
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text())
@@ -413,6 +413,9 @@ class SandboxRuntime:
             ctty = None
             if forker is not None and holder is not None:  # the forker is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
+                if trap is not None and os.environ.get("OSB_MOCK_SIGINT_STAGE", "0") != "1":  # the forker's own spawn
+                    # leaves SIGINT ignored (osb_forker.py)
+                    cmd, trap, quiet = cmd[len(SIGINT_STAGE) :], None, True
                 if controlling_tty:  # a PTY shell: its terminal opened by its path inside, else TIOCSCTTY on stdin
                     index = pts_inside(stdin, holder.pid)
                     ctty = "/dev/pts/%d" % index if index is not None else ""
@@ -474,6 +477,7 @@ class SandboxRuntime:
                         user=contained_user(user or holder.user),
                         look=look,
                         ctty=ctty,
+                        ignore_sigint=quiet,
                     )
                 exe = None
                 if look is not None:  # in the sandbox already: its "/" is this thread's

@@ -127,6 +127,8 @@ def child(req: "dict[str, Any]", fds: "list[int]", exe: "str | None", errpipe: i
         os.closerange(errpipe + 1, os.sysconf("SC_OPEN_MAX"))
         for s in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; an exec keeps what is ignored
             signal.signal(s, signal.SIG_DFL)
+        if req.get("ignore_sigint"):  # execd's ignored SIGINT, inherited (a PTY shell, a session's bash)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if req["session"]:
             os.setsid()
         else:
@@ -175,6 +177,7 @@ def check(req: "Any", fds: "list[int]") -> None:
         and (req.get("look") is None or strs([req["look"]]))
         and (req.get("ctty") is None or strs([req["ctty"]]))
         and isinstance(req.get("session"), bool)
+        and isinstance(req.get("ignore_sigint", False), bool)
         and (user is None or isinstance(user, list) and len(user) == 3 and isinstance(user[2], list))
         and len(fds) == 3
     ):
@@ -205,6 +208,9 @@ def spawn_direct(req: "dict[str, Any]", fds: "list[int]", exe: "str | None") -> 
         os.chdir(req["cwd"])  # (this process alone: the child starts there)
     except OSError as e:
         return {"errno": e.errno or 5, "start": 1}
+    quiet = bool(req.get("ignore_sigint"))  # execd's ignored SIGINT, inherited: ignored here for the spawn
+    sigdef = tuple(s for s in SIGDEF if not (quiet and s == signal.SIGINT))
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN) if quiet else None
     try:
         if spawnlib.load() is not None:  # glibc's own two signals at their defaults too (spawn.py)
             try:
@@ -215,7 +221,7 @@ def spawn_direct(req: "dict[str, Any]", fds: "list[int]", exe: "str | None") -> 
                     fds,
                     session=bool(req["session"]),
                     ctty=os.fsencode(ctty) if ctty else None,
-                    sigdef=tuple(int(s) for s in SIGDEF),
+                    sigdef=tuple(int(s) for s in sigdef),
                     closefrom=spawnlib.has_closefrom,
                 )
             except OSError as e:
@@ -231,7 +237,7 @@ def spawn_direct(req: "dict[str, Any]", fds: "list[int]", exe: "str | None") -> 
                     argv,
                     env,
                     file_actions=actions,
-                    setsigdef=SIGDEF,
+                    setsigdef=sigdef,
                     setsigmask=(),
                     **({"setsid": True} if req["session"] else {"setpgroup": 0}),
                 )
@@ -248,6 +254,8 @@ def spawn_direct(req: "dict[str, Any]", fds: "list[int]", exe: "str | None") -> 
         return {"errno": (err.errno if err is not None else None) or 2, "start": 1}
     finally:
         os.chdir("/")
+        if old_int is not None:
+            signal.signal(signal.SIGINT, old_int)
 
 
 def reap(sock: "socket.socket") -> None:
