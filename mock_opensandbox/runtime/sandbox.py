@@ -369,8 +369,9 @@ class SandboxRuntime:
         ``[shell, "-c", code]``, whose shell is getShell()'s: "bash" where LookPath finds it on execd's PATH
         (the sandbox's), else "sh" (components/execd/pkg/runtime/command.go at 3bb6fad); the contained
         thread looks it up in the sandbox's own "/" and runs the bash it found, as exec.Cmd runs its Path.
-        ``ignore_sigint`` (not with ``shell_form``): argv starts with SIGINT ignored, through the sandbox's sh
-        (contained.SIGINT_STAGE). Raises SandboxTerminated, OSError, ValueError."""
+        ``ignore_sigint`` (not with ``shell_form``): argv starts with SIGINT ignored, as a process execd starts
+        outside a command run: the contained thread's fork (contained.sigint_ignored) or the forker's leaves it
+        so, else the sandbox's sh does (contained.SIGINT_STAGE). Raises SandboxTerminated, OSError, ValueError."""
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError("argv must be a non-empty list of strings")
         if any("\x00" in a for a in argv):
