@@ -3,7 +3,7 @@
 resize, close) and ``PtyRegistry`` (the sessions of one execd). No HTTP: execd/pty_routes.py is the routes.
 
 Behaviour follows execd's source (opensandbox-group/OpenSandbox, components/execd):
-pkg/runtime/pty_session.go - bash (``--noprofile --norc``) else sh, 80x24 start size, process group
+pkg/runtime/pty_session.go - bash (``--norc --noprofile``; none: START_FAILED), 80x24 start size, process group
 signals, SIGKILL of the group on delete, exit code -1 after a signal; replay_buffer.go - 1 MiB ring
 with a monotonic byte offset.
 
@@ -199,11 +199,16 @@ class PtySession:
         with self.lock:
             return self.pid != 0
 
-    def _shell_argv(self) -> list[str]:
-        shell = self.registry.runtime.paths.shell()[0]
-        argv = [shell]
-        if os.path.basename(shell) == "bash":  # runtime/command.go shellCommand: bash only
-            argv += ["--noprofile", "--norc"]
+    def _shell_argv(self, pipe_mode: bool) -> list[str]:
+        """``exec.Command("bash", "--norc", "--noprofile"[, "-c", command])`` (pty_session.go StartPTY/StartPipe at
+        3bb6fad): bash, never sh; where LookPath finds none on execd's PATH the start fails with Go's words,
+        prefixed as StartPTY/StartPipe wrap them (live, ``local/busybox:latest``: the WebSocket's START_FAILED)."""
+        if os.path.basename(self.registry.runtime.paths.shell()[0]) != "bash":
+            raise RuntimeError(
+                '%s: exec: "bash": executable file not found in $PATH'
+                % ("cmd.Start" if pipe_mode else "pty.StartWithSize")
+            )
+        argv = ["bash", "--norc", "--noprofile"]
         if self.command:
             argv += ["-c", self.command]
         return argv
@@ -249,7 +254,7 @@ class PtySession:
         master, slave = rt.openpty() if hasattr(rt, "openpty") else os.openpty()
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", INITIAL_ROWS, INITIAL_COLS, 0, 0))
-            argv = self._shell_argv()
+            argv = self._shell_argv(False)
             sig = sigint_kwargs(rt, self.registry.sigint)  # the shell inherits execd's SIGINT (commands.py)
             if "controlling_tty" in _spawn_params(rt):
                 proc = rt.spawn(
@@ -279,7 +284,7 @@ class PtySession:
     def _start_pipe(self) -> None:
         rt = self.registry.runtime
         proc = rt.spawn(
-            self._shell_argv(),
+            self._shell_argv(True),
             cwd=self.cwd or None,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

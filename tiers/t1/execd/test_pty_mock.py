@@ -269,6 +269,8 @@ def test_terminal_echo_resize_ctrl_c_and_exit_status(execd, events, terms):
 
     _write(terms, pid, "echo $((6*7))\n")
     events.wait_output(pid, r"^42\r?$")  # the result line, not the echoed command
+    with open("/proc/%d/cmdline" % execd.registry.get(pid).pid, "rb") as fh:
+        assert fh.read() == b"bash\0--norc\0--noprofile\0"  # pty_session.go's, in its order (live `ps`)
 
     terms.resize({"sandbox_id": "sbx", "process_id": pid, "cols": 120, "rows": 40})
     _write(terms, pid, "stty size\n")

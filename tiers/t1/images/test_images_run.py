@@ -276,3 +276,18 @@ def test_the_images_own_root_mode(target):
     assert _sh(target, sid, "stat -c %a /").out == "700\n"
     target.image = "local/osbtest-busybox:1"
     assert _sh(target, target.create(), "stat -c %a /").out == "755\n"
+
+
+def test_a_pty_shell_needs_bash_like_live(target, osb):
+    """execd starts a PTY shell as `bash --norc --noprofile`, never sh (pty_session.go at 3bb6fad): in an image
+    without bash the start fails with Go's words, which the WebSocket sends as START_FAILED (live on
+    local/busybox:latest, both modes). The argv with bash: tiers/t1/execd/test_pty_mock.py."""
+    target.image = "local/osbtest-busybox:1"
+    sid = target.create()
+    pty = osb.sandboxes[sid].execd.pty_sessions
+    for pipe_mode, word in ((False, "pty.StartWithSize"), (True, "cmd.Start")):
+        s = pty.create("", "")
+        with pytest.raises(RuntimeError) as err:
+            s.start(pipe_mode)
+        assert str(err.value) == word + ': exec: "bash": executable file not found in $PATH'
+        assert s.launch_failed and not s.is_running()
