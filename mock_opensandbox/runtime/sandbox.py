@@ -90,6 +90,16 @@ def network_note(network: str) -> str:
     return netns.no_outbound_note()
 
 
+def _devnull(pid1: int | None) -> int:
+    """A read-only /dev/null descriptor: the sandbox's (through PID 1's root) where it has one, else the host's."""
+    if pid1 is not None:
+        try:
+            return os.open("/proc/%d/root/dev/null" % pid1, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            pass
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+
 class SandboxRuntime:
     """One sandbox: a root directory and the process groups running in it. Its components: ``pid1``
     (pid1.Pid1: PID 1, its view, devpts, network namespace and agent) and ``paths`` (paths.SandboxPaths:
@@ -336,9 +346,13 @@ class SandboxRuntime:
         if self.image_root is not None:  # the image's Env, PATH and HOME (rootfs.py), + bootstrap.sh's export
             env = self.image_root.env(self._user[3] if self._user else None)
             env["EXECD_ENVS"] = "/opt/opensandbox/.env"
+            # bootstrap.sh's sh exports PWD (its directory: the image's WORKDIR) to execd, and execd's environment
+            # goes to every process it starts (live: a session's script exports PWD='/')
+            env.setdefault("PWD", self.image_root.working_dir())
         elif self.isolated:
             # + what bootstrap.sh exports to execd and so to every command (live: identity probe)
             env = {"PATH": DEFAULT_PATH, "HOME": "/root", "TMPDIR": "/tmp", "EXECD_ENVS": "/opt/opensandbox/.env"}
+            env["PWD"] = "/"
         else:
             env = {
                 "PATH": os.environ.get("PATH", DEFAULT_PATH),
@@ -472,7 +486,7 @@ class SandboxRuntime:
                         cmd,
                         env=full_env,
                         cwd=host_cwd,
-                        stdin=subprocess.DEVNULL if stdin is None else stdin,
+                        stdin=stdin_fd,
                         stdout=stdout,
                         stderr=stderr,
                         user=contained_user(user or holder.user),
@@ -497,7 +511,7 @@ class SandboxRuntime:
                         executable=exe,
                         cwd=host_cwd,
                         env=full_env,
-                        stdin=subprocess.DEVNULL if stdin is None else stdin,
+                        stdin=stdin_fd,
                         stdout=stdout,
                         stderr=stderr,
                         ctty=spawn_tty,
@@ -512,7 +526,7 @@ class SandboxRuntime:
                         cwd=host_cwd,
                         env=full_env,
                         close_fds=True,
-                        stdin=subprocess.DEVNULL if stdin is None else stdin,
+                        stdin=stdin_fd,
                         stdout=stdout,
                         stderr=stderr,
                         preexec_fn=preexec,
@@ -520,6 +534,9 @@ class SandboxRuntime:
                         **group_kwargs(controlling_tty or contained is None),
                     )
 
+            # no stdin: /dev/null opened read-only, as Go's exec.Cmd and execd's background commands open it
+            # (os.Open: `echo x >&0` fails "Bad file descriptor" live), the sandbox's own (its path inside)
+            stdin_fd = _devnull(holder.pid if holder is not None else None) if stdin is None else stdin
             try:
                 proc = spawner.call(fork) if spawner is not None else fork()
             except ForkerError:
@@ -531,6 +548,9 @@ class SandboxRuntime:
                 if holder is not None and exc.errno == errno.ENOMEM:
                     raise SandboxNotRunning("the sandbox is not running: " + holder.exit_text()) from exc
                 raise
+            finally:
+                if stdin is None:
+                    os.close(stdin_fd)
             if proc is not None:
                 self._track(proc)
             paused = self.paused

@@ -531,3 +531,24 @@ def sigint_dispositions(ins: Inside) -> Dict[str, str]:
     fg.join(30)
     out["session after it"] = run()
     return out
+
+
+STDIN_PROBE = "ls -l /proc/self/fd/0 | cut -c1-10; readlink /proc/self/fd/0; (echo x >&0) 2>/dev/null || echo refused"
+
+
+def stdin_and_session_env(ins: Inside) -> Dict[str, List[str]]:
+    """A command's and a session's stdin (/dev/null opened read-only: Go's exec.Cmd and execd's background
+    ``os.Open``, so writing to it fails) and the PWD a session's script exports (bootstrap.sh's sh exports it to
+    execd, whose environment a session starts from). Live: ``lr-x------`` (its open mode), ``/dev/null``, ``refused`` for the
+    foreground, background and session runs alike, and ``export PWD='/'`` in the script."""
+    url, headers = ins.target.endpoint(ins.sid)
+    session = json.loads(request("POST", url, "/session", headers=headers, json_body={}).body)["session_id"]
+    _s, _h, events = stream_command(url, headers, {"command": STDIN_PROBE}, path="/session/%s/run" % session)
+    _s, _h, script = stream_command(
+        url, headers, {"command": "grep '^export PWD=' $0"}, path="/session/%s/run" % session
+    )
+    return {
+        "command": ins.target.command(ins.sid, STDIN_PROBE).out.split(),
+        "session": output_of(events, "stdout").split(),
+        "script": output_of(script, "stdout").split(),
+    }

@@ -217,3 +217,13 @@ def test_the_mocks_sigint_is_its_own_again_after_a_fork_that_ignored_it(inside):
         status = dict(line.split(":\t", 1) for line in fh.read().splitlines() if ":\t" in line)
     assert not int(status["SigIgn"], 16) & 0x2 and int(status["SigCgt"], 16) & 0x2, status
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_stdin_and_session_env_mock(inside):
+    """As tiers/t4/sandbox/test_live_inside.py::test_stdin_and_session_env_live: /dev/null read-only as stdin
+    (runtime/sandbox.py _devnull), PWD in execd's environment (base_env)."""
+    assert si.stdin_and_session_env(inside) == {
+        "command": ["lr-x------", "/dev/null", "refused"],
+        "session": ["lr-x------", "/dev/null", "refused"],
+        "script": ["export", "PWD='/'"],
+    }

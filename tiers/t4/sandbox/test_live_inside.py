@@ -52,3 +52,11 @@ def test_sigint_of_sessions_live(inside):
         "session during a command": "0000000000000000",
         "session after it": "0000000000000002",
     }
+
+
+def test_stdin_and_session_env_live(inside):
+    assert si.stdin_and_session_env(inside) == {
+        "command": ["lr-x------", "/dev/null", "refused"],
+        "session": ["lr-x------", "/dev/null", "refused"],
+        "script": ["export", "PWD='/'"],
+    }
