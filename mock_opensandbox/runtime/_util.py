@@ -349,6 +349,31 @@ def _nothing(signum: int, frame: object) -> None:
     return None
 
 
+_GLIBC_SIGNALS = (32, 33)  # SIGCANCEL, SIGSETXID: glibc's own, which signal.signal and sigaction refuse
+_RT_SIGACTION = {"x86_64": 13, "aarch64": 134}
+_GLIBC_CHANGED: list[int] = []
+
+
+def _glibc_signal(sig: int, ignore: bool | None) -> bool:
+    """Whether glibc's own signal ``sig`` is SIG_IGN (the raw rt_sigaction: glibc's wrapper refuses it), after
+    setting it to SIG_IGN or SIG_DFL when ``ignore`` is given. A caller started by glibc's posix_spawn (GNU make
+    4.3 runs its recipes so) comes in with both ignored, and every child would inherit that (live: none)."""
+    nr = _RT_SIGACTION.get(os.uname().machine)
+    if nr is None:
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    old = ctypes.create_string_buffer(64)  # struct kernel_sigaction: sa_handler first on both machines
+    new = None
+    if ignore is not None:
+        new = ctypes.create_string_buffer(64)
+        ctypes.memmove(new, ctypes.byref(ctypes.c_void_p(1 if ignore else 0)), ctypes.sizeof(ctypes.c_void_p))
+    if libc.syscall(nr, sig, new, old, 8) != 0:
+        return False
+    return ctypes.c_void_p.from_buffer(old).value == 1
+
+
 def default_signals_for_children() -> None:
     """Call when a mock starts (main thread only; elsewhere nothing changes: signal.signal refuses)."""
     global _SIG_USERS
@@ -356,6 +381,10 @@ def default_signals_for_children() -> None:
         _SIG_USERS += 1
         if _SIG_USERS > 1 or threading.current_thread() is not threading.main_thread():
             return
+        for sig in _GLIBC_SIGNALS:  # inherited ignored: glibc installs its handler itself when it needs one
+            if _glibc_signal(sig, None):
+                _glibc_signal(sig, False)
+                _GLIBC_CHANGED.append(sig)
         for sig in signal.valid_signals():
             if sig in _SIG_KEEP:
                 continue
@@ -374,6 +403,8 @@ def inherited_signals_back() -> None:
         _SIG_USERS = max(0, _SIG_USERS - 1)
         if _SIG_USERS or threading.current_thread() is not threading.main_thread():
             return
+        while _GLIBC_CHANGED:
+            _glibc_signal(_GLIBC_CHANGED.pop(), True)
         while _SIG_CHANGED:
             sig = _SIG_CHANGED.pop()
             try:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from mock_opensandbox.runtime import SandboxRuntime, caps, cgroups
+from mock_opensandbox.runtime import SandboxRuntime, _util, caps, cgroups
 from mock_opensandbox.runtime.contained import group_kwargs
 from mock_opensandbox.runtime.pspawn import SpawnedPopen
 from tiers.toolkit.marks import needs_isolation
@@ -382,6 +382,10 @@ def test_a_command_starts_ignoring_no_signal(tmp_path, monkeypatch, path, pty):
     monkeypatch.setenv("OSB_MOCK_CONTAINED", "1" if path.startswith("thread") else "0")
     monkeypatch.setenv("OSB_MOCK_FORKER", "0" if path == "stages" else "1")
     monkeypatch.setenv("OSB_MOCK_PSPAWN", "0" if path == "thread-sh" else "1")
+    # a mock started as GNU make starts its recipes (glibc's posix_spawn): with glibc's own signals ignored, which
+    # a mock's start puts back to their defaults (runtime/_util.py default_signals_for_children)
+    was = [_util._glibc_signal(sig, True) for sig in _util._GLIBC_SIGNALS]
+    _util.default_signals_for_children()
     rt = SandboxRuntime(str(tmp_path / "sb"))
     try:
         rt.start_entrypoint(["sleep", "60"])
@@ -399,3 +403,7 @@ def test_a_command_starts_ignoring_no_signal(tmp_path, monkeypatch, path, pty):
         assert out.split() == ["SigIgn:", "0000000000000000"], (path, pty, out)
     finally:
         rt.cleanup()
+        _util.inherited_signals_back()
+        assert all(_util._glibc_signal(sig, None) for sig in _util._GLIBC_SIGNALS)  # as it came
+        for sig, ignored in zip(_util._GLIBC_SIGNALS, was, strict=True):
+            _util._glibc_signal(sig, ignored)
