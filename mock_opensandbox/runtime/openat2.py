@@ -71,6 +71,11 @@ def _probe() -> tuple[bool, str]:
 AVAILABLE, NOTE = _probe()
 
 
+def open_at_root(rfd: int, spath: str, flags: int, mode: int = 0) -> int:
+    """open_in on an fd of the sandbox's "/" the caller holds (one system call). Raises as open_in."""
+    return _openat2(rfd, spath.lstrip("/") or ".", flags, mode)
+
+
 def open_in(root: str, spath: str, flags: int, mode: int = 0) -> int:
     """An fd of sandbox path ``spath`` (absolute or relative to "/") opened in ``root`` (a host path of
     the sandbox's "/"), never outside it. Raises OSError like open(2), ValueError for a NUL byte."""

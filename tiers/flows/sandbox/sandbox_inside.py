@@ -552,3 +552,35 @@ def stdin_and_session_env(ins: Inside) -> Dict[str, List[str]]:
         "session": output_of(events, "stdout").split(),
         "script": output_of(script, "stdout").split(),
     }
+
+
+EXECD_FILES = {  # execd_files' answer, live (2026-12-07) and on the mock
+    "names": ["BG.output", "FG.stderr", "FG.stdout"],
+    "modes": ["BG.output 755 root", "FG.stderr 755 root", "FG.stdout 755 root"],
+    "contents": ["hello", "err", "bg"],
+}
+
+
+def execd_files(ins: Inside) -> Dict[str, object]:
+    """execd's files of a run in the sandbox's /tmp, never removed (runtime/command.go at 3bb6fad): a foreground
+    command's ``<id>.stdout`` and ``<id>.stderr``, a background command's ``<id>.output``, mode 0755, holding the
+    output; a command sees its own two, empty, when it starts."""
+    url, headers = ins.target.endpoint(ins.sid)
+
+    def run(cmd: str, background: bool = False) -> str:
+        payload = {"command": cmd, "background": background}
+        _st, _h, events = stream_command(url, headers, payload)
+        return next(e["text"] for e in events if e.get("type") == "init")
+
+    fg = run("echo hello; echo err >&2")
+    bg = run("echo bg", background=True)
+    time.sleep(1.0)
+    listing = ins.target.command(ins.sid, "ls /tmp; stat -c '%a %U %s %n' /tmp/*." + "{stdout,stderr,output}").out
+    names = sorted(n.replace(fg, "FG").replace(bg, "BG") for n in listing.split() if "." in n and "/" not in n)
+    modes = sorted(  # stat's "MODE OWNER SIZE PATH" lines of this test's two runs: "<name> MODE OWNER"
+        line.replace(fg, "FG").replace(bg, "BG").rsplit("/", 1)[-1] + " " + " ".join(line.split()[:2])
+        for line in listing.splitlines()
+        if "/tmp/" in line and (fg in line or bg in line)
+    )
+    contents = ins.target.command(ins.sid, "cat /tmp/%s.stdout /tmp/%s.stderr /tmp/%s.output" % (fg, fg, bg)).out
+    return {"names": [n for n in names if n.startswith(("FG", "BG"))], "modes": modes, "contents": contents.split()}

@@ -227,3 +227,8 @@ def test_stdin_and_session_env_mock(inside):
         "session": ["lr-x------", "/dev/null", "refused"],
         "script": ["export", "PWD='/'"],
     }
+
+
+def test_execd_files_mock(inside):
+    """As tiers/t4/sandbox/test_live_inside.py::test_execd_files_live (execd/commands.py CommandRegistry._logs)."""
+    assert si.execd_files(inside) == si.EXECD_FILES

@@ -60,3 +60,7 @@ def test_stdin_and_session_env_live(inside):
         "session": ["lr-x------", "/dev/null", "refused"],
         "script": ["export", "PWD='/'"],
     }
+
+
+def test_execd_files_live(inside):
+    assert si.execd_files(inside) == si.EXECD_FILES
