@@ -337,10 +337,11 @@ class Sigint:
 def sigint_kwargs(runtime: Any, sigint: Sigint) -> dict[str, Any]:
     """``runtime.spawn``'s ``ignore_sigint=True`` for a process execd starts outside a command run while its SIGINT
     is ignored (``Sigint``), where the runtime takes that keyword; else nothing."""
-    return {"ignore_sigint": True} if sigint.ignored and "ignore_sigint" in _spawn_params(runtime) else {}
+    return {"ignore_sigint": True} if sigint.ignored and "ignore_sigint" in spawn_params(runtime) else {}
 
 
-def _spawn_params(runtime: Any) -> frozenset[str]:
+def spawn_params(runtime: Any) -> frozenset[str]:
+    """The keywords ``runtime.spawn`` takes (looked up once per spawn function)."""
     fn = getattr(type(runtime), "spawn", None) or getattr(runtime, "spawn", None)
     return _params_of(fn) if fn is not None else frozenset()
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import inspect
 import os
 import queue
 import select
@@ -31,7 +30,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from mock_opensandbox.execd.commands import Sigint, sigint_kwargs
+from mock_opensandbox.execd.commands import Sigint, sigint_kwargs, spawn_params
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire import websocket as wsproto
 
@@ -256,7 +255,7 @@ class PtySession:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", INITIAL_ROWS, INITIAL_COLS, 0, 0))
             argv = self._shell_argv(False)
             sig = sigint_kwargs(rt, self.registry.sigint)  # the shell inherits execd's SIGINT (commands.py)
-            if "controlling_tty" in _spawn_params(rt):
+            if "controlling_tty" in spawn_params(rt):
                 proc = rt.spawn(
                     argv, cwd=self.cwd or None, stdin=slave, stdout=slave, stderr=slave, controlling_tty=True, **sig
                 )
@@ -448,13 +447,6 @@ class PtySession:
                 "launch_attempted": self.start_attempted,
                 "launch_failed": self.launch_failed,
             }
-
-
-def _spawn_params(runtime: SandboxRuntime) -> set[str]:
-    try:
-        return set(inspect.signature(runtime.spawn).parameters)
-    except (TypeError, ValueError):
-        return set()
 
 
 class PtyRegistry:

@@ -508,6 +508,12 @@ def directory_download(ins: Inside, path: str = "/tmp") -> Dict[str, str]:
 
 
 SIGIGN = "grep ^SigIgn /proc/self/status"
+SIGINT_DISPOSITIONS = {  # sigint_dispositions' answer, live (2026-12-07) and on the mock
+    "session": "0000000000000002",
+    "command": "0000000000000000",
+    "session during a command": "0000000000000000",
+    "session after it": "0000000000000002",
+}
 
 
 def sigint_dispositions(ins: Inside) -> Dict[str, str]:
@@ -533,6 +539,11 @@ def sigint_dispositions(ins: Inside) -> Dict[str, str]:
     return out
 
 
+STDIN_AND_SESSION_ENV = {  # stdin_and_session_env's answer, live (2026-12-07) and on the mock
+    "command": ["lr-x------", "/dev/null", "refused"],
+    "session": ["lr-x------", "/dev/null", "refused"],
+    "script": ["export", "PWD='/'"],
+}
 STDIN_PROBE = "ls -l /proc/self/fd/0 | cut -c1-10; readlink /proc/self/fd/0; (echo x >&0) 2>/dev/null || echo refused"
 
 

@@ -200,12 +200,7 @@ def test_sigint_of_sessions_mock(inside, monkeypatch, stage):
     contained thread forks with the mock's SIGINT ignored for the fork (contained.sigint_ignored), or, with
     OSB_MOCK_SIGINT_STAGE=1 (and on every other path), through the sandbox's sh (contained.SIGINT_STAGE)."""
     monkeypatch.setenv("OSB_MOCK_SIGINT_STAGE", stage)
-    assert si.sigint_dispositions(inside) == {
-        "session": "0000000000000002",
-        "command": "0000000000000000",
-        "session during a command": "0000000000000000",
-        "session after it": "0000000000000002",
-    }
+    assert si.sigint_dispositions(inside) == si.SIGINT_DISPOSITIONS
 
 
 def test_the_mocks_sigint_is_its_own_again_after_a_fork_that_ignored_it(inside):
@@ -222,11 +217,7 @@ def test_the_mocks_sigint_is_its_own_again_after_a_fork_that_ignored_it(inside):
 def test_stdin_and_session_env_mock(inside):
     """As tiers/t4/sandbox/test_live_inside.py::test_stdin_and_session_env_live: /dev/null read-only as stdin
     (runtime/sandbox.py _devnull), PWD in execd's environment (base_env)."""
-    assert si.stdin_and_session_env(inside) == {
-        "command": ["lr-x------", "/dev/null", "refused"],
-        "session": ["lr-x------", "/dev/null", "refused"],
-        "script": ["export", "PWD='/'"],
-    }
+    assert si.stdin_and_session_env(inside) == si.STDIN_AND_SESSION_ENV
 
 
 def test_execd_files_mock(inside):
