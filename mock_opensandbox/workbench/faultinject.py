@@ -178,6 +178,9 @@ class Injection:
             h.pod_outcome = PodOutcome(rule.pod, rule.after, rule.reason)
             return
         if kind == "reset":
+            settle = getattr(h.wfile, "settle", None)
+            if settle is not None:
+                settle(self)  # in the journal before the client sees the reset
             _reset(h)
             self.done = True
             return

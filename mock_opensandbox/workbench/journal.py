@@ -118,6 +118,9 @@ class _TeeWriter:
     def __init__(self, raw: ResponseStream, limit: int, method: str, on_complete: Callable[[], None]):
         self._raw, self._limit, self._method = raw, limit, method
         self._on_complete = on_complete
+        # the entry recorded now, with the fault that ends the exchange unanswered (a reset: faultinject.py), before
+        # the client can see the end: set by JournalCall
+        self.settle: Callable[[Any], None] | None = None
         self._head = bytearray()
         self.head_done = False
         self.complete = False
@@ -281,6 +284,7 @@ class JournalEntry:
         self.raw_rfile, self.raw_wfile = handler.rfile, handler.wfile
         self.rtee = _TeeReader(handler.rfile, limit)
         self.wtee = _TeeWriter(handler.wfile, limit, method, self._record)
+        self.wtee.settle = self._settle
         self.recorded = False
         self.fault: Fault | None = None
         self.entry: dict[str, Any] | None = None
@@ -300,6 +304,10 @@ class JournalEntry:
             if rule is not None and self.entry is not None:
                 self.entry["fault"] = {"id": rule.id, "kind": rule.kind}
             return
+        self._record()
+
+    def _settle(self, fault: Any) -> None:
+        self.fault = fault
         self._record()
 
     def _record(self) -> None:
