@@ -27,7 +27,8 @@ from typing import Any, Generator, Iterator
 from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
 from mock_opensandbox.execd.fileinfo import _map_id
 from mock_opensandbox.execd.files import SandboxFS
-from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated, openat2
+from mock_opensandbox.execd.runfiles import RunFiles
+from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.runtime.rootfs import lookup_uid, user_word
 from mock_opensandbox.wire import pollio
 from mock_opensandbox.wire.gojson import GO_REPLACE, go_time
@@ -173,7 +174,7 @@ class Command:
         self.lock = threading.Lock()
         self.killed_by_timeout = False
         self._timer: Deadline | None = None
-        # execd's files of the run in the sandbox's /tmp (CommandRegistry._logs), written as the output comes:
+        # execd's files of the run in the sandbox's /tmp (runfiles.RunFiles.make), written as the output comes:
         # foreground {"stdout": fd, "stderr": fd}, background {"output": fd}; closed by the pump at the end
         self.logs: dict[str, int] = {}
 
@@ -294,21 +295,6 @@ def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None
             os.close(pidfd)
 
 
-def _umask() -> int:
-    """This process's umask, read without setting it (Linux >= 4.7's /proc status line; 022 where absent)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
-
-
-_UMASK = _umask()
-
-
 class Sigint:
     """execd's own SIGINT disposition, which a process it starts outside a command run inherits (a PTY shell, a
     session's bash: exec(2) keeps an ignored signal). bootstrap.sh starts execd with ``&`` in a shell without job
@@ -363,6 +349,7 @@ class CommandRegistry:
         self._cmds: dict[str, Command] = {}
         self._lock = threading.Lock()
         self.sigint = Sigint()
+        self.files = RunFiles(runtime)  # execd's files of each run in the sandbox's /tmp
 
     def get(self, cid: str) -> Command | None:
         with self._lock:
@@ -393,32 +380,6 @@ class CommandRegistry:
         if found is None:
             raise StartFailure(f'exec: "{name}": executable file not found in $PATH')
         return [found] + list(argv[1:])
-
-    def _logs(self, cid: str, background: bool) -> dict[str, int]:
-        """execd's files of a run (stdLogDescriptor / combinedOutputDescriptor, runtime/command.go at 3bb6fad),
-        made before the command starts and never removed: ``/tmp/<id>.stdout`` and ``/tmp/<id>.stderr`` for a
-        foreground command, ``/tmp/<id>.output`` for a background one, mode 0755 (live: ``ls -la /tmp`` in a
-        command shows its own two, empty, and those of every earlier run with their output). Made by fds on the
-        sandbox's "/" (a /tmp swapped for a link by code inside stays inside); none where that fails."""
-        out: dict[str, int] = {}
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-        rfd = getattr(getattr(self.runtime, "pid1", None), "root_fd", None)  # PID 1's "/", held: one openat2 a file
-        for stream in ("output",) if background else ("stdout", "stderr"):
-            path = "/tmp/%s.%s" % (cid, stream)
-            try:
-                if rfd is not None and openat2.AVAILABLE:
-                    fd = openat2.open_at_root(rfd, path, flags, 0o755)
-                else:
-                    fd = self._fs().fd(path, flags, 0o755)
-            except (OSError, ValueError):
-                continue
-            if _UMASK & 0o755:
-                try:
-                    os.fchmod(fd, 0o755)  # (execd's umask is 022; the mock's is another)
-                except OSError:
-                    pass
-            out[stream] = fd
-        return out
 
     def _fs(self) -> Any:
         """The sandbox's files by fds on its "/" (fsops.SandboxFS: openat2 RESOLVE_IN_ROOT), so a
@@ -592,7 +553,7 @@ class CommandRegistry:
         full = (self.credential_prefix(uid, gid) if creds is None else []) + full
         user: dict[str, Any] = creds or {}  # spawn's ``user`` (absent: the runtime's default)
         cmd = Command(command_id(), content or "", background)
-        cmd.logs = self._logs(cmd.id, background)
+        cmd.logs = self.files.make(cmd.id, background)
         # the pipes as bare descriptors (no file objects around them: the pumps read the numbers); the write ends
         # are the child's only (closed here once it runs), the read ends the command's (closed by its pump)
         out_r, out_w = os.pipe()

@@ -196,6 +196,7 @@ class CommandsRoutes:
             self._background_stream(req, cmd, linger)
         else:
             self._foreground_stream(req, cmd, linger)
+        self.commands.files.refill()  # the next run's files, made now that this one's answer is out
 
     def _start_failure(self, req: Request, msg: str) -> None:
         w = gin.sse_start(req)

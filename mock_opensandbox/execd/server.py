@@ -245,6 +245,7 @@ class ExecdServer(App):
             except OSError:
                 pass
         self.commands.kill_all()
+        self.commands.files.close()
         self.sessions.close_all()
         self.pty.close_all()
 

@@ -34,10 +34,14 @@ except (OSError, AttributeError):  # pragma: no cover - no libc
     _syscall = None
 
 
+_TMPFILE = getattr(os, "O_TMPFILE", 0)
+
+
 def _openat2(dirfd: int, path: str, flags: int, mode: int = 0, resolve: int = RESOLVE_IN_ROOT) -> int:
     if _syscall is None or _NR is None:
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
-    how = _How(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve | RESOLVE_NO_MAGICLINKS)
+    made = flags & os.O_CREAT or (_TMPFILE and flags & _TMPFILE == _TMPFILE)  # the kernel takes a mode only then
+    how = _How(flags | os.O_CLOEXEC, mode if made else 0, resolve | RESOLVE_NO_MAGICLINKS)
     raw = path.encode("utf-8", "surrogateescape")
     if b"\x00" in raw:
         raise ValueError("path contains a NUL byte")

@@ -569,13 +569,16 @@ EXECD_FILES = {  # execd_files' answer, live (2026-12-07) and on the mock
     "names": ["BG.output", "FG.stderr", "FG.stdout"],
     "modes": ["BG.output 755 root", "FG.stderr 755 root", "FG.stdout 755 root"],
     "contents": ["hello", "err", "bg"],
+    "fresh": "made as the run starts",
 }
 
 
 def execd_files(ins: Inside) -> Dict[str, object]:
     """execd's files of a run in the sandbox's /tmp, never removed (runtime/command.go at 3bb6fad): a foreground
     command's ``<id>.stdout`` and ``<id>.stderr``, a background command's ``<id>.output``, mode 0755, holding the
-    output; a command sees its own two, empty, when it starts."""
+    output; a command sees its own two, empty, when it starts. ``fresh``: a run's empty file was modified (made)
+    within 0.3 s before the run read the clock, though the run before it ended 0.6 s earlier (the mock makes the
+    next run's files ahead, once an answer is out: its link of one sets the times)."""
     url, headers = ins.target.endpoint(ins.sid)
 
     def run(cmd: str, background: bool = False) -> str:
@@ -583,6 +586,9 @@ def execd_files(ins: Inside) -> Dict[str, object]:
         _st, _h, events = stream_command(url, headers, payload)
         return next(e["text"] for e in events if e.get("type") == "init")
 
+    run("true")
+    time.sleep(0.6)
+    clock = run("date +%s.%N")
     fg = run("echo hello; echo err >&2")
     bg = run("echo bg", background=True)
     time.sleep(1.0)
@@ -594,4 +600,13 @@ def execd_files(ins: Inside) -> Dict[str, object]:
         if "/tmp/" in line and (fg in line or bg in line)
     )
     contents = ins.target.command(ins.sid, "cat /tmp/%s.stdout /tmp/%s.stderr /tmp/%s.output" % (fg, fg, bg)).out
-    return {"names": [n for n in names if n.startswith(("FG", "BG"))], "modes": modes, "contents": contents.split()}
+    ran, made = ins.target.command(
+        ins.sid, "cat /tmp/%s.stdout; stat -c %%.3Y /tmp/%s.stderr" % (clock, clock)
+    ).out.split()
+    age = float(ran) - float(made)
+    return {
+        "names": [n for n in names if n.startswith(("FG", "BG"))],
+        "modes": modes,
+        "contents": contents.split(),
+        "fresh": "made as the run starts" if 0 <= age < 0.3 else "made %.3f s before the run" % age,
+    }

@@ -1,0 +1,152 @@
+"""execd's files of each run in the sandbox's /tmp (stdLogDescriptor / combinedOutputDescriptor,
+components/execd/pkg/runtime/command.go at 3bb6fad): a foreground command's ``<id>.stdout`` and ``<id>.stderr``,
+a background command's ``<id>.output``, mode 0755, made before the command starts and never removed (QUIRKS.md,
+"stdin ... execd's files").
+
+Making an inode is what a file's creation costs (0.1-0.6 ms apiece on an ext4 without a journal that has just
+freed many inodes, bench/README.md); a link costs 0.02-0.03 ms. So once a run's answer is out, the next run's
+files are made ahead, unnamed (``O_TMPFILE`` in the sandbox's /tmp), and a run's start only names them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+from mock_opensandbox.execd.files import SandboxFS
+from mock_opensandbox.runtime import SandboxRuntime, openat2
+
+__all__ = ["RunFiles", "SPARE_FILES"]
+
+SPARE_FILES = 2  # files made ahead per execd: a foreground run's two
+_MAKE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (Linux >= 4.7's /proc status line; 022 where absent)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+_UMASK = _umask()
+
+
+def _mode_0755(fd: int) -> None:
+    if _UMASK & 0o755:
+        try:
+            os.fchmod(fd, 0o755)  # (execd's umask is 022; the mock's is another)
+        except OSError:
+            pass
+
+
+class RunFiles:
+    """The files of one execd's runs, by fds on the sandbox's "/" (a /tmp swapped for a link by code inside
+    stays inside), and the files made ahead for the next run (``OSB_MOCK_SPARE_FILES=0``: none)."""
+
+    def __init__(self, runtime: SandboxRuntime):
+        self.runtime = runtime
+        self._lock = threading.Lock()
+        self._spares: list[int] = []
+        self._gen = 0  # one more at each close: a refill under way then keeps nothing
+        self._shut = False  # closed, and no run started since (the execd stopped)
+        self._off = not hasattr(os, "O_TMPFILE") or os.environ.get("OSB_MOCK_SPARE_FILES", "1") == "0"
+
+    def _root(self) -> int | None:
+        """PID 1's "/", held (one openat2 a file); None without one or without openat2."""
+        rfd = getattr(getattr(self.runtime, "pid1", None), "root_fd", None)
+        return rfd if isinstance(rfd, int) and openat2.AVAILABLE else None
+
+    def make(self, cid: str, background: bool) -> dict[str, int]:
+        """The run's files ({"stdout": fd, "stderr": fd} or {"output": fd}), written as its output comes: a file
+        made ahead is named by a link, its times set to now; else the file is made here; none where that fails."""
+        self._shut = False
+        streams = ("output",) if background else ("stdout", "stderr")
+        rfd = self._root()
+        out = self._named(rfd, cid, streams) if rfd is not None and self._spares else {}
+        for stream in streams:
+            if stream in out:
+                continue
+            path = "/tmp/%s.%s" % (cid, stream)
+            try:
+                fd = openat2.open_at_root(rfd, path, _MAKE, 0o755) if rfd is not None else self._fs(path)
+            except (OSError, ValueError):
+                continue
+            _mode_0755(fd)
+            out[stream] = fd
+        return out
+
+    def _fs(self, path: str) -> int:
+        return SandboxFS(self.runtime).fd(path, _MAKE, 0o755)
+
+    def _named(self, rfd: int, cid: str, streams: tuple[str, ...]) -> dict[str, int]:
+        """Files made ahead, linked into the sandbox's /tmp as ``<cid>.<stream>``, the /tmp the path resolves to
+        now; a link that fails (the name taken, /tmp elsewhere) leaves that stream to ``make``."""
+        with self._lock:
+            take = [self._spares.pop() for _ in streams if self._spares]
+        out: dict[str, int] = {}
+        try:
+            tmp = openat2.open_at_root(rfd, "/tmp", os.O_PATH | os.O_DIRECTORY, 0)
+        except (OSError, ValueError):
+            tmp = -1
+        for stream in streams:
+            if not take:
+                break
+            fd = take.pop()
+            try:
+                if tmp < 0:
+                    raise OSError("no /tmp")
+                os.link("/proc/self/fd/%d" % fd, "%s.%s" % (cid, stream), dst_dir_fd=tmp, follow_symlinks=True)
+                os.utime(fd)  # (its times were those of its making)
+            except OSError:
+                os.close(fd)
+                continue
+            out[stream] = fd
+        if tmp >= 0:
+            os.close(tmp)
+        return out
+
+    def refill(self) -> None:
+        """Make the next run's files ahead, unnamed, in the sandbox's /tmp: called once a run's answer is
+        written. Nothing where the file system has no O_TMPFILE."""
+        rfd = self._root()
+        if self._off or self._shut or rfd is None:
+            return
+        with self._lock:
+            need, gen = SPARE_FILES - len(self._spares), self._gen
+        made = []
+        for _ in range(need):
+            try:
+                fd = openat2.open_at_root(rfd, "/tmp", os.O_TMPFILE | os.O_WRONLY, 0o755)
+            except OSError as exc:
+                if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                    self._off = True  # this file system makes none
+                break
+            except ValueError:
+                break
+            _mode_0755(fd)
+            made.append(fd)
+        with self._lock:
+            keep = 0 if gen != self._gen else max(0, SPARE_FILES - len(self._spares))
+            self._spares += made[:keep]
+            made = made[keep:]
+        for fd in made:
+            os.close(fd)
+
+    def close(self) -> None:
+        """The files made ahead, closed (their inodes go with them): at the execd's stop."""
+        with self._lock:
+            spares, self._spares = self._spares, []
+            self._gen += 1
+            self._shut = True
+        for fd in spares:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

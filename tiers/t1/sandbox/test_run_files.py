@@ -1,0 +1,90 @@
+"""execd's files of each run in the sandbox's /tmp (mock_opensandbox/execd/runfiles.py): the next run's two are
+made ahead, unnamed, once an answer is out, and a run's start names them by a link. What code inside sees is
+the same either way (tiers/flows/sandbox/sandbox_inside.py `execd_files`, live and mock); here, what the mock
+holds: the files made ahead, where a run's files land when code inside moved /tmp, and that none are left
+open when the execd stops (an open file would keep the sandbox's file system busy)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from mock_opensandbox.server import MockOpenSandbox
+from tiers.toolkit import rest
+from tiers.toolkit.marks import needs_isolation
+from tiers.toolkit.waits import wait_until
+
+pytestmark = needs_isolation
+
+
+@pytest.fixture(params=["ahead", "at-start"])
+def box(request, monkeypatch):
+    monkeypatch.setenv("OSB_MOCK_SPARE_FILES", "1" if request.param == "ahead" else "0")
+    with MockOpenSandbox(execd_close_delay=0) as m:
+        h = {"OPEN-SANDBOX-API-KEY": m.api_key}
+        body = {"image": {"uri": "python:3"}, "timeout": 120, "entrypoint": ["tail", "-f", "/dev/null"]}
+        body["resourceLimits"] = {"cpu": "500m", "memory": "512Mi"}
+        sid = json.loads(rest.call(m.base_url, "POST", "/v1/sandboxes", body, h).body)["id"]
+        assert wait_until(
+            lambda: (
+                json.loads(rest.call(m.base_url, "GET", "/v1/sandboxes/" + sid, None, h).body)["status"]["state"]
+                == "Running"
+            ),
+            30,
+        ), "never Running"
+        sb = m.store.get(sid)
+        yield request.param, sb, sb.execd
+
+
+def _run(execd, command: str, background: bool = False) -> tuple[str, str]:
+    """(the run's id, its stdout) through the execd's own listener."""
+    url = "127.0.0.1:%d" % execd.port
+    st, _h, body = rest.call(url, "POST", "/command", {"command": command, "background": background}, {})
+    assert st == 200
+    events = [json.loads(x) for x in body.decode().split("\n\n") if x.strip().startswith("{")]
+    out = "".join(e.get("text", "") + "\n" for e in events if e.get("type") == "stdout")
+    return next(e["text"] for e in events if e.get("type") == "init"), out
+
+
+def _open_tmpfiles(files) -> int:
+    """How many of the mock's fds are unnamed files made ahead (``/proc/self/fd`` shows "/tmp/#<ino> (deleted)")."""
+    return sum(1 for fd in files._spares if "(deleted)" in os.readlink("/proc/self/fd/%d" % fd))
+
+
+def test_the_next_runs_files_are_made_ahead_and_named_at_its_start(box):
+    how, _sb, execd = box
+    files = execd.commands.files
+    first, _ = _run(execd, "true")
+    assert _open_tmpfiles(files) == (2 if how == "ahead" else 0)
+    cid, out = _run(execd, "ls /tmp; stat -c '%a %s' /tmp/*.stdout | sort -u")
+    assert {first + ".stdout", first + ".stderr", cid + ".stdout", cid + ".stderr"} <= set(out.split())
+    assert "755 0" in out.splitlines()  # its own, empty; the first run's too
+    bg, _ = _run(execd, "echo in-the-log", background=True)
+    assert wait_until(lambda: _run(execd, "cat /tmp/%s.output" % bg)[1] == "in-the-log\n", 10)
+
+
+def test_a_run_names_its_files_in_the_tmp_code_inside_put_there(box):
+    _how, _sb, execd = box
+    _run(execd, "true")
+    _run(execd, "mkdir /moved && mv /tmp/* /moved/ && rmdir /tmp && ln -s /moved /tmp")
+    cid, _ = _run(execd, "echo here")
+    assert _run(execd, "cat /moved/%s.stdout; ls -ld /tmp | cut -c1" % cid)[1] == "here\nl\n"
+
+
+def test_no_file_made_ahead_is_left_open_when_the_execd_stops(box):
+    _how, _sb, execd = box
+    files = execd.commands.files
+    _run(execd, "true")
+    held = list(files._spares)
+    execd.stop()
+    assert files._spares == []
+    for fd in held:  # closed (or the number taken since by another file, not an unnamed one of this sandbox)
+        try:
+            target = os.readlink("/proc/self/fd/%d" % fd)
+        except OSError:
+            continue
+        assert "(deleted)" not in target or "/tmp/#" not in target
+    files.refill()  # an answer written after the stop makes none
+    assert files._spares == []
