@@ -5,7 +5,8 @@ a background command's ``<id>.output``, mode 0755, made before the command start
 
 Making an inode is what a file's creation costs (0.1-0.6 ms apiece on an ext4 without a journal that has just
 freed many inodes, bench/README.md); a link costs 0.02-0.03 ms. So once a run's answer is out, the next run's
-files are made ahead, unnamed (``O_TMPFILE`` in the sandbox's /tmp), and a run's start only names them.
+files are made ahead, unnamed (``O_TMPFILE`` in the sandbox's /tmp), and a run's start only names them; a
+session's run takes one for its script (sessions.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from typing import Iterator
 
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.runtime import SandboxRuntime, openat2
@@ -111,6 +113,37 @@ class RunFiles:
         if tmp >= 0:
             os.close(tmp)
         return out
+
+    def named(self, names: Iterator[str], data: bytes, mode: int) -> str | None:
+        """A file made ahead, holding ``data``, mode ``mode``, linked into the sandbox's /tmp under the first of
+        ``names`` not taken (os.CreateTemp's O_EXCL): its sandbox path; None when none is made ahead or it
+        fails (the caller makes the file itself)."""
+        rfd = self._root()
+        with self._lock:
+            fd = self._spares.pop() if self._spares and rfd is not None else -1
+        if fd < 0 or rfd is None:
+            return None
+        tmp = -1
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            tmp = openat2.open_at_root(rfd, "/tmp", os.O_PATH | os.O_DIRECTORY, 0)
+            for name in names:
+                try:
+                    os.link("/proc/self/fd/%d" % fd, name, dst_dir_fd=tmp, follow_symlinks=True)
+                except FileExistsError:
+                    continue
+                os.utime(fd)
+                return "/tmp/" + name
+            return None
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+            if tmp >= 0:
+                os.close(tmp)
 
     def refill(self) -> None:
         """Make the next run's files ahead, unnamed, in the sandbox's /tmp: called once a run's answer is

@@ -148,7 +148,7 @@ class ExecdServer(App):
         self._inside: InsideListener | None = None  # 127.0.0.1:44772 in the sandbox's netns
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-        self.sessions = SessionRegistry(runtime, self.commands.sigint)
+        self.sessions = SessionRegistry(runtime, self.commands.sigint, self.commands.files)
         self.interpreter = CodeInterpreter(
             lambda: jupyter_from_env(runtime, self.stopping, self.context_wait, self.unknown_language_wait)
         )

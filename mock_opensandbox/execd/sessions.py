@@ -23,6 +23,7 @@ from mock_opensandbox.execd.deadlines import DEADLINES
 from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError, GoError
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.execd.paths import PathExpandError, expand_path, go_duration
+from mock_opensandbox.execd.runfiles import RunFiles
 from mock_opensandbox.runtime import SandboxRuntime
 from mock_opensandbox.wire.gojson import GO_REPLACE
 
@@ -150,8 +151,9 @@ class BashSession:
 
 
 class SessionRegistry:
-    def __init__(self, runtime: SandboxRuntime, sigint: Sigint | None = None):
+    def __init__(self, runtime: SandboxRuntime, sigint: Sigint | None = None, files: RunFiles | None = None):
         self.runtime = runtime
+        self.files = files  # execd's files made ahead in the sandbox's /tmp (runfiles.py): a run's script takes one
         self.sigint = sigint if sigint is not None else Sigint()  # execd's (commands.py): a session's bash inherits it
         self._sessions: dict[str, BashSession] = {}
         self._lock = threading.Lock()
@@ -215,6 +217,22 @@ class SessionRegistry:
             except ExecdError:
                 pass
 
+    def _script_file(self, text: str) -> str:
+        """os.CreateTemp("", "execd_bash_*.sh") holding ``text``: O_EXCL, a new random name on EEXIST (Go tries
+        10000). Created by an fd openat2 found in the sandbox's /tmp (a /tmp swapped for a symlink to "/" by code
+        inside stays inside); never an existing file or link. Its sandbox path."""
+        for _ in range(10000):
+            path = "/tmp/execd_bash_%d.sh" % _RANDOM.randrange(1 << 32)
+            try:
+                fd = SandboxFS(self.runtime).fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
+                os.fchmod(fh.fileno(), 0o600)
+                fh.write(text)
+            return path
+        raise FileExistsError(errno.EEXIST, "create script file: too many temp names taken")
+
     def run(
         self,
         sid: str,
@@ -243,22 +261,13 @@ class SessionRegistry:
         wait_ms = timeout_ms if timeout_ms > 0 else DEFAULT_WAIT_MS
         rt = self.runtime
         cd = wd if (rt.isolated or not wd) else rt.resolve(wd)
-        # os.CreateTemp("", "execd_bash_*.sh") (pkg/runtime/bash_session.go at 3bb6fad): O_EXCL, a new
-        # random name on EEXIST (Go tries 10000). Created by an fd openat2 found in the sandbox's /tmp (a
-        # /tmp swapped for a symlink to "/" by code inside stays inside); never an existing file or link.
-        for _ in range(10000):
-            script_sandbox = "/tmp/execd_bash_%d.sh" % _RANDOM.randrange(1 << 32)
-            try:
-                fd = SandboxFS(rt).fd(script_sandbox, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                break
-            except FileExistsError:
-                continue
-        else:
-            raise FileExistsError(errno.EEXIST, "create script file: too many temp names taken")
+        # os.CreateTemp("", "execd_bash_*.sh") (pkg/runtime/bash_session.go at 3bb6fad), the script written: a file
+        # made ahead (runfiles.py) linked under such a name, else made here (_script_file)
+        text = s.script(command, env, cd)
+        names = ("execd_bash_%d.sh" % _RANDOM.randrange(1 << 32) for _ in range(10000))
+        made = self.files.named(names, text.encode("utf-8", "surrogateescape"), 0o600) if self.files else None
+        script_sandbox = made or self._script_file(text)
         host_script = script_sandbox if rt.isolated else rt.resolve(script_sandbox)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            os.fchmod(fh.fileno(), 0o600)
-            fh.write(s.script(command, env, cd))
         proc = rt.spawn(
             ["bash", "--noprofile", "--norc", script_sandbox if rt.isolated else host_script],
             stdout=subprocess.PIPE,

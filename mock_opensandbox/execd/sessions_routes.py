@@ -122,6 +122,8 @@ class SessionsRoutes:
                 pass
         if stream.w is not None:
             stream.w.close()
+        if self.sessions.files is not None:
+            self.sessions.files.refill()  # the next run's files, made now that this one's answer is out
 
     def delete(self, req: Request) -> None:
         self.sessions.delete(req.params.get("sessionId", ""))

@@ -53,11 +53,17 @@ def _open_tmpfiles(files) -> int:
     return sum(1 for fd in files._spares if "(deleted)" in os.readlink("/proc/self/fd/%d" % fd))
 
 
+def _made_ahead(files, n: int) -> bool:
+    """The files made ahead number n (made once the answer is written: the client may read it first)."""
+    wait_until(lambda: _open_tmpfiles(files) == n, 5)
+    return _open_tmpfiles(files) == n
+
+
 def test_the_next_runs_files_are_made_ahead_and_named_at_its_start(box):
     how, _sb, execd = box
     files = execd.commands.files
     first, _ = _run(execd, "true")
-    assert _open_tmpfiles(files) == (2 if how == "ahead" else 0)
+    assert _made_ahead(files, 2 if how == "ahead" else 0)
     cid, out = _run(execd, "ls /tmp; stat -c '%a %s' /tmp/*.stdout | sort -u")
     assert {first + ".stdout", first + ".stderr", cid + ".stdout", cid + ".stderr"} <= set(out.split())
     assert "755 0" in out.splitlines()  # its own, empty; the first run's too
@@ -88,3 +94,23 @@ def test_no_file_made_ahead_is_left_open_when_the_execd_stops(box):
         assert "(deleted)" not in target or "/tmp/#" not in target
     files.refill()  # an answer written after the stop makes none
     assert files._spares == []
+
+
+def test_a_session_runs_its_script_from_a_file_made_ahead(box):
+    """A session's run writes its script to os.CreateTemp("", "execd_bash_*.sh") (mode 0600, kept: bash_session.go
+    at 3bb6fad); the mock writes it into a file made ahead and links it under such a name."""
+    how, _sb, execd = box
+    url = "127.0.0.1:%d" % execd.port
+    session = json.loads(rest.call(url, "POST", "/session", {}, {}).body)["session_id"]
+
+    def run(command: str) -> str:
+        st, _h, body = rest.call(url, "POST", "/session/%s/run" % session, {"command": command}, {})
+        assert st == 200
+        events = [json.loads(x) for x in body.decode().split("\n\n") if x.strip().startswith("{")]
+        return "".join(e.get("text", "") + "\n" for e in events if e.get("type") == "stdout")
+
+    first = run("echo $0")
+    assert _made_ahead(execd.commands.files, 2 if how == "ahead" else 0)
+    out = run("echo $0; stat -c '%a %U %h' $0; grep -c '^export ' $0; ls /tmp | grep -c '^execd_bash_'").split()
+    assert out[0] != first.strip() and out[0].startswith("/tmp/execd_bash_") and out[0].endswith(".sh")
+    assert out[1:4] == ["600", "root", "1"] and int(out[4]) > 0 and out[5] == "2"
