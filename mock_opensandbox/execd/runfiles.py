@@ -48,6 +48,14 @@ def _mode_0755(fd: int) -> None:
             pass
 
 
+def _now(fd: int) -> None:
+    """A file made ahead, named: its times set to now (they were those of its making)."""
+    try:
+        os.utime(fd)
+    except OSError:
+        pass
+
+
 class RunFiles:
     """The files of one execd's runs, by fds on the sandbox's "/" (a /tmp swapped for a link by code inside
     stays inside), and the files made ahead for the next run (``OSB_MOCK_SPARE_FILES=0``: none)."""
@@ -105,10 +113,10 @@ class RunFiles:
                 if tmp < 0:
                     raise OSError("no /tmp")
                 os.link("/proc/self/fd/%d" % fd, "%s.%s" % (cid, stream), dst_dir_fd=tmp, follow_symlinks=True)
-                os.utime(fd)  # (its times were those of its making)
             except OSError:
                 os.close(fd)
                 continue
+            _now(fd)
             out[stream] = fd
         if tmp >= 0:
             os.close(tmp)
@@ -135,7 +143,7 @@ class RunFiles:
                     os.link("/proc/self/fd/%d" % fd, name, dst_dir_fd=tmp, follow_symlinks=True)
                 except FileExistsError:
                     continue
-                os.utime(fd)
+                _now(fd)
                 return "/tmp/" + name
             return None
         except (OSError, ValueError):
