@@ -112,7 +112,7 @@ class RunFiles:
             try:
                 if tmp < 0:
                     raise OSError("no /tmp")
-                os.link("/proc/self/fd/%d" % fd, "%s.%s" % (cid, stream), dst_dir_fd=tmp, follow_symlinks=True)
+                openat2.link_fd(fd, tmp, "%s.%s" % (cid, stream))
             except OSError:
                 os.close(fd)
                 continue
@@ -140,7 +140,7 @@ class RunFiles:
             tmp = openat2.open_at_root(rfd, "/tmp", os.O_PATH | os.O_DIRECTORY, 0)
             for name in names:
                 try:
-                    os.link("/proc/self/fd/%d" % fd, name, dst_dir_fd=tmp, follow_symlinks=True)
+                    openat2.link_fd(fd, tmp, name)
                 except FileExistsError:
                     continue
                 _now(fd)

@@ -114,3 +114,23 @@ def test_a_session_runs_its_script_from_a_file_made_ahead(box):
     out = run("echo $0; stat -c '%a %U %h' $0; grep -c '^export ' $0; ls /tmp | grep -c '^execd_bash_'").split()
     assert out[0] != first.strip() and out[0].startswith("/tmp/execd_bash_") and out[0].endswith(".sh")
     assert out[1:4] == ["600", "root", "1"] and int(out[4]) > 0 and out[5] == "2"
+
+
+@pytest.mark.parametrize("way", ["empty-path", "proc"])
+def test_link_fd_names_an_unnamed_file_either_way(tmp_path, monkeypatch, way):
+    """openat2.link_fd: linkat(AT_EMPTY_PATH), or the /proc/self/fd walk where the kernel refuses that."""
+    from mock_opensandbox.runtime import openat2
+
+    monkeypatch.setattr(openat2, "_empty_path_links", way == "empty-path")
+    d = os.open(str(tmp_path), os.O_PATH | os.O_DIRECTORY)
+    fd = os.open(str(tmp_path), os.O_TMPFILE | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, b"kept")
+        openat2.link_fd(fd, d, "named")
+        with pytest.raises(FileExistsError):
+            openat2.link_fd(fd, d, "named")
+        assert (tmp_path / "named").read_bytes() == b"kept" and os.stat(tmp_path / "named").st_nlink == 1
+        assert openat2._empty_path_links is (way == "empty-path")
+    finally:
+        os.close(fd)
+        os.close(d)
