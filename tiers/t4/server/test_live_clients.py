@@ -26,10 +26,18 @@ def _flow(client, what: str, live_server) -> list:
     return steps
 
 
+# the CLI's words when the live execd loses a run's output (QUIRKS "Not reproduced: the live execd v1.0.19 now and
+# then loses a command's output"); failed steps that say only this are asked of live once more
+LIVE_LOSS = "The output stream ended before the command finished"
+
+
 def test_cli_flow_live(live_server):
     from tiers.t2.clients import cli_flow
 
     steps = _flow(cli_flow, "opensandbox-cli", live_server)
+    if not all(s.ok for s in steps) and LIVE_LOSS in cli_flow.summary(steps):
+        print("live lost a run's output (%s): the flow once more" % LIVE_LOSS)
+        steps = _flow(cli_flow, "opensandbox-cli", live_server)
     assert all(s.ok for s in steps), cli_flow.summary(steps)
 
 
