@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from typing import Iterator
+from typing import Iterable
 
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.runtime import SandboxRuntime, openat2
@@ -95,63 +95,72 @@ class RunFiles:
     def _fs(self, path: str) -> int:
         return SandboxFS(self.runtime).fd(path, _MAKE, 0o755)
 
-    def _named(self, rfd: int, cid: str, streams: tuple[str, ...]) -> dict[str, int]:
-        """Files made ahead, linked into the sandbox's /tmp as ``<cid>.<stream>``, the /tmp the path resolves to
-        now; a link that fails (the name taken, /tmp elsewhere) leaves that stream to ``make``."""
+    def _take(self, n: int) -> list[int]:
+        """Up to n files made ahead, now the caller's."""
         with self._lock:
-            take = [self._spares.pop() for _ in streams if self._spares]
-        out: dict[str, int] = {}
+            return [self._spares.pop() for _ in range(n) if self._spares]
+
+    @staticmethod
+    def _tmp(rfd: int) -> int:
+        """An O_PATH fd of the sandbox's /tmp, the one its path resolves to now; -1 where there is none."""
         try:
-            tmp = openat2.open_at_root(rfd, "/tmp", os.O_PATH | os.O_DIRECTORY, 0)
+            return openat2.open_at_root(rfd, "/tmp", os.O_PATH | os.O_DIRECTORY, 0)
         except (OSError, ValueError):
-            tmp = -1
-        for stream in streams:
-            if not take:
-                break
-            fd = take.pop()
+            return -1
+
+    @staticmethod
+    def _link(tmp: int, fd: int, names: Iterable[str]) -> str | None:
+        """The file made ahead at ``fd`` linked into ``tmp`` under the first of ``names`` not taken, its times set
+        to now: that name; None when every name is taken or the link fails (/tmp on another file system)."""
+        for name in names:
             try:
-                if tmp < 0:
-                    raise OSError("no /tmp")
-                openat2.link_fd(fd, tmp, "%s.%s" % (cid, stream))
-            except OSError:
-                os.close(fd)
+                openat2.link_fd(fd, tmp, name)
+            except FileExistsError:
                 continue
+            except OSError:
+                return None
             _now(fd)
-            out[stream] = fd
+            return name
+        return None
+
+    def _named(self, rfd: int, cid: str, streams: tuple[str, ...]) -> dict[str, int]:
+        """Files made ahead, named ``<cid>.<stream>``; a stream whose link fails (its name taken, no /tmp, /tmp
+        elsewhere) is left to ``make``."""
+        out: dict[str, int] = {}
+        taken = self._take(len(streams))
+        tmp = self._tmp(rfd)
+        for stream, fd in zip(streams, taken, strict=False):
+            if tmp >= 0 and self._link(tmp, fd, ("%s.%s" % (cid, stream),)) is not None:
+                out[stream] = fd
+            else:
+                os.close(fd)
         if tmp >= 0:
             os.close(tmp)
         return out
 
-    def named(self, names: Iterator[str], data: bytes, mode: int) -> str | None:
+    def named(self, names: Iterable[str], data: bytes, mode: int) -> str | None:
         """A file made ahead, holding ``data``, mode ``mode``, linked into the sandbox's /tmp under the first of
         ``names`` not taken (os.CreateTemp's O_EXCL): its sandbox path; None when none is made ahead or it
         fails (the caller makes the file itself)."""
         rfd = self._root()
-        with self._lock:
-            fd = self._spares.pop() if self._spares and rfd is not None else -1
-        if fd < 0 or rfd is None:
+        taken = self._take(1) if rfd is not None else []
+        if rfd is None or not taken:
             return None
-        tmp = -1
+        fd, tmp, name = taken[0], -1, None
         try:
             os.fchmod(fd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            tmp = openat2.open_at_root(rfd, "/tmp", os.O_PATH | os.O_DIRECTORY, 0)
-            for name in names:
-                try:
-                    openat2.link_fd(fd, tmp, name)
-                except FileExistsError:
-                    continue
-                _now(fd)
-                return "/tmp/" + name
-            return None
-        except (OSError, ValueError):
-            return None
+            tmp = self._tmp(rfd)
+            name = self._link(tmp, fd, names) if tmp >= 0 else None
+        except OSError:
+            pass
         finally:
             os.close(fd)
             if tmp >= 0:
                 os.close(tmp)
+        return None if name is None else "/tmp/" + name
 
     def refill(self) -> None:
         """Make the next run's files ahead, unnamed, in the sandbox's /tmp: called once a run's answer is

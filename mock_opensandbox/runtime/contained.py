@@ -50,10 +50,16 @@ SPAWN_LOCK = threading.Lock()
 _SIGACTION = 256  # bytes for a struct sigaction (152 on x86_64 and aarch64, whose sa_handler is its first member)
 
 
+def sigint_stage_forced() -> bool:
+    """``OSB_MOCK_SIGINT_STAGE=1``: SIGINT left ignored by the sandbox's sh (``SIGINT_STAGE``) on every path, the
+    contained thread's and the forker's too (the A/B)."""
+    return os.environ.get("OSB_MOCK_SIGINT_STAGE", "0") == "1"
+
+
 def sigint_native() -> bool:
     """The contained thread can fork with SIGINT ignored itself (``sigint_ignored``): glibc's struct sigaction is
-    laid out as assumed here, and ``OSB_MOCK_SIGINT_STAGE`` is not "1" (the sh stage then, the A/B)."""
-    return os.uname().machine in ("x86_64", "aarch64") and os.environ.get("OSB_MOCK_SIGINT_STAGE", "0") != "1"
+    laid out as assumed here, and the stage is not forced."""
+    return os.uname().machine in ("x86_64", "aarch64") and not sigint_stage_forced()
 
 
 @contextlib.contextmanager

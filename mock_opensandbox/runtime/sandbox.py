@@ -42,6 +42,7 @@ from mock_opensandbox.runtime.contained import (
     pts_inside,
     sigint_ignored,
     sigint_native,
+    sigint_stage_forced,
 )
 from mock_opensandbox.runtime.contained import creds as _creds
 from mock_opensandbox.runtime.contained import user_ids as contained_user
@@ -428,8 +429,7 @@ class SandboxRuntime:
             ctty = None
             if forker is not None and holder is not None:  # the forker is inside: the command, nothing around it
                 cmd, host_cwd, joining, stages, preexec = list(argv), wd, None, None, None
-                if trap is not None and os.environ.get("OSB_MOCK_SIGINT_STAGE", "0") != "1":  # the forker's own spawn
-                    # leaves SIGINT ignored (osb_forker.py)
+                if trap is not None and not sigint_stage_forced():  # the forker's own spawn leaves it ignored
                     cmd, trap, quiet = cmd[len(SIGINT_STAGE) :], None, True
                 if controlling_tty:  # a PTY shell: its terminal opened by its path inside, else TIOCSCTTY on stdin
                     index = pts_inside(stdin, holder.pid)
