@@ -179,9 +179,9 @@ class LifecycleApp(App):
                     req.send_json(422, {"detail": e.errors})
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
             raise
-        except Exception:  # FastAPI's answer to an unhandled exception
-            if self.verbose:
-                traceback.print_exc(file=sys.stderr)
+        except Exception:  # FastAPI's answer to an unhandled exception; uvicorn logs it with its traceback
+            print("ERROR:    Exception in ASGI application", file=sys.stderr)
+            traceback.print_exc(file=sys.stderr)
             if not req.responded:
                 req.send_text(500, "Internal Server Error")
             else:

@@ -150,8 +150,11 @@ class TCPRelay:
                 t = threading.Thread(
                     target=self._serve, args=(client,), name="%s-%d-conn" % (self.name, self.port), daemon=True
                 )
+                # started under the lock: a thread close() finds in the set can be joined ("cannot join thread
+                # before it is started" otherwise, when close() came between the two; the target takes the
+                # lock only after start() returned)
+                t.start()
                 self._threads.add(t)
-            t.start()
 
     def _serve(self, client: socket.socket) -> None:
         backend: socket.socket | None = None
@@ -169,8 +172,8 @@ class TCPRelay:
                 back_thread = threading.Thread(
                     target=pump, args=(backend, client), name="%s-%d-back" % (self.name, self.port), daemon=True
                 )
+                back_thread.start()  # (under the lock, as above)
                 self._threads.add(back_thread)
-            back_thread.start()
             for s in (client, backend):
                 try:
                     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
