@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=TIMINGS,
         default="faithful",
         help="faithful (default): a real server's delays; fast: the ones no client depends on set to 0 "
-        "(--execd-start-delay and --execd-close-delay, whatever they say; docs/MOCK.md, Timing)",
+        "(--execd-start-delay and --execd-close-delay, whatever they say; the output read every 5 ms, not 100; "
+        "docs/MOCK.md, Timing)",
     )
     p.add_argument(
         "--runtime",
@@ -388,11 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if osb.ingress is not None:
                 print("Gateway: http://%s (route %s)" % (osb.ingress.address, osb.ingress.route), flush=True)
         print(
-            "Timing: %s (execd start delay %gs, stream close delay %gs, unknown code language %s)"
+            "Timing: %s (execd start delay %gs, stream close delay %gs, output read every %gs, unknown code language %s)"
             % (
                 o.timing,
                 o.execd_start_delay,
                 o.execd_close_delay,
+                o.execd_tail_interval,
                 "retried" if o.code_unknown_language_wait is None else "%gs" % o.code_unknown_language_wait,
             ),
             flush=True,

@@ -38,7 +38,14 @@ GATEWAY_ROUTES = ("header", "uri")  # lifecycle/ingress.py ROUTES (server Gatewa
 # past any client's timeout; a client meets its own timeout, the fast timing a 500 at once).
 # Kept: the code interpreter's 100 ms idle poll (it decides which output a /code run's stream carries) and
 # the ~3 s heartbeat cadence (events, not waits).
-FAST_TIMING = {"execd_start_delay": 0.0, "execd_close_delay": 0.0, "code_unknown_language_wait": 0.0}
+# And the tail: execd reads a running foreground command's files every 100 ms (tailStdPipe); fast, every 5 ms
+# (a poll: not 0). Its output's events are the same; only when they leave changes.
+FAST_TIMING = {
+    "execd_start_delay": 0.0,
+    "execd_close_delay": 0.0,
+    "code_unknown_language_wait": 0.0,
+    "execd_tail_interval": 0.005,
+}
 NETWORK_MODES = ("bridge", "host")  # runtime/netns.py NETWORK_MODES
 DEFAULT_MAX_SANDBOX_TIMEOUT = 86400  # server examples/example.config.toml [server] max_sandbox_timeout_seconds
 
@@ -63,6 +70,7 @@ class MockOptions:
     execd_token: str | None = None  # X-EXECD-ACCESS-TOKEN every execd request must carry
     gateway: bool = False  # the ingress routing header on every execd request
     execd_close_delay: float = 1.0  # execd v1.0.19 keeps a stream open ~1 s after its last event
+    execd_tail_interval: float = 0.1  # seconds between execd's reads of a running command's files (tailStdPipe)
     execd_start_delay: float = 0.0  # seconds a new execd refuses connections although the create says Running
     execd_bin: str | None = None  # a real execd (or the mock's stand-alone one) per sandbox instead of in-process
     # POST /code/context retries a failing kernel start until the client leaves, as execd's kernelWaitingBackoff
@@ -146,6 +154,9 @@ class MockOptions:
         delay = self.execd_close_delay
         if not isinstance(delay, (int, float)) or not delay >= 0 or delay == float("inf"):
             raise ValueError("execd_close_delay must be a number of seconds >= 0")
+        tail = self.execd_tail_interval
+        if not isinstance(tail, (int, float)) or isinstance(tail, bool) or not 0.001 <= tail <= 60:
+            raise ValueError("execd_tail_interval must be a number of seconds from 0.001 to 60")
         wait = self.code_context_wait
         if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 < wait < 1e9):
             raise ValueError("code_context_wait must be a number of seconds > 0, or None (until the client leaves)")

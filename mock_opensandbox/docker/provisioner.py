@@ -295,6 +295,7 @@ class MockProvisioner(Provisioner):
             access_token=o.execd_token,
             required_headers=self.required_headers(sb),
             close_delay=o.execd_close_delay,
+            tail_interval=o.execd_tail_interval,
             context_wait=o.code_context_wait,
             unknown_language_wait=o.code_unknown_language_wait,
             verbose=o.verbose,

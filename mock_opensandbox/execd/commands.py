@@ -22,18 +22,26 @@ import stat
 import subprocess
 import threading
 import time
-from typing import Any, Generator, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
 from mock_opensandbox.execd.fileinfo import _map_id
 from mock_opensandbox.execd.files import SandboxFS
-from mock_opensandbox.execd.runfiles import RunFiles
+from mock_opensandbox.execd.runfiles import RunFiles, RunFilesError
 from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.runtime.rootfs import lookup_uid, user_word
 from mock_opensandbox.wire import pollio
-from mock_opensandbox.wire.gojson import GO_REPLACE, go_time
+from mock_opensandbox.wire.gojson import GO_REPLACE, go_time, path_error
 
-__all__ = ["Command", "CommandRegistry", "LineSplitter", "ChunkDecoder", "signal_text", "StartFailure"]
+__all__ = [
+    "Command",
+    "CommandRegistry",
+    "LineSplitter",
+    "ChunkDecoder",
+    "LogFilesFailure",
+    "signal_text",
+    "StartFailure",
+]
 
 # Go's syscall.Signal.String() texts (what exec.ExitError prints as "signal: <text>").
 _GO_SIGNALS = {
@@ -74,6 +82,15 @@ def signal_text(signum: int) -> str:
         return _GO_SIGNALS[signal.Signals(signum)]
     except (KeyError, ValueError):
         return f"signal {signum}"
+
+
+class LogFilesFailure(Exception):
+    """execd could not make a run's files (runCommand / runBackgroundCommand return the error: RunCommand's
+    500 "error running commands ..."); ``command``: a background command's, whose init event went out first."""
+
+    def __init__(self, msg: str, command: "Command | None" = None):
+        super().__init__(msg)
+        self.command = command
 
 
 class StartFailure(Exception):
@@ -162,57 +179,17 @@ class Command:
         self.error = ""
         self.running = True
         self.proc: subprocess.Popen[bytes] | None = None
-        self.output = bytearray()  # background: merged stdout+stderr (execd's <id>.output file)
-        # background: its own copy of the pipe's read end (non-blocking; read under ``lock``; closed by the pump
-        # thread only, so no other close can hand its number to another file), and whether the pipe has ended
-        self.output_fd: int | None = None
-        self.output_eof = False
-        # foreground: the output, pumped by the thread that streams it (CommandRegistry.pump): ("stdout"|"stderr",
-        # bytes) ... ("exit", rc), and (None, None) while nothing came (about every 50 ms)
+        # foreground: the output, read from its files by the thread that streams it (CommandRegistry._tail):
+        # ("stdout"|"stderr", bytes) ... ("exit", rc), and (None, None) while nothing came (about every 50 ms)
         self.events: Iterator[tuple[str | None, Any]] = iter(())
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.killed_by_timeout = False
         self._timer: Deadline | None = None
-        # execd's files of the run in the sandbox's /tmp (runfiles.RunFiles.make), written as the output comes:
-        # foreground {"stdout": fd, "stderr": fd}, background {"output": fd}; closed by the pump at the end
-        self.logs: dict[str, int] = {}
 
-    def log(self, stream: str, data: bytes) -> None:
-        """data appended to the run's file for ``stream`` (nothing when it has none)."""
-        fd = self.logs.get(stream, -1)
-        if fd >= 0:
-            try:
-                os.write(fd, data)
-            except OSError:
-                pass
-
-    def close_logs(self) -> None:
-        logs, self.logs = self.logs, {}
-        for fd in logs.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def read_output(self) -> bool:
-        """A background command: what its pipe holds now, appended to ``output`` (the caller holds ``lock``;
-        ``output_fd`` is set and does not block); True at the pipe's end (EOF or an error). At most 1 MiB per call:
-        a command that writes without pause does not keep the lock."""
-        fd = self.output_fd
-        assert fd is not None
-        for _ in range(16):
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                return False
-            except OSError:
-                return True
-            if not data:
-                return True
-            self.output += data
-            self.log("output", data)
-        return False
+    def path(self, stream: str) -> str:
+        """The sandbox path of the run's file for ``stream`` ("stdout", "stderr", "output"), which execd reads."""
+        return "/tmp/%s.%s" % (self.id, stream)
 
     # status JSON (model.CommandStatusResponse field order, omitempty as in recording 10)
     def status(self) -> dict[str, Any]:
@@ -269,10 +246,11 @@ def command_id() -> str:
     return b.hex()
 
 
-def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None, int]:
-    """proc's exit status; (None, None) about every 50 ms until then (a command that closed its output and
-    runs on still gets its heartbeat)."""
-    rc = proc.poll()  # most often gone already when its output has ended: no pidfd then
+def _exit_of(
+    proc: subprocess.Popen[bytes], step: Callable[[], float] = lambda: 0.05
+) -> Generator[tuple[None, None], None, int]:
+    """proc's exit status; (None, None) after each wait of ``step()`` seconds (at most 50 ms) until then."""
+    rc = proc.poll()
     if rc is not None:
         return rc
     try:
@@ -283,11 +261,11 @@ def _exit_of(proc: subprocess.Popen[bytes]) -> Generator[tuple[None, None], None
         while True:
             if pidfd is None:
                 try:
-                    return proc.wait(timeout=0.05)
+                    return proc.wait(timeout=step())
                 except subprocess.TimeoutExpired:
                     yield None, None
                     continue
-            if pollio.readable([pidfd], 0.05) or proc.poll() is not None:
+            if pollio.readable([pidfd], step()) or proc.poll() is not None:
                 return proc.wait()
             yield None, None
     finally:
@@ -341,11 +319,13 @@ def _params_of(fn: Any) -> frozenset[str]:
 
 
 class CommandRegistry:
-    """All commands of one execd."""
+    """All commands of one execd. ``tail_interval``: seconds between two reads of a foreground command's files
+    while it runs (execd's tailStdPipe ticker, 100 ms; the fast timing's is shorter: options.FAST_TIMING)."""
 
-    def __init__(self, runtime: SandboxRuntime, mode: str = "v1.1.0"):
+    def __init__(self, runtime: SandboxRuntime, mode: str = "v1.1.0", tail_interval: float = 0.1):
         self.runtime = runtime
         self.mode = mode
+        self.tail_interval = max(0.001, float(tail_interval))
         self._cmds: dict[str, Command] = {}
         self._lock = threading.Lock()
         self.sigint = Sigint()
@@ -490,7 +470,7 @@ class CommandRegistry:
     def start(self, **kw: Any) -> Command:
         """Spawn a command (``_start``'s keywords). Raises StartFailure (message as execd reports it) or
         SandboxTerminated. execd's SIGINT is caught from here until the run returns (``Sigint``): a foreground
-        command's at its exit (``_pump_foreground``), a background command's once it started or failed to."""
+        command's at its exit (``_tail``), a background command's once it started or failed to."""
         self.sigint.notify()
         try:
             cmd = self._start(**kw)
@@ -553,26 +533,27 @@ class CommandRegistry:
         full = (self.credential_prefix(uid, gid) if creds is None else []) + full
         user: dict[str, Any] = creds or {}  # spawn's ``user`` (absent: the runtime's default)
         cmd = Command(command_id(), content or "", background)
-        cmd.logs = self.files.make(cmd.id, background)
-        # the pipes as bare descriptors (no file objects around them: the pumps read the numbers); the write ends
-        # are the child's only (closed here once it runs), the read ends the command's (closed by its pump)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe() if not background else (-1, -1)  # background: one merged log
+        # execd's files of the run are its fd 1 and fd 2 (background: one file for both); the child's only once
+        # it runs (closed here), read back by their paths
+        try:
+            files = self.files.make(cmd.id, background)
+        except RunFilesError as exc:
+            what = "combined output" if background else "stdlog"
+            raise LogFilesFailure(f"failed to get {what} descriptor: {exc.text}", cmd if background else None) from None
+        out_w = files["output" if background else "stdout"]
         try:
             cmd.proc = self.runtime.spawn(
                 full,
                 cwd=cwd,
                 env=env,
                 stdout=out_w,
-                stderr=subprocess.STDOUT if background else err_w,
+                stderr=subprocess.STDOUT if background else files["stderr"],
                 shell_form=shell_form,
                 **user,
             )
         except BaseException as exc:
-            for fd in (out_r, out_w, err_r, err_w):
-                if fd >= 0:
-                    os.close(fd)
-            cmd.close_logs()
+            for fd in files.values():
+                os.close(fd)
             if isinstance(exc, SandboxTerminated) or not isinstance(exc, (OSError, ValueError)):
                 raise
             name = self.runtime.paths.shell()[0] if shell_form else full[0]
@@ -581,9 +562,8 @@ class CommandRegistry:
                 if isinstance(exc, OSError)
                 else str(exc)
             ) from exc
-        os.close(out_w)
-        if err_w >= 0:
-            os.close(err_w)
+        for fd in files.values():
+            os.close(fd)
         with self._lock:
             self._cmds[cmd.id] = cmd
         if timeout_ms and timeout_ms > 0:
@@ -594,15 +574,11 @@ class CommandRegistry:
 
             cmd._timer = DEADLINES.add(timeout_ms / 1000.0, on_timeout)  # (one thread for all: deadlines.py)
         if background:
-            # the command's own pipe (Command.output_fd), read by the pump thread and by the logs
-            cmd.output_fd = out_r
-            os.set_blocking(out_r, False)
-            # two bare threads (daemon-like, not waited for: threading.Thread.start waits until each runs, ~60 us
-            # apiece cold, on the way to the POST's answer)
-            _thread.start_new_thread(self._pump_background, (cmd,))
+            # a bare thread (daemon-like, not waited for: threading.Thread.start waits until it runs, ~60 us cold,
+            # on the way to the POST's answer); its output is in its file, which ``logs`` reads
             _thread.start_new_thread(self._wait_background, (cmd,))
         else:
-            cmd.events = self._pump_foreground(cmd, out_r, err_r)
+            cmd.events = self._tail(cmd)
         return cmd
 
     # -- output pumps --------------------------------------------------------------------------
@@ -612,110 +588,78 @@ class CommandRegistry:
         reading before the exit (an error), and the command's bookkeeping does not depend on anyone reading."""
         threading.Thread(target=collections.deque, args=(cmd.events, 0), daemon=True, name=f"fg-{cmd.id[:8]}").start()
 
-    def _pump_foreground(self, cmd: Command, out_fd: int, err_fd: int) -> Iterator[tuple[str | None, Any]]:
-        """Run by the request thread that streams the command (no thread and no queue between them); it reads
-        and then closes the read ends of the command's stdout and stderr pipes."""
+    def _read(self, cmd: Command, stream: str, pos: dict[str, int]) -> Iterator[tuple[str, bytes]]:
+        """readFromPos: the run's file for ``stream`` from where the last read ended, opened by its path (one
+        that cannot be opened now gives nothing, and the position stays)."""
+        try:
+            for data in self.files.read(cmd.path(stream), pos[stream]):
+                pos[stream] += len(data)
+                yield stream, data
+        except OSError:
+            return
+
+    def _tail(self, cmd: Command) -> Iterator[tuple[str | None, Any]]:
+        """A foreground command's output, run by the request thread that streams it: its two files read by their
+        paths every ``tail_interval`` while it runs and once more when it has exited (execd's tailStdPipe and its
+        final readFromPos after cmd.Wait; what a child left running writes later is not read)."""
         proc = cmd.proc
         assert proc is not None
-        fds = {out_fd: "stdout", err_fd: "stderr"}
-        for fd in fds:
-            os.set_blocking(fd, False)
-        exited = False
-        drain_until = 0.0
+        pos = {"stdout": 0, "stderr": 0}
+        interval = self.tail_interval
+        next_read = time.monotonic() + interval
+        exit_of = _exit_of(proc, lambda: min(0.05, max(0.0, next_read - time.monotonic())))
         try:
-            while fds:
+            while True:
                 try:
-                    ready = pollio.readable(list(fds), 0.05)
-                except (OSError, ValueError):
+                    next(exit_of)
+                except StopIteration as stop:
+                    rc: int = stop.value
                     break
-                if not ready:
-                    if exited:
-                        break  # the command is gone; output still held by its children is not awaited
-                    if proc.poll() is not None:
-                        exited = True  # one more pass to drain what is already buffered
-                        drain_until = time.monotonic() + 0.5
-                    yield None, None
-                    continue
-                if exited and time.monotonic() > drain_until:
-                    break  # children keep writing after the command exited: stop like execd's final tail
-                for fd in ready:
-                    try:
-                        data = os.read(fd, 65536)
-                    except BlockingIOError:
+                if time.monotonic() >= next_read:
+                    next_read = time.monotonic() + interval
+                    got = False
+                    for stream in ("stdout", "stderr"):
+                        for item in self._read(cmd, stream, pos):
+                            got = True
+                            yield item
+                    if got:
                         continue
-                    except OSError:
-                        data = b""
-                    if not data:
-                        del fds[fd]
-                        continue
-                    cmd.log(fds[fd], data)
-                    yield fds[fd], data
-                if not exited and proc.poll() is not None:
-                    exited = True
-                    drain_until = time.monotonic() + 0.5
+                yield None, None
         finally:
-            for fd in (out_fd, err_fd):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            cmd.close_logs()
-        rc = yield from _exit_of(proc)
+            exit_of.close()
+        for stream in ("stdout", "stderr"):
+            yield from self._read(cmd, stream, pos)
         cmd.finish(rc)
         self.sigint.reset()  # runCommand returns: signal.Reset()
         yield "exit", rc
 
-    def _pump_background(self, cmd: Command) -> None:
-        """Move a background command's output from its pipe to ``cmd.output`` as it comes, until its end. The
-        reads happen under ``cmd.lock`` and never block there, so ``logs`` may read the pipe too (read_output) and
-        the bytes stay in order. It polls the command's own copy of the pipe (``output_fd``; ``proc.stdout`` is
-        closed at the start), which it alone closes."""
-        with cmd.lock:
-            fd = cmd.output_fd
-        try:
-            while fd is not None:
-                try:
-                    pollio.readable([fd], None)
-                except (OSError, ValueError):
-                    break
-                with cmd.lock:
-                    if cmd.output_eof or cmd.read_output():
-                        cmd.output_eof = True
-                        break
-        finally:
-            with cmd.lock:
-                cmd.output_eof = True
-                if cmd.output_fd is not None:
-                    os.close(cmd.output_fd)
-                    cmd.output_fd = None
-                cmd.close_logs()
-
     def _wait_background(self, cmd: Command) -> None:
         assert cmd.proc is not None
-        rc = cmd.proc.wait()
-        time.sleep(0.01)  # let the output pump catch the last bytes
-        cmd.finish(rc)
+        cmd.finish(cmd.proc.wait())
 
     # -- queries / control --------------------------------------------------------------------
     def logs(self, cid: str, cursor: int) -> tuple[bytes, int]:
-        """Merged background output from byte offset cursor (clamped), and the new tail offset.
-        Raises LookupError / ValueError with execd's messages (runtime/command_status.go)."""
+        """SeekBackgroundCommandOutput: a background command's file from byte offset ``cursor`` to its end, opened
+        by its path now, and the offset after it. Raises LookupError / ValueError with execd's messages
+        (runtime/command_status.go at 3bb6fad)."""
         cmd = self.get(cid)
         if cmd is None:
             raise LookupError(f"command not found: {cid}")
         if not cmd.background:
             raise ValueError(f"command {cid} is not running in background")
-        if cursor < 0:  # os.File.Seek(negative) on the <id>.output file
-            raise ValueError(f"error seek file: seek /tmp/{cid}.output: invalid argument")
-        with cmd.lock:
-            # execd's command writes its <id>.output file itself: what it wrote is there at once. Here it is in the
-            # pipe until read, so the read is not left to the pump thread's turn
-            if cmd.output_fd is not None and not cmd.output_eof and cmd.read_output():
-                cmd.output_eof = True  # at its end: the pump thread closes it
-            data = bytes(cmd.output)
-        if cursor >= len(data):  # seeking past the end is fine; the position is the cursor
-            return b"", cursor
-        return data[cursor:], len(data)
+        path = cmd.path("output")
+        out = bytearray()
+        try:
+            if cursor < 0:  # os.File.Seek(negative), once the file is open
+                next(iter(self.files.read(path, 0)), None)
+                raise ValueError(f"error seek file: seek {path}: invalid argument")
+            for data in self.files.read(path, cursor):
+                out += data
+        except OSError as exc:
+            raise ValueError(
+                f"error open combined output file for command {cid}: {path_error('open', path, exc)}"
+            ) from None
+        return bytes(out), cursor + len(out)
 
     def interrupt(self, cid: str) -> None:
         """SIGTERM the command's process group, SIGKILL after 3 s (runtime/interrupt.go).

@@ -17,7 +17,14 @@ import uuid
 from typing import Any, ClassVar
 
 from mock_opensandbox.execd import gin
-from mock_opensandbox.execd.commands import ChunkDecoder, Command, CommandRegistry, LineSplitter, StartFailure
+from mock_opensandbox.execd.commands import (
+    ChunkDecoder,
+    Command,
+    CommandRegistry,
+    LineSplitter,
+    LogFilesFailure,
+    StartFailure,
+)
 from mock_opensandbox.execd.connection import cork
 from mock_opensandbox.execd.errors import (
     INVALID_REQUEST,
@@ -190,6 +197,11 @@ class CommandsRoutes:
             else:
                 self._start_failure(req, str(exc))
             return
+        except LogFilesFailure as exc:
+            if exc.command is not None:  # background: its init event went out before the file was made
+                self._background_start_failure(req, exc.command.id, str(exc), prefix="")
+                return
+            raise ExecdError(500, RUNTIME_ERROR, MSG["run_commands"].format(exc)) from exc
         except SandboxTerminated as exc:
             raise ExecdError(500, RUNTIME_ERROR, MSG["run_commands"].format(exc)) from exc
         if background:
@@ -209,18 +221,16 @@ class CommandsRoutes:
             pass
         w.close()
 
-    def _background_start_failure(self, req: Request, cid: str, msg: str) -> None:
-        """runBackgroundCommand: OnExecuteInit, then cmd.Start fails and RunCommand's RespondError
-        JSON lands in the stream, no linger (tiers/diff command.start_failure)."""
+    def _background_start_failure(
+        self, req: Request, cid: str, msg: str, prefix: str = "failed to start commands: "
+    ) -> None:
+        """runBackgroundCommand: OnExecuteInit, then cmd.Start (or the making of its file) fails and RunCommand's
+        RespondError JSON lands in the stream, no linger (tiers/diff command.start_failure)."""
         w = gin.sse_start(req)
         try:
             w.write(sse.encode_event(sse.init_event(cid)))
             w.write(sse.encode_event(sse.ping_event()))
-            w.write(
-                go_json(
-                    {"code": RUNTIME_ERROR, "message": MSG["run_commands"].format("failed to start commands: " + msg)}
-                ).encode()
-            )
+            w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_commands"].format(prefix + msg)}).encode())
         except OSError:
             pass
         w.close()

@@ -1,7 +1,8 @@
 """execd's files of each run in the sandbox's /tmp (stdLogDescriptor / combinedOutputDescriptor,
-components/execd/pkg/runtime/command.go at 3bb6fad): a foreground command's ``<id>.stdout`` and ``<id>.stderr``,
-a background command's ``<id>.output``, mode 0755, made before the command starts and never removed (QUIRKS.md,
-"stdin ... execd's files").
+components/execd/pkg/runtime/command_common.go at 3bb6fad): a foreground command's ``<id>.stdout`` and
+``<id>.stderr``, a background command's ``<id>.output``, mode 0755, made before the command starts and never
+removed. They are the command's fd 1 and fd 2 themselves (read-write, as os.OpenFile opens them), and what execd
+streams or answers is read back from them by their path (``read``; QUIRKS.md, "A command's fd 1 and fd 2").
 
 Making an inode is what a file's creation costs (0.1-0.6 ms apiece on an ext4 without a journal that has just
 freed many inodes, bench/README.md); a link costs 0.02-0.03 ms. So once a run's answer is out, the next run's
@@ -14,15 +15,32 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from typing import Iterable
+from typing import Iterable, Iterator
 
+from mock_opensandbox.execd.errors import GoError
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.runtime import SandboxRuntime, openat2
+from mock_opensandbox.wire.gojson import path_error
 
-__all__ = ["RunFiles", "SPARE_FILES"]
+__all__ = ["RunFiles", "RunFilesError", "SPARE_FILES"]
 
 SPARE_FILES = 2  # files made ahead per execd: a foreground run's two
-_MAKE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+# os.OpenFile(name, O_RDWR|O_CREATE|O_TRUNC, 0777) under execd's umask 022
+_MAKE = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+# a file made ahead, named, opened again by its name: the command's fd shows that name (/proc/self/fd/1 ->
+# /tmp/<id>.stdout; the fd of its making stays "/tmp/#<ino> (deleted)" after the link)
+_NAMED = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_CLOEXEC  # os.Open (a symlink put there is followed, inside the sandbox)
+_CHUNK = 1 << 20
+
+
+class RunFilesError(Exception):
+    """A run's file could not be made; ``text`` is Go's error ("open /tmp/<id>.stdout: read-only file system",
+    "mkdir /tmp: not a directory")."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
 
 
 def _umask() -> int:
@@ -74,26 +92,61 @@ class RunFiles:
         return rfd if isinstance(rfd, int) and openat2.AVAILABLE else None
 
     def make(self, cid: str, background: bool) -> dict[str, int]:
-        """The run's files ({"stdout": fd, "stderr": fd} or {"output": fd}), written as its output comes: a file
-        made ahead is named by a link, its times set to now; else the file is made here; none where that fails."""
+        """The run's files ({"stdout": fd, "stderr": fd} or {"output": fd}, read-write, the command's own fd 1 and
+        fd 2): a file made ahead is named by a link, its times set to now, and opened again by its name; else the
+        file is made here (execd's MkdirAll of /tmp first). Raises RunFilesError (none left open)."""
         self._shut = False
         streams = ("output",) if background else ("stdout", "stderr")
         rfd = self._root()
         out = self._named(rfd, cid, streams) if rfd is not None and self._spares else {}
-        for stream in streams:
-            if stream in out:
-                continue
-            path = "/tmp/%s.%s" % (cid, stream)
-            try:
-                fd = openat2.open_at_root(rfd, path, _MAKE, 0o755) if rfd is not None else self._fs(path)
-            except (OSError, ValueError):
-                continue
-            _mode_0755(fd)
-            out[stream] = fd
+        try:
+            for stream in streams:
+                if stream not in out:
+                    out[stream] = self._create(rfd, "/tmp/%s.%s" % (cid, stream))
+        except RunFilesError:
+            for fd in out.values():
+                os.close(fd)
+            raise
         return out
 
-    def _fs(self, path: str) -> int:
-        return SandboxFS(self.runtime).fd(path, _MAKE, 0o755)
+    def _open(self, rfd: int | None, path: str, flags: int, mode: int = 0) -> int:
+        try:
+            return openat2.open_at_root(rfd, path, flags, mode) if rfd is not None else self._fs(path, flags, mode)
+        except ValueError as exc:
+            raise OSError(errno.EINVAL, str(exc)) from None
+
+    def _create(self, rfd: int | None, path: str) -> int:
+        try:
+            try:
+                fd = self._open(rfd, path, _MAKE, 0o755)
+            except FileNotFoundError:
+                try:
+                    SandboxFS(self.runtime).mkdir_all("/tmp")  # os.MkdirAll(os.TempDir(), 0o755)
+                except GoError as exc:
+                    raise RunFilesError(exc.text) from None
+                fd = self._open(rfd, path, _MAKE, 0o755)
+        except OSError as exc:
+            raise RunFilesError(path_error("open", path, exc)) from None
+        _mode_0755(fd)
+        return fd
+
+    def read(self, path: str, pos: int) -> Iterator[bytes]:
+        """What the file at sandbox path ``path`` holds from byte ``pos`` to its end, opened by its path now (a
+        file removed or replaced meanwhile: nothing, or the new one's bytes, as execd's readFromPos), in chunks of
+        at most 1 MiB. Raises OSError when it cannot be opened."""
+        fd = self._open(self._root(), path, _READ)
+        try:
+            while True:
+                data = os.pread(fd, _CHUNK, pos)
+                if not data:
+                    return
+                pos += len(data)
+                yield data
+        finally:
+            os.close(fd)
+
+    def _fs(self, path: str, flags: int, mode: int) -> int:
+        return SandboxFS(self.runtime).fd(path, flags, mode)
 
     def _take(self, n: int) -> list[int]:
         """Up to n files made ahead, now the caller's."""
@@ -124,15 +177,19 @@ class RunFiles:
         return None
 
     def _named(self, rfd: int, cid: str, streams: tuple[str, ...]) -> dict[str, int]:
-        """Files made ahead, named ``<cid>.<stream>``; a stream whose link fails (its name taken, no /tmp, /tmp
-        elsewhere) is left to ``make``."""
+        """Files made ahead, named ``<cid>.<stream>`` and opened again by that name; a stream whose link or open
+        fails (its name taken, no /tmp, /tmp elsewhere) is left to ``make``."""
         out: dict[str, int] = {}
         taken = self._take(len(streams))
         tmp = self._tmp(rfd)
         for stream, fd in zip(streams, taken, strict=False):
-            if tmp >= 0 and self._link(tmp, fd, ("%s.%s" % (cid, stream),)) is not None:
-                out[stream] = fd
-            else:
+            name = "%s.%s" % (cid, stream)
+            try:
+                if tmp >= 0 and self._link(tmp, fd, (name,)) is not None:
+                    out[stream] = openat2.open_beneath(tmp, name, _NAMED)
+            except (OSError, ValueError):
+                pass
+            finally:
                 os.close(fd)
         if tmp >= 0:
             os.close(tmp)

@@ -112,6 +112,7 @@ class ExecdServer(App):
         access_token: str | None = None,
         required_headers: dict[str, str] | None = None,
         close_delay: float = 1.0,
+        tail_interval: float = 0.1,
         heartbeat: float = HEARTBEAT_S,
         verbose: bool = False,
         start_delay: float = 0.0,
@@ -123,6 +124,7 @@ class ExecdServer(App):
     ):
         """``context_wait``: how long a code context's kernel start is retried (None: until the client leaves);
         ``unknown_language_wait``: how long once Jupyter has no kernel spec of the language (None: as context_wait).
+        ``tail_interval``: seconds between reads of a running foreground command's files (execd's 100 ms ticker).
         ``start_delay``: seconds after start() before the port listens (connections are refused until
         then): the lifecycle answers Running before execd answers /ping (QUIRKS.md, Transport, routing, auth: execd_start_delay).
         ``faults`` / ``sandbox_id`` / ``journal``: the fault registry whose rules reach this listener,
@@ -142,7 +144,7 @@ class ExecdServer(App):
         self.faults = faults
         self.sandbox_id = sandbox_id
         self.journal = journal
-        self.commands = CommandRegistry(runtime, mode)
+        self.commands = CommandRegistry(runtime, mode, tail_interval)
         self.stopping = threading.Event()
         self._server: Server | None = None
         self._inside: InsideListener | None = None  # 127.0.0.1:44772 in the sandbox's netns

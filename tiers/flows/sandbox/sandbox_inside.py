@@ -610,3 +610,64 @@ def execd_files(ins: Inside) -> Dict[str, object]:
         "contents": contents.split(),
         "fresh": "made as the run starts" if 0 <= age < 0.3 else "made %.3f s before the run" % age,
     }
+
+
+EXECD_FDS = {  # execd_fds' answer, live (2026-12-07) and on the mock
+    "seekable": "True True",
+    "fd2": "/tmp/ID.stderr",
+    "truncated": "b c",
+    "late": "early",
+    "late_quick": True,
+    "removed": "x",
+    "bg": ["/tmp/ID.output", "True"],
+    "bg_removed": (
+        400,
+        "error open combined output file for command ID: open /tmp/ID.output: no such file or directory",
+    ),
+}
+
+
+def execd_fds(ins: Inside) -> Dict[str, object]:
+    """A command's fd 1 and fd 2 are execd's files of the run themselves (read-write, seekable), which execd reads
+    back by their paths while it runs and once at its exit (tailStdPipe, runtime/command_common.go at 3bb6fad):
+    ``> /dev/stderr`` truncates the file (what came before is lost), a file removed loses what follows, a child
+    left running does not hold the run open; a background command's logs are its ``<id>.output`` read by its path
+    (400 once removed)."""
+    url, headers = ins.target.endpoint(ins.sid)
+
+    def run(cmd: str) -> Tuple[str, str, str, float]:
+        t0 = time.monotonic()
+        _st, _h, events = stream_command(url, headers, {"command": cmd})
+        took = time.monotonic() - t0
+        cid = next(e["text"] for e in events if e.get("type") == "init")
+        out = " ".join(output_of(events, "stdout").split()).replace(cid, "ID")
+        return cid, out, " ".join(output_of(events, "stderr").split()).replace(cid, "ID"), took
+
+    seekable = run("python3 -c 'import sys; print(sys.stdout.seekable(), sys.stderr.seekable())'")[1]
+    fd2 = run("readlink /proc/self/fd/2 >&2")[2]
+    truncated = run("echo a >&2; echo b > /dev/stderr; echo c >&2")[2]
+    _cid, late, _e, took = run("(sleep 1; echo late) & echo early")
+    removed = run("echo x; sleep 0.3; rm -f \"$(readlink /proc/self/fd/2 | sed 's/stderr$/stdout/')\"; echo y")[1]
+    bg_cmd = "readlink /proc/self/fd/2; python3 -c 'import sys; print(sys.stdout.seekable())'; sleep 0.5; "
+    bg_cmd += 'rm -f "$(readlink /proc/self/fd/2)"; sleep 30'
+    _st, _h, events = stream_command(url, headers, {"command": bg_cmd, "background": True})
+    bg = next(e["text"] for e in events if e.get("type") == "init")
+
+    def logs() -> Reply:
+        return request("GET", url, "/command/%s/logs?cursor=0" % bg, headers=headers)
+
+    wait_until(lambda: logs().body.endswith(b"True\n"), 10)
+    bg_out = logs().body.decode().replace(bg, "ID").split()
+    wait_until(lambda: logs().status == 400, 10)
+    gone = logs()
+    request("DELETE", url, "/command?id=" + bg, headers=headers)
+    return {
+        "seekable": seekable,
+        "fd2": fd2,
+        "truncated": truncated,
+        "late": late,
+        "late_quick": took < 0.8,
+        "removed": removed,
+        "bg": bg_out,
+        "bg_removed": (gone.status, json.loads(gone.body or b"{}").get("message", "").replace(bg, "ID")),
+    }

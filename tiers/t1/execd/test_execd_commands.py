@@ -7,7 +7,6 @@ import json
 import os
 import re
 import socket
-import threading
 import time
 
 import pytest
@@ -270,25 +269,23 @@ def test_background_logs_read_while_it_writes_keep_every_byte_in_order(client):
     assert bytes(got) == "".join(f"{i}\n" for i in range(1, 80_001)).encode()
 
 
-def test_background_logs_do_not_wait_for_the_pump_thread(client, monkeypatch):
-    """With the pump thread held before its first read, what the command wrote is in its logs all the same."""
-    from mock_opensandbox.execd import commands
-
-    held = threading.Event()
-    real = commands.CommandRegistry._pump_background
-
-    def pump(self, cmd):
-        held.wait(60)  # the pump thread does nothing until the test ends
-        return real(self, cmd)
-
-    monkeypatch.setattr(commands.CommandRegistry, "_pump_background", pump)
-    try:
-        ev = client.run("echo first-line; sleep 30", background=True).events()
-        cid = ev[0]["text"]
-        assert wait_until(lambda: client.get(f"/command/{cid}/logs").body == b"first-line\n", 5)
-        assert client.delete(f"/command?id={cid}").status == 200
-    finally:
-        held.set()
+def test_background_logs_are_its_file_read_by_its_path(client):
+    """A background command's fd 1 and fd 2 are its ``<id>.output`` file (read-write, seekable), and its logs are
+    that file read by its path at each request: once code removed it, 400 as live answers (QUIRKS.md, "A
+    command's fd 1 and fd 2"; live 2026-12-07: the same body)."""
+    cmd = "readlink /proc/self/fd/2; python3 -c 'import sys; print(sys.stdout.seekable())'; sleep 0.3; "
+    cmd += 'rm -f "$(readlink /proc/self/fd/2)"; sleep 30'
+    cid = client.run(cmd, background=True).events()[0]["text"]
+    assert wait_until(lambda: client.get(f"/command/{cid}/logs").body.endswith(b"True\n"), 10)
+    assert client.get(f"/command/{cid}/logs").body == f"/tmp/{cid}.output\nTrue\n".encode()
+    assert wait_until(lambda: client.get(f"/command/{cid}/logs").status == 400, 10)
+    r = client.get(f"/command/{cid}/logs?cursor=3")
+    assert r.json() == {
+        "code": "INVALID_REQUEST_BODY",
+        "message": f"error open combined output file for command {cid}: open /tmp/{cid}.output: "
+        "no such file or directory",
+    }
+    assert client.delete(f"/command?id={cid}").status == 200
 
 
 def test_a_session_run_with_much_output_keeps_every_line_in_order(client):

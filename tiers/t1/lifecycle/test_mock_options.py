@@ -121,11 +121,20 @@ def test_fast_timing_zeroes_the_named_delays_and_only_them(opensandbox_mock_fact
     keeps them; anything else is refused by name."""
     from mock_opensandbox.options import FAST_TIMING, MockOptions
 
-    assert sorted(FAST_TIMING) == ["code_unknown_language_wait", "execd_close_delay", "execd_start_delay"]
+    assert sorted(FAST_TIMING) == [
+        "code_unknown_language_wait",
+        "execd_close_delay",
+        "execd_start_delay",
+        "execd_tail_interval",
+    ]
     slow = MockOptions(execd_start_delay=0.2, execd_close_delay=1.0)
     assert (slow.checked().execd_start_delay, slow.checked().execd_close_delay) == (0.2, 1.0)
+    assert slow.checked().execd_tail_interval == 0.1  # execd's tailStdPipe ticker
     fast = slow.replace(timing="fast").checked()
     assert (fast.execd_start_delay, fast.execd_close_delay, fast.pids_limit) == (0.0, 0.0, slow.pids_limit)
+    assert fast.execd_tail_interval == 0.005
+    with pytest.raises(ValueError, match="execd_tail_interval must be"):
+        MockOptions(execd_tail_interval=0).checked()
     assert (slow.checked().code_unknown_language_wait, fast.code_unknown_language_wait) == (None, 0.0)
     with pytest.raises(ValueError, match="timing must be one of faithful, fast"):
         MockOptions(timing="quick").checked()

@@ -221,5 +221,11 @@ def test_stdin_and_session_env_mock(inside):
 
 
 def test_execd_files_mock(inside):
-    """As tiers/t4/sandbox/test_live_inside.py::test_execd_files_live (execd/commands.py CommandRegistry._logs)."""
+    """As tiers/t4/sandbox/test_live_inside.py::test_execd_files_live (execd/runfiles.py)."""
     assert si.execd_files(inside) == si.EXECD_FILES
+
+
+def test_execd_fds_mock(inside):
+    """As tiers/t4/sandbox/test_live_inside.py::test_execd_fds_live (execd/commands.py CommandRegistry._tail,
+    ``logs``)."""
+    assert si.execd_fds(inside) == si.EXECD_FDS

@@ -55,3 +55,7 @@ def test_stdin_and_session_env_live(inside):
 
 def test_execd_files_live(inside):
     assert si.execd_files(inside) == si.EXECD_FILES
+
+
+def test_execd_fds_live(inside):
+    assert si.execd_fds(inside) == si.EXECD_FDS
