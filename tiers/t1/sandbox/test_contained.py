@@ -386,7 +386,11 @@ def test_a_command_starts_ignoring_no_signal(tmp_path, monkeypatch, path, pty):
     monkeypatch.setenv("OSB_MOCK_FORKER", "0" if path == "stages" else "1")
     monkeypatch.setenv("OSB_MOCK_PSPAWN", "0" if path == "thread-sh" else "1")
     # a mock started as GNU make starts its recipes (glibc's posix_spawn): with glibc's own signals ignored, which
-    # a mock's start puts back to their defaults (runtime/_util.py default_signals_for_children)
+    # a mock's start puts back to their defaults (runtime/_util.py default_signals_for_children). As the first
+    # mock of the process: another one this worker still runs (a session fixture) would make it a no-op
+    monkeypatch.setattr(_util, "_SIG_USERS", 0)
+    monkeypatch.setattr(_util, "_GLIBC_CHANGED", [])
+    monkeypatch.setattr(_util, "_SIG_CHANGED", [])
     was = [_util._glibc_signal(sig, True) for sig in _util._GLIBC_SIGNALS]
     _util.default_signals_for_children()
     rt = SandboxRuntime(str(tmp_path / "sb"))
