@@ -651,7 +651,7 @@ class CommandRegistry:
         out = bytearray()
         try:
             if cursor < 0:  # os.File.Seek(negative), once the file is open
-                next(iter(self.files.read(path, 0)), None)
+                os.close(self.files.open_read(path))
                 raise ValueError(f"error seek file: seek {path}: invalid argument")
             for data in self.files.read(path, cursor):
                 out += data

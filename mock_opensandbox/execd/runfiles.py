@@ -130,11 +130,15 @@ class RunFiles:
         _mode_0755(fd)
         return fd
 
+    def open_read(self, path: str) -> int:
+        """The file at sandbox path ``path`` opened for reading by its path now (os.Open). Raises OSError."""
+        return self._open(self._root(), path, _READ)
+
     def read(self, path: str, pos: int) -> Iterator[bytes]:
         """What the file at sandbox path ``path`` holds from byte ``pos`` to its end, opened by its path now (a
         file removed or replaced meanwhile: nothing, or the new one's bytes, as execd's readFromPos), in chunks of
         at most 1 MiB. Raises OSError when it cannot be opened."""
-        fd = self._open(self._root(), path, _READ)
+        fd = self.open_read(path)
         try:
             while True:
                 data = os.pread(fd, _CHUNK, pos)
