@@ -503,43 +503,34 @@ class CommandRegistry:
         # argv[0] where it forks; otherwise it is picked here
         shell_form = argv is None and uid is None and gid is None and not odd
         full = ["bash", "-c", command or ""] if shell_form else self.build_argv(command, argv, cwd, envs)
+        if argv is not None and not any("\x00" in a for a in full):
+            self._check_exec_target(full)
+        cmd = Command(command_id(), content or "", background)
+        # execd's files of the run are its fd 1 and fd 2 (background: one file for both), made before anything can
+        # fail to start (live: a NUL or a denied directory leaves them); the child's only once it runs (closed
+        # here), read back by their paths
+        try:
+            files = self.files.make(cmd.id, background)
+        except RunFilesError as exc:
+            what = "combined output" if background else "stdlog"
+            raise LogFilesFailure(f"failed to get {what} descriptor: {exc.text}", cmd if background else None) from None
         if any("\x00" in a for a in full):
             full = self.build_argv(command, argv, cwd, envs)  # the shell's name for the message
             # Go's exec refuses a NUL in argv (syscall.ByteSliceFromString: EINVAL) before the fork
             # (QUIRKS, "NUL byte in a command")
             exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
-            raise StartFailure(f"fork/exec {exe}: invalid argument")
-        if argv is not None:
-            self._check_exec_target(full)
+            raise self._not_started(cmd, files, f"fork/exec {exe}: invalid argument")
         if self._chdir_denied(cwd or "/", uid, gid):
             # Go reports the child's failed chdir as the exec of the program (runtime/command.go
             # cmd.Start; tiers/diff command.start_failure): "fork/exec /usr/bin/bash: permission denied"
             exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
-            msg = f"fork/exec {exe}: permission denied"
-            failed = None
-            if background:
-                failed = Command(command_id(), content or "", True)
-                with failed.lock:
-                    failed.running, failed.exit_code, failed.error = False, 255, msg
-                    failed.finished_ns = time.time_ns()
-                failed.done.set()
-                with self._lock:
-                    self._cmds[failed.id] = failed
-            raise StartFailure(msg, failed)
+            raise self._not_started(cmd, files, f"fork/exec {exe}: permission denied")
         if odd:
             full = [self.runtime.paths.which("env") or "/usr/bin/env"] + odd + full
         # an image sandbox as root has no setpriv of the host: the fork sets the credentials (runtime/forkjoin.py)
         creds = self.image_credentials(uid, gid)
         full = (self.credential_prefix(uid, gid) if creds is None else []) + full
         user: dict[str, Any] = creds or {}  # spawn's ``user`` (absent: the runtime's default)
-        cmd = Command(command_id(), content or "", background)
-        # execd's files of the run are its fd 1 and fd 2 (background: one file for both); the child's only once
-        # it runs (closed here), read back by their paths
-        try:
-            files = self.files.make(cmd.id, background)
-        except RunFilesError as exc:
-            what = "combined output" if background else "stdlog"
-            raise LogFilesFailure(f"failed to get {what} descriptor: {exc.text}", cmd if background else None) from None
         out_w = files["output" if background else "stdout"]
         try:
             cmd.proc = self.runtime.spawn(
@@ -552,15 +543,17 @@ class CommandRegistry:
                 **user,
             )
         except BaseException as exc:
-            for fd in files.values():
-                os.close(fd)
             if isinstance(exc, SandboxTerminated) or not isinstance(exc, (OSError, ValueError)):
+                for fd in files.values():
+                    os.close(fd)
                 raise
             name = self.runtime.paths.shell()[0] if shell_form else full[0]
-            raise StartFailure(
+            raise self._not_started(
+                cmd,
+                files,
                 f"fork/exec {name}: {getattr(exc, 'strerror', None) or exc}".lower()
                 if isinstance(exc, OSError)
-                else str(exc)
+                else str(exc),
             ) from exc
         for fd in files.values():
             os.close(fd)
@@ -580,6 +573,21 @@ class CommandRegistry:
         else:
             cmd.events = self._tail(cmd)
         return cmd
+
+    def _not_started(self, cmd: Command, files: dict[str, int], msg: str) -> StartFailure:
+        """A run whose start failed after its files were made (they stay, closed): a background command is kept
+        with exit code 255 and the error (runBackgroundCommand's markCommandFinished; its status answers)."""
+        for fd in files.values():
+            os.close(fd)
+        if not cmd.background:
+            return StartFailure(msg)
+        with cmd.lock:
+            cmd.running, cmd.exit_code, cmd.error = False, 255, msg
+            cmd.finished_ns = time.time_ns()
+        cmd.done.set()
+        with self._lock:
+            self._cmds[cmd.id] = cmd
+        return StartFailure(msg, cmd)
 
     # -- output pumps --------------------------------------------------------------------------
     @staticmethod

@@ -671,3 +671,44 @@ def execd_fds(ins: Inside) -> Dict[str, object]:
         "bg": bg_out,
         "bg_removed": (gone.status, json.loads(gone.body or b"{}").get("message", "").replace(bg, "ID")),
     }
+
+
+EXECD_FAILED_STARTS = {  # execd_failed_starts' answer, live (2026-12-07) and on the mock
+    "nul": (2, "fork/exec /usr/bin/bash: invalid argument"),
+    "denied": (2, "fork/exec /usr/bin/bash: permission denied"),
+    "nul_background": (1, "error running commands failed to start commands: fork/exec /usr/bin/bash: invalid argument"),
+    "nul_background_status": (False, 255, "fork/exec /usr/bin/bash: invalid argument"),
+}
+
+
+def execd_failed_starts(ins: Inside) -> Dict[str, object]:
+    """A run whose start fails after execd made its files (a NUL in the command, a working directory its user
+    cannot enter) leaves them in /tmp (runCommand / runBackgroundCommand make them first, runtime/command.go at
+    3bb6fad); a background one answers ``init``, ``ping`` and RunCommand's error JSON in the stream, and keeps a
+    status with exit code 255. Each value: (files the run left, its error event's value or the JSON's message; the
+    heartbeat's first ping races the error event live: QUIRKS "NUL byte in a command")."""
+    url, headers = ins.target.endpoint(ins.sid)
+
+    def count() -> int:  # (its own run's two files included)
+        return int(ins.target.command(ins.sid, "ls /tmp | grep -c -E '[.](stdout|stderr|output)$'").out.strip())
+
+    def run(payload: Dict[str, object]) -> Tuple[int, List[dict], bytes]:
+        before = count()
+        r = request("POST", url, "/command", headers=headers, json_body=payload)
+        frames = [f.strip() for f in r.body.split(b"\n\n") if f.strip()]
+        events = [json.loads(f) for f in frames if f.startswith(b'{"type"')]
+        return count() - before - 2, events, frames[-1] if frames else b""  # (less the second count's own two)
+
+    made, events, _last = run({"command": "tr\u0000ue"})
+    nul = (made, next((e["error"]["evalue"] for e in events if e.get("type") == "error"), None))
+    made, events, _last = run({"command": "true", "cwd": "/root", "uid": 65534})
+    denied = (made, next((e["error"]["evalue"] for e in events if e.get("type") == "error"), None))
+    made, events, last = run({"command": "tr\u0000ue", "background": True})
+    cid = next(e["text"] for e in events if e.get("type") == "init")
+    status = json.loads(request("GET", url, "/command/status/" + cid, headers=headers).body)
+    return {
+        "nul": nul,
+        "denied": denied,
+        "nul_background": (made, json.loads(last).get("message")),
+        "nul_background_status": (status.get("running"), status.get("exit_code"), status.get("error")),
+    }

@@ -225,6 +225,12 @@ def test_execd_files_mock(inside):
     assert si.execd_files(inside) == si.EXECD_FILES
 
 
+def test_execd_failed_starts_mock(inside):
+    """As tiers/t4/sandbox/test_live_inside.py::test_execd_failed_starts_live (execd/commands.py
+    CommandRegistry._not_started)."""
+    assert si.execd_failed_starts(inside) == si.EXECD_FAILED_STARTS
+
+
 def test_execd_fds_mock(inside):
     """As tiers/t4/sandbox/test_live_inside.py::test_execd_fds_live (execd/commands.py CommandRegistry._tail,
     ``logs``)."""

@@ -59,3 +59,7 @@ def test_execd_files_live(inside):
 
 def test_execd_fds_live(inside):
     assert si.execd_fds(inside) == si.EXECD_FDS
+
+
+def test_execd_failed_starts_live(inside):
+    assert si.execd_failed_starts(inside) == si.EXECD_FAILED_STARTS
