@@ -199,7 +199,7 @@ class CommandsRoutes:
             return
         except LogFilesFailure as exc:
             if exc.command is not None:  # background: its init event went out before the file was made
-                self._background_start_failure(req, exc.command.id, str(exc), prefix="")
+                self._background_start_failure(req, exc.command.id, str(exc), prefix="", ping=False)
                 return
             raise ExecdError(500, RUNTIME_ERROR, MSG["run_commands"].format(exc)) from exc
         except SandboxTerminated as exc:
@@ -222,14 +222,16 @@ class CommandsRoutes:
         w.close()
 
     def _background_start_failure(
-        self, req: Request, cid: str, msg: str, prefix: str = "failed to start commands: "
+        self, req: Request, cid: str, msg: str, prefix: str = "failed to start commands: ", ping: bool = True
     ) -> None:
         """runBackgroundCommand: OnExecuteInit, then cmd.Start (or the making of its file) fails and RunCommand's
-        RespondError JSON lands in the stream, no linger (tiers/diff command.start_failure)."""
+        RespondError JSON lands in the stream, no linger (tiers/diff command.start_failure). The heartbeat's first
+        ping came before a failed start live, not before a file that could not be made (2026-12-07)."""
         w = gin.sse_start(req)
         try:
             w.write(sse.encode_event(sse.init_event(cid)))
-            w.write(sse.encode_event(sse.ping_event()))
+            if ping:
+                w.write(sse.encode_event(sse.ping_event()))
             w.write(go_json({"code": RUNTIME_ERROR, "message": MSG["run_commands"].format(prefix + msg)}).encode())
         except OSError:
             pass

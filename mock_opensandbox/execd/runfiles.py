@@ -116,17 +116,20 @@ class RunFiles:
             raise OSError(errno.EINVAL, str(exc)) from None
 
     def _create(self, rfd: int | None, path: str) -> int:
+        """execd's os.MkdirAll(os.TempDir(), 0o755), then os.OpenFile: the open is tried first here, and the
+        MkdirAll's error, when there is one, is the one reported ("failed to create temp dir /tmp: mkdir /tmp: not
+        a directory", live 2026-12-07)."""
         try:
+            fd = self._open(rfd, path, _MAKE, 0o755)
+        except OSError:
+            try:
+                SandboxFS(self.runtime).mkdir_all("/tmp")
+            except GoError as exc:
+                raise RunFilesError("failed to create temp dir /tmp: " + exc.text) from None
             try:
                 fd = self._open(rfd, path, _MAKE, 0o755)
-            except FileNotFoundError:
-                try:
-                    SandboxFS(self.runtime).mkdir_all("/tmp")  # os.MkdirAll(os.TempDir(), 0o755)
-                except GoError as exc:
-                    raise RunFilesError(exc.text) from None
-                fd = self._open(rfd, path, _MAKE, 0o755)
-        except OSError as exc:
-            raise RunFilesError(path_error("open", path, exc)) from None
+            except OSError as exc:
+                raise RunFilesError(path_error("open", path, exc)) from None
         _mode_0755(fd)
         return fd
 

@@ -134,3 +134,29 @@ def test_link_fd_names_an_unnamed_file_either_way(tmp_path, monkeypatch, way):
     finally:
         os.close(fd)
         os.close(d)
+
+
+def test_a_tmp_that_is_no_directory_fails_a_run_as_live(box):
+    """execd's os.MkdirAll of /tmp fails when code made /tmp a file: a foreground run is RunCommand's 500, a
+    background one its init and the JSON in the stream (no ping), the bodies as live answered them (2026-12-07;
+    QUIRKS.md, "A command's fd 1 and fd 2")."""
+    _how, _sb, execd = box
+    _run(execd, "rm -rf /tmp && touch /tmp")
+    url = "127.0.0.1:%d" % execd.port
+    st, _h, body = rest.call(url, "POST", "/command", {"command": "echo hi"}, {})
+    assert (st, json.loads(body)) == (
+        500,
+        {
+            "code": "RUNTIME_ERROR",
+            "message": "error running commands failed to get stdlog descriptor: "
+            "failed to create temp dir /tmp: mkdir /tmp: not a directory",
+        },
+    )
+    st, _h, body = rest.call(url, "POST", "/command", {"command": "echo hi", "background": True}, {})
+    frames = [json.loads(x) for x in body.decode().split("\n\n") if x.strip()]
+    assert st == 200 and [f.get("type") for f in frames] == ["init", None]
+    assert frames[1] == {
+        "code": "RUNTIME_ERROR",
+        "message": "error running commands failed to get combined output descriptor: "
+        "failed to create temp dir /tmp: mkdir /tmp: not a directory",
+    }
