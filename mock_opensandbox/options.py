@@ -39,7 +39,8 @@ GATEWAY_ROUTES = ("header", "uri")  # lifecycle/ingress.py ROUTES (server Gatewa
 # Kept: the code interpreter's 100 ms idle poll (it decides which output a /code run's stream carries) and
 # the ~3 s heartbeat cadence (events, not waits).
 # And the tail: execd reads a running foreground command's files every 100 ms (tailStdPipe); fast, every 5 ms
-# (a poll: not 0). Its output's events are the same; only when they leave changes.
+# while output comes, doubling up to 100 ms while none does (a poll: not 0). Its output's events are the same;
+# only when they leave changes.
 FAST_TIMING = {
     "execd_start_delay": 0.0,
     "execd_close_delay": 0.0,

@@ -609,11 +609,14 @@ class CommandRegistry:
     def _tail(self, cmd: Command) -> Iterator[tuple[str | None, Any]]:
         """A foreground command's output, run by the request thread that streams it: its two files read by their
         paths every ``tail_interval`` while it runs and once more when it has exited (execd's tailStdPipe and its
-        final readFromPos after cmd.Wait; what a child left running writes later is not read)."""
+        final readFromPos after cmd.Wait; what a child left running writes later is not read). An interval under
+        execd's 100 ms (the fast timing) doubles after each read that found nothing, up to 100 ms, and starts again
+        from the shortest once output comes: a silent command is not read 200 times a second."""
         proc = cmd.proc
         assert proc is not None
         pos = {"stdout": 0, "stderr": 0}
-        interval = self.tail_interval
+        shortest = interval = self.tail_interval
+        longest = max(shortest, 0.1)
         next_read = time.monotonic() + interval
         exit_of = _exit_of(proc, lambda: min(0.05, max(0.0, next_read - time.monotonic())))
         try:
@@ -624,12 +627,13 @@ class CommandRegistry:
                     rc: int = stop.value
                     break
                 if time.monotonic() >= next_read:
-                    next_read = time.monotonic() + interval
                     got = False
                     for stream in ("stdout", "stderr"):
                         for item in self._read(cmd, stream, pos):
                             got = True
                             yield item
+                    interval = shortest if got else min(longest, interval * 2)
+                    next_read = time.monotonic() + interval
                     if got:
                         continue
                 yield None, None

@@ -466,3 +466,26 @@ def test_each_commands_pipes_are_closed_when_it_ends(make_execd, monkeypatch):
     monkeypatch.setattr(commands_routes.gin, "sse_start", real)
     wait_until(lambda: _pipe_fds() <= before, 10)
     assert _pipe_fds() <= before, sorted(_pipe_fds() - before)
+
+
+@pytest.mark.parametrize("interval,most", [(0.1, 24), (0.005, 60)])
+def test_a_running_commands_files_are_read_on_ticks(make_execd, monkeypatch, interval, most):
+    """execd reads a foreground command's files by path on a ticker (100 ms; the fast timing's 5 ms doubles up
+    to 100 ms while nothing comes, and starts again at 5 ms once output does): a silent second costs ~10 reads
+    of each file, not 200; lines that come every 20 ms all arrive, in order (QUIRKS.md, "A command's fd 1 and
+    fd 2")."""
+    from mock_opensandbox.execd import runfiles
+
+    reads = []
+    real = runfiles.RunFiles.read
+
+    def counted(self, path, pos):
+        reads.append(path)
+        return real(self, path, pos)
+
+    monkeypatch.setattr(runfiles.RunFiles, "read", counted)
+    c = Client(make_execd(tail_interval=interval).port)
+    assert c.run("sleep 1").events()[-1]["type"] == "execution_complete"
+    assert 4 <= len(reads) <= most, len(reads)  # (2 files a read, and the last read at the exit)
+    ev = c.run("for i in $(seq 1 15); do echo $i; sleep 0.02; done").events()
+    assert outputs(ev) == [str(i) for i in range(1, 16)]
