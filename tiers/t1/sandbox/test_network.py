@@ -135,6 +135,7 @@ def test_interfaces_hosts_and_hostname_are_a_containers(mock, monkeypatch, stack
     hosts, _, tail = rest.partition("\n===\n")
     lines = hosts.splitlines()
     assert lines[:2] == ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    assert len(tail.split()) == 3, out  # (what came, when it is not the hostname, the address and the peer)
     hostname, ip, peer = tail.split()
     # on the bridge (root, runtime/nethub.py) the lowest free address from 172.17.0.2, as Docker's IPAM gives;
     # a slirp4netns of its own puts 172.17.0.100 on eth0, and without one view.py binds that on lo
