@@ -27,7 +27,7 @@ from typing import Any, Callable, Generator, Iterator
 from mock_opensandbox.execd.deadlines import DEADLINES, Deadline
 from mock_opensandbox.execd.fileinfo import _map_id
 from mock_opensandbox.execd.files import SandboxFS
-from mock_opensandbox.execd.runfiles import RunFiles, RunFilesError
+from mock_opensandbox.execd.runfiles import RunFiles, RunFilesError, run_file
 from mock_opensandbox.runtime import SandboxRuntime, SandboxTerminated
 from mock_opensandbox.runtime.rootfs import lookup_uid, user_word
 from mock_opensandbox.wire import pollio
@@ -189,7 +189,7 @@ class Command:
 
     def path(self, stream: str) -> str:
         """The sandbox path of the run's file for ``stream`` ("stdout", "stderr", "output"), which execd reads."""
-        return "/tmp/%s.%s" % (self.id, stream)
+        return "/tmp/" + run_file(self.id, stream)
 
     # status JSON (model.CommandStatusResponse field order, omitempty as in recording 10)
     def status(self) -> dict[str, Any]:

@@ -20,9 +20,10 @@ from typing import Iterable, Iterator
 from mock_opensandbox.execd.errors import GoError
 from mock_opensandbox.execd.files import SandboxFS
 from mock_opensandbox.runtime import SandboxRuntime, openat2
+from mock_opensandbox.runtime._util import process_umask
 from mock_opensandbox.wire.gojson import path_error
 
-__all__ = ["RunFiles", "RunFilesError", "SPARE_FILES"]
+__all__ = ["RunFiles", "RunFilesError", "SPARE_FILES", "run_file"]
 
 SPARE_FILES = 2  # files made ahead per execd: a foreground run's two
 # os.OpenFile(name, O_RDWR|O_CREATE|O_TRUNC, 0777) under execd's umask 022
@@ -34,6 +35,11 @@ _READ = os.O_RDONLY | os.O_CLOEXEC  # os.Open (a symlink put there is followed, 
 _CHUNK = 1 << 20
 
 
+def run_file(cid: str, stream: str) -> str:
+    """The name of run ``cid``'s file for ``stream`` ("stdout", "stderr", "output") in /tmp."""
+    return "%s.%s" % (cid, stream)
+
+
 class RunFilesError(Exception):
     """A run's file could not be made; ``text`` is Go's error ("open /tmp/<id>.stdout: read-only file system",
     "mkdir /tmp: not a directory")."""
@@ -43,23 +49,11 @@ class RunFilesError(Exception):
         self.text = text
 
 
-def _umask() -> int:
-    """This process's umask, read without setting it (Linux >= 4.7's /proc status line; 022 where absent)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
-
-
-_UMASK = _umask()
+_UMASK = process_umask()
 
 
 def _mode_0755(fd: int) -> None:
-    if _UMASK & 0o755:
+    if _UMASK is None or _UMASK & 0o755:
         try:
             os.fchmod(fd, 0o755)  # (execd's umask is 022; the mock's is another)
         except OSError:
@@ -102,7 +96,7 @@ class RunFiles:
         try:
             for stream in streams:
                 if stream not in out:
-                    out[stream] = self._create(rfd, "/tmp/%s.%s" % (cid, stream))
+                    out[stream] = self._create(rfd, "/tmp/" + run_file(cid, stream))
         except RunFilesError:
             for fd in out.values():
                 os.close(fd)
@@ -190,7 +184,7 @@ class RunFiles:
         taken = self._take(len(streams))
         tmp = self._tmp(rfd)
         for stream, fd in zip(streams, taken, strict=False):
-            name = "%s.%s" % (cid, stream)
+            name = run_file(cid, stream)
             try:
                 if tmp >= 0 and self._link(tmp, fd, (name,)) is not None:
                     out[stream] = openat2.open_beneath(tmp, name, _NAMED)

@@ -124,7 +124,7 @@ def rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
-def _umask() -> int | None:
+def process_umask() -> int | None:
     """This process's umask, read without changing it (os.umask would race other threads); None
     when /proc does not say (Linux < 4.7)."""
     try:
@@ -139,7 +139,7 @@ def _umask() -> int | None:
 
 def make_image_root(root: str) -> None:
     """The image-like tree (IMAGE_DIRS, IMAGE_LINKS) under a fresh sandbox root; entries that exist stay."""
-    umask = _umask()
+    umask = process_umask()
     for d, mode in IMAGE_DIRS:
         p = os.path.join(root, d)
         if os.path.lexists(p):
