@@ -596,11 +596,29 @@ class CommandRegistry:
         reading before the exit (an error), and the command's bookkeeping does not depend on anyone reading."""
         threading.Thread(target=collections.deque, args=(cmd.events, 0), daemon=True, name=f"fg-{cmd.id[:8]}").start()
 
-    def _read(self, cmd: Command, stream: str, pos: dict[str, int]) -> Iterator[tuple[str, bytes]]:
+    def _read(
+        self, cmd: Command, stream: str, pos: dict[str, int], final: bool = True, seen: dict[str, int] | None = None
+    ) -> Iterator[tuple[str, bytes]]:
         """readFromPos: the run's file for ``stream`` from where the last read ended, opened by its path (one
-        that cannot be opened now gives nothing, and the position stays)."""
+        that cannot be opened now gives nothing, and the position stays). In execd's line framing (not
+        ``latest``) a read before the exit (not ``final``) leaves an unfinished last line where it is: the
+        position stays at its start and the next read takes it again from the file, as it is then (rewritten
+        or cut by the command meanwhile); the read after the exit takes it as it is. ``seen``: the furthest
+        byte of each file read so far, moved on by this read (an unfinished line that grew is news too)."""
+        held: list[bytes] = []  # the unfinished line so far (its chunks), not yielded
+        end = pos[stream]
         try:
             for data in self.files.read(cmd.path(stream), pos[stream]):
+                end += len(data)
+                if seen is not None and end > seen.get(stream, 0):
+                    seen[stream] = end
+                if not final and self.mode != "latest":
+                    cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+                    if not cut:
+                        held.append(data)
+                        continue
+                    data, rest = (b"".join(held) + data[:cut] if held else data[:cut]), data[cut:]
+                    held = [rest] if rest else []
                 pos[stream] += len(data)
                 yield stream, data
         except OSError:
@@ -615,6 +633,7 @@ class CommandRegistry:
         proc = cmd.proc
         assert proc is not None
         pos = {"stdout": 0, "stderr": 0}
+        seen: dict[str, int] = {}
         shortest = interval = self.tail_interval
         longest = max(shortest, 0.1)
         next_read = time.monotonic() + interval
@@ -627,14 +646,15 @@ class CommandRegistry:
                     rc: int = stop.value
                     break
                 if time.monotonic() >= next_read:
-                    got = False
+                    before, lines = dict(seen), False
                     for stream in ("stdout", "stderr"):
-                        for item in self._read(cmd, stream, pos):
-                            got = True
+                        for item in self._read(cmd, stream, pos, final=False, seen=seen):
+                            lines = True
                             yield item
-                    interval = shortest if got else min(longest, interval * 2)
+                    # new bytes, in whole lines or in an unfinished one, keep the interval short
+                    interval = shortest if seen != before else min(longest, interval * 2)
                     next_read = time.monotonic() + interval
-                    if got:
+                    if lines:
                         continue
                 yield None, None
         finally:

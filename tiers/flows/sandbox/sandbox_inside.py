@@ -619,6 +619,8 @@ EXECD_FDS = {  # execd_fds' answer, live (2026-12-07) and on the mock
     "late": "early",
     "late_quick": True,
     "removed": "x",
+    "partial_rewritten": "XYZ",
+    "partial_cut": "x",
     "bg": ["/tmp/ID.output", "True"],
     "bg_removed": (
         400,
@@ -631,7 +633,8 @@ def execd_fds(ins: Inside) -> Dict[str, object]:
     """A command's fd 1 and fd 2 are execd's files of the run themselves (read-write, seekable), which execd reads
     back by their paths while it runs and once at its exit (tailStdPipe, runtime/command_common.go at 3bb6fad):
     ``> /dev/stderr`` truncates the file (what came before is lost), a file removed loses what follows, a child
-    left running does not hold the run open; a background command's logs are its ``<id>.output`` read by its path
+    left running does not hold the run open, an unfinished line is read again at each tick (what the command then
+    rewrites or cuts of it is what comes); a background command's logs are its ``<id>.output`` read by its path
     (400 once removed)."""
     url, headers = ins.target.endpoint(ins.sid)
 
@@ -648,6 +651,11 @@ def execd_fds(ins: Inside) -> Dict[str, object]:
     truncated = run("echo a >&2; echo b > /dev/stderr; echo c >&2")[2]
     _cid, late, _e, took = run("(sleep 1; echo late) & echo early")
     removed = run("echo x; sleep 0.3; rm -f \"$(readlink /proc/self/fd/2 | sed 's/stderr$/stdout/')\"; echo y")[1]
+    # "abc" unfinished at three ticks, then rewritten in place / the file cut and "x" written (readFromPos keeps its
+    # position at an unfinished line's start)
+    unfinished = "python3 -c 'import os, time; os.write(1, b\"abc\"); time.sleep(0.3); %s'"
+    rewritten = run(unfinished % 'os.pwrite(1, b"XYZ\\n", 0)')[1]
+    cut = run(unfinished % 'os.ftruncate(1, 0); os.lseek(1, 0, 0); os.write(1, b"x\\n")')[1]
     bg_cmd = "readlink /proc/self/fd/2; python3 -c 'import sys; print(sys.stdout.seekable())'; sleep 0.5; "
     bg_cmd += 'rm -f "$(readlink /proc/self/fd/2)"; sleep 30'
     _st, _h, events = stream_command(url, headers, {"command": bg_cmd, "background": True})
@@ -668,6 +676,8 @@ def execd_fds(ins: Inside) -> Dict[str, object]:
         "late": late,
         "late_quick": took < 0.8,
         "removed": removed,
+        "partial_rewritten": rewritten,
+        "partial_cut": cut,
         "bg": bg_out,
         "bg_removed": (gone.status, json.loads(gone.body or b"{}").get("message", "").replace(bg, "ID")),
     }
