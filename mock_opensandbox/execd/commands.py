@@ -104,6 +104,8 @@ class StartFailure(Exception):
 
 
 _EOL = re.compile(rb"([\r\n])")
+# an unfinished line read again at every tick up to this size, then taken as read (CommandRegistry._read)
+REREAD_MAX = 1 << 20
 
 
 class LineSplitter:
@@ -596,29 +598,31 @@ class CommandRegistry:
         reading before the exit (an error), and the command's bookkeeping does not depend on anyone reading."""
         threading.Thread(target=collections.deque, args=(cmd.events, 0), daemon=True, name=f"fg-{cmd.id[:8]}").start()
 
-    def _read(
-        self, cmd: Command, stream: str, pos: dict[str, int], final: bool = True, seen: dict[str, int] | None = None
-    ) -> Iterator[tuple[str, bytes]]:
+    def _read(self, cmd: Command, stream: str, pos: dict[str, int], final: bool = True) -> Iterator[tuple[str, bytes]]:
         """readFromPos: the run's file for ``stream`` from where the last read ended, opened by its path (one
         that cannot be opened now gives nothing, and the position stays). In execd's line framing (not
         ``latest``) a read before the exit (not ``final``) leaves an unfinished last line where it is: the
         position stays at its start and the next read takes it again from the file, as it is then (rewritten
-        or cut by the command meanwhile); the read after the exit takes it as it is. ``seen``: the furthest
-        byte of each file read so far, moved on by this read (an unfinished line that grew is news too)."""
+        or cut by the command meanwhile); the read after the exit takes it as it is. An unfinished line over
+        ``REREAD_MAX`` is taken as read (the framer holds it): execd reads it all again at every tick, a cost
+        that grows with the line (QUIRKS)."""
         held: list[bytes] = []  # the unfinished line so far (its chunks), not yielded
-        end = pos[stream]
+        size = 0
         try:
             for data in self.files.read(cmd.path(stream), pos[stream]):
-                end += len(data)
-                if seen is not None and end > seen.get(stream, 0):
-                    seen[stream] = end
                 if not final and self.mode != "latest":
                     cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
                     if not cut:
                         held.append(data)
+                        size += len(data)
+                        if size <= REREAD_MAX:
+                            continue
+                        data, held, size = b"".join(held), [], 0
+                        pos[stream] += len(data)
+                        yield stream, data
                         continue
                     data, rest = (b"".join(held) + data[:cut] if held else data[:cut]), data[cut:]
-                    held = [rest] if rest else []
+                    held, size = ([rest] if rest else []), len(rest)
                 pos[stream] += len(data)
                 yield stream, data
         except OSError:
@@ -628,12 +632,11 @@ class CommandRegistry:
         """A foreground command's output, run by the request thread that streams it: its two files read by their
         paths every ``tail_interval`` while it runs and once more when it has exited (execd's tailStdPipe and its
         final readFromPos after cmd.Wait; what a child left running writes later is not read). An interval under
-        execd's 100 ms (the fast timing) doubles after each read that found nothing, up to 100 ms, and starts again
+        execd's 100 ms (the fast timing) doubles after each read that found no whole line, up to 100 ms, and starts again
         from the shortest once output comes: a silent command is not read 200 times a second."""
         proc = cmd.proc
         assert proc is not None
         pos = {"stdout": 0, "stderr": 0}
-        seen: dict[str, int] = {}
         shortest = interval = self.tail_interval
         longest = max(shortest, 0.1)
         next_read = time.monotonic() + interval
@@ -646,15 +649,16 @@ class CommandRegistry:
                     rc: int = stop.value
                     break
                 if time.monotonic() >= next_read:
-                    before, lines = dict(seen), False
+                    got = False
                     for stream in ("stdout", "stderr"):
-                        for item in self._read(cmd, stream, pos, final=False, seen=seen):
-                            lines = True
+                        for item in self._read(cmd, stream, pos, final=False):
+                            got = True
                             yield item
-                    # new bytes, in whole lines or in an unfinished one, keep the interval short
-                    interval = shortest if seen != before else min(longest, interval * 2)
+                    # (an unfinished line that grew is no news: read again at every short interval, a long one
+                    # would cost its length each time)
+                    interval = shortest if got else min(longest, interval * 2)
                     next_read = time.monotonic() + interval
-                    if lines:
+                    if got:
                         continue
                 yield None, None
         finally:

@@ -489,3 +489,31 @@ def test_a_running_commands_files_are_read_on_ticks(make_execd, monkeypatch, int
     assert 4 <= len(reads) <= most, len(reads)  # (2 files a read, and the last read at the exit)
     ev = c.run("for i in $(seq 1 15); do echo $i; sleep 0.02; done").events()
     assert outputs(ev) == [str(i) for i in range(1, 16)]
+
+
+def test_an_unfinished_line_is_read_again_up_to_a_size(make_execd, monkeypatch):
+    """execd's readFromPos leaves an unfinished last line in the file and reads it again at the next tick (the
+    command's rewrite of it is what comes: ``XYZ``, not ``abc``); one over REREAD_MAX is taken as read, so a
+    long line without an end costs its length once, and the fast timing backs off while only it grows (QUIRKS.md,
+    "A command's fd 1 and fd 2")."""
+    from mock_opensandbox.execd import commands, runfiles
+
+    monkeypatch.setattr(commands, "REREAD_MAX", 4096)
+    read_bytes = []
+    real = runfiles.RunFiles.read
+
+    def counted(self, path, pos):
+        for data in real(self, path, pos):
+            read_bytes.append(len(data))
+            yield data
+
+    monkeypatch.setattr(runfiles.RunFiles, "read", counted)
+    c = Client(make_execd(tail_interval=0.005).port)
+    rewrite = 'python3 -c \'import os, time; os.write(1, b"abc"); time.sleep(0.3); os.pwrite(1, b"XYZ\\n", 0)\''
+    assert outputs(c.run(rewrite).events()) == ["XYZ"]
+    reads = len(read_bytes)
+    assert reads <= 14, reads  # 0.3 s with "abc" unfinished: backing off from 5 ms, not 60 reads
+    read_bytes.clear()
+    long = "head -c 40000 /dev/zero | tr '\\0' x; sleep 0.3; echo; echo end"
+    assert outputs(c.run(long).events()) == ["x" * 40000, "end"]
+    assert sum(read_bytes) < 40000 * 3, sum(read_bytes)  # taken once it passed 4096 bytes, not read at every tick
