@@ -175,8 +175,12 @@ def test_process_signal_by_command_id_and_pid(epp, sid):
     assert info.value.code == -32002
     bg = run(epp, sid, "sh", ["-c", "sleep 300 >/dev/null 2>&1 & echo $!"])
     os_pid = int(bg["stdout"].strip())
-    listed = epp.call("process.list", {"sandbox_id": sid})["processes"]
-    assert any(p["pid"] == os_pid and p["command"] == "sleep 300" for p in listed)
+
+    def listed() -> list:
+        return epp.call("process.list", {"sandbox_id": sid})["processes"]
+
+    # ($! is known before the child has exec'd sleep: a listing at once may show it as the sh it was forked as)
+    assert wait_until(lambda: any(p["pid"] == os_pid and p["command"] == "sleep 300" for p in listed()), 10), listed()
     epp.call("process.signal", {"sandbox_id": sid, "pid": str(os_pid), "signal": 15})
     assert wait_until(lambda: run(epp, sid, "kill", ["-0", str(os_pid)])["exit_code"] != 0, timeout=10)
     with pytest.raises(RpcError) as info:
