@@ -530,11 +530,17 @@ def sigint_dispositions(ins: Inside) -> Dict[str, str]:
         return output_of(events, "stdout").split()[-1]
 
     out = {"session": run(), "command": ins.target.command(ins.sid, SIGIGN).out.split()[-1]}
-    fg = threading.Thread(target=ins.target.command, args=(ins.sid, "sleep 2"))
+    # the session's run once the foreground command is seen running: its marker file, looked for through the files
+    # API (another command would end its own run and put execd's signals back meanwhile); a fixed 0.7 s wait
+    # missed a start that came late under load (live: 2 instead of 0)
+    marker = "/tmp/.sigint-dispositions-fg"
+    fg = threading.Thread(target=ins.target.command, args=(ins.sid, "touch %s; sleep 3" % marker))
     fg.start()
-    time.sleep(0.7)
+    info = "/files/info?" + urllib.parse.urlencode({"path": marker})
+    assert wait_until(lambda: request("GET", url, info, headers=headers).status == 200, 10), "the command never ran"
     out["session during a command"] = run()
     fg.join(30)
+    request("DELETE", url, "/files?" + urllib.parse.urlencode({"path": marker}), headers=headers)
     out["session after it"] = run()
     return out
 
