@@ -186,9 +186,20 @@ def test_delete_leaves_no_process(api):
     assert holder is not None
     assert _wait(lambda: len(_pidns_members(holder.pidns_id)) >= 5)  # init, tail, 3 sleeps (+ shells)
     members = _pidns_members(holder.pidns_id) | {holder.proc.pid}
-    assert api.call("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
-    assert _wait(lambda: not [p for p in members if _alive(p)]), [p for p in members if _alive(p)]
-    assert _wait(lambda: not [p for p in _pidns_members(holder.pidns_id) if _alive(p)])
+    # the namespace held open while it is looked at: once freed, its inode number can be a new sandbox's (another
+    # test's, in parallel), whose processes would then show as this one's
+    ns = os.open(f"/proc/{holder.proc.pid}/ns/pid", os.O_RDONLY)
+    try:
+        assert os.readlink(f"/proc/self/fd/{ns}") == holder.pidns_id
+        assert api.call("DELETE", f"/v1/sandboxes/{sid}")[0] == 204
+        assert _wait(lambda: not [p for p in members if _alive(p)]), [p for p in members if _alive(p)]
+
+        def left() -> list[int]:
+            return [p for p in _pidns_members(holder.pidns_id) if _alive(p)]
+
+        assert _wait(lambda: not left()), left()
+    finally:
+        os.close(ns)
 
 
 def test_paused_sandbox_freezes_every_process(api):
