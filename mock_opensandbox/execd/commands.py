@@ -375,6 +375,11 @@ class CommandRegistry:
         finally:
             os.close(fd)
 
+    def _exec_path(self, name: str) -> str:
+        """The file Go's exec names in a failed start: ``name`` when it has a slash, else what LookPath finds on
+        execd's PATH (``name`` when nothing)."""
+        return name if name.startswith("/") else (self.runtime.paths.which(name) or name)
+
     def _check_exec_target(self, full: list[str]) -> None:
         """Native argv with a path: Go's fork/exec fails before anything runs."""
         path = full[0]
@@ -520,13 +525,11 @@ class CommandRegistry:
             full = self.build_argv(command, argv, cwd, envs)  # the shell's name for the message
             # Go's exec refuses a NUL in argv (syscall.ByteSliceFromString: EINVAL) before the fork
             # (QUIRKS, "NUL byte in a command")
-            exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
-            raise self._not_started(cmd, files, f"fork/exec {exe}: invalid argument")
+            raise self._not_started(cmd, files, f"fork/exec {self._exec_path(full[0])}: invalid argument")
         if self._chdir_denied(cwd or "/", uid, gid):
             # Go reports the child's failed chdir as the exec of the program (runtime/command.go
             # cmd.Start; tiers/diff command.start_failure): "fork/exec /usr/bin/bash: permission denied"
-            exe = full[0] if full[0].startswith("/") else (self.runtime.paths.which(full[0]) or full[0])
-            raise self._not_started(cmd, files, f"fork/exec {exe}: permission denied")
+            raise self._not_started(cmd, files, f"fork/exec {self._exec_path(full[0])}: permission denied")
         if odd:
             full = [self.runtime.paths.which("env") or "/usr/bin/env"] + odd + full
         # an image sandbox as root has no setpriv of the host: the fork sets the credentials (runtime/forkjoin.py)
@@ -612,17 +615,16 @@ class CommandRegistry:
             for data in self.files.read(cmd.path(stream), pos[stream]):
                 if not final and self.mode != "latest":
                     cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-                    if not cut:
+                    if cut:  # up to the last line's end; the rest is held
+                        rest = data[cut:]
+                        data = b"".join(held) + data[:cut] if held or rest else data  # (no copy of a whole chunk)
+                        held, size = ([rest] if rest else []), len(rest)
+                    else:
                         held.append(data)
                         size += len(data)
                         if size <= REREAD_MAX:
                             continue
-                        data, held, size = b"".join(held), [], 0
-                        pos[stream] += len(data)
-                        yield stream, data
-                        continue
-                    data, rest = (b"".join(held) + data[:cut] if held else data[:cut]), data[cut:]
-                    held, size = ([rest] if rest else []), len(rest)
+                        data, held, size = b"".join(held), [], 0  # too long to read again: taken as it is
                 pos[stream] += len(data)
                 yield stream, data
         except OSError:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import time
 from types import ModuleType
 
 import pytest
 
 from tiers.t2.clients import REPO
+from tiers.toolkit.waits import poll
 
 
 def _load(name: str) -> ModuleType:
@@ -64,13 +64,9 @@ def _events(api, name: str) -> list[dict]:
 
 
 def _until_phase(api, name: str, phase: str) -> list[dict]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        events = _events(api, name)
-        if events and (events[-1].get("status") or {}).get("phase") == phase:
-            return events
-        time.sleep(0.02)
-    raise AssertionError("no %s phase in 10 s: %s" % (phase, json.dumps(_events(api, name))[:2000]))
+    events = poll(lambda: _events(api, name), lambda ev: ev and (ev[-1].get("status") or {}).get("phase") == phase)
+    assert events and (events[-1].get("status") or {}).get("phase") == phase, json.dumps(events)[:2000]
+    return events
 
 
 @pytest.mark.parametrize("to, phase", [("failed", "Failed"), ("ready", "Succeed")])
