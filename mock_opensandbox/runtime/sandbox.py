@@ -128,8 +128,10 @@ class SandboxRuntime:
         if not os.path.isdir(self.root):
             raise ValueError(f"sandbox root is not a directory: {root}")
         self.env: dict[str, str] = dict(env or {})
-        # what `hostname` prints inside: 12 hex digits, like a Docker container's short id
-        self.hostname = hostname or uuid.uuid4().hex[:12]
+        # what `hostname` prints inside: 12 hex digits, like a Docker container's short id, never all decimal
+        # digits (moby pkg/stringid GenerateRandomID draws again: glibc takes such a name for a number, and
+        # gethostbyname of the hostname then fails "Name or service not known")
+        self.hostname = hostname or _short_id()
         if not (len(self.hostname) <= 64 and self.hostname.replace("-", "").isalnum() and self.hostname.isascii()):
             raise ValueError(f"invalid sandbox hostname: {self.hostname!r}")
         if isolate is False:
@@ -752,3 +754,11 @@ class SandboxRuntime:
         accepts connections on 127.0.0.1:PORT. Raises RuntimeError when the sandbox is not isolated
         (a real execd never runs on the host) or execd does not come up, ValueError for a bad binary."""
         return start_execd(self, binary, port=port, token=token, env=env, args=args, timeout=timeout)
+
+
+def _short_id() -> str:
+    """12 hex digits, not all of them decimal ones (moby pkg/stringid GenerateRandomID)."""
+    while True:
+        short = uuid.uuid4().hex[:12]
+        if not short.isdigit():
+            return short
