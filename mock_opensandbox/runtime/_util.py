@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import termios
 import threading
@@ -122,6 +123,38 @@ def rmtree(path: str) -> None:
                 dirnames.remove(d)
                 raise RuntimeError(f"refusing to remove a mount point inside the sandbox root: {full}")
     shutil.rmtree(path, onerror=onerror)
+
+
+# ext2/3/4's inode flags (linux/fs.h): FS_IOC_GETFLAGS = _IOR('f', 1, long), FS_IOC_SETFLAGS = _IOW('f', 2, long)
+_LONG = struct.calcsize("l")
+_FS_IOC_GETFLAGS = (2 << 30) | (_LONG << 16) | (ord("f") << 8) | 1
+_FS_IOC_SETFLAGS = (1 << 30) | (_LONG << 16) | (ord("f") << 8) | 2
+_FS_TOPDIR_FL = 0x00020000
+
+
+def spread_subdirs(path: str) -> bool:
+    """Mark the directory ``path`` a top of a directory hierarchy for ext2/3/4 (``chattr +T``, FS_TOPDIR_FL): the
+    Orlov allocator then places each new subdirectory (a sandbox's tree) in a block group of its own choosing
+    instead of next to ``path``, and the files made in that tree follow it. Without it every sandbox of a mock
+    shares one group, and on an ext4 without a journal each inode made there skips every inode freed in that
+    group lately (``find_inode_bit`` / ``recently_deleted``): 0.47-0.80 ms a file once earlier sandboxes' trees
+    were removed, 12 us with the flag (bench/README.md). Invisible inside a sandbox. False where the file
+    system has no such flag (tmpfs, xfs, btrfs, overlay) or the caller may not set it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        buf = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("i", 0))
+        flags = struct.unpack("i", buf)[0]
+        if not flags & _FS_TOPDIR_FL:
+            fcntl.ioctl(fd, _FS_IOC_SETFLAGS, struct.pack("i", flags | _FS_TOPDIR_FL))
+            flags = struct.unpack("i", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("i", 0)))[0]
+        return bool(flags & _FS_TOPDIR_FL)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def process_umask() -> int | None:

@@ -160,3 +160,33 @@ def test_a_tmp_that_is_no_directory_fails_a_run_as_live(box):
         "message": "error running commands failed to get combined output descriptor: "
         "failed to create temp dir /tmp: mkdir /tmp: not a directory",
     }
+
+
+def test_the_sandbox_trees_are_spread_over_the_file_system(tmp_path):
+    """The mock's own root is a top directory for ext2/3/4 (``chattr +T``: runtime/_util.py ``spread_subdirs``)
+    where the file system has the flag: each sandbox's tree, and the run files in its /tmp, in a block group of
+    its own. A root the user gave and that exists keeps its attributes."""
+    import fcntl
+    import struct
+
+    from mock_opensandbox.runtime import _util
+
+    def topdir(path: str) -> bool:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            flags = struct.unpack("i", fcntl.ioctl(fd, _util._FS_IOC_GETFLAGS, struct.pack("i", 0)))[0]
+        finally:
+            os.close(fd)
+        return bool(flags & _util._FS_TOPDIR_FL)
+
+    with MockOpenSandbox() as m:
+        root = m.root
+        if not _util.spread_subdirs(str(tmp_path)):
+            pytest.skip("no FS_TOPDIR_FL where the mock's root is")
+        assert topdir(root)
+    given = tmp_path / "given"
+    given.mkdir()
+    with MockOpenSandbox(root=str(given)):
+        assert not topdir(str(given))
+    with MockOpenSandbox(root=str(tmp_path / "made")):
+        assert topdir(str(tmp_path / "made"))
