@@ -274,18 +274,15 @@ class MockOpenSandbox:
     def _make_root(self) -> None:
         o = self.options
         if o.root:
-            made = not os.path.isdir(o.root)
             os.makedirs(o.root, exist_ok=True)
             self.root = os.path.realpath(o.root)
-            if made:  # (a directory of the user's keeps its attributes)
-                spread_subdirs(self.root)
             reap_root(self.root, _is_sandbox_id)  # what a dead mock (and its janitor) left in it
             self.janitor.ledger = os.path.join(self.root, JANITOR_LEDGER)  # what this one is about to make
             self.janitor.track("dir", self.janitor.ledger)  # gone with this mock's end, like what it lists
         else:
             self.root = os.path.realpath(tempfile.mkdtemp(prefix="mock-opensandbox-"))
             self.janitor.track("dir", self.root)
-            spread_subdirs(self.root)  # each sandbox's tree in an ext4 block group of its own (runtime/_util.py)
+        spread_subdirs(self.root)  # each sandbox's tree in an ext4 block group of its own (runtime/_util.py)
 
     def _wire(self) -> None:
         """The Docker service (volumes, provisioner, images, snapshots) under the lifecycle routes, the

@@ -4,10 +4,13 @@ components/execd/pkg/runtime/command_common.go at 3bb6fad): a foreground command
 removed. They are the command's fd 1 and fd 2 themselves (read-write, as os.OpenFile opens them), and what execd
 streams or answers is read back from them by their path (``read``; QUIRKS.md, "A command's fd 1 and fd 2").
 
-Making an inode is what a file's creation costs (0.1-0.6 ms apiece on an ext4 without a journal that has just
-freed many inodes, bench/README.md); a link costs 0.02-0.03 ms. So once a run's answer is out, the next run's
-files are made ahead, unnamed (``O_TMPFILE`` in the sandbox's /tmp), and a run's start only names them; a
-session's run takes one for its script (sessions.py).
+A run's files are made at its start, as execd makes them. ``OSB_MOCK_SPARE_FILES=1`` makes the next run's files
+ahead instead, once a run's answer is out, unnamed (``O_TMPFILE`` in the sandbox's /tmp), and a run's start only
+names them (a session's run takes one for its script: sessions.py): for a file system where making an inode is
+dear. On an ext4 without a journal it cost 0.1-0.8 ms apiece in a block group where many inodes were just freed;
+the mock's root now spreads the sandboxes' trees over the groups (runtime/_util.py ``spread_subdirs``), and there
+a file made at the start (54 us) costs less than naming one made ahead (68 us: a link, its times, an open by its
+name) (bench/README.md).
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def _now(fd: int) -> None:
 
 class RunFiles:
     """The files of one execd's runs, by fds on the sandbox's "/" (a /tmp swapped for a link by code inside
-    stays inside), and the files made ahead for the next run (``OSB_MOCK_SPARE_FILES=0``: none)."""
+    stays inside), and, with ``OSB_MOCK_SPARE_FILES=1``, the files made ahead for the next run."""
 
     def __init__(self, runtime: SandboxRuntime):
         self.runtime = runtime
@@ -78,7 +81,7 @@ class RunFiles:
         self._spares: list[int] = []
         self._gen = 0  # one more at each close: a refill under way then keeps nothing
         self._shut = False  # closed, and no run started since (the execd stopped)
-        self._off = not hasattr(os, "O_TMPFILE") or os.environ.get("OSB_MOCK_SPARE_FILES", "1") == "0"
+        self._off = not hasattr(os, "O_TMPFILE") or os.environ.get("OSB_MOCK_SPARE_FILES", "0") != "1"
 
     def _root(self) -> int | None:
         """PID 1's "/", held (one openat2 a file); None without one or without openat2."""
