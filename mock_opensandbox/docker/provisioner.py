@@ -25,6 +25,7 @@ from mock_opensandbox.docker.volumes import VolumeStore, start_failed
 from mock_opensandbox.execd.server import ExecdServer
 from mock_opensandbox.images.commit import restore_into
 from mock_opensandbox.lifecycle import quirks
+from mock_opensandbox.lifecycle.k8s_diagnostics import pod_name
 from mock_opensandbox.lifecycle.model import Provisioner, Sandbox
 from mock_opensandbox.lifecycle.proxy import PortForwardApp, PortForwardHandler
 from mock_opensandbox.lifecycle.validation_checks import resolve_resource_limits
@@ -194,6 +195,9 @@ class MockProvisioner(Provisioner):
                 cgroup_name="osb-mock-%s-%s" % (self.mock_id, sb.id),
                 janitor=self.janitor,
                 image=sb.rootfs_image,
+                # Docker: the container's short id (diagnostics' "Container ID"); Kubernetes: the pod's name
+                # (its "Pod Name"): QUIRKS.md, "Hostname"
+                hostname=pod_name(sb) if o.runtime == "kubernetes" else sb.container_id[:12],
             )
         except (RootfsError, UserNotFound) as exc:
             rmtree(root)  # (a partial copy made as non-root may hold 0555 directories)

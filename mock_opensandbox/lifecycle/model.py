@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import math
 import re
+import secrets
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -153,6 +154,15 @@ def default_pull_fails(uri: str) -> bool:
 
 
 # -- records -----------------------------------------------------------------------------------------
+def container_id() -> str:
+    """A Docker container's id: 64 random hex digits, the first 12 of which (the short id, the container's
+    hostname) are never all decimal ones (moby pkg/stringid GenerateRandomID draws again: QUIRKS.md, "Hostname")."""
+    while True:
+        cid = secrets.token_hex(32)
+        if not cid[:12].isdigit():
+            return cid
+
+
 class Sandbox:
     """One sandbox. Status is derived on read from (paused, entrypoint exit) like the server derives it
     from Docker's container state (server services/docker/docker_service.py _container_to_sandbox)."""
@@ -204,7 +214,7 @@ class Sandbox:
         self.volumes: Any = None  # volumes.Prepared of the create request (None: no volumes)
         self.network_policy: dict[str, Any] | None = None  # the create request's networkPolicy (egress/ sidecar)
         self.log = ContainerLog()
-        self.container_id = uuid.uuid5(uuid.NAMESPACE_URL, "mock-opensandbox/" + self.id).hex * 2
+        self.container_id = container_id()
 
     @property
     def manual_cleanup(self) -> bool:

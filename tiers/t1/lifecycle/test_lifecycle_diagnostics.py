@@ -135,6 +135,28 @@ def test_diagnostics_show_entrypoint_output_and_lifecycle(client):
     assert "Status:     exited" in ev and "Event:      Exited with code 3" in ev and "Finished:   " in ev
 
 
+@pytest.mark.spec_exempt("diagnostics routes of server 1.1.1 are not in the June spec")
+def test_the_hostname_is_the_containers_short_id(client):
+    """Docker names a container's host by its short id, the 12 hex digits the server's diagnostics show as its
+    "Container ID" (QUIRKS.md, "Hostname"): two sandboxes, two names."""
+    seen = set()
+    for _ in range(2):
+        sid = client.create(entrypoint=["sh", "-c", "cat /proc/sys/kernel/hostname; exec sleep 600"])
+        r = poll(
+            lambda sid=sid: client.call("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid),
+            lambda r: re.search(r" [0-9a-f]{12}$", r.json()["content"], re.M),
+            10,
+        )
+        hostname = r.json()["content"].splitlines()[-1].split(" ", 1)[1]
+        inspect = client.call("GET", "/v1/sandboxes/%s/diagnostics/inspect" % sid).body.decode()
+        assert "\nContainer ID:   %s\n" % hostname in "\n" + inspect, inspect
+        events = client.call("GET", "/v1/sandboxes/%s/diagnostics/events?scope=runtime" % sid).json()["content"]
+        assert "Container:  %s (sandbox-%s)" % (hostname, sid) in events
+        seen.add(hostname)
+        assert client.call("DELETE", "/v1/sandboxes/" + sid).status == 204
+    assert len(seen) == 2
+
+
 @pytest.mark.spec_exempt("POST /v1/metrics/events (server 1.1.1 api/metrics.py) is not in the June spec")
 def test_metrics_events_and_renew_state_machine(client):
     ok = {"eventType": "sandbox.create", "createDurationMs": 5, "success": True}
