@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_state_machine_and_diagnostics_live(mock, live):
         "image": {"uri": "local/python:3-slim"},
         "timeout": 600,
         "resourceLimits": {"cpu": "500m"},
-        "entrypoint": ["sh", "-c", "echo out-line; exec sleep 600"],
+        "entrypoint": ["sh", "-c", "echo out-line host=$(cat /proc/sys/kernel/hostname); exec sleep 600"],
         "metadata": {"team": "t4"},
     }
     lsid = _create(live.request, body)
@@ -134,6 +135,12 @@ def test_state_machine_and_diagnostics_live(mock, live):
         import time
 
         time.sleep(2)  # both entrypoints printed their line
+        # the hostname inside is the container's short id, the diagnostics' "Container ID" (QUIRKS.md, "Hostname")
+        for request, sid in ((live.request, lsid), (lambda *a: support.mock_request(mock, *a), msid)):
+            logs = json.loads(request("GET", "/v1/sandboxes/%s/diagnostics/logs?scope=container" % sid, {}, None)[2])
+            inspect = request("GET", "/v1/sandboxes/%s/diagnostics/inspect" % sid, {}, None)[2].decode()
+            host = re.findall(r"host=(\S+)", logs["content"])
+            assert host and re.search(r"^Container ID: +%s$" % re.escape(host[0]), inspect, re.M), (host, inspect)
         for method, path, b in steps:
             raw = json.dumps(b).encode() if b is not None else None
             hdrs = {"Content-Type": "application/json"} if b is not None else {}
