@@ -319,7 +319,8 @@ class CommandsRoutes:
                 # the command outlives its connection: Execute runs it under context.Background()
                 # (runtime/ctrl.go; tiers/diff command.disconnect)
                 out.gone = True
-            if self.stopping.is_set() and cmd.proc is not None and cmd.proc.poll() is None:
+            proc = cmd.proc  # (None once finished)
+            if self.stopping.is_set() and proc is not None and proc.poll() is None:
                 out.gone = True
                 cmd.kill(signal.SIGKILL)
         raise RuntimeError("the output pump ended without the exit")  # pragma: no cover - it always yields it
