@@ -130,6 +130,11 @@ class RunFiles:
         _mode_0755(fd)
         return fd
 
+    def open_at(self, path: str, flags: int, mode: int = 0) -> int:
+        """The sandbox path ``path`` opened with ``flags`` (``mode`` for a file made) by openat2 on the sandbox's
+        "/" held here (no open of the root per call). Raises OSError."""
+        return self._open(self._root(), path, flags, mode)
+
     def open_read(self, path: str) -> int:
         """The file at sandbox path ``path`` opened for reading by its path now (os.Open). Raises OSError."""
         return self._open(self._root(), path, _READ)

@@ -221,15 +221,25 @@ class SessionRegistry:
         """os.CreateTemp("", "execd_bash_*.sh") holding ``text``: O_EXCL, a new random name on EEXIST (Go tries
         10000). Created by an fd openat2 found in the sandbox's /tmp (a /tmp swapped for a symlink to "/" by code
         inside stays inside); never an existing file or link. Its sandbox path."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        data = memoryview(text.encode("utf-8", "surrogateescape"))
         for _ in range(10000):
             path = "/tmp/execd_bash_%d.sh" % _RANDOM.randrange(1 << 32)
             try:
-                fd = SandboxFS(self.runtime).fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                fd = (
+                    self.files.open_at(path, flags, 0o600)
+                    if self.files
+                    else SandboxFS(self.runtime).fd(path, flags, 0o600)
+                )
             except FileExistsError:
                 continue
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                fh.write(text)
+            try:
+                os.fchmod(fd, 0o600)
+                view = data
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
             return path
         raise FileExistsError(errno.EEXIST, "create script file: too many temp names taken")
 
