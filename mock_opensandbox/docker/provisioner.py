@@ -34,6 +34,7 @@ from mock_opensandbox.runtime import SandboxRuntime, jupyterenv
 from mock_opensandbox.runtime._util import rmtree
 from mock_opensandbox.runtime.cgroups import Limits
 from mock_opensandbox.runtime.execdproc import ExecdProcess, published
+from mock_opensandbox.runtime.holder import write_dockerenv
 from mock_opensandbox.runtime.janitor import Janitor
 from mock_opensandbox.runtime.mounts import VolumeTargetError, plan
 from mock_opensandbox.runtime.openat2 import NOTE as files_note  # "" when openat2(RESOLVE_IN_ROOT) confines files
@@ -205,6 +206,11 @@ class MockProvisioner(Provisioner):
         sb.runtime = runtime
         if sb.snapshot_image is not None:  # snapshotId: what the snapshot holds (images/commit.py)
             restore_into(sb, runtime)
+        if o.runtime != "kubernetes":  # Docker's /.dockerenv; a pod's container runtime makes none (QUIRKS)
+            try:
+                write_dockerenv(runtime.root)
+            except OSError:
+                pass
         if sb.volumes is not None:
             self._plan_volumes(sb, runtime)
         if jenv and runtime.isolated:  # the env bound read-only at its own path, with the volumes (before PID 1)

@@ -16,7 +16,8 @@ becomes the new image's config. Here the writable layer comes from ``SandboxRunt
   (``SYSTEM_DIRS``: ``/usr``, ``/bin``, ``/etc``, ...) are not the sandbox's and are left out.
 
 Never in a layer (Docker: bind mounts, its init layer, and the execd the server copies in before every start):
-``/etc/hostname``, ``/etc/hosts``, ``/etc/resolv.conf``, ``/opt/opensandbox``, empty ``/dev``, ``/proc``, ``/sys``.
+``/etc/hostname``, ``/etc/hosts``, ``/etc/resolv.conf``, ``/opt/opensandbox``, ``/.dockerenv``, empty ``/dev``,
+``/proc``, ``/sys``.
 
 The change set is written as a plain tar (OCI whiteouts ``.wh.NAME`` / ``.wh..wh..opq``) and unpacked into
 the cache by the store's own unpacker (``unpack.py``): the same path checks, the same owner/mode handling
@@ -41,7 +42,7 @@ from mock_opensandbox.images.unpack import OPAQUE, OVERLAY_OPAQUE_XATTR, WHITEOU
 from mock_opensandbox.runtime._util import SYSTEM_DIRS, make_image_root
 
 KINDS = ("overlay", "full", "host-tools")
-NEVER = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "opt/opensandbox")
+NEVER = ("etc/hostname", "etc/hosts", "etc/resolv.conf", "opt/opensandbox", ".dockerenv")
 MOUNT_POINTS = ("dev", "proc", "sys")
 SNAPSHOT_REPOSITORY = "opensandbox-snapshots"  # server services/docker/snapshot_runtime.py
 LABEL_SNAPSHOT = "mock-opensandbox.snapshot-id"

@@ -157,6 +157,23 @@ def write_bootstrap(root: str) -> None:
         os.close(fd)
 
 
+DOCKERENV = ".dockerenv"  # moby daemon/initlayer: an empty 0755 file in every container's init layer
+
+
+def write_dockerenv(root: str) -> None:
+    """Docker's ``/.dockerenv`` in the sandbox root: empty, 0755, made with the container (its init layer, under
+    the writable one: code inside may remove it; a snapshot does not take it, images/commit.py). Never
+    through a symlink; one that is there already stays. Raises OSError."""
+    try:
+        fd = open_in_root(root, DOCKERENV, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+
+
 def await_children(pid: int, want: int, timeout: float) -> None:
     """Wait (bounded) until PID 1 runs bootstrap.sh (view.py's exec of it may still be under way when the
     ready line came) and has ``want`` children that have exec'd (a fork of bootstrap.sh still shows PID 1's

@@ -571,6 +571,19 @@ def stdin_and_session_env(ins: Inside) -> Dict[str, List[str]]:
     }
 
 
+DOCKERENV = ["-rwxr-xr-x 0 0 0 /.dockerenv", "fresh"]  # dockerenv's answer, live (2026-12-08) and on the mock
+
+
+def dockerenv(ins: Inside) -> List[str]:
+    """Docker's ``/.dockerenv`` (moby's init layer: empty, 0755, root's), what code inside reads to know it runs
+    in a Docker container, made with the container: its time is within a minute of now."""
+    out = ins.target.command(
+        ins.sid,
+        "stat -c '%A %s %u %g %n' /.dockerenv; [ $(( $(date +%s) - $(stat -c %Y /.dockerenv) )) -lt 60 ] && echo fresh",
+    ).out
+    return _lines(out)
+
+
 EXECD_FILES = {  # execd_files' answer, live (2026-12-07) and on the mock
     "names": ["BG.output", "FG.stderr", "FG.stdout"],
     "modes": ["BG.output 755 root", "FG.stderr 755 root", "FG.stdout 755 root"],

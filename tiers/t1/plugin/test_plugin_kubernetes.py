@@ -55,11 +55,17 @@ def test_uri_route_secure_access_exec_files_port(tmp_path, k8s, cfg):
             assert k8s.ingress.token(sid), "created with secureAccess: the server granted a token"
             run = epp.call(
                 "exec.run",
-                {"sandbox_id": sid, "cmd": "sh", "args": ["-c", "echo via-uri; hostname; exit 3"], "timeout": 30},
+                {
+                    "sandbox_id": sid,
+                    "cmd": "sh",
+                    "args": ["-c", "echo via-uri; hostname; [ -e /.dockerenv ] || echo no-dockerenv; exit 3"],
+                    "timeout": 30,
+                },
                 timeout=40,
             )
-            # a pod's hostname is its name, the BatchSandbox's pod <id>-0 (QUIRKS.md, "Hostname")
-            assert (run["stdout"], run["exit_code"]) == ("via-uri\n%s-0\n" % sid, 3)
+            # a pod's hostname is its name, the BatchSandbox's pod <id>-0 (QUIRKS.md, "Hostname"), and its
+            # container runtime makes no /.dockerenv (QUIRKS.md, "/.dockerenv")
+            assert (run["stdout"], run["exit_code"]) == ("via-uri\n%s-0\nno-dockerenv\n" % sid, 3)
             data = base64.b64encode(b"k8s \x00\xff round trip").decode()
             epp.call("files.write", {"sandbox_id": sid, "path": "/tmp/k.bin", "content_b64": data})
             assert epp.call("files.read", {"sandbox_id": sid, "path": "/tmp/k.bin"}) == {"content_b64": data}

@@ -220,6 +220,11 @@ def test_stdin_and_session_env_mock(inside):
     assert si.stdin_and_session_env(inside) == si.STDIN_AND_SESSION_ENV
 
 
+def test_dockerenv_mock(inside):
+    """As tiers/t4/sandbox/test_live_inside.py::test_dockerenv_live (runtime/holder.py write_dockerenv)."""
+    assert si.dockerenv(inside) == si.DOCKERENV
+
+
 def test_execd_files_mock(inside):
     """As tiers/t4/sandbox/test_live_inside.py::test_execd_files_live (execd/runfiles.py)."""
     assert si.execd_files(inside) == si.EXECD_FILES

@@ -53,6 +53,10 @@ def test_stdin_and_session_env_live(inside):
     assert si.stdin_and_session_env(inside) == si.STDIN_AND_SESSION_ENV
 
 
+def test_dockerenv_live(inside):
+    assert si.dockerenv(inside) == si.DOCKERENV
+
+
 def test_execd_files_live(inside):
     assert si.execd_files(inside) == si.EXECD_FILES
 
