@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 
 from mock_opensandbox.execd.errors import GoError
 from mock_opensandbox.execd.files import SandboxFS
+from mock_opensandbox.execd.fsat import write_fd
 from mock_opensandbox.runtime import SandboxRuntime, openat2
 from mock_opensandbox.runtime._util import process_umask
 from mock_opensandbox.wire.gojson import path_error
@@ -137,7 +138,7 @@ class RunFiles:
 
     def open_read(self, path: str) -> int:
         """The file at sandbox path ``path`` opened for reading by its path now (os.Open). Raises OSError."""
-        return self._open(self._root(), path, _READ)
+        return self.open_at(path, _READ)
 
     def read(self, path: str, pos: int) -> Iterator[bytes]:
         """What the file at sandbox path ``path`` holds from byte ``pos`` to its end, opened by its path now (a
@@ -214,10 +215,7 @@ class RunFiles:
             return None
         fd, tmp, name = taken[0], -1, None
         try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_fd(fd, data, mode)
             tmp = self._tmp(rfd)
             name = self._link(tmp, fd, names) if tmp >= 0 else None
         except OSError:

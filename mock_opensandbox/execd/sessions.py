@@ -22,6 +22,7 @@ from mock_opensandbox.execd.commands import Sigint, sigint_kwargs, signal_text
 from mock_opensandbox.execd.deadlines import DEADLINES
 from mock_opensandbox.execd.errors import CONTEXT_NOT_FOUND, MSG, RUNTIME_ERROR, ExecdError, GoError
 from mock_opensandbox.execd.files import SandboxFS
+from mock_opensandbox.execd.fsat import write_fd
 from mock_opensandbox.execd.paths import PathExpandError, expand_path, go_duration
 from mock_opensandbox.execd.runfiles import RunFiles
 from mock_opensandbox.runtime import SandboxRuntime
@@ -222,7 +223,7 @@ class SessionRegistry:
         10000). Created by an fd openat2 found in the sandbox's /tmp (a /tmp swapped for a symlink to "/" by code
         inside stays inside); never an existing file or link. Its sandbox path."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        data = memoryview(text.encode("utf-8", "surrogateescape"))
+        data = text.encode("utf-8", "surrogateescape")
         for _ in range(10000):
             path = "/tmp/execd_bash_%d.sh" % _RANDOM.randrange(1 << 32)
             try:
@@ -234,10 +235,7 @@ class SessionRegistry:
             except FileExistsError:
                 continue
             try:
-                os.fchmod(fd, 0o600)
-                view = data
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_fd(fd, data, 0o600)
             finally:
                 os.close(fd)
             return path

@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import math
 import re
-import secrets
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -20,6 +19,7 @@ from urllib.parse import quote_plus
 from mock_opensandbox.lifecycle import quirks
 from mock_opensandbox.lifecycle.container_log import ContainerLog, boot_log
 from mock_opensandbox.lifecycle.quirks import MockError
+from mock_opensandbox.runtime._util import container_id
 
 Clock = Callable[[], datetime]
 
@@ -154,15 +154,6 @@ def default_pull_fails(uri: str) -> bool:
 
 
 # -- records -----------------------------------------------------------------------------------------
-def container_id() -> str:
-    """A Docker container's id: 64 random hex digits, the first 12 of which (the short id, the container's
-    hostname) are never all decimal ones (moby pkg/stringid GenerateRandomID draws again: QUIRKS.md, "Hostname")."""
-    while True:
-        cid = secrets.token_hex(32)
-        if not cid[:12].isdigit():
-            return cid
-
-
 class Sandbox:
     """One sandbox. Status is derived on read from (paused, entrypoint exit) like the server derives it
     from Docker's container state (server services/docker/docker_service.py _container_to_sandbox)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -123,6 +124,16 @@ def rmtree(path: str) -> None:
                 dirnames.remove(d)
                 raise RuntimeError(f"refusing to remove a mount point inside the sandbox root: {full}")
     shutil.rmtree(path, onerror=onerror)
+
+
+def container_id() -> str:
+    """A Docker container's id: 64 random hex digits, the first 12 of which (the short id, the container's
+    hostname) are never all decimal ones (moby pkg/stringid GenerateRandomID draws again: glibc takes such a
+    hostname for a number, and gethostbyname of it then fails "Name or service not known"; QUIRKS.md, "Hostname")."""
+    while True:
+        cid = secrets.token_hex(32)
+        if not cid[:12].isdigit():
+            return cid
 
 
 # ext2/3/4's inode flags (linux/fs.h): FS_IOC_GETFLAGS = _IOR('f', 1, long), FS_IOC_SETFLAGS = _IOW('f', 2, long)

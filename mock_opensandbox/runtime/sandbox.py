@@ -25,6 +25,7 @@ from mock_opensandbox.runtime._util import (
     DEFAULT_PATH,
     SYSTEM_DIRS,
     await_exec,
+    container_id,
     kill,
     killpg,
     make_image_root,
@@ -128,9 +129,7 @@ class SandboxRuntime:
         if not os.path.isdir(self.root):
             raise ValueError(f"sandbox root is not a directory: {root}")
         self.env: dict[str, str] = dict(env or {})
-        # what `hostname` prints inside: 12 hex digits, like a Docker container's short id, never all decimal
-        # digits (moby pkg/stringid GenerateRandomID draws again: glibc takes such a name for a number, and
-        # gethostbyname of the hostname then fails "Name or service not known")
+        # what `hostname` prints inside: the caller's, else 12 hex digits like a Docker container's short id
         self.hostname = hostname or _short_id()
         if not (len(self.hostname) <= 64 and self.hostname.replace("-", "").isalnum() and self.hostname.isascii()):
             raise ValueError(f"invalid sandbox hostname: {self.hostname!r}")
@@ -757,8 +756,5 @@ class SandboxRuntime:
 
 
 def _short_id() -> str:
-    """12 hex digits, not all of them decimal ones (moby pkg/stringid GenerateRandomID)."""
-    while True:
-        short = uuid.uuid4().hex[:12]
-        if not short.isdigit():
-            return short
+    """12 hex digits, not all of them decimal ones: a container's short id (_util.container_id)."""
+    return container_id()[:12]

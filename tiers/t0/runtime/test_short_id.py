@@ -4,15 +4,18 @@ fail to resolve it: QUIRKS.md, "Hostname")."""
 
 from __future__ import annotations
 
-import uuid
-
-from mock_opensandbox.runtime import sandbox
+from mock_opensandbox.runtime import _util, sandbox
 
 
 def test_an_all_digit_draw_is_drawn_again(monkeypatch):
-    draws = iter([uuid.UUID("12345678901234567890123456789012"), uuid.UUID("0123456789ab0123456789abcdef0123")])
-    monkeypatch.setattr(sandbox.uuid, "uuid4", lambda: next(draws))
+    draws = iter(["123456789012" + "a" * 52, "0123456789ab" + "1" * 52])
+    monkeypatch.setattr(_util.secrets, "token_hex", lambda n: next(draws))
     assert sandbox._short_id() == "0123456789ab"
+
+
+def test_a_container_id_is_64_hex_digits_its_short_id_never_all_decimal():
+    ids = {_util.container_id() for _ in range(200)}
+    assert len(ids) == 200 and all(len(i) == 64 and int(i, 16) >= 0 and not i[:12].isdigit() for i in ids)
 
 
 def test_twelve_hex_digits():
